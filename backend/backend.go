@@ -1,0 +1,54 @@
+// Package backend defines the untrusted storage interface every protocol
+// talks to, and the small wrappers that apply to any backend.
+//
+// Everything below this interface belongs to the adversary: the sequence of
+// calls made on a Backend (which addresses, which operation, how many bytes,
+// when, grouped how) is exactly what a storage operator observes. A Backend
+// never sees plaintext or logical keys; addresses are opaque byte strings
+// chosen by the protocol, and values are whatever the protocol hands it
+// (sealed blocks for every protocol except the insecure "plain" baseline).
+//
+// The implementations live in sub-packages: mem (in memory, for tests),
+// disk (embedded pebble, the default) and redis (go-redis v9).
+//
+// This package must never log or inspect values, and never reorder or split
+// a batch: one call is one round trip and one atomic unit.
+package backend
+
+import (
+	"context"
+	"errors"
+)
+
+// Item is one address/value pair of a batched write.
+type Item struct {
+	Addr  string
+	Value []byte
+}
+
+// Backend is batched, untrusted key-value storage.
+//
+// Every method is one round trip to the storage. Implementations must be
+// safe for concurrent use and linearizable per call: a Write is applied
+// atomically as a whole (all items or none), and a Read observes either all
+// or none of any concurrent Write.
+type Backend interface {
+	// Read returns the values stored at addrs, in order. A missing address
+	// yields a nil entry, not an error. The returned slices belong to the
+	// caller.
+	Read(ctx context.Context, addrs []string) ([][]byte, error)
+	// Write stores all items atomically. Later items win over earlier items
+	// with the same address.
+	Write(ctx context.Context, items []Item) error
+	// Delete removes addrs atomically. Missing addresses are not an error.
+	Delete(ctx context.Context, addrs []string) error
+	// Scan calls fn for every stored address that begins with prefix, in no
+	// particular order, and stops at the first error fn returns. It is used
+	// only when a store is opened, never on the request path.
+	Scan(ctx context.Context, prefix string, fn func(addr string) error) error
+	// Close releases the storage. Data written before Close is durable.
+	Close() error
+}
+
+// ErrClosed is returned by every method of a backend after Close.
+var ErrClosed = errors.New("backend: closed")

@@ -1,0 +1,54 @@
+package backend
+
+import (
+	"context"
+	"time"
+)
+
+// WithLatency returns a Backend that waits d before every call to b, to
+// emulate the wide-area round trip between a trusted proxy and cloud storage
+// that every paper's evaluation assumes. Concurrent calls wait concurrently,
+// as they would on a real network. d <= 0 returns b unchanged.
+func WithLatency(b Backend, d time.Duration) Backend {
+	if d <= 0 {
+		return b
+	}
+	return &latency{Backend: b, d: d}
+}
+
+type latency struct {
+	Backend
+	d time.Duration
+}
+
+func (l *latency) wait(ctx context.Context) error {
+	t := time.NewTimer(l.d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (l *latency) Read(ctx context.Context, addrs []string) ([][]byte, error) {
+	if err := l.wait(ctx); err != nil {
+		return nil, err
+	}
+	return l.Backend.Read(ctx, addrs)
+}
+
+func (l *latency) Write(ctx context.Context, items []Item) error {
+	if err := l.wait(ctx); err != nil {
+		return err
+	}
+	return l.Backend.Write(ctx, items)
+}
+
+func (l *latency) Delete(ctx context.Context, addrs []string) error {
+	if err := l.wait(ctx); err != nil {
+		return err
+	}
+	return l.Backend.Delete(ctx, addrs)
+}

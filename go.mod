@@ -1,0 +1,3 @@
+module github.com/oblivkv/oblivkv
+
+go 1.26.8

@@ -1,0 +1,148 @@
+package kv
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"iter"
+	"sync"
+	"sync/atomic"
+
+	"github.com/oblivkv/oblivkv/observe"
+)
+
+// checked wraps a protocol's Store with what every store shares: size
+// checks, the closed state, operation counters and backend counters.
+type checked struct {
+	inner      Store
+	tap        *observe.Tap
+	protocol   string
+	valueSize  int
+	maxKeySize int
+
+	mu     sync.RWMutex // held shared by every call, exclusively by Close
+	closed bool
+
+	gets, puts, deletes atomic.Uint64
+}
+
+func newChecked(inner Store, tap *observe.Tap, cfg Config) *checked {
+	return &checked{inner: inner, tap: tap, protocol: cfg.Protocol,
+		valueSize: cfg.ValueSize, maxKeySize: cfg.MaxKeySize}
+}
+
+func (c *checked) enter() error {
+	c.mu.RLock()
+	if c.closed {
+		c.mu.RUnlock()
+		return ErrClosed
+	}
+	return nil
+}
+
+func (c *checked) checkKey(key string) error {
+	if len(key) > c.maxKeySize {
+		return fmt.Errorf("%w: %d bytes, limit %d", ErrKeyTooLarge, len(key), c.maxKeySize)
+	}
+	return nil
+}
+
+func (c *checked) checkValue(val []byte) error {
+	if len(val) > c.valueSize {
+		return fmt.Errorf("%w: %d bytes, limit %d", ErrValueTooLarge, len(val), c.valueSize)
+	}
+	return nil
+}
+
+func (c *checked) Get(ctx context.Context, key string) ([]byte, bool, error) {
+	if err := c.checkKey(key); err != nil {
+		return nil, false, err
+	}
+	if err := c.enter(); err != nil {
+		return nil, false, err
+	}
+	defer c.mu.RUnlock()
+	c.gets.Add(1)
+	return c.inner.Get(ctx, key)
+}
+
+func (c *checked) Put(ctx context.Context, key string, val []byte) error {
+	if err := errors.Join(c.checkKey(key), c.checkValue(val)); err != nil {
+		return err
+	}
+	if err := c.enter(); err != nil {
+		return err
+	}
+	defer c.mu.RUnlock()
+	c.puts.Add(1)
+	return c.inner.Put(ctx, key, val)
+}
+
+func (c *checked) Delete(ctx context.Context, key string) error {
+	if err := c.checkKey(key); err != nil {
+		return err
+	}
+	if err := c.enter(); err != nil {
+		return err
+	}
+	defer c.mu.RUnlock()
+	c.deletes.Add(1)
+	return c.inner.Delete(ctx, key)
+}
+
+// Load implements Loader when the protocol does.
+func (c *checked) Load(ctx context.Context, items iter.Seq2[string, []byte]) (int, error) {
+	loader, ok := c.inner.(Loader)
+	if !ok {
+		return 0, fmt.Errorf("kv: protocol %s has no bulk loader", c.protocol)
+	}
+	if err := c.enter(); err != nil {
+		return 0, err
+	}
+	defer c.mu.RUnlock()
+	var bad error
+	valid := func(yield func(string, []byte) bool) {
+		for k, v := range items {
+			if bad = errors.Join(c.checkKey(k), c.checkValue(v)); bad != nil {
+				bad = fmt.Errorf("key %q: %w", k, bad)
+				return
+			}
+			if !yield(k, v) {
+				return
+			}
+		}
+	}
+	n, err := loader.Load(ctx, valid)
+	if bad != nil {
+		return n, bad
+	}
+	return n, err
+}
+
+func (c *checked) Stats() Stats {
+	s := c.inner.Stats()
+	s.Protocol = c.protocol
+	s.Gets, s.Puts, s.Deletes = c.gets.Load(), c.puts.Load(), c.deletes.Load()
+	s.Backend = c.tap.Counters()
+	return s
+}
+
+func (c *checked) Close() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return ErrClosed
+	}
+	c.closed = true
+	return c.inner.Close()
+}
+
+// AsLoader returns s's bulk loader, if its protocol has one.
+func AsLoader(s Store) (Loader, bool) {
+	if c, ok := s.(*checked); ok {
+		_, has := c.inner.(Loader)
+		return c, has
+	}
+	l, ok := s.(Loader)
+	return l, ok
+}

@@ -1,0 +1,96 @@
+package kv
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/oblivkv/oblivkv/backend"
+	"github.com/oblivkv/oblivkv/seal"
+)
+
+// MetaAddr is the backend address of the sealed metadata record. Protocols
+// must not use addresses beginning with "meta/".
+const MetaAddr = "meta/store"
+
+const metaFormat = 1
+
+// meta is the sealed record that says what a backend holds.
+type meta struct {
+	Format     int    `json:"format"`
+	Protocol   string `json:"protocol"`
+	Capacity   int    `json:"capacity"`
+	ValueSize  int    `json:"value_size"`
+	MaxKeySize int    `json:"max_key_size"`
+}
+
+func metaOf(cfg Config) meta {
+	return meta{Format: metaFormat, Protocol: cfg.Protocol, Capacity: cfg.Capacity,
+		ValueSize: cfg.ValueSize, MaxKeySize: cfg.MaxKeySize}
+}
+
+func (m meta) matches(want meta) error {
+	if m.Format != metaFormat {
+		return fmt.Errorf("%w: storage format %d, this build reads %d", ErrMismatch, m.Format, metaFormat)
+	}
+	if m.Protocol != want.Protocol {
+		return fmt.Errorf("%w: it holds protocol %q, asked for %q", ErrMismatch, m.Protocol, want.Protocol)
+	}
+	if m != want {
+		return fmt.Errorf("%w: it was created with capacity %d, value size %d, max key size %d; asked for %d, %d, %d",
+			ErrMismatch, m.Capacity, m.ValueSize, m.MaxKeySize, want.Capacity, want.ValueSize, want.MaxKeySize)
+	}
+	return nil
+}
+
+// Probe reports whether b already holds a store, without needing its key.
+// It lets a caller refuse to create a new key for storage that has data.
+func Probe(ctx context.Context, b backend.Backend) (bool, error) {
+	vals, err := b.Read(ctx, []string{MetaAddr})
+	if err != nil {
+		return false, fmt.Errorf("kv: reading store metadata: %w", err)
+	}
+	return vals[0] != nil, nil
+}
+
+// Describe returns the protocol and parameters recorded in b, so a caller
+// can reopen a store without repeating them.
+func Describe(ctx context.Context, b backend.Backend, keys *seal.Keys) (Config, bool, error) {
+	m, fresh, err := readMeta(ctx, b, keys)
+	if err != nil || fresh {
+		return Config{}, false, err
+	}
+	return Config{Protocol: m.Protocol, Capacity: m.Capacity, ValueSize: m.ValueSize, MaxKeySize: m.MaxKeySize}, true, nil
+}
+
+func readMeta(ctx context.Context, b backend.Backend, keys *seal.Keys) (meta, bool, error) {
+	vals, err := b.Read(ctx, []string{MetaAddr})
+	if err != nil {
+		return meta{}, false, fmt.Errorf("kv: reading store metadata: %w", err)
+	}
+	if vals[0] == nil {
+		return meta{}, true, nil
+	}
+	plain, err := keys.Open(nil, []byte(MetaAddr), vals[0])
+	if errors.Is(err, seal.ErrTampered) {
+		return meta{}, false, ErrWrongKey
+	}
+	var m meta
+	if err := json.Unmarshal(plain, &m); err != nil {
+		return meta{}, false, fmt.Errorf("kv: store metadata: %w", err)
+	}
+	return m, false, nil
+}
+
+func writeMeta(ctx context.Context, b backend.Backend, keys *seal.Keys, m meta) error {
+	plain, err := json.Marshal(m)
+	if err != nil {
+		return err
+	}
+	sealed := keys.Seal(nil, []byte(MetaAddr), plain)
+	if err := b.Write(ctx, []backend.Item{{Addr: MetaAddr, Value: sealed}}); err != nil {
+		return fmt.Errorf("kv: writing store metadata: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,154 @@
+package kv
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"sync"
+
+	"github.com/oblivkv/oblivkv/backend"
+	"github.com/oblivkv/oblivkv/observe"
+	"github.com/oblivkv/oblivkv/seal"
+)
+
+// Defaults for Config fields left zero.
+const (
+	DefaultCapacity   = 1 << 16
+	DefaultValueSize  = 1024
+	DefaultMaxKeySize = 256
+)
+
+// Config describes the store to open.
+type Config struct {
+	// Protocol is a registered protocol name, e.g. "encrypted".
+	Protocol string
+	// Backend is the untrusted storage. Open wraps it in an observe.Tap;
+	// the Store owns it and closes it on Close.
+	Backend backend.Backend
+	// Keys seal everything written to Backend.
+	Keys *seal.Keys
+	// Capacity is the number of keys the store can hold (default 65536).
+	Capacity int
+	// ValueSize is the largest value in bytes (default 1024). Oblivious
+	// protocols pad every value to this size.
+	ValueSize int
+	// MaxKeySize is the largest key in bytes (default 256).
+	MaxKeySize int
+	// TapLog, if set, receives one record per backend call.
+	TapLog observe.Sink
+	// Options holds protocol-specific options: a value of the protocol
+	// package's Options type, or nil for its defaults.
+	Options any
+}
+
+// Env is what a protocol factory receives.
+type Env struct {
+	Backend    backend.Backend // the tapped backend: every call is observed
+	Keys       *seal.Keys
+	Capacity   int
+	ValueSize  int
+	MaxKeySize int
+	Options    any
+	// Fresh is true when the backend holds no store yet: the protocol
+	// builds its initial layout; otherwise it recovers its saved state.
+	Fresh bool
+}
+
+// Factory opens one protocol's store.
+type Factory func(ctx context.Context, env Env) (Store, error)
+
+var (
+	registryMu sync.RWMutex
+	registry   = map[string]Factory{}
+)
+
+// Register makes a protocol available to Open. It panics on a duplicate
+// name, as that is a programming error.
+func Register(name string, f Factory) {
+	registryMu.Lock()
+	defer registryMu.Unlock()
+	if _, dup := registry[name]; dup {
+		panic("kv: protocol registered twice: " + name)
+	}
+	registry[name] = f
+}
+
+// Protocols returns the registered protocol names, sorted.
+func Protocols() []string {
+	registryMu.RLock()
+	defer registryMu.RUnlock()
+	names := make([]string, 0, len(registry))
+	for n := range registry {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// Open opens (or creates) a store of cfg.Protocol over cfg.Backend.
+func Open(ctx context.Context, cfg Config) (Store, error) {
+	registryMu.RLock()
+	factory, ok := registry[cfg.Protocol]
+	registryMu.RUnlock()
+	if !ok {
+		return nil, fmt.Errorf("%w %q (known: %v)", ErrUnknownProtocol, cfg.Protocol, Protocols())
+	}
+	if cfg.Backend == nil || cfg.Keys == nil {
+		return nil, fmt.Errorf("kv: Config needs a Backend and Keys")
+	}
+	cfg = withDefaults(cfg)
+	if err := validate(cfg); err != nil {
+		return nil, err
+	}
+	tap := observe.NewTap(cfg.Backend, cfg.TapLog)
+	m, fresh, err := readMeta(ctx, tap, cfg.Keys)
+	if err != nil {
+		return nil, err
+	}
+	want := metaOf(cfg)
+	if !fresh {
+		if err := m.matches(want); err != nil {
+			return nil, err
+		}
+	}
+	env := Env{Backend: tap, Keys: cfg.Keys, Capacity: cfg.Capacity, ValueSize: cfg.ValueSize,
+		MaxKeySize: cfg.MaxKeySize, Options: cfg.Options, Fresh: fresh}
+	inner, err := factory(ctx, env)
+	if err != nil {
+		return nil, fmt.Errorf("kv: opening %s: %w", cfg.Protocol, err)
+	}
+	if fresh {
+		// The metadata record commits the new store: written only after the
+		// protocol built its initial layout.
+		if err := writeMeta(ctx, tap, cfg.Keys, want); err != nil {
+			inner.Close()
+			return nil, err
+		}
+	}
+	return newChecked(inner, tap, cfg), nil
+}
+
+func withDefaults(cfg Config) Config {
+	if cfg.Capacity == 0 {
+		cfg.Capacity = DefaultCapacity
+	}
+	if cfg.ValueSize == 0 {
+		cfg.ValueSize = DefaultValueSize
+	}
+	if cfg.MaxKeySize == 0 {
+		cfg.MaxKeySize = DefaultMaxKeySize
+	}
+	return cfg
+}
+
+func validate(cfg Config) error {
+	switch {
+	case cfg.Capacity < 1:
+		return fmt.Errorf("kv: capacity must be at least 1, got %d", cfg.Capacity)
+	case cfg.ValueSize < 1 || cfg.ValueSize > 64<<20:
+		return fmt.Errorf("kv: value size must be between 1 byte and 64 MiB, got %d", cfg.ValueSize)
+	case cfg.MaxKeySize < 1 || cfg.MaxKeySize > 64<<10:
+		return fmt.Errorf("kv: maximum key size must be between 1 byte and 64 KiB, got %d", cfg.MaxKeySize)
+	}
+	return nil
+}

@@ -1,0 +1,225 @@
+// Package observe records the adversary's view of a store: the sequence of
+// backend calls. A Tap wraps any backend.Backend; its counters are always
+// on, and a full log (one Record per call) goes to a Sink when one is given:
+// a file in the binary format of this package, or memory in tests.
+//
+// The Tap sees only what the storage operator sees (addresses, operation,
+// sizes, timing); it must never be handed plaintext, logical keys or key
+// material, and it must never change the calls it forwards.
+package observe
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/oblivkv/oblivkv/backend"
+)
+
+// Op is the kind of a backend call.
+type Op uint8
+
+// The backend calls a Tap records.
+const (
+	OpRead Op = iota + 1
+	OpWrite
+	OpDelete
+	OpScan
+)
+
+func (o Op) String() string {
+	switch o {
+	case OpRead:
+		return "read"
+	case OpWrite:
+		return "write"
+	case OpDelete:
+		return "delete"
+	case OpScan:
+		return "scan"
+	}
+	return "unknown"
+}
+
+// Record is one backend call as the storage operator sees it.
+type Record struct {
+	Seq   uint64        // position in the sequence of calls, from 1
+	Start time.Duration // monotonic time of the call since the Tap was made
+	Took  time.Duration // how long the call took
+	Op    Op
+	Addrs []string // addresses, in call order (for a scan: the prefix)
+	Sizes []int    // bytes per address: read or written (0 for deletes)
+	Err   bool     // the call failed
+}
+
+// Sink receives every Record of a Tap. Calls to Record are serialised by
+// the Tap, in sequence order.
+type Sink interface {
+	Record(r Record) error
+}
+
+// Counters are the always-on totals of a Tap.
+type Counters struct {
+	Calls        uint64 // backend round trips
+	Reads        uint64 // read calls
+	Writes       uint64 // write calls
+	Deletes      uint64 // delete calls
+	AddrsRead    uint64
+	AddrsWritten uint64
+	AddrsDeleted uint64
+	BytesRead    uint64
+	BytesWritten uint64
+	Errors       uint64
+}
+
+// Bytes is the total payload moved in either direction.
+func (c Counters) Bytes() uint64 { return c.BytesRead + c.BytesWritten }
+
+// Sub returns c - o, field by field.
+func (c Counters) Sub(o Counters) Counters {
+	return Counters{
+		Calls: c.Calls - o.Calls, Reads: c.Reads - o.Reads, Writes: c.Writes - o.Writes,
+		Deletes: c.Deletes - o.Deletes, AddrsRead: c.AddrsRead - o.AddrsRead,
+		AddrsWritten: c.AddrsWritten - o.AddrsWritten, AddrsDeleted: c.AddrsDeleted - o.AddrsDeleted,
+		BytesRead: c.BytesRead - o.BytesRead, BytesWritten: c.BytesWritten - o.BytesWritten,
+		Errors: c.Errors - o.Errors,
+	}
+}
+
+// Tap is a backend.Backend that forwards every call to the wrapped backend
+// and records it.
+type Tap struct {
+	next  backend.Backend
+	epoch time.Time
+
+	calls, reads, writes, deletes        atomic.Uint64
+	addrsRead, addrsWritten, addrsDelete atomic.Uint64
+	bytesRead, bytesWritten, errs        atomic.Uint64
+
+	mu      sync.Mutex // orders Seq assignment and Sink calls
+	seq     uint64
+	sink    Sink
+	sinkErr error
+}
+
+// NewTap wraps next. sink may be nil: counters only.
+func NewTap(next backend.Backend, sink Sink) *Tap {
+	return &Tap{next: next, epoch: time.Now(), sink: sink}
+}
+
+// Counters returns a snapshot of the totals so far.
+func (t *Tap) Counters() Counters {
+	return Counters{
+		Calls: t.calls.Load(), Reads: t.reads.Load(), Writes: t.writes.Load(),
+		Deletes: t.deletes.Load(), AddrsRead: t.addrsRead.Load(),
+		AddrsWritten: t.addrsWritten.Load(), AddrsDeleted: t.addrsDelete.Load(),
+		BytesRead: t.bytesRead.Load(), BytesWritten: t.bytesWritten.Load(), Errors: t.errs.Load(),
+	}
+}
+
+// SinkErr returns the first error the Sink returned, if any. A failing sink
+// never fails the backend call it records.
+func (t *Tap) SinkErr() error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.sinkErr
+}
+
+func (t *Tap) record(start time.Time, op Op, addrs []string, sizes []int, err error) {
+	t.calls.Add(1)
+	if err != nil {
+		t.errs.Add(1)
+	}
+	if t.sink == nil {
+		return
+	}
+	r := Record{Start: start.Sub(t.epoch), Took: time.Since(start), Op: op, Addrs: addrs, Sizes: sizes, Err: err != nil}
+	t.mu.Lock()
+	t.seq++
+	r.Seq = t.seq
+	if serr := t.sink.Record(r); serr != nil && t.sinkErr == nil {
+		t.sinkErr = serr
+	}
+	t.mu.Unlock()
+}
+
+// Read implements backend.Backend.
+func (t *Tap) Read(ctx context.Context, addrs []string) ([][]byte, error) {
+	start := time.Now()
+	vals, err := t.next.Read(ctx, addrs)
+	t.reads.Add(1)
+	t.addrsRead.Add(uint64(len(addrs)))
+	var sizes []int
+	if t.sink != nil {
+		sizes = make([]int, len(addrs))
+	}
+	var n int
+	for i, v := range vals {
+		n += len(v)
+		if sizes != nil && i < len(sizes) {
+			sizes[i] = len(v)
+		}
+	}
+	t.bytesRead.Add(uint64(n))
+	t.record(start, OpRead, t.keep(addrs), sizes, err)
+	return vals, err
+}
+
+// Write implements backend.Backend.
+func (t *Tap) Write(ctx context.Context, items []backend.Item) error {
+	start := time.Now()
+	err := t.next.Write(ctx, items)
+	t.writes.Add(1)
+	t.addrsWritten.Add(uint64(len(items)))
+	var addrs []string
+	var sizes []int
+	if t.sink != nil {
+		addrs = make([]string, len(items))
+		sizes = make([]int, len(items))
+	}
+	var n int
+	for i, it := range items {
+		n += len(it.Value)
+		if addrs != nil {
+			addrs[i], sizes[i] = it.Addr, len(it.Value)
+		}
+	}
+	t.bytesWritten.Add(uint64(n))
+	t.record(start, OpWrite, addrs, sizes, err)
+	return err
+}
+
+// Delete implements backend.Backend.
+func (t *Tap) Delete(ctx context.Context, addrs []string) error {
+	start := time.Now()
+	err := t.next.Delete(ctx, addrs)
+	t.deletes.Add(1)
+	t.addrsDelete.Add(uint64(len(addrs)))
+	var sizes []int
+	if t.sink != nil {
+		sizes = make([]int, len(addrs))
+	}
+	t.record(start, OpDelete, t.keep(addrs), sizes, err)
+	return err
+}
+
+// Scan implements backend.Backend.
+func (t *Tap) Scan(ctx context.Context, prefix string, fn func(addr string) error) error {
+	start := time.Now()
+	err := t.next.Scan(ctx, prefix, fn)
+	t.record(start, OpScan, t.keep([]string{prefix}), []int{0}, err)
+	return err
+}
+
+// Close implements backend.Backend.
+func (t *Tap) Close() error { return t.next.Close() }
+
+// keep copies addrs for the log when there is a sink, since callers may
+// reuse their slices.
+func (t *Tap) keep(addrs []string) []string {
+	if t.sink == nil {
+		return nil
+	}
+	return append([]string(nil), addrs...)
+}

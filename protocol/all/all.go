@@ -1,0 +1,9 @@
+// Package all registers every protocol with package kv. Import it for its
+// side effect:
+//
+//	import _ "github.com/oblivkv/oblivkv/protocol/all"
+package all
+
+import (
+	_ "github.com/oblivkv/oblivkv/protocol/baseline" // plain, encrypted
+)

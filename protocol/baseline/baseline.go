@@ -1,0 +1,210 @@
+// Package baseline implements the two insecure protocols every paper
+// measures against, so users can see the gap:
+//
+//   - plain: each key stored as given under its own address, the value as
+//     given. Nothing is hidden.
+//   - encrypted: each key stored under PRF(key), the value sealed with
+//     AES-GCM bound to that address. Contents are hidden; which key is
+//     accessed, how often and when is not (the "encryption alone" strawman
+//     that the frequency-analysis attack breaks).
+//
+// Both map one key to one backend address and make one backend round trip
+// per operation. The package owns that mapping and an in-memory index of
+// stored addresses (for DBSIZE and the capacity limit), rebuilt by a scan
+// when a store is reopened. It must never be described as oblivious.
+package baseline
+
+import (
+	"context"
+	"encoding/hex"
+	"fmt"
+	"hash/maphash"
+	"iter"
+	"sync"
+
+	"github.com/oblivkv/oblivkv/backend"
+	"github.com/oblivkv/oblivkv/kv"
+	"github.com/oblivkv/oblivkv/seal"
+)
+
+func init() {
+	kv.Register("plain", func(ctx context.Context, env kv.Env) (kv.Store, error) {
+		return open(ctx, env, plainCodec{})
+	})
+	kv.Register("encrypted", func(ctx context.Context, env kv.Env) (kv.Store, error) {
+		return open(ctx, env, encryptedCodec{keys: env.Keys})
+	})
+}
+
+// codec is what distinguishes the two baselines: how a key becomes an
+// address and how a value is stored.
+type codec interface {
+	prefix() string
+	addr(key string) string
+	encode(addr string, val []byte) []byte
+	decode(addr string, stored []byte) ([]byte, error)
+}
+
+type plainCodec struct{}
+
+func (plainCodec) prefix() string                            { return "p/" }
+func (plainCodec) addr(key string) string                    { return "p/" + key }
+func (plainCodec) encode(_ string, val []byte) []byte        { return val }
+func (plainCodec) decode(_ string, b []byte) ([]byte, error) { return b, nil }
+
+type encryptedCodec struct{ keys *seal.Keys }
+
+func (encryptedCodec) prefix() string { return "e/" }
+
+func (c encryptedCodec) addr(key string) string {
+	id := c.keys.PRF([]byte(key))
+	return "e/" + hex.EncodeToString(id[:])
+}
+
+func (c encryptedCodec) encode(addr string, val []byte) []byte {
+	return c.keys.Seal(nil, []byte(addr), val)
+}
+
+func (c encryptedCodec) decode(addr string, b []byte) ([]byte, error) {
+	return c.keys.Open(nil, []byte(addr), b)
+}
+
+// stripes is the number of locks that serialise Puts and Deletes of keys
+// hashing to the same stripe, so the index always agrees with storage.
+const stripes = 1024
+
+// loadBatchBytes bounds one backend write of a bulk load.
+const loadBatchBytes = 4 << 20
+
+type store struct {
+	b        backend.Backend
+	codec    codec
+	capacity int
+
+	seed  maphash.Seed
+	locks [stripes]sync.Mutex
+
+	mu    sync.RWMutex
+	index map[string]struct{} // stored addresses
+}
+
+func open(ctx context.Context, env kv.Env, c codec) (*store, error) {
+	s := &store{b: env.Backend, codec: c, capacity: env.Capacity,
+		seed: maphash.MakeSeed(), index: map[string]struct{}{}}
+	if env.Fresh {
+		return s, nil
+	}
+	err := s.b.Scan(ctx, c.prefix(), func(addr string) error {
+		s.index[addr] = struct{}{}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("rebuilding the key index: %w", err)
+	}
+	return s, nil
+}
+
+func (s *store) lock(addr string) *sync.Mutex {
+	return &s.locks[maphash.String(s.seed, addr)%stripes]
+}
+
+func (s *store) has(addr string) bool {
+	s.mu.RLock()
+	_, ok := s.index[addr]
+	s.mu.RUnlock()
+	return ok
+}
+
+func (s *store) Get(ctx context.Context, key string) ([]byte, bool, error) {
+	addr := s.codec.addr(key)
+	vals, err := s.b.Read(ctx, []string{addr})
+	if err != nil {
+		return nil, false, err
+	}
+	if vals[0] == nil {
+		return nil, false, nil
+	}
+	val, err := s.codec.decode(addr, vals[0])
+	if err != nil {
+		return nil, false, err
+	}
+	return val, true, nil
+}
+
+func (s *store) Put(ctx context.Context, key string, val []byte) error {
+	addr := s.codec.addr(key)
+	l := s.lock(addr)
+	l.Lock()
+	defer l.Unlock()
+	if !s.has(addr) {
+		s.mu.Lock()
+		full := len(s.index) >= s.capacity
+		s.mu.Unlock()
+		if full {
+			return fmt.Errorf("%w: %d keys", kv.ErrFull, s.capacity)
+		}
+	}
+	if err := s.b.Write(ctx, []backend.Item{{Addr: addr, Value: s.codec.encode(addr, val)}}); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	s.index[addr] = struct{}{}
+	s.mu.Unlock()
+	return nil
+}
+
+func (s *store) Delete(ctx context.Context, key string) error {
+	addr := s.codec.addr(key)
+	l := s.lock(addr)
+	l.Lock()
+	defer l.Unlock()
+	if err := s.b.Delete(ctx, []string{addr}); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	delete(s.index, addr)
+	s.mu.Unlock()
+	return nil
+}
+
+// Load implements kv.Loader: items are written in batches of about
+// loadBatchBytes, one atomic backend write each.
+func (s *store) Load(ctx context.Context, items iter.Seq2[string, []byte]) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.index) > 0 {
+		return len(s.index), kv.ErrNotEmpty
+	}
+	var batch []backend.Item
+	size := 0
+	flush := func() error {
+		if len(batch) == 0 {
+			return nil
+		}
+		err := s.b.Write(ctx, batch)
+		batch, size = batch[:0], 0
+		return err
+	}
+	for key, val := range items {
+		addr := s.codec.addr(key)
+		if _, ok := s.index[addr]; !ok && len(s.index) >= s.capacity {
+			return len(s.index), fmt.Errorf("%w: %d keys", kv.ErrFull, s.capacity)
+		}
+		s.index[addr] = struct{}{}
+		batch = append(batch, backend.Item{Addr: addr, Value: s.codec.encode(addr, val)})
+		if size += len(addr) + len(val); size >= loadBatchBytes {
+			if err := flush(); err != nil {
+				return len(s.index), err
+			}
+		}
+	}
+	return len(s.index), flush()
+}
+
+func (s *store) Stats() kv.Stats {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return kv.Stats{Keys: int64(len(s.index))}
+}
+
+func (s *store) Close() error { return s.b.Close() }
