@@ -17,6 +17,7 @@ type checked struct {
 	inner      Store
 	tap        *observe.Tap
 	protocol   string
+	capacity   int
 	valueSize  int
 	maxKeySize int
 
@@ -28,7 +29,7 @@ type checked struct {
 
 func newChecked(inner Store, tap *observe.Tap, cfg Config) *checked {
 	return &checked{inner: inner, tap: tap, protocol: cfg.Protocol,
-		valueSize: cfg.ValueSize, maxKeySize: cfg.MaxKeySize}
+		capacity: cfg.Capacity, valueSize: cfg.ValueSize, maxKeySize: cfg.MaxKeySize}
 }
 
 func (c *checked) enter() error {
@@ -122,6 +123,7 @@ func (c *checked) Load(ctx context.Context, items iter.Seq2[string, []byte]) (in
 func (c *checked) Stats() Stats {
 	s := c.inner.Stats()
 	s.Protocol = c.protocol
+	s.Capacity, s.ValueSize, s.MaxKeySize = c.capacity, c.valueSize, c.maxKeySize
 	s.Gets, s.Puts, s.Deletes = c.gets.Load(), c.puts.Load(), c.deletes.Load()
 	s.Backend = c.tap.Counters()
 	return s

@@ -82,6 +82,8 @@ type Stats struct {
 	Gets, Puts, Deletes uint64
 	// Keys currently stored, as the trusted side knows it.
 	Keys int64
+	// The store's parameters.
+	Capacity, ValueSize, MaxKeySize int
 	// Backend counters: round trips, addresses and bytes moved.
 	Backend observe.Counters
 	// Extra holds protocol-specific counters (stash size, cache size...),

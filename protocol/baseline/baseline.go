@@ -17,6 +17,7 @@ package baseline
 import (
 	"context"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"hash/maphash"
 	"iter"
@@ -108,13 +109,6 @@ func (s *store) lock(addr string) *sync.Mutex {
 	return &s.locks[maphash.String(s.seed, addr)%stripes]
 }
 
-func (s *store) has(addr string) bool {
-	s.mu.RLock()
-	_, ok := s.index[addr]
-	s.mu.RUnlock()
-	return ok
-}
-
 func (s *store) Get(ctx context.Context, key string) ([]byte, bool, error) {
 	addr := s.codec.addr(key)
 	vals, err := s.b.Read(ctx, []string{addr})
@@ -136,21 +130,34 @@ func (s *store) Put(ctx context.Context, key string, val []byte) error {
 	l := s.lock(addr)
 	l.Lock()
 	defer l.Unlock()
-	if !s.has(addr) {
-		s.mu.Lock()
-		full := len(s.index) >= s.capacity
-		s.mu.Unlock()
-		if full {
-			return fmt.Errorf("%w: %d keys", kv.ErrFull, s.capacity)
-		}
-	}
-	if err := s.b.Write(ctx, []backend.Item{{Addr: addr, Value: s.codec.encode(addr, val)}}); err != nil {
+	added, err := s.reserve(addr)
+	if err != nil {
 		return err
 	}
-	s.mu.Lock()
-	s.index[addr] = struct{}{}
-	s.mu.Unlock()
+	if err := s.b.Write(ctx, []backend.Item{{Addr: addr, Value: s.codec.encode(addr, val)}}); err != nil {
+		if added {
+			s.mu.Lock()
+			delete(s.index, addr)
+			s.mu.Unlock()
+		}
+		return err
+	}
 	return nil
+}
+
+// reserve adds addr to the index unless it is there already, in the same
+// critical section as the capacity check, and reports whether it added it.
+func (s *store) reserve(addr string) (bool, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.index[addr]; ok {
+		return false, nil
+	}
+	if len(s.index) >= s.capacity {
+		return false, fmt.Errorf("%w: %d keys", kv.ErrFull, s.capacity)
+	}
+	s.index[addr] = struct{}{}
+	return true, nil
 }
 
 func (s *store) Delete(ctx context.Context, key string) error {
@@ -168,37 +175,66 @@ func (s *store) Delete(ctx context.Context, key string) error {
 }
 
 // Load implements kv.Loader: items are written in batches of about
-// loadBatchBytes, one atomic backend write each.
+// loadBatchBytes, one atomic backend write each. An address enters the
+// index only once its batch is written.
 func (s *store) Load(ctx context.Context, items iter.Seq2[string, []byte]) (int, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if len(s.index) > 0 {
 		return len(s.index), kv.ErrNotEmpty
 	}
-	var batch []backend.Item
-	size := 0
-	flush := func() error {
-		if len(batch) == 0 {
-			return nil
-		}
-		err := s.b.Write(ctx, batch)
-		batch, size = batch[:0], 0
-		return err
-	}
+	batch := loadBatch{pending: map[string]struct{}{}}
 	for key, val := range items {
 		addr := s.codec.addr(key)
-		if _, ok := s.index[addr]; !ok && len(s.index) >= s.capacity {
-			return len(s.index), fmt.Errorf("%w: %d keys", kv.ErrFull, s.capacity)
+		_, stored := s.index[addr]
+		if !stored && !batch.has(addr) && len(s.index)+len(batch.pending) >= s.capacity {
+			err := batch.flush(ctx, s)
+			return len(s.index), errors.Join(fmt.Errorf("%w: %d keys", kv.ErrFull, s.capacity), err)
 		}
-		s.index[addr] = struct{}{}
-		batch = append(batch, backend.Item{Addr: addr, Value: s.codec.encode(addr, val)})
-		if size += len(addr) + len(val); size >= loadBatchBytes {
-			if err := flush(); err != nil {
+		batch.add(addr, s.codec.encode(addr, val))
+		if batch.size >= loadBatchBytes {
+			if err := batch.flush(ctx, s); err != nil {
 				return len(s.index), err
 			}
 		}
 	}
-	return len(s.index), flush()
+	err := batch.flush(ctx, s)
+	return len(s.index), err
+}
+
+// loadBatch is one pending write of a bulk load.
+type loadBatch struct {
+	items   []backend.Item
+	pending map[string]struct{} // addresses in items
+	size    int
+}
+
+func (b *loadBatch) has(addr string) bool {
+	_, ok := b.pending[addr]
+	return ok
+}
+
+func (b *loadBatch) add(addr string, val []byte) {
+	b.items = append(b.items, backend.Item{Addr: addr, Value: val})
+	b.pending[addr] = struct{}{}
+	b.size += len(addr) + len(val)
+}
+
+// flush writes the batch and moves its addresses into the index; s.mu is
+// held by the caller.
+func (b *loadBatch) flush(ctx context.Context, s *store) error {
+	if len(b.items) == 0 {
+		return nil
+	}
+	if err := s.b.Write(ctx, b.items); err != nil {
+		return err
+	}
+	for a := range b.pending {
+		s.index[a] = struct{}{}
+	}
+	b.items, b.size = b.items[:0], 0
+	clear(b.pending)
+	return nil
 }
 
 func (s *store) Stats() kv.Stats {

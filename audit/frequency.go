@@ -1,0 +1,79 @@
+// Package audit judges a protocol from the adversary's view alone: the
+// records of an observe.Tap. It holds the analyses the obliviousness tests
+// and `oblivkv tap` share, starting with the frequency-analysis attack that
+// breaks "encryption alone".
+//
+// Everything here works on what the storage operator sees (addresses, ops,
+// sizes, timing). It must never take plaintext, keys or protocol state as
+// input, except as the attacker's stated prior knowledge (such as the key
+// popularity ranking) or as ground truth for scoring an attack.
+package audit
+
+import (
+	"sort"
+
+	"github.com/oblivkv/oblivkv/observe"
+)
+
+// AddrCount is how often one address was accessed.
+type AddrCount struct {
+	Addr  string
+	Count int
+}
+
+// RankAddresses counts the addresses of every record of the given op
+// (reads, say) and returns them most frequent first; ties break by address
+// so the ranking is deterministic.
+func RankAddresses(records []observe.Record, op observe.Op) []AddrCount {
+	counts := map[string]int{}
+	for _, r := range records {
+		if r.Op != op {
+			continue
+		}
+		for _, a := range r.Addrs {
+			counts[a]++
+		}
+	}
+	out := make([]AddrCount, 0, len(counts))
+	for a, c := range counts {
+		out = append(out, AddrCount{Addr: a, Count: c})
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Count != out[j].Count {
+			return out[i].Count > out[j].Count
+		}
+		return out[i].Addr < out[j].Addr
+	})
+	return out
+}
+
+// FrequencyAttack is the classic attack on deterministic encryption: an
+// attacker who knows the key popularity ranking (most popular first) maps
+// the i-th most frequently accessed address to the i-th most popular key.
+// It returns the guess for each ranked address.
+func FrequencyAttack(ranked []AddrCount, popularity []string) map[string]string {
+	guess := make(map[string]string, len(ranked))
+	for i, ac := range ranked {
+		if i >= len(popularity) {
+			break
+		}
+		guess[ac.Addr] = popularity[i]
+	}
+	return guess
+}
+
+// Recovered scores an attack: the share of the top n keys of popularity
+// whose true address (truth maps key to address) was guessed right.
+func Recovered(guess map[string]string, popularity []string, truth map[string]string, n int) float64 {
+	n = min(n, len(popularity))
+	if n == 0 {
+		return 0
+	}
+	hits := 0
+	for _, key := range popularity[:n] {
+		if guess[truth[key]] == key {
+			hits++
+		}
+	}
+	return float64(hits) / float64(n)
+}

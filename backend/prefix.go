@@ -1,0 +1,76 @@
+package backend
+
+import (
+	"context"
+	"strings"
+)
+
+// WithPrefix returns a Backend that stores every address of b under prefix,
+// so several stores (one per benchmark run, say) can share one storage
+// without seeing each other. Scan results have the prefix removed again.
+func WithPrefix(b Backend, prefix string) Backend {
+	if prefix == "" {
+		return b
+	}
+	return &prefixed{next: b, prefix: prefix}
+}
+
+type prefixed struct {
+	next   Backend
+	prefix string
+}
+
+func (p *prefixed) addrs(in []string) []string {
+	out := make([]string, len(in))
+	for i, a := range in {
+		out[i] = p.prefix + a
+	}
+	return out
+}
+
+func (p *prefixed) Read(ctx context.Context, addrs []string) ([][]byte, error) {
+	return p.next.Read(ctx, p.addrs(addrs))
+}
+
+func (p *prefixed) Write(ctx context.Context, items []Item) error {
+	out := make([]Item, len(items))
+	for i, it := range items {
+		out[i] = Item{Addr: p.prefix + it.Addr, Value: it.Value}
+	}
+	return p.next.Write(ctx, out)
+}
+
+func (p *prefixed) Delete(ctx context.Context, addrs []string) error {
+	return p.next.Delete(ctx, p.addrs(addrs))
+}
+
+func (p *prefixed) Scan(ctx context.Context, prefix string, fn func(string) error) error {
+	return p.next.Scan(ctx, p.prefix+prefix, func(a string) error {
+		return fn(strings.TrimPrefix(a, p.prefix))
+	})
+}
+
+func (p *prefixed) Close() error { return p.next.Close() }
+
+// Drop deletes every address under b's prefix, in batches, without closing
+// it. b must come from WithPrefix.
+func Drop(ctx context.Context, b Backend) error {
+	p, ok := b.(*prefixed)
+	if !ok {
+		return nil
+	}
+	var batch []string
+	err := p.next.Scan(ctx, p.prefix, func(a string) error {
+		batch = append(batch, a)
+		if len(batch) < 1000 {
+			return nil
+		}
+		err := p.next.Delete(ctx, batch)
+		batch = batch[:0]
+		return err
+	})
+	if err == nil && len(batch) > 0 {
+		err = p.next.Delete(ctx, batch)
+	}
+	return err
+}

@@ -1,0 +1,248 @@
+// Package redis is the backend.Backend on a Redis server, the untrusted
+// remote storage of the papers' evaluations, through go-redis v9.
+//
+// It owns one go-redis client (a connection pool) for one Redis logical
+// database. Each call is exactly one command, so one round trip: Read is one
+// MGET, Write one MSET and Delete one DEL with every address; Redis runs
+// each command atomically, so a batch is all-or-nothing and a Read never
+// sees half of a Write. Empty batches send nothing. Scan (used only when a
+// store opens) walks SCAN with MATCH on the prefix, its glob characters
+// escaped, so it matches the prefix literally.
+//
+// It must never log or inspect values or addresses, never split a batch
+// into several commands, and never share a slice with go-redis: addresses
+// and values are sent as binary-safe bulk strings and every value read is
+// copied into a fresh slice owned by the caller.
+//
+// Durability is the server's: a Write is acknowledged once Redis applied it
+// in memory; surviving a Redis restart needs Redis persistence (AOF with
+// appendfsync) configured by the operator.
+//
+// Why go-redis: it is the Redis project's own Go client, maintained, with a
+// connection pool that serves many concurrent callers (this backend is
+// called by up to hundreds of goroutines), context support and RESP2/RESP3.
+package redis
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/maintnotifications"
+
+	"github.com/oblivkv/oblivkv/backend"
+)
+
+// DefaultPoolSize is the connection pool size used when neither Options nor
+// the URL sets one: enough for 256 concurrent callers, with room to spare.
+const DefaultPoolSize = 512
+
+// probeTimeout bounds the connection check in Open.
+const probeTimeout = 5 * time.Second
+
+// scanCount is the COUNT hint of every SCAN step.
+const scanCount = 1000
+
+// Options tune a Redis backend. The zero value uses the defaults.
+type Options struct {
+	// PoolSize is the most connections kept open to Redis, and so the most
+	// calls in flight at once. 0 means the URL's pool_size parameter if
+	// present, else DefaultPoolSize.
+	PoolSize int
+}
+
+// Backend is a backend.Backend on one Redis logical database.
+type Backend struct {
+	client *goredis.Client
+	closed atomic.Bool
+}
+
+// Open connects to url, "redis://[:PASSWORD@]HOST:PORT[/DB]" (any form
+// go-redis's ParseURL accepts), with default Options, and checks the server
+// answers PING.
+func Open(ctx context.Context, url string) (*Backend, error) {
+	return OpenWith(ctx, url, Options{})
+}
+
+// OpenWith is Open with explicit Options.
+func OpenWith(ctx context.Context, url string, o Options) (*Backend, error) {
+	opt, err := goredis.ParseURL(url)
+	if err != nil {
+		return nil, fmt.Errorf("redis: bad URL %q: %w", url, err)
+	}
+	if o.PoolSize > 0 {
+		opt.PoolSize = o.PoolSize
+	} else if opt.PoolSize == 0 {
+		opt.PoolSize = DefaultPoolSize
+	}
+	opt.ContextTimeoutEnabled = true // a caller's deadline bounds its call
+	opt.DisableIdentity = true       // no CLIENT SETINFO: tell the operator nothing extra
+	opt.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
+	if err := probe(ctx, opt.Network, opt.Addr); err != nil {
+		return nil, fmt.Errorf("redis: cannot reach %s: %w", opt.Addr, err)
+	}
+	client := goredis.NewClient(opt)
+	if err := client.Ping(ctx).Err(); err != nil {
+		client.Close()
+		return nil, fmt.Errorf("redis: cannot reach %s (db %d): %w", opt.Addr, opt.DB, err)
+	}
+	return &Backend{client: client}, nil
+}
+
+// probe fails fast when nothing listens at addr, before go-redis would
+// retry the dial several times and log each failure.
+func probe(ctx context.Context, network, addr string) error {
+	d := net.Dialer{Timeout: probeTimeout}
+	c, err := d.DialContext(ctx, network, addr)
+	if err != nil {
+		return err
+	}
+	return c.Close()
+}
+
+// check returns ErrClosed after Close.
+func (b *Backend) check() error {
+	if b.closed.Load() {
+		return backend.ErrClosed
+	}
+	return nil
+}
+
+// wrap gives a go-redis error context, and maps the error of a call that
+// raced with Close to backend.ErrClosed.
+func wrap(op string, err error) error {
+	if errors.Is(err, goredis.ErrClosed) {
+		return backend.ErrClosed
+	}
+	return fmt.Errorf("redis: %s: %w", op, err)
+}
+
+// Read implements backend.Backend with one MGET.
+func (b *Backend) Read(ctx context.Context, addrs []string) ([][]byte, error) {
+	if err := b.check(); err != nil {
+		return nil, err
+	}
+	out := make([][]byte, len(addrs))
+	if len(addrs) == 0 {
+		return out, nil
+	}
+	vals, err := b.client.MGet(ctx, addrs...).Result()
+	if err != nil {
+		return nil, wrap("MGET", err)
+	}
+	if len(vals) != len(addrs) {
+		return nil, fmt.Errorf("redis: MGET of %d keys returned %d values", len(addrs), len(vals))
+	}
+	for i, v := range vals {
+		if out[i], err = value(v); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// value converts one MGET entry: nil for a missing key, otherwise a fresh
+// slice, non-nil even when empty.
+func value(v any) ([]byte, error) {
+	switch v := v.(type) {
+	case nil:
+		return nil, nil
+	case string:
+		return append(make([]byte, 0, len(v)), v...), nil
+	default:
+		return nil, fmt.Errorf("redis: MGET returned a %T, want a string", v)
+	}
+}
+
+// Write implements backend.Backend with one MSET.
+func (b *Backend) Write(ctx context.Context, items []backend.Item) error {
+	if err := b.check(); err != nil || len(items) == 0 {
+		return err
+	}
+	args := make([]any, 0, 2*len(items))
+	for _, it := range items {
+		v := it.Value
+		if v == nil {
+			v = []byte{} // an empty value, not a missing one
+		}
+		args = append(args, it.Addr, v)
+	}
+	if err := b.client.MSet(ctx, args...).Err(); err != nil {
+		return wrap("MSET", err)
+	}
+	return nil
+}
+
+// Delete implements backend.Backend with one DEL.
+func (b *Backend) Delete(ctx context.Context, addrs []string) error {
+	if err := b.check(); err != nil || len(addrs) == 0 {
+		return err
+	}
+	if err := b.client.Del(ctx, addrs...).Err(); err != nil {
+		return wrap("DEL", err)
+	}
+	return nil
+}
+
+// Scan implements backend.Backend with SCAN ... MATCH <prefix>* COUNT 1000.
+// SCAN may report a key more than once; Scan reports each address once.
+func (b *Backend) Scan(ctx context.Context, prefix string, fn func(addr string) error) error {
+	if err := b.check(); err != nil {
+		return err
+	}
+	seen := map[string]struct{}{}
+	pattern := globEscape(prefix) + "*"
+	var cursor uint64
+	for {
+		keys, next, err := b.client.Scan(ctx, cursor, pattern, scanCount).Result()
+		if err != nil {
+			return wrap("SCAN", err)
+		}
+		for _, k := range keys {
+			if _, dup := seen[k]; dup || !strings.HasPrefix(k, prefix) {
+				continue
+			}
+			seen[k] = struct{}{}
+			if err := fn(k); err != nil {
+				return err
+			}
+		}
+		if cursor = next; cursor == 0 {
+			return nil
+		}
+	}
+}
+
+// globEscape escapes the characters Redis's glob matching treats specially
+// (* ? [ ] \ and, inside brackets, ^ and -), so the pattern matches s
+// literally.
+func globEscape(s string) string {
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		switch s[i] {
+		case '*', '?', '[', ']', '\\', '^', '-':
+			b.WriteByte('\\')
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}
+
+// Close implements backend.Backend: it closes the connection pool. Data
+// stays on the server. Closing twice returns nil.
+func (b *Backend) Close() error {
+	if b.closed.Swap(true) {
+		return nil
+	}
+	if err := b.client.Close(); err != nil {
+		return fmt.Errorf("redis: close: %w", err)
+	}
+	return nil
+}
+
+var _ backend.Backend = (*Backend)(nil)

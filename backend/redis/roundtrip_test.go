@@ -1,0 +1,116 @@
+package redis
+
+import (
+	"context"
+	"sync"
+	"testing"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/oblivkv/oblivkv/backend"
+	"github.com/oblivkv/oblivkv/internal/redistest"
+)
+
+// commandLog is a go-redis hook that records the name of every command sent.
+type commandLog struct {
+	mu    sync.Mutex
+	names []string
+}
+
+func (l *commandLog) DialHook(next goredis.DialHook) goredis.DialHook { return next }
+
+func (l *commandLog) ProcessHook(next goredis.ProcessHook) goredis.ProcessHook {
+	return func(ctx context.Context, cmd goredis.Cmder) error {
+		l.mu.Lock()
+		l.names = append(l.names, cmd.Name())
+		l.mu.Unlock()
+		return next(ctx, cmd)
+	}
+}
+
+func (l *commandLog) ProcessPipelineHook(next goredis.ProcessPipelineHook) goredis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []goredis.Cmder) error {
+		l.mu.Lock()
+		l.names = append(l.names, "pipeline")
+		l.mu.Unlock()
+		return next(ctx, cmds)
+	}
+}
+
+func (l *commandLog) take() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	names := l.names
+	l.names = nil
+	return names
+}
+
+// TestOneCommandPerCall checks the adversary-visible shape: each call is
+// exactly one command, and empty batches send nothing.
+func TestOneCommandPerCall(t *testing.T) {
+	ctx := context.Background()
+	b, err := Open(ctx, redistest.Shared(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	log := &commandLog{}
+	b.client.AddHook(log)
+	items := []backend.Item{{Addr: "a", Value: []byte("1")}, {Addr: "b", Value: []byte("2")}}
+	steps := []struct {
+		want string
+		call func() error
+	}{
+		{"", func() error { _, err := b.Read(ctx, nil); return err }},
+		{"", func() error { return b.Write(ctx, nil) }},
+		{"", func() error { return b.Delete(ctx, nil) }},
+		{"mset", func() error { return b.Write(ctx, items) }},
+		{"mget", func() error { _, err := b.Read(ctx, []string{"a", "b", "c"}); return err }},
+		{"del", func() error { return b.Delete(ctx, []string{"a", "b", "c"}) }},
+	}
+	for _, s := range steps {
+		if err := s.call(); err != nil {
+			t.Fatal(err)
+		}
+		got := log.take()
+		if (s.want == "" && len(got) != 0) || (s.want != "" && (len(got) != 1 || got[0] != s.want)) {
+			t.Fatalf("call sent %q, want exactly [%s]", got, s.want)
+		}
+	}
+}
+
+func TestGlobEscape(t *testing.T) {
+	for in, want := range map[string]string{
+		"":       "",
+		"plain":  "plain",
+		"a*[":    `a\*\[`,
+		`x?]\^-`: `x\?\]\\\^\-`,
+	} {
+		if got := globEscape(in); got != want {
+			t.Errorf("globEscape(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+func TestPoolSize(t *testing.T) {
+	url := redistest.Shared(t)
+	for _, c := range []struct {
+		url  string
+		opts Options
+		want int
+	}{
+		{url, Options{}, DefaultPoolSize},
+		{url, Options{PoolSize: 7}, 7},
+		{url + "?pool_size=9", Options{}, 9},
+		{url + "?pool_size=9", Options{PoolSize: 7}, 7},
+	} {
+		b, err := OpenWith(context.Background(), c.url, c.opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := b.client.Options().PoolSize; got != c.want {
+			t.Errorf("OpenWith(%s, %+v): pool size %d, want %d", c.url, c.opts, got, c.want)
+		}
+		b.Close()
+	}
+}

@@ -1,0 +1,80 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"testing"
+
+	"github.com/oblivkv/oblivkv/kv"
+	"github.com/oblivkv/oblivkv/resp"
+)
+
+// serveRESP serves a fresh plain store over RESP on a local port.
+func serveRESP(t *testing.T) (string, kv.Store) {
+	t.Helper()
+	tg, err := memOpener(t)(context.Background(), "plain")
+	if err != nil {
+		t.Fatal(err)
+	}
+	store := tg.(*storeTarget).s
+	srv := resp.NewServer(store, resp.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ln) }()
+	t.Cleanup(func() {
+		srv.Shutdown(context.Background())
+		if err := <-done; !errors.Is(err, resp.ErrServerClosed) {
+			t.Errorf("Serve: %v", err)
+		}
+		store.Close()
+	})
+	return ln.Addr().String(), store
+}
+
+func TestAgainstRESPServer(t *testing.T) {
+	addr, store := serveRESP(t)
+	cfg := config(t, "C", "zipfian", 300, 1000)
+	cfg.Backend = "resp://" + addr
+	open := func(ctx context.Context, _ string) (Target, error) {
+		return DialRESP(ctx, addr, cfg.Concurrency)
+	}
+	res, err := Run(context.Background(), cfg, []string{"remote"}, open)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := res[0]
+	if r.Protocol != "plain" {
+		t.Errorf("protocol %q, want the server's (plain)", r.Protocol)
+	}
+	if r.Ops != 1000 || r.Errors != 0 || r.Misses != 0 || !(r.OpsPerSec > 0) {
+		t.Errorf("ops %d errors %d (%s) misses %d ops/s %v", r.Ops, r.Errors, r.FirstError, r.Misses, r.OpsPerSec)
+	}
+	if r.RoundTripsPerOp == nil || *r.RoundTripsPerOp != 1 || *r.Amplification != 1 {
+		t.Errorf("backend figures from INFO: rt/op %v amplification %v", r.RoundTripsPerOp, r.Amplification)
+	}
+	if st := store.Stats(); st.Keys != 0 || st.Puts != 300 {
+		t.Errorf("server left with %d keys after %d puts; want the load's keys deleted", st.Keys, st.Puts)
+	}
+}
+
+func TestParseInfo(t *testing.T) {
+	s := ParseInfo("# Oblivkv\r\nprotocol:encrypted\r\n\r\n# Stats\r\ngets:5\r\nbackend_calls:12\r\n" +
+		"backend_bytes_read:300\r\nbackend_bytes_written:40\r\nbackend_bytes:340\r\n")
+	if s.Protocol != "encrypted" || s.Backend == nil {
+		t.Fatalf("%+v", s)
+	}
+	if c := *s.Backend; c.Calls != 12 || c.BytesRead != 300 || c.BytesWritten != 40 {
+		t.Errorf("counters %+v", c)
+	}
+	// A plain Redis reports no backend: figures unknown.
+	s = ParseInfo("# Server\r\nredis_version:7.2.0\r\n# Stats\r\ntotal_commands_processed:9\r\n")
+	if s.Backend != nil || s.Protocol != "" {
+		t.Errorf("plain Redis INFO gave %+v", s)
+	}
+}

@@ -1,0 +1,146 @@
+package bench
+
+import (
+	"bytes"
+	"encoding/csv"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+)
+
+// WriteTable writes one aligned row per result; the "vs" column is each
+// protocol's throughput as a multiple of the first one's.
+func WriteTable(w io.Writer, results []Result) error {
+	if len(results) == 0 {
+		return nil
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	first := results[0]
+	fmt.Fprintf(tw, "protocol\tops/s\tvs %s\tp50 ms\tp95 ms\tp99 ms\tmax ms\trt/op\tbytes/op\tampl\terrors\t\n", first.Protocol)
+	for _, r := range results {
+		vs := "-"
+		if first.OpsPerSec > 0 {
+			vs = fmt.Sprintf("%.2fx", r.OpsPerSec/first.OpsPerSec)
+		}
+		fmt.Fprintf(tw, "%s\t%.0f\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t\n",
+			r.Protocol, r.OpsPerSec, vs, latency(r.P50MS), latency(r.P95MS), latency(r.P99MS), latency(r.MaxMS),
+			opt(r.RoundTripsPerOp, 2), opt(r.BytesPerOp, 0), opt(r.Amplification, 2), r.Errors)
+	}
+	return tw.Flush()
+}
+
+// latency formats milliseconds with three significant digits (at most
+// six decimals), so both in-memory microseconds and WAN milliseconds read
+// well.
+func latency(v float64) string {
+	if v <= 0 {
+		return "0"
+	}
+	decimals := min(max(2-int(math.Floor(math.Log10(v))), 0), 6)
+	return strconv.FormatFloat(v, 'f', decimals, 64)
+}
+
+func opt(f *float64, prec int) string {
+	if f == nil {
+		return "-"
+	}
+	return strconv.FormatFloat(*f, 'f', prec, 64)
+}
+
+// jsonResult adds the protocol's extra counters as an object.
+type jsonResult struct {
+	Result
+	Extra map[string]float64 `json:"extra"`
+}
+
+// WriteJSON writes the results as a JSON array of objects, one per
+// protocol, with the fields of Result and "extra", the protocol's own
+// counters by name.
+func WriteJSON(w io.Writer, results []Result) error {
+	out := make([]jsonResult, len(results))
+	for i, r := range results {
+		out[i] = jsonResult{Result: r, Extra: map[string]float64{}}
+		for _, s := range r.Extra {
+			out[i].Extra[s.Name] = s.Value
+		}
+	}
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(out)
+}
+
+// WriteCSV writes a header and one row per result, with the JSON field
+// names as columns; null figures are empty cells, and the extra counters
+// are one "name=value;name=value" cell.
+func WriteCSV(w io.Writer, results []Result) error {
+	cw := csv.NewWriter(w)
+	header, _, err := row(Result{})
+	if err != nil {
+		return err
+	}
+	if err := cw.Write(append(header, "extra")); err != nil {
+		return err
+	}
+	for _, r := range results {
+		_, cells, err := row(r)
+		if err != nil {
+			return err
+		}
+		if err := cw.Write(append(cells, extraCell(r))); err != nil {
+			return err
+		}
+	}
+	cw.Flush()
+	return cw.Error()
+}
+
+// row flattens a result through its JSON form, so CSV columns and JSON
+// fields never drift apart.
+func row(r Result) (names, cells []string, err error) {
+	b, err := json.Marshal(r)
+	if err != nil {
+		return nil, nil, err
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.UseNumber()
+	if _, err := dec.Token(); err != nil { // the opening brace
+		return nil, nil, err
+	}
+	for dec.More() {
+		k, err := dec.Token()
+		if err != nil {
+			return nil, nil, err
+		}
+		var v any
+		if err := dec.Decode(&v); err != nil {
+			return nil, nil, err
+		}
+		names = append(names, k.(string))
+		cells = append(cells, cell(v))
+	}
+	return names, cells, nil
+}
+
+func cell(v any) string {
+	switch v := v.(type) {
+	case nil:
+		return ""
+	case string:
+		return v
+	case json.Number:
+		return v.String()
+	}
+	return fmt.Sprint(v)
+}
+
+func extraCell(r Result) string {
+	parts := make([]string, len(r.Extra))
+	for i, s := range r.Extra {
+		parts[i] = s.Name + "=" + strconv.FormatFloat(s.Value, 'g', -1, 64)
+	}
+	return strings.Join(parts, ";")
+}

@@ -1,0 +1,281 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+	"golang.org/x/term"
+
+	"github.com/oblivkv/oblivkv/bench"
+	"github.com/oblivkv/oblivkv/bench/workload"
+	"github.com/oblivkv/oblivkv/internal/setup"
+)
+
+// benchFlags are the flags of `oblivkv bench`.
+type benchFlags struct {
+	protocols, protocol   string
+	workload, dist        string
+	records, ops          int
+	duration              time.Duration
+	warmup                string
+	valueSize, workers    int
+	rate                  float64
+	backend, dataDir      string
+	latency               time.Duration
+	addr, jsonOut, csvOut string
+	seed                  uint64
+	capacity              int
+}
+
+func newBenchCmd() *cobra.Command {
+	var f benchFlags
+	cmd := &cobra.Command{
+		Use:   "bench",
+		Short: "Benchmark protocols on a YCSB workload, in one run, and report their costs",
+		Long: `Benchmark one or more protocols on the same YCSB workload, one after another
+in one run, so their figures compare as ratios measured on the same machine at
+the same time.
+
+For each protocol bench opens a fresh store (by default in memory: --backend
+mem, unlike serve), loads --records records through the protocol's bulk loader,
+runs a warm-up whose figures are discarded, then measures --ops operations (or
+--duration). The store and everything it wrote are then discarded.
+
+Workloads (YCSB core): A 50% read / 50% update; B 95% read / 5% update;
+C 100% read; F 50% read / 50% read-modify-write.
+Distributions: uniform; zipfian (YCSB's scrambled zipfian, theta 0.99);
+latest (the last-loaded records are hottest); hotspot (20% of the records get
+80% of the operations).
+
+--concurrency workers each keep one operation outstanding (closed loop);
+with --rate, operations are instead scheduled at that fixed rate (open loop),
+--concurrency bounds those outstanding, and latency counts from when each
+operation was due, so queueing behind a slow one is not hidden.
+
+With --addr, bench drives a running RESP server (oblivkv serve, or Redis)
+instead: its protocol is the server's, and backend figures come from the
+server's INFO when it reports them.
+
+Reports: a table on stdout; --json FILE and --csv FILE with every figure.
+See docs/benchmarks.md for what each figure means.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error { return runBench(cmd, f) },
+	}
+	fs := cmd.Flags()
+	fs.StringVar(&f.protocols, "protocols", "plain,encrypted", "comma-separated protocols to run one after another")
+	fs.StringVar(&f.protocol, "protocol", "", "a single protocol (same as --protocols NAME)")
+	fs.StringVar(&f.workload, "workload", "A", "YCSB workload: "+strings.Join(workload.Mixes(), ", "))
+	fs.StringVar(&f.dist, "distribution", "zipfian", "key distribution: "+strings.Join(workload.Distributions(), ", "))
+	fs.IntVar(&f.records, "records", 100000, "records loaded before the run")
+	fs.IntVar(&f.ops, "ops", 200000, "operations measured (excluding warm-up)")
+	fs.DurationVar(&f.duration, "duration", 0, "measure for this long instead of --ops operations")
+	fs.StringVar(&f.warmup, "warmup", "auto", "warm-up, excluded from the figures: operations (5000), a duration (2s), a share of the run (10%) or 0; auto is 10%")
+	fs.IntVar(&f.valueSize, "value-size", 1024, "bytes per value (also the store's value size)")
+	fs.IntVar(&f.workers, "concurrency", 64, "workers (closed loop), or most operations outstanding (open loop)")
+	fs.Float64Var(&f.rate, "rate", 0, "open loop at this many operations per second (0: closed loop)")
+	fs.StringVar(&f.backend, "backend", "mem", "untrusted storage: mem (default for bench), disk or redis://HOST:PORT[/DB]")
+	fs.DurationVar(&f.latency, "backend-latency", 0, "delay added to every backend round trip, to emulate a WAN (e.g. 10ms)")
+	fs.StringVar(&f.dataDir, "data-dir", "", "where the disk backend keeps its runs (default: a temporary directory); removed afterwards")
+	fs.StringVar(&f.addr, "addr", "", "benchmark the RESP server at HOST:PORT instead of an in-process store")
+	fs.StringVar(&f.jsonOut, "json", "", "also write the results to this file as JSON")
+	fs.StringVar(&f.csvOut, "csv", "", "also write the results to this file as CSV")
+	fs.Uint64Var(&f.seed, "seed", 1, "seed of the operation, key and value streams (the same for every protocol)")
+	fs.IntVar(&f.capacity, "capacity", 0, "keys each store can hold (default: --records)")
+	return cmd
+}
+
+func runBench(cmd *cobra.Command, f benchFlags) error {
+	protocols, err := f.protocolList(cmd)
+	if err != nil {
+		return err
+	}
+	cfg, err := f.config(cmd)
+	if err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	open, cleanup, err := f.opener()
+	if err != nil {
+		return err
+	}
+	fmt.Fprintln(cmd.OutOrStdout(), bench.Describe(cfg))
+	results, runErr := bench.Run(ctx, cfg, protocols, open)
+	return errors.Join(runErr, cleanup(), report(cmd.OutOrStdout(), f, results), failures(results))
+}
+
+// protocolList reads --protocols or --protocol.
+func (f benchFlags) protocolList(cmd *cobra.Command) ([]string, error) {
+	fs := cmd.Flags()
+	if fs.Changed("protocol") && fs.Changed("protocols") {
+		return nil, errors.New("give --protocol or --protocols, not both")
+	}
+	if f.addr != "" {
+		for _, name := range []string{"protocol", "protocols", "backend", "backend-latency", "data-dir", "capacity"} {
+			if fs.Changed(name) {
+				return nil, fmt.Errorf("--%s does not apply with --addr: the server has its own", name)
+			}
+		}
+		return []string{"remote"}, nil
+	}
+	list := f.protocols
+	if fs.Changed("protocol") {
+		list = f.protocol
+	}
+	var out []string
+	for p := range strings.SplitSeq(list, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	if len(out) == 0 {
+		return nil, errors.New("no protocol to run")
+	}
+	return out, nil
+}
+
+// config builds the benchmark configuration from the flags.
+func (f benchFlags) config(cmd *cobra.Command) (bench.Config, error) {
+	ops := f.ops
+	if cmd.Flags().Changed("duration") {
+		if cmd.Flags().Changed("ops") {
+			return bench.Config{}, errors.New("give --ops or --duration, not both")
+		}
+		ops = 0
+	}
+	mix, err := workload.MixByName(f.workload)
+	if err != nil {
+		return bench.Config{}, err
+	}
+	if f.records < 1 {
+		return bench.Config{}, fmt.Errorf("--records must be at least 1, got %d", f.records)
+	}
+	keys, err := workload.New(f.dist, uint64(f.records), workload.Options{})
+	if err != nil {
+		return bench.Config{}, err
+	}
+	warm, err := bench.ParseWarmup(f.warmup, ops, f.duration)
+	if err != nil {
+		return bench.Config{}, err
+	}
+	cfg := bench.Config{Mix: mix, Keys: keys, Records: f.records, Ops: ops, Duration: f.duration,
+		Warmup: warm, ValueSize: f.valueSize, Concurrency: f.workers, Rate: f.rate, Seed: f.seed,
+		Backend: f.backend, BackendLatency: f.latency}
+	if f.addr != "" {
+		cfg.Backend, cfg.BackendLatency = "resp://"+f.addr, 0
+	}
+	if term.IsTerminal(int(os.Stderr.Fd())) {
+		cfg.Progress = os.Stderr
+	}
+	return cfg, cfg.Validate()
+}
+
+// opener returns how each protocol's target is opened, and what removes
+// what the run left behind once every protocol is done.
+func (f benchFlags) opener() (bench.Opener, func() error, error) {
+	if f.addr != "" {
+		return func(ctx context.Context, _ string) (bench.Target, error) {
+			return bench.DialRESP(ctx, f.addr, f.workers)
+		}, func() error { return nil }, nil
+	}
+	runID, err := randomID()
+	if err != nil {
+		return nil, nil, err
+	}
+	root, cleanup, err := f.runDir(runID)
+	if err != nil {
+		return nil, nil, err
+	}
+	capacity := f.capacity
+	if capacity <= 0 {
+		capacity = f.records
+	}
+	open := func(ctx context.Context, protocol string) (bench.Target, error) {
+		dir := ""
+		if root != "" {
+			dir = filepath.Join(root, protocol)
+		}
+		opened, err := setup.Open(ctx, setup.Options{Protocol: protocol, Backend: f.backend,
+			DataDir: dir, BackendLatency: f.latency, Capacity: capacity, ValueSize: f.valueSize,
+			Prefix: "bench/" + runID + "/" + protocol + "/", EphemeralKey: true})
+		if err != nil {
+			return nil, errors.Join(err, os.RemoveAll(dir))
+		}
+		return bench.StoreTarget(opened.Store, func(ctx context.Context) error {
+			return errors.Join(opened.Discard(ctx), os.RemoveAll(dir))
+		}), nil
+	}
+	return open, cleanup, nil
+}
+
+// runDir is the directory under which each protocol gets its own data
+// directory, for the disk backend only: inside --data-dir, or a new
+// temporary directory. The returned function removes it.
+func (f benchFlags) runDir(runID string) (string, func() error, error) {
+	switch {
+	case f.backend != "disk":
+		return "", func() error { return nil }, nil
+	case f.dataDir == "":
+		dir, err := os.MkdirTemp("", "oblivkv-bench-")
+		if err != nil {
+			return "", nil, err
+		}
+		return dir, func() error { return os.RemoveAll(dir) }, nil
+	}
+	dir := filepath.Join(f.dataDir, "bench-"+runID)
+	return dir, func() error { return os.RemoveAll(dir) }, nil
+}
+
+func randomID() (string, error) {
+	var b [6]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", err
+	}
+	return hex.EncodeToString(b[:]), nil
+}
+
+// report writes the table to out and the requested files.
+func report(out io.Writer, f benchFlags, results []bench.Result) error {
+	if len(results) == 0 {
+		return nil
+	}
+	err := bench.WriteTable(out, results)
+	if f.jsonOut != "" {
+		err = errors.Join(err, writeFile(f.jsonOut, results, bench.WriteJSON))
+	}
+	if f.csvOut != "" {
+		err = errors.Join(err, writeFile(f.csvOut, results, bench.WriteCSV))
+	}
+	return err
+}
+
+func writeFile(path string, results []bench.Result, write func(io.Writer, []bench.Result) error) error {
+	file, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	return errors.Join(write(file, results), file.Close())
+}
+
+// failures turns failed operations into an error (and a non-zero exit):
+// figures with errors in them are not to be trusted.
+func failures(results []bench.Result) error {
+	var errs []error
+	for _, r := range results {
+		if r.Errors > 0 {
+			errs = append(errs, fmt.Errorf("%s: %d operations failed (first: %s)", r.Protocol, r.Errors, r.FirstError))
+		}
+	}
+	return errors.Join(errs...)
+}

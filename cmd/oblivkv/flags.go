@@ -1,0 +1,48 @@
+package main
+
+import (
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/oblivkv/oblivkv/internal/setup"
+)
+
+// storeFlags are the deployment flags shared by serve and load.
+type storeFlags struct {
+	protocol  string
+	backend   string
+	dataDir   string
+	capacity  int
+	valueSize int
+	latency   time.Duration
+	tapFile   string
+}
+
+func (f *storeFlags) register(cmd *cobra.Command) {
+	fs := cmd.Flags()
+	fs.StringVar(&f.protocol, "protocol", setup.DefaultProtocol, "protocol of a new store (an existing store keeps its own)")
+	fs.StringVar(&f.backend, "backend", "disk", "untrusted storage: mem, disk (embedded, under --data-dir) or redis://HOST:PORT[/DB]")
+	fs.StringVar(&f.dataDir, "data-dir", "./oblivkv-data", "directory of the key file and of the disk backend")
+	fs.IntVar(&f.capacity, "capacity", 1<<16, "number of keys a new store can hold")
+	fs.IntVar(&f.valueSize, "value-size", 1024, "largest value in bytes of a new store")
+	fs.DurationVar(&f.latency, "backend-latency", 0, "delay added to every backend round trip, to emulate a WAN (e.g. 10ms)")
+	fs.StringVar(&f.tapFile, "tap", "", "write the adversary's view (one record per backend call) to this file")
+}
+
+// options returns the setup options; parameters the user did not set are
+// left zero so an existing store keeps its own.
+func (f *storeFlags) options(cmd *cobra.Command) setup.Options {
+	o := setup.Options{Backend: f.backend, DataDir: f.dataDir, BackendLatency: f.latency, TapFile: f.tapFile}
+	fs := cmd.Flags()
+	if fs.Changed("protocol") {
+		o.Protocol = f.protocol
+	}
+	if fs.Changed("capacity") {
+		o.Capacity = f.capacity
+	}
+	if fs.Changed("value-size") {
+		o.ValueSize = f.valueSize
+	}
+	return o
+}

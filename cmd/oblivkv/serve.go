@@ -1,0 +1,79 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/oblivkv/oblivkv/internal/setup"
+	"github.com/oblivkv/oblivkv/resp"
+)
+
+// shutdownGrace bounds how long a shutdown waits for in-flight commands.
+const shutdownGrace = 10 * time.Second
+
+func newServeCmd() *cobra.Command {
+	var sf storeFlags
+	var listen string
+	cmd := &cobra.Command{
+		Use:   "serve",
+		Short: "Serve a store over the Redis protocol (RESP2)",
+		Long: `Serve a store over the Redis protocol (RESP2).
+
+With no flags it listens on 127.0.0.1:6380 and keeps its data in the embedded
+on-disk backend under ./oblivkv-data, creating a 0600 key file there on first
+start. SIGINT or SIGTERM shut it down cleanly: every acknowledged write is
+flushed, and starting again on the same data dir serves the same data.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return serve(cmd.Context(), sf.options(cmd), listen)
+		},
+	}
+	sf.register(cmd)
+	cmd.Flags().StringVar(&listen, "listen", "127.0.0.1:6380", "address to listen on")
+	return cmd
+}
+
+func serve(ctx context.Context, opts setup.Options, listen string) error {
+	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	opened, err := setup.Open(ctx, opts)
+	if err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", listen)
+	if err != nil {
+		return errors.Join(fmt.Errorf("listen: %w", err), opened.Close())
+	}
+	stats := opened.Store.Stats()
+	log.Info("oblivkv serving", "listen", ln.Addr().String(), "protocol", stats.Protocol,
+		"backend", opts.Backend, "data_dir", opts.DataDir, "new_store", opened.Fresh,
+		"capacity", stats.Capacity, "value_size", stats.ValueSize, "keys", stats.Keys)
+	srv := resp.NewServer(opened.Store, resp.Options{Logger: log, Version: version})
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	defer signal.Stop(sigs)
+	select {
+	case sig := <-sigs:
+		log.Info("shutting down", "signal", sig.String())
+	case err = <-served:
+		log.Error("server stopped", "err", err)
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), shutdownGrace)
+	defer cancel()
+	err = errors.Join(err, srv.Shutdown(sctx), opened.Close())
+	if err == nil {
+		log.Info("shut down cleanly")
+	}
+	return err
+}

@@ -1,0 +1,92 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"strconv"
+	"text/tabwriter"
+
+	"github.com/spf13/cobra"
+
+	"github.com/oblivkv/oblivkv/audit"
+	"github.com/oblivkv/oblivkv/observe"
+)
+
+func newTapCmd() *cobra.Command {
+	var summary bool
+	var limit, top int
+	cmd := &cobra.Command{
+		Use:   "tap FILE",
+		Short: "Print an adversary-view log written by serve --tap",
+		Long: `Print an adversary-view log: what the storage operator saw, one line per
+backend call (sequence number, time, duration, operation, addresses, bytes).
+With --summary, print totals and the most frequently read addresses instead:
+the view a frequency-analysis attacker starts from.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			records, err := observe.ReadFile(args[0])
+			if err != nil {
+				return err
+			}
+			if summary {
+				return printSummary(cmd.OutOrStdout(), records, top)
+			}
+			return printRecords(cmd.OutOrStdout(), records, limit)
+		},
+	}
+	cmd.Flags().BoolVar(&summary, "summary", false, "print totals and the most read addresses")
+	cmd.Flags().IntVar(&limit, "limit", 0, "print at most this many records (0: all)")
+	cmd.Flags().IntVar(&top, "top", 10, "with --summary: how many addresses to list")
+	return cmd
+}
+
+func printRecords(w io.Writer, records []observe.Record, limit int) error {
+	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
+	fmt.Fprintln(tw, "SEQ\tSTART\tTOOK\tOP\tADDRS\tBYTES\tFIRST ADDR")
+	for i, r := range records {
+		if limit > 0 && i >= limit {
+			break
+		}
+		first := ""
+		if len(r.Addrs) > 0 {
+			first = strconv.Quote(r.Addrs[0])
+		}
+		fmt.Fprintf(tw, "%d\t%v\t%v\t%v\t%d\t%d\t%s\n", r.Seq, r.Start, r.Took, r.Op, len(r.Addrs), sum(r.Sizes), first)
+	}
+	return tw.Flush()
+}
+
+func printSummary(w io.Writer, records []observe.Record, top int) error {
+	perOp := map[observe.Op][3]int{}
+	for _, r := range records {
+		c := perOp[r.Op]
+		c[0]++
+		c[1] += len(r.Addrs)
+		c[2] += sum(r.Sizes)
+		perOp[r.Op] = c
+	}
+	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
+	fmt.Fprintln(tw, "OP\tCALLS\tADDRS\tBYTES")
+	for _, op := range []observe.Op{observe.OpRead, observe.OpWrite, observe.OpDelete, observe.OpScan} {
+		c := perOp[op]
+		fmt.Fprintf(tw, "%v\t%d\t%d\t%d\n", op, c[0], c[1], c[2])
+	}
+	ranked := audit.RankAddresses(records, observe.OpRead)
+	reads := perOp[observe.OpRead][1]
+	fmt.Fprintln(tw, "\nMOST READ ADDRESS\tREADS\tSHARE")
+	for i, ac := range ranked {
+		if i >= top {
+			break
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%.2f%%\n", strconv.Quote(ac.Addr), ac.Count, 100*float64(ac.Count)/float64(max(reads, 1)))
+	}
+	return tw.Flush()
+}
+
+func sum(xs []int) int {
+	n := 0
+	for _, x := range xs {
+		n += x
+	}
+	return n
+}

@@ -1,0 +1,211 @@
+package kvtest_test
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"os"
+	"reflect"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/anishathalye/porcupine"
+
+	"github.com/oblivkv/oblivkv/kv"
+	"github.com/oblivkv/oblivkv/kvtest"
+)
+
+// mapStore is a correct kv.Store: a map under a mutex. Its fault hooks
+// turn it into the broken stores the checker must catch.
+type mapStore struct {
+	mu   sync.Mutex
+	m    map[string]string
+	prev map[string]*string // the value before the last Put (nil: missing)
+	rng  *rand.Rand
+
+	// staleGets: a Get returns the value before the last Put this often.
+	staleGets float64
+	// dropPuts: an acknowledged Put is not applied this often.
+	dropPuts float64
+	// failPuts: a Put returns an error this often, applied half the time.
+	failPuts float64
+	// flicker: a failed Put is applied, seen by the next Get, then undone.
+	flicker bool
+	undo    map[string]*string
+}
+
+var errInjected = errors.New("injected failure")
+
+func newMapStore(seed uint64) *mapStore {
+	return &mapStore{m: map[string]string{}, prev: map[string]*string{},
+		undo: map[string]*string{}, rng: rand.New(rand.NewPCG(seed, 99))}
+}
+
+func (s *mapStore) lookup(key string) *string {
+	if v, ok := s.m[key]; ok {
+		return &v
+	}
+	return nil
+}
+
+func (s *mapStore) set(key string, v *string) {
+	if v == nil {
+		delete(s.m, key)
+	} else {
+		s.m[key] = *v
+	}
+}
+
+func (s *mapStore) Get(_ context.Context, key string) ([]byte, bool, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	v := s.lookup(key)
+	if u, ok := s.undo[key]; ok {
+		delete(s.undo, key)
+		s.set(key, u) // the failed Put is seen once, then vanishes
+	}
+	if s.staleGets > 0 && s.rng.Float64() < s.staleGets {
+		v = s.prev[key]
+	}
+	if v == nil {
+		return nil, false, nil
+	}
+	return []byte(*v), true, nil
+}
+
+func (s *mapStore) Put(_ context.Context, key string, val []byte) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.undo, key)
+	if s.dropPuts > 0 && s.rng.Float64() < s.dropPuts {
+		return nil
+	}
+	v := string(val)
+	if s.failPuts > 0 && s.rng.Float64() < s.failPuts {
+		if s.flicker {
+			s.undo[key] = s.lookup(key)
+			s.m[key] = v
+		} else if s.rng.IntN(2) == 0 {
+			s.prev[key] = s.lookup(key)
+			s.m[key] = v
+		}
+		return errInjected
+	}
+	s.prev[key] = s.lookup(key)
+	s.m[key] = v
+	return nil
+}
+
+func (s *mapStore) Delete(_ context.Context, key string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.undo, key)
+	s.prev[key] = s.lookup(key)
+	delete(s.m, key)
+	return nil
+}
+
+func (s *mapStore) Stats() kv.Stats { return kv.Stats{} }
+func (s *mapStore) Close() error    { return nil }
+
+func quick(o kvtest.LinOptions) kvtest.LinOptions {
+	if o.Seed == 0 {
+		o.Seed = 42
+	}
+	o.Timeout = 30 * time.Second
+	o.VisualizationDir = os.TempDir()
+	return o
+}
+
+func TestCorrectStoreIsLinearizable(t *testing.T) {
+	kvtest.CheckLinearizable(t, newMapStore(1), kvtest.LinOptions{})
+}
+
+func wantIllegal(t *testing.T, s kv.Store, opts kvtest.LinOptions) {
+	t.Helper()
+	r, err := kvtest.Linearizable(t.Context(), s, quick(opts))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Result != porcupine.Illegal {
+		t.Fatalf("checker verdict on a broken store = %v after %d ops; want Illegal", r.Result, r.Ops)
+	}
+	defer os.Remove(r.Visualization)
+	info, err := os.Stat(r.Visualization)
+	if err != nil || info.Size() == 0 {
+		t.Fatalf("visualization %q: %v, %v bytes; want a non-empty file", r.Visualization, err, info)
+	}
+	html, err := os.ReadFile(r.Visualization)
+	if err != nil || !strings.Contains(string(html), "lin/0") {
+		t.Errorf("visualization does not mention the hot key lin/0 (err %v)", err)
+	}
+}
+
+func TestStaleReadsAreCaught(t *testing.T) {
+	s := newMapStore(2)
+	s.staleGets = 0.2
+	wantIllegal(t, s, kvtest.LinOptions{})
+}
+
+func TestDroppedPutsAreCaught(t *testing.T) {
+	s := newMapStore(3)
+	s.dropPuts = 0.2
+	wantIllegal(t, s, kvtest.LinOptions{})
+}
+
+func TestFailedPutsMayOrMayNotApply(t *testing.T) {
+	s := newMapStore(4)
+	s.failPuts = 0.2
+	r, err := kvtest.Linearizable(t.Context(), s, quick(kvtest.LinOptions{AllowErrors: true}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Errors == 0 || r.Result != porcupine.Ok {
+		t.Fatalf("verdict %v with %d errored ops; want Ok with some errors", r.Result, r.Errors)
+	}
+	if !errors.Is(r.FirstErr, errInjected) {
+		t.Errorf("FirstErr = %v; want the injected error", r.FirstErr)
+	}
+}
+
+func TestUnexpectedErrorsFailTheCheck(t *testing.T) {
+	s := newMapStore(5)
+	s.failPuts = 0.2
+	_, err := kvtest.Linearizable(t.Context(), s, quick(kvtest.LinOptions{}))
+	if !errors.Is(err, errInjected) {
+		t.Fatalf("Linearizable on a store returning errors, AllowErrors false: err = %v; want the injected error", err)
+	}
+}
+
+// A failed Put that becomes visible and then disappears is not explained
+// by "may or may not have taken effect".
+func TestFlickeringFailedPutsAreCaught(t *testing.T) {
+	s := newMapStore(6)
+	s.failPuts, s.flicker = 0.3, true
+	wantIllegal(t, s, kvtest.LinOptions{Clients: 1, OpsPerClient: 400, AllowErrors: true, DeleteFraction: 0.01})
+}
+
+func TestSeedReproducesTheOperations(t *testing.T) {
+	run := func(seed uint64) []porcupine.Operation {
+		r, err := kvtest.Linearizable(t.Context(), newMapStore(7), quick(kvtest.LinOptions{Clients: 1, OpsPerClient: 100, Seed: seed}))
+		if err != nil || r.Result != porcupine.Ok {
+			t.Fatalf("seed %d: %v, %v", seed, r.Result, err)
+		}
+		for i := range r.History {
+			r.History[i].Call, r.History[i].Return = 0, 0
+		}
+		return r.History
+	}
+	a, b, c := run(11), run(11), run(12)
+	if len(a) != 100 {
+		t.Fatalf("history has %d operations; want 100", len(a))
+	}
+	if !reflect.DeepEqual(a, b) {
+		t.Error("two runs with seed 11 issued different operations")
+	}
+	if reflect.DeepEqual(a, c) {
+		t.Error("seeds 11 and 12 issued the same operations")
+	}
+}

@@ -1,0 +1,358 @@
+package kvtest
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"os"
+	"sort"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/anishathalye/porcupine"
+
+	"github.com/oblivkv/oblivkv/kv"
+)
+
+// LinOptions tune a linearizability check. The zero value is the default.
+type LinOptions struct {
+	// Clients is the number of concurrent clients (default 8).
+	Clients int
+	// OpsPerClient is the number of operations each client issues
+	// (default 200).
+	OpsPerClient int
+	// Keys is the number of keys besides the hot key (default 4).
+	Keys int
+	// HotFraction is the share of operations on the hot key (default 0.5),
+	// so that operations overlap on one key.
+	HotFraction float64
+	// GetFraction and DeleteFraction are the shares of Gets and Deletes
+	// (defaults 0.5 and 0.1); the rest are Puts, each of a unique value.
+	GetFraction, DeleteFraction float64
+	// Seed makes the operation mix reproducible; 0 picks a random seed,
+	// which is logged (the interleaving is up to the scheduler).
+	Seed uint64
+	// Timeout bounds the porcupine check (default 60s); a check that times
+	// out is reported as inconclusive, which fails CheckLinearizable.
+	Timeout time.Duration
+	// AllowErrors accepts operations that return errors (fault injection):
+	// an errored Get is dropped from the history, and an errored Put or
+	// Delete may or may not have taken effect, at any time after its call,
+	// so it is modelled as an operation that never returned (narrowed
+	// exactly for Puts, see boundFailedPuts). By default any error fails
+	// the check.
+	AllowErrors bool
+	// KeyPrefix starts every key of the check (default "lin/").
+	KeyPrefix string
+	// VisualizationDir receives the HTML visualization of a failed check
+	// (default os.TempDir()).
+	VisualizationDir string
+}
+
+func (o LinOptions) withDefaults() LinOptions {
+	if o.Clients == 0 {
+		o.Clients = 8
+	}
+	if o.OpsPerClient == 0 {
+		o.OpsPerClient = 200
+	}
+	if o.Keys == 0 {
+		o.Keys = 4
+	}
+	if o.HotFraction == 0 {
+		o.HotFraction = 0.5
+	}
+	if o.GetFraction == 0 {
+		o.GetFraction = 0.5
+	}
+	if o.DeleteFraction == 0 {
+		o.DeleteFraction = 0.1
+	}
+	if o.Seed == 0 {
+		o.Seed = rand.Uint64() | 1
+	}
+	if o.Timeout == 0 {
+		o.Timeout = 60 * time.Second
+	}
+	if o.KeyPrefix == "" {
+		o.KeyPrefix = "lin/"
+	}
+	return o
+}
+
+// LinResult is the outcome of a linearizability check.
+type LinResult struct {
+	// Result is porcupine's verdict: Ok, Illegal or Unknown (timed out).
+	Result porcupine.CheckResult
+	// Seed is the seed of the operation mix, to reproduce it.
+	Seed uint64
+	// Ops is the number of operations in the checked history; Errors the
+	// number of operations that returned an error.
+	Ops, Errors int
+	// FirstErr is the first error an operation returned.
+	FirstErr error
+	// Visualization is the path of the HTML visualization written when the
+	// history is not linearizable.
+	Visualization string
+	// History is the recorded history, as checked.
+	History []porcupine.Operation
+}
+
+// CheckLinearizable runs concurrent clients against s and fails t unless
+// the recorded history is linearizable per key. On failure it writes
+// porcupine's visualization and reports its path.
+func CheckLinearizable(t *testing.T, s kv.Store, opts LinOptions) {
+	t.Helper()
+	r, err := Linearizable(t.Context(), s, opts)
+	if err != nil {
+		t.Fatalf("linearizability check (seed %d): %v", r.Seed, err)
+	}
+	switch r.Result {
+	case porcupine.Ok:
+		t.Logf("linearizable: %d operations (%d errored), seed %d", r.Ops, r.Errors, r.Seed)
+	case porcupine.Illegal:
+		t.Errorf("history of %d operations is NOT linearizable (seed %d); visualization: %s", r.Ops, r.Seed, r.Visualization)
+	default:
+		t.Errorf("linearizability check of %d operations inconclusive: porcupine timed out (seed %d)", r.Ops, r.Seed)
+	}
+}
+
+// Linearizable runs concurrent clients against s, records the history and
+// checks it with porcupine. It returns an error, with the partial result,
+// when the store could not be exercised (an operation failed and
+// opts.AllowErrors is false, or writing the visualization failed).
+func Linearizable(ctx context.Context, s kv.Store, opts LinOptions) (LinResult, error) {
+	opts = opts.withDefaults()
+	res := LinResult{Seed: opts.Seed}
+	keys := make([]string, opts.Keys+1)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("%s%d", opts.KeyPrefix, i) // keys[0] is hot
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+
+	var (
+		mu      sync.Mutex
+		history []porcupine.Operation
+	)
+	start := time.Now()
+	now := func() int64 { return int64(time.Since(start)) }
+	var wg sync.WaitGroup
+	for c := range opts.Clients {
+		r := rand.New(rand.NewPCG(opts.Seed, uint64(c)))
+		wg.Go(func() {
+			ops := make([]porcupine.Operation, 0, opts.OpsPerClient)
+			defer func() {
+				mu.Lock()
+				history = append(history, ops...)
+				mu.Unlock()
+			}()
+			for i := range opts.OpsPerClient {
+				if ctx.Err() != nil {
+					return
+				}
+				key := keys[0]
+				if r.Float64() >= opts.HotFraction {
+					key = keys[1+r.IntN(opts.Keys)]
+				}
+				in := linInput{Key: key}
+				switch p := r.Float64(); {
+				case p < opts.GetFraction:
+					in.Op = opGet
+				case p < opts.GetFraction+opts.DeleteFraction:
+					in.Op = opDelete
+				default:
+					in.Op, in.Value = opPut, fmt.Sprintf("c%d.%d", c, i)
+				}
+				var out linOutput
+				var err error
+				call := now()
+				switch in.Op {
+				case opGet:
+					var v []byte
+					v, out.Exists, err = s.Get(ctx, key)
+					out.Value = string(v)
+				case opPut:
+					err = s.Put(ctx, key, []byte(in.Value))
+				case opDelete:
+					err = s.Delete(ctx, key)
+				}
+				ret := now()
+				if err != nil {
+					mu.Lock()
+					res.Errors++
+					if res.FirstErr == nil {
+						res.FirstErr = fmt.Errorf("client %d: %s: %w", c, in, err)
+					}
+					mu.Unlock()
+					if !opts.AllowErrors {
+						cancel()
+						return
+					}
+					if in.Op == opGet {
+						continue // observed nothing
+					}
+					// It may have taken effect at any time after its call;
+					// see boundFailedPuts.
+					ret, out = math.MaxInt64, linOutput{Failed: true}
+				}
+				ops = append(ops, porcupine.Operation{ClientId: c, Input: in, Call: call, Output: out, Return: ret})
+			}
+		})
+	}
+	wg.Wait()
+	res.Ops, res.History = len(history), history
+	if res.FirstErr != nil && !opts.AllowErrors {
+		return res, fmt.Errorf("an operation failed (set LinOptions.AllowErrors to model failures): %w", res.FirstErr)
+	}
+	if err := ctx.Err(); err != nil {
+		return res, err
+	}
+	history = boundFailedPuts(history)
+	res.Ops, res.History = len(history), history
+	res.Result = porcupine.CheckOperationsTimeout(kvModel, history, opts.Timeout)
+	if res.Result != porcupine.Illegal {
+		return res, nil
+	}
+	// Illegal: check again, verbosely, for the visualization.
+	_, info := porcupine.CheckOperationsVerbose(kvModel, history, opts.Timeout)
+	f, err := os.CreateTemp(opts.VisualizationDir, "oblivkv-linearizability-*.html")
+	if err != nil {
+		return res, fmt.Errorf("writing the visualization: %w", err)
+	}
+	defer f.Close()
+	res.Visualization = f.Name()
+	if err := porcupine.Visualize(kvModel, info, f); err != nil {
+		return res, fmt.Errorf("writing the visualization: %w", err)
+	}
+	return res, f.Close()
+}
+
+// boundFailedPuts narrows the failed Puts of a history, which were recorded
+// as never returning (they may have taken effect at any later time), using
+// the uniqueness of Put values. This keeps the check fast, since every
+// operation pending forever multiplies porcupine's search, and it is exact:
+//
+//   - a failed Put whose value no Get returned is dropped: if it took effect,
+//     no Get saw it before the next write, so removing it from a valid
+//     linearization leaves one, and conversely it can always be linearized
+//     last, as if it never happened;
+//   - a failed Put whose value a Get returned took effect before that Get
+//     linearized, so before the Get returned: its return time becomes the
+//     earliest return of a Get that saw it, which excludes no linearization.
+//
+// Failed Deletes keep their unbounded return time: the absence they cause is
+// not attributable to one operation.
+func boundFailedPuts(history []porcupine.Operation) []porcupine.Operation {
+	seen := map[string]int64{} // value -> earliest return of a Get that saw it
+	for _, op := range history {
+		in, out := op.Input.(linInput), op.Output.(linOutput)
+		if in.Op == opGet && out.Exists {
+			if r, ok := seen[out.Value]; !ok || op.Return < r {
+				seen[out.Value] = op.Return
+			}
+		}
+	}
+	kept := history[:0]
+	for _, op := range history {
+		in, out := op.Input.(linInput), op.Output.(linOutput)
+		if in.Op == opPut && out.Failed {
+			r, ok := seen[in.Value]
+			if !ok {
+				continue
+			}
+			op.Return = max(r, op.Call)
+		}
+		kept = append(kept, op)
+	}
+	return kept
+}
+
+type opKind uint8
+
+const (
+	opGet opKind = iota
+	opPut
+	opDelete
+)
+
+type linInput struct {
+	Op         opKind
+	Key, Value string
+}
+
+func (in linInput) String() string {
+	switch in.Op {
+	case opGet:
+		return fmt.Sprintf("get(%q)", in.Key)
+	case opPut:
+		return fmt.Sprintf("put(%q, %q)", in.Key, in.Value)
+	}
+	return fmt.Sprintf("delete(%q)", in.Key)
+}
+
+type linOutput struct {
+	Value  string // for a Get
+	Exists bool   // for a Get
+	Failed bool   // a Put or Delete that returned an error
+}
+
+// linState is the model's state of one key (the history is partitioned by
+// key): its value, if it exists.
+type linState struct {
+	Value  string
+	Exists bool
+}
+
+var kvModel = porcupine.Model{
+	Partition: func(history []porcupine.Operation) [][]porcupine.Operation {
+		byKey := map[string][]porcupine.Operation{}
+		for _, op := range history {
+			k := op.Input.(linInput).Key
+			byKey[k] = append(byKey[k], op)
+		}
+		keys := make([]string, 0, len(byKey))
+		for k := range byKey {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		out := make([][]porcupine.Operation, 0, len(keys))
+		for _, k := range keys {
+			out = append(out, byKey[k])
+		}
+		return out
+	},
+	Init: func() any { return linState{} },
+	Step: func(state, input, output any) (bool, any) {
+		st, in, out := state.(linState), input.(linInput), output.(linOutput)
+		switch in.Op {
+		case opGet:
+			return out.Exists == st.Exists && out.Value == st.Value, st
+		case opPut:
+			return true, linState{Value: in.Value, Exists: true}
+		default:
+			return true, linState{}
+		}
+	},
+	DescribeOperation: func(input, output any) string {
+		in, out := input.(linInput), output.(linOutput)
+		switch {
+		case out.Failed:
+			return in.String() + " -> error (outcome unknown)"
+		case in.Op != opGet:
+			return in.String()
+		case !out.Exists:
+			return in.String() + " -> missing"
+		}
+		return fmt.Sprintf("%s -> %q", in, out.Value)
+	},
+	DescribeState: func(state any) string {
+		st := state.(linState)
+		if !st.Exists {
+			return "missing"
+		}
+		return fmt.Sprintf("%q", st.Value)
+	},
+}

@@ -1,0 +1,372 @@
+package observe
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"reflect"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/oblivkv/oblivkv/backend"
+	"github.com/oblivkv/oblivkv/backend/mem"
+)
+
+var ctx = context.Background()
+
+// run issues a fixed sequence of calls: write, read (one address missing),
+// delete, scan, and a read that fails because the backend is closed.
+func run(t *testing.T, tap *Tap) {
+	t.Helper()
+	if err := tap.Write(ctx, []backend.Item{{Addr: "a", Value: []byte("12345")}, {Addr: "b", Value: []byte("1234567")}}); err != nil {
+		t.Fatal(err)
+	}
+	vals, err := tap.Read(ctx, []string{"a", "missing", "b"})
+	if err != nil || string(vals[0]) != "12345" || vals[1] != nil || string(vals[2]) != "1234567" {
+		t.Fatalf("Read through the tap = %q, %v", vals, err)
+	}
+	if err := tap.Delete(ctx, []string{"a", "missing"}); err != nil {
+		t.Fatal(err)
+	}
+	var scanned []string
+	if err := tap.Scan(ctx, "b", func(a string) error { scanned = append(scanned, a); return nil }); err != nil || len(scanned) != 1 {
+		t.Fatalf("Scan through the tap = %q, %v", scanned, err)
+	}
+	if err := tap.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tap.Read(ctx, []string{"b"}); !errors.Is(err, backend.ErrClosed) {
+		t.Fatalf("Read after Close: %v; want backend.ErrClosed", err)
+	}
+}
+
+func TestCounters(t *testing.T) {
+	for _, sink := range []Sink{nil, &MemoryLog{}} {
+		tap := NewTap(mem.New(), sink)
+		run(t, tap)
+		want := Counters{Calls: 5, Reads: 2, Writes: 1, Deletes: 1,
+			AddrsRead: 4, AddrsWritten: 2, AddrsDeleted: 2,
+			BytesRead: 12, BytesWritten: 12, Errors: 1}
+		got := tap.Counters()
+		if got != want {
+			t.Errorf("sink %T: counters\n got %+v\nwant %+v", sink, got, want)
+		}
+		if got.Bytes() != 24 {
+			t.Errorf("Bytes() = %d; want 24", got.Bytes())
+		}
+		if d := got.Sub(Counters{Calls: 1, Reads: 1, BytesRead: 5, Errors: 1}); d.Calls != 4 || d.Reads != 1 || d.BytesRead != 7 || d.Errors != 0 || d.Writes != 1 {
+			t.Errorf("Sub = %+v", d)
+		}
+	}
+}
+
+func TestLogRecords(t *testing.T) {
+	log := &MemoryLog{}
+	tap := NewTap(mem.New(), log)
+	run(t, tap)
+	recs := log.Records()
+	want := []struct {
+		op    Op
+		addrs []string
+		sizes []int
+		err   bool
+	}{
+		{OpWrite, []string{"a", "b"}, []int{5, 7}, false},
+		{OpRead, []string{"a", "missing", "b"}, []int{5, 0, 7}, false},
+		{OpDelete, []string{"a", "missing"}, []int{0, 0}, false},
+		{OpScan, []string{"b"}, []int{0}, false},
+		{OpRead, []string{"b"}, []int{0}, true},
+	}
+	if len(recs) != len(want) {
+		t.Fatalf("%d records; want %d: %+v", len(recs), len(want), recs)
+	}
+	var last time.Duration
+	for i, r := range recs {
+		w := want[i]
+		if r.Seq != uint64(i+1) || r.Op != w.op || !reflect.DeepEqual(r.Addrs, w.addrs) ||
+			!reflect.DeepEqual(r.Sizes, w.sizes) || r.Err != w.err {
+			t.Errorf("record %d = %+v; want seq %d %v %q %v err %v", i, r, i+1, w.op, w.addrs, w.sizes, w.err)
+		}
+		if r.Start < last || r.Took < 0 {
+			t.Errorf("record %d: start %v (previous %v), took %v", i, r.Start, last, r.Took)
+		}
+		last = r.Start
+	}
+	log.Reset()
+	if n := len(log.Records()); n != 0 {
+		t.Errorf("%d records after Reset", n)
+	}
+}
+
+// Records reach the sink in sequence order, one per call, from many
+// goroutines.
+func TestLogSeqConcurrent(t *testing.T) {
+	log := &MemoryLog{}
+	tap := NewTap(mem.New(), log)
+	const goroutines, calls = 8, 50
+	var wg sync.WaitGroup
+	for g := range goroutines {
+		wg.Go(func() {
+			for i := range calls {
+				addr := fmt.Sprintf("g%d/%d", g, i)
+				if err := tap.Write(ctx, []backend.Item{{Addr: addr, Value: []byte(addr)}}); err != nil {
+					t.Error(err)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	recs := log.Records()
+	if len(recs) != goroutines*calls {
+		t.Fatalf("%d records; want %d", len(recs), goroutines*calls)
+	}
+	seen := map[string]bool{}
+	for i, r := range recs {
+		if r.Seq != uint64(i+1) {
+			t.Fatalf("record %d has seq %d", i, r.Seq)
+		}
+		seen[r.Addrs[0]] = true
+	}
+	if len(seen) != goroutines*calls {
+		t.Errorf("%d distinct addresses logged; want %d", len(seen), goroutines*calls)
+	}
+	if c := tap.Counters(); c.Calls != goroutines*calls {
+		t.Errorf("Calls = %d; want %d", c.Calls, goroutines*calls)
+	}
+}
+
+// tee sends every record to several sinks.
+type tee []Sink
+
+func (ts tee) Record(r Record) error {
+	var errs []error
+	for _, s := range ts {
+		errs = append(errs, s.Record(r))
+	}
+	return errors.Join(errs...)
+}
+
+// normalise makes empty slices nil: the file format cannot tell them apart.
+func normalise(recs []Record) []Record {
+	out := append([]Record(nil), recs...)
+	for i := range out {
+		if len(out[i].Addrs) == 0 {
+			out[i].Addrs = nil
+		}
+		if len(out[i].Sizes) == 0 {
+			out[i].Sizes = nil
+		}
+	}
+	return out
+}
+
+func writeLog(t *testing.T, path string, recs []Record) {
+	t.Helper()
+	f, err := CreateFileLog(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range recs {
+		if err := f.Record(r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestFileLogRoundTrip(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "tap.log")
+	fl, err := CreateFileLog(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ml := &MemoryLog{}
+	tap := NewTap(mem.New(), tee{ml, fl})
+	run(t, tap)
+	big := bytes.Repeat([]byte{0xEE}, 70000)
+	tap2 := NewTap(mem.New(), tee{ml, fl}) // a second tap continues the log
+	if err := tap2.Write(ctx, []backend.Item{{Addr: "\x00bin\xff", Value: big}, {Addr: "", Value: nil}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := tap2.Write(ctx, nil); err != nil { // an empty batch
+		t.Fatal(err)
+	}
+	if err := tap2.SinkErr(); err != nil {
+		t.Fatal(err)
+	}
+	if err := fl.Close(); err != nil {
+		t.Fatal(err)
+	}
+	got, err := ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := normalise(ml.Records())
+	if len(want) != 7 {
+		t.Fatalf("memory log holds %d records; want 7", len(want))
+	}
+	if !reflect.DeepEqual(normalise(got), want) {
+		t.Errorf("file log round trip differs:\n got %+v\nwant %+v", got, want)
+	}
+
+	// Extreme field values survive too.
+	path2 := filepath.Join(t.TempDir(), "extreme.log")
+	extreme := []Record{{Seq: 1<<64 - 1, Start: 1<<63 - 1, Took: 1 << 40, Op: OpScan, Err: true,
+		Addrs: []string{string(bytes.Repeat([]byte{0}, 300))}, Sizes: []int{1 << 40}}}
+	writeLog(t, path2, extreme)
+	if got, err := ReadFile(path2); err != nil || !reflect.DeepEqual(got, extreme) {
+		t.Errorf("extreme record round trip = %+v, %v", got, err)
+	}
+}
+
+func TestTruncatedLog(t *testing.T) {
+	dir := t.TempDir()
+	recs := []Record{
+		{Seq: 1, Start: 10, Took: 300, Op: OpRead, Addrs: []string{"abc", "de"}, Sizes: []int{100, 0}},
+		{Seq: 2, Start: 1 << 35, Took: 7, Op: OpWrite, Addrs: []string{"x"}, Sizes: []int{1 << 20}},
+		{Seq: 3, Start: 1 << 36, Took: 1, Op: OpDelete, Err: true, Addrs: []string{"yy"}, Sizes: []int{0}},
+	}
+	// Record boundaries, from the size of each record's frame alone.
+	boundaries := map[int]int{len(logMagic): 0}
+	end := len(logMagic)
+	for i, r := range recs {
+		p := filepath.Join(dir, fmt.Sprint("one", i))
+		writeLog(t, p, []Record{r})
+		info, err := os.Stat(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		end += int(info.Size()) - len(logMagic)
+		boundaries[end] = i + 1
+	}
+	full := filepath.Join(dir, "full")
+	writeLog(t, full, recs)
+	data, err := os.ReadFile(full)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(data) != end {
+		t.Fatalf("log is %d bytes; the frames add up to %d", len(data), end)
+	}
+	cut := filepath.Join(dir, "cut")
+	for n := range len(data) + 1 {
+		if err := os.WriteFile(cut, data[:n], 0o600); err != nil {
+			t.Fatal(err)
+		}
+		got, err := ReadFile(cut) // must not panic
+		k, atBoundary := boundaries[n]
+		switch {
+		case atBoundary && err != nil:
+			t.Errorf("log cut after record %d (%d bytes): %v; want no error", k, n, err)
+		case atBoundary && len(got)+k > 0 && !reflect.DeepEqual(got, recs[:k]):
+			t.Errorf("log cut after record %d: records %+v; want %+v", k, got, recs[:k])
+		case !atBoundary && err == nil:
+			t.Errorf("log cut inside a record or the header (%d of %d bytes): no error, %d records", n, len(data), len(got))
+		}
+	}
+}
+
+func TestBadHeader(t *testing.T) {
+	dir := t.TempDir()
+	good := filepath.Join(dir, "good")
+	writeLog(t, good, []Record{{Seq: 1, Op: OpRead}})
+	data, err := os.ReadFile(good)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, head := range []string{"OKVTAP2\n", "okvtap1\n", "OKVTAP1\r", "\x00\x00\x00\x00\x00\x00\x00\x00"} {
+		p := filepath.Join(dir, "bad")
+		if err := os.WriteFile(p, append([]byte(head), data[len(logMagic):]...), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := ReadFile(p); err == nil {
+			t.Errorf("a log with header %q was accepted", head)
+		}
+	}
+	if _, err := NewReader(bytes.NewReader(nil)); err == nil {
+		t.Error("an empty log was accepted")
+	}
+	if _, err := ReadFile(filepath.Join(dir, "missing")); err == nil {
+		t.Error("a missing log file was accepted")
+	}
+}
+
+// A corrupt frame claiming a huge address is refused without allocating it.
+func TestCorruptAddressLength(t *testing.T) {
+	frame := []byte(logMagic)
+	frame = append(frame, 1, 0, 0, byte(OpRead), 0, 1)  // seq 1, start 0, took 0, read, no error, 1 address
+	frame = append(frame, 0x80, 0x80, 0x80, 0x80, 0x08) // address length 2^31
+	rd, err := NewReader(bytes.NewReader(frame))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := rd.Next(); err == nil {
+		t.Fatal("a record with a 2 GiB address was accepted")
+	}
+}
+
+// The log keeps its own copy of the addresses: callers may reuse their
+// slices as soon as a call returns.
+func TestTapCopiesAddresses(t *testing.T) {
+	log := &MemoryLog{}
+	tap := NewTap(mem.New(), log)
+	addrs := []string{"a", "b"}
+	if _, err := tap.Read(ctx, addrs); err != nil {
+		t.Fatal(err)
+	}
+	addrs[0] = "reused"
+	if err := tap.Delete(ctx, addrs); err != nil {
+		t.Fatal(err)
+	}
+	addrs[1] = "reused too"
+	items := []backend.Item{{Addr: "w", Value: []byte("v")}}
+	if err := tap.Write(ctx, items); err != nil {
+		t.Fatal(err)
+	}
+	items[0].Addr = "reused"
+	recs := log.Records()
+	want := [][]string{{"a", "b"}, {"reused", "b"}, {"w"}}
+	for i, r := range recs {
+		if !reflect.DeepEqual(r.Addrs, want[i]) {
+			t.Errorf("record %d addresses = %q; want %q", i, r.Addrs, want[i])
+		}
+	}
+}
+
+type failingSink struct{ n int }
+
+func (f *failingSink) Record(Record) error {
+	f.n++
+	return fmt.Errorf("sink failure %d", f.n)
+}
+
+// A failing sink never fails the backend call; the first error is kept.
+func TestSinkErr(t *testing.T) {
+	sink := &failingSink{}
+	tap := NewTap(mem.New(), sink)
+	for range 3 {
+		if err := tap.Write(ctx, []backend.Item{{Addr: "a", Value: []byte("v")}}); err != nil {
+			t.Fatalf("Write failed because the sink did: %v", err)
+		}
+	}
+	if err := tap.SinkErr(); err == nil || err.Error() != "sink failure 1" {
+		t.Errorf("SinkErr = %v; want the first failure", err)
+	}
+	if sink.n != 3 {
+		t.Errorf("sink saw %d records; want 3", sink.n)
+	}
+}
+
+func TestOpString(t *testing.T) {
+	for op, s := range map[Op]string{OpRead: "read", OpWrite: "write", OpDelete: "delete", OpScan: "scan", 0: "unknown", 99: "unknown"} {
+		if op.String() != s {
+			t.Errorf("Op(%d).String() = %q; want %q", op, op.String(), s)
+		}
+	}
+}
