@@ -8,7 +8,8 @@ import (
 // WithLatency returns a Backend that waits d before every call to b, to
 // emulate the wide-area round trip between a trusted proxy and cloud storage
 // that every paper's evaluation assumes. Concurrent calls wait concurrently,
-// as they would on a real network. d <= 0 returns b unchanged.
+// as they would on a real network. Scan is not delayed: it runs only when a
+// store is opened, never on the request path. d <= 0 returns b unchanged.
 func WithLatency(b Backend, d time.Duration) Backend {
 	if d <= 0 {
 		return b

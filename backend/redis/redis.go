@@ -73,7 +73,7 @@ func Open(ctx context.Context, url string) (*Backend, error) {
 func OpenWith(ctx context.Context, url string, o Options) (*Backend, error) {
 	opt, err := goredis.ParseURL(url)
 	if err != nil {
-		return nil, fmt.Errorf("redis: bad URL %q: %w", url, err)
+		return nil, fmt.Errorf("redis: bad URL: %w", err) // not quoted: it may hold a password
 	}
 	if o.PoolSize > 0 {
 		opt.PoolSize = o.PoolSize
@@ -89,7 +89,7 @@ func OpenWith(ctx context.Context, url string, o Options) (*Backend, error) {
 	client := goredis.NewClient(opt)
 	if err := client.Ping(ctx).Err(); err != nil {
 		client.Close()
-		return nil, fmt.Errorf("redis: cannot reach %s (db %d): %w", opt.Addr, opt.DB, err)
+		return nil, fmt.Errorf("redis: PING %s (db %d): %w", opt.Addr, opt.DB, err)
 	}
 	return &Backend{client: client}, nil
 }

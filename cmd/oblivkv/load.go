@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"iter"
 	"os"
 	"path/filepath"
 	"strings"
@@ -48,12 +47,11 @@ func load(cmd *cobra.Command, opts setup.Options, path, format string) error {
 	if format == "" {
 		format = strings.TrimPrefix(filepath.Ext(path), ".")
 	}
-	var items iter.Seq2[string, []byte]
 	pairs, err := readPairs(path, format)
 	if err != nil {
 		return err
 	}
-	items = func(yield func(string, []byte) bool) {
+	items := func(yield func(string, []byte) bool) {
 		for _, p := range pairs {
 			if !yield(p.key, p.val) {
 				return

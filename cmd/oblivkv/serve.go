@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -54,9 +55,9 @@ func serve(ctx context.Context, opts setup.Options, listen string) error {
 	}
 	stats := opened.Store.Stats()
 	log.Info("oblivkv serving", "listen", ln.Addr().String(), "protocol", stats.Protocol,
-		"backend", opts.Backend, "data_dir", opts.DataDir, "new_store", opened.Fresh,
+		"backend", backendKind(opts.Backend), "data_dir", opts.DataDir, "new_store", opened.Fresh,
 		"capacity", stats.Capacity, "value_size", stats.ValueSize, "keys", stats.Keys)
-	srv := resp.NewServer(opened.Store, resp.Options{Logger: log, Version: version})
+	srv := resp.NewServer(opened.Store, resp.Options{Logger: log, Version: version, Info: deploymentInfo(opts)})
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 
@@ -76,4 +77,22 @@ func serve(ctx context.Context, opts setup.Options, listen string) error {
 		log.Info("shut down cleanly")
 	}
 	return err
+}
+
+// deploymentInfo adds the deployment settings to INFO's Oblivkv section.
+func deploymentInfo(opts setup.Options) func() []resp.InfoSection {
+	fields := []resp.InfoField{
+		{Key: "backend", Value: backendKind(opts.Backend)},
+		{Key: "backend_latency_ms", Value: fmt.Sprint(opts.BackendLatency.Seconds() * 1000)},
+	}
+	return func() []resp.InfoSection { return []resp.InfoSection{{Name: "Oblivkv", Fields: fields}} }
+}
+
+// backendKind names the backend without its address, which may hold a
+// password.
+func backendKind(spec string) string {
+	if strings.HasPrefix(spec, "redis://") {
+		return "redis"
+	}
+	return spec
 }

@@ -1,0 +1,169 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+)
+
+// TestMain lets the test binary stand in for the oblivkv binary: with
+// OBLIVKV_RUN_MAIN=1 it runs main() with the given arguments, so tests can
+// run the real command as a process and send it signals.
+func TestMain(m *testing.M) {
+	if os.Getenv("OBLIVKV_RUN_MAIN") == "1" {
+		os.Args = append([]string{"oblivkv"}, strings.Fields(os.Getenv("OBLIVKV_ARGS"))...)
+		main()
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+// server is an `oblivkv serve` process.
+type server struct {
+	cmd    *exec.Cmd
+	addr   string
+	stderr *bytes.Buffer
+}
+
+func startServe(t *testing.T, dir string, args ...string) *server {
+	t.Helper()
+	addr := freeAddr(t)
+	all := append([]string{"serve", "--listen", addr, "--data-dir", filepath.Join(dir, "data")}, args...)
+	s := &server{addr: addr, stderr: &bytes.Buffer{}}
+	s.cmd = exec.Command(os.Args[0])
+	s.cmd.Env = append(os.Environ(), "OBLIVKV_RUN_MAIN=1", "OBLIVKV_ARGS="+strings.Join(all, " "))
+	s.cmd.Dir = dir
+	s.cmd.Stderr = s.stderr
+	if err := s.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.cmd.Process.Kill(); s.cmd.Wait() })
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		if c, err := net.Dial("tcp", addr); err == nil {
+			c.Close()
+			return s
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("oblivkv serve did not listen on %s: %s", addr, s.stderr)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// stop sends SIGTERM and requires a clean exit.
+func (s *server) stop(t *testing.T) {
+	t.Helper()
+	if err := s.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.cmd.Wait(); err != nil {
+		t.Fatalf("oblivkv serve exited with %v after SIGTERM: %s", err, s.stderr)
+	}
+	if !strings.Contains(s.stderr.String(), "shut down cleanly") {
+		t.Fatalf("no clean shutdown logged: %s", s.stderr)
+	}
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+func client(t *testing.T, addr string) *goredis.Client {
+	c := goredis.NewClient(&goredis.Options{Addr: addr, Protocol: 2})
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// TestServeRestartKeepsData runs the real command: data written before a
+// SIGTERM is served again after a restart on the same data dir, and the
+// key file is created with mode 0600.
+func TestServeRestartKeepsData(t *testing.T) {
+	dir := t.TempDir()
+	ctx := context.Background()
+	s := startServe(t, dir)
+	c := client(t, s.addr)
+	if err := c.MSet(ctx, "a", "1", "b", "2", "gone", "x").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := c.Del(ctx, "gone").Result(); err != nil || n != 1 {
+		t.Fatalf("DEL gone = %d, %v; want 1", n, err)
+	}
+	s.stop(t)
+	info, err := os.Stat(filepath.Join(dir, "data", "key"))
+	if err != nil || info.Mode().Perm() != 0o600 {
+		t.Fatalf("key file: %v, mode %v; want 0600", err, info.Mode().Perm())
+	}
+
+	s = startServe(t, dir)
+	c = client(t, s.addr)
+	got, err := c.MGet(ctx, "a", "b", "gone").Result()
+	if err != nil || got[0] != "1" || got[1] != "2" || got[2] != nil {
+		t.Fatalf("after restart MGET a b gone = %v, %v; want [1 2 <nil>]", got, err)
+	}
+	if n, err := c.DBSize(ctx).Result(); err != nil || n != 2 {
+		t.Fatalf("after restart DBSIZE = %d, %v; want 2", n, err)
+	}
+	s.stop(t)
+}
+
+// TestServeRefusesWrongOrMissingKey: an existing data dir with a missing
+// or foreign key file is a startup error, never a new empty store.
+func TestServeRefusesWrongOrMissingKey(t *testing.T) {
+	dir := t.TempDir()
+	s := startServe(t, dir)
+	if err := client(t, s.addr).Set(context.Background(), "k", "v", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	s.stop(t)
+	keyFile := filepath.Join(dir, "data", "key")
+	original, err := os.ReadFile(keyFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(keyFile); err != nil {
+		t.Fatal(err)
+	}
+	if out := serveFails(t, dir); !strings.Contains(out, "key file") || !strings.Contains(out, "missing") {
+		t.Fatalf("missing key file: got %q", out)
+	}
+	if _, err := os.Stat(keyFile); err == nil {
+		t.Fatal("a new key file was created for a data dir that holds a store")
+	}
+	foreign := bytes.Replace(original, original[len(original)-9:len(original)-1], []byte("00000000"), 1)
+	if err := os.WriteFile(keyFile, foreign, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if out := serveFails(t, dir); !strings.Contains(out, "does not open this store") {
+		t.Fatalf("wrong key file: got %q", out)
+	}
+}
+
+// serveFails runs serve and requires it to exit non-zero; it returns the
+// output.
+func serveFails(t *testing.T, dir string) string {
+	t.Helper()
+	args := "serve --listen " + freeAddr(t) + " --data-dir " + filepath.Join(dir, "data")
+	cmd := exec.Command(os.Args[0])
+	cmd.Env = append(os.Environ(), "OBLIVKV_RUN_MAIN=1", "OBLIVKV_ARGS="+args)
+	out, err := cmd.CombinedOutput()
+	if err == nil {
+		t.Fatalf("serve started despite a bad key: %s", out)
+	}
+	return string(out)
+}
