@@ -40,6 +40,13 @@ type Backend interface {
 	// Write stores all items atomically. Later items win over earlier items
 	// with the same address.
 	Write(ctx context.Context, items []Item) error
+	// WriteVersioned stores each item whose Version is newer than the
+	// version stored at its address (a missing address has version 0), as
+	// one atomic step, and skips the others: a late write-back can then
+	// never overwrite a newer one (TaoStore, Sec. IV-B step 3). The stored
+	// value is the version followed by the value (see SplitVersioned). It
+	// returns how many items were stale.
+	WriteVersioned(ctx context.Context, items []VersionedItem) (stale int, err error)
 	// Delete removes addrs atomically. Missing addresses are not an error.
 	Delete(ctx context.Context, addrs []string) error
 	// Scan calls fn for every stored address that begins with prefix, in no

@@ -47,6 +47,13 @@ func (l *latency) Write(ctx context.Context, items []Item) error {
 	return l.Backend.Write(ctx, items)
 }
 
+func (l *latency) WriteVersioned(ctx context.Context, items []VersionedItem) (int, error) {
+	if err := l.wait(ctx); err != nil {
+		return 0, err
+	}
+	return l.Backend.WriteVersioned(ctx, items)
+}
+
 func (l *latency) Delete(ctx context.Context, addrs []string) error {
 	if err := l.wait(ctx); err != nil {
 		return err

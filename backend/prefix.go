@@ -40,6 +40,14 @@ func (p *prefixed) Write(ctx context.Context, items []Item) error {
 	return p.next.Write(ctx, out)
 }
 
+func (p *prefixed) WriteVersioned(ctx context.Context, items []VersionedItem) (int, error) {
+	out := make([]VersionedItem, len(items))
+	for i, it := range items {
+		out[i] = VersionedItem{Addr: p.prefix + it.Addr, Version: it.Version, Value: it.Value}
+	}
+	return p.next.WriteVersioned(ctx, out)
+}
+
 func (p *prefixed) Delete(ctx context.Context, addrs []string) error {
 	return p.next.Delete(ctx, p.addrs(addrs))
 }

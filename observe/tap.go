@@ -170,24 +170,41 @@ func (t *Tap) Read(ctx context.Context, addrs []string) ([][]byte, error) {
 func (t *Tap) Write(ctx context.Context, items []backend.Item) error {
 	start := time.Now()
 	err := t.next.Write(ctx, items)
+	t.wrote(start, len(items), func(i int) (string, int) { return items[i].Addr, len(items[i].Value) }, err)
+	return err
+}
+
+// WriteVersioned implements backend.Backend. To the storage operator it
+// is a write; the log records it as one, with the stored sizes.
+func (t *Tap) WriteVersioned(ctx context.Context, items []backend.VersionedItem) (int, error) {
+	start := time.Now()
+	stale, err := t.next.WriteVersioned(ctx, items)
+	t.wrote(start, len(items), func(i int) (string, int) {
+		return items[i].Addr, backend.VersionSize + len(items[i].Value)
+	}, err)
+	return stale, err
+}
+
+// wrote counts and records a write of n items; item(i) gives the i-th
+// address and stored size.
+func (t *Tap) wrote(start time.Time, n int, item func(i int) (string, int), err error) {
 	t.writes.Add(1)
-	t.addrsWritten.Add(uint64(len(items)))
+	t.addrsWritten.Add(uint64(n))
 	var addrs []string
 	var sizes []int
 	if t.sink != nil {
-		addrs = make([]string, len(items))
-		sizes = make([]int, len(items))
+		addrs, sizes = make([]string, n), make([]int, n)
 	}
-	var n int
-	for i, it := range items {
-		n += len(it.Value)
+	total := 0
+	for i := range n {
+		addr, size := item(i)
+		total += size
 		if addrs != nil {
-			addrs[i], sizes[i] = it.Addr, len(it.Value)
+			addrs[i], sizes[i] = addr, size
 		}
 	}
-	t.bytesWritten.Add(uint64(n))
+	t.bytesWritten.Add(uint64(total))
 	t.record(start, OpWrite, addrs, sizes, err)
-	return err
 }
 
 // Delete implements backend.Backend.

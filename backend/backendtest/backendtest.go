@@ -65,16 +65,17 @@ func Run(t *testing.T, open Open, opts ...Option) {
 		{"Concurrent", testConcurrent},
 		{"LargeBatch", testLargeBatch},
 		{"Closed", testClosed},
+		{"Versioned", testVersioned},
+		{"VersionedBatch", testVersionedBatch},
+		{"VersionedConcurrent", testVersionedConcurrent},
+		{"VersionedInvalid", testVersionedInvalid},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, open) })
 	}
-	t.Run("Persistence", func(t *testing.T) {
-		if c.reopen == nil {
-			t.Skip("backend does not persist data across Close (no WithReopen)")
-		}
-		testPersistence(t, open, c.reopen)
-	})
+	if c.reopen != nil { // only persistent backends have a persistence test
+		t.Run("Persistence", func(t *testing.T) { testPersistence(t, open, c.reopen) })
+	}
 }
 
 // read reads addrs and fails the test on error or a wrong result length.

@@ -69,6 +69,8 @@ type Backend struct {
 
 	mu sync.RWMutex // read-held by every call, write-held by Close
 	db *pebble.DB   // nil once closed
+
+	versioned sync.Mutex // serialises WriteVersioned: its check and write are one step
 }
 
 // Open opens (creating if needed) the pebble database in dir, with fsync on
@@ -164,6 +166,33 @@ func (b *Backend) Write(ctx context.Context, items []backend.Item) error {
 		}
 		return nil
 	})
+}
+
+// WriteVersioned implements backend.Backend: the stored versions are read
+// and the newer items written in one pebble batch, with other versioned
+// writes held off, so the compare and the set are one atomic step.
+func (b *Backend) WriteVersioned(ctx context.Context, items []backend.VersionedItem) (int, error) {
+	if err := backend.CheckVersions(items); err != nil {
+		return 0, err
+	}
+	db, err := b.acquire(ctx)
+	if err != nil {
+		return 0, err
+	}
+	b.versioned.Lock()
+	out, stale, err := backend.ApplyVersioned(items, func(addr string) (uint64, error) {
+		v, err := get(db, addr)
+		return backend.StoredVersion(v), err
+	})
+	b.mu.RUnlock()
+	if err == nil {
+		err = b.Write(ctx, out)
+	}
+	b.versioned.Unlock()
+	if err != nil {
+		return 0, fmt.Errorf("disk: versioned write: %w", err)
+	}
+	return stale, nil
 }
 
 // Delete implements backend.Backend: one pebble batch.

@@ -52,6 +52,25 @@ func (b *Backend) Write(_ context.Context, items []backend.Item) error {
 	return nil
 }
 
+// WriteVersioned implements backend.Backend.
+func (b *Backend) WriteVersioned(_ context.Context, items []backend.VersionedItem) (int, error) {
+	if err := backend.CheckVersions(items); err != nil {
+		return 0, err
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return 0, backend.ErrClosed
+	}
+	out, stale, _ := backend.ApplyVersioned(items, func(addr string) (uint64, error) {
+		return backend.StoredVersion(b.data[addr]), nil
+	})
+	for _, it := range out {
+		b.data[it.Addr] = it.Value
+	}
+	return stale, nil
+}
+
 // Delete implements backend.Backend.
 func (b *Backend) Delete(_ context.Context, addrs []string) error {
 	b.mu.Lock()
