@@ -6,4 +6,5 @@ package all
 
 import (
 	_ "github.com/oblivkv/oblivkv/protocol/baseline" // plain, encrypted
+	_ "github.com/oblivkv/oblivkv/protocol/taostore"
 )

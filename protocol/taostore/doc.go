@@ -1,0 +1,38 @@
+// Package taostore implements TaoStore's asynchronous ORAM, TaORAM (seed
+// 003, Sec. IV): concurrent, asynchronous Path ORAM through a trusted
+// proxy, secure when the network between proxy and storage is asynchronous
+// and the adversary sees when replies leave the proxy.
+//
+// The package owns the Processor and the Sequencer of the paper (Fig. 4):
+//
+//   - Request map (Sec. IV-B step 1): only the first of several concurrent
+//     requests for a block reads the block's real path; the others read
+//     uniformly random paths ("fake reads"), so repetition never shows.
+//   - Response map (step 4): a request is answered only once its own path
+//     has returned, even when its answer is known earlier.
+//   - Sequencer (step 4): replies leave in the order the requests arrived,
+//     which defeats the CURIOUS attack of Sec. II-B.
+//   - Local subtree with per-node timestamps and a multiset of outstanding
+//     path requests (step 2), keeping the fresh-subtree invariant: every
+//     block in the subtree and the stash is up to date, and the storage
+//     holds the latest contents of every other block.
+//   - Each returned path is synced with the subtree and flushed at once
+//     (step 3); every K flushed paths an asynchronous write-back sends those
+//     paths' buckets, never blocking new reads. When a write-back completes,
+//     only nodes neither updated nor requested since it started are dropped.
+//   - Write-backs carry increasing version numbers and the storage keeps a
+//     bucket only if its version is newer (backend.WriteVersioned: a Lua
+//     compare-and-set on Redis, a checked batch on pebble), so a late
+//     write-back never overwrites a newer one.
+//   - Optionally, the top CachedLevels levels live in proxy memory and are
+//     never sent to storage (Sec. IV-D).
+//
+// Durability: a clean Close writes the whole subtree back and saves the
+// position map, the stash and the cached levels sealed under stateAddr; an
+// open loads that state and deletes it, so a store that was not closed
+// cleanly is refused with a clear error instead of serving stale data.
+//
+// It must never let a backend call depend on anything but the arrival of
+// requests and the network's schedule: no path, count or timing may depend
+// on which keys are asked for, whether they exist, or whether they repeat.
+package taostore

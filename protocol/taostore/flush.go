@@ -1,0 +1,101 @@
+package taostore
+
+import (
+	"context"
+
+	"github.com/oblivkv/oblivkv/backend"
+	"github.com/oblivkv/oblivkv/protocol/tree"
+)
+
+// flush moves blocks of leaf's path and of the stash as deep along the
+// path as their own paths allow, at most Z per bucket, and stamps the
+// path's nodes (FLUSH; Path ORAM's greedy flush, Sec. IV-A step 2).
+func (s *store) flush(leaf uint64) {
+	s.nodeBuf = s.sub.pathNodes(leaf, s.nodeBuf)
+	nodes := s.nodeBuf
+	byLevel := make([][]tree.Block, len(nodes))
+	add := func(b tree.Block) {
+		d := s.geo.DeepestCommonLevel(leaf, s.pos[b.ID])
+		byLevel[d] = append(byLevel[d], b)
+	}
+	for _, n := range nodes {
+		for _, b := range n.blocks {
+			add(b)
+		}
+		n.blocks = n.blocks[:0]
+	}
+	for id, v := range s.stash {
+		add(tree.Block{ID: id, Value: v})
+	}
+	clear(s.stash)
+	var carry []tree.Block
+	for l := len(nodes) - 1; l >= 0; l-- {
+		carry = append(carry, byLevel[l]...)
+		k := min(s.opts.Z, len(carry))
+		nodes[l].blocks = append(nodes[l].blocks, carry[len(carry)-k:]...)
+		carry = carry[:len(carry)-k]
+	}
+	for _, b := range carry {
+		s.stash[b.ID] = b.Value
+	}
+	s.counters.stashMax = max(s.counters.stashMax, len(s.stash))
+	s.sub.touch(nodes)
+}
+
+// startWriteBack writes the buckets of the given flushed paths back to
+// storage without blocking new reads (WRITE-BACK, Sec. IV-B step 3). The
+// buckets' contents are copied now; sealing and the versioned write run in
+// the background, and on success the nodes untouched since are dropped.
+func (s *store) startWriteBack(leaves []uint64) {
+	buckets := s.storedBuckets(leaves)
+	contents, start := s.sub.snapshot(buckets)
+	s.version++
+	version := s.version
+	s.writeBacks.Add(1)
+	go func() {
+		defer s.writeBacks.Done()
+		stale, err := s.writeBuckets(context.Background(), buckets, contents, version)
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		s.counters.writeBacks++
+		s.counters.staleBuckets += uint64(stale)
+		if err != nil {
+			s.counters.writeBackErrors++ // the nodes stay in the subtree, still authoritative
+			return
+		}
+		s.sub.release(buckets, start)
+	}()
+}
+
+// storedBuckets returns the distinct stored (not cached) buckets of the
+// paths to leaves.
+func (s *store) storedBuckets(leaves []uint64) []uint64 {
+	seen := map[uint64]bool{}
+	var out []uint64
+	var path []uint64
+	for _, leaf := range leaves {
+		path = s.geo.Path(leaf, path)
+		for _, b := range path[s.opts.CachedLevels:] {
+			if !seen[b] {
+				seen[b] = true
+				out = append(out, b)
+			}
+		}
+	}
+	return out
+}
+
+// writeBuckets seals buckets with their contents under version and writes
+// them in one versioned backend call. It returns how many were stale.
+func (s *store) writeBuckets(ctx context.Context, buckets []uint64, contents [][]tree.Block, version uint64) (int, error) {
+	items := make([]backend.VersionedItem, len(buckets))
+	for i, b := range buckets {
+		addr := s.layout.Addr(b)
+		sealed, err := s.codec.EncodeBucket(addr, version, contents[i])
+		if err != nil {
+			return 0, err
+		}
+		items[i] = backend.VersionedItem{Addr: addr, Version: version, Value: sealed}
+	}
+	return s.b.WriteVersioned(ctx, items)
+}

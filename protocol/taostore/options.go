@@ -1,0 +1,43 @@
+package taostore
+
+import "fmt"
+
+// Options are TaoStore's parameters. Zero fields take the paper's defaults.
+type Options struct {
+	// Z is the number of blocks per bucket (default 4, Sec. V-B).
+	Z int
+	// K is the write-back threshold: the number of flushed paths after
+	// which they are written back (default 40, Sec. V-B).
+	K int
+	// CachedLevels is the number of top tree levels kept in proxy memory
+	// and never sent to storage (Sec. IV-D; default 0: none).
+	CachedLevels int
+}
+
+// Defaults from the paper's evaluation (Sec. V-B).
+const (
+	DefaultZ = 4
+	DefaultK = 40
+)
+
+func (o Options) withDefaults() Options {
+	if o.Z == 0 {
+		o.Z = DefaultZ
+	}
+	if o.K == 0 {
+		o.K = DefaultK
+	}
+	return o
+}
+
+func (o Options) validate(levels int) error {
+	switch {
+	case o.Z < 1 || o.Z > 64:
+		return fmt.Errorf("taostore: Z must be between 1 and 64, got %d", o.Z)
+	case o.K < 1:
+		return fmt.Errorf("taostore: the write-back threshold K must be at least 1, got %d", o.K)
+	case o.CachedLevels < 0 || o.CachedLevels >= levels:
+		return fmt.Errorf("taostore: CachedLevels must be between 0 and %d (the tree has %d levels), got %d", levels-1, levels, o.CachedLevels)
+	}
+	return nil
+}

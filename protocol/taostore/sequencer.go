@@ -1,0 +1,27 @@
+package taostore
+
+// sequencer releases replies in the order requests arrived (Sec. IV-B step
+// 4): a reply leaves only after every earlier request's reply has left, so
+// a delayed path read holds back every later reply, whether or not the
+// requests repeat a key. Without it, an adversary who delays one real read
+// learns from early replies which requests were fake reads (the CURIOUS
+// attack, Sec. II-B). It is guarded by the store's lock.
+type sequencer struct {
+	queue []*request // arrival order; queue[0] is the oldest unreleased
+}
+
+// add enqueues a request as it arrives.
+func (q *sequencer) add(r *request) { q.queue = append(q.queue, r) }
+
+// release lets out every complete request at the head of the queue, in
+// order, and stops at the first incomplete one.
+func (q *sequencer) release() {
+	n := 0
+	for n < len(q.queue) && q.queue[n].complete() {
+		close(q.queue[n].done)
+		n++
+	}
+	if n > 0 {
+		q.queue = append(q.queue[:0], q.queue[n:]...)
+	}
+}

@@ -1,0 +1,184 @@
+package taostore
+
+import (
+	"bytes"
+	"context"
+	"encoding/gob"
+	"errors"
+	"fmt"
+	"iter"
+
+	"github.com/oblivkv/oblivkv/backend"
+	"github.com/oblivkv/oblivkv/kv"
+	"github.com/oblivkv/oblivkv/protocol/tree"
+)
+
+// stateAddr holds the sealed proxy state between a clean Close and the
+// next open.
+const stateAddr = "tao/state"
+
+// initBatchBytes bounds one backend write while the tree is initialised.
+const initBatchBytes = 4 << 20
+
+// state is what the proxy keeps between runs.
+type state struct {
+	Pos     map[tree.BlockID]uint64
+	Stash   map[tree.BlockID][]byte
+	Cached  map[uint64][]tree.Block
+	Version uint64
+}
+
+// writeInitial writes every stored bucket of the tree, holding blocks[b]
+// or nothing, under one new version, in large batches: the initial layout
+// of a fresh or bulk-loaded store, never one access per block.
+func (s *store) writeInitial(ctx context.Context, blocks map[uint64][]tree.Block) error {
+	s.version++
+	first := s.geo.BucketAt(0, s.opts.CachedLevels)
+	per := max(1, initBatchBytes/s.codec.BucketSize())
+	var buckets []uint64
+	var contents [][]tree.Block
+	for b := first; b < s.geo.Buckets(); b++ {
+		buckets, contents = append(buckets, b), append(contents, blocks[b])
+		if len(buckets) == per || b == s.geo.Buckets()-1 {
+			if _, err := s.writeBuckets(ctx, buckets, contents, s.version); err != nil {
+				return fmt.Errorf("writing the initial tree: %w", err)
+			}
+			buckets, contents = buckets[:0], contents[:0]
+		}
+	}
+	return nil
+}
+
+// Load implements kv.Loader: every item gets a random leaf and the deepest
+// bucket with room on its path (overflow goes to the stash), and the whole
+// tree is written in large batches.
+func (s *store) Load(ctx context.Context, items iter.Seq2[string, []byte]) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.pos) > 0 {
+		return len(s.pos), kv.ErrNotEmpty
+	}
+	values := map[tree.BlockID][]byte{}
+	for k, v := range items {
+		values[tree.BlockID(s.keys.PRF([]byte(k)))] = append([]byte{}, v...)
+		if len(values) > s.capacity {
+			return 0, errFull(s.capacity)
+		}
+	}
+	placed := map[uint64][]tree.Block{}
+	for id, v := range values {
+		s.pos[id] = s.randomLeaf()
+		if !s.placeDeepest(placed, tree.Block{ID: id, Value: v}) {
+			s.stash[id] = v
+		}
+	}
+	for b, n := range s.sub.nodes { // the cached levels stay in memory
+		n.blocks, placed[b] = placed[b], nil
+	}
+	if err := s.writeInitial(ctx, placed); err != nil {
+		return 0, err
+	}
+	return len(s.pos), nil
+}
+
+// placeDeepest puts blk in the deepest bucket of its path with room.
+func (s *store) placeDeepest(placed map[uint64][]tree.Block, blk tree.Block) bool {
+	leaf := s.pos[blk.ID]
+	for l := s.geo.L; l >= 0; l-- {
+		b := s.geo.BucketAt(leaf, l)
+		if len(placed[b]) < s.opts.Z {
+			placed[b] = append(placed[b], blk)
+			return true
+		}
+	}
+	return false
+}
+
+// Close waits for the write-backs in flight, writes the whole subtree
+// back, saves the proxy state sealed and closes the backend.
+func (s *store) Close() error {
+	s.writeBacks.Wait()
+	ctx := context.Background()
+	s.mu.Lock()
+	buckets := s.sub.stored()
+	contents, _ := s.sub.snapshot(buckets)
+	s.version++
+	version := s.version
+	s.mu.Unlock()
+	_, err := s.writeBuckets(ctx, buckets, contents, version)
+	if err == nil {
+		err = s.saveState(ctx)
+	}
+	return errors.Join(err, s.b.Close())
+}
+
+func (s *store) saveState(ctx context.Context) error {
+	s.mu.Lock()
+	st := state{Pos: s.pos, Stash: s.stash, Cached: map[uint64][]tree.Block{}, Version: s.version}
+	for b, n := range s.sub.nodes {
+		if n.cached {
+			st.Cached[b] = n.blocks
+		}
+	}
+	var buf bytes.Buffer
+	err := gob.NewEncoder(&buf).Encode(st)
+	s.mu.Unlock()
+	if err != nil {
+		return fmt.Errorf("taostore: encoding state: %w", err)
+	}
+	sealed := s.keys.Seal(nil, []byte(stateAddr), buf.Bytes())
+	return s.b.Write(ctx, []backend.Item{{Addr: stateAddr, Value: sealed}})
+}
+
+// loadState restores the state saved by the last clean Close, then
+// deletes it, so a crash from here on is detected at the next open.
+func (s *store) loadState(ctx context.Context) error {
+	vals, err := s.b.Read(ctx, []string{stateAddr})
+	if err != nil {
+		return err
+	}
+	if vals[0] == nil {
+		return errors.New("taostore: the store was not shut down cleanly: its position map is lost")
+	}
+	plain, err := s.keys.Open(nil, []byte(stateAddr), vals[0])
+	if err != nil {
+		return err
+	}
+	var st state
+	if err := gob.NewDecoder(bytes.NewReader(plain)).Decode(&st); err != nil {
+		return fmt.Errorf("taostore: decoding state: %w", err)
+	}
+	if st.Pos != nil {
+		s.pos = st.Pos
+	}
+	if st.Stash != nil {
+		s.stash = st.Stash
+	}
+	for b, blocks := range st.Cached {
+		if n, ok := s.sub.nodes[b]; ok && n.cached {
+			n.blocks = blocks
+		}
+	}
+	s.version = st.Version
+	return s.b.Delete(ctx, []string{stateAddr})
+}
+
+func (s *store) Stats() kv.Stats {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c := s.counters
+	return kv.Stats{Keys: int64(len(s.pos)), Extra: []kv.Stat{
+		{Name: "tree_levels", Value: float64(s.geo.L + 1)},
+		{Name: "z", Value: float64(s.opts.Z)},
+		{Name: "k", Value: float64(s.opts.K)},
+		{Name: "stash_size", Value: float64(len(s.stash))},
+		{Name: "stash_max", Value: float64(c.stashMax)},
+		{Name: "subtree_nodes", Value: float64(len(s.sub.nodes))},
+		{Name: "subtree_max", Value: float64(s.sub.max)},
+		{Name: "real_reads", Value: float64(c.realReads)},
+		{Name: "fake_reads", Value: float64(c.fakeReads)},
+		{Name: "write_backs", Value: float64(c.writeBacks)},
+		{Name: "stale_buckets", Value: float64(c.staleBuckets)},
+		{Name: "write_back_errors", Value: float64(c.writeBackErrors)},
+	}}
+}

@@ -1,0 +1,262 @@
+package taostore
+
+import (
+	"context"
+	crand "crypto/rand"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+
+	"github.com/oblivkv/oblivkv/backend"
+	"github.com/oblivkv/oblivkv/kv"
+	"github.com/oblivkv/oblivkv/protocol/tree"
+	"github.com/oblivkv/oblivkv/seal"
+)
+
+func init() {
+	kv.Register("taostore", func(ctx context.Context, env kv.Env) (kv.Store, error) {
+		return open(ctx, env)
+	})
+}
+
+// treePrefix is where the buckets live on storage.
+const treePrefix = "tao/b/"
+
+func errFull(capacity int) error { return fmt.Errorf("%w: %d keys", kv.ErrFull, capacity) }
+
+type store struct {
+	b        backend.Backend
+	keys     *seal.Keys
+	geo      tree.Geometry
+	codec    *tree.Codec
+	layout   tree.Layout
+	opts     Options
+	capacity int
+
+	writeBacks sync.WaitGroup // write-backs in flight
+
+	mu       sync.Mutex // guards everything below
+	rng      *rand.Rand
+	pos      map[tree.BlockID]uint64 // position map: block -> leaf
+	stash    map[tree.BlockID][]byte
+	sub      *subtree
+	reqs     map[tree.BlockID][]*request // request map (Sec. IV-B step 1)
+	seq      sequencer
+	flushed  []uint64 // leaves flushed since the last write-back
+	version  uint64   // version of the last write-back
+	counters counters
+	nodeBuf  []*node
+}
+
+// counters are the protocol's statistics.
+type counters struct {
+	realReads, fakeReads, writeBacks, staleBuckets, writeBackErrors uint64
+	stashMax                                                        int
+}
+
+func open(ctx context.Context, env kv.Env) (*store, error) {
+	opts, _ := env.Options.(Options)
+	if p, ok := env.Options.(*Options); ok && p != nil {
+		opts = *p
+	}
+	opts = opts.withDefaults()
+	geo := tree.NewGeometry(env.Capacity)
+	if err := opts.validate(geo.L + 1); err != nil {
+		return nil, err
+	}
+	var seed [32]byte
+	crand.Read(seed[:])
+	s := &store{b: env.Backend, keys: env.Keys, geo: geo, opts: opts, capacity: env.Capacity,
+		codec: tree.NewCodec(env.Keys, opts.Z, env.ValueSize), layout: tree.Layout{Prefix: treePrefix},
+		rng: rand.New(rand.NewChaCha8(seed)), pos: map[tree.BlockID]uint64{},
+		stash: map[tree.BlockID][]byte{}, sub: newSubtree(geo, opts.CachedLevels),
+		reqs: map[tree.BlockID][]*request{}}
+	if env.Fresh {
+		return s, s.writeInitial(ctx, nil)
+	}
+	return s, s.loadState(ctx)
+}
+
+func (s *store) randomLeaf() uint64 { return s.rng.Uint64N(s.geo.Leaves()) }
+
+func (s *store) Get(ctx context.Context, key string) ([]byte, bool, error) {
+	r, err := s.access(ctx, opGet, key, nil)
+	if err != nil {
+		return nil, false, err
+	}
+	return r.result, r.found, r.err
+}
+
+func (s *store) Put(ctx context.Context, key string, val []byte) error {
+	r, err := s.access(ctx, opPut, key, append([]byte{}, val...))
+	if err != nil {
+		return err
+	}
+	return r.err
+}
+
+func (s *store) Delete(ctx context.Context, key string) error {
+	r, err := s.access(ctx, opDelete, key, nil)
+	if err != nil {
+		return err
+	}
+	return r.err
+}
+
+// access runs one request through the Processor and waits for the
+// Sequencer to release its reply (Sec. IV-B, Fig. 5).
+func (s *store) access(ctx context.Context, op opKind, key string, val []byte) (*request, error) {
+	r := &request{op: op, id: tree.BlockID(s.keys.PRF([]byte(key))), value: val, done: make(chan struct{})}
+	s.arrive(r)
+	// The path read and everything after it complete even if the caller
+	// gives up: what storage sees must not depend on the caller.
+	fetched, err := s.readPath(context.WithoutCancel(ctx), r.leaf)
+	s.pathReturned(r, fetched, err)
+	select {
+	case <-r.done:
+		return r, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// arrive enqueues r and chooses its path: the block's real path for the
+// first request on a block, a random path for the rest (READ-PATH).
+func (s *store) arrive(r *request) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.seq.add(r)
+	if len(s.reqs[r.id]) == 0 {
+		r.real = true
+		leaf, ok := s.pos[r.id]
+		if !ok { // a missing block reads a random path, like any other
+			leaf = s.randomLeaf()
+		}
+		r.leaf = leaf
+		s.counters.realReads++
+	} else {
+		r.leaf = s.randomLeaf()
+		s.counters.fakeReads++
+	}
+	s.reqs[r.id] = append(s.reqs[r.id], r)
+	s.sub.request(r.leaf)
+}
+
+// readPath reads the stored levels of leaf's path in one backend call and
+// opens every bucket.
+func (s *store) readPath(ctx context.Context, leaf uint64) ([][]tree.Block, error) {
+	var buckets []uint64
+	for l := s.opts.CachedLevels; l <= s.geo.L; l++ {
+		buckets = append(buckets, s.geo.BucketAt(leaf, l))
+	}
+	return s.readBuckets(ctx, buckets)
+}
+
+func (s *store) readBuckets(ctx context.Context, buckets []uint64) ([][]tree.Block, error) {
+	addrs := s.layout.Addrs(buckets, nil)
+	vals, err := s.b.Read(ctx, addrs)
+	if err != nil {
+		return nil, err
+	}
+	out := make([][]tree.Block, len(vals))
+	for i, v := range vals {
+		if v == nil {
+			return nil, fmt.Errorf("%w: bucket %s is missing", kv.ErrTampered, addrs[i])
+		}
+		version, data, err := backend.SplitVersioned(v)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %v", kv.ErrTampered, err)
+		}
+		if out[i], err = s.codec.DecodeBucket(addrs[i], version, data); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// pathReturned handles the return of r's path: sync, answer, flush,
+// maybe write back, and release replies in order (ANSWER-REQUEST, FLUSH).
+func (s *store) pathReturned(r *request, fetched [][]tree.Block, err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.sub.returned(r.leaf)
+	r.pathDone = true
+	if err != nil {
+		s.failed(r, err)
+	} else {
+		s.sub.sync(r.leaf, s.opts.CachedLevels, fetched)
+		if r.real {
+			s.answer(r)
+		}
+		s.flush(r.leaf)
+		s.flushed = append(s.flushed, r.leaf)
+		if len(s.flushed) >= s.opts.K {
+			s.startWriteBack(s.flushed)
+			s.flushed = nil
+		}
+	}
+	s.seq.release()
+}
+
+// failed answers r with err; if r was its block's real read, every request
+// queued behind it fails too, and none of them took effect.
+func (s *store) failed(r *request, err error) {
+	if !r.real {
+		if !r.answered {
+			r.err, r.answered = err, true
+		}
+		return
+	}
+	for _, q := range s.reqs[r.id] {
+		q.err, q.answered = err, true
+	}
+	delete(s.reqs, r.id)
+}
+
+// answer runs, in arrival order, every request queued on r's block now
+// that its real path is in the subtree, then remaps the block to a fresh
+// random leaf in the stash (ANSWER-REQUEST).
+func (s *store) answer(r *request) {
+	val, exists, err := s.take(r.id, r.leaf)
+	if err != nil {
+		s.failed(r, err)
+		return
+	}
+	others := len(s.pos)
+	if _, ok := s.pos[r.id]; ok {
+		others--
+	}
+	for _, q := range s.reqs[r.id] {
+		exists, val = q.apply(exists, val, others, s.capacity)
+	}
+	delete(s.reqs, r.id)
+	if !exists {
+		delete(s.pos, r.id)
+		return
+	}
+	s.pos[r.id] = s.randomLeaf()
+	s.stash[r.id] = val
+}
+
+// take removes block id from the stash or from leaf's path in the subtree.
+// A block the position map places on the path but the path does not hold
+// means storage served an old bucket that still authenticates (a replay).
+func (s *store) take(id tree.BlockID, leaf uint64) ([]byte, bool, error) {
+	if v, ok := s.stash[id]; ok {
+		delete(s.stash, id)
+		return v, true, nil
+	}
+	if _, ok := s.pos[id]; !ok {
+		return nil, false, nil
+	}
+	s.nodeBuf = s.sub.pathNodes(leaf, s.nodeBuf)
+	for _, n := range s.nodeBuf {
+		for i, blk := range n.blocks {
+			if blk.ID == id {
+				n.blocks = append(n.blocks[:i:i], n.blocks[i+1:]...)
+				return blk.Value, true, nil
+			}
+		}
+	}
+	return nil, false, fmt.Errorf("%w: a block is missing from its path (replayed bucket?)", kv.ErrTampered)
+}
