@@ -6,5 +6,6 @@ package all
 
 import (
 	_ "github.com/oblivkv/oblivkv/protocol/baseline" // plain, encrypted
+	_ "github.com/oblivkv/oblivkv/protocol/pathoram"
 	_ "github.com/oblivkv/oblivkv/protocol/taostore"
 )

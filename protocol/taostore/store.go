@@ -19,8 +19,8 @@ func init() {
 	})
 }
 
-// treePrefix is where the buckets live on storage.
-const treePrefix = "tao/b/"
+// BucketPrefix begins the storage address of every bucket of the tree.
+const BucketPrefix = "tao/b/"
 
 func errFull(capacity int) error { return fmt.Errorf("%w: %d keys", kv.ErrFull, capacity) }
 
@@ -67,7 +67,7 @@ func open(ctx context.Context, env kv.Env) (*store, error) {
 	var seed [32]byte
 	crand.Read(seed[:])
 	s := &store{b: env.Backend, keys: env.Keys, geo: geo, opts: opts, capacity: env.Capacity,
-		codec: tree.NewCodec(env.Keys, opts.Z, env.ValueSize), layout: tree.Layout{Prefix: treePrefix},
+		codec: tree.NewCodec(env.Keys, opts.Z, env.ValueSize), layout: tree.Layout{Prefix: BucketPrefix},
 		rng: rand.New(rand.NewChaCha8(seed)), pos: map[tree.BlockID]uint64{},
 		stash: map[tree.BlockID][]byte{}, sub: newSubtree(geo, opts.CachedLevels),
 		reqs: map[tree.BlockID][]*request{}}

@@ -1,0 +1,69 @@
+package pathoram
+
+import (
+	"context"
+	"fmt"
+	"iter"
+
+	"github.com/oblivkv/oblivkv/kv"
+	"github.com/oblivkv/oblivkv/protocol/tree"
+)
+
+// Load implements kv.Loader: the layout is built in memory, each item on a
+// uniformly random leaf and in the deepest bucket of its path with room
+// (the placement a flush would make, Sec. IV-A step 2), overflow in the
+// stash, and the whole tree is written afresh in large batches. Loading
+// more distinct keys than the capacity loads nothing and returns
+// kv.ErrFull. If a batch fails to write, the store stops serving (its
+// state no longer matches storage) and must be created again.
+func (s *store) Load(ctx context.Context, items iter.Seq2[string, []byte]) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	o := s.o
+	if err := s.remote.settle(ctx); err != nil {
+		return len(o.pos), err
+	}
+	if len(o.pos) > 0 {
+		return len(o.pos), kv.ErrNotEmpty
+	}
+	vals := map[tree.BlockID][]byte{}
+	for k, v := range items {
+		id := tree.IDOf(s.keys, k)
+		if _, dup := vals[id]; !dup && len(vals) >= o.capacity {
+			return 0, fmt.Errorf("%w: more than %d distinct keys to load; nothing loaded", kv.ErrFull, o.capacity)
+		}
+		vals[id] = append([]byte{}, v...)
+	}
+	buckets, pos, stash := o.layout(vals)
+	if err := s.remote.writeTree(ctx, func(b uint64) []tree.Block { return buckets[b] }); err != nil {
+		s.remote.broken = fmt.Errorf("pathoram: bulk load failed, the store must be created again: %w", err)
+		return 0, s.remote.broken
+	}
+	o.pos, o.stash = pos, stash
+	o.stashMax = max(o.stashMax, len(stash))
+	s.publish()
+	return len(pos), nil
+}
+
+// layout places blocks as the bulk load writes them: each on a random leaf,
+// in the deepest bucket of its path with fewer than Z blocks.
+func (o *oram) layout(vals map[tree.BlockID][]byte) ([][]tree.Block, map[tree.BlockID]uint64, []entry) {
+	buckets := make([][]tree.Block, o.g.Buckets())
+	pos := make(map[tree.BlockID]uint64, len(vals))
+	var stash []entry
+	for id, v := range vals {
+		leaf := o.randomLeaf()
+		pos[id] = leaf
+		placed := false
+		for lvl := o.g.L; lvl >= 0 && !placed; lvl-- {
+			if b := o.g.BucketAt(leaf, lvl); len(buckets[b]) < o.z {
+				buckets[b] = append(buckets[b], tree.Block{ID: id, Value: v})
+				placed = true
+			}
+		}
+		if !placed {
+			stash = append(stash, entry{id: id, leaf: leaf, val: v})
+		}
+	}
+	return buckets, pos, stash
+}

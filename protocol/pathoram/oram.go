@@ -1,0 +1,198 @@
+package pathoram
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"math/rand/v2"
+
+	"github.com/oblivkv/oblivkv/kv"
+	"github.com/oblivkv/oblivkv/protocol/tree"
+)
+
+// paths is the untrusted side of the ORAM as one access sees it: read the
+// buckets of a path, write them back.
+type paths interface {
+	// readPath returns the real blocks of each bucket of path, root first,
+	// read in one backend call.
+	readPath(ctx context.Context, path []uint64) ([][]tree.Block, error)
+	// writePath writes the buckets of path back in one atomic backend call,
+	// contents[i] the blocks of path[i]. When it returns, the contents are
+	// committed: written, or (after an error) queued to be written before
+	// any later read.
+	writePath(ctx context.Context, path []uint64, contents [][]tree.Block) error
+}
+
+// entry is a block in the stash or in an access's working set, with the
+// leaf it is assigned to.
+type entry struct {
+	id   tree.BlockID
+	leaf uint64
+	val  []byte
+}
+
+type opKind uint8
+
+const (
+	opGet opKind = iota
+	opPut
+	opDelete
+)
+
+// result is what an access found and did.
+type result struct {
+	val   []byte // Get: a copy of the value
+	found bool   // the block existed before the access
+	full  bool   // Put of a new key into a full store: nothing stored
+}
+
+// oram is sequential Path ORAM (TaoStore Sec. IV-A) over a paths: the
+// position map, the stash and the access algorithm. It is not safe for
+// concurrent use; the store serialises accesses.
+type oram struct {
+	g        tree.Geometry
+	z        int
+	capacity int
+	io       paths
+	rng      *rand.ChaCha8
+	flusher  *tree.Flusher
+
+	pos      map[tree.BlockID]uint64 // block -> assigned leaf
+	stash    []entry
+	stashMax int // high-water mark of the stash after a write-back
+
+	// scratch, reused by every access
+	path     []uint64
+	work     []entry
+	leaves   []uint64
+	levels   []int
+	contents [][]tree.Block
+}
+
+func newORAM(g tree.Geometry, z, capacity int, io paths, seed [32]byte) *oram {
+	return &oram{g: g, z: z, capacity: capacity, io: io, rng: rand.NewChaCha8(seed),
+		flusher: tree.NewFlusher(g, z), pos: map[tree.BlockID]uint64{},
+		contents: make([][]tree.Block, g.L+1)}
+}
+
+// randomLeaf returns a uniformly random leaf (the number of leaves is a
+// power of two, so masking keeps it uniform).
+func (o *oram) randomLeaf() uint64 { return o.rng.Uint64() & (o.g.Leaves() - 1) }
+
+// access performs one Path ORAM access (TaoStore Sec. IV-A, steps 1-3):
+// read the path of the block's leaf (a uniformly random leaf for a block
+// not in the position map, so existence never leaks), answer from the path
+// and the stash, remap the block to a fresh random leaf, flush greedily and
+// write the path back. Every kind of operation makes the same calls.
+func (o *oram) access(ctx context.Context, id tree.BlockID, op opKind, val []byte) (result, error) {
+	leaf, known := o.pos[id]
+	if !known {
+		leaf = o.randomLeaf()
+	}
+	o.path = o.g.Path(leaf, o.path)
+	buckets, err := o.io.readPath(ctx, o.path)
+	if err != nil {
+		return result{}, err
+	}
+	o.gather(buckets)
+	defer func() { clear(o.work) }()
+	res, err := o.apply(id, known, op, val)
+	if err != nil {
+		return result{}, err
+	}
+	o.flush(leaf)
+	err = o.io.writePath(ctx, o.path, o.contents)
+	for i := range o.contents {
+		clear(o.contents[i])
+		o.contents[i] = o.contents[i][:0]
+	}
+	return res, err
+}
+
+// gather fills the working set with the stash and the blocks read from the
+// path. A block on the path that the position map does not know (left by
+// a bulk load that failed) is dropped.
+func (o *oram) gather(buckets [][]tree.Block) {
+	o.work = append(o.work[:0], o.stash...)
+	for _, bucket := range buckets {
+		for _, b := range bucket {
+			if leaf, ok := o.pos[b.ID]; ok {
+				o.work = append(o.work, entry{id: b.ID, leaf: leaf, val: b.Value})
+			}
+		}
+	}
+}
+
+// apply answers the request from the working set and, if the block exists
+// afterwards, assigns it a fresh uniformly random leaf (Sec. IV-A step 1).
+// It changes nothing when it fails.
+func (o *oram) apply(id tree.BlockID, known bool, op opKind, val []byte) (result, error) {
+	i := o.find(id)
+	if known && i < 0 {
+		return result{}, fmt.Errorf("%w: block is neither on its path nor in the stash", kv.ErrTampered)
+	}
+	res := result{found: i >= 0}
+	switch op {
+	case opGet:
+		if i >= 0 {
+			res.val = append(make([]byte, 0, len(o.work[i].val)), o.work[i].val...)
+		}
+	case opPut:
+		switch {
+		case i >= 0:
+			o.work[i].val = bytes.Clone(val)
+		case len(o.pos) >= o.capacity:
+			res.full = true
+		default:
+			o.work = append(o.work, entry{id: id, val: append([]byte{}, val...)})
+			i = len(o.work) - 1
+		}
+	case opDelete:
+		if i >= 0 {
+			last := len(o.work) - 1
+			o.work[i] = o.work[last]
+			o.work[last] = entry{}
+			o.work = o.work[:last]
+			delete(o.pos, id)
+			i = -1
+		}
+	}
+	if i >= 0 {
+		leaf := o.randomLeaf()
+		o.pos[id] = leaf
+		o.work[i].leaf = leaf
+	}
+	return res, nil
+}
+
+func (o *oram) find(id tree.BlockID) int {
+	for i := range o.work {
+		if o.work[i].id == id {
+			return i
+		}
+	}
+	return -1
+}
+
+// flush places the working set on the path to leaf, each block in the
+// deepest bucket with room that is also on its own path (Sec. IV-A step 2),
+// into o.contents; the rest become the stash.
+func (o *oram) flush(leaf uint64) {
+	n := len(o.work)
+	o.leaves = append(o.leaves[:0], make([]uint64, n)...)
+	o.levels = append(o.levels[:0], make([]int, n)...)
+	for i := range o.work {
+		o.leaves[i] = o.work[i].leaf
+	}
+	o.flusher.Flush(leaf, o.leaves, o.levels)
+	clear(o.stash)
+	o.stash = o.stash[:0]
+	for i, e := range o.work {
+		if lvl := o.levels[i]; lvl >= 0 {
+			o.contents[lvl] = append(o.contents[lvl], tree.Block{ID: e.id, Value: e.val})
+		} else {
+			o.stash = append(o.stash, e)
+		}
+	}
+	o.stashMax = max(o.stashMax, len(o.stash))
+}

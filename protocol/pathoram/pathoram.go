@@ -1,0 +1,232 @@
+// Package pathoram implements sequential Path ORAM, registered with kv as
+// "pathoram": the classic reference point for every tree ORAM, exactly as
+// reviewed in the TaoStore paper (seed 003, Sec. IV-A).
+//
+// Storage is a complete binary tree with at least Capacity leaves
+// (tree.NewGeometry) of buckets of Z slots (default 4). Every access, of
+// any kind, reads the whole path of one leaf in one backend Read, answers
+// from the path and the stash, remaps the block to a fresh uniformly random
+// leaf, flushes the path greedily deepest-first and writes the path back in
+// one atomic backend Write of fresh encryptions of every bucket. A key not
+// in the position map (a Get of a missing key, a Put of a new key, a
+// Delete of a missing key, a Put into a full store) reads a uniformly
+// random path, so existence never leaks. One access runs at a time.
+//
+// The package owns the trusted state: the position map (block ID, a PRF
+// of the key, to leaf; keys themselves are never kept), the stash and one
+// version per bucket. Every bucket is sealed bound to its address, slot
+// and version (tree.Codec), so storage that flips bits, moves, deletes or
+// replays an older copy of a bucket yields kv.ErrTampered, never wrong or
+// stale data. It must never make an access whose backend calls depend on
+// the operation, the key or whether the key exists, and never treat a
+// missing bucket as empty.
+//
+// # Restart and crashes
+//
+// The trusted state lives in the proxy's memory. Close writes any pending
+// write-back, then saves the state sealed (AES-GCM bound to each chunk's
+// address, with a header that authenticates the whole) under "po-state/"
+// and closes the backend. Opening an existing store loads that state and
+// then deletes it from storage before serving anything: a store that is
+// not closed cleanly afterwards (a crash, kill -9) has lost its position
+// map, and the next open fails with ErrUnclean rather than serving stale
+// data. Its data cannot be recovered; create the store again and reload
+// it. A storage operator who deletes the saved state causes the same
+// error; one who restores the whole storage (tree and state) to an
+// earlier clean shutdown is not detected, since the proxy keeps nothing
+// outside storage across restarts.
+//
+// A failed write-back (storage unreachable) is retried before the next
+// access, so storage never falls behind the proxy; the failed operation
+// reports the error, and its effect, if any, is kept.
+package pathoram
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+
+	"github.com/oblivkv/oblivkv/backend"
+	"github.com/oblivkv/oblivkv/kv"
+	"github.com/oblivkv/oblivkv/protocol/tree"
+	"github.com/oblivkv/oblivkv/seal"
+)
+
+func init() { kv.Register("pathoram", open) }
+
+// Options are pathoram's parameters, passed as kv.Config.Options (an
+// Options or *Options; nil means the defaults).
+type Options struct {
+	// Z is the number of block slots per bucket (default 4, as in the
+	// paper, Sec. IV-A). A store must be reopened with the Z it was
+	// created with.
+	Z int
+	// BatchBytes bounds one backend write when the whole tree is written
+	// (initialisation, bulk load) or the state is saved (default 4 MiB).
+	BatchBytes int
+
+	seed *[32]byte // tests only: makes leaf choices reproducible
+}
+
+// DefaultZ is the default number of slots per bucket.
+const DefaultZ = 4
+
+// maxZ bounds Z: beyond it Path ORAM makes little sense and a bucket's
+// slot count would overflow the state format's checks.
+const maxZ = 255
+
+func optionsOf(v any) (Options, error) {
+	var o Options
+	switch v := v.(type) {
+	case nil:
+	case Options:
+		o = v
+	case *Options:
+		if v != nil {
+			o = *v
+		}
+	default:
+		return o, fmt.Errorf("pathoram: options of type %T, want pathoram.Options", v)
+	}
+	if o.Z == 0 {
+		o.Z = DefaultZ
+	}
+	if o.BatchBytes <= 0 {
+		o.BatchBytes = tree.DefaultBatchBytes
+	}
+	if o.Z < 1 || o.Z > maxZ {
+		return o, fmt.Errorf("pathoram: Z must be between 1 and %d, got %d", maxZ, o.Z)
+	}
+	return o, nil
+}
+
+// ErrUnclean reports a store whose saved state is missing: it was not
+// closed after it was last opened (or the state was deleted from storage).
+var ErrUnclean = errors.New("pathoram: not shut down cleanly: position map lost (the store was not closed after its last open; its data cannot be recovered)")
+
+// Addresses: buckets are treePrefix + 8 bytes; the saved state lives under
+// statePrefix.
+const (
+	treePrefix  = "po/"
+	statePrefix = "po-state/"
+)
+
+type store struct {
+	keys  *seal.Keys
+	b     backend.Backend
+	opts  Options
+	codec *tree.Codec
+
+	mu     sync.Mutex // one access at a time
+	o      *oram
+	remote *remote
+
+	// Copies of the counters for Stats, which never waits for an access.
+	keyCount, stashSize, stashMax atomic.Int64
+}
+
+// open is pathoram's kv.Factory.
+func open(ctx context.Context, env kv.Env) (kv.Store, error) {
+	opts, err := optionsOf(env.Options)
+	if err != nil {
+		return nil, err
+	}
+	g := tree.NewGeometry(env.Capacity)
+	codec := tree.NewCodec(env.Keys, opts.Z, env.ValueSize)
+	r := &remote{b: env.Backend, layout: tree.Layout{Prefix: treePrefix}, codec: codec,
+		batchBytes: opts.BatchBytes, versions: make([]uint64, g.Buckets())}
+	seed := opts.seed
+	if seed == nil {
+		seed = new([32]byte)
+		if _, err := rand.Read(seed[:]); err != nil {
+			return nil, fmt.Errorf("pathoram: seeding leaf choices: %w", err)
+		}
+	}
+	s := &store{keys: env.Keys, b: env.Backend, opts: opts, codec: codec, remote: r,
+		o: newORAM(g, opts.Z, env.Capacity, r, *seed)}
+	if env.Fresh {
+		// A fresh tree of dummy buckets, written in large batches.
+		err = r.writeTree(ctx, func(uint64) []tree.Block { return nil })
+	} else {
+		err = s.loadState(ctx)
+	}
+	if err != nil {
+		return nil, err
+	}
+	s.publish()
+	return s, nil
+}
+
+// publish copies the counters Stats reports; s.mu is held or s is not
+// shared yet.
+func (s *store) publish() {
+	s.keyCount.Store(int64(len(s.o.pos)))
+	s.stashSize.Store(int64(len(s.o.stash)))
+	s.stashMax.Store(int64(s.o.stashMax))
+}
+
+func (s *store) do(ctx context.Context, key string, op opKind, val []byte) (result, error) {
+	id := tree.IDOf(s.keys, key)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	res, err := s.o.access(ctx, id, op, val)
+	s.publish()
+	if err != nil {
+		return result{}, fmt.Errorf("pathoram: %w", err)
+	}
+	if res.full {
+		return res, fmt.Errorf("%w: %d keys", kv.ErrFull, s.o.capacity)
+	}
+	return res, nil
+}
+
+// Get implements kv.Store.
+func (s *store) Get(ctx context.Context, key string) ([]byte, bool, error) {
+	res, err := s.do(ctx, key, opGet, nil)
+	return res.val, res.found, err
+}
+
+// Put implements kv.Store. A new key in a full store still costs a full
+// access, then fails with kv.ErrFull.
+func (s *store) Put(ctx context.Context, key string, val []byte) error {
+	_, err := s.do(ctx, key, opPut, val)
+	return err
+}
+
+// Delete implements kv.Store.
+func (s *store) Delete(ctx context.Context, key string) error {
+	_, err := s.do(ctx, key, opDelete, nil)
+	return err
+}
+
+// Stats implements kv.Store. Extra holds, in this order: stash_size (blocks
+// in the stash now), stash_max (its high-water mark since the store was
+// created, both counted after each write-back), tree_levels (L+1) and
+// bucket_bytes (one sealed bucket).
+func (s *store) Stats() kv.Stats {
+	return kv.Stats{Keys: s.keyCount.Load(), Extra: []kv.Stat{
+		{Name: "stash_size", Value: float64(s.stashSize.Load())},
+		{Name: "stash_max", Value: float64(s.stashMax.Load())},
+		{Name: "tree_levels", Value: float64(s.o.g.L + 1)},
+		{Name: "bucket_bytes", Value: float64(s.codec.BucketSize())},
+	}}
+}
+
+// Close implements kv.Store: it writes any pending write-back, saves the
+// trusted state to storage and closes the backend.
+func (s *store) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ctx := context.Background()
+	err := s.remote.settle(ctx)
+	if err == nil {
+		err = s.saveState(ctx)
+	}
+	if err != nil {
+		err = fmt.Errorf("pathoram: state not saved, the store cannot be reopened: %w", err)
+	}
+	return errors.Join(err, s.b.Close())
+}

@@ -1,0 +1,361 @@
+package pathoram
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+
+	"github.com/oblivkv/oblivkv/backend"
+	"github.com/oblivkv/oblivkv/backend/mem"
+	"github.com/oblivkv/oblivkv/kv"
+	"github.com/oblivkv/oblivkv/kvtest"
+	"github.com/oblivkv/oblivkv/observe"
+	"github.com/oblivkv/oblivkv/protocol/tree"
+	"github.com/oblivkv/oblivkv/seal"
+)
+
+var contract = kvtest.Config{Protocol: "pathoram", Integrity: true}
+
+func TestMain(m *testing.M) { kvtest.Main(m) }
+
+func TestContract(t *testing.T) {
+	for _, st := range kvtest.Storages(t) {
+		t.Run(st.Name, func(t *testing.T) { kvtest.RunContract(t, contract, st) })
+	}
+}
+
+func TestLinearizable(t *testing.T) {
+	for _, st := range []kvtest.Storage{kvtest.Mem(), kvtest.Redis()} {
+		t.Run(st.Name, func(t *testing.T) {
+			kvtest.CheckLinearizable(t, kvtest.OpenStore(t, contract, st), kvtest.LinOptions{Clients: 16})
+		})
+	}
+}
+
+// fixture is a store on an in-memory backend with the adversary's view
+// logged, for tests that look at the calls.
+type fixture struct {
+	t    *testing.T
+	mem  *mem.Backend
+	keys *seal.Keys
+	log  *observe.MemoryLog
+	cfg  kv.Config
+	s    kv.Store
+}
+
+func seeded(seed byte) Options {
+	var s [32]byte
+	s[0] = seed
+	return Options{seed: &s}
+}
+
+func newFixture(t *testing.T, capacity, valueSize int, opts Options) *fixture {
+	t.Helper()
+	f := &fixture{t: t, mem: mem.New(), keys: kvtest.NewKeys(t), log: &observe.MemoryLog{}}
+	f.cfg = kv.Config{Protocol: "pathoram", Capacity: capacity, ValueSize: valueSize, Options: opts}
+	f.s = f.open(nil)
+	return f
+}
+
+// open opens a store on the fixture's storage; mod may change its config.
+func (f *fixture) open(mod func(*kv.Config)) kv.Store {
+	f.t.Helper()
+	s, err := f.tryOpen(mod)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	return s
+}
+
+func (f *fixture) tryOpen(mod func(*kv.Config)) (kv.Store, error) {
+	f.mem.Reopen()
+	cfg := f.cfg
+	cfg.Backend, cfg.Keys, cfg.TapLog = f.mem, f.keys, f.log
+	if mod != nil {
+		mod(&cfg)
+	}
+	s, err := kv.Open(context.Background(), cfg)
+	if err == nil {
+		f.t.Cleanup(func() { s.Close() })
+	}
+	return s, err
+}
+
+func (f *fixture) geometry() tree.Geometry { return tree.NewGeometry(f.cfg.Capacity) }
+
+func (f *fixture) bucketSize() int {
+	return tree.NewCodec(f.keys, DefaultZ, f.cfg.ValueSize).BucketSize()
+}
+
+func (f *fixture) put(key, val string) {
+	f.t.Helper()
+	if err := f.s.Put(f.t.Context(), key, []byte(val)); err != nil {
+		f.t.Fatalf("Put(%q): %v", key, err)
+	}
+}
+
+func (f *fixture) want(key, val string) {
+	f.t.Helper()
+	got, ok, err := f.s.Get(f.t.Context(), key)
+	if err != nil || !ok || string(got) != val {
+		f.t.Fatalf("Get(%q) = %q, %v, %v; want %q", key, got, ok, err, val)
+	}
+}
+
+func extra(s kv.Store, name string) float64 {
+	for _, st := range s.Stats().Extra {
+		if st.Name == name {
+			return st.Value
+		}
+	}
+	panic("no stat " + name)
+}
+
+// Cost per access, of every kind: one read and one write of the L+1
+// buckets of a path, 2*(L+1)*BucketSize bytes (2*Z*(L+1) slots moved).
+func TestCostPerOp(t *testing.T) {
+	const capacity = 16
+	f := newFixture(t, capacity, 40, Options{})
+	ctx := t.Context()
+	for i := range capacity - 1 {
+		f.put(fmt.Sprint("k", i), "v")
+	}
+	L := f.geometry().L
+	ops := []func() error{
+		func() error { _, _, err := f.s.Get(ctx, "k1"); return err },
+		func() error { _, _, err := f.s.Get(ctx, "missing"); return err },
+		func() error { return f.s.Put(ctx, "k2", []byte("new value")) },
+		func() error { return f.s.Put(ctx, "k-last", []byte("fills the store")) },
+		func() error { return f.s.Delete(ctx, "missing") },
+		func() error { return f.s.Delete(ctx, "k3") },
+		func() error { return f.s.Put(ctx, "k3", []byte("back")) },
+	}
+	for i, op := range ops {
+		before := f.s.Stats().Backend
+		if err := op(); err != nil {
+			t.Fatalf("op %d: %v", i, err)
+		}
+		checkCost(t, fmt.Sprint("op ", i), f.s.Stats().Backend.Sub(before), L, f.bucketSize())
+	}
+	// A new key into the full store: a full access, then ErrFull.
+	before := f.s.Stats().Backend
+	err := f.s.Put(ctx, "one-too-many", []byte("x"))
+	if !errors.Is(err, kv.ErrFull) {
+		t.Fatalf("Put into a full store: %v; want kv.ErrFull", err)
+	}
+	checkCost(t, "Put into a full store", f.s.Stats().Backend.Sub(before), L, f.bucketSize())
+}
+
+func checkCost(t *testing.T, what string, d observe.Counters, L, bucketSize int) {
+	t.Helper()
+	n := uint64(L + 1)
+	if d.Calls != 2 || d.Reads != 1 || d.Writes != 1 || d.AddrsRead != n || d.AddrsWritten != n {
+		t.Errorf("%s: %d calls (%d reads, %d writes), %d addresses read, %d written; want one read and one write of %d buckets",
+			what, d.Calls, d.Reads, d.Writes, d.AddrsRead, d.AddrsWritten, n)
+	}
+	if want := 2 * n * uint64(bucketSize); d.Bytes() != want {
+		t.Errorf("%s: %d bytes moved; want 2*(L+1)*BucketSize = %d", what, d.Bytes(), want)
+	}
+}
+
+// The fresh tree is written in large batches, never bucket by bucket, and
+// holds every bucket once.
+func TestFreshTreeBatched(t *testing.T) {
+	const batch = 64 << 10
+	f := newFixture(t, 1024, 100, Options{BatchBytes: batch})
+	g, size := f.geometry(), f.bucketSize()
+	seen := map[string]bool{}
+	writes := 0
+	for _, r := range f.log.Records() {
+		if r.Op != observe.OpWrite || r.Addrs[0] == kv.MetaAddr {
+			continue
+		}
+		writes++
+		total := 0
+		for i, a := range r.Addrs {
+			if _, ok := (tree.Layout{Prefix: treePrefix}).Bucket(a); !ok || seen[a] || r.Sizes[i] != size {
+				t.Fatalf("write %d: address %q (%d bytes) is not a new bucket of %d bytes", r.Seq, a, r.Sizes[i], size)
+			}
+			seen[a] = true
+			total += len(a) + r.Sizes[i]
+		}
+		if total > batch+size+len(treePrefix)+8 {
+			t.Errorf("write %d carries %d bytes; batches are about %d", r.Seq, total, batch)
+		}
+	}
+	total := int(g.Buckets()) * (size + len(treePrefix) + 8)
+	if uint64(len(seen)) != g.Buckets() || writes > total/batch+1 {
+		t.Fatalf("fresh store wrote %d of %d buckets in %d writes; want all, in about %d", len(seen), g.Buckets(), writes, total/batch+1)
+	}
+}
+
+func TestOptions(t *testing.T) {
+	for _, bad := range []any{Options{Z: -1}, Options{Z: maxZ + 1}, "Z=4", 4} {
+		if _, err := optionsOf(bad); err == nil {
+			t.Errorf("options %#v accepted", bad)
+		}
+	}
+	for _, ok := range []any{nil, Options{}, &Options{}, (*Options)(nil)} {
+		o, err := optionsOf(ok)
+		if err != nil || o.Z != DefaultZ || o.BatchBytes != tree.DefaultBatchBytes {
+			t.Errorf("options %#v: %+v, %v; want the defaults", ok, o, err)
+		}
+	}
+	f := newFixture(t, 16, 16, Options{Z: 2})
+	f.put("a", "b")
+	if got := extra(f.s, "bucket_bytes"); int(got) != tree.NewCodec(f.keys, 2, 16).BucketSize() {
+		t.Errorf("Z=2: bucket of %v bytes; want 2 slots", got)
+	}
+}
+
+// A store reopened with another Z is refused with ErrMismatch, and the
+// refusal keeps its data.
+func TestReopenOtherZ(t *testing.T) {
+	f := newFixture(t, 16, 16, Options{})
+	f.put("a", "b")
+	if err := f.s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	_, err := f.tryOpen(func(c *kv.Config) { c.Options = Options{Z: 5} })
+	if !errors.Is(err, kv.ErrMismatch) {
+		t.Fatalf("reopening a Z=4 store with Z=5: %v; want kv.ErrMismatch", err)
+	}
+	f.s = f.open(nil)
+	f.want("a", "b")
+}
+
+// A store not closed after its last open has lost its position map: the
+// next open says so, whether it crashed fresh or after a clean restart.
+func TestUncleanShutdown(t *testing.T) {
+	f := newFixture(t, 16, 16, Options{})
+	f.put("a", "b")
+	// Crash: the store is abandoned without Close.
+	if _, err := f.tryOpen(nil); !errors.Is(err, ErrUnclean) {
+		t.Fatalf("open after a crash of a fresh store: %v; want ErrUnclean", err)
+	}
+
+	f = newFixture(t, 16, 16, Options{})
+	f.put("a", "b")
+	if err := f.s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	f.s = f.open(nil) // clean: loads and deletes the state
+	f.want("a", "b")
+	if _, err := f.tryOpen(nil); !errors.Is(err, ErrUnclean) {
+		t.Fatalf("open while the previous open was never closed: %v; want ErrUnclean", err)
+	}
+}
+
+// The state is deleted from storage once loaded, and a state assembled
+// from chunks of two saves is refused.
+func TestStateChunks(t *testing.T) {
+	f := newFixture(t, 1024, 64, Options{BatchBytes: 4 << 10})
+	for i := range 500 {
+		f.put(fmt.Sprint("k", i), fmt.Sprint("v", i))
+	}
+	if err := f.s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	first := readAll(t, f.mem, statePrefix)
+	if len(first) < 3 {
+		t.Fatalf("state saved in %d addresses; want a header and several chunks at 4 KiB", len(first))
+	}
+	f.s = f.open(nil)
+	if left := readAll(t, f.mem, statePrefix); len(left) != 0 {
+		t.Fatalf("%d state addresses left on storage after loading", len(left))
+	}
+	f.want("k7", "v7")
+	f.put("k7", "changed")
+	if err := f.s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// Chunk 1 of the first save among the second's.
+	f.mem.Reopen()
+	if err := f.mem.Write(t.Context(), []backend.Item{{Addr: chunkAddr(1), Value: first[chunkAddr(1)]}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.tryOpen(nil); !errors.Is(err, kv.ErrTampered) {
+		t.Fatalf("open with a chunk of an older save: %v; want kv.ErrTampered", err)
+	}
+}
+
+// A bucket replayed from an older write is detected by its version.
+func TestReplayedBucket(t *testing.T) {
+	f := newFixture(t, 16, 16, Options{})
+	f.put("a", "old")
+	root := (tree.Layout{Prefix: treePrefix}).Addr(0)
+	old := readAll(t, f.mem, root)[root]
+	f.put("a", "new") // every access rewrites the root
+	if err := f.mem.Write(t.Context(), []backend.Item{{Addr: root, Value: old}}); err != nil {
+		t.Fatal(err)
+	}
+	for _, key := range []string{"a", "missing"} {
+		if _, _, err := f.s.Get(t.Context(), key); !errors.Is(err, kv.ErrTampered) {
+			t.Fatalf("Get(%q) with the root replayed from an older write: %v; want kv.ErrTampered", key, err)
+		}
+	}
+}
+
+// readAll returns what storage holds under prefix (reopening the backend
+// if a closed store closed it).
+func readAll(t *testing.T, b *mem.Backend, prefix string) map[string][]byte {
+	t.Helper()
+	b.Reopen()
+	var addrs []string
+	if err := b.Scan(t.Context(), prefix, func(a string) error { addrs = append(addrs, a); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	vals, err := b.Read(t.Context(), addrs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string][]byte{}
+	for i, a := range addrs {
+		out[a] = vals[i]
+	}
+	return out
+}
+
+// flaky fails the next write it is told to.
+type flaky struct {
+	backend.Backend
+	failNext bool
+}
+
+func (b *flaky) Write(ctx context.Context, items []backend.Item) error {
+	if b.failNext {
+		b.failNext = false
+		return errors.New("injected write failure")
+	}
+	return b.Backend.Write(ctx, items)
+}
+
+// A failed write-back is retried before the next access reads anything,
+// and the failed Put's effect is kept.
+func TestWriteBackRetried(t *testing.T) {
+	fb := &flaky{Backend: mem.New()}
+	log := &observe.MemoryLog{}
+	s, err := kv.Open(t.Context(), kv.Config{Protocol: "pathoram", Backend: fb, Keys: kvtest.NewKeys(t),
+		Capacity: 16, ValueSize: 16, TapLog: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if err := s.Put(t.Context(), "a", []byte("1")); err != nil {
+		t.Fatal(err)
+	}
+	fb.failNext = true
+	if err := s.Put(t.Context(), "a", []byte("2")); err == nil {
+		t.Fatal("Put whose write-back failed reported success")
+	}
+	log.Reset()
+	got, ok, err := s.Get(t.Context(), "a")
+	if err != nil || !ok || string(got) != "2" {
+		t.Fatalf("Get after a failed write-back = %q, %v, %v; want \"2\"", got, ok, err)
+	}
+	recs := log.Records()
+	if len(recs) != 3 || recs[0].Op != observe.OpWrite || recs[1].Op != observe.OpRead || recs[2].Op != observe.OpWrite {
+		t.Fatalf("calls after a failed write-back: %d; want the retried write, then a read and a write", len(recs))
+	}
+}

@@ -1,0 +1,95 @@
+package pathoram
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/oblivkv/oblivkv/backend"
+	"github.com/oblivkv/oblivkv/protocol/tree"
+)
+
+// remote is the paths of a real store: buckets sealed by a tree.Codec on a
+// backend, each bound to a version the proxy keeps (so a bucket replayed
+// from an older write fails to authenticate).
+type remote struct {
+	b          backend.Backend
+	layout     tree.Layout
+	codec      *tree.Codec
+	batchBytes int
+
+	// versions[i] is the version bucket i was last written with. It is
+	// trusted state, saved with the position map.
+	versions []uint64
+	// pending is a write-back that failed: it is retried before anything
+	// else touches storage, so storage never falls behind the proxy.
+	pending []backend.Item
+	// broken, once set, fails every later access (the store's state is no
+	// longer consistent with storage, e.g. after a failed bulk load).
+	broken error
+
+	vers []uint64 // scratch: the versions of one path
+}
+
+// settle retries a pending write-back.
+func (r *remote) settle(ctx context.Context) error {
+	if r.broken != nil {
+		return r.broken
+	}
+	if r.pending == nil {
+		return nil
+	}
+	if err := r.b.Write(ctx, r.pending); err != nil {
+		return fmt.Errorf("pathoram: writing back the previous access (retried before every access): %w", err)
+	}
+	r.pending = nil
+	return nil
+}
+
+func (r *remote) readPath(ctx context.Context, path []uint64) ([][]tree.Block, error) {
+	if err := r.settle(ctx); err != nil {
+		return nil, err
+	}
+	r.vers = r.vers[:0]
+	for _, b := range path {
+		r.vers = append(r.vers, r.versions[b])
+	}
+	return tree.ReadBuckets(ctx, r.b, r.layout, r.codec, path, r.vers)
+}
+
+// writePath seals every bucket of the path afresh under its next version
+// and writes them in one atomic call (Sec. IV-A step 3 "Writing-back").
+func (r *remote) writePath(ctx context.Context, path []uint64, contents [][]tree.Block) error {
+	r.vers = r.vers[:0]
+	for _, b := range path {
+		r.vers = append(r.vers, r.versions[b]+1)
+	}
+	items, err := tree.EncodeBuckets(r.layout, r.codec, path, r.vers, contents)
+	if err != nil {
+		r.broken = fmt.Errorf("pathoram: store stopped after an internal error: %w", err)
+		return r.broken
+	}
+	for i, b := range path {
+		r.versions[b] = r.vers[i]
+	}
+	r.pending = items
+	return r.settle(ctx)
+}
+
+// writeTree writes every bucket, contents(i) the blocks of bucket i, each
+// under its next version, in backend writes of about batchBytes (never one
+// per bucket). It is used to initialise the tree and by the bulk load.
+func (r *remote) writeTree(ctx context.Context, contents func(bucket uint64) []tree.Block) error {
+	w := tree.BatchWriter{B: r.b, MaxBytes: r.batchBytes}
+	for i := range uint64(len(r.versions)) {
+		addr := r.layout.Addr(i)
+		r.versions[i]++
+		data, err := r.codec.EncodeBucket(addr, r.versions[i], contents(i))
+		if err != nil {
+			return fmt.Errorf("bucket %d: %w", i, err)
+		}
+		if err := w.Add(ctx, backend.Item{Addr: addr, Value: data}); err != nil {
+			return err
+		}
+	}
+	return w.Flush(ctx)
+}

@@ -1,0 +1,25 @@
+// Package tree holds the code every tree-based ORAM protocol shares: the
+// geometry of a complete binary tree of buckets (paths, levels, common
+// ancestors, reverse-lexicographic eviction order), block identifiers, the
+// sealed bucket format (Codec), bucket addresses on storage (Layout), the
+// batched reads and writes of sets of buckets, and the greedy flush that
+// places blocks as deep as possible on a path (Flusher).
+//
+// Path ORAM (protocol/pathoram) and TaORAM (protocol/taostore) use buckets
+// of Z=4 slots on one tree; Ring ORAM and Treebeard will use Z+S slots and
+// several trees (one Layout per tree), reading single slots with
+// Codec.EncodeSlot and Codec.DecodeSlot.
+//
+// The package owns how a bucket looks on storage: a bucket is a fixed
+// number of fixed-size slots, each sealed separately with AES-GCM bound to
+// the bucket's address, the slot's index and the bucket's version, so real
+// blocks and dummy slots are indistinguishable and a storage operator that
+// flips, moves, truncates, replays or deletes a bucket produces
+// seal.ErrTampered (which is kv.ErrTampered), never wrong data.
+//
+// It must never hold protocol state (position maps, stashes, versions are
+// the caller's), never store a logical key (a block carries only BlockID,
+// a PRF of the key), never treat a missing bucket as empty, and never split
+// a set of buckets a caller reads or writes together into several backend
+// calls.
+package tree
