@@ -9,35 +9,33 @@ import (
 
 // flush moves blocks of leaf's path and of the stash as deep along the
 // path as their own paths allow, at most Z per bucket, and stamps the
-// path's nodes (FLUSH; Path ORAM's greedy flush, Sec. IV-A step 2).
+// path's nodes (FLUSH; Path ORAM's greedy flush, Sec. IV-A step 2, decided
+// by tree.Flusher).
 func (s *store) flush(leaf uint64) {
 	s.nodeBuf = s.sub.pathNodes(leaf, s.nodeBuf)
 	nodes := s.nodeBuf
-	byLevel := make([][]tree.Block, len(nodes))
-	add := func(b tree.Block) {
-		d := s.geo.DeepestCommonLevel(leaf, s.pos[b.ID])
-		byLevel[d] = append(byLevel[d], b)
-	}
+	blocks := s.flushBlocks[:0]
 	for _, n := range nodes {
-		for _, b := range n.blocks {
-			add(b)
-		}
+		blocks = append(blocks, n.blocks...)
 		n.blocks = n.blocks[:0]
 	}
 	for id, v := range s.stash {
-		add(tree.Block{ID: id, Value: v})
+		blocks = append(blocks, tree.Block{ID: id, Value: v})
 	}
 	clear(s.stash)
-	var carry []tree.Block
-	for l := len(nodes) - 1; l >= 0; l-- {
-		carry = append(carry, byLevel[l]...)
-		k := min(s.opts.Z, len(carry))
-		nodes[l].blocks = append(nodes[l].blocks, carry[len(carry)-k:]...)
-		carry = carry[:len(carry)-k]
+	leaves, levels := s.flushLeaves[:0], s.flushLevels[:0]
+	for _, b := range blocks {
+		leaves, levels = append(leaves, s.pos[b.ID]), append(levels, 0)
 	}
-	for _, b := range carry {
-		s.stash[b.ID] = b.Value
+	s.flusher.Flush(leaf, leaves, levels)
+	for i, b := range blocks {
+		if levels[i] < 0 {
+			s.stash[b.ID] = b.Value
+		} else {
+			nodes[levels[i]].blocks = append(nodes[levels[i]].blocks, b)
+		}
 	}
+	s.flushBlocks, s.flushLeaves, s.flushLevels = blocks, leaves, levels
 	s.counters.stashMax = max(s.counters.stashMax, len(s.stash))
 	s.sub.touch(nodes)
 }
@@ -63,6 +61,7 @@ func (s *store) startWriteBack(leaves []uint64) {
 			s.counters.writeBackErrors++ // the nodes stay in the subtree, still authoritative
 			return
 		}
+		s.acknowledge(buckets, version)
 		s.sub.release(buckets, start)
 	}()
 }
@@ -98,4 +97,12 @@ func (s *store) writeBuckets(ctx context.Context, buckets []uint64, contents [][
 		items[i] = backend.VersionedItem{Addr: addr, Version: version, Value: sealed}
 	}
 	return s.b.WriteVersioned(ctx, items)
+}
+
+// acknowledge records that storage holds buckets at version or newer: a
+// later read that returns an older version is a replay.
+func (s *store) acknowledge(buckets []uint64, version uint64) {
+	for _, b := range buckets {
+		s.acked[b] = max(s.acked[b], version)
+	}
 }

@@ -26,6 +26,7 @@ type state struct {
 	Stash   map[tree.BlockID][]byte
 	Cached  map[uint64][]tree.Block
 	Version uint64
+	Acked   []uint64
 }
 
 // writeInitial writes every stored bucket of the tree, holding blocks[b]
@@ -43,6 +44,7 @@ func (s *store) writeInitial(ctx context.Context, blocks map[uint64][]tree.Block
 			if _, err := s.writeBuckets(ctx, buckets, contents, s.version); err != nil {
 				return fmt.Errorf("writing the initial tree: %w", err)
 			}
+			s.acknowledge(buckets, s.version)
 			buckets, contents = buckets[:0], contents[:0]
 		}
 	}
@@ -107,6 +109,9 @@ func (s *store) Close() error {
 	s.mu.Unlock()
 	_, err := s.writeBuckets(ctx, buckets, contents, version)
 	if err == nil {
+		s.mu.Lock()
+		s.acknowledge(buckets, version)
+		s.mu.Unlock()
 		err = s.saveState(ctx)
 	}
 	return errors.Join(err, s.b.Close())
@@ -114,7 +119,7 @@ func (s *store) Close() error {
 
 func (s *store) saveState(ctx context.Context) error {
 	s.mu.Lock()
-	st := state{Pos: s.pos, Stash: s.stash, Cached: map[uint64][]tree.Block{}, Version: s.version}
+	st := state{Pos: s.pos, Stash: s.stash, Cached: map[uint64][]tree.Block{}, Version: s.version, Acked: s.acked}
 	for b, n := range s.sub.nodes {
 		if n.cached {
 			st.Cached[b] = n.blocks
@@ -160,6 +165,9 @@ func (s *store) loadState(ctx context.Context) error {
 		}
 	}
 	s.version = st.Version
+	if len(st.Acked) == len(s.acked) {
+		s.acked = st.Acked
+	}
 	return s.b.Delete(ctx, []string{stateAddr})
 }
 

@@ -44,8 +44,15 @@ type store struct {
 	seq      sequencer
 	flushed  []uint64 // leaves flushed since the last write-back
 	version  uint64   // version of the last write-back
+	acked    []uint64 // per bucket: newest version storage acknowledged
 	counters counters
-	nodeBuf  []*node
+
+	// Scratch space of flush, reused under mu.
+	flusher     *tree.Flusher
+	nodeBuf     []*node
+	flushBlocks []tree.Block
+	flushLeaves []uint64
+	flushLevels []int
 }
 
 // counters are the protocol's statistics.
@@ -70,7 +77,8 @@ func open(ctx context.Context, env kv.Env) (*store, error) {
 		codec: tree.NewCodec(env.Keys, opts.Z, env.ValueSize), layout: tree.Layout{Prefix: BucketPrefix},
 		rng: rand.New(rand.NewChaCha8(seed)), pos: map[tree.BlockID]uint64{},
 		stash: map[tree.BlockID][]byte{}, sub: newSubtree(geo, opts.CachedLevels),
-		reqs: map[tree.BlockID][]*request{}}
+		reqs: map[tree.BlockID][]*request{}, acked: make([]uint64, geo.Buckets()),
+		flusher: tree.NewFlusher(geo, opts.Z)}
 	if env.Fresh {
 		return s, s.writeInitial(ctx, nil)
 	}
@@ -110,8 +118,8 @@ func (s *store) access(ctx context.Context, op opKind, key string, val []byte) (
 	s.arrive(r)
 	// The path read and everything after it complete even if the caller
 	// gives up: what storage sees must not depend on the caller.
-	fetched, err := s.readPath(context.WithoutCancel(ctx), r.leaf)
-	s.pathReturned(r, fetched, err)
+	fetched, versions, err := s.readPath(context.WithoutCancel(ctx), r.leaf)
+	s.pathReturned(r, fetched, versions, err)
 	select {
 	case <-r.done:
 		return r, nil
@@ -143,8 +151,8 @@ func (s *store) arrive(r *request) {
 }
 
 // readPath reads the stored levels of leaf's path in one backend call and
-// opens every bucket.
-func (s *store) readPath(ctx context.Context, leaf uint64) ([][]tree.Block, error) {
+// opens every bucket; it returns their contents and versions.
+func (s *store) readPath(ctx context.Context, leaf uint64) ([][]tree.Block, []uint64, error) {
 	var buckets []uint64
 	for l := s.opts.CachedLevels; l <= s.geo.L; l++ {
 		buckets = append(buckets, s.geo.BucketAt(leaf, l))
@@ -152,33 +160,51 @@ func (s *store) readPath(ctx context.Context, leaf uint64) ([][]tree.Block, erro
 	return s.readBuckets(ctx, buckets)
 }
 
-func (s *store) readBuckets(ctx context.Context, buckets []uint64) ([][]tree.Block, error) {
+func (s *store) readBuckets(ctx context.Context, buckets []uint64) ([][]tree.Block, []uint64, error) {
 	addrs := s.layout.Addrs(buckets, nil)
 	vals, err := s.b.Read(ctx, addrs)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	out := make([][]tree.Block, len(vals))
+	out, versions := make([][]tree.Block, len(vals)), make([]uint64, len(vals))
 	for i, v := range vals {
 		if v == nil {
-			return nil, fmt.Errorf("%w: bucket %s is missing", kv.ErrTampered, addrs[i])
+			return nil, nil, fmt.Errorf("%w: a bucket is missing", kv.ErrTampered)
 		}
-		version, data, err := backend.SplitVersioned(v)
-		if err != nil {
-			return nil, fmt.Errorf("%w: %v", kv.ErrTampered, err)
+		var data []byte
+		if versions[i], data, err = backend.SplitVersioned(v); err != nil {
+			return nil, nil, fmt.Errorf("%w: %v", kv.ErrTampered, err)
 		}
-		if out[i], err = s.codec.DecodeBucket(addrs[i], version, data); err != nil {
-			return nil, err
+		if out[i], err = s.codec.DecodeBucket(addrs[i], versions[i], data); err != nil {
+			return nil, nil, err
 		}
 	}
-	return out, nil
+	return out, versions, nil
+}
+
+// checkFresh rejects a path whose buckets, where the subtree does not
+// hold them (so the stored copy will be used), are older than storage
+// acknowledged: an authentic but replayed bucket. A bucket the subtree
+// holds may legitimately come back older, when a write-back landed while
+// the read was in flight; its stored copy is ignored.
+func (s *store) checkFresh(leaf uint64, versions []uint64) error {
+	for i, v := range versions {
+		b := s.geo.BucketAt(leaf, s.opts.CachedLevels+i)
+		if _, held := s.sub.nodes[b]; !held && v < s.acked[b] {
+			return fmt.Errorf("%w: storage served an old version of a bucket (replay)", kv.ErrTampered)
+		}
+	}
+	return nil
 }
 
 // pathReturned handles the return of r's path: sync, answer, flush,
 // maybe write back, and release replies in order (ANSWER-REQUEST, FLUSH).
-func (s *store) pathReturned(r *request, fetched [][]tree.Block, err error) {
+func (s *store) pathReturned(r *request, fetched [][]tree.Block, versions []uint64, err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if err == nil {
+		err = s.checkFresh(r.leaf, versions)
+	}
 	s.sub.returned(r.leaf)
 	r.pathDone = true
 	if err != nil {
