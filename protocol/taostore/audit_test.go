@@ -32,7 +32,8 @@ const (
 func openLogged(t *testing.T, b backend.Backend, log observe.Sink) kv.Store {
 	t.Helper()
 	s, err := kv.Open(context.Background(), kv.Config{Protocol: "taostore", Backend: b,
-		Keys: kvtest.NewKeys(t), Capacity: auditCapacity, ValueSize: 64, TapLog: log})
+		Keys: kvtest.NewKeys(t), Capacity: auditCapacity, ValueSize: 64, TapLog: log,
+		Options: taostore.Seeded(taostore.Options{}, 42)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -120,6 +121,10 @@ func TestObliviousHotKeyVsUniform(t *testing.T) {
 			t.Logf("%s: %d path reads, chi-square %.1f (critical %.1f), fake reads %v", name, len(leaves), stat, crit, extra(s.Stats(), "fake_reads"))
 			if stat > crit {
 				t.Fatalf("leaves read are not uniform: chi-square %.1f > %.1f", stat, crit)
+			}
+			// The paper sees the stash stay within 2k blocks (Sec. V-C d).
+			if st := extra(s.Stats(), "stash_max"); st > 2*taostore.DefaultK {
+				t.Fatalf("stash reached %v blocks; bound %d", st, 2*taostore.DefaultK)
 			}
 		})
 	}

@@ -12,6 +12,8 @@ type Options struct {
 	// CachedLevels is the number of top tree levels kept in proxy memory
 	// and never sent to storage (Sec. IV-D; default 0: none).
 	CachedLevels int
+
+	seed *[32]byte // tests only: makes leaf choices reproducible
 }
 
 // Defaults from the paper's evaluation (Sec. V-B).

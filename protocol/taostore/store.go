@@ -71,11 +71,16 @@ func open(ctx context.Context, env kv.Env) (*store, error) {
 	if err := opts.validate(geo.L + 1); err != nil {
 		return nil, err
 	}
-	var seed [32]byte
-	crand.Read(seed[:])
+	seed := opts.seed
+	if seed == nil {
+		seed = new([32]byte)
+		if _, err := crand.Read(seed[:]); err != nil {
+			return nil, fmt.Errorf("taostore: seeding leaf choices: %w", err)
+		}
+	}
 	s := &store{b: env.Backend, keys: env.Keys, geo: geo, opts: opts, capacity: env.Capacity,
 		codec: tree.NewCodec(env.Keys, opts.Z, env.ValueSize), layout: tree.Layout{Prefix: BucketPrefix},
-		rng: rand.New(rand.NewChaCha8(seed)), pos: map[tree.BlockID]uint64{},
+		rng: rand.New(rand.NewChaCha8(*seed)), pos: map[tree.BlockID]uint64{},
 		stash: map[tree.BlockID][]byte{}, sub: newSubtree(geo, opts.CachedLevels),
 		reqs: map[tree.BlockID][]*request{}, acked: make([]uint64, geo.Buckets()),
 		flusher: tree.NewFlusher(geo, opts.Z)}
