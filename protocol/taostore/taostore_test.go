@@ -129,12 +129,12 @@ func extra(st kv.Stats, name string) float64 {
 // latest value or kv.ErrTampered, never an old value.
 func TestReplayedBucketsDetected(t *testing.T) {
 	raw := mem.New()
-	s, err := kv.Open(context.Background(), kv.Config{Protocol: "taostore", Backend: raw, Keys: kvtest.NewKeys(t),
-		Capacity: 64, ValueSize: 16, Options: taostore.Options{K: 1}})
+	cfg := kv.Config{Protocol: "taostore", Backend: raw, Keys: kvtest.NewKeys(t),
+		Capacity: 64, ValueSize: 16, Options: taostore.Options{K: 1}}
+	s, err := kv.Open(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer s.Close()
 	ctx := context.Background()
 	keys := []string{"a", "b", "c", "d", "e", "f", "g", "h"}
 	for _, k := range keys {
@@ -150,7 +150,16 @@ func TestReplayedBucketsDetected(t *testing.T) {
 			}
 		}
 	}
+	// A clean restart empties the subtree, so every read uses storage.
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	raw.Reopen()
 	restore(t, raw, snapshot)
+	if s, err = kv.Open(context.Background(), cfg); err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
 	tampered := 0
 	for _, k := range keys {
 		got, _, err := s.Get(ctx, k)
