@@ -14,9 +14,9 @@ import (
 	"github.com/oblivkv/oblivkv/backend/mem"
 	"github.com/oblivkv/oblivkv/bench/workload"
 	"github.com/oblivkv/oblivkv/kv"
+	"github.com/oblivkv/oblivkv/kvtest"
 	"github.com/oblivkv/oblivkv/observe"
 	_ "github.com/oblivkv/oblivkv/protocol/baseline"
-	"github.com/oblivkv/oblivkv/seal"
 )
 
 const (
@@ -36,19 +36,13 @@ type strawman struct {
 
 func newStrawman(t *testing.T, sink observe.Sink) *strawman {
 	t.Helper()
-	master, err := seal.GenerateMaster()
-	if err != nil {
-		t.Fatal(err)
-	}
-	keys, err := seal.NewKeys(master)
-	if err != nil {
-		t.Fatal(err)
-	}
+	keys := kvtest.NewKeys(t)
 	s := &strawman{log: &observe.MemoryLog{}, mem: mem.New()}
 	var tapSink observe.Sink = s.log
 	if sink != nil {
 		tapSink = teeSink{s.log, sink}
 	}
+	var err error
 	s.store, err = kv.Open(context.Background(), kv.Config{Protocol: "encrypted", Backend: s.mem,
 		Keys: keys, Capacity: strawmanKeys, TapLog: tapSink})
 	if err != nil {

@@ -70,8 +70,10 @@ func (c encryptedCodec) decode(addr string, b []byte) ([]byte, error) {
 	return c.keys.Open(nil, []byte(addr), b)
 }
 
-// stripes is the number of locks that serialise Puts and Deletes of keys
-// hashing to the same stripe, so the index always agrees with storage.
+// stripes is the number of locks that keep the index in agreement with
+// storage: a Put of a stored key holds its stripe shared (overwrites of a
+// hot key run in parallel, ordered by the backend), while a Put of a new
+// key and a Delete, which change membership, hold it exclusively.
 const stripes = 1024
 
 // loadBatchBytes bounds one backend write of a bulk load.
@@ -83,7 +85,7 @@ type store struct {
 	capacity int
 
 	seed  maphash.Seed
-	locks [stripes]sync.Mutex
+	locks [stripes]sync.RWMutex
 
 	mu    sync.RWMutex
 	index map[string]struct{} // stored addresses
@@ -105,7 +107,7 @@ func open(ctx context.Context, env kv.Env, c codec) (*store, error) {
 	return s, nil
 }
 
-func (s *store) lock(addr string) *sync.Mutex {
+func (s *store) lock(addr string) *sync.RWMutex {
 	return &s.locks[maphash.String(s.seed, addr)%stripes]
 }
 
@@ -127,14 +129,21 @@ func (s *store) Get(ctx context.Context, key string) ([]byte, bool, error) {
 
 func (s *store) Put(ctx context.Context, key string, val []byte) error {
 	addr := s.codec.addr(key)
+	stored := s.codec.encode(addr, val)
 	l := s.lock(addr)
+	l.RLock()
+	if s.indexed(addr) {
+		defer l.RUnlock()
+		return s.b.Write(ctx, []backend.Item{{Addr: addr, Value: stored}})
+	}
+	l.RUnlock()
 	l.Lock()
 	defer l.Unlock()
 	added, err := s.reserve(addr)
 	if err != nil {
 		return err
 	}
-	if err := s.b.Write(ctx, []backend.Item{{Addr: addr, Value: s.codec.encode(addr, val)}}); err != nil {
+	if err := s.b.Write(ctx, []backend.Item{{Addr: addr, Value: stored}}); err != nil {
 		if added {
 			s.mu.Lock()
 			delete(s.index, addr)
@@ -143,6 +152,13 @@ func (s *store) Put(ctx context.Context, key string, val []byte) error {
 		return err
 	}
 	return nil
+}
+
+func (s *store) indexed(addr string) bool {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	_, ok := s.index[addr]
+	return ok
 }
 
 // reserve adds addr to the index unless it is there already, in the same
