@@ -8,21 +8,11 @@ import (
 	"testing"
 
 	"github.com/oblivkv/oblivkv/kv"
+	"github.com/oblivkv/oblivkv/kvtest"
 	"github.com/oblivkv/oblivkv/seal"
 )
 
-func newKeys(t testing.TB) *seal.Keys {
-	t.Helper()
-	master, err := seal.GenerateMaster()
-	if err != nil {
-		t.Fatal(err)
-	}
-	k, err := seal.NewKeys(master)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return k
-}
+func newKeys(t testing.TB) *seal.Keys { return kvtest.NewKeys(t) }
 
 func randomBlocks(r *rand.Rand, n, valueSize int) []Block {
 	blocks := make([]Block, n)
