@@ -213,7 +213,10 @@ func (f benchFlags) opener() (bench.Opener, func() error, error) {
 			return nil, errors.Join(err, os.RemoveAll(dir))
 		}
 		return bench.StoreTarget(opened.Store, func(ctx context.Context) error {
-			return errors.Join(opened.Discard(ctx), os.RemoveAll(dir))
+			if dir != "" { // the run's own directory: removing it discards the data
+				return errors.Join(opened.Close(), os.RemoveAll(dir))
+			}
+			return opened.Discard(ctx) // shared storage: delete the run's prefix
 		}), nil
 	}
 	return open, cleanup, nil

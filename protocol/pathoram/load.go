@@ -54,14 +54,7 @@ func (o *oram) layout(vals map[tree.BlockID][]byte) ([][]tree.Block, map[tree.Bl
 	for id, v := range vals {
 		leaf := o.randomLeaf()
 		pos[id] = leaf
-		placed := false
-		for lvl := o.g.L; lvl >= 0 && !placed; lvl-- {
-			if b := o.g.BucketAt(leaf, lvl); len(buckets[b]) < o.z {
-				buckets[b] = append(buckets[b], tree.Block{ID: id, Value: v})
-				placed = true
-			}
-		}
-		if !placed {
+		if !o.g.PlaceDeepest(buckets, o.z, leaf, tree.Block{ID: id, Value: v}) {
 			stash = append(stash, entry{id: id, leaf: leaf, val: v})
 		}
 	}

@@ -30,16 +30,21 @@ type state struct {
 }
 
 // writeInitial writes every stored bucket of the tree, holding blocks[b]
-// or nothing, under one new version, in large batches: the initial layout
-// of a fresh or bulk-loaded store, never one access per block.
-func (s *store) writeInitial(ctx context.Context, blocks map[uint64][]tree.Block) error {
+// (blocks may be nil: an empty tree), under one new version, in large
+// batches: the initial layout of a fresh or bulk-loaded store, never one
+// access per block.
+func (s *store) writeInitial(ctx context.Context, blocks [][]tree.Block) error {
 	s.version++
 	first := s.geo.BucketAt(0, s.opts.CachedLevels)
 	per := max(1, initBatchBytes/s.codec.BucketSize())
 	var buckets []uint64
 	var contents [][]tree.Block
 	for b := first; b < s.geo.Buckets(); b++ {
-		buckets, contents = append(buckets, b), append(contents, blocks[b])
+		var content []tree.Block
+		if blocks != nil {
+			content = blocks[b]
+		}
+		buckets, contents = append(buckets, b), append(contents, content)
 		if len(buckets) == per || b == s.geo.Buckets()-1 {
 			if _, err := s.writeBuckets(ctx, buckets, contents, s.version); err != nil {
 				return fmt.Errorf("writing the initial tree: %w", err)
@@ -67,10 +72,10 @@ func (s *store) Load(ctx context.Context, items iter.Seq2[string, []byte]) (int,
 			return 0, errFull(s.capacity)
 		}
 	}
-	placed := map[uint64][]tree.Block{}
+	placed := make([][]tree.Block, s.geo.Buckets())
 	for id, v := range values {
 		s.pos[id] = s.randomLeaf()
-		if !s.placeDeepest(placed, tree.Block{ID: id, Value: v}) {
+		if !s.geo.PlaceDeepest(placed, s.opts.Z, s.pos[id], tree.Block{ID: id, Value: v}) {
 			s.stash[id] = v
 		}
 	}
@@ -81,19 +86,6 @@ func (s *store) Load(ctx context.Context, items iter.Seq2[string, []byte]) (int,
 		return 0, err
 	}
 	return len(s.pos), nil
-}
-
-// placeDeepest puts blk in the deepest bucket of its path with room.
-func (s *store) placeDeepest(placed map[uint64][]tree.Block, blk tree.Block) bool {
-	leaf := s.pos[blk.ID]
-	for l := s.geo.L; l >= 0; l-- {
-		b := s.geo.BucketAt(leaf, l)
-		if len(placed[b]) < s.opts.Z {
-			placed[b] = append(placed[b], blk)
-			return true
-		}
-	}
-	return false
 }
 
 // Close waits for the write-backs in flight, writes the whole subtree
