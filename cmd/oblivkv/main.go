@@ -30,6 +30,6 @@ operator cannot tell which keys are used, how often or in what order.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newServeCmd(), newLoadCmd(), newBenchCmd(), newTapCmd(), newVersionCmd())
+	root.AddCommand(newServeCmd(), newLoadCmd(), newBenchCmd(), newTapCmd(), newSimCmd(), newVersionCmd())
 	return root
 }

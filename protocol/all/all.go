@@ -8,4 +8,5 @@ import (
 	_ "github.com/oblivkv/oblivkv/protocol/baseline" // plain, encrypted
 	_ "github.com/oblivkv/oblivkv/protocol/pathoram"
 	_ "github.com/oblivkv/oblivkv/protocol/taostore"
+	_ "github.com/oblivkv/oblivkv/protocol/treebeard"
 )

@@ -1,14 +1,12 @@
 package taostore
 
 import (
-	"bytes"
 	"context"
-	"encoding/gob"
 	"errors"
 	"fmt"
 	"iter"
 
-	"github.com/oblivkv/oblivkv/backend"
+	"github.com/oblivkv/oblivkv/internal/sealedstate"
 	"github.com/oblivkv/oblivkv/kv"
 	"github.com/oblivkv/oblivkv/protocol/tree"
 )
@@ -111,39 +109,26 @@ func (s *store) Close() error {
 
 func (s *store) saveState(ctx context.Context) error {
 	s.mu.Lock()
+	defer s.mu.Unlock() // the maps are encoded as they are
 	st := state{Pos: s.pos, Stash: s.stash, Cached: map[uint64][]tree.Block{}, Version: s.version, Acked: s.acked}
 	for b, n := range s.sub.nodes {
 		if n.cached {
 			st.Cached[b] = n.blocks
 		}
 	}
-	var buf bytes.Buffer
-	err := gob.NewEncoder(&buf).Encode(st)
-	s.mu.Unlock()
-	if err != nil {
-		return fmt.Errorf("taostore: encoding state: %w", err)
-	}
-	sealed := s.keys.Seal(nil, []byte(stateAddr), buf.Bytes())
-	return s.b.Write(ctx, []backend.Item{{Addr: stateAddr, Value: sealed}})
+	return sealedstate.Save(ctx, s.b, s.keys, stateAddr, st)
 }
 
 // loadState restores the state saved by the last clean Close, then
 // deletes it, so a crash from here on is detected at the next open.
 func (s *store) loadState(ctx context.Context) error {
-	vals, err := s.b.Read(ctx, []string{stateAddr})
-	if err != nil {
-		return err
-	}
-	if vals[0] == nil {
-		return errors.New("taostore: the store was not shut down cleanly: its position map is lost")
-	}
-	plain, err := s.keys.Open(nil, []byte(stateAddr), vals[0])
-	if err != nil {
-		return err
-	}
 	var st state
-	if err := gob.NewDecoder(bytes.NewReader(plain)).Decode(&st); err != nil {
-		return fmt.Errorf("taostore: decoding state: %w", err)
+	found, err := sealedstate.Take(ctx, s.b, s.keys, stateAddr, &st)
+	if err != nil {
+		return err
+	}
+	if !found {
+		return errors.New("taostore: the store was not shut down cleanly: its position map is lost")
 	}
 	if st.Pos != nil {
 		s.pos = st.Pos
@@ -160,7 +145,7 @@ func (s *store) loadState(ctx context.Context) error {
 	if len(st.Acked) == len(s.acked) {
 		s.acked = st.Acked
 	}
-	return s.b.Delete(ctx, []string{stateAddr})
+	return nil
 }
 
 func (s *store) Stats() kv.Stats {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"sync"
 	"testing"
 	"time"
@@ -32,7 +31,7 @@ func TestContract(t *testing.T) {
 // key, with a small write-back threshold so write-backs overlap reads.
 func TestLinearizable(t *testing.T) {
 	lin := kvtest.Config{Protocol: "taostore", Options: taostore.Options{K: 4}}
-	for _, st := range []kvtest.Storage{kvtest.Mem(), kvtest.Redis(), asyncNetwork(kvtest.Mem())} {
+	for _, st := range []kvtest.Storage{kvtest.Mem(), kvtest.Redis(), kvtest.Jittered(kvtest.Mem(), 3*time.Millisecond)} {
 		t.Run(st.Name, func(t *testing.T) {
 			s := kvtest.OpenStore(t, lin, st)
 			kvtest.CheckLinearizable(t, s, kvtest.LinOptions{Clients: 16, OpsPerClient: 150, DeleteFraction: 0.15})
@@ -40,53 +39,11 @@ func TestLinearizable(t *testing.T) {
 	}
 }
 
-// asyncNetwork wraps a storage so every backend call is delayed by a random
-// 0-3 ms: responses come back in a different order than requests went out,
-// and write-backs arrive late, as on an asynchronous network.
-func asyncNetwork(st kvtest.Storage) kvtest.Storage {
-	next := st.New
-	st.Name = "async-" + st.Name
-	st.New = func(t *testing.T) func() (backend.Backend, error) {
-		open := next(t)
-		return func() (backend.Backend, error) {
-			b, err := open()
-			if err != nil {
-				return nil, err
-			}
-			return &jitter{Backend: b, rng: rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 7))}, nil
-		}
-	}
-	return st
-}
-
-type jitter struct {
-	backend.Backend
-	mu  sync.Mutex
-	rng *rand.Rand
-}
-
-func (j *jitter) sleep() {
-	j.mu.Lock()
-	d := time.Duration(j.rng.IntN(3000)) * time.Microsecond
-	j.mu.Unlock()
-	time.Sleep(d)
-}
-
-func (j *jitter) Read(ctx context.Context, addrs []string) ([][]byte, error) {
-	j.sleep()
-	return j.Backend.Read(ctx, addrs)
-}
-
-func (j *jitter) WriteVersioned(ctx context.Context, items []backend.VersionedItem) (int, error) {
-	j.sleep()
-	return j.Backend.WriteVersioned(ctx, items)
-}
-
 // TestStaleWriteBackLoses: with write-backs delayed at random, some arrive
 // after newer ones; the storage refuses them (stale_buckets > 0) and no
 // data is lost across a restart.
 func TestStaleWriteBackLoses(t *testing.T) {
-	st := asyncNetwork(kvtest.Mem())
+	st := kvtest.Jittered(kvtest.Mem(), 3*time.Millisecond)
 	c := kvtest.Config{Protocol: "taostore", Options: taostore.Options{K: 1}, Capacity: 64}
 	s := kvtest.OpenStore(t, c, st)
 	ctx := context.Background()

@@ -1,6 +1,9 @@
 package tree
 
-import "math/bits"
+import (
+	"math/bits"
+	"slices"
+)
 
 // Geometry is a complete binary tree of buckets with levels 0..L: the root
 // at level 0, 2^L leaves at level L. Buckets are numbered in heap order
@@ -78,4 +81,26 @@ func (g Geometry) LeafOf(bucket uint64) (uint64, bool) {
 // consecutive i (Ring ORAM's eviction order).
 func (g Geometry) ReverseLexLeaf(i uint64) uint64 {
 	return bits.Reverse64(i&(g.Leaves()-1)) >> (64 - g.L)
+}
+
+// Union appends to dst[:0] every bucket on the paths to leaves, each once,
+// ordered by level (root first) and within a level from left to right, and
+// returns it. This is the set of buckets a multi-path read fetches
+// (Treebeard Sec. 5.3.1) and a multi-path eviction rewrites (Sec. 5.3.2).
+// leaves is not modified.
+func (g Geometry) Union(leaves []uint64, dst []uint64) []uint64 {
+	sorted := slices.Clone(leaves)
+	slices.Sort(sorted)
+	dst = dst[:0]
+	for level := 0; level <= g.L; level++ {
+		start := len(dst)
+		for _, leaf := range sorted {
+			// Sorted leaves give non-decreasing buckets at every level, so
+			// a duplicate is always the last bucket appended.
+			if b := g.BucketAt(leaf, level); len(dst) == start || dst[len(dst)-1] != b {
+				dst = append(dst, b)
+			}
+		}
+	}
+	return dst
 }

@@ -108,3 +108,31 @@ func TestReverseLexLeaf(t *testing.T) {
 		}
 	}
 }
+
+// Union holds every bucket of every path exactly once, root first, and
+// nothing else.
+func TestUnion(t *testing.T) {
+	g := Geometry{L: 4}
+	leaves := []uint64{9, 3, 9, 15, 0}
+	got := g.Union(leaves, nil)
+	want := map[uint64]bool{}
+	for _, leaf := range leaves {
+		for _, b := range g.Path(leaf, nil) {
+			want[b] = true
+		}
+	}
+	if len(got) != len(want) {
+		t.Fatalf("union has %d buckets, want %d distinct: %v", len(got), len(want), got)
+	}
+	for i, b := range got {
+		if !want[b] {
+			t.Fatalf("bucket %d is on none of the paths", b)
+		}
+		if i > 0 && (g.Level(got[i-1]) > g.Level(b) || got[i-1] >= b) {
+			t.Fatalf("union not ordered by level then bucket: %v", got)
+		}
+	}
+	if got := g.Union([]uint64{7}, nil); !slices.Equal(got, g.Path(7, nil)) {
+		t.Fatalf("union of one path is %v, want the path %v", got, g.Path(7, nil))
+	}
+}

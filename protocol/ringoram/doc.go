@@ -1,0 +1,34 @@
+// Package ringoram is one Ring ORAM storage tree (Ren et al.), as Treebeard
+// uses it (Treebeard, seed 000, Sec. 2 and Sec. 5.3): buckets of Z+S
+// slots (Treebeard sets Z=1), each slot its own backend address, with a
+// sealed metadata record per bucket stored beside its slots. A path read
+// fetches exactly one slot per bucket, early reshuffles rewrite a bucket
+// after S reads, and evictions rewrite k paths at a time in
+// reverse-lexicographic order. Several path reads are served together
+// (multi-path reads, Sec. 5.3.1) and several paths are evicted together
+// (multi-path evictions, Sec. 5.3.2).
+//
+// A Tree owns what is needed to use one storage tree safely: the layout
+// of its buckets on storage (Layout), the metadata format, and the trusted
+// state kept in memory: the expected metadata version of every bucket (a
+// replayed metadata record is ErrTampered), the eviction counter, and the
+// copies the caller declared stale (Forget). It never holds a position map
+// or a stash: which leaf a block is mapped to and which blocks wait for
+// eviction are the caller's (an ORAM shard). A Tree is not safe for
+// concurrent use: its owner is its only reader and writer.
+//
+// Every slot, real or dummy, is sealed by tree.Codec bound to its bucket's
+// address, its slot index and the bucket's slot version, so dummies and
+// real blocks are indistinguishable and a slot cannot be moved or
+// replayed; the metadata is sealed bound to its own address and carries a
+// version the Tree checks. A missing, truncated, moved, flipped or
+// replayed record is an error wrapping seal.ErrTampered, never wrong data.
+//
+// A Tree must never read two slots of one bucket in one path read, never
+// let a backend call depend on which block is wanted (the addresses of
+// every call depend only on the leaves, k and fresh random choices; a
+// wanted slot and a dummy slot look alike), never treat a missing bucket
+// as empty, and never split one bucket's slots and metadata across two
+// backend writes (Treebeard Sec. 5.3.3: the bucket and its metadata are
+// updated in one atomic write).
+package ringoram

@@ -1,0 +1,366 @@
+package ringoram
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"testing"
+
+	"github.com/oblivkv/oblivkv/backend"
+	"github.com/oblivkv/oblivkv/backend/mem"
+	"github.com/oblivkv/oblivkv/kvtest"
+	"github.com/oblivkv/oblivkv/observe"
+	"github.com/oblivkv/oblivkv/protocol/tree"
+)
+
+// fixture is a Tree over a tapped in-memory backend whose every call is
+// checked by an auditor.
+type fixture struct {
+	t    testing.TB
+	ctx  context.Context
+	mem  *mem.Backend
+	log  *observe.MemoryLog
+	cfg  Config
+	tr   *Tree
+	r    *rand.Rand
+	aud  *auditor
+	seen int // records already audited
+}
+
+func newFixture(t testing.TB, L int, p Params, seed uint64) *fixture {
+	t.Helper()
+	m, log := mem.New(), &observe.MemoryLog{}
+	cfg := Config{
+		Backend: observe.NewTap(m, log), Keys: kvtest.NewKeys(t), Geometry: tree.Geometry{L: L},
+		Params: p, Layout: Layout{Prefix: "r/"}, ValueSize: 32, Rand: rand.New(rand.NewPCG(seed, 1)),
+	}
+	tr, err := NewTree(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &fixture{t: t, ctx: context.Background(), mem: m, log: log, cfg: cfg, tr: tr,
+		r: rand.New(rand.NewPCG(seed, 2))}
+	f.aud = newAuditor(cfg.Layout, cfg.Geometry, p, tr.codec.SlotSize())
+	return f
+}
+
+// fresh returns the records since the last call.
+func (f *fixture) fresh() []observe.Record {
+	recs := f.log.Records()[f.seen:]
+	f.seen += len(recs)
+	return recs
+}
+
+// init writes the tree with placed and audits the writes.
+func (f *fixture) init(placed [][]tree.Block) {
+	f.t.Helper()
+	if err := f.tr.Init(f.ctx, placed); err != nil {
+		f.t.Fatal(err)
+	}
+	if err := f.aud.init(f.fresh()); err != nil {
+		f.t.Fatal(err)
+	}
+}
+
+// read runs ReadPaths and audits its calls.
+func (f *fixture) read(reqs ...PathRead) []ReadResult {
+	f.t.Helper()
+	res, err := f.tr.ReadPaths(f.ctx, reqs)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	leaves := make([]uint64, len(reqs))
+	for i, r := range reqs {
+		leaves[i] = r.Leaf
+	}
+	if err := f.aud.readPaths(f.fresh(), leaves); err != nil {
+		f.t.Fatal(err)
+	}
+	return res
+}
+
+// evict runs Evict and audits its calls.
+func (f *fixture) evict(k int, blocks []EvictBlock) []int64 {
+	f.t.Helper()
+	leaves := f.tr.EvictionLeaves(k)
+	where, err := f.tr.Evict(f.ctx, k, blocks)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	if err := f.aud.evict(f.fresh(), leaves); err != nil {
+		f.t.Fatal(err)
+	}
+	return where
+}
+
+// peek opens bucket's metadata straight from storage, unlogged.
+func (f *fixture) peek(bucket uint64) meta {
+	f.t.Helper()
+	addr := f.cfg.Layout.MetaAddr(bucket)
+	vals, err := f.mem.Read(f.ctx, []string{addr})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	m := f.tr.newMetas(1)[0]
+	if err := f.tr.openMeta(&m, bucket, addr, vals[0], nil); err != nil {
+		f.t.Fatal(err)
+	}
+	return m
+}
+
+// holds returns the live IDs listed in bucket's metadata.
+func (f *fixture) holds(bucket uint64) []tree.BlockID {
+	var ids []tree.BlockID
+	for _, e := range f.peek(bucket).Entries {
+		if e.Present && !f.tr.isStale(bucket, e.ID) {
+			ids = append(ids, e.ID)
+		}
+	}
+	return ids
+}
+
+// raw reads and writes storage behind the Tree's back.
+func (f *fixture) rawGet(addr string) []byte {
+	f.t.Helper()
+	vals, err := f.mem.Read(f.ctx, []string{addr})
+	if err != nil || vals[0] == nil {
+		f.t.Fatalf("raw read of %q: %v, %v", addr, vals, err)
+	}
+	return vals[0]
+}
+
+func (f *fixture) rawPut(addr string, v []byte) {
+	f.t.Helper()
+	if err := f.mem.Write(f.ctx, []backend.Item{{Addr: addr, Value: v}}); err != nil {
+		f.t.Fatal(err)
+	}
+}
+
+func randomBlock(r *rand.Rand, valueSize int) tree.Block {
+	var b tree.Block
+	for i := range b.ID {
+		b.ID[i] = byte(r.UintN(256))
+	}
+	b.Value = make([]byte, r.IntN(valueSize+1))
+	for i := range b.Value {
+		b.Value[i] = byte(r.UintN(256))
+	}
+	return b
+}
+
+// placedBlock is a block laid out by layout.
+type placedBlock struct {
+	tree.Block
+	leaf, bucket uint64
+}
+
+// layout places n random blocks on random leaves, each in the deepest
+// bucket of its path with room, as a bulk load does; blocks that find no
+// room are left out.
+func (f *fixture) layout(n int) ([][]tree.Block, []placedBlock) {
+	g := f.tr.g
+	buckets := make([][]tree.Block, g.Buckets())
+	var out []placedBlock
+	for range n {
+		b, leaf := randomBlock(f.r, f.cfg.ValueSize), f.r.Uint64N(g.Leaves())
+		if g.PlaceDeepest(buckets, f.cfg.Params.Z, leaf, b) {
+			out = append(out, placedBlock{Block: b, leaf: leaf})
+		}
+	}
+	for b, blocks := range buckets {
+		for _, blk := range blocks {
+			for i := range out {
+				if out[i].ID == blk.ID {
+					out[i].bucket = uint64(b)
+				}
+			}
+		}
+	}
+	return buckets, out
+}
+
+// auditor checks backend calls as the storage operator sees them: the
+// shape of each operation, and Ring ORAM's single access invariant (no
+// slot of a bucket read twice between two full rewrites of the bucket),
+// and that a bucket is reshuffled exactly when it has been read S times.
+type auditor struct {
+	l        Layout
+	g        tree.Geometry
+	p        Params
+	slotSize int
+	read     map[uint64]uint64 // per bucket: slots read since the last full rewrite
+	count    map[uint64]int    // per bucket: path reads since the last full rewrite
+}
+
+func newAuditor(l Layout, g tree.Geometry, p Params, slotSize int) *auditor {
+	return &auditor{l: l, g: g, p: p, slotSize: slotSize, read: map[uint64]uint64{}, count: map[uint64]int{}}
+}
+
+// init checks an Init: writes only, every bucket written whole exactly
+// once and never split across two writes.
+func (a *auditor) init(recs []observe.Record) error {
+	done := map[uint64]bool{}
+	for n, r := range recs {
+		if r.Op != observe.OpWrite {
+			return fmt.Errorf("init call %d is a %v; want writes only", n, r.Op)
+		}
+		full, err := a.written(r)
+		if err != nil {
+			return err
+		}
+		for _, b := range full {
+			if done[b] {
+				return fmt.Errorf("bucket %d written twice by Init", b)
+			}
+			done[b] = true
+		}
+	}
+	if uint64(len(done)) != a.g.Buckets() {
+		return fmt.Errorf("Init wrote %d buckets of %d", len(done), a.g.Buckets())
+	}
+	clear(a.read)
+	clear(a.count)
+	return nil
+}
+
+// readPaths checks a ReadPaths of leaves.
+func (a *auditor) readPaths(recs []observe.Record, leaves []uint64) error {
+	union := a.g.Union(leaves, nil)
+	if len(recs) != 3 && len(recs) != 4 {
+		return fmt.Errorf("ReadPaths made %d calls; want 3, or 4 with a reshuffle", len(recs))
+	}
+	if err := a.metaRead(recs[0], union); err != nil {
+		return err
+	}
+	if err := a.slotRead(recs[1], union, 1); err != nil {
+		return err
+	}
+	var due []uint64
+	for _, b := range union {
+		a.count[b]++
+		if a.count[b] > a.p.S {
+			return fmt.Errorf("bucket %d read %d times without a reshuffle", b, a.count[b])
+		}
+		if a.count[b] == a.p.S {
+			due = append(due, b)
+		}
+	}
+	if (len(due) > 0) != (len(recs) == 4) {
+		return fmt.Errorf("%d buckets read S times, and %d calls", len(due), len(recs))
+	}
+	if len(due) > 0 {
+		if err := a.slotRead(recs[2], due, a.p.Z); err != nil {
+			return fmt.Errorf("reshuffle read: %w", err)
+		}
+	}
+	return a.rewrite(recs[len(recs)-1], union, due)
+}
+
+// evict checks an Evict of leaves.
+func (a *auditor) evict(recs []observe.Record, leaves []uint64) error {
+	union := a.g.Union(leaves, nil)
+	if len(recs) != 3 {
+		return fmt.Errorf("Evict made %d calls; want 3", len(recs))
+	}
+	if err := a.metaRead(recs[0], union); err != nil {
+		return err
+	}
+	if err := a.slotRead(recs[1], union, a.p.Z); err != nil {
+		return err
+	}
+	return a.rewrite(recs[2], union, union)
+}
+
+func (a *auditor) metaRead(r observe.Record, union []uint64) error {
+	if r.Op != observe.OpRead || len(r.Addrs) != len(union) {
+		return fmt.Errorf("metadata call: %v of %d addresses; want a read of %d", r.Op, len(r.Addrs), len(union))
+	}
+	for i, addr := range r.Addrs {
+		if b, ok := a.l.ParseMeta(addr); !ok || b != union[i] {
+			return fmt.Errorf("metadata read %d is %q; want the metadata of bucket %d", i, addr, union[i])
+		}
+	}
+	return nil
+}
+
+// slotRead checks a read of exactly per slots of each of buckets, in
+// order, each slot not read since its bucket's last full rewrite.
+func (a *auditor) slotRead(r observe.Record, buckets []uint64, per int) error {
+	if r.Op != observe.OpRead || len(r.Addrs) != per*len(buckets) {
+		return fmt.Errorf("slot call: %v of %d addresses; want a read of %d", r.Op, len(r.Addrs), per*len(buckets))
+	}
+	for i, addr := range r.Addrs {
+		b, s, ok := a.l.ParseSlot(addr)
+		if !ok || b != buckets[i/per] || s >= a.p.slots() || r.Sizes[i] != a.slotSize {
+			return fmt.Errorf("slot read %d is %q (%d bytes); want a slot of bucket %d", i, addr, r.Sizes[i], buckets[i/per])
+		}
+		if i%per > 0 {
+			if _, prev, _ := a.l.ParseSlot(r.Addrs[i-1]); prev >= s {
+				return fmt.Errorf("slots %d and %d of bucket %d read out of order", prev, s, b)
+			}
+		}
+		if a.read[b]&(1<<s) != 0 {
+			return fmt.Errorf("slot %d of bucket %d read twice between rewrites", s, b)
+		}
+		a.read[b] |= 1 << s
+	}
+	return nil
+}
+
+// rewrite checks the final write: the metadata of every bucket of union,
+// and all slots of exactly the buckets of full, in one call.
+func (a *auditor) rewrite(r observe.Record, union, full []uint64) error {
+	if r.Op != observe.OpWrite {
+		return fmt.Errorf("last call is a %v; want a write", r.Op)
+	}
+	got, err := a.written(r)
+	if err != nil {
+		return err
+	}
+	if !slices.Equal(got, full) {
+		return fmt.Errorf("write rewrote buckets %v in full; want %v", got, full)
+	}
+	metas := 0
+	for _, addr := range r.Addrs {
+		if b, ok := a.l.ParseMeta(addr); ok {
+			if index(union, b) < 0 {
+				return fmt.Errorf("write of the metadata of bucket %d, outside the union", b)
+			}
+			metas++
+		}
+	}
+	if metas != len(union) {
+		return fmt.Errorf("write of %d metadata records; want %d", metas, len(union))
+	}
+	for _, b := range full {
+		delete(a.read, b)
+		delete(a.count, b)
+	}
+	return nil
+}
+
+// written returns the buckets a write rewrites in full (sorted), checking
+// that every bucket it touches has its metadata and all or none of its
+// slots in it.
+func (a *auditor) written(r observe.Record) ([]uint64, error) {
+	slots, metas := map[uint64]uint64{}, map[uint64]bool{}
+	for _, addr := range r.Addrs {
+		if b, s, ok := a.l.ParseSlot(addr); ok {
+			slots[b] |= 1 << s
+		} else if b, ok := a.l.ParseMeta(addr); ok {
+			metas[b] = true
+		} else {
+			return nil, fmt.Errorf("write of %q, outside the layout", addr)
+		}
+	}
+	var full []uint64
+	for b, mask := range slots {
+		if mask != allSlots(a.p.slots()) || !metas[b] {
+			return nil, fmt.Errorf("write of slots %b of bucket %d (metadata: %v); want all slots with the metadata", mask, b, metas[b])
+		}
+		full = append(full, b)
+	}
+	slices.Sort(full)
+	return full, nil
+}

@@ -1,0 +1,78 @@
+package ringoram
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/oblivkv/oblivkv/protocol/tree"
+)
+
+// Init writes every bucket of the tree, all Z+S slots and the metadata,
+// with placed[b] the real blocks of bucket b (at most Z; placed nil: an
+// empty tree): real blocks in random slots, every slot valid, count 0. It
+// serves a fresh tree and a bulk load. The writes are batches of whole
+// buckets of about tree.DefaultBatchBytes each, never one call per
+// bucket; each batch is atomic, the whole is not. The versions of the
+// buckets of each written batch advance, so a failed Init leaves a tree
+// to Init again, never two contents under one version.
+func (t *Tree) Init(ctx context.Context, placed [][]tree.Block) error {
+	nb := t.g.Buckets()
+	if err := t.checkPlaced(placed); err != nil {
+		return err
+	}
+	per := uint64(max(1, tree.DefaultBatchBytes/t.bucketBytes()))
+	for lo := uint64(0); lo < nb; lo += per {
+		ws := t.initWrites(lo, min(nb, lo+per), placed)
+		if err := t.write(ctx, ws); err != nil {
+			return err
+		}
+		t.commit(ws)
+		t.stats.BucketsWritten += uint64(len(ws))
+	}
+	return nil
+}
+
+// checkPlaced refuses, before any I/O, a layout Init cannot write.
+func (t *Tree) checkPlaced(placed [][]tree.Block) error {
+	if len(placed) != 0 && uint64(len(placed)) != t.g.Buckets() {
+		return fmt.Errorf("ringoram: Init with %d buckets for a tree of %d", len(placed), t.g.Buckets())
+	}
+	for b, blocks := range placed {
+		if len(blocks) > t.p.Z {
+			return fmt.Errorf("ringoram: Init with %d blocks in bucket %d; Z is %d", len(blocks), b, t.p.Z)
+		}
+		for _, blk := range blocks {
+			if len(blk.Value) > t.codec.ValueSize() {
+				return fmt.Errorf("ringoram: %d-byte value, value size %d", len(blk.Value), t.codec.ValueSize())
+			}
+		}
+	}
+	return nil
+}
+
+// bucketBytes is the size of a bucket's items in a write.
+func (t *Tree) bucketBytes() int {
+	return t.p.slots()*(t.codec.SlotSize()+len(t.l.SlotAddr(0, 0))) +
+		metaPlainSize(t.p.Z) + t.keys.Overhead() + len(t.l.MetaAddr(0))
+}
+
+// initWrites lays out buckets lo..hi-1 afresh.
+func (t *Tree) initWrites(lo, hi uint64, placed [][]tree.Block) []bucketWrite {
+	n := t.p.slots()
+	metas, slots := t.newMetas(int(hi-lo)), make([]*tree.Block, int(hi-lo)*n)
+	ws := make([]bucketWrite, len(metas))
+	reals := make([]*tree.Block, 0, t.p.Z)
+	for i := range ws {
+		b := lo + uint64(i)
+		reals = reals[:0]
+		if len(placed) > 0 {
+			for k := range placed[b] {
+				reals = append(reals, &placed[b][k])
+			}
+		}
+		metas[i].Version = t.versions[b] + 1
+		ws[i] = bucketWrite{bucket: b, meta: &metas[i], slots: slots[i*n : (i+1)*n : (i+1)*n]}
+		t.shuffle(&metas[i], reals, ws[i].slots)
+	}
+	return ws
+}

@@ -1,0 +1,227 @@
+package ringoram
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"sync"
+
+	"github.com/oblivkv/oblivkv/backend"
+	"github.com/oblivkv/oblivkv/protocol/tree"
+	"github.com/oblivkv/oblivkv/seal"
+)
+
+// Below these many items per goroutine, sealing and opening stay on one
+// goroutine.
+const (
+	metasPerWorker   = 256
+	slotsPerWorker   = 16
+	bucketsPerWorker = 4
+)
+
+// forChunks calls fn on consecutive chunks of [0, n), in parallel across
+// up to GOMAXPROCS goroutines when there are at least 2*minPer items, and
+// returns the first error.
+func forChunks(n, minPer int, fn func(lo, hi int) error) error {
+	w := min(runtime.GOMAXPROCS(0), n/minPer)
+	if w <= 1 {
+		return fn(0, n)
+	}
+	errs := make([]error, w)
+	var wg sync.WaitGroup
+	for c := range w {
+		wg.Go(func() { errs[c] = fn(n*c/w, n*(c+1)/w) })
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// read is ONE backend Read of addrs. A missing address is tampering: the
+// storage operator deleted it (a missing bucket is never empty).
+func (t *Tree) read(ctx context.Context, addrs []string) ([][]byte, error) {
+	vals, err := t.b.Read(ctx, addrs)
+	if err != nil {
+		return nil, err
+	}
+	if len(vals) != len(addrs) {
+		return nil, fmt.Errorf("ringoram: backend returned %d values for %d addresses", len(vals), len(addrs))
+	}
+	for i, v := range vals {
+		if v == nil {
+			return nil, fmt.Errorf("%w: %s is missing from storage", seal.ErrTampered, t.l.describe(addrs[i]))
+		}
+	}
+	return vals, nil
+}
+
+// readMeta reads the metadata of buckets in ONE backend Read and opens it,
+// checking each against the version the Tree expects (an older one is a
+// replay).
+func (t *Tree) readMeta(ctx context.Context, buckets []uint64) ([]meta, error) {
+	addrs := make([]string, len(buckets))
+	for i, b := range buckets {
+		addrs[i] = t.l.MetaAddr(b)
+	}
+	vals, err := t.read(ctx, addrs)
+	if err != nil {
+		return nil, err
+	}
+	metas := t.newMetas(len(buckets))
+	err = forChunks(len(buckets), metasPerWorker, func(lo, hi int) error {
+		plain := make([]byte, 0, metaPlainSize(t.p.Z))
+		for i := lo; i < hi; i++ {
+			if err := t.openMeta(&metas[i], buckets[i], addrs[i], vals[i], plain); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	return metas, err
+}
+
+// newMetas returns n metadata records with room for Z entries each.
+func (t *Tree) newMetas(n int) []meta {
+	metas := make([]meta, n)
+	entries := make([]entry, n*t.p.Z)
+	for i := range metas {
+		metas[i].Entries = entries[i*t.p.Z : (i+1)*t.p.Z : (i+1)*t.p.Z]
+	}
+	return metas
+}
+
+// openMeta opens bucket's sealed metadata into m, using plain as scratch.
+func (t *Tree) openMeta(m *meta, bucket uint64, addr string, sealed, plain []byte) error {
+	plain, err := t.keys.Open(plain[:0], []byte(addr), sealed)
+	if err == nil {
+		err = m.parse(plain, t.p)
+	}
+	if err != nil {
+		return fmt.Errorf("ringoram: metadata of bucket %d: %w", bucket, err)
+	}
+	if m.Version != t.versions[bucket] {
+		return fmt.Errorf("%w: metadata of bucket %d has version %d, want %d (replayed)",
+			seal.ErrTampered, bucket, m.Version, t.versions[bucket])
+	}
+	return nil
+}
+
+// slotRead is one slot to read: slot slot of bucket union[i].
+type slotRead struct {
+	i    int32
+	slot uint8
+}
+
+// readSlots reads the slots reads of buckets of union in ONE backend Read
+// and opens them in parallel. Each must agree with its bucket's metadata:
+// the slot of a real entry holds that block, any other slot a dummy. It
+// returns the block of each read (the zero Block for a dummy).
+func (t *Tree) readSlots(ctx context.Context, union []uint64, metas []meta, reads []slotRead) ([]tree.Block, error) {
+	addrs := make([]string, len(reads))
+	for j, r := range reads {
+		addrs[j] = t.l.SlotAddr(union[r.i], int(r.slot))
+	}
+	vals, err := t.read(ctx, addrs)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]tree.Block, len(reads))
+	err = forChunks(len(reads), slotsPerWorker, func(lo, hi int) error {
+		for j := lo; j < hi; j++ {
+			r := reads[j]
+			b, err := t.openSlot(union[r.i], &metas[r.i], r.slot, vals[j])
+			if err != nil {
+				return err
+			}
+			out[j] = b
+		}
+		return nil
+	})
+	return out, err
+}
+
+// openSlot opens one slot of bucket and checks it against m.
+func (t *Tree) openSlot(bucket uint64, m *meta, slot uint8, data []byte) (tree.Block, error) {
+	b, real, err := t.codec.DecodeSlot(t.l.BucketAddr(bucket), m.SlotVersion, int(slot), data)
+	if err != nil {
+		return tree.Block{}, fmt.Errorf("ringoram: slot %d of bucket %d: %w", slot, bucket, err)
+	}
+	e := m.entryAt(slot)
+	if real != (e != nil) || real && b.ID != e.ID {
+		return tree.Block{}, fmt.Errorf("%w: slot %d of bucket %d disagrees with its metadata", seal.ErrTampered, slot, bucket)
+	}
+	return b, nil
+}
+
+// bucketWrite is one bucket of a Write: its new metadata and, for a full
+// rewrite, the block of each of its Z+S slots (nil for a dummy).
+type bucketWrite struct {
+	bucket uint64
+	meta   *meta
+	slots  []*tree.Block // nil: metadata only
+}
+
+// write seals ws in parallel and stores them in ONE atomic backend Write,
+// so a bucket's slots and its metadata always change together (Sec.
+// 5.3.3).
+func (t *Tree) write(ctx context.Context, ws []bucketWrite) error {
+	items, err := t.encode(ws)
+	if err != nil {
+		return err
+	}
+	return t.b.Write(ctx, items)
+}
+
+// encode seals ws into the items of one backend Write: per bucket its
+// slots (for a full rewrite), then its metadata. All values share one
+// buffer.
+func (t *Tree) encode(ws []bucketWrite) ([]backend.Item, error) {
+	metaSize := metaPlainSize(t.p.Z) + t.keys.Overhead()
+	itemAt, byteAt := make([]int, len(ws)+1), make([]int, len(ws)+1)
+	for i, w := range ws {
+		itemAt[i+1], byteAt[i+1] = itemAt[i]+1+len(w.slots), byteAt[i]+metaSize+len(w.slots)*t.codec.SlotSize()
+	}
+	items, buf := make([]backend.Item, itemAt[len(ws)]), make([]byte, byteAt[len(ws)])
+	err := forChunks(len(ws), bucketsPerWorker, func(lo, hi int) error {
+		for i := lo; i < hi; i++ {
+			if err := t.encodeBucket(ws[i], items[itemAt[i]:itemAt[i+1]], buf[byteAt[i]:byteAt[i+1]]); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	return items, err
+}
+
+// encodeBucket seals w into items, using buf (exactly large enough) for
+// the values.
+func (t *Tree) encodeBucket(w bucketWrite, items []backend.Item, buf []byte) error {
+	addr, size := t.l.BucketAddr(w.bucket), t.codec.SlotSize()
+	for s, b := range w.slots {
+		v, err := t.codec.EncodeSlot(buf[:0:size], addr, w.meta.SlotVersion, s, b)
+		if err != nil {
+			return fmt.Errorf("ringoram: bucket %d: %w", w.bucket, err)
+		}
+		items[s] = backend.Item{Addr: t.l.SlotAddr(w.bucket, s), Value: v}
+		buf = buf[size:]
+	}
+	maddr := t.l.MetaAddr(w.bucket)
+	plain := w.meta.appendPlain(make([]byte, 0, metaPlainSize(t.p.Z)))
+	items[len(w.slots)] = backend.Item{Addr: maddr, Value: t.keys.Seal(buf[:0:len(buf)], []byte(maddr), plain)}
+	return nil
+}
+
+// commit installs the new versions of a successful Write and drops the
+// stale entries of the buckets it rewrote in full.
+func (t *Tree) commit(ws []bucketWrite) {
+	for _, w := range ws {
+		t.versions[w.bucket] = w.meta.Version
+		if w.slots != nil && len(t.stale) > 0 {
+			delete(t.stale, w.bucket)
+		}
+	}
+}

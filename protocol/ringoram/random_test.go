@@ -1,0 +1,192 @@
+package ringoram
+
+import (
+	"bytes"
+	"encoding/gob"
+	"fmt"
+	"slices"
+	"testing"
+
+	"github.com/oblivkv/oblivkv/protocol/tree"
+)
+
+func roundTripGob(t *testing.T, s TreeState) TreeState {
+	t.Helper()
+	var buf bytes.Buffer
+	if err := gob.NewEncoder(&buf).Encode(s); err != nil {
+		t.Fatal(err)
+	}
+	var out TreeState
+	if err := gob.NewDecoder(&buf).Decode(&out); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// model is the caller's view of where each block is: its leaf, its value,
+// and either the stash or a bucket of the tree.
+type model struct {
+	leaf   map[tree.BlockID]uint64
+	value  map[tree.BlockID][]byte
+	bucket map[tree.BlockID]uint64 // blocks in the tree
+	stash  map[tree.BlockID]bool
+
+	found, placed, superseded int // how much the run exercised
+}
+
+// A long randomized run against a model of the caller (position map and
+// stash): every real block is always either in the stash or found where
+// the model says; superseded copies (Forget) are never returned; the
+// auditor checks every call (shapes, single access, reshuffles at S).
+func TestRandomized(t *testing.T) {
+	for _, tc := range []struct {
+		p   Params
+		ops int
+	}{{defaults, 2000}, {Params{Z: 2, S: 3}, 800}} {
+		t.Run(fmt.Sprintf("Z=%d,S=%d", tc.p.Z, tc.p.S), func(t *testing.T) {
+			ops := tc.ops
+			if testing.Short() {
+				ops /= 5
+			}
+			randomized(t, tc.p, ops)
+		})
+	}
+}
+
+func randomized(t *testing.T, p Params, ops int) {
+	f := newFixture(t, 8, p, 14)
+	placed, blocks := f.layout(120)
+	f.init(placed)
+	m := model{leaf: map[tree.BlockID]uint64{}, value: map[tree.BlockID][]byte{}, bucket: map[tree.BlockID]uint64{}, stash: map[tree.BlockID]bool{}}
+	var ids []tree.BlockID
+	for _, b := range blocks {
+		ids = append(ids, b.ID)
+		m.leaf[b.ID], m.value[b.ID], m.bucket[b.ID] = b.leaf, b.Value, b.bucket
+	}
+	maxStash := 0
+	for op := range ops {
+		switch n := f.r.IntN(10); {
+		case n < 7:
+			randomReads(t, f, &m, ids)
+		case n < 9:
+			randomEvict(t, f, &m, ids)
+		default:
+			supersede(f, &m, ids)
+		}
+		maxStash = max(maxStash, len(m.stash))
+		if op%500 == 499 { // a clean restart now and then
+			st := roundTripGob(t, f.tr.State())
+			cfg := f.cfg
+			cfg.Rand = f.r
+			tr, err := NewTree(cfg)
+			if err != nil || tr.Restore(st) != nil {
+				t.Fatal("restart failed")
+			}
+			f.tr = tr
+		}
+	}
+	// Every block in the tree is where the model says.
+	for _, id := range ids {
+		if !m.stash[id] {
+			if res := f.read(PathRead{Leaf: m.leaf[id], Want: want(id)}); !res[0].Found || !bytes.Equal(res[0].Block.Value, m.value[id]) {
+				t.Fatalf("final sweep: block in bucket %d not found on leaf %d", m.bucket[id], m.leaf[id])
+			}
+		}
+	}
+	if m.found < ops/10 || m.placed < ops/10 || m.superseded < ops/100 {
+		t.Fatalf("%d blocks found, %d evicted, %d superseded: the run exercised too little", m.found, m.placed, m.superseded)
+	}
+	t.Logf("%d found, %d evicted, %d superseded, largest stash %d", m.found, m.placed, m.superseded, maxStash)
+}
+
+// randomReads reads a batch: blocks in the tree on their leaf, fake reads
+// for blocks in the stash, now and then a duplicate or a wrong leaf.
+func randomReads(t *testing.T, f *fixture, m *model, ids []tree.BlockID) {
+	g := f.tr.g
+	var reqs []PathRead
+	var wanted []tree.BlockID
+	for range 1 + f.r.IntN(6) {
+		id := ids[f.r.IntN(len(ids))]
+		switch {
+		case m.stash[id]:
+			reqs, wanted = append(reqs, PathRead{Leaf: f.r.Uint64N(g.Leaves())}), append(wanted, tree.BlockID{})
+		case f.r.IntN(10) == 0: // a leaf whose path misses the block's bucket
+			leaf := f.r.Uint64N(g.Leaves())
+			if g.OnPath(m.bucket[id], leaf) {
+				continue
+			}
+			reqs, wanted = append(reqs, PathRead{Leaf: leaf, Want: want(id)}), append(wanted, tree.BlockID{})
+		default:
+			reqs, wanted = append(reqs, PathRead{Leaf: m.leaf[id], Want: want(id)}), append(wanted, id)
+		}
+	}
+	if len(reqs) == 0 {
+		return
+	}
+	res := f.read(reqs...)
+	served := map[uint64]bool{} // a bucket serves one request per read (Z > 1)
+	for i, r := range res {
+		id := wanted[i]
+		expect := id != (tree.BlockID{}) && !m.stash[id] && !served[m.bucket[id]]
+		if expect {
+			served[m.bucket[id]] = true
+		}
+		if r.Found != expect {
+			t.Fatalf("request %d (leaf %d): found %v; model says %v", i, reqs[i].Leaf, r.Found, expect)
+		}
+		if !r.Found {
+			continue
+		}
+		if r.Block.ID != id || !bytes.Equal(r.Block.Value, m.value[id]) {
+			t.Fatalf("request %d: wrong block", i)
+		}
+		// Into the stash with a new value and leaf (a Put).
+		m.found++
+		m.stash[id] = true
+		delete(m.bucket, id)
+		m.leaf[id], m.value[id] = f.r.Uint64N(g.Leaves()), randomBlock(f.r, 32).Value
+	}
+}
+
+// randomEvict evicts a few paths with the whole stash.
+func randomEvict(t *testing.T, f *fixture, m *model, ids []tree.BlockID) {
+	var stash []EvictBlock
+	for _, id := range ids {
+		if m.stash[id] {
+			stash = append(stash, EvictBlock{Block: tree.Block{ID: id, Value: m.value[id]}, Leaf: m.leaf[id]})
+		}
+	}
+	where := f.evict(1+f.r.IntN(8), stash)
+	for j, b := range stash {
+		if where[j] < 0 {
+			continue
+		}
+		if !f.tr.g.OnPath(uint64(where[j]), b.Leaf) {
+			t.Fatalf("block for leaf %d evicted to bucket %d", b.Leaf, where[j])
+		}
+		delete(m.stash, b.Block.ID)
+		m.bucket[b.Block.ID] = uint64(where[j])
+		m.placed++
+	}
+}
+
+// supersede gives a block in the tree a new value in the stash, without
+// reading it, and tells the tree its copy is stale.
+func supersede(f *fixture, m *model, ids []tree.BlockID) {
+	var inTree []tree.BlockID
+	for _, id := range ids {
+		if !m.stash[id] {
+			inTree = append(inTree, id)
+		}
+	}
+	if len(inTree) == 0 {
+		return
+	}
+	slices.SortFunc(inTree, func(a, b tree.BlockID) int { return bytes.Compare(a[:], b[:]) })
+	id := inTree[f.r.IntN(len(inTree))]
+	f.tr.Forget(m.bucket[id], id)
+	m.superseded++
+	delete(m.bucket, id)
+	m.stash[id] = true
+	m.leaf[id], m.value[id] = f.r.Uint64N(f.tr.g.Leaves()), randomBlock(f.r, 32).Value
+}

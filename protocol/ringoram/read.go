@@ -1,0 +1,167 @@
+package ringoram
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/oblivkv/oblivkv/protocol/tree"
+)
+
+// PathRead is one request of a multi-path read: the path to Leaf, and the
+// block wanted from it (nil: a fake read, which reads the path all the
+// same).
+type PathRead struct {
+	Leaf uint64
+	Want *tree.BlockID
+}
+
+// ReadResult is the answer to one PathRead.
+type ReadResult struct {
+	Block tree.Block
+	Found bool
+}
+
+// ReadPaths is a multi-path read (Treebeard Sec. 5.3.1): the union U of
+// the requests' paths is read with every shared bucket read once, in these
+// backend calls and no others:
+//
+//  1. ONE Read of the metadata of every bucket of U.
+//  2. ONE Read of exactly one slot per bucket of U (Ring ORAM's ReadPath,
+//     Sec. 2 Step 2): the slot of a block some request wants when the
+//     bucket lists it, otherwise a uniformly random valid dummy slot. The
+//     slot is invalidated and the bucket's count grows; a wanted block
+//     leaves the bucket and goes to its request.
+//  3. Only if some bucket has now been read S times: ONE Read of exactly Z
+//     slots of each such bucket, for its early reshuffle (Sec. 2).
+//  4. ONE atomic Write of the new metadata of every bucket of U and, for
+//     reshuffled buckets, all their slots in a fresh permutation.
+//
+// Results are in request order. Found is false when the wanted block is
+// not on its request's path (the caller decides whether that is
+// tampering), and for every request but the first that wants a given
+// block. A bucket serves one request per call: with Z > 1, a request
+// whose block shares a bucket with an earlier request's block gets Found
+// false (Treebeard avoids this with Z = 1, Sec. 5.3.1). The expected
+// versions advance only once the Write succeeded; on any error the Tree's
+// state is unchanged.
+func (t *Tree) ReadPaths(ctx context.Context, reqs []PathRead) ([]ReadResult, error) {
+	if len(reqs) == 0 {
+		return nil, nil
+	}
+	leaves := make([]uint64, len(reqs))
+	for i, r := range reqs {
+		if r.Leaf >= t.g.Leaves() {
+			return nil, fmt.Errorf("ringoram: read of leaf %d in a tree of %d leaves", r.Leaf, t.g.Leaves())
+		}
+		leaves[i] = r.Leaf
+	}
+	union := t.g.Union(leaves, nil)
+	metas, err := t.readMeta(ctx, union)
+	if err != nil {
+		return nil, err
+	}
+	reads, owner := t.pathSlots(reqs, union, metas)
+	blocks, err := t.readSlots(ctx, union, metas, reads)
+	if err != nil {
+		return nil, err
+	}
+	results := make([]ReadResult, len(reqs))
+	for i := range union {
+		metas[i].consume(reads[i].slot)
+		if owner[i] >= 0 {
+			results[owner[i]] = ReadResult{Block: blocks[i], Found: true}
+		}
+	}
+	ws, reshuffled, err := t.reshuffle(ctx, union, metas)
+	if err != nil {
+		return nil, err
+	}
+	if err := t.write(ctx, ws); err != nil {
+		return nil, err
+	}
+	t.commit(ws)
+	t.stats.PathReads += uint64(len(reqs))
+	t.stats.MultiReads++
+	t.stats.BucketsRead += uint64(len(union))
+	t.stats.SlotsRead += uint64(len(union) + reshuffled*t.p.Z)
+	t.stats.Reshuffles += uint64(reshuffled)
+	t.stats.BucketsWritten += uint64(reshuffled)
+	return results, nil
+}
+
+// pathSlots chooses the one slot a path read fetches from each bucket of
+// union (Sec. 2 Step 2, Sec. 5.3.1): the slot of a wanted block where the
+// bucket lists one, otherwise a uniformly random valid dummy slot (valid,
+// and no real entry, stale or not). owner[i] is the request bucket i
+// serves, or -1.
+func (t *Tree) pathSlots(reqs []PathRead, union []uint64, metas []meta) ([]slotRead, []int32) {
+	reads, owner := make([]slotRead, len(union)), make([]int32, len(union))
+	for i := range owner {
+		owner[i] = -1
+	}
+	for r, req := range reqs {
+		if req.Want == nil {
+			continue
+		}
+		if i, slot := t.locate(union, metas, req.Leaf, *req.Want); i >= 0 && owner[i] < 0 {
+			owner[i], reads[i] = int32(r), slotRead{i: int32(i), slot: slot}
+		}
+	}
+	for i := range reads {
+		if owner[i] < 0 {
+			m := &metas[i]
+			reads[i] = slotRead{i: int32(i), slot: randomBit(t.rng, m.Valid&^m.realMask())}
+		}
+	}
+	return reads, owner
+}
+
+// locate returns the bucket of union on the path to leaf listing id as a
+// live real block, and its slot; -1 when there is none.
+func (t *Tree) locate(union []uint64, metas []meta, leaf uint64, id tree.BlockID) (int, uint8) {
+	for lvl := 0; lvl <= t.g.L; lvl++ {
+		b := t.g.BucketAt(leaf, lvl)
+		i := index(union, b)
+		for _, e := range metas[i].Entries {
+			if e.Present && e.ID == id && !t.isStale(b, id) {
+				return i, e.Slot
+			}
+		}
+	}
+	return -1, 0
+}
+
+// reshuffle plans the writes of a path read: new metadata for every
+// bucket of union, and an early reshuffle (Ring ORAM, Sec. 2) of every
+// bucket read S times since its last shuffle, whose live real blocks are
+// read in ONE backend Read of exactly Z slots each and laid out afresh. It
+// returns the writes and the number of buckets reshuffled.
+func (t *Tree) reshuffle(ctx context.Context, union []uint64, metas []meta) ([]bucketWrite, int, error) {
+	t.nextVersions(union, metas)
+	ws := make([]bucketWrite, len(union))
+	var due []int
+	for i, b := range union {
+		ws[i] = bucketWrite{bucket: b, meta: &metas[i]}
+		if metas[i].Count >= t.p.S {
+			due = append(due, i)
+		}
+	}
+	if len(due) == 0 {
+		return ws, 0, nil
+	}
+	kept, err := t.readReal(ctx, union, metas, due)
+	if err != nil {
+		return nil, 0, err
+	}
+	n := t.p.slots()
+	slots, reals := make([]*tree.Block, len(due)*n), make([]*tree.Block, 0, t.p.Z)
+	for j, i := range due {
+		reals = reals[:0]
+		for k := range kept[j] {
+			reals = append(reals, &kept[j][k])
+		}
+		ws[i].slots = slots[j*n : (j+1)*n : (j+1)*n]
+		t.shuffle(&metas[i], reals, ws[i].slots)
+	}
+	return ws, len(due), nil
+}

@@ -1,0 +1,620 @@
+package ringoram
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"slices"
+	"testing"
+
+	"github.com/oblivkv/oblivkv/backend"
+	"github.com/oblivkv/oblivkv/observe"
+	"github.com/oblivkv/oblivkv/protocol/tree"
+	"github.com/oblivkv/oblivkv/seal"
+)
+
+var defaults = Params{Z: DefaultZ, S: DefaultS}
+
+func want(id tree.BlockID) *tree.BlockID { return &id }
+
+func TestLayout(t *testing.T) {
+	l := Layout{Prefix: "t3/"}
+	seen := map[string]bool{}
+	for _, b := range []uint64{0, 1, 255, 256, 1 << 40, ^uint64(0)} {
+		m := l.MetaAddr(b)
+		if got, ok := l.ParseMeta(m); !ok || got != b || seen[m] {
+			t.Fatalf("ParseMeta(MetaAddr(%d)) = %d, %v (or a duplicate address)", b, got, ok)
+		}
+		if _, _, ok := l.ParseSlot(m); ok {
+			t.Fatalf("metadata address of %d parses as a slot", b)
+		}
+		seen[m] = true
+		for _, s := range []int{0, 1, 6, 63} {
+			a := l.SlotAddr(b, s)
+			gb, gs, ok := l.ParseSlot(a)
+			if !ok || gb != b || gs != s || seen[a] || !bytes.HasPrefix([]byte(a), []byte(l.BucketAddr(b))) {
+				t.Fatalf("ParseSlot(SlotAddr(%d, %d)) = %d, %d, %v (or a duplicate, or not under BucketAddr)", b, s, gb, gs, ok)
+			}
+			if _, ok := l.ParseMeta(a); ok {
+				t.Fatalf("slot address %q parses as metadata", a)
+			}
+			seen[a] = true
+		}
+	}
+	for _, bad := range []string{"", "t3/", "t4/m12345678", "t3/m1234567", "t3/x12345678", "t3/s12345678", "t3/s1234567890", "t3/s1234567"} {
+		if _, ok := l.ParseMeta(bad); ok {
+			t.Errorf("ParseMeta(%q) accepted", bad)
+		}
+		if _, _, ok := l.ParseSlot(bad); ok {
+			t.Errorf("ParseSlot(%q) accepted", bad)
+		}
+	}
+}
+
+func TestNewTreeValidates(t *testing.T) {
+	f := newFixture(t, 3, defaults, 1)
+	for _, p := range []Params{{0, 6}, {1, 0}, {4, 61}, {-1, 6}} {
+		cfg := f.cfg
+		cfg.Params = p
+		if _, err := NewTree(cfg); err == nil {
+			t.Errorf("NewTree accepted %+v", p)
+		}
+	}
+	for _, mod := range []func(*Config){
+		func(c *Config) { c.Backend = nil },
+		func(c *Config) { c.Keys = nil },
+		func(c *Config) { c.Geometry.L = MaxLevels + 1 },
+		func(c *Config) { c.ValueSize = -1 },
+	} {
+		cfg := f.cfg
+		mod(&cfg)
+		if _, err := NewTree(cfg); err == nil {
+			t.Errorf("NewTree accepted %+v", cfg)
+		}
+	}
+	cfg := f.cfg
+	cfg.Params, cfg.Rand = Params{Z: 4, S: 60}, nil
+	if _, err := NewTree(cfg); err != nil {
+		t.Errorf("NewTree(Z+S = 64, no Rand): %v", err)
+	}
+	if len(f.log.Records()) != 0 {
+		t.Error("NewTree made backend calls")
+	}
+}
+
+func TestRoundTrip(t *testing.T) {
+	for _, p := range []Params{defaults, {Z: 3, S: 4}} {
+		f := newFixture(t, 5, p, 2)
+		placed, blocks := f.layout(40)
+		f.init(placed)
+		for _, b := range blocks {
+			res := f.read(PathRead{Leaf: b.leaf, Want: want(b.ID)}, PathRead{Leaf: f.r.Uint64N(32)})
+			if !res[0].Found || res[0].Block.ID != b.ID || !bytes.Equal(res[0].Block.Value, b.Value) {
+				t.Fatalf("%+v: read of a block on its path: %+v", p, res[0])
+			}
+			if res[1].Found {
+				t.Fatalf("%+v: a fake read returned %+v", p, res[1])
+			}
+			if got := f.read(PathRead{Leaf: b.leaf, Want: want(b.ID)}); got[0].Found {
+				t.Fatalf("%+v: a block read once is still in the tree", p)
+			}
+		}
+		if s := f.tr.Stats(); s.PathReads != uint64(3*len(blocks)) || s.MultiReads != uint64(2*len(blocks)) {
+			t.Fatalf("stats %+v after %d reads", s, 3*len(blocks))
+		}
+		if got, err := f.tr.ReadPaths(f.ctx, nil); got != nil || err != nil || len(f.fresh()) != 0 {
+			t.Fatalf("empty ReadPaths: %v, %v, or backend calls", got, err)
+		}
+	}
+}
+
+// A block is found only on its own path, and two requests for it serve
+// the first.
+func TestReadPathsMisses(t *testing.T) {
+	f := newFixture(t, 4, defaults, 3)
+	placed, blocks := f.layout(10)
+	f.init(placed)
+	b := blocks[0]
+	other := b.leaf ^ (f.tr.g.Leaves() - 1) // shares only the root with b's path
+	res := f.read(PathRead{Leaf: other, Want: want(b.ID)})
+	if res[0].Found && b.bucket != 0 {
+		t.Fatal("a block was found on another leaf's path")
+	}
+	res = f.read(PathRead{Leaf: b.leaf, Want: want(b.ID)}, PathRead{Leaf: b.leaf, Want: want(b.ID)})
+	if !res[0].Found || res[1].Found {
+		t.Fatalf("two requests for one block: found %v, %v; want the first only", res[0].Found, res[1].Found)
+	}
+	if _, err := f.tr.ReadPaths(f.ctx, []PathRead{{Leaf: f.tr.g.Leaves()}}); err == nil {
+		t.Fatal("read of a leaf outside the tree succeeded")
+	}
+}
+
+// Every ReadPaths is 2 reads and 1 write (3 reads with a reshuffle): the
+// auditor of every fixture checks the shapes; here many random batches
+// run against it, with overlapping paths.
+func TestReadPathsShape(t *testing.T) {
+	f := newFixture(t, 6, defaults, 4)
+	placed, blocks := f.layout(60)
+	f.init(placed)
+	for n := range 200 {
+		var reqs []PathRead
+		for range 1 + f.r.IntN(8) {
+			reqs = append(reqs, PathRead{Leaf: f.r.Uint64N(f.tr.g.Leaves())})
+		}
+		if n < len(blocks) {
+			reqs = append(reqs, PathRead{Leaf: blocks[n].leaf, Want: want(blocks[n].ID)})
+		}
+		res := f.read(reqs...)
+		if n < len(blocks) && !res[len(res)-1].Found {
+			t.Fatalf("batch %d: block not found on its path", n)
+		}
+	}
+	// Overlapping paths read their shared buckets once.
+	before := len(f.log.Records())
+	f.read(PathRead{Leaf: 0}, PathRead{Leaf: 1}, PathRead{Leaf: 1})
+	if n := len(f.log.Records()[before].Addrs); n != 6+2 {
+		t.Fatalf("reads of leaves 0, 1, 1 fetched %d metadata records; want 8 (levels 0-5 shared)", n)
+	}
+	if s := f.tr.Stats(); s.Reshuffles == 0 {
+		t.Fatal("200 batches caused no reshuffle")
+	}
+}
+
+// The root is reshuffled after exactly S reads, every bucket of a path
+// read S times together, and a reshuffled bucket still serves its block.
+func TestEarlyReshuffle(t *testing.T) {
+	f := newFixture(t, 3, defaults, 5)
+	placed := make([][]tree.Block, f.tr.g.Buckets())
+	blk := randomBlock(f.r, 32)
+	const leaf = 5
+	leafBucket := f.tr.g.BucketAt(leaf, 3)
+	placed[leafBucket] = []tree.Block{blk}
+	f.init(placed)
+	for n := 1; n <= 2*defaults.S; n++ {
+		f.read(PathRead{Leaf: leaf})
+		recs := f.log.Records()
+		if reshuffled := len(recs[len(recs)-1].Addrs) > 4; reshuffled != (n%defaults.S == 0) {
+			t.Fatalf("read %d: reshuffle %v", n, reshuffled)
+		}
+		if m := f.peek(0); m.Count != n%defaults.S {
+			t.Fatalf("read %d: root count %d", n, m.Count)
+		}
+	}
+	if s := f.tr.Stats(); s.Reshuffles != 2*4 || s.BucketsWritten != f.tr.g.Buckets()+8 {
+		t.Fatalf("stats %+v; want 8 reshuffles", s)
+	}
+	res := f.read(PathRead{Leaf: leaf, Want: want(blk.ID)})
+	if !res[0].Found || !bytes.Equal(res[0].Block.Value, blk.Value) {
+		t.Fatal("the reshuffled bucket lost its block")
+	}
+	// Reads of other leaves count towards the shared buckets only: the
+	// root has been read once since its reshuffle, the rest of the path
+	// to 7 (buckets 2, 6, 14) at most once.
+	for range defaults.S - 2 {
+		f.read(PathRead{Leaf: 0})
+	}
+	before := len(f.log.Records())
+	f.read(PathRead{Leaf: 7}) // the root's S-th read since the last reshuffle
+	recs := f.log.Records()[before:]
+	if b, _, _ := f.cfg.Layout.ParseSlot(recs[2].Addrs[0]); len(recs) != 4 || len(recs[2].Addrs) != 1 || b != 0 {
+		t.Fatalf("reshuffle read of %d slots (%d calls); want the root's one (Z=1)", len(recs[2].Addrs), len(recs))
+	}
+}
+
+func TestEvictionOrder(t *testing.T) {
+	f := newFixture(t, 4, defaults, 6)
+	f.init(nil)
+	var i uint64
+	for _, k := range []int{3, 5, 1, 16, 7} {
+		leaves := f.tr.EvictionLeaves(k)
+		for j, leaf := range leaves {
+			if leaf != f.tr.g.ReverseLexLeaf(i+uint64(j)) {
+				t.Fatalf("eviction %d of %d: leaf %d; want ReverseLexLeaf(%d)", j, k, leaf, i+uint64(j))
+			}
+		}
+		f.evict(k, nil) // the auditor checks the union of exactly these leaves is rewritten
+		i += uint64(k)
+	}
+	if s := f.tr.Stats(); s.Evictions != 5 || s.EvictedPaths != i {
+		t.Fatalf("stats %+v", s)
+	}
+	if _, err := f.tr.Evict(f.ctx, 0, nil); err == nil {
+		t.Fatal("Evict(0) succeeded")
+	}
+	if _, err := f.tr.Evict(f.ctx, 1, []EvictBlock{{Leaf: 16}}); err == nil {
+		t.Fatal("eviction of a block for a leaf outside the tree succeeded")
+	}
+	if _, err := f.tr.Evict(f.ctx, 1, []EvictBlock{{Block: tree.Block{Value: make([]byte, 33)}}}); err == nil {
+		t.Fatal("eviction of a block over the value size succeeded")
+	}
+	if len(f.fresh()) != 0 {
+		t.Fatal("refused evictions made backend calls")
+	}
+}
+
+func TestEvictPlacement(t *testing.T) {
+	for _, p := range []Params{defaults, {Z: 2, S: 3}} {
+		f := newFixture(t, 5, p, 7)
+		placed, inTree := f.layout(30)
+		f.init(placed)
+		// Read some blocks out; the rest must keep their buckets.
+		var stash []EvictBlock
+		for _, b := range inTree[:10] {
+			if res := f.read(PathRead{Leaf: b.leaf, Want: want(b.ID)}); !res[0].Found {
+				t.Fatal("block not found")
+			}
+			stash = append(stash, EvictBlock{Block: b.Block, Leaf: f.r.Uint64N(f.tr.g.Leaves())})
+		}
+		for range 40 {
+			stash = append(stash, EvictBlock{Block: randomBlock(f.r, 32), Leaf: f.r.Uint64N(f.tr.g.Leaves())})
+		}
+		leaves := f.tr.EvictionLeaves(6)
+		union := f.tr.g.Union(leaves, nil)
+		where := f.evict(6, stash)
+		for _, b := range inTree[10:] {
+			if !slices.Contains(f.holds(b.bucket), b.ID) {
+				t.Fatalf("%+v: valid real block moved out of bucket %d", p, b.bucket)
+			}
+		}
+		full := func(b uint64) bool { return len(f.holds(b)) == p.Z }
+		var placedN int
+		for j, b := range stash {
+			path := f.tr.g.Path(b.Leaf, nil)
+			if where[j] >= 0 {
+				placedN++
+				at := uint64(where[j])
+				if !f.tr.g.OnPath(at, b.Leaf) || index(union, at) < 0 || !slices.Contains(f.holds(at), b.Block.ID) {
+					t.Fatalf("%+v: block for leaf %d placed in bucket %d (union %v)", p, b.Leaf, at, union)
+				}
+				path = path[f.tr.g.Level(at)+1:]
+			}
+			for _, deeper := range path { // every bucket it could have gone to instead
+				if index(union, deeper) >= 0 && !full(deeper) {
+					t.Fatalf("%+v: block for leaf %d went to %d although bucket %d had room", p, b.Leaf, where[j], deeper)
+				}
+			}
+		}
+		if placedN == 0 || placedN == len(stash) {
+			t.Fatalf("%+v: %d of %d stash blocks placed; want some but not all", p, placedN, len(stash))
+		}
+		for j, b := range stash {
+			if where[j] >= 0 {
+				res := f.read(PathRead{Leaf: b.Leaf, Want: want(b.Block.ID)})
+				if !res[0].Found || !bytes.Equal(res[0].Block.Value, b.Block.Value) {
+					t.Fatalf("%+v: evicted block not found on its leaf", p)
+				}
+			}
+		}
+	}
+}
+
+func TestForget(t *testing.T) {
+	f := newFixture(t, 2, defaults, 8)
+	placed := make([][]tree.Block, f.tr.g.Buckets())
+	x, y := randomBlock(f.r, 32), randomBlock(f.r, 32)
+	const leaf = 2
+	b := f.tr.g.BucketAt(leaf, 2)
+	placed[b] = []tree.Block{x}
+	f.init(placed)
+	f.tr.Forget(b, x.ID)
+	f.tr.Forget(b, x.ID)
+	f.tr.Forget(f.tr.g.Buckets(), x.ID) // outside the tree: nothing
+	if st := f.tr.State(); len(st.Stale) != 1 || st.Stale[0] != (StaleEntry{Bucket: b, ID: x.ID}) {
+		t.Fatalf("stale entries %+v", st.Stale)
+	}
+	xSlot := f.peek(b).Entries[0].Slot
+	if res := f.read(PathRead{Leaf: leaf, Want: want(x.ID)}); res[0].Found {
+		t.Fatal("a forgotten block was returned")
+	}
+	recs := f.log.Records()
+	if _, s, _ := f.cfg.Layout.ParseSlot(recs[len(recs)-2].Addrs[2]); s == int(xSlot) {
+		t.Fatal("a path read read the forgotten block's slot as a dummy")
+	}
+	// The eviction frees the slot: y, for the same leaf, takes bucket b.
+	where := f.evict(4, []EvictBlock{{Block: y, Leaf: leaf}})
+	if where[0] != int64(b) || len(f.tr.State().Stale) != 0 {
+		t.Fatalf("y placed in %d, stale %+v; want bucket %d with the stale copy dropped", where[0], f.tr.State().Stale, b)
+	}
+	if ids := f.holds(b); len(ids) != 1 || ids[0] != y.ID {
+		t.Fatalf("bucket %d holds %x; want y only", b, ids)
+	}
+}
+
+// A stale copy in a bucket being reshuffled is dropped too.
+func TestForgetReshuffle(t *testing.T) {
+	f := newFixture(t, 1, Params{Z: 1, S: 2}, 9)
+	placed := make([][]tree.Block, 3)
+	x := randomBlock(f.r, 32)
+	placed[0] = []tree.Block{x}
+	f.init(placed)
+	f.tr.Forget(0, x.ID)
+	f.read(PathRead{Leaf: 0})
+	f.read(PathRead{Leaf: 1}) // the root's second read: reshuffled
+	if len(f.holds(0)) != 0 || len(f.peek(0).Entries) != 1 || f.peek(0).Entries[0].Present || len(f.tr.State().Stale) != 0 {
+		t.Fatalf("root after reshuffle: %+v, stale %+v", f.peek(0), f.tr.State().Stale)
+	}
+}
+
+func TestTamper(t *testing.T) {
+	type setup struct {
+		f *fixture
+		b placedBlock
+	}
+	prepare := func(t *testing.T) setup {
+		f := newFixture(t, 3, defaults, 10)
+		placed, blocks := f.layout(6)
+		f.init(placed)
+		return setup{f, blocks[0]}
+	}
+	readIt := func(s setup) error {
+		_, err := s.f.tr.ReadPaths(s.f.ctx, []PathRead{{Leaf: s.b.leaf, Want: want(s.b.ID)}})
+		return err
+	}
+	evictAll := func(s setup) error {
+		_, err := s.f.tr.Evict(s.f.ctx, 8, nil)
+		return err
+	}
+	l := Layout{Prefix: "r/"}
+	for _, tc := range []struct {
+		name   string
+		tamper func(s setup) (undo func())
+		op     func(s setup) error
+	}{
+		{"flipped byte in the wanted slot", func(s setup) func() {
+			addr := l.SlotAddr(s.b.bucket, int(s.f.peek(s.b.bucket).Entries[0].Slot))
+			return flip(s.f, addr)
+		}, readIt},
+		{"flipped byte in a real slot, evicted", func(s setup) func() {
+			return flip(s.f, l.SlotAddr(s.b.bucket, int(s.f.peek(s.b.bucket).Entries[0].Slot)))
+		}, evictAll},
+		{"flipped byte in metadata", func(s setup) func() { return flip(s.f, l.MetaAddr(0)) }, readIt},
+		{"slots swapped between buckets", func(s setup) func() {
+			other := s.f.tr.g.BucketAt(s.b.leaf^1, 3)
+			var undo []func()
+			for i := range defaults.slots() {
+				undo = append(undo, put(s.f, l.SlotAddr(s.b.bucket, i), s.f.rawGet(l.SlotAddr(other, i))))
+			}
+			return func() {
+				for _, u := range undo {
+					u()
+				}
+			}
+		}, readIt},
+		{"slot moved within a bucket", func(s setup) func() {
+			slot := int(s.f.peek(s.b.bucket).Entries[0].Slot)
+			return put(s.f, l.SlotAddr(s.b.bucket, slot), s.f.rawGet(l.SlotAddr(s.b.bucket, (slot+1)%7)))
+		}, readIt},
+		{"deleted metadata", func(s setup) func() { return del(s.f, l.MetaAddr(s.b.bucket)) }, readIt},
+		{"deleted slot", func(s setup) func() {
+			return del(s.f, l.SlotAddr(s.b.bucket, int(s.f.peek(s.b.bucket).Entries[0].Slot)))
+		}, readIt},
+		{"truncated metadata", func(s setup) func() {
+			old := s.f.rawGet(l.MetaAddr(0))
+			return put(s.f, l.MetaAddr(0), old[:len(old)-1])
+		}, readIt},
+		{"replayed metadata", func(s setup) func() {
+			old := s.f.rawGet(l.MetaAddr(0))
+			s.f.read(PathRead{Leaf: 0})
+			return put(s.f, l.MetaAddr(0), old)
+		}, readIt},
+		{"replayed bucket after a rewrite", func(s setup) func() {
+			var old [][]byte
+			for i := range defaults.slots() {
+				old = append(old, s.f.rawGet(l.SlotAddr(0, i)))
+			}
+			s.f.evict(1, nil)
+			var undo []func()
+			for i, v := range old {
+				undo = append(undo, put(s.f, l.SlotAddr(0, i), v))
+			}
+			return func() {
+				for _, u := range undo {
+					u()
+				}
+			}
+		}, readIt},
+		{"metadata of another bucket", func(s setup) func() {
+			return put(s.f, l.MetaAddr(s.b.bucket), s.f.rawGet(l.MetaAddr(s.f.tr.g.BucketAt(s.b.leaf^1, 3))))
+		}, readIt},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := prepare(t)
+			undo := tc.tamper(s)
+			before := s.f.tr.State()
+			if err := tc.op(s); !errors.Is(err, seal.ErrTampered) {
+				t.Fatalf("error %v; want seal.ErrTampered", err)
+			}
+			if after := s.f.tr.State(); !slices.Equal(before.Versions, after.Versions) || before.Evictions != after.Evictions {
+				t.Fatal("a failed operation changed the trusted state")
+			}
+			undo()
+			s.f.fresh()
+			if err := tc.op(s); err != nil {
+				t.Fatalf("after undoing the tampering: %v", err)
+			}
+		})
+	}
+}
+
+func flip(f *fixture, addr string) func() {
+	old := f.rawGet(addr)
+	v := bytes.Clone(old)
+	v[len(v)/2] ^= 0x10
+	f.rawPut(addr, v)
+	return func() { f.rawPut(addr, old) }
+}
+
+func put(f *fixture, addr string, v []byte) func() {
+	old := f.rawGet(addr)
+	f.rawPut(addr, v)
+	return func() { f.rawPut(addr, old) }
+}
+
+func del(f *fixture, addr string) func() {
+	old := f.rawGet(addr)
+	if err := f.mem.Delete(f.ctx, []string{addr}); err != nil {
+		f.t.Fatal(err)
+	}
+	return func() { f.rawPut(addr, old) }
+}
+
+// failing fails every Write while armed.
+type failing struct {
+	backend.Backend
+	armed bool
+}
+
+var errInjected = errors.New("injected write failure")
+
+func (b *failing) Write(ctx context.Context, items []backend.Item) error {
+	if b.armed {
+		return errInjected
+	}
+	return b.Backend.Write(ctx, items)
+}
+
+// A failed Write changes nothing in memory: the same operations succeed
+// once storage works again.
+func TestFailedWriteChangesNothing(t *testing.T) {
+	f := newFixture(t, 3, defaults, 11)
+	placed, blocks := f.layout(5)
+	f.init(placed)
+	fb := &failing{Backend: f.cfg.Backend}
+	f.tr.b = fb
+	fb.armed = true
+	before := f.tr.State()
+	if _, err := f.tr.ReadPaths(f.ctx, []PathRead{{Leaf: blocks[0].leaf, Want: want(blocks[0].ID)}}); !errors.Is(err, errInjected) {
+		t.Fatalf("ReadPaths: %v", err)
+	}
+	if _, err := f.tr.Evict(f.ctx, 3, nil); !errors.Is(err, errInjected) {
+		t.Fatalf("Evict: %v", err)
+	}
+	if after := f.tr.State(); !slices.Equal(before.Versions, after.Versions) || after.Evictions != 0 {
+		t.Fatal("failed operations changed the trusted state")
+	}
+	if err := f.tr.Init(f.ctx, nil); !errors.Is(err, errInjected) {
+		t.Fatalf("Init: %v", err)
+	}
+	fb.armed = false
+	f.fresh()
+	f.aud = newAuditor(f.cfg.Layout, f.cfg.Geometry, defaults, f.tr.codec.SlotSize())
+	if res := f.read(PathRead{Leaf: blocks[0].leaf, Want: want(blocks[0].ID)}); !res[0].Found {
+		t.Fatal("block lost after a failed read")
+	}
+	if f.tr.EvictionLeaves(1)[0] != 0 {
+		t.Fatal("a failed eviction advanced the eviction order")
+	}
+}
+
+func TestInit(t *testing.T) {
+	f := newFixture(t, 9, defaults, 12)
+	f.cfg.ValueSize = 1000
+	tr, err := NewTree(f.cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.tr = tr
+	f.aud.slotSize = tr.codec.SlotSize()
+	f.init(nil) // the auditor checks whole buckets per write
+	recs := f.log.Records()
+	if len(recs) < 2 || len(recs) > 8 {
+		t.Fatalf("Init of %d buckets of ~7 KB in %d writes; want batches of about %d bytes",
+			tr.g.Buckets(), len(recs), tree.DefaultBatchBytes)
+	}
+	if err := tr.Init(f.ctx, make([][]tree.Block, 3)); err == nil {
+		t.Error("Init with the wrong number of buckets succeeded")
+	}
+	over := make([][]tree.Block, tr.g.Buckets())
+	over[5] = make([]tree.Block, 2)
+	if err := tr.Init(f.ctx, over); err == nil {
+		t.Error("Init with Z+1 blocks in a bucket succeeded")
+	}
+	if s := tr.Stats(); s.BucketsWritten != tr.g.Buckets() {
+		t.Errorf("stats %+v after Init", s)
+	}
+	for b := range tr.g.Buckets() {
+		if m := f.peek(b); m.Count != 0 || m.Valid != allSlots(7) || m.Entries[0].Present {
+			t.Fatalf("bucket %d after an empty Init: %+v", b, m)
+		}
+	}
+}
+
+func TestStateRestore(t *testing.T) {
+	f := newFixture(t, 4, defaults, 13)
+	placed, blocks := f.layout(12)
+	f.init(placed)
+	f.read(PathRead{Leaf: 3})
+	f.evict(5, nil)
+	f.tr.Forget(blocks[0].bucket, blocks[0].ID)
+	st := roundTripGob(t, f.tr.State())
+
+	cfg := f.cfg
+	cfg.Rand = nil
+	reopened, err := NewTree(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := reopened.Restore(st); err != nil {
+		t.Fatal(err)
+	}
+	old := f.tr
+	f.tr = reopened
+	if !slices.Equal(reopened.EvictionLeaves(4), old.EvictionLeaves(4)) {
+		t.Fatal("the restored tree evicts other leaves")
+	}
+	if res := f.read(PathRead{Leaf: blocks[0].leaf, Want: want(blocks[0].ID)}); res[0].Found {
+		t.Fatal("the restored tree forgot a stale entry")
+	}
+	for _, b := range blocks[1:] {
+		if res := f.read(PathRead{Leaf: b.leaf, Want: want(b.ID)}); !res[0].Found {
+			t.Fatal("block lost across a restart")
+		}
+	}
+	f.evict(4, nil)
+	if _, err := old.ReadPaths(f.ctx, []PathRead{{Leaf: 0}}); !errors.Is(err, seal.ErrTampered) {
+		t.Fatalf("the old tree, behind storage, read: %v; want ErrTampered", err)
+	}
+	for _, mod := range []func(*TreeState){
+		func(s *TreeState) { s.L++ },
+		func(s *TreeState) { s.Z++ },
+		func(s *TreeState) { s.S-- },
+		func(s *TreeState) { s.Versions = s.Versions[1:] },
+		func(s *TreeState) { s.Stale = append(s.Stale, StaleEntry{Bucket: 1 << 20}) },
+	} {
+		bad := roundTripGob(t, st)
+		mod(&bad)
+		if err := reopened.Restore(bad); err == nil {
+			t.Errorf("Restore accepted %+v", bad)
+		}
+	}
+}
+
+// The auditor the other tests rely on catches what it claims to.
+func TestAuditorCatches(t *testing.T) {
+	l, g, p := Layout{Prefix: "r/"}, tree.Geometry{L: 1}, Params{Z: 1, S: 2}
+	metaRead := observe.Record{Op: observe.OpRead, Addrs: []string{l.MetaAddr(0), l.MetaAddr(1)}}
+	slotRead := func(s int) observe.Record {
+		return observe.Record{Op: observe.OpRead, Addrs: []string{l.SlotAddr(0, s), l.SlotAddr(1, s)}, Sizes: []int{9, 9}}
+	}
+	metaWrite := observe.Record{Op: observe.OpWrite, Addrs: []string{l.MetaAddr(0), l.MetaAddr(1)}}
+	a := newAuditor(l, g, p, 9)
+	if err := a.readPaths([]observe.Record{metaRead, slotRead(0), metaWrite}, []uint64{0}); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.readPaths([]observe.Record{metaRead, slotRead(0), metaWrite}, []uint64{0}); err == nil {
+		t.Error("a slot read twice passed")
+	}
+	a = newAuditor(l, g, p, 9)
+	a.readPaths([]observe.Record{metaRead, slotRead(0), metaWrite}, []uint64{0})
+	if err := a.readPaths([]observe.Record{metaRead, slotRead(1), metaWrite}, []uint64{0}); err == nil {
+		t.Error("a missing reshuffle passed")
+	}
+	a = newAuditor(l, g, p, 9)
+	if err := a.readPaths([]observe.Record{metaRead, slotRead(0), metaWrite}, []uint64{0, 1}); err == nil {
+		t.Error("a metadata read missing a bucket of the union passed")
+	}
+	a = newAuditor(l, g, p, 9)
+	if err := a.evict([]observe.Record{metaRead, slotRead(0), metaWrite}, []uint64{0}); err == nil {
+		t.Error("an eviction without its slots passed")
+	}
+}

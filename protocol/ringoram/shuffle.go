@@ -1,0 +1,98 @@
+package ringoram
+
+import (
+	"context"
+	"math/bits"
+	"slices"
+
+	"github.com/oblivkv/oblivkv/protocol/tree"
+)
+
+// realSlots appends to dst the Z slots Ring ORAM's ReadBucket reads from
+// bucket union[i] before rewriting it (an eviction or an early reshuffle,
+// Sec. 2): the slots of its live real blocks, padded with uniformly random
+// other valid slots, in ascending slot order so that the order tells
+// nothing. A bucket read fewer than S times has at least Z+1 valid slots,
+// one read exactly S times exactly Z, so Z can always be read.
+func (t *Tree) realSlots(dst []slotRead, bucket uint64, m *meta, i int32) []slotRead {
+	var taken uint64
+	n := 0
+	for _, e := range m.Entries {
+		if t.live(bucket, e) {
+			taken |= 1 << e.Slot
+			n++
+		}
+	}
+	for ; n < t.p.Z; n++ {
+		taken |= 1 << randomBit(t.rng, m.Valid&^taken)
+	}
+	for ; taken != 0; taken &= taken - 1 {
+		dst = append(dst, slotRead{i: i, slot: uint8(bits.TrailingZeros64(taken))})
+	}
+	return dst
+}
+
+// readReal reads the buckets union[i] for i in idx as Ring ORAM's
+// ReadBucket does: ONE backend Read of exactly Z slots of each (realSlots).
+// It returns the live real blocks of each bucket.
+func (t *Tree) readReal(ctx context.Context, union []uint64, metas []meta, idx []int) ([][]tree.Block, error) {
+	reads := make([]slotRead, 0, len(idx)*t.p.Z)
+	for _, i := range idx {
+		reads = t.realSlots(reads, union[i], &metas[i], int32(i))
+	}
+	blocks, err := t.readSlots(ctx, union, metas, reads)
+	if err != nil {
+		return nil, err
+	}
+	out := make([][]tree.Block, len(idx))
+	z := t.p.Z
+	for j, i := range idx {
+		kept := blocks[j*z : j*z : (j+1)*z] // compacted in place
+		for x := j * z; x < (j+1)*z; x++ {
+			if e := metas[i].entryAt(reads[x].slot); e != nil && t.live(union[i], *e) {
+				kept = append(kept, blocks[x])
+			}
+		}
+		out[j] = kept
+	}
+	return out, nil
+}
+
+// shuffle lays out a bucket rewritten in full (Ring ORAM's permuted
+// buckets invariant, Sec. 2): reals (at most Z) go to distinct uniformly
+// random slots, every other slot holds a dummy, all slots are valid and
+// the count restarts at 0. m.Version must already be the new version; it
+// becomes the SlotVersion too, so slots of any earlier layout fail to
+// open. slots (Z+S) receives the block of each slot, nil for a dummy.
+func (t *Tree) shuffle(m *meta, reals []*tree.Block, slots []*tree.Block) {
+	clear(slots)
+	m.SlotVersion, m.Count, m.Valid = m.Version, 0, allSlots(t.p.slots())
+	free := m.Valid
+	for e := range m.Entries {
+		if e >= len(reals) {
+			m.Entries[e] = entry{}
+			continue
+		}
+		s := randomBit(t.rng, free)
+		free &^= 1 << s
+		slots[s] = reals[e]
+		m.Entries[e] = entry{Present: true, Slot: s, ID: reals[e].ID}
+	}
+}
+
+// nextVersions sets the version each bucket of union will be written
+// with.
+func (t *Tree) nextVersions(union []uint64, metas []meta) {
+	for i, b := range union {
+		metas[i].Version = t.versions[b] + 1
+	}
+}
+
+// index returns the position of bucket in union (sorted ascending, as
+// tree.Geometry.Union returns it), or -1.
+func index(union []uint64, bucket uint64) int {
+	if i, ok := slices.BinarySearch(union, bucket); ok {
+		return i
+	}
+	return -1
+}

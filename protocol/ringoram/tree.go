@@ -1,0 +1,192 @@
+package ringoram
+
+import (
+	"cmp"
+	crand "crypto/rand"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+
+	"github.com/oblivkv/oblivkv/backend"
+	"github.com/oblivkv/oblivkv/protocol/tree"
+	"github.com/oblivkv/oblivkv/seal"
+)
+
+// Treebeard's parameters (Sec. 5.3.1 sets Z=1; Sec. 7 uses S=6).
+const (
+	DefaultZ = 1
+	DefaultS = 6
+)
+
+// MaxLevels bounds a tree's height: the Tree keeps 8 bytes of trusted
+// state per bucket in memory.
+const MaxLevels = 32
+
+// Params are Ring ORAM's bucket parameters: at most Z real blocks and at
+// least S dummy slots per bucket, Z+S slots in all (at most 64). A bucket
+// is reshuffled after S reads.
+type Params struct{ Z, S int }
+
+func (p Params) slots() int { return p.Z + p.S }
+
+func (p Params) validate() error {
+	if p.Z < 1 || p.S < 1 || p.Z+p.S > 64 {
+		return fmt.Errorf("ringoram: Z=%d, S=%d: want Z >= 1, S >= 1 and Z+S <= 64", p.Z, p.S)
+	}
+	return nil
+}
+
+// Config configures a Tree.
+type Config struct {
+	Backend   backend.Backend
+	Keys      *seal.Keys
+	Geometry  tree.Geometry
+	Params    Params
+	Layout    Layout
+	ValueSize int        // the largest value a block may hold
+	Rand      *rand.Rand // slot choices and permutations; nil: seeded from crypto/rand
+}
+
+// Tree is one Ring ORAM storage tree. It is not safe for concurrent use.
+type Tree struct {
+	b     backend.Backend
+	keys  *seal.Keys
+	g     tree.Geometry
+	p     Params
+	l     Layout
+	codec *tree.Codec
+	rng   *rand.Rand
+
+	versions  []uint64                  // per bucket: the metadata version storage must hold
+	evictions uint64                    // paths evicted so far; the next is ReverseLexLeaf(evictions)
+	stale     map[uint64][]tree.BlockID // per bucket: copies the caller superseded (Forget)
+	stats     Stats
+}
+
+// Stats counts a Tree's work since it was made.
+type Stats struct {
+	PathReads      uint64 // requests served by ReadPaths
+	MultiReads     uint64 // ReadPaths calls that read storage
+	BucketsRead    uint64 // buckets read by ReadPaths (each bucket of a union once)
+	SlotsRead      uint64 // slots read by path reads, reshuffles and evictions
+	Reshuffles     uint64 // buckets rewritten by an early reshuffle
+	Evictions      uint64 // Evict calls
+	EvictedPaths   uint64 // paths evicted
+	BucketsWritten uint64 // buckets whose slots were all rewritten (Init, reshuffles, evictions)
+}
+
+// NewTree returns a Tree over cfg.Backend. It validates the configuration
+// and does no I/O: a new tree must be written with Init, an existing one
+// needs its state back (Restore).
+func NewTree(cfg Config) (*Tree, error) {
+	if err := cfg.Params.validate(); err != nil {
+		return nil, err
+	}
+	switch {
+	case cfg.Backend == nil || cfg.Keys == nil:
+		return nil, errors.New("ringoram: Config needs a Backend and Keys")
+	case cfg.Geometry.L < 0 || cfg.Geometry.L > MaxLevels:
+		return nil, fmt.Errorf("ringoram: tree height %d outside 0..%d", cfg.Geometry.L, MaxLevels)
+	case cfg.ValueSize < 0:
+		return nil, fmt.Errorf("ringoram: value size %d", cfg.ValueSize)
+	}
+	rng := cfg.Rand
+	if rng == nil {
+		var seed [32]byte
+		crand.Read(seed[:])
+		rng = rand.New(rand.NewChaCha8(seed))
+	}
+	return &Tree{
+		b: cfg.Backend, keys: cfg.Keys, g: cfg.Geometry, p: cfg.Params, l: cfg.Layout,
+		codec:    tree.NewCodec(cfg.Keys, cfg.Params.slots(), cfg.ValueSize),
+		rng:      rng,
+		versions: make([]uint64, cfg.Geometry.Buckets()),
+		stale:    map[uint64][]tree.BlockID{},
+	}, nil
+}
+
+// Geometry returns the tree's geometry.
+func (t *Tree) Geometry() tree.Geometry { return t.g }
+
+// Stats returns the counters so far.
+func (t *Tree) Stats() Stats { return t.stats }
+
+// EvictionLeaves returns the leaves the next Evict(k) will evict, without
+// evicting: the next k paths in reverse-lexicographic order (Sec. 5.3.2).
+func (t *Tree) EvictionLeaves(k int) []uint64 {
+	leaves := make([]uint64, max(k, 0))
+	for i := range leaves {
+		leaves[i] = t.g.ReverseLexLeaf(t.evictions + uint64(i))
+	}
+	return leaves
+}
+
+// Forget marks the copy of block id in bucket as stale: the caller
+// superseded it. Reads no longer return it, and the next rewrite of the
+// bucket (eviction or early reshuffle) frees its slot. A bucket outside
+// the tree holds no copy; forgetting it does nothing.
+func (t *Tree) Forget(bucket uint64, id tree.BlockID) {
+	if bucket >= t.g.Buckets() || t.isStale(bucket, id) {
+		return
+	}
+	t.stale[bucket] = append(t.stale[bucket], id)
+}
+
+func (t *Tree) isStale(bucket uint64, id tree.BlockID) bool {
+	return len(t.stale) > 0 && slices.Contains(t.stale[bucket], id)
+}
+
+// live reports whether e is a real block of bucket a read may return.
+func (t *Tree) live(bucket uint64, e entry) bool {
+	return e.Present && !t.isStale(bucket, e.ID)
+}
+
+// TreeState is the trusted state of a Tree, everything a clean restart
+// needs besides the storage: gob-encodable.
+type TreeState struct {
+	L         int      // the geometry's height
+	Z, S      int      // the parameters
+	Versions  []uint64 // per bucket: the expected metadata version
+	Evictions uint64   // paths evicted so far
+	Stale     []StaleEntry
+}
+
+// StaleEntry is a copy of a block the caller superseded (Forget).
+type StaleEntry struct {
+	Bucket uint64
+	ID     tree.BlockID
+}
+
+// State returns a copy of the trusted state.
+func (t *Tree) State() TreeState {
+	s := TreeState{L: t.g.L, Z: t.p.Z, S: t.p.S, Versions: slices.Clone(t.versions), Evictions: t.evictions}
+	for b, ids := range t.stale {
+		for _, id := range ids {
+			s.Stale = append(s.Stale, StaleEntry{Bucket: b, ID: id})
+		}
+	}
+	slices.SortFunc(s.Stale, func(a, b StaleEntry) int {
+		return cmp.Or(cmp.Compare(a.Bucket, b.Bucket), slices.Compare(a.ID[:], b.ID[:]))
+	})
+	return s
+}
+
+// Restore replaces the trusted state with s, which must come from a Tree
+// of the same geometry and parameters.
+func (t *Tree) Restore(s TreeState) error {
+	if s.L != t.g.L || s.Z != t.p.Z || s.S != t.p.S || uint64(len(s.Versions)) != t.g.Buckets() {
+		return fmt.Errorf("ringoram: state of a tree with L=%d, Z=%d, S=%d and %d buckets does not fit L=%d, Z=%d, S=%d",
+			s.L, s.Z, s.S, len(s.Versions), t.g.L, t.p.Z, t.p.S)
+	}
+	stale := map[uint64][]tree.BlockID{}
+	for _, e := range s.Stale {
+		if e.Bucket >= t.g.Buckets() {
+			return fmt.Errorf("ringoram: stale entry in bucket %d of a tree of %d buckets", e.Bucket, t.g.Buckets())
+		}
+		stale[e.Bucket] = append(stale[e.Bucket], e.ID)
+	}
+	copy(t.versions, s.Versions)
+	t.evictions, t.stale = s.Evictions, stale
+	return nil
+}

@@ -1,0 +1,47 @@
+// Package treebeard implements Treebeard (seed 000): Ring ORAM with Z=1
+// spread over several storage trees and three layers of trusted processes,
+// here wired in one process.
+//
+//   - Router (Sec. 5.1): collects requests for an epoch (default 1 ms) and
+//     forwards each to the Stash shard chosen by a hash of its key.
+//   - Stash shards (Sec. 5.2): the position map (block -> tree, leaf) and
+//     the stash of the blocks hashed to them. The first request for a block
+//     not in the stash reads its real path; repeats and stashed blocks read
+//     a random path of a random tree (fake reads), so repetition and skew
+//     never show. Every access moves the block to a fresh random tree and
+//     leaf (random tree and random path invariants, Sec. 3). Requests to a
+//     block are applied in the order the shard receives them (Sec. 5.2.3).
+//     Blocks handed to an eviction leave the stash only when acked and not
+//     accessed since (per-block counters, Sec. 5.2.2).
+//   - ORAM shards (Sec. 5.3): each tree has exactly one owner, which merges
+//     the path reads queued for it into one multi-path read (each shared
+//     bucket read once, one slot per bucket) and, after every A path reads
+//     of the tree, evicts the next k paths in reverse-lexicographic order
+//     with the tree's blocks collected from every Stash shard. Bucket
+//     mechanics (metadata, slots, reshuffles) are package ringoram's.
+//
+// The layers meet only through the interfaces in layers.go, exchanging
+// plain values, so a cluster can put RPCs and replication between them
+// without changing their logic.
+//
+// Eviction schedule: A counts path reads of a tree, as Ring ORAM counts
+// accesses and as the paper's proof states it (App. B: "every A accesses
+// to a storage tree triggers the eviction of k deterministically chosen
+// paths"). Evictions run when a multi-path read completes; when one read
+// owes several evictions they run as one eviction of all their paths. The
+// schedule depends only on the number of paths read, which storage sees.
+//
+// Stale copies: a block accessed while an eviction places it stays in the
+// stash with its new value and position; the copy the eviction wrote is
+// reported back to the tree's owner, which never serves it again and frees
+// its slot at the bucket's next rewrite.
+//
+// Durability: a clean Close saves the position map, the stash and the
+// trees' trusted state sealed under stateAddr; an open loads and deletes
+// it, so a store that was not closed cleanly is refused with a clear
+// error. A fresh store writes its trees at its first access or bulk load.
+//
+// It must never let a backend call depend on which keys are asked for,
+// whether they exist or repeat, or what they hold: per epoch, one path
+// read per forwarded request, each of a uniformly random tree and leaf.
+package treebeard

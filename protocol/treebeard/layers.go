@@ -1,0 +1,73 @@
+package treebeard
+
+import (
+	"context"
+
+	"github.com/oblivkv/oblivkv/protocol/ringoram"
+	"github.com/oblivkv/oblivkv/protocol/tree"
+)
+
+// The three layers talk only through the interfaces in this file, with
+// plain values as messages, so a cluster can put RPCs between them without
+// touching their logic (Sec. 4, Fig. 2).
+
+// Op is the kind of a client request.
+type Op uint8
+
+// Client operations.
+const (
+	OpGet Op = iota
+	OpPut
+	OpDelete
+)
+
+// Request is one client request as a Router forwards it: the block it is
+// about (a PRF of the key: Stash shards never see keys) and, for a Put,
+// the value.
+type Request struct {
+	Op    Op
+	ID    tree.BlockID
+	Value []byte
+}
+
+// Reply answers one Request.
+type Reply struct {
+	Value []byte
+	Found bool
+	Err   error
+}
+
+// StashShard is what a Router sees of the Stash layer (Sec. 5.2.1).
+type StashShard interface {
+	// Access runs a Router's batch of one epoch and returns a reply per
+	// request, in order.
+	Access(ctx context.Context, epoch uint64, batch []Request) []Reply
+}
+
+// PathReader is what a Stash shard sees of the ORAM layer: the owner of
+// each tree reads paths for it (Sec. 5.3.1).
+type PathReader interface {
+	// ReadPaths reads one path of tree t per read, real or fake, and
+	// returns the wanted blocks, in order.
+	ReadPaths(ctx context.Context, t int, epoch uint64, reads []ringoram.PathRead) ([]ringoram.ReadResult, error)
+}
+
+// Stale names a copy of a block an eviction placed in a tree that was
+// superseded while the eviction ran (the block was accessed meanwhile).
+type Stale struct {
+	Bucket uint64
+	ID     tree.BlockID
+}
+
+// EvictionSource is what an ORAM shard sees of a Stash shard during an
+// eviction (Sec. 5.2.2).
+type EvictionSource interface {
+	// EvictionBlocks hands over the stashed blocks assigned to tree t that
+	// take part in no other eviction, and starts counting accesses to them.
+	EvictionBlocks(ctx context.Context, t int) ([]ringoram.EvictBlock, error)
+	// EvictionDone reports where each handed-over block was placed (its
+	// bucket, or -1: nack). Acked blocks not accessed since the hand-off
+	// leave the stash; acked blocks that were accessed stay, and their
+	// copies in the tree are returned as stale.
+	EvictionDone(ctx context.Context, t int, blocks []ringoram.EvictBlock, placed []int64) ([]Stale, error)
+}

@@ -1,0 +1,219 @@
+package treebeard
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/oblivkv/oblivkv/protocol/ringoram"
+)
+
+// ORAM is one ORAM shard (Sec. 5.3): the only reader and writer of the
+// trees it owns. Each tree has one worker that runs the tree's operations
+// one at a time: multi-path reads of the path reads queued for it, and
+// after every A path reads of the tree an eviction of the next k paths in
+// reverse-lexicographic order (Sec. 5.3.2), fed with the tree's blocks
+// from every Stash shard.
+type ORAM struct {
+	workers map[int]*treeWorker
+}
+
+// ReadPaths queues reads for tree t and waits for their results.
+func (o *ORAM) ReadPaths(ctx context.Context, t int, epoch uint64, reads []ringoram.PathRead) ([]ringoram.ReadResult, error) {
+	w, ok := o.workers[t]
+	if !ok {
+		return nil, fmt.Errorf("treebeard: this ORAM shard does not own tree %d", t)
+	}
+	return w.read(ctx, epoch, reads)
+}
+
+// treeWorker runs one tree's operations in order.
+type treeWorker struct {
+	id      int
+	tree    *ringoram.Tree
+	a, k    int
+	stashes []EvictionSource
+	trace   func(traceEvent)
+
+	mu      sync.Mutex
+	queue   []*readJob
+	wake    chan struct{}
+	stopped bool
+	exited  chan struct{}
+
+	// Owned by the worker goroutine.
+	reads int // path reads since the last eviction
+
+	statsMu sync.Mutex
+	stats   workerStats
+}
+
+type workerStats struct {
+	tree           ringoram.Stats
+	evictionErrors uint64
+	readErrors     uint64
+}
+
+type readJob struct {
+	epoch   uint64
+	reads   []ringoram.PathRead
+	results []ringoram.ReadResult
+	err     error
+	done    chan struct{}
+}
+
+func newTreeWorker(id int, t *ringoram.Tree, a, k, reads int, trace func(traceEvent)) *treeWorker {
+	return &treeWorker{id: id, tree: t, a: a, k: k, reads: reads, trace: trace,
+		wake: make(chan struct{}, 1), exited: make(chan struct{})}
+}
+
+func (w *treeWorker) read(ctx context.Context, epoch uint64, reads []ringoram.PathRead) ([]ringoram.ReadResult, error) {
+	j := &readJob{epoch: epoch, reads: reads, done: make(chan struct{})}
+	w.mu.Lock()
+	if w.stopped {
+		w.mu.Unlock()
+		return nil, errClosed
+	}
+	w.queue = append(w.queue, j)
+	w.mu.Unlock()
+	select {
+	case w.wake <- struct{}{}:
+	default:
+	}
+	select {
+	case <-j.done:
+		return j.results, j.err
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// run serves the queue until stop: every read job waiting is merged into
+// one multi-path read, so paths of concurrent batches share buckets too.
+func (w *treeWorker) run() {
+	defer close(w.exited)
+	for {
+		w.mu.Lock()
+		jobs := w.queue
+		w.queue = nil
+		stopped := w.stopped
+		w.mu.Unlock()
+		if len(jobs) == 0 {
+			if stopped {
+				return
+			}
+			<-w.wake
+			continue
+		}
+		w.serve(jobs)
+	}
+}
+
+func (w *treeWorker) stop() {
+	w.mu.Lock()
+	w.stopped = true
+	w.mu.Unlock()
+	select {
+	case w.wake <- struct{}{}:
+	default:
+	}
+	<-w.exited
+}
+
+// serve runs one multi-path read for jobs, answers them, then evicts k
+// paths for every A path reads owed (Sec. 5.3.2; several owed evictions
+// run as one eviction of their paths together).
+func (w *treeWorker) serve(jobs []*readJob) {
+	ctx := context.Background()
+	var reads []ringoram.PathRead
+	var epochs []uint64
+	for _, j := range jobs {
+		reads = append(reads, j.reads...)
+		for range j.reads {
+			epochs = append(epochs, j.epoch)
+		}
+	}
+	results, err := w.tree.ReadPaths(ctx, reads)
+	if w.trace != nil && err == nil {
+		w.trace(traceEvent{Kind: traceRead, Tree: w.id, Leaves: leavesOf(reads), Epochs: epochs})
+	}
+	off := 0
+	for _, j := range jobs {
+		if err == nil {
+			j.results = results[off : off+len(j.reads)]
+		}
+		j.err = err
+		off += len(j.reads)
+		close(j.done)
+	}
+	w.noteStats(err != nil, false)
+	if err != nil {
+		return
+	}
+	w.reads += len(reads)
+	if owed := w.reads / w.a; owed > 0 {
+		w.reads -= owed * w.a
+		w.evict(ctx, owed*w.k)
+	}
+}
+
+func leavesOf(reads []ringoram.PathRead) []uint64 {
+	out := make([]uint64, len(reads))
+	for i, r := range reads {
+		out[i] = r.Leaf
+	}
+	return out
+}
+
+// evict collects the tree's blocks from every Stash shard, evicts k paths
+// and reports the placements back; stale copies are forgotten by the tree.
+func (w *treeWorker) evict(ctx context.Context, k int) {
+	var blocks []ringoram.EvictBlock
+	from := make([]int, len(w.stashes)+1) // blocks[from[i]:from[i+1]] came from stash i
+	var errs []error
+	for i, s := range w.stashes {
+		bs, err := s.EvictionBlocks(ctx, w.id)
+		errs = append(errs, err)
+		blocks = append(blocks, bs...)
+		from[i+1] = len(blocks)
+	}
+	leaves := w.tree.EvictionLeaves(k)
+	placed, err := w.tree.Evict(ctx, k, blocks)
+	if err != nil { // nothing was placed: every block stays stashed
+		placed = make([]int64, len(blocks))
+		for i := range placed {
+			placed[i] = -1
+		}
+	} else if w.trace != nil {
+		w.trace(traceEvent{Kind: traceEvict, Tree: w.id, Leaves: leaves})
+	}
+	errs = append(errs, err)
+	for i, s := range w.stashes {
+		stale, err := s.EvictionDone(ctx, w.id, blocks[from[i]:from[i+1]], placed[from[i]:from[i+1]])
+		errs = append(errs, err)
+		for _, st := range stale {
+			w.tree.Forget(st.Bucket, st.ID)
+		}
+	}
+	w.noteStats(false, errors.Join(errs...) != nil)
+}
+
+func (w *treeWorker) noteStats(readErr, evictErr bool) {
+	st := w.tree.Stats()
+	w.statsMu.Lock()
+	defer w.statsMu.Unlock()
+	w.stats.tree = st
+	if readErr {
+		w.stats.readErrors++
+	}
+	if evictErr {
+		w.stats.evictionErrors++
+	}
+}
+
+func (w *treeWorker) snapshot() workerStats {
+	w.statsMu.Lock()
+	defer w.statsMu.Unlock()
+	return w.stats
+}

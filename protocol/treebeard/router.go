@@ -1,0 +1,136 @@
+package treebeard
+
+import (
+	"context"
+	"encoding/binary"
+	"sync"
+	"time"
+
+	"github.com/oblivkv/oblivkv/protocol/tree"
+)
+
+// Router collects client requests for an epoch and forwards them to the
+// Stash shard in charge of each block, chosen by a hash of the key (the
+// block ID is a PRF of the key), then hands each reply to its caller
+// (Sec. 5.1.1). It is stateless: a request it loses is retried by its
+// client, and Stash shards recognise nothing but the requests they get.
+//
+// Epochs are consecutive, non-overlapping collection intervals; an epoch
+// starts with its first request, so an idle Router costs nothing. Epochs
+// already forwarded may still be in flight while the next one collects.
+type Router struct {
+	epoch  time.Duration
+	shards []StashShard
+	trace  func(traceEvent)
+
+	mu      sync.Mutex
+	calls   []*call // the collecting epoch
+	timer   *time.Timer
+	next    uint64 // number of the collecting epoch
+	closed  bool
+	flights sync.WaitGroup // epochs forwarded and not yet answered
+}
+
+type call struct {
+	req   Request
+	reply Reply
+	done  chan struct{}
+}
+
+// NewRouter returns a Router forwarding to shards, with epochs of epoch
+// (zero or negative: forward every request at once). number is where its epoch numbers
+// start: distinct Routers use distinct ranges, so epochs are unique.
+func NewRouter(epoch time.Duration, shards []StashShard, number uint64, trace func(traceEvent)) *Router {
+	return &Router{epoch: epoch, shards: shards, next: number, trace: trace}
+}
+
+// shardOf maps a block to its Stash shard (static hash routing).
+func shardOf(id tree.BlockID, shards int) int {
+	return int(binary.BigEndian.Uint64(id[:8]) % uint64(shards))
+}
+
+// Do submits req in the current epoch and waits for its reply. When ctx
+// ends first, Do returns ctx.Err(); the request still runs to completion,
+// since what storage sees must not depend on callers giving up.
+func (r *Router) Do(ctx context.Context, req Request) (Reply, error) {
+	c := &call{req: req, done: make(chan struct{})}
+	r.mu.Lock()
+	if r.closed {
+		r.mu.Unlock()
+		return Reply{}, errClosed
+	}
+	r.calls = append(r.calls, c)
+	if len(r.calls) == 1 {
+		if r.epoch <= 0 {
+			r.forwardLocked()
+		} else {
+			r.timer = time.AfterFunc(r.epoch, r.endEpoch)
+		}
+	}
+	r.mu.Unlock()
+	select {
+	case <-c.done:
+		return c.reply, nil
+	case <-ctx.Done():
+		return Reply{}, ctx.Err()
+	}
+}
+
+func (r *Router) endEpoch() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.forwardLocked()
+}
+
+// forwardLocked closes the collecting epoch and forwards its requests,
+// one batch per Stash shard, in arrival order.
+func (r *Router) forwardLocked() {
+	calls := r.calls
+	if len(calls) == 0 {
+		return
+	}
+	r.calls, r.timer = nil, nil
+	epoch := r.next
+	r.next++
+	if r.trace != nil {
+		r.trace(traceEvent{Kind: traceEpoch, Epoch: epoch, Requests: len(calls)})
+	}
+	batches := make([][]*call, len(r.shards))
+	for _, c := range calls {
+		s := shardOf(c.req.ID, len(r.shards))
+		batches[s] = append(batches[s], c)
+	}
+	for s, batch := range batches {
+		if len(batch) == 0 {
+			continue
+		}
+		r.flights.Add(1)
+		go r.forward(r.shards[s], epoch, batch)
+	}
+}
+
+func (r *Router) forward(shard StashShard, epoch uint64, batch []*call) {
+	defer r.flights.Done()
+	reqs := make([]Request, len(batch))
+	for i, c := range batch {
+		reqs[i] = c.req
+	}
+	replies := shard.Access(context.Background(), epoch, reqs)
+	for i, c := range batch {
+		c.reply = replies[i]
+		close(c.done)
+	}
+}
+
+// Close forwards the collecting epoch, waits until every forwarded epoch
+// is answered, and refuses new requests.
+func (r *Router) Close() {
+	r.mu.Lock()
+	r.closed = true
+	if r.timer != nil {
+		r.timer.Stop()
+	}
+	r.forwardLocked()
+	r.mu.Unlock()
+	r.flights.Wait()
+}

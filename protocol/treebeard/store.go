@@ -1,0 +1,225 @@
+package treebeard
+
+import (
+	"context"
+	crand "crypto/rand"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+
+	"github.com/oblivkv/oblivkv/backend"
+	"github.com/oblivkv/oblivkv/kv"
+	"github.com/oblivkv/oblivkv/protocol/ringoram"
+	"github.com/oblivkv/oblivkv/protocol/tree"
+	"github.com/oblivkv/oblivkv/seal"
+)
+
+func init() {
+	kv.Register("treebeard", func(ctx context.Context, env kv.Env) (kv.Store, error) {
+		return open(ctx, env)
+	})
+}
+
+var errClosed = kv.ErrClosed
+
+// TreePrefix returns the prefix of every storage address of tree t.
+func TreePrefix(t int) string { return fmt.Sprintf("tb/%d/", t) }
+
+// store wires the three layers in one process: Routers in front, Stash
+// shards in the middle, ORAM shards owning the trees, talking through the
+// interfaces of layers.go.
+type store struct {
+	b        backend.Backend
+	keys     *seal.Keys
+	opts     Options
+	geo      tree.Geometry
+	capacity int
+	quota    *quota
+
+	routers []*Router
+	stashes []*Stash
+	orams   []*ORAM
+	workers []*treeWorker // by tree
+	next    atomic.Uint64 // round-robin over routers
+
+	// The trees are written lazily: a fresh store writes them on first use
+	// or at a bulk load, never twice.
+	initMu      sync.Mutex
+	initialised atomic.Bool
+}
+
+func open(ctx context.Context, env kv.Env) (*store, error) {
+	opts, _ := env.Options.(Options)
+	if p, ok := env.Options.(*Options); ok && p != nil {
+		opts = *p
+	}
+	opts = opts.withDefaults()
+	if err := opts.validate(); err != nil {
+		return nil, err
+	}
+	s, err := build(env, opts)
+	if err != nil {
+		return nil, err
+	}
+	if !env.Fresh {
+		if err := s.loadState(ctx); err != nil {
+			return nil, err
+		}
+	}
+	s.start()
+	return s, nil
+}
+
+// build creates the layers, not yet running.
+func build(env kv.Env, opts Options) (*store, error) {
+	s := &store{b: env.Backend, keys: env.Keys, opts: opts, capacity: env.Capacity,
+		geo: geometry(env.Capacity, opts.Trees), quota: &quota{capacity: int64(env.Capacity)}}
+	rng, err := newRandSource(opts.seed)
+	if err != nil {
+		return nil, err
+	}
+	for range opts.StashShards {
+		s.stashes = append(s.stashes, newStash(opts.Trees, s.geo, s.quota, rand.New(rng())))
+	}
+	sources := make([]EvictionSource, len(s.stashes))
+	shards := make([]StashShard, len(s.stashes))
+	for i, st := range s.stashes {
+		sources[i], shards[i] = st, st
+	}
+	for range opts.ORAMShards {
+		s.orams = append(s.orams, &ORAM{workers: map[int]*treeWorker{}})
+	}
+	readers := make([]PathReader, opts.Trees)
+	for t := range opts.Trees {
+		rt, err := ringoram.NewTree(ringoram.Config{Backend: env.Backend, Keys: env.Keys, Geometry: s.geo,
+			Params: ringoram.Params{Z: opts.Z, S: opts.S}, Layout: ringoram.Layout{Prefix: TreePrefix(t)},
+			ValueSize: env.ValueSize, Rand: rand.New(rng())})
+		if err != nil {
+			return nil, fmt.Errorf("treebeard: %w", err)
+		}
+		w := newTreeWorker(t, rt, opts.A, opts.K, 0, opts.trace)
+		w.stashes = sources
+		owner := s.orams[t%len(s.orams)]
+		owner.workers[t] = w
+		s.workers = append(s.workers, w)
+		readers[t] = owner
+	}
+	for _, st := range s.stashes {
+		st.connect(readers)
+	}
+	for i := range opts.Routers {
+		s.routers = append(s.routers, NewRouter(opts.Epoch, shards, uint64(i)<<48, opts.trace))
+	}
+	return s, nil
+}
+
+// newRandSource returns a maker of independent random sources: from seed
+// (tests) or from crypto/rand.
+func newRandSource(seed *[32]byte) (func() rand.Source, error) {
+	var root [32]byte
+	if seed != nil {
+		root = *seed
+	} else if _, err := crand.Read(root[:]); err != nil {
+		return nil, fmt.Errorf("treebeard: seeding: %w", err)
+	}
+	parent := rand.New(rand.NewChaCha8(root))
+	return func() rand.Source {
+		var s [32]byte
+		for i := range 4 {
+			v := parent.Uint64()
+			for j := range 8 {
+				s[i*8+j] = byte(v >> (8 * j))
+			}
+		}
+		return rand.NewChaCha8(s)
+	}, nil
+}
+
+func (s *store) start() {
+	for _, w := range s.workers {
+		go w.run()
+	}
+}
+
+// ensureInit writes the empty trees of a fresh store before its first
+// access.
+func (s *store) ensureInit(ctx context.Context) error {
+	if s.initialised.Load() {
+		return nil
+	}
+	s.initMu.Lock()
+	defer s.initMu.Unlock()
+	if s.initialised.Load() {
+		return nil
+	}
+	if err := s.initTrees(ctx, nil); err != nil {
+		return err
+	}
+	s.initialised.Store(true)
+	return nil
+}
+
+// initTrees writes every tree, placed[t] holding the blocks of tree t's
+// buckets (nil: empty), the trees in parallel.
+func (s *store) initTrees(ctx context.Context, placed [][][]tree.Block) error {
+	errs := make([]error, len(s.workers))
+	var wg sync.WaitGroup
+	for t, w := range s.workers {
+		wg.Go(func() {
+			var p [][]tree.Block
+			if placed != nil {
+				p = placed[t]
+			}
+			errs[t] = w.tree.Init(ctx, p)
+		})
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("treebeard: writing the trees: %w", err)
+	}
+	return nil
+}
+
+func (s *store) do(ctx context.Context, req Request) (Reply, error) {
+	if err := s.ensureInit(ctx); err != nil {
+		return Reply{}, err
+	}
+	r := s.routers[s.next.Add(1)%uint64(len(s.routers))]
+	rep, err := r.Do(ctx, req)
+	if err != nil {
+		return Reply{}, err
+	}
+	return rep, rep.Err
+}
+
+func (s *store) id(key string) tree.BlockID { return tree.IDOf(s.keys, key) }
+
+func (s *store) Get(ctx context.Context, key string) ([]byte, bool, error) {
+	rep, err := s.do(ctx, Request{Op: OpGet, ID: s.id(key)})
+	return rep.Value, rep.Found, err
+}
+
+func (s *store) Put(ctx context.Context, key string, val []byte) error {
+	_, err := s.do(ctx, Request{Op: OpPut, ID: s.id(key), Value: append([]byte{}, val...)})
+	return err
+}
+
+func (s *store) Delete(ctx context.Context, key string) error {
+	_, err := s.do(ctx, Request{Op: OpDelete, ID: s.id(key)})
+	return err
+}
+
+// Close answers every request in flight, stops the ORAM shards, saves the
+// trusted state sealed and closes the backend.
+func (s *store) Close() error {
+	for _, r := range s.routers {
+		r.Close()
+	}
+	for _, w := range s.workers {
+		w.stop()
+	}
+	err := s.saveState(context.Background())
+	return errors.Join(err, s.b.Close())
+}

@@ -1,0 +1,135 @@
+package treebeard_test
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/oblivkv/oblivkv/backend"
+	"github.com/oblivkv/oblivkv/backend/mem"
+	"github.com/oblivkv/oblivkv/kv"
+	"github.com/oblivkv/oblivkv/kvtest"
+	"github.com/oblivkv/oblivkv/protocol/treebeard"
+)
+
+var cfg = kvtest.Config{Protocol: "treebeard", Integrity: true}
+
+func TestMain(m *testing.M) { kvtest.Main(m) }
+
+// Small evictions (A=2, K=3) make blocks move between stash and trees
+// within the contract's few operations.
+var busy = treebeard.Options{A: 2, K: 3, Epoch: 200 * time.Microsecond}
+
+func TestContract(t *testing.T) {
+	for _, c := range []kvtest.Config{cfg, {Protocol: "treebeard", Integrity: true, Options: busy}} {
+		for _, st := range kvtest.Storages(t) {
+			t.Run(st.Name, func(t *testing.T) { kvtest.RunContract(t, c, st) })
+		}
+	}
+}
+
+// TestLinearizable: 16 clients mixing GET/SET/DEL, half of their requests
+// on one hot key, with frequent evictions so blocks are handed over and
+// acked while clients use them.
+func TestLinearizable(t *testing.T) {
+	lin := kvtest.Config{Protocol: "treebeard", Options: busy}
+	for _, st := range []kvtest.Storage{kvtest.Mem(), kvtest.Redis(), kvtest.Jittered(kvtest.Mem(), 2*time.Millisecond)} {
+		t.Run(st.Name, func(t *testing.T) {
+			s := kvtest.OpenStore(t, lin, st)
+			kvtest.CheckLinearizable(t, s, kvtest.LinOptions{Clients: 16, OpsPerClient: 150, DeleteFraction: 0.15})
+		})
+	}
+}
+
+// gate holds the first eviction write (a write of whole buckets: more
+// than one bucket's slots) once armed, until released.
+type gate struct {
+	backend.Backend
+	armed   atomic.Bool
+	held    chan struct{} // closed when a write is being held
+	release chan struct{}
+	once    sync.Once
+}
+
+func (g *gate) Write(ctx context.Context, items []backend.Item) error {
+	if g.armed.Load() && len(items) > 7 && strings.HasPrefix(items[0].Addr, treebeard.TreePrefix(0)) {
+		g.once.Do(func() {
+			close(g.held)
+			<-g.release
+		})
+	}
+	return g.Backend.Write(ctx, items)
+}
+
+// TestWriteDuringEvictionSurvives: a block is handed to an eviction, a
+// client overwrites it while the eviction is writing the tree, and the
+// eviction acks the block. The stash must keep the new value (its access
+// counter is not zero), and the stale copy in the tree must never be
+// served, then or after later evictions (Sec. 5.2.2).
+func TestWriteDuringEvictionSurvives(t *testing.T) {
+	g := &gate{Backend: mem.New(), held: make(chan struct{}), release: make(chan struct{})}
+	// One tree and one Stash shard: every stashed block joins every
+	// eviction. A=4: the fourth path read triggers one.
+	opts := treebeard.Options{Trees: 1, ORAMShards: 1, StashShards: 1, A: 4, K: 8, Epoch: -1}
+	s, err := kv.Open(t.Context(), kv.Config{Protocol: "treebeard", Backend: g, Keys: kvtest.NewKeys(t),
+		Capacity: 64, ValueSize: 32, Options: treebeard.Seeded(opts, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ctx := t.Context()
+	mustPut(t, s, "k", "old") // read 1; "k" is in the stash
+	g.armed.Store(true)
+	for i := range 3 { // reads 2-4: the eviction starts and is held
+		go s.Get(ctx, "other"+string(rune('a'+i)))
+	}
+	select {
+	case <-g.held:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no eviction started after A path reads")
+	}
+	// The eviction holds "k"; overwrite it now. The Put's own path read
+	// waits behind the eviction, so it returns after the ack.
+	done := make(chan error, 1)
+	go func() { done <- s.Put(ctx, "k", []byte("new")) }()
+	time.Sleep(20 * time.Millisecond) // let the Put reach the stash
+	close(g.release)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if st := extra(s.Stats(), "evictions"); st < 1 {
+		t.Fatalf("evictions = %v, want at least 1", st)
+	}
+	wantGet(t, s, "k", "new")
+	for i := range 40 { // many more evictions: the stale copy stays dead
+		mustPut(t, s, "filler"+string(rune('a'+i%26)), "x")
+		wantGet(t, s, "k", "new")
+	}
+}
+
+func mustPut(t *testing.T, s kv.Store, k, v string) {
+	t.Helper()
+	if err := s.Put(t.Context(), k, []byte(v)); err != nil {
+		t.Fatalf("Put(%q): %v", k, err)
+	}
+}
+
+func wantGet(t *testing.T, s kv.Store, k, want string) {
+	t.Helper()
+	got, ok, err := s.Get(t.Context(), k)
+	if err != nil || !ok || string(got) != want {
+		t.Fatalf("Get(%q) = %q, %v, %v; want %q", k, got, ok, err, want)
+	}
+}
+
+func extra(st kv.Stats, name string) float64 {
+	for _, e := range st.Extra {
+		if e.Name == name {
+			return e.Value
+		}
+	}
+	return -1
+}
