@@ -148,3 +148,27 @@ func AsLoader(s Store) (Loader, bool) {
 	l, ok := s.(Loader)
 	return l, ok
 }
+
+// Preparer is implemented by protocols that build their storage layout
+// lazily (at the first access or bulk load, so it is written once).
+type Preparer interface {
+	// Prepare builds the layout now if it is not built yet.
+	Prepare(ctx context.Context) error
+}
+
+// Prepare builds s's storage layout now, if its protocol builds it lazily,
+// so that a server's first request does not pay for it. It does nothing
+// for other protocols.
+func Prepare(ctx context.Context, s Store) error {
+	if c, ok := s.(*checked); ok {
+		if err := c.enter(); err != nil {
+			return err
+		}
+		defer c.mu.RUnlock()
+		s = c.inner
+	}
+	if p, ok := s.(Preparer); ok {
+		return p.Prepare(ctx)
+	}
+	return nil
+}

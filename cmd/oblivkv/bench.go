@@ -36,6 +36,7 @@ type benchFlags struct {
 	addr, jsonOut, csvOut string
 	seed                  uint64
 	capacity              int
+	opts                  []string
 }
 
 func newBenchCmd() *cobra.Command {
@@ -92,6 +93,7 @@ See docs/benchmarks.md for what each figure means.`,
 	fs.StringVar(&f.csvOut, "csv", "", "also write the results to this file as CSV")
 	fs.Uint64Var(&f.seed, "seed", 1, "seed of the operation, key and value streams (the same for every protocol)")
 	fs.IntVar(&f.capacity, "capacity", 0, "keys each store can hold (default: --records)")
+	registerOpt(cmd, &f.opts, "; each goes to the protocols of the run that have it")
 	return cmd
 }
 
@@ -106,13 +108,32 @@ func runBench(cmd *cobra.Command, f benchFlags) error {
 	}
 	ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	open, cleanup, err := f.opener()
+	options, err := setup.ProtocolOptionsEach(protocols, f.opts)
+	if err != nil {
+		return err
+	}
+	open, cleanup, err := f.opener(options)
 	if err != nil {
 		return err
 	}
 	fmt.Fprintln(cmd.OutOrStdout(), bench.Describe(cfg))
+	if len(f.opts) > 0 {
+		fmt.Fprintf(cmd.OutOrStdout(), "protocol options: %s\n", describeOptions(protocols, options))
+	}
 	results, runErr := bench.Run(ctx, cfg, protocols, open)
 	return errors.Join(runErr, cleanup(), report(cmd.OutOrStdout(), f, results), failures(results))
+}
+
+// describeOptions names the protocols given options and each one's
+// Options, non-zero fields only (zero means the protocol's default).
+func describeOptions(protocols []string, options map[string]any) string {
+	var parts []string
+	for _, p := range protocols {
+		if o, ok := options[p]; ok {
+			parts = append(parts, p+" "+setup.FormatOptions(o))
+		}
+	}
+	return strings.Join(parts, "; ")
 }
 
 // protocolList reads --protocols or --protocol.
@@ -122,7 +143,7 @@ func (f benchFlags) protocolList(cmd *cobra.Command) ([]string, error) {
 		return nil, errors.New("give --protocol or --protocols, not both")
 	}
 	if f.addr != "" {
-		for _, name := range []string{"protocol", "protocols", "backend", "backend-latency", "data-dir", "capacity"} {
+		for _, name := range []string{"protocol", "protocols", "backend", "backend-latency", "data-dir", "capacity", "opt"} {
 			if fs.Changed(name) {
 				return nil, fmt.Errorf("--%s does not apply with --addr: the server has its own", name)
 			}
@@ -181,9 +202,10 @@ func (f benchFlags) config(cmd *cobra.Command) (bench.Config, error) {
 	return cfg, cfg.Validate()
 }
 
-// opener returns how each protocol's target is opened, and what removes
-// what the run left behind once every protocol is done.
-func (f benchFlags) opener() (bench.Opener, func() error, error) {
+// opener returns how each protocol's target is opened (with its Options
+// from options, if any), and what removes what the run left behind once
+// every protocol is done.
+func (f benchFlags) opener(options map[string]any) (bench.Opener, func() error, error) {
 	if f.addr != "" {
 		return func(ctx context.Context, _ string) (bench.Target, error) {
 			return bench.DialRESP(ctx, f.addr, f.workers)
@@ -208,7 +230,7 @@ func (f benchFlags) opener() (bench.Opener, func() error, error) {
 		}
 		opened, err := setup.Open(ctx, setup.Options{Protocol: protocol, Backend: f.backend,
 			DataDir: dir, BackendLatency: f.latency, Capacity: capacity, ValueSize: f.valueSize,
-			Prefix: "bench/" + runID + "/" + protocol + "/", EphemeralKey: true})
+			Prefix: "bench/" + runID + "/" + protocol + "/", EphemeralKey: true, ProtocolOptions: options[protocol]})
 		if err != nil {
 			return nil, errors.Join(err, os.RemoveAll(dir))
 		}

@@ -79,6 +79,44 @@ func TestBenchCommandDiskCleansUp(t *testing.T) {
 	}
 }
 
+// TestBenchCommandOptions: an --opt goes to the protocols of the run that
+// have such an option, and one that none has is refused.
+func TestBenchCommandOptions(t *testing.T) {
+	jsonPath := filepath.Join(t.TempDir(), "r.json")
+	out, err := runBenchCmd(t, "--protocols", "encrypted,treebeard", "--opt", "trees=2", "--opt", "epoch=100us",
+		"--records", "100", "--ops", "300", "--concurrency", "4", "--value-size", "32", "--json", jsonPath)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	if !strings.Contains(out, "protocol options: treebeard Trees=2 Epoch=100µs") {
+		t.Errorf("output:\n%s", out)
+	}
+	raw, err := os.ReadFile(jsonPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []struct {
+		Protocol string             `json:"protocol"`
+		Extra    map[string]float64 `json:"extra"`
+	}
+	if err := json.Unmarshal(raw, &got); err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 2 || got[1].Protocol != "treebeard" || got[1].Extra["trees"] != 2 {
+		t.Errorf("JSON: %+v", got)
+	}
+	for _, args := range [][]string{
+		{"--protocols", "plain,encrypted", "--opt", "trees=2"},
+		{"--protocol", "treebeard", "--opt", "trees=two"},
+		{"--protocol", "treebeard", "--opt", "trees"},
+		{"--addr", "127.0.0.1:1", "--opt", "trees=2"},
+	} {
+		if _, err := runBenchCmd(t, append(args, "--records", "10", "--ops", "10")...); err == nil {
+			t.Errorf("bench %v accepted", args)
+		}
+	}
+}
+
 func TestBenchCommandRejects(t *testing.T) {
 	for _, args := range [][]string{
 		{"--ops", "10", "--duration", "1s"},

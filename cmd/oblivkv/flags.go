@@ -1,11 +1,13 @@
 package main
 
 import (
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/oblivkv/oblivkv/internal/setup"
+	"github.com/oblivkv/oblivkv/kv"
 )
 
 // storeFlags are the deployment flags shared by serve and load.
@@ -17,23 +19,31 @@ type storeFlags struct {
 	valueSize int
 	latency   time.Duration
 	tapFile   string
+	opts      []string
 }
 
 func (f *storeFlags) register(cmd *cobra.Command) {
 	fs := cmd.Flags()
-	fs.StringVar(&f.protocol, "protocol", setup.DefaultProtocol, "protocol of a new store (an existing store keeps its own)")
+	fs.StringVar(&f.protocol, "protocol", setup.DefaultProtocol, "protocol of a new store, one of "+strings.Join(kv.Protocols(), ", ")+" (an existing store keeps its own)")
 	fs.StringVar(&f.backend, "backend", "disk", "untrusted storage: mem, disk (embedded, under --data-dir) or redis://HOST:PORT[/DB]")
 	fs.StringVar(&f.dataDir, "data-dir", "./oblivkv-data", "directory of the key file and of the disk backend")
 	fs.IntVar(&f.capacity, "capacity", 1<<16, "number of keys a new store can hold")
 	fs.IntVar(&f.valueSize, "value-size", 1024, "largest value in bytes of a new store")
 	fs.DurationVar(&f.latency, "backend-latency", 0, "delay added to every backend round trip, to emulate a WAN (e.g. 10ms)")
 	fs.StringVar(&f.tapFile, "tap", "", "write the adversary's view (one record per backend call) to this file")
+	registerOpt(cmd, &f.opts, "")
+}
+
+// registerOpt adds the repeatable --opt flag; more is added to its help.
+func registerOpt(cmd *cobra.Command, opts *[]string, more string) {
+	cmd.Flags().StringArrayVar(opts, "opt", nil, "set a field of the protocol's Options, as `NAME=VALUE` (name case-insensitive; e.g. trees=8, epoch=2ms); repeatable"+more+"; see docs/OPERATIONS.md")
 }
 
 // options returns the setup options; parameters the user did not set are
 // left zero so an existing store keeps its own.
 func (f *storeFlags) options(cmd *cobra.Command) setup.Options {
-	o := setup.Options{Backend: f.backend, DataDir: f.dataDir, BackendLatency: f.latency, TapFile: f.tapFile}
+	o := setup.Options{Backend: f.backend, DataDir: f.dataDir, BackendLatency: f.latency, TapFile: f.tapFile,
+		OptionArgs: f.opts}
 	fs := cmd.Flags()
 	if fs.Changed("protocol") {
 		o.Protocol = f.protocol

@@ -30,7 +30,7 @@ func TestLoadThenServe(t *testing.T) {
 			if err := os.WriteFile(filepath.Join(dir, tc.file), []byte(tc.content), 0o600); err != nil {
 				t.Fatal(err)
 			}
-			out, err := runMain(t, dir, "load", "--data-dir", "data", tc.file)
+			out, err := runMain(t, dir, append([]string{"load", "--data-dir", "data", tc.file}, smallStore...)...)
 			if err != nil || !strings.Contains(out, "holds 2 keys") {
 				t.Fatalf("load: %v: %s", err, out)
 			}

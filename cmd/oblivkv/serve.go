@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/oblivkv/oblivkv/internal/setup"
+	"github.com/oblivkv/oblivkv/kv"
 	"github.com/oblivkv/oblivkv/resp"
 )
 
@@ -29,10 +30,16 @@ func newServeCmd() *cobra.Command {
 		Short: "Serve a store over the Redis protocol (RESP2)",
 		Long: `Serve a store over the Redis protocol (RESP2).
 
-With no flags it listens on 127.0.0.1:6380 and keeps its data in the embedded
-on-disk backend under ./oblivkv-data, creating a 0600 key file there on first
-start. SIGINT or SIGTERM shut it down cleanly: every acknowledged write is
-flushed, and starting again on the same data dir serves the same data.`,
+With no flags it listens on 127.0.0.1:6380 and keeps a treebeard store (65536
+keys of up to 1024 bytes) in the embedded on-disk backend under ./oblivkv-data,
+creating a 0600 key file there on first start. A new treebeard store writes its
+storage trees at its first access, which therefore takes some seconds. SIGINT
+or SIGTERM shut it down cleanly: every acknowledged write is flushed, and
+starting again on the same data dir serves the same data.
+
+--opt NAME=VALUE sets a field of the protocol's Options (repeatable, e.g.
+--opt trees=8 --opt epoch=2ms); see docs/OPERATIONS.md for each protocol's.
+Options are not stored with the store: give the same ones at every start.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return serve(cmd.Context(), sf.options(cmd), listen)
@@ -49,14 +56,24 @@ func serve(ctx context.Context, opts setup.Options, listen string) error {
 	if err != nil {
 		return err
 	}
+	if opened.Fresh {
+		log.Info("writing the new store's initial layout")
+	}
+	if err := kv.Prepare(ctx, opened.Store); err != nil {
+		return errors.Join(fmt.Errorf("preparing the store: %w", err), opened.Close())
+	}
 	ln, err := net.Listen("tcp", listen)
 	if err != nil {
 		return errors.Join(fmt.Errorf("listen: %w", err), opened.Close())
 	}
 	stats := opened.Store.Stats()
-	log.Info("oblivkv serving", "listen", ln.Addr().String(), "protocol", stats.Protocol,
+	attrs := []any{"listen", ln.Addr().String(), "protocol", stats.Protocol,
 		"backend", backendKind(opts.Backend), "data_dir", opts.DataDir, "new_store", opened.Fresh,
-		"capacity", stats.Capacity, "value_size", stats.ValueSize, "keys", stats.Keys)
+		"capacity", stats.Capacity, "value_size", stats.ValueSize, "keys", stats.Keys}
+	if len(opts.OptionArgs) > 0 {
+		attrs = append(attrs, "options", strings.Join(opts.OptionArgs, " "))
+	}
+	log.Info("oblivkv serving", attrs...)
 	srv := resp.NewServer(opened.Store, resp.Options{Logger: log, Version: version, Info: deploymentInfo(opts)})
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()

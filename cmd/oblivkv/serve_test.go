@@ -13,6 +13,8 @@ import (
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/oblivkv/oblivkv/internal/setup"
 )
 
 // TestMain lets the test binary stand in for the oblivkv binary: with
@@ -90,13 +92,20 @@ func client(t *testing.T, addr string) *goredis.Client {
 	return c
 }
 
+// smallStore is the only flag the tests give a new store of the default
+// protocol: treebeard writes its trees at the first access, and at the
+// default capacity that takes seconds (longer under -race than a client's
+// read timeout).
+var smallStore = []string{"--capacity", "1024"}
+
 // TestServeRestartKeepsData runs the real command: data written before a
 // SIGTERM is served again after a restart on the same data dir, and the
-// key file is created with mode 0600.
+// key file is created with mode 0600. The store is of the default protocol,
+// and the restart gives no store flags, so it reuses the stored ones.
 func TestServeRestartKeepsData(t *testing.T) {
 	dir := t.TempDir()
 	ctx := context.Background()
-	s := startServe(t, dir)
+	s := startServe(t, dir, smallStore...)
 	c := client(t, s.addr)
 	if err := c.MSet(ctx, "a", "1", "b", "2", "gone", "x").Err(); err != nil {
 		t.Fatal(err)
@@ -119,14 +128,59 @@ func TestServeRestartKeepsData(t *testing.T) {
 	if n, err := c.DBSize(ctx).Result(); err != nil || n != 2 {
 		t.Fatalf("after restart DBSIZE = %d, %v; want 2", n, err)
 	}
+	oblivkv, err := c.Info(ctx, "oblivkv").Result()
+	if err != nil || !strings.Contains(oblivkv, "protocol:"+setup.DefaultProtocol+"\r\n") ||
+		!strings.Contains(oblivkv, "capacity:1024\r\n") {
+		t.Fatalf("after restart INFO oblivkv = %q, %v; want protocol %s, capacity 1024", oblivkv, err, setup.DefaultProtocol)
+	}
 	s.stop(t)
+}
+
+// TestServeProtocolOptions: --opt settings reach the protocol (its INFO
+// counters show them), a restart given the same ones serves the data, and
+// a restart without the one that shapes storage, or an unknown option, is
+// a startup error.
+func TestServeProtocolOptions(t *testing.T) {
+	dir := t.TempDir()
+	ctx := context.Background()
+	opts := []string{"--opt", "trees=2", "--opt", "Epoch=200us"}
+	s := startServe(t, dir, append([]string{"--protocol", "treebeard", "--capacity", "256"}, opts...)...)
+	c := client(t, s.addr)
+	if err := c.Set(ctx, "k", "v", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if info, err := c.Info(ctx, "stats").Result(); err != nil || !strings.Contains(info, "trees:2\r\n") {
+		t.Fatalf("INFO stats = %q, %v; want trees:2", info, err)
+	}
+	s.stop(t)
+	if !strings.Contains(s.stderr.String(), `options="trees=2 Epoch=200us"`) {
+		t.Errorf("options not logged: %s", s.stderr)
+	}
+
+	s = startServe(t, dir, opts...)
+	if got, err := client(t, s.addr).Get(ctx, "k").Result(); err != nil || got != "v" {
+		t.Fatalf("after restart GET k = %q, %v; want v", got, err)
+	}
+	s.stop(t)
+
+	if out := serveFails(t, t.TempDir(), "--opt", "bogus=1"); !strings.Contains(out, `no option "bogus"`) ||
+		!strings.Contains(out, "Trees") {
+		t.Errorf("unknown option: got %q", out)
+	}
+	if out := serveFails(t, t.TempDir(), "--protocol", "encrypted", "--opt", "trees=2"); !strings.Contains(out, "takes no options") {
+		t.Errorf("option of a protocol without options: got %q", out)
+	}
+	// Last: treebeard drops its saved state when it refuses the open.
+	if out := serveFails(t, dir); !strings.Contains(out, "2 trees") {
+		t.Errorf("restart without trees=2: got %q", out)
+	}
 }
 
 // TestServeRefusesWrongOrMissingKey: an existing data dir with a missing
 // or foreign key file is a startup error, never a new empty store.
 func TestServeRefusesWrongOrMissingKey(t *testing.T) {
 	dir := t.TempDir()
-	s := startServe(t, dir)
+	s := startServe(t, dir, smallStore...)
 	if err := client(t, s.addr).Set(context.Background(), "k", "v", 0).Err(); err != nil {
 		t.Fatal(err)
 	}
@@ -154,16 +208,16 @@ func TestServeRefusesWrongOrMissingKey(t *testing.T) {
 	}
 }
 
-// serveFails runs serve and requires it to exit non-zero; it returns the
-// output.
-func serveFails(t *testing.T, dir string) string {
+// serveFails runs serve with args and requires it to exit non-zero; it
+// returns the output.
+func serveFails(t *testing.T, dir string, args ...string) string {
 	t.Helper()
-	args := "serve --listen " + freeAddr(t) + " --data-dir " + filepath.Join(dir, "data")
+	all := append([]string{"serve", "--listen", freeAddr(t), "--data-dir", filepath.Join(dir, "data")}, args...)
 	cmd := exec.Command(os.Args[0])
-	cmd.Env = append(os.Environ(), "OBLIVKV_RUN_MAIN=1", "OBLIVKV_ARGS="+args)
+	cmd.Env = append(os.Environ(), "OBLIVKV_RUN_MAIN=1", "OBLIVKV_ARGS="+strings.Join(all, " "))
 	out, err := cmd.CombinedOutput()
 	if err == nil {
-		t.Fatalf("serve started despite a bad key: %s", out)
+		t.Fatalf("serve %v started: %s", args, out)
 	}
 	return string(out)
 }

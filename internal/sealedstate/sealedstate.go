@@ -1,8 +1,10 @@
 // Package sealedstate keeps a proxy's trusted state on the untrusted
 // backend between a clean shutdown and the next start: one gob-encoded
-// value, sealed and bound to its address. Take deletes it as it reads it,
-// so a proxy that crashes afterwards finds nothing at its next start and
-// refuses to serve stale data instead of silently losing writes.
+// value, sealed and bound to its address. A proxy Loads it, checks it fits
+// its configuration, and Deletes it before serving, so a proxy that
+// crashes afterwards finds nothing at its next start and refuses to serve
+// stale data instead of silently losing writes. A state that does not fit
+// is left in place, so a restart with the right configuration still works.
 //
 // It owns only the encoding of that one record; what the state holds is
 // the protocol's. It must never store anything unsealed.
@@ -28,10 +30,10 @@ func Save(ctx context.Context, b backend.Backend, keys *seal.Keys, addr string, 
 	return b.Write(ctx, []backend.Item{{Addr: addr, Value: sealed}})
 }
 
-// Take reads the state saved at addr into v and deletes it. It reports
-// false, and leaves v alone, when there is none; a record that fails to
-// open is an error wrapping seal.ErrTampered.
-func Take(ctx context.Context, b backend.Backend, keys *seal.Keys, addr string, v any) (bool, error) {
+// Load reads the state saved at addr into v. It reports false, and leaves
+// v alone, when there is none; a record that fails to open is an error
+// wrapping seal.ErrTampered.
+func Load(ctx context.Context, b backend.Backend, keys *seal.Keys, addr string, v any) (bool, error) {
 	vals, err := b.Read(ctx, []string{addr})
 	if err != nil {
 		return false, err
@@ -46,5 +48,11 @@ func Take(ctx context.Context, b backend.Backend, keys *seal.Keys, addr string, 
 	if err := gob.NewDecoder(bytes.NewReader(plain)).Decode(v); err != nil {
 		return false, fmt.Errorf("%w: decoding the state at %q: %v", seal.ErrTampered, addr, err)
 	}
-	return true, b.Delete(ctx, []string{addr})
+	return true, nil
+}
+
+// Delete removes the state saved at addr: from now on, only a clean
+// shutdown saves it again.
+func Delete(ctx context.Context, b backend.Backend, addr string) error {
+	return b.Delete(ctx, []string{addr})
 }

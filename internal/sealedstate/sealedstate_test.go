@@ -24,8 +24,8 @@ func keys(t *testing.T, b byte) *seal.Keys {
 	return k
 }
 
-// A saved state comes back once, then is gone; a tampered or foreign one
-// is refused.
+// A saved state comes back until deleted; a tampered or foreign one is
+// refused.
 func TestSaveTake(t *testing.T) {
 	ctx, b, k := t.Context(), mem.New(), keys(t, 1)
 	in := sample{N: 7, M: map[string][]byte{"a": []byte("x")}}
@@ -33,23 +33,26 @@ func TestSaveTake(t *testing.T) {
 		t.Fatal(err)
 	}
 	var out sample
-	if ok, err := Take(ctx, b, k, "st", &out); !ok || err != nil || out.N != 7 || string(out.M["a"]) != "x" {
-		t.Fatalf("Take = %v, %v, %+v; want the saved state", ok, err, out)
+	if ok, err := Load(ctx, b, k, "st", &out); !ok || err != nil || out.N != 7 || string(out.M["a"]) != "x" {
+		t.Fatalf("Load = %v, %v, %+v; want the saved state", ok, err, out)
 	}
-	if ok, err := Take(ctx, b, k, "st", &out); ok || err != nil {
-		t.Fatalf("second Take = %v, %v; want nothing: Take deletes the state", ok, err)
+	if err := Delete(ctx, b, "st"); err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := Load(ctx, b, k, "st", &out); ok || err != nil {
+		t.Fatalf("Load after Delete = %v, %v; want nothing", ok, err)
 	}
 	if err := Save(ctx, b, k, "st", in); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := Take(ctx, b, keys(t, 2), "st", &out); !errors.Is(err, seal.ErrTampered) {
-		t.Fatalf("Take with another key: %v; want seal.ErrTampered", err)
+	if _, err := Load(ctx, b, keys(t, 2), "st", &out); !errors.Is(err, seal.ErrTampered) {
+		t.Fatalf("Load with another key: %v; want seal.ErrTampered", err)
 	}
 	vals, _ := b.Read(ctx, []string{"st"})
 	if err := b.Write(ctx, []backend.Item{{Addr: "other", Value: vals[0]}}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := Take(ctx, b, k, "other", &out); !errors.Is(err, seal.ErrTampered) {
-		t.Fatalf("Take of a state moved to another address: %v; want seal.ErrTampered", err)
+	if _, err := Load(ctx, b, k, "other", &out); !errors.Is(err, seal.ErrTampered) {
+		t.Fatalf("Load of a state moved to another address: %v; want seal.ErrTampered", err)
 	}
 }

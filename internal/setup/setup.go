@@ -28,7 +28,7 @@ import (
 )
 
 // DefaultProtocol is the protocol of a new store when none is named.
-const DefaultProtocol = "encrypted"
+const DefaultProtocol = "treebeard"
 
 // Options are the deployment settings of one store.
 type Options struct {
@@ -48,6 +48,12 @@ type Options struct {
 	Capacity        int
 	ValueSize       int
 	ProtocolOptions any
+	// OptionArgs are "name=value" settings of the protocol's Options (see
+	// ProtocolOptions), resolved once the protocol is known (named, the
+	// existing store's, or DefaultProtocol). Give this or ProtocolOptions,
+	// not both. Options are not stored with the store: each open takes
+	// its own.
+	OptionArgs []string
 	// Prefix, if set, puts every address under this prefix (see
 	// backend.WithPrefix), so a run can share storage with other data.
 	Prefix string
@@ -89,6 +95,11 @@ func openStore(ctx context.Context, b backend.Backend, opts Options) (*Opened, e
 		return nil, err
 	}
 	o := &Opened{opts: opts, Fresh: !exists}
+	if !exists { // settle the options before a key file is written
+		if opts, err = resolve(opts); err != nil {
+			return nil, err
+		}
+	}
 	keys, err := o.loadKeys(exists)
 	if err != nil {
 		return nil, err
@@ -97,9 +108,9 @@ func openStore(ctx context.Context, b backend.Backend, opts Options) (*Opened, e
 		if opts, err = o.withStored(ctx, b, keys, opts); err != nil {
 			return nil, err
 		}
-	}
-	if opts.Protocol == "" {
-		opts.Protocol = DefaultProtocol
+		if opts, err = resolve(opts); err != nil {
+			return nil, err
+		}
 	}
 	cfg := kv.Config{Protocol: opts.Protocol, Backend: b, Keys: keys, Capacity: opts.Capacity,
 		ValueSize: opts.ValueSize, Options: opts.ProtocolOptions}
@@ -119,6 +130,24 @@ func openStore(ctx context.Context, b backend.Backend, opts Options) (*Opened, e
 		return nil, err
 	}
 	return o, nil
+}
+
+// resolve names the protocol (DefaultProtocol if none) and turns
+// OptionArgs into its ProtocolOptions.
+func resolve(opts Options) (Options, error) {
+	if opts.Protocol == "" {
+		opts.Protocol = DefaultProtocol
+	}
+	if len(opts.OptionArgs) == 0 {
+		return opts, nil
+	}
+	if opts.ProtocolOptions != nil {
+		return opts, errors.New("setup: give ProtocolOptions or OptionArgs, not both")
+	}
+	var err error
+	opts.ProtocolOptions, err = ProtocolOptions(opts.Protocol, opts.OptionArgs)
+	opts.OptionArgs = nil
+	return opts, err
 }
 
 // withStored fills the options left unset (empty protocol, zero sizes)

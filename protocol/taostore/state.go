@@ -20,11 +20,12 @@ const initBatchBytes = 4 << 20
 
 // state is what the proxy keeps between runs.
 type state struct {
-	Pos     map[tree.BlockID]uint64
-	Stash   map[tree.BlockID][]byte
-	Cached  map[uint64][]tree.Block
-	Version uint64
-	Acked   []uint64
+	Z, CachedLevels int // the layout the tree was written with
+	Pos             map[tree.BlockID]uint64
+	Stash           map[tree.BlockID][]byte
+	Cached          map[uint64][]tree.Block
+	Version         uint64
+	Acked           []uint64
 }
 
 // writeInitial writes every stored bucket of the tree, holding blocks[b]
@@ -110,7 +111,7 @@ func (s *store) Close() error {
 func (s *store) saveState(ctx context.Context) error {
 	s.mu.Lock()
 	defer s.mu.Unlock() // the maps are encoded as they are
-	st := state{Pos: s.pos, Stash: s.stash, Cached: map[uint64][]tree.Block{}, Version: s.version, Acked: s.acked}
+	st := state{Z: s.opts.Z, CachedLevels: s.opts.CachedLevels, Pos: s.pos, Stash: s.stash, Cached: map[uint64][]tree.Block{}, Version: s.version, Acked: s.acked}
 	for b, n := range s.sub.nodes {
 		if n.cached {
 			st.Cached[b] = n.blocks
@@ -123,12 +124,18 @@ func (s *store) saveState(ctx context.Context) error {
 // deletes it, so a crash from here on is detected at the next open.
 func (s *store) loadState(ctx context.Context) error {
 	var st state
-	found, err := sealedstate.Take(ctx, s.b, s.keys, stateAddr, &st)
+	found, err := sealedstate.Load(ctx, s.b, s.keys, stateAddr, &st)
 	if err != nil {
 		return err
 	}
 	if !found {
 		return errors.New("taostore: the store was not shut down cleanly: its position map is lost")
+	}
+	// Checked before the state is deleted: a restart with the right
+	// options still finds it.
+	if st.Z != s.opts.Z || st.CachedLevels != s.opts.CachedLevels {
+		return fmt.Errorf("%w: the store was written with Z=%d CachedLevels=%d, the options ask for Z=%d CachedLevels=%d",
+			kv.ErrMismatch, st.Z, st.CachedLevels, s.opts.Z, s.opts.CachedLevels)
 	}
 	if st.Pos != nil {
 		s.pos = st.Pos
@@ -145,7 +152,7 @@ func (s *store) loadState(ctx context.Context) error {
 	if len(st.Acked) == len(s.acked) {
 		s.acked = st.Acked
 	}
-	return nil
+	return sealedstate.Delete(ctx, s.b, stateAddr)
 }
 
 func (s *store) Stats() kv.Stats {

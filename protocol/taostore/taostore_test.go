@@ -158,3 +158,40 @@ func restore(t *testing.T, b *mem.Backend, snap map[string][]byte) {
 		t.Fatal(err)
 	}
 }
+
+// TestReopenWithOtherLayout: Z and CachedLevels are the tree's layout;
+// reopening with others is ErrMismatch and leaves the saved state in
+// place, so reopening with the right options still serves the data.
+func TestReopenWithOtherLayout(t *testing.T) {
+	b, keys := mem.New(), kvtest.NewKeys(t)
+	open := func(o taostore.Options) (kv.Store, error) {
+		b.Reopen()
+		return kv.Open(t.Context(), kv.Config{Protocol: "taostore", Backend: b, Keys: keys, Capacity: 64, ValueSize: 16, Options: o})
+	}
+	s, err := open(taostore.Options{CachedLevels: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Put(t.Context(), "k", []byte("v")); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range []taostore.Options{{}, {Z: 3, CachedLevels: 2}} {
+		if s, err := open(o); !errors.Is(err, kv.ErrMismatch) {
+			if err == nil {
+				s.Close()
+			}
+			t.Fatalf("reopening with %+v: %v; want kv.ErrMismatch", o, err)
+		}
+	}
+	s, err = open(taostore.Options{CachedLevels: 2, K: 7}) // K may change
+	if err != nil {
+		t.Fatalf("reopening with the right layout after refused opens: %v", err)
+	}
+	defer s.Close()
+	if got, ok, err := s.Get(t.Context(), "k"); err != nil || !ok || string(got) != "v" {
+		t.Fatalf("Get after reopening = %q, %v, %v; want v", got, ok, err)
+	}
+}

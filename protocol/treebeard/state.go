@@ -100,14 +100,19 @@ func (s *store) saveState(ctx context.Context) error {
 // it, so a crash from here on is detected at the next open.
 func (s *store) loadState(ctx context.Context) error {
 	var st state
-	found, err := sealedstate.Take(ctx, s.b, s.keys, stateAddr, &st)
+	found, err := sealedstate.Load(ctx, s.b, s.keys, stateAddr, &st)
 	if err != nil {
 		return err
 	}
 	if !found {
 		return errors.New("treebeard: the store was not shut down cleanly: its position map is lost")
 	}
-	return s.restore(st)
+	// A state that does not fit the options stays saved: a restart with
+	// the right options still finds it.
+	if err := s.restore(st); err != nil {
+		return err
+	}
+	return sealedstate.Delete(ctx, s.b, stateAddr)
 }
 
 func (s *store) restore(st state) error {

@@ -223,3 +223,7 @@ func (s *store) Close() error {
 	err := s.saveState(context.Background())
 	return errors.Join(err, s.b.Close())
 }
+
+// Prepare implements kv.Preparer: it writes the empty trees of a fresh
+// store now rather than at its first access.
+func (s *store) Prepare(ctx context.Context) error { return s.ensureInit(ctx) }

@@ -2,6 +2,7 @@ package treebeard_test
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -132,4 +133,61 @@ func extra(st kv.Stats, name string) float64 {
 		}
 	}
 	return -1
+}
+
+// TestReopenWithOtherTrees: the trees are the store's layout; reopening
+// with another number of trees is ErrMismatch and leaves the saved state
+// in place, so reopening with the right options still serves the data.
+func TestReopenWithOtherTrees(t *testing.T) {
+	b, keys := mem.New(), kvtest.NewKeys(t)
+	open := func(o treebeard.Options) (kv.Store, error) {
+		b.Reopen()
+		return kv.Open(t.Context(), kv.Config{Protocol: "treebeard", Backend: b, Keys: keys, Capacity: 64, ValueSize: 16, Options: o})
+	}
+	s, err := open(treebeard.Options{Trees: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustPut(t, s, "k", "v")
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if s, err := open(treebeard.Options{Trees: 3}); !errors.Is(err, kv.ErrMismatch) {
+		if err == nil {
+			s.Close()
+		}
+		t.Fatalf("reopening 2 trees as 3: %v; want kv.ErrMismatch", err)
+	}
+	s, err = open(treebeard.Options{Trees: 2, StashShards: 5}) // shards may change
+	if err != nil {
+		t.Fatalf("reopening with the right trees after a refused open: %v", err)
+	}
+	defer s.Close()
+	wantGet(t, s, "k", "v")
+}
+
+// TestPrepare: a fresh store writes its trees at Prepare, once; without
+// Prepare it would at its first access.
+func TestPrepare(t *testing.T) {
+	b := mem.New()
+	s, err := kv.Open(t.Context(), kv.Config{Protocol: "treebeard", Backend: b, Keys: kvtest.NewKeys(t), Capacity: 64, ValueSize: 16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	before := b.Len()
+	if err := kv.Prepare(t.Context(), s); err != nil {
+		t.Fatal(err)
+	}
+	// 4 trees of 16 leaves: 31 buckets of 7 slots and a metadata record.
+	if got, want := b.Len()-before, 4*31*8; got != want {
+		t.Fatalf("Prepare wrote %d addresses, want %d (every tree)", got, want)
+	}
+	writes := s.Stats().Backend
+	if err := kv.Prepare(t.Context(), s); err != nil {
+		t.Fatal(err)
+	}
+	if s.Stats().Backend != writes {
+		t.Fatal("a second Prepare touched storage")
+	}
 }

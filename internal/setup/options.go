@@ -1,0 +1,204 @@
+package setup
+
+import (
+	"errors"
+	"fmt"
+	"reflect"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/oblivkv/oblivkv/kv"
+	"github.com/oblivkv/oblivkv/protocol/pathoram"
+	"github.com/oblivkv/oblivkv/protocol/taostore"
+	"github.com/oblivkv/oblivkv/protocol/treebeard"
+)
+
+// protocolOptions maps each protocol that takes options to its zero
+// Options value (the value kv.Config.Options expects). A registered
+// protocol missing here takes no options.
+var protocolOptions = map[string]any{
+	"pathoram":  pathoram.Options{},
+	"taostore":  taostore.Options{},
+	"treebeard": treebeard.Options{},
+}
+
+var durationType = reflect.TypeFor[time.Duration]()
+
+// OptionNames returns the names of the options ProtocolOptions accepts for
+// protocol: the exported int and time.Duration fields of its Options, in
+// declaration order (nil for a protocol without options).
+func OptionNames(protocol string) []string {
+	zero, ok := protocolOptions[protocol]
+	if !ok {
+		return nil
+	}
+	var names []string
+	t := reflect.TypeOf(zero)
+	for i := range t.NumField() {
+		if f := t.Field(i); settable(f) {
+			names = append(names, f.Name)
+		}
+	}
+	return names
+}
+
+// settable reports whether an Options field can be set by name: exported,
+// and an int or a time.Duration.
+func settable(f reflect.StructField) bool {
+	return f.IsExported() && (f.Type == durationType || f.Type.Kind() == reflect.Int)
+}
+
+// ProtocolOptions builds protocol's Options value from "name=value"
+// settings, for kv.Config.Options. Names are its Options' exported fields,
+// matched ignoring case, '-' and '_' (cachedlevels, cached-levels and
+// CachedLevels are one field); int fields take decimal integers,
+// time.Duration fields Go durations ("1ms", "-1s"). Fields not set stay
+// zero, which every protocol reads as its default. With no settings it
+// returns nil (the protocol's defaults). A protocol without options
+// rejects every setting.
+func ProtocolOptions(protocol string, opts []string) (any, error) {
+	if len(opts) == 0 {
+		return nil, nil
+	}
+	zero, ok := protocolOptions[protocol]
+	if !ok {
+		if !slices.Contains(kv.Protocols(), protocol) {
+			return nil, fmt.Errorf("%w %q (known: %v)", kv.ErrUnknownProtocol, protocol, kv.Protocols())
+		}
+		return nil, fmt.Errorf("protocol %s takes no options (got %q)", protocol, opts[0])
+	}
+	v := reflect.New(reflect.TypeOf(zero)).Elem()
+	for _, opt := range opts {
+		name, value, err := splitOption(opt)
+		if err != nil {
+			return nil, err
+		}
+		f, ok := field(v, name)
+		if !ok {
+			return nil, fmt.Errorf("%s has no option %q (its options: %s)", protocol, name, strings.Join(OptionNames(protocol), ", "))
+		}
+		if err := set(f, value); err != nil {
+			return nil, fmt.Errorf("%s option %s=%q: %w", protocol, name, value, err)
+		}
+	}
+	return v.Interface(), nil
+}
+
+// ProtocolOptionsEach builds the Options of each of protocols from the
+// same settings, as ProtocolOptions does, except that a setting goes only
+// to the protocols that have such an option; a setting no protocol has is
+// an error. Protocols given no setting are absent from the result.
+func ProtocolOptionsEach(protocols []string, opts []string) (map[string]any, error) {
+	mine := map[string][]string{}
+	for _, opt := range opts {
+		name, _, err := splitOption(opt)
+		if err != nil {
+			return nil, err
+		}
+		var takers []string
+		for _, p := range protocols {
+			if slices.ContainsFunc(OptionNames(p), func(n string) bool { return normalise(n) == normalise(name) }) {
+				takers = append(takers, p)
+				mine[p] = append(mine[p], opt)
+			}
+		}
+		if len(takers) == 0 {
+			if len(protocols) == 1 { // ProtocolOptions says why
+				_, err := ProtocolOptions(protocols[0], []string{opt})
+				return nil, err
+			}
+			return nil, noTaker(protocols, name)
+		}
+	}
+	out := map[string]any{}
+	for _, p := range protocols {
+		if o, ok := mine[p]; ok {
+			v, err := ProtocolOptions(p, o)
+			if err != nil {
+				return nil, err
+			}
+			out[p] = v
+		}
+	}
+	return out, nil
+}
+
+func noTaker(protocols []string, name string) error {
+	var valid []string
+	for _, p := range protocols {
+		names := "none"
+		if n := OptionNames(p); len(n) > 0 {
+			names = strings.Join(n, ", ")
+		}
+		valid = append(valid, p+": "+names)
+	}
+	return fmt.Errorf("no protocol of the run has an option %q (options of %s)", name, strings.Join(valid, "; "))
+}
+
+func splitOption(opt string) (name, value string, err error) {
+	name, value, ok := strings.Cut(opt, "=")
+	name = strings.TrimSpace(name)
+	if !ok || name == "" {
+		return "", "", fmt.Errorf("option %q: want NAME=VALUE", opt)
+	}
+	return name, strings.TrimSpace(value), nil
+}
+
+func normalise(name string) string {
+	return strings.ToLower(strings.NewReplacer("-", "", "_", "").Replace(name))
+}
+
+// field finds the settable field of v called name.
+func field(v reflect.Value, name string) (reflect.Value, bool) {
+	t := v.Type()
+	for i := range t.NumField() {
+		if f := t.Field(i); settable(f) && normalise(f.Name) == normalise(name) {
+			return v.Field(i), true
+		}
+	}
+	return reflect.Value{}, false
+}
+
+func set(f reflect.Value, value string) error {
+	if f.Type() == durationType {
+		d, err := time.ParseDuration(value)
+		if err != nil {
+			return errors.New("want a duration such as 500us, 1ms or 2s")
+		}
+		f.SetInt(int64(d))
+		return nil
+	}
+	n, err := strconv.ParseInt(value, 10, 64)
+	if err != nil || f.OverflowInt(n) {
+		return errors.New("want an integer")
+	}
+	f.SetInt(n)
+	return nil
+}
+
+// FormatOptions writes the non-zero settable fields of an Options value
+// as "Name=value" settings ProtocolOptions reads back.
+func FormatOptions(options any) string {
+	v := reflect.ValueOf(options)
+	if v.Kind() == reflect.Pointer {
+		v = v.Elem()
+	}
+	if v.Kind() != reflect.Struct {
+		return fmt.Sprint(options)
+	}
+	var parts []string
+	for i := range v.NumField() {
+		f := v.Type().Field(i)
+		if !settable(f) || v.Field(i).IsZero() {
+			continue
+		}
+		if f.Type == durationType {
+			parts = append(parts, f.Name+"="+time.Duration(v.Field(i).Int()).String())
+		} else {
+			parts = append(parts, f.Name+"="+strconv.FormatInt(v.Field(i).Int(), 10))
+		}
+	}
+	return strings.Join(parts, " ")
+}

@@ -1,0 +1,176 @@
+package setup
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"reflect"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/oblivkv/oblivkv/kv"
+	_ "github.com/oblivkv/oblivkv/protocol/all"
+	"github.com/oblivkv/oblivkv/protocol/pathoram"
+	"github.com/oblivkv/oblivkv/protocol/taostore"
+	"github.com/oblivkv/oblivkv/protocol/treebeard"
+)
+
+func TestProtocolOptionsValid(t *testing.T) {
+	for _, tc := range []struct {
+		protocol string
+		opts     []string
+		want     any
+	}{
+		{"treebeard", nil, nil},
+		{"plain", nil, nil}, // no settings: the defaults, for any protocol
+		{"treebeard", []string{"trees=8", "Routers=2", "STASHSHARDS=3", "oram-shards=4", "a=50", "k=100", "S=5", "z=1"},
+			treebeard.Options{Trees: 8, Routers: 2, StashShards: 3, ORAMShards: 4, A: 50, K: 100, S: 5, Z: 1}},
+		{"treebeard", []string{"epoch=2ms"}, treebeard.Options{Epoch: 2 * time.Millisecond}},
+		{"treebeard", []string{"epoch=-1ns", "epoch = 500us"}, treebeard.Options{Epoch: 500 * time.Microsecond}}, // the last wins
+		{"treebeard", []string{"epoch=0"}, treebeard.Options{}},
+		{"taostore", []string{"z=2", "k=10", "cached_levels=3"}, taostore.Options{Z: 2, K: 10, CachedLevels: 3}},
+		{"pathoram", []string{"Z=8", "batchbytes=1048576"}, pathoram.Options{Z: 8, BatchBytes: 1 << 20}},
+	} {
+		got, err := ProtocolOptions(tc.protocol, tc.opts)
+		if err != nil {
+			t.Errorf("ProtocolOptions(%s, %q): %v", tc.protocol, tc.opts, err)
+			continue
+		}
+		if !reflect.DeepEqual(got, tc.want) {
+			t.Errorf("ProtocolOptions(%s, %q) = %#v; want %#v", tc.protocol, tc.opts, got, tc.want)
+		}
+	}
+}
+
+func TestProtocolOptionsErrors(t *testing.T) {
+	for _, tc := range []struct {
+		protocol string
+		opts     []string
+		want     []string // substrings of the error
+	}{
+		{"treebeard", []string{"bogus=1"}, []string{`no option "bogus"`, "Routers, StashShards, ORAMShards, Trees, Z, S, A, K, Epoch"}},
+		{"treebeard", []string{"seed=1"}, []string{`no option "seed"`}}, // unexported fields are not options
+		{"taostore", []string{"trees=2"}, []string{`taostore has no option "trees"`, "Z, K, CachedLevels"}},
+		{"pathoram", []string{"k=2"}, []string{"Z, BatchBytes"}},
+		{"treebeard", []string{"trees=many"}, []string{"trees", "integer"}},
+		{"treebeard", []string{"trees=1.5"}, []string{"integer"}},
+		{"treebeard", []string{"trees="}, []string{"integer"}},
+		{"treebeard", []string{"trees=99999999999999999999"}, []string{"integer"}},
+		{"treebeard", []string{"epoch=3"}, []string{"epoch", "duration"}}, // a duration needs its unit
+		{"treebeard", []string{"trees"}, []string{"NAME=VALUE"}},
+		{"treebeard", []string{"=4"}, []string{"NAME=VALUE"}},
+		{"plain", []string{"z=4"}, []string{"plain takes no options"}},
+		{"encrypted", []string{"trees=4"}, []string{"encrypted takes no options"}},
+		{"nosuch", []string{"z=4"}, []string{"nosuch", "known"}},
+	} {
+		_, err := ProtocolOptions(tc.protocol, tc.opts)
+		if err == nil {
+			t.Errorf("ProtocolOptions(%s, %q) accepted", tc.protocol, tc.opts)
+			continue
+		}
+		for _, w := range tc.want {
+			if !strings.Contains(err.Error(), w) {
+				t.Errorf("ProtocolOptions(%s, %q): error %q lacks %q", tc.protocol, tc.opts, err, w)
+			}
+		}
+	}
+}
+
+func TestProtocolOptionsEach(t *testing.T) {
+	got, err := ProtocolOptionsEach([]string{"plain", "pathoram", "taostore", "treebeard"},
+		[]string{"z=2", "k=7", "epoch=3ms"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]any{
+		"pathoram":  pathoram.Options{Z: 2},
+		"taostore":  taostore.Options{Z: 2, K: 7},
+		"treebeard": treebeard.Options{Z: 2, K: 7, Epoch: 3 * time.Millisecond},
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("got %#v\nwant %#v", got, want)
+	}
+	if got, err := ProtocolOptionsEach([]string{"plain", "encrypted"}, nil); err != nil || len(got) != 0 {
+		t.Errorf("no settings: %v, %v", got, err)
+	}
+	for _, tc := range []struct {
+		protocols, opts []string
+		want            string
+	}{
+		{[]string{"plain", "taostore"}, []string{"trees=2"}, "no protocol of the run has an option \"trees\" (options of plain: none; taostore: Z, K, CachedLevels)"},
+		{[]string{"taostore", "treebeard"}, []string{"k=x"}, "integer"},
+		{[]string{"plain"}, []string{"z=1"}, "plain takes no options"},
+		{[]string{"treebeard"}, []string{"bogus=1"}, "its options: Routers"},
+		{[]string{"treebeard"}, []string{"bogus"}, "NAME=VALUE"},
+	} {
+		if _, err := ProtocolOptionsEach(tc.protocols, tc.opts); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("ProtocolOptionsEach(%q, %q) = %v; want an error with %q", tc.protocols, tc.opts, err, tc.want)
+		}
+	}
+}
+
+func TestFormatOptions(t *testing.T) {
+	o := treebeard.Options{Trees: 8, Epoch: 2 * time.Millisecond}
+	s := FormatOptions(o)
+	if s != "Trees=8 Epoch=2ms" {
+		t.Errorf("FormatOptions = %q", s)
+	}
+	back, err := ProtocolOptions("treebeard", strings.Fields(s))
+	if err != nil || !reflect.DeepEqual(back, o) {
+		t.Errorf("read back: %#v, %v", back, err)
+	}
+}
+
+// TestOpenOptionArgs: settings reach the protocol, and a bad setting for a
+// new store is refused before a key file is written.
+func TestOpenOptionArgs(t *testing.T) {
+	ctx := context.Background()
+	o, err := Open(ctx, Options{Backend: "mem", Capacity: 64, ValueSize: 16, OptionArgs: []string{"trees=3", "stashshards=1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer o.Close()
+	st := o.Store.Stats()
+	if st.Protocol != DefaultProtocol {
+		t.Errorf("protocol %s; want the default %s", st.Protocol, DefaultProtocol)
+	}
+	extra := map[string]float64{}
+	for _, e := range st.Extra {
+		extra[e.Name] = e.Value
+	}
+	if extra["trees"] != 3 || extra["stash_shards"] != 1 {
+		t.Errorf("stats %v; want trees 3 and stash_shards 1", extra)
+	}
+
+	dir := t.TempDir()
+	_, err = Open(ctx, Options{Backend: "disk", DataDir: dir, OptionArgs: []string{"bogus=1"}})
+	if err == nil || !strings.Contains(err.Error(), "bogus") {
+		t.Fatalf("bad option: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "key")); !os.IsNotExist(err) {
+		t.Errorf("key file after a refused option: %v", err)
+	}
+	if _, err := Open(ctx, Options{Backend: "mem", OptionArgs: []string{"z=1"}, ProtocolOptions: treebeard.Options{}}); err == nil {
+		t.Error("both ProtocolOptions and OptionArgs accepted")
+	}
+}
+
+// TestEveryProtocolListed: a registered protocol is either in the options
+// table or one of those known to take none, so a new protocol's options
+// cannot be left out of --opt unnoticed.
+func TestEveryProtocolListed(t *testing.T) {
+	none := map[string]bool{"plain": true, "encrypted": true}
+	for _, p := range kv.Protocols() {
+		if _, ok := protocolOptions[p]; !ok && !none[p] {
+			t.Errorf("protocol %s is not in setup's options table (protocolOptions)", p)
+		}
+		if _, ok := protocolOptions[p]; ok && len(OptionNames(p)) == 0 {
+			t.Errorf("protocol %s has no settable options", p)
+		}
+	}
+	if !slices.Contains(kv.Protocols(), DefaultProtocol) {
+		t.Errorf("the default protocol %s is not registered", DefaultProtocol)
+	}
+}
