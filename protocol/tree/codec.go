@@ -3,6 +3,7 @@ package tree
 import (
 	"encoding/binary"
 	"fmt"
+	"sync"
 
 	"github.com/oblivkv/oblivkv/seal"
 )
@@ -32,6 +33,7 @@ type Codec struct {
 	valueSize int
 	plainSize int
 	slotSize  int
+	scratch   sync.Pool // *[]byte of plainSize: EncodeSlot's plaintext
 }
 
 // NewCodec returns a Codec for buckets of slots slots holding values of at
@@ -97,7 +99,13 @@ func (c *Codec) EncodeSlot(dst []byte, addr string, version uint64, slot int, b 
 	if slot < 0 || slot >= c.slots {
 		return dst, fmt.Errorf("tree: slot %d of a bucket of %d slots", slot, c.slots)
 	}
-	return c.sealSlot(dst, ad(addr, version), make([]byte, c.plainSize), slot, b)
+	p, _ := c.scratch.Get().(*[]byte)
+	if p == nil {
+		buf := make([]byte, c.plainSize)
+		p = &buf
+	}
+	defer c.scratch.Put(p)
+	return c.sealSlot(dst, ad(addr, version), *p, slot, b)
 }
 
 // sealSlot fills plain (plainSize bytes of scratch) with b and appends it

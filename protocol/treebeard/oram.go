@@ -37,7 +37,8 @@ type treeWorker struct {
 	trace   func(traceEvent)
 
 	mu      sync.Mutex
-	queue   []*readJob
+	parts   map[uint64][]*readJob // jobs of epochs not all shards sent yet
+	queue   []*readJob            // jobs of whole epochs, in the order they completed
 	wake    chan struct{}
 	stopped bool
 	exited  chan struct{}
@@ -65,7 +66,7 @@ type readJob struct {
 
 func newTreeWorker(id int, t *ringoram.Tree, a, k, reads int, trace func(traceEvent)) *treeWorker {
 	return &treeWorker{id: id, tree: t, a: a, k: k, reads: reads, trace: trace,
-		wake: make(chan struct{}, 1), exited: make(chan struct{})}
+		parts: map[uint64][]*readJob{}, wake: make(chan struct{}, 1), exited: make(chan struct{})}
 }
 
 func (w *treeWorker) read(ctx context.Context, epoch uint64, reads []ringoram.PathRead) ([]ringoram.ReadResult, error) {
@@ -75,7 +76,14 @@ func (w *treeWorker) read(ctx context.Context, epoch uint64, reads []ringoram.Pa
 		w.mu.Unlock()
 		return nil, errClosed
 	}
-	w.queue = append(w.queue, j)
+	// Every Stash shard sends one job per epoch, empty or not; the epoch
+	// is read once all have arrived (Sec. 5.3.1: the batch's paths in one
+	// multi-path read), never split by how its keys hash to shards.
+	w.parts[epoch] = append(w.parts[epoch], j)
+	if len(w.parts[epoch]) == len(w.stashes) {
+		w.queue = append(w.queue, w.parts[epoch]...)
+		delete(w.parts, epoch)
+	}
 	w.mu.Unlock()
 	select {
 	case w.wake <- struct{}{}:
@@ -89,8 +97,9 @@ func (w *treeWorker) read(ctx context.Context, epoch uint64, reads []ringoram.Pa
 	}
 }
 
-// run serves the queue until stop: every read job waiting is merged into
-// one multi-path read, so paths of concurrent batches share buckets too.
+// run serves the queue until stop: the whole epochs waiting are merged
+// into one multi-path read, so paths of concurrent epochs share buckets
+// too.
 func (w *treeWorker) run() {
 	defer close(w.exited)
 	for {
@@ -133,6 +142,12 @@ func (w *treeWorker) serve(jobs []*readJob) {
 		for range j.reads {
 			epochs = append(epochs, j.epoch)
 		}
+	}
+	if len(reads) == 0 { // epochs without paths of this tree: nothing to read
+		for _, j := range jobs {
+			close(j.done)
+		}
+		return
 	}
 	results, err := w.tree.ReadPaths(ctx, reads)
 	if w.trace != nil && err == nil {

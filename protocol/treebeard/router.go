@@ -82,8 +82,8 @@ func (r *Router) endEpoch() {
 	r.forwardLocked()
 }
 
-// forwardLocked closes the collecting epoch and forwards its requests,
-// one batch per Stash shard, in arrival order.
+// forwardLocked closes the collecting epoch and forwards its requests to
+// every Stash shard, each the batch of its own keys in arrival order.
 func (r *Router) forwardLocked() {
 	calls := r.calls
 	if len(calls) == 0 {
@@ -100,10 +100,9 @@ func (r *Router) forwardLocked() {
 		s := shardOf(c.req.ID, len(r.shards))
 		batches[s] = append(batches[s], c)
 	}
+	// Every shard gets the epoch, even with nothing in it: which shards
+	// the keys hash to must not change what the trees see.
 	for s, batch := range batches {
-		if len(batch) == 0 {
-			continue
-		}
 		r.flights.Add(1)
 		go r.forward(r.shards[s], epoch, batch)
 	}

@@ -190,12 +190,15 @@ func apply(r *Request, rep *Reply, exists bool, val []byte, q *quota) (bool, []b
 	return exists, val
 }
 
-// readAll sends each tree its reads, all trees at once.
+// readAll sends every tree this batch's reads of it, none for most trees
+// of a small batch: a tree reads an epoch once every shard has sent its
+// part, so which shards hold the epoch's keys never shows.
 func (s *Stash) readAll(ctx context.Context, epoch uint64, reads map[int][]pathRead) (map[int][]ringoram.ReadResult, map[int]error) {
 	results, errs := map[int][]ringoram.ReadResult{}, map[int]error{}
 	var mu sync.Mutex
 	var wg sync.WaitGroup
-	for t, rs := range reads {
+	for t := range s.trees {
+		rs := reads[t]
 		wg.Go(func() {
 			prs := make([]ringoram.PathRead, len(rs))
 			for i, r := range rs {

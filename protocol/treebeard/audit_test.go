@@ -1,0 +1,1170 @@
+package treebeard_test
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/oblivkv/oblivkv/audit"
+	"github.com/oblivkv/oblivkv/backend/mem"
+	"github.com/oblivkv/oblivkv/bench/workload"
+	"github.com/oblivkv/oblivkv/kv"
+	"github.com/oblivkv/oblivkv/observe"
+	"github.com/oblivkv/oblivkv/protocol/ringoram"
+	"github.com/oblivkv/oblivkv/protocol/tree"
+	"github.com/oblivkv/oblivkv/protocol/treebeard"
+	"github.com/oblivkv/oblivkv/seal"
+)
+
+// The audits run three workloads of the same length and timing over the
+// same auditKeys loaded keys: Zipf 0.99, uniform, and one hot key. Each
+// is auditRounds rounds of auditRound concurrent requests (even-numbered
+// requests of a round are Gets, odd ones Puts), a round waiting for all
+// its replies, so every workload gives the Router the same epochs.
+const (
+	auditCapacity = 1024 // 4 trees (the default) of 256 leaves: 9 levels, 511 buckets each
+	auditKeys     = 1000
+	auditRounds   = 60
+	auditRound    = 64
+	// auditBins is the number of leaf bins per tree: 16 bins of 16 leaves,
+	// 64 (tree, bin) cells with the default 4 trees.
+	auditBins = 16
+	// auditP is the significance of every chi-square test: a uniform
+	// source (or two samples of one distribution) fails it with
+	// probability 0.001.
+	auditP = 0.001
+)
+
+// auditWorkloads are the key sequences of the three workloads: the key
+// (0..auditKeys-1) of each of the auditRounds*auditRound requests, drawn
+// with fixed seeds.
+func auditWorkloads(t *testing.T) map[string][]uint64 {
+	n := auditRounds * auditRound
+	z, err := workload.NewScrambledZipfian(auditKeys, 0.99)
+	if err != nil {
+		t.Fatal(err)
+	}
+	zipf, uniform, hot := make([]uint64, n), make([]uint64, n), make([]uint64, n)
+	zc := z.Worker(0, rand.New(rand.NewPCG(1, 1)))
+	ur := rand.New(rand.NewPCG(2, 2))
+	for i := range n {
+		zipf[i], uniform[i], hot[i] = zc.Next(), ur.Uint64N(auditKeys), 17
+	}
+	return map[string][]uint64{"zipf": zipf, "uniform": uniform, "hot": hot}
+}
+
+func auditKey(i uint64) string { return fmt.Sprintf("key-%04d", i) }
+
+// traceLog collects trace events; events of one tree keep the order its
+// worker emitted them.
+type traceLog struct {
+	mu     sync.Mutex
+	events []treebeard.TraceEvent
+}
+
+func (l *traceLog) add(e treebeard.TraceEvent) {
+	l.mu.Lock()
+	l.events = append(l.events, e)
+	l.mu.Unlock()
+}
+
+func (l *traceLog) reset() {
+	l.mu.Lock()
+	l.events = nil
+	l.mu.Unlock()
+}
+
+func (l *traceLog) get() []treebeard.TraceEvent {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Clone(l.events)
+}
+
+// auditRun is what one workload left: storage's view (the Tap log, from
+// the end of the bulk load to the end of Close) and the trusted layers'
+// trace.
+type auditRun struct {
+	opts     treebeard.Options // with the defaults filled in
+	geo      tree.Geometry
+	requests int
+	records  []observe.Record
+	events   []treebeard.TraceEvent
+	stats    kv.Stats
+}
+
+// runAudit opens a seeded, traced store over a tapped memory backend,
+// loads auditKeys keys, forgets the log and trace of the load, then
+// issues keys as auditRounds rounds of auditRound concurrent requests,
+// and closes the store (so every eviction owed has run and is logged).
+func runAudit(t *testing.T, opts treebeard.Options, seed byte, keys []uint64) auditRun {
+	t.Helper()
+	ctx := t.Context()
+	log, tr := &observe.MemoryLog{}, &traceLog{}
+	master := make([]byte, seal.MasterKeySize)
+	master[0] = seed
+	sk, err := seal.NewKeys(master)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := kv.Open(ctx, kv.Config{Protocol: "treebeard", Backend: mem.New(), Keys: sk,
+		Capacity: auditCapacity, ValueSize: 32, TapLog: log,
+		Options: treebeard.Traced(treebeard.Seeded(opts, seed), tr.add)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := false
+	defer func() {
+		if !closed {
+			s.Close()
+		}
+	}()
+	l, _ := kv.AsLoader(s)
+	if n, err := l.Load(ctx, func(yield func(string, []byte) bool) {
+		for i := range uint64(auditKeys) {
+			if !yield(auditKey(i), []byte("v")) {
+				return
+			}
+		}
+	}); err != nil || n != auditKeys {
+		t.Fatalf("Load = %d, %v", n, err)
+	}
+	// The load wrote every bucket of every tree afresh: the audits start
+	// from there (every bucket unread, every eviction counter at 0).
+	log.Reset()
+	tr.reset()
+	for r := range auditRounds {
+		var wg sync.WaitGroup
+		for j := range auditRound {
+			k := auditKey(keys[r*auditRound+j])
+			wg.Go(func() {
+				var err error
+				if j%2 == 0 {
+					_, _, err = s.Get(ctx, k)
+				} else {
+					err = s.Put(ctx, k, []byte{byte(r), byte(j)})
+				}
+				if err != nil {
+					t.Error(err)
+				}
+			})
+		}
+		wg.Wait()
+	}
+	run := auditRun{stats: s.Stats(), requests: auditRounds * auditRound}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	closed = true
+	run.records, run.events = log.Records(), tr.get()
+	// The defaults as the store applies them (Options.withDefaults is
+	// unexported): the audits use the default Trees, Z and S.
+	run.opts = opts
+	if run.opts.Trees == 0 {
+		run.opts.Trees = treebeard.DefaultTrees
+	}
+	run.opts.Z, run.opts.S = ringoram.DefaultZ, ringoram.DefaultS
+	if run.opts.A == 0 {
+		run.opts.A = treebeard.DefaultA
+	}
+	if run.opts.K == 0 {
+		run.opts.K = treebeard.DefaultK
+	}
+	run.geo = tree.Geometry{L: int(extra(run.stats, "tree_levels")) - 1}
+	if got := int(extra(run.stats, "trees")); got != run.opts.Trees {
+		t.Fatalf("store has %d trees, audit expects %d", got, run.opts.Trees)
+	}
+	return run
+}
+
+// ---- Storage's view, parsed -------------------------------------------
+
+// treeOp is one operation of a tree as storage sees it: the Reads of a
+// multi-path read or an eviction and the Write that ends it.
+type treeOp struct {
+	reads []observe.Record
+	write observe.Record
+}
+
+// opKind is what an operation is, told from its shape alone: a
+// multi-path read is a metadata Read, a Read of one slot per bucket, an
+// optional Read for early reshuffles and a Write of the metadata (plus
+// the reshuffled buckets' slots); an eviction is a metadata Read, a Read
+// of Z slots per bucket and a Write of every slot of every bucket.
+type opKind int
+
+const (
+	opPathRead opKind = iota
+	opEviction
+)
+
+func (k opKind) String() string { return [...]string{"multi-path read", "eviction"}[k] }
+
+type slotAddr struct {
+	bucket uint64
+	slot   int
+}
+
+// opView is a treeOp parsed with its tree's layout.
+type opView struct {
+	seq        uint64 // Tap sequence number of its first call
+	kind       opKind
+	meta       []uint64          // buckets whose metadata the first Read fetched, in order
+	slotReads  [][]slotAddr      // the slot Reads after it: one, or two (reshuffle)
+	wroteMeta  []uint64          // buckets whose metadata the Write holds, in order
+	wroteSlots map[uint64]uint64 // bucket -> mask of the slots the Write holds
+}
+
+// stateAddr is where Close saves the trusted state (store.go).
+const stateAddr = "tb/state"
+
+// splitTrees returns each tree's backend calls in Tap order, and checks
+// that every call but Close's state save belongs to exactly one tree.
+func splitTrees(records []observe.Record, trees int) ([][]observe.Record, error) {
+	out := make([][]observe.Record, trees)
+	for i, r := range records {
+		if len(r.Addrs) == 0 {
+			return nil, fmt.Errorf("call %d (%v) has no address", r.Seq, r.Op)
+		}
+		if r.Err {
+			return nil, fmt.Errorf("call %d (%v) failed", r.Seq, r.Op)
+		}
+		if i == len(records)-1 && r.Op == observe.OpWrite && len(r.Addrs) == 1 && r.Addrs[0] == stateAddr {
+			continue // Close saves the trusted state last
+		}
+		owner := -1
+		for t := range trees {
+			if strings.HasPrefix(r.Addrs[0], treebeard.TreePrefix(t)) {
+				owner = t
+			}
+		}
+		if owner < 0 {
+			return nil, fmt.Errorf("call %d (%v) of %q belongs to no tree", r.Seq, r.Op, r.Addrs[0])
+		}
+		p := treebeard.TreePrefix(owner)
+		for _, a := range r.Addrs {
+			if !strings.HasPrefix(a, p) {
+				return nil, fmt.Errorf("call %d (%v) spans trees: %q and %q", r.Seq, r.Op, r.Addrs[0], a)
+			}
+		}
+		out[owner] = append(out[owner], r)
+	}
+	return out, nil
+}
+
+// parseTree groups a tree's calls into operations (Reads, then the Write
+// that ends them) and parses each.
+func parseTree(records []observe.Record, l ringoram.Layout) ([]opView, error) {
+	var ops []opView
+	var op treeOp
+	for _, r := range records {
+		switch r.Op {
+		case observe.OpRead:
+			op.reads = append(op.reads, r)
+		case observe.OpWrite:
+			op.write = r
+			v, err := parseOp(op, l)
+			if err != nil {
+				return nil, err
+			}
+			ops = append(ops, v)
+			op = treeOp{}
+		default:
+			return nil, fmt.Errorf("call %d: a tree's %v", r.Seq, r.Op)
+		}
+	}
+	if len(op.reads) > 0 {
+		return nil, fmt.Errorf("call %d: Reads with no Write after them", op.reads[0].Seq)
+	}
+	return ops, nil
+}
+
+func parseOp(op treeOp, l ringoram.Layout) (opView, error) {
+	if len(op.reads) < 2 || len(op.reads) > 3 {
+		seq := op.write.Seq
+		if len(op.reads) > 0 {
+			seq = op.reads[0].Seq
+		}
+		return opView{}, fmt.Errorf("call %d: an operation of %d Reads and a Write", seq, len(op.reads))
+	}
+	v := opView{seq: op.reads[0].Seq, wroteSlots: map[uint64]uint64{}}
+	for _, a := range op.reads[0].Addrs {
+		b, ok := l.ParseMeta(a)
+		if !ok {
+			return v, fmt.Errorf("call %d: first Read of an operation holds %q, not metadata", op.reads[0].Seq, a)
+		}
+		v.meta = append(v.meta, b)
+	}
+	for _, r := range op.reads[1:] {
+		var reads []slotAddr
+		for _, a := range r.Addrs {
+			b, s, ok := l.ParseSlot(a)
+			if !ok {
+				return v, fmt.Errorf("call %d: Read holds %q, not a slot", r.Seq, a)
+			}
+			reads = append(reads, slotAddr{b, s})
+		}
+		v.slotReads = append(v.slotReads, reads)
+	}
+	for _, a := range op.write.Addrs {
+		if b, ok := l.ParseMeta(a); ok {
+			v.wroteMeta = append(v.wroteMeta, b)
+		} else if b, s, ok := l.ParseSlot(a); ok {
+			if v.wroteSlots[b]&(1<<s) != 0 {
+				return v, fmt.Errorf("call %d: Write holds slot %d of bucket %d twice", op.write.Seq, s, b)
+			}
+			v.wroteSlots[b] |= 1 << s
+		} else {
+			return v, fmt.Errorf("call %d: Write holds %q", op.write.Seq, a)
+		}
+	}
+	if len(v.slotReads) == 1 && len(v.wroteSlots) > 0 {
+		v.kind = opEviction
+	}
+	return v, nil
+}
+
+// views returns every tree's parsed operations.
+func views(records []observe.Record, trees int) ([][]opView, error) {
+	per, err := splitTrees(records, trees)
+	if err != nil {
+		return nil, err
+	}
+	out := make([][]opView, trees)
+	for t, recs := range per {
+		if out[t], err = parseTree(recs, ringoram.Layout{Prefix: treebeard.TreePrefix(t)}); err != nil {
+			return nil, fmt.Errorf("tree %d: %w", t, err)
+		}
+	}
+	return out, nil
+}
+
+// checkSizes is part of audit (b): every slot storage stores or returns
+// has one size and every metadata record another, so sizes tell real
+// blocks from dummies no more than addresses do.
+func checkSizes(records []observe.Record, trees int) error {
+	slot, meta := -1, -1
+	for _, r := range records {
+		for i, a := range r.Addrs {
+			for t := range trees {
+				l := ringoram.Layout{Prefix: treebeard.TreePrefix(t)}
+				want := &slot
+				if _, ok := l.ParseMeta(a); ok {
+					want = &meta
+				} else if _, _, ok := l.ParseSlot(a); !ok {
+					continue
+				}
+				if *want < 0 {
+					*want = r.Sizes[i]
+				}
+				if r.Sizes[i] != *want {
+					return fmt.Errorf("call %d (%v): %q is %d bytes, others of its kind %d", r.Seq, r.Op, a, r.Sizes[i], *want)
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// treeEvents returns each tree's read and evict events, in order.
+func treeEvents(events []treebeard.TraceEvent, trees int) [][]treebeard.TraceEvent {
+	out := make([][]treebeard.TraceEvent, trees)
+	for _, e := range events {
+		if e.Kind == treebeard.TraceRead || e.Kind == treebeard.TraceEvict {
+			out[e.Tree] = append(out[e.Tree], e)
+		}
+	}
+	return out
+}
+
+// ---- The checkers: each returns the first violation it finds ----------
+
+// checkEpochs is audit (a): every epoch a Router forwarded was read with
+// exactly one path read per request, no path read belongs to an epoch
+// never forwarded, and the path reads add up to the requests issued.
+func checkEpochs(events []treebeard.TraceEvent, requests int) error {
+	forwarded, read := map[uint64]int{}, map[uint64]int{}
+	total, paths := 0, 0
+	for _, e := range events {
+		switch e.Kind {
+		case treebeard.TraceEpoch:
+			if _, dup := forwarded[e.Epoch]; dup {
+				return fmt.Errorf("epoch %d forwarded twice", e.Epoch)
+			}
+			forwarded[e.Epoch] = e.Requests
+			total += e.Requests
+		case treebeard.TraceRead:
+			if len(e.Epochs) != len(e.Leaves) {
+				return fmt.Errorf("tree %d: a read of %d paths with %d epochs", e.Tree, len(e.Leaves), len(e.Epochs))
+			}
+			for _, ep := range e.Epochs {
+				read[ep]++
+			}
+			paths += len(e.Epochs)
+		}
+	}
+	for ep, n := range forwarded {
+		if read[ep] != n {
+			return fmt.Errorf("epoch %d: %d requests forwarded, %d paths read", ep, n, read[ep])
+		}
+	}
+	for ep, n := range read {
+		if _, ok := forwarded[ep]; !ok {
+			return fmt.Errorf("epoch %d: %d paths read, never forwarded", ep, n)
+		}
+	}
+	if total != requests || paths != requests {
+		return fmt.Errorf("%d requests issued, %d forwarded, %d paths read", requests, total, paths)
+	}
+	return nil
+}
+
+// checkSchedule: every tree evicts k paths after every a of its path
+// reads, right after the multi-path read that completes them; several
+// owed at once are one eviction of their paths together.
+func checkSchedule(perTree [][]treebeard.TraceEvent, a, k int) error {
+	for t, evs := range perTree {
+		reads, owed := 0, 0
+		for i, e := range evs {
+			switch e.Kind {
+			case treebeard.TraceRead:
+				if owed > 0 {
+					return fmt.Errorf("tree %d, event %d: a read while %d evictions are owed", t, i, owed)
+				}
+				before := reads
+				reads += len(e.Leaves)
+				owed = reads/a - before/a
+			case treebeard.TraceEvict:
+				if len(e.Leaves) != owed*k {
+					return fmt.Errorf("tree %d, event %d: an eviction of %d paths, %d owed (%d evictions of %d)",
+						t, i, len(e.Leaves), owed*k, owed, k)
+				}
+				owed = 0
+			}
+		}
+		// The last read may owe an eviction that failed; none does here.
+		if owed > 0 {
+			return fmt.Errorf("tree %d: %d evictions owed at the end", t, owed)
+		}
+	}
+	return nil
+}
+
+// checkView is audit (b) for one tree: its operations, as storage saw
+// them, are its trace events in order. A multi-path read of leaves P
+// reads the metadata of exactly Union(P), then exactly one slot of every
+// bucket of Union(P) and nothing else, then (for early reshuffles) Z slots
+// of each of some buckets of the union, and writes the metadata of every
+// bucket of the union and every slot of the reshuffled buckets, nothing
+// else. An eviction of leaves P reads the metadata of Union(P), Z slots
+// of each of its buckets, and writes every slot and the metadata of each.
+func checkView(geo tree.Geometry, z, s int, ops []opView, evs []treebeard.TraceEvent) error {
+	if len(ops) != len(evs) {
+		return fmt.Errorf("%d operations on storage, %d in the trace", len(ops), len(evs))
+	}
+	all := uint64(1)<<(z+s) - 1
+	for i, op := range ops {
+		e := evs[i]
+		want := opPathRead
+		if e.Kind == treebeard.TraceEvict {
+			want = opEviction
+		}
+		if op.kind != want {
+			return fmt.Errorf("call %d: storage saw a %v, the trace a %v", op.seq, op.kind, want)
+		}
+		union := geo.Union(e.Leaves, nil)
+		if err := sameBuckets("metadata Read", op.meta, union); err != nil {
+			return fmt.Errorf("call %d (%v of %d paths): %w", op.seq, op.kind, len(e.Leaves), err)
+		}
+		perBucket := 1 // a path read: one slot per bucket
+		if op.kind == opEviction {
+			perBucket = z // ReadBucket: Z slots of each
+		}
+		if err := slotsPerBucket("slot Read", op.slotReads[0], union, perBucket); err != nil {
+			return fmt.Errorf("call %d (%v): %w", op.seq, op.kind, err)
+		}
+		if err := sameBuckets("metadata Write", op.wroteMeta, union); err != nil {
+			return fmt.Errorf("call %d (%v): %w", op.seq, op.kind, err)
+		}
+		rewritten := union // an eviction rewrites the whole union
+		if op.kind == opPathRead {
+			rewritten = nil
+			if len(op.slotReads) == 2 {
+				for _, r := range op.slotReads[1] {
+					rewritten = append(rewritten, r.bucket)
+				}
+				slices.Sort(rewritten)
+				rewritten = slices.Compact(rewritten)
+				if err := slotsPerBucket("reshuffle Read", op.slotReads[1], rewritten, z); err != nil {
+					return fmt.Errorf("call %d: %w", op.seq, err)
+				}
+				if !subset(rewritten, union) {
+					return fmt.Errorf("call %d: a reshuffle Read outside the union", op.seq)
+				}
+			}
+		}
+		if len(op.wroteSlots) != len(rewritten) {
+			return fmt.Errorf("call %d (%v): Write holds slots of %d buckets, want %d", op.seq, op.kind, len(op.wroteSlots), len(rewritten))
+		}
+		for _, b := range rewritten {
+			if op.wroteSlots[b] != all {
+				return fmt.Errorf("call %d (%v): Write holds slots %b of bucket %d, want all %d", op.seq, op.kind, op.wroteSlots[b], b, z+s)
+			}
+		}
+	}
+	return nil
+}
+
+// sameBuckets reports whether got holds exactly the buckets of want (a
+// Union: sorted, distinct), each once.
+func sameBuckets(what string, got, want []uint64) error {
+	g := slices.Clone(got)
+	slices.Sort(g)
+	if len(slices.Compact(slices.Clone(g))) != len(g) {
+		return fmt.Errorf("%s holds a bucket twice", what)
+	}
+	if !slices.Equal(g, want) {
+		return fmt.Errorf("%s holds %d buckets, not exactly the %d of the union: %s", what, len(g), len(want), diff(g, want))
+	}
+	return nil
+}
+
+// slotsPerBucket reports whether reads hold exactly n distinct slots of
+// every bucket of buckets and nothing else.
+func slotsPerBucket(what string, reads []slotAddr, buckets []uint64, n int) error {
+	seen := map[uint64]uint64{}
+	count := map[uint64]int{}
+	for _, r := range reads {
+		if seen[r.bucket]&(1<<r.slot) != 0 {
+			return fmt.Errorf("%s holds slot %d of bucket %d twice", what, r.slot, r.bucket)
+		}
+		seen[r.bucket] |= 1 << r.slot
+		count[r.bucket]++
+	}
+	if len(count) != len(buckets) {
+		return fmt.Errorf("%s touches %d buckets, want %d", what, len(count), len(buckets))
+	}
+	for _, b := range buckets {
+		if count[b] != n {
+			return fmt.Errorf("%s holds %d slots of bucket %d, want %d", what, count[b], b, n)
+		}
+	}
+	return nil
+}
+
+func subset(a, b []uint64) bool {
+	for _, x := range a {
+		if _, ok := slices.BinarySearch(b, x); !ok {
+			return false
+		}
+	}
+	return true
+}
+
+// diff names the first bucket in one sorted list and not the other.
+func diff(got, want []uint64) string {
+	for _, b := range got {
+		if _, ok := slices.BinarySearch(want, b); !ok {
+			return fmt.Sprintf("bucket %d is not in the union", b)
+		}
+	}
+	for _, b := range want {
+		if _, ok := slices.BinarySearch(got, b); !ok {
+			return fmt.Sprintf("bucket %d is missing", b)
+		}
+	}
+	return "same set"
+}
+
+// checkEvictionOrder is audit (d) for one tree, from storage's view: the
+// i-th eviction (told apart by its shape, opKind) reads and rewrites
+// exactly the union of the paths ReverseLexLeaf(c), ...,
+// ReverseLexLeaf(c+ks[i]-1), c being the number of paths evicted before
+// it (0 after the load), and ks[i] is a multiple of k. ks[i] is the
+// eviction's number of paths (from the trace); storage also shows it
+// whenever it is below the number of leaves, since that many consecutive
+// reverse-lexicographic paths end at distinct leaves: it must then be the
+// number of leaf buckets rewritten.
+func checkEvictionOrder(geo tree.Geometry, k int, ops []opView, ks []int) error {
+	var c uint64
+	i := 0
+	for _, op := range ops {
+		if op.kind != opEviction {
+			continue
+		}
+		if i >= len(ks) {
+			return fmt.Errorf("call %d: eviction %d, only %d in the trace", op.seq, i, len(ks))
+		}
+		n := ks[i]
+		if n < k || n%k != 0 {
+			return fmt.Errorf("call %d: eviction of %d paths, not a multiple of k=%d", op.seq, n, k)
+		}
+		leaves := make([]uint64, n)
+		for j := range leaves {
+			leaves[j] = geo.ReverseLexLeaf(c + uint64(j))
+		}
+		want := geo.Union(leaves, nil)
+		if err := sameBuckets("eviction metadata Read", op.meta, want); err != nil {
+			return fmt.Errorf("call %d: eviction %d (paths %d..%d in reverse-lexicographic order): %w", op.seq, i, c, c+uint64(n)-1, err)
+		}
+		written := make([]uint64, 0, len(op.wroteSlots))
+		for b := range op.wroteSlots {
+			written = append(written, b)
+		}
+		if err := sameBuckets("eviction Write", written, want); err != nil {
+			return fmt.Errorf("call %d: eviction %d (paths %d..%d): %w", op.seq, i, c, c+uint64(n)-1, err)
+		}
+		if uint64(n) < geo.Leaves() {
+			leafBuckets := 0
+			for _, b := range op.meta {
+				if geo.Level(b) == geo.L {
+					leafBuckets++
+				}
+			}
+			if leafBuckets != n {
+				return fmt.Errorf("call %d: eviction of %d paths rewrites %d leaf buckets", op.seq, n, leafBuckets)
+			}
+		}
+		c += uint64(n)
+		i++
+	}
+	if i != len(ks) {
+		return fmt.Errorf("%d evictions on storage, %d in the trace", i, len(ks))
+	}
+	return nil
+}
+
+// checkReshuffles is audit (e) for one tree, from storage's view alone.
+// Per bucket it counts the path reads' slot reads since the bucket's last
+// full rewrite (a Write of all its Z+S slots; the load rewrote every
+// bucket). A full rewrite by a multi-path read (an early reshuffle) must
+// come exactly when that count reaches S, and the count never exceeds S.
+// Also, no slot is read twice between two rewrites of its bucket (Ring
+// ORAM reads only valid slots), whether by a path read, a reshuffle or an
+// eviction.
+func checkReshuffles(z, s int, ops []opView) error {
+	count := map[uint64]int{}
+	read := map[uint64]uint64{}
+	all := uint64(1)<<(z+s) - 1
+	for _, op := range ops {
+		for _, reads := range op.slotReads {
+			for _, r := range reads {
+				if read[r.bucket]&(1<<r.slot) != 0 {
+					return fmt.Errorf("call %d: slot %d of bucket %d read twice since the bucket was rewritten", op.seq, r.slot, r.bucket)
+				}
+				read[r.bucket] |= 1 << r.slot
+			}
+		}
+		if op.kind == opPathRead {
+			for _, r := range op.slotReads[0] {
+				count[r.bucket]++
+				if count[r.bucket] > s {
+					return fmt.Errorf("call %d: bucket %d read %d times since its last rewrite; S=%d", op.seq, r.bucket, count[r.bucket], s)
+				}
+			}
+		}
+		for b, mask := range op.wroteSlots {
+			if mask != all {
+				return fmt.Errorf("call %d: a partial rewrite of bucket %d (slots %b)", op.seq, b, mask)
+			}
+			if op.kind == opPathRead && count[b] != s {
+				return fmt.Errorf("call %d: bucket %d reshuffled after %d reads; S=%d", op.seq, b, count[b], s)
+			}
+			delete(count, b)
+			delete(read, b)
+		}
+		if op.kind == opPathRead {
+			for _, r := range op.slotReads[0] {
+				if count[r.bucket] == s {
+					return fmt.Errorf("call %d: bucket %d read %d times and not reshuffled", op.seq, r.bucket, s)
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// leafCells returns, from storage's view, how often each (tree, leaf bin)
+// cell was read: every multi-path read's metadata Read fetches the leaf
+// bucket of each distinct path it reads, which names the path's leaf.
+// Cell t*bins + leaf*bins/leaves.
+func leafCells(geo tree.Geometry, perTree [][]opView, bins int) []int {
+	cells := make([]int, len(perTree)*bins)
+	for t, ops := range perTree {
+		for _, op := range ops {
+			if op.kind != opPathRead {
+				continue
+			}
+			for _, b := range op.meta {
+				if leaf, ok := geo.LeafOf(b); ok {
+					cells[t*bins+int(leaf*uint64(bins)/geo.Leaves())]++
+				}
+			}
+		}
+	}
+	return cells
+}
+
+// perTree sums cells by tree.
+func perTree(cells []int, trees int) []int {
+	out := make([]int, trees)
+	bins := len(cells) / trees
+	for i, c := range cells {
+		out[i/bins] += c
+	}
+	return out
+}
+
+// chiSquareTwoSample is Pearson's chi-square test of homogeneity of two
+// histograms over the same cells (its degrees of freedom: the cells
+// either sample hit, minus one): are they draws of one distribution?
+func chiSquareTwoSample(a, b []int) (stat float64, dof int) {
+	var na, nb float64
+	for i := range a {
+		na, nb = na+float64(a[i]), nb+float64(b[i])
+	}
+	for i := range a {
+		tot := float64(a[i] + b[i])
+		if tot == 0 {
+			continue
+		}
+		ea, eb := na*tot/(na+nb), nb*tot/(na+nb)
+		da, db := float64(a[i])-ea, float64(b[i])-eb
+		stat += da*da/ea + db*db/eb
+		dof++
+	}
+	return stat, dof - 1
+}
+
+// audited is one workload's run with storage's view parsed and checked
+// by audits (a), (b), (d) and (e).
+type audited struct {
+	auditRun
+	ops   [][]opView
+	cells []int
+}
+
+// checkRun runs the checkers of audits (a), (b), (d) and (e) on run.
+func checkRun(run auditRun) (audited, error) {
+	o := run.opts
+	a := audited{auditRun: run}
+	if err := checkEpochs(run.events, run.requests); err != nil {
+		return a, fmt.Errorf("audit (a): %w", err)
+	}
+	evs := treeEvents(run.events, o.Trees)
+	if err := checkSchedule(evs, o.A, o.K); err != nil {
+		return a, fmt.Errorf("eviction schedule: %w", err)
+	}
+	ops, err := views(run.records, o.Trees)
+	if err != nil {
+		return a, fmt.Errorf("audit (b): %w", err)
+	}
+	if err := checkSizes(run.records, o.Trees); err != nil {
+		return a, fmt.Errorf("audit (b): %w", err)
+	}
+	a.ops = ops
+	var errs []error
+	for t := range o.Trees {
+		if err := checkView(run.geo, o.Z, o.S, ops[t], evs[t]); err != nil {
+			errs = append(errs, fmt.Errorf("audit (b), tree %d: %w", t, err))
+		}
+		var ks []int
+		for _, e := range evs[t] {
+			if e.Kind == treebeard.TraceEvict {
+				ks = append(ks, len(e.Leaves))
+			}
+		}
+		if err := checkEvictionOrder(run.geo, o.K, ops[t], ks); err != nil {
+			errs = append(errs, fmt.Errorf("audit (d), tree %d: %w", t, err))
+		}
+		if err := checkReshuffles(o.Z, o.S, ops[t]); err != nil {
+			errs = append(errs, fmt.Errorf("audit (e), tree %d: %w", t, err))
+		}
+	}
+	a.cells = leafCells(run.geo, ops, auditBins)
+	return a, errors.Join(errs...)
+}
+
+// countOps returns the number of multi-path reads, evictions and
+// reshuffled buckets storage saw.
+func countOps(perTree [][]opView) (reads, evictions, reshuffles int) {
+	for _, ops := range perTree {
+		for _, op := range ops {
+			if op.kind == opEviction {
+				evictions++
+			} else {
+				reads++
+				reshuffles += len(op.wroteSlots)
+			}
+		}
+	}
+	return
+}
+
+// TestObliviousAudit runs the three workloads with the default eviction
+// parameters (A=100, k=200) and checks, for each:
+//
+//	(a) one path read per forwarded request, epoch by epoch (trace), and
+//	    evictions of k paths after every A path reads of a tree;
+//	(b) storage saw exactly the traced multi-path reads and evictions:
+//	    the metadata of the union of the paths, one slot per bucket of it,
+//	    reshuffle and write sets as ringoram documents them, and every
+//	    slot and every metadata record of one size;
+//	(c) the trees and leaves read are uniform: chi-square over the 4
+//	    trees (3 degrees of freedom; critical value 16.55 by
+//	    audit.ChiSquareCritical's approximation, 16.27 in tables, so the
+//	    test is slightly lenient) and over 64 (tree, leaf bin) cells
+//	    (63 degrees of freedom, critical 103.5), p = 0.001 each;
+//	(d) evictions follow the reverse-lexicographic order, continuing
+//	    from one eviction to the next;
+//	(e) buckets are reshuffled exactly after S reads, never later, and no
+//	    slot is read twice between two rewrites of its bucket;
+//
+// and then (f): the (tree, leaf bin) histograms of the three workloads
+// are pairwise indistinguishable (two-sample chi-square test of
+// homogeneity over the 64 cells, 63 degrees of freedom, p = 0.001). A
+// chi-square failure must repeat with a second seed to fail the test
+// (runAll). The number of multi-path reads is not part of (f) here: it
+// does depend on the workload (TestObliviousAuditCallCount).
+func TestObliviousAudit(t *testing.T) {
+	runs := runAll(t, treebeard.Options{}, 11, 12)
+	for name, a := range runs {
+		// The default run must exercise what (d) and (e) check.
+		if _, evictions, reshuffles := countOps(a.ops); evictions == 0 || reshuffles == 0 {
+			t.Errorf("%s: %d evictions and %d reshuffled buckets: the audit saw too little", name, evictions, reshuffles)
+		}
+	}
+}
+
+// TestObliviousAuditBusyEvictions is the same audit with tiny eviction
+// parameters (A=3, k=5): a multi-path read of a tree then owes several
+// evictions at once, which run as one eviction of a multiple of k paths,
+// and the reverse-lexicographic counter wraps around the 256 leaves many
+// times. Evictions rewrite the upper buckets so often that early
+// reshuffles are rare or absent here; the default run covers them.
+func TestObliviousAuditBusyEvictions(t *testing.T) {
+	opts := treebeard.Options{A: 3, K: 5}
+	runs := runAll(t, opts, 23, 24)
+	for name, a := range runs {
+		multiple, paths := 0, 0
+		for _, e := range a.events {
+			if e.Kind == treebeard.TraceEvict && e.Tree == 0 {
+				paths += len(e.Leaves)
+				if len(e.Leaves) > opts.K {
+					multiple++
+				}
+			}
+		}
+		if multiple == 0 || uint64(paths) < 2*a.geo.Leaves() {
+			t.Errorf("%s: tree 0 evicted %d paths, %d evictions of several k at once: the audit saw too little", name, paths, multiple)
+		}
+	}
+}
+
+// runAll runs and audits the three workloads with opts and returns them.
+// Audits (a), (b), (d) and (e) are exact: any violation fails at once.
+// The nine chi-square tests of (c) and (f) each fail a correct
+// implementation with probability 0.001 (about 1% for one of the nine;
+// timing makes runs differ even with fixed seeds), so when one fails the
+// three workloads run again with the second seed, and the audit fails
+// only if a chi-square test fails again: a false alarm then needs two in
+// a row (about 1e-4), while a real skew fails both runs.
+func runAll(t *testing.T, opts treebeard.Options, seeds ...byte) map[string]audited {
+	t.Helper()
+	var runs map[string]audited
+	for i, seed := range seeds {
+		var failures []string
+		runs, failures = auditOnce(t, opts, seed)
+		if len(failures) == 0 {
+			return runs
+		}
+		if i == len(seeds)-1 {
+			for _, f := range failures {
+				t.Error(f)
+			}
+			return runs
+		}
+		t.Logf("seed %d: %d chi-square tests failed; repeating with seed %d:\n%s", seed, len(failures), seeds[i+1], strings.Join(failures, "\n"))
+	}
+	return runs
+}
+
+// auditOnce runs the three workloads with seed, fails t on any violation
+// of (a), (b), (d) or (e), and returns the runs and the failures of the
+// chi-square tests of (c) and (f).
+func auditOnce(t *testing.T, opts treebeard.Options, seed byte) (map[string]audited, []string) {
+	t.Helper()
+	loads := auditWorkloads(t)
+	names := []string{"zipf", "uniform", "hot"}
+	runs := map[string]audited{}
+	var failures []string
+	critTrees := audit.ChiSquareCritical(treebeard.DefaultTrees-1, auditP)
+	critCells := audit.ChiSquareCritical(treebeard.DefaultTrees*auditBins-1, auditP)
+	for _, name := range names {
+		run := runAudit(t, opts, seed, loads[name])
+		a, err := checkRun(run)
+		if err != nil {
+			t.Fatalf("%s (seed %d): %v", name, seed, err)
+		}
+		runs[name] = a
+		reads, evictions, reshuffles := countOps(a.ops)
+		trees := perTree(a.cells, run.opts.Trees)
+		ts, _ := audit.ChiSquareUniform(trees)
+		cs, _ := audit.ChiSquareUniform(a.cells)
+		t.Logf("%s (seed %d): %d requests, %d multi-path reads, %d evictions, %d reshuffled buckets, fake reads %v; "+
+			"leaves read per tree %v: chi-square %.1f (critical %.1f); 64 leaf cells: chi-square %.1f (critical %.1f)",
+			name, seed, run.requests, reads, evictions, reshuffles, extra(run.stats, "fake_reads"), trees, ts, critTrees, cs, critCells)
+		if ts > critTrees {
+			failures = append(failures, fmt.Sprintf("audit (c), %s: the trees read are not uniform: chi-square %.1f > %.1f", name, ts, critTrees))
+		}
+		if cs > critCells {
+			failures = append(failures, fmt.Sprintf("audit (c), %s: the leaves read are not uniform: chi-square %.1f > %.1f", name, cs, critCells))
+		}
+	}
+	for i, x := range names {
+		for _, y := range names[i+1:] {
+			stat, dof := chiSquareTwoSample(runs[x].cells, runs[y].cells)
+			crit := audit.ChiSquareCritical(dof, auditP)
+			t.Logf("audit (f): %s vs %s: two-sample chi-square %.1f (%d degrees of freedom, critical %.1f)", x, y, stat, dof, crit)
+			if stat > crit {
+				failures = append(failures, fmt.Sprintf("audit (f): %s and %s read distinguishable leaves: chi-square %.1f > %.1f", x, y, stat, crit))
+			}
+		}
+	}
+	return runs, failures
+}
+
+// ---- The audits can fail ----------------------------------------------
+
+// cloneRecords deep-copies records, so a test can doctor them.
+func cloneRecords(records []observe.Record) []observe.Record {
+	out := make([]observe.Record, len(records))
+	for i, r := range records {
+		r.Addrs, r.Sizes = slices.Clone(r.Addrs), slices.Clone(r.Sizes)
+		out[i] = r
+	}
+	return out
+}
+
+// cloneEvents deep-copies events.
+func cloneEvents(events []treebeard.TraceEvent) []treebeard.TraceEvent {
+	out := make([]treebeard.TraceEvent, len(events))
+	for i, e := range events {
+		e.Leaves, e.Epochs = slices.Clone(e.Leaves), slices.Clone(e.Epochs)
+		out[i] = e
+	}
+	return out
+}
+
+// opGroups returns the indices in records of each operation of tree t:
+// its Reads and the Write that ends them.
+func opGroups(records []observe.Record, t int) [][]int {
+	p := treebeard.TreePrefix(t)
+	var out [][]int
+	var cur []int
+	for i, r := range records {
+		if len(r.Addrs) == 0 || !strings.HasPrefix(r.Addrs[0], p) {
+			continue
+		}
+		cur = append(cur, i)
+		if r.Op == observe.OpWrite {
+			out = append(out, cur)
+			cur = nil
+		}
+	}
+	return out
+}
+
+// evictionSizes returns the number of paths of each traced eviction.
+func evictionSizes(evs []treebeard.TraceEvent) []int {
+	var ks []int
+	for _, e := range evs {
+		if e.Kind == treebeard.TraceEvict {
+			ks = append(ks, len(e.Leaves))
+		}
+	}
+	return ks
+}
+
+// TestAuditCatchesViolations doctors the log and the trace of a clean run
+// the way a broken implementation would have produced them, and expects
+// each checker to report it.
+func TestAuditCatchesViolations(t *testing.T) {
+	run := runAudit(t, treebeard.Options{}, 31, auditWorkloads(t)["uniform"])
+	clean, err := checkRun(run)
+	if err != nil {
+		t.Fatalf("the clean run fails the audit: %v", err)
+	}
+	o, geo := run.opts, run.geo
+	l := ringoram.Layout{Prefix: treebeard.TreePrefix(0)}
+	groups := opGroups(run.records, 0)
+	var evictions, plain, reshuffling [][]int // tree 0's operations by shape
+	for _, g := range groups {
+		w := run.records[g[len(g)-1]]
+		_, _, slots := l.ParseSlot(w.Addrs[0])
+		switch {
+		case len(g) == 3 && slots:
+			evictions = append(evictions, g)
+		case len(g) == 3:
+			plain = append(plain, g)
+		default:
+			reshuffling = append(reshuffling, g)
+		}
+	}
+	if len(evictions) < 3 || len(plain) == 0 || len(reshuffling) == 0 {
+		t.Fatalf("tree 0: %d evictions, %d plain reads, %d reads with reshuffles: too few to doctor", len(evictions), len(plain), len(reshuffling))
+	}
+	tree0 := func(records []observe.Record) []opView {
+		ops, err := views(records, o.Trees)
+		if err != nil {
+			t.Fatalf("doctored log does not parse: %v", err)
+		}
+		return ops[0]
+	}
+	evs := treeEvents(run.events, o.Trees)
+	expect := func(t *testing.T, err error) {
+		t.Helper()
+		if err == nil {
+			t.Fatal("the checker saw nothing wrong")
+		}
+		t.Logf("reported: %v", err)
+	}
+
+	t.Run("a/a path read missing", func(t *testing.T) {
+		events := cloneEvents(run.events)
+		for i, e := range events {
+			if e.Kind == treebeard.TraceRead && len(e.Leaves) > 1 {
+				events[i].Leaves, events[i].Epochs = e.Leaves[1:], e.Epochs[1:]
+				break
+			}
+		}
+		expect(t, checkEpochs(events, run.requests))
+	})
+	t.Run("a/one request more than paths", func(t *testing.T) {
+		events := cloneEvents(run.events)
+		for i, e := range events {
+			if e.Kind == treebeard.TraceEpoch {
+				events[i].Requests++
+				break
+			}
+		}
+		expect(t, checkEpochs(events, run.requests+1))
+	})
+	t.Run("a/an eviction skipped", func(t *testing.T) {
+		events := cloneEvents(run.events)
+		for i, e := range events {
+			if e.Kind == treebeard.TraceEvict {
+				events = slices.Delete(events, i, i+1)
+				break
+			}
+		}
+		expect(t, checkSchedule(treeEvents(events, o.Trees), o.A, o.K))
+	})
+	t.Run("b/two slots of one bucket", func(t *testing.T) {
+		records := cloneRecords(run.records)
+		r := &records[plain[0][1]]
+		b, s, _ := l.ParseSlot(r.Addrs[0])
+		r.Addrs = append(r.Addrs, l.SlotAddr(b, (s+1)%(o.Z+o.S)))
+		r.Sizes = append(r.Sizes, r.Sizes[0])
+		expect(t, checkView(geo, o.Z, o.S, tree0(records), evs[0]))
+	})
+	t.Run("b/a bucket of the union not read", func(t *testing.T) {
+		records := cloneRecords(run.records)
+		r := &records[plain[0][0]]
+		r.Addrs, r.Sizes = r.Addrs[:len(r.Addrs)-1], r.Sizes[:len(r.Sizes)-1]
+		expect(t, checkView(geo, o.Z, o.S, tree0(records), evs[0]))
+	})
+	t.Run("d/evictions out of order", func(t *testing.T) {
+		records := cloneRecords(run.records)
+		for i := range evictions[0] {
+			x, y := evictions[0][i], evictions[1][i]
+			records[x].Addrs, records[y].Addrs = records[y].Addrs, records[x].Addrs
+			records[x].Sizes, records[y].Sizes = records[y].Sizes, records[x].Sizes
+		}
+		expect(t, checkEvictionOrder(geo, o.K, tree0(records), evictionSizes(evs[0])))
+	})
+	t.Run("d/an eviction's paths skipped", func(t *testing.T) {
+		// The first eviction never happened on storage: the second then
+		// evicts paths k..2k-1 where 0..k-1 are due.
+		records := cloneRecords(run.records)
+		for _, i := range slices.Backward(evictions[0]) {
+			records = slices.Delete(records, i, i+1)
+		}
+		expect(t, checkEvictionOrder(geo, o.K, tree0(records), evictionSizes(evs[0])[1:]))
+	})
+	t.Run("d/clean", func(t *testing.T) {
+		if err := checkEvictionOrder(geo, o.K, clean.ops[0], evictionSizes(evs[0])); err != nil {
+			t.Fatal(err)
+		}
+	})
+	t.Run("e/a reshuffle skipped", func(t *testing.T) {
+		records := cloneRecords(run.records)
+		w := &records[reshuffling[0][len(reshuffling[0])-1]]
+		var addrs []string
+		var sizes []int
+		for i, a := range w.Addrs {
+			if _, ok := l.ParseMeta(a); ok {
+				addrs, sizes = append(addrs, a), append(sizes, w.Sizes[i])
+			}
+		}
+		w.Addrs, w.Sizes = addrs, sizes
+		expect(t, checkReshuffles(o.Z, o.S, tree0(records)))
+	})
+	t.Run("e/a reshuffle too early", func(t *testing.T) {
+		records := cloneRecords(run.records)
+		root, _ := l.ParseMeta(records[plain[0][0]].Addrs[0])
+		w := &records[plain[0][2]]
+		for s := range o.Z + o.S {
+			w.Addrs, w.Sizes = append(w.Addrs, l.SlotAddr(root, s)), append(w.Sizes, 0)
+		}
+		expect(t, checkReshuffles(o.Z, o.S, tree0(records)))
+	})
+	// A Stash that never remapped a hot key would read its path at each
+	// of its real reads: here one leaf bin gets 5% more reads.
+	hot := slices.Clone(clean.cells)
+	total := 0
+	for _, c := range hot {
+		total += c
+	}
+	hot[5] += total / 20
+	t.Run("c/a hot path", func(t *testing.T) {
+		crit := audit.ChiSquareCritical(len(hot)-1, auditP)
+		if stat, _ := audit.ChiSquareUniform(hot); stat <= crit {
+			t.Fatalf("chi-square %.1f <= %.1f: a hot path passes", stat, crit)
+		}
+	})
+	t.Run("f/a hot path", func(t *testing.T) {
+		stat, dof := chiSquareTwoSample(clean.cells, hot)
+		if crit := audit.ChiSquareCritical(dof, auditP); stat <= crit {
+			t.Fatalf("two-sample chi-square %.1f <= %.1f: a hot path passes", stat, crit)
+		}
+	})
+}
+
+// TestObliviousAuditCallCount is audit (f) on the number of backend calls
+// rather than the addresses: the three workloads issue the same requests
+// at the same times, so an implementation whose calls never depend on the
+// keys makes about as many multi-path reads in each (up to timing noise;
+// the test allows the largest count to be 25% above the smallest).
+//
+// A tree reading each Stash shard's part of an epoch as it arrives fails
+// it: the number of multi-path reads per tree and epoch is then the number
+// of shards the epoch's keys hash to (one for one hot key, two otherwise).
+func TestObliviousAuditCallCount(t *testing.T) {
+	runs := runAll(t, treebeard.Options{}, 11)
+	counts := map[string]int{}
+	lo, hi := math.MaxInt, 0
+	for name, a := range runs {
+		reads, _, _ := countOps(a.ops)
+		counts[name] = reads
+		lo, hi = min(lo, reads), max(hi, reads)
+	}
+	t.Logf("multi-path reads for %d rounds of %d requests over %d trees: %v", auditRounds, auditRound, treebeard.DefaultTrees, counts)
+	if float64(hi) > 1.25*float64(lo) {
+		t.Errorf("the number of multi-path reads depends on the workload: %v", counts)
+	}
+}
