@@ -57,7 +57,7 @@ func TestLoadRejectsBadInputWithoutWriting(t *testing.T) {
 		if err := os.WriteFile(filepath.Join(dir, file), []byte(content), 0o600); err != nil {
 			t.Fatal(err)
 		}
-		if out, err := runMain(t, dir, "load", "--data-dir", "data", file); err == nil {
+		if out, err := runMain(t, dir, "load", "--data-dir", "data", "--capacity", "1024", file); err == nil {
 			t.Fatalf("load %s succeeded: %s", file, out)
 		}
 	}

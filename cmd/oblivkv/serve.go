@@ -33,7 +33,7 @@ func newServeCmd() *cobra.Command {
 With no flags it listens on 127.0.0.1:6380 and keeps a treebeard store (65536
 keys of up to 1024 bytes) in the embedded on-disk backend under ./oblivkv-data,
 creating a 0600 key file there on first start. A new treebeard store writes its
-storage trees at its first access, which therefore takes some seconds. SIGINT
+storage trees before the server listens, which takes some seconds. SIGINT
 or SIGTERM shut it down cleanly: every acknowledged write is flushed, and
 starting again on the same data dir serves the same data.
 

@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -33,14 +34,32 @@ func TestMain(m *testing.M) {
 type server struct {
 	cmd    *exec.Cmd
 	addr   string
-	stderr *bytes.Buffer
+	stderr *lockedBuffer
+}
+
+// lockedBuffer collects a process's output while the test reads it.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }
 
 func startServe(t *testing.T, dir string, args ...string) *server {
 	t.Helper()
 	addr := freeAddr(t)
 	all := append([]string{"serve", "--listen", addr, "--data-dir", filepath.Join(dir, "data")}, args...)
-	s := &server{addr: addr, stderr: &bytes.Buffer{}}
+	s := &server{addr: addr, stderr: &lockedBuffer{}}
 	s.cmd = exec.Command(os.Args[0])
 	s.cmd.Env = append(os.Environ(), "OBLIVKV_RUN_MAIN=1", "OBLIVKV_ARGS="+strings.Join(all, " "))
 	s.cmd.Dir = dir
