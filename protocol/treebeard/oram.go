@@ -64,8 +64,8 @@ type readJob struct {
 	done    chan struct{}
 }
 
-func newTreeWorker(id int, t *ringoram.Tree, a, k, reads int, trace func(traceEvent)) *treeWorker {
-	return &treeWorker{id: id, tree: t, a: a, k: k, reads: reads, trace: trace,
+func newTreeWorker(id int, t *ringoram.Tree, a, k int, trace func(traceEvent)) *treeWorker {
+	return &treeWorker{id: id, tree: t, a: a, k: k, trace: trace,
 		parts: map[uint64][]*readJob{}, wake: make(chan struct{}, 1), exited: make(chan struct{})}
 }
 

@@ -99,7 +99,7 @@ func build(env kv.Env, opts Options) (*store, error) {
 		if err != nil {
 			return nil, fmt.Errorf("treebeard: %w", err)
 		}
-		w := newTreeWorker(t, rt, opts.A, opts.K, 0, opts.trace)
+		w := newTreeWorker(t, rt, opts.A, opts.K, opts.trace)
 		w.stashes = sources
 		owner := s.orams[t%len(s.orams)]
 		owner.workers[t] = w
