@@ -14,6 +14,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/gob"
+	"errors"
 	"fmt"
 
 	"github.com/oblivkv/oblivkv/backend"
@@ -49,6 +50,21 @@ func Load(ctx context.Context, b backend.Backend, keys *seal.Keys, addr string, 
 		return false, fmt.Errorf("%w: decoding the state at %q: %v", seal.ErrTampered, addr, err)
 	}
 	return true, nil
+}
+
+// ErrUnclean reports a store whose saved state is missing: it was not
+// shut down cleanly after its last start, and what the proxy held in
+// memory is lost.
+var ErrUnclean = errors.New("the store was not shut down cleanly: its proxy state is lost")
+
+// Require is Load for a store that must have a saved state: a missing one
+// is ErrUnclean.
+func Require(ctx context.Context, b backend.Backend, keys *seal.Keys, addr string, v any) error {
+	found, err := Load(ctx, b, keys, addr, v)
+	if err == nil && !found {
+		err = ErrUnclean
+	}
+	return err
 }
 
 // Delete removes the state saved at addr: from now on, only a clean

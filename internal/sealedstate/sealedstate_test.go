@@ -56,3 +56,18 @@ func TestSaveTake(t *testing.T) {
 		t.Fatalf("Load of a state moved to another address: %v; want seal.ErrTampered", err)
 	}
 }
+
+// Require refuses a store without a saved state as ErrUnclean.
+func TestRequire(t *testing.T) {
+	ctx, b, k := t.Context(), mem.New(), keys(t, 1)
+	var out sample
+	if err := Require(ctx, b, k, "st", &out); !errors.Is(err, ErrUnclean) {
+		t.Fatalf("Require with nothing saved: %v; want ErrUnclean", err)
+	}
+	if err := Save(ctx, b, k, "st", sample{N: 3}); err != nil {
+		t.Fatal(err)
+	}
+	if err := Require(ctx, b, k, "st", &out); err != nil || out.N != 3 {
+		t.Fatalf("Require = %v, %+v; want the saved state", err, out)
+	}
+}

@@ -13,6 +13,7 @@ import (
 	"github.com/oblivkv/oblivkv/protocol/pathoram"
 	"github.com/oblivkv/oblivkv/protocol/taostore"
 	"github.com/oblivkv/oblivkv/protocol/treebeard"
+	"github.com/oblivkv/oblivkv/protocol/waffle"
 )
 
 // protocolOptions maps each protocol that takes options to its zero
@@ -22,6 +23,7 @@ var protocolOptions = map[string]any{
 	"pathoram":  pathoram.Options{},
 	"taostore":  taostore.Options{},
 	"treebeard": treebeard.Options{},
+	"waffle":    waffle.Options{},
 }
 
 var durationType = reflect.TypeFor[time.Duration]()

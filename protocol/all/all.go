@@ -9,4 +9,5 @@ import (
 	_ "github.com/oblivkv/oblivkv/protocol/pathoram"
 	_ "github.com/oblivkv/oblivkv/protocol/taostore"
 	_ "github.com/oblivkv/oblivkv/protocol/treebeard"
+	_ "github.com/oblivkv/oblivkv/protocol/waffle"
 )

@@ -124,12 +124,8 @@ func (s *store) saveState(ctx context.Context) error {
 // deletes it, so a crash from here on is detected at the next open.
 func (s *store) loadState(ctx context.Context) error {
 	var st state
-	found, err := sealedstate.Load(ctx, s.b, s.keys, stateAddr, &st)
-	if err != nil {
-		return err
-	}
-	if !found {
-		return errors.New("taostore: the store was not shut down cleanly: its position map is lost")
+	if err := sealedstate.Require(ctx, s.b, s.keys, stateAddr, &st); err != nil {
+		return fmt.Errorf("taostore: %w", err)
 	}
 	// Checked before the state is deleted: a restart with the right
 	// options still finds it.

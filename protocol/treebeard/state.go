@@ -2,7 +2,6 @@ package treebeard
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"iter"
 	"math/rand/v2"
@@ -100,12 +99,8 @@ func (s *store) saveState(ctx context.Context) error {
 // it, so a crash from here on is detected at the next open.
 func (s *store) loadState(ctx context.Context) error {
 	var st state
-	found, err := sealedstate.Load(ctx, s.b, s.keys, stateAddr, &st)
-	if err != nil {
-		return err
-	}
-	if !found {
-		return errors.New("treebeard: the store was not shut down cleanly: its position map is lost")
+	if err := sealedstate.Require(ctx, s.b, s.keys, stateAddr, &st); err != nil {
+		return fmt.Errorf("treebeard: %w", err)
 	}
 	// A state that does not fit the options stays saved: a restart with
 	// the right options still finds it.

@@ -1,0 +1,41 @@
+// Package waffle implements Waffle (seed 001, Secs. 4-7), an online
+// oblivious datastore against a passive persistent adversary, registered
+// as "waffle".
+//
+// Requests are gathered into batches of at most R (closed early by
+// Options.Timeout) and served by Algorithm 1, one batch at a time:
+//
+//   - requests are deduplicated by key and applied in arrival order, so a
+//     read after a write of the same key in one batch sees the write; cache
+//     hits need no read;
+//   - every batch reads exactly B distinct objects: r real queries (keys on
+//     storage, and one dummy for each insert, whose place the new key
+//     takes), f_D fake queries on dummies and f_R = B-r-f_D fake queries on
+//     real objects not in the cache, both picked least recently accessed
+//     first from ordered indexes of timestamps (index.go);
+//   - an object's storage id is prf(domain, key, ts), ts the batch that last
+//     read it; values are padded to the value size and sealed with the id as
+//     associated data; every object read is deleted from storage, so each id
+//     is written once and read once;
+//   - every real object read enters the LRU cache of C objects and evicts
+//     one entry, written back under a fresh id; dummies read are
+//     re-encrypted under fresh ids. So every batch is one Read of B
+//     addresses, one Write of B new ones and one Delete of the B read,
+//     whatever the workload;
+//   - the dummies' ordering timestamps are reset (in a fresh random order)
+//     each time all of them have been accessed: every D/f_D batches in a
+//     full store.
+//
+// Inserts and deletes (Sec. 6.2, last paragraph): a store of capacity N
+// holds N+D objects at all times; the spare capacity is held by dummies.
+// An insert takes a dummy's place (the dummy is read in the insert's real
+// query slot and not written back); a delete turns the key's cache entry
+// into a new dummy. A fresh store holds N+D dummies, C of them in the
+// cache (a cache empty of real objects). kv.ErrFull is returned when N
+// keys exist. Theorems 7.1/7.2 (TheoreticalAlpha, TheoreticalBeta) are the
+// bounds for a full store; with fewer keys the dummy pool is larger.
+//
+// Durability: Close saves the cache, the timestamps, the dummies and the
+// counters sealed under stateAddr; an open loads and deletes it, so a store
+// not closed cleanly is refused with a clear error.
+package waffle

@@ -1,0 +1,117 @@
+package waffle
+
+import (
+	"fmt"
+	"math"
+	"time"
+)
+
+// Options are Waffle's parameters (seed 001, Table 1). Zero fields take
+// defaults scaled to the store's capacity N (see withDefaults).
+type Options struct {
+	// B is the batch size: the number of objects read (and written) per
+	// batch.
+	B int
+	// R is the largest number of client requests in one batch.
+	R int
+	// FD is f_D, the number of fake queries on dummy objects per batch.
+	FD int
+	// D is the number of dummy objects of a full store.
+	D int
+	// C is the cache size, in objects.
+	C int
+	// Timeout closes a batch when fewer than R requests are waiting; the
+	// free slots become fake queries on real objects (default 2ms).
+	Timeout time.Duration
+}
+
+// The paper's parameters (Sec. 8, N = 1M): B=2500, R=1000, f_D=500 and a
+// cache of 2% of N. They are in the ratio B:R:f_D = 5:2:1.
+const (
+	paperN         = 1_000_000
+	paperK         = 500 // f_D at N = paperN
+	DefaultTimeout = 2 * time.Millisecond
+)
+
+// withDefaults fills the zero fields for a store of capacity n.
+//
+// Scaling rule: k = clamp(round(n*500/1M), 1, 500) and, keeping the paper's
+// ratios, B = 5k, R = 2k, f_D = k (so f_R = B-R-f_D >= 2k >= 2; at n >= 1M
+// these are the paper's 2500, 1000, 500). Then, from the final B, R, f_D:
+//
+//   - C = max(ceil(2% of n), B - f_D + R), the paper's cache size but never
+//     below its assumption C >= B - f_D + R (Algorithm 1);
+//   - D = ceil(f_D (n-1) / (B-R-f_D)), so that (n-1)/(B-R-f_D) = D/f_D
+//     (the two terms of Theorem 7.1 match), raised to C + B - n when that
+//     is larger, so that a full store keeps at least B objects on storage
+//     outside the cache (B <= n + D - C).
+func (o Options) withDefaults(n int) Options {
+	k := min(max(int(math.Round(float64(n)*paperK/paperN)), 1), paperK)
+	if o.B == 0 {
+		o.B = 5 * k
+	}
+	if o.R == 0 {
+		o.R = 2 * k
+	}
+	if o.FD == 0 {
+		o.FD = k
+	}
+	if o.C == 0 {
+		o.C = max(int(math.Ceil(0.02*float64(n))), o.B-o.FD+o.R)
+	}
+	if o.D == 0 {
+		if fr := o.B - o.R - o.FD; fr >= 1 {
+			o.D = (o.FD*(n-1) + fr - 1) / fr
+		}
+		o.D = max(o.D, o.C+o.B-n)
+	}
+	if o.Timeout == 0 {
+		o.Timeout = DefaultTimeout
+	}
+	return o
+}
+
+// validate rejects the combinations Algorithm 1 cannot run with, for a
+// store of capacity n.
+func (o Options) validate(n int) error {
+	switch {
+	case o.B < 1 || o.R < 1 || o.FD < 0 || o.D < 0 || o.C < 0:
+		return fmt.Errorf("waffle: B and R must be at least 1 and f_D, D, C at least 0, got B=%d R=%d f_D=%d D=%d C=%d", o.B, o.R, o.FD, o.D, o.C)
+	case o.B-o.R-o.FD < 1:
+		return fmt.Errorf("waffle: f_R = B-R-f_D must be at least 1, got %d (B=%d R=%d f_D=%d)", o.B-o.R-o.FD, o.B, o.R, o.FD)
+	case o.C < o.B-o.FD+o.R:
+		return fmt.Errorf("waffle: the cache C=%d is smaller than B-f_D+R=%d (Algorithm 1's assumption)", o.C, o.B-o.FD+o.R)
+	case o.B > n+o.D-o.C:
+		return fmt.Errorf("waffle: B=%d is larger than the N+D-C=%d objects a full store keeps on storage (N=%d D=%d C=%d)", o.B, n+o.D-o.C, n, o.D, o.C)
+	case o.Timeout < 0:
+		return fmt.Errorf("waffle: Timeout must not be negative, got %v", o.Timeout)
+	}
+	return nil
+}
+
+// TheoreticalAlpha is Theorem 7.1's bound for a store of capacity n (with
+// the defaults of opts applied): every object written to storage is read
+// again within alpha batches, alpha = ceil(max((N-1)/(B-R-f_D), D/f_D))
+// with 0/0 = 0. It is +Inf when f_D = 0 < D. It holds for a full store;
+// with fewer keys the spare capacity is held by extra dummies and the
+// dummy term grows to (N+D-keys)/f_D (Sec. 6.2, inserts and deletes).
+func TheoreticalAlpha(opts Options, n int) float64 {
+	o := opts.withDefaults(n)
+	real := float64(n-1) / float64(o.B-o.R-o.FD)
+	dummy := 0.0
+	switch {
+	case o.FD > 0:
+		dummy = float64(o.D) / float64(o.FD)
+	case o.D > 0:
+		dummy = math.Inf(1)
+	}
+	return math.Ceil(max(real, dummy))
+}
+
+// TheoreticalBeta is Theorem 7.2's bound for a store of capacity n: an
+// object read from storage is written back no earlier than beta batches
+// later, beta = floor(C/(B-f_D+R) - 1).
+func TheoreticalBeta(opts Options, n int) float64 {
+	o := opts.withDefaults(n)
+	return math.Floor(float64(o.C)/float64(o.B-o.FD+o.R) - 1)
+}

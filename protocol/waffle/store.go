@@ -1,0 +1,298 @@
+package waffle
+
+import (
+	"container/list"
+	"context"
+	crand "crypto/rand"
+	"encoding/binary"
+	"encoding/hex"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/oblivkv/oblivkv/backend"
+	"github.com/oblivkv/oblivkv/kv"
+	"github.com/oblivkv/oblivkv/seal"
+)
+
+func init() {
+	kv.Register("waffle", func(ctx context.Context, env kv.Env) (kv.Store, error) {
+		return open(ctx, env)
+	})
+}
+
+// ObjectPrefix begins the storage address of every object.
+const ObjectPrefix = "wf/o/"
+
+// PRF domains of real and dummy objects' storage ids.
+var (
+	domainReal  = []byte("waffle/real")
+	domainDummy = []byte("waffle/dummy")
+)
+
+func errFull(capacity int) error { return fmt.Errorf("%w: %d keys", kv.ErrFull, capacity) }
+
+type opKind uint8
+
+const (
+	opGet opKind = iota
+	opPut
+	opDelete
+)
+
+type request struct {
+	op     opKind
+	key    string
+	value  []byte
+	done   chan struct{}
+	result []byte
+	found  bool
+	err    error
+}
+
+// object is the proxy's record of one real or dummy object.
+type object struct {
+	ts    uint64        // address timestamp: on storage at prf(ref, ts)
+	order uint64        // timestamp ordering the fake picks (a dummy's is reset)
+	tie   uint64        // tie-break among equal orders (random for dummies)
+	elem  *list.Element // non-nil while the object is in the cache
+}
+
+// cached is one cache entry; dummies carry no value.
+type cached struct {
+	ref ref
+	val []byte
+}
+
+// counters are the protocol's statistics.
+type counters struct {
+	Batches, RealQueries, FakeReal, FakeDummy, DeleteErrors uint64
+}
+
+type store struct {
+	b         backend.Backend
+	keys      *seal.Keys
+	opts      Options
+	capacity  int
+	valueSize int
+
+	reqs     chan *request
+	stop     chan struct{}
+	loopDone chan struct{}
+
+	mu        sync.Mutex // guards everything below; held by a whole batch
+	rng       *rand.Rand
+	ts        uint64 // global timestamp: batches (and bulk loads) so far
+	lastReset uint64 // ts of the last reset of the dummies' timestamps
+	nextDummy uint64 // id of the next dummy created
+	objs      map[ref]*object
+	cache     *list.List // of *cached, most recently used first
+	reals     index      // real objects on storage
+	dummies   index      // dummy objects on storage
+	nReal     int
+	counters  counters
+}
+
+func open(ctx context.Context, env kv.Env) (*store, error) {
+	opts, _ := env.Options.(Options)
+	if p, ok := env.Options.(*Options); ok && p != nil {
+		opts = *p
+	}
+	opts = opts.withDefaults(env.Capacity)
+	if err := opts.validate(env.Capacity); err != nil {
+		return nil, err
+	}
+	var seed [32]byte
+	if _, err := crand.Read(seed[:]); err != nil {
+		return nil, fmt.Errorf("waffle: seeding: %w", err)
+	}
+	s := &store{b: env.Backend, keys: env.Keys, opts: opts, capacity: env.Capacity, valueSize: env.ValueSize,
+		reqs: make(chan *request), stop: make(chan struct{}), loopDone: make(chan struct{}),
+		rng: rand.New(rand.NewChaCha8(seed)), objs: map[ref]*object{}, cache: list.New()}
+	var err error
+	if env.Fresh {
+		err = s.writeInitial(ctx)
+	} else {
+		err = s.loadState(ctx)
+	}
+	if err != nil {
+		return nil, err
+	}
+	go s.loop()
+	return s, nil
+}
+
+// addr is the storage id of object rf written at timestamp ts:
+// prf(domain, key, ts).
+func (s *store) addr(rf ref, ts uint64) string {
+	dom := domainReal
+	if rf.Dummy {
+		dom = domainDummy
+	}
+	var t [8]byte
+	binary.BigEndian.PutUint64(t[:], ts)
+	id := s.keys.PRF(dom, []byte(rf.Key), t[:])
+	return ObjectPrefix + hex.EncodeToString(id[:])
+}
+
+// seal encodes val (nil for a dummy) padded to the value size and seals it
+// bound to its address.
+func (s *store) seal(addr string, val []byte) []byte {
+	plain := make([]byte, 4+s.valueSize)
+	binary.BigEndian.PutUint32(plain, uint32(len(val)))
+	copy(plain[4:], val)
+	return s.keys.Seal(nil, []byte(addr), plain)
+}
+
+func (s *store) open(addr string, sealed []byte) ([]byte, error) {
+	if sealed == nil {
+		return nil, fmt.Errorf("%w: object %s is missing", kv.ErrTampered, addr)
+	}
+	plain, err := s.keys.Open(nil, []byte(addr), sealed)
+	if err != nil {
+		return nil, fmt.Errorf("object %s: %w", addr, err)
+	}
+	if len(plain) != 4+s.valueSize {
+		return nil, fmt.Errorf("%w: object %s has the wrong size", kv.ErrTampered, addr)
+	}
+	n := binary.BigEndian.Uint32(plain)
+	if int(n) > s.valueSize {
+		return nil, fmt.Errorf("%w: object %s has a bad length", kv.ErrTampered, addr)
+	}
+	return plain[4 : 4+n : 4+n], nil
+}
+
+func (s *store) newDummy() ref {
+	var id [8]byte
+	binary.BigEndian.PutUint64(id[:], s.nextDummy)
+	s.nextDummy++
+	return ref{Dummy: true, Key: string(id[:])}
+}
+
+func (s *store) Get(ctx context.Context, key string) ([]byte, bool, error) {
+	r, err := s.access(ctx, opGet, key, nil)
+	if err != nil {
+		return nil, false, err
+	}
+	return r.result, r.found, r.err
+}
+
+func (s *store) Put(ctx context.Context, key string, val []byte) error {
+	r, err := s.access(ctx, opPut, key, append([]byte{}, val...))
+	if err != nil {
+		return err
+	}
+	return r.err
+}
+
+func (s *store) Delete(ctx context.Context, key string) error {
+	r, err := s.access(ctx, opDelete, key, nil)
+	if err != nil {
+		return err
+	}
+	return r.err
+}
+
+// access queues one request for the next batch and waits for its answer.
+// A request already queued runs even if the caller gives up.
+func (s *store) access(ctx context.Context, op opKind, key string, val []byte) (*request, error) {
+	r := &request{op: op, key: key, value: val, done: make(chan struct{})}
+	select {
+	case s.reqs <- r:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	select {
+	case <-r.done:
+		return r, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// loop forms batches, one at a time: a batch closes when R requests wait
+// or Timeout after its first request arrived.
+func (s *store) loop() {
+	defer close(s.loopDone)
+	batch := make([]*request, 0, s.opts.R)
+	for {
+		select {
+		case <-s.stop:
+			return
+		case r := <-s.reqs:
+			batch = append(batch[:0], r)
+		}
+		timer := time.NewTimer(s.opts.Timeout)
+	collect:
+		for len(batch) < s.opts.R {
+			select {
+			case r := <-s.reqs:
+				batch = append(batch, r)
+			case <-timer.C:
+				break collect
+			}
+		}
+		timer.Stop()
+		s.mu.Lock()
+		err := s.runBatch(context.Background(), batch)
+		s.mu.Unlock()
+		for _, r := range batch {
+			if err != nil {
+				r.err, r.result, r.found = err, nil, false
+			}
+			close(r.done)
+		}
+	}
+}
+
+func (s *store) Stats() kv.Stats {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c := s.counters
+	realCached := 0
+	for e := s.cache.Front(); e != nil; e = e.Next() {
+		if !e.Value.(*cached).ref.Dummy {
+			realCached++
+		}
+	}
+	return kv.Stats{Keys: int64(s.nReal), Extra: []kv.Stat{
+		{Name: "b", Value: float64(s.opts.B)},
+		{Name: "r", Value: float64(s.opts.R)},
+		{Name: "f_d", Value: float64(s.opts.FD)},
+		{Name: "d", Value: float64(s.opts.D)},
+		{Name: "c", Value: float64(s.opts.C)},
+		{Name: "batches", Value: float64(c.Batches)},
+		{Name: "cache_size", Value: float64(realCached)},
+		{Name: "real_queries", Value: float64(c.RealQueries)},
+		{Name: "fake_real", Value: float64(c.FakeReal)},
+		{Name: "fake_dummy", Value: float64(c.FakeDummy)},
+		{Name: "delete_errors", Value: float64(c.DeleteErrors)},
+		{Name: "theoretical_alpha", Value: TheoreticalAlpha(s.opts, s.capacity)},
+		{Name: "theoretical_beta", Value: TheoreticalBeta(s.opts, s.capacity)},
+	}}
+}
+
+// writeChunks writes items in backend writes of at most initBatchBytes.
+func (s *store) writeChunks(ctx context.Context, items []backend.Item) error {
+	per := max(1, initBatchBytes/(4+s.valueSize+s.keys.Overhead()))
+	for len(items) > 0 {
+		n := min(per, len(items))
+		if err := s.b.Write(ctx, items[:n]); err != nil {
+			return err
+		}
+		items = items[n:]
+	}
+	return nil
+}
+
+func (s *store) deleteChunks(ctx context.Context, addrs []string) error {
+	for len(addrs) > 0 {
+		n := min(1<<14, len(addrs))
+		if err := s.b.Delete(ctx, addrs[:n]); err != nil {
+			return err
+		}
+		addrs = addrs[n:]
+	}
+	return nil
+}
