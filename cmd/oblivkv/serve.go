@@ -56,11 +56,12 @@ func serve(ctx context.Context, opts setup.Options, listen string) error {
 	if err != nil {
 		return err
 	}
-	if opened.Fresh {
-		log.Info("writing the new store's initial layout")
-	}
+	began := time.Now()
 	if err := kv.Prepare(ctx, opened.Store); err != nil {
 		return errors.Join(fmt.Errorf("preparing the store: %w", err), opened.Close())
+	}
+	if opened.Fresh {
+		log.Info("new store ready", "seconds", time.Since(began).Seconds())
 	}
 	ln, err := net.Listen("tcp", listen)
 	if err != nil {
@@ -72,6 +73,13 @@ func serve(ctx context.Context, opts setup.Options, listen string) error {
 		"capacity", stats.Capacity, "value_size", stats.ValueSize, "keys", stats.Keys}
 	if len(opts.OptionArgs) > 0 {
 		attrs = append(attrs, "options", strings.Join(opts.OptionArgs, " "))
+	}
+	// The security bounds a configuration guarantees (Waffle's alpha and
+	// beta, ...) are protocol stats named theoretical_*: shown at start.
+	for _, e := range stats.Extra {
+		if strings.HasPrefix(e.Name, "theoretical_") {
+			attrs = append(attrs, e.Name, e.Value)
+		}
 	}
 	log.Info("oblivkv serving", attrs...)
 	srv := resp.NewServer(opened.Store, resp.Options{Logger: log, Version: version, Info: deploymentInfo(opts)})

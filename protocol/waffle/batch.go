@@ -232,6 +232,8 @@ func (s *store) runBatch(ctx context.Context, batch []*request) error {
 		s.counters.DeleteErrors++
 	}
 
+	s.traceBatch(ts, reads, victims)
+
 	// Commit.
 	s.ts = ts
 	for _, e := range victims {

@@ -1,6 +1,7 @@
 package waffle
 
 import (
+	"container/list"
 	"fmt"
 	"math"
 	"time"
@@ -23,6 +24,29 @@ type Options struct {
 	// Timeout closes a batch when fewer than R requests are waiting; the
 	// free slots become fake queries on real objects (default 2ms).
 	Timeout time.Duration
+
+	// trace, when set (tests only, see export_test.go), receives each
+	// batch's timestamp and the objects it read from and wrote to storage.
+	trace func(ts uint64, read, written []ref)
+}
+
+// traceBatch reports a batch to opts.trace: the B objects read, then the
+// B written (the dummies re-encrypted and the cache victims).
+func (s *store) traceBatch(ts uint64, reads []read, victims []*list.Element) {
+	if s.opts.trace == nil {
+		return
+	}
+	var rd, wr []ref
+	for _, r := range reads {
+		rd = append(rd, r.ref)
+		if r.ref.Dummy && r.kind != readConsumed {
+			wr = append(wr, r.ref)
+		}
+	}
+	for _, e := range victims {
+		wr = append(wr, e.Value.(*cached).ref)
+	}
+	s.opts.trace(ts, rd, wr)
 }
 
 // The paper's parameters (Sec. 8, N = 1M): B=2500, R=1000, f_D=500 and a

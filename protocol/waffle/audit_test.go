@@ -1,0 +1,323 @@
+package waffle_test
+
+import (
+	"encoding/hex"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/oblivkv/oblivkv/audit"
+	"github.com/oblivkv/oblivkv/backend/mem"
+	"github.com/oblivkv/oblivkv/bench/workload"
+	"github.com/oblivkv/oblivkv/kv"
+	"github.com/oblivkv/oblivkv/kvtest"
+	"github.com/oblivkv/oblivkv/observe"
+	"github.com/oblivkv/oblivkv/protocol/waffle"
+)
+
+// The alpha/beta audit (seed 001, Sec. 8.3) at a modest size: N = 2048,
+// B:R:f_D = 40:8:8 (f_R = 24), C = 200 = 5(B-f_D+R), D by default
+// (683, so (N-1)/f_R and D/f_D match). Theorem 7.1 gives alpha = 86,
+// Theorem 7.2 beta = 4.
+const (
+	auditN       = 2048
+	auditBatches = 1500 // about 24 reads of every object on storage
+	auditClients = 16
+)
+
+var auditOpts = waffle.Options{B: 40, R: 8, FD: 8, C: 200, Timeout: 200 * time.Microsecond}
+
+// mode is the most frequent value of h.
+func mode(h audit.Histogram) int {
+	m := 0
+	for v, c := range h.Counts {
+		if c > h.Counts[m] {
+			m = v
+		}
+	}
+	return m
+}
+
+// alphaBucket is the width, in batches, of the buckets in which the alpha
+// histograms are compared (about an eighth of alpha).
+const alphaBucket = 10
+
+// maxAlphaTV is the largest total variation distance allowed between the
+// alpha histograms of the skewed and the uniform workload: the share of
+// samples whose alpha would have to change to turn one into the other.
+// The paper reports about 1% at N = 1M. At this size, bucket by bucket
+// (width 1) the two differ far more (about 59%): the mode of alpha, the
+// batches the fill queries take to cycle through the real objects, is 2-3
+// batches later under uniform input, whose real queries spend reads on
+// recently written objects; in buckets of alphaBucket batches they differ
+// by about 5-6%.
+const maxAlphaTV = 0.10
+
+// auditRun is what one workload leaves for the analyses.
+type auditRun struct {
+	alpha      audit.AlphaResult
+	beta       audit.BetaResult // real objects only (Theorem 7.2)
+	dummyBeta  audit.BetaResult
+	realEvents []audit.WaffleEvent
+	records    []observe.Record
+	minReads   int // fewest storage reads of any key
+}
+
+func objName(r waffle.Ref) string {
+	if r.Dummy {
+		return "dummy:" + hex.EncodeToString([]byte(r.Key))
+	}
+	return "key:" + r.Key
+}
+
+// runAudit bulk-loads a full store of auditN keys, then runs auditClients
+// clients (90% gets, 10% puts) drawing keys from next until auditBatches
+// batches ran, recording the tap log and the proxy's trace.
+func runAudit(t *testing.T, next func(r *rand.Rand) uint64) auditRun {
+	t.Helper()
+	var (
+		mu                sync.Mutex
+		realEv, dummyEv   []audit.WaffleEvent
+		lastTS            uint64
+		readsByKey        = map[string]int{}
+		log               observe.MemoryLog
+		ctx               = t.Context()
+		keys              = make([]string, auditN)
+		traceErr          error
+		batchesSinceStart int
+	)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("key%05d", i)
+	}
+	opts := waffle.Traced(auditOpts, func(ts uint64, read, written []waffle.Ref) {
+		mu.Lock()
+		defer mu.Unlock()
+		if lastTS != 0 && ts != lastTS+1 && traceErr == nil {
+			traceErr = fmt.Errorf("batch timestamps jump from %d to %d", lastTS, ts)
+		}
+		lastTS = ts
+		batchesSinceStart++
+		var re, de audit.WaffleEvent
+		for _, r := range read {
+			if r.Dummy {
+				de.Read = append(de.Read, objName(r))
+			} else {
+				re.Read = append(re.Read, objName(r))
+				readsByKey[r.Key]++
+			}
+		}
+		for _, r := range written {
+			if r.Dummy {
+				de.Written = append(de.Written, objName(r))
+			} else {
+				re.Written = append(re.Written, objName(r))
+			}
+		}
+		realEv, dummyEv = append(realEv, re), append(dummyEv, de)
+	})
+	s, err := kv.Open(ctx, kv.Config{Protocol: "waffle", Backend: mem.New(), Keys: kvtest.NewKeys(t),
+		Capacity: auditN, ValueSize: 16, Options: opts, TapLog: &log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	l, ok := kv.AsLoader(s)
+	if !ok {
+		t.Fatal("waffle has no bulk loader")
+	}
+	n, err := l.Load(ctx, func(yield func(string, []byte) bool) {
+		for _, k := range keys {
+			if !yield(k, []byte(k)) {
+				return
+			}
+		}
+	})
+	if err != nil || n != auditN {
+		t.Fatalf("Load = %d, %v; want a full store of %d", n, err, auditN)
+	}
+	done := func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return batchesSinceStart >= auditBatches
+	}
+	var wg sync.WaitGroup
+	for c := range auditClients {
+		wg.Go(func() {
+			r := rand.New(rand.NewPCG(uint64(c), 7))
+			for !done() {
+				k := keys[next(r)]
+				var err error
+				if r.IntN(10) == 0 {
+					err = s.Put(ctx, k, []byte(k))
+				} else {
+					_, _, err = s.Get(ctx, k)
+				}
+				if err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+
+	run := auditRun{records: log.Records()}
+	mu.Lock()
+	defer mu.Unlock()
+	if traceErr != nil {
+		t.Fatal(traceErr)
+	}
+	run.realEvents = realEv
+	run.alpha, err = audit.WaffleAlpha(run.records)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if run.alpha.Batches != len(realEv) {
+		t.Fatalf("the tap log holds %d batches, the proxy traced %d", run.alpha.Batches, len(realEv))
+	}
+	run.beta, run.dummyBeta = audit.WaffleBeta(realEv), audit.WaffleBeta(dummyEv)
+	run.minReads = -1
+	for _, k := range keys {
+		if c := readsByKey[k]; run.minReads < 0 || c < run.minReads {
+			run.minReads = c
+		}
+	}
+	return run
+}
+
+// TestAlphaBetaUniform checks Theorems 7.1 and 7.2 on a Zipf 0.99 and a
+// uniform workload (seed 001, Sec. 8.3, Table 2 and Fig. 4): alpha, from
+// the tap log alone, never exceeds TheoreticalAlpha (and no id still on
+// storage at the end is older); beta, from the proxy's trace of real
+// objects, is never below TheoreticalBeta; and the adversary-visible alpha
+// histograms of the two workloads nearly coincide.
+func TestAlphaBetaUniform(t *testing.T) {
+	if waffle.ObjectPrefix != audit.WaffleObjectPrefix {
+		t.Fatalf("audit.WaffleObjectPrefix %q != waffle.ObjectPrefix %q", audit.WaffleObjectPrefix, waffle.ObjectPrefix)
+	}
+	alphaBound := int(waffle.TheoreticalAlpha(auditOpts, auditN))
+	betaBound := int(waffle.TheoreticalBeta(auditOpts, auditN))
+	if betaBound <= 0 {
+		t.Fatalf("TheoreticalBeta = %d; the parameters should make it positive", betaBound)
+	}
+	zipf, err := workload.NewZipfian(auditN, 0.99)
+	if err != nil {
+		t.Fatal(err)
+	}
+	workloads := []struct {
+		name string
+		next func(r *rand.Rand) uint64
+	}{
+		{"zipf0.99", zipf.Next},
+		{"uniform", func(r *rand.Rand) uint64 { return r.Uint64N(auditN) }},
+	}
+	runs := map[string]auditRun{}
+	for _, w := range workloads {
+		run := runAudit(t, w.next)
+		runs[w.name] = run
+		a, b := run.alpha, run.beta
+		t.Logf("%s: %d batches, %d alpha samples, fewest reads of a key %d; alpha theory %d observed max %d (max unread age %d, %d unread, %d deleted unread); beta theory %d observed min %d over %d samples (%d pending; dummies' min beta %d)",
+			w.name, a.Batches, len(a.Samples), run.minReads, alphaBound, a.Max, a.MaxUnreadAge, len(a.Unread), a.DeletedUnread,
+			betaBound, b.Min, len(b.Samples), b.Pending, run.dummyBeta.Min)
+		if run.minReads < 3 {
+			t.Errorf("%s: some key was read from storage only %d times; want several", w.name, run.minReads)
+		}
+		if a.Max > alphaBound {
+			t.Errorf("%s: observed alpha %d > Theorem 7.1's %d", w.name, a.Max, alphaBound)
+		}
+		if a.MaxUnreadAge >= alphaBound {
+			t.Errorf("%s: an id unread at the end is %d batches old, not below alpha = %d", w.name, a.MaxUnreadAge, alphaBound)
+		}
+		if len(b.Samples) == 0 || b.Min < betaBound {
+			t.Errorf("%s: observed min beta %d (%d samples) < Theorem 7.2's %d", w.name, b.Min, len(b.Samples), betaBound)
+		}
+		if b.Reread != 0 {
+			t.Errorf("%s: %d reads of an object read and not written since", w.name, b.Reread)
+		}
+	}
+	zh, uh := runs["zipf0.99"].alpha.Hist, runs["uniform"].alpha.Hist
+	tv1 := audit.TotalVariation(zh, uh)
+	tv := audit.TotalVariation(zh.Rebin(alphaBucket), uh.Rebin(alphaBucket))
+	t.Logf("alpha histograms, zipf0.99 vs uniform: total variation %.4f in buckets of %d batches (threshold %.2f; paper ~0.01 at N=1M), %.4f in buckets of 1; modal alpha %d vs %d",
+		tv, alphaBucket, maxAlphaTV, tv1, mode(zh), mode(uh))
+	if tv > maxAlphaTV {
+		t.Errorf("alpha histograms of skewed and uniform input differ in %.2f%% of samples; want at most %.0f%%", 100*tv, 100*maxAlphaTV)
+	}
+
+	// The analyses can fail: delay one read past alpha, and write one
+	// object back too early.
+	t.Run("DoctoredLogFails", func(t *testing.T) {
+		recs := doctorDelayedRead(t, runs["uniform"].records, alphaBound)
+		a, err := audit.WaffleAlpha(recs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if a.Max <= alphaBound {
+			t.Fatalf("doctored log: max alpha %d; want it reported above %d", a.Max, alphaBound)
+		}
+	})
+	t.Run("DoctoredEventsFail", func(t *testing.T) {
+		ev := doctorEarlyWrite(t, runs["uniform"].realEvents, runs["uniform"].beta, betaBound)
+		if b := audit.WaffleBeta(ev); b.Min >= betaBound {
+			t.Fatalf("doctored events: min beta %d; want it reported below %d", b.Min, betaBound)
+		}
+	})
+}
+
+// doctorDelayedRead returns a copy of recs in which one id read alpha or
+// fewer batches after its write is read instead bound+1 batches after it.
+func doctorDelayedRead(t *testing.T, recs []observe.Record, bound int) []observe.Record {
+	t.Helper()
+	a, err := audit.WaffleAlpha(recs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var readRecs []int // index in recs of batch i+1's Read
+	for i, r := range recs {
+		if r.Op == observe.OpRead && len(r.Addrs) > 0 && strings.HasPrefix(r.Addrs[0], audit.WaffleObjectPrefix) {
+			readRecs = append(readRecs, i)
+		}
+	}
+	for _, s := range a.Samples {
+		late := s.Written + bound + 1
+		if late > a.Batches {
+			continue
+		}
+		out := append([]observe.Record(nil), recs...)
+		from, to := &out[readRecs[s.Read-1]], &out[readRecs[late-1]]
+		var kept []string
+		for _, x := range from.Addrs {
+			if x != s.Addr {
+				kept = append(kept, x)
+			}
+		}
+		from.Addrs = kept
+		for j := range out { // nor deleted before its new read
+			if out[j].Op == observe.OpDelete && slices.Contains(out[j].Addrs, s.Addr) {
+				out[j].Addrs = slices.DeleteFunc(slices.Clone(out[j].Addrs), func(x string) bool { return x == s.Addr })
+			}
+		}
+		to.Addrs = append(append([]string(nil), to.Addrs...), s.Addr)
+		return out
+	}
+	t.Fatal("no sample to doctor")
+	return nil
+}
+
+// doctorEarlyWrite returns a copy of events in which one real object read
+// in batch r is also written in batch r+bound-1, before Theorem 7.2 allows.
+func doctorEarlyWrite(t *testing.T, events []audit.WaffleEvent, b audit.BetaResult, bound int) []audit.WaffleEvent {
+	t.Helper()
+	if len(b.Samples) == 0 {
+		t.Fatal("no beta sample to doctor")
+	}
+	s := b.Samples[len(b.Samples)/2]
+	out := append([]audit.WaffleEvent(nil), events...)
+	i := s.Read + bound - 1
+	out[i].Written = append(append([]string(nil), out[i].Written...), s.Object)
+	return out
+}

@@ -1,0 +1,13 @@
+package waffle
+
+// Ref names a logical object: a key, or a dummy (Key is then its id).
+type Ref = ref
+
+// Traced returns o reporting every batch to fn, after the batch's backend
+// calls succeeded: its timestamp, the B objects it read from storage and
+// the B it wrote (re-encrypted dummies and cache victims). fn is called
+// from the batching goroutine, one batch at a time.
+func Traced(o Options, fn func(ts uint64, read, written []Ref)) Options {
+	o.trace = fn
+	return o
+}
