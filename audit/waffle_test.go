@@ -1,0 +1,102 @@
+package audit
+
+import (
+	"reflect"
+	"testing"
+
+	"github.com/oblivkv/oblivkv/observe"
+)
+
+func rec(op observe.Op, addrs ...string) observe.Record {
+	return observe.Record{Op: op, Addrs: addrs}
+}
+
+func TestWaffleAlpha(t *testing.T) {
+	const p = WaffleObjectPrefix
+	log := []observe.Record{
+		rec(observe.OpWrite, p+"a", p+"b", p+"c", p+"x"), // batch 0 (load)
+		rec(observe.OpDelete, p+"x"),                     // deleted unread
+		rec(observe.OpRead, "wf/state"),                  // not a batch
+		rec(observe.OpRead, p+"a"),                       // batch 1: a alpha 1
+		rec(observe.OpWrite, p+"d"),
+		rec(observe.OpDelete, p+"a"),
+		rec(observe.OpRead, p+"b", p+"d"), // batch 2: b 2, d 1
+		rec(observe.OpWrite, p+"e", p+"f"),
+		rec(observe.OpDelete, p+"b", p+"d"),
+		rec(observe.OpRead, p+"e"), // batch 3: e 1; c (0) and f (2) unread
+		rec(observe.OpWrite, "wf/state"),
+	}
+	a, err := WaffleAlpha(log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.Batches != 3 || a.Max != 2 || a.DeletedUnread != 1 || a.MaxUnreadAge != 3 {
+		t.Fatalf("got %+v", a)
+	}
+	var alphas []int
+	for _, s := range a.Samples {
+		alphas = append(alphas, s.Alpha)
+	}
+	if !reflect.DeepEqual(alphas, []int{1, 2, 1, 1}) || !reflect.DeepEqual(a.Hist.Counts, []int{0, 3, 1}) {
+		t.Fatalf("alphas %v hist %v", alphas, a.Hist.Counts)
+	}
+	want := []AlphaSample{{Addr: p + "c", Written: 0, Read: -1, Alpha: 3}, {Addr: p + "f", Written: 2, Read: -1, Alpha: 1}}
+	if !reflect.DeepEqual(a.Unread, want) {
+		t.Fatalf("unread %+v; want %+v", a.Unread, want)
+	}
+}
+
+func TestWaffleAlphaErrors(t *testing.T) {
+	const p = WaffleObjectPrefix
+	failed := rec(observe.OpRead, p+"a")
+	failed.Err = true
+	for name, log := range map[string][]observe.Record{
+		"never written": {rec(observe.OpRead, p+"a")},
+		"read twice":    {rec(observe.OpWrite, p+"a"), rec(observe.OpRead, p+"a"), rec(observe.OpRead, p+"a")},
+		"written twice": {rec(observe.OpWrite, p+"a"), rec(observe.OpWrite, p+"a")},
+		"rewritten":     {rec(observe.OpWrite, p+"a"), rec(observe.OpRead, p+"a"), rec(observe.OpWrite, p+"a")},
+		"failed call":   {rec(observe.OpWrite, p+"a"), failed},
+	} {
+		if _, err := WaffleAlpha(log); err == nil {
+			t.Errorf("%s: no error", name)
+		}
+	}
+}
+
+func TestWaffleBeta(t *testing.T) {
+	ev := []WaffleEvent{
+		{Written: []string{"k1"}},                           // 0: write without a read: no sample
+		{Read: []string{"k1", "d"}, Written: []string{"d"}}, // 1: d beta 0
+		{Read: []string{"k2"}},                              // 2
+		{Written: []string{"k2"}},                           // 3: k2 beta 1
+		{Written: []string{"k1"}, Read: []string{"k3"}},     // 4: k1 beta 3; k3 pending
+		{Read: []string{"k2"}},                              // 5
+		{Read: []string{"k2"}},                              // 6: reread
+	}
+	b := WaffleBeta(ev)
+	var betas []int
+	for _, s := range b.Samples {
+		betas = append(betas, s.Beta)
+	}
+	if !reflect.DeepEqual(betas, []int{0, 1, 3}) || b.Min != 0 || b.Pending != 2 || b.Reread != 1 ||
+		!reflect.DeepEqual(b.Hist.Counts, []int{1, 1, 0, 1}) {
+		t.Fatalf("betas %v, got %+v", betas, b)
+	}
+	if b := WaffleBeta(nil); b.Min != -1 || len(b.Samples) != 0 {
+		t.Fatalf("empty: %+v", b)
+	}
+}
+
+func TestHistogram(t *testing.T) {
+	a := Histogram{Counts: []int{1, 1, 2}}
+	if a.Total() != 4 || !reflect.DeepEqual(a.Rebin(2).Counts, []int{2, 2}) {
+		t.Fatalf("total %d rebin %v", a.Total(), a.Rebin(2).Counts)
+	}
+	b := Histogram{Counts: []int{0, 0, 2, 2}}
+	if d := TotalVariation(a, b); d != 0.5 {
+		t.Fatalf("TV = %v; want 0.5", d)
+	}
+	if d := TotalVariation(a, a); d != 0 {
+		t.Fatalf("TV(a, a) = %v", d)
+	}
+}
