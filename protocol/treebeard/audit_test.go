@@ -1124,13 +1124,14 @@ func TestAuditCatchesViolations(t *testing.T) {
 		expect(t, checkReshuffles(o.Z, o.S, tree0(records)))
 	})
 	// A Stash that never remapped a hot key would read its path at each
-	// of its real reads: here one leaf bin gets 5% more reads.
+	// of its real reads: here one leaf bin gets 10% more reads (at 5% the
+	// two-sample test, noisy on both sides, passed it in 1 of ~20 runs).
 	hot := slices.Clone(clean.cells)
 	total := 0
 	for _, c := range hot {
 		total += c
 	}
-	hot[5] += total / 20
+	hot[5] += total / 10
 	t.Run("c/a hot path", func(t *testing.T) {
 		crit := audit.ChiSquareCritical(len(hot)-1, auditP)
 		if stat, _ := audit.ChiSquareUniform(hot); stat <= crit {
