@@ -719,27 +719,6 @@ func perTree(cells []int, trees int) []int {
 	return out
 }
 
-// chiSquareTwoSample is Pearson's chi-square test of homogeneity of two
-// histograms over the same cells (its degrees of freedom: the cells
-// either sample hit, minus one): are they draws of one distribution?
-func chiSquareTwoSample(a, b []int) (stat float64, dof int) {
-	var na, nb float64
-	for i := range a {
-		na, nb = na+float64(a[i]), nb+float64(b[i])
-	}
-	for i := range a {
-		tot := float64(a[i] + b[i])
-		if tot == 0 {
-			continue
-		}
-		ea, eb := na*tot/(na+nb), nb*tot/(na+nb)
-		da, db := float64(a[i])-ea, float64(b[i])-eb
-		stat += da*da/ea + db*db/eb
-		dof++
-	}
-	return stat, dof - 1
-}
-
 // audited is one workload's run with storage's view parsed and checked
 // by audits (a), (b), (d) and (e).
 type audited struct {
@@ -927,7 +906,7 @@ func auditOnce(t *testing.T, opts treebeard.Options, seed byte) (map[string]audi
 	}
 	for i, x := range names {
 		for _, y := range names[i+1:] {
-			stat, dof := chiSquareTwoSample(runs[x].cells, runs[y].cells)
+			stat, dof := audit.ChiSquareTwoSample(runs[x].cells, runs[y].cells)
 			crit := audit.ChiSquareCritical(dof, auditP)
 			t.Logf("audit (f): %s vs %s: two-sample chi-square %.1f (%d degrees of freedom, critical %.1f)", x, y, stat, dof, crit)
 			if stat > crit {
@@ -1139,7 +1118,7 @@ func TestAuditCatchesViolations(t *testing.T) {
 		}
 	})
 	t.Run("f/a hot path", func(t *testing.T) {
-		stat, dof := chiSquareTwoSample(clean.cells, hot)
+		stat, dof := audit.ChiSquareTwoSample(clean.cells, hot)
 		if crit := audit.ChiSquareCritical(dof, auditP); stat <= crit {
 			t.Fatalf("two-sample chi-square %.1f <= %.1f: a hot path passes", stat, crit)
 		}

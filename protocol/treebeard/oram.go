@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sync"
 
+	"github.com/oblivkv/oblivkv/kv"
 	"github.com/oblivkv/oblivkv/protocol/ringoram"
 )
 
@@ -74,7 +75,7 @@ func (w *treeWorker) read(ctx context.Context, epoch uint64, reads []ringoram.Pa
 	w.mu.Lock()
 	if w.stopped {
 		w.mu.Unlock()
-		return nil, errClosed
+		return nil, kv.ErrClosed
 	}
 	// Every Stash shard sends one job per epoch, empty or not; the epoch
 	// is read once all have arrived (Sec. 5.3.1: the batch's paths in one
@@ -136,12 +137,8 @@ func (w *treeWorker) stop() {
 func (w *treeWorker) serve(jobs []*readJob) {
 	ctx := context.Background()
 	var reads []ringoram.PathRead
-	var epochs []uint64
 	for _, j := range jobs {
 		reads = append(reads, j.reads...)
-		for range j.reads {
-			epochs = append(epochs, j.epoch)
-		}
 	}
 	if len(reads) == 0 { // epochs without paths of this tree: nothing to read
 		for _, j := range jobs {
@@ -151,7 +148,7 @@ func (w *treeWorker) serve(jobs []*readJob) {
 	}
 	results, err := w.tree.ReadPaths(ctx, reads)
 	if w.trace != nil && err == nil {
-		w.trace(traceEvent{Kind: traceRead, Tree: w.id, Leaves: leavesOf(reads), Epochs: epochs})
+		w.traceRead(jobs)
 	}
 	off := 0
 	for _, j := range jobs {
@@ -173,12 +170,15 @@ func (w *treeWorker) serve(jobs []*readJob) {
 	}
 }
 
-func leavesOf(reads []ringoram.PathRead) []uint64 {
-	out := make([]uint64, len(reads))
-	for i, r := range reads {
-		out[i] = r.Leaf
+// traceRead reports a multi-path read of jobs: each path and its epoch.
+func (w *treeWorker) traceRead(jobs []*readJob) {
+	ev := traceEvent{Kind: traceRead, Tree: w.id}
+	for _, j := range jobs {
+		for _, r := range j.reads {
+			ev.Leaves, ev.Epochs = append(ev.Leaves, r.Leaf), append(ev.Epochs, j.epoch)
+		}
 	}
-	return out
+	w.trace(ev)
 }
 
 // evict collects the tree's blocks from every Stash shard, evicts k paths
@@ -193,7 +193,10 @@ func (w *treeWorker) evict(ctx context.Context, k int) {
 		blocks = append(blocks, bs...)
 		from[i+1] = len(blocks)
 	}
-	leaves := w.tree.EvictionLeaves(k)
+	var leaves []uint64
+	if w.trace != nil {
+		leaves = w.tree.EvictionLeaves(k)
+	}
 	placed, err := w.tree.Evict(ctx, k, blocks)
 	if err != nil { // nothing was placed: every block stays stashed
 		placed = make([]int64, len(blocks))

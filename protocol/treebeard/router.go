@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/oblivkv/oblivkv/kv"
 	"github.com/oblivkv/oblivkv/protocol/tree"
 )
 
@@ -57,7 +58,7 @@ func (r *Router) Do(ctx context.Context, req Request) (Reply, error) {
 	r.mu.Lock()
 	if r.closed {
 		r.mu.Unlock()
-		return Reply{}, errClosed
+		return Reply{}, kv.ErrClosed
 	}
 	r.calls = append(r.calls, c)
 	if len(r.calls) == 1 {

@@ -2,6 +2,7 @@ package treebeard
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"sync"
@@ -42,10 +43,9 @@ type queued struct {
 // key linearizable (Sec. 5.2.3: requests to a block are applied in the
 // order the shard receives them).
 type Stash struct {
-	trees  []PathReader // by tree: the ORAM shard that owns it
-	geo    tree.Geometry
-	quota  *quota
-	ntrees int
+	trees []PathReader // by tree: the ORAM shard that owns it
+	geo   tree.Geometry
+	quota *quota
 
 	mu       sync.Mutex
 	rng      *rand.Rand
@@ -60,8 +60,8 @@ type stashStats struct {
 	stashMax                                    int
 }
 
-func newStash(ntrees int, geo tree.Geometry, q *quota, rng *rand.Rand) *Stash {
-	return &Stash{geo: geo, quota: q, ntrees: ntrees, rng: rng,
+func newStash(geo tree.Geometry, q *quota, rng *rand.Rand) *Stash {
+	return &Stash{geo: geo, quota: q, rng: rng,
 		pos: map[tree.BlockID]position{}, stash: map[tree.BlockID]*stashed{},
 		inflight: map[tree.BlockID]*inflight{}}
 }
@@ -72,20 +72,20 @@ func (s *Stash) connect(trees []PathReader) { s.trees = trees }
 // randomPosition draws a uniformly random tree and leaf: the random tree
 // and random path invariants (Sec. 3).
 func (s *Stash) randomPosition() position {
-	return position{Tree: s.rng.IntN(s.ntrees), Leaf: s.rng.Uint64N(s.geo.Leaves())}
+	return position{Tree: s.rng.IntN(len(s.trees)), Leaf: s.rng.Uint64N(s.geo.Leaves())}
 }
 
 // pathRead is one read a batch sends to a tree.
 type pathRead struct {
 	read ringoram.PathRead
-	real *inflight // the real read it is, or nil for a fake one
-	id   tree.BlockID
+	real *inflight // the block's real read (read.Want is the block), or nil for a fake one
 }
 
 // Access runs a batch (Sec. 5.2.1): one path read per request. The first
 // request of a block not in the stash reads the block's real path; repeats
 // and blocks already stashed read a random path of a random tree (fake
-// reads). Every access moves its block to a fresh random tree and leaf.
+// reads). Every access leaves its block at a fresh random tree and leaf
+// (a repeat finds it moved already by the real read it queues behind).
 // The reply to each request waits for its own batch's reads, and for the
 // real read its block is queued behind.
 func (s *Stash) Access(ctx context.Context, epoch uint64, batch []Request) []Reply {
@@ -100,10 +100,10 @@ func (s *Stash) Access(ctx context.Context, epoch uint64, batch []Request) []Rep
 }
 
 // plan decides every request's read and applies what can be applied now.
-func (s *Stash) plan(batch []Request, replies []Reply, done *sync.WaitGroup) map[int][]pathRead {
+func (s *Stash) plan(batch []Request, replies []Reply, done *sync.WaitGroup) [][]pathRead {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	reads := map[int][]pathRead{}
+	reads := make([][]pathRead, len(s.trees)) // by tree
 	fake := func() {
 		p := s.randomPosition()
 		reads[p.Tree] = append(reads[p.Tree], pathRead{read: ringoram.PathRead{Leaf: p.Leaf}})
@@ -133,7 +133,7 @@ func (s *Stash) plan(batch []Request, replies []Reply, done *sync.WaitGroup) map
 			s.inflight[id] = f
 			s.pos[id] = s.randomPosition()
 			want := id
-			reads[p.Tree] = append(reads[p.Tree], pathRead{read: ringoram.PathRead{Leaf: p.Leaf, Want: &want}, real: f, id: id})
+			reads[p.Tree] = append(reads[p.Tree], pathRead{read: ringoram.PathRead{Leaf: p.Leaf, Want: &want}, real: f})
 			s.stats.realReads++
 		}
 	}
@@ -193,24 +193,19 @@ func apply(r *Request, rep *Reply, exists bool, val []byte, q *quota) (bool, []b
 // readAll sends every tree this batch's reads of it, none for most trees
 // of a small batch: a tree reads an epoch once every shard has sent its
 // part, so which shards hold the epoch's keys never shows.
-func (s *Stash) readAll(ctx context.Context, epoch uint64, reads map[int][]pathRead) (map[int][]ringoram.ReadResult, map[int]error) {
-	results, errs := map[int][]ringoram.ReadResult{}, map[int]error{}
-	var mu sync.Mutex
+func (s *Stash) readAll(ctx context.Context, epoch uint64, reads [][]pathRead) ([][]ringoram.ReadResult, []error) {
+	results, errs := make([][]ringoram.ReadResult, len(s.trees)), make([]error, len(s.trees))
 	var wg sync.WaitGroup
-	for t := range s.trees {
-		rs := reads[t]
+	for t, rs := range reads {
 		wg.Go(func() {
 			prs := make([]ringoram.PathRead, len(rs))
 			for i, r := range rs {
 				prs[i] = r.read
 			}
-			res, err := s.trees[t].ReadPaths(ctx, t, epoch, prs)
-			if err == nil && len(res) != len(prs) {
-				err = fmt.Errorf("treebeard: tree %d answered %d of %d reads", t, len(res), len(prs))
+			results[t], errs[t] = s.trees[t].ReadPaths(ctx, t, epoch, prs)
+			if errs[t] == nil && len(results[t]) != len(prs) {
+				errs[t] = fmt.Errorf("treebeard: tree %d answered %d of %d reads", t, len(results[t]), len(prs))
 			}
-			mu.Lock()
-			results[t], errs[t] = res, err
-			mu.Unlock()
 		})
 	}
 	wg.Wait()
@@ -219,10 +214,13 @@ func (s *Stash) readAll(ctx context.Context, epoch uint64, reads map[int][]pathR
 
 // settle applies the queued requests of every real read that returned and
 // reports read failures to the requests of the batch.
-func (s *Stash) settle(reads map[int][]pathRead, results map[int][]ringoram.ReadResult, errs map[int]error, replies []Reply) {
+func (s *Stash) settle(reads [][]pathRead, results [][]ringoram.ReadResult, errs []error, replies []Reply) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for t, rs := range reads {
+		if errs[t] != nil {
+			s.stats.readErrors++
+		}
 		for i, r := range rs {
 			if r.real == nil {
 				continue
@@ -234,25 +232,18 @@ func (s *Stash) settle(reads map[int][]pathRead, results map[int][]ringoram.Read
 					err = fmt.Errorf("%w: a block is missing from its path", kv.ErrTampered)
 				}
 			}
-			s.returned(r.id, r.real, res.Block.Value, err)
-		}
-		if errs[t] != nil {
-			s.stats.readErrors++
+			s.returned(*r.read.Want, r.real, res.Block.Value, err)
 		}
 	}
 	// A request whose own (fake) read failed learns it, even if it was
 	// answered from the stash: its outcome is unknown to its client. Fake
 	// reads are tied to no request, so a failure fails the whole batch.
-	for _, err := range errs {
-		if err == nil {
-			continue
-		}
+	if err := errors.Join(errs...); err != nil {
 		for i := range replies {
 			if replies[i].Err == nil {
 				replies[i].Err = fmt.Errorf("treebeard: a path read of this epoch failed: %w", err)
 			}
 		}
-		break
 	}
 }
 

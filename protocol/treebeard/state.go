@@ -43,8 +43,8 @@ func (s *store) Load(ctx context.Context, items iter.Seq2[string, []byte]) (int,
 	values := map[tree.BlockID][]byte{}
 	for k, v := range items {
 		values[s.id(k)] = append([]byte{}, v...)
-		if len(values) > s.capacity {
-			return 0, fmt.Errorf("%w: %d keys", kv.ErrFull, s.capacity)
+		if int64(len(values)) > s.quota.capacity {
+			return 0, fmt.Errorf("%w: %d keys", kv.ErrFull, s.quota.capacity)
 		}
 	}
 	placed := make([][][]tree.Block, len(s.workers))
@@ -153,11 +153,9 @@ func (s *store) Stats() kv.Stats {
 		t.PathReads += ws.tree.PathReads
 		t.MultiReads += ws.tree.MultiReads
 		t.BucketsRead += ws.tree.BucketsRead
-		t.SlotsRead += ws.tree.SlotsRead
 		t.Reshuffles += ws.tree.Reshuffles
 		t.Evictions += ws.tree.Evictions
 		t.EvictedPaths += ws.tree.EvictedPaths
-		t.BucketsWritten += ws.tree.BucketsWritten
 		evictErrs += ws.evictionErrors
 		readErrs += ws.readErrors
 	}

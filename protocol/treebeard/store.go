@@ -22,8 +22,6 @@ func init() {
 	})
 }
 
-var errClosed = kv.ErrClosed
-
 // TreePrefix returns the prefix of every storage address of tree t.
 func TreePrefix(t int) string { return fmt.Sprintf("tb/%d/", t) }
 
@@ -31,16 +29,14 @@ func TreePrefix(t int) string { return fmt.Sprintf("tb/%d/", t) }
 // shards in the middle, ORAM shards owning the trees, talking through the
 // interfaces of layers.go.
 type store struct {
-	b        backend.Backend
-	keys     *seal.Keys
-	opts     Options
-	geo      tree.Geometry
-	capacity int
-	quota    *quota
+	b     backend.Backend
+	keys  *seal.Keys
+	opts  Options
+	geo   tree.Geometry
+	quota *quota // the capacity and the keys stored
 
 	routers []*Router
 	stashes []*Stash
-	orams   []*ORAM
 	workers []*treeWorker // by tree
 	next    atomic.Uint64 // round-robin over routers
 
@@ -74,22 +70,23 @@ func open(ctx context.Context, env kv.Env) (*store, error) {
 
 // build creates the layers, not yet running.
 func build(env kv.Env, opts Options) (*store, error) {
-	s := &store{b: env.Backend, keys: env.Keys, opts: opts, capacity: env.Capacity,
+	s := &store{b: env.Backend, keys: env.Keys, opts: opts,
 		geo: geometry(env.Capacity, opts.Trees), quota: &quota{capacity: int64(env.Capacity)}}
 	rng, err := newRandSource(opts.seed)
 	if err != nil {
 		return nil, err
 	}
 	for range opts.StashShards {
-		s.stashes = append(s.stashes, newStash(opts.Trees, s.geo, s.quota, rand.New(rng())))
+		s.stashes = append(s.stashes, newStash(s.geo, s.quota, rand.New(rng())))
 	}
 	sources := make([]EvictionSource, len(s.stashes))
 	shards := make([]StashShard, len(s.stashes))
 	for i, st := range s.stashes {
 		sources[i], shards[i] = st, st
 	}
-	for range opts.ORAMShards {
-		s.orams = append(s.orams, &ORAM{workers: map[int]*treeWorker{}})
+	orams := make([]*ORAM, opts.ORAMShards)
+	for i := range orams {
+		orams[i] = &ORAM{workers: map[int]*treeWorker{}}
 	}
 	readers := make([]PathReader, opts.Trees)
 	for t := range opts.Trees {
@@ -101,7 +98,7 @@ func build(env kv.Env, opts Options) (*store, error) {
 		}
 		w := newTreeWorker(t, rt, opts.A, opts.K, opts.trace)
 		w.stashes = sources
-		owner := s.orams[t%len(s.orams)]
+		owner := orams[t%len(orams)]
 		owner.workers[t] = w
 		s.workers = append(s.workers, w)
 		readers[t] = owner
@@ -124,15 +121,10 @@ func newRandSource(seed *[32]byte) (func() rand.Source, error) {
 	} else if _, err := crand.Read(root[:]); err != nil {
 		return nil, fmt.Errorf("treebeard: seeding: %w", err)
 	}
-	parent := rand.New(rand.NewChaCha8(root))
+	parent := rand.NewChaCha8(root)
 	return func() rand.Source {
 		var s [32]byte
-		for i := range 4 {
-			v := parent.Uint64()
-			for j := range 8 {
-				s[i*8+j] = byte(v >> (8 * j))
-			}
-		}
+		parent.Read(s[:]) // never fails
 		return rand.NewChaCha8(s)
 	}, nil
 }
