@@ -19,6 +19,10 @@ func TestWithLatencyDelaysEveryCall(t *testing.T) {
 		"Read":   func() error { _, err := b.Read(ctx, []string{"k"}); return err },
 		"Write":  func() error { return b.Write(ctx, []backend.Item{{Addr: "k", Value: []byte("v")}}) },
 		"Delete": func() error { return b.Delete(ctx, []string{"k"}) },
+		"WriteVersioned": func() error {
+			_, err := b.WriteVersioned(ctx, []backend.VersionedItem{{Addr: "v", Version: 1}})
+			return err
+		},
 	}
 	for name, call := range calls {
 		start := time.Now()
@@ -71,6 +75,9 @@ func TestWithLatencyCanceled(t *testing.T) {
 	}
 	if err := b.Delete(ctx, []string{"k"}); !errors.Is(err, context.Canceled) {
 		t.Fatalf("Delete with a canceled context = %v, want context.Canceled", err)
+	}
+	if _, err := b.WriteVersioned(ctx, []backend.VersionedItem{{Addr: "k", Version: 1}}); !errors.Is(err, context.Canceled) {
+		t.Fatalf("WriteVersioned with a canceled context = %v, want context.Canceled", err)
 	}
 }
 

@@ -127,65 +127,77 @@ const maxLogAddr = 1 << 20
 
 // Next returns the next record, or io.EOF after the last one.
 func (rd *Reader) Next() (Record, error) {
-	var r Record
-	seq, err := binary.ReadUvarint(rd.r)
+	_, err := rd.r.Peek(1)
 	if err == io.EOF {
-		return r, io.EOF
+		return Record{}, io.EOF
 	}
-	fields := [2]uint64{}
-	for i := range fields {
-		if err == nil {
-			fields[i], err = binary.ReadUvarint(rd.r)
-		}
-	}
-	var opErr [2]byte
-	if err == nil {
-		_, err = io.ReadFull(rd.r, opErr[:])
-	}
-	var n uint64
-	if err == nil {
-		n, err = binary.ReadUvarint(rd.r)
-	}
+	f := frame{r: rd.r}
 	if err != nil {
-		return r, fmt.Errorf("observe: truncated record: %w", noEOF(err))
+		f.fail(err)
 	}
-	r.Seq, r.Start, r.Took = seq, time.Duration(fields[0]), time.Duration(fields[1])
-	r.Op, r.Err = Op(opErr[0]), opErr[1] == 1
-	for i := uint64(0); i < n; i++ {
-		addr, size, err := rd.addr()
-		if err != nil {
-			return r, err
-		}
-		r.Addrs = append(r.Addrs, addr)
-		r.Sizes = append(r.Sizes, size)
+	r := Record{Seq: f.uvarint(), Start: time.Duration(f.uvarint()), Took: time.Duration(f.uvarint())}
+	r.Op, r.Err = Op(f.byte()), f.byte() == 1
+	for n := f.uvarint(); n > 0 && f.err == nil; n-- {
+		r.Addrs = append(r.Addrs, f.addr())
+		r.Sizes = append(r.Sizes, int(f.uvarint()))
+	}
+	if f.err != nil {
+		return Record{}, f.err
 	}
 	return r, nil
 }
 
-func (rd *Reader) addr() (string, int, error) {
-	alen, err := binary.ReadUvarint(rd.r)
-	if err != nil {
-		return "", 0, fmt.Errorf("observe: truncated record: %w", noEOF(err))
-	}
-	if alen > maxLogAddr {
-		return "", 0, fmt.Errorf("observe: corrupt record: address of %d bytes", alen)
-	}
-	a := make([]byte, alen)
-	if _, err := io.ReadFull(rd.r, a); err != nil {
-		return "", 0, fmt.Errorf("observe: truncated record: %w", noEOF(err))
-	}
-	size, err := binary.ReadUvarint(rd.r)
-	if err != nil {
-		return "", 0, fmt.Errorf("observe: truncated record: %w", noEOF(err))
-	}
-	return string(a), int(size), nil
+// frame reads the fields of one record, remembering the first error; a
+// record that ends early is io.ErrUnexpectedEOF.
+type frame struct {
+	r   *bufio.Reader
+	err error
 }
 
-func noEOF(err error) error {
+func (f *frame) fail(err error) {
 	if err == io.EOF {
-		return io.ErrUnexpectedEOF
+		err = io.ErrUnexpectedEOF
 	}
-	return err
+	if f.err == nil {
+		f.err = fmt.Errorf("observe: truncated record: %w", err)
+	}
+}
+
+func (f *frame) uvarint() uint64 {
+	if f.err != nil {
+		return 0
+	}
+	v, err := binary.ReadUvarint(f.r)
+	if err != nil {
+		f.fail(err)
+	}
+	return v
+}
+
+func (f *frame) byte() byte {
+	if f.err != nil {
+		return 0
+	}
+	b, err := f.r.ReadByte()
+	if err != nil {
+		f.fail(err)
+	}
+	return b
+}
+
+func (f *frame) addr() string {
+	n := f.uvarint()
+	if f.err == nil && n > maxLogAddr {
+		f.err = fmt.Errorf("observe: corrupt record: address of %d bytes", n)
+	}
+	if f.err != nil {
+		return ""
+	}
+	a := make([]byte, n)
+	if _, err := io.ReadFull(f.r, a); err != nil {
+		f.fail(err)
+	}
+	return string(a)
 }
 
 // ReadFile decodes a whole log file.

@@ -332,10 +332,37 @@ func TestTapCopiesAddresses(t *testing.T) {
 	items[0].Addr = "reused"
 	recs := log.Records()
 	want := [][]string{{"a", "b"}, {"reused", "b"}, {"w"}}
+	if len(recs) != len(want) {
+		t.Fatalf("%d records; want %d", len(recs), len(want))
+	}
 	for i, r := range recs {
 		if !reflect.DeepEqual(r.Addrs, want[i]) {
 			t.Errorf("record %d addresses = %q; want %q", i, r.Addrs, want[i])
 		}
+	}
+}
+
+// A versioned write is a write to the storage operator: counted and
+// logged as one, with the stored sizes (version included).
+func TestWriteVersioned(t *testing.T) {
+	log := &MemoryLog{}
+	tap := NewTap(mem.New(), log)
+	items := []backend.VersionedItem{{Addr: "a", Version: 2, Value: []byte("12345")}, {Addr: "b", Version: 1, Value: nil}}
+	if stale, err := tap.WriteVersioned(ctx, items); err != nil || stale != 0 {
+		t.Fatalf("WriteVersioned = %d stale, %v", stale, err)
+	}
+	items[0].Version = 1 // older than the stored version 2
+	if stale, err := tap.WriteVersioned(ctx, items[:1]); err != nil || stale != 1 {
+		t.Fatalf("stale WriteVersioned = %d stale, %v; want 1 stale", stale, err)
+	}
+	want := Counters{Calls: 2, Writes: 2, AddrsWritten: 3, BytesWritten: 3*backend.VersionSize + 10}
+	if got := tap.Counters(); got != want {
+		t.Errorf("counters\n got %+v\nwant %+v", got, want)
+	}
+	recs := log.Records()
+	if len(recs) != 2 || recs[0].Op != OpWrite || !reflect.DeepEqual(recs[0].Addrs, []string{"a", "b"}) ||
+		!reflect.DeepEqual(recs[0].Sizes, []int{backend.VersionSize + 5, backend.VersionSize}) {
+		t.Fatalf("records %+v; want a write of a and b with their stored sizes", recs)
 	}
 }
 

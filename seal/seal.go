@@ -20,6 +20,7 @@ import (
 	"errors"
 	"fmt"
 	"hash"
+	"slices"
 	"sync"
 )
 
@@ -85,7 +86,7 @@ func (k *Keys) Overhead() int { return nonceSize + k.aead.Overhead() }
 // with ad (the block's address, and version where there is one).
 func (k *Keys) Seal(dst, ad, plaintext []byte) []byte {
 	start := len(dst)
-	dst = append(dst, make([]byte, nonceSize)...)
+	dst = slices.Grow(dst, k.Overhead()+len(plaintext))[:start+nonceSize] // one allocation at most
 	if _, err := rand.Read(dst[start:]); err != nil {
 		panic("seal: random source failed: " + err.Error())
 	}

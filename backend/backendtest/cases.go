@@ -371,11 +371,13 @@ func testClosed(t *testing.T, open Open) {
 	}
 	ctx := context.Background()
 	_, errRead := b.Read(ctx, []string{"k"})
+	_, errVersioned := b.WriteVersioned(ctx, []backend.VersionedItem{{Addr: "k", Version: 1}})
 	calls := map[string]error{
-		"Read":   errRead,
-		"Write":  b.Write(ctx, []backend.Item{item("k", "w")}),
-		"Delete": b.Delete(ctx, []string{"k"}),
-		"Scan":   b.Scan(ctx, "", func(string) error { return nil }),
+		"Read":           errRead,
+		"Write":          b.Write(ctx, []backend.Item{item("k", "w")}),
+		"WriteVersioned": errVersioned,
+		"Delete":         b.Delete(ctx, []string{"k"}),
+		"Scan":           b.Scan(ctx, "", func(string) error { return nil }),
 	}
 	for name, err := range calls {
 		if !errors.Is(err, backend.ErrClosed) {

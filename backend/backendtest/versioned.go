@@ -79,9 +79,7 @@ func testVersionedConcurrent(t *testing.T, open Open) {
 	var wg sync.WaitGroup
 	errs := make(chan error, writers)
 	for w := range writers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			for round := range 20 {
 				version := uint64(round*writers + (w*7)%writers + 1) // distinct across writers
 				batch := make([]backend.VersionedItem, addrs)
@@ -93,7 +91,7 @@ func testVersionedConcurrent(t *testing.T, open Open) {
 					return
 				}
 			}
-		}()
+		})
 	}
 	wg.Wait()
 	close(errs)

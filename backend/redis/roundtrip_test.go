@@ -54,6 +54,12 @@ func TestOneCommandPerCall(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer b.Close()
+	versioned := []backend.VersionedItem{{Addr: "v", Version: 1, Value: []byte("1")}, {Addr: "w", Version: 1}}
+	// The first versioned write may also send the script (EVAL after a
+	// failed EVALSHA); every later one is one EVALSHA.
+	if _, err := b.WriteVersioned(ctx, versioned); err != nil {
+		t.Fatal(err)
+	}
 	log := &commandLog{}
 	b.client.AddHook(log)
 	items := []backend.Item{{Addr: "a", Value: []byte("1")}, {Addr: "b", Value: []byte("2")}}
@@ -64,6 +70,8 @@ func TestOneCommandPerCall(t *testing.T) {
 		{"", func() error { _, err := b.Read(ctx, nil); return err }},
 		{"", func() error { return b.Write(ctx, nil) }},
 		{"", func() error { return b.Delete(ctx, nil) }},
+		{"", func() error { _, err := b.WriteVersioned(ctx, nil); return err }},
+		{"evalsha", func() error { _, err := b.WriteVersioned(ctx, versioned); return err }},
 		{"mset", func() error { return b.Write(ctx, items) }},
 		{"mget", func() error { _, err := b.Read(ctx, []string{"a", "b", "c"}); return err }},
 		{"del", func() error { return b.Delete(ctx, []string{"a", "b", "c"}) }},

@@ -110,8 +110,10 @@ func (o *oram) access(ctx context.Context, id tree.BlockID, op opKind, val []byt
 }
 
 // gather fills the working set with the stash and the blocks read from the
-// path. A block on the path that the position map does not know (left by
-// a bulk load that failed) is dropped.
+// path. A block on the path that the position map does not know is
+// dropped; no access leaves one (a deleted block goes with its position,
+// and a failed bulk load stops the store), so it can only come from
+// another store's buckets sealed with the same keys.
 func (o *oram) gather(buckets [][]tree.Block) {
 	o.work = append(o.work[:0], o.stash...)
 	for _, bucket := range buckets {
@@ -144,7 +146,7 @@ func (o *oram) apply(id tree.BlockID, known bool, op opKind, val []byte) (result
 		case len(o.pos) >= o.capacity:
 			res.full = true
 		default:
-			o.work = append(o.work, entry{id: id, val: append([]byte{}, val...)})
+			o.work = append(o.work, entry{id: id, val: bytes.Clone(val)})
 			i = len(o.work) - 1
 		}
 	case opDelete:

@@ -265,12 +265,10 @@ func TestTamperedTree(t *testing.T) {
 			tc.tamper(f, readAll(t, f.mem, treePrefix))
 			f.s = f.open(nil)
 			for _, k := range []string{"a", "missing"} {
-				if _, _, err := f.s.Get(t.Context(), k); !errorsIsTampered(err) {
+				if _, _, err := f.s.Get(t.Context(), k); !errors.Is(err, kv.ErrTampered) {
 					t.Errorf("Get(%q) on a tampered tree: %v; want kv.ErrTampered", k, err)
 				}
 			}
 		})
 	}
 }
-
-func errorsIsTampered(err error) bool { return errors.Is(err, kv.ErrTampered) }

@@ -32,7 +32,10 @@ func TestSoakStash(t *testing.T) {
 	}
 	defer s.Close()
 	key := func(i int) string { return fmt.Sprint("soak/", i) }
-	l, _ := kv.AsLoader(s)
+	l, ok := kv.AsLoader(s)
+	if !ok {
+		t.Fatal("pathoram has no bulk loader")
+	}
 	items := func(yield func(string, []byte) bool) {
 		for i := range n {
 			if !yield(key(i), make([]byte, 8)) {

@@ -118,12 +118,12 @@ func TestObliviousHotKeyVsUniform(t *testing.T) {
 				t.Fatalf("%d path reads for %d requests", len(leaves), auditRequests)
 			}
 			stat, _ := audit.ChiSquareUniform(audit.Bin(leaves, tree.NewGeometry(auditCapacity).Leaves(), auditBins))
-			t.Logf("%s: %d path reads, chi-square %.1f (critical %.1f), fake reads %v", name, len(leaves), stat, crit, extra(s.Stats(), "fake_reads"))
+			t.Logf("%s: %d path reads, chi-square %.1f (critical %.1f), fake reads %v", name, len(leaves), stat, crit, extra(t, s.Stats(), "fake_reads"))
 			if stat > crit {
 				t.Fatalf("leaves read are not uniform: chi-square %.1f > %.1f", stat, crit)
 			}
 			// The paper sees the stash stay within 2k blocks (Sec. V-C d).
-			if st := extra(s.Stats(), "stash_max"); st > 2*taostore.DefaultK {
+			if st := extra(t, s.Stats(), "stash_max"); st > 2*taostore.DefaultK {
 				t.Fatalf("stash reached %v blocks; bound %d", st, 2*taostore.DefaultK)
 			}
 		})

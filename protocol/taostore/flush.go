@@ -2,6 +2,7 @@ package taostore
 
 import (
 	"context"
+	"slices"
 
 	"github.com/oblivkv/oblivkv/backend"
 	"github.com/oblivkv/oblivkv/protocol/tree"
@@ -67,21 +68,12 @@ func (s *store) startWriteBack(leaves []uint64) {
 }
 
 // storedBuckets returns the distinct stored (not cached) buckets of the
-// paths to leaves.
+// paths to leaves. Union lists buckets level by level, root first, which
+// is ascending bucket number, so the cached levels come first.
 func (s *store) storedBuckets(leaves []uint64) []uint64 {
-	seen := map[uint64]bool{}
-	var out []uint64
-	var path []uint64
-	for _, leaf := range leaves {
-		path = s.geo.Path(leaf, path)
-		for _, b := range path[s.opts.CachedLevels:] {
-			if !seen[b] {
-				seen[b] = true
-				out = append(out, b)
-			}
-		}
-	}
-	return out
+	all := s.geo.Union(leaves, nil)
+	i, _ := slices.BinarySearch(all, s.geo.BucketAt(0, s.opts.CachedLevels))
+	return all[i:]
 }
 
 // writeBuckets seals buckets with their contents under version and writes

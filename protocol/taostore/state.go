@@ -15,9 +15,6 @@ import (
 // next open.
 const stateAddr = "tao/state"
 
-// initBatchBytes bounds one backend write while the tree is initialised.
-const initBatchBytes = 4 << 20
-
 // state is what the proxy keeps between runs.
 type state struct {
 	Z, CachedLevels int // the layout the tree was written with
@@ -29,28 +26,26 @@ type state struct {
 }
 
 // writeInitial writes every stored bucket of the tree, holding blocks[b]
-// (blocks may be nil: an empty tree), under one new version, in large
-// batches: the initial layout of a fresh or bulk-loaded store, never one
-// access per block.
+// (blocks may be nil: an empty tree), under one new version, in writes of
+// about tree.DefaultBatchBytes: the initial layout of a fresh or
+// bulk-loaded store, never one access per block.
 func (s *store) writeInitial(ctx context.Context, blocks [][]tree.Block) error {
 	s.version++
-	first := s.geo.BucketAt(0, s.opts.CachedLevels)
-	per := max(1, initBatchBytes/s.codec.BucketSize())
-	var buckets []uint64
-	var contents [][]tree.Block
-	for b := first; b < s.geo.Buckets(); b++ {
-		var content []tree.Block
+	per := uint64(max(1, tree.DefaultBatchBytes/s.codec.BucketSize()))
+	n := s.geo.Buckets()
+	for start := s.geo.BucketAt(0, s.opts.CachedLevels); start < n; start += per {
+		buckets := make([]uint64, 0, per)
+		for b := start; b < min(start+per, n); b++ {
+			buckets = append(buckets, b)
+		}
+		contents := make([][]tree.Block, len(buckets))
 		if blocks != nil {
-			content = blocks[b]
+			copy(contents, blocks[start:])
 		}
-		buckets, contents = append(buckets, b), append(contents, content)
-		if len(buckets) == per || b == s.geo.Buckets()-1 {
-			if _, err := s.writeBuckets(ctx, buckets, contents, s.version); err != nil {
-				return fmt.Errorf("writing the initial tree: %w", err)
-			}
-			s.acknowledge(buckets, s.version)
-			buckets, contents = buckets[:0], contents[:0]
+		if _, err := s.writeBuckets(ctx, buckets, contents, s.version); err != nil {
+			return fmt.Errorf("writing the initial tree: %w", err)
 		}
+		s.acknowledge(buckets, s.version)
 	}
 	return nil
 }
@@ -66,7 +61,7 @@ func (s *store) Load(ctx context.Context, items iter.Seq2[string, []byte]) (int,
 	}
 	values := map[tree.BlockID][]byte{}
 	for k, v := range items {
-		values[tree.BlockID(s.keys.PRF([]byte(k)))] = append([]byte{}, v...)
+		values[s.blockID(k)] = append([]byte{}, v...)
 		if len(values) > s.capacity {
 			return 0, errFull(s.capacity)
 		}

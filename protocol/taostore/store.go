@@ -5,6 +5,7 @@ import (
 	crand "crypto/rand"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"sync"
 
 	"github.com/oblivkv/oblivkv/backend"
@@ -92,6 +93,11 @@ func open(ctx context.Context, env kv.Env) (*store, error) {
 
 func (s *store) randomLeaf() uint64 { return s.rng.Uint64N(s.geo.Leaves()) }
 
+// blockID is the block identifier of a key: the bare PRF of the key, not
+// tree.IDOf (which adds a domain), because stores already written hold
+// blocks and position maps under these identifiers.
+func (s *store) blockID(key string) tree.BlockID { return s.keys.PRF([]byte(key)) }
+
 func (s *store) Get(ctx context.Context, key string) ([]byte, bool, error) {
 	r, err := s.access(ctx, opGet, key, nil)
 	if err != nil {
@@ -119,7 +125,7 @@ func (s *store) Delete(ctx context.Context, key string) error {
 // access runs one request through the Processor and waits for the
 // Sequencer to release its reply (Sec. IV-B, Fig. 5).
 func (s *store) access(ctx context.Context, op opKind, key string, val []byte) (*request, error) {
-	r := &request{op: op, id: tree.BlockID(s.keys.PRF([]byte(key))), value: val, done: make(chan struct{})}
+	r := &request{op: op, id: s.blockID(key), value: val, done: make(chan struct{})}
 	s.arrive(r)
 	// The path read and everything after it complete even if the caller
 	// gives up: what storage sees must not depend on the caller.
@@ -158,13 +164,11 @@ func (s *store) arrive(r *request) {
 // readPath reads the stored levels of leaf's path in one backend call and
 // opens every bucket; it returns their contents and versions.
 func (s *store) readPath(ctx context.Context, leaf uint64) ([][]tree.Block, []uint64, error) {
-	var buckets []uint64
-	for l := s.opts.CachedLevels; l <= s.geo.L; l++ {
-		buckets = append(buckets, s.geo.BucketAt(leaf, l))
-	}
-	return s.readBuckets(ctx, buckets)
+	return s.readBuckets(ctx, s.geo.Path(leaf, nil)[s.opts.CachedLevels:])
 }
 
+// readBuckets reads buckets stored by writeBuckets in one backend call and
+// opens each under the version stored beside it.
 func (s *store) readBuckets(ctx context.Context, buckets []uint64) ([][]tree.Block, []uint64, error) {
 	addrs := s.layout.Addrs(buckets, nil)
 	vals, err := s.b.Read(ctx, addrs)
@@ -284,7 +288,7 @@ func (s *store) take(id tree.BlockID, leaf uint64) ([]byte, bool, error) {
 	for _, n := range s.nodeBuf {
 		for i, blk := range n.blocks {
 			if blk.ID == id {
-				n.blocks = append(n.blocks[:i:i], n.blocks[i+1:]...)
+				n.blocks = slices.Delete(n.blocks, i, i+1)
 				return blk.Value, true, nil
 			}
 		}

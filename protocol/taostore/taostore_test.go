@@ -1,6 +1,7 @@
 package taostore_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -43,15 +44,25 @@ func TestLinearizable(t *testing.T) {
 // after newer ones; the storage refuses them (stale_buckets > 0) and no
 // data is lost across a restart.
 func TestStaleWriteBackLoses(t *testing.T) {
-	st := kvtest.Jittered(kvtest.Mem(), 3*time.Millisecond)
-	c := kvtest.Config{Protocol: "taostore", Options: taostore.Options{K: 1}, Capacity: 64}
-	s := kvtest.OpenStore(t, c, st)
+	open := kvtest.Jittered(kvtest.Mem(), 3*time.Millisecond).New(t)
+	keys := kvtest.NewKeys(t)
+	reopen := func() kv.Store {
+		b, err := open()
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, err := kv.Open(t.Context(), kv.Config{Protocol: "taostore", Backend: b, Keys: keys,
+			Capacity: 64, ValueSize: 16, Options: taostore.Options{K: 1}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	s := reopen()
 	ctx := context.Background()
 	var wg sync.WaitGroup
 	for w := range 16 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			for i := range 20 {
 				key := string(rune('a' + (w+i)%26))
 				if err := s.Put(ctx, key, []byte{byte(w), byte(i)}); err != nil {
@@ -59,26 +70,48 @@ func TestStaleWriteBackLoses(t *testing.T) {
 					return
 				}
 			}
-		}()
+		})
 	}
 	wg.Wait()
-	stale := extra(s.Stats(), "stale_buckets")
-	t.Logf("stale buckets refused by storage: %v of %v write-backs", stale, extra(s.Stats(), "write_backs"))
+	stale := extra(t, s.Stats(), "stale_buckets")
+	t.Logf("stale buckets refused by storage: %v of %v write-backs", stale, extra(t, s.Stats(), "write_backs"))
 	if stale == 0 {
 		t.Fatal("no write-back arrived late; the test did not exercise versioning")
 	}
 	if got := s.Stats().Keys; got != 26 {
 		t.Fatalf("%d keys, want 26", got)
 	}
+	before := map[string][]byte{}
+	for k := 'a'; k <= 'z'; k++ {
+		v, ok, err := s.Get(ctx, string(k))
+		if err != nil || !ok {
+			t.Fatalf("Get(%c) = %v, %v; want a value", k, ok, err)
+		}
+		before[string(k)] = v
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s = reopen()
+	defer s.Close()
+	for k, want := range before {
+		if got, ok, err := s.Get(ctx, k); err != nil || !ok || !bytes.Equal(got, want) {
+			t.Fatalf("after a restart Get(%s) = %v, %v, %v; want %v", k, got, ok, err, want)
+		}
+	}
 }
 
-func extra(st kv.Stats, name string) float64 {
+// extra returns the value of a protocol statistic, failing the test when
+// the store does not report it.
+func extra(t *testing.T, st kv.Stats, name string) float64 {
+	t.Helper()
 	for _, e := range st.Extra {
 		if e.Name == name {
 			return e.Value
 		}
 	}
-	return -1
+	t.Fatalf("no statistic %q", name)
+	return 0
 }
 
 // TestReplayedBucketsDetected: storage that serves authentic but old
