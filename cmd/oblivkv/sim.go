@@ -116,25 +116,13 @@ func runSimTable1(w io.Writer, g tree.Geometry, requests int, batches []int, see
 		}
 		paper, vsPaper := "-", "-"
 		if g.L == paperTable1Levels {
-			switch {
-			case b == 5:
-				// The value the paper prints under B=5.
-				paper = fmt.Sprintf("%.2f†", paperTable1[50])
-				vsPaper = fmt.Sprintf("%+.1f%%†", 100*(sim-paperTable1[50])/paperTable1[50])
-				notes = append(notes, fmt.Sprintf("† the paper prints %.2f under \"B=5\", but batch 5 gives %.2f here (closed form %.2f);\n  %.2f is the value for batch 50 (closed form %.2f), which fits the paper's other columns.",
-					paperTable1[50], sim, cf, paperTable1[50], tree.ExpectedMultiPathCost(g, 50)))
-			case b == 50:
-				paper = fmt.Sprintf("%.2f‡", paperTable1[50])
-				vsPaper = fmt.Sprintf("%+.1f%%", 100*(sim-paperTable1[50])/paperTable1[50])
-				notes = append(notes, "‡ printed under \"B=5\" in the paper; it is this batch's value.")
-			default:
-				if p, ok := paperTable1[b]; ok {
-					paper = fmt.Sprintf("%.2f", p)
-					vsPaper = fmt.Sprintf("%+.1f%%", 100*(sim-p)/p)
-				}
+			var note string
+			paper, vsPaper, note = paperColumns(g, b, sim, cf)
+			if note != "" {
+				notes = append(notes, note)
 			}
 		}
-		fmt.Fprintf(tw, "%s\t%.2f\t%.2f\t%+.1f%%\t%s\t%s\t\n", batch, sim, cf, 100*(sim-cf)/cf, paper, vsPaper)
+		fmt.Fprintf(tw, "%s\t%.2f\t%.2f\t%s\t%s\t%s\t\n", batch, sim, cf, deviation(sim, cf), paper, vsPaper)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -150,3 +138,25 @@ func runSimTable1(w io.Writer, g tree.Geometry, requests int, batches []int, see
 	}
 	return nil
 }
+
+// paperColumns returns, for batch b on the paper's tree, the paper's
+// value, sim's deviation from it ("-" and "-" where the paper has none),
+// and a note when the paper prints the value under another batch size.
+func paperColumns(g tree.Geometry, b int, sim, cf float64) (paper, vsPaper, note string) {
+	p50 := paperTable1[50]
+	switch b {
+	case 5: // the value the paper prints under B=5
+		return fmt.Sprintf("%.2f†", p50), deviation(sim, p50) + "†",
+			fmt.Sprintf("† the paper prints %.2f under \"B=5\", but batch 5 gives %.2f here (closed form %.2f);\n  %.2f is the value for batch 50 (closed form %.2f), which fits the paper's other columns.",
+				p50, sim, cf, p50, tree.ExpectedMultiPathCost(g, 50))
+	case 50:
+		return fmt.Sprintf("%.2f‡", p50), deviation(sim, p50), "‡ printed under \"B=5\" in the paper; it is this batch's value."
+	}
+	if p, ok := paperTable1[b]; ok {
+		return fmt.Sprintf("%.2f", p), deviation(sim, p), ""
+	}
+	return "-", "-", ""
+}
+
+// deviation formats got's relative deviation from want in percent.
+func deviation(got, want float64) string { return fmt.Sprintf("%+.1f%%", 100*(got-want)/want) }

@@ -98,6 +98,14 @@ func TestSimTable1PaperColumns(t *testing.T) {
 	if rows[7] != nil && rows[7][0] != "7*" {
 		t.Errorf("batch 7 does not divide 3000 requests but is not marked: %q", rows[7])
 	}
+	// Batch 5 is compared with the paper's "B=5" value, marked; batch 50
+	// with the same value, unmarked; a batch the paper lacks with nothing.
+	if rows[5] != nil && (!strings.HasSuffix(rows[5][5], "%†") || strings.HasPrefix(rows[5][5], "-")) {
+		t.Errorf("batch 5: SIM VS PAPER %q; want a marked rise over 15.46 (batch 5 costs about 18.74)", rows[5][5])
+	}
+	if (rows[50] != nil && !strings.HasSuffix(rows[50][5], "%")) || (rows[7] != nil && rows[7][5] != "-") {
+		t.Errorf("SIM VS PAPER of batches 50 and 7: %q, %q; want a percentage and -", rows[50], rows[7])
+	}
 	if !strings.Contains(out, "batch 50") || !strings.Contains(out, "short") {
 		t.Errorf("notes missing:\n%s", out)
 	}

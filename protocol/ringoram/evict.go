@@ -61,7 +61,6 @@ func (t *Tree) Evict(ctx context.Context, k int, blocks []EvictBlock) ([]int64, 
 	t.evictions += uint64(k)
 	t.stats.Evictions++
 	t.stats.EvictedPaths += uint64(k)
-	t.stats.SlotsRead += uint64(len(union) * t.p.Z)
 	t.stats.BucketsWritten += uint64(len(union))
 	return where, nil
 }
@@ -125,29 +124,18 @@ func (t *Tree) deepest(union []uint64, leaf uint64) int {
 }
 
 // evictWrites lays out every bucket of union afresh with its kept blocks
-// and the blocks placed into it.
+// and the blocks placed into it (kept[i] has room for Z blocks).
 func (t *Tree) evictWrites(union []uint64, metas []meta, kept [][]tree.Block, blocks []EvictBlock, into []int32) []bucketWrite {
-	z, n := t.p.Z, t.p.slots()
-	reals, count := make([]*tree.Block, len(union)*z), make([]int, len(union))
-	add := func(i int, b *tree.Block) {
-		reals[i*z+count[i]] = b
-		count[i]++
-	}
-	for i := range kept {
-		for k := range kept[i] {
-			add(i, &kept[i][k])
-		}
-	}
-	for j := range blocks {
-		if into[j] >= 0 {
-			add(int(into[j]), &blocks[j].Block)
+	for j, i := range into {
+		if i >= 0 {
+			kept[i] = append(kept[i], blocks[j].Block)
 		}
 	}
 	t.nextVersions(union, metas)
+	n := t.p.slots()
 	ws, slots := make([]bucketWrite, len(union)), make([]*tree.Block, len(union)*n)
 	for i, b := range union {
-		ws[i] = bucketWrite{bucket: b, meta: &metas[i], slots: slots[i*n : (i+1)*n : (i+1)*n]}
-		t.shuffle(&metas[i], reals[i*z:i*z+count[i]], ws[i].slots)
+		ws[i] = t.rewrite(b, &metas[i], kept[i], slots[i*n:(i+1)*n])
 	}
 	return ws
 }

@@ -14,6 +14,9 @@ import (
 	"github.com/oblivkv/oblivkv/protocol/tree"
 )
 
+// testLayout is the layout of every test tree.
+var testLayout = Layout{Prefix: "r/"}
+
 // fixture is a Tree over a tapped in-memory backend whose every call is
 // checked by an auditor.
 type fixture struct {
@@ -33,7 +36,7 @@ func newFixture(t testing.TB, L int, p Params, seed uint64) *fixture {
 	m, log := mem.New(), &observe.MemoryLog{}
 	cfg := Config{
 		Backend: observe.NewTap(m, log), Keys: kvtest.NewKeys(t), Geometry: tree.Geometry{L: L},
-		Params: p, Layout: Layout{Prefix: "r/"}, ValueSize: 32, Rand: rand.New(rand.NewPCG(seed, 1)),
+		Params: p, Layout: testLayout, ValueSize: 32, Rand: rand.New(rand.NewPCG(seed, 1)),
 	}
 	tr, err := NewTree(cfg)
 	if err != nil {
@@ -103,7 +106,7 @@ func (f *fixture) peek(bucket uint64) meta {
 		f.t.Fatal(err)
 	}
 	m := f.tr.newMetas(1)[0]
-	if err := f.tr.openMeta(&m, bucket, addr, vals[0], nil); err != nil {
+	if err := f.tr.openMeta(&m, bucket, addr, vals[0], &metaScratch{}); err != nil {
 		f.t.Fatal(err)
 	}
 	return m
@@ -113,7 +116,7 @@ func (f *fixture) peek(bucket uint64) meta {
 func (f *fixture) holds(bucket uint64) []tree.BlockID {
 	var ids []tree.BlockID
 	for _, e := range f.peek(bucket).Entries {
-		if e.Present && !f.tr.isStale(bucket, e.ID) {
+		if f.tr.live(bucket, e) {
 			ids = append(ids, e.ID)
 		}
 	}
@@ -149,16 +152,17 @@ func randomBlock(r *rand.Rand, valueSize int) tree.Block {
 	return b
 }
 
-// placedBlock is a block laid out by layout.
+// placedBlock is a block laid out by load.
 type placedBlock struct {
 	tree.Block
 	leaf, bucket uint64
 }
 
-// layout places n random blocks on random leaves, each in the deepest
-// bucket of its path with room, as a bulk load does; blocks that find no
-// room are left out.
-func (f *fixture) layout(n int) ([][]tree.Block, []placedBlock) {
+// load writes the tree (Init) with n random blocks on random leaves, each
+// in the deepest bucket of its path with room, as a bulk load does, and
+// returns them; blocks that find no room are left out.
+func (f *fixture) load(n int) []placedBlock {
+	f.t.Helper()
 	g := f.tr.g
 	buckets := make([][]tree.Block, g.Buckets())
 	var out []placedBlock
@@ -168,16 +172,17 @@ func (f *fixture) layout(n int) ([][]tree.Block, []placedBlock) {
 			out = append(out, placedBlock{Block: b, leaf: leaf})
 		}
 	}
+	at := map[tree.BlockID]uint64{}
 	for b, blocks := range buckets {
 		for _, blk := range blocks {
-			for i := range out {
-				if out[i].ID == blk.ID {
-					out[i].bucket = uint64(b)
-				}
-			}
+			at[blk.ID] = uint64(b)
 		}
 	}
-	return buckets, out
+	for i := range out {
+		out[i].bucket = at[out[i].ID]
+	}
+	f.init(buckets)
+	return out
 }
 
 // auditor checks backend calls as the storage operator sees them: the

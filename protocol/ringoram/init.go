@@ -61,18 +61,14 @@ func (t *Tree) initWrites(lo, hi uint64, placed [][]tree.Block) []bucketWrite {
 	n := t.p.slots()
 	metas, slots := t.newMetas(int(hi-lo)), make([]*tree.Block, int(hi-lo)*n)
 	ws := make([]bucketWrite, len(metas))
-	reals := make([]*tree.Block, 0, t.p.Z)
 	for i := range ws {
 		b := lo + uint64(i)
-		reals = reals[:0]
+		var reals []tree.Block
 		if len(placed) > 0 {
-			for k := range placed[b] {
-				reals = append(reals, &placed[b][k])
-			}
+			reals = placed[b]
 		}
 		metas[i].Version = t.versions[b] + 1
-		ws[i] = bucketWrite{bucket: b, meta: &metas[i], slots: slots[i*n : (i+1)*n : (i+1)*n]}
-		t.shuffle(&metas[i], reals, ws[i].slots)
+		ws[i] = t.rewrite(b, &metas[i], reals, slots[i*n:(i+1)*n])
 	}
 	return ws
 }

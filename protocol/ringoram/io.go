@@ -73,9 +73,9 @@ func (t *Tree) readMeta(ctx context.Context, buckets []uint64) ([]meta, error) {
 	}
 	metas := t.newMetas(len(buckets))
 	err = forChunks(len(buckets), metasPerWorker, func(lo, hi int) error {
-		plain := make([]byte, 0, metaPlainSize(t.p.Z))
+		var sc metaScratch
 		for i := lo; i < hi; i++ {
-			if err := t.openMeta(&metas[i], buckets[i], addrs[i], vals[i], plain); err != nil {
+			if err := t.openMeta(&metas[i], buckets[i], addrs[i], vals[i], &sc); err != nil {
 				return err
 			}
 		}
@@ -94,10 +94,17 @@ func (t *Tree) newMetas(n int) []meta {
 	return metas
 }
 
-// openMeta opens bucket's sealed metadata into m, using plain as scratch.
-func (t *Tree) openMeta(m *meta, bucket uint64, addr string, sealed, plain []byte) error {
-	plain, err := t.keys.Open(plain[:0], []byte(addr), sealed)
+// metaScratch is one goroutine's buffers for sealing and opening
+// metadata records one after the other: the associated data (the record's
+// address) and the plaintext.
+type metaScratch struct{ ad, plain []byte }
+
+// openMeta opens bucket's sealed metadata into m.
+func (t *Tree) openMeta(m *meta, bucket uint64, addr string, sealed []byte, sc *metaScratch) error {
+	sc.ad = append(sc.ad[:0], addr...)
+	plain, err := t.keys.Open(sc.plain[:0], sc.ad, sealed)
 	if err == nil {
+		sc.plain = plain
 		err = m.parse(plain, t.p)
 	}
 	if err != nil {
@@ -146,7 +153,7 @@ func (t *Tree) readSlots(ctx context.Context, union []uint64, metas []meta, read
 
 // openSlot opens one slot of bucket and checks it against m.
 func (t *Tree) openSlot(bucket uint64, m *meta, slot uint8, data []byte) (tree.Block, error) {
-	b, real, err := t.codec.DecodeSlot(t.l.BucketAddr(bucket), m.SlotVersion, int(slot), data)
+	b, real, err := t.codec.DecodeSlot(t.l.bucketAddr(bucket), m.SlotVersion, int(slot), data)
 	if err != nil {
 		return tree.Block{}, fmt.Errorf("ringoram: slot %d of bucket %d: %w", slot, bucket, err)
 	}
@@ -187,8 +194,9 @@ func (t *Tree) encode(ws []bucketWrite) ([]backend.Item, error) {
 	}
 	items, buf := make([]backend.Item, itemAt[len(ws)]), make([]byte, byteAt[len(ws)])
 	err := forChunks(len(ws), bucketsPerWorker, func(lo, hi int) error {
+		var sc metaScratch
 		for i := lo; i < hi; i++ {
-			if err := t.encodeBucket(ws[i], items[itemAt[i]:itemAt[i+1]], buf[byteAt[i]:byteAt[i+1]]); err != nil {
+			if err := t.encodeBucket(ws[i], items[itemAt[i]:itemAt[i+1]], buf[byteAt[i]:byteAt[i+1]], &sc); err != nil {
 				return err
 			}
 		}
@@ -199,19 +207,22 @@ func (t *Tree) encode(ws []bucketWrite) ([]backend.Item, error) {
 
 // encodeBucket seals w into items, using buf (exactly large enough) for
 // the values.
-func (t *Tree) encodeBucket(w bucketWrite, items []backend.Item, buf []byte) error {
-	addr, size := t.l.BucketAddr(w.bucket), t.codec.SlotSize()
-	for s, b := range w.slots {
-		v, err := t.codec.EncodeSlot(buf[:0:size], addr, w.meta.SlotVersion, s, b)
+func (t *Tree) encodeBucket(w bucketWrite, items []backend.Item, buf []byte, sc *metaScratch) error {
+	size := t.codec.SlotSize()
+	n := len(w.slots) * size
+	if w.slots != nil {
+		sealed, err := t.codec.EncodeSlots(buf[:0:n], t.l.bucketAddr(w.bucket), w.meta.SlotVersion, w.slots)
 		if err != nil {
 			return fmt.Errorf("ringoram: bucket %d: %w", w.bucket, err)
 		}
-		items[s] = backend.Item{Addr: t.l.SlotAddr(w.bucket, s), Value: v}
-		buf = buf[size:]
+		for s := range w.slots {
+			items[s] = backend.Item{Addr: t.l.SlotAddr(w.bucket, s), Value: sealed[s*size : (s+1)*size : (s+1)*size]}
+		}
 	}
 	maddr := t.l.MetaAddr(w.bucket)
-	plain := w.meta.appendPlain(make([]byte, 0, metaPlainSize(t.p.Z)))
-	items[len(w.slots)] = backend.Item{Addr: maddr, Value: t.keys.Seal(buf[:0:len(buf)], []byte(maddr), plain)}
+	sc.ad, sc.plain = append(sc.ad[:0], maddr...), w.meta.appendPlain(sc.plain[:0])
+	sealed := t.keys.Seal(buf[n:n:len(buf)], sc.ad, sc.plain)
+	items[len(w.slots)] = backend.Item{Addr: maddr, Value: sealed}
 	return nil
 }
 
@@ -220,7 +231,7 @@ func (t *Tree) encodeBucket(w bucketWrite, items []backend.Item, buf []byte) err
 func (t *Tree) commit(ws []bucketWrite) {
 	for _, w := range ws {
 		t.versions[w.bucket] = w.meta.Version
-		if w.slots != nil && len(t.stale) > 0 {
+		if w.slots != nil {
 			delete(t.stale, w.bucket)
 		}
 	}

@@ -22,50 +22,54 @@ const (
 )
 
 // MetaAddr returns the address of bucket's metadata.
-func (l Layout) MetaAddr(bucket uint64) string {
-	var b [9]byte
-	b[0] = metaTag
-	binary.BigEndian.PutUint64(b[1:], bucket)
-	return l.Prefix + string(b[:])
-}
+func (l Layout) MetaAddr(bucket uint64) string { return l.addr(metaTag, bucket) }
 
-// SlotAddr returns the address of slot slot of bucket.
+// SlotAddr returns the address of slot slot of bucket: bucketAddr followed
+// by the slot.
 func (l Layout) SlotAddr(bucket uint64, slot int) string {
-	var b [10]byte
-	b[0] = slotTag
-	binary.BigEndian.PutUint64(b[1:], bucket)
-	b[9] = byte(slot)
-	return l.Prefix + string(b[:])
+	return l.addr(slotTag, bucket, byte(slot))
 }
 
-// BucketAddr returns the address bucket's slots are sealed under
+// bucketAddr returns the address bucket's slots are sealed under
 // (tree.Codec binds it with the slot index and the slot version). Nothing
 // is stored at it.
-func (l Layout) BucketAddr(bucket uint64) string {
-	var b [9]byte
-	b[0] = slotTag
+func (l Layout) bucketAddr(bucket uint64) string { return l.addr(slotTag, bucket) }
+
+// addr returns Prefix, tag, bucket (8 bytes, big-endian) and slot (none or
+// one byte).
+func (l Layout) addr(tag byte, bucket uint64, slot ...byte) string {
+	var b [10]byte
+	b[0] = tag
 	binary.BigEndian.PutUint64(b[1:], bucket)
-	return l.Prefix + string(b[:])
+	n := 9 + copy(b[9:], slot)
+	return l.Prefix + string(b[:n])
 }
 
 // ParseMeta returns the bucket whose metadata addr is, and false when addr
 // is not a metadata address of this layout.
 func (l Layout) ParseMeta(addr string) (bucket uint64, ok bool) {
-	rest, ok := strings.CutPrefix(addr, l.Prefix)
-	if !ok || len(rest) != 9 || rest[0] != metaTag {
-		return 0, false
-	}
-	return binary.BigEndian.Uint64([]byte(rest[1:])), true
+	bucket, _, ok = l.parse(addr, metaTag, 0)
+	return bucket, ok
 }
 
 // ParseSlot returns the bucket and slot addr is, and false when addr is
 // not a slot address of this layout.
 func (l Layout) ParseSlot(addr string) (bucket uint64, slot int, ok bool) {
-	rest, ok := strings.CutPrefix(addr, l.Prefix)
-	if !ok || len(rest) != 10 || rest[0] != slotTag {
+	bucket, rest, ok := l.parse(addr, slotTag, 1)
+	if !ok {
 		return 0, 0, false
 	}
-	return binary.BigEndian.Uint64([]byte(rest[1:9])), int(rest[9]), true
+	return bucket, int(rest[0]), true
+}
+
+// parse splits an address of l with tag followed by a bucket and n more
+// bytes, returned as rest.
+func (l Layout) parse(addr string, tag byte, n int) (bucket uint64, rest string, ok bool) {
+	tail, ok := strings.CutPrefix(addr, l.Prefix)
+	if !ok || len(tail) != 9+n || tail[0] != tag {
+		return 0, "", false
+	}
+	return binary.BigEndian.Uint64([]byte(tail[1:9])), tail[9:], true
 }
 
 // describe names an address of the layout in an error.

@@ -55,8 +55,7 @@ func TestRandomized(t *testing.T) {
 
 func randomized(t *testing.T, p Params, ops int) {
 	f := newFixture(t, 8, p, 14)
-	placed, blocks := f.layout(120)
-	f.init(placed)
+	blocks := f.load(120)
 	m := model{leaf: map[tree.BlockID]uint64{}, value: map[tree.BlockID][]byte{}, bucket: map[tree.BlockID]uint64{}, stash: map[tree.BlockID]bool{}}
 	var ids []tree.BlockID
 	for _, b := range blocks {

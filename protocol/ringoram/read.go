@@ -83,7 +83,6 @@ func (t *Tree) ReadPaths(ctx context.Context, reqs []PathRead) ([]ReadResult, er
 	t.stats.PathReads += uint64(len(reqs))
 	t.stats.MultiReads++
 	t.stats.BucketsRead += uint64(len(union))
-	t.stats.SlotsRead += uint64(len(union) + reshuffled*t.p.Z)
 	t.stats.Reshuffles += uint64(reshuffled)
 	t.stats.BucketsWritten += uint64(reshuffled)
 	return results, nil
@@ -123,7 +122,7 @@ func (t *Tree) locate(union []uint64, metas []meta, leaf uint64, id tree.BlockID
 		b := t.g.BucketAt(leaf, lvl)
 		i := index(union, b)
 		for _, e := range metas[i].Entries {
-			if e.Present && e.ID == id && !t.isStale(b, id) {
+			if e.ID == id && t.live(b, e) {
 				return i, e.Slot
 			}
 		}
@@ -154,14 +153,9 @@ func (t *Tree) reshuffle(ctx context.Context, union []uint64, metas []meta) ([]b
 		return nil, 0, err
 	}
 	n := t.p.slots()
-	slots, reals := make([]*tree.Block, len(due)*n), make([]*tree.Block, 0, t.p.Z)
+	slots := make([]*tree.Block, len(due)*n)
 	for j, i := range due {
-		reals = reals[:0]
-		for k := range kept[j] {
-			reals = append(reals, &kept[j][k])
-		}
-		ws[i].slots = slots[j*n : (j+1)*n : (j+1)*n]
-		t.shuffle(&metas[i], reals, ws[i].slots)
+		ws[i] = t.rewrite(union[i], &metas[i], kept[j], slots[j*n:(j+1)*n])
 	}
 	return ws, len(due), nil
 }

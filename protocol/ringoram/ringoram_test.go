@@ -32,8 +32,8 @@ func TestLayout(t *testing.T) {
 		for _, s := range []int{0, 1, 6, 63} {
 			a := l.SlotAddr(b, s)
 			gb, gs, ok := l.ParseSlot(a)
-			if !ok || gb != b || gs != s || seen[a] || !bytes.HasPrefix([]byte(a), []byte(l.BucketAddr(b))) {
-				t.Fatalf("ParseSlot(SlotAddr(%d, %d)) = %d, %d, %v (or a duplicate, or not under BucketAddr)", b, s, gb, gs, ok)
+			if !ok || gb != b || gs != s || seen[a] || !bytes.HasPrefix([]byte(a), []byte(l.bucketAddr(b))) {
+				t.Fatalf("ParseSlot(SlotAddr(%d, %d)) = %d, %d, %v (or a duplicate, or not under bucketAddr)", b, s, gb, gs, ok)
 			}
 			if _, ok := l.ParseMeta(a); ok {
 				t.Fatalf("slot address %q parses as metadata", a)
@@ -85,8 +85,7 @@ func TestNewTreeValidates(t *testing.T) {
 func TestRoundTrip(t *testing.T) {
 	for _, p := range []Params{defaults, {Z: 3, S: 4}} {
 		f := newFixture(t, 5, p, 2)
-		placed, blocks := f.layout(40)
-		f.init(placed)
+		blocks := f.load(40)
 		for _, b := range blocks {
 			res := f.read(PathRead{Leaf: b.leaf, Want: want(b.ID)}, PathRead{Leaf: f.r.Uint64N(32)})
 			if !res[0].Found || res[0].Block.ID != b.ID || !bytes.Equal(res[0].Block.Value, b.Value) {
@@ -112,8 +111,7 @@ func TestRoundTrip(t *testing.T) {
 // the first.
 func TestReadPathsMisses(t *testing.T) {
 	f := newFixture(t, 4, defaults, 3)
-	placed, blocks := f.layout(10)
-	f.init(placed)
+	blocks := f.load(10)
 	b := blocks[0]
 	other := b.leaf ^ (f.tr.g.Leaves() - 1) // shares only the root with b's path
 	res := f.read(PathRead{Leaf: other, Want: want(b.ID)})
@@ -134,8 +132,7 @@ func TestReadPathsMisses(t *testing.T) {
 // run against it, with overlapping paths.
 func TestReadPathsShape(t *testing.T) {
 	f := newFixture(t, 6, defaults, 4)
-	placed, blocks := f.layout(60)
-	f.init(placed)
+	blocks := f.load(60)
 	for n := range 200 {
 		var reqs []PathRead
 		for range 1 + f.r.IntN(8) {
@@ -235,8 +232,7 @@ func TestEvictionOrder(t *testing.T) {
 func TestEvictPlacement(t *testing.T) {
 	for _, p := range []Params{defaults, {Z: 2, S: 3}} {
 		f := newFixture(t, 5, p, 7)
-		placed, inTree := f.layout(30)
-		f.init(placed)
+		inTree := f.load(30)
 		// Read some blocks out; the rest must keep their buckets.
 		var stash []EvictBlock
 		for _, b := range inTree[:10] {
@@ -342,8 +338,7 @@ func TestTamper(t *testing.T) {
 	}
 	prepare := func(t *testing.T) setup {
 		f := newFixture(t, 3, defaults, 10)
-		placed, blocks := f.layout(6)
-		f.init(placed)
+		blocks := f.load(6)
 		return setup{f, blocks[0]}
 	}
 	readIt := func(s setup) error {
@@ -354,7 +349,7 @@ func TestTamper(t *testing.T) {
 		_, err := s.f.tr.Evict(s.f.ctx, 8, nil)
 		return err
 	}
-	l := Layout{Prefix: "r/"}
+	l := testLayout
 	for _, tc := range []struct {
 		name   string
 		tamper func(s setup) (undo func())
@@ -477,8 +472,7 @@ func (b *failing) Write(ctx context.Context, items []backend.Item) error {
 // once storage works again.
 func TestFailedWriteChangesNothing(t *testing.T) {
 	f := newFixture(t, 3, defaults, 11)
-	placed, blocks := f.layout(5)
-	f.init(placed)
+	blocks := f.load(5)
 	fb := &failing{Backend: f.cfg.Backend}
 	f.tr.b = fb
 	fb.armed = true
@@ -541,8 +535,7 @@ func TestInit(t *testing.T) {
 
 func TestStateRestore(t *testing.T) {
 	f := newFixture(t, 4, defaults, 13)
-	placed, blocks := f.layout(12)
-	f.init(placed)
+	blocks := f.load(12)
 	f.read(PathRead{Leaf: 3})
 	f.evict(5, nil)
 	f.tr.Forget(blocks[0].bucket, blocks[0].ID)
@@ -591,7 +584,7 @@ func TestStateRestore(t *testing.T) {
 
 // The auditor the other tests rely on catches what it claims to.
 func TestAuditorCatches(t *testing.T) {
-	l, g, p := Layout{Prefix: "r/"}, tree.Geometry{L: 1}, Params{Z: 1, S: 2}
+	l, g, p := testLayout, tree.Geometry{L: 1}, Params{Z: 1, S: 2}
 	metaRead := observe.Record{Op: observe.OpRead, Addrs: []string{l.MetaAddr(0), l.MetaAddr(1)}}
 	slotRead := func(s int) observe.Record {
 		return observe.Record{Op: observe.OpRead, Addrs: []string{l.SlotAddr(0, s), l.SlotAddr(1, s)}, Sizes: []int{9, 9}}

@@ -34,7 +34,7 @@ func (t *Tree) realSlots(dst []slotRead, bucket uint64, m *meta, i int32) []slot
 
 // readReal reads the buckets union[i] for i in idx as Ring ORAM's
 // ReadBucket does: ONE backend Read of exactly Z slots of each (realSlots).
-// It returns the live real blocks of each bucket.
+// It returns the live real blocks of each bucket, each with room for Z.
 func (t *Tree) readReal(ctx context.Context, union []uint64, metas []meta, idx []int) ([][]tree.Block, error) {
 	reads := make([]slotRead, 0, len(idx)*t.p.Z)
 	for _, i := range idx {
@@ -58,14 +58,14 @@ func (t *Tree) readReal(ctx context.Context, union []uint64, metas []meta, idx [
 	return out, nil
 }
 
-// shuffle lays out a bucket rewritten in full (Ring ORAM's permuted
+// rewrite returns the full rewrite of bucket (Ring ORAM's permuted
 // buckets invariant, Sec. 2): reals (at most Z) go to distinct uniformly
 // random slots, every other slot holds a dummy, all slots are valid and
 // the count restarts at 0. m.Version must already be the new version; it
 // becomes the SlotVersion too, so slots of any earlier layout fail to
-// open. slots (Z+S) receives the block of each slot, nil for a dummy.
-func (t *Tree) shuffle(m *meta, reals []*tree.Block, slots []*tree.Block) {
-	clear(slots)
+// open. slots (Z+S, zeroed) receives the block of each slot, nil for a
+// dummy.
+func (t *Tree) rewrite(bucket uint64, m *meta, reals []tree.Block, slots []*tree.Block) bucketWrite {
 	m.SlotVersion, m.Count, m.Valid = m.Version, 0, allSlots(t.p.slots())
 	free := m.Valid
 	for e := range m.Entries {
@@ -75,9 +75,10 @@ func (t *Tree) shuffle(m *meta, reals []*tree.Block, slots []*tree.Block) {
 		}
 		s := randomBit(t.rng, free)
 		free &^= 1 << s
-		slots[s] = reals[e]
+		slots[s] = &reals[e]
 		m.Entries[e] = entry{Present: true, Slot: s, ID: reals[e].ID}
 	}
+	return bucketWrite{bucket: bucket, meta: m, slots: slots}
 }
 
 // nextVersions sets the version each bucket of union will be written

@@ -69,7 +69,6 @@ type Stats struct {
 	PathReads      uint64 // requests served by ReadPaths
 	MultiReads     uint64 // ReadPaths calls that read storage
 	BucketsRead    uint64 // buckets read by ReadPaths (each bucket of a union once)
-	SlotsRead      uint64 // slots read by path reads, reshuffles and evictions
 	Reshuffles     uint64 // buckets rewritten by an early reshuffle
 	Evictions      uint64 // Evict calls
 	EvictedPaths   uint64 // paths evicted
@@ -106,9 +105,6 @@ func NewTree(cfg Config) (*Tree, error) {
 	}, nil
 }
 
-// Geometry returns the tree's geometry.
-func (t *Tree) Geometry() tree.Geometry { return t.g }
-
 // Stats returns the counters so far.
 func (t *Tree) Stats() Stats { return t.stats }
 
@@ -134,7 +130,7 @@ func (t *Tree) Forget(bucket uint64, id tree.BlockID) {
 }
 
 func (t *Tree) isStale(bucket uint64, id tree.BlockID) bool {
-	return len(t.stale) > 0 && slices.Contains(t.stale[bucket], id)
+	return slices.Contains(t.stale[bucket], id)
 }
 
 // live reports whether e is a real block of bucket a read may return.

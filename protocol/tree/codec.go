@@ -33,7 +33,7 @@ type Codec struct {
 	valueSize int
 	plainSize int
 	slotSize  int
-	scratch   sync.Pool // *[]byte of plainSize: EncodeSlot's plaintext
+	plains    sync.Pool // *[]byte of plainSize: a bucket encoding's slot plaintext
 }
 
 // NewCodec returns a Codec for buckets of slots slots holding values of at
@@ -43,12 +43,14 @@ func NewCodec(keys *seal.Keys, slots, valueSize int) *Codec {
 		panic(fmt.Sprintf("tree: NewCodec(%d slots, value size %d)", slots, valueSize))
 	}
 	plain := slotHeader + valueSize
-	return &Codec{keys: keys, slots: slots, valueSize: valueSize,
+	c := &Codec{keys: keys, slots: slots, valueSize: valueSize,
 		plainSize: plain, slotSize: plain + keys.Overhead()}
+	c.plains.New = func() any {
+		b := make([]byte, plain)
+		return &b
+	}
+	return c
 }
-
-// Slots returns the number of slots per bucket.
-func (c *Codec) Slots() int { return c.slots }
 
 // ValueSize returns the largest value a block may hold.
 func (c *Codec) ValueSize() int { return c.valueSize }
@@ -78,34 +80,38 @@ func (c *Codec) EncodeBucket(addr string, version uint64, blocks []Block) ([]byt
 		return nil, fmt.Errorf("tree: %d blocks for a bucket of %d slots", len(blocks), c.slots)
 	}
 	out := make([]byte, 0, c.BucketSize())
-	a := ad(addr, version)
-	plain := make([]byte, c.plainSize)
+	a, plain := ad(addr, version), c.plains.Get().(*[]byte)
+	defer c.plains.Put(plain)
 	for i := range c.slots {
 		var b *Block
 		if i < len(blocks) {
 			b = &blocks[i]
 		}
 		var err error
-		if out, err = c.sealSlot(out, a, plain, i, b); err != nil {
+		if out, err = c.sealSlot(out, a, *plain, i, b); err != nil {
 			return nil, err
 		}
 	}
 	return out, nil
 }
 
-// EncodeSlot appends to dst slot slot of the bucket at addr, version
-// version, holding b (nil for a dummy slot).
-func (c *Codec) EncodeSlot(dst []byte, addr string, version uint64, slot int, b *Block) ([]byte, error) {
-	if slot < 0 || slot >= c.slots {
-		return dst, fmt.Errorf("tree: slot %d of a bucket of %d slots", slot, c.slots)
+// EncodeSlots appends to dst the sealed bucket at addr, version version,
+// whose slot i holds slots[i] (nil: a dummy slot), for a caller that
+// chooses the slot of each block (Ring ORAM's permuted buckets). slots
+// must have one entry per slot of the bucket.
+func (c *Codec) EncodeSlots(dst []byte, addr string, version uint64, slots []*Block) ([]byte, error) {
+	if len(slots) != c.slots {
+		return dst, fmt.Errorf("tree: %d slots for a bucket of %d slots", len(slots), c.slots)
 	}
-	p, _ := c.scratch.Get().(*[]byte)
-	if p == nil {
-		buf := make([]byte, c.plainSize)
-		p = &buf
+	a, plain := ad(addr, version), c.plains.Get().(*[]byte)
+	defer c.plains.Put(plain)
+	for i, b := range slots {
+		var err error
+		if dst, err = c.sealSlot(dst, a, *plain, i, b); err != nil {
+			return dst, err
+		}
 	}
-	defer c.scratch.Put(p)
-	return c.sealSlot(dst, ad(addr, version), *p, slot, b)
+	return dst, nil
 }
 
 // sealSlot fills plain (plainSize bytes of scratch) with b and appends it
@@ -130,20 +136,16 @@ func (c *Codec) sealSlot(dst, ad, plain []byte, slot int, b *Block) ([]byte, err
 // authenticate under addr and version or the bucket has the wrong length.
 // The blocks' values share one buffer, owned by the caller.
 func (c *Codec) DecodeBucket(addr string, version uint64, data []byte) ([]Block, error) {
-	return c.AppendBlocks(make([]Block, 0, c.slots), addr, version, data)
-}
-
-// AppendBlocks is DecodeBucket appending the real blocks to dst.
-func (c *Codec) AppendBlocks(dst []Block, addr string, version uint64, data []byte) ([]Block, error) {
 	if len(data) != c.BucketSize() {
-		return dst, fmt.Errorf("%w: bucket %q is %d bytes, want %d", seal.ErrTampered, addr, len(data), c.BucketSize())
+		return nil, fmt.Errorf("%w: bucket %q is %d bytes, want %d", seal.ErrTampered, addr, len(data), c.BucketSize())
 	}
 	a := ad(addr, version)
+	dst := make([]Block, 0, c.slots)
 	plain := make([]byte, 0, c.slots*c.plainSize)
 	for i := range c.slots {
 		b, real, err := c.openSlot(plain[len(plain):len(plain)], a, i, data[i*c.slotSize:(i+1)*c.slotSize])
 		if err != nil {
-			return dst, fmt.Errorf("bucket %q slot %d: %w", addr, i, err)
+			return nil, fmt.Errorf("bucket %q slot %d: %w", addr, i, err)
 		}
 		plain = plain[:len(plain)+c.plainSize]
 		if real {

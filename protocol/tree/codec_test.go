@@ -9,10 +9,7 @@ import (
 
 	"github.com/oblivkv/oblivkv/kv"
 	"github.com/oblivkv/oblivkv/kvtest"
-	"github.com/oblivkv/oblivkv/seal"
 )
-
-func newKeys(t testing.TB) *seal.Keys { return kvtest.NewKeys(t) }
 
 func randomBlocks(r *rand.Rand, n, valueSize int) []Block {
 	blocks := make([]Block, n)
@@ -42,7 +39,7 @@ func sameBlocks(a, b []Block) bool {
 }
 
 func TestCodecRoundTrip(t *testing.T) {
-	keys := newKeys(t)
+	keys := kvtest.NewKeys(t)
 	r := rand.New(rand.NewPCG(3, 3))
 	for _, shape := range []struct{ slots, valueSize int }{{4, 100}, {1, 16}, {7, 0}, {4, 1024}} {
 		c := NewCodec(keys, shape.slots, shape.valueSize)
@@ -69,7 +66,7 @@ func TestCodecRoundTrip(t *testing.T) {
 }
 
 func TestCodecEmptyValueIsReal(t *testing.T) {
-	c := NewCodec(newKeys(t), 2, 8)
+	c := NewCodec(kvtest.NewKeys(t), 2, 8)
 	blocks := []Block{{ID: BlockID{1}, Value: nil}, {ID: BlockID{}, Value: []byte{}}}
 	data, err := c.EncodeBucket("a", 0, blocks)
 	if err != nil {
@@ -84,7 +81,7 @@ func TestCodecEmptyValueIsReal(t *testing.T) {
 // Decoded values do not share capacity, so appending to one cannot
 // overwrite the next.
 func TestCodecValuesDoNotAlias(t *testing.T) {
-	c := NewCodec(newKeys(t), 2, 8)
+	c := NewCodec(kvtest.NewKeys(t), 2, 8)
 	data, err := c.EncodeBucket("a", 0, []Block{{ID: BlockID{1}, Value: []byte("ab")}, {ID: BlockID{2}, Value: []byte("cd")}})
 	if err != nil {
 		t.Fatal(err)
@@ -100,7 +97,7 @@ func TestCodecValuesDoNotAlias(t *testing.T) {
 }
 
 func TestCodecFreshEncryption(t *testing.T) {
-	c := NewCodec(newKeys(t), 4, 32)
+	c := NewCodec(kvtest.NewKeys(t), 4, 32)
 	a, _ := c.EncodeBucket("a", 1, nil)
 	b, _ := c.EncodeBucket("a", 1, nil)
 	if bytes.Equal(a, b) {
@@ -115,7 +112,7 @@ func TestCodecFreshEncryption(t *testing.T) {
 }
 
 func TestCodecLimits(t *testing.T) {
-	c := NewCodec(newKeys(t), 2, 8)
+	c := NewCodec(kvtest.NewKeys(t), 2, 8)
 	r := rand.New(rand.NewPCG(4, 4))
 	if _, err := c.EncodeBucket("a", 0, randomBlocks(r, 3, 8)); err == nil {
 		t.Error("EncodeBucket of 3 blocks into 2 slots succeeded")
@@ -123,8 +120,13 @@ func TestCodecLimits(t *testing.T) {
 	if _, err := c.EncodeBucket("a", 0, []Block{{Value: make([]byte, 9)}}); err == nil {
 		t.Error("EncodeBucket of a 9-byte value with value size 8 succeeded")
 	}
-	if _, err := c.EncodeSlot(nil, "a", 0, 2, nil); err == nil {
-		t.Error("EncodeSlot of slot 2 of 2 succeeded")
+	for _, n := range []int{1, 3} {
+		if _, err := c.EncodeSlots(nil, "a", 0, make([]*Block, n)); err == nil {
+			t.Errorf("EncodeSlots of %d slots into a bucket of 2 succeeded", n)
+		}
+	}
+	if _, err := c.EncodeSlots(nil, "a", 0, []*Block{nil, {Value: make([]byte, 9)}}); err == nil {
+		t.Error("EncodeSlots of a 9-byte value with value size 8 succeeded")
 	}
 	if _, _, err := c.DecodeSlot("a", 0, -1, make([]byte, c.SlotSize())); err == nil {
 		t.Error("DecodeSlot of slot -1 succeeded")
@@ -133,7 +135,7 @@ func TestCodecLimits(t *testing.T) {
 
 // Every kind of tampering gives ErrTampered.
 func TestCodecTamper(t *testing.T) {
-	keys := newKeys(t)
+	keys := kvtest.NewKeys(t)
 	c := NewCodec(keys, 4, 40)
 	r := rand.New(rand.NewPCG(5, 5))
 	blocks := randomBlocks(r, 3, 40)
@@ -145,7 +147,7 @@ func TestCodecTamper(t *testing.T) {
 	swapped := bytes.Clone(data)
 	copy(swapped[:s], data[s:2*s])
 	copy(swapped[s:2*s], data[:s])
-	other, _ := NewCodec(newKeys(t), 4, 40).EncodeBucket("t/7", 9, blocks)
+	other, _ := NewCodec(kvtest.NewKeys(t), 4, 40).EncodeBucket("t/7", 9, blocks)
 	for _, tc := range []struct {
 		name    string
 		addr    string
@@ -178,46 +180,48 @@ func TestCodecTamper(t *testing.T) {
 	}
 }
 
+// A bucket encoded with its blocks in chosen slots decodes slot by slot
+// and as a whole.
 func TestCodecSlots(t *testing.T) {
-	c := NewCodec(newKeys(t), 3, 16)
+	c := NewCodec(kvtest.NewKeys(t), 3, 16)
 	b := Block{ID: BlockID{7}, Value: []byte("value")}
-	real, err := c.EncodeSlot(nil, "s", 4, 1, &b)
+	bucket, err := c.EncodeSlots([]byte("prefix"), "s", 4, []*Block{nil, &b, nil})
 	if err != nil {
 		t.Fatal(err)
 	}
-	dummy, err := c.EncodeSlot([]byte("prefix"), "s", 4, 2, nil)
-	if err != nil {
-		t.Fatal(err)
+	if string(bucket[:6]) != "prefix" || len(bucket) != 6+c.BucketSize() {
+		t.Fatalf("bucket of %d bytes after a 6-byte prefix; want the prefix kept and %d", len(bucket)-6, c.BucketSize())
 	}
-	if len(real) != c.SlotSize() || len(dummy) != len("prefix")+c.SlotSize() {
-		t.Fatalf("real slot %d bytes, dummy %d (after a 6-byte prefix); want %d each", len(real), len(dummy)-6, c.SlotSize())
-	}
+	bucket = bucket[6:]
+	s := c.SlotSize()
+	real, dummy := bucket[s:2*s], bucket[2*s:]
 	got, isReal, err := c.DecodeSlot("s", 4, 1, real)
 	if err != nil || !isReal || got.ID != b.ID || string(got.Value) != "value" {
 		t.Fatalf("DecodeSlot(real) = %+v, %v, %v", got, isReal, err)
 	}
-	if _, isReal, err := c.DecodeSlot("s", 4, 2, dummy[6:]); err != nil || isReal {
-		t.Fatalf("DecodeSlot(dummy) = real %v, %v; want a dummy", isReal, err)
+	for _, slot := range []int{0, 2} {
+		if _, isReal, err := c.DecodeSlot("s", 4, slot, bucket[slot*s:(slot+1)*s]); err != nil || isReal {
+			t.Fatalf("DecodeSlot(dummy slot %d) = real %v, %v; want a dummy", slot, isReal, err)
+		}
 	}
 	if _, _, err := c.DecodeSlot("s", 4, 2, real); !errors.Is(err, kv.ErrTampered) {
 		t.Fatalf("slot 1 decoded as slot 2: %v; want kv.ErrTampered", err)
 	}
-	// Slots encoded one by one form a bucket.
-	bucket := append(bytes.Clone(real), dummy[6:]...)
-	first, _ := c.EncodeSlot(nil, "s", 4, 0, nil)
-	bucket = append(first, bucket...)
+	if _, _, err := c.DecodeSlot("s", 5, 2, dummy); !errors.Is(err, kv.ErrTampered) {
+		t.Fatalf("slot decoded under another version: %v; want kv.ErrTampered", err)
+	}
 	blocks, err := c.DecodeBucket("s", 4, bucket)
-	if err != nil || len(blocks) != 1 || blocks[0].ID != b.ID {
-		t.Fatalf("bucket of slots encoded one by one: %+v, %v", blocks, err)
+	if err != nil || len(blocks) != 1 || blocks[0].ID != b.ID || string(blocks[0].Value) != "value" {
+		t.Fatalf("bucket of slots encoded in place: %+v, %v", blocks, err)
 	}
 }
 
 func TestIDOf(t *testing.T) {
-	keys := newKeys(t)
+	keys := kvtest.NewKeys(t)
 	if IDOf(keys, "a") != IDOf(keys, "a") || IDOf(keys, "a") == IDOf(keys, "b") || IDOf(keys, "") == IDOf(keys, "\x00") {
 		t.Fatal("IDOf is not a function of the key, or collides on distinct keys")
 	}
-	if IDOf(keys, "a") == IDOf(newKeys(t), "a") {
+	if IDOf(keys, "a") == IDOf(kvtest.NewKeys(t), "a") {
 		t.Fatal("IDOf does not depend on the key material")
 	}
 	if id := IDOf(keys, "a"); BlockID(keys.PRF([]byte("a"))) == id {

@@ -6,9 +6,11 @@
 // places blocks as deep as possible on a path (Flusher).
 //
 // Path ORAM (protocol/pathoram) and TaORAM (protocol/taostore) use buckets
-// of Z=4 slots on one tree; Ring ORAM and Treebeard will use Z+S slots and
-// several trees (one Layout per tree), reading single slots with
-// Codec.EncodeSlot and Codec.DecodeSlot.
+// of Z=4 slots on one tree, stored whole at Layout addresses. Ring ORAM
+// (protocol/ringoram, Treebeard's trees) uses buckets of Z+S slots, each
+// slot at its own address: it writes whole buckets with its blocks in
+// chosen slots (Codec.EncodeSlots) and reads single slots
+// (Codec.DecodeSlot).
 //
 // The package owns how a bucket looks on storage: a bucket is a fixed
 // number of fixed-size slots, each sealed separately with AES-GCM bound to

@@ -29,15 +29,20 @@ func ReadBuckets(ctx context.Context, b backend.Backend, l Layout, c *Codec, buc
 		if v == nil {
 			return nil, fmt.Errorf("%w: bucket %d is missing from storage", seal.ErrTampered, buckets[i])
 		}
-		var ver uint64
-		if versions != nil {
-			ver = versions[i]
-		}
-		if out[i], err = c.DecodeBucket(addrs[i], ver, v); err != nil {
+		if out[i], err = c.DecodeBucket(addrs[i], versionAt(versions, i), v); err != nil {
 			return nil, fmt.Errorf("bucket %d: %w", buckets[i], err)
 		}
 	}
 	return out, nil
+}
+
+// versionAt returns the version of bucket i: versions[i], or 0 for nil
+// versions.
+func versionAt(versions []uint64, i int) uint64 {
+	if versions == nil {
+		return 0
+	}
+	return versions[i]
 }
 
 // EncodeBuckets seals buckets (contents[i] the real blocks of bucket i,
@@ -49,12 +54,8 @@ func EncodeBuckets(l Layout, c *Codec, buckets, versions []uint64, contents [][]
 	}
 	items := make([]backend.Item, len(buckets))
 	for i, bucket := range buckets {
-		var ver uint64
-		if versions != nil {
-			ver = versions[i]
-		}
 		addr := l.Addr(bucket)
-		data, err := c.EncodeBucket(addr, ver, contents[i])
+		data, err := c.EncodeBucket(addr, versionAt(versions, i), contents[i])
 		if err != nil {
 			return nil, fmt.Errorf("bucket %d: %w", bucket, err)
 		}

@@ -8,6 +8,7 @@ import (
 	"github.com/oblivkv/oblivkv/backend"
 	"github.com/oblivkv/oblivkv/backend/mem"
 	"github.com/oblivkv/oblivkv/kv"
+	"github.com/oblivkv/oblivkv/kvtest"
 	"github.com/oblivkv/oblivkv/observe"
 )
 
@@ -19,7 +20,7 @@ func tapped() (*observe.Tap, *observe.MemoryLog) {
 func TestReadWriteBuckets(t *testing.T) {
 	ctx := t.Context()
 	b, log := tapped()
-	l, c := Layout{Prefix: "t/"}, NewCodec(newKeys(t), 4, 32)
+	l, c := Layout{Prefix: "t/"}, NewCodec(kvtest.NewKeys(t), 4, 32)
 	r := rand.New(rand.NewPCG(6, 6))
 	g := Geometry{L: 4}
 	path := g.Path(5, nil)
