@@ -31,8 +31,8 @@ func TestChiSquareUniformSeparates(t *testing.T) {
 		}
 	}
 	crit := ChiSquareCritical(63, 0.001)
-	if stat, _ := ChiSquareUniform(Bin(uniform, 1024, 64)); stat > crit {
-		t.Fatalf("uniform sample rejected: %.1f > %.1f", stat, crit)
+	if stat, dof := ChiSquareUniform(Bin(uniform, 1024, 64)); stat > crit || dof != 63 {
+		t.Fatalf("uniform sample rejected: %.1f > %.1f (%d degrees of freedom, want 63)", stat, crit, dof)
 	}
 	if stat, _ := ChiSquareUniform(Bin(skewed, 1024, 64)); stat < crit {
 		t.Fatalf("skewed sample accepted: %.1f < %.1f", stat, crit)

@@ -11,22 +11,14 @@ import (
 	"github.com/oblivkv/oblivkv/backend/mem"
 	"github.com/oblivkv/oblivkv/bench/workload"
 	"github.com/oblivkv/oblivkv/kv"
+	"github.com/oblivkv/oblivkv/kvtest"
 	_ "github.com/oblivkv/oblivkv/protocol/all"
-	"github.com/oblivkv/oblivkv/seal"
 )
 
 // memOpener opens each protocol over a fresh in-memory backend.
 func memOpener(t *testing.T) Opener {
 	return func(ctx context.Context, protocol string) (Target, error) {
-		master, err := seal.GenerateMaster()
-		if err != nil {
-			return nil, err
-		}
-		keys, err := seal.NewKeys(master)
-		if err != nil {
-			return nil, err
-		}
-		s, err := kv.Open(ctx, kv.Config{Protocol: protocol, Backend: mem.New(), Keys: keys,
+		s, err := kv.Open(ctx, kv.Config{Protocol: protocol, Backend: mem.New(), Keys: kvtest.NewKeys(t),
 			Capacity: 1000, ValueSize: 128})
 		if err != nil {
 			return nil, err
@@ -108,8 +100,11 @@ func TestWarmupExcluded(t *testing.T) {
 	var stores []kv.Store
 	open := func(ctx context.Context, p string) (Target, error) {
 		tg, err := memOpener(t)(ctx, p)
+		if err != nil {
+			return nil, err
+		}
 		stores = append(stores, tg.(*storeTarget).s)
-		return tg, err
+		return tg, nil
 	}
 	r, err := RunOne(context.Background(), cfg, "plain", open)
 	if err != nil {

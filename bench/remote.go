@@ -71,22 +71,12 @@ func (t *respTarget) Put(ctx context.Context, key string, val []byte) error {
 
 // Load sends MSET batches of loadBatch keys from concurrency connections.
 func (t *respTarget) Load(ctx context.Context, items iter.Seq2[string, []byte], concurrency int) error {
-	ctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-	ch := make(chan []any, concurrency)
-	var wg sync.WaitGroup
-	for range max(concurrency, 1) {
-		wg.Go(func() {
-			for pairs := range ch {
-				if err := t.c.MSet(ctx, pairs...).Err(); err != nil {
-					cancel(fmt.Errorf("MSET: %w", err))
-				}
-			}
-		})
-	}
-	send(ctx, ch, t.batches(items))
-	wg.Wait()
-	return context.Cause(ctx)
+	return parallel(ctx, t.batches(items), concurrency, func(ctx context.Context, pairs []any) error {
+		if err := t.c.MSet(ctx, pairs...).Err(); err != nil {
+			return fmt.Errorf("MSET: %w", err)
+		}
+		return nil
+	})
 }
 
 // batches groups items into MSET argument lists, remembering the keys.

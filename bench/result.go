@@ -1,8 +1,6 @@
 package bench
 
 import (
-	"time"
-
 	"github.com/oblivkv/oblivkv/kv"
 	"github.com/oblivkv/oblivkv/observe"
 )
@@ -70,7 +68,7 @@ func newResult(cfg Config, protocol string, m measured, before, after Snapshot) 
 	r := Result{
 		Protocol: protocol, Workload: cfg.Mix.Name, Distribution: cfg.Keys.Name(),
 		Records: cfg.Records, Concurrency: cfg.Concurrency, Rate: cfg.Rate,
-		ValueSize: cfg.ValueSize, Backend: cfg.Backend, BackendLatency: ms(cfg.BackendLatency),
+		ValueSize: cfg.ValueSize, Backend: cfg.Backend, BackendLatency: nsToMS(int64(cfg.BackendLatency)),
 		Seed: cfg.Seed, Warmup: cfg.Warmup.String(),
 		Ops: m.ops, Duration: m.elapsed.Seconds(),
 		MeanMS: m.lat.Mean() / 1e6, P50MS: nsToMS(m.lat.Quantile(0.50)),
@@ -107,7 +105,5 @@ func ratio(a, b uint64) *float64 {
 	f := float64(a) / float64(b)
 	return &f
 }
-
-func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
 func nsToMS(ns int64) float64 { return float64(ns) / 1e6 }

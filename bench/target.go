@@ -81,30 +81,41 @@ func (t *storeTarget) Close(ctx context.Context) error { return t.release(ctx) }
 // error.
 func parallelPuts(ctx context.Context, items iter.Seq2[string, []byte], concurrency int,
 	put func(context.Context, string, []byte) error) error {
-	ctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
 	type item struct {
 		k string
 		v []byte
 	}
-	ch := make(chan item, concurrency)
-	var wg sync.WaitGroup
-	for range max(concurrency, 1) {
-		wg.Go(func() {
-			for it := range ch {
-				if err := put(ctx, it.k, it.v); err != nil {
-					cancel(err)
-				}
-			}
-		})
-	}
-	send(ctx, ch, func(yield func(item) bool) {
+	seq := func(yield func(item) bool) {
 		for k, v := range items {
 			if !yield(item{k, v}) {
 				return
 			}
 		}
+	}
+	return parallel(ctx, seq, concurrency, func(ctx context.Context, it item) error {
+		return put(ctx, it.k, it.v)
 	})
+}
+
+// parallel runs do on every element of seq with concurrency workers. The
+// first error cancels the rest (do sees the cancelled context) and is
+// returned.
+func parallel[T any](ctx context.Context, seq iter.Seq[T], concurrency int,
+	do func(context.Context, T) error) error {
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	ch := make(chan T, concurrency)
+	var wg sync.WaitGroup
+	for range max(concurrency, 1) {
+		wg.Go(func() {
+			for x := range ch {
+				if err := do(ctx, x); err != nil {
+					cancel(err)
+				}
+			}
+		})
+	}
+	send(ctx, ch, seq)
 	wg.Wait()
 	return context.Cause(ctx)
 }

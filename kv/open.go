@@ -1,6 +1,7 @@
 package kv
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"sort"
@@ -129,15 +130,9 @@ func Open(ctx context.Context, cfg Config) (Store, error) {
 }
 
 func withDefaults(cfg Config) Config {
-	if cfg.Capacity == 0 {
-		cfg.Capacity = DefaultCapacity
-	}
-	if cfg.ValueSize == 0 {
-		cfg.ValueSize = DefaultValueSize
-	}
-	if cfg.MaxKeySize == 0 {
-		cfg.MaxKeySize = DefaultMaxKeySize
-	}
+	cfg.Capacity = cmp.Or(cfg.Capacity, DefaultCapacity)
+	cfg.ValueSize = cmp.Or(cfg.ValueSize, DefaultValueSize)
+	cfg.MaxKeySize = cmp.Or(cfg.MaxKeySize, DefaultMaxKeySize)
 	return cfg
 }
 

@@ -23,6 +23,7 @@
 package kvtest
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -62,18 +63,10 @@ type Config struct {
 }
 
 func (c Config) withDefaults() Config {
-	if c.Capacity == 0 {
-		c.Capacity = 64
-	}
-	if c.ValueSize == 0 {
-		c.ValueSize = 100
-	}
-	if c.MaxKeySize == 0 {
-		c.MaxKeySize = 32
-	}
-	if c.LoadItems == 0 {
-		c.LoadItems = 1000
-	}
+	c.Capacity = cmp.Or(c.Capacity, 64)
+	c.ValueSize = cmp.Or(c.ValueSize, 100)
+	c.MaxKeySize = cmp.Or(c.MaxKeySize, 32)
+	c.LoadItems = cmp.Or(c.LoadItems, 1000)
 	if c.Open == nil {
 		c.Open = kv.Open
 	}

@@ -1,6 +1,7 @@
 package kvtest
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"math"
@@ -52,33 +53,17 @@ type LinOptions struct {
 }
 
 func (o LinOptions) withDefaults() LinOptions {
-	if o.Clients == 0 {
-		o.Clients = 8
-	}
-	if o.OpsPerClient == 0 {
-		o.OpsPerClient = 200
-	}
-	if o.Keys == 0 {
-		o.Keys = 4
-	}
-	if o.HotFraction == 0 {
-		o.HotFraction = 0.5
-	}
-	if o.GetFraction == 0 {
-		o.GetFraction = 0.5
-	}
-	if o.DeleteFraction == 0 {
-		o.DeleteFraction = 0.1
-	}
+	o.Clients = cmp.Or(o.Clients, 8)
+	o.OpsPerClient = cmp.Or(o.OpsPerClient, 200)
+	o.Keys = cmp.Or(o.Keys, 4)
+	o.HotFraction = cmp.Or(o.HotFraction, 0.5)
+	o.GetFraction = cmp.Or(o.GetFraction, 0.5)
+	o.DeleteFraction = cmp.Or(o.DeleteFraction, 0.1)
 	if o.Seed == 0 {
 		o.Seed = rand.Uint64() | 1
 	}
-	if o.Timeout == 0 {
-		o.Timeout = 60 * time.Second
-	}
-	if o.KeyPrefix == "" {
-		o.KeyPrefix = "lin/"
-	}
+	o.Timeout = cmp.Or(o.Timeout, 60*time.Second)
+	o.KeyPrefix = cmp.Or(o.KeyPrefix, "lin/")
 	return o
 }
 
@@ -153,32 +138,9 @@ func Linearizable(ctx context.Context, s kv.Store, opts LinOptions) (LinResult, 
 				if ctx.Err() != nil {
 					return
 				}
-				key := keys[0]
-				if r.Float64() >= opts.HotFraction {
-					key = keys[1+r.IntN(opts.Keys)]
-				}
-				in := linInput{Key: key}
-				switch p := r.Float64(); {
-				case p < opts.GetFraction:
-					in.Op = opGet
-				case p < opts.GetFraction+opts.DeleteFraction:
-					in.Op = opDelete
-				default:
-					in.Op, in.Value = opPut, fmt.Sprintf("c%d.%d", c, i)
-				}
-				var out linOutput
-				var err error
+				in := opts.nextInput(r, keys, c, i)
 				call := now()
-				switch in.Op {
-				case opGet:
-					var v []byte
-					v, out.Exists, err = s.Get(ctx, key)
-					out.Value = string(v)
-				case opPut:
-					err = s.Put(ctx, key, []byte(in.Value))
-				case opDelete:
-					err = s.Delete(ctx, key)
-				}
+				out, err := apply(ctx, s, in)
 				ret := now()
 				if err != nil {
 					mu.Lock()
@@ -216,18 +178,59 @@ func Linearizable(ctx context.Context, s kv.Store, opts LinOptions) (LinResult, 
 	if res.Result != porcupine.Illegal {
 		return res, nil
 	}
-	// Illegal: check again, verbosely, for the visualization.
+	var err error
+	res.Visualization, err = visualize(history, opts)
+	return res, err
+}
+
+// nextInput draws client c's i-th operation: on the hot key keys[0] with
+// probability HotFraction, else on another; a Put writes a value no other
+// operation writes.
+func (o LinOptions) nextInput(r *rand.Rand, keys []string, c, i int) linInput {
+	in := linInput{Key: keys[0]}
+	if r.Float64() >= o.HotFraction {
+		in.Key = keys[1+r.IntN(o.Keys)]
+	}
+	switch p := r.Float64(); {
+	case p < o.GetFraction:
+		in.Op = opGet
+	case p < o.GetFraction+o.DeleteFraction:
+		in.Op = opDelete
+	default:
+		in.Op, in.Value = opPut, fmt.Sprintf("c%d.%d", c, i)
+	}
+	return in
+}
+
+// apply runs one operation on s.
+func apply(ctx context.Context, s kv.Store, in linInput) (out linOutput, err error) {
+	switch in.Op {
+	case opGet:
+		var v []byte
+		v, out.Exists, err = s.Get(ctx, in.Key)
+		out.Value = string(v)
+	case opPut:
+		err = s.Put(ctx, in.Key, []byte(in.Value))
+	case opDelete:
+		err = s.Delete(ctx, in.Key)
+	}
+	return out, err
+}
+
+// visualize checks an illegal history again, verbosely, and writes
+// porcupine's visualization of it to a new file in VisualizationDir,
+// whose path it returns.
+func visualize(history []porcupine.Operation, opts LinOptions) (string, error) {
 	_, info := porcupine.CheckOperationsVerbose(kvModel, history, opts.Timeout)
 	f, err := os.CreateTemp(opts.VisualizationDir, "oblivkv-linearizability-*.html")
 	if err != nil {
-		return res, fmt.Errorf("writing the visualization: %w", err)
+		return "", fmt.Errorf("writing the visualization: %w", err)
 	}
 	defer f.Close()
-	res.Visualization = f.Name()
 	if err := porcupine.Visualize(kvModel, info, f); err != nil {
-		return res, fmt.Errorf("writing the visualization: %w", err)
+		return f.Name(), fmt.Errorf("writing the visualization: %w", err)
 	}
-	return res, f.Close()
+	return f.Name(), f.Close()
 }
 
 // boundFailedPuts narrows the failed Puts of a history, which were recorded

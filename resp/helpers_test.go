@@ -16,8 +16,8 @@ import (
 
 	"github.com/oblivkv/oblivkv/backend/mem"
 	"github.com/oblivkv/oblivkv/kv"
+	"github.com/oblivkv/oblivkv/kvtest"
 	_ "github.com/oblivkv/oblivkv/protocol/all"
-	"github.com/oblivkv/oblivkv/seal"
 )
 
 // logBuf collects a server's logs, so that tests can read them.
@@ -42,18 +42,10 @@ func (l *logBuf) String() string {
 // Capacity and ValueSize.
 func openStore(t testing.TB, cfg kv.Config) kv.Store {
 	t.Helper()
-	master, err := seal.GenerateMaster()
-	if err != nil {
-		t.Fatal(err)
-	}
-	keys, err := seal.NewKeys(master)
-	if err != nil {
-		t.Fatal(err)
-	}
 	if cfg.Protocol == "" {
 		cfg.Protocol = "plain"
 	}
-	cfg.Backend, cfg.Keys = mem.New(), keys
+	cfg.Backend, cfg.Keys = mem.New(), kvtest.NewKeys(t)
 	store, err := kv.Open(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)

@@ -2,29 +2,14 @@ package resp
 
 import (
 	"context"
-	"os"
 	"os/exec"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/oblivkv/oblivkv/internal/redistest"
 	"github.com/oblivkv/oblivkv/kv"
 )
-
-// redisTool finds a Redis command-line tool. Missing tools fail the test
-// unless OBLIVKV_SKIP_REDIS=1, when they skip it, saying so.
-func redisTool(t *testing.T, name string) string {
-	t.Helper()
-	path, err := exec.LookPath(name)
-	if err == nil {
-		return path
-	}
-	if os.Getenv("OBLIVKV_SKIP_REDIS") == "1" {
-		t.Skipf("%s not found and OBLIVKV_SKIP_REDIS=1: skipping", name)
-	}
-	t.Fatalf("%s not found in PATH (install redis-tools, or set OBLIVKV_SKIP_REDIS=1 to skip): %v", name, err)
-	return ""
-}
 
 func runTool(t *testing.T, path string, args ...string) string {
 	t.Helper()
@@ -38,7 +23,7 @@ func runTool(t *testing.T, path string, args ...string) string {
 }
 
 func TestRedisCLI(t *testing.T) {
-	cli := redisTool(t, "redis-cli")
+	cli := redistest.Require(t, "redis-cli")
 	env := startServer(t, openStore(t, kv.Config{}), Options{})
 	port := env.addr[strings.LastIndexByte(env.addr, ':')+1:]
 	for _, step := range []struct {
@@ -60,7 +45,7 @@ func TestRedisCLI(t *testing.T) {
 }
 
 func TestRedisBenchmark(t *testing.T) {
-	bench := redisTool(t, "redis-benchmark")
+	bench := redistest.Require(t, "redis-benchmark")
 	env := startServer(t, openStore(t, kv.Config{}), Options{})
 	port := env.addr[strings.LastIndexByte(env.addr, ':')+1:]
 	out := runTool(t, bench, "-p", port, "-t", "get,set", "-n", "2000", "-q")

@@ -39,13 +39,11 @@ func Start(w io.Writer, label string, total int64, current func() int64) *Bar {
 	}
 	b := &Bar{w: w, label: label, total: max(total, 1), current: current,
 		start: time.Now(), stop: make(chan struct{})}
-	b.wg.Add(1)
-	go b.loop()
+	b.wg.Go(b.loop)
 	return b
 }
 
 func (b *Bar) loop() {
-	defer b.wg.Done()
 	t := time.NewTicker(Every)
 	defer t.Stop()
 	for {

@@ -1,6 +1,7 @@
 package workload
 
 import (
+	"cmp"
 	"fmt"
 	"math/rand/v2"
 	"strconv"
@@ -43,15 +44,9 @@ const (
 )
 
 func (o Options) withDefaults() Options {
-	if o.Theta == 0 {
-		o.Theta = DefaultTheta
-	}
-	if o.HotSetFraction == 0 {
-		o.HotSetFraction = DefaultHotSetFraction
-	}
-	if o.HotOpFraction == 0 {
-		o.HotOpFraction = DefaultHotOpFraction
-	}
+	o.Theta = cmp.Or(o.Theta, DefaultTheta)
+	o.HotSetFraction = cmp.Or(o.HotSetFraction, DefaultHotSetFraction)
+	o.HotOpFraction = cmp.Or(o.HotOpFraction, DefaultHotOpFraction)
 	return o
 }
 

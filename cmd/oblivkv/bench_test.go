@@ -15,8 +15,8 @@ import (
 
 	"github.com/oblivkv/oblivkv/backend/mem"
 	"github.com/oblivkv/oblivkv/kv"
+	"github.com/oblivkv/oblivkv/kvtest"
 	"github.com/oblivkv/oblivkv/resp"
-	"github.com/oblivkv/oblivkv/seal"
 )
 
 // runBenchCmd runs `oblivkv bench args...` and returns its stdout.
@@ -140,16 +140,8 @@ func TestBenchCommandRejects(t *testing.T) {
 }
 
 func TestBenchCommandAgainstServer(t *testing.T) {
-	master, err := seal.GenerateMaster()
-	if err != nil {
-		t.Fatal(err)
-	}
-	keys, err := seal.NewKeys(master)
-	if err != nil {
-		t.Fatal(err)
-	}
 	store, err := kv.Open(context.Background(), kv.Config{Protocol: "encrypted", Backend: mem.New(),
-		Keys: keys, Capacity: 1000, ValueSize: 64})
+		Keys: kvtest.NewKeys(t), Capacity: 1000, ValueSize: 64})
 	if err != nil {
 		t.Fatal(err)
 	}

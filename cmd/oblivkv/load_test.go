@@ -3,20 +3,10 @@ package main
 import (
 	"context"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 )
-
-func runMain(t *testing.T, dir string, args ...string) (string, error) {
-	t.Helper()
-	cmd := exec.Command(os.Args[0])
-	cmd.Env = append(os.Environ(), "OBLIVKV_RUN_MAIN=1", "OBLIVKV_ARGS="+strings.Join(args, " "))
-	cmd.Dir = dir
-	out, err := cmd.CombinedOutput()
-	return string(out), err
-}
 
 // TestLoadThenServe bulk-loads CSV and JSONL files into new stores and
 // serves what was loaded.
@@ -30,7 +20,7 @@ func TestLoadThenServe(t *testing.T) {
 			if err := os.WriteFile(filepath.Join(dir, tc.file), []byte(tc.content), 0o600); err != nil {
 				t.Fatal(err)
 			}
-			out, err := runMain(t, dir, append([]string{"load", "--data-dir", "data", tc.file}, smallStore...)...)
+			out, err := runMain(dir, append([]string{"load", "--data-dir", "data", tc.file}, smallStore...)...)
 			if err != nil || !strings.Contains(out, "holds 2 keys") {
 				t.Fatalf("load: %v: %s", err, out)
 			}
@@ -57,7 +47,7 @@ func TestLoadRejectsBadInputWithoutWriting(t *testing.T) {
 		if err := os.WriteFile(filepath.Join(dir, file), []byte(content), 0o600); err != nil {
 			t.Fatal(err)
 		}
-		if out, err := runMain(t, dir, "load", "--data-dir", "data", "--capacity", "1024", file); err == nil {
+		if out, err := runMain(dir, "load", "--data-dir", "data", "--capacity", "1024", file); err == nil {
 			t.Fatalf("load %s succeeded: %s", file, out)
 		}
 	}

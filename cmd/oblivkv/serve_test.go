@@ -30,6 +30,21 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
+// mainCmd is the test binary run as `oblivkv args...` in dir (see
+// TestMain).
+func mainCmd(dir string, args ...string) *exec.Cmd {
+	cmd := exec.Command(os.Args[0])
+	cmd.Env = append(os.Environ(), "OBLIVKV_RUN_MAIN=1", "OBLIVKV_ARGS="+strings.Join(args, " "))
+	cmd.Dir = dir
+	return cmd
+}
+
+// runMain runs `oblivkv args...` in dir and returns its output.
+func runMain(dir string, args ...string) (string, error) {
+	out, err := mainCmd(dir, args...).CombinedOutput()
+	return string(out), err
+}
+
 // server is an `oblivkv serve` process.
 type server struct {
 	cmd    *exec.Cmd
@@ -60,9 +75,7 @@ func startServe(t *testing.T, dir string, args ...string) *server {
 	addr := freeAddr(t)
 	all := append([]string{"serve", "--listen", addr, "--data-dir", filepath.Join(dir, "data")}, args...)
 	s := &server{addr: addr, stderr: &lockedBuffer{}}
-	s.cmd = exec.Command(os.Args[0])
-	s.cmd.Env = append(os.Environ(), "OBLIVKV_RUN_MAIN=1", "OBLIVKV_ARGS="+strings.Join(all, " "))
-	s.cmd.Dir = dir
+	s.cmd = mainCmd(dir, all...)
 	s.cmd.Stderr = s.stderr
 	if err := s.cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -232,11 +245,9 @@ func TestServeRefusesWrongOrMissingKey(t *testing.T) {
 func serveFails(t *testing.T, dir string, args ...string) string {
 	t.Helper()
 	all := append([]string{"serve", "--listen", freeAddr(t), "--data-dir", filepath.Join(dir, "data")}, args...)
-	cmd := exec.Command(os.Args[0])
-	cmd.Env = append(os.Environ(), "OBLIVKV_RUN_MAIN=1", "OBLIVKV_ARGS="+strings.Join(all, " "))
-	out, err := cmd.CombinedOutput()
+	out, err := runMain(dir, all...)
 	if err == nil {
 		t.Fatalf("serve %v started: %s", args, out)
 	}
-	return string(out)
+	return out
 }

@@ -11,6 +11,8 @@
 // if redis-server is not installed the test fails and says to install
 // Debian's redis-server package. Setting OBLIVKV_SKIP_REDIS=1 turns that
 // failure into an explicit t.Skip, for machines that cannot have Redis.
+// Require applies the same rule to tests that run redis-cli or
+// redis-benchmark.
 //
 // Fresh data per test: Start gives each test its own server. Shared gives
 // many tests one server (started once per test binary with SharedDatabases
@@ -48,7 +50,7 @@ const (
 // server is one running redis-server.
 type server struct {
 	addr   string        // 127.0.0.1:port
-	cmd    *exec.Cmd     //
+	cmd    *exec.Cmd     // the redis-server process
 	exited chan struct{} // closed when the process has been reaped
 	dir    string        // its working directory and log file
 }
@@ -57,7 +59,7 @@ type server struct {
 // "redis://127.0.0.1:PORT/0". The server is stopped when the test ends.
 func Start(t testing.TB) (url string) {
 	t.Helper()
-	requireBinary(t)
+	Require(t, "redis-server")
 	s, err := start(t.TempDir(), 16)
 	if err != nil {
 		t.Fatalf("redistest: %v", err)
@@ -66,18 +68,22 @@ func Start(t testing.TB) (url string) {
 	return s.url(0)
 }
 
-// requireBinary fails (or, with OBLIVKV_SKIP_REDIS=1, skips) the test when
-// redis-server is not on PATH.
-func requireBinary(t testing.TB) {
+// Require returns the path of the Redis program name (redis-server,
+// redis-cli, redis-benchmark: Debian's redis-server package brings them
+// all). When it is not on PATH the test fails, or, with
+// OBLIVKV_SKIP_REDIS=1, skips.
+func Require(t testing.TB, name string) (path string) {
 	t.Helper()
-	if _, err := exec.LookPath("redis-server"); err == nil {
-		return
+	path, err := exec.LookPath(name)
+	if err == nil {
+		return path
 	}
 	if os.Getenv(SkipEnv) == "1" {
-		t.Skipf("redis-server not installed and %s=1: skipping Redis tests", SkipEnv)
+		t.Skipf("%s not installed and %s=1: skipping Redis tests", name, SkipEnv)
 	}
-	t.Fatalf("redis-server not found on PATH: install Debian's redis-server package "+
-		"(sudo apt-get install redis-server), or set %s=1 to skip Redis tests", SkipEnv)
+	t.Fatalf("%s not found on PATH: install Debian's redis-server package "+
+		"(sudo apt-get install redis-server), or set %s=1 to skip Redis tests", name, SkipEnv)
+	return ""
 }
 
 func (s *server) url(db int) string { return fmt.Sprintf("redis://%s/%d", s.addr, db) }

@@ -27,7 +27,7 @@ var shared struct {
 // stop it from TestMain with Main or StopShared.
 func Shared(t testing.TB) (url string) {
 	t.Helper()
-	requireBinary(t)
+	Require(t, "redis-server")
 	srv, err := sharedServer()
 	if err != nil {
 		t.Fatalf("redistest: shared server: %v", err)

@@ -55,6 +55,13 @@ func TestSaveTake(t *testing.T) {
 	if _, err := Load(ctx, b, k, "other", &out); !errors.Is(err, seal.ErrTampered) {
 		t.Fatalf("Load of a state moved to another address: %v; want seal.ErrTampered", err)
 	}
+	// Sealed under the right key and address, but not a sample.
+	if err := Save(ctx, b, k, "st", "not a sample"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Load(ctx, b, k, "st", &out); !errors.Is(err, seal.ErrTampered) {
+		t.Fatalf("Load of a state that does not decode: %v; want seal.ErrTampered", err)
+	}
 }
 
 // Require refuses a store without a saved state as ErrUnclean.

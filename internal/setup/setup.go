@@ -10,6 +10,7 @@
 package setup
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -124,20 +125,24 @@ func openStore(ctx context.Context, b backend.Backend, opts Options) (*Opened, e
 		if o.tapLog != nil {
 			o.tapLog.Close()
 		}
-		if errors.Is(err, kv.ErrWrongKey) && o.KeyFile != "" {
-			err = fmt.Errorf("%w (key file %s)", err, o.KeyFile)
-		}
-		return nil, err
+		return nil, o.nameKeyFile(err)
 	}
 	return o, nil
+}
+
+// nameKeyFile adds the key file to a kv.ErrWrongKey error, so the operator
+// knows which file does not fit.
+func (o *Opened) nameKeyFile(err error) error {
+	if errors.Is(err, kv.ErrWrongKey) && o.KeyFile != "" {
+		return fmt.Errorf("%w (key file %s)", err, o.KeyFile)
+	}
+	return err
 }
 
 // resolve names the protocol (DefaultProtocol if none) and turns
 // OptionArgs into its ProtocolOptions.
 func resolve(opts Options) (Options, error) {
-	if opts.Protocol == "" {
-		opts.Protocol = DefaultProtocol
-	}
+	opts.Protocol = cmp.Or(opts.Protocol, DefaultProtocol)
 	if len(opts.OptionArgs) == 0 {
 		return opts, nil
 	}
@@ -155,21 +160,12 @@ func resolve(opts Options) (Options, error) {
 // needs no flags repeated.
 func (o *Opened) withStored(ctx context.Context, b backend.Backend, keys *seal.Keys, opts Options) (Options, error) {
 	stored, _, err := kv.Describe(ctx, b, keys)
-	if errors.Is(err, kv.ErrWrongKey) && o.KeyFile != "" {
-		err = fmt.Errorf("%w (key file %s)", err, o.KeyFile)
-	}
 	if err != nil {
-		return opts, err
+		return opts, o.nameKeyFile(err)
 	}
-	if opts.Protocol == "" {
-		opts.Protocol = stored.Protocol
-	}
-	if opts.Capacity == 0 {
-		opts.Capacity = stored.Capacity
-	}
-	if opts.ValueSize == 0 {
-		opts.ValueSize = stored.ValueSize
-	}
+	opts.Protocol = cmp.Or(opts.Protocol, stored.Protocol)
+	opts.Capacity = cmp.Or(opts.Capacity, stored.Capacity)
+	opts.ValueSize = cmp.Or(opts.ValueSize, stored.ValueSize)
 	return opts, nil
 }
 
@@ -204,10 +200,18 @@ func (o *Opened) master(exists bool) ([]byte, error) {
 	if master, err = seal.GenerateMaster(); err != nil {
 		return nil, err
 	}
-	if err := os.MkdirAll(o.opts.DataDir, 0o700); err != nil {
-		return nil, fmt.Errorf("setup: creating data dir: %w", err)
+	if err := makeDataDir(o.opts.DataDir); err != nil {
+		return nil, err
 	}
 	return master, seal.WriteKeyFile(o.KeyFile, master)
+}
+
+// makeDataDir creates a data directory, readable by its owner only.
+func makeDataDir(dir string) error {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("setup: creating data dir: %w", err)
+	}
+	return nil
 }
 
 // Close closes the store (flushing everything) and the tap log.
@@ -242,8 +246,8 @@ func OpenBackend(ctx context.Context, spec, dataDir string) (backend.Backend, er
 	case spec == "mem":
 		return mem.New(), nil
 	case spec == "disk" || spec == "":
-		if err := os.MkdirAll(dataDir, 0o700); err != nil {
-			return nil, fmt.Errorf("setup: creating data dir: %w", err)
+		if err := makeDataDir(dataDir); err != nil {
+			return nil, err
 		}
 		return disk.Open(filepath.Join(dataDir, "store"))
 	case strings.HasPrefix(spec, "redis://"):
