@@ -1,8 +1,10 @@
 package audit
 
 import (
+	"cmp"
 	"fmt"
-	"sort"
+	"math"
+	"slices"
 	"strings"
 
 	"github.com/oblivkv/oblivkv/observe"
@@ -68,11 +70,7 @@ func TotalVariation(a, b Histogram) float64 {
 		if i < len(b.Counts) {
 			pb = float64(b.Counts[i]) / float64(nb)
 		}
-		if pa > pb {
-			d += pa - pb
-		} else {
-			d += pb - pa
-		}
+		d += math.Abs(pa - pb)
 	}
 	return d / 2
 }
@@ -128,69 +126,99 @@ type AlphaResult struct {
 // or written twice (Waffle never reuses an id) or a failed object call is
 // an error, as alpha is then undefined.
 func WaffleAlpha(records []observe.Record) (AlphaResult, error) {
-	var res AlphaResult
-	written := map[string]int{} // id -> batch, while on storage and unread
-	read := map[string]bool{}   // ids already read
-	batch := 0
+	l := alphaLog{written: map[string]int{}, read: map[string]bool{}}
 	for _, rec := range records {
-		var addrs []string
-		for _, a := range rec.Addrs {
-			if strings.HasPrefix(a, WaffleObjectPrefix) {
-				addrs = append(addrs, a)
-			}
-		}
+		addrs := objectAddrs(rec.Addrs)
 		if len(addrs) == 0 || rec.Op == observe.OpScan {
 			continue
 		}
 		if rec.Err {
-			return res, fmt.Errorf("audit: call %d (%v of %d objects) failed; alpha is undefined", rec.Seq, rec.Op, len(addrs))
+			return l.res, fmt.Errorf("audit: call %d (%v of %d objects) failed; alpha is undefined", rec.Seq, rec.Op, len(addrs))
 		}
-		switch rec.Op {
-		case observe.OpRead:
-			batch++
-			for _, a := range addrs {
-				w, ok := written[a]
-				switch {
-				case read[a]:
-					return res, fmt.Errorf("audit: call %d reads %s a second time", rec.Seq, a)
-				case !ok:
-					return res, fmt.Errorf("audit: call %d reads %s, never written in the log", rec.Seq, a)
-				}
-				delete(written, a)
-				read[a] = true
-				s := AlphaSample{Addr: a, Written: w, Read: batch, Alpha: batch - w}
-				res.Samples = append(res.Samples, s)
-				res.Max = max(res.Max, s.Alpha)
-				res.Hist.Add(s.Alpha)
+		if err := l.add(rec.Seq, rec.Op, addrs); err != nil {
+			return l.res, err
+		}
+	}
+	return l.result(), nil
+}
+
+// objectAddrs returns the Waffle object addresses among addrs.
+func objectAddrs(addrs []string) []string {
+	var out []string
+	for _, a := range addrs {
+		if strings.HasPrefix(a, WaffleObjectPrefix) {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+// alphaLog is WaffleAlpha's state while it walks a log.
+type alphaLog struct {
+	res     AlphaResult
+	batch   int
+	written map[string]int  // id -> batch, while on storage and unread
+	read    map[string]bool // ids already read
+}
+
+// add applies the object call seq, of op on addrs.
+func (l *alphaLog) add(seq uint64, op observe.Op, addrs []string) error {
+	switch op {
+	case observe.OpRead:
+		l.batch++
+		for _, a := range addrs {
+			if err := l.readID(seq, a); err != nil {
+				return err
 			}
-		case observe.OpWrite:
-			for _, a := range addrs {
-				if _, ok := written[a]; ok || read[a] {
-					return res, fmt.Errorf("audit: call %d writes %s a second time", rec.Seq, a)
-				}
-				written[a] = batch
+		}
+	case observe.OpWrite:
+		for _, a := range addrs {
+			if _, ok := l.written[a]; ok || l.read[a] {
+				return fmt.Errorf("audit: call %d writes %s a second time", seq, a)
 			}
-		case observe.OpDelete:
-			for _, a := range addrs {
-				if _, ok := written[a]; ok {
-					delete(written, a)
-					res.DeletedUnread++
-				}
+			l.written[a] = l.batch
+		}
+	case observe.OpDelete:
+		for _, a := range addrs {
+			if _, ok := l.written[a]; ok {
+				delete(l.written, a)
+				l.res.DeletedUnread++
 			}
 		}
 	}
-	res.Batches = batch
-	for a, w := range written {
-		res.Unread = append(res.Unread, AlphaSample{Addr: a, Written: w, Read: -1, Alpha: batch - w})
-		res.MaxUnreadAge = max(res.MaxUnreadAge, batch-w)
+	return nil
+}
+
+// readID records the read of id a in the current batch as a sample.
+func (l *alphaLog) readID(seq uint64, a string) error {
+	w, ok := l.written[a]
+	switch {
+	case l.read[a]:
+		return fmt.Errorf("audit: call %d reads %s a second time", seq, a)
+	case !ok:
+		return fmt.Errorf("audit: call %d reads %s, never written in the log", seq, a)
 	}
-	sort.Slice(res.Unread, func(i, j int) bool {
-		if res.Unread[i].Alpha != res.Unread[j].Alpha {
-			return res.Unread[i].Alpha > res.Unread[j].Alpha
-		}
-		return res.Unread[i].Addr < res.Unread[j].Addr
+	delete(l.written, a)
+	l.read[a] = true
+	s := AlphaSample{Addr: a, Written: w, Read: l.batch, Alpha: l.batch - w}
+	l.res.Samples = append(l.res.Samples, s)
+	l.res.Max = max(l.res.Max, s.Alpha)
+	l.res.Hist.Add(s.Alpha)
+	return nil
+}
+
+// result completes the analysis with the ids still unread at the end.
+func (l *alphaLog) result() AlphaResult {
+	res := l.res
+	res.Batches = l.batch
+	for a, w := range l.written {
+		res.Unread = append(res.Unread, AlphaSample{Addr: a, Written: w, Read: -1, Alpha: l.batch - w})
+		res.MaxUnreadAge = max(res.MaxUnreadAge, l.batch-w)
+	}
+	slices.SortFunc(res.Unread, func(a, b AlphaSample) int {
+		return cmp.Or(cmp.Compare(b.Alpha, a.Alpha), strings.Compare(a.Addr, b.Addr))
 	})
-	return res, nil
+	return res
 }
 
 // WaffleEvent is one batch in the proxy's own record of a Waffle run

@@ -13,10 +13,14 @@ func rec(op observe.Op, addrs ...string) observe.Record {
 
 func TestWaffleAlpha(t *testing.T) {
 	const p = WaffleObjectPrefix
+	failedState, failedScan := rec(observe.OpWrite, "wf/state"), rec(observe.OpScan, p)
+	failedState.Err, failedScan.Err = true, true
 	log := []observe.Record{
 		rec(observe.OpWrite, p+"a", p+"b", p+"c", p+"x"), // batch 0 (load)
 		rec(observe.OpDelete, p+"x"),                     // deleted unread
+		failedScan,                                       // not an object call
 		rec(observe.OpRead, "wf/state"),                  // not a batch
+		failedState,                                      // not an object call
 		rec(observe.OpRead, p+"a"),                       // batch 1: a alpha 1
 		rec(observe.OpWrite, p+"d"),
 		rec(observe.OpDelete, p+"a"),
@@ -98,5 +102,19 @@ func TestHistogram(t *testing.T) {
 	}
 	if d := TotalVariation(a, a); d != 0 {
 		t.Fatalf("TV(a, a) = %v", d)
+	}
+	if d := TotalVariation(a, Histogram{}); d != 0 {
+		t.Fatalf("TV(a, empty) = %v; want 0", d)
+	}
+	c := a.Rebin(1)
+	c.Counts[0]++
+	if a.Counts[0] != 1 {
+		t.Fatalf("Rebin(1) shares its counts with the histogram")
+	}
+	var h Histogram
+	h.Add(3)
+	h.Add(0)
+	if !reflect.DeepEqual(h.Counts, []int{1, 0, 0, 1}) {
+		t.Fatalf("Add(3), Add(0): counts %v", h.Counts)
 	}
 }

@@ -1,6 +1,7 @@
 package waffle
 
 import (
+	"container/heap"
 	"container/list"
 	"context"
 	"errors"
@@ -8,21 +9,28 @@ import (
 	"github.com/oblivkv/oblivkv/backend"
 )
 
-// Kinds of the B reads of a batch.
+// readKind says why a batch reads an object.
+type readKind uint8
+
 const (
-	readReal      = iota // a requested key's object (r)
-	readConsumed         // a dummy whose place a new key takes (counted in r)
-	readFakeDummy        // one of the f_D fake queries on dummies
-	readFill             // one of the f_R fake queries on real objects
+	readReal      readKind = iota // a requested key's object (r)
+	readConsumed                  // a dummy whose place a new key takes (counted in r)
+	readFakeDummy                 // one of the f_D fake queries on dummies
+	readFill                      // one of the f_R fake queries on real objects
 )
 
+// read is one of the B objects a batch reads.
 type read struct {
 	ref  ref
 	obj  *object
-	kind int
-	addr string
-	val  []byte
+	kind readKind
+	val  []byte // its value, once fetched
 }
+
+// rewritten reports whether the object read goes back to storage in the
+// same batch, re-encrypted under a fresh id: a dummy, unless a new key
+// takes its place. Every other object read enters the cache.
+func (r read) rewritten() bool { return r.ref.Dummy && r.kind != readConsumed }
 
 // keyPlan is the batch's deduplicated work on one key (dedupReqs).
 type keyPlan struct {
@@ -30,48 +38,8 @@ type keyPlan struct {
 	obj         *object // nil when the key does not exist before the batch
 	reqs        []*request
 	finalExists bool
-	slot        int           // the key's read, or -1
+	slot        int           // the index in reads of the key's real query
 	convert     *list.Element // a cached dummy an insert takes the place of
-}
-
-type popped struct {
-	dummy bool
-	e     entry
-}
-
-// pick pops the least recently accessed object on storage of one kind not
-// yet picked in this batch.
-func (s *store) pick(dummy bool, picked map[ref]bool, pops *[]popped) (ref, *object, bool) {
-	h := &s.reals
-	if dummy {
-		h = &s.dummies
-	}
-	for {
-		e, ok := h.pop()
-		if !ok {
-			return ref{}, nil, false
-		}
-		rf := ref{Dummy: dummy, Key: e.key}
-		o := s.objs[rf]
-		if o == nil || o.elem != nil || o.order != e.order || o.tie != e.tie {
-			continue // stale entry
-		}
-		*pops = append(*pops, popped{dummy, e})
-		if picked[rf] {
-			continue
-		}
-		picked[rf] = true
-		return rf, o, true
-	}
-}
-
-func (s *store) push(rf ref, o *object) {
-	e := entry{order: o.order, tie: o.tie, key: rf.Key}
-	if rf.Dummy {
-		s.dummies.push(e)
-	} else {
-		s.reals.push(e)
-	}
 }
 
 // runBatch runs Algorithm 1 on one batch of requests (at most R): it
@@ -79,118 +47,216 @@ func (s *store) push(rf ref, o *object) {
 // leaves the proxy's state as it was.
 //
 // Storage sees, whatever the requests: one Read of B distinct addresses,
-// one Write of exactly B new addresses (the f_D dummies read, and any
-// dummies read as fill, re-encrypted under fresh ids, plus one cache
-// eviction per other object read, as every other object read enters the
-// cache, which always holds exactly C objects between batches), then one
-// Delete of the B addresses read.
-func (s *store) runBatch(ctx context.Context, batch []*request) error {
+// one Write of exactly B new addresses (the dummies read re-encrypted,
+// plus one cache eviction per other object read, as every other object
+// read enters the cache, which always holds exactly C objects between
+// batches), then one Delete of the B addresses read.
+func (s *store) runBatch(ctx context.Context, batch []*request) (err error) {
 	ts := s.ts + 1
-	// Read phase (lines 6-15): deduplicate by key, decide existence and
-	// capacity in arrival order.
-	plans := map[string]*keyPlan{}
-	var order []*keyPlan
+	plans, n := s.plan(batch)
+	pk := picker{s: s, picked: map[ref]bool{}}
+	defer func() {
+		if err != nil {
+			pk.restore()
+		}
+	}()
+	reads, err := s.chooseReads(plans, &pk)
+	if err != nil {
+		return err
+	}
+	addrs, err := s.fetch(ctx, reads)
+	if err != nil {
+		return err
+	}
+	victims, err := s.writeBack(ctx, plans, reads, addrs, ts)
+	if err != nil {
+		return err
+	}
+	s.traceBatch(ts, reads, victims)
+	s.commit(plans, reads, victims, ts)
+	s.nReal = n
+	if len(s.reals) > 2*n+64 {
+		s.rebuild(false) // drop stale entries
+	}
+	s.maybeResetDummies()
+	return nil
+}
+
+// plan deduplicates the batch by key (lines 6-15) and decides, in arrival
+// order, whether each key exists after its requests; a Put of a new key
+// into a full store fails with kv.ErrFull. It returns the keys' plans in
+// order of first arrival and the number of keys after the batch.
+func (s *store) plan(batch []*request) ([]keyPlan, int) {
+	var plans []keyPlan
+	at := map[string]int{}
 	n := s.nReal
 	for _, r := range batch {
-		p := plans[r.key]
-		if p == nil {
-			p = &keyPlan{ref: ref{Key: r.key}, slot: -1}
-			p.obj = s.objs[p.ref]
-			p.finalExists = p.obj != nil
-			plans[r.key] = p
-			order = append(order, p)
+		i, ok := at[r.key]
+		if !ok {
+			i = len(plans)
+			at[r.key] = i
+			rf := ref{Key: r.key}
+			o := s.objs[rf]
+			plans = append(plans, keyPlan{ref: rf, obj: o, finalExists: o != nil})
 		}
-		switch r.op {
-		case opPut:
-			if !p.finalExists {
-				if n >= s.capacity {
-					r.err = errFull(s.capacity)
-					continue
-				}
-				n++
-				p.finalExists = true
+		p := &plans[i]
+		switch {
+		case r.op == opPut && !p.finalExists:
+			if n >= s.capacity {
+				r.err = errFull(s.capacity)
+				continue
 			}
-		case opDelete:
-			if p.finalExists {
-				n--
-				p.finalExists = false
-			}
+			n++
+			p.finalExists = true
+		case r.op == opDelete && p.finalExists:
+			n--
+			p.finalExists = false
 		}
 		p.reqs = append(p.reqs, r)
 	}
+	return plans, n
+}
 
-	// The B reads (lines 16-29).
-	picked := map[ref]bool{}
-	var pops []popped
-	restore := func() {
-		for _, p := range pops {
-			if p.dummy {
-				s.dummies.push(p.e)
-			} else {
-				s.reals.push(p.e)
-			}
-		}
-	}
+// chooseReads picks the batch's B reads (lines 16-29): the r real queries
+// (a key on storage, or for an insert the dummy whose place it takes),
+// f_D fake queries on dummies, then fake queries on real objects up to B
+// (on dummies once no real object is left on storage).
+func (s *store) chooseReads(plans []keyPlan, pk *picker) ([]read, error) {
 	reads := make([]read, 0, s.opts.B)
 	converted := map[*list.Element]bool{}
-	for _, p := range order {
+	for i := range plans {
+		p := &plans[i]
 		switch {
 		case p.obj != nil && p.obj.elem == nil: // on storage: a real query
-			picked[p.ref] = true
+			pk.picked[p.ref] = true
 			p.slot = len(reads)
 			reads = append(reads, read{ref: p.ref, obj: p.obj, kind: readReal})
 		case p.obj == nil && p.finalExists: // an insert takes a dummy's place
-			if rf, o, ok := s.pick(true, picked, &pops); ok {
-				p.slot = len(reads)
-				reads = append(reads, read{ref: rf, obj: o, kind: readConsumed})
+			if rd, ok := pk.pick(true, readConsumed); ok {
+				reads = append(reads, rd)
 			} else if p.convert = s.cachedDummy(converted); p.convert == nil {
-				restore()
-				return errors.New("waffle: internal error: no dummy left for an insert")
+				return nil, errors.New("waffle: internal error: no dummy left for an insert")
 			}
 		}
 	}
-	realQueries := len(reads)
 	for range s.opts.FD {
-		rf, o, ok := s.pick(true, picked, &pops)
+		rd, ok := pk.pick(true, readFakeDummy)
 		if !ok {
 			break // fewer dummies on storage than f_D: fill with real objects
 		}
-		reads = append(reads, read{ref: rf, obj: o, kind: readFakeDummy})
+		reads = append(reads, rd)
 	}
 	for len(reads) < s.opts.B {
-		rf, o, ok := s.pick(false, picked, &pops)
+		rd, ok := pk.pick(false, readFill)
 		if !ok {
-			rf, o, ok = s.pick(true, picked, &pops)
+			rd, ok = pk.pick(true, readFill)
 		}
 		if !ok {
-			restore()
-			return errors.New("waffle: internal error: fewer than B objects on storage")
+			return nil, errors.New("waffle: internal error: fewer than B objects on storage")
 		}
-		reads = append(reads, read{ref: rf, obj: o, kind: readFill})
+		reads = append(reads, rd)
 	}
+	return reads, nil
+}
+
+// cachedDummy returns the least recently used dummy in the cache not in
+// skip, and adds it to skip.
+func (s *store) cachedDummy(skip map[*list.Element]bool) *list.Element {
+	for e := s.cache.Back(); e != nil; e = e.Prev() {
+		if e.Value.(*cached).ref.Dummy && !skip[e] {
+			skip[e] = true
+			return e
+		}
+	}
+	return nil
+}
+
+// picker pops, for one batch, the least recently accessed objects on
+// storage, each at most once (a key of a real query is marked picked
+// beforehand); restore puts back what it popped, for a batch that fails.
+type picker struct {
+	s      *store
+	picked map[ref]bool
+	popped []ref
+}
+
+func (p *picker) pick(dummy bool, kind readKind) (read, bool) {
+	for {
+		rf, ok := p.s.head(dummy)
+		if !ok {
+			return read{}, false
+		}
+		heap.Pop(p.s.index(dummy))
+		p.popped = append(p.popped, rf)
+		if !p.picked[rf] {
+			p.picked[rf] = true
+			return read{ref: rf, obj: p.s.objs[rf], kind: kind}, true
+		}
+	}
+}
+
+func (p *picker) restore() {
+	for _, rf := range p.popped {
+		p.s.push(rf, p.s.objs[rf])
+	}
+}
+
+// fetch reads the batch's objects in one backend Read (line 30) and
+// returns their addresses.
+func (s *store) fetch(ctx context.Context, reads []read) ([]string, error) {
 	addrs := make([]string, len(reads))
-	for i := range reads {
-		reads[i].addr = s.addr(reads[i].ref, reads[i].obj.ts)
-		addrs[i] = reads[i].addr
+	for i, rd := range reads {
+		addrs[i] = s.addr(rd.ref, rd.obj.ts)
 	}
 	vals, err := s.b.Read(ctx, addrs)
-	if err == nil {
-		for i := range reads {
-			if reads[i].val, err = s.open(addrs[i], vals[i]); err != nil {
-				break
-			}
+	if err != nil {
+		return nil, err
+	}
+	for i := range reads {
+		if reads[i].val, err = s.unseal(addrs[i], vals[i]); err != nil {
+			return nil, err
 		}
 	}
-	if err != nil {
-		restore()
-		return err
-	}
+	return addrs, nil
+}
 
-	// Write phase (lines 31-46): dummies read go back re-encrypted under
-	// fresh ids; every other object read enters the cache and evicts the
-	// least recently used untouched entry.
+// writeBack is the write phase (lines 31-46): it writes the dummies read,
+// re-encrypted under fresh ids, and for every other object read, which
+// enters the cache, the least recently used cache entry the batch does not
+// touch, in one backend Write; then it deletes the objects read. It
+// returns the evicted entries.
+func (s *store) writeBack(ctx context.Context, plans []keyPlan, reads []read, addrs []string, ts uint64) ([]*list.Element, error) {
+	victims, err := s.victims(plans, reads)
+	if err != nil {
+		return nil, err
+	}
+	writes := make([]backend.Item, 0, len(reads))
+	for _, rd := range reads {
+		if rd.rewritten() {
+			writes = append(writes, s.item(rd.ref, ts, nil))
+		}
+	}
+	for _, e := range victims {
+		c := e.Value.(*cached)
+		writes = append(writes, s.item(c.ref, s.objs[c.ref].ts, c.val))
+	}
+	if err := s.b.Write(ctx, writes); err != nil {
+		return nil, err
+	}
+	if err := s.b.Delete(ctx, addrs); err != nil {
+		// The batch took effect: the objects read are now garbage that is
+		// never read again.
+		s.counters.DeleteErrors++
+	}
+	return victims, nil
+}
+
+// victims chooses the cache entries to evict: one per object read that
+// enters the cache, least recently used first, skipping the entries the
+// batch's keys hold.
+func (s *store) victims(plans []keyPlan, reads []read) ([]*list.Element, error) {
 	touched := map[*list.Element]bool{}
-	for _, p := range order {
+	for _, p := range plans {
 		if p.obj != nil && p.obj.elem != nil {
 			touched[p.obj.elem] = true
 		}
@@ -198,12 +264,9 @@ func (s *store) runBatch(ctx context.Context, batch []*request) error {
 			touched[p.convert] = true
 		}
 	}
-	entering, writes := 0, make([]backend.Item, 0, s.opts.B)
+	entering := 0
 	for _, rd := range reads {
-		if rd.ref.Dummy && rd.kind != readConsumed {
-			a := s.addr(rd.ref, ts)
-			writes = append(writes, backend.Item{Addr: a, Value: s.seal(a, nil)})
-		} else {
+		if !rd.rewritten() {
 			entering++
 		}
 	}
@@ -214,27 +277,34 @@ func (s *store) runBatch(ctx context.Context, batch []*request) error {
 		}
 	}
 	if len(victims) < entering {
-		restore()
-		return errors.New("waffle: internal error: the cache cannot hold the batch")
+		return nil, errors.New("waffle: internal error: the cache cannot hold the batch")
+	}
+	return victims, nil
+}
+
+// traceBatch reports a batch to opts.trace (tests only): the B objects
+// read, then the B written, in the order of the Write.
+func (s *store) traceBatch(ts uint64, reads []read, victims []*list.Element) {
+	if s.opts.trace == nil {
+		return
+	}
+	var rd, wr []ref
+	for _, r := range reads {
+		rd = append(rd, r.ref)
+		if r.rewritten() {
+			wr = append(wr, r.ref)
+		}
 	}
 	for _, e := range victims {
-		c := e.Value.(*cached)
-		a := s.addr(c.ref, s.objs[c.ref].ts)
-		writes = append(writes, backend.Item{Addr: a, Value: s.seal(a, c.val)})
+		wr = append(wr, e.Value.(*cached).ref)
 	}
-	if err := s.b.Write(ctx, writes); err != nil {
-		restore()
-		return err
-	}
-	if err := s.b.Delete(ctx, addrs); err != nil {
-		// The batch took effect: the objects read are now garbage that is
-		// never read again.
-		s.counters.DeleteErrors++
-	}
+	s.opts.trace(ts, rd, wr)
+}
 
-	s.traceBatch(ts, reads, victims)
-
-	// Commit.
+// commit applies a batch whose backend calls succeeded to the proxy's
+// state: the victims leave the cache for storage, the objects read take
+// timestamp ts, and the requests are answered.
+func (s *store) commit(plans []keyPlan, reads []read, victims []*list.Element, ts uint64) {
 	s.ts = ts
 	for _, e := range victims {
 		c := s.cache.Remove(e).(*cached)
@@ -253,46 +323,55 @@ func (s *store) runBatch(ctx context.Context, batch []*request) error {
 		case rd.kind == readFill:
 			rd.obj.elem = s.cache.PushFront(&cached{ref: rd.ref, val: rd.val})
 		}
+		s.count(rd.kind)
 	}
-	for _, p := range order {
-		var val []byte
-		exists := p.obj != nil
-		switch {
-		case p.obj != nil && p.obj.elem != nil:
-			val = p.obj.elem.Value.(*cached).val
-		case p.slot >= 0 && exists:
-			val = reads[p.slot].val
-		}
-		for _, r := range p.reqs {
-			switch r.op {
-			case opGet:
-				if exists {
-					r.result, r.found = append([]byte{}, val...), true
-				}
-			case opPut:
-				val, exists = r.value, true
-			case opDelete:
-				val, exists = nil, false
-			}
-		}
+	for i := range plans {
+		p := &plans[i]
+		val, exists := p.answer(p.before(reads))
 		s.settle(p, val, exists, ts)
 	}
-	s.nReal = n
-	if len(s.reals) > 2*n+64 {
-		s.rebuildReals() // drop stale entries
-	}
 	s.counters.Batches++
-	s.counters.RealQueries += uint64(realQueries)
-	for _, rd := range reads {
-		switch rd.kind {
-		case readFakeDummy:
-			s.counters.FakeDummy++
-		case readFill:
-			s.counters.FakeReal++
+}
+
+func (s *store) count(k readKind) {
+	switch k {
+	case readReal, readConsumed:
+		s.counters.RealQueries++
+	case readFakeDummy:
+		s.counters.FakeDummy++
+	case readFill:
+		s.counters.FakeReal++
+	}
+}
+
+// before is the key's value and existence before the batch.
+func (p *keyPlan) before(reads []read) ([]byte, bool) {
+	switch {
+	case p.obj == nil:
+		return nil, false
+	case p.obj.elem != nil:
+		return p.obj.elem.Value.(*cached).val, true
+	default:
+		return reads[p.slot].val, true
+	}
+}
+
+// answer answers the key's requests in arrival order, starting from its
+// value and existence val, exists, and returns them after the last.
+func (p *keyPlan) answer(val []byte, exists bool) ([]byte, bool) {
+	for _, r := range p.reqs {
+		switch r.op {
+		case opGet:
+			if exists {
+				r.result, r.found = append([]byte{}, val...), true
+			}
+		case opPut:
+			val, exists = r.value, true
+		case opDelete:
+			val, exists = nil, false
 		}
 	}
-	s.maybeResetDummies()
-	return nil
+	return val, exists
 }
 
 // settle puts key p's final value in the cache (or turns its cache place
@@ -327,63 +406,23 @@ func (s *store) settle(p *keyPlan, val []byte, exists bool, ts uint64) {
 	}
 }
 
-// cachedDummy returns the least recently used dummy in the cache not in
-// skip, and adds it to skip.
-func (s *store) cachedDummy(skip map[*list.Element]bool) *list.Element {
-	for e := s.cache.Back(); e != nil; e = e.Prev() {
-		if e.Value.(*cached).ref.Dummy && !skip[e] {
-			skip[e] = true
-			return e
-		}
-	}
-	return nil
-}
-
 // maybeResetDummies sets every dummy's ordering timestamp to ts (with a
 // fresh random tie-break, so the next round picks them in a new order) once
 // every dummy on storage has been accessed since the last reset: every
 // D/f_D batches in a full store (Sec. 6.2). Storage ids keep their own
 // timestamps, so the reset moves no object.
 func (s *store) maybeResetDummies() {
-	for {
-		if len(s.dummies) == 0 {
-			return // every dummy is in the cache
-		}
-		e := s.dummies[0]
-		rf := ref{Dummy: true, Key: e.key}
-		if o := s.objs[rf]; o != nil && o.elem == nil && o.order == e.order && o.tie == e.tie {
-			if e.order <= s.lastReset {
-				return // a dummy not accessed since the last reset
-			}
-			break
-		}
-		s.dummies.pop() // stale
+	if rf, ok := s.head(true); ok && s.objs[rf].order > s.lastReset {
+		s.resetDummies()
 	}
-	s.resetDummies()
 }
 
 func (s *store) resetDummies() {
 	s.lastReset = s.ts
-	es := make([]entry, 0, len(s.dummies))
 	for rf, o := range s.objs {
-		if !rf.Dummy {
-			continue
-		}
-		o.order, o.tie = s.ts, s.rng.Uint64()
-		if o.elem == nil {
-			es = append(es, entry{order: o.order, tie: o.tie, key: rf.Key})
+		if rf.Dummy {
+			o.order, o.tie = s.ts, s.rng.Uint64()
 		}
 	}
-	s.dummies.rebuild(es)
-}
-
-// rebuildReals rebuilds the index of real objects on storage.
-func (s *store) rebuildReals() {
-	var es []entry
-	for rf, o := range s.objs {
-		if !rf.Dummy && o.elem == nil {
-			es = append(es, entry{order: o.order, tie: o.tie, key: rf.Key})
-		}
-	}
-	s.reals.rebuild(es)
+	s.rebuild(true)
 }

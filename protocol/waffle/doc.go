@@ -38,4 +38,12 @@
 // Durability: Close saves the cache, the timestamps, the dummies and the
 // counters sealed under stateAddr; an open loads and deletes it, so a store
 // not closed cleanly is refused with a clear error.
+//
+// The package owns the proxy's state (cache, timestamps, ordered indexes,
+// dummies) and everything under "wf/" on storage: the objects under
+// ObjectPrefix and the sealed state. It must never let what storage sees
+// depend on the requests (every batch is the same three calls of B
+// addresses), never read or write a storage id twice, never store a
+// logical key or an unsealed value, and never answer from an object that
+// fails to open.
 package waffle

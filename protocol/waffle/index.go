@@ -30,10 +30,11 @@ func (a entry) less(b entry) bool {
 // keys not in the cache, or dummies). The paper uses a balanced BST keyed by
 // <ts : key>; this is a binary min-heap of (ts, tie, key) with lazy
 // updates instead: an object's entry is pushed whenever it (re)enters
-// storage or its timestamp changes, and an entry popped is used only if it
-// still matches the object's current state (see store.valid), so stale
-// entries are skipped. Min and update cost O(log n) amortised; the heap is
-// compacted when stale entries outnumber live ones.
+// storage or its timestamp changes, and an entry is used only while it
+// matches the object's current state (see store.head), so stale entries
+// are dropped when they reach the top. Min and update cost O(log n)
+// amortised. The index of reals is rebuilt when stale entries outnumber
+// live ones; that of dummies at every reset of their timestamps.
 type index []entry
 
 func (h index) Len() int           { return len(h) }
@@ -47,17 +48,44 @@ func (h *index) Pop() any {
 	return e
 }
 
-func (h *index) push(e entry) { heap.Push(h, e) }
-
-func (h *index) pop() (entry, bool) {
-	if len(*h) == 0 {
-		return entry{}, false
+// index returns the index of one kind of object.
+func (s *store) index(dummy bool) *index {
+	if dummy {
+		return &s.dummies
 	}
-	return heap.Pop(h).(entry), true
+	return &s.reals
 }
 
-// rebuild replaces the heap's entries by es.
-func (h *index) rebuild(es []entry) {
-	*h = es
-	heap.Init(h)
+// push enters object rf, on storage, in its index.
+func (s *store) push(rf ref, o *object) {
+	heap.Push(s.index(rf.Dummy), entry{order: o.order, tie: o.tie, key: rf.Key})
+}
+
+// head drops the stale entries at the top of one kind's index and returns
+// the object it names first: the least recently accessed of that kind on
+// storage.
+func (s *store) head(dummy bool) (ref, bool) {
+	h := s.index(dummy)
+	for len(*h) > 0 {
+		e := (*h)[0]
+		rf := ref{Dummy: dummy, Key: e.key}
+		if o := s.objs[rf]; o != nil && o.elem == nil && o.order == e.order && o.tie == e.tie {
+			return rf, true
+		}
+		heap.Pop(h)
+	}
+	return ref{}, false
+}
+
+// rebuild rebuilds one kind's index from the objects on storage, without
+// stale entries.
+func (s *store) rebuild(dummy bool) {
+	var h index
+	for rf, o := range s.objs {
+		if rf.Dummy == dummy && o.elem == nil {
+			h = append(h, entry{order: o.order, tie: o.tie, key: rf.Key})
+		}
+	}
+	heap.Init(&h)
+	*s.index(dummy) = h
 }

@@ -1,7 +1,6 @@
 package waffle
 
 import (
-	"container/list"
 	"fmt"
 	"math"
 	"time"
@@ -26,27 +25,9 @@ type Options struct {
 	Timeout time.Duration
 
 	// trace, when set (tests only, see export_test.go), receives each
-	// batch's timestamp and the objects it read from and wrote to storage.
+	// batch's timestamp and the objects it read from and wrote to storage
+	// (see store.traceBatch).
 	trace func(ts uint64, read, written []ref)
-}
-
-// traceBatch reports a batch to opts.trace: the B objects read, then the
-// B written (the dummies re-encrypted and the cache victims).
-func (s *store) traceBatch(ts uint64, reads []read, victims []*list.Element) {
-	if s.opts.trace == nil {
-		return
-	}
-	var rd, wr []ref
-	for _, r := range reads {
-		rd = append(rd, r.ref)
-		if r.ref.Dummy && r.kind != readConsumed {
-			wr = append(wr, r.ref)
-		}
-	}
-	for _, e := range victims {
-		wr = append(wr, e.Value.(*cached).ref)
-	}
-	s.opts.trace(ts, rd, wr)
 }
 
 // The paper's parameters (Sec. 8, N = 1M): B=2500, R=1000, f_D=500 and a
@@ -121,15 +102,15 @@ func (o Options) validate(n int) error {
 // dummy term grows to (N+D-keys)/f_D (Sec. 6.2, inserts and deletes).
 func TheoreticalAlpha(opts Options, n int) float64 {
 	o := opts.withDefaults(n)
-	real := float64(n-1) / float64(o.B-o.R-o.FD)
-	dummy := 0.0
+	reals := float64(n-1) / float64(o.B-o.R-o.FD)
+	dummies := 0.0
 	switch {
 	case o.FD > 0:
-		dummy = float64(o.D) / float64(o.FD)
+		dummies = float64(o.D) / float64(o.FD)
 	case o.D > 0:
-		dummy = math.Inf(1)
+		dummies = math.Inf(1)
 	}
-	return math.Ceil(max(real, dummy))
+	return math.Ceil(max(reals, dummies))
 }
 
 // TheoreticalBeta is Theorem 7.2's bound for a store of capacity n: an

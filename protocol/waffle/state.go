@@ -1,37 +1,43 @@
 package waffle
 
 import (
+	"container/list"
 	"context"
 	"errors"
 	"fmt"
 	"iter"
 
-	"github.com/oblivkv/oblivkv/backend"
 	"github.com/oblivkv/oblivkv/internal/sealedstate"
 	"github.com/oblivkv/oblivkv/kv"
+	"github.com/oblivkv/oblivkv/protocol/tree"
 )
 
 // stateAddr holds the sealed proxy state between a clean Close and the
 // next open.
 const stateAddr = "wf/state"
 
-// initBatchBytes bounds one backend write of the initial layout.
-const initBatchBytes = 4 << 20
+// deleteChunk bounds the addresses of one backend delete of a bulk load.
+const deleteChunk = 1 << 14
 
 // state is what the proxy keeps between runs.
 type state struct {
-	B, R, FD, D, C       int
+	Params               params
 	TS, LastReset, NextD uint64
 	Objects              []objectState
 	Cache                []cacheState // most recently used first
 	Counters             counters
 }
 
+// params are the options a store is written with; reopening it with
+// others is refused.
+type params struct{ B, R, FD, D, C int }
+
+func (o Options) params() params { return params{B: o.B, R: o.R, FD: o.FD, D: o.D, C: o.C} }
+
 type objectState struct {
 	Dummy          bool
 	Key            string
 	TS, Order, Tie uint64
-	Cached         bool
 }
 
 type cacheState struct {
@@ -40,106 +46,116 @@ type cacheState struct {
 	Val   []byte
 }
 
-// writeInitial lays out a fresh store (Sec. 6.1 with no real objects yet):
-// N+D dummies, the spare capacity of the N keys plus the D dummies of a
-// full store. C of them fill the cache, which always holds exactly C
-// objects between batches; the others are written at timestamp 0, shuffled,
-// in large batches. An insert later takes one dummy's place.
+// writeInitial lays out a fresh store: N+D dummies, the spare capacity of
+// the N keys plus the D dummies of a full store. An insert later takes one
+// dummy's place.
 func (s *store) writeInitial(ctx context.Context) error {
-	total := s.capacity + s.opts.D
-	var items []backend.Item
-	for i := range total {
-		rf := s.newDummy()
-		o := &object{tie: s.rng.Uint64()}
-		s.objs[rf] = o
-		if i < s.opts.C {
-			o.elem = s.cache.PushBack(&cached{ref: rf})
-			continue
-		}
-		a := s.addr(rf, 0)
-		items = append(items, backend.Item{Addr: a, Value: s.seal(a, nil)})
-	}
-	s.rng.Shuffle(len(items), func(i, j int) { items[i], items[j] = items[j], items[i] })
-	s.resetDummies()
-	if err := s.writeChunks(ctx, items); err != nil {
+	if err := s.layout(ctx, nil, 0); err != nil {
 		return fmt.Errorf("waffle: writing the initial dummies: %w", err)
 	}
 	return nil
 }
 
-// Load implements kv.Loader (Sec. 6.1): C random items go to the cache;
-// the other items and the dummies (N+D-items of them, C-cached of them in
-// the cache) are written shuffled, in large batches, under fresh ids; the
-// previous dummies are deleted.
+// Load implements kv.Loader (Sec. 6.1): the items and the dummies that
+// fill the spare capacity are laid out afresh, and the previous dummies
+// deleted.
 func (s *store) Load(ctx context.Context, items iter.Seq2[string, []byte]) (int, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.nReal > 0 {
 		return s.nReal, kv.ErrNotEmpty
 	}
-	values := map[string][]byte{}
-	var keys []string
-	for k, v := range items {
-		if _, dup := values[k]; !dup {
-			keys = append(keys, k)
-		}
-		values[k] = append([]byte{}, v...)
-		if len(values) > s.capacity {
-			return 0, errFull(s.capacity)
-		}
-	}
-	var old []string
-	for rf, o := range s.objs {
-		if o.elem == nil {
-			old = append(old, s.addr(rf, o.ts))
-		}
-	}
-	ts := s.ts + 1
-	s.rng.Shuffle(len(keys), func(i, j int) { keys[i], keys[j] = keys[j], keys[i] })
-	objs, cache := map[ref]*object{}, s.cache.Init()
-	var writes []backend.Item
-	place := func(rf ref, val []byte) {
-		o := &object{ts: ts, order: ts}
-		if rf.Dummy {
-			o.tie = s.rng.Uint64()
-		}
-		objs[rf] = o
-		if cache.Len() < s.opts.C {
-			o.elem = cache.PushBack(&cached{ref: rf, val: val})
-			return
-		}
-		a := s.addr(rf, ts)
-		writes = append(writes, backend.Item{Addr: a, Value: s.seal(a, val)})
-	}
-	for _, k := range keys {
-		place(ref{Key: k}, values[k])
-	}
-	for range s.capacity + s.opts.D - len(keys) {
-		place(s.newDummy(), nil)
-	}
-	s.rng.Shuffle(len(writes), func(i, j int) { writes[i], writes[j] = writes[j], writes[i] })
-	if err := s.writeChunks(ctx, writes); err != nil {
-		s.restoreCache() // the old layout is still in force
+	objs, err := s.collect(items)
+	if err != nil {
 		return 0, err
 	}
-	s.objs, s.ts, s.nReal = objs, ts, len(keys)
-	s.rebuildReals()
-	s.resetDummies()
+	n, old := len(objs), s.storedAddrs()
+	if err := s.layout(ctx, objs, s.ts+1); err != nil {
+		return 0, err // the old layout is still in force
+	}
 	if err := s.deleteChunks(ctx, old); err != nil {
 		s.counters.DeleteErrors++
 	}
-	return len(keys), nil
+	return n, nil
 }
 
-// restoreCache rebuilds the cache list from the objects (after a failed
-// Load emptied it): dummies only, as the store was empty.
-func (s *store) restoreCache() {
-	s.cache.Init()
-	for rf, o := range s.objs {
-		if o.elem != nil {
-			o.elem = s.cache.PushBack(&cached{ref: rf})
+// collect returns the distinct keys of items (the last value of each
+// wins), or kv.ErrFull beyond the capacity.
+func (s *store) collect(items iter.Seq2[string, []byte]) ([]cached, error) {
+	var objs []cached
+	at := map[string]int{}
+	for k, v := range items {
+		v = append([]byte{}, v...)
+		if i, dup := at[k]; dup {
+			objs[i].val = v
+			continue
+		}
+		if len(objs) == s.capacity {
+			return nil, errFull(s.capacity)
+		}
+		at[k] = len(objs)
+		objs = append(objs, cached{ref: ref{Key: k}, val: v})
+	}
+	return objs, nil
+}
+
+// layout writes a new layout at timestamp ts (Sec. 6.1) of the real
+// objects items and the N+D-len(items) dummies that fill the spare
+// capacity: C random real objects (topped up with dummies when there are
+// fewer) fill the cache, which always holds exactly C objects between
+// batches; the others are written shuffled, in large backend writes. The
+// layout replaces the proxy's state only once every write succeeded.
+func (s *store) layout(ctx context.Context, items []cached, ts uint64) error {
+	nReal := len(items)
+	s.rng.Shuffle(nReal, func(i, j int) { items[i], items[j] = items[j], items[i] })
+	for len(items) < s.capacity+s.opts.D {
+		items = append(items, cached{ref: s.newDummy()})
+	}
+	objs, cache := make(map[ref]*object, len(items)), list.New()
+	for i, c := range items {
+		o := &object{ts: ts, order: ts}
+		objs[c.ref] = o
+		if i < s.opts.C {
+			o.elem = cache.PushBack(&cached{ref: c.ref, val: c.val})
 		}
 	}
+	stored := items[s.opts.C:]
+	s.rng.Shuffle(len(stored), func(i, j int) { stored[i], stored[j] = stored[j], stored[i] })
+	w := tree.BatchWriter{B: s.b}
+	for _, c := range stored {
+		if err := w.Add(ctx, s.item(c.ref, ts, c.val)); err != nil {
+			return err
+		}
+	}
+	if err := w.Flush(ctx); err != nil {
+		return err
+	}
+	s.objs, s.cache, s.ts, s.nReal = objs, cache, ts, nReal
+	s.rebuild(false)
+	s.resetDummies()
+	return nil
+}
+
+// storedAddrs returns the addresses of the objects on storage.
+func (s *store) storedAddrs() []string {
+	var addrs []string
+	for rf, o := range s.objs {
+		if o.elem == nil {
+			addrs = append(addrs, s.addr(rf, o.ts))
+		}
+	}
+	return addrs
+}
+
+func (s *store) deleteChunks(ctx context.Context, addrs []string) error {
+	for len(addrs) > 0 {
+		n := min(deleteChunk, len(addrs))
+		if err := s.b.Delete(ctx, addrs[:n]); err != nil {
+			return err
+		}
+		addrs = addrs[n:]
+	}
+	return nil
 }
 
 // Close stops batching, saves the proxy state sealed and closes the
@@ -154,10 +170,9 @@ func (s *store) Close() error {
 func (s *store) saveState(ctx context.Context) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	st := state{B: s.opts.B, R: s.opts.R, FD: s.opts.FD, D: s.opts.D, C: s.opts.C,
-		TS: s.ts, LastReset: s.lastReset, NextD: s.nextDummy, Counters: s.counters}
+	st := state{Params: s.opts.params(), TS: s.ts, LastReset: s.lastReset, NextD: s.nextDummy, Counters: s.counters}
 	for rf, o := range s.objs {
-		st.Objects = append(st.Objects, objectState{Dummy: rf.Dummy, Key: rf.Key, TS: o.ts, Order: o.order, Tie: o.tie, Cached: o.elem != nil})
+		st.Objects = append(st.Objects, objectState{Dummy: rf.Dummy, Key: rf.Key, TS: o.ts, Order: o.order, Tie: o.tie})
 	}
 	for e := s.cache.Front(); e != nil; e = e.Next() {
 		c := e.Value.(*cached)
@@ -173,33 +188,25 @@ func (s *store) loadState(ctx context.Context) error {
 	if err := sealedstate.Require(ctx, s.b, s.keys, stateAddr, &st); err != nil {
 		return fmt.Errorf("waffle: %w", err)
 	}
-	o := s.opts
-	if st.B != o.B || st.R != o.R || st.FD != o.FD || st.D != o.D || st.C != o.C {
-		return fmt.Errorf("%w: the store was written with B=%d R=%d f_D=%d D=%d C=%d, the options ask for B=%d R=%d f_D=%d D=%d C=%d",
-			kv.ErrMismatch, st.B, st.R, st.FD, st.D, st.C, o.B, o.R, o.FD, o.D, o.C)
+	if want := s.opts.params(); st.Params != want {
+		return fmt.Errorf("%w: the store was written with %+v, the options ask for %+v", kv.ErrMismatch, st.Params, want)
 	}
 	s.ts, s.lastReset, s.nextDummy, s.counters = st.TS, st.LastReset, st.NextD, st.Counters
-	for _, os := range st.Objects {
-		s.objs[ref{Dummy: os.Dummy, Key: os.Key}] = &object{ts: os.TS, order: os.Order, tie: os.Tie}
-		if !os.Dummy {
+	for _, ob := range st.Objects {
+		s.objs[ref{Dummy: ob.Dummy, Key: ob.Key}] = &object{ts: ob.TS, order: ob.Order, tie: ob.Tie}
+		if !ob.Dummy {
 			s.nReal++
 		}
 	}
 	for _, c := range st.Cache {
 		rf := ref{Dummy: c.Dummy, Key: c.Key}
-		obj := s.objs[rf]
-		if obj == nil {
+		o := s.objs[rf]
+		if o == nil {
 			return fmt.Errorf("%w: the saved cache names an unknown object", kv.ErrTampered)
 		}
-		obj.elem = s.cache.PushBack(&cached{ref: rf, val: c.Val})
+		o.elem = s.cache.PushBack(&cached{ref: rf, val: c.Val})
 	}
-	var dummies []entry
-	for rf, obj := range s.objs {
-		if rf.Dummy && obj.elem == nil {
-			dummies = append(dummies, entry{order: obj.order, tie: obj.tie, key: rf.Key})
-		}
-	}
-	s.dummies.rebuild(dummies)
-	s.rebuildReals()
+	s.rebuild(false)
+	s.rebuild(true)
 	return sealedstate.Delete(ctx, s.b, stateAddr)
 }

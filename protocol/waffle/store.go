@@ -5,7 +5,6 @@ import (
 	"context"
 	crand "crypto/rand"
 	"encoding/binary"
-	"encoding/hex"
 	"fmt"
 	"math/rand/v2"
 	"sync"
@@ -22,7 +21,8 @@ func init() {
 	})
 }
 
-// ObjectPrefix begins the storage address of every object.
+// ObjectPrefix begins the storage address of every object; the PRF output
+// follows it as raw bytes.
 const ObjectPrefix = "wf/o/"
 
 // PRF domains of real and dummy objects' storage ids.
@@ -92,6 +92,7 @@ type store struct {
 	dummies   index      // dummy objects on storage
 	nReal     int
 	counters  counters
+	plain     []byte // seal's plaintext buffer
 }
 
 func open(ctx context.Context, env kv.Env) (*store, error) {
@@ -109,7 +110,8 @@ func open(ctx context.Context, env kv.Env) (*store, error) {
 	}
 	s := &store{b: env.Backend, keys: env.Keys, opts: opts, capacity: env.Capacity, valueSize: env.ValueSize,
 		reqs: make(chan *request), stop: make(chan struct{}), loopDone: make(chan struct{}),
-		rng: rand.New(rand.NewChaCha8(seed)), objs: map[ref]*object{}, cache: list.New()}
+		rng: rand.New(rand.NewChaCha8(seed)), objs: map[ref]*object{}, cache: list.New(),
+		plain: make([]byte, 4+env.ValueSize)}
 	var err error
 	if env.Fresh {
 		err = s.writeInitial(ctx)
@@ -130,35 +132,42 @@ func (s *store) addr(rf ref, ts uint64) string {
 	if rf.Dummy {
 		dom = domainDummy
 	}
-	var t [8]byte
-	binary.BigEndian.PutUint64(t[:], ts)
-	id := s.keys.PRF(dom, []byte(rf.Key), t[:])
-	return ObjectPrefix + hex.EncodeToString(id[:])
+	id := s.keys.PRF(dom, []byte(rf.Key), binary.BigEndian.AppendUint64(nil, ts))
+	return ObjectPrefix + string(id[:])
 }
 
-// seal encodes val (nil for a dummy) padded to the value size and seals it
-// bound to its address.
+// item is object rf with value val (nil for a dummy) sealed for storage
+// at timestamp ts.
+func (s *store) item(rf ref, ts uint64, val []byte) backend.Item {
+	a := s.addr(rf, ts)
+	return backend.Item{Addr: a, Value: s.seal(a, val)}
+}
+
+// seal encodes val padded to the value size and seals it bound to its
+// address. It reuses s.plain, so it runs under mu (or before the store is
+// shared).
 func (s *store) seal(addr string, val []byte) []byte {
-	plain := make([]byte, 4+s.valueSize)
-	binary.BigEndian.PutUint32(plain, uint32(len(val)))
-	copy(plain[4:], val)
-	return s.keys.Seal(nil, []byte(addr), plain)
+	binary.BigEndian.PutUint32(s.plain, uint32(len(val)))
+	n := copy(s.plain[4:], val)
+	clear(s.plain[4+n:])
+	return s.keys.Seal(nil, []byte(addr), s.plain)
 }
 
-func (s *store) open(addr string, sealed []byte) ([]byte, error) {
+// unseal opens the object read at addr and returns its value.
+func (s *store) unseal(addr string, sealed []byte) ([]byte, error) {
 	if sealed == nil {
-		return nil, fmt.Errorf("%w: object %s is missing", kv.ErrTampered, addr)
+		return nil, fmt.Errorf("%w: object %q is missing", kv.ErrTampered, addr)
 	}
 	plain, err := s.keys.Open(nil, []byte(addr), sealed)
 	if err != nil {
-		return nil, fmt.Errorf("object %s: %w", addr, err)
+		return nil, fmt.Errorf("object %q: %w", addr, err)
 	}
 	if len(plain) != 4+s.valueSize {
-		return nil, fmt.Errorf("%w: object %s has the wrong size", kv.ErrTampered, addr)
+		return nil, fmt.Errorf("%w: object %q has the wrong size", kv.ErrTampered, addr)
 	}
 	n := binary.BigEndian.Uint32(plain)
 	if int(n) > s.valueSize {
-		return nil, fmt.Errorf("%w: object %s has a bad length", kv.ErrTampered, addr)
+		return nil, fmt.Errorf("%w: object %q has a bad length", kv.ErrTampered, addr)
 	}
 	return plain[4 : 4+n : 4+n], nil
 }
@@ -211,38 +220,50 @@ func (s *store) access(ctx context.Context, op opKind, key string, val []byte) (
 	}
 }
 
-// loop forms batches, one at a time: a batch closes when R requests wait
-// or Timeout after its first request arrived.
+// loop forms batches and serves them, one at a time.
 func (s *store) loop() {
 	defer close(s.loopDone)
 	batch := make([]*request, 0, s.opts.R)
+	timer := time.NewTimer(s.opts.Timeout)
+	timer.Stop()
 	for {
 		select {
 		case <-s.stop:
 			return
 		case r := <-s.reqs:
-			batch = append(batch[:0], r)
+			batch = s.gather(append(batch[:0], r), timer)
 		}
-		timer := time.NewTimer(s.opts.Timeout)
-	collect:
-		for len(batch) < s.opts.R {
-			select {
-			case r := <-s.reqs:
-				batch = append(batch, r)
-			case <-timer.C:
-				break collect
-			}
+		s.serve(batch)
+	}
+}
+
+// gather adds requests to batch, which holds the first, until R wait or
+// Timeout passed since the first arrived.
+func (s *store) gather(batch []*request, timer *time.Timer) []*request {
+	timer.Reset(s.opts.Timeout)
+	defer timer.Stop()
+	for len(batch) < s.opts.R {
+		select {
+		case r := <-s.reqs:
+			batch = append(batch, r)
+		case <-timer.C:
+			return batch
 		}
-		timer.Stop()
-		s.mu.Lock()
-		err := s.runBatch(context.Background(), batch)
-		s.mu.Unlock()
-		for _, r := range batch {
-			if err != nil {
-				r.err, r.result, r.found = err, nil, false
-			}
-			close(r.done)
+	}
+	return batch
+}
+
+// serve runs one batch and answers its requests; a failed batch fails
+// them all.
+func (s *store) serve(batch []*request) {
+	s.mu.Lock()
+	err := s.runBatch(context.Background(), batch)
+	s.mu.Unlock()
+	for _, r := range batch {
+		if err != nil {
+			r.err = err
 		}
+		close(r.done)
 	}
 }
 
@@ -271,28 +292,4 @@ func (s *store) Stats() kv.Stats {
 		{Name: "theoretical_alpha", Value: TheoreticalAlpha(s.opts, s.capacity)},
 		{Name: "theoretical_beta", Value: TheoreticalBeta(s.opts, s.capacity)},
 	}}
-}
-
-// writeChunks writes items in backend writes of at most initBatchBytes.
-func (s *store) writeChunks(ctx context.Context, items []backend.Item) error {
-	per := max(1, initBatchBytes/(4+s.valueSize+s.keys.Overhead()))
-	for len(items) > 0 {
-		n := min(per, len(items))
-		if err := s.b.Write(ctx, items[:n]); err != nil {
-			return err
-		}
-		items = items[n:]
-	}
-	return nil
-}
-
-func (s *store) deleteChunks(ctx context.Context, addrs []string) error {
-	for len(addrs) > 0 {
-		n := min(1<<14, len(addrs))
-		if err := s.b.Delete(ctx, addrs[:n]); err != nil {
-			return err
-		}
-		addrs = addrs[n:]
-	}
-	return nil
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/oblivkv/oblivkv/backend/mem"
+	"github.com/oblivkv/oblivkv/internal/sealedstate"
 	"github.com/oblivkv/oblivkv/kv"
 	"github.com/oblivkv/oblivkv/kvtest"
 	"github.com/oblivkv/oblivkv/observe"
@@ -27,32 +28,39 @@ func TestContract(t *testing.T) {
 	}
 }
 
+// TestLinearizable runs on fast storage and on storage slow enough that
+// requests pile up while a batch runs, filling batches with duplicate keys.
 func TestLinearizable(t *testing.T) {
 	cfg := kvtest.Config{Protocol: "waffle", Options: waffle.Options{B: 20, R: 8, FD: 4, Timeout: 100 * time.Microsecond}}
-	s := kvtest.OpenStore(t, cfg, kvtest.Mem())
-	kvtest.CheckLinearizable(t, s, kvtest.LinOptions{Clients: 16, OpsPerClient: 150, DeleteFraction: 0.15})
+	for _, st := range []kvtest.Storage{kvtest.Mem(), kvtest.Jittered(kvtest.Mem(), time.Millisecond)} {
+		t.Run(st.Name, func(t *testing.T) {
+			s := kvtest.OpenStore(t, cfg, st)
+			kvtest.CheckLinearizable(t, s, kvtest.LinOptions{Clients: 16, OpsPerClient: 150, DeleteFraction: 0.15})
+		})
+	}
 }
 
-func open(t *testing.T, opts waffle.Options, log observe.Sink) (kv.Store, any) {
+// open opens a fresh store of capacity 64 with values of 32 bytes,
+// recording its backend calls to log.
+func open(t *testing.T, opts waffle.Options, log observe.Sink) kv.Store {
 	t.Helper()
-	b := mem.New()
-	s, err := kv.Open(t.Context(), kv.Config{Protocol: "waffle", Backend: b, Keys: kvtest.NewKeys(t),
-		Capacity: 64, ValueSize: 32, Options: opts, TapLog: log})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
-	return s, b
+	cfg := kvtest.Config{Protocol: "waffle", Options: opts, ValueSize: 32,
+		Open: func(ctx context.Context, c kv.Config) (kv.Store, error) {
+			c.TapLog = log
+			return kv.Open(ctx, c)
+		}}
+	return kvtest.OpenStore(t, cfg, kvtest.Mem())
 }
 
 // TestBatchShape checks, from the backend log, that every batch is exactly
 // one Read of B distinct addresses, then one Write of B new addresses, then
 // one Delete of the B addresses read, that no address is ever read twice
-// and that no address is written twice, whatever the mix of operations
-// (inserts, overwrites, deletes, misses, cache hits, a full store).
+// and that no address is written twice or after it was read, whatever the
+// mix of operations (inserts, overwrites, deletes, misses, cache hits, a
+// full store).
 func TestBatchShape(t *testing.T) {
 	var log observe.MemoryLog
-	s, _ := open(t, small, &log)
+	s := open(t, small, &log)
 	log.Reset()
 	ctx := t.Context()
 	var wg sync.WaitGroup
@@ -92,16 +100,16 @@ func TestBatchShape(t *testing.T) {
 		}
 		for j, a := range r.Addrs {
 			if read[a] {
-				t.Fatalf("batch %d: address %s read twice", i/3, a)
+				t.Fatalf("batch %d: address %q read twice", i/3, a)
 			}
 			read[a] = true
 			if d.Addrs[j] != a {
-				t.Fatalf("batch %d: deleted %s, read %s", i/3, d.Addrs[j], a)
+				t.Fatalf("batch %d: deleted %q, read %q", i/3, d.Addrs[j], a)
 			}
 		}
 		for _, a := range w.Addrs {
-			if written[a] {
-				t.Fatalf("batch %d: address %s written twice", i/3, a)
+			if written[a] || read[a] {
+				t.Fatalf("batch %d: address %q written again (before: written %v, read %v)", i/3, a, written[a], read[a])
 			}
 			written[a] = true
 		}
@@ -114,7 +122,7 @@ func TestBatchShape(t *testing.T) {
 // key in the same batch returns the Put's value.
 func TestReadAfterWriteInBatch(t *testing.T) {
 	opts := waffle.Options{B: 10, R: 2, FD: 2, Timeout: 2 * time.Second}
-	s, _ := open(t, opts, nil)
+	s := open(t, opts, nil)
 	before := batches(s)
 	ctx := t.Context()
 	done := make(chan error, 1)
@@ -149,36 +157,58 @@ func TestCrashIsRefused(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { s.Close() })
 	if err := s.Put(t.Context(), "k", []byte("v")); err != nil {
 		t.Fatal(err)
 	}
 	// A second open without Close: the state was never saved.
 	b.Reopen()
-	if _, err := kv.Open(t.Context(), cfg); err == nil {
-		t.Fatal("open of a store that was not closed succeeded")
+	if _, err := kv.Open(t.Context(), cfg); !errors.Is(err, sealedstate.ErrUnclean) {
+		t.Fatalf("open of a store that was not closed: %v; want ErrUnclean", err)
 	}
-	_ = s
 }
 
 func TestBadOptions(t *testing.T) {
+	openWith := func(o waffle.Options) (kv.Store, error) {
+		return kv.Open(t.Context(), kv.Config{Protocol: "waffle", Backend: mem.New(), Keys: kvtest.NewKeys(t),
+			Capacity: 64, ValueSize: 32, Options: o})
+	}
+	s, err := openWith(small) // the same configuration with good options
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
 	for _, o := range []waffle.Options{
 		{B: 10, R: 4, FD: 6},       // f_R = 0
 		{B: 10, R: 4, FD: 2, C: 5}, // C < B - f_D + R
 		{B: 60, R: 4, FD: 2, D: 1}, // B > N + D - C
 		{B: 10, R: 4, FD: 2, Timeout: -1},
 	} {
-		_, err := kv.Open(context.Background(), kv.Config{Protocol: "waffle", Backend: mem.New(), Keys: kvtest.NewKeys(t),
-			Capacity: 64, ValueSize: 32, Options: o})
-		if err == nil {
+		if _, err := openWith(o); err == nil {
 			t.Errorf("Options %+v accepted", o)
 		}
 	}
 }
 
+// TestTheory checks Theorems 7.1 and 7.2 against values worked out by hand.
 func TestTheory(t *testing.T) {
-	// The paper's parameters at N = 1M: D = 500*(N-1)/1000.
-	a, b := waffle.TheoreticalAlpha(waffle.Options{}, 1_000_000), waffle.TheoreticalBeta(waffle.Options{}, 1_000_000)
-	if a != 1000 || b != 5 {
-		t.Fatalf("alpha, beta at N=1M with defaults = %v, %v; want 1000, 5 (C=20000, B-f_D+R=3000)", a, b)
+	for _, c := range []struct {
+		name        string
+		opts        waffle.Options
+		n           int
+		alpha, beta float64
+	}{
+		// The paper's parameters (Table 2, medium security): D =
+		// ceil(500*(N-1)/1000), C = 20000, B-f_D+R = 3000.
+		{"paper", waffle.Options{}, 1_000_000, 1000, 5},
+		// C = B-f_D+R = 12, D = ceil(2*63/4) = 32: max(63/4, 32/2) = 16.
+		{"small", small, 64, 16, 0},
+		// max(2047/24, 300/8) = 85.3; C/(B-f_D+R) = 200/40 = 5.
+		{"audit", auditOpts, auditN, 86, 4},
+	} {
+		a, b := waffle.TheoreticalAlpha(c.opts, c.n), waffle.TheoreticalBeta(c.opts, c.n)
+		if a != c.alpha || b != c.beta {
+			t.Errorf("%s: alpha, beta = %v, %v; want %v, %v", c.name, a, b, c.alpha, c.beta)
+		}
 	}
 }
