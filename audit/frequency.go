@@ -6,7 +6,9 @@
 // Everything here works on what the storage operator sees (addresses, ops,
 // sizes, timing). It must never take plaintext, keys or protocol state as
 // input, except as the attacker's stated prior knowledge (such as the key
-// popularity ranking) or as ground truth for scoring an attack.
+// popularity ranking), as ground truth for scoring an attack, or where a
+// paper defines a guarantee on the proxy's own record (Waffle's beta:
+// WaffleBeta takes the objects each batch read and wrote, by opaque name).
 package audit
 
 import (

@@ -147,3 +147,22 @@ func validate(cfg Config) error {
 	}
 	return nil
 }
+
+// OptionsOf returns a protocol's options from Env.Options, which may hold
+// a T, a *T or nothing (the zero T: every default). Anything else is a
+// clear error rather than silently ignored options.
+func OptionsOf[T any](protocol string, v any) (T, error) {
+	var o T
+	switch v := v.(type) {
+	case nil:
+	case T:
+		o = v
+	case *T:
+		if v != nil {
+			o = *v
+		}
+	default:
+		return o, fmt.Errorf("%s: options of type %T, want %T", protocol, v, o)
+	}
+	return o, nil
+}

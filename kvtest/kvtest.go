@@ -217,3 +217,17 @@ func stubName() string {
 	})
 	return stubProtocol
 }
+
+// Stat returns the protocol counter name of st, and fails the test (from
+// any goroutine) when the protocol has no such counter, so a renamed
+// counter cannot make a check pass on a default value.
+func Stat(t testing.TB, st kv.Stats, name string) float64 {
+	t.Helper()
+	for _, e := range st.Extra {
+		if e.Name == name {
+			return e.Value
+		}
+	}
+	t.Errorf("%s has no statistic %q", st.Protocol, name)
+	return 0
+}

@@ -79,17 +79,9 @@ const DefaultZ = 4
 const maxZ = 255
 
 func optionsOf(v any) (Options, error) {
-	var o Options
-	switch v := v.(type) {
-	case nil:
-	case Options:
-		o = v
-	case *Options:
-		if v != nil {
-			o = *v
-		}
-	default:
-		return o, fmt.Errorf("pathoram: options of type %T, want pathoram.Options", v)
+	o, err := kv.OptionsOf[Options]("pathoram", v)
+	if err != nil {
+		return o, err
 	}
 	if o.Z == 0 {
 		o.Z = DefaultZ

@@ -103,15 +103,6 @@ func (f *fixture) want(key, val string) {
 	}
 }
 
-func extra(s kv.Store, name string) float64 {
-	for _, st := range s.Stats().Extra {
-		if st.Name == name {
-			return st.Value
-		}
-	}
-	panic("no stat " + name)
-}
-
 // Cost per access, of every kind: one read and one write of the L+1
 // buckets of a path, 2*(L+1)*BucketSize bytes (2*Z*(L+1) slots moved).
 func TestCostPerOp(t *testing.T) {
@@ -204,7 +195,7 @@ func TestOptions(t *testing.T) {
 	}
 	f := newFixture(t, 16, 16, Options{Z: 2})
 	f.put("a", "b")
-	if got := extra(f.s, "bucket_bytes"); int(got) != tree.NewCodec(f.keys, 2, 16).BucketSize() {
+	if got := kvtest.Stat(t, f.s.Stats(), "bucket_bytes"); int(got) != tree.NewCodec(f.keys, 2, 16).BucketSize() {
 		t.Errorf("Z=2: bucket of %v bytes; want 2 slots", got)
 	}
 }

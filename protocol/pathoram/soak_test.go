@@ -63,10 +63,10 @@ func TestSoakStash(t *testing.T) {
 			t.Fatalf("access %d: Get(%s) = %x, %v, %v; want %d", i, key(k), v, ok, err, model[k])
 		}
 		if i%100_000 == 0 {
-			t.Logf("%d accesses, %v, stash max %v", i, time.Since(start).Round(time.Second), extra(s, "stash_max"))
+			t.Logf("%d accesses, %v, stash max %v", i, time.Since(start).Round(time.Second), kvtest.Stat(t, s.Stats(), "stash_max"))
 		}
 	}
-	got := int(extra(s, "stash_max"))
+	got := int(kvtest.Stat(t, s.Stats(), "stash_max"))
 	t.Logf("N=2^16, %d accesses in %v: stash high-water mark %d blocks (bound %d)", accesses, time.Since(start).Round(time.Second), got, stashBound)
 	if got > stashBound {
 		t.Errorf("stash reached %d blocks; bound %d", got, stashBound)

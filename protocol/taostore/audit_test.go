@@ -31,9 +31,15 @@ const (
 // openLogged opens a taostore over memory whose backend calls go to a log.
 func openLogged(t *testing.T, b backend.Backend, log observe.Sink) kv.Store {
 	t.Helper()
+	return openWith(t, b, log, taostore.Options{})
+}
+
+// openWith is openLogged with options.
+func openWith(t *testing.T, b backend.Backend, log observe.Sink, o taostore.Options) kv.Store {
+	t.Helper()
 	s, err := kv.Open(context.Background(), kv.Config{Protocol: "taostore", Backend: b,
 		Keys: kvtest.NewKeys(t), Capacity: auditCapacity, ValueSize: 64, TapLog: log,
-		Options: taostore.Seeded(taostore.Options{}, 42)})
+		Options: taostore.Seeded(o, 42)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -118,12 +124,12 @@ func TestObliviousHotKeyVsUniform(t *testing.T) {
 				t.Fatalf("%d path reads for %d requests", len(leaves), auditRequests)
 			}
 			stat, _ := audit.ChiSquareUniform(audit.Bin(leaves, tree.NewGeometry(auditCapacity).Leaves(), auditBins))
-			t.Logf("%s: %d path reads, chi-square %.1f (critical %.1f), fake reads %v", name, len(leaves), stat, crit, extra(t, s.Stats(), "fake_reads"))
+			t.Logf("%s: %d path reads, chi-square %.1f (critical %.1f), fake reads %v", name, len(leaves), stat, crit, kvtest.Stat(t, s.Stats(), "fake_reads"))
 			if stat > crit {
 				t.Fatalf("leaves read are not uniform: chi-square %.1f > %.1f", stat, crit)
 			}
 			// The paper sees the stash stay within 2k blocks (Sec. V-C d).
-			if st := extra(t, s.Stats(), "stash_max"); st > 2*taostore.DefaultK {
+			if st := kvtest.Stat(t, s.Stats(), "stash_max"); st > 2*taostore.DefaultK {
 				t.Fatalf("stash reached %v blocks; bound %d", st, 2*taostore.DefaultK)
 			}
 		})
@@ -155,12 +161,20 @@ func (g *gate) Read(ctx context.Context, addrs []string) ([][]byte, error) {
 // first request's real read is held back at the backend; a second request
 // (the same key, so a fake read; or another key, so a real read) has its
 // path returned at once. Its reply must not leave before the first one's,
-// so reply order equals arrival order in both cases.
+// so reply order equals arrival order in both cases. The order is taken
+// where replies leave, at the Sequencer: the callers' goroutines may wake
+// in any order.
 func TestSequencerDefeatsCURIOUS(t *testing.T) {
 	for name, second := range map[string]string{"repeat": "k1", "distinct": "k2"} {
 		t.Run(name, func(t *testing.T) {
 			g := &gate{Backend: mem.New(), release: make(chan struct{})}
-			s := openLogged(t, g, nil)
+			var released []uint64 // arrival numbers, as replies leave (under the store's lock)
+			var relMu sync.Mutex
+			s := openWith(t, g, nil, taostore.Released(taostore.Options{}, func(a uint64) {
+				relMu.Lock()
+				released = append(released, a)
+				relMu.Unlock()
+			}))
 			for _, k := range []string{"k1", "k2"} {
 				if err := s.Put(t.Context(), k, []byte(k)); err != nil {
 					t.Fatal(err)
@@ -198,8 +212,11 @@ func TestSequencerDefeatsCURIOUS(t *testing.T) {
 			}
 			open()
 			wg.Wait()
-			if order[0] != "first" || order[1] != "second" {
-				t.Fatalf("reply order %v, want arrival order [first second]", order)
+			// Arrivals 0 and 1 are the Puts; 2 is "first", 3 "second".
+			relMu.Lock()
+			defer relMu.Unlock()
+			if n := len(released); n != 4 || released[2] != 2 || released[3] != 3 {
+				t.Fatalf("replies left in arrival order %v, want [0 1 2 3]: first before second", released)
 			}
 		})
 	}

@@ -13,7 +13,8 @@ type Options struct {
 	// and never sent to storage (Sec. IV-D; default 0: none).
 	CachedLevels int
 
-	seed *[32]byte // tests only: makes leaf choices reproducible
+	seed     *[32]byte            // tests only: makes leaf choices reproducible
+	released func(arrival uint64) // tests only: the Sequencer's releases, in order
 }
 
 // Defaults from the paper's evaluation (Sec. V-B).

@@ -13,11 +13,12 @@ const (
 // request is one logical request between arrival and reply: its entry in
 // the request map, the response map and the sequencer.
 type request struct {
-	op    opKind
-	id    tree.BlockID
-	value []byte // the value to write (opPut)
-	leaf  uint64 // the path read for it
-	real  bool   // it reads its block's real path
+	op      opKind
+	id      tree.BlockID
+	value   []byte // the value to write (opPut)
+	leaf    uint64 // the path read for it
+	arrival uint64 // its place in arrival order
+	real    bool   // it reads its block's real path
 
 	pathDone bool // its own path read has returned (response map "b")
 	answered bool // its answer is known (response map "w")

@@ -7,17 +7,26 @@ package taostore
 // learns from early replies which requests were fake reads (the CURIOUS
 // attack, Sec. II-B). It is guarded by the store's lock.
 type sequencer struct {
-	queue []*request // arrival order; queue[0] is the oldest unreleased
+	queue    []*request           // arrival order; queue[0] is the oldest unreleased
+	arrived  uint64               // requests added so far
+	released func(arrival uint64) // tests only: each reply as it leaves
 }
 
 // add enqueues a request as it arrives.
-func (q *sequencer) add(r *request) { q.queue = append(q.queue, r) }
+func (q *sequencer) add(r *request) {
+	r.arrival = q.arrived
+	q.arrived++
+	q.queue = append(q.queue, r)
+}
 
 // release lets out every complete request at the head of the queue, in
 // order, and stops at the first incomplete one.
 func (q *sequencer) release() {
 	n := 0
 	for n < len(q.queue) && q.queue[n].complete() {
+		if q.released != nil {
+			q.released(q.queue[n].arrival)
+		}
 		close(q.queue[n].done)
 		n++
 	}

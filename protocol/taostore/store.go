@@ -63,9 +63,9 @@ type counters struct {
 }
 
 func open(ctx context.Context, env kv.Env) (*store, error) {
-	opts, _ := env.Options.(Options)
-	if p, ok := env.Options.(*Options); ok && p != nil {
-		opts = *p
+	opts, err := kv.OptionsOf[Options]("taostore", env.Options)
+	if err != nil {
+		return nil, err
 	}
 	opts = opts.withDefaults()
 	geo := tree.NewGeometry(env.Capacity)
@@ -84,7 +84,7 @@ func open(ctx context.Context, env kv.Env) (*store, error) {
 		rng: rand.New(rand.NewChaCha8(*seed)), pos: map[tree.BlockID]uint64{},
 		stash: map[tree.BlockID][]byte{}, sub: newSubtree(geo, opts.CachedLevels),
 		reqs: map[tree.BlockID][]*request{}, acked: make([]uint64, geo.Buckets()),
-		flusher: tree.NewFlusher(geo, opts.Z)}
+		flusher: tree.NewFlusher(geo, opts.Z), seq: sequencer{released: opts.released}}
 	if env.Fresh {
 		return s, s.writeInitial(ctx, nil)
 	}

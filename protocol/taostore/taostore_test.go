@@ -73,8 +73,8 @@ func TestStaleWriteBackLoses(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	stale := extra(t, s.Stats(), "stale_buckets")
-	t.Logf("stale buckets refused by storage: %v of %v write-backs", stale, extra(t, s.Stats(), "write_backs"))
+	stale := kvtest.Stat(t, s.Stats(), "stale_buckets")
+	t.Logf("stale buckets refused by storage: %v of %v write-backs", stale, kvtest.Stat(t, s.Stats(), "write_backs"))
 	if stale == 0 {
 		t.Fatal("no write-back arrived late; the test did not exercise versioning")
 	}
@@ -103,17 +103,6 @@ func TestStaleWriteBackLoses(t *testing.T) {
 
 // extra returns the value of a protocol statistic, failing the test when
 // the store does not report it.
-func extra(t *testing.T, st kv.Stats, name string) float64 {
-	t.Helper()
-	for _, e := range st.Extra {
-		if e.Name == name {
-			return e.Value
-		}
-	}
-	t.Fatalf("no statistic %q", name)
-	return 0
-}
-
 // TestReplayedBucketsDetected: storage that serves authentic but old
 // bucket versions (a snapshot taken earlier) is caught: reads return the
 // latest value or kv.ErrTampered, never an old value.

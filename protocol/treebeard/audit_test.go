@@ -14,6 +14,7 @@ import (
 	"github.com/oblivkv/oblivkv/backend/mem"
 	"github.com/oblivkv/oblivkv/bench/workload"
 	"github.com/oblivkv/oblivkv/kv"
+	"github.com/oblivkv/oblivkv/kvtest"
 	"github.com/oblivkv/oblivkv/observe"
 	"github.com/oblivkv/oblivkv/protocol/ringoram"
 	"github.com/oblivkv/oblivkv/protocol/tree"
@@ -174,8 +175,8 @@ func runAudit(t *testing.T, opts treebeard.Options, seed byte, keys []uint64) au
 	if run.opts.K == 0 {
 		run.opts.K = treebeard.DefaultK
 	}
-	run.geo = tree.Geometry{L: int(extra(run.stats, "tree_levels")) - 1}
-	if got := int(extra(run.stats, "trees")); got != run.opts.Trees {
+	run.geo = tree.Geometry{L: int(kvtest.Stat(t, run.stats, "tree_levels")) - 1}
+	if got := int(kvtest.Stat(t, run.stats, "trees")); got != run.opts.Trees {
 		t.Fatalf("store has %d trees, audit expects %d", got, run.opts.Trees)
 	}
 	return run
@@ -896,7 +897,7 @@ func auditOnce(t *testing.T, opts treebeard.Options, seed byte) (map[string]audi
 		cs, _ := audit.ChiSquareUniform(a.cells)
 		t.Logf("%s (seed %d): %d requests, %d multi-path reads, %d evictions, %d reshuffled buckets, fake reads %v; "+
 			"leaves read per tree %v: chi-square %.1f (critical %.1f); 64 leaf cells: chi-square %.1f (critical %.1f)",
-			name, seed, run.requests, reads, evictions, reshuffles, extra(run.stats, "fake_reads"), trees, ts, critTrees, cs, critCells)
+			name, seed, run.requests, reads, evictions, reshuffles, kvtest.Stat(t, run.stats, "fake_reads"), trees, ts, critTrees, cs, critCells)
 		if ts > critTrees {
 			failures = append(failures, fmt.Sprintf("audit (c), %s: the trees read are not uniform: chi-square %.1f > %.1f", name, ts, critTrees))
 		}

@@ -104,7 +104,7 @@ func measureStash(t *testing.T, n, requests, clients int, dist string, period ti
 	sample := func() {
 		st := s.Stats()
 		sm := stashSample{At: time.Since(start), Done: done.Load(),
-			Size: int(extra(st, "stash_size")), MaxShard: int(extra(st, "stash_max_shard"))}
+			Size: int(kvtest.Stat(t, st, "stash_size")), MaxShard: int(kvtest.Stat(t, st, "stash_max_shard"))}
 		run.Samples = append(run.Samples, sm)
 		run.Peak = max(run.Peak, sm.Size)
 	}
@@ -150,8 +150,8 @@ func measureStash(t *testing.T, n, requests, clients int, dist string, period ti
 	sample()
 	run.Took = time.Since(start)
 	run.Stats = s.Stats()
-	run.MaxShard = int(extra(run.Stats, "stash_max_shard"))
-	run.Shards = int(extra(run.Stats, "stash_shards"))
+	run.MaxShard = int(kvtest.Stat(t, run.Stats, "stash_max_shard"))
+	run.Shards = int(kvtest.Stat(t, run.Stats, "stash_shards"))
 	m := 0
 	for _, sm := range run.Samples {
 		if sm.Done >= int64(requests/2) {
@@ -170,7 +170,7 @@ func logStash(t *testing.T, name string, n, requests int, r stashRun, seriesEver
 	t.Logf("%s: N=%d, %d requests in %v: stash peak %d blocks in all (%d shards), steady %.0f in all (%.0f per shard, %.1f%% of N), "+
 		"largest shard ever %d; real reads %v, fake reads %v, evictions %v",
 		name, n, requests, r.Took.Round(time.Millisecond), r.Peak, r.Shards, r.Steady, r.Steady/float64(r.Shards),
-		100*r.Steady/float64(n), r.MaxShard, extra(r.Stats, "real_reads"), extra(r.Stats, "fake_reads"), extra(r.Stats, "evictions"))
+		100*r.Steady/float64(n), r.MaxShard, kvtest.Stat(t, r.Stats, "real_reads"), kvtest.Stat(t, r.Stats, "fake_reads"), kvtest.Stat(t, r.Stats, "evictions"))
 	if seriesEvery <= 0 {
 		return
 	}
@@ -207,7 +207,7 @@ func TestStashSize(t *testing.T) {
 			if r.MaxShard > bounds[dist] {
 				t.Errorf("a Stash shard reached %d blocks; bound %d (N/%d)", r.MaxShard, bounds[dist], n/bounds[dist])
 			}
-			if extra(r.Stats, "evictions") == 0 {
+			if kvtest.Stat(t, r.Stats, "evictions") == 0 {
 				t.Error("no eviction ran")
 			}
 		})

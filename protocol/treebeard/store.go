@@ -47,9 +47,9 @@ type store struct {
 }
 
 func open(ctx context.Context, env kv.Env) (*store, error) {
-	opts, _ := env.Options.(Options)
-	if p, ok := env.Options.(*Options); ok && p != nil {
-		opts = *p
+	opts, err := kv.OptionsOf[Options]("treebeard", env.Options)
+	if err != nil {
+		return nil, err
 	}
 	opts = opts.withDefaults()
 	if err := opts.validate(); err != nil {

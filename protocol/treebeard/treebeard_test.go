@@ -102,7 +102,7 @@ func TestWriteDuringEvictionSurvives(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
-	if st := extra(s.Stats(), "evictions"); st < 1 {
+	if st := kvtest.Stat(t, s.Stats(), "evictions"); st < 1 {
 		t.Fatalf("evictions = %v, want at least 1", st)
 	}
 	wantGet(t, s, "k", "new")
@@ -136,15 +136,6 @@ func wantGet(t *testing.T, s kv.Store, k, want string) {
 	if err != nil || !ok || string(got) != want {
 		t.Fatalf("Get(%q) = %q, %v, %v; want %q", k, got, ok, err, want)
 	}
-}
-
-func extra(st kv.Stats, name string) float64 {
-	for _, e := range st.Extra {
-		if e.Name == name {
-			return e.Value
-		}
-	}
-	return -1
 }
 
 // TestReopenWithOtherTrees: the trees are the store's layout; reopening

@@ -84,6 +84,10 @@ func (o Options) validate(n int) error {
 		return fmt.Errorf("waffle: B and R must be at least 1 and f_D, D, C at least 0, got B=%d R=%d f_D=%d D=%d C=%d", o.B, o.R, o.FD, o.D, o.C)
 	case o.B-o.R-o.FD < 1:
 		return fmt.Errorf("waffle: f_R = B-R-f_D must be at least 1, got %d (B=%d R=%d f_D=%d)", o.B-o.R-o.FD, o.B, o.R, o.FD)
+	case o.D < o.R:
+		// An insert takes a dummy's place (Sec. 6.2); a batch of R inserts
+		// into a full store needs R dummies.
+		return fmt.Errorf("waffle: D=%d dummies cannot serve a batch of R=%d inserts into a full store; D must be at least R", o.D, o.R)
 	case o.C < o.B-o.FD+o.R:
 		return fmt.Errorf("waffle: the cache C=%d is smaller than B-f_D+R=%d (Algorithm 1's assumption)", o.C, o.B-o.FD+o.R)
 	case o.B > n+o.D-o.C:

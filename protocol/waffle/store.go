@@ -96,9 +96,9 @@ type store struct {
 }
 
 func open(ctx context.Context, env kv.Env) (*store, error) {
-	opts, _ := env.Options.(Options)
-	if p, ok := env.Options.(*Options); ok && p != nil {
-		opts = *p
+	opts, err := kv.OptionsOf[Options]("waffle", env.Options)
+	if err != nil {
+		return nil, err
 	}
 	opts = opts.withDefaults(env.Capacity)
 	if err := opts.validate(env.Capacity); err != nil {
@@ -112,7 +112,6 @@ func open(ctx context.Context, env kv.Env) (*store, error) {
 		reqs: make(chan *request), stop: make(chan struct{}), loopDone: make(chan struct{}),
 		rng: rand.New(rand.NewChaCha8(seed)), objs: map[ref]*object{}, cache: list.New(),
 		plain: make([]byte, 4+env.ValueSize)}
-	var err error
 	if env.Fresh {
 		err = s.writeInitial(ctx)
 	} else {

@@ -183,6 +183,7 @@ func TestBadOptions(t *testing.T) {
 		{B: 10, R: 4, FD: 2, C: 5}, // C < B - f_D + R
 		{B: 60, R: 4, FD: 2, D: 1}, // B > N + D - C
 		{B: 10, R: 4, FD: 2, Timeout: -1},
+		{B: 10, R: 4, FD: 2, D: 3}, // D < R: four inserts, three dummies
 	} {
 		if _, err := openWith(o); err == nil {
 			t.Errorf("Options %+v accepted", o)
