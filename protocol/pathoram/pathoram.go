@@ -50,6 +50,7 @@ import (
 	"sync/atomic"
 
 	"github.com/oblivkv/oblivkv/backend"
+	"github.com/oblivkv/oblivkv/internal/sealedstate"
 	"github.com/oblivkv/oblivkv/kv"
 	"github.com/oblivkv/oblivkv/protocol/tree"
 	"github.com/oblivkv/oblivkv/seal"
@@ -97,7 +98,7 @@ func optionsOf(v any) (Options, error) {
 
 // ErrUnclean reports a store whose saved state is missing: it was not
 // closed after it was last opened (or the state was deleted from storage).
-var ErrUnclean = errors.New("pathoram: not shut down cleanly: position map lost (the store was not closed after its last open; its data cannot be recovered)")
+var ErrUnclean = sealedstate.ErrUnclean
 
 // Addresses: buckets are treePrefix + 8 bytes; the saved state lives under
 // statePrefix.

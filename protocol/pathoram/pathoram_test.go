@@ -263,7 +263,7 @@ func TestStateChunks(t *testing.T) {
 	}
 	// Chunk 1 of the first save among the second's.
 	f.mem.Reopen()
-	if err := f.mem.Write(t.Context(), []backend.Item{{Addr: chunkAddr(1), Value: first[chunkAddr(1)]}}); err != nil {
+	if err := f.mem.Write(t.Context(), []backend.Item{{Addr: stateAddr + "/1", Value: first[stateAddr+"/1"]}}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := f.tryOpen(nil); !errors.Is(err, kv.ErrTampered) {

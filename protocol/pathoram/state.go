@@ -3,105 +3,40 @@ package pathoram
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"strconv"
 
-	"github.com/oblivkv/oblivkv/backend"
+	"github.com/oblivkv/oblivkv/internal/sealedstate"
 	"github.com/oblivkv/oblivkv/kv"
 	"github.com/oblivkv/oblivkv/protocol/tree"
 )
 
-// The saved state: chunks of the encoded state at statePrefix+"0", "1"...,
-// each sealed bound to its address, then a header at stateHeader, sealed,
-// holding the number of chunks and the SHA-256 of the whole encoding, so
-// chunks of different saves cannot be mixed. The header is written last:
-// it is the commit point of a save.
-var stateHeader = statePrefix + "header"
+// stateAddr holds the saved state (internal/sealedstate: sealed chunks of
+// at most Options.BatchBytes under a header written last).
+const stateAddr = statePrefix + "s"
 
 const stateMagic = "oblivkv pathoram state v1\n"
 
-func chunkAddr(i int) string { return statePrefix + strconv.Itoa(i) }
-
 // saveState writes the trusted state to storage; s.mu is held.
 func (s *store) saveState(ctx context.Context) error {
-	plain := s.encodeState()
-	size := s.opts.BatchBytes
-	n := max(1, (len(plain)+size-1)/size)
-	w := tree.BatchWriter{B: s.b, MaxBytes: size}
-	for i := range n {
-		part := plain[i*size : min(len(plain), (i+1)*size)]
-		addr := chunkAddr(i)
-		if err := w.Add(ctx, backend.Item{Addr: addr, Value: s.keys.Seal(nil, []byte(addr), part)}); err != nil {
-			return err
-		}
-	}
-	if err := w.Flush(ctx); err != nil {
-		return err
-	}
-	sum := sha256.Sum256(plain)
-	hdr := binary.AppendUvarint(nil, uint64(n))
-	hdr = append(hdr, sum[:]...)
-	return s.b.Write(ctx, []backend.Item{{Addr: stateHeader, Value: s.keys.Seal(nil, []byte(stateHeader), hdr)}})
+	return sealedstate.SaveBytes(ctx, s.b, s.keys, stateAddr, s.encodeState(), s.opts.BatchBytes)
 }
 
 // loadState reads the saved state, installs it and deletes it from
 // storage, so that a crash from now on is detected at the next open.
 func (s *store) loadState(ctx context.Context) error {
-	n, sum, err := s.readHeader(ctx)
-	if err != nil {
-		return err
-	}
-	addrs := make([]string, n)
-	for i := range addrs {
-		addrs[i] = chunkAddr(i)
-	}
-	vals, err := s.b.Read(ctx, addrs)
+	plain, err := sealedstate.LoadBytes(ctx, s.b, s.keys, stateAddr)
 	if err != nil {
 		return fmt.Errorf("pathoram: reading saved state: %w", err)
-	}
-	var plain []byte
-	for i, v := range vals {
-		if v == nil {
-			return fmt.Errorf("%w: pathoram: saved state chunk %d is missing", kv.ErrTampered, i)
-		}
-		if plain, err = s.keys.Open(plain, []byte(addrs[i]), v); err != nil {
-			return fmt.Errorf("pathoram: saved state chunk %d: %w", i, err)
-		}
-	}
-	if sha256.Sum256(plain) != sum {
-		return fmt.Errorf("%w: pathoram: saved state chunks do not belong together", kv.ErrTampered)
 	}
 	if err := s.decodeState(plain); err != nil {
 		return err
 	}
-	if err := s.b.Delete(ctx, append(addrs, stateHeader)); err != nil {
+	if err := sealedstate.Delete(ctx, s.b, s.keys, stateAddr); err != nil {
 		return fmt.Errorf("pathoram: deleting the loaded state: %w", err)
 	}
 	return nil
-}
-
-func (s *store) readHeader(ctx context.Context) (int, [sha256.Size]byte, error) {
-	var sum [sha256.Size]byte
-	vals, err := s.b.Read(ctx, []string{stateHeader})
-	if err != nil {
-		return 0, sum, fmt.Errorf("pathoram: reading saved state: %w", err)
-	}
-	if vals[0] == nil {
-		return 0, sum, ErrUnclean
-	}
-	hdr, err := s.keys.Open(nil, []byte(stateHeader), vals[0])
-	if err != nil {
-		return 0, sum, fmt.Errorf("pathoram: saved state header: %w", err)
-	}
-	n, k := binary.Uvarint(hdr)
-	if k <= 0 || len(hdr) != k+sha256.Size || n < 1 || n > 1<<24 {
-		return 0, sum, fmt.Errorf("pathoram: saved state header is malformed")
-	}
-	copy(sum[:], hdr[k:])
-	return int(n), sum, nil
 }
 
 // encodeState serialises the trusted state: parameters, position map,

@@ -143,7 +143,7 @@ func (s *store) loadState(ctx context.Context) error {
 	if len(st.Acked) == len(s.acked) {
 		s.acked = st.Acked
 	}
-	return sealedstate.Delete(ctx, s.b, stateAddr)
+	return sealedstate.Delete(ctx, s.b, s.keys, stateAddr)
 }
 
 func (s *store) Stats() kv.Stats {

@@ -223,18 +223,37 @@ type opView struct {
 // stateAddr is where Close saves the trusted state (store.go).
 const stateAddr = "tb/state"
 
+// isStateSave reports whether r is a write of the saved state (its chunks
+// or its header; internal/sealedstate).
+func isStateSave(r observe.Record) bool {
+	if r.Op != observe.OpWrite {
+		return false
+	}
+	for _, a := range r.Addrs {
+		if a != stateAddr && !strings.HasPrefix(a, stateAddr+"/") {
+			return false
+		}
+	}
+	return true
+}
+
 // splitTrees returns each tree's backend calls in Tap order, and checks
-// that every call but Close's state save belongs to exactly one tree.
+// that every call but Close's state save, which comes last, belongs to
+// exactly one tree.
 func splitTrees(records []observe.Record, trees int) ([][]observe.Record, error) {
 	out := make([][]observe.Record, trees)
-	for i, r := range records {
+	saving := false
+	for _, r := range records {
 		if len(r.Addrs) == 0 {
 			return nil, fmt.Errorf("call %d (%v) has no address", r.Seq, r.Op)
 		}
 		if r.Err {
 			return nil, fmt.Errorf("call %d (%v) failed", r.Seq, r.Op)
 		}
-		if i == len(records)-1 && r.Op == observe.OpWrite && len(r.Addrs) == 1 && r.Addrs[0] == stateAddr {
+		if saving = saving || isStateSave(r); saving {
+			if !isStateSave(r) {
+				return nil, fmt.Errorf("call %d (%v) of %q after the state was saved", r.Seq, r.Op, r.Addrs[0])
+			}
 			continue // Close saves the trusted state last
 		}
 		owner := -1

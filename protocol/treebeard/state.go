@@ -107,7 +107,7 @@ func (s *store) loadState(ctx context.Context) error {
 	if err := s.restore(st); err != nil {
 		return err
 	}
-	return sealedstate.Delete(ctx, s.b, stateAddr)
+	return sealedstate.Delete(ctx, s.b, s.keys, stateAddr)
 }
 
 func (s *store) restore(st state) error {

@@ -208,5 +208,5 @@ func (s *store) loadState(ctx context.Context) error {
 	}
 	s.rebuild(false)
 	s.rebuild(true)
-	return sealedstate.Delete(ctx, s.b, stateAddr)
+	return sealedstate.Delete(ctx, s.b, s.keys, stateAddr)
 }
