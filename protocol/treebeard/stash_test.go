@@ -198,38 +198,34 @@ func logStash(t *testing.T, name string, n, requests int, r stashRun, seriesEver
 // fewer blocks, push a shard past them within the run, since every real
 // read brings a block into the stash.
 func TestStashSize(t *testing.T) {
-	const n, requests, clients = 4096, 40_000, 64
+	checkStashBounds(t, 4096, 40_000, 50*time.Millisecond, 250*time.Millisecond)
+}
+
+// TestStashSoak is the long run, behind TREEBEARD_SOAK=1: N = 2^16 keys,
+// 1M requests per workload from 64 clients, printing the stash every 5 s
+// (about 2 minutes per workload on 2 cores), with the bounds of
+// TestStashSize scaled to N (the stash grows with N).
+func TestStashSoak(t *testing.T) {
+	if os.Getenv(soakEnv) == "" {
+		t.Skipf("set %s=1 to run", soakEnv)
+	}
+	checkStashBounds(t, 1<<16, 1_000_000, 100*time.Millisecond, 5*time.Second)
+}
+
+// checkStashBounds runs both workloads at N = n from 64 clients and
+// requires the largest Stash shard to stay within N/12 (Zipf) and N/6
+// (round robin), with evictions running.
+func checkStashBounds(t *testing.T, n, requests int, period, series time.Duration) {
 	bounds := map[string]int{"zipf": n / 12, "roundrobin": n / 6}
 	for _, dist := range []string{"zipf", "roundrobin"} {
 		t.Run(dist, func(t *testing.T) {
-			r := measureStash(t, n, requests, clients, dist, 50*time.Millisecond)
-			logStash(t, dist, n, requests, r, 250*time.Millisecond)
+			r := measureStash(t, n, requests, 64, dist, period)
+			logStash(t, dist, n, requests, r, series)
 			if r.MaxShard > bounds[dist] {
 				t.Errorf("a Stash shard reached %d blocks; bound %d (N/%d)", r.MaxShard, bounds[dist], n/bounds[dist])
 			}
 			if kvtest.Stat(t, r.Stats, "evictions") == 0 {
 				t.Error("no eviction ran")
-			}
-		})
-	}
-}
-
-// TestStashSoak is the long run, behind TREEBEARD_SOAK=1: N = 2^16 keys,
-// 1M requests per workload from 64 clients, printing the stash every 5 s
-// (about 2 minutes per workload on 2 cores). It asserts nothing but
-// the bounds of TestStashSize scaled to N (the stash grows with N).
-func TestStashSoak(t *testing.T) {
-	if os.Getenv(soakEnv) == "" {
-		t.Skipf("set %s=1 to run", soakEnv)
-	}
-	const n, requests, clients = 1 << 16, 1_000_000, 64
-	bounds := map[string]int{"zipf": n / 12, "roundrobin": n / 6}
-	for _, dist := range []string{"zipf", "roundrobin"} {
-		t.Run(dist, func(t *testing.T) {
-			r := measureStash(t, n, requests, clients, dist, 100*time.Millisecond)
-			logStash(t, dist, n, requests, r, 5*time.Second)
-			if r.MaxShard > bounds[dist] {
-				t.Errorf("a Stash shard reached %d blocks; bound %d (N/%d)", r.MaxShard, bounds[dist], n/bounds[dist])
 			}
 		})
 	}
