@@ -389,7 +389,7 @@ func (s *store) settle(p *keyPlan, val []byte, exists bool, ts uint64) {
 			return
 		}
 		delete(s.objs, p.ref)
-		d := s.newDummy()
+		d := newDummy(s.rng, s.objs)
 		e.Value = &cached{ref: d}
 		s.objs[d] = &object{ts: ts, order: ts, tie: s.rng.Uint64(), elem: e}
 	case exists: // an insert
@@ -406,11 +406,16 @@ func (s *store) settle(p *keyPlan, val []byte, exists bool, ts uint64) {
 	}
 }
 
-// maybeResetDummies sets every dummy's ordering timestamp to ts (with a
-// fresh random tie-break, so the next round picks them in a new order) once
-// every dummy on storage has been accessed since the last reset: every
-// D/f_D batches in a full store (Sec. 6.2). Storage ids keep their own
-// timestamps, so the reset moves no object.
+// maybeResetDummies sets every dummy's timestamp to ts once every dummy on
+// storage has been accessed since the last reset: every D/f_D batches in a
+// full store (Sec. 6.2). As in the paper's BST on <ts : key>, dummies with
+// equal timestamps are then picked in the order of their random ids, the
+// same order in every round: a dummy written in batch j of a round is read
+// again by batch j of the next, which keeps its alpha within ceil(D/f_D)
+// (Theorem 7.1). A fresh random order at each reset would let a dummy
+// written early in one round be read last in the next, at an alpha of up
+// to about 2D/f_D. Storage ids keep their own timestamps, so the reset
+// moves no object.
 func (s *store) maybeResetDummies() {
 	if rf, ok := s.head(true); ok && s.objs[rf].order > s.lastReset {
 		s.resetDummies()
@@ -421,7 +426,7 @@ func (s *store) resetDummies() {
 	s.lastReset = s.ts
 	for rf, o := range s.objs {
 		if rf.Dummy {
-			o.order, o.tie = s.ts, s.rng.Uint64()
+			o.order, o.tie = s.ts, 0
 		}
 	}
 	s.rebuild(true)

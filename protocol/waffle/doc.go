@@ -22,9 +22,11 @@
 //     re-encrypted under fresh ids. So every batch is one Read of B
 //     addresses, one Write of B new ones and one Delete of the B read,
 //     whatever the workload;
-//   - the dummies' ordering timestamps are reset (in a fresh random order)
-//     each time all of them have been accessed: every D/f_D batches in a
-//     full store.
+//   - the dummies' ordering timestamps are reset each time all of them
+//     have been accessed (every D/f_D batches in a full store); equal
+//     timestamps are ordered by the dummies' random ids, as in the paper's
+//     BST on <ts : key>, so every round picks them in one order and a
+//     dummy's alpha stays within ceil(D/f_D).
 //
 // Inserts and deletes (Sec. 6.2, last paragraph): a store of capacity N
 // holds N+D objects at all times; the spare capacity is held by dummies.

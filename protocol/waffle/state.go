@@ -21,11 +21,11 @@ const deleteChunk = 1 << 14
 
 // state is what the proxy keeps between runs.
 type state struct {
-	Params               params
-	TS, LastReset, NextD uint64
-	Objects              []objectState
-	Cache                []cacheState // most recently used first
-	Counters             counters
+	Params        params
+	TS, LastReset uint64
+	Objects       []objectState
+	Cache         []cacheState // most recently used first
+	Counters      counters
 }
 
 // params are the options a store is written with; reopening it with
@@ -108,10 +108,12 @@ func (s *store) collect(items iter.Seq2[string, []byte]) ([]cached, error) {
 func (s *store) layout(ctx context.Context, items []cached, ts uint64) error {
 	nReal := len(items)
 	s.rng.Shuffle(nReal, func(i, j int) { items[i], items[j] = items[j], items[i] })
+	objs, cache := make(map[ref]*object, s.capacity+s.opts.D), list.New()
 	for len(items) < s.capacity+s.opts.D {
-		items = append(items, cached{ref: s.newDummy()})
+		d := newDummy(s.rng, objs)
+		objs[d] = nil
+		items = append(items, cached{ref: d})
 	}
-	objs, cache := make(map[ref]*object, len(items)), list.New()
 	for i, c := range items {
 		o := &object{ts: ts, order: ts}
 		objs[c.ref] = o
@@ -170,7 +172,7 @@ func (s *store) Close() error {
 func (s *store) saveState(ctx context.Context) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	st := state{Params: s.opts.params(), TS: s.ts, LastReset: s.lastReset, NextD: s.nextDummy, Counters: s.counters}
+	st := state{Params: s.opts.params(), TS: s.ts, LastReset: s.lastReset, Counters: s.counters}
 	for rf, o := range s.objs {
 		st.Objects = append(st.Objects, objectState{Dummy: rf.Dummy, Key: rf.Key, TS: o.ts, Order: o.order, Tie: o.tie})
 	}
@@ -191,7 +193,7 @@ func (s *store) loadState(ctx context.Context) error {
 	if want := s.opts.params(); st.Params != want {
 		return fmt.Errorf("%w: the store was written with %+v, the options ask for %+v", kv.ErrMismatch, st.Params, want)
 	}
-	s.ts, s.lastReset, s.nextDummy, s.counters = st.TS, st.LastReset, st.NextD, st.Counters
+	s.ts, s.lastReset, s.counters = st.TS, st.LastReset, st.Counters
 	for _, ob := range st.Objects {
 		s.objs[ref{Dummy: ob.Dummy, Key: ob.Key}] = &object{ts: ob.TS, order: ob.Order, tie: ob.Tie}
 		if !ob.Dummy {

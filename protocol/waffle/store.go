@@ -85,7 +85,6 @@ type store struct {
 	rng       *rand.Rand
 	ts        uint64 // global timestamp: batches (and bulk loads) so far
 	lastReset uint64 // ts of the last reset of the dummies' timestamps
-	nextDummy uint64 // id of the next dummy created
 	objs      map[ref]*object
 	cache     *list.List // of *cached, most recently used first
 	reals     index      // real objects on storage
@@ -171,11 +170,22 @@ func (s *store) unseal(addr string, sealed []byte) ([]byte, error) {
 	return plain[4 : 4+n : 4+n], nil
 }
 
-func (s *store) newDummy() ref {
-	var id [8]byte
-	binary.BigEndian.PutUint64(id[:], s.nextDummy)
-	s.nextDummy++
-	return ref{Dummy: true, Key: string(id[:])}
+// newDummy returns a dummy with a random id not in objs: the paper's
+// "D random dummy keys" (Sec. 6.1), whose order is the order in which
+// dummies are picked after a reset (see store.resetDummies).
+func newDummy(rng *rand.Rand, objs map[ref]*object) ref {
+	for {
+		var id [8]byte
+		binary.BigEndian.PutUint64(id[:], rng.Uint64())
+		if rf := (ref{Dummy: true, Key: string(id[:])}); !hasRef(objs, rf) {
+			return rf
+		}
+	}
+}
+
+func hasRef(objs map[ref]*object, rf ref) bool {
+	_, ok := objs[rf]
+	return ok
 }
 
 func (s *store) Get(ctx context.Context, key string) ([]byte, bool, error) {
