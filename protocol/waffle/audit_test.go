@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -68,6 +69,7 @@ type auditRun struct {
 	records     []observe.Record
 	minReads    int     // fewest storage reads of any key
 	readShare   float64 // share of keys read from storage at least 3 times
+	opsPerSec   float64 // client requests answered per second
 }
 
 func objName(r waffle.Ref) string {
@@ -120,21 +122,33 @@ func (tr *tracer) batches() int {
 	return len(tr.realEv)
 }
 
-// runAudit bulk-loads a full store of auditN keys with options opts, then
-// runs auditClients clients (90% gets, 10% puts) drawing keys from next
-// until auditBatches batches ran, recording the tap log and the proxy's
-// trace.
-func runAudit(t *testing.T, opts waffle.Options, next func(r *rand.Rand) uint64) auditRun {
+// auditSetup is one audited run: a full store of n keys with options
+// opts, values of valueSize bytes, and clients clients (90% gets, 10%
+// puts) until batches batches ran.
+type auditSetup struct {
+	n, batches, clients, valueSize int
+	opts                           waffle.Options
+}
+
+// defaultAudit is the setup of the audits at N = auditN.
+func defaultAudit(opts waffle.Options) auditSetup {
+	return auditSetup{n: auditN, batches: auditBatches, clients: auditClients, valueSize: 16, opts: opts}
+}
+
+// runAudit bulk-loads the store of setup, then runs its clients drawing
+// keys from next, recording the tap log, the proxy's trace and the
+// clients' throughput.
+func runAudit(t *testing.T, setup auditSetup, next func(r *rand.Rand) uint64) auditRun {
 	t.Helper()
 	ctx := t.Context()
-	keys := make([]string, auditN)
+	keys := make([]string, setup.n)
 	for i := range keys {
-		keys[i] = fmt.Sprintf("key%05d", i)
+		keys[i] = fmt.Sprintf("key%07d", i)
 	}
 	tr := &tracer{readsByKey: map[string]int{}}
 	var log observe.MemoryLog
 	s, err := kv.Open(ctx, kv.Config{Protocol: "waffle", Backend: mem.New(), Keys: kvtest.NewKeys(t),
-		Capacity: auditN, ValueSize: 16, Options: waffle.Traced(opts, tr.batch), TapLog: &log})
+		Capacity: setup.n, ValueSize: setup.valueSize, Options: waffle.Traced(setup.opts, tr.batch), TapLog: &log})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -150,14 +164,16 @@ func runAudit(t *testing.T, opts waffle.Options, next func(r *rand.Rand) uint64)
 			}
 		}
 	})
-	if err != nil || n != auditN {
-		t.Fatalf("Load = %d, %v; want a full store of %d", n, err, auditN)
+	if err != nil || n != setup.n {
+		t.Fatalf("Load = %d, %v; want a full store of %d", n, err, setup.n)
 	}
 	var wg sync.WaitGroup
-	for c := range auditClients {
+	var done atomic.Int64
+	start := time.Now()
+	for c := range setup.clients {
 		wg.Go(func() {
 			r := rand.New(rand.NewPCG(uint64(c), 7))
-			for tr.batches() < auditBatches {
+			for tr.batches() < setup.batches {
 				k := keys[next(r)]
 				var err error
 				if r.IntN(10) == 0 {
@@ -169,11 +185,14 @@ func runAudit(t *testing.T, opts waffle.Options, next func(r *rand.Rand) uint64)
 					t.Error(err)
 					return
 				}
+				done.Add(1)
 			}
 		})
 	}
 	wg.Wait()
-	return analyse(t, log.Records(), tr, keys)
+	run := analyse(t, log.Records(), tr, keys)
+	run.opsPerSec = float64(done.Load()) / time.Since(start).Seconds()
+	return run
 }
 
 // analyse runs the alpha and beta analyses on a run's tap log and trace.
@@ -236,7 +255,7 @@ func TestAlphaBetaUniform(t *testing.T) {
 	}
 	runs := map[string]auditRun{}
 	for _, w := range workloads {
-		run := runAudit(t, auditOpts, w.next)
+		run := runAudit(t, defaultAudit(auditOpts), w.next)
 		runs[w.name] = run
 		a, b := run.alpha, run.beta
 		t.Logf("%s: %d batches, %d alpha samples, %.1f%% of keys read 3+ times (fewest %d: hot keys stay cached); alpha theory %d observed max %d (max unread age %d, %d unread, %d deleted unread); beta theory %d observed min %d over %d samples (%d pending; dummies' min beta %d)",
@@ -352,7 +371,7 @@ func TestDummyAlpha(t *testing.T) {
 	opts := auditOpts
 	opts.D = 100
 	bound := int(math.Ceil(float64(opts.D) / float64(opts.FD)))
-	run := runAudit(t, opts, func(r *rand.Rand) uint64 { return r.Uint64N(auditN) })
+	run := runAudit(t, defaultAudit(opts), func(r *rand.Rand) uint64 { return r.Uint64N(auditN) })
 	worst, samples := 0, 0
 	written := map[string]int{}
 	for i, ev := range run.dummyEvents {

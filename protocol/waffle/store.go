@@ -55,7 +55,7 @@ type request struct {
 type object struct {
 	ts    uint64        // address timestamp: on storage at prf(ref, ts)
 	order uint64        // timestamp ordering the fake picks (a dummy's is reset)
-	tie   uint64        // tie-break among equal orders (random for dummies)
+	tie   uint64        // tie-break among equal orders: see store.commit
 	elem  *list.Element // non-nil while the object is in the cache
 }
 
