@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/oblivkv/oblivkv/kv"
+	"github.com/oblivkv/oblivkv/protocol/cloak"
 	"github.com/oblivkv/oblivkv/protocol/pathoram"
 	"github.com/oblivkv/oblivkv/protocol/taostore"
 	"github.com/oblivkv/oblivkv/protocol/treebeard"
@@ -20,6 +21,7 @@ import (
 // Options value (the value kv.Config.Options expects). A registered
 // protocol missing here takes no options.
 var protocolOptions = map[string]any{
+	"cloak":     cloak.Options{},
 	"pathoram":  pathoram.Options{},
 	"taostore":  taostore.Options{},
 	"treebeard": treebeard.Options{},
@@ -47,16 +49,17 @@ func OptionNames(protocol string) []string {
 }
 
 // settable reports whether an Options field can be set by name: exported,
-// and an int or a time.Duration.
+// and an int, a float64 or a time.Duration.
 func settable(f reflect.StructField) bool {
-	return f.IsExported() && (f.Type == durationType || f.Type.Kind() == reflect.Int)
+	k := f.Type.Kind()
+	return f.IsExported() && (f.Type == durationType || k == reflect.Int || k == reflect.Float64)
 }
 
 // ProtocolOptions builds protocol's Options value from "name=value"
 // settings, for kv.Config.Options. Names are its Options' exported fields,
 // matched ignoring case, '-' and '_' (cachedlevels, cached-levels and
-// CachedLevels are one field); int fields take decimal integers,
-// time.Duration fields Go durations ("1ms", "-1s"). Fields not set stay
+// CachedLevels are one field); int fields take decimal integers, float64
+// fields decimal numbers, time.Duration fields Go durations ("1ms", "-1s"). Fields not set stay
 // zero, which every protocol reads as its default. With no settings it
 // returns nil (the protocol's defaults). A protocol without options
 // rejects every setting.
@@ -172,6 +175,14 @@ func set(f reflect.Value, value string) error {
 		f.SetInt(int64(d))
 		return nil
 	}
+	if f.Kind() == reflect.Float64 {
+		x, err := strconv.ParseFloat(value, 64)
+		if err != nil {
+			return errors.New("want a number such as 0.8")
+		}
+		f.SetFloat(x)
+		return nil
+	}
 	n, err := strconv.ParseInt(value, 10, 64)
 	if err != nil || f.OverflowInt(n) {
 		return errors.New("want an integer")
@@ -196,9 +207,12 @@ func FormatOptions(options any) string {
 		if !settable(f) || v.Field(i).IsZero() {
 			continue
 		}
-		if f.Type == durationType {
+		switch {
+		case f.Type == durationType:
 			parts = append(parts, f.Name+"="+time.Duration(v.Field(i).Int()).String())
-		} else {
+		case f.Type.Kind() == reflect.Float64:
+			parts = append(parts, f.Name+"="+strconv.FormatFloat(v.Field(i).Float(), 'g', -1, 64))
+		default:
 			parts = append(parts, f.Name+"="+strconv.FormatInt(v.Field(i).Int(), 10))
 		}
 	}

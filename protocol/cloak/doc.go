@@ -1,0 +1,48 @@
+// Package cloak implements Cloak (seed 002, Secs. 3-6), an oblivious
+// store whose storage accesses follow a fixed temporal distribution,
+// registered as "cloak". The adversary may inject queries and sees every
+// storage call, but not the traffic between clients and the proxy nor its
+// timing.
+//
+// Storage holds sum_d d*b_d physical addresses under AddrPrefix, each
+// sealed with its address and the id of the batch that last wrote it (a
+// replayed element fails to open). The proxy keeps the position map (key
+// to address and back, each address's last batch id), so it knows every
+// address's reuse-distance set: set d holds the addresses last written d
+// batches ago.
+//
+//   - Budgets (Algorithm 3, options.go): b_d = ceil(b_1/d^s), at least 1,
+//     until sum_d d*b_d >= N; the batch size is beta = sum_d b_d, and set
+//     d holds beta - sum_{i<d} b_i addresses when a batch is formed.
+//   - Every Delta a batch leaves with exactly b_d addresses from every set
+//     d, whatever the clients do: first the keys waiting in that set's
+//     queue, in arrival order, then dummies, preferring the addresses whose
+//     keys clients asked for most recently (Sec. 4.2). One backend Read of
+//     the beta addresses, then one Write of the same addresses with the
+//     elements re-encrypted under the batch id and randomly permuted: they
+//     become the newest set.
+//   - Clients (Algorithms 1-2, client.go): a write updates the cache, is
+//     acknowledged at once and waits in its key's entry for the next batch
+//     that holds the key; a read is answered from the cache, from a write
+//     still waiting (line 13), by joining a read already waiting (line 16),
+//     or by the next batch. A write answers every read waiting on its key
+//     (line 18). The keys waiting are bounded by Options.Pending; a request
+//     that would add one waits for a batch (lines 20-21).
+//   - Inserts take a free address (sum_d d*b_d >= N leaves at least N), so
+//     the new key's first batch writes it; a delete is a write of "absent"
+//     that frees the address once a batch has written it. kv.ErrFull is
+//     returned at N keys.
+//   - A batch whose backend calls fail is sent again, unchanged, at the
+//     next tick; nothing acknowledged is lost, and the reads waiting on it
+//     get the error.
+//
+// Durability: Close saves the position map, the next batch id and the
+// writes not yet on storage, sealed under stateAddr; an open loads and
+// deletes it, so a store not closed cleanly is refused with a clear error.
+//
+// The package owns the proxy state and everything under "ck/" on storage.
+// It must never let what storage sees depend on the requests (every batch
+// is b_d addresses from every set d, every Delta), never read an address
+// twice within one set's lifetime, never store a key or an unsealed value,
+// and never answer from an element that fails to open.
+package cloak

@@ -1,0 +1,139 @@
+package cloak
+
+import (
+	"fmt"
+	"math"
+	"time"
+)
+
+// Options are Cloak's parameters (seed 002, Secs. 4, 6 and 7.1). Zero
+// fields take defaults scaled to the store's capacity N (see withDefaults).
+type Options struct {
+	// B1 is b_1, the budget of the most recent reuse-distance set; with S
+	// and N it fixes every budget and the batch size beta (Algorithm 3).
+	B1 int
+	// Beta, when B1 is zero, asks for the largest b_1 whose batch size is
+	// at most Beta.
+	Beta int
+	// S is the Zipf exponent of the budgets (default 1).
+	S float64
+	// Delta is the batch interval: a batch of exactly beta addresses
+	// leaves every Delta, whether or not clients are active (default 20ms).
+	Delta time.Duration
+	// Cache is the number of entries of the proxy's cache of recent values
+	// (default 1000).
+	Cache int
+	// Pending bounds the keys with requests waiting for a batch; a request
+	// that would add one more waits for a batch to complete (default
+	// 2*beta, the paper's queue coefficient of 2).
+	Pending int
+}
+
+// The paper's parameters (Sec. 7.1 and its artifact): b_1 = 433 at N = 1M
+// gives beta = 3999 with S = 1; a 20 ms interval and a cache of 1000.
+const (
+	paperN         = 1_000_000
+	paperB1        = 433
+	DefaultS       = 1.0
+	DefaultDelta   = 20 * time.Millisecond
+	DefaultCache   = 1000
+	pendingPerBeta = 2
+)
+
+// withDefaults fills the zero fields for a store of capacity n and returns
+// the budgets they give.
+//
+// Scaling rule: b_1 = ceil(433*sqrt(n/1M)), which keeps the paper's ratio
+// of beta to its lower bound sqrt(2N) (about 2.8) at every size: beta is
+// 3999 at n = 1M and 871 at n = 2^16.
+func (o Options) withDefaults(n int) (Options, []int, error) {
+	if o.S == 0 {
+		o.S = DefaultS
+	}
+	if o.Delta == 0 {
+		o.Delta = DefaultDelta
+	}
+	if o.Cache == 0 {
+		o.Cache = DefaultCache
+	}
+	if err := o.validate(n); err != nil {
+		return o, nil, err
+	}
+	switch {
+	case o.B1 == 0 && o.Beta > 0:
+		b1, err := b1ForBeta(n, o.Beta, o.S)
+		if err != nil {
+			return o, nil, err
+		}
+		o.B1 = b1
+	case o.B1 == 0:
+		o.B1 = int(math.Ceil(paperB1 * math.Sqrt(float64(n)/paperN)))
+	}
+	budgets := Budgets(n, o.B1, o.S)
+	o.Beta = sum(budgets)
+	if o.Pending == 0 {
+		o.Pending = pendingPerBeta * o.Beta
+	}
+	return o, budgets, nil
+}
+
+func (o Options) validate(n int) error {
+	switch {
+	case n < 1:
+		return fmt.Errorf("cloak: capacity must be at least 1, got %d", n)
+	case o.B1 < 0 || o.Beta < 0 || o.Cache < 0 || o.Pending < 0:
+		return fmt.Errorf("cloak: B1, Beta, Cache and Pending must not be negative, got B1=%d Beta=%d Cache=%d Pending=%d", o.B1, o.Beta, o.Cache, o.Pending)
+	case o.B1 > 0 && o.Beta > 0:
+		return fmt.Errorf("cloak: set B1 or Beta, not both (B1=%d Beta=%d)", o.B1, o.Beta)
+	case !(o.S > 0) || math.IsInf(o.S, 0):
+		return fmt.Errorf("cloak: the Zipf exponent S must be positive and finite, got %v", o.S)
+	case o.Delta < 0:
+		return fmt.Errorf("cloak: Delta must be positive, got %v", o.Delta)
+	case o.B1 > n:
+		return fmt.Errorf("cloak: B1=%d is larger than the capacity %d", o.B1, n)
+	}
+	return nil
+}
+
+// Budgets is Algorithm 3 (Sec. 6): b_d = ceil(b_1 / d^s) for d = 1, 2, ...
+// (at least 1) until the sets they imply hold n addresses, sum_d d*b_d >=
+// n. Set d holds beta - sum_{i<d} b_i addresses when a batch is formed, so
+// the sets hold sum_d d*b_d addresses in all (DESIGN.md Sec. 5). The
+// paper's text lost the rounding; ceil reproduces its batch sizes exactly
+// (3999 at N = 1M and 3744 at N = 701,317 with b_1 = 433, s = 1;
+// TestBudgetsMatchPaper).
+func Budgets(n, b1 int, s float64) []int {
+	var b []int
+	for covered := 0; covered < n; {
+		d := len(b) + 1
+		bd := max(1, int(math.Ceil(float64(b1)/math.Pow(float64(d), s)-1e-9)))
+		b = append(b, bd)
+		covered += d * bd
+	}
+	return b
+}
+
+// b1ForBeta returns the largest b_1 whose batch size is at most beta.
+func b1ForBeta(n, beta int, s float64) (int, error) {
+	if min := sum(Budgets(n, 1, s)); beta < min {
+		return 0, fmt.Errorf("cloak: no budgets for %d addresses fit a batch of %d; the smallest batch is %d (about sqrt(2N))", n, beta, min)
+	}
+	lo, hi := 1, n // sum(Budgets(n, lo)) <= beta
+	for lo < hi {
+		mid := (lo + hi + 1) / 2
+		if sum(Budgets(n, mid, s)) <= beta {
+			lo = mid
+		} else {
+			hi = mid - 1
+		}
+	}
+	return lo, nil
+}
+
+func sum(xs []int) int {
+	t := 0
+	for _, x := range xs {
+		t += x
+	}
+	return t
+}

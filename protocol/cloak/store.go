@@ -1,0 +1,227 @@
+package cloak
+
+import (
+	"container/list"
+	"context"
+	crand "crypto/rand"
+	"encoding/binary"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/oblivkv/oblivkv/backend"
+	"github.com/oblivkv/oblivkv/kv"
+	"github.com/oblivkv/oblivkv/seal"
+)
+
+func init() {
+	kv.Register("cloak", func(ctx context.Context, env kv.Env) (kv.Store, error) {
+		return open(ctx, env)
+	})
+}
+
+// AddrPrefix begins the storage address of every physical address; its
+// index follows as 4 big-endian bytes.
+const AddrPrefix = "ck/p/"
+
+// slot is the proxy's record of one physical address (the position map of
+// Sec. 4, both directions, with the last batch id).
+type slot struct {
+	key       string
+	held      bool   // the address holds key (or is reserved for its insert)
+	lastBatch uint64 // the batch that last wrote it: its set
+	clientTS  uint64 // when a client last asked for key (Sec. 4.2)
+	inflight  bool   // the address is in the batch in flight
+}
+
+// value is a logical value; absent marks a deleted key.
+type value struct {
+	val    []byte
+	absent bool
+}
+
+// entry is one key with requests waiting for a batch (Algorithm 2's
+// query_map, by logical key: a key's address changes only when a batch
+// that holds it commits).
+type entry struct {
+	write    *value        // the latest write not yet in a batch
+	sent     *value        // the write the batch in flight applies
+	reads    []chan result // reads answered by the next batch that holds the key
+	inflight bool          // the key's address is in the batch in flight
+	waiters  []chan result // reads answered when the batch in flight commits
+}
+
+type result struct {
+	val   []byte
+	found bool
+	err   error
+}
+
+type counters struct {
+	Batches, RealQueries, DummyQueries, CacheHits, Coalesced, FromPendingWrite, Backpressure, FailedBatches uint64
+}
+
+type store struct {
+	b         backend.Backend
+	keys      *seal.Keys
+	opts      Options
+	budgets   []int
+	capacity  int
+	valueSize int
+
+	batchMu sync.Mutex // held by a whole batch, and by Load
+
+	mu        sync.Mutex    // guards everything below
+	committed chan struct{} // closed and replaced when a batch commits
+	rng       *rand.Rand
+	next      uint64              // id of the next batch
+	slots     []slot              // by physical address
+	where     map[string]uint32   // key -> physical address
+	sets      map[uint64][]uint32 // last batch id -> addresses not read since
+	queues    map[uint64][]string // last batch id -> keys waiting, in arrival order
+	pending   map[string]*entry
+	free      []uint32 // addresses that hold no key
+	live      int      // keys that exist
+	clock     uint64   // client accesses so far (Sec. 4.2's timestamps)
+	cache     *lru
+	retry     *batch // a batch whose backend calls failed, run again next
+	counters  counters
+
+	stop, loopDone chan struct{}
+}
+
+func open(ctx context.Context, env kv.Env) (*store, error) {
+	opts, err := kv.OptionsOf[Options]("cloak", env.Options)
+	if err != nil {
+		return nil, err
+	}
+	opts, budgets, err := opts.withDefaults(env.Capacity)
+	if err != nil {
+		return nil, err
+	}
+	var seed [32]byte
+	if _, err := crand.Read(seed[:]); err != nil {
+		return nil, fmt.Errorf("cloak: seeding: %w", err)
+	}
+	s := &store{b: env.Backend, keys: env.Keys, opts: opts, budgets: budgets, capacity: env.Capacity, valueSize: env.ValueSize,
+		committed: make(chan struct{}), rng: rand.New(rand.NewChaCha8(seed)), cache: newLRU(opts.Cache),
+		pending: map[string]*entry{}, queues: map[uint64][]string{}, stop: make(chan struct{}), loopDone: make(chan struct{})}
+	if env.Fresh {
+		err = s.layout(ctx, nil)
+	} else {
+		err = s.loadState(ctx)
+	}
+	if err != nil {
+		return nil, err
+	}
+	go s.loop()
+	return s, nil
+}
+
+// addr is the storage address of physical address a.
+func addr(a uint32) string {
+	return AddrPrefix + string(binary.BigEndian.AppendUint32(nil, a))
+}
+
+// ad binds a sealed element to its address and the batch that wrote it,
+// so storage cannot replay an older element (seal.ErrTampered).
+func ad(a uint32, batchID uint64) []byte {
+	return binary.BigEndian.AppendUint64([]byte(addr(a)), batchID)
+}
+
+// sealElement seals the element of address a written by batch id: a
+// 4-byte length (all ones for an address that holds no key) and the value
+// padded to the value size.
+func (s *store) sealElement(a uint32, id uint64, v value) []byte {
+	plain := make([]byte, 4+s.valueSize)
+	n := uint32(len(v.val))
+	if v.absent {
+		n = ^uint32(0)
+	}
+	binary.BigEndian.PutUint32(plain, n)
+	copy(plain[4:], v.val)
+	return s.keys.Seal(nil, ad(a, id), plain)
+}
+
+func (s *store) openElement(a uint32, id uint64, sealed []byte) (value, error) {
+	if sealed == nil {
+		return value{}, fmt.Errorf("%w: address %d is missing", kv.ErrTampered, a)
+	}
+	plain, err := s.keys.Open(nil, ad(a, id), sealed)
+	if err != nil {
+		return value{}, fmt.Errorf("cloak: address %d: %w", a, err)
+	}
+	if len(plain) != 4+s.valueSize {
+		return value{}, fmt.Errorf("%w: address %d has the wrong size", kv.ErrTampered, a)
+	}
+	n := binary.BigEndian.Uint32(plain)
+	switch {
+	case n == ^uint32(0):
+		return value{absent: true}, nil
+	case int(n) > s.valueSize:
+		return value{}, fmt.Errorf("%w: address %d has a bad length", kv.ErrTampered, a)
+	}
+	return value{val: plain[4 : 4+n : 4+n]}, nil
+}
+
+// lru is the proxy's cache of recent values (Sec. 4: "a configurable fixed
+// size cache with any eviction policy"): least recently used goes first.
+type lru struct {
+	size  int
+	order *list.List // of cacheEntry, most recent first
+	at    map[string]*list.Element
+}
+
+type cacheEntry struct {
+	key string
+	v   value
+}
+
+func newLRU(size int) *lru {
+	return &lru{size: size, order: list.New(), at: map[string]*list.Element{}}
+}
+
+func (c *lru) get(key string) (value, bool) {
+	e, ok := c.at[key]
+	if !ok {
+		return value{}, false
+	}
+	c.order.MoveToFront(e)
+	return e.Value.(cacheEntry).v, true
+}
+
+func (c *lru) put(key string, v value) {
+	if c.size == 0 {
+		return
+	}
+	if e, ok := c.at[key]; ok {
+		e.Value = cacheEntry{key: key, v: v}
+		c.order.MoveToFront(e)
+		return
+	}
+	c.at[key] = c.order.PushFront(cacheEntry{key: key, v: v})
+	if c.order.Len() > c.size {
+		last := c.order.Back()
+		delete(c.at, c.order.Remove(last).(cacheEntry).key)
+	}
+}
+
+func (c *lru) reset() { c.order.Init(); clear(c.at) }
+
+// loop sends a batch every Delta until Close (Sec. 4: batches leave at a
+// fixed rate, so their timing carries nothing). A batch that takes longer
+// than Delta delays the next; ticks are not queued up.
+func (s *store) loop() {
+	defer close(s.loopDone)
+	t := time.NewTicker(s.opts.Delta)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-t.C:
+			s.runBatch(context.Background())
+		}
+	}
+}
