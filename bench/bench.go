@@ -30,6 +30,12 @@ import (
 // Config is one benchmark: the same for every protocol of a run.
 type Config struct {
 	// Mix is the YCSB workload; Keys the key distribution over Records.
+	// When Keys is a workload.Sequence (the temporal generator, a trace),
+	// all the workers of a protocol's run replay it through one shared
+	// cursor, warm-up first; if its entries carry operations (a trace
+	// with an op column) they replace Mix. When Keys names its own records
+	// (workload.KeyNamer: a trace), those are the keys loaded and used,
+	// and Records must be their number.
 	Mix     workload.Mix
 	Keys    workload.Distribution
 	Records int
@@ -128,7 +134,27 @@ func (c Config) Validate() error {
 	case c.Warmup.Ops < 0 || c.Warmup.Duration < 0:
 		return errors.New("bench: warm-up must not be negative")
 	}
+	if r, ok := c.Keys.(interface{ Records() uint64 }); ok && r.Records() != uint64(c.Records) {
+		return fmt.Errorf("bench: the %s has %d records, the configuration %d", c.Keys.Name(), r.Records(), c.Records)
+	}
 	return nil
+}
+
+// WorkloadName is the run's workload as reported: the mix's name, or
+// "trace" when the key source's entries carry their own operations.
+func (c Config) WorkloadName() string {
+	if s, ok := c.Keys.(workload.Sequence); ok && s.HasOps() {
+		return "trace"
+	}
+	return c.Mix.Name
+}
+
+// keySource describes the key distribution for Describe.
+func keySource(d workload.Distribution) string {
+	if x, ok := d.(interface{ Describe() string }); ok {
+		return x.Describe()
+	}
+	return d.Name() + " keys"
 }
 
 // Describe is a one-line summary of the run, printed above its table.
@@ -145,6 +171,6 @@ func Describe(c Config) string {
 	if c.BackendLatency > 0 {
 		backend += fmt.Sprintf(" +%v per round trip", c.BackendLatency)
 	}
-	return fmt.Sprintf("workload %s, %s keys, %d records of %d B; %s after %s warm-up; %s; backend %s; seed %d",
-		c.Mix.Name, c.Keys.Name(), c.Records, c.ValueSize, measure, c.Warmup, loop, backend, c.Seed)
+	return fmt.Sprintf("workload %s, %s, %d records of %d B; %s after %s warm-up; %s; backend %s; seed %d",
+		c.WorkloadName(), keySource(c.Keys), c.Records, c.ValueSize, measure, c.Warmup, loop, backend, c.Seed)
 }

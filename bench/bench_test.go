@@ -148,6 +148,7 @@ type fake struct {
 	gets    int
 	onGet   func(n int)
 	failPut error
+	log     []string // "r KEY" or "w KEY", in the order the run sent them
 }
 
 func newFake() *fake { return &fake{m: map[string][]byte{}} }
@@ -155,6 +156,7 @@ func newFake() *fake { return &fake{m: map[string][]byte{}} }
 func (f *fake) Get(_ context.Context, key string) ([]byte, bool, error) {
 	f.mu.Lock()
 	f.gets++
+	f.log = append(f.log, "r "+key)
 	n, hook := f.gets, f.onGet
 	v, ok := f.m[key]
 	f.mu.Unlock()
@@ -170,6 +172,7 @@ func (f *fake) Put(_ context.Context, key string, val []byte) error {
 	if f.failPut != nil {
 		return f.failPut
 	}
+	f.log = append(f.log, "w "+key)
 	f.m[key] = val
 	return nil
 }

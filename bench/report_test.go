@@ -132,3 +132,44 @@ func TestLatencyFormat(t *testing.T) {
 		}
 	}
 }
+
+// TestTableUtilColumn: the util column appears only when some protocol
+// reports batch utilisation, and shows "-" for the others.
+func TestTableUtilColumn(t *testing.T) {
+	res := []Result{
+		{Protocol: "plain", OpsPerSec: 100, Extra: []kv.Stat{{Name: "stash_max", Value: 3}}},
+		{Protocol: "batcher", OpsPerSec: 50},
+	}
+	table := func() []string {
+		var buf bytes.Buffer
+		if err := WriteTable(&buf, res); err != nil {
+			t.Fatal(err)
+		}
+		return strings.Split(strings.TrimRight(buf.String(), "\n"), "\n")
+	}
+	if lines := table(); strings.Contains(lines[0], "util") {
+		t.Errorf("util column without any utilisation:\n%s", strings.Join(lines, "\n"))
+	}
+	res[1].Extra = []kv.Stat{{Name: "batches", Value: 9}, {Name: UtilisationStat, Value: 0.7349}}
+	lines := table()
+	header := strings.Fields(lines[0])
+	col := slices.Index(header, "util")
+	if col < 0 || header[col-1] != "ampl" || header[col+1] != "errors" {
+		t.Fatalf("no util column between ampl and errors:\n%s", strings.Join(lines, "\n"))
+	}
+	// "vs plain" and "p50 ms"... are two words in the header: count from the end.
+	fromEnd := len(header) - col
+	plain, batcher := strings.Fields(lines[1]), strings.Fields(lines[2])
+	if got := plain[len(plain)-fromEnd]; got != "-" {
+		t.Errorf("plain's util %q, want -", got)
+	}
+	if got := batcher[len(batcher)-fromEnd]; got != "0.73" {
+		t.Errorf("batcher's util %q, want 0.73", got)
+	}
+	for _, l := range lines[1:] {
+		if len(l) != len(lines[0]) {
+			t.Errorf("unaligned:\n%s", strings.Join(lines, "\n"))
+			break
+		}
+	}
+}

@@ -80,7 +80,8 @@ func measure(ctx context.Context, cfg Config, protocol string, t Target) (Result
 	return res, nil
 }
 
-// load stores records 0..n-1 with random values, drawing a bar.
+// load stores records 0..n-1 (their keys: see workload.KeysFor) with
+// random values, drawing a bar.
 func load(ctx context.Context, cfg Config, protocol string, t Target) error {
 	var done atomic.Int64
 	bar := progress.Start(cfg.Progress, "load "+protocol, int64(cfg.Records), done.Load)
@@ -91,7 +92,7 @@ func load(ctx context.Context, cfg Config, protocol string, t Target) error {
 // items yields every record with a value drawn from the run's load stream,
 // counting what it yields.
 func items(cfg Config, done *atomic.Int64) iter.Seq2[string, []byte] {
-	keys := workload.NewKeys(uint64(cfg.Records))
+	keys := workload.KeysFor(cfg.Keys, uint64(cfg.Records))
 	return func(yield func(string, []byte) bool) {
 		r := rand.New(rand.NewPCG(cfg.Seed, loadStream))
 		for i := range uint64(cfg.Records) {
@@ -112,6 +113,11 @@ type runner struct {
 	t       Target
 	keys    workload.Keys
 	workers []*worker
+	// seq, when the key source is a workload.Sequence, is replayed by all
+	// the workers through cursor, across the warm-up and the measured
+	// phase; each protocol's runner starts it afresh.
+	seq    workload.Sequence
+	cursor *workload.Cursor
 }
 
 // worker owns one random stream, one key stream and its own tallies, so
@@ -145,10 +151,17 @@ func (a *tally) add(b tally) {
 }
 
 func newRunner(cfg Config, t Target) *runner {
-	r := &runner{cfg: cfg, t: t, keys: workload.NewKeys(uint64(cfg.Records))}
+	r := &runner{cfg: cfg, t: t, keys: workload.KeysFor(cfg.Keys, uint64(cfg.Records))}
+	if seq, ok := cfg.Keys.(workload.Sequence); ok {
+		r.seq, r.cursor = seq, workload.NewCursor(seq)
+	}
 	for id := range cfg.Concurrency {
 		rng := rand.New(rand.NewPCG(cfg.Seed, uint64(id)))
-		r.workers = append(r.workers, &worker{r: rng, keys: cfg.Keys.Worker(id, rng)})
+		w := &worker{r: rng}
+		if r.seq == nil {
+			w.keys = cfg.Keys.Worker(id, rng)
+		}
+		r.workers = append(r.workers, w)
 	}
 	return r
 }
@@ -195,14 +208,32 @@ func (r *runner) loop(ctx context.Context, w *worker, s *schedule, record bool) 
 		if !s.wait(ctx, intended) {
 			return
 		}
-		op := r.cfg.Mix.Next(w.r)
-		o := r.do(ctx, w, op)
+		op, rec := r.draw(w)
+		o := r.do(ctx, w, op, rec)
 		took := time.Since(intended)
 		s.completed.Add(1)
 		if record {
 			w.count(op, o, took)
 		}
 	}
+}
+
+// draw picks the next operation and its record: from the worker's own
+// streams, or the next entry of the shared sequence (whose operation, if
+// it has none, the mix draws from the run's seed and the entry's index,
+// so the whole sequence of operations does not depend on which worker
+// takes which entry).
+func (r *runner) draw(w *worker) (workload.Op, uint64) {
+	if r.seq == nil {
+		op := r.cfg.Mix.Next(w.r)
+		return op, w.keys.Next()
+	}
+	i := r.cursor.Next()
+	rec, op, ok := r.seq.At(i)
+	if !ok {
+		op = r.cfg.Mix.Entry(r.cfg.Seed, i)
+	}
+	return op, rec
 }
 
 // outcome is what one operation did.
@@ -236,9 +267,9 @@ func (w *worker) count(op workload.Op, o outcome, took time.Duration) {
 	w.lat.RecordDuration(took)
 }
 
-// do runs one YCSB operation on a record drawn from the worker's stream.
-func (r *runner) do(ctx context.Context, w *worker, op workload.Op) outcome {
-	key := r.keys.Key(w.keys.Next())
+// do runs one YCSB operation on record rec.
+func (r *runner) do(ctx context.Context, w *worker, op workload.Op, rec uint64) outcome {
+	key := r.keys.Key(rec)
 	var o outcome
 	if op == workload.Read || op == workload.ReadModifyWrite {
 		val, ok, err := r.t.Get(ctx, key)

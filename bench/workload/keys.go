@@ -34,6 +34,14 @@ type Options struct {
 	HotSetFraction float64
 	// HotOpFraction is the share of operations on the hot set (default 0.8).
 	HotOpFraction float64
+	// TemporalExponent is the Zipf exponent s of the temporal generator's
+	// reuse distances (default 1, as in Cloak's synthetic workload).
+	TemporalExponent float64
+	// TraceLength is the number of entries the temporal generator draws
+	// before its sequence wraps (default DefaultTraceLength).
+	TraceLength int
+	// Seed seeds the temporal generator (the run's --seed).
+	Seed uint64
 }
 
 // Defaults from YCSB's CoreWorkload and generators.
@@ -41,21 +49,33 @@ const (
 	DefaultTheta          = 0.99
 	DefaultHotSetFraction = 0.2
 	DefaultHotOpFraction  = 0.8
+	// DefaultTemporalExponent is the Zipf exponent of Cloak's synthetic
+	// temporal workload (Sec. 7.1).
+	DefaultTemporalExponent = 1.0
+	// DefaultTraceLength is the temporal generator's length when the run's
+	// length is not known in advance (a timed run).
+	DefaultTraceLength = 1 << 22
+	// MaxTraceLength bounds the temporal generator's length (8 bytes an
+	// entry); longer runs wrap.
+	MaxTraceLength = 1 << 24
 )
 
 func (o Options) withDefaults() Options {
 	o.Theta = cmp.Or(o.Theta, DefaultTheta)
 	o.HotSetFraction = cmp.Or(o.HotSetFraction, DefaultHotSetFraction)
 	o.HotOpFraction = cmp.Or(o.HotOpFraction, DefaultHotOpFraction)
+	o.TemporalExponent = cmp.Or(o.TemporalExponent, DefaultTemporalExponent)
+	o.TraceLength = min(cmp.Or(o.TraceLength, DefaultTraceLength), MaxTraceLength)
 	return o
 }
 
 // Distributions returns the names New accepts.
-func Distributions() []string { return []string{"uniform", "zipfian", "latest", "hotspot"} }
+func Distributions() []string { return []string{"uniform", "zipfian", "latest", "hotspot", "temporal"} }
 
 // New builds the distribution called name over n records. A new
-// distribution (a trace replay, Cloak's temporal generator) is a new file
-// implementing Distribution and one more case here.
+// distribution is a new file implementing Distribution (and Sequence, if
+// it is one sequence shared by all workers) and one more case here. A
+// trace file is not a distribution by name: see ReadTrace.
 func New(name string, n uint64, opts Options) (Distribution, error) {
 	if n == 0 {
 		return nil, fmt.Errorf("workload: a key distribution needs at least one record")
@@ -70,6 +90,8 @@ func New(name string, n uint64, opts Options) (Distribution, error) {
 		return NewLatest(n, opts.Theta)
 	case "hotspot":
 		return NewHotspot(n, opts.HotSetFraction, opts.HotOpFraction)
+	case "temporal":
+		return NewTemporal(n, opts.TemporalExponent, opts.TraceLength, opts.Seed)
 	}
 	return nil, fmt.Errorf("unknown distribution %q (known: %s)", name, strings.Join(Distributions(), ", "))
 }
@@ -99,7 +121,13 @@ const KeyPrefix = "user"
 // and key length never tells records apart. Hot records are spread over
 // the key space by the distributions themselves (the scrambled zipfian),
 // not by hashing the key.
-type Keys struct{ width int }
+//
+// Keys made by NamedKeys instead name record i by the i-th string given
+// (a trace's distinct keys, in order of first appearance).
+type Keys struct {
+	width int
+	names []string
+}
 
 // NewKeys returns the key format for n records.
 func NewKeys(n uint64) Keys {
@@ -107,8 +135,29 @@ func NewKeys(n uint64) Keys {
 	return Keys{width: w}
 }
 
-// Key returns the key of record i, in one allocation.
+// NamedKeys names record i names[i]; names must be distinct.
+func NamedKeys(names []string) Keys { return Keys{names: names} }
+
+// KeyNamer is a Distribution that names its own records (a trace).
+type KeyNamer interface {
+	Keys() Keys
+}
+
+// KeysFor returns the keys of d's n records: d's own names if it is a
+// KeyNamer, else NewKeys(n).
+func KeysFor(d Distribution, n uint64) Keys {
+	if kn, ok := d.(KeyNamer); ok {
+		return kn.Keys()
+	}
+	return NewKeys(n)
+}
+
+// Key returns the key of record i, in one allocation (none for named
+// keys).
 func (k Keys) Key(i uint64) string {
+	if k.names != nil {
+		return k.names[i]
+	}
 	var digits [20]byte
 	d := strconv.AppendUint(digits[:0], i, 10)
 	var b strings.Builder

@@ -2,11 +2,14 @@
 // operation comes next (a YCSB mix), which record it touches (a key
 // distribution), the record's key string and a value to write.
 //
-// It owns the YCSB core workloads A, B, C and F and the key distributions
+// It owns the YCSB core workloads A, B, C and F, the key distributions
 // uniform, zipfian (YCSB's scrambled zipfian), latest (YCSB's skewed
-// latest) and hotspot. Everything is deterministic given the random source
-// it is handed: a run seeds one math/rand/v2 PCG per worker, so the same
-// seed replays the same per-worker streams.
+// latest) and hotspot, and two key sequences shared by all the workers of
+// a run (Sequence): Cloak's temporal generator and the replay of a trace
+// file. Everything is deterministic given the random source it is handed:
+// a run seeds one math/rand/v2 PCG per worker, so the same seed replays
+// the same per-worker streams, and a Sequence is fixed by its seed or
+// file.
 //
 // It must never touch a store, a clock or global random state: timing and
 // execution belong to package bench.
@@ -81,8 +84,18 @@ func MixByName(name string) (Mix, error) {
 }
 
 // Next draws the next operation.
-func (m Mix) Next(r *rand.Rand) Op {
-	u := r.Float64()
+func (m Mix) Next(r *rand.Rand) Op { return m.Pick(r.Float64()) }
+
+// Entry draws the operation of entry i of a shared key sequence (a trace
+// without operations, or the temporal generator) from a hash of (seed, i),
+// so the whole sequence of operations is fixed by the seed whichever
+// worker runs which entry.
+func (m Mix) Entry(seed, i uint64) Op {
+	return m.Pick(float64(splitmix64(seed^splitmix64(i))>>11) / (1 << 53))
+}
+
+// Pick maps u, uniform in [0, 1), to an operation.
+func (m Mix) Pick(u float64) Op {
 	last := Read
 	for op, p := range m.Proportions {
 		if p <= 0 {
@@ -100,4 +113,13 @@ func (m Mix) Next(r *rand.Rand) Op {
 // Writes reports whether the mix ever writes.
 func (m Mix) Writes() bool {
 	return m.Proportions[Update] > 0 || m.Proportions[ReadModifyWrite] > 0
+}
+
+// splitmix64 is the finaliser of SplitMix64 (Steele, Lea and Flood): a
+// bijective mix of x's bits.
+func splitmix64(x uint64) uint64 {
+	x += 0x9e3779b97f4a7c15
+	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9
+	x = (x ^ (x >> 27)) * 0x94d049bb133111eb
+	return x ^ (x >> 31)
 }

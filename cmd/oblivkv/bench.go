@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -37,6 +38,8 @@ type benchFlags struct {
 	seed                  uint64
 	capacity              int
 	opts                  []string
+	trace                 string
+	temporalS             float64
 }
 
 func newBenchCmd() *cobra.Command {
@@ -57,7 +60,20 @@ Workloads (YCSB core): A 50% read / 50% update; B 95% read / 5% update;
 C 100% read; F 50% read / 50% read-modify-write.
 Distributions: uniform; zipfian (YCSB's scrambled zipfian, theta 0.99);
 latest (the last-loaded records are hottest); hotspot (20% of the records get
-80% of the operations).
+80% of the operations); temporal (Cloak's synthetic trace: each access goes
+to the record whose reuse distance, its position in the LRU stack with 1 the
+most recent, is drawn from Zipf with exponent --temporal-s, default 1).
+
+--trace FILE replays a trace instead: one key per line, optionally followed
+by whitespace or a comma and an operation (r, read, get; w, write, set,
+update, put); blank lines and # comments are skipped. The file's distinct
+keys are the records (loaded, in order of first appearance; --records comes
+from the file), and with an operation column the file's operations replace
+--workload. --trace excludes --distribution.
+
+temporal and --trace are one sequence per run: all workers take its entries
+in order from one shared cursor (warm-up first), wrapping at its end, and
+every protocol replays it from the start.
 
 --concurrency workers each keep one operation outstanding (closed loop);
 with --rate, operations are instead scheduled at that fixed rate (open loop),
@@ -69,6 +85,8 @@ instead: its protocol is the server's, and backend figures come from the
 server's INFO when it reports them.
 
 Reports: a table on stdout; --json FILE and --csv FILE with every figure.
+The table has a util column (batch utilisation: the share of batch slots
+that carried real requests) when a protocol of the run reports it.
 See docs/benchmarks.md for what each figure means.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return runBench(cmd, f) },
@@ -78,7 +96,9 @@ See docs/benchmarks.md for what each figure means.`,
 	fs.StringVar(&f.protocol, "protocol", "", "a single protocol (same as --protocols NAME)")
 	fs.StringVar(&f.workload, "workload", "A", "YCSB workload: "+strings.Join(workload.Mixes(), ", "))
 	fs.StringVar(&f.dist, "distribution", "zipfian", "key distribution: "+strings.Join(workload.Distributions(), ", "))
-	fs.IntVar(&f.records, "records", 100000, "records loaded before the run")
+	fs.Float64Var(&f.temporalS, "temporal-s", workload.DefaultTemporalExponent, "Zipf exponent of the reuse distances of --distribution temporal (> 0)")
+	fs.StringVar(&f.trace, "trace", "", "replay this trace file (one key per line, optional op column) instead of a --distribution")
+	fs.IntVar(&f.records, "records", 100000, "records loaded before the run (with --trace: the file's distinct keys)")
 	fs.IntVar(&f.ops, "ops", 200000, "operations measured (excluding warm-up)")
 	fs.DurationVar(&f.duration, "duration", 0, "measure for this long instead of --ops operations")
 	fs.StringVar(&f.warmup, "warmup", "auto", "warm-up, excluded from the figures: operations (5000), a duration (2s), a share of the run (10%) or 0; auto is 10%")
@@ -106,6 +126,7 @@ func runBench(cmd *cobra.Command, f benchFlags) error {
 	if err != nil {
 		return err
 	}
+	f.records = cfg.Records // a trace's: the default --capacity
 	ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	options, err := setup.ProtocolOptionsEach(protocols, f.opts)
@@ -182,15 +203,15 @@ func (f benchFlags) config(cmd *cobra.Command) (bench.Config, error) {
 	if f.records < 1 {
 		return bench.Config{}, fmt.Errorf("--records must be at least 1, got %d", f.records)
 	}
-	keys, err := workload.New(f.dist, uint64(f.records), workload.Options{})
-	if err != nil {
-		return bench.Config{}, err
-	}
 	warm, err := bench.ParseWarmup(f.warmup, ops, f.duration)
 	if err != nil {
 		return bench.Config{}, err
 	}
-	cfg := bench.Config{Mix: mix, Keys: keys, Records: f.records, Ops: ops, Duration: f.duration,
+	keys, records, err := f.keySource(cmd, ops, warm)
+	if err != nil {
+		return bench.Config{}, err
+	}
+	cfg := bench.Config{Mix: mix, Keys: keys, Records: records, Ops: ops, Duration: f.duration,
 		Warmup: warm, ValueSize: f.valueSize, Concurrency: f.workers, Rate: f.rate, Seed: f.seed,
 		Backend: f.backend, BackendLatency: f.latency}
 	if f.addr != "" {
@@ -200,6 +221,60 @@ func (f benchFlags) config(cmd *cobra.Command) (bench.Config, error) {
 		cfg.Progress = os.Stderr
 	}
 	return cfg, cfg.Validate()
+}
+
+// keySource builds the run's key source and its number of records: a
+// trace file (--trace), or the --distribution over --records.
+func (f benchFlags) keySource(cmd *cobra.Command, ops int, warm bench.Warmup) (workload.Distribution, int, error) {
+	fs := cmd.Flags()
+	temporal := strings.EqualFold(f.dist, "temporal")
+	if fs.Changed("temporal-s") && (f.trace != "" || !temporal) {
+		return nil, 0, errors.New("--temporal-s applies to --distribution temporal only")
+	}
+	if f.trace != "" {
+		if fs.Changed("distribution") {
+			return nil, 0, errors.New("give --trace or --distribution, not both: a trace is its own key distribution")
+		}
+		tr, err := workload.ReadTrace(f.trace)
+		if err != nil {
+			return nil, 0, fmt.Errorf("--trace: %w", err)
+		}
+		if fs.Changed("records") && uint64(f.records) != tr.Records() {
+			return nil, 0, fmt.Errorf("--records %d, but the trace has %d distinct keys: with --trace the records are the trace's keys, leave --records out",
+				f.records, tr.Records())
+		}
+		if tr.HasOps() && fs.Changed("workload") {
+			return nil, 0, errors.New("the trace gives its own operations: leave --workload out (or drop the trace's operation column)")
+		}
+		return tr, int(tr.Records()), nil
+	}
+	opts := workload.Options{Seed: f.seed}
+	if temporal {
+		if !(f.temporalS > 0) || math.IsInf(f.temporalS, 0) {
+			return nil, 0, fmt.Errorf("--temporal-s must be a positive finite number, got %v", f.temporalS)
+		}
+		opts.TemporalExponent = f.temporalS
+		opts.TraceLength = sequenceLength(ops, warm, f.rate, f.duration)
+	}
+	keys, err := workload.New(f.dist, uint64(f.records), opts)
+	return keys, f.records, err
+}
+
+// sequenceLength is how many entries the temporal generator draws: the
+// run's warm-up and measured operations when they are counts; when a phase
+// is timed, what an open loop's rate needs over it, or else
+// workload.DefaultTraceLength; at most workload.MaxTraceLength (a longer
+// run wraps).
+func sequenceLength(ops int, warm bench.Warmup, rate float64, duration time.Duration) int {
+	n := ops + warm.Ops
+	timed := duration + warm.Duration
+	switch {
+	case timed > 0 && rate > 0:
+		n += int(math.Ceil(rate * timed.Seconds() * 1.1)) // an open loop may run a little over
+	case timed > 0:
+		n = max(n, workload.DefaultTraceLength)
+	}
+	return min(max(n, 1), workload.MaxTraceLength)
 }
 
 // opener returns how each protocol's target is opened (with its Options

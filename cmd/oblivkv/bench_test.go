@@ -12,8 +12,11 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/oblivkv/oblivkv/backend/mem"
+	"github.com/oblivkv/oblivkv/bench"
+	"github.com/oblivkv/oblivkv/bench/workload"
 	"github.com/oblivkv/oblivkv/kv"
 	"github.com/oblivkv/oblivkv/kvtest"
 	"github.com/oblivkv/oblivkv/resp"
@@ -160,5 +163,123 @@ func TestBenchCommandAgainstServer(t *testing.T) {
 	}
 	if !strings.Contains(out, "vs encrypted") || !strings.Contains(out, "resp://") {
 		t.Errorf("output:\n%s", out)
+	}
+}
+
+// TestBenchCommandTrace: --trace loads the file's distinct keys as the
+// records and replays its operations.
+func TestBenchCommandTrace(t *testing.T) {
+	dir := t.TempDir()
+	tracePath, jsonPath := filepath.Join(dir, "trace.txt"), filepath.Join(dir, "r.json")
+	trace := "# replayed\nuser:1 r\nuser:2,w\n\nuser:1 GET\nother put\nuser:3 read\n"
+	if err := os.WriteFile(tracePath, []byte(trace), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out, err := runBenchCmd(t, "--protocol", "plain", "--trace", tracePath, "--ops", "500", "--warmup", "0",
+		"--concurrency", "3", "--value-size", "32", "--json", jsonPath)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	if !strings.Contains(out, "workload trace, trace trace.txt (5 entries over 4 keys, operations from the file), 4 records") {
+		t.Errorf("output:\n%s", out)
+	}
+	raw, err := os.ReadFile(jsonPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []map[string]any
+	if err := json.Unmarshal(raw, &got); err != nil {
+		t.Fatal(err)
+	}
+	// 500 entries: 100 rounds of 3 reads and 2 updates.
+	if len(got) != 1 || got[0]["records"] != 4.0 || got[0]["reads"] != 300.0 || got[0]["updates"] != 200.0 ||
+		got[0]["misses"] != 0.0 || got[0]["workload"] != "trace" || got[0]["distribution"] != "trace" {
+		t.Errorf("JSON: %v", got)
+	}
+	// An explicit --records equal to the trace's is fine.
+	if out, err := runBenchCmd(t, "--protocol", "plain", "--trace", tracePath, "--records", "4", "--ops", "20"); err != nil {
+		t.Errorf("--records 4: %v\n%s", err, out)
+	}
+	bad := filepath.Join(dir, "bad.txt")
+	if err := os.WriteFile(bad, []byte("a r\nb r\n# c\nc frobnicate\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	noOps := filepath.Join(dir, "keys.txt")
+	if err := os.WriteFile(noOps, []byte("a\nb\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--trace", tracePath, "--distribution", "uniform"}, "not both"},
+		{[]string{"--trace", tracePath, "--distribution", "zipfian"}, "not both"},
+		{[]string{"--trace", tracePath, "--records", "10"}, "4 distinct keys"},
+		{[]string{"--trace", tracePath, "--workload", "C"}, "leave --workload out"},
+		{[]string{"--trace", noOps, "--temporal-s", "2"}, "--temporal-s"},
+		{[]string{"--trace", bad}, "bad.txt: line 4: unknown operation"},
+		{[]string{"--trace", filepath.Join(dir, "missing.txt")}, "missing.txt"},
+	} {
+		_, err := runBenchCmd(t, append(c.args, "--protocol", "plain", "--ops", "10")...)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("bench %v: %v, want an error containing %q", c.args, err, c.want)
+		}
+	}
+	// A trace without operations takes them from --workload.
+	out, err = runBenchCmd(t, "--protocol", "plain", "--trace", noOps, "--workload", "C", "--ops", "50")
+	if err != nil || !strings.Contains(out, "workload C, trace keys.txt") {
+		t.Errorf("trace without ops: %v\n%s", err, out)
+	}
+}
+
+func TestBenchCommandTemporal(t *testing.T) {
+	jsonPath := filepath.Join(t.TempDir(), "r.json")
+	out, err := runBenchCmd(t, "--protocol", "plain", "--distribution", "temporal", "--temporal-s", "1.5",
+		"--records", "300", "--ops", "1000", "--concurrency", "4", "--value-size", "32", "--json", jsonPath)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	if !strings.Contains(out, "temporal (Zipf s=1.5 reuse distances, 1100-entry sequence)") {
+		t.Errorf("output:\n%s", out)
+	}
+	raw, err := os.ReadFile(jsonPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []map[string]any
+	if err := json.Unmarshal(raw, &got); err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 1 || got[0]["distribution"] != "temporal" || got[0]["ops"] != 1000.0 || got[0]["misses"] != 0.0 {
+		t.Errorf("JSON: %v", got)
+	}
+	for _, s := range []string{"0", "-1", "NaN", "Inf"} {
+		_, err := runBenchCmd(t, "--distribution", "temporal", "--temporal-s", s, "--records", "10", "--ops", "10")
+		if err == nil || !strings.Contains(err.Error(), "--temporal-s must be a positive finite number") {
+			t.Errorf("--temporal-s %s: %v", s, err)
+		}
+	}
+	if _, err := runBenchCmd(t, "--distribution", "uniform", "--temporal-s", "2", "--records", "10", "--ops", "10"); err == nil {
+		t.Error("--temporal-s accepted with --distribution uniform")
+	}
+}
+
+func TestSequenceLength(t *testing.T) {
+	for _, c := range []struct {
+		ops  int
+		warm bench.Warmup
+		rate float64
+		dur  time.Duration
+		want int
+	}{
+		{1000, bench.Warmup{Ops: 100}, 0, 0, 1100},
+		{0, bench.Warmup{Duration: time.Second}, 0, 10 * time.Second, workload.DefaultTraceLength},
+		{0, bench.Warmup{}, 1000, 10 * time.Second, 11000},
+		{1000, bench.Warmup{Duration: time.Second}, 0, 0, workload.DefaultTraceLength},
+		{1 << 30, bench.Warmup{}, 0, 0, workload.MaxTraceLength},
+	} {
+		if got := sequenceLength(c.ops, c.warm, c.rate, c.dur); got != c.want {
+			t.Errorf("sequenceLength(%d, %v, %v, %v) = %d, want %d", c.ops, c.warm, c.rate, c.dur, got, c.want)
+		}
 	}
 }
