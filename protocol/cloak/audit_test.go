@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -117,7 +118,8 @@ func runAudit(t *testing.T, next func(*rand.Rand) uint64, popularity []int) audi
 	return run
 }
 
-// TestBudgetAudit: for a skewed, a uniform and a one-hot-key workload,
+// TestBudgetAudit: for a temporal (Sec. 7.1), a uniform and a one-hot-key
+// workload,
 // every batch, busy or idle, takes exactly b_d addresses from every set d
 // and writes back the addresses it read; batches start Delta apart within
 // maxJitter; and a frequency-analysis attacker recovers no more than
@@ -127,24 +129,27 @@ func TestBudgetAudit(t *testing.T) {
 		t.Fatalf("audit.CloakAddrPrefix %q != cloak.AddrPrefix %q", audit.CloakAddrPrefix, cloak.AddrPrefix)
 	}
 	budgets := cloak.Budgets(auditN, 28, 1)
-	zipf, err := workload.NewZipfian(auditN, 0.99)
+	temporal, err := workload.NewTemporal(auditN, 1, 1<<17, 5) // Sec. 7.1's generator, s = 1
 	if err != nil {
 		t.Fatal(err)
 	}
-	ranked := make([]int, auditN) // zipf's and the hot key's popularity: key 0 first
-	for i := range ranked {
-		ranked[i] = i
+	var cursor atomic.Uint64 // one trace, shared by the clients in order
+	nextTemporal := func(*rand.Rand) uint64 { k, _, _ := temporal.At(cursor.Add(1) - 1); return k }
+	ranked := byFrequency(temporal) // the temporal trace's popularity
+	hot := make([]int, auditN)      // the hot key's: key 0 first
+	for i := range hot {
+		hot[i] = i
 	}
-	shuffled := slices.Clone(ranked)
+	shuffled := slices.Clone(hot)
 	rand.New(rand.NewPCG(1, 1)).Shuffle(len(shuffled), func(i, j int) { shuffled[i], shuffled[j] = shuffled[j], shuffled[i] })
 	for _, w := range []struct {
 		name       string
 		next       func(*rand.Rand) uint64
 		popularity []int
 	}{
-		{"zipf0.99", zipf.Next, ranked},
+		{"temporal", nextTemporal, ranked},
 		{"uniform", func(r *rand.Rand) uint64 { return r.Uint64N(auditN) }, shuffled},
-		{"hotkey", func(*rand.Rand) uint64 { return 0 }, ranked},
+		{"hotkey", func(*rand.Rand) uint64 { return 0 }, hot},
 	} {
 		t.Run(w.name, func(t *testing.T) {
 			run := runAudit(t, w.next, w.popularity)
@@ -172,6 +177,21 @@ func TestBudgetAudit(t *testing.T) {
 			}
 		})
 	}
+}
+
+// byFrequency returns the keys of a trace, most frequent first.
+func byFrequency(tr *workload.Temporal) []int {
+	count := make([]int, auditN)
+	for i := range tr.Len() {
+		k, _, _ := tr.At(i)
+		count[k]++
+	}
+	keys := make([]int, auditN)
+	for i := range keys {
+		keys[i] = i
+	}
+	slices.SortStableFunc(keys, func(a, b int) int { return count[b] - count[a] })
+	return keys
 }
 
 // gridOffsets returns how far each start lies from the nearest point of
