@@ -108,12 +108,3 @@ func checkBudgets(addrs []string, written map[string]int, writes int, budgets []
 	}
 	return ""
 }
-
-// Intervals returns the gaps between consecutive starts.
-func Intervals(starts []time.Duration) []time.Duration {
-	var out []time.Duration
-	for i := 1; i < len(starts); i++ {
-		out = append(out, starts[i]-starts[i-1])
-	}
-	return out
-}

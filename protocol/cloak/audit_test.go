@@ -5,6 +5,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -103,7 +104,7 @@ func runAudit(t *testing.T, next func(*rand.Rand) uint64, popularity []int) audi
 	run := auditRun{records: log.Records(), util: kvtest.Stat(t, s.Stats(), "batch_utilisation")}
 	var reads []observe.Record
 	for _, r := range run.records {
-		if r.Op == observe.OpRead && len(r.Addrs) > 0 && r.Addrs[0][:len(audit.CloakAddrPrefix)] == audit.CloakAddrPrefix {
+		if r.Op == observe.OpRead && len(r.Addrs) > 0 && strings.HasPrefix(r.Addrs[0], audit.CloakAddrPrefix) {
 			reads = append(reads, r)
 		}
 	}

@@ -87,7 +87,6 @@ func (s *store) take(b *batch, a uint32) {
 	}
 	b.real++
 	e.inflight = true
-	e.waiters, e.reads = append(e.waiters, e.reads...), nil
 	if e.write != nil {
 		e.sent, e.write = e.write, nil
 		b.sent[a] = *e.sent
@@ -100,34 +99,56 @@ func (s *store) take(b *batch, a uint32) {
 // raises the chance that a later request finds its key in a recent set
 // (Sec. 4.2).
 func (s *store) takeDummies(b *batch, members []uint32, k int) error {
-	var cand []uint32
+	cand := s.scratch[:0]
 	for _, a := range members {
 		if !s.slots[a].inflight {
 			cand = append(cand, a)
 		}
 	}
+	s.scratch = cand
 	if k > len(cand) {
 		return fmt.Errorf("%d addresses left for a budget of %d", len(cand), k)
 	}
-	if k < len(cand) {
-		slices.SortStableFunc(cand, func(x, y uint32) int {
-			return -cmpUint64(s.slots[x].clientTS, s.slots[y].clientTS)
-		})
-	}
+	s.mostRecent(cand, k)
 	for _, a := range cand[:k] {
 		s.take(b, a)
 	}
 	return nil
 }
 
-func cmpUint64(a, b uint64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
+// mostRecent moves the k addresses of cand whose keys clients asked for
+// most recently to its front, in any order (quickselect with a three-way
+// partition, so the many equal timestamps of addresses no client asked
+// for cost one pass: linear on average, where sorting every set each batch
+// would cost O(M log M)).
+func (s *store) mostRecent(cand []uint32, k int) {
+	ts := func(i int) uint64 { return s.slots[cand[i]].clientTS }
+	lo, hi := 0, len(cand)
+	for lo < k && k < hi {
+		pivot := ts(lo + s.rng.IntN(hi-lo))
+		// cand[lo:gt] > pivot, cand[gt:i] == pivot, cand[lt:hi] < pivot.
+		gt, i, lt := lo, lo, hi
+		for i < lt {
+			switch t := ts(i); {
+			case t > pivot:
+				cand[gt], cand[i] = cand[i], cand[gt]
+				gt, i = gt+1, i+1
+			case t < pivot:
+				lt--
+				cand[i], cand[lt] = cand[lt], cand[i]
+			default:
+				i++
+			}
+		}
+		switch {
+		case k < gt:
+			hi = gt
+		case k > lt:
+			lo = lt
+		default:
+			return // the k-th falls among the equal ones
+		}
 	}
-	return 0
 }
 
 // exchange reads the batch's addresses, applies its writes, and writes
@@ -151,10 +172,10 @@ func (s *store) exchange(ctx context.Context, b *batch) ([]value, error) {
 			elems[i] = v
 		}
 	}
-	items := make([]backend.Item, len(b.addrs))
+	items, plain := make([]backend.Item, len(b.addrs)), make([]byte, 4+s.valueSize)
 	for i, p := range b.perm {
 		to := b.addrs[p]
-		items[p] = backend.Item{Addr: addr(to), Value: s.sealElement(to, b.id, elems[i])}
+		items[p] = backend.Item{Addr: addr(to), Value: s.sealElement(to, b.id, elems[i], plain)}
 	}
 	return elems, s.b.Write(ctx, items)
 }
@@ -170,10 +191,10 @@ func (s *store) fail(b *batch, err error) {
 	for _, a := range b.addrs {
 		if sl := s.slots[a]; sl.held {
 			if e := s.pending[sl.key]; e != nil {
-				for _, w := range e.waiters {
-					w <- result{err: err}
+				for _, r := range e.reads {
+					r <- result{err: err}
 				}
-				e.waiters = nil
+				e.reads = nil
 			}
 		}
 	}
@@ -188,13 +209,9 @@ func (s *store) commit(b *batch, elems []value) {
 	for i, a := range b.addrs {
 		old[i] = s.slots[a]
 	}
-	inBatch := make(map[uint32]bool, len(b.addrs))
-	newSet := make([]uint32, len(b.addrs))
 	var requeue []string
 	for i, sl := range old {
 		to := b.addrs[b.perm[i]]
-		inBatch[to] = true
-		newSet[b.perm[i]] = to
 		sl.lastBatch, sl.inflight = b.id, false
 		if sl.held {
 			if e := s.pending[sl.key]; e != nil && e.inflight {
@@ -211,21 +228,24 @@ func (s *store) commit(b *batch, elems []value) {
 		}
 		s.slots[to] = sl
 	}
-	s.free = slices.DeleteFunc(s.free, func(a uint32) bool { return inBatch[a] })
-	for _, a := range newSet {
+	// The batch's addresses now carry its id: that drops them from their
+	// old sets and from the free list.
+	moved := func(a uint32) bool { return s.slots[a].lastBatch == b.id }
+	s.free = slices.DeleteFunc(s.free, moved)
+	for _, a := range b.addrs {
 		if !s.slots[a].held {
 			s.free = append(s.free, a)
 		}
 	}
 	for d := range s.budgets {
 		set := b.id - uint64(d+1)
-		if rest := slices.DeleteFunc(s.sets[set], func(a uint32) bool { return inBatch[a] }); len(rest) > 0 {
+		if rest := slices.DeleteFunc(s.sets[set], moved); len(rest) > 0 {
 			s.sets[set] = rest
 		} else {
 			delete(s.sets, set)
 		}
 	}
-	s.sets[b.id] = newSet
+	s.sets[b.id] = slices.Clone(b.addrs)
 	for _, k := range requeue {
 		s.enqueue(k)
 	}
@@ -241,11 +261,11 @@ func (s *store) commit(b *batch, elems []value) {
 // v and reports whether the key was written again meanwhile (and so goes
 // to the queue of its new set).
 func (s *store) settle(key string, e *entry, v value) bool {
-	for _, w := range e.waiters {
-		w <- result{val: v.val, found: !v.absent}
+	for _, r := range e.reads {
+		r <- result{val: v.val, found: !v.absent}
 	}
-	e.waiters, e.sent, e.inflight = nil, nil, false
-	if e.write != nil || len(e.reads) > 0 {
+	e.reads, e.sent, e.inflight = nil, nil, false
+	if e.write != nil {
 		return true
 	}
 	delete(s.pending, key)

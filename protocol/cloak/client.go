@@ -182,15 +182,11 @@ func (e *entry) latestWrite() *value {
 	return e.sent
 }
 
-// addRead adds a read to be answered by the next batch that reads the
-// key's address (or, while one is in flight, by its commit).
+// addRead adds a read to be answered by the next write of the key or the
+// next batch that reads its address (the one in flight, if any).
 func (e *entry) addRead() chan result {
 	r := make(chan result, 1)
-	if e.inflight {
-		e.waiters = append(e.waiters, r)
-	} else {
-		e.reads = append(e.reads, r)
-	}
+	e.reads = append(e.reads, r)
 	return r
 }
 

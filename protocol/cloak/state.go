@@ -47,34 +47,38 @@ type pendingWrite struct {
 // storage operator sees the sets form as batches would form them. The
 // layout replaces the proxy's state only once every write succeeded.
 func (s *store) layout(ctx context.Context, items []cacheEntry) error {
-	beta, m := sum(s.budgets), 0
+	size := make([]int, len(s.budgets)) // size[d-1] = beta - sum_{i<d} b_i
+	m, left := 0, sum(s.budgets)
 	for d, b := range s.budgets {
-		m += (d + 1) * b
+		size[d], left = left, left-b
+		m += size[d]
 	}
 	order := make([]uint32, m)
 	for i := range order {
 		order[i] = uint32(i)
 	}
 	s.rng.Shuffle(m, func(i, j int) { order[i], order[j] = order[j], order[i] })
-	slots, where, sets := make([]slot, m), make(map[string]uint32, len(items)), map[uint64][]uint32{}
+	slots, vals, where, sets := make([]slot, m), make([]value, m), make(map[string]uint32, len(items)), map[uint64][]uint32{}
+	for i := range vals {
+		vals[i].absent = true
+	}
 	for i, it := range items {
 		slots[order[i]] = slot{key: it.key, held: true}
+		vals[order[i]] = it.v
 		where[it.key] = order[i]
 	}
 	base, depth := s.next, uint64(len(s.budgets)) // set d takes id base+depth-d
 	start := 0
 	for d := len(s.budgets); d >= 1; d-- {
-		size := beta
-		for _, b := range s.budgets[:d-1] {
-			size -= b
-		}
-		set, id := order[start:start+size], base+depth-uint64(d)
-		start += size
+		set, id := order[start:start+size[d-1]], base+depth-uint64(d)
+		start += size[d-1]
 		sets[id] = set
-		for _, a := range set {
+		batch, plain := make([]backend.Item, len(set)), make([]byte, 4+s.valueSize)
+		for i, a := range set {
 			slots[a].lastBatch = id
+			batch[i] = backend.Item{Addr: addr(a), Value: s.sealElement(a, id, vals[a], plain)}
 		}
-		if err := s.writeSet(ctx, set, id, slots, items, where); err != nil {
+		if err := s.b.Write(ctx, batch); err != nil {
 			return fmt.Errorf("cloak: writing the layout: %w", err)
 		}
 	}
@@ -90,23 +94,6 @@ func (s *store) layout(ctx context.Context, items []cacheEntry) error {
 	return nil
 }
 
-// writeSet writes the addresses of one initial set, sealed under batch id.
-func (s *store) writeSet(ctx context.Context, set []uint32, id uint64, slots []slot, items []cacheEntry, where map[string]uint32) error {
-	vals := make(map[uint32]value, len(items))
-	for _, it := range items {
-		vals[where[it.key]] = it.v
-	}
-	batch := make([]backend.Item, len(set))
-	for i, a := range set {
-		v, ok := vals[a]
-		if !ok || !slots[a].held {
-			v = value{absent: true}
-		}
-		batch[i] = backend.Item{Addr: addr(a), Value: s.sealElement(a, id, v)}
-	}
-	return s.b.Write(ctx, batch)
-}
-
 // Load implements kv.Loader: the items replace the empty store's layout
 // with a new random layout (later duplicates of a key win).
 func (s *store) Load(ctx context.Context, items iter.Seq2[string, []byte]) (int, error) {
@@ -117,7 +104,7 @@ func (s *store) Load(ctx context.Context, items iter.Seq2[string, []byte]) (int,
 	if s.live > 0 || len(s.pending) > 0 {
 		return 0, kv.ErrNotEmpty
 	}
-	var list []cacheEntry
+	var loaded []cacheEntry
 	at := map[string]int{}
 	for k, v := range items {
 		if len(v) > s.valueSize {
@@ -125,19 +112,19 @@ func (s *store) Load(ctx context.Context, items iter.Seq2[string, []byte]) (int,
 		}
 		ce := cacheEntry{key: k, v: value{val: append([]byte(nil), v...)}}
 		if i, ok := at[k]; ok {
-			list[i] = ce
+			loaded[i] = ce
 			continue
 		}
-		if len(list) == s.capacity {
+		if len(loaded) == s.capacity {
 			return 0, fmt.Errorf("%w: more than %d keys", kv.ErrFull, s.capacity)
 		}
-		at[k] = len(list)
-		list = append(list, ce)
+		at[k] = len(loaded)
+		loaded = append(loaded, ce)
 	}
-	if err := s.layout(ctx, list); err != nil {
+	if err := s.layout(ctx, loaded); err != nil {
 		return 0, err
 	}
-	return len(list), nil
+	return len(loaded), nil
 }
 
 // Close stops the batches, saves the proxy state sealed and closes the

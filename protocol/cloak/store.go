@@ -47,9 +47,8 @@ type value struct {
 type entry struct {
 	write    *value        // the latest write not yet in a batch
 	sent     *value        // the write the batch in flight applies
-	reads    []chan result // reads answered by the next batch that holds the key
+	reads    []chan result // answered by the next write, or the batch that holds the key
 	inflight bool          // the key's address is in the batch in flight
-	waiters  []chan result // reads answered when the batch in flight commits
 }
 
 type result struct {
@@ -85,7 +84,8 @@ type store struct {
 	live      int      // keys that exist
 	clock     uint64   // client accesses so far (Sec. 4.2's timestamps)
 	cache     *lru
-	retry     *batch // a batch whose backend calls failed, run again next
+	retry     *batch   // a batch whose backend calls failed, run again next
+	scratch   []uint32 // takeDummies' candidates, reused
 	counters  counters
 
 	stop, loopDone chan struct{}
@@ -132,15 +132,15 @@ func ad(a uint32, batchID uint64) []byte {
 
 // sealElement seals the element of address a written by batch id: a
 // 4-byte length (all ones for an address that holds no key) and the value
-// padded to the value size.
-func (s *store) sealElement(a uint32, id uint64, v value) []byte {
-	plain := make([]byte, 4+s.valueSize)
+// padded to the value size. plain is a scratch buffer of 4+valueSize
+// bytes, so a batch encodes every element in one buffer.
+func (s *store) sealElement(a uint32, id uint64, v value, plain []byte) []byte {
 	n := uint32(len(v.val))
 	if v.absent {
 		n = ^uint32(0)
 	}
 	binary.BigEndian.PutUint32(plain, n)
-	copy(plain[4:], v.val)
+	clear(plain[4+copy(plain[4:], v.val):])
 	return s.keys.Seal(nil, ad(a, id), plain)
 }
 
