@@ -33,9 +33,9 @@ type Config struct {
 	// When Keys is a workload.Sequence (the temporal generator, a trace),
 	// all the workers of a protocol's run replay it through one shared
 	// cursor, warm-up first; if its entries carry operations (a trace
-	// with an op column) they replace Mix. When Keys names its own records
-	// (workload.KeyNamer: a trace), those are the keys loaded and used,
-	// and Records must be their number.
+	// with an op column) they replace Mix. When Keys is a
+	// *workload.Trace, its keys are the ones loaded and used (see
+	// workload.KeysFor), and Records must be their number.
 	Mix     workload.Mix
 	Keys    workload.Distribution
 	Records int
@@ -134,15 +134,15 @@ func (c Config) Validate() error {
 	case c.Warmup.Ops < 0 || c.Warmup.Duration < 0:
 		return errors.New("bench: warm-up must not be negative")
 	}
-	if r, ok := c.Keys.(interface{ Records() uint64 }); ok && r.Records() != uint64(c.Records) {
-		return fmt.Errorf("bench: the %s has %d records, the configuration %d", c.Keys.Name(), r.Records(), c.Records)
+	if tr, ok := c.Keys.(*workload.Trace); ok && tr.Records() != uint64(c.Records) {
+		return fmt.Errorf("bench: the trace has %d records, the configuration %d", tr.Records(), c.Records)
 	}
 	return nil
 }
 
-// WorkloadName is the run's workload as reported: the mix's name, or
+// workloadName is the run's workload as reported: the mix's name, or
 // "trace" when the key source's entries carry their own operations.
-func (c Config) WorkloadName() string {
+func (c Config) workloadName() string {
 	if s, ok := c.Keys.(workload.Sequence); ok && s.HasOps() {
 		return "trace"
 	}
@@ -172,5 +172,5 @@ func Describe(c Config) string {
 		backend += fmt.Sprintf(" +%v per round trip", c.BackendLatency)
 	}
 	return fmt.Sprintf("workload %s, %s, %d records of %d B; %s after %s warm-up; %s; backend %s; seed %d",
-		c.WorkloadName(), keySource(c.Keys), c.Records, c.ValueSize, measure, c.Warmup, loop, backend, c.Seed)
+		c.workloadName(), keySource(c.Keys), c.Records, c.ValueSize, measure, c.Warmup, loop, backend, c.Seed)
 }

@@ -12,16 +12,16 @@ import (
 	"text/tabwriter"
 )
 
-// UtilisationStat is the protocol counter (kv.Stats.Extra) of a batching
+// utilisationStat is the protocol counter (kv.Stats.Extra) of a batching
 // protocol's batch utilisation: the share, in [0, 1], of the request slots
 // of its batches that carried real requests rather than padding. The
 // table shows it as the "util" column when any protocol of the run
 // reports it.
-const UtilisationStat = "batch_utilisation"
+const utilisationStat = "batch_utilisation"
 
 // WriteTable writes one aligned row per result; the "vs" column is each
 // protocol's throughput as a multiple of the first one's. A "util" column
-// (UtilisationStat, "-" for protocols without it) appears when any result
+// (utilisationStat, "-" for protocols without it) appears when any result
 // has that counter.
 func WriteTable(w io.Writer, results []Result) error {
 	if len(results) == 0 {
@@ -29,8 +29,7 @@ func WriteTable(w io.Writer, results []Result) error {
 	}
 	showUtil := false
 	for _, r := range results {
-		_, ok := extra(r, UtilisationStat)
-		showUtil = showUtil || ok
+		showUtil = showUtil || extra(r, utilisationStat) != nil
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	first := results[0]
@@ -48,23 +47,21 @@ func WriteTable(w io.Writer, results []Result) error {
 			r.Protocol, r.OpsPerSec, vs, latency(r.P50MS), latency(r.P95MS), latency(r.P99MS), latency(r.MaxMS),
 			opt(r.RoundTripsPerOp, 2), opt(r.BytesPerOp, 0), opt(r.Amplification, 2))
 		if showUtil {
-			u, _ := extra(r, UtilisationStat)
-			fmt.Fprintf(tw, "%s\t", opt(u, 2))
+			fmt.Fprintf(tw, "%s\t", opt(extra(r, utilisationStat), 2))
 		}
 		fmt.Fprintf(tw, "%d\t\n", r.Errors)
 	}
 	return tw.Flush()
 }
 
-// extra returns the protocol counter called name, if r has it.
-func extra(r Result, name string) (*float64, bool) {
+// extra returns the protocol counter called name, or nil if r has none.
+func extra(r Result, name string) *float64 {
 	for _, s := range r.Extra {
 		if s.Name == name {
-			v := s.Value
-			return &v, true
+			return &s.Value
 		}
 	}
-	return nil, false
+	return nil
 }
 
 // latency formats milliseconds with three significant digits (at most

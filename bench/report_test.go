@@ -150,7 +150,7 @@ func TestTableUtilColumn(t *testing.T) {
 	if lines := table(); strings.Contains(lines[0], "util") {
 		t.Errorf("util column without any utilisation:\n%s", strings.Join(lines, "\n"))
 	}
-	res[1].Extra = []kv.Stat{{Name: "batches", Value: 9}, {Name: UtilisationStat, Value: 0.7349}}
+	res[1].Extra = []kv.Stat{{Name: "batches", Value: 9}, {Name: utilisationStat, Value: 0.7349}}
 	lines := table()
 	header := strings.Fields(lines[0])
 	col := slices.Index(header, "util")

@@ -66,7 +66,7 @@ func newResult(cfg Config, protocol string, m measured, before, after Snapshot) 
 		protocol = after.Protocol
 	}
 	r := Result{
-		Protocol: protocol, Workload: cfg.WorkloadName(), Distribution: cfg.Keys.Name(),
+		Protocol: protocol, Workload: cfg.workloadName(), Distribution: cfg.Keys.Name(),
 		Records: cfg.Records, Concurrency: cfg.Concurrency, Rate: cfg.Rate,
 		ValueSize: cfg.ValueSize, Backend: cfg.Backend, BackendLatency: nsToMS(int64(cfg.BackendLatency)),
 		Seed: cfg.Seed, Warmup: cfg.Warmup.String(),

@@ -113,10 +113,9 @@ type runner struct {
 	t       Target
 	keys    workload.Keys
 	workers []*worker
-	// seq, when the key source is a workload.Sequence, is replayed by all
-	// the workers through cursor, across the warm-up and the measured
+	// cursor, when the key source is a workload.Sequence, hands its
+	// entries to all the workers, across the warm-up and the measured
 	// phase; each protocol's runner starts it afresh.
-	seq    workload.Sequence
 	cursor *workload.Cursor
 }
 
@@ -153,12 +152,12 @@ func (a *tally) add(b tally) {
 func newRunner(cfg Config, t Target) *runner {
 	r := &runner{cfg: cfg, t: t, keys: workload.KeysFor(cfg.Keys, uint64(cfg.Records))}
 	if seq, ok := cfg.Keys.(workload.Sequence); ok {
-		r.seq, r.cursor = seq, workload.NewCursor(seq)
+		r.cursor = workload.NewCursor(seq, cfg.Mix, cfg.Seed)
 	}
 	for id := range cfg.Concurrency {
 		rng := rand.New(rand.NewPCG(cfg.Seed, uint64(id)))
 		w := &worker{r: rng}
-		if r.seq == nil {
+		if r.cursor == nil {
 			w.keys = cfg.Keys.Worker(id, rng)
 		}
 		r.workers = append(r.workers, w)
@@ -219,21 +218,13 @@ func (r *runner) loop(ctx context.Context, w *worker, s *schedule, record bool) 
 }
 
 // draw picks the next operation and its record: from the worker's own
-// streams, or the next entry of the shared sequence (whose operation, if
-// it has none, the mix draws from the run's seed and the entry's index,
-// so the whole sequence of operations does not depend on which worker
-// takes which entry).
+// streams, or the next entry of the shared sequence (see
+// workload.Cursor.Next).
 func (r *runner) draw(w *worker) (workload.Op, uint64) {
-	if r.seq == nil {
-		op := r.cfg.Mix.Next(w.r)
-		return op, w.keys.Next()
+	if r.cursor != nil {
+		return r.cursor.Next()
 	}
-	i := r.cursor.Next()
-	rec, op, ok := r.seq.At(i)
-	if !ok {
-		op = r.cfg.Mix.Entry(r.cfg.Seed, i)
-	}
-	return op, rec
+	return r.cfg.Mix.Next(w.r), w.keys.Next()
 }
 
 // outcome is what one operation did.

@@ -100,11 +100,13 @@ func TestTraceReplayPlain(t *testing.T) {
 // from the mix, per entry, so the counts do not depend on the concurrency.
 func TestSequenceWithoutOpsUsesMix(t *testing.T) {
 	var reads []uint64
+	var sent [][]string // what the store was sent, sorted: the order varies with the workers
 	for _, workers := range []int{1, 3} {
 		cfg := traceConfig(t, "a\nb\nc\na\n", 2000)
 		cfg.Mix, _ = workload.MixByName("A")
 		cfg.Concurrency = workers
-		r, err := RunOne(context.Background(), cfg, "fake", fakeOpener(newFake()))
+		f := newFake()
+		r, err := RunOne(context.Background(), cfg, "fake", fakeOpener(f))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -112,9 +114,13 @@ func TestSequenceWithoutOpsUsesMix(t *testing.T) {
 			t.Errorf("workload %s: %d reads, %d updates", r.Workload, r.Reads, r.Updates)
 		}
 		reads = append(reads, r.Reads)
+		sent = append(sent, slices.Sorted(slices.Values(f.log)))
 	}
 	if reads[0] != reads[1] {
 		t.Errorf("reads %v: the operations depend on which worker takes which entry", reads)
+	}
+	if !slices.Equal(sent[0], sent[1]) {
+		t.Error("the (operation, key) pairs depend on which worker takes which entry")
 	}
 }
 

@@ -122,11 +122,11 @@ const KeyPrefix = "user"
 // the key space by the distributions themselves (the scrambled zipfian),
 // not by hashing the key.
 //
-// Keys made by NamedKeys instead name record i by the i-th string given
-// (a trace's distinct keys, in order of first appearance).
+// A trace's Keys (see KeysFor) instead name record i by the trace's i-th
+// distinct key, in order of first appearance.
 type Keys struct {
 	width int
-	names []string
+	names []string // a trace's keys, or nil
 }
 
 // NewKeys returns the key format for n records.
@@ -135,19 +135,11 @@ func NewKeys(n uint64) Keys {
 	return Keys{width: w}
 }
 
-// NamedKeys names record i names[i]; names must be distinct.
-func NamedKeys(names []string) Keys { return Keys{names: names} }
-
-// KeyNamer is a Distribution that names its own records (a trace).
-type KeyNamer interface {
-	Keys() Keys
-}
-
-// KeysFor returns the keys of d's n records: d's own names if it is a
-// KeyNamer, else NewKeys(n).
+// KeysFor returns the keys of d's n records: a trace's own keys (record i
+// is its i-th distinct key), else NewKeys(n).
 func KeysFor(d Distribution, n uint64) Keys {
-	if kn, ok := d.(KeyNamer); ok {
-		return kn.Keys()
+	if t, ok := d.(*Trace); ok {
+		return Keys{names: t.keys}
 	}
 	return NewKeys(n)
 }

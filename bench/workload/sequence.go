@@ -1,9 +1,6 @@
 package workload
 
-import (
-	"math/rand/v2"
-	"sync/atomic"
-)
+import "sync/atomic"
 
 // Sequence is a key source that is one fixed sequence of entries for the
 // whole run, not a distribution each worker samples on its own: Cloak's
@@ -26,24 +23,40 @@ type Sequence interface {
 }
 
 // Cursor hands out the entries of a Sequence in order to any number of
-// goroutines: entry indexes 0, 1, 2... (not reduced modulo the length; At
-// wraps them).
+// goroutines, wrapping after the last.
 type Cursor struct {
+	next atomic.Uint64 // index of the next entry, not reduced modulo the length
 	seq  Sequence
-	next atomic.Uint64
+	mix  Mix
+	seed uint64
 }
 
-// NewCursor starts a replay of seq at its first entry.
-func NewCursor(seq Sequence) *Cursor { return &Cursor{seq: seq} }
+// NewCursor starts a replay of seq at its first entry. mix and seed give
+// the operations of entries that carry none (see Next).
+func NewCursor(seq Sequence, mix Mix, seed uint64) *Cursor {
+	return &Cursor{seq: seq, mix: mix, seed: seed}
+}
 
-// Next claims the next entry's index.
-func (c *Cursor) Next() uint64 { return c.next.Add(1) - 1 }
+// Next claims the next entry and returns its operation and record. An
+// entry without an operation takes one from the mix, drawn from a hash of
+// (seed, the entry's index), so the whole sequence of operations is fixed
+// by the seed whichever goroutine claims which entry.
+func (c *Cursor) Next() (Op, uint64) {
+	i := c.claim()
+	rec, op, ok := c.seq.At(i)
+	if !ok {
+		op = c.mix.entry(c.seed, i)
+	}
+	return op, rec
+}
+
+func (c *Cursor) claim() uint64 { return c.next.Add(1) - 1 }
 
 // Chooser returns a Chooser of the records of the entries this cursor
 // hands out. Any number of them may share the cursor.
 func (c *Cursor) Chooser() Chooser {
 	return chooserFunc(func() uint64 {
-		rec, _, _ := c.seq.At(c.Next())
+		rec, _, _ := c.seq.At(c.claim())
 		return rec
 	})
 }
@@ -52,4 +65,4 @@ func (c *Cursor) Chooser() Chooser {
 // plain Distribution: each call replays the sequence from its start with
 // a cursor of its own (bench instead shares one Cursor among a run's
 // workers).
-func sequenceWorker(s Sequence, _ *rand.Rand) Chooser { return NewCursor(s).Chooser() }
+func sequenceWorker(s Sequence) Chooser { return NewCursor(s, Mix{}, 0).Chooser() }

@@ -62,9 +62,6 @@ func (t *Temporal) Describe() string {
 	return fmt.Sprintf("temporal (Zipf s=%g reuse distances, %d-entry sequence)", t.s, len(t.trace))
 }
 
-// Exponent is the Zipf exponent of the reuse distances.
-func (t *Temporal) Exponent() float64 { return t.s }
-
 // Len implements Sequence.
 func (t *Temporal) Len() uint64 { return uint64(len(t.trace)) }
 
@@ -75,7 +72,7 @@ func (t *Temporal) At(i uint64) (uint64, Op, bool) { return t.trace[i%uint64(len
 func (*Temporal) HasOps() bool { return false }
 
 // Worker implements Distribution: a cursor of its own over the sequence.
-func (t *Temporal) Worker(_ int, r *rand.Rand) Chooser { return sequenceWorker(t, r) }
+func (t *Temporal) Worker(int, *rand.Rand) Chooser { return sequenceWorker(t) }
 
 // generateTemporal draws length records; see Temporal.
 func generateTemporal(n uint64, s float64, length int, r *rand.Rand) []uint64 {
@@ -159,9 +156,16 @@ func (f fenwick) find(rank uint64) uint64 {
 	return pos // 1-based pos+1 is slot pos
 }
 
-// zipfSampler draws 1..n with P(k) = k^-s / H(n, s), for any s > 0 (the
-// zipfian of zipfian.go is limited to 0 < theta < 1, math/rand's Zipf to
-// s > 1). It is the rejection-inversion method of Hörmann and Derflinger,
+// zipfSampler draws 1..n with P(k) = k^-s / H(n, s), for any s > 0.
+//
+// The Zipfian of zipfian.go cannot serve here: Gray et al.'s method needs
+// 0 < theta < 1 (its alpha is 1/(1-theta)) and is a continuous
+// approximation past the first two ranks, while Cloak's workload is s = 1,
+// --temporal-s takes any s > 0, and the reuse distances are meant to
+// follow the law itself. math/rand's Zipf needs s > 1. The Zipfian stays
+// as it is for zipfian and latest, whose draws are YCSB's.
+//
+// This is the rejection-inversion method of Hörmann and Derflinger,
 // "Rejection-inversion to generate variates from monotone discrete
 // distributions" (1996), as in Apache Commons' ZipfDistribution: O(1)
 // expected per draw, no table.

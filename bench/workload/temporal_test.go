@@ -8,11 +8,7 @@ import (
 
 // zipfPMF is P(k) of Zipf(n, s) over 1..n.
 func zipfPMF(n uint64, s float64, k uint64) float64 {
-	var h float64
-	for i := uint64(1); i <= n; i++ {
-		h += math.Pow(float64(i), -s)
-	}
-	return math.Pow(float64(k), -s) / h
+	return math.Pow(float64(k), -s) / Zeta(n, s)
 }
 
 // near reports whether the share got/total is within 5 standard errors of
@@ -42,9 +38,9 @@ func TestZipfSamplerPMF(t *testing.T) {
 		}
 	}
 	// One item: always 1.
-	z := newZipfSampler(1, 1)
+	z, r := newZipfSampler(1, 1), rng(1)
 	for range 100 {
-		if k := z.next(rng(1)); k != 1 {
+		if k := z.next(r); k != 1 {
 			t.Fatalf("n=1: drew %d", k)
 		}
 	}
@@ -108,8 +104,8 @@ func TestTemporalSequence(t *testing.T) {
 	b, _ := New("temporal", 1000, Options{Seed: 3, TraceLength: 8000})
 	c, _ := New("temporal", 1000, Options{Seed: 4, TraceLength: 5000})
 	ta, tb, tc := a.(*Temporal), b.(*Temporal), c.(*Temporal)
-	if ta.Len() != 5000 || ta.Exponent() != DefaultTemporalExponent || ta.HasOps() {
-		t.Fatalf("len %d, exponent %v, ops %v", ta.Len(), ta.Exponent(), ta.HasOps())
+	if ta.Len() != 5000 || ta.s != DefaultTemporalExponent || ta.HasOps() {
+		t.Fatalf("len %d, exponent %v, ops %v", ta.Len(), ta.s, ta.HasOps())
 	}
 	// A longer sequence from the same seed extends the shorter one.
 	if !slices.Equal(ta.trace, tb.trace[:5000]) || slices.Equal(ta.trace, tc.trace) {
@@ -170,14 +166,22 @@ func TestCursorShared(t *testing.T) {
 		t.Fatal(err)
 	}
 	seq := tr.(Sequence)
-	cur := NewCursor(seq)
+	mix, _ := MixByName("A")
+	cur := NewCursor(seq, mix, 7)
 	a, b := cur.Chooser(), cur.Chooser()
 	for i := range uint64(25) {
+		want, _, _ := seq.At(i)
+		if i%4 == 3 { // the cursor itself, with the entry's operation from the mix
+			if op, rec := cur.Next(); rec != want || op != mix.entry(7, i) {
+				t.Fatalf("entry %d: Next = %v %d, want %v %d", i, op, rec, mix.entry(7, i), want)
+			}
+			continue
+		}
 		c := a
 		if i%3 == 0 {
 			c = b
 		}
-		if want, _, _ := seq.At(i); c.Next() != want {
+		if c.Next() != want {
 			t.Fatalf("entry %d: the two choosers do not share one cursor", i)
 		}
 	}

@@ -13,7 +13,7 @@ import (
 
 // Trace is a replayed trace file: a Sequence whose records are the
 // file's distinct keys, numbered in order of first appearance (record i's
-// key is the i-th distinct key, see Keys), and whose entries are the
+// key is the i-th distinct key, see KeysFor), and whose entries are the
 // file's lines in order.
 //
 // The format is one key per line, optionally followed by whitespace or a
@@ -153,10 +153,6 @@ func (t *Trace) Describe() string {
 // Records is the number of distinct keys, the run's records.
 func (t *Trace) Records() uint64 { return uint64(len(t.keys)) }
 
-// Keys implements KeyNamer: record i's key is the i-th distinct key of
-// the file.
-func (t *Trace) Keys() Keys { return NamedKeys(t.keys) }
-
 // Len implements Sequence.
 func (t *Trace) Len() uint64 { return uint64(len(t.recs)) }
 
@@ -173,4 +169,4 @@ func (t *Trace) At(i uint64) (uint64, Op, bool) {
 func (t *Trace) HasOps() bool { return t.ops != nil }
 
 // Worker implements Distribution: a cursor of its own over the trace.
-func (t *Trace) Worker(_ int, r *rand.Rand) Chooser { return sequenceWorker(t, r) }
+func (t *Trace) Worker(int, *rand.Rand) Chooser { return sequenceWorker(t) }

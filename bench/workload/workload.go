@@ -84,18 +84,17 @@ func MixByName(name string) (Mix, error) {
 }
 
 // Next draws the next operation.
-func (m Mix) Next(r *rand.Rand) Op { return m.Pick(r.Float64()) }
+func (m Mix) Next(r *rand.Rand) Op { return m.pick(r.Float64()) }
 
-// Entry draws the operation of entry i of a shared key sequence (a trace
-// without operations, or the temporal generator) from a hash of (seed, i),
-// so the whole sequence of operations is fixed by the seed whichever
-// worker runs which entry.
-func (m Mix) Entry(seed, i uint64) Op {
-	return m.Pick(float64(splitmix64(seed^splitmix64(i))>>11) / (1 << 53))
+// entry draws the operation of entry i of a shared key sequence (a trace
+// without operations, or the temporal generator) from a hash of (seed, i):
+// see Cursor.Next.
+func (m Mix) entry(seed, i uint64) Op {
+	return m.pick(float64(splitmix64(seed^splitmix64(i))>>11) / (1 << 53))
 }
 
-// Pick maps u, uniform in [0, 1), to an operation.
-func (m Mix) Pick(u float64) Op {
+// pick maps u, uniform in [0, 1), to an operation.
+func (m Mix) pick(u float64) Op {
 	last := Read
 	for op, p := range m.Proportions {
 		if p <= 0 {

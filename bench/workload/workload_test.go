@@ -194,15 +194,17 @@ func TestUniformShares(t *testing.T) {
 
 func TestDeterministicBySeed(t *testing.T) {
 	for _, name := range Distributions() {
-		d, err := New(name, 5000, Options{TraceLength: 5000})
-		if err != nil {
-			t.Fatal(err)
+		build := func(seed uint64) Distribution {
+			d, err := New(name, 5000, Options{Seed: seed, TraceLength: 5000})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return d
 		}
+		d := build(9)
 		a, b, c := d.Worker(0, rng(9)), d.Worker(0, rng(9)), d.Worker(0, rng(10))
 		if _, ok := d.(Sequence); ok { // one sequence per run: seeded when built
-			d9, _ := New(name, 5000, Options{Seed: 9, TraceLength: 5000})
-			d10, _ := New(name, 5000, Options{Seed: 10, TraceLength: 5000})
-			a, b, c = d9.Worker(0, nil), d9.Worker(1, nil), d10.Worker(0, nil)
+			a, b, c = d.Worker(0, nil), d.Worker(1, nil), build(10).Worker(0, nil)
 		}
 		same, differ := true, false
 		for range 1000 {

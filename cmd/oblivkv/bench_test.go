@@ -35,25 +35,33 @@ func runBenchCmd(t *testing.T, args ...string) (string, error) {
 	return out.String(), err
 }
 
-func TestBenchCommandInProcess(t *testing.T) {
-	dir := t.TempDir()
-	jsonPath, csvPath := filepath.Join(dir, "r.json"), filepath.Join(dir, "r.csv")
-	out, err := runBenchCmd(t, "--records", "500", "--ops", "2000", "--workload", "B",
-		"--value-size", "64", "--concurrency", "4", "--json", jsonPath, "--csv", csvPath)
+// runBenchJSON runs `oblivkv bench args... --json FILE`, which must
+// succeed, and returns the results decoded from FILE into a T, and stdout.
+func runBenchJSON[T any](t *testing.T, args ...string) (T, string) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "r.json")
+	out, err := runBenchCmd(t, append(args, "--json", path)...)
 	if err != nil {
 		t.Fatalf("%v\n%s", err, out)
 	}
-	if !strings.Contains(out, "workload B") || !strings.Contains(out, "vs plain") ||
-		!strings.Contains(out, "encrypted") {
-		t.Errorf("output:\n%s", out)
-	}
-	raw, err := os.ReadFile(jsonPath)
+	raw, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var got []map[string]any
+	var got T
 	if err := json.Unmarshal(raw, &got); err != nil {
 		t.Fatal(err)
+	}
+	return got, out
+}
+
+func TestBenchCommandInProcess(t *testing.T) {
+	csvPath := filepath.Join(t.TempDir(), "r.csv")
+	got, out := runBenchJSON[[]map[string]any](t, "--records", "500", "--ops", "2000", "--workload", "B",
+		"--value-size", "64", "--concurrency", "4", "--csv", csvPath)
+	if !strings.Contains(out, "workload B") || !strings.Contains(out, "vs plain") ||
+		!strings.Contains(out, "encrypted") {
+		t.Errorf("output:\n%s", out)
 	}
 	if len(got) != 2 || got[0]["protocol"] != "plain" || got[1]["protocol"] != "encrypted" ||
 		got[0]["ops"] != 2000.0 || got[0]["backend"] != "mem" || got[0]["records"] != 500.0 {
@@ -85,25 +93,13 @@ func TestBenchCommandDiskCleansUp(t *testing.T) {
 // TestBenchCommandOptions: an --opt goes to the protocols of the run that
 // have such an option, and one that none has is refused.
 func TestBenchCommandOptions(t *testing.T) {
-	jsonPath := filepath.Join(t.TempDir(), "r.json")
-	out, err := runBenchCmd(t, "--protocols", "encrypted,treebeard", "--opt", "trees=2", "--opt", "epoch=100us",
-		"--records", "100", "--ops", "300", "--concurrency", "4", "--value-size", "32", "--json", jsonPath)
-	if err != nil {
-		t.Fatalf("%v\n%s", err, out)
-	}
-	if !strings.Contains(out, "protocol options: treebeard Trees=2 Epoch=100µs") {
-		t.Errorf("output:\n%s", out)
-	}
-	raw, err := os.ReadFile(jsonPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var got []struct {
+	got, out := runBenchJSON[[]struct {
 		Protocol string             `json:"protocol"`
 		Extra    map[string]float64 `json:"extra"`
-	}
-	if err := json.Unmarshal(raw, &got); err != nil {
-		t.Fatal(err)
+	}](t, "--protocols", "encrypted,treebeard", "--opt", "trees=2", "--opt", "epoch=100us",
+		"--records", "100", "--ops", "300", "--concurrency", "4", "--value-size", "32")
+	if !strings.Contains(out, "protocol options: treebeard Trees=2 Epoch=100µs") {
+		t.Errorf("output:\n%s", out)
 	}
 	if len(got) != 2 || got[1].Protocol != "treebeard" || got[1].Extra["trees"] != 2 {
 		t.Errorf("JSON: %+v", got)
@@ -170,26 +166,15 @@ func TestBenchCommandAgainstServer(t *testing.T) {
 // records and replays its operations.
 func TestBenchCommandTrace(t *testing.T) {
 	dir := t.TempDir()
-	tracePath, jsonPath := filepath.Join(dir, "trace.txt"), filepath.Join(dir, "r.json")
+	tracePath := filepath.Join(dir, "trace.txt")
 	trace := "# replayed\nuser:1 r\nuser:2,w\n\nuser:1 GET\nother put\nuser:3 read\n"
 	if err := os.WriteFile(tracePath, []byte(trace), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	out, err := runBenchCmd(t, "--protocol", "plain", "--trace", tracePath, "--ops", "500", "--warmup", "0",
-		"--concurrency", "3", "--value-size", "32", "--json", jsonPath)
-	if err != nil {
-		t.Fatalf("%v\n%s", err, out)
-	}
+	got, out := runBenchJSON[[]map[string]any](t, "--protocol", "plain", "--trace", tracePath, "--ops", "500",
+		"--warmup", "0", "--concurrency", "3", "--value-size", "32")
 	if !strings.Contains(out, "workload trace, trace trace.txt (5 entries over 4 keys, operations from the file), 4 records") {
 		t.Errorf("output:\n%s", out)
-	}
-	raw, err := os.ReadFile(jsonPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var got []map[string]any
-	if err := json.Unmarshal(raw, &got); err != nil {
-		t.Fatal(err)
 	}
 	// 500 entries: 100 rounds of 3 reads and 2 updates.
 	if len(got) != 1 || got[0]["records"] != 4.0 || got[0]["reads"] != 300.0 || got[0]["updates"] != 200.0 ||
@@ -226,29 +211,17 @@ func TestBenchCommandTrace(t *testing.T) {
 		}
 	}
 	// A trace without operations takes them from --workload.
-	out, err = runBenchCmd(t, "--protocol", "plain", "--trace", noOps, "--workload", "C", "--ops", "50")
+	out, err := runBenchCmd(t, "--protocol", "plain", "--trace", noOps, "--workload", "C", "--ops", "50")
 	if err != nil || !strings.Contains(out, "workload C, trace keys.txt") {
 		t.Errorf("trace without ops: %v\n%s", err, out)
 	}
 }
 
 func TestBenchCommandTemporal(t *testing.T) {
-	jsonPath := filepath.Join(t.TempDir(), "r.json")
-	out, err := runBenchCmd(t, "--protocol", "plain", "--distribution", "temporal", "--temporal-s", "1.5",
-		"--records", "300", "--ops", "1000", "--concurrency", "4", "--value-size", "32", "--json", jsonPath)
-	if err != nil {
-		t.Fatalf("%v\n%s", err, out)
-	}
+	got, out := runBenchJSON[[]map[string]any](t, "--protocol", "plain", "--distribution", "temporal", "--temporal-s", "1.5",
+		"--records", "300", "--ops", "1000", "--concurrency", "4", "--value-size", "32")
 	if !strings.Contains(out, "temporal (Zipf s=1.5 reuse distances, 1100-entry sequence)") {
 		t.Errorf("output:\n%s", out)
-	}
-	raw, err := os.ReadFile(jsonPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var got []map[string]any
-	if err := json.Unmarshal(raw, &got); err != nil {
-		t.Fatal(err)
 	}
 	if len(got) != 1 || got[0]["distribution"] != "temporal" || got[0]["ops"] != 1000.0 || got[0]["misses"] != 0.0 {
 		t.Errorf("JSON: %v", got)
