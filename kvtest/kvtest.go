@@ -29,6 +29,7 @@ import (
 	"fmt"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/oblivkv/oblivkv/backend"
 	"github.com/oblivkv/oblivkv/backend/mem"
@@ -230,4 +231,17 @@ func Stat(t testing.TB, st kv.Stats, name string) float64 {
 	}
 	t.Errorf("%s has no statistic %q", st.Protocol, name)
 	return 0
+}
+
+// WaitFor polls cond every millisecond and fails the test when it has not
+// held within 10 seconds; what names the condition in the failure.
+func WaitFor(t testing.TB, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("waited 10s for %s", what)
+		}
+		time.Sleep(time.Millisecond)
+	}
 }

@@ -20,9 +20,12 @@ type batch struct {
 	real  int              // addresses read for a client's request
 }
 
-// runBatch forms, sends and commits one batch. A batch whose backend calls
-// fail is kept and sent again at the next tick, so no write is lost and
-// storage sees the same batch again; the reads waiting on it are failed.
+// runBatch forms, sends and commits one batch. The reads waiting on it are
+// answered as soon as its elements are read, before the write-back, as in
+// Sec. 4.1 ("upon receiving the response, it replies to any pending
+// client"). A batch whose backend calls fail is kept and sent again at the
+// next tick, so no write is lost and storage sees the same batch again;
+// the reads still waiting on it are failed.
 func (s *store) runBatch(ctx context.Context) {
 	s.batchMu.Lock()
 	defer s.batchMu.Unlock()
@@ -34,7 +37,13 @@ func (s *store) runBatch(ctx context.Context) {
 	s.mu.Unlock()
 	var elems []value
 	if err == nil {
-		elems, err = s.exchange(ctx, b)
+		elems, err = s.fetch(ctx, b)
+	}
+	if err == nil {
+		s.mu.Lock()
+		s.answer(b, elems)
+		s.mu.Unlock()
+		err = s.writeBack(ctx, b, elems)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -151,10 +160,9 @@ func (s *store) mostRecent(cand []uint32, k int) {
 	}
 }
 
-// exchange reads the batch's addresses, applies its writes, and writes
-// the elements back re-encrypted under the batch id, permuted. It returns
-// the element read from each address, after the writes.
-func (s *store) exchange(ctx context.Context, b *batch) ([]value, error) {
+// fetch reads the batch's addresses and returns the element of each,
+// with the batch's writes applied.
+func (s *store) fetch(ctx context.Context, b *batch) ([]value, error) {
 	addrs := make([]string, len(b.addrs))
 	for i, a := range b.addrs {
 		addrs[i] = addr(a)
@@ -172,12 +180,37 @@ func (s *store) exchange(ctx context.Context, b *batch) ([]value, error) {
 			elems[i] = v
 		}
 	}
+	return elems, nil
+}
+
+// answer gives the reads waiting on the batch their key's element. The
+// element becomes the entry's sent value, so a read arriving before the
+// batch commits is answered from it at once (Algorithm 2, line 13).
+func (s *store) answer(b *batch, elems []value) {
+	for i, a := range b.addrs {
+		sl := s.slots[a]
+		if !sl.held {
+			continue
+		}
+		if e := s.pending[sl.key]; e != nil && e.inflight {
+			v := elems[i]
+			for _, r := range e.reads {
+				r <- result{val: v.val, found: !v.absent}
+			}
+			e.reads, e.sent = nil, &v
+		}
+	}
+}
+
+// writeBack writes the batch's elements back re-encrypted under the batch
+// id, permuted.
+func (s *store) writeBack(ctx context.Context, b *batch, elems []value) error {
 	items, plain := make([]backend.Item, len(b.addrs)), make([]byte, 4+s.valueSize)
 	for i, p := range b.perm {
 		to := b.addrs[p]
 		items[p] = backend.Item{Addr: addr(to), Value: s.sealElement(to, b.id, elems[i], plain)}
 	}
-	return elems, s.b.Write(ctx, items)
+	return s.b.Write(ctx, items)
 }
 
 // fail keeps a batch whose backend calls failed for the next tick and
@@ -202,7 +235,7 @@ func (s *store) fail(b *batch, err error) {
 
 // commit applies a batch that storage took (Algorithm 2, lines 30-35):
 // every element moves to its new address, which joins the newest set;
-// waiting reads are answered; keys written again meanwhile are queued for
+// keys written again meanwhile are queued for
 // their new set; deleted keys free their address.
 func (s *store) commit(b *batch, elems []value) {
 	old := make([]slot, len(b.addrs))
@@ -257,9 +290,11 @@ func (s *store) commit(b *batch, elems []value) {
 	s.committed = make(chan struct{})
 }
 
-// settle answers the reads of key waiting on the batch with its element
-// v and reports whether the key was written again meanwhile (and so goes
-// to the queue of its new set).
+// settle ends key's part in the committed batch, whose element for it is
+// v, and reports whether the key was written again meanwhile (and so goes
+// to the queue of its new set). The reads answered here are those that
+// asked for the key after the batch was read, while its address was in
+// flight.
 func (s *store) settle(key string, e *entry, v value) bool {
 	for _, r := range e.reads {
 		r <- result{val: v.val, found: !v.absent}

@@ -25,8 +25,9 @@
 //     acknowledged at once and waits in its key's entry for the next batch
 //     that holds the key; a read is answered from the cache, from a write
 //     still waiting (line 13), by joining a read already waiting (line 16),
-//     or by the next batch. A write answers every read waiting on its key
-//     (line 18). The keys waiting are bounded by Options.Pending; a request
+//     or by the next batch that holds the key, as soon as that batch is
+//     read and before its write-back (Sec. 4.1). A write answers every
+//     read waiting on its key (line 18). The keys waiting are bounded by Options.Pending; a request
 //     that would add one waits for a batch (lines 20-21).
 //   - Inserts take a free address (sum_d d*b_d >= N leaves at least N), so
 //     the new key's first batch writes it; a delete is a write of "absent"

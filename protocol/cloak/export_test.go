@@ -21,3 +21,6 @@ func Where(st kv.Store, key string) string {
 	}
 	return ""
 }
+
+// RunBatch runs one batch now, as the loop does every Delta.
+func RunBatch(st kv.Store) { st.(*store).runBatch(context.Background()) }

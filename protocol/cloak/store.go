@@ -46,7 +46,7 @@ type value struct {
 // that holds it commits).
 type entry struct {
 	write    *value        // the latest write not yet in a batch
-	sent     *value        // the write the batch in flight applies
+	sent     *value        // the batch in flight's value of the key: its write, or once read, its element
 	reads    []chan result // answered by the next write, or the batch that holds the key
 	inflight bool          // the key's address is in the batch in flight
 }

@@ -199,10 +199,10 @@ func TestSequencerDefeatsCURIOUS(t *testing.T) {
 				}()
 			}
 			issue("first", "k1")
-			waitFor(t, func() bool { return g.reads.Load() >= g.hold })
+			kvtest.WaitFor(t, "the first read to be held", func() bool { return g.reads.Load() >= g.hold })
 			returnedBefore := g.returned.Load()
 			issue("second", second)
-			waitFor(t, func() bool { return g.returned.Load() > returnedBefore })
+			kvtest.WaitFor(t, "the second request's read to return", func() bool { return g.returned.Load() > returnedBefore })
 			time.Sleep(50 * time.Millisecond) // time for a wrongly early reply to leave
 			mu.Lock()
 			early := len(order)
@@ -219,16 +219,5 @@ func TestSequencerDefeatsCURIOUS(t *testing.T) {
 				t.Fatalf("replies left in arrival order %v, want [0 1 2 3]: first before second", released)
 			}
 		})
-	}
-}
-
-func waitFor(t *testing.T, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("timed out")
-		}
-		time.Sleep(time.Millisecond)
 	}
 }
