@@ -31,19 +31,23 @@ func (s *store) runBatch(ctx context.Context) {
 	defer s.batchMu.Unlock()
 	s.mu.Lock()
 	b, err := s.retry, error(nil)
-	if b == nil {
+	again := b != nil
+	if !again {
 		b, err = s.choose()
 	}
 	s.mu.Unlock()
 	var elems []value
+	written := false
 	if err == nil {
-		elems, err = s.fetch(ctx, b)
+		elems, written, err = s.fetch(ctx, b, again)
 	}
 	if err == nil {
 		s.mu.Lock()
 		s.answer(b, elems)
 		s.mu.Unlock()
-		err = s.writeBack(ctx, b, elems)
+		if !written {
+			err = s.writeBack(ctx, b, elems)
+		}
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -161,23 +165,52 @@ func (s *store) mostRecent(cand []uint32, k int) {
 }
 
 // fetch reads the batch's addresses and returns the element of each,
-// with the batch's writes applied.
-func (s *store) fetch(ctx context.Context, b *batch) ([]value, error) {
+// with the batch's writes applied. A batch sent again may find its own
+// write-back on storage: a Write reported as failed that took effect (a
+// timeout after Redis applied it, say). It then returns the elements that
+// write-back holds and written = true, so the batch commits without
+// writing again.
+func (s *store) fetch(ctx context.Context, b *batch, again bool) (elems []value, written bool, err error) {
 	addrs := make([]string, len(b.addrs))
 	for i, a := range b.addrs {
 		addrs[i] = addr(a)
 	}
 	sealed, err := s.b.Read(ctx, addrs)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
+	if elems, err = s.openRead(b, sealed); err != nil && again {
+		if elems, lerr := s.openWritten(b, sealed); lerr == nil {
+			return elems, true, nil
+		}
+	}
+	return elems, false, err
+}
+
+// openRead opens the elements as the batch found them and applies its
+// writes.
+func (s *store) openRead(b *batch, sealed [][]byte) ([]value, error) {
 	elems := make([]value, len(b.addrs))
 	for i, a := range b.addrs {
+		var err error
 		if elems[i], err = s.openElement(a, b.from[i], sealed[i]); err != nil {
 			return nil, err
 		}
 		if v, ok := b.sent[a]; ok {
 			elems[i] = v
+		}
+	}
+	return elems, nil
+}
+
+// openWritten opens the elements as the batch's write-back left them:
+// element i sealed under the batch id at addrs[perm[i]].
+func (s *store) openWritten(b *batch, sealed [][]byte) ([]value, error) {
+	elems := make([]value, len(b.addrs))
+	for i, p := range b.perm {
+		var err error
+		if elems[i], err = s.openElement(b.addrs[p], b.id, sealed[p]); err != nil {
+			return nil, err
 		}
 	}
 	return elems, nil

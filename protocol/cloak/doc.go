@@ -35,7 +35,9 @@
 //     returned at N keys.
 //   - A batch whose backend calls fail is sent again, unchanged, at the
 //     next tick; nothing acknowledged is lost, and the reads waiting on it
-//     get the error.
+//     get the error. If the batch finds its own write-back on storage (a
+//     Write reported failed that took effect), it commits without writing
+//     again.
 //
 // Durability: Close saves the position map, the next batch id and the
 // writes not yet on storage, sealed under stateAddr; an open loads and
