@@ -126,14 +126,13 @@ func runBench(cmd *cobra.Command, f benchFlags) error {
 	if err != nil {
 		return err
 	}
-	f.records = cfg.Records // a trace's: the default --capacity
 	ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	options, err := setup.ProtocolOptionsEach(protocols, f.opts)
 	if err != nil {
 		return err
 	}
-	open, cleanup, err := f.opener(options)
+	open, cleanup, err := f.opener(options, cfg.Records)
 	if err != nil {
 		return err
 	}
@@ -278,9 +277,10 @@ func sequenceLength(ops int, warm bench.Warmup, rate float64, duration time.Dura
 }
 
 // opener returns how each protocol's target is opened (with its Options
-// from options, if any), and what removes what the run left behind once
-// every protocol is done.
-func (f benchFlags) opener(options map[string]any) (bench.Opener, func() error, error) {
+// from options, if any, and room for records keys unless --capacity says
+// otherwise), and what removes what the run left behind once every
+// protocol is done.
+func (f benchFlags) opener(options map[string]any, records int) (bench.Opener, func() error, error) {
 	if f.addr != "" {
 		return func(ctx context.Context, _ string) (bench.Target, error) {
 			return bench.DialRESP(ctx, f.addr, f.workers)
@@ -296,7 +296,7 @@ func (f benchFlags) opener(options map[string]any) (bench.Opener, func() error, 
 	}
 	capacity := f.capacity
 	if capacity <= 0 {
-		capacity = f.records
+		capacity = records
 	}
 	open := func(ctx context.Context, protocol string) (bench.Target, error) {
 		dir := ""
