@@ -50,6 +50,7 @@ type auditRun struct {
 	records   []observe.Record
 	recovered float64
 	util      float64
+	beta      float64
 }
 
 // runAudit loads auditN keys into a cloak store over a tap, runs clients
@@ -101,7 +102,7 @@ func runAudit(t *testing.T, next func(*rand.Rand) uint64, popularity []int) audi
 	for batches() < auditBusy+auditIdle {
 		time.Sleep(auditDelta)
 	}
-	run := auditRun{records: log.Records(), util: kvtest.Stat(t, s.Stats(), "batch_utilisation")}
+	run := auditRun{records: log.Records(), util: kvtest.Stat(t, s.Stats(), "batch_utilisation"), beta: kvtest.Stat(t, s.Stats(), "beta")}
 	var reads []observe.Record
 	for _, r := range run.records {
 		if r.Op == observe.OpRead && len(r.Addrs) > 0 && strings.HasPrefix(r.Addrs[0], audit.CloakAddrPrefix) {
@@ -120,11 +121,10 @@ func runAudit(t *testing.T, next func(*rand.Rand) uint64, popularity []int) audi
 }
 
 // TestBudgetAudit: for a temporal (Sec. 7.1), a uniform and a one-hot-key
-// workload,
-// every batch, busy or idle, takes exactly b_d addresses from every set d
-// and writes back the addresses it read; batches start Delta apart within
-// maxJitter; and a frequency-analysis attacker recovers no more than
-// maxRecovered of the 100 most popular keys.
+// workload, every batch, busy or idle, takes exactly b_d addresses from
+// every set d and writes back the addresses it read; batches start Delta
+// apart within maxJitter; and a frequency-analysis attacker recovers no
+// more than maxRecovered of the 100 most popular keys.
 func TestBudgetAudit(t *testing.T) {
 	if cloak.AddrPrefix != audit.CloakAddrPrefix {
 		t.Fatalf("audit.CloakAddrPrefix %q != cloak.AddrPrefix %q", audit.CloakAddrPrefix, cloak.AddrPrefix)
@@ -165,8 +165,8 @@ func TestBudgetAudit(t *testing.T) {
 				t.Error(v)
 			}
 			offsets, maxGap := gridOffsets(res.Starts[1:], auditDelta) // the first batch waits for the bulk load
-			t.Logf("%d batches of %d addresses, utilisation %.3f; start offsets from the Delta grid: p95 %v, max %v; largest gap %v; attacker recovered %.1f%% of the top 100",
-				res.Batches, sumInts(budgets), run.util, offsets[len(offsets)*95/100], offsets[len(offsets)-1], maxGap, 100*run.recovered)
+			t.Logf("%d batches of %v addresses, utilisation %.3f; start offsets from the Delta grid: p95 %v, max %v; largest gap %v; attacker recovered %.1f%% of the top 100",
+				res.Batches, run.beta, run.util, offsets[len(offsets)*95/100], offsets[len(offsets)-1], maxGap, 100*run.recovered)
 			if p95 := offsets[len(offsets)*95/100]; p95 > maxJitter {
 				t.Errorf("5%% of batches start more than %v off the Delta grid; want at most %v", p95, maxJitter)
 			}
@@ -217,12 +217,4 @@ func gridOffsets(starts []time.Duration, delta time.Duration) ([]time.Duration, 
 	}
 	slices.Sort(offs)
 	return offs, gap
-}
-
-func sumInts(xs []int) int {
-	t := 0
-	for _, x := range xs {
-		t += x
-	}
-	return t
 }

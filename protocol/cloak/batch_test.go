@@ -77,34 +77,25 @@ func TestReadAnsweredBeforeWriteBack(t *testing.T) {
 	g.gate = make(chan struct{})
 	release := sync.OnceFunc(func() { close(g.gate) })
 	t.Cleanup(release) // before Close, which waits for the batch
-	got := make(chan string, 2)
-	get := func() {
-		v, ok, err := s.Get(ctx, "k")
-		if err != nil || !ok {
-			v = []byte("error")
-		}
-		got <- string(v)
-	}
-	go get()
-	kvtest.WaitFor(t, "the read to wait for a batch", func() bool { return kvtest.Stat(t, s.Stats(), "pending_keys") == 2 })
-	batchDone := make(chan struct{})
-	go func() { cloak.RunBatch(s); close(batchDone) }()
-	for range 2 {
+	answered := func(what string, got <-chan string) {
+		t.Helper()
 		select {
 		case v := <-got:
 			if v != "v-k" {
-				t.Fatalf("Get(k) = %q during the write-back; want v-k", v)
+				t.Fatalf("%s: Get(k) = %q; want v-k", what, v)
 			}
 		case <-time.After(5 * time.Second):
-			t.Fatal("Get(k) waited for the write-back")
+			t.Fatalf("%s: Get(k) waited for the write-back", what)
 		}
-		go get() // arrives while the write-back is held
 	}
+	held := goGet(s, "k")
+	kvtest.WaitFor(t, "the read to wait for a batch", func() bool { return kvtest.Stat(t, s.Stats(), "pending_keys") == 2 })
+	batchDone := make(chan struct{})
+	go func() { cloak.RunBatch(s); close(batchDone) }()
+	answered("the read the batch holds", held)
+	answered("a read during the write-back", goGet(s, "k"))
 	release()
 	<-batchDone
-	if v := <-got; v != "v-k" {
-		t.Fatalf("Get(k) after the batch = %q; want v-k", v)
-	}
 }
 
 // TestWriteBackReportedFailed: a write-back that storage applied but
@@ -138,16 +129,23 @@ func TestWriteBackReportedFailed(t *testing.T) {
 	}
 }
 
-// getByBatches reads key, running batches until the read is answered.
-func getByBatches(t *testing.T, s kv.Store, key string) string {
+// goGet reads key in a goroutine; the channel gets its value, or a
+// description of what Get returned instead.
+func goGet(s kv.Store, key string) <-chan string {
 	got := make(chan string, 1)
 	go func() {
-		v, ok, err := s.Get(t.Context(), key)
+		v, ok, err := s.Get(context.Background(), key)
 		if err != nil || !ok {
 			v = []byte(fmt.Sprintf("found=%v err=%v", ok, err))
 		}
 		got <- string(v)
 	}()
+	return got
+}
+
+// getByBatches reads key, running batches until the read is answered.
+func getByBatches(t *testing.T, s kv.Store, key string) string {
+	got := goGet(s, key)
 	for range 100 {
 		select {
 		case v := <-got:
