@@ -1,0 +1,54 @@
+package audit
+
+import (
+	"math/rand/v2"
+	"testing"
+	"time"
+)
+
+// concurrentReads returns n path reads of a tree of leaves leaves, eight
+// in flight at a time; leaf(i) chooses read i's leaf.
+func concurrentReads(n int, leaf func(i int) uint64) []PathRead {
+	reads := make([]PathRead, n)
+	for i := range reads {
+		start := time.Duration(i) * time.Millisecond
+		reads[i] = PathRead{Leaf: leaf(i), Start: start, End: start + 8*time.Millisecond}
+	}
+	return reads
+}
+
+// SamePath passes independent uniform leaves and rejects, decisively,
+// reads in flight together that share a path (a repeated request reading
+// its real path) and a path read again by the next read (a block not
+// remapped).
+func TestSamePath(t *testing.T) {
+	const leaves, n = 1024, 4000
+	r := rand.New(rand.NewPCG(1, 1))
+	random := concurrentReads(n, func(int) uint64 { return r.Uint64N(leaves) })
+	c := SamePath("random", random, leaves)
+	if !c.Pass() {
+		t.Fatalf("independent uniform leaves: %v", c)
+	}
+	t.Log(c)
+	// Every fourth read is a repeat of the read before it.
+	repeats := concurrentReads(n, func(int) uint64 { return r.Uint64N(leaves) })
+	for i := 3; i < n; i += 4 {
+		repeats[i].Leaf = repeats[i-1].Leaf
+	}
+	// Sequential reads, every other one reading the path before it again.
+	sequential := make([]PathRead, n)
+	for i := range sequential {
+		leaf := r.Uint64N(leaves)
+		if i%2 == 1 {
+			leaf = sequential[i-1].Leaf
+		}
+		sequential[i] = PathRead{Leaf: leaf, Start: time.Duration(2*i) * time.Millisecond, End: time.Duration(2*i+1) * time.Millisecond}
+	}
+	for name, reads := range map[string][]PathRead{"in flight": repeats, "consecutive": sequential} {
+		if c := SamePath(name, reads, leaves); !c.Decisive() {
+			t.Errorf("%s: %v; want a decisive failure", name, c)
+		} else {
+			t.Log(c)
+		}
+	}
+}
