@@ -47,7 +47,9 @@ func batchLog(batches, b, real int, order func(r *rand.Rand, ids []string)) []ob
 // random order, and reject decisively one whose Reads list real queries
 // first, and one whose Writes keep a fixed order that later Reads follow.
 func TestPositionChecks(t *testing.T) {
-	shuffle := func(r *rand.Rand, ids []string) { r.Shuffle(len(ids), func(i, j int) { ids[i], ids[j] = ids[j], ids[i] }) }
+	shuffle := func(r *rand.Rand, ids []string) {
+		r.Shuffle(len(ids), func(i, j int) { ids[i], ids[j] = ids[j], ids[i] })
+	}
 	asIs := func(*rand.Rand, []string) {}
 	clean := PositionChecks("shuffled", BatchLinks(batchLog(400, 40, 8, shuffle), "p/"), 4)
 	for _, c := range clean {

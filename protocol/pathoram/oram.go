@@ -56,6 +56,7 @@ type oram struct {
 	io       paths
 	rng      *rand.ChaCha8
 	flusher  *tree.Flusher
+	leak     leak // tests only (leak.go)
 
 	pos      map[tree.BlockID]uint64 // block -> assigned leaf
 	stash    []entry
@@ -86,7 +87,11 @@ func (o *oram) randomLeaf() uint64 { return o.rng.Uint64() & (o.g.Leaves() - 1) 
 // write the path back. Every kind of operation makes the same calls.
 func (o *oram) access(ctx context.Context, id tree.BlockID, op opKind, val []byte) (result, error) {
 	leaf, known := o.pos[id]
-	if !known {
+	switch {
+	case known:
+	case o.leak == leakMissingKeyedLeaf:
+		leaf = o.keyedLeaf(id)
+	default:
 		leaf = o.randomLeaf()
 	}
 	o.path = o.g.Path(leaf, o.path)
@@ -159,7 +164,7 @@ func (o *oram) apply(id tree.BlockID, known bool, op opKind, val []byte) (result
 			i = -1
 		}
 	}
-	if i >= 0 {
+	if i >= 0 && !(o.leak == leakGetKeepsLeaf && op == opGet) {
 		leaf := o.randomLeaf()
 		o.pos[id] = leaf
 		o.work[i].leaf = leaf

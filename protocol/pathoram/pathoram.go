@@ -70,6 +70,7 @@ type Options struct {
 	BatchBytes int
 
 	seed *[32]byte // tests only: makes leaf choices reproducible
+	leak leak      // tests only: a flaw injected to show an audit catches it (leak.go)
 }
 
 // DefaultZ is the default number of slots per bucket.
@@ -130,7 +131,7 @@ func open(ctx context.Context, env kv.Env) (kv.Store, error) {
 	g := tree.NewGeometry(env.Capacity)
 	codec := tree.NewCodec(env.Keys, opts.Z, env.ValueSize)
 	r := &remote{b: env.Backend, layout: tree.Layout{Prefix: treePrefix}, codec: codec,
-		batchBytes: opts.BatchBytes, versions: make([]uint64, g.Buckets())}
+		batchBytes: opts.BatchBytes, versions: make([]uint64, g.Buckets()), leak: opts.leak}
 	seed := opts.seed
 	if seed == nil {
 		seed = new([32]byte)
@@ -140,6 +141,7 @@ func open(ctx context.Context, env kv.Env) (kv.Store, error) {
 	}
 	s := &store{keys: env.Keys, b: env.Backend, opts: opts, codec: codec, remote: r,
 		o: newORAM(g, opts.Z, env.Capacity, r, *seed)}
+	s.o.leak = opts.leak
 	if env.Fresh {
 		// A fresh tree of dummy buckets, written in large batches.
 		err = r.writeTree(ctx, func(uint64) []tree.Block { return nil })

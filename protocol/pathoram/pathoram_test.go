@@ -1,6 +1,7 @@
 package pathoram
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -85,7 +86,8 @@ func (f *fixture) tryOpen(mod func(*kv.Config)) (kv.Store, error) {
 func (f *fixture) geometry() tree.Geometry { return tree.NewGeometry(f.cfg.Capacity) }
 
 func (f *fixture) bucketSize() int {
-	return tree.NewCodec(f.keys, DefaultZ, f.cfg.ValueSize).BucketSize()
+	z := cmp.Or(f.cfg.Options.(Options).Z, DefaultZ)
+	return tree.NewCodec(f.keys, z, f.cfg.ValueSize).BucketSize()
 }
 
 func (f *fixture) put(key, val string) {

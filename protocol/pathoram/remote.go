@@ -28,6 +28,9 @@ type remote struct {
 	broken error
 
 	vers []uint64 // scratch: the versions of one path
+
+	leak     leak           // tests only (leak.go)
+	lastRead [][]tree.Block // leakUnchangedNotWritten: the buckets the last readPath returned
 }
 
 // settle retries a pending write-back.
@@ -53,12 +56,19 @@ func (r *remote) readPath(ctx context.Context, path []uint64) ([][]tree.Block, e
 	for _, b := range path {
 		r.vers = append(r.vers, r.versions[b])
 	}
-	return tree.ReadBuckets(ctx, r.b, r.layout, r.codec, path, r.vers)
+	buckets, err := tree.ReadBuckets(ctx, r.b, r.layout, r.codec, path, r.vers)
+	if r.leak == leakUnchangedNotWritten {
+		r.lastRead = buckets
+	}
+	return buckets, err
 }
 
 // writePath seals every bucket of the path afresh under its next version
 // and writes them in one atomic call (Sec. IV-A step 3 "Writing-back").
 func (r *remote) writePath(ctx context.Context, path []uint64, contents [][]tree.Block) error {
+	if r.leak == leakUnchangedNotWritten {
+		path, contents = r.changedOnly(path, contents)
+	}
 	r.vers = r.vers[:0]
 	for _, b := range path {
 		r.vers = append(r.vers, r.versions[b]+1)

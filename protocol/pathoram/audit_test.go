@@ -1,0 +1,313 @@
+package pathoram
+
+import (
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"testing"
+
+	"github.com/oblivkv/oblivkv/audit"
+	"github.com/oblivkv/oblivkv/backend"
+	"github.com/oblivkv/oblivkv/kv"
+	"github.com/oblivkv/oblivkv/observe"
+	"github.com/oblivkv/oblivkv/protocol/tree"
+)
+
+// The obliviousness audits: pathoram's backend calls must look the same
+// whatever the workload. Four workloads of auditOps accesses each run on
+// stores with the adversary's view logged:
+//
+//   - hot: one key, read and overwritten over and over;
+//   - uniform: reads and overwrites of keys drawn uniformly from 512;
+//   - mix: gets of missing keys, puts of new keys, deletes of existing and
+//     of missing keys, in turn;
+//   - missing: gets and deletes of one key that never exists.
+//
+// On each log, three checks (each workload's own) and one across them:
+//
+//   - shape (exact): every access is one Read of the L+1 buckets of a
+//     root-to-leaf path, then one Write of the same addresses, every
+//     bucket of one size;
+//   - uniform leaves: the leaves read, in 64 equal bins, pass a chi-square
+//     test of uniformity at audit.Significance;
+//   - same path: consecutive accesses read the same path no more often
+//     than random leaves do (audit.SamePath): a block is remapped at
+//     every access, and a missing key reads a fresh random path;
+//   - equal shapes (exact, across workloads): the sequence of operations
+//     and sizes is identical in the four logs.
+const (
+	auditOps  = 3000 // at 1024 leaves, about 47 reads per bin
+	auditBins = 64
+)
+
+type workload struct {
+	name  string
+	setup func(f *fixture)
+	op    func(f *fixture, r *rand.Rand, i int) error
+}
+
+var workloads = []workload{
+	{"hot", func(f *fixture) { f.put("hot", "v") }, func(f *fixture, _ *rand.Rand, i int) error {
+		if i%2 == 0 {
+			_, _, err := f.s.Get(f.t.Context(), "hot")
+			return err
+		}
+		return f.s.Put(f.t.Context(), "hot", []byte(fmt.Sprint(i)))
+	}},
+	{"uniform", preload512, func(f *fixture, r *rand.Rand, i int) error {
+		k := fmt.Sprint("k", r.IntN(512))
+		if i%2 == 0 {
+			_, _, err := f.s.Get(f.t.Context(), k)
+			return err
+		}
+		return f.s.Put(f.t.Context(), k, []byte(fmt.Sprint(i)))
+	}},
+	{"mix", preload512, func(f *fixture, r *rand.Rand, i int) error {
+		ctx := f.t.Context()
+		switch i % 4 {
+		case 0:
+			_, _, err := f.s.Get(ctx, fmt.Sprint("missing", i))
+			return err
+		case 1:
+			return f.s.Put(ctx, fmt.Sprint("new", i), []byte("v"))
+		case 2:
+			return f.s.Delete(ctx, fmt.Sprint("new", i-1))
+		}
+		return f.s.Delete(ctx, fmt.Sprint("missing", i))
+	}},
+	{"missing", preload512, func(f *fixture, _ *rand.Rand, i int) error {
+		if i%2 == 0 {
+			_, _, err := f.s.Get(f.t.Context(), "absent")
+			return err
+		}
+		return f.s.Delete(f.t.Context(), "absent")
+	}},
+}
+
+func preload512(f *fixture) {
+	for i := range 512 {
+		f.put(fmt.Sprint("k", i), "v")
+	}
+}
+
+// auditParams is one parameter set the audits run at.
+type auditParams struct {
+	name     string
+	capacity int
+	opts     Options
+}
+
+var (
+	defaultParams = auditParams{"default", 1024, Options{}}
+	otherParams   = auditParams{"Z=2", 2000, Options{Z: 2}} // 2048 leaves
+)
+
+// auditRun is one workload's log and its checks.
+type auditRun struct {
+	shape  []string // operation and sizes of every call
+	checks map[string]audit.Check
+}
+
+// Check names.
+const (
+	checkShape   = "shape"
+	checkUniform = "uniform leaves"
+	checkSame    = "same path"
+)
+
+// runAudit runs workload w at parameters p, with leak injected, and
+// checks its log.
+func runAudit(t *testing.T, p auditParams, w workload, lk leak, seed byte) auditRun {
+	t.Helper()
+	opts := p.opts
+	opts.seed, opts.leak = seeded(seed).seed, lk
+	f := newFixture(t, p.capacity, 32, opts)
+	w.setup(f)
+	f.log.Reset()
+	r := rand.New(rand.NewPCG(uint64(seed), 9))
+	for i := range auditOps {
+		if err := w.op(f, r, i); err != nil {
+			t.Fatalf("%s, op %d: %v", w.name, i, err)
+		}
+	}
+	recs := f.log.Records()
+	g := f.geometry()
+	reads, violations := parseAccesses(g, f.bucketSize(), recs)
+	leaves := make([]uint64, len(reads))
+	for i, r := range reads {
+		leaves[i] = r.Leaf
+	}
+	return auditRun{shape: shapeOf(recs), checks: map[string]audit.Check{
+		checkShape:   audit.Exact(w.name+": one read and one write of a path per access", violations),
+		checkUniform: audit.Uniform(w.name+": leaves read", audit.Bin(leaves, g.Leaves(), auditBins)),
+		checkSame:    audit.SamePath(w.name+": consecutive reads of one path", reads, g.Leaves()),
+	}}
+}
+
+// parseAccesses returns the path read of every Read of a whole path, and
+// the violations of the access shape: a Read of a root-to-leaf path,
+// then a Write of the same addresses, every bucket of bucketSize bytes.
+func parseAccesses(g tree.Geometry, bucketSize int, recs []observe.Record) ([]audit.PathRead, []string) {
+	layout := tree.Layout{Prefix: treePrefix}
+	var reads []audit.PathRead
+	var violations []string
+	bad := func(r observe.Record, format string, args ...any) {
+		violations = append(violations, fmt.Sprintf("call %d (%v): ", r.Seq, r.Op)+fmt.Sprintf(format, args...))
+	}
+	for i, r := range recs {
+		if r.Op != observe.OpRead {
+			if i == 0 || recs[i-1].Op != observe.OpRead {
+				bad(r, "not the write-back of a path read")
+			}
+			continue
+		}
+		leaf, ok := pathLeaf(g, layout, r.Addrs)
+		if !ok {
+			bad(r, "addresses %q are not the root-to-leaf path of one leaf", r.Addrs)
+			continue
+		}
+		reads = append(reads, audit.PathReadOf(r, leaf))
+		switch {
+		case i+1 == len(recs) || recs[i+1].Op != observe.OpWrite:
+			bad(r, "a path read without its write-back")
+		case !slices.Equal(recs[i+1].Addrs, r.Addrs):
+			bad(recs[i+1], "wrote %d addresses after reading the %d of a path", len(recs[i+1].Addrs), len(r.Addrs))
+		}
+		for j := range r.Sizes {
+			if r.Sizes[j] != bucketSize || i+1 < len(recs) && j < len(recs[i+1].Sizes) && recs[i+1].Sizes[j] != bucketSize {
+				bad(r, "a bucket of other than %d bytes", bucketSize)
+				break
+			}
+		}
+	}
+	return reads, violations
+}
+
+// pathLeaf returns the leaf whose root-to-leaf path addrs are.
+func pathLeaf(g tree.Geometry, layout tree.Layout, addrs []string) (uint64, bool) {
+	if len(addrs) != g.L+1 {
+		return 0, false
+	}
+	last, _ := layout.Bucket(addrs[g.L])
+	leaf, ok := g.LeafOf(last)
+	for lvl, a := range addrs {
+		b, isBucket := layout.Bucket(a)
+		if !ok || !isBucket || b != g.BucketAt(leaf, lvl) {
+			return 0, false
+		}
+	}
+	return leaf, true
+}
+
+// shapeOf is what the adversary sees of each call but the addresses.
+func shapeOf(recs []observe.Record) []string {
+	out := make([]string, len(recs))
+	for i, r := range recs {
+		out[i] = fmt.Sprint(r.Op, r.Sizes)
+	}
+	return out
+}
+
+// TestObliviousAudit runs the four workloads at the default parameters
+// and at Z=2 with 2048 leaves; every check passes on each.
+func TestObliviousAudit(t *testing.T) {
+	for _, p := range []auditParams{defaultParams, otherParams} {
+		t.Run(p.name, func(t *testing.T) {
+			var shapes [][]string
+			for wi, w := range workloads {
+				run := runAudit(t, p, w, noLeak, byte(wi+1))
+				for _, name := range []string{checkShape, checkUniform, checkSame} {
+					c := run.checks[name]
+					t.Log(c)
+					if !c.Pass() {
+						t.Error(c)
+					}
+				}
+				shapes = append(shapes, run.shape)
+			}
+			var differ []string
+			for i := 1; i < len(shapes); i++ {
+				if !slices.Equal(shapes[i], shapes[0]) {
+					differ = append(differ, workloads[i].name+"'s calls differ in shape from "+workloads[0].name+"'s")
+				}
+			}
+			if c := audit.Exact("equal shapes in every workload", differ); !c.Pass() {
+				t.Error(c)
+			}
+		})
+	}
+}
+
+// leakCases are the leaks injected into pathoram, each with the workload
+// that exposes it and the check that must fail on it.
+var leakCases = []struct {
+	name     string
+	leak     leak
+	workload string
+	check    string
+}{
+	{"get keeps leaf", leakGetKeepsLeaf, "hot", checkSame},
+	{"missing key's leaf from its ID", leakMissingKeyedLeaf, "missing", checkSame},
+	{"unchanged buckets not written", leakUnchangedNotWritten, "uniform", checkShape},
+}
+
+// TestAuditsCatchLeaks injects each leak of leakCases at the default
+// parameters and requires its check to fail decisively (an exact
+// violation, or a p-value below audit.DecisiveP).
+func TestAuditsCatchLeaks(t *testing.T) {
+	for _, lc := range leakCases {
+		t.Run(lc.name, func(t *testing.T) {
+			i := slices.IndexFunc(workloads, func(w workload) bool { return w.name == lc.workload })
+			c := runAudit(t, defaultParams, workloads[i], lc.leak, 1).checks[lc.check]
+			t.Log(c)
+			if !c.Decisive() {
+				t.Fatalf("leak %q: %v; want a decisive failure", lc.name, c)
+			}
+		})
+	}
+}
+
+// Tampering with the tree alone (the saved state intact) is detected on
+// access: a flipped bit, or a deleted bucket, gives ErrTampered.
+func TestTamperedTree(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		tamper func(f *fixture, addrs map[string][]byte)
+	}{
+		{"flipped bit", func(f *fixture, addrs map[string][]byte) {
+			var items []backend.Item
+			for a, v := range addrs {
+				v[len(v)/2] ^= 4
+				items = append(items, backend.Item{Addr: a, Value: v})
+			}
+			if err := f.mem.Write(f.t.Context(), items); err != nil {
+				f.t.Fatal(err)
+			}
+		}},
+		{"deleted", func(f *fixture, addrs map[string][]byte) {
+			var del []string
+			for a := range addrs {
+				del = append(del, a)
+			}
+			if err := f.mem.Delete(f.t.Context(), del); err != nil {
+				f.t.Fatal(err)
+			}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFixture(t, 16, 16, Options{})
+			f.put("a", "v")
+			if err := f.s.Close(); err != nil {
+				t.Fatal(err)
+			}
+			tc.tamper(f, readAll(t, f.mem, treePrefix))
+			f.s = f.open(nil)
+			for _, k := range []string{"a", "missing"} {
+				if _, _, err := f.s.Get(t.Context(), k); !errors.Is(err, kv.ErrTampered) {
+					t.Errorf("Get(%q) on a tampered tree: %v; want kv.ErrTampered", k, err)
+				}
+			}
+		})
+	}
+}

@@ -1,0 +1,48 @@
+package pathoram
+
+import (
+	"bytes"
+	"encoding/binary"
+	"slices"
+
+	"github.com/oblivkv/oblivkv/protocol/tree"
+)
+
+// leak is a flaw injected on purpose, to show that an audit catches it
+// (audit_test.go). Only this package's tests set Options.leak; the zero
+// value, noLeak, is the protocol as specified, and nothing outside the
+// package can choose another.
+type leak uint8
+
+const (
+	noLeak leak = iota
+	// leakGetKeepsLeaf: a Get leaves its block on the leaf it was read
+	// from, so the next access to the key reads the same path.
+	leakGetKeepsLeaf
+	// leakMissingKeyedLeaf: a key not in the position map reads a leaf
+	// derived from its block ID instead of a fresh random one.
+	leakMissingKeyedLeaf
+	// leakUnchangedNotWritten: the write-back leaves out the buckets whose
+	// blocks did not change, as if rewriting them were wasted work.
+	leakUnchangedNotWritten
+)
+
+// keyedLeaf is leakMissingKeyedLeaf's leaf for a block.
+func (o *oram) keyedLeaf(id tree.BlockID) uint64 {
+	return binary.BigEndian.Uint64(id[:8]) & (o.g.Leaves() - 1)
+}
+
+// changedOnly is leakUnchangedNotWritten: of path and contents, the
+// buckets whose blocks differ from what the last read found.
+func (r *remote) changedOnly(path []uint64, contents [][]tree.Block) ([]uint64, [][]tree.Block) {
+	var p []uint64
+	var c [][]tree.Block
+	for i, b := range path {
+		if !slices.EqualFunc(contents[i], r.lastRead[i], func(x, y tree.Block) bool {
+			return x.ID == y.ID && bytes.Equal(x.Value, y.Value)
+		}) {
+			p, c = append(p, b), append(c, contents[i])
+		}
+	}
+	return p, c
+}
