@@ -32,6 +32,11 @@ type fixture struct {
 }
 
 func newFixture(t testing.TB, L int, p Params, seed uint64) *fixture {
+	return newLeakyFixture(t, L, p, seed, noLeak)
+}
+
+// newLeakyFixture is newFixture with leak injected into the Tree.
+func newLeakyFixture(t testing.TB, L int, p Params, seed uint64, lk leak) *fixture {
 	t.Helper()
 	m, log := mem.New(), &observe.MemoryLog{}
 	cfg := Config{
@@ -42,6 +47,7 @@ func newFixture(t testing.TB, L int, p Params, seed uint64) *fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
+	tr.leak = lk
 	f := &fixture{t: t, ctx: context.Background(), mem: m, log: log, cfg: cfg, tr: tr,
 		r: rand.New(rand.NewPCG(seed, 2))}
 	f.aud = newAuditor(cfg.Layout, cfg.Geometry, p, tr.codec.SlotSize())
@@ -196,10 +202,12 @@ type auditor struct {
 	slotSize int
 	read     map[uint64]uint64 // per bucket: slots read since the last full rewrite
 	count    map[uint64]int    // per bucket: path reads since the last full rewrite
+	offsets  []int             // per slot index: how often a path read read it
 }
 
 func newAuditor(l Layout, g tree.Geometry, p Params, slotSize int) *auditor {
-	return &auditor{l: l, g: g, p: p, slotSize: slotSize, read: map[uint64]uint64{}, count: map[uint64]int{}}
+	return &auditor{l: l, g: g, p: p, slotSize: slotSize, read: map[uint64]uint64{}, count: map[uint64]int{},
+		offsets: make([]int, p.slots())}
 }
 
 // init checks an Init: writes only, every bucket written whole exactly
@@ -240,6 +248,10 @@ func (a *auditor) readPaths(recs []observe.Record, leaves []uint64) error {
 	}
 	if err := a.slotRead(recs[1], union, 1); err != nil {
 		return err
+	}
+	for _, addr := range recs[1].Addrs {
+		_, s, _ := a.l.ParseSlot(addr)
+		a.offsets[s]++
 	}
 	var due []uint64
 	for _, b := range union {

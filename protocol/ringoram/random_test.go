@@ -7,6 +7,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/oblivkv/oblivkv/audit"
 	"github.com/oblivkv/oblivkv/protocol/tree"
 )
 
@@ -48,14 +49,50 @@ func TestRandomized(t *testing.T) {
 			if testing.Short() {
 				ops /= 5
 			}
-			randomized(t, tc.p, ops)
+			randomized(t, tc.p, ops, 120, noLeak)
 		})
 	}
 }
 
-func randomized(t *testing.T, p Params, ops int) {
-	f := newFixture(t, 8, p, 14)
-	blocks := f.load(120)
+// TestSlotOffsets: the slot offsets that path reads fetch are uniform over
+// the Z+S slots of a bucket (chi-square at audit.Significance), at the
+// defaults and at Z=2, S=3: a real block sits in a uniformly random slot
+// and a dummy read takes a uniformly random valid dummy, so the offset
+// read tells nothing of which slot held a block. With a rewrite that puts
+// real blocks in the first free slots instead, the check fails
+// decisively. The tree holds 300 blocks in 511 buckets, so that most
+// paths pass buckets holding one.
+func TestSlotOffsets(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		p    Params
+		lk   leak
+	}{
+		{"Z=1,S=6", defaults, noLeak},
+		{"Z=2,S=3", Params{Z: 2, S: 3}, noLeak},
+		{"reals in first slots", defaults, leakRealsInFirstSlots},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := randomized(t, tc.p, 3000, 300, tc.lk)
+			c := audit.Uniform("slot offsets of path reads", f.aud.offsets)
+			t.Log(c)
+			switch {
+			case tc.lk == noLeak && !c.Pass():
+				t.Error(c)
+			case tc.lk != noLeak && !c.Decisive():
+				t.Errorf("leak: %v; want a decisive failure", c)
+			}
+		})
+	}
+}
+
+// randomized loads n random blocks into a tree of 9 levels with lk
+// injected, runs ops random operations on it (multi-path reads,
+// evictions, superseded blocks) against the model, and returns the
+// fixture.
+func randomized(t *testing.T, p Params, ops, n int, lk leak) *fixture {
+	f := newLeakyFixture(t, 8, p, 14, lk)
+	blocks := f.load(n)
 	m := model{leaf: map[tree.BlockID]uint64{}, value: map[tree.BlockID][]byte{}, bucket: map[tree.BlockID]uint64{}, stash: map[tree.BlockID]bool{}}
 	var ids []tree.BlockID
 	for _, b := range blocks {
@@ -81,6 +118,7 @@ func randomized(t *testing.T, p Params, ops int) {
 			if err != nil || tr.Restore(st) != nil {
 				t.Fatal("restart failed")
 			}
+			tr.leak = f.tr.leak
 			f.tr = tr
 		}
 	}
@@ -96,6 +134,7 @@ func randomized(t *testing.T, p Params, ops int) {
 		t.Fatalf("%d blocks found, %d evicted, %d superseded: the run exercised too little", m.found, m.placed, m.superseded)
 	}
 	t.Logf("%d found, %d evicted, %d superseded, largest stash %d", m.found, m.placed, m.superseded, maxStash)
+	return f
 }
 
 // randomReads reads a batch: blocks in the tree on their leaf, fake reads

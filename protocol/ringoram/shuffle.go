@@ -74,6 +74,9 @@ func (t *Tree) rewrite(bucket uint64, m *meta, reals []tree.Block, slots []*tree
 			continue
 		}
 		s := randomBit(t.rng, free)
+		if t.leak == leakRealsInFirstSlots {
+			s = uint8(bits.TrailingZeros64(free))
+		}
 		free &^= 1 << s
 		slots[s] = &reals[e]
 		m.Entries[e] = entry{Present: true, Slot: s, ID: reals[e].ID}

@@ -62,6 +62,7 @@ type Tree struct {
 	evictions uint64                    // paths evicted so far; the next is ReverseLexLeaf(evictions)
 	stale     map[uint64][]tree.BlockID // per bucket: copies the caller superseded (Forget)
 	stats     Stats
+	leak      leak // tests only (leak.go)
 }
 
 // Stats counts a Tree's work since it was made.

@@ -22,11 +22,14 @@ import (
 	"github.com/oblivkv/oblivkv/seal"
 )
 
-// The audits run three workloads of the same length and timing over the
-// same auditKeys loaded keys: Zipf 0.99, uniform, and one hot key. Each
-// is auditRounds rounds of auditRound concurrent requests (even-numbered
-// requests of a round are Gets, odd ones Puts), a round waiting for all
-// its replies, so every workload gives the Router the same epochs.
+// The audits run five workloads of the same length and timing over the
+// same auditKeys loaded keys: Zipf 0.99, uniform, one hot key, bursts (all
+// of a round's requests for one key, another in every round: repeats of a
+// block that is not in the stash), and one missing key. Each is
+// auditRounds rounds of auditRound concurrent requests (even-numbered
+// requests of a round are Gets, odd ones Puts, or Deletes for the missing
+// key, so that it never exists), a round waiting for all its replies, so
+// every workload gives the Router the same epochs.
 const (
 	auditCapacity = 1024 // 4 trees (the default) of 256 leaves: 9 levels, 511 buckets each
 	auditKeys     = 1000
@@ -35,14 +38,16 @@ const (
 	// auditBins is the number of leaf bins per tree: 16 bins of 16 leaves,
 	// 64 (tree, bin) cells with the default 4 trees.
 	auditBins = 16
-	// auditP is the significance of every chi-square test: a uniform
-	// source (or two samples of one distribution) fails it with
-	// probability 0.001.
-	auditP = 0.001
+	// missingKey is the missing workload's key: never loaded.
+	missingKey = auditKeys
 )
 
-// auditWorkloads are the key sequences of the three workloads: the key
-// (0..auditKeys-1) of each of the auditRounds*auditRound requests, drawn
+// workloadNames are the audits' workloads; "uniform" is the one the others
+// are compared with.
+var workloadNames = []string{"zipf", "uniform", "hot", "bursts", "missing"}
+
+// auditWorkloads are the key sequences of the five workloads: the key
+// (0..auditKeys) of each of the auditRounds*auditRound requests, drawn
 // with fixed seeds.
 func auditWorkloads(t *testing.T) map[string][]uint64 {
 	n := auditRounds * auditRound
@@ -50,13 +55,14 @@ func auditWorkloads(t *testing.T) map[string][]uint64 {
 	if err != nil {
 		t.Fatal(err)
 	}
-	zipf, uniform, hot := make([]uint64, n), make([]uint64, n), make([]uint64, n)
+	zipf, uniform, hot, bursts, missing := make([]uint64, n), make([]uint64, n), make([]uint64, n), make([]uint64, n), make([]uint64, n)
 	zc := z.Worker(0, rand.New(rand.NewPCG(1, 1)))
 	ur := rand.New(rand.NewPCG(2, 2))
 	for i := range n {
-		zipf[i], uniform[i], hot[i] = zc.Next(), ur.Uint64N(auditKeys), 17
+		zipf[i], uniform[i], hot[i], missing[i] = zc.Next(), ur.Uint64N(auditKeys), 17, missingKey
+		bursts[i] = uint64(i/auditRound*37) % auditKeys
 	}
-	return map[string][]uint64{"zipf": zipf, "uniform": uniform, "hot": hot}
+	return map[string][]uint64{"zipf": zipf, "uniform": uniform, "hot": hot, "bursts": bursts, "missing": missing}
 }
 
 func auditKey(i uint64) string { return fmt.Sprintf("key-%04d", i) }
@@ -96,12 +102,19 @@ type auditRun struct {
 	records  []observe.Record
 	events   []treebeard.TraceEvent
 	stats    kv.Stats
+	// rounds[r] is the Tap sequence number of the last call before round
+	// r's epoch ended: round r's path reads are the calls after it and,
+	// but for the last round, up to rounds[r+1].
+	rounds []uint64
 }
 
 // runAudit opens a seeded, traced store over a tapped memory backend,
 // loads auditKeys keys, forgets the log and trace of the load, then
 // issues keys as auditRounds rounds of auditRound concurrent requests,
 // and closes the store (so every eviction owed has run and is logged).
+// The Routers' epochs are off the clock: each round is one epoch, ended
+// once it holds all the round's requests, so every workload gives the
+// layers the same epochs however loaded the machine is.
 func runAudit(t *testing.T, opts treebeard.Options, seed byte, keys []uint64) auditRun {
 	t.Helper()
 	ctx := t.Context()
@@ -112,6 +125,7 @@ func runAudit(t *testing.T, opts treebeard.Options, seed byte, keys []uint64) au
 	if err != nil {
 		t.Fatal(err)
 	}
+	opts, epochs := treebeard.ManualEpochs(opts)
 	s, err := kv.Open(ctx, kv.Config{Protocol: "treebeard", Backend: mem.New(), Keys: sk,
 		Capacity: auditCapacity, ValueSize: 32, TapLog: log,
 		Options: treebeard.Traced(treebeard.Seeded(opts, seed), tr.add)})
@@ -138,15 +152,20 @@ func runAudit(t *testing.T, opts treebeard.Options, seed byte, keys []uint64) au
 	// from there (every bucket unread, every eviction counter at 0).
 	log.Reset()
 	tr.reset()
+	var rounds []uint64
 	for r := range auditRounds {
 		var wg sync.WaitGroup
 		for j := range auditRound {
-			k := auditKey(keys[r*auditRound+j])
+			i := keys[r*auditRound+j]
+			k := auditKey(i)
 			wg.Go(func() {
 				var err error
-				if j%2 == 0 {
+				switch {
+				case j%2 == 0:
 					_, _, err = s.Get(ctx, k)
-				} else {
+				case i == missingKey:
+					err = s.Delete(ctx, k)
+				default:
 					err = s.Put(ctx, k, []byte{byte(r), byte(j)})
 				}
 				if err != nil {
@@ -154,9 +173,12 @@ func runAudit(t *testing.T, opts treebeard.Options, seed byte, keys []uint64) au
 				}
 			})
 		}
+		kvtest.WaitFor(t, "the round's requests", func() bool { return epochs.Collecting() == auditRound })
+		rounds = append(rounds, lastSeq(log))
+		epochs.End()
 		wg.Wait()
 	}
-	run := auditRun{stats: s.Stats(), requests: auditRounds * auditRound}
+	run := auditRun{stats: s.Stats(), requests: auditRounds * auditRound, rounds: rounds}
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -180,6 +202,15 @@ func runAudit(t *testing.T, opts treebeard.Options, seed byte, keys []uint64) au
 		t.Fatalf("store has %d trees, audit expects %d", got, run.opts.Trees)
 	}
 	return run
+}
+
+// lastSeq is the sequence number of the last call log holds, or 0.
+func lastSeq(log *observe.MemoryLog) uint64 {
+	recs := log.Records()
+	if len(recs) == 0 {
+		return 0
+	}
+	return recs[len(recs)-1].Seq
 }
 
 // ---- Storage's view, parsed -------------------------------------------
@@ -747,44 +778,39 @@ type audited struct {
 	cells []int
 }
 
-// checkRun runs the checkers of audits (a), (b), (d) and (e) on run.
+// checkRun parses storage's view of run and runs the checkers of audits
+// (a), (b), (d) and (e) on it. The run comes back parsed even when a
+// checker fails (only an unparsable log leaves it without operations).
 func checkRun(run auditRun) (audited, error) {
 	o := run.opts
 	a := audited{auditRun: run}
-	if err := checkEpochs(run.events, run.requests); err != nil {
-		return a, fmt.Errorf("audit (a): %w", err)
-	}
-	evs := treeEvents(run.events, o.Trees)
-	if err := checkSchedule(evs, o.A, o.K); err != nil {
-		return a, fmt.Errorf("eviction schedule: %w", err)
-	}
 	ops, err := views(run.records, o.Trees)
 	if err != nil {
 		return a, fmt.Errorf("audit (b): %w", err)
 	}
-	if err := checkSizes(run.records, o.Trees); err != nil {
-		return a, fmt.Errorf("audit (b): %w", err)
-	}
-	a.ops = ops
+	a.ops, a.cells = ops, leafCells(run.geo, ops, auditBins)
 	var errs []error
+	if err := checkEpochs(run.events, run.requests); err != nil {
+		errs = append(errs, fmt.Errorf("audit (a): %w", err))
+	}
+	evs := treeEvents(run.events, o.Trees)
+	if err := checkSchedule(evs, o.A, o.K); err != nil {
+		errs = append(errs, fmt.Errorf("eviction schedule: %w", err))
+	}
+	if err := checkSizes(run.records, o.Trees); err != nil {
+		errs = append(errs, fmt.Errorf("audit (b): %w", err))
+	}
 	for t := range o.Trees {
 		if err := checkView(run.geo, o.Z, o.S, ops[t], evs[t]); err != nil {
 			errs = append(errs, fmt.Errorf("audit (b), tree %d: %w", t, err))
 		}
-		var ks []int
-		for _, e := range evs[t] {
-			if e.Kind == treebeard.TraceEvict {
-				ks = append(ks, len(e.Leaves))
-			}
-		}
-		if err := checkEvictionOrder(run.geo, o.K, ops[t], ks); err != nil {
+		if err := checkEvictionOrder(run.geo, o.K, ops[t], evictionSizes(evs[t])); err != nil {
 			errs = append(errs, fmt.Errorf("audit (d), tree %d: %w", t, err))
 		}
 		if err := checkReshuffles(o.Z, o.S, ops[t]); err != nil {
 			errs = append(errs, fmt.Errorf("audit (e), tree %d: %w", t, err))
 		}
 	}
-	a.cells = leafCells(run.geo, ops, auditBins)
 	return a, errors.Join(errs...)
 }
 
@@ -804,8 +830,166 @@ func countOps(perTree [][]opView) (reads, evictions, reshuffles int) {
 	return
 }
 
-// TestObliviousAudit runs the three workloads with the default eviction
-// parameters (A=100, k=200) and checks, for each:
+// distinctLeaves returns, from storage's view, the histogram of the number
+// of distinct paths each multi-path read reads: the leaf buckets its
+// metadata Read fetches.
+func distinctLeaves(geo tree.Geometry, perTree [][]opView) audit.Histogram {
+	var h audit.Histogram
+	for _, ops := range perTree {
+		for _, op := range ops {
+			if op.kind != opPathRead {
+				continue
+			}
+			n := 0
+			for _, b := range op.meta {
+				if _, ok := geo.LeafOf(b); ok {
+					n++
+				}
+			}
+			h.Add(n)
+		}
+	}
+	return h
+}
+
+// slotOffsets returns how often path reads read each slot offset of a
+// bucket (the slot Read of every multi-path read).
+func slotOffsets(perTree [][]opView, slots int) []int {
+	out := make([]int, slots)
+	for _, ops := range perTree {
+		for _, op := range ops {
+			if op.kind == opPathRead {
+				for _, r := range op.slotReads[0] {
+					out[r.slot]++
+				}
+			}
+		}
+	}
+	return out
+}
+
+// evictionCount is audit (g): every tree evicts k paths per A of its
+// path reads, whatever the reads were for, so with P = requests path
+// reads over T trees the paths evicted in all are k*E with E between
+// (P - T(A-1))/A and P/A (each tree rounds its share down). The paths of
+// each eviction come from the trace; audit (d) checks them against
+// storage.
+func evictionCount(name string, a audited) audit.Check {
+	o := a.opts
+	paths := 0
+	for _, e := range a.events {
+		if e.Kind == treebeard.TraceEvict {
+			paths += len(e.Leaves)
+		}
+	}
+	lo := o.K * int(math.Ceil(float64(a.requests-o.Trees*(o.A-1))/float64(o.A)))
+	hi := o.K * (a.requests / o.A)
+	var violations []string
+	if paths < lo || paths > hi {
+		violations = append(violations, fmt.Sprintf("%d paths evicted after %d path reads; want %d to %d", paths, a.requests, lo, hi))
+	}
+	c := audit.Exact(name+": k paths evicted per A path reads", violations)
+	if c.Pass() {
+		c.Detail = fmt.Sprintf("%d paths evicted after %d path reads (%d to %d)", paths, a.requests, lo, hi)
+	}
+	return c
+}
+
+// readsPerEpoch is audit (j): a tree reads an epoch's paths in one
+// multi-path read (Sec. 5.3.1), however the epoch's keys hash to Stash
+// shards, so no tree makes two multi-path reads in one round (one epoch).
+func readsPerEpoch(name string, a audited) audit.Check {
+	var violations []string
+	for t, ops := range a.ops {
+		r, n := 0, 0 // the round of the reads counted, and how many
+		for _, op := range ops {
+			if op.kind != opPathRead {
+				continue
+			}
+			for r+1 < len(a.rounds) && op.seq > a.rounds[r+1] {
+				r, n = r+1, 0
+			}
+			if n++; n == 2 {
+				violations = append(violations, fmt.Sprintf("tree %d, round %d: two multi-path reads", t, r))
+			}
+		}
+	}
+	return audit.Exact(name+": one multi-path read per tree and epoch", violations)
+}
+
+// statChecks are audits (c), (f), (g), (h), (i) and (j) on the runs of
+// workloadNames (those present):
+//
+//	(c) the trees and the (tree, leaf bin) cells read are uniform, over
+//	    the trees and over the trees*auditBins cells;
+//	(f) the cells of every two workloads are homogeneous (two-sample
+//	    test);
+//	(g) evictionCount;
+//	(h) the number of distinct paths per multi-path read has one
+//	    distribution in every workload and in the uniform one (two-sample
+//	    test over its histogram): a repeat of a block being read that
+//	    read the block's real path again would shrink the unions under
+//	    repeated keys;
+//	(i) the slot offsets path reads fetch are uniform over the Z+S
+//	    slots of a bucket;
+//	(j) readsPerEpoch.
+//
+// Every statistical check rejects at audit.Significance.
+func statChecks(runs map[string]audited) []audit.Check {
+	var out []audit.Check
+	var names []string
+	for _, n := range workloadNames {
+		if _, ok := runs[n]; ok {
+			names = append(names, n)
+		}
+	}
+	for _, n := range names {
+		a := runs[n]
+		out = append(out,
+			audit.Uniform(n+": trees read", perTree(a.cells, a.opts.Trees)),
+			audit.Uniform(n+": (tree, leaf bin) cells read", a.cells),
+			evictionCount(n, a),
+			audit.Uniform(n+": slot offsets of path reads", slotOffsets(a.ops, a.opts.Z+a.opts.S)),
+			readsPerEpoch(n, a))
+	}
+	for i, x := range names {
+		for _, y := range names[i+1:] {
+			out = append(out, audit.Homogeneous(x+" against "+y+": (tree, leaf bin) cells read", runs[x].cells, runs[y].cells))
+		}
+		if u, ok := runs["uniform"]; ok && x != "uniform" {
+			out = append(out, audit.Homogeneous(x+" against uniform: distinct paths per multi-path read",
+				distinctLeaves(runs[x].geo, runs[x].ops).Counts, distinctLeaves(u.geo, u.ops).Counts))
+		}
+	}
+	return out
+}
+
+// auditAll runs the named workloads with opts and seed, fails t on any
+// violation of the exact audits (a), (b), (d) and (e), and returns the
+// runs.
+func auditAll(t *testing.T, opts treebeard.Options, seed byte, names ...string) map[string]audited {
+	t.Helper()
+	loads := auditWorkloads(t)
+	runs := map[string]audited{}
+	for _, name := range names {
+		a, err := checkRun(runAudit(t, opts, seed, loads[name]))
+		if err != nil {
+			t.Fatalf("%s (seed %d): %v", name, seed, err)
+		}
+		reads, evictions, reshuffles := countOps(a.ops)
+		t.Logf("%s (seed %d): %d requests, %d multi-path reads, %d evictions, %d reshuffled buckets, fake reads %v",
+			name, seed, a.requests, reads, evictions, reshuffles, kvtest.Stat(t, a.stats, "fake_reads"))
+		runs[name] = a
+	}
+	return runs
+}
+
+// TestObliviousAudit runs the four workloads at the default parameters
+// and, in BusyEvictions, with tiny eviction parameters (A=3, k=5: a
+// multi-path read of a tree then owes several evictions at once, which
+// run as one eviction of a multiple of k paths, and the
+// reverse-lexicographic counter wraps around the 256 leaves many times).
+// On each:
 //
 //	(a) one path read per forwarded request, epoch by epoch (trace), and
 //	    evictions of k paths after every A path reads of a tree;
@@ -813,42 +997,45 @@ func countOps(perTree [][]opView) (reads, evictions, reshuffles int) {
 //	    the metadata of the union of the paths, one slot per bucket of it,
 //	    reshuffle and write sets as ringoram documents them, and every
 //	    slot and every metadata record of one size;
-//	(c) the trees and leaves read are uniform: chi-square over the 4
-//	    trees (3 degrees of freedom; critical value 16.55 by
-//	    audit.ChiSquareCritical's approximation, 16.27 in tables, so the
-//	    test is slightly lenient) and over 64 (tree, leaf bin) cells
-//	    (63 degrees of freedom, critical 103.5), p = 0.001 each;
 //	(d) evictions follow the reverse-lexicographic order, continuing
 //	    from one eviction to the next;
 //	(e) buckets are reshuffled exactly after S reads, never later, and no
 //	    slot is read twice between two rewrites of its bucket;
 //
-// and then (f): the (tree, leaf bin) histograms of the three workloads
-// are pairwise indistinguishable (two-sample chi-square test of
-// homogeneity over the 64 cells, 63 degrees of freedom, p = 0.001). A
-// chi-square failure must repeat with a second seed to fail the test
-// (runAll). The number of multi-path reads is not part of (f) here: it
-// does depend on the workload (TestObliviousAuditCallCount).
+// and every check of statChecks passes.
 func TestObliviousAudit(t *testing.T) {
-	runs := runAll(t, treebeard.Options{}, 11, 12)
-	for name, a := range runs {
-		// The default run must exercise what (d) and (e) check.
-		if _, evictions, reshuffles := countOps(a.ops); evictions == 0 || reshuffles == 0 {
-			t.Errorf("%s: %d evictions and %d reshuffled buckets: the audit saw too little", name, evictions, reshuffles)
-		}
+	for _, tc := range []struct {
+		name string
+		opts treebeard.Options
+	}{{"default", treebeard.Options{}}, {"BusyEvictions", treebeard.Options{A: 3, K: 5}}} {
+		t.Run(tc.name, func(t *testing.T) {
+			runs := auditAll(t, tc.opts, 11, workloadNames...)
+			for _, c := range statChecks(runs) {
+				t.Log(c)
+				if !c.Pass() {
+					t.Error(c)
+				}
+			}
+			exercised(t, tc.opts, runs)
+		})
 	}
 }
 
-// TestObliviousAuditBusyEvictions is the same audit with tiny eviction
-// parameters (A=3, k=5): a multi-path read of a tree then owes several
-// evictions at once, which run as one eviction of a multiple of k paths,
-// and the reverse-lexicographic counter wraps around the 256 leaves many
-// times. Evictions rewrite the upper buckets so often that early
-// reshuffles are rare or absent here; the default run covers them.
-func TestObliviousAuditBusyEvictions(t *testing.T) {
-	opts := treebeard.Options{A: 3, K: 5}
-	runs := runAll(t, opts, 23, 24)
+// exercised fails t if the runs did not exercise what audits (d) and (e)
+// check: evictions and early reshuffles at the defaults; at tiny eviction
+// parameters (where evictions rewrite the upper buckets so often that
+// early reshuffles are rare or absent), evictions of several k at once
+// and the eviction counter wrapping around the leaves.
+func exercised(t *testing.T, opts treebeard.Options, runs map[string]audited) {
+	t.Helper()
 	for name, a := range runs {
+		_, evictions, reshuffles := countOps(a.ops)
+		if opts.K == 0 {
+			if evictions == 0 || reshuffles == 0 {
+				t.Errorf("%s: %d evictions and %d reshuffled buckets: the audit saw too little", name, evictions, reshuffles)
+			}
+			continue
+		}
 		multiple, paths := 0, 0
 		for _, e := range a.events {
 			if e.Kind == treebeard.TraceEvict && e.Tree == 0 {
@@ -864,77 +1051,48 @@ func TestObliviousAuditBusyEvictions(t *testing.T) {
 	}
 }
 
-// runAll runs and audits the three workloads with opts and returns them.
-// Audits (a), (b), (d) and (e) are exact: any violation fails at once.
-// The nine chi-square tests of (c) and (f) each fail a correct
-// implementation with probability 0.001 (about 1% for one of the nine;
-// timing makes runs differ even with fixed seeds), so when one fails the
-// three workloads run again with the second seed, and the audit fails
-// only if a chi-square test fails again: a false alarm then needs two in
-// a row (about 1e-4), while a real skew fails both runs.
-func runAll(t *testing.T, opts treebeard.Options, seeds ...byte) map[string]audited {
-	t.Helper()
-	var runs map[string]audited
-	for i, seed := range seeds {
-		var failures []string
-		runs, failures = auditOnce(t, opts, seed)
-		if len(failures) == 0 {
-			return runs
-		}
-		if i == len(seeds)-1 {
-			for _, f := range failures {
-				t.Error(f)
-			}
-			return runs
-		}
-		t.Logf("seed %d: %d chi-square tests failed; repeating with seed %d:\n%s", seed, len(failures), seeds[i+1], strings.Join(failures, "\n"))
-	}
-	return runs
+// leakCases are the leaks injected into treebeard, each with the
+// workloads that expose it and the check (by name, from statChecks) that
+// must fail on it. A leak injected into the Ring ORAM trees (a real
+// block's slot) is ringoram's TestSlotOffsets.
+var leakCases = []struct {
+	name      string
+	leak      treebeard.Leak
+	workloads []string
+	check     string
+}{
+	{"repeat reads its real path", treebeard.LeakRepeatReadsRealPath, []string{"bursts", "uniform"}, "bursts against uniform: distinct paths per multi-path read"},
+	{"missing key's position from its ID", treebeard.LeakMissingKeyedPosition, []string{"missing", "uniform"}, "missing against uniform: distinct paths per multi-path read"},
+	{"eviction counts real reads only", treebeard.LeakEvictOnRealReads, []string{"hot"}, "hot: k paths evicted per A path reads"},
+	{"shard parts read as they arrive", treebeard.LeakEagerShardParts, []string{"uniform"}, "uniform: one multi-path read per tree and epoch"},
 }
 
-// auditOnce runs the three workloads with seed, fails t on any violation
-// of (a), (b), (d) or (e), and returns the runs and the failures of the
-// chi-square tests of (c) and (f).
-func auditOnce(t *testing.T, opts treebeard.Options, seed byte) (map[string]audited, []string) {
-	t.Helper()
-	loads := auditWorkloads(t)
-	names := []string{"zipf", "uniform", "hot"}
-	runs := map[string]audited{}
-	var failures []string
-	critTrees := audit.ChiSquareCritical(treebeard.DefaultTrees-1, auditP)
-	critCells := audit.ChiSquareCritical(treebeard.DefaultTrees*auditBins-1, auditP)
-	for _, name := range names {
-		run := runAudit(t, opts, seed, loads[name])
-		a, err := checkRun(run)
-		if err != nil {
-			t.Fatalf("%s (seed %d): %v", name, seed, err)
-		}
-		runs[name] = a
-		reads, evictions, reshuffles := countOps(a.ops)
-		trees := perTree(a.cells, run.opts.Trees)
-		ts, _ := audit.ChiSquareUniform(trees)
-		cs, _ := audit.ChiSquareUniform(a.cells)
-		t.Logf("%s (seed %d): %d requests, %d multi-path reads, %d evictions, %d reshuffled buckets, fake reads %v; "+
-			"leaves read per tree %v: chi-square %.1f (critical %.1f); 64 leaf cells: chi-square %.1f (critical %.1f)",
-			name, seed, run.requests, reads, evictions, reshuffles, kvtest.Stat(t, run.stats, "fake_reads"), trees, ts, critTrees, cs, critCells)
-		if ts > critTrees {
-			failures = append(failures, fmt.Sprintf("audit (c), %s: the trees read are not uniform: chi-square %.1f > %.1f", name, ts, critTrees))
-		}
-		if cs > critCells {
-			failures = append(failures, fmt.Sprintf("audit (c), %s: the leaves read are not uniform: chi-square %.1f > %.1f", name, cs, critCells))
-		}
-	}
-	for i, x := range names {
-		for _, y := range names[i+1:] {
-			stat, dof := audit.ChiSquareTwoSample(runs[x].cells, runs[y].cells)
-			crit := audit.ChiSquareCritical(dof, auditP)
-			t.Logf("audit (f): %s vs %s: two-sample chi-square %.1f (%d degrees of freedom, critical %.1f)", x, y, stat, dof, crit)
-			if stat > crit {
-				failures = append(failures, fmt.Sprintf("audit (f): %s and %s read distinguishable leaves: chi-square %.1f > %.1f", x, y, stat, crit))
+// TestAuditsCatchLeaks injects each leak of leakCases at the default
+// parameters and requires its check to fail decisively (an exact
+// violation, or a p-value below audit.DecisiveP).
+func TestAuditsCatchLeaks(t *testing.T) {
+	for _, lc := range leakCases {
+		t.Run(lc.name, func(t *testing.T) {
+			opts := treebeard.WithLeak(treebeard.Options{}, lc.leak)
+			runs := map[string]audited{}
+			loads := auditWorkloads(t)
+			for _, w := range lc.workloads {
+				// The exact audits may fail too (a leak can break the
+				// trace's schedule); the check named is the one required.
+				a, _ := checkRun(runAudit(t, opts, 11, loads[w]))
+				runs[w] = a
 			}
-		}
+			i := slices.IndexFunc(statChecks(runs), func(c audit.Check) bool { return c.Name == lc.check })
+			if i < 0 {
+				t.Fatalf("no check named %q", lc.check)
+			}
+			c := statChecks(runs)[i]
+			t.Log(c)
+			if !c.Decisive() {
+				t.Fatalf("leak %q: %v; want a decisive failure", lc.name, c)
+			}
+		})
 	}
-	return runs, failures
 }
 
 // ---- The audits can fail ----------------------------------------------
@@ -1122,49 +1280,4 @@ func TestAuditCatchesViolations(t *testing.T) {
 		}
 		expect(t, checkReshuffles(o.Z, o.S, tree0(records)))
 	})
-	// A Stash that never remapped a hot key would read its path at each
-	// of its real reads: here one leaf bin gets 10% more reads (at 5% the
-	// two-sample test, noisy on both sides, passed it in 1 of ~20 runs).
-	hot := slices.Clone(clean.cells)
-	total := 0
-	for _, c := range hot {
-		total += c
-	}
-	hot[5] += total / 10
-	t.Run("c/a hot path", func(t *testing.T) {
-		crit := audit.ChiSquareCritical(len(hot)-1, auditP)
-		if stat, _ := audit.ChiSquareUniform(hot); stat <= crit {
-			t.Fatalf("chi-square %.1f <= %.1f: a hot path passes", stat, crit)
-		}
-	})
-	t.Run("f/a hot path", func(t *testing.T) {
-		stat, dof := audit.ChiSquareTwoSample(clean.cells, hot)
-		if crit := audit.ChiSquareCritical(dof, auditP); stat <= crit {
-			t.Fatalf("two-sample chi-square %.1f <= %.1f: a hot path passes", stat, crit)
-		}
-	})
-}
-
-// TestObliviousAuditCallCount is audit (f) on the number of backend calls
-// rather than the addresses: the three workloads issue the same requests
-// at the same times, so an implementation whose calls never depend on the
-// keys makes about as many multi-path reads in each (up to timing noise;
-// the test allows the largest count to be 25% above the smallest).
-//
-// A tree reading each Stash shard's part of an epoch as it arrives fails
-// it: the number of multi-path reads per tree and epoch is then the number
-// of shards the epoch's keys hash to (one for one hot key, two otherwise).
-func TestObliviousAuditCallCount(t *testing.T) {
-	runs := runAll(t, treebeard.Options{}, 11)
-	counts := map[string]int{}
-	lo, hi := math.MaxInt, 0
-	for name, a := range runs {
-		reads, _, _ := countOps(a.ops)
-		counts[name] = reads
-		lo, hi = min(lo, reads), max(hi, reads)
-	}
-	t.Logf("multi-path reads for %d rounds of %d requests over %d trees: %v", auditRounds, auditRound, treebeard.DefaultTrees, counts)
-	if float64(hi) > 1.25*float64(lo) {
-		t.Errorf("the number of multi-path reads depends on the workload: %v", counts)
-	}
 }

@@ -25,3 +25,36 @@ func Traced(o Options, fn func(TraceEvent)) Options {
 	o.trace = fn
 	return o
 }
+
+// Leak is an injected flaw (leak.go), for the audits' leak tests.
+type Leak = leak
+
+// The leaks.
+const (
+	LeakRepeatReadsRealPath  = leakRepeatReadsRealPath
+	LeakMissingKeyedPosition = leakMissingKeyedPosition
+	LeakEvictOnRealReads     = leakEvictOnRealReads
+	LeakEagerShardParts      = leakEagerShardParts
+)
+
+// WithLeak returns o with leak l injected.
+func WithLeak(o Options, l Leak) Options {
+	o.leak = l
+	return o
+}
+
+// Epochs ends the epochs of a store opened with ManualEpochs.
+type Epochs struct{ c *epochControl }
+
+// ManualEpochs returns o with the Routers' epochs off the clock, and the
+// control that ends them.
+func ManualEpochs(o Options) (Options, Epochs) {
+	o.epochs = &epochControl{}
+	return o, Epochs{o.epochs}
+}
+
+// Collecting returns the number of requests the current epochs hold.
+func (e Epochs) Collecting() int { return e.c.collecting() }
+
+// End ends the current epochs: their requests go to the Stash shards.
+func (e Epochs) End() { e.c.end() }

@@ -43,6 +43,11 @@ type Options struct {
 
 	seed  *[32]byte        // tests only: reproducible tree, leaf and slot choices
 	trace func(traceEvent) // tests only: what the trusted layers did
+	leak  leak             // tests only: a flaw injected to show an audit catches it (leak.go)
+	// epochs, when set (tests only), takes the Routers' epochs off the
+	// clock: an epoch ends when the test calls epochs.end, so audits get
+	// the same epochs on a loaded machine as on an idle one.
+	epochs *epochControl
 }
 
 // Defaults.

@@ -36,6 +36,7 @@ type treeWorker struct {
 	a, k    int
 	stashes []EvictionSource
 	trace   func(traceEvent)
+	leak    leak // tests only (leak.go)
 
 	mu      sync.Mutex
 	parts   map[uint64][]*readJob // jobs of epochs not all shards sent yet
@@ -80,8 +81,9 @@ func (w *treeWorker) read(ctx context.Context, epoch uint64, reads []ringoram.Pa
 	// Every Stash shard sends one job per epoch, empty or not; the epoch
 	// is read once all have arrived (Sec. 5.3.1: the batch's paths in one
 	// multi-path read), never split by how its keys hash to shards.
-	w.parts[epoch] = append(w.parts[epoch], j)
-	if len(w.parts[epoch]) == len(w.stashes) {
+	if w.leak == leakEagerShardParts {
+		w.queue = append(w.queue, j)
+	} else if w.parts[epoch] = append(w.parts[epoch], j); len(w.parts[epoch]) == len(w.stashes) {
 		w.queue = append(w.queue, w.parts[epoch]...)
 		delete(w.parts, epoch)
 	}
@@ -163,11 +165,26 @@ func (w *treeWorker) serve(jobs []*readJob) {
 	if err != nil {
 		return
 	}
-	w.reads += len(reads)
+	w.reads += w.counted(reads)
 	if owed := w.reads / w.a; owed > 0 {
 		w.reads -= owed * w.a
 		w.evict(ctx, owed*w.k)
 	}
+}
+
+// counted is the number of reads that count towards the eviction every A
+// reads: all of them (leakEvictOnRealReads: only the real ones).
+func (w *treeWorker) counted(reads []ringoram.PathRead) int {
+	if w.leak != leakEvictOnRealReads {
+		return len(reads)
+	}
+	n := 0
+	for _, r := range reads {
+		if r.Want != nil {
+			n++
+		}
+	}
+	return n
 }
 
 // traceRead reports a multi-path read of jobs: each path and its epoch.

@@ -23,6 +23,7 @@ type Router struct {
 	epoch  time.Duration
 	shards []StashShard
 	trace  func(traceEvent)
+	manual bool // tests only: epochs end by epochControl, never on a timer
 
 	mu      sync.Mutex
 	calls   []*call // the collecting epoch
@@ -62,9 +63,11 @@ func (r *Router) Do(ctx context.Context, req Request) (Reply, error) {
 	}
 	r.calls = append(r.calls, c)
 	if len(r.calls) == 1 {
-		if r.epoch <= 0 {
+		switch {
+		case r.manual:
+		case r.epoch <= 0:
 			r.forwardLocked()
-		} else {
+		default:
 			r.timer = time.AfterFunc(r.epoch, r.endEpoch)
 		}
 	}
@@ -119,6 +122,31 @@ func (r *Router) forward(shard StashShard, epoch uint64, batch []*call) {
 	for i, c := range batch {
 		c.reply = replies[i]
 		close(c.done)
+	}
+}
+
+// epochControl ends the epochs of Routers taken off the clock (tests
+// only: Options.epochs).
+type epochControl struct {
+	routers []*Router
+}
+
+// collecting returns the number of requests the Routers' current epochs
+// hold.
+func (c *epochControl) collecting() int {
+	n := 0
+	for _, r := range c.routers {
+		r.mu.Lock()
+		n += len(r.calls)
+		r.mu.Unlock()
+	}
+	return n
+}
+
+// end ends every Router's current epoch.
+func (c *epochControl) end() {
+	for _, r := range c.routers {
+		r.endEpoch()
 	}
 }
 

@@ -46,6 +46,7 @@ type Stash struct {
 	trees []PathReader // by tree: the ORAM shard that owns it
 	geo   tree.Geometry
 	quota *quota
+	leak  leak // tests only (leak.go)
 
 	mu       sync.Mutex
 	rng      *rand.Rand
@@ -104,17 +105,21 @@ func (s *Stash) plan(batch []Request, replies []Reply, done *sync.WaitGroup) [][
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	reads := make([][]pathRead, len(s.trees)) // by tree
-	fake := func() {
-		p := s.randomPosition()
+	fakeAt := func(p position) {
 		reads[p.Tree] = append(reads[p.Tree], pathRead{read: ringoram.PathRead{Leaf: p.Leaf}})
 		s.stats.fakeReads++
 	}
+	fake := func() { fakeAt(s.randomPosition()) }
 	for i := range batch {
 		r, rep := &batch[i], &replies[i]
 		id := r.ID
 		switch f, b := s.inflight[id], s.stash[id]; {
 		case f != nil: // a repeat: queue behind the block's real read
 			f.queue = append(f.queue, queued{r, rep, done})
+			if s.leak == leakRepeatReadsRealPath {
+				fakeAt(f.from)
+				continue
+			}
 			fake()
 		case b != nil: // in the stash: answer from it
 			s.stats.stashHits++
@@ -126,6 +131,10 @@ func (s *Stash) plan(batch []Request, replies []Reply, done *sync.WaitGroup) [][
 			if !ok { // a block that does not exist: a fake read, like any other
 				s.applyNew(id, r, rep)
 				done.Done()
+				if s.leak == leakMissingKeyedPosition {
+					fakeAt(s.keyedPosition(id))
+					continue
+				}
 				fake()
 				continue
 			}

@@ -77,7 +77,9 @@ func build(env kv.Env, opts Options) (*store, error) {
 		return nil, err
 	}
 	for range opts.StashShards {
-		s.stashes = append(s.stashes, newStash(s.geo, s.quota, rand.New(rng())))
+		st := newStash(s.geo, s.quota, rand.New(rng()))
+		st.leak = opts.leak
+		s.stashes = append(s.stashes, st)
 	}
 	sources := make([]EvictionSource, len(s.stashes))
 	shards := make([]StashShard, len(s.stashes))
@@ -97,7 +99,7 @@ func build(env kv.Env, opts Options) (*store, error) {
 			return nil, fmt.Errorf("treebeard: %w", err)
 		}
 		w := newTreeWorker(t, rt, opts.A, opts.K, opts.trace)
-		w.stashes = sources
+		w.stashes, w.leak = sources, opts.leak
 		owner := orams[t%len(orams)]
 		owner.workers[t] = w
 		s.workers = append(s.workers, w)
@@ -107,7 +109,12 @@ func build(env kv.Env, opts Options) (*store, error) {
 		st.connect(readers)
 	}
 	for i := range opts.Routers {
-		s.routers = append(s.routers, NewRouter(opts.Epoch, shards, uint64(i)<<48, opts.trace))
+		r := NewRouter(opts.Epoch, shards, uint64(i)<<48, opts.trace)
+		r.manual = opts.epochs != nil
+		s.routers = append(s.routers, r)
+	}
+	if opts.epochs != nil {
+		opts.epochs.routers = s.routers
 	}
 	return s, nil
 }

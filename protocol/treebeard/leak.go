@@ -1,0 +1,39 @@
+package treebeard
+
+import (
+	"encoding/binary"
+
+	"github.com/oblivkv/oblivkv/protocol/tree"
+)
+
+// leak is a flaw injected on purpose, to show that an audit catches it
+// (audit_test.go). Only this package's tests set Options.leak
+// (export_test.go); the zero value, noLeak, is the protocol as specified,
+// and nothing outside the package can choose another.
+type leak uint8
+
+const (
+	noLeak leak = iota
+	// leakRepeatReadsRealPath: a request for a block whose real read is
+	// in flight reads the block's real path again instead of a random
+	// path of a random tree (Sec. 5.2.1's fake read), so the union of a
+	// multi-path read shrinks under a hot key.
+	leakRepeatReadsRealPath
+	// leakMissingKeyedPosition: a request for a block that does not exist
+	// reads a tree and leaf derived from its ID instead of fresh random
+	// ones.
+	leakMissingKeyedPosition
+	// leakEvictOnRealReads: a tree counts only its real path reads towards
+	// the eviction every A reads, as if fake reads did not wear buckets.
+	leakEvictOnRealReads
+	// leakEagerShardParts: a tree reads each Stash shard's part of an
+	// epoch as it arrives instead of the whole epoch at once (Sec.
+	// 5.3.1), so its multi-path reads follow how the epoch's keys hash.
+	leakEagerShardParts
+)
+
+// keyedPosition is leakMissingKeyedPosition's position of a block.
+func (s *Stash) keyedPosition(id tree.BlockID) position {
+	v := binary.BigEndian.Uint64(id[8:])
+	return position{Tree: int(v % uint64(len(s.trees))), Leaf: (v / uint64(len(s.trees))) % s.geo.Leaves()}
+}
