@@ -1,7 +1,10 @@
 // Package audit judges a protocol from the adversary's view alone: the
 // records of an observe.Tap. It holds the analyses the obliviousness tests
-// and `oblivkv tap` share, starting with the frequency-analysis attack that
-// breaks "encryption alone".
+// and `oblivkv tap` share: the frequency-analysis attack that breaks
+// "encryption alone", and the checks each protocol's audits make, each a
+// Check with its statistic, its critical value and its p-value. A
+// statistical check rejects a protocol at p = Significance; an injected
+// leak must fail one at p = DecisiveP or below, far from the threshold.
 //
 // Everything here works on what the storage operator sees (addresses, ops,
 // sizes, timing). It must never take plaintext, keys or protocol state as
