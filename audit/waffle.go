@@ -291,3 +291,88 @@ func WaffleBeta(events []WaffleEvent) BetaResult {
 	res.Pending = len(open)
 	return res
 }
+
+// WaffleFreshIDs checks, from a tap log that starts before the store was
+// created or loaded, Waffle's rule that "each object stored at the server
+// is written and then read at most once before its storage id changes"
+// (Waffle Sec. 5): an exact check whose violations are ids written a
+// second time (before or after their read), ids read a second time, ids
+// read but never written in the log, and failed object calls. WaffleAlpha
+// stops at the first of these; this check counts them all.
+func WaffleFreshIDs(name string, records []observe.Record) Check {
+	written, read := map[string]bool{}, map[string]bool{}
+	var violations []string
+	calls := 0
+	for _, rec := range records {
+		addrs := objectAddrs(rec.Addrs)
+		if len(addrs) == 0 || rec.Op == observe.OpScan || rec.Op == observe.OpDelete {
+			continue
+		}
+		calls++
+		if rec.Err {
+			violations = append(violations, fmt.Sprintf("call %d (%v) failed", rec.Seq, rec.Op))
+			continue
+		}
+		for _, a := range addrs {
+			if v := freshIDViolation(rec.Op, written[a], read[a]); v != "" {
+				violations = append(violations, fmt.Sprintf("call %d %s %s", rec.Seq, v, shortID(a)))
+			}
+			if rec.Op == observe.OpWrite {
+				written[a] = true
+			} else {
+				read[a] = true
+			}
+		}
+	}
+	c := Exact(name, violations)
+	if len(violations) == 0 {
+		c.Detail = fmt.Sprintf("%d ids written, %d read, in %d calls", len(written), len(read), calls)
+	}
+	return c
+}
+
+// freshIDViolation says what breaks WaffleFreshIDs' rule when op (a Read or
+// a Write) touches an id already written and or read, or "" when nothing.
+func freshIDViolation(op observe.Op, written, read bool) string {
+	switch {
+	case op == observe.OpWrite && written:
+		return "writes a second time"
+	case op == observe.OpRead && read:
+		return "reads a second time"
+	case op == observe.OpRead && !written:
+		return "reads, never written in the log,"
+	}
+	return ""
+}
+
+// WaffleAlphaBound checks Theorem 7.1's bound (Waffle Sec. 7) on a
+// WaffleAlpha analysis: no id is read more than bound batches after the
+// batch that wrote it, and none still unread at the end of the log is
+// bound batches old or older (its read, in a later batch, would exceed the
+// bound). An exact check: Waffle's fake queries pick the least recently
+// accessed objects, so the bound holds for every id, whatever the
+// workload, in a full store.
+func WaffleAlphaBound(name string, a AlphaResult, bound int) Check {
+	var violations []string
+	for _, s := range a.Samples {
+		if s.Alpha > bound {
+			violations = append(violations, fmt.Sprintf("%s written in batch %d, read in batch %d", shortID(s.Addr), s.Written, s.Read))
+		}
+	}
+	for _, s := range a.Unread {
+		if s.Alpha >= bound {
+			violations = append(violations, fmt.Sprintf("%s written in batch %d, unread after batch %d", shortID(s.Addr), s.Written, a.Batches))
+		}
+	}
+	c := Exact(name, violations)
+	summary := fmt.Sprintf("bound %d; %d ids read, max alpha %d; %d unread, max age %d", bound, len(a.Samples), a.Max, len(a.Unread), a.MaxUnreadAge)
+	c.Detail = strings.TrimSuffix(summary+"; "+c.Detail, "; ")
+	return c
+}
+
+// shortID is an object address as a log shows it: the first 8 bytes of
+// its id, in hex.
+func shortID(addr string) string {
+	id := strings.TrimPrefix(addr, WaffleObjectPrefix)
+	return fmt.Sprintf("%x", id[:min(len(id), 8)])
+}

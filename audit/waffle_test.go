@@ -118,3 +118,51 @@ func TestHistogram(t *testing.T) {
 		t.Fatalf("Add(3), Add(0): counts %v", h.Counts)
 	}
 }
+
+// WaffleFreshIDs passes a log in which every id is written once and read
+// at most once, and counts every breach of that rule.
+func TestWaffleFreshIDs(t *testing.T) {
+	const p = WaffleObjectPrefix
+	failed := rec(observe.OpWrite, p+"z")
+	failed.Err = true
+	clean := []observe.Record{
+		rec(observe.OpWrite, p+"a", p+"b", p+"c"),
+		rec(observe.OpRead, "wf/state"), // not an object call
+		rec(observe.OpRead, p+"a", p+"b"),
+		rec(observe.OpWrite, p+"d", p+"e"),
+		rec(observe.OpDelete, p+"a", p+"b", p+"a"), // deletes are not judged
+		rec(observe.OpRead, p+"d"),
+	}
+	if c := WaffleFreshIDs("clean", clean); !c.Pass() || c.P != 1 {
+		t.Fatalf("clean log: %v", c)
+	}
+	leaky := append(clean,
+		rec(observe.OpWrite, p+"a"),       // written after its read
+		rec(observe.OpWrite, p+"c"),       // written twice, never read
+		rec(observe.OpRead, p+"a", p+"x"), // read twice; x never written
+		failed,                            // a failed call
+	)
+	c := WaffleFreshIDs("leaky", leaky)
+	if c.Stat != 5 || !c.Decisive() {
+		t.Fatalf("leaky log: %v; want 5 violations", c)
+	}
+}
+
+// WaffleAlphaBound fails on every id read later than the bound, and on
+// every id left unread at least the bound's age.
+func TestWaffleAlphaBound(t *testing.T) {
+	a := AlphaResult{
+		Batches: 10,
+		Samples: []AlphaSample{{Addr: "wf/o/a", Written: 0, Read: 3, Alpha: 3}, {Addr: "wf/o/b", Written: 2, Read: 6, Alpha: 4}},
+		Max:     4,
+		Unread:  []AlphaSample{{Addr: "wf/o/c", Written: 6, Read: -1, Alpha: 4}, {Addr: "wf/o/d", Written: 8, Read: -1, Alpha: 2}},
+	}
+	for _, tc := range []struct {
+		bound, violations int
+	}{{5, 0}, {4, 1}, {3, 2}, {2, 4}} {
+		c := WaffleAlphaBound("alpha", a, tc.bound)
+		if int(c.Stat) != tc.violations || c.Pass() != (tc.violations == 0) {
+			t.Errorf("bound %d: %v; want %d violations", tc.bound, c, tc.violations)
+		}
+	}
+}

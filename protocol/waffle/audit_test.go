@@ -122,6 +122,27 @@ func (tr *tracer) batches() int {
 	return len(tr.realEv)
 }
 
+// auditWorkload is a distribution of keys, by index, that the clients of
+// an audited run draw from.
+type auditWorkload struct {
+	name string
+	next func(r *rand.Rand) uint64
+}
+
+// auditWorkloads are the skewed (Zipf 0.99) and the uniform distribution
+// over n keys.
+func auditWorkloads(t *testing.T, n int) []auditWorkload {
+	t.Helper()
+	zipf, err := workload.NewZipfian(uint64(n), 0.99)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return []auditWorkload{
+		{"zipf0.99", zipf.Next},
+		{"uniform", func(r *rand.Rand) uint64 { return r.Uint64N(uint64(n)) }},
+	}
+}
+
 // auditSetup is one audited run: a full store of n keys with options
 // opts, values of valueSize bytes, and clients clients (90% gets, 10%
 // puts) until batches batches ran.
@@ -135,10 +156,29 @@ func defaultAudit(opts waffle.Options) auditSetup {
 	return auditSetup{n: auditN, batches: auditBatches, clients: auditClients, valueSize: 16, opts: opts}
 }
 
-// runAudit bulk-loads the store of setup, then runs its clients drawing
+// runAudit runs the store of setup (runStore) and analyses its tap log
+// and trace.
+func runAudit(t *testing.T, setup auditSetup, next func(r *rand.Rand) uint64) auditRun {
+	t.Helper()
+	raw := runStore(t, setup, next)
+	run := analyse(t, raw.records, raw.tr, raw.keys)
+	run.opsPerSec = raw.opsPerSec
+	return run
+}
+
+// storeRun is what runStore records of one run.
+type storeRun struct {
+	keys      []string
+	records   []observe.Record // the tap log, from before the store opened
+	loaded    int              // records[:loaded] created and bulk-loaded the store
+	tr        *tracer
+	opsPerSec float64 // client requests answered per second
+}
+
+// runStore bulk-loads the store of setup, then runs its clients drawing
 // keys from next, recording the tap log, the proxy's trace and the
 // clients' throughput.
-func runAudit(t *testing.T, setup auditSetup, next func(r *rand.Rand) uint64) auditRun {
+func runStore(t *testing.T, setup auditSetup, next func(r *rand.Rand) uint64) storeRun {
 	t.Helper()
 	ctx := t.Context()
 	keys := make([]string, setup.n)
@@ -167,6 +207,7 @@ func runAudit(t *testing.T, setup auditSetup, next func(r *rand.Rand) uint64) au
 	if err != nil || n != setup.n {
 		t.Fatalf("Load = %d, %v; want a full store of %d", n, err, setup.n)
 	}
+	loaded := len(log.Records())
 	var wg sync.WaitGroup
 	var done atomic.Int64
 	start := time.Now()
@@ -190,9 +231,8 @@ func runAudit(t *testing.T, setup auditSetup, next func(r *rand.Rand) uint64) au
 		})
 	}
 	wg.Wait()
-	run := analyse(t, log.Records(), tr, keys)
-	run.opsPerSec = float64(done.Load()) / time.Since(start).Seconds()
-	return run
+	return storeRun{keys: keys, records: log.Records(), loaded: loaded, tr: tr,
+		opsPerSec: float64(done.Load()) / time.Since(start).Seconds()}
 }
 
 // analyse runs the alpha and beta analyses on a run's tap log and trace.
@@ -242,19 +282,8 @@ func TestAlphaBetaUniform(t *testing.T) {
 	if betaBound <= 0 {
 		t.Fatalf("TheoreticalBeta = %d; the parameters should make it positive", betaBound)
 	}
-	zipf, err := workload.NewZipfian(auditN, 0.99)
-	if err != nil {
-		t.Fatal(err)
-	}
-	workloads := []struct {
-		name string
-		next func(r *rand.Rand) uint64
-	}{
-		{"zipf0.99", zipf.Next},
-		{"uniform", func(r *rand.Rand) uint64 { return r.Uint64N(auditN) }},
-	}
 	runs := map[string]auditRun{}
-	for _, w := range workloads {
+	for _, w := range auditWorkloads(t, auditN) {
 		run := runAudit(t, defaultAudit(auditOpts), w.next)
 		runs[w.name] = run
 		a, b := run.alpha, run.beta

@@ -50,7 +50,9 @@ type keyPlan struct {
 // one Write of exactly B new addresses (the dummies read re-encrypted,
 // plus one cache eviction per other object read, as every other object
 // read enters the cache, which always holds exactly C objects between
-// batches), then one Delete of the B addresses read.
+// batches), then one Delete of the B addresses read; the Read and the
+// Write list their addresses in independent random orders, the Delete in
+// the Read's.
 func (s *store) runBatch(ctx context.Context, batch []*request) (err error) {
 	ts := s.ts + 1
 	plans, n := s.plan(batch)
@@ -146,7 +148,11 @@ func (s *store) chooseReads(plans []keyPlan, pk *picker) ([]read, error) {
 		}
 		reads = append(reads, rd)
 	}
-	for len(reads) < s.opts.B {
+	want := s.opts.B
+	if s.opts.leak == leakFixedFill {
+		want = len(reads) + s.opts.B - s.opts.R - s.opts.FD
+	}
+	for len(reads) < want {
 		rd, ok := pk.pick(false, readFill)
 		if !ok {
 			rd, ok = pk.pick(true, readFill)
@@ -182,17 +188,29 @@ type picker struct {
 
 func (p *picker) pick(dummy bool, kind readKind) (read, bool) {
 	for {
-		rf, ok := p.s.head(dummy)
+		rf, ok := p.pop(dummy)
 		if !ok {
 			return read{}, false
 		}
-		heap.Pop(p.s.index(dummy))
 		p.popped = append(p.popped, rf)
 		if !p.picked[rf] {
 			p.picked[rf] = true
 			return read{ref: rf, obj: p.s.objs[rf], kind: kind}, true
 		}
 	}
+}
+
+// pop removes from one kind's index, and returns, the least recently
+// accessed object on storage.
+func (p *picker) pop(dummy bool) (ref, bool) {
+	if p.s.opts.leak == leakRandomFakes {
+		return p.s.popRandom(dummy)
+	}
+	rf, ok := p.s.head(dummy)
+	if ok {
+		heap.Pop(p.s.index(dummy))
+	}
+	return rf, ok
 }
 
 func (p *picker) restore() {
@@ -202,28 +220,48 @@ func (p *picker) restore() {
 }
 
 // fetch reads the batch's objects in one backend Read (line 30) and
-// returns their addresses.
+// returns their addresses in the order the Read listed them.
+//
+// The Read lists them in a random order. Waffle Sec. 5.1 counts a batch
+// as one server access, so the order within it must tell storage
+// nothing; chooseReads lists the real queries first, and their place
+// would mark which objects the clients asked for. A fresh random order,
+// not one sorted by address: sorted orders of the pseudo-random ids of
+// one batch's Read and a later Write would correlate through the ids'
+// values.
 func (s *store) fetch(ctx context.Context, reads []read) ([]string, error) {
+	order := s.readOrder(len(reads)) // order[j]: the index in reads of the j-th address listed
 	addrs := make([]string, len(reads))
-	for i, rd := range reads {
-		addrs[i] = s.addr(rd.ref, rd.obj.ts)
+	for j, i := range order {
+		addrs[j] = s.addr(reads[i].ref, reads[i].obj.ts)
 	}
 	vals, err := s.b.Read(ctx, addrs)
 	if err != nil {
 		return nil, err
 	}
-	for i := range reads {
-		if reads[i].val, err = s.unseal(addrs[i], vals[i]); err != nil {
+	for j, i := range order {
+		if reads[i].val, err = s.unseal(addrs[j], vals[j]); err != nil {
 			return nil, err
 		}
 	}
 	return addrs, nil
 }
 
+// readOrder is the order in which fetch lists a batch's n reads: a random
+// permutation of 0..n-1.
+func (s *store) readOrder(n int) []int {
+	if s.opts.leak == leakReadInPlanOrder {
+		return planOrder(n)
+	}
+	return s.rng.Perm(n)
+}
+
 // writeBack is the write phase (lines 31-46): it writes the dummies read,
 // re-encrypted under fresh ids, and for every other object read, which
 // enters the cache, the least recently used cache entry the batch does not
-// touch, in one backend Write; then it deletes the objects read. It
+// touch, in one backend Write listing them in a random order (as fetch
+// does, so that a place in the Write does not mark the dummies); then it
+// deletes the objects read, addrs, in the order the Read listed them. It
 // returns the evicted entries.
 func (s *store) writeBack(ctx context.Context, plans []keyPlan, reads []read, addrs []string, ts uint64) ([]*list.Element, error) {
 	victims, err := s.victims(plans, reads)
@@ -239,6 +277,9 @@ func (s *store) writeBack(ctx context.Context, plans []keyPlan, reads []read, ad
 	for _, e := range victims {
 		c := e.Value.(*cached)
 		writes = append(writes, s.item(c.ref, s.objs[c.ref].ts, c.val))
+	}
+	if s.opts.leak != leakDummiesWrittenFirst {
+		s.rng.Shuffle(len(writes), func(i, j int) { writes[i], writes[j] = writes[j], writes[i] })
 	}
 	if err := s.b.Write(ctx, writes); err != nil {
 		return nil, err
@@ -283,7 +324,7 @@ func (s *store) victims(plans []keyPlan, reads []read) ([]*list.Element, error) 
 }
 
 // traceBatch reports a batch to opts.trace (tests only): the B objects
-// read, then the B written, in the order of the Write.
+// read, then the B written, each in the proxy's order (not storage's).
 func (s *store) traceBatch(ts uint64, reads []read, victims []*list.Element) {
 	if s.opts.trace == nil {
 		return
@@ -305,7 +346,7 @@ func (s *store) traceBatch(ts uint64, reads []read, victims []*list.Element) {
 // state: the victims leave the cache for storage, the objects read take
 // timestamp ts, and the requests are answered.
 //
-// Fake queries pick the least recently accessed object (Sec. 5, Challenge
+// Fake queries pick the least recently accessed object (Sec. 4, Challenge
 // 2); among objects accessed in the same batch, a victim is ordered by the
 // batch that wrote it back (its tie), so the one on storage longest goes
 // first. Ordering ties by key instead starves objects: after a bulk load
@@ -322,7 +363,10 @@ func (s *store) commit(plans []keyPlan, reads []read, victims []*list.Element, t
 		s.push(c.ref, o)
 	}
 	for _, rd := range reads {
-		rd.obj.ts, rd.obj.order, rd.obj.tie = ts, ts, 0
+		if !(s.opts.leak == leakRealKeepsID && rd.kind == readReal) {
+			rd.obj.ts = ts
+		}
+		rd.obj.order, rd.obj.tie = ts, 0
 		switch {
 		case rd.kind == readConsumed:
 			delete(s.objs, rd.ref)

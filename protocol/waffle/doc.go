@@ -21,7 +21,8 @@
 //     one entry, written back under a fresh id; dummies read are
 //     re-encrypted under fresh ids. So every batch is one Read of B
 //     addresses, one Write of B new ones and one Delete of the B read,
-//     whatever the workload;
+//     whatever the workload, each listed in a random order, so that no
+//     place in a call marks a real query or a dummy;
 //   - the dummies' ordering timestamps are reset each time all of them
 //     have been accessed (every D/f_D batches in a full store); equal
 //     timestamps are ordered by the dummies' random ids, as in the paper's

@@ -15,3 +15,22 @@ func Traced(o Options, fn func(ts uint64, read, written []Ref)) Options {
 // WithDefaults returns o with the defaults for a store of capacity n
 // filled in, as the store uses it.
 func WithDefaults(o Options, n int) Options { return o.withDefaults(n) }
+
+// Leak is a flaw injected on purpose (leak.go).
+type Leak = leak
+
+// The injectable leaks (leak.go).
+const (
+	NoLeak                  = noLeak
+	LeakRealKeepsID         = leakRealKeepsID
+	LeakReadInPlanOrder     = leakReadInPlanOrder
+	LeakDummiesWrittenFirst = leakDummiesWrittenFirst
+	LeakFixedFill           = leakFixedFill
+	LeakRandomFakes         = leakRandomFakes
+)
+
+// WithLeak returns o with leak l injected.
+func WithLeak(o Options, l Leak) Options {
+	o.leak = l
+	return o
+}

@@ -67,14 +67,20 @@ func (s *store) push(rf ref, o *object) {
 func (s *store) head(dummy bool) (ref, bool) {
 	h := s.index(dummy)
 	for len(*h) > 0 {
-		e := (*h)[0]
-		rf := ref{Dummy: dummy, Key: e.key}
-		if o := s.objs[rf]; o != nil && o.elem == nil && o.order == e.order && o.tie == e.tie {
+		if rf, ok := s.current(dummy, (*h)[0]); ok {
 			return rf, true
 		}
 		heap.Pop(h)
 	}
 	return ref{}, false
+}
+
+// current returns the object that entry e of one kind's index names, and
+// whether e matches its current state (on storage, with e's order).
+func (s *store) current(dummy bool, e entry) (ref, bool) {
+	rf := ref{Dummy: dummy, Key: e.key}
+	o := s.objs[rf]
+	return rf, o != nil && o.elem == nil && o.order == e.order && o.tie == e.tie
 }
 
 // rebuild rebuilds one kind's index from the objects on storage, without

@@ -28,6 +28,8 @@ type Options struct {
 	// batch's timestamp and the objects it read from and wrote to storage
 	// (see store.traceBatch).
 	trace func(ts uint64, read, written []ref)
+	// leak injects a flaw (tests only, see leak.go); zero is none.
+	leak leak
 }
 
 // The paper's parameters (Sec. 8, N = 1M): B=2500, R=1000, f_D=500 and a

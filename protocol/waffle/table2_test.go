@@ -3,14 +3,12 @@ package waffle_test
 import (
 	"fmt"
 	"math"
-	"math/rand/v2"
 	"os"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/oblivkv/oblivkv/audit"
-	"github.com/oblivkv/oblivkv/bench/workload"
 	"github.com/oblivkv/oblivkv/protocol/waffle"
 )
 
@@ -72,10 +70,6 @@ func table2Rows() []table2Row {
 // Throughput is logged (meaningful only without -race).
 func TestTable2(t *testing.T) {
 	paper := os.Getenv("WAFFLE_TABLE2") == "paper"
-	zipf, err := workload.NewZipfian(table2N, 0.99)
-	if err != nil {
-		t.Fatal(err)
-	}
 	var table strings.Builder
 	fmt.Fprintf(&table, "\n| row | input | B | R | f_D | C | D | theory alpha | max alpha | theory beta | min beta | batches | ops/s |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, row := range table2Rows() {
@@ -88,13 +82,7 @@ func TestTable2(t *testing.T) {
 				setup.batches = int(math.Ceil(2.5e6 * table2N / 1e6 / float64(o.R)))
 			}
 			runs := map[string]auditRun{}
-			for _, in := range []struct {
-				name string
-				next func(r *rand.Rand) uint64
-			}{
-				{"zipf0.99", zipf.Next},
-				{"uniform", func(r *rand.Rand) uint64 { return r.Uint64N(table2N) }},
-			} {
+			for _, in := range auditWorkloads(t, table2N) {
 				run := runAudit(t, setup, in.next)
 				runs[in.name] = run
 				a, b := run.alpha, run.beta
