@@ -1,12 +1,14 @@
 package taostore_test
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/oblivkv/oblivkv/audit"
 	"github.com/oblivkv/oblivkv/backend"
@@ -18,119 +20,372 @@ import (
 	"github.com/oblivkv/oblivkv/protocol/tree"
 )
 
+// The obliviousness audits: taostore's backend calls must look the same
+// whatever the workload. Each workload issues auditRequests requests, half
+// Gets, on a store of auditCapacity keys with the adversary's view logged:
+//
+//   - hot: one key, from auditClients concurrent clients, so many
+//     requests repeat a request in flight (fake reads);
+//   - uniform: keys spread over the whole capacity, concurrent clients;
+//   - serial hot: one key, one client, every request a real read;
+//   - serial missing: Gets and Deletes of a key that never exists, one
+//     client.
+//
+// On each log, five checks:
+//
+//   - shape (exact): every call is a read of the stored levels of one
+//     root-to-leaf path or a write of buckets, one path read per request,
+//     every bucket of one size;
+//   - uniform leaves: the leaves read, in auditBins equal bins, pass a
+//     chi-square test of uniformity at audit.Significance;
+//   - same path: path reads in flight together, or one right after the
+//     other, read one path no more often than random leaves do
+//     (audit.SamePath): a repeated request reads a random path, a block is
+//     remapped at every access, a missing key reads a fresh random path;
+//   - write-back shape (exact): every write-back lists, in ascending
+//     order, exactly the stored buckets of the paths to the leaves it
+//     writes;
+//   - write-back schedule (exact): every K flushed paths, and nothing
+//     else, make one write-back of exactly those paths
+//     (audit.WriteBackSchedule).
+//
+// Across workloads, the leaves read under the hot key and under uniform
+// keys are one distribution (audit.Homogeneous). The Sequencer is audited
+// apart, by the CURIOUS attack (TestSequencerDefeatsCURIOUS).
 const (
 	auditCapacity = 1024 // 2^10 leaves, 11 levels
-	auditRequests = 4096
+	auditRequests = 4096 // 64 reads per bin of leaves
 	auditClients  = 8
 	auditBins     = 64
-	// auditP is the significance of the uniformity test: a uniform
-	// source fails it with probability 0.001.
-	auditP = 0.001
 )
 
-// openLogged opens a taostore over memory whose backend calls go to a log.
-func openLogged(t *testing.T, b backend.Backend, log observe.Sink) kv.Store {
-	t.Helper()
-	return openWith(t, b, log, taostore.Options{})
+// auditParams is one parameter set the audits run at.
+type auditParams struct {
+	name string
+	opts taostore.Options
 }
 
-// openWith is openLogged with options.
-func openWith(t *testing.T, b backend.Backend, log observe.Sink, o taostore.Options) kv.Store {
-	t.Helper()
-	s, err := kv.Open(context.Background(), kv.Config{Protocol: "taostore", Backend: b,
-		Keys: kvtest.NewKeys(t), Capacity: auditCapacity, ValueSize: 64, TapLog: log,
-		Options: taostore.Seeded(o, 42)})
-	if err != nil {
-		t.Fatal(err)
+var (
+	defaultParams = auditParams{"default", taostore.Options{}} // Z=4, K=40, no cached levels
+	otherParams   = auditParams{"Z=2 K=10 cached=2", taostore.Options{Z: 2, K: 10, CachedLevels: 2}}
+)
+
+func (p auditParams) k() int { return cmp.Or(p.opts.K, taostore.DefaultK) }
+
+// workload is a sequence of auditRequests requests from some clients;
+// op(i) issues request i.
+type workload struct {
+	name    string
+	clients int
+	op      func(ctx context.Context, s kv.Store, i int) error
+}
+
+// getPut gets key(i) for even i and puts it for odd i.
+func getPut(key func(i int) string) func(context.Context, kv.Store, int) error {
+	return func(ctx context.Context, s kv.Store, i int) error {
+		if i%2 == 0 {
+			_, _, err := s.Get(ctx, key(i))
+			return err
+		}
+		return s.Put(ctx, key(i), []byte("v"))
 	}
-	t.Cleanup(func() { s.Close() })
-	return s
 }
 
-// runWorkload issues auditRequests requests from auditClients clients;
-// key(i) names the key of request i. It returns after every reply.
-func runWorkload(t *testing.T, s kv.Store, key func(i int) string) {
+var workloads = []workload{
+	{"hot", auditClients, getPut(func(int) string { return "the-hot-key" })},
+	{"uniform", auditClients, getPut(func(i int) string { return fmt.Sprintf("key-%d", (i*7919)%auditCapacity) })},
+	{"serial hot", 1, getPut(func(int) string { return "the-hot-key" })},
+	{"serial missing", 1, func(ctx context.Context, s kv.Store, i int) error {
+		if i%2 == 0 {
+			_, _, err := s.Get(ctx, "absent")
+			return err
+		}
+		return s.Delete(ctx, "absent")
+	}},
+}
+
+func workloadNamed(name string) workload {
+	return workloads[slices.IndexFunc(workloads, func(w workload) bool { return w.name == name })]
+}
+
+// run issues w's requests to s from w.clients clients and returns after
+// every reply.
+func (w workload) run(t *testing.T, s kv.Store) {
 	t.Helper()
 	var next atomic.Int64
 	var wg sync.WaitGroup
-	for range auditClients {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+	for range w.clients {
+		wg.Go(func() {
 			for i := int(next.Add(1)) - 1; i < auditRequests; i = int(next.Add(1)) - 1 {
-				var err error
-				if i%2 == 0 {
-					_, _, err = s.Get(t.Context(), key(i))
-				} else {
-					err = s.Put(t.Context(), key(i), []byte("v"))
-				}
-				if err != nil {
-					t.Error(err)
+				if err := w.op(t.Context(), s, i); err != nil {
+					t.Errorf("%s, request %d: %v", w.name, i, err)
 					return
 				}
 			}
-		}()
+		})
 	}
 	wg.Wait()
 }
 
-// pathReads returns the leaf of every path read in records after the
-// first skip records.
-func pathReads(t *testing.T, records []observe.Record) []uint64 {
-	t.Helper()
-	geo := tree.NewGeometry(auditCapacity)
-	layout := tree.Layout{Prefix: taostore.BucketPrefix}
-	var leaves []uint64
-	for _, r := range records {
-		if r.Op != observe.OpRead || len(r.Addrs) == 1 {
-			continue // the metadata and state reads of open
-		}
-		if len(r.Addrs) != geo.L+1 {
-			t.Fatalf("a path read of %d buckets; the tree has %d levels", len(r.Addrs), geo.L+1)
-		}
-		bucket, ok := layout.Bucket(r.Addrs[geo.L])
-		leaf, isLeaf := geo.LeafOf(bucket)
-		if !ok || !isLeaf {
-			t.Fatalf("path read does not end at a leaf bucket: %q", r.Addrs[geo.L])
-		}
-		for level, a := range r.Addrs {
-			if b, _ := layout.Bucket(a); b != geo.BucketAt(leaf, level) {
-				t.Fatalf("read of leaf %d is not its root-to-leaf path", leaf)
-			}
-		}
-		leaves = append(leaves, leaf)
-	}
-	return leaves
+// Check names.
+const (
+	checkShape    = "shape"
+	checkUniform  = "uniform leaves"
+	checkSame     = "same path"
+	checkWBShape  = "write-back shape"
+	checkSchedule = "write-back schedule"
+)
+
+var checkNames = []string{checkShape, checkUniform, checkSame, checkWBShape, checkSchedule}
+
+// auditRun is one workload's view and its checks.
+type auditRun struct {
+	bins                []int // leaves read, in auditBins bins
+	stashMax, fakeReads float64
+	checks              map[string]audit.Check
 }
 
-// TestObliviousHotKeyVsUniform is audit (a): one key hammered by 8
-// concurrent clients versus uniform keys, the same number of requests: in
-// both, storage sees exactly one path read per request, and the leaves
-// read are uniform (chi-square over 64 bins of leaves, p = 0.001).
-func TestObliviousHotKeyVsUniform(t *testing.T) {
-	workloads := map[string]func(i int) string{
-		"hot":     func(int) string { return "the-hot-key" },
-		"uniform": func(i int) string { return fmt.Sprintf("key-%d", (i*7919)%auditCapacity) },
+// runAudit runs workload w at parameters p, with leak lk injected, and
+// checks the calls of the workload, the write-backs it started included.
+func runAudit(t *testing.T, p auditParams, w workload, lk taostore.Leak, seed byte) auditRun {
+	t.Helper()
+	records, stats := runLogged(t, p, w, lk, seed)
+	v := parseView(p, records)
+	if len(v.reads) != auditRequests {
+		v.shape = append(v.shape, fmt.Sprintf("%d path reads for %d requests", len(v.reads), auditRequests))
 	}
-	crit := audit.ChiSquareCritical(auditBins-1, auditP)
-	for name, key := range workloads {
-		t.Run(name, func(t *testing.T) {
-			log := &observe.MemoryLog{}
-			s := openLogged(t, mem.New(), log)
-			log.Reset() // the initial tree write is not part of the workload
-			runWorkload(t, s, key)
-			leaves := pathReads(t, log.Records())
-			if len(leaves) != auditRequests {
-				t.Fatalf("%d path reads for %d requests", len(leaves), auditRequests)
+	geo := tree.NewGeometry(auditCapacity)
+	leaves := make([]uint64, len(v.reads))
+	for i, r := range v.reads {
+		leaves[i] = r.Leaf
+	}
+	run := auditRun{bins: audit.Bin(leaves, geo.Leaves(), auditBins),
+		stashMax: kvtest.Stat(t, stats, "stash_max"), fakeReads: kvtest.Stat(t, stats, "fake_reads")}
+	run.checks = map[string]audit.Check{
+		checkShape:    audit.Exact(w.name+": one path read per request, buckets of one size", v.shape),
+		checkUniform:  audit.Uniform(w.name+": leaves read", run.bins),
+		checkSame:     audit.SamePath(w.name+": path reads in flight together or consecutive", v.reads, geo.Leaves()),
+		checkWBShape:  audit.Exact(w.name+": write-backs are whole stored paths", v.wbShape),
+		checkSchedule: audit.WriteBackSchedule(w.name+": a write-back of the paths every K path reads", v.reads, v.wbs, p.k()),
+	}
+	return run
+}
+
+// runLogged runs workload w on a fresh store at parameters p with leak lk
+// injected, closes it, and returns the workload's calls and the store's
+// statistics before Close.
+func runLogged(t *testing.T, p auditParams, w workload, lk taostore.Leak, seed byte) ([]observe.Record, kv.Stats) {
+	t.Helper()
+	log := &observe.MemoryLog{}
+	s, err := kv.Open(t.Context(), kv.Config{Protocol: "taostore", Backend: mem.New(),
+		Keys: kvtest.NewKeys(t), Capacity: auditCapacity, ValueSize: 64, TapLog: log,
+		Options: taostore.WithLeak(taostore.Seeded(p.opts, seed), lk)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	log.Reset() // the initial tree write is not part of the workload
+	w.run(t, s)
+	stats := s.Stats()
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return workloadCalls(t, log.Records()), stats
+}
+
+// workloadCalls returns the calls of records made before the store was
+// closed. Close waits for the write-backs in flight, writes the subtree
+// back in one call and then saves the proxy state under StateAddr, so its
+// calls are the last write before the first call on the state and all
+// that follow.
+func workloadCalls(t *testing.T, records []observe.Record) []observe.Record {
+	t.Helper()
+	i := slices.IndexFunc(records, func(r observe.Record) bool {
+		return len(r.Addrs) > 0 && strings.HasPrefix(r.Addrs[0], taostore.StateAddr)
+	})
+	if i < 1 || records[i-1].Op != observe.OpWrite {
+		t.Fatalf("no subtree write and state save of Close in the log (state call at %d)", i)
+	}
+	return records[:i-1]
+}
+
+// view is the adversary's view of a workload, parsed.
+type view struct {
+	reads   []audit.PathRead
+	wbs     []audit.WriteBack
+	shape   []string // violations of the shape of the calls
+	wbShape []string // write-backs that are not whole stored paths
+}
+
+// parseView parses the path reads and write-backs of records at p.
+func parseView(p auditParams, records []observe.Record) view {
+	geo := tree.NewGeometry(auditCapacity)
+	var v view
+	size := -1 // every bucket's size, read or written
+	for _, r := range records {
+		buckets, problems := callBuckets(r, &size)
+		switch {
+		case r.Err:
+			problems = append(problems, "failed")
+		case r.Op == observe.OpRead:
+			if leaf, ok := storedPathLeaf(geo, p.opts.CachedLevels, buckets); ok {
+				v.reads = append(v.reads, audit.PathReadOf(r, leaf))
+			} else {
+				problems = append(problems, fmt.Sprintf("buckets %v are not the stored levels of one path", buckets))
 			}
-			stat, _ := audit.ChiSquareUniform(audit.Bin(leaves, tree.NewGeometry(auditCapacity).Leaves(), auditBins))
-			t.Logf("%s: %d path reads, chi-square %.1f (critical %.1f), fake reads %v", name, len(leaves), stat, crit, kvtest.Stat(t, s.Stats(), "fake_reads"))
-			if stat > crit {
-				t.Fatalf("leaves read are not uniform: chi-square %.1f > %.1f", stat, crit)
+		case r.Op == observe.OpWrite:
+			leaves, problem := writeBackLeaves(geo, p.opts.CachedLevels, buckets)
+			if problem != "" {
+				v.wbShape = append(v.wbShape, fmt.Sprintf("call %d: %s", r.Seq, problem))
 			}
-			// The paper sees the stash stay within 2k blocks (Sec. V-C d).
-			if st := kvtest.Stat(t, s.Stats(), "stash_max"); st > 2*taostore.DefaultK {
-				t.Fatalf("stash reached %v blocks; bound %d", st, 2*taostore.DefaultK)
+			v.wbs = append(v.wbs, audit.WriteBack{Leaves: leaves, Start: r.Start})
+		default:
+			problems = append(problems, "neither a path read nor a write-back")
+		}
+		for _, pr := range problems {
+			v.shape = append(v.shape, fmt.Sprintf("call %d (%v): %s", r.Seq, r.Op, pr))
+		}
+	}
+	return v
+}
+
+// callBuckets returns the buckets call r names, and what is wrong with
+// it: an address that is not a bucket, or a bucket of other than *size
+// bytes (the first size seen, if *size < 0, becomes *size).
+func callBuckets(r observe.Record, size *int) ([]uint64, []string) {
+	layout := tree.Layout{Prefix: taostore.BucketPrefix}
+	var problems []string
+	buckets := make([]uint64, len(r.Addrs))
+	for i, a := range r.Addrs {
+		b, ok := layout.Bucket(a)
+		if !ok {
+			problems = append(problems, fmt.Sprintf("address %q is not a bucket", a))
+		}
+		buckets[i] = b
+	}
+	for _, n := range r.Sizes {
+		if *size < 0 {
+			*size = n
+		}
+		if n != *size {
+			problems = append(problems, fmt.Sprintf("a bucket of %d bytes, others have %d", n, *size))
+			break
+		}
+	}
+	return buckets, problems
+}
+
+// storedPathLeaf returns the leaf whose path's levels from cached down
+// are buckets, in order.
+func storedPathLeaf(geo tree.Geometry, cached int, buckets []uint64) (uint64, bool) {
+	if len(buckets) != geo.L+1-cached {
+		return 0, false
+	}
+	leaf, ok := geo.LeafOf(buckets[len(buckets)-1])
+	for i, b := range buckets {
+		if !ok || b != geo.BucketAt(leaf, cached+i) {
+			return 0, false
+		}
+	}
+	return leaf, true
+}
+
+// writeBackLeaves returns the leaves among the buckets of a write-back,
+// and what is wrong with it unless its buckets are, in ascending order,
+// exactly the stored buckets (levels cached and down) of those leaves'
+// paths: what TaORAM writes back (Sec. IV-B step 3).
+func writeBackLeaves(geo tree.Geometry, cached int, buckets []uint64) ([]uint64, string) {
+	var leaves []uint64
+	for _, b := range buckets {
+		if leaf, ok := geo.LeafOf(b); ok {
+			leaves = append(leaves, leaf)
+		}
+	}
+	want := slices.DeleteFunc(geo.Union(leaves, nil), func(b uint64) bool { return geo.Level(b) < cached })
+	if slices.Equal(buckets, want) {
+		return leaves, ""
+	}
+	missing, extra := len(want), 0
+	for _, b := range buckets {
+		if _, found := slices.BinarySearch(want, b); found {
+			missing--
+		} else {
+			extra++
+		}
+	}
+	return slices.Compact(slices.Sorted(slices.Values(leaves))), fmt.Sprintf(
+		"%d buckets for %d paths, which have %d stored buckets: %d of them missing, %d others, or out of order",
+		len(buckets), len(leaves), len(want), missing, extra)
+}
+
+// TestObliviousAudit runs every workload at the default parameters and
+// at Z=2, K=10 with two cached levels; every check passes on each, the
+// leaves read under the hot key and under uniform keys are one
+// distribution, and the stash stays small.
+func TestObliviousAudit(t *testing.T) {
+	for _, p := range []auditParams{defaultParams, otherParams} {
+		t.Run(p.name, func(t *testing.T) {
+			bins := map[string][]int{}
+			for wi, w := range workloads {
+				run := runAudit(t, p, w, taostore.NoLeak, byte(wi+1))
+				for _, name := range checkNames {
+					c := run.checks[name]
+					t.Log(c)
+					if !c.Pass() {
+						t.Error(c)
+					}
+				}
+				bins[w.name] = run.bins
+				// The paper sees the stash stay within 2k blocks (Sec. V-C d).
+				bound := 2 * p.k()
+				t.Logf("%s: %v fake reads; the stash reached %v blocks (bound 2K = %d)", w.name, run.fakeReads, run.stashMax, bound)
+				if run.stashMax > float64(bound) {
+					t.Errorf("%s: the stash reached %v blocks; bound 2K = %d", w.name, run.stashMax, bound)
+				}
+			}
+			c := audit.Homogeneous("hot and uniform: leaves read", bins["hot"], bins["uniform"])
+			t.Log(c)
+			if !c.Pass() {
+				t.Error(c)
+			}
+		})
+	}
+}
+
+// leakCases are the leaks injected into taostore, each with the audit
+// that must fail on it.
+var leakCases = []struct {
+	name  string
+	leak  taostore.Leak
+	audit func(t *testing.T, lk taostore.Leak) audit.Check
+}{
+	{"repeat reads real path", taostore.LeakRepeatReadsRealPath, viewCheck("hot", checkSame)},
+	{"get keeps leaf", taostore.LeakGetKeepsLeaf, viewCheck("serial hot", checkSame)},
+	{"missing key's leaf from its ID", taostore.LeakMissingKeyedLeaf, viewCheck("serial missing", checkSame)},
+	{"put writes back at once", taostore.LeakPutWritesBack, viewCheck("uniform", checkSchedule)},
+	{"unchanged buckets not written", taostore.LeakUnchangedNotWritten, viewCheck("uniform", checkWBShape)},
+	{"replies out of order", taostore.LeakUnorderedReplies, func(t *testing.T, lk taostore.Leak) audit.Check {
+		return curious(t, taostore.WithLeak(defaultParams.opts, lk), "distinct")
+	}},
+}
+
+// viewCheck is the audit that runs a workload at the default parameters
+// and returns one check of its view.
+func viewCheck(workload, check string) func(*testing.T, taostore.Leak) audit.Check {
+	return func(t *testing.T, lk taostore.Leak) audit.Check {
+		return runAudit(t, defaultParams, workloadNamed(workload), lk, 1).checks[check]
+	}
+}
+
+// TestAuditsCatchLeaks injects each leak of leakCases at the default
+// parameters and requires its audit to fail decisively (an exact
+// violation, or a p-value below audit.DecisiveP).
+func TestAuditsCatchLeaks(t *testing.T) {
+	for _, lc := range leakCases {
+		t.Run(lc.name, func(t *testing.T) {
+			c := lc.audit(t, lc.leak)
+			t.Log(c)
+			if !c.Decisive() {
+				t.Fatalf("leak %q: %v; want a decisive failure", lc.name, c)
 			}
 		})
 	}
@@ -140,84 +395,101 @@ func TestObliviousHotKeyVsUniform(t *testing.T) {
 // closed, like a real read held back by an asynchronous network.
 type gate struct {
 	backend.Backend
-	hold     int64
-	reads    atomic.Int64 // path reads started
-	returned atomic.Int64 // path reads returned
-	release  chan struct{}
+	hold    int64
+	reads   atomic.Int64 // path reads started
+	release chan struct{}
 }
 
 func (g *gate) Read(ctx context.Context, addrs []string) ([][]byte, error) {
-	if len(addrs) == 1 { // metadata and state
-		return g.Backend.Read(ctx, addrs)
-	}
-	if g.reads.Add(1) == g.hold {
+	if len(addrs) > 1 && g.reads.Add(1) == g.hold { // not metadata or state
 		<-g.release
 	}
-	defer g.returned.Add(1)
 	return g.Backend.Read(ctx, addrs)
 }
 
-// TestSequencerDefeatsCURIOUS is audit (b), the attack of Sec. II-B: the
-// first request's real read is held back at the backend; a second request
-// (the same key, so a fake read; or another key, so a real read) has its
-// path returned at once. Its reply must not leave before the first one's,
-// so reply order equals arrival order in both cases. The order is taken
+// curious runs the attack of Sec. II-B at options o and checks that
+// replies leave in arrival order. Two keys are put (arrivals 0 and 1);
+// then the real read of a Get of the first (arrival 2) is held back at the
+// backend, and a second Get (arrival 3; of the same key, second ==
+// "repeat", so a fake read; or of the other, "distinct", so a real read)
+// has its path returned at once. Once the Processor has handled that
+// path, no reply may have left but the Puts'; once the held read is let
+// go, the replies must have left in arrival order. The order is taken
 // where replies leave, at the Sequencer: the callers' goroutines may wake
 // in any order.
-func TestSequencerDefeatsCURIOUS(t *testing.T) {
-	for name, second := range map[string]string{"repeat": "k1", "distinct": "k2"} {
-		t.Run(name, func(t *testing.T) {
-			g := &gate{Backend: mem.New(), release: make(chan struct{})}
-			var released []uint64 // arrival numbers, as replies leave (under the store's lock)
-			var relMu sync.Mutex
-			s := openWith(t, g, nil, taostore.Released(taostore.Options{}, func(a uint64) {
-				relMu.Lock()
-				released = append(released, a)
-				relMu.Unlock()
-			}))
-			for _, k := range []string{"k1", "k2"} {
-				if err := s.Put(t.Context(), k, []byte(k)); err != nil {
-					t.Fatal(err)
-				}
-			}
-			g.hold = g.reads.Load() + 1
-			open := sync.OnceFunc(func() { close(g.release) })
-			defer open() // a failing check must not leave the read held
-			var order []string
-			var mu sync.Mutex
-			var wg sync.WaitGroup
-			issue := func(name, key string) {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					if _, _, err := s.Get(context.Background(), key); err != nil {
-						t.Error(err)
-					}
-					mu.Lock()
-					order = append(order, name)
-					mu.Unlock()
-				}()
-			}
-			issue("first", "k1")
-			kvtest.WaitFor(t, "the first read to be held", func() bool { return g.reads.Load() >= g.hold })
-			returnedBefore := g.returned.Load()
-			issue("second", second)
-			kvtest.WaitFor(t, "the second request's read to return", func() bool { return g.returned.Load() > returnedBefore })
-			time.Sleep(50 * time.Millisecond) // time for a wrongly early reply to leave
-			mu.Lock()
-			early := len(order)
-			mu.Unlock()
-			if early != 0 {
-				t.Fatalf("%v replied while the first request's read was held back", order)
-			}
-			open()
-			wg.Wait()
-			// Arrivals 0 and 1 are the Puts; 2 is "first", 3 "second".
-			relMu.Lock()
-			defer relMu.Unlock()
-			if n := len(released); n != 4 || released[2] != 2 || released[3] != 3 {
-				t.Fatalf("replies left in arrival order %v, want [0 1 2 3]: first before second", released)
+func curious(t *testing.T, o taostore.Options, second string) audit.Check {
+	t.Helper()
+	g := &gate{Backend: mem.New(), release: make(chan struct{})}
+	var released []uint64 // arrival numbers, as replies leave (under the store's lock)
+	var relMu sync.Mutex
+	handled := make(chan uint64, 8)
+	o = taostore.Released(o, func(a uint64) {
+		relMu.Lock()
+		released = append(released, a)
+		relMu.Unlock()
+	})
+	s, err := kv.Open(t.Context(), kv.Config{Protocol: "taostore", Backend: g, Keys: kvtest.NewKeys(t),
+		Capacity: auditCapacity, ValueSize: 64, Options: taostore.Handled(taostore.Seeded(o, 42), func(a uint64) { handled <- a })})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	for _, k := range []string{"k1", "k2"} {
+		if err := s.Put(t.Context(), k, []byte(k)); err != nil {
+			t.Fatal(err)
+		}
+		<-handled
+	}
+	g.hold = g.reads.Load() + 1
+	open := sync.OnceFunc(func() { close(g.release) })
+	defer open() // a failing check must not leave the read held
+	var wg sync.WaitGroup
+	get := func(key string) {
+		wg.Go(func() {
+			if _, _, err := s.Get(context.Background(), key); err != nil {
+				t.Error(err)
 			}
 		})
+	}
+	get("k1")
+	kvtest.WaitFor(t, "the first read to be held", func() bool { return g.reads.Load() >= g.hold })
+	get(map[string]string{"repeat": "k1", "distinct": "k2"}[second])
+	if a := <-handled; a != 3 {
+		t.Fatalf("handled the path of arrival %d while arrival 2's was held back; want 3", a)
+	}
+	var violations []string
+	relMu.Lock()
+	for _, a := range released[2:] {
+		violations = append(violations, fmt.Sprintf("the reply to arrival %d left while arrival 2's read was held back", a))
+	}
+	relMu.Unlock()
+	open()
+	wg.Wait()
+	relMu.Lock()
+	defer relMu.Unlock()
+	if !slices.IsSorted(released) || len(released) != 4 {
+		violations = append(violations, fmt.Sprintf("replies left in the order %v, want [0 1 2 3]", released))
+	}
+	c := audit.Exact(second+": replies leave in arrival order", violations)
+	if len(violations) == 0 {
+		c.Detail = fmt.Sprintf("replies left in the order %v", released)
+	}
+	return c
+}
+
+// TestSequencerDefeatsCURIOUS is the attack of Sec. II-B, with a repeated
+// key and with distinct keys, at both parameter sets: replies leave in
+// arrival order, whichever path returns first.
+func TestSequencerDefeatsCURIOUS(t *testing.T) {
+	for _, p := range []auditParams{defaultParams, otherParams} {
+		for _, second := range []string{"repeat", "distinct"} {
+			t.Run(p.name+"/"+second, func(t *testing.T) {
+				c := curious(t, p.opts, second)
+				t.Log(c)
+				if !c.Pass() {
+					t.Error(c)
+				}
+			})
+		}
 	}
 }

@@ -16,3 +16,36 @@ func Released(o Options, fn func(arrival uint64)) Options {
 	o.released = fn
 	return o
 }
+
+// Handled returns o reporting, under the store's lock, the arrival number
+// of every request whose path read the Processor has handled (answered
+// if it could, flushed, maybe written back), once the Sequencer has let
+// out the replies it could.
+func Handled(o Options, fn func(arrival uint64)) Options {
+	o.handled = fn
+	return o
+}
+
+// Leak is leak for the external tests.
+type Leak = leak
+
+// The injected leaks (leak.go).
+const (
+	NoLeak                  = noLeak
+	LeakRepeatReadsRealPath = leakRepeatReadsRealPath
+	LeakGetKeepsLeaf        = leakGetKeepsLeaf
+	LeakMissingKeyedLeaf    = leakMissingKeyedLeaf
+	LeakPutWritesBack       = leakPutWritesBack
+	LeakUnchangedNotWritten = leakUnchangedNotWritten
+	LeakUnorderedReplies    = leakUnorderedReplies
+)
+
+// WithLeak returns o with leak l injected.
+func WithLeak(o Options, l Leak) Options {
+	o.leak = l
+	return o
+}
+
+// StateAddr is where Close saves the proxy state: an audit recognises
+// Close's calls by it.
+const StateAddr = stateAddr

@@ -48,6 +48,9 @@ func (s *store) flush(leaf uint64) {
 func (s *store) startWriteBack(leaves []uint64) {
 	buckets := s.storedBuckets(leaves)
 	contents, start := s.sub.snapshot(buckets)
+	if s.opts.leak == leakUnchangedNotWritten {
+		buckets, contents = s.changedOnly(buckets, contents)
+	}
 	s.version++
 	version := s.version
 	s.writeBacks.Add(1)

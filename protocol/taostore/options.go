@@ -15,6 +15,8 @@ type Options struct {
 
 	seed     *[32]byte            // tests only: makes leaf choices reproducible
 	released func(arrival uint64) // tests only: the Sequencer's releases, in order
+	handled  func(arrival uint64) // tests only: each request whose path read was handled, after the Sequencer's releases
+	leak     leak                 // tests only: a flaw injected to show an audit catches it
 }
 
 // Defaults from the paper's evaluation (Sec. V-B).

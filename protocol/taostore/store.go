@@ -48,6 +48,8 @@ type store struct {
 	acked    []uint64 // per bucket: newest version storage acknowledged
 	counters counters
 
+	onStorage map[uint64][]tree.Block // leakUnchangedNotWritten: what storage holds, as far as the proxy knows
+
 	// Scratch space of flush, reused under mu.
 	flusher     *tree.Flusher
 	nodeBuf     []*node
@@ -84,7 +86,7 @@ func open(ctx context.Context, env kv.Env) (*store, error) {
 		rng: rand.New(rand.NewChaCha8(*seed)), pos: map[tree.BlockID]uint64{},
 		stash: map[tree.BlockID][]byte{}, sub: newSubtree(geo, opts.CachedLevels),
 		reqs: map[tree.BlockID][]*request{}, acked: make([]uint64, geo.Buckets()),
-		flusher: tree.NewFlusher(geo, opts.Z), seq: sequencer{released: opts.released}}
+		flusher: tree.NewFlusher(geo, opts.Z), seq: sequencer{released: opts.released, leak: opts.leak}}
 	if env.Fresh {
 		return s, s.writeInitial(ctx, nil)
 	}
@@ -148,13 +150,20 @@ func (s *store) arrive(r *request) {
 	if len(s.reqs[r.id]) == 0 {
 		r.real = true
 		leaf, ok := s.pos[r.id]
-		if !ok { // a missing block reads a random path, like any other
+		switch {
+		case ok:
+		case s.opts.leak == leakMissingKeyedLeaf:
+			leaf = s.keyedLeaf(r.id)
+		default: // a missing block reads a random path, like any other
 			leaf = s.randomLeaf()
 		}
 		r.leaf = leaf
 		s.counters.realReads++
 	} else {
 		r.leaf = s.randomLeaf()
+		if leaf, ok := s.pos[r.id]; ok && s.opts.leak == leakRepeatReadsRealPath {
+			r.leaf = leaf
+		}
 		s.counters.fakeReads++
 	}
 	s.reqs[r.id] = append(s.reqs[r.id], r)
@@ -219,18 +228,24 @@ func (s *store) pathReturned(r *request, fetched [][]tree.Block, versions []uint
 	if err != nil {
 		s.failed(r, err)
 	} else {
+		if s.opts.leak == leakUnchangedNotWritten {
+			s.rememberFetched(r.leaf, fetched)
+		}
 		s.sub.sync(r.leaf, s.opts.CachedLevels, fetched)
 		if r.real {
 			s.answer(r)
 		}
 		s.flush(r.leaf)
 		s.flushed = append(s.flushed, r.leaf)
-		if len(s.flushed) >= s.opts.K {
+		if len(s.flushed) >= s.opts.K || s.opts.leak == leakPutWritesBack && r.op == opPut {
 			s.startWriteBack(s.flushed)
 			s.flushed = nil
 		}
 	}
 	s.seq.release()
+	if s.opts.handled != nil {
+		s.opts.handled(r.arrival)
+	}
 }
 
 // failed answers r with err; if r was its block's real read, every request
@@ -270,6 +285,9 @@ func (s *store) answer(r *request) {
 		return
 	}
 	s.pos[r.id] = s.randomLeaf()
+	if s.opts.leak == leakGetKeepsLeaf && r.op == opGet {
+		s.pos[r.id] = r.leaf
+	}
 	s.stash[r.id] = val
 }
 

@@ -1,0 +1,95 @@
+package taostore
+
+import (
+	"bytes"
+	"encoding/binary"
+	"slices"
+
+	"github.com/oblivkv/oblivkv/protocol/tree"
+)
+
+// leak is a flaw injected on purpose, to show that an audit catches it
+// (audit_test.go). Only this package's tests set Options.leak; the zero
+// value, noLeak, is the protocol as specified, and nothing outside the
+// package can choose another.
+type leak uint8
+
+const (
+	noLeak leak = iota
+	// leakRepeatReadsRealPath: a request for a block whose real read is
+	// still in flight reads the block's real path again instead of a
+	// random one, as if the request map were only used to answer.
+	leakRepeatReadsRealPath
+	// leakGetKeepsLeaf: a Get leaves its block on the leaf it was read
+	// from ("a read changes nothing"), so the next access to the key
+	// reads the same path.
+	leakGetKeepsLeaf
+	// leakMissingKeyedLeaf: a key not in the position map reads a leaf
+	// derived from its block ID instead of a fresh random one.
+	leakMissingKeyedLeaf
+	// leakPutWritesBack: a Put's path is written back as soon as it is
+	// flushed, to make the new value durable at once, instead of waiting
+	// for K flushed paths.
+	leakPutWritesBack
+	// leakUnchangedNotWritten: a write-back leaves out the buckets whose
+	// blocks are what storage already holds, as if rewriting them were
+	// wasted work.
+	leakUnchangedNotWritten
+	// leakUnorderedReplies: the Sequencer lets a reply out as soon as it
+	// is complete, not after every earlier request's.
+	leakUnorderedReplies
+)
+
+// keyedLeaf is leakMissingKeyedLeaf's leaf for a block.
+func (s *store) keyedLeaf(id tree.BlockID) uint64 {
+	return binary.BigEndian.Uint64(id[:8]) & (s.geo.Leaves() - 1)
+}
+
+// rememberFetched is leakUnchangedNotWritten's record of what storage
+// holds: the buckets of leaf's path read from storage that the subtree
+// is about to take in.
+func (s *store) rememberFetched(leaf uint64, fetched [][]tree.Block) {
+	if s.onStorage == nil {
+		s.onStorage = map[uint64][]tree.Block{}
+	}
+	for i, blocks := range fetched {
+		b := s.geo.BucketAt(leaf, s.opts.CachedLevels+i)
+		if _, held := s.sub.nodes[b]; !held {
+			s.onStorage[b] = slices.Clone(blocks)
+		}
+	}
+}
+
+// changedOnly is leakUnchangedNotWritten: of buckets and contents, those
+// whose blocks differ from what storage holds; these will be what it
+// holds.
+func (s *store) changedOnly(buckets []uint64, contents [][]tree.Block) ([]uint64, [][]tree.Block) {
+	var bs []uint64
+	var cs [][]tree.Block
+	for i, b := range buckets {
+		old, known := s.onStorage[b]
+		if known && slices.EqualFunc(contents[i], old, func(x, y tree.Block) bool {
+			return x.ID == y.ID && bytes.Equal(x.Value, y.Value)
+		}) {
+			continue
+		}
+		bs, cs = append(bs, b), append(cs, contents[i])
+		s.onStorage[b] = contents[i]
+	}
+	return bs, cs
+}
+
+// releaseComplete is leakUnorderedReplies: it lets out every complete
+// request, wherever it is in the queue.
+func (q *sequencer) releaseComplete() {
+	q.queue = slices.DeleteFunc(q.queue, func(r *request) bool {
+		if !r.complete() {
+			return false
+		}
+		if q.released != nil {
+			q.released(r.arrival)
+		}
+		close(r.done)
+		return true
+	})
+}
