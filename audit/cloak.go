@@ -2,6 +2,7 @@ package audit
 
 import (
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"time"
@@ -107,4 +108,60 @@ func checkBudgets(addrs []string, written map[string]int, writes int, budgets []
 		}
 	}
 	return ""
+}
+
+// CloakStreaks tests that no address stays where the requests could find
+// it: it counts runs of reads of one address in consecutive batches
+// against what Cloak's budgets give by chance (Excess). A batch writes
+// its beta addresses back as the newest set, from which the next batch
+// reads exactly b_1 = budgets[0]; as the elements were permuted at random
+// (seed 002, Sec. 5.1), which b_1 they are is independent of the
+// requests, so an address read by one batch is read by the next with
+// probability p = b_1/beta, and a run of consecutive batches reading it
+// lasts r batches or more with probability p^(r-1). The statistic counts
+// every length-th batch of every run; the expected count sums, over the
+// runs' first reads, the chance of reaching each multiple of length
+// before the log ends. A write-back that leaves every element where it
+// was read keeps a key that clients use in every batch at one address,
+// in a run as long as the clients keep at it.
+func CloakStreaks(name string, records []observe.Record, budgets []int, length int) Check {
+	p := float64(budgets[0]) / float64(sum(budgets))
+	count, expected, batches := streaks(records, p, length)
+	return Excess(name, count, expected, fmt.Sprintf("runs of one address read by consecutive batches, counted once per %d batches in a row, over %d batches; p = b_1/beta = %.4f",
+		length, batches, p))
+}
+
+// streaks returns CloakStreaks' count, its expected value when each next
+// batch reads an address with probability p, and the number of batches.
+func streaks(records []observe.Record, p float64, length int) (count int, expected float64, batches int) {
+	var reads [][]string
+	for _, r := range records {
+		if !r.Err && r.Op == observe.OpRead && cloakCall(r) {
+			reads = append(reads, r.Addrs)
+		}
+	}
+	// reach(m) is the expected count of a run that may last m batches.
+	reach := func(m int) float64 {
+		e := 0.0
+		for j := length; j <= m; j += length {
+			e += math.Pow(p, float64(j-1))
+		}
+		return e
+	}
+	run, prev := map[string]int{}, map[string]bool{}
+	for t, addrs := range reads {
+		cur := make(map[string]bool, len(addrs))
+		for _, a := range addrs {
+			cur[a] = true
+			if !prev[a] {
+				run[a] = 0
+				expected += reach(len(reads) - t)
+			}
+			if run[a]++; run[a]%length == 0 {
+				count++
+			}
+		}
+		prev = cur
+	}
+	return count, expected, len(reads)
 }

@@ -1,8 +1,8 @@
 package cloak_test
 
 import (
+	"context"
 	"fmt"
-	"math"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -20,54 +20,148 @@ import (
 	"github.com/oblivkv/oblivkv/protocol/cloak"
 )
 
-// The exact budget audit (seed 002, Secs. 4 and 5.1) over a Tap, at N =
-// 4096 with the default budgets (b_1 = 28, s = 1: beta = 179) and Delta =
-// 10 ms.
+// The obliviousness audits (seed 002, Secs. 4 and 5.1): what storage sees
+// of Cloak must not depend on the requests. A store of auditN keys runs
+// over a Tap with its batches driven by a fake clock; auditClients
+// clients (half gets, half puts) run for auditBusy ticks, the clock ticks
+// on until they have stopped, then auditIdle ticks pass with no client.
+// Three workloads: temporal (Sec. 7.1's generator, s = 1), uniform, and
+// one hot key. On each log:
+//
+//   - budgets (exact, audit.CloakBudgets): every batch, busy or idle,
+//     takes exactly b_d addresses from every set d and writes back the
+//     addresses it read;
+//   - schedule (exact, audit.OneBatchPerTick): every tick starts exactly
+//     one batch;
+//   - streaks (audit.CloakStreaks): runs of one address read by
+//     streakLength batches in a row are no more than the budgets give by
+//     chance;
+//   - positions (audit.PositionChecks, positionBins bins): an address's
+//     position in the Read that read it, its position in the Write that
+//     wrote it and its age are pairwise independent;
+//   - a frequency-analysis attacker who knows the key popularity recovers
+//     at most maxRecovered of the 100 most popular keys.
+//
+// The real-time schedule (batch starts on the grid of Delta) is checked
+// behind the soak build tag (soak_test.go).
 const (
 	auditN       = 4096
-	auditBusy    = 80 // batches with clients running
-	auditIdle    = 10 // then batches with none
+	auditBusy    = 80 // ticks with clients running
+	auditIdle    = 10 // then ticks with none
 	auditClients = 16
-	auditDelta   = 10 * time.Millisecond
-	// maxJitter bounds how far 95% of batches start from the grid of
-	// Delta the ticker keeps: a start is late only by scheduling delay on
-	// the proxy's CPU, and a late batch does not delay the next.
-	maxJitter = 2 * time.Millisecond
-	// clientPause is each client's pause between requests. Without it the
-	// clients of a hot key, always answered from the cache, keep both cores
-	// busy and the Go scheduler delays the batch goroutine by up to its
-	// 10 ms time slice: batch timing then shows the proxy's CPU load (see
-	// docs/protocols.md). With it they offer about 16/(pause + service)
-	// requests per second, as clients across a network would.
+	// clientPause is each client's pause between requests, so that the
+	// clients of a hot key, answered from the cache, leave CPU to the
+	// batches and the clock.
 	clientPause = 200 * time.Microsecond
+	// maxStopTicks bounds the ticks the clients may take to stop: every
+	// request waiting is in a batch within len(budgets) ticks.
+	maxStopTicks = 200
+	// streakLength: with b_1/beta = 0.156 at the default budgets, a run
+	// of 10 reads comes by chance with probability 5.6e-8 per run, so
+	// about 0.001 are expected in a log, while a key read in every busy
+	// batch at one address makes 8 or 9 (one per 10 of its batches).
+	streakLength = 10
+	// positionBins: 8 bins of each of position and age give cells of
+	// about 16000/64 = 250 links each.
+	positionBins = 8
 	// maxRecovered bounds the share of the 100 most popular keys a
-	// frequency-analysis attacker recovers; chance is about 100/M, M =
-	// 4181 addresses: 2.4%.
+	// frequency-analysis attacker recovers.
 	maxRecovered = 0.05
 )
 
-type auditRun struct {
-	records   []observe.Record
-	recovered float64
-	util      float64
-	beta      float64
+// auditParams is one parameter set the audits run at, with the budgets it
+// gives (computed apart from the store, and checked against its beta).
+type auditParams struct {
+	name    string
+	opts    cloak.Options
+	budgets []int
 }
 
-// runAudit loads auditN keys into a cloak store over a tap, runs clients
-// drawing keys from next (half gets, half puts) for auditBusy batches, then
-// none for auditIdle, and scores a frequency-analysis attack that knows
-// popularity (most popular first) against where the keys are at the end.
-func runAudit(t *testing.T, next func(*rand.Rand) uint64, popularity []int) auditRun {
+var (
+	// defaultParams: b_1 = 28, s = 1: beta = 179 over 84 sets.
+	defaultParams = auditParams{"default", cloak.Options{}, cloak.Budgets(auditN, 28, 1)}
+	// otherParams: s = 0.8 (beta = 224 over 58 sets) and a pending map of
+	// 16 keys, so clients often wait for room.
+	otherParams = auditParams{"S=0.8,Pending=16", cloak.Options{S: 0.8, Pending: 16}, cloak.Budgets(auditN, 28, 0.8)}
+)
+
+// auditWorkload draws the key of a client's i-th request (i counts the
+// requests of all clients, in order) and ranks the keys by popularity, most
+// popular first, for the attacker.
+type auditWorkload struct {
+	name       string
+	next       func(r *rand.Rand, i uint64) uint64
+	popularity []int
+}
+
+// auditWorkloads are the three workloads, built once.
+var auditWorkloads = sync.OnceValues(func() ([]auditWorkload, error) {
+	temporal, err := workload.NewTemporal(auditN, 1, 1<<17, 5) // Sec. 7.1's generator, s = 1
+	if err != nil {
+		return nil, err
+	}
+	hot := make([]int, auditN) // key 0 first
+	for i := range hot {
+		hot[i] = i
+	}
+	shuffled := slices.Clone(hot)
+	rand.New(rand.NewPCG(1, 1)).Shuffle(len(shuffled), func(i, j int) { shuffled[i], shuffled[j] = shuffled[j], shuffled[i] })
+	return []auditWorkload{
+		{"temporal", func(_ *rand.Rand, i uint64) uint64 { k, _, _ := temporal.At(i); return k }, byFrequency(temporal)},
+		{"uniform", func(r *rand.Rand, _ uint64) uint64 { return r.Uint64N(auditN) }, shuffled},
+		{"hotkey", func(*rand.Rand, uint64) uint64 { return 0 }, hot},
+	}, nil
+})
+
+func findWorkload(t *testing.T, name string) auditWorkload {
+	t.Helper()
+	ws, err := auditWorkloads()
+	if err != nil {
+		t.Fatal(err)
+	}
+	i := slices.IndexFunc(ws, func(w auditWorkload) bool { return w.name == name })
+	if i < 0 {
+		t.Fatalf("no workload %q", name)
+	}
+	return ws[i]
+}
+
+// Check names.
+const (
+	checkBudgets   = "budgets"
+	checkSchedule  = "schedule"
+	checkStreaks   = "streaks"
+	checkReadAge   = "read position and age"
+	checkWriteAge  = "write position and age"
+	checkReadWrite = "read and write positions"
+)
+
+var checkNames = []string{checkBudgets, checkSchedule, checkStreaks, checkReadAge, checkWriteAge, checkReadWrite}
+
+// auditRun is one run's checks, and what the attacker recovered.
+type auditRun struct {
+	checks    map[string]audit.Check
+	recovered float64
+}
+
+func key(i uint64) string { return fmt.Sprintf("key%05d", i) }
+
+// runAudit runs workload w at parameters p with leak lk injected, and
+// checks the log.
+func runAudit(t *testing.T, p auditParams, w auditWorkload, lk cloak.Leak) auditRun {
 	t.Helper()
 	ctx := t.Context()
 	var log observe.MemoryLog
+	clock := make(cloak.FakeClock)
 	s, err := cloak.OpenRaw(ctx, kv.Env{Backend: observe.NewTap(mem.New(), &log), Keys: kvtest.NewKeys(t),
-		Capacity: auditN, ValueSize: 16, MaxKeySize: 64, Fresh: true, Options: cloak.Options{Delta: auditDelta}})
+		Capacity: auditN, ValueSize: 16, MaxKeySize: 64, Fresh: true, Options: cloak.WithLeak(cloak.WithClock(p.opts, clock), lk)})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	key := func(i uint64) string { return fmt.Sprintf("key%05d", i) }
+	if beta := kvtest.Stat(t, s.Stats(), "beta"); int(beta) != sumOf(p.budgets) {
+		t.Fatalf("the store's beta is %v; the budgets give %d", beta, sumOf(p.budgets))
+	}
 	if _, err := s.(kv.Loader).Load(ctx, func(yield func(string, []byte) bool) {
 		for i := range uint64(auditN) {
 			if !yield(key(i), []byte(key(i))) {
@@ -77,34 +171,127 @@ func runAudit(t *testing.T, next func(*rand.Rand) uint64, popularity []int) audi
 	}); err != nil {
 		t.Fatal(err)
 	}
-	batches := func() float64 { return kvtest.Stat(t, s.Stats(), "batches") }
-	var wg sync.WaitGroup
-	for c := range auditClients {
-		wg.Go(func() {
-			r := rand.New(rand.NewPCG(uint64(c), 3))
-			for batches() < auditBusy {
-				k := key(next(r))
+	var marks []int // the log's length at each tick
+	tick := func() {
+		marks = append(marks, len(log.Records()))
+		clock.Tick()
+	}
+	c := startClients(t, s, w)
+	defer c.halt()
+	for range auditBusy {
+		c.waitReady(t, s)
+		tick()
+	}
+	c.stop.Store(true)
+	for i := 0; c.running.Load() > 0; i++ { // clients waiting for a batch get it
+		if i == maxStopTicks {
+			t.Fatalf("%d clients still wait after %d more ticks", c.running.Load(), maxStopTicks)
+		}
+		c.waitReady(t, s)
+		tick()
+	}
+	c.wg.Wait()
+	for range auditIdle {
+		tick()
+	}
+	st := s.Stats()
+	t.Logf("%d ticks: %v batches, %v real queries, utilisation %.3f", len(marks),
+		kvtest.Stat(t, st, "batches"), kvtest.Stat(t, st, "real_queries"), kvtest.Stat(t, st, "batch_utilisation"))
+	records := log.Records()
+	return auditRun{checks: auditChecks(t, w.name, records, marks, p.budgets), recovered: attack(t, s, records, w.popularity)}
+}
+
+// clients are the audit's clients, with what the clock waits on.
+type clients struct {
+	wg                     sync.WaitGroup
+	stop                   atomic.Bool
+	cancel                 context.CancelFunc
+	ops, inflight, running atomic.Int64 // requests begun, requests not yet answered, clients not yet stopped
+	opsAtTick              int64
+}
+
+// startClients starts auditClients clients drawing keys from w until
+// stop is set; half their requests are gets, half puts.
+func startClients(t *testing.T, s kv.Store, w auditWorkload) *clients {
+	ctx, cancel := context.WithCancel(t.Context())
+	c := &clients{cancel: cancel}
+	for i := range auditClients {
+		c.running.Add(1)
+		c.wg.Go(func() {
+			defer c.running.Add(-1)
+			r := rand.New(rand.NewPCG(uint64(i), 3))
+			for !c.stop.Load() {
+				k := key(w.next(r, uint64(c.ops.Add(1)-1)))
+				c.inflight.Add(1)
 				var err error
 				if r.IntN(2) == 0 {
 					err = s.Put(ctx, k, []byte(k))
 				} else {
 					_, _, err = s.Get(ctx, k)
 				}
+				c.inflight.Add(-1)
 				if err != nil {
-					t.Error(err)
+					if ctx.Err() == nil {
+						t.Error(err)
+					}
 					return
 				}
 				time.Sleep(clientPause)
 			}
 		})
 	}
-	wg.Wait()
-	for batches() < auditBusy+auditIdle {
-		time.Sleep(auditDelta)
+	return c
+}
+
+// halt stops the clients, failing the requests they still wait on, and
+// waits for them: deferred, it lets a test that failed close its store.
+func (c *clients) halt() {
+	c.cancel()
+	c.wg.Wait()
+}
+
+// waitReady paces the clock: it waits until a request waits for a batch
+// and the clients have begun a request each since the last tick, or are
+// all waiting, or have all stopped. A key requested all the time is then
+// in every batch.
+func (c *clients) waitReady(t *testing.T, s kv.Store) {
+	t.Helper()
+	kvtest.WaitFor(t, "requests for the next batch", func() bool {
+		running := c.running.Load()
+		return running == 0 || kvtest.Stat(t, s.Stats(), "pending_keys") > 0 &&
+			(c.ops.Load()-c.opsAtTick >= auditClients || c.inflight.Load() == running)
+	})
+	c.opsAtTick = c.ops.Load()
+}
+
+// auditChecks makes the checks of the package comment on one log; marks
+// are the log's length at each tick.
+func auditChecks(t *testing.T, name string, records []observe.Record, marks []int, budgets []int) map[string]audit.Check {
+	t.Helper()
+	res, err := audit.CloakBudgets(records, budgets)
+	if err != nil {
+		t.Fatal(err)
 	}
-	run := auditRun{records: log.Records(), util: kvtest.Stat(t, s.Stats(), "batch_utilisation"), beta: kvtest.Stat(t, s.Stats(), "beta")}
+	isBatch := func(r observe.Record) bool {
+		return r.Op == observe.OpRead && len(r.Addrs) > 0 && strings.HasPrefix(r.Addrs[0], audit.CloakAddrPrefix)
+	}
+	pos := audit.PositionChecks(name, audit.BatchLinks(records, audit.CloakAddrPrefix), positionBins)
+	return map[string]audit.Check{
+		checkBudgets:   audit.Exact(name+": b_d addresses from every set d, written back as read", res.Violations),
+		checkSchedule:  audit.OneBatchPerTick(name+": one batch per tick", records, isBatch, marks),
+		checkStreaks:   audit.CloakStreaks(name+": one address read by consecutive batches", records, budgets, streakLength),
+		checkReadAge:   pos[0],
+		checkWriteAge:  pos[1],
+		checkReadWrite: pos[2],
+	}
+}
+
+// attack scores a frequency-analysis attack that knows the popularity of
+// the keys (most popular first) against where the keys are at the end.
+func attack(t *testing.T, s kv.Store, records []observe.Record, popularity []int) float64 {
+	t.Helper()
 	var reads []observe.Record
-	for _, r := range run.records {
+	for _, r := range records {
 		if r.Op == observe.OpRead && len(r.Addrs) > 0 && strings.HasPrefix(r.Addrs[0], audit.CloakAddrPrefix) {
 			reads = append(reads, r)
 		}
@@ -116,65 +303,68 @@ func runAudit(t *testing.T, next func(*rand.Rand) uint64, popularity []int) audi
 		truth[pop[i]] = cloak.Where(s, pop[i])
 	}
 	guess := audit.FrequencyAttack(audit.RankAddresses(reads, observe.OpRead), pop)
-	run.recovered = audit.Recovered(guess, pop, truth, 100)
-	return run
+	return audit.Recovered(guess, pop, truth, 100)
 }
 
-// TestBudgetAudit: for a temporal (Sec. 7.1), a uniform and a one-hot-key
-// workload, every batch, busy or idle, takes exactly b_d addresses from
-// every set d and writes back the addresses it read; batches start Delta
-// apart within maxJitter; and a frequency-analysis attacker recovers no
-// more than maxRecovered of the 100 most popular keys.
-func TestBudgetAudit(t *testing.T) {
+// TestObliviousAudit runs the three workloads at the default parameters
+// and at otherParams; every check passes on each, and the attacker
+// recovers at most maxRecovered of the top 100 keys.
+func TestObliviousAudit(t *testing.T) {
 	if cloak.AddrPrefix != audit.CloakAddrPrefix {
 		t.Fatalf("audit.CloakAddrPrefix %q != cloak.AddrPrefix %q", audit.CloakAddrPrefix, cloak.AddrPrefix)
 	}
-	budgets := cloak.Budgets(auditN, 28, 1)
-	temporal, err := workload.NewTemporal(auditN, 1, 1<<17, 5) // Sec. 7.1's generator, s = 1
+	ws, err := auditWorkloads()
 	if err != nil {
 		t.Fatal(err)
 	}
-	var cursor atomic.Uint64 // one trace, shared by the clients in order
-	nextTemporal := func(*rand.Rand) uint64 { k, _, _ := temporal.At(cursor.Add(1) - 1); return k }
-	ranked := byFrequency(temporal) // the temporal trace's popularity
-	hot := make([]int, auditN)      // the hot key's: key 0 first
-	for i := range hot {
-		hot[i] = i
+	for _, p := range []auditParams{defaultParams, otherParams} {
+		t.Run(p.name, func(t *testing.T) {
+			for _, w := range ws {
+				t.Run(w.name, func(t *testing.T) {
+					run := runAudit(t, p, w, cloak.NoLeak)
+					for _, name := range checkNames {
+						c := run.checks[name]
+						t.Log(c)
+						if !c.Pass() {
+							t.Error(c)
+						}
+					}
+					t.Logf("frequency attack: the attacker recovered %.0f%% of the top 100 keys", 100*run.recovered)
+					if run.recovered > maxRecovered {
+						t.Errorf("frequency attack recovered %.0f%% of the top 100 keys; want at most %.0f%%", 100*run.recovered, 100*maxRecovered)
+					}
+				})
+			}
+		})
 	}
-	shuffled := slices.Clone(hot)
-	rand.New(rand.NewPCG(1, 1)).Shuffle(len(shuffled), func(i, j int) { shuffled[i], shuffled[j] = shuffled[j], shuffled[i] })
-	for _, w := range []struct {
-		name       string
-		next       func(*rand.Rand) uint64
-		popularity []int
-	}{
-		{"temporal", nextTemporal, ranked},
-		{"uniform", func(r *rand.Rand) uint64 { return r.Uint64N(auditN) }, shuffled},
-		{"hotkey", func(*rand.Rand) uint64 { return 0 }, hot},
-	} {
-		t.Run(w.name, func(t *testing.T) {
-			run := runAudit(t, w.next, w.popularity)
-			res, err := audit.CloakBudgets(run.records, budgets)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if res.Batches < auditBusy+auditIdle {
-				t.Fatalf("%d batches in the log; want at least %d", res.Batches, auditBusy+auditIdle)
-			}
-			for _, v := range res.Violations[:min(len(res.Violations), 5)] {
-				t.Error(v)
-			}
-			offsets, maxGap := gridOffsets(res.Starts[1:], auditDelta) // the first batch waits for the bulk load
-			t.Logf("%d batches of %v addresses, utilisation %.3f; start offsets from the Delta grid: p95 %v, max %v; largest gap %v; attacker recovered %.1f%% of the top 100",
-				res.Batches, run.beta, run.util, offsets[len(offsets)*95/100], offsets[len(offsets)-1], maxGap, 100*run.recovered)
-			if p95 := offsets[len(offsets)*95/100]; p95 > maxJitter {
-				t.Errorf("5%% of batches start more than %v off the Delta grid; want at most %v", p95, maxJitter)
-			}
-			if maxGap > 3*auditDelta {
-				t.Errorf("a gap of %v between batches; want at most 3*Delta", maxGap)
-			}
-			if run.recovered > maxRecovered {
-				t.Errorf("frequency attack recovered %.1f%% of the top 100 keys; want at most %.0f%%", 100*run.recovered, 100*maxRecovered)
+}
+
+// leakCases are the leaks injected into cloak, each with the parameters
+// and workload that expose it and the check that must fail on it.
+var leakCases = []struct {
+	name     string
+	leak     cloak.Leak
+	params   auditParams
+	workload string
+	check    string
+}{
+	{"write-back in place", cloak.LeakWriteBackInPlace, defaultParams, "hotkey", checkStreaks},
+	{"dummies in public order", cloak.LeakPublicTieOrder, defaultParams, "hotkey", checkWriteAge},
+	{"idle tick skipped", cloak.LeakSkipIdle, defaultParams, "uniform", checkSchedule},
+	{"early batch when full", cloak.LeakEarlyWhenFull, otherParams, "uniform", checkSchedule},
+	{"queue drained beyond budget", cloak.LeakDrainQueue, defaultParams, "uniform", checkBudgets},
+}
+
+// TestAuditsCatchLeaks injects each leak of leakCases and requires its
+// check to fail decisively (an exact violation, or a p-value below
+// audit.DecisiveP).
+func TestAuditsCatchLeaks(t *testing.T) {
+	for _, lc := range leakCases {
+		t.Run(lc.name, func(t *testing.T) {
+			c := runAudit(t, lc.params, findWorkload(t, lc.workload), lc.leak).checks[lc.check]
+			t.Log(c)
+			if !c.Decisive() {
+				t.Fatalf("leak %q: %v; want a decisive failure", lc.name, c)
 			}
 		})
 	}
@@ -195,26 +385,10 @@ func byFrequency(tr *workload.Temporal) []int {
 	return keys
 }
 
-// gridOffsets returns how far each start lies from the nearest point of
-// the grid k*delta + phase, sorted, where phase is the circular mean of the
-// starts modulo delta (the ticker's grid is not otherwise visible), and
-// the largest gap between starts.
-func gridOffsets(starts []time.Duration, delta time.Duration) ([]time.Duration, time.Duration) {
-	angle := func(d time.Duration) float64 { return 2 * math.Pi * float64(d%delta) / float64(delta) }
-	var sin, cos float64
-	for _, st := range starts {
-		sin, cos = sin+math.Sin(angle(st)), cos+math.Cos(angle(st))
+func sumOf(xs []int) int {
+	t := 0
+	for _, x := range xs {
+		t += x
 	}
-	phase := time.Duration(math.Atan2(sin, cos) / (2 * math.Pi) * float64(delta))
-	var offs []time.Duration
-	var gap time.Duration
-	for i, st := range starts {
-		off := ((st-phase)%delta + delta) % delta
-		offs = append(offs, min(off, delta-off))
-		if i > 0 {
-			gap = max(gap, st-starts[i-1])
-		}
-	}
-	slices.Sort(offs)
-	return offs, gap
+	return t
 }

@@ -13,7 +13,7 @@ import (
 // and permuted, in one backend Write.
 type batch struct {
 	id    uint64
-	addrs []uint32         // set by set, most recent set first
+	addrs []uint32         // in a random order
 	from  []uint64         // the batch that last wrote each address
 	perm  []int            // the element read from addrs[i] goes to addrs[perm[i]]
 	sent  map[uint32]value // the writes it applies, by address read
@@ -62,7 +62,11 @@ func (s *store) runBatch(ctx context.Context) {
 // choose forms the next batch (Algorithm 2, lines 22-29): from every set
 // d, the first b_d keys waiting in its queue, then dummies, preferring the
 // addresses clients asked for most recently (Sec. 4.2). An address chosen
-// as a dummy whose key has requests waiting serves them too.
+// as a dummy whose key has requests waiting serves them too. The batch
+// lists its addresses in a random order, so that where an address sits in
+// the Read (and in the Write, which follows the Read's order) carries
+// nothing: not its set, nor whether it is a real query, which choose takes
+// before the dummies.
 func (s *store) choose() (*batch, error) {
 	b := &batch{id: s.next, sent: map[uint32]value{}}
 	for d, budget := range s.budgets {
@@ -74,6 +78,9 @@ func (s *store) choose() (*batch, error) {
 		if err := s.takeDummies(b, s.sets[set], budget-n); err != nil {
 			return nil, fmt.Errorf("cloak: internal error: set %d (reuse distance %d): %w", set, d+1, err)
 		}
+		if s.opts.leak == leakDrainQueue {
+			s.drain(b, q[n:])
+		}
 		rest := slices.DeleteFunc(q[n:], func(k string) bool { return s.slots[s.where[k]].inflight })
 		if len(rest) > 0 {
 			s.queues[set] = rest
@@ -81,7 +88,14 @@ func (s *store) choose() (*batch, error) {
 			delete(s.queues, set)
 		}
 	}
+	s.rng.Shuffle(len(b.addrs), func(i, j int) {
+		b.addrs[i], b.addrs[j] = b.addrs[j], b.addrs[i]
+		b.from[i], b.from[j] = b.from[j], b.from[i]
+	})
 	b.perm = s.rng.Perm(len(b.addrs))
+	if s.opts.leak == leakWriteBackInPlace {
+		b.perm = inPlace(len(b.addrs))
+	}
 	return b, nil
 }
 
@@ -107,10 +121,15 @@ func (s *store) take(b *batch, a uint32) {
 }
 
 // takeDummies adds k addresses of set members not yet in b, those whose
-// keys clients asked for most recently first. Addresses within a set are
+// keys clients asked for most recently first, ties broken by the members'
+// order, which is secret and random (commit). Addresses within a set are
 // indistinguishable to storage, so the choice hides nothing and only
 // raises the chance that a later request finds its key in a recent set
-// (Sec. 4.2).
+// (Sec. 4.2). Breaking ties by an order storage knows would not: the many
+// addresses no client asked for tie, and dummies taken in storage's order
+// would be the set's first unread addresses, telling storage which of the
+// set's reads were real (Cloak Sec. 4.2 draws dummies at random; Sec. 5.1
+// needs every equal-size subset of a set equally likely).
 func (s *store) takeDummies(b *batch, members []uint32, k int) error {
 	cand := s.scratch[:0]
 	for _, a := range members {
@@ -120,7 +139,10 @@ func (s *store) takeDummies(b *batch, members []uint32, k int) error {
 	}
 	s.scratch = cand
 	if k > len(cand) {
-		return fmt.Errorf("%d addresses left for a budget of %d", len(cand), k)
+		if s.opts.leak != leakDrainQueue {
+			return fmt.Errorf("%d addresses left for a budget of %d", len(cand), k)
+		}
+		k = len(cand) // a set drained before runs short
 	}
 	s.mostRecent(cand, k)
 	for _, a := range cand[:k] {
@@ -311,7 +333,7 @@ func (s *store) commit(b *batch, elems []value) {
 			delete(s.sets, set)
 		}
 	}
-	s.sets[b.id] = slices.Clone(b.addrs)
+	s.sets[b.id] = s.secretOrder(b.addrs)
 	for _, k := range requeue {
 		s.enqueue(k)
 	}
@@ -349,4 +371,16 @@ func (s *store) freed(key string, v value) bool {
 	}
 	e := s.pending[key]
 	return e == nil || e.write == nil
+}
+
+// secretOrder returns the members of a new set in a random order of the
+// proxy's own, independent of the order of the Write that made the set:
+// takeDummies breaks ties by it.
+func (s *store) secretOrder(addrs []uint32) []uint32 {
+	members := slices.Clone(addrs)
+	if s.opts.leak == leakPublicTieOrder {
+		return members
+	}
+	s.rng.Shuffle(len(members), func(i, j int) { members[i], members[j] = members[j], members[i] })
+	return members
 }

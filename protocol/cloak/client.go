@@ -152,6 +152,9 @@ func (s *store) full() chan struct{} {
 	if len(s.pending) < s.opts.Pending {
 		return nil
 	}
+	if s.opts.leak == leakEarlyWhenFull {
+		s.askEarly()
+	}
 	s.counters.Backpressure++
 	return s.committed
 }

@@ -17,10 +17,11 @@
 //   - Every Delta a batch leaves with exactly b_d addresses from every set
 //     d, whatever the clients do: first the keys waiting in that set's
 //     queue, in arrival order, then dummies, preferring the addresses whose
-//     keys clients asked for most recently (Sec. 4.2). One backend Read of
-//     the beta addresses, then one Write of the same addresses with the
-//     elements re-encrypted under the batch id and randomly permuted: they
-//     become the newest set.
+//     keys clients asked for most recently (Sec. 4.2), ties broken by a
+//     random order of each set's members that storage never sees. One
+//     backend Read of the beta addresses in a random order, then one Write
+//     of the same addresses with the elements re-encrypted under the batch
+//     id and randomly permuted: they become the newest set.
 //   - Clients (Algorithms 1-2, client.go): a write updates the cache, is
 //     acknowledged at once and waits in its key's entry for the next batch
 //     that holds the key; a read is answered from the cache, from a write

@@ -24,3 +24,40 @@ func Where(st kv.Store, key string) string {
 
 // RunBatch runs one batch now, as the loop does every Delta.
 func RunBatch(st kv.Store) { st.(*store).runBatch(context.Background()) }
+
+// FakeClock drives a store's batches in place of its ticker: see
+// WithClock.
+type FakeClock chan chan struct{}
+
+// WithClock returns o with batches that run only when c ticks, one per
+// tick.
+func WithClock(o Options, c FakeClock) Options {
+	o.ticks = c
+	return o
+}
+
+// Tick delivers one tick and returns once the store has handled it.
+func (c FakeClock) Tick() {
+	done := make(chan struct{})
+	c <- done
+	<-done
+}
+
+// Leak is a flaw injected on purpose (leak.go).
+type Leak = leak
+
+// The leaks, as leak.go describes them.
+const (
+	NoLeak               = noLeak
+	LeakWriteBackInPlace = leakWriteBackInPlace
+	LeakPublicTieOrder   = leakPublicTieOrder
+	LeakSkipIdle         = leakSkipIdle
+	LeakEarlyWhenFull    = leakEarlyWhenFull
+	LeakDrainQueue       = leakDrainQueue
+)
+
+// WithLeak returns o with leak l injected.
+func WithLeak(o Options, l Leak) Options {
+	o.leak = l
+	return o
+}

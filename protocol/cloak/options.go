@@ -27,6 +27,12 @@ type Options struct {
 	// that would add one more waits for a batch to complete (default
 	// 2*beta, the paper's queue coefficient of 2).
 	Pending int
+
+	// ticks, tests only, replaces the ticker: the loop runs one batch per
+	// tick received and closes the tick once the batch is done.
+	ticks <-chan chan struct{}
+	// leak, tests only, injects a flaw on purpose (leak.go).
+	leak leak
 }
 
 // The paper's parameters (Sec. 7.1 and its artifact): b_1 = 433 at N = 1M

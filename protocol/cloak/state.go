@@ -44,7 +44,9 @@ type pendingWrite struct {
 // holding beta - sum_{i<d} b_i addresses, and of the items onto the
 // addresses. The sets are written oldest first, one backend Write each,
 // as if by the D batches before the next one, whose ids they take: the
-// storage operator sees the sets form as batches would form them. The
+// storage operator sees the sets form as batches would form them. Each
+// Write lists its addresses in address order, so it shows nothing of the
+// members' random order, by which dummies are chosen (takeDummies). The
 // layout replaces the proxy's state only once every write succeeded.
 func (s *store) layout(ctx context.Context, items []cacheEntry) error {
 	size := make([]int, len(s.budgets)) // size[d-1] = beta - sum_{i<d} b_i
@@ -62,10 +64,14 @@ func (s *store) layout(ctx context.Context, items []cacheEntry) error {
 	for i := range vals {
 		vals[i].absent = true
 	}
+	// An independent permutation places the items, so that which set an
+	// item starts in does not follow its place in the load.
+	place := s.rng.Perm(m)
 	for i, it := range items {
-		slots[order[i]] = slot{key: it.key, held: true}
-		vals[order[i]] = it.v
-		where[it.key] = order[i]
+		a := order[place[i]]
+		slots[a] = slot{key: it.key, held: true}
+		vals[a] = it.v
+		where[it.key] = a
 	}
 	base, depth := s.next, uint64(len(s.budgets)) // set d takes id base+depth-d
 	start := 0
@@ -73,10 +79,10 @@ func (s *store) layout(ctx context.Context, items []cacheEntry) error {
 		set, id := order[start:start+size[d-1]], base+depth-uint64(d)
 		start += size[d-1]
 		sets[id] = set
-		batch, plain := make([]backend.Item, len(set)), make([]byte, 4+s.valueSize)
-		for i, a := range set {
+		batch, plain := make([]backend.Item, 0, len(set)), make([]byte, 4+s.valueSize)
+		for _, a := range slices.Sorted(slices.Values(set)) {
 			slots[a].lastBatch = id
-			batch[i] = backend.Item{Addr: addr(a), Value: s.sealElement(a, id, vals[a], plain)}
+			batch = append(batch, backend.Item{Addr: addr(a), Value: s.sealElement(a, id, vals[a], plain)})
 		}
 		if err := s.b.Write(ctx, batch); err != nil {
 			return fmt.Errorf("cloak: writing the layout: %w", err)

@@ -89,6 +89,7 @@ type store struct {
 	counters  counters
 
 	stop, loopDone chan struct{}
+	early          chan struct{} // leakEarlyWhenFull only: a batch now
 }
 
 func open(ctx context.Context, env kv.Env) (*store, error) {
@@ -107,6 +108,9 @@ func open(ctx context.Context, env kv.Env) (*store, error) {
 	s := &store{b: env.Backend, keys: env.Keys, opts: opts, budgets: budgets, capacity: env.Capacity, valueSize: env.ValueSize,
 		committed: make(chan struct{}), rng: rand.New(rand.NewChaCha8(seed)), cache: newLRU(opts.Cache),
 		pending: map[string]*entry{}, queues: map[uint64][]string{}, stop: make(chan struct{}), loopDone: make(chan struct{})}
+	if opts.leak == leakEarlyWhenFull {
+		s.early = make(chan struct{}, 1)
+	}
 	if env.Fresh {
 		err = s.layout(ctx, nil)
 	} else {
@@ -211,17 +215,35 @@ func (c *lru) reset() { c.order.Init(); clear(c.at) }
 
 // loop sends a batch every Delta until Close (Sec. 4: batches leave at a
 // fixed rate, so their timing carries nothing). A batch that takes longer
-// than Delta delays the next; ticks are not queued up.
+// than Delta delays the next; ticks are not queued up. Under a test's
+// ticks (Options.ticks) there is no ticker, and each tick is one batch.
 func (s *store) loop() {
 	defer close(s.loopDone)
-	t := time.NewTicker(s.opts.Delta)
-	defer t.Stop()
+	var ticker <-chan time.Time
+	if s.opts.ticks == nil {
+		t := time.NewTicker(s.opts.Delta)
+		defer t.Stop()
+		ticker = t.C
+	}
 	for {
 		select {
 		case <-s.stop:
 			return
-		case <-t.C:
+		case <-ticker:
+			s.tick()
+		case done := <-s.opts.ticks:
+			s.tick()
+			close(done)
+		case <-s.early:
 			s.runBatch(context.Background())
 		}
 	}
+}
+
+// tick sends the batch of one tick, busy or idle.
+func (s *store) tick() {
+	if s.opts.leak == leakSkipIdle && s.idle() {
+		return
+	}
+	s.runBatch(context.Background())
 }
