@@ -146,6 +146,20 @@ type auditRun struct {
 
 func key(i uint64) string { return fmt.Sprintf("key%05d", i) }
 
+// loadKeys bulk-loads keys 0..auditN-1 into s, each holding its name.
+func loadKeys(t *testing.T, s kv.Store) {
+	t.Helper()
+	if _, err := s.(kv.Loader).Load(t.Context(), func(yield func(string, []byte) bool) {
+		for i := range uint64(auditN) {
+			if !yield(key(i), []byte(key(i))) {
+				return
+			}
+		}
+	}); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // runAudit runs workload w at parameters p with leak lk injected, and
 // checks the log.
 func runAudit(t *testing.T, p auditParams, w auditWorkload, lk cloak.Leak) auditRun {
@@ -162,15 +176,7 @@ func runAudit(t *testing.T, p auditParams, w auditWorkload, lk cloak.Leak) audit
 	if beta := kvtest.Stat(t, s.Stats(), "beta"); int(beta) != sumOf(p.budgets) {
 		t.Fatalf("the store's beta is %v; the budgets give %d", beta, sumOf(p.budgets))
 	}
-	if _, err := s.(kv.Loader).Load(ctx, func(yield func(string, []byte) bool) {
-		for i := range uint64(auditN) {
-			if !yield(key(i), []byte(key(i))) {
-				return
-			}
-		}
-	}); err != nil {
-		t.Fatal(err)
-	}
+	loadKeys(t, s)
 	var marks []int // the log's length at each tick
 	tick := func() {
 		marks = append(marks, len(log.Records()))

@@ -88,15 +88,7 @@ func runSoak(t *testing.T, w auditWorkload) ([]observe.Record, float64, float64)
 		t.Fatal(err)
 	}
 	defer s.Close()
-	if _, err := s.(kv.Loader).Load(ctx, func(yield func(string, []byte) bool) {
-		for i := range uint64(auditN) {
-			if !yield(key(i), []byte(key(i))) {
-				return
-			}
-		}
-	}); err != nil {
-		t.Fatal(err)
-	}
+	loadKeys(t, s)
 	batches := func() float64 { return kvtest.Stat(t, s.Stats(), "batches") }
 	c := startClients(t, s, w)
 	defer c.halt()
