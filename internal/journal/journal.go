@@ -1,0 +1,549 @@
+// Package journal keeps a proxy's trusted state durable on the proxy's own
+// disk: an append-only log of state transitions, and checkpoints of the
+// whole state behind which the log is dropped. A store recovers by loading
+// its last checkpoint and replaying the records after it.
+//
+// The log is a sequence of segment files in the journal directory. Each
+// record has a log sequence number (LSN, from 1, consecutive) and is
+// sealed with AES-GCM bound to its LSN, so records cannot be moved,
+// replayed or forged without the key; a CRC-32C over the whole record
+// tells a torn write from a complete one. Commits are grouped: Commit
+// appends and waits while one caller writes and fsyncs every record
+// appended so far (one fsync for all the callers waiting, never one per
+// record). A torn or corrupt tail (a record cut short by a crash, or
+// garbage after the last whole record) is dropped at Open: it can hold only
+// records whose Commit never returned. A bad record with good ones after it
+// is corruption of acknowledged work and fails Open instead.
+//
+// Checkpoints are written through internal/sealedstate into a pebble store
+// (backend/disk) in the journal directory, in two slots used in turn, so a
+// crash while writing one leaves the other; segments whose records a
+// checkpoint covers are then deleted.
+//
+// The package owns the journal directory and its formats; what a record or
+// a checkpoint means is its caller's. It must never write anything
+// unsealed, never return a record that failed to authenticate, and never
+// drop a record it has reported durable. It is written here rather than
+// taken from pebble's own write-ahead log because recovery must know, and
+// test, exactly which records survive a torn write, and because the log
+// holds each record once, where an LSM store would write it again at every
+// flush and compaction.
+package journal
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+
+	"github.com/oblivkv/oblivkv/backend/disk"
+	"github.com/oblivkv/oblivkv/internal/sealedstate"
+	"github.com/oblivkv/oblivkv/seal"
+)
+
+// Options tune a journal. The zero value is the safe default.
+type Options struct {
+	// NoSync writes commits without fsync (the --fsync none policy): a
+	// process crash loses nothing committed, since the operating system
+	// holds the writes, but a power loss may lose the last moments.
+	NoSync bool
+}
+
+// Stats count a journal's work since Open.
+type Stats struct {
+	Records     uint64 // records appended
+	Groups      uint64 // group writes (each one fsync, unless NoSync)
+	Bytes       uint64 // bytes written to the log
+	Checkpoints uint64 // checkpoints written
+}
+
+// Record is one record of the log.
+type Record struct {
+	LSN  uint64
+	Data []byte
+}
+
+// ErrCorrupt reports a journal whose acknowledged records cannot be read
+// back: a bad record followed by good ones, or records missing between a
+// checkpoint and the log.
+var ErrCorrupt = errors.New("journal: corrupt")
+
+// Journal is an open journal. Its methods are safe for concurrent use.
+type Journal struct {
+	dir    string
+	keys   *seal.Keys
+	sync   bool
+	states *disk.Backend // the checkpoint store
+
+	mu       sync.Mutex
+	done     *sync.Cond // signalled when a group commit ends
+	seg      *os.File   // the segment appended to
+	segs     []segment  // every segment file, oldest first
+	pending  []byte     // encoded records appended and not yet written
+	next     uint64     // LSN of the next record
+	written  uint64     // highest LSN written to the file
+	durable  uint64     // highest LSN synced (or written, with NoSync)
+	flushing bool       // a caller is writing a group
+	err      error      // a write or sync failed: the journal is unusable
+	size     int64      // bytes of records since the last checkpoint
+	stats    Stats
+
+	checkpoint []byte // recovered at Open, until Recovered hands it out
+	at         uint64
+	records    []Record
+	slot       int // the checkpoint slot to write next
+}
+
+// segment is one log file: its records' LSNs start at first.
+type segment struct {
+	path  string
+	first uint64
+}
+
+// Open opens the journal in dir, creating it if needed, reads its latest
+// checkpoint and the records after it (Recovered), and drops a torn tail.
+func Open(dir string, keys *seal.Keys, o Options) (*Journal, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("journal: %w", err)
+	}
+	states, err := disk.OpenWith(filepath.Join(dir, "checkpoints"), disk.Options{CacheSize: 1 << 20})
+	if err != nil {
+		return nil, fmt.Errorf("journal: %w", err)
+	}
+	j := &Journal{dir: dir, keys: keys, sync: !o.NoSync, states: states}
+	j.done = sync.NewCond(&j.mu)
+	if err := checkIdent(dir, keys); err != nil {
+		states.Close()
+		return nil, err
+	}
+	if err := j.recover(); err != nil {
+		states.Close()
+		return nil, err
+	}
+	return j, nil
+}
+
+// recover loads the checkpoint and the log, and opens a new segment for
+// appends.
+func (j *Journal) recover() error {
+	if err := j.loadCheckpoint(); err != nil {
+		return err
+	}
+	segs, err := listSegments(j.dir)
+	if err != nil {
+		return err
+	}
+	next := j.at + 1
+	for i, s := range segs {
+		last := i == len(segs)-1
+		recs, err := readSegment(s, j.keys, last)
+		if err != nil {
+			return err
+		}
+		for _, r := range recs {
+			switch {
+			case r.LSN < next:
+				continue // covered by the checkpoint
+			case r.LSN > next:
+				return fmt.Errorf("%w: record %d follows record %d", ErrCorrupt, r.LSN, next-1)
+			}
+			j.records = append(j.records, r)
+			j.size += int64(len(r.Data))
+			next++
+		}
+	}
+	j.segs, j.next = segs, next
+	j.written, j.durable = next-1, next-1
+	return j.rotate()
+}
+
+// Recovered returns what Open found: the latest checkpoint (nil when none
+// was written, at = 0) and the records after it, in order. It hands them
+// over once: later calls return nothing.
+func (j *Journal) Recovered() (checkpoint []byte, at uint64, records []Record) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	checkpoint, at, records = j.checkpoint, j.at, j.records
+	j.checkpoint, j.records = nil, nil
+	return checkpoint, at, records
+}
+
+// Last returns the LSN of the last record appended (0 when none ever was).
+func (j *Journal) Last() uint64 {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.next - 1
+}
+
+// Size returns the bytes of record data appended since the last
+// checkpoint, or since Open for records recovered: what replay would read.
+func (j *Journal) Size() int64 {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.size
+}
+
+// Append adds a record and returns its LSN; it is durable once Sync(lsn)
+// returns. Records are durable in LSN order.
+func (j *Journal) Append(data []byte) uint64 {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	lsn := j.next
+	j.next++
+	j.pending = appendRecord(j.pending, j.keys, lsn, data)
+	j.size += int64(len(data))
+	j.stats.Records++
+	return lsn
+}
+
+// Commit appends a record and waits until it is durable.
+func (j *Journal) Commit(data []byte) (uint64, error) {
+	lsn := j.Append(data)
+	return lsn, j.Sync(lsn)
+}
+
+// Sync waits until every record up to lsn is durable. Concurrent callers
+// share one write and one fsync: the first to find no group in progress
+// writes everything appended so far, the others wait for it.
+func (j *Journal) Sync(lsn uint64) error {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	for j.durable < lsn && j.err == nil {
+		if j.flushing {
+			j.done.Wait()
+			continue
+		}
+		j.flushGroup()
+	}
+	return j.err
+}
+
+// flushGroup writes and syncs the records pending; j.mu is held, and
+// released while the file is written.
+func (j *Journal) flushGroup() {
+	buf, last, f := j.pending, j.next-1, j.seg
+	j.pending, j.flushing = nil, true
+	j.mu.Unlock()
+	_, err := f.Write(buf)
+	if err == nil && j.sync {
+		err = f.Sync()
+	}
+	j.mu.Lock()
+	j.flushing = false
+	if err != nil {
+		j.err = fmt.Errorf("journal: writing records up to %d: %w", last, err)
+	} else {
+		j.written, j.durable = last, last
+		j.stats.Groups++
+		j.stats.Bytes += uint64(len(buf))
+	}
+	j.done.Broadcast()
+}
+
+// Checkpoint saves state, the caller's whole state after record at, and
+// drops the log up to at. The caller must not append records older than
+// at's state afterwards; records appended after at stay.
+func (j *Journal) Checkpoint(ctx context.Context, state []byte, at uint64) error {
+	if err := j.Sync(at); err != nil {
+		return err
+	}
+	j.mu.Lock()
+	if err := j.rotateLocked(); err != nil {
+		j.mu.Unlock()
+		return err
+	}
+	slot := j.slot
+	j.slot = 1 - j.slot
+	j.mu.Unlock()
+	plain := binary.BigEndian.AppendUint64(make([]byte, 0, 8+len(state)), at)
+	if err := sealedstate.SaveBytes(ctx, j.states, j.keys, slotAddr(slot), append(plain, state...), 0); err != nil {
+		return fmt.Errorf("journal: writing a checkpoint: %w", err)
+	}
+	j.mu.Lock()
+	j.stats.Checkpoints++
+	j.mu.Unlock()
+	return j.dropUpTo(at)
+}
+
+// Stats returns the journal's counters.
+func (j *Journal) Stats() Stats {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.stats
+}
+
+// dropUpTo deletes the segments whose records are all at or before lsn,
+// and forgets their size.
+func (j *Journal) dropUpTo(lsn uint64) error {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	keep := 0
+	for keep+1 < len(j.segs) && j.segs[keep+1].first <= lsn+1 {
+		if err := os.Remove(j.segs[keep].path); err != nil {
+			return fmt.Errorf("journal: %w", err)
+		}
+		keep++
+	}
+	j.segs = j.segs[keep:]
+	j.size = 0 // an estimate from here: records after lsn are few
+	return syncDir(j.dir)
+}
+
+// rotate starts a new segment.
+func (j *Journal) rotate() error {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.rotateLocked()
+}
+
+// rotateLocked flushes what is pending to the current segment and starts
+// a new one; j.mu is held.
+func (j *Journal) rotateLocked() error {
+	for j.flushing {
+		j.done.Wait()
+	}
+	if j.err != nil {
+		return j.err
+	}
+	if j.seg != nil {
+		if len(j.pending) > 0 {
+			j.flushGroup()
+			if j.err != nil {
+				return j.err
+			}
+		}
+		if err := j.seg.Close(); err != nil {
+			return fmt.Errorf("journal: %w", err)
+		}
+	}
+	// Records appended while the last group was written are still
+	// pending: the new segment starts with the first record not written.
+	first := j.written + 1
+	s := segment{path: filepath.Join(j.dir, fmt.Sprintf("log-%016x", first)), first: first}
+	f, err := os.OpenFile(s.path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC|os.O_APPEND, 0o600)
+	if err != nil {
+		return fmt.Errorf("journal: %w", err)
+	}
+	j.seg = f
+	if n := len(j.segs); n == 0 || j.segs[n-1].path != s.path {
+		j.segs = append(j.segs, s)
+	}
+	return syncDir(j.dir)
+}
+
+// Close writes what is pending and closes the journal.
+func (j *Journal) Close() error {
+	err := j.Sync(j.Last())
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if j.seg != nil {
+		err = errors.Join(err, j.seg.Close())
+		j.seg = nil
+	}
+	return errors.Join(err, j.states.Close())
+}
+
+func slotAddr(slot int) string { return fmt.Sprintf("checkpoint/%d", slot) }
+
+// ErrWrongKey reports a journal sealed under another key.
+var ErrWrongKey = errors.New("journal: sealed under another key (wrong key file?)")
+
+// identFile holds a record sealed under the journal's key: Open checks it
+// before reading anything, so a wrong key is refused instead of every
+// record being taken for a torn tail.
+const identFile = "ident"
+
+var identAD = []byte("oblivkv journal ident")
+
+// checkIdent checks, or for a new journal writes, dir's identity record.
+func checkIdent(dir string, keys *seal.Keys) error {
+	path := filepath.Join(dir, identFile)
+	b, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		if segs, err := listSegments(dir); err != nil || len(segs) > 0 {
+			return errors.Join(err, fmt.Errorf("%w: %s has log segments but no %s", ErrCorrupt, dir, identFile))
+		}
+		return writeFileSync(path, keys.Seal(nil, identAD, identAD))
+	}
+	if err != nil {
+		return fmt.Errorf("journal: %w", err)
+	}
+	if _, err := keys.Open(nil, identAD, b); err != nil {
+		return ErrWrongKey
+	}
+	return nil
+}
+
+// writeFileSync writes a new file durably: to a temporary name, synced,
+// renamed into place, and the directory synced.
+func writeFileSync(path string, b []byte) error {
+	tmp := path + ".tmp"
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		return fmt.Errorf("journal: %w", err)
+	}
+	_, err = f.Write(b)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp, path)
+	}
+	if err != nil {
+		return fmt.Errorf("journal: %w", err)
+	}
+	return syncDir(filepath.Dir(path))
+}
+
+// loadCheckpoint reads the newer of the two checkpoint slots.
+func (j *Journal) loadCheckpoint() error {
+	for slot := range 2 {
+		plain, err := sealedstate.LoadBytes(context.Background(), j.states, j.keys, slotAddr(slot))
+		switch {
+		case errors.Is(err, sealedstate.ErrUnclean):
+			continue // never written
+		case err != nil:
+			// A slot torn by a crash while it was written: the other one
+			// holds the latest checkpoint, which Checkpoint wrote before it.
+			continue
+		case len(plain) < 8:
+			return fmt.Errorf("%w: checkpoint slot %d is malformed", ErrCorrupt, slot)
+		}
+		if at := binary.BigEndian.Uint64(plain); j.checkpoint == nil || at > j.at {
+			j.checkpoint, j.at, j.slot = plain[8:], at, 1-slot
+		}
+	}
+	return nil
+}
+
+// Record layout: length of the sealed data (4 bytes), LSN (8), the sealed
+// data (AES-GCM, bound to the LSN), CRC-32C of all of the above (4).
+const (
+	headerSize  = 4 + 8
+	trailerSize = 4
+	maxRecord   = 1 << 30
+)
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// ad is the associated data binding a record to its LSN.
+func ad(lsn uint64) []byte {
+	return binary.BigEndian.AppendUint64([]byte("oblivkv journal record "), lsn)
+}
+
+func appendRecord(dst []byte, keys *seal.Keys, lsn uint64, data []byte) []byte {
+	start := len(dst)
+	dst = binary.BigEndian.AppendUint32(dst, uint32(len(data)+keys.Overhead()))
+	dst = binary.BigEndian.AppendUint64(dst, lsn)
+	dst = keys.Seal(dst, ad(lsn), data)
+	return binary.BigEndian.AppendUint32(dst, crc32.Checksum(dst[start:], castagnoli))
+}
+
+// parseRecord reads the record at the start of b: its LSN, its data, and
+// its length in bytes; ok is false when b does not start with a whole
+// record whose checksum and seal hold.
+func parseRecord(b []byte, keys *seal.Keys) (Record, int, bool) {
+	if len(b) < headerSize+trailerSize {
+		return Record{}, 0, false
+	}
+	n := int(binary.BigEndian.Uint32(b))
+	total := headerSize + n + trailerSize
+	if n > maxRecord || total > len(b) {
+		return Record{}, 0, false
+	}
+	if crc32.Checksum(b[:headerSize+n], castagnoli) != binary.BigEndian.Uint32(b[headerSize+n:]) {
+		return Record{}, 0, false
+	}
+	lsn := binary.BigEndian.Uint64(b[4:])
+	data, err := keys.Open(nil, ad(lsn), b[headerSize:headerSize+n])
+	if err != nil {
+		return Record{}, 0, false
+	}
+	return Record{LSN: lsn, Data: data}, total, true
+}
+
+// readSegment returns the records of a segment. In the last segment a bad
+// record with nothing valid after it is a torn tail: the file is cut there.
+// Anywhere else a bad record is ErrCorrupt.
+func readSegment(s segment, keys *seal.Keys, last bool) ([]Record, error) {
+	b, err := os.ReadFile(s.path)
+	if err != nil {
+		return nil, fmt.Errorf("journal: %w", err)
+	}
+	var recs []Record
+	off := 0
+	for off < len(b) {
+		r, n, ok := parseRecord(b[off:], keys)
+		if ok && r.LSN == s.first+uint64(len(recs)) {
+			recs, off = append(recs, r), off+n
+			continue
+		}
+		if !last || anyRecordAfter(b[off+1:], keys, s.first+uint64(len(recs))) {
+			return nil, fmt.Errorf("%w: %s: a bad record at byte %d, before records that read back", ErrCorrupt, filepath.Base(s.path), off)
+		}
+		if err := os.Truncate(s.path, int64(off)); err != nil {
+			return nil, fmt.Errorf("journal: dropping a torn tail: %w", err)
+		}
+		break
+	}
+	return recs, nil
+}
+
+// anyRecordAfter reports whether b holds, at any offset, a whole record
+// with an LSN at or after lsn.
+func anyRecordAfter(b []byte, keys *seal.Keys, lsn uint64) bool {
+	for off := range b {
+		if r, _, ok := parseRecord(b[off:], keys); ok && r.LSN >= lsn {
+			return true
+		}
+	}
+	return false
+}
+
+// listSegments returns the segment files of dir, oldest first.
+func listSegments(dir string) ([]segment, error) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, fmt.Errorf("journal: %w", err)
+	}
+	var segs []segment
+	for _, e := range entries {
+		var first uint64
+		if _, err := fmt.Sscanf(e.Name(), "log-%016x", &first); err == nil && !e.IsDir() {
+			segs = append(segs, segment{path: filepath.Join(dir, e.Name()), first: first})
+		}
+	}
+	slices.SortFunc(segs, func(a, b segment) int { return cmpUint(a.first, b.first) })
+	return segs, nil
+}
+
+func cmpUint(a, b uint64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// syncDir makes a directory's entries (created or removed files) durable.
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return fmt.Errorf("journal: %w", err)
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil {
+		return fmt.Errorf("journal: syncing %s: %w", dir, err)
+	}
+	return nil
+}
