@@ -59,3 +59,20 @@ type Backend interface {
 
 // ErrClosed is returned by every method of a backend after Close.
 var ErrClosed = errors.New("backend: closed")
+
+// Syncer is a Backend that can make every write it has acknowledged
+// durable on demand, however it commits them one by one (the disk
+// backend without per-write fsync, say).
+type Syncer interface {
+	Sync(ctx context.Context) error
+}
+
+// Sync makes b's acknowledged writes durable when b is a Syncer. Any other
+// backend's durability is its operator's (Redis persistence, for one), and
+// Sync does nothing.
+func Sync(ctx context.Context, b Backend) error {
+	if s, ok := b.(Syncer); ok {
+		return s.Sync(ctx)
+	}
+	return nil
+}

@@ -33,6 +33,10 @@ func (l *latency) wait(ctx context.Context) error {
 	}
 }
 
+// Sync forwards to the wrapped backend, undelayed: it is not a round trip
+// of the request path.
+func (l *latency) Sync(ctx context.Context) error { return Sync(ctx, l.Backend) }
+
 func (l *latency) Read(ctx context.Context, addrs []string) ([][]byte, error) {
 	if err := l.wait(ctx); err != nil {
 		return nil, err

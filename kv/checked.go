@@ -8,6 +8,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/oblivkv/oblivkv/internal/journal"
 	"github.com/oblivkv/oblivkv/observe"
 )
 
@@ -16,6 +17,7 @@ import (
 type checked struct {
 	inner      Store
 	tap        *observe.Tap
+	journal    *journal.Journal // closed after inner, if any
 	protocol   string
 	capacity   int
 	valueSize  int
@@ -136,7 +138,11 @@ func (c *checked) Close() error {
 		return ErrClosed
 	}
 	c.closed = true
-	return c.inner.Close()
+	err := c.inner.Close()
+	if c.journal != nil {
+		err = errors.Join(err, c.journal.Close())
+	}
+	return err
 }
 
 // AsLoader returns s's bulk loader, if its protocol has one.

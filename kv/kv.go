@@ -73,6 +73,10 @@ var (
 	ErrMismatch = errors.New("stored data was created with another configuration")
 	// ErrUnknownProtocol reports a protocol name nobody registered.
 	ErrUnknownProtocol = errors.New("unknown protocol")
+	// ErrRollback reports storage older than the proxy's trusted state:
+	// restored from an older copy, or it lost acknowledged writes. Such a
+	// store is refused at open, never served.
+	ErrRollback = errors.New("storage is older than the proxy's trusted state (restored from an older copy, or it lost acknowledged writes)")
 )
 
 // Stats is a snapshot of a store's counters.

@@ -3,11 +3,13 @@ package kv
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"sort"
 	"sync"
 
 	"github.com/oblivkv/oblivkv/backend"
+	"github.com/oblivkv/oblivkv/internal/journal"
 	"github.com/oblivkv/oblivkv/observe"
 	"github.com/oblivkv/oblivkv/seal"
 )
@@ -40,6 +42,15 @@ type Config struct {
 	// Options holds protocol-specific options: a value of the protocol
 	// package's Options type, or nil for its defaults.
 	Options any
+	// JournalDir is the directory, on the proxy's own trusted disk, where
+	// the store journals its trusted state (internal/journal). Empty: the
+	// state lives in memory only, so the store can be used but not
+	// reopened, and a crash loses it.
+	JournalDir string
+	// NoFsync commits the journal without fsync (the --fsync none
+	// policy): a process crash loses nothing acknowledged, a power loss
+	// may lose the last moments.
+	NoFsync bool
 }
 
 // Env is what a protocol factory receives.
@@ -53,6 +64,9 @@ type Env struct {
 	// Fresh is true when the backend holds no store yet: the protocol
 	// builds its initial layout; otherwise it recovers its saved state.
 	Fresh bool
+	// Journal keeps the store's trusted state durable (nil: Config had no
+	// JournalDir). Open closes it after the store's Close.
+	Journal *journal.Journal
 }
 
 // Factory opens one protocol's store.
@@ -114,19 +128,36 @@ func Open(ctx context.Context, cfg Config) (Store, error) {
 	}
 	env := Env{Backend: tap, Keys: cfg.Keys, Capacity: cfg.Capacity, ValueSize: cfg.ValueSize,
 		MaxKeySize: cfg.MaxKeySize, Options: cfg.Options, Fresh: fresh}
+	if cfg.JournalDir != "" {
+		if env.Journal, err = journal.Open(cfg.JournalDir, cfg.Keys, journal.Options{NoSync: cfg.NoFsync}); err != nil {
+			if errors.Is(err, journal.ErrWrongKey) {
+				err = fmt.Errorf("%w: the journal in %s is sealed under another key", ErrWrongKey, cfg.JournalDir)
+			}
+			return nil, err
+		}
+	}
 	inner, err := factory(ctx, env)
 	if err != nil {
+		if env.Journal != nil {
+			env.Journal.Close()
+		}
 		return nil, fmt.Errorf("kv: opening %s: %w", cfg.Protocol, err)
 	}
+
 	if fresh {
 		// The metadata record commits the new store: written only after the
 		// protocol built its initial layout.
 		if err := writeMeta(ctx, tap, cfg.Keys, want); err != nil {
 			inner.Close()
+			if env.Journal != nil {
+				env.Journal.Close()
+			}
 			return nil, err
 		}
 	}
-	return newChecked(inner, tap, cfg), nil
+	c := newChecked(inner, tap, cfg)
+	c.journal = env.Journal
+	return c, nil
 }
 
 func withDefaults(cfg Config) Config {

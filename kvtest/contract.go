@@ -50,6 +50,7 @@ func RunContract(t *testing.T, cfg Config, st Storage) {
 		{"TamperFlip", testTamperFlip},
 		{"TamperSwap", testTamperSwap},
 		{"Concurrent", testConcurrent},
+		{"DurableRollback", testRollback},
 	}
 	for _, tc := range tests {
 		if !cfg.applies(tc.name) {
@@ -68,6 +69,8 @@ func (c Config) applies(name string) bool {
 		return !c.NoLoader
 	case strings.HasPrefix(name, "Tamper"):
 		return c.Integrity
+	case strings.HasPrefix(name, "Durable"):
+		return c.Durable
 	}
 	return true
 }
@@ -475,6 +478,79 @@ func testRestart(t *testing.T, h *harness) {
 
 	s = h.mustOpen(nil)
 	want.check(t, s, append(deleted, capKey(0), "one-too-many")...)
+}
+
+// testRollback stores values, copies the whole storage, overwrites half
+// of them, and puts the copy back: reopening must be refused with
+// kv.ErrRollback (the storage operator restored an older consistent copy,
+// which no single block check can see), and putting the newer storage
+// back must open again.
+func testRollback(t *testing.T, h *harness) {
+	s := h.mustOpen(nil)
+	n := h.cfg.Capacity / 2
+	for i := range n {
+		mustPut(t, s, capKey(i), capVal(i))
+	}
+	closeStore(t, s)
+	old := h.copyStorage()
+	s = h.mustOpen(nil)
+	want := model{}
+	for i := range n {
+		want[capKey(i)] = capVal(i)
+		if i%2 == 0 {
+			want[capKey(i)] = valueOf(fmt.Sprint("new", i), 1+i)
+			mustPut(t, s, capKey(i), want[capKey(i)])
+		}
+	}
+	closeStore(t, s)
+	newer := h.copyStorage()
+	h.restoreStorage(old)
+	_, err := h.tryOpen(nil)
+	wantErr(t, "reopening storage restored from an older copy", err, kv.ErrRollback)
+	h.restoreStorage(newer)
+	s = h.mustOpen(nil)
+	want.check(t, s)
+}
+
+// copyStorage returns everything the storage holds.
+func (h *harness) copyStorage() map[string][]byte {
+	out := map[string][]byte{}
+	h.raw(func(b backend.Backend) {
+		var addrs []string
+		if err := b.Scan(h.t.Context(), "", func(a string) error { addrs = append(addrs, a); return nil }); err != nil {
+			h.t.Fatal(err)
+		}
+		vals, err := b.Read(h.t.Context(), addrs)
+		if err != nil {
+			h.t.Fatal(err)
+		}
+		for i, a := range addrs {
+			out[a] = vals[i]
+		}
+	})
+	return out
+}
+
+// restoreStorage makes the storage hold exactly what copyStorage returned.
+func (h *harness) restoreStorage(saved map[string][]byte) {
+	h.raw(func(b backend.Backend) {
+		var extra []string
+		if err := b.Scan(h.t.Context(), "", func(a string) error {
+			if _, ok := saved[a]; !ok {
+				extra = append(extra, a)
+			}
+			return nil
+		}); err != nil {
+			h.t.Fatal(err)
+		}
+		items := make([]backend.Item, 0, len(saved))
+		for a, v := range saved {
+			items = append(items, backend.Item{Addr: a, Value: v})
+		}
+		if err := errors.Join(b.Delete(h.t.Context(), extra), b.Write(h.t.Context(), items)); err != nil {
+			h.t.Fatal(err)
+		}
+	})
 }
 
 func testWrongKey(t *testing.T, h *harness) {

@@ -54,6 +54,10 @@ type Config struct {
 	// Integrity is true when the protocol authenticates what it stores, so
 	// tampered storage must yield kv.ErrTampered (every protocol but plain).
 	Integrity bool
+	// Durable is true when the protocol journals its trusted state
+	// (internal/durable): storage rolled back behind the journal is then
+	// refused at open (the DurableRollback test).
+	Durable bool
 	// NoLoader is true when the protocol has no bulk loader (kv.AsLoader
 	// reports none); the load tests then do not run. By default a loader is
 	// required.
@@ -88,9 +92,9 @@ func (c Config) validate(t *testing.T) {
 	}
 }
 
-func (c Config) kvConfig(b backend.Backend, keys *seal.Keys) kv.Config {
+func (c Config) kvConfig(b backend.Backend, keys *seal.Keys, journal string) kv.Config {
 	return kv.Config{Protocol: c.Protocol, Backend: b, Keys: keys, Capacity: c.Capacity,
-		ValueSize: c.ValueSize, MaxKeySize: c.MaxKeySize, Options: c.Options}
+		ValueSize: c.ValueSize, MaxKeySize: c.MaxKeySize, Options: c.Options, JournalDir: journal}
 }
 
 // Storage is untrusted storage a test runs on.
@@ -141,16 +145,18 @@ func OpenStore(t *testing.T, cfg Config, st Storage) kv.Store {
 	return h.mustOpen(nil)
 }
 
-// harness opens stores of one Config on one Storage for one test.
+// harness opens stores of one Config on one Storage for one test, each
+// with the same journal directory (the proxy's trusted disk).
 type harness struct {
-	t    *testing.T
-	cfg  Config
-	open func() (backend.Backend, error)
-	keys *seal.Keys
+	t       *testing.T
+	cfg     Config
+	open    func() (backend.Backend, error)
+	keys    *seal.Keys
+	journal string
 }
 
 func newHarness(t *testing.T, cfg Config, st Storage) *harness {
-	return &harness{t: t, cfg: cfg, open: st.New(t), keys: NewKeys(t)}
+	return &harness{t: t, cfg: cfg, open: st.New(t), keys: NewKeys(t), journal: t.TempDir()}
 }
 
 // tryOpen opens a store on a new handle; mod may change the kv.Config. A
@@ -162,7 +168,7 @@ func (h *harness) tryOpen(mod func(*kv.Config)) (kv.Store, error) {
 	if err != nil {
 		h.t.Fatalf("opening %s storage handle: %v", h.cfg.Protocol, err)
 	}
-	kc := h.cfg.kvConfig(b, h.keys)
+	kc := h.cfg.kvConfig(b, h.keys, h.journal)
 	if mod != nil {
 		mod(&kc)
 	}

@@ -229,6 +229,10 @@ func (t *Tap) Scan(ctx context.Context, prefix string, fn func(addr string) erro
 	return err
 }
 
+// Sync forwards to the wrapped backend (backend.Syncer). It is not a call
+// storage answers, so the log does not record it.
+func (t *Tap) Sync(ctx context.Context) error { return backend.Sync(ctx, t.next) }
+
 // Close implements backend.Backend.
 func (t *Tap) Close() error { return t.next.Close() }
 

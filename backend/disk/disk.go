@@ -228,6 +228,18 @@ func (b *Backend) commit(ctx context.Context, n int, fill func(*pebble.Batch) er
 	return nil
 }
 
+// Sync makes every Write and Delete that returned durable
+// (backend.Syncer): one fsync of pebble's write-ahead log, which matters
+// under Options.NoSync.
+func (b *Backend) Sync(ctx context.Context) error {
+	db, err := b.acquire(ctx)
+	if err != nil {
+		return err
+	}
+	defer b.mu.RUnlock()
+	return db.LogData(nil, pebble.Sync)
+}
+
 // Scan implements backend.Backend. It reads addresses in chunks and calls fn
 // without holding the database, so fn may call any method, even Close.
 func (b *Backend) Scan(ctx context.Context, prefix string, fn func(addr string) error) error {

@@ -33,6 +33,7 @@ type benchFlags struct {
 	valueSize, workers    int
 	rate                  float64
 	backend, dataDir      string
+	fsync                 fsyncPolicy
 	latency               time.Duration
 	addr, jsonOut, csvOut string
 	seed                  uint64
@@ -108,6 +109,7 @@ See docs/benchmarks.md for what each figure means.`,
 	fs.StringVar(&f.backend, "backend", "mem", "untrusted storage: mem (default for bench), disk or redis://HOST:PORT[/DB]")
 	fs.DurationVar(&f.latency, "backend-latency", 0, "delay added to every backend round trip, to emulate a WAN (e.g. 10ms)")
 	fs.StringVar(&f.dataDir, "data-dir", "", "where the disk backend keeps its runs (default: a temporary directory); removed afterwards")
+	registerFsync(cmd, &f.fsync)
 	fs.StringVar(&f.addr, "addr", "", "benchmark the RESP server at HOST:PORT instead of an in-process store")
 	fs.StringVar(&f.jsonOut, "json", "", "also write the results to this file as JSON")
 	fs.StringVar(&f.csvOut, "csv", "", "also write the results to this file as CSV")
@@ -305,7 +307,8 @@ func (f benchFlags) opener(options map[string]any, records int) (bench.Opener, f
 		}
 		opened, err := setup.Open(ctx, setup.Options{Protocol: protocol, Backend: f.backend,
 			DataDir: dir, BackendLatency: f.latency, Capacity: capacity, ValueSize: f.valueSize,
-			Prefix: "bench/" + runID + "/" + protocol + "/", EphemeralKey: true, ProtocolOptions: options[protocol]})
+			Prefix: "bench/" + runID + "/" + protocol + "/", EphemeralKey: true, ProtocolOptions: options[protocol],
+			NoFsync: f.fsync.none})
 		if err != nil {
 			return nil, errors.Join(err, os.RemoveAll(dir))
 		}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"strings"
 	"time"
 
@@ -20,6 +21,7 @@ type storeFlags struct {
 	latency   time.Duration
 	tapFile   string
 	opts      []string
+	fsync     fsyncPolicy
 }
 
 func (f *storeFlags) register(cmd *cobra.Command) {
@@ -31,7 +33,34 @@ func (f *storeFlags) register(cmd *cobra.Command) {
 	fs.IntVar(&f.valueSize, "value-size", kv.DefaultValueSize, "largest value in bytes of a new store")
 	fs.DurationVar(&f.latency, "backend-latency", 0, "delay added to every backend round trip, to emulate a WAN (e.g. 10ms)")
 	fs.StringVar(&f.tapFile, "tap", "", "write the adversary's view (one record per backend call) to this file")
+	registerFsync(cmd, &f.fsync)
 	registerOpt(cmd, &f.opts, "")
+}
+
+// fsyncPolicy is the value of --fsync: "always" (the default) or "none".
+type fsyncPolicy struct{ none bool }
+
+func (p *fsyncPolicy) String() string {
+	if p.none {
+		return "none"
+	}
+	return "always"
+}
+
+func (p *fsyncPolicy) Set(v string) error {
+	switch v {
+	case "always", "none":
+		p.none = v == "none"
+		return nil
+	}
+	return fmt.Errorf("want always or none, got %q", v)
+}
+
+func (p *fsyncPolicy) Type() string { return "policy" }
+
+// registerFsync adds the --fsync flag.
+func registerFsync(cmd *cobra.Command, p *fsyncPolicy) {
+	cmd.Flags().Var(p, "fsync", "always: an acknowledged write is on stable storage (the journal, and the disk backend, fsync before answering); none: no fsync, so a power loss may lose the last moments, a process crash nothing")
 }
 
 // registerOpt adds the repeatable --opt flag; more is added to its help.
@@ -43,7 +72,7 @@ func registerOpt(cmd *cobra.Command, opts *[]string, more string) {
 // left zero so an existing store keeps its own.
 func (f *storeFlags) options(cmd *cobra.Command) setup.Options {
 	o := setup.Options{Backend: f.backend, DataDir: f.dataDir, BackendLatency: f.latency, TapFile: f.tapFile,
-		OptionArgs: f.opts}
+		OptionArgs: f.opts, NoFsync: f.fsync.none}
 	fs := cmd.Flags()
 	if fs.Changed("protocol") {
 		o.Protocol = f.protocol

@@ -40,6 +40,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sync"
+	"syscall"
 
 	"github.com/oblivkv/oblivkv/backend/disk"
 	"github.com/oblivkv/oblivkv/internal/sealedstate"
@@ -78,6 +79,7 @@ type Journal struct {
 	dir    string
 	keys   *seal.Keys
 	sync   bool
+	lock   *os.File      // holds the directory's lock while open
 	states *disk.Backend // the checkpoint store
 
 	mu       sync.Mutex
@@ -111,21 +113,40 @@ func Open(dir string, keys *seal.Keys, o Options) (*Journal, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("journal: %w", err)
 	}
+	lock, err := lockDir(dir)
+	if err != nil {
+		return nil, err
+	}
 	states, err := disk.OpenWith(filepath.Join(dir, "checkpoints"), disk.Options{CacheSize: 1 << 20})
 	if err != nil {
+		lock.Close()
 		return nil, fmt.Errorf("journal: %w", err)
 	}
-	j := &Journal{dir: dir, keys: keys, sync: !o.NoSync, states: states}
+	j := &Journal{dir: dir, keys: keys, sync: !o.NoSync, lock: lock, states: states}
 	j.done = sync.NewCond(&j.mu)
 	if err := checkIdent(dir, keys); err != nil {
-		states.Close()
+		j.Crash()
 		return nil, err
 	}
 	if err := j.recover(); err != nil {
-		states.Close()
+		j.Crash()
 		return nil, err
 	}
 	return j, nil
+}
+
+// lockDir takes the lock of a journal directory, so that two processes
+// never append to one journal.
+func lockDir(dir string) (*os.File, error) {
+	f, err := os.OpenFile(filepath.Join(dir, "LOCK"), os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("journal: %w", err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("journal: %s is in use by another process (is another oblivkv running on this data dir?): %w", dir, err)
+	}
+	return f, nil
 }
 
 // recover loads the checkpoint and the log, and opens a new segment for
@@ -338,14 +359,35 @@ func (j *Journal) rotateLocked() error {
 
 // Close writes what is pending and closes the journal.
 func (j *Journal) Close() error {
-	err := j.Sync(j.Last())
+	return errors.Join(j.Sync(j.Last()), j.release())
+}
+
+// Crash closes the journal as a crash would: records not yet written are
+// lost, as if the process died. Tests use it to crash a store in process.
+func (j *Journal) Crash() { j.release() }
+
+// release closes the files and the lock; what is pending is dropped.
+func (j *Journal) release() error {
 	j.mu.Lock()
 	defer j.mu.Unlock()
+	var err error
 	if j.seg != nil {
-		err = errors.Join(err, j.seg.Close())
+		err = j.seg.Close()
 		j.seg = nil
 	}
-	return errors.Join(err, j.states.Close())
+	if j.states != nil {
+		err = errors.Join(err, j.states.Close())
+		j.states = nil
+	}
+	if j.lock != nil {
+		err = errors.Join(err, j.lock.Close())
+		j.lock = nil
+	}
+	j.pending = nil
+	if j.err == nil {
+		j.err = errors.New("journal: closed")
+	}
+	return err
 }
 
 func slotAddr(slot int) string { return fmt.Sprintf("checkpoint/%d", slot) }

@@ -11,7 +11,6 @@ import (
 
 	"github.com/oblivkv/oblivkv/backend"
 	"github.com/oblivkv/oblivkv/backend/disk"
-	"github.com/oblivkv/oblivkv/kvtest"
 	"github.com/oblivkv/oblivkv/seal"
 )
 
@@ -38,6 +37,19 @@ func copyDir(t *testing.T, src, dst string) {
 	}
 }
 
+func newKeys(t *testing.T) *seal.Keys {
+	t.Helper()
+	master, err := seal.GenerateMaster()
+	if err != nil {
+		t.Fatal(err)
+	}
+	k, err := seal.NewKeys(master)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return k
+}
+
 func open(t *testing.T, dir string, keys *seal.Keys) *Journal {
 	t.Helper()
 	j, err := Open(dir, keys, Options{})
@@ -47,7 +59,9 @@ func open(t *testing.T, dir string, keys *seal.Keys) *Journal {
 	return j
 }
 
-func data(i int) []byte { return []byte(fmt.Sprintf("record %d %s", i, bytes.Repeat([]byte{byte(i)}, i%50))) }
+func data(i int) []byte {
+	return []byte(fmt.Sprintf("record %d %s", i, bytes.Repeat([]byte{byte(i)}, i%50)))
+}
 
 // commitN commits records from..to (inclusive) and checks their LSNs.
 func commitN(t *testing.T, j *Journal, from, to int) {
@@ -76,7 +90,7 @@ func wantRecords(t *testing.T, recs []Record, from, to int) {
 // Records committed come back in order after a reopen, and appends go on
 // from the next LSN.
 func TestRoundTrip(t *testing.T) {
-	dir, keys := t.TempDir(), kvtest.NewKeys(t)
+	dir, keys := t.TempDir(), newKeys(t)
 	j := open(t, dir, keys)
 	if cp, at, recs := j.Recovered(); cp != nil || at != 0 || len(recs) != 0 {
 		t.Fatalf("a new journal recovered %d bytes of checkpoint at %d and %d records", len(cp), at, len(recs))
@@ -99,7 +113,7 @@ func TestRoundTrip(t *testing.T) {
 // A checkpoint replaces the records it covers: a reopen finds it and only
 // the records after it, and the segments it covers are gone.
 func TestCheckpoint(t *testing.T) {
-	dir, keys := t.TempDir(), kvtest.NewKeys(t)
+	dir, keys := t.TempDir(), newKeys(t)
 	j := open(t, dir, keys)
 	commitN(t, j, 1, 10)
 	if err := j.Checkpoint(t.Context(), []byte("state at 10"), 10); err != nil {
@@ -132,7 +146,7 @@ func TestCheckpoint(t *testing.T) {
 // not yet) is not read: the other slot's checkpoint, and the log after it,
 // which a checkpoint drops only once written, recover the state.
 func TestTornCheckpoint(t *testing.T) {
-	dir, keys := t.TempDir(), kvtest.NewKeys(t)
+	dir, keys := t.TempDir(), newKeys(t)
 	j := open(t, dir, keys)
 	for _, at := range []int{5, 7, 9} { // slots 0, 1, 0
 		commitN(t, j, int(j.Last())+1, at)
@@ -166,7 +180,7 @@ func TestTornCheckpoint(t *testing.T) {
 // every corrupted byte of it recovers exactly the records before it, and
 // appending continues at its LSN.
 func TestTornTail(t *testing.T) {
-	dir, keys := t.TempDir(), kvtest.NewKeys(t)
+	dir, keys := t.TempDir(), newKeys(t)
 	j := open(t, dir, keys)
 	commitN(t, j, 1, 7)
 	before := j.Stats().Bytes
@@ -216,7 +230,7 @@ func TestTornTail(t *testing.T) {
 // A bad record followed by good ones is not a torn tail: it is corruption
 // of acknowledged records, and Open refuses it.
 func TestCorruptMiddle(t *testing.T) {
-	dir, keys := t.TempDir(), kvtest.NewKeys(t)
+	dir, keys := t.TempDir(), newKeys(t)
 	j := open(t, dir, keys)
 	commitN(t, j, 1, 5)
 	j.Close()
@@ -231,11 +245,11 @@ func TestCorruptMiddle(t *testing.T) {
 
 // A journal opened with another key is refused, and keeps its records.
 func TestWrongKey(t *testing.T) {
-	dir, keys := t.TempDir(), kvtest.NewKeys(t)
+	dir, keys := t.TempDir(), newKeys(t)
 	j := open(t, dir, keys)
 	commitN(t, j, 1, 3)
 	j.Close()
-	if _, err := Open(dir, kvtest.NewKeys(t), Options{}); !errors.Is(err, ErrWrongKey) {
+	if _, err := Open(dir, newKeys(t), Options{}); !errors.Is(err, ErrWrongKey) {
 		t.Fatalf("Open with another key: %v; want ErrWrongKey", err)
 	}
 	j = open(t, dir, keys)
@@ -247,7 +261,7 @@ func TestWrongKey(t *testing.T) {
 // Concurrent commits share fsyncs: every record is durable when its
 // Commit returns, in far fewer groups than records.
 func TestGroupCommit(t *testing.T) {
-	dir, keys := t.TempDir(), kvtest.NewKeys(t)
+	dir, keys := t.TempDir(), newKeys(t)
 	j := open(t, dir, keys)
 	const writers, each = 32, 50
 	var wg sync.WaitGroup
@@ -272,4 +286,21 @@ func TestGroupCommit(t *testing.T) {
 	if _, _, recs := j.Recovered(); len(recs) != writers*each {
 		t.Fatalf("%d records recovered, want %d", len(recs), writers*each)
 	}
+}
+
+// One process at a time: a second Open of a journal in use is refused,
+// and a crashed journal's lock is released.
+func TestLock(t *testing.T) {
+	dir, keys := t.TempDir(), newKeys(t)
+	j := open(t, dir, keys)
+	commitN(t, j, 1, 2)
+	if _, err := Open(dir, keys, Options{}); err == nil {
+		t.Fatal("a second Open of a journal in use succeeded")
+	}
+	j.Append(data(3)) // never written: lost in the crash
+	j.Crash()
+	j = open(t, dir, keys)
+	defer j.Close()
+	_, _, recs := j.Recovered()
+	wantRecords(t, recs, 1, 2)
 }

@@ -61,6 +61,10 @@ type Options struct {
 	// EphemeralKey uses a fresh key that is never written to disk: for
 	// benchmarks and tests whose data is thrown away.
 	EphemeralKey bool
+	// NoFsync is the --fsync none policy: the journal and the disk
+	// backend write without fsync, so a power loss may lose the last
+	// moments (a process crash loses nothing acknowledged).
+	NoFsync bool
 }
 
 // Opened is an open store and what must be released with it.
@@ -75,9 +79,13 @@ type Opened struct {
 // KeyFile returns the key file path of a data directory.
 func KeyFile(dataDir string) string { return filepath.Join(dataDir, "key") }
 
+// JournalDir returns the journal directory of a data directory, where a
+// store keeps its trusted state (internal/journal).
+func JournalDir(dataDir string) string { return filepath.Join(dataDir, "journal") }
+
 // Open opens the backend and the store described by opts.
 func Open(ctx context.Context, opts Options) (*Opened, error) {
-	raw, err := OpenBackend(ctx, opts.Backend, opts.DataDir)
+	raw, err := OpenBackend(ctx, opts.Backend, opts.DataDir, opts.NoFsync)
 	if err != nil {
 		return nil, err
 	}
@@ -114,7 +122,13 @@ func openStore(ctx context.Context, b backend.Backend, opts Options) (*Opened, e
 		}
 	}
 	cfg := kv.Config{Protocol: opts.Protocol, Backend: b, Keys: keys, Capacity: opts.Capacity,
-		ValueSize: opts.ValueSize, Options: opts.ProtocolOptions}
+		ValueSize: opts.ValueSize, Options: opts.ProtocolOptions, NoFsync: opts.NoFsync}
+	if opts.Backend != "mem" && opts.DataDir != "" {
+		if err := makeDataDir(opts.DataDir); err != nil {
+			return nil, err
+		}
+		cfg.JournalDir = JournalDir(opts.DataDir)
+	}
 	if opts.TapFile != "" {
 		if o.tapLog, err = observe.CreateFileLog(opts.TapFile); err != nil {
 			return nil, err
@@ -232,7 +246,7 @@ func (o *Opened) Discard(ctx context.Context) error {
 	if o.opts.Prefix == "" || o.opts.Backend == "mem" {
 		return err
 	}
-	raw, oerr := OpenBackend(ctx, o.opts.Backend, o.opts.DataDir)
+	raw, oerr := OpenBackend(ctx, o.opts.Backend, o.opts.DataDir, o.opts.NoFsync)
 	if oerr != nil {
 		return errors.Join(err, oerr)
 	}
@@ -240,8 +254,9 @@ func (o *Opened) Discard(ctx context.Context) error {
 }
 
 // OpenBackend opens the storage named by spec: "mem", "disk" (under
-// dataDir/store) or "redis://HOST:PORT[/DB]".
-func OpenBackend(ctx context.Context, spec, dataDir string) (backend.Backend, error) {
+// dataDir/store, without fsync per write when noFsync) or
+// "redis://HOST:PORT[/DB]".
+func OpenBackend(ctx context.Context, spec, dataDir string, noFsync bool) (backend.Backend, error) {
 	switch {
 	case spec == "mem":
 		return mem.New(), nil
@@ -249,7 +264,7 @@ func OpenBackend(ctx context.Context, spec, dataDir string) (backend.Backend, er
 		if err := makeDataDir(dataDir); err != nil {
 			return nil, err
 		}
-		return disk.Open(filepath.Join(dataDir, "store"))
+		return disk.OpenWith(filepath.Join(dataDir, "store"), disk.Options{NoSync: noFsync})
 	case strings.HasPrefix(spec, "redis://"):
 		return redis.Open(ctx, spec)
 	}

@@ -15,7 +15,8 @@ import (
 // stash, and the whole tree is written afresh in large batches. Loading
 // more distinct keys than the capacity loads nothing and returns
 // kv.ErrFull. If a batch fails to write, the store stops serving (its
-// state no longer matches storage) and must be created again.
+// state no longer matches storage); reopened, it is empty. The loaded
+// state is checkpointed before Load returns.
 func (s *store) Load(ctx context.Context, items iter.Seq2[string, []byte]) (int, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -35,6 +36,11 @@ func (s *store) Load(ctx context.Context, items iter.Seq2[string, []byte]) (int,
 		vals[id] = append([]byte{}, v...)
 	}
 	buckets, pos, stash := o.layout(vals)
+	// Journaled first: a crash while the tree is rewritten leaves a tree
+	// that matches no state, and recovery writes an empty one afresh.
+	if _, err := s.log.Commit([]byte{deltaLoad}); err != nil {
+		return 0, fmt.Errorf("pathoram: %w", err)
+	}
 	if err := s.remote.writeTree(ctx, func(b uint64) []tree.Block { return buckets[b] }); err != nil {
 		s.remote.broken = fmt.Errorf("pathoram: bulk load failed, the store must be created again: %w", err)
 		return 0, s.remote.broken
@@ -42,6 +48,9 @@ func (s *store) Load(ctx context.Context, items iter.Seq2[string, []byte]) (int,
 	o.pos, o.stash = pos, stash
 	o.stashMax = max(o.stashMax, len(stash))
 	s.publish()
+	if err := s.checkpoint(ctx); err != nil {
+		return 0, fmt.Errorf("pathoram: %w", err)
+	}
 	return len(pos), nil
 }
 

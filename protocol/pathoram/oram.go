@@ -17,10 +17,11 @@ type paths interface {
 	// read in one backend call.
 	readPath(ctx context.Context, path []uint64) ([][]tree.Block, error)
 	// writePath writes the buckets of path back in one atomic backend call,
-	// contents[i] the blocks of path[i]. When it returns, the contents are
-	// committed: written, or (after an error) queued to be written before
-	// any later read.
-	writePath(ctx context.Context, path []uint64, contents [][]tree.Block) error
+	// contents[i] the blocks of path[i], after journaling the access that
+	// made them (delta describes it: see journalDelta). When it returns,
+	// the contents are committed: written, or (after an error) queued to
+	// be written before any later read.
+	writePath(ctx context.Context, path []uint64, contents [][]tree.Block, delta func() []byte) error
 }
 
 // entry is a block in the stash or in an access's working set, with the
@@ -106,7 +107,7 @@ func (o *oram) access(ctx context.Context, id tree.BlockID, op opKind, val []byt
 		return result{}, err
 	}
 	o.flush(leaf)
-	err = o.io.writePath(ctx, o.path, o.contents)
+	err = o.io.writePath(ctx, o.path, o.contents, func() []byte { return o.journalDelta(leaf, id) })
 	for i := range o.contents {
 		clear(o.contents[i])
 		o.contents[i] = o.contents[i][:0]

@@ -23,18 +23,16 @@
 //
 // # Restart and crashes
 //
-// The trusted state lives in the proxy's memory. Close writes any pending
-// write-back, then saves the state sealed (AES-GCM bound to each chunk's
-// address, with a header that authenticates the whole) under "po-state/"
-// and closes the backend. Opening an existing store loads that state and
-// then deletes it from storage before serving anything: a store that is
-// not closed cleanly afterwards (a crash, kill -9) has lost its position
-// map, and the next open fails with ErrUnclean rather than serving stale
-// data. Its data cannot be recovered; create the store again and reload
-// it. A storage operator who deletes the saved state causes the same
-// error; one who restores the whole storage (tree and state) to an
-// earlier clean shutdown is not detected, since the proxy keeps nothing
-// outside storage across restarts.
+// The trusted state is journaled on the proxy's disk (internal/durable):
+// every access, before its write-back is issued and before it returns,
+// records its changes to the position map and the stash with the sealed
+// buckets it writes; every DefaultEvery accesses, and at Close, a
+// checkpoint of the whole state replaces the journal. Opening an existing
+// store loads the checkpoint, replays the accesses after it and writes
+// their buckets again, in order: a crash (kill -9, power loss under the
+// default fsync policy) loses no acknowledged access, and storage sees
+// again only writes it saw, or would have seen, before. Storage restored
+// from a copy older than the proxy's checkpoint is refused at open.
 //
 // A failed write-back (storage unreachable) is retried before the next
 // access, so storage never falls behind the proxy; the failed operation
@@ -50,7 +48,7 @@ import (
 	"sync/atomic"
 
 	"github.com/oblivkv/oblivkv/backend"
-	"github.com/oblivkv/oblivkv/internal/sealedstate"
+	"github.com/oblivkv/oblivkv/internal/durable"
 	"github.com/oblivkv/oblivkv/kv"
 	"github.com/oblivkv/oblivkv/protocol/tree"
 	"github.com/oblivkv/oblivkv/seal"
@@ -66,7 +64,7 @@ type Options struct {
 	// created with.
 	Z int
 	// BatchBytes bounds one backend write when the whole tree is written
-	// (initialisation, bulk load) or the state is saved (default 4 MiB).
+	// (initialisation, bulk load; default 4 MiB).
 	BatchBytes int
 
 	seed *[32]byte // tests only: makes leaf choices reproducible
@@ -97,22 +95,15 @@ func optionsOf(v any) (Options, error) {
 	return o, nil
 }
 
-// ErrUnclean reports a store whose saved state is missing: it was not
-// closed after it was last opened (or the state was deleted from storage).
-var ErrUnclean = sealedstate.ErrUnclean
-
-// Addresses: buckets are treePrefix + 8 bytes; the saved state lives under
-// statePrefix.
-const (
-	treePrefix  = "po/"
-	statePrefix = "po-state/"
-)
+// treePrefix begins the address of every bucket (then 8 bytes).
+const treePrefix = "po/"
 
 type store struct {
 	keys  *seal.Keys
 	b     backend.Backend
 	opts  Options
 	codec *tree.Codec
+	log   *durable.Log
 
 	mu     sync.Mutex // one access at a time
 	o      *oram
@@ -130,7 +121,8 @@ func open(ctx context.Context, env kv.Env) (kv.Store, error) {
 	}
 	g := tree.NewGeometry(env.Capacity)
 	codec := tree.NewCodec(env.Keys, opts.Z, env.ValueSize)
-	r := &remote{b: env.Backend, layout: tree.Layout{Prefix: treePrefix}, codec: codec,
+	log := durable.New(env.Journal, env.Backend, env.Keys)
+	r := &remote{b: env.Backend, layout: tree.Layout{Prefix: treePrefix}, codec: codec, log: log,
 		batchBytes: opts.BatchBytes, versions: make([]uint64, g.Buckets()), leak: opts.leak}
 	seed := opts.seed
 	if seed == nil {
@@ -139,14 +131,18 @@ func open(ctx context.Context, env kv.Env) (kv.Store, error) {
 			return nil, fmt.Errorf("pathoram: seeding leaf choices: %w", err)
 		}
 	}
-	s := &store{keys: env.Keys, b: env.Backend, opts: opts, codec: codec, remote: r,
+	s := &store{keys: env.Keys, b: env.Backend, opts: opts, codec: codec, remote: r, log: log,
 		o: newORAM(g, opts.Z, env.Capacity, r, *seed)}
 	s.o.leak = opts.leak
 	if env.Fresh {
-		// A fresh tree of dummy buckets, written in large batches.
+		// A fresh tree of dummy buckets, written in large batches, then
+		// the journal's first checkpoint.
 		err = r.writeTree(ctx, func(uint64) []tree.Block { return nil })
+		if err == nil {
+			err = log.Create(ctx, s.encodeState())
+		}
 	} else {
-		err = s.loadState(ctx)
+		err = s.recover(ctx)
 	}
 	if err != nil {
 		return nil, err
@@ -168,6 +164,9 @@ func (s *store) do(ctx context.Context, key string, op opKind, val []byte) (resu
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	res, err := s.o.access(ctx, id, op, val)
+	if err == nil && s.log.Due() {
+		err = s.checkpoint(ctx)
+	}
 	s.publish()
 	if err != nil {
 		return result{}, fmt.Errorf("pathoram: %w", err)
@@ -210,18 +209,14 @@ func (s *store) Stats() kv.Stats {
 	}}
 }
 
-// Close implements kv.Store: it writes any pending write-back, saves the
-// trusted state to storage and closes the backend.
+// Close implements kv.Store: it writes any pending write-back, replaces
+// the journal by a checkpoint and closes the backend.
 func (s *store) Close() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	ctx := context.Background()
-	err := s.remote.settle(ctx)
-	if err == nil {
-		err = s.saveState(ctx)
-	}
+	err := s.checkpoint(context.Background())
 	if err != nil {
-		err = fmt.Errorf("pathoram: state not saved, the store cannot be reopened: %w", err)
+		err = fmt.Errorf("pathoram: closing without a checkpoint; the next open replays the journal: %w", err)
 	}
 	return errors.Join(err, s.b.Close())
 }

@@ -5,17 +5,20 @@ import (
 	"fmt"
 
 	"github.com/oblivkv/oblivkv/backend"
+	"github.com/oblivkv/oblivkv/internal/durable"
 	"github.com/oblivkv/oblivkv/protocol/tree"
 )
 
 // remote is the paths of a real store: buckets sealed by a tree.Codec on a
 // backend, each bound to a version the proxy keeps (so a bucket replayed
-// from an older write fails to authenticate).
+// from an older write fails to authenticate), every write-back journaled
+// in log before it is issued.
 type remote struct {
 	b          backend.Backend
 	layout     tree.Layout
 	codec      *tree.Codec
 	batchBytes int
+	log        *durable.Log
 
 	// versions[i] is the version bucket i was last written with. It is
 	// trusted state, saved with the position map.
@@ -63,9 +66,12 @@ func (r *remote) readPath(ctx context.Context, path []uint64) ([][]tree.Block, e
 	return buckets, err
 }
 
-// writePath seals every bucket of the path afresh under its next version
-// and writes them in one atomic call (Sec. IV-A step 3 "Writing-back").
-func (r *remote) writePath(ctx context.Context, path []uint64, contents [][]tree.Block) error {
+// writePath seals every bucket of the path afresh under its next version,
+// journals the access (its delta and the sealed buckets) and writes them
+// in one atomic call (Sec. IV-A step 3 "Writing-back"). A journal that
+// fails stops the store: the access changed the proxy's state, and
+// without its record a crash would lose it.
+func (r *remote) writePath(ctx context.Context, path []uint64, contents [][]tree.Block, delta func() []byte) error {
 	if r.leak == leakUnchangedNotWritten {
 		path, contents = r.changedOnly(path, contents)
 	}
@@ -80,6 +86,12 @@ func (r *remote) writePath(ctx context.Context, path []uint64, contents [][]tree
 	}
 	for i, b := range path {
 		r.versions[b] = r.vers[i]
+	}
+	if r.log.Durable() {
+		if _, err := r.log.Commit(delta(), durable.Op{Items: items}); err != nil {
+			r.broken = fmt.Errorf("pathoram: store stopped: %w", err)
+			return r.broken
+		}
 	}
 	r.pending = items
 	return r.settle(ctx)

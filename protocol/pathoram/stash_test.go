@@ -22,7 +22,7 @@ func (s *simPaths) readPath(_ context.Context, path []uint64) ([][]tree.Block, e
 	return out, nil
 }
 
-func (s *simPaths) writePath(_ context.Context, path []uint64, contents [][]tree.Block) error {
+func (s *simPaths) writePath(_ context.Context, path []uint64, contents [][]tree.Block, _ func() []byte) error {
 	for i, b := range path {
 		s.buckets[b] = append(s.buckets[b][:0], contents[i]...)
 	}

@@ -7,40 +7,136 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/oblivkv/oblivkv/internal/sealedstate"
 	"github.com/oblivkv/oblivkv/kv"
 	"github.com/oblivkv/oblivkv/protocol/tree"
 )
 
-// stateAddr holds the saved state (internal/sealedstate: sealed chunks of
-// at most Options.BatchBytes under a header written last).
-const stateAddr = statePrefix + "s"
+const stateMagic = "oblivkv pathoram checkpoint v1\n"
 
-const stateMagic = "oblivkv pathoram state v1\n"
+// Journal records (internal/durable) carry, besides the sealed buckets
+// each access writes, one of these deltas of the trusted state.
+const (
+	deltaAccess byte = iota + 1 // an access: its path, its block's position, the stash after it
+	deltaLoad                   // a bulk load begins: the tree is rewritten whole
+)
 
-// saveState writes the trusted state to storage; s.mu is held.
-func (s *store) saveState(ctx context.Context) error {
-	return sealedstate.SaveBytes(ctx, s.b, s.keys, stateAddr, s.encodeState(), s.opts.BatchBytes)
+// journalDelta describes the access that just read leaf's path for block
+// id: the position map's entry for id (its new leaf, or none) and the
+// whole stash after the flush (usually a handful of blocks).
+func (o *oram) journalDelta(leaf uint64, id tree.BlockID) []byte {
+	b := append([]byte{deltaAccess}, id[:]...)
+	b = binary.AppendUvarint(b, leaf)
+	if nl, ok := o.pos[id]; ok {
+		b = binary.AppendUvarint(append(b, 1), nl)
+	} else {
+		b = append(b, 0)
+	}
+	b = binary.AppendUvarint(b, uint64(len(o.stash)))
+	for _, e := range o.stash {
+		b = append(b, e.id[:]...)
+		b = binary.AppendUvarint(b, uint64(len(e.val)))
+		b = append(b, e.val...)
+	}
+	return b
 }
 
-// loadState reads the saved state, installs it and deletes it from
-// storage, so that a crash from now on is detected at the next open.
-func (s *store) loadState(ctx context.Context) error {
-	plain, err := sealedstate.LoadBytes(ctx, s.b, s.keys, stateAddr)
-	if err != nil {
-		return fmt.Errorf("pathoram: reading saved state: %w", err)
+// replay applies a journaled delta to the state; it reports whether the
+// delta was the start of a bulk load that never checkpointed (the tree
+// must then be written afresh).
+func (s *store) replay(delta []byte) (load bool, err error) {
+	d := decoder{buf: delta}
+	o, r := s.o, s.remote
+	if len(delta) == 0 {
+		return false, fmt.Errorf("%w: empty journal delta", errMalformed)
 	}
-	if err := s.decodeState(plain); err != nil {
+	d.buf = d.buf[1:]
+	switch delta[0] {
+	case deltaLoad:
+		return true, nil
+	case deltaAccess:
+	default:
+		return false, fmt.Errorf("%w: journal delta of kind %d", errMalformed, delta[0])
+	}
+	id, leaf := d.id(), d.uvarint()
+	d.check(leaf < o.g.Leaves(), "leaf")
+	present := d.byte() == 1
+	var newLeaf uint64
+	if present {
+		newLeaf = d.uvarint()
+		d.check(newLeaf < o.g.Leaves(), "leaf")
+	}
+	var stash []entry
+	for n := d.count(); n > 0 && d.err == nil; n-- {
+		e := entry{id: d.id()}
+		e.val = d.bytes(s.codec.ValueSize())
+		stash = append(stash, e)
+	}
+	d.check(len(d.buf) == 0, "trailing bytes")
+	if d.err != nil {
+		return false, d.err
+	}
+	if present {
+		o.pos[id] = newLeaf
+	} else {
+		delete(o.pos, id)
+	}
+	for i := range stash {
+		var ok bool
+		stash[i].leaf, ok = o.pos[stash[i].id]
+		if !ok {
+			return false, fmt.Errorf("%w: a stashed block without a position", errMalformed)
+		}
+	}
+	for _, b := range o.g.Path(leaf, nil) {
+		r.versions[b]++
+	}
+	o.stash, o.stashMax = stash, max(o.stashMax, len(stash))
+	return false, nil
+}
+
+// checkpoint replaces the journal by the state, once the last write-back
+// is on storage.
+func (s *store) checkpoint(ctx context.Context) error {
+	if err := s.remote.settle(ctx); err != nil {
 		return err
 	}
-	if err := sealedstate.Delete(ctx, s.b, s.keys, stateAddr); err != nil {
-		return fmt.Errorf("pathoram: deleting the loaded state: %w", err)
-	}
-	return nil
+	return s.log.Checkpoint(ctx, s.encodeState(), s.log.Last())
 }
 
-// encodeState serialises the trusted state: parameters, position map,
-// stash, stash high-water mark and bucket versions.
+// recover rebuilds the trusted state from the journal: the last
+// checkpoint, the accesses after it, and their write-backs redone; a bulk
+// load cut short leaves an empty store, its tree written afresh. It ends
+// with a checkpoint, so the next crash replays nothing of this one.
+func (s *store) recover(ctx context.Context) error {
+	rec, err := s.log.Recover(ctx)
+	if err != nil {
+		return fmt.Errorf("pathoram: %w", err)
+	}
+	if err := s.decodeState(rec.State); err != nil {
+		return err
+	}
+	load := false
+	for i, delta := range rec.Deltas {
+		if load, err = s.replay(delta); err != nil {
+			return fmt.Errorf("pathoram: journal record %d after the checkpoint: %w", i+1, err)
+		}
+	}
+	if err := s.log.Redo(ctx, rec); err != nil {
+		return fmt.Errorf("pathoram: %w", err)
+	}
+	if load {
+		o := s.o
+		o.pos, o.stash = map[tree.BlockID]uint64{}, nil
+		if err := s.remote.writeTree(ctx, func(uint64) []tree.Block { return nil }); err != nil {
+			return fmt.Errorf("pathoram: rewriting the tree of an interrupted bulk load: %w", err)
+		}
+	}
+	return s.checkpoint(ctx)
+}
+
+// encodeState serialises the trusted state, a checkpoint's content:
+// parameters, position map, stash, stash high-water mark and bucket
+// versions.
 func (s *store) encodeState() []byte {
 	o, r := s.o, s.remote
 	idLen := len(tree.BlockID{})
@@ -72,7 +168,7 @@ func (s *store) encodeState() []byte {
 func (s *store) decodeState(plain []byte) error {
 	d := decoder{buf: plain}
 	if !bytes.HasPrefix(plain, []byte(stateMagic)) {
-		return fmt.Errorf("pathoram: saved state has an unknown format")
+		return fmt.Errorf("pathoram: checkpoint has an unknown format")
 	}
 	d.buf = d.buf[len(stateMagic):]
 	o, r := s.o, s.remote
@@ -80,7 +176,7 @@ func (s *store) decodeState(plain []byte) error {
 	// A mismatch of L or the value size is caught by kv's metadata record
 	// (capacity, value size) before this; Z is pathoram's own.
 	if d.err == nil && (L != uint64(o.g.L) || vs != uint64(s.codec.ValueSize())) {
-		return fmt.Errorf("pathoram: saved state is for a tree of %d levels and %d-byte values; this store has %d and %d",
+		return fmt.Errorf("pathoram: checkpoint is of a tree of %d levels and %d-byte values; this store has %d and %d",
 			L, vs, o.g.L, s.codec.ValueSize())
 	}
 	if d.err == nil && z != uint64(o.z) {
@@ -120,12 +216,22 @@ type decoder struct {
 	err error
 }
 
-var errMalformed = errors.New("pathoram: saved state is malformed")
+var errMalformed = errors.New("pathoram: trusted state is malformed")
 
 func (d *decoder) check(ok bool, what string) {
 	if !ok && d.err == nil {
 		d.err = fmt.Errorf("%w: %s", errMalformed, what)
 	}
+}
+
+func (d *decoder) byte() byte {
+	d.check(len(d.buf) > 0, "byte")
+	if d.err != nil {
+		return 0
+	}
+	v := d.buf[0]
+	d.buf = d.buf[1:]
+	return v
 }
 
 func (d *decoder) uvarint() uint64 {

@@ -1,0 +1,375 @@
+// Package durable is the write-ahead discipline a protocol follows to
+// survive a crash: every state transition is journaled (internal/journal),
+// with the backend writes it plans, before those writes are issued and
+// before any client is answered; recovery loads the last checkpoint,
+// replays the transitions after it and redoes their backend writes in
+// order; a checkpoint of the protocol's whole state replaces the journal
+// every so many transitions.
+//
+// A transition's record holds the protocol's own description of the
+// change (opaque here) and its backend operations, as the sealed bytes the
+// protocol hands the backend. Redoing them is idempotent: each is a whole
+// overwrite (or delete) of its addresses, so redoing every record since
+// the checkpoint, in order, leaves storage exactly as the last of them
+// left it, whether or not the crash let them through. Storage learns
+// nothing new from it: it sees again writes it saw before, or would have.
+//
+// At every checkpoint storage gets a sealed anchor naming the checkpoint's
+// position in the journal; recovery refuses storage whose anchor is older
+// than the proxy's checkpoint (restored from an older copy, or behind the
+// writes the proxy made since) with both positions in the error.
+//
+// The package owns the record format, the anchor and the rules for a store
+// that is new, unfinished or lost. It must never let a protocol's backend
+// write precede its record's durability, and never serve a store whose
+// trusted state and storage disagree on where they stand.
+package durable
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+
+	"github.com/oblivkv/oblivkv/backend"
+	"github.com/oblivkv/oblivkv/internal/journal"
+	"github.com/oblivkv/oblivkv/kv"
+	"github.com/oblivkv/oblivkv/seal"
+)
+
+// AnchorAddr is the storage address of the anchor (package kv reserves
+// "meta/").
+const AnchorAddr = "meta/anchor"
+
+// DefaultEvery is how many records a log holds before Due reports that a
+// checkpoint is due.
+const DefaultEvery = 1000
+
+// Op is one backend operation a record plans, issued in order: a Write of
+// Items, a WriteVersioned of Versioned, or a Delete of Addrs.
+type Op struct {
+	Items     []backend.Item
+	Versioned []backend.VersionedItem
+	Addrs     []string
+}
+
+// Errors of recovery.
+var (
+	// ErrRollback reports storage older than the proxy's trusted state.
+	ErrRollback = kv.ErrRollback
+	// ErrLost reports a store whose journal is gone.
+	ErrLost = errors.New("the store's journal is missing or empty: its trusted state is lost")
+	// ErrForeign reports a journal that holds another store's state.
+	ErrForeign = errors.New("the storage holds no store, but the journal holds one's state")
+	// ErrNoJournal reports an existing store opened without a journal.
+	ErrNoJournal = errors.New("the store needs its journal to be reopened, and none was given")
+)
+
+// Log is one store's write-ahead log. A nil journal makes it a log that
+// keeps nothing: the store works, and cannot be reopened.
+type Log struct {
+	j     *journal.Journal
+	b     backend.Backend
+	keys  *seal.Keys
+	every uint64
+	since uint64 // records since the last checkpoint
+}
+
+// New returns the log of a store over b, journaled in j (nil: none).
+func New(j *journal.Journal, b backend.Backend, keys *seal.Keys) *Log {
+	return &Log{j: j, b: b, keys: keys, every: DefaultEvery}
+}
+
+// SetEvery sets how many records make a checkpoint due (DefaultEvery
+// unless set).
+func (l *Log) SetEvery(n uint64) { l.every = max(n, 1) }
+
+// Durable reports whether the log keeps anything.
+func (l *Log) Durable() bool { return l.j != nil }
+
+// Append journals a transition (delta, the protocol's description, and the
+// backend operations it plans) and returns its LSN; it is durable once
+// Sync(lsn) returns. Appends are durable in order.
+func (l *Log) Append(delta []byte, ops ...Op) uint64 {
+	if l.j == nil {
+		return 0
+	}
+	l.since++
+	return l.j.Append(encode(delta, ops))
+}
+
+// Sync waits until every record up to lsn is durable.
+func (l *Log) Sync(lsn uint64) error {
+	if l.j == nil {
+		return nil
+	}
+	return l.j.Sync(lsn)
+}
+
+// Commit is Append and Sync.
+func (l *Log) Commit(delta []byte, ops ...Op) (uint64, error) {
+	lsn := l.Append(delta, ops...)
+	return lsn, l.Sync(lsn)
+}
+
+// Due reports whether enough records have accumulated for a checkpoint.
+// It counts records, never bytes, so when checkpoints happen depends only
+// on how many transitions storage saw.
+func (l *Log) Due() bool { return l.j != nil && l.since >= l.every }
+
+// Last returns the LSN of the last record appended.
+func (l *Log) Last() uint64 {
+	if l.j == nil {
+		return 0
+	}
+	return l.j.Last()
+}
+
+// Checkpoint replaces the journal up to record at by state, the protocol's
+// whole state after it, once every backend write planned up to at has been
+// issued: it makes storage durable (backend.Sync), writes the anchor, then
+// the checkpoint.
+func (l *Log) Checkpoint(ctx context.Context, state []byte, at uint64) error {
+	if l.j == nil {
+		return nil
+	}
+	if err := backend.Sync(ctx, l.b); err != nil {
+		return fmt.Errorf("durable: syncing storage for a checkpoint: %w", err)
+	}
+	anchor := l.keys.Seal(nil, []byte(AnchorAddr), binary.BigEndian.AppendUint64(nil, at))
+	if err := l.b.Write(ctx, []backend.Item{{Addr: AnchorAddr, Value: anchor}}); err != nil {
+		return fmt.Errorf("durable: writing the anchor: %w", err)
+	}
+	if err := l.j.Checkpoint(ctx, state, at); err != nil {
+		return err
+	}
+	l.since = l.j.Last() - at
+	return nil
+}
+
+// Create starts the log of a new store whose initial layout is on storage
+// and whose state is state: the checkpoint at position 0. A journal left
+// by a creation that never finished (that checkpoint, and nothing after
+// it) is overwritten; one holding any store's state is ErrForeign.
+func (l *Log) Create(ctx context.Context, state []byte) error {
+	if l.j == nil {
+		return nil
+	}
+	cp, at, recs := l.j.Recovered()
+	if (cp != nil && at > 0) || len(recs) > 0 {
+		return fmt.Errorf("%w (checkpoint at %d, %d records after it): is this the right storage for this data dir? To create a new store here, remove the journal", ErrForeign, at, len(recs))
+	}
+	return l.Checkpoint(ctx, state, l.j.Last())
+}
+
+// Recovery is what a store recovers: the state of its last checkpoint and
+// the transitions after it.
+type Recovery struct {
+	State  []byte   // the checkpoint's state
+	Deltas [][]byte // the protocol's deltas of the records after it, in order
+	ops    []Op
+	at     uint64
+}
+
+// Recover reads the store's checkpoint and the records after it, and
+// checks the anchor on storage: ErrLost without a checkpoint, ErrRollback
+// when storage's anchor is older than the checkpoint (or newer than the
+// journal). The protocol restores State, applies Deltas in order, then
+// calls Redo.
+func (l *Log) Recover(ctx context.Context) (Recovery, error) {
+	if l.j == nil {
+		return Recovery{}, ErrNoJournal
+	}
+	cp, at, recs := l.j.Recovered()
+	if cp == nil {
+		return Recovery{}, ErrLost
+	}
+	if err := l.checkAnchor(ctx, at, l.j.Last()); err != nil {
+		return Recovery{}, err
+	}
+	r := Recovery{State: cp, at: at}
+	for _, rec := range recs {
+		delta, ops, err := decode(rec.Data)
+		if err != nil {
+			return Recovery{}, fmt.Errorf("durable: record %d: %w", rec.LSN, err)
+		}
+		r.Deltas = append(r.Deltas, delta)
+		r.ops = append(r.ops, ops...)
+	}
+	l.since = uint64(len(recs))
+	return r, nil
+}
+
+// Redo issues, in order, every backend operation the recovered records
+// planned.
+func (l *Log) Redo(ctx context.Context, r Recovery) error {
+	for i, op := range r.ops {
+		var err error
+		switch {
+		case op.Items != nil:
+			err = l.b.Write(ctx, op.Items)
+		case op.Versioned != nil:
+			_, err = l.b.WriteVersioned(ctx, op.Versioned)
+		case op.Addrs != nil:
+			err = l.b.Delete(ctx, op.Addrs)
+		}
+		if err != nil {
+			return fmt.Errorf("durable: redoing backend operation %d of %d: %w", i+1, len(r.ops), err)
+		}
+	}
+	return nil
+}
+
+// checkAnchor requires storage's anchor to lie between the checkpoint at
+// and the journal's last record: anything older is a rollback (a crash
+// between the anchor and the checkpoint leaves it newer than at).
+func (l *Log) checkAnchor(ctx context.Context, at, last uint64) error {
+	vals, err := l.b.Read(ctx, []string{AnchorAddr})
+	if err != nil {
+		return fmt.Errorf("durable: reading the anchor: %w", err)
+	}
+	if vals[0] == nil {
+		return fmt.Errorf("%w: its anchor is missing (the proxy's checkpoint is at journal position %d)", ErrRollback, at)
+	}
+	plain, err := l.keys.Open(nil, []byte(AnchorAddr), vals[0])
+	if err != nil {
+		return fmt.Errorf("durable: the anchor: %w", err)
+	}
+	if len(plain) != 8 {
+		return fmt.Errorf("%w: the anchor is malformed", seal.ErrTampered)
+	}
+	switch got := binary.BigEndian.Uint64(plain); {
+	case got < at:
+		return fmt.Errorf("%w: storage is at journal position %d, the proxy's checkpoint at %d", ErrRollback, got, at)
+	case got > last:
+		return fmt.Errorf("%w: storage is at journal position %d, beyond the journal's last record %d (the journal lost records: a power loss under --fsync none?)", ErrRollback, got, last)
+	}
+	return nil
+}
+
+// Record format: the delta (uvarint length and bytes), then the
+// operations: a count, and for each a kind byte and its items.
+const (
+	opWrite byte = iota + 1
+	opVersioned
+	opDelete
+)
+
+func encode(delta []byte, ops []Op) []byte {
+	n := len(delta) + 16
+	for _, op := range ops {
+		for _, it := range op.Items {
+			n += len(it.Addr) + len(it.Value) + 8
+		}
+		for _, it := range op.Versioned {
+			n += len(it.Addr) + len(it.Value) + 16
+		}
+		for _, a := range op.Addrs {
+			n += len(a) + 4
+		}
+	}
+	b := make([]byte, 0, n)
+	b = appendBytes(b, delta)
+	b = binary.AppendUvarint(b, uint64(len(ops)))
+	for _, op := range ops {
+		switch {
+		case op.Items != nil:
+			b = append(b, opWrite)
+			b = binary.AppendUvarint(b, uint64(len(op.Items)))
+			for _, it := range op.Items {
+				b = appendBytes(appendBytes(b, []byte(it.Addr)), it.Value)
+			}
+		case op.Versioned != nil:
+			b = append(b, opVersioned)
+			b = binary.AppendUvarint(b, uint64(len(op.Versioned)))
+			for _, it := range op.Versioned {
+				b = binary.AppendUvarint(appendBytes(appendBytes(b, []byte(it.Addr)), it.Value), it.Version)
+			}
+		default:
+			b = append(b, opDelete)
+			b = binary.AppendUvarint(b, uint64(len(op.Addrs)))
+			for _, a := range op.Addrs {
+				b = appendBytes(b, []byte(a))
+			}
+		}
+	}
+	return b
+}
+
+func appendBytes(b, v []byte) []byte { return append(binary.AppendUvarint(b, uint64(len(v))), v...) }
+
+var errMalformed = errors.New("malformed record")
+
+// reader reads a record, remembering the first error.
+type reader struct {
+	b   []byte
+	err error
+}
+
+func (r *reader) uvarint() uint64 {
+	v, n := binary.Uvarint(r.b)
+	if n <= 0 {
+		r.err = errMalformed
+		return 0
+	}
+	r.b = r.b[n:]
+	return v
+}
+
+func (r *reader) bytes() []byte {
+	n := r.uvarint()
+	if r.err != nil || n > uint64(len(r.b)) {
+		r.err = errMalformed
+		return nil
+	}
+	v := r.b[:n:n]
+	r.b = r.b[n:]
+	return v
+}
+
+// count reads a count of items of at least one byte each.
+func (r *reader) count() int {
+	n := r.uvarint()
+	if n > uint64(len(r.b)) {
+		r.err = errMalformed
+		return 0
+	}
+	return int(n)
+}
+
+func decode(b []byte) ([]byte, []Op, error) {
+	r := &reader{b: b}
+	delta := r.bytes()
+	ops := make([]Op, r.count())
+	for i := range ops {
+		if r.err != nil || len(r.b) == 0 {
+			return nil, nil, errMalformed
+		}
+		kind := r.b[0]
+		r.b = r.b[1:]
+		n := r.count()
+		switch kind {
+		case opWrite:
+			ops[i].Items = make([]backend.Item, n)
+			for j := range n {
+				ops[i].Items[j] = backend.Item{Addr: string(r.bytes()), Value: r.bytes()}
+			}
+		case opVersioned:
+			ops[i].Versioned = make([]backend.VersionedItem, n)
+			for j := range n {
+				ops[i].Versioned[j] = backend.VersionedItem{Addr: string(r.bytes()), Value: r.bytes(), Version: r.uvarint()}
+			}
+		case opDelete:
+			ops[i].Addrs = make([]string, n)
+			for j := range n {
+				ops[i].Addrs[j] = string(r.bytes())
+			}
+		default:
+			return nil, nil, errMalformed
+		}
+	}
+	if r.err != nil || len(r.b) != 0 {
+		return nil, nil, errMalformed
+	}
+	return delta, ops, nil
+}
