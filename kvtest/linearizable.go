@@ -3,6 +3,7 @@ package kvtest
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -47,6 +48,12 @@ type LinOptions struct {
 	AllowErrors bool
 	// KeyPrefix starts every key of the check (default "lin/").
 	KeyPrefix string
+	// Until, if set, replaces OpsPerClient: each client issues operations
+	// until it returns true (it is asked before every operation).
+	Until func() bool
+	// FinalReads makes each client end with a Get of every key, so the
+	// history checks what the store holds at the end.
+	FinalReads bool
 	// VisualizationDir receives the HTML visualization of a failed check
 	// (default os.TempDir()).
 	VisualizationDir string
@@ -66,6 +73,11 @@ func (o LinOptions) withDefaults() LinOptions {
 	o.KeyPrefix = cmp.Or(o.KeyPrefix, "lin/")
 	return o
 }
+
+// ErrNotApplied marks an error of an operation that certainly had no
+// effect (a request never sent: its connection was refused, say). Such an
+// operation is left out of the history, as if never issued.
+var ErrNotApplied = errors.New("operation not applied")
 
 // LinResult is the outcome of a linearizability check.
 type LinResult struct {
@@ -134,14 +146,17 @@ func Linearizable(ctx context.Context, s kv.Store, opts LinOptions) (LinResult, 
 				history = append(history, ops...)
 				mu.Unlock()
 			}()
-			for i := range opts.OpsPerClient {
+			// do runs one operation and records it; false stops the client.
+			do := func(in linInput) bool {
 				if ctx.Err() != nil {
-					return
+					return false
 				}
-				in := opts.nextInput(r, keys, c, i)
 				call := now()
 				out, err := apply(ctx, s, in)
 				ret := now()
+				if errors.Is(err, ErrNotApplied) {
+					return true
+				}
 				if err != nil {
 					mu.Lock()
 					res.Errors++
@@ -151,16 +166,27 @@ func Linearizable(ctx context.Context, s kv.Store, opts LinOptions) (LinResult, 
 					mu.Unlock()
 					if !opts.AllowErrors {
 						cancel()
-						return
+						return false
 					}
 					if in.Op == opGet {
-						continue // observed nothing
+						return true // observed nothing
 					}
 					// It may have taken effect at any time after its call;
 					// see boundFailedPuts.
 					ret, out = math.MaxInt64, linOutput{Failed: true}
 				}
 				ops = append(ops, porcupine.Operation{ClientId: c, Input: in, Call: call, Output: out, Return: ret})
+				return true
+			}
+			for i := 0; !opts.done(i); i++ {
+				if !do(opts.nextInput(r, keys, c, i)) {
+					return
+				}
+			}
+			for _, k := range keys {
+				if opts.FinalReads && !do(linInput{Op: opGet, Key: k}) {
+					return
+				}
 			}
 		})
 	}
@@ -181,6 +207,15 @@ func Linearizable(ctx context.Context, s kv.Store, opts LinOptions) (LinResult, 
 	var err error
 	res.Visualization, err = visualize(history, opts)
 	return res, err
+}
+
+// done reports whether a client has issued all its operations but the
+// final reads, i of them so far.
+func (o LinOptions) done(i int) bool {
+	if o.Until != nil {
+		return o.Until()
+	}
+	return i >= o.OpsPerClient
 }
 
 // nextInput draws client c's i-th operation: on the hot key keys[0] with

@@ -72,7 +72,13 @@ func (b *lockedBuffer) String() string {
 
 func startServe(t *testing.T, dir string, args ...string) *server {
 	t.Helper()
-	addr := freeAddr(t)
+	return startServeAt(t, dir, freeAddr(t), args...)
+}
+
+// startServeAt starts serve on addr with its data dir in dir, and waits
+// until it listens.
+func startServeAt(t *testing.T, dir, addr string, args ...string) *server {
+	t.Helper()
 	all := append([]string{"serve", "--listen", addr, "--data-dir", filepath.Join(dir, "data")}, args...)
 	s := &server{addr: addr, stderr: &lockedBuffer{}}
 	s.cmd = mainCmd(dir, all...)

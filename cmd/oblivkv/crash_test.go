@@ -1,0 +1,182 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+
+	"math/rand/v2"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/anishathalye/porcupine"
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/oblivkv/oblivkv/internal/redistest"
+	"github.com/oblivkv/oblivkv/kv"
+	"github.com/oblivkv/oblivkv/kvtest"
+)
+
+// durableProtocols journal their trusted state: a kill -9 loses nothing
+// acknowledged.
+var durableProtocols = []string{"pathoram"}
+
+// crashKills is how many times each run kills the server.
+const crashKills = 5
+
+// TestCrashRecovery runs the real server under 16 concurrent clients and
+// kills it with SIGKILL crashKills times at random moments, restarting it
+// each time on the same data dir; every other restart adds 2 ms to every
+// backend call, so kills land between an operation's journal record and
+// its backend write too. The clients' history, acknowledged operations
+// and those cut off by the kills (whose outcome is unknown) alike, must
+// be linearizable (porcupine), and each client ends by reading every key
+// from the last server: so every acknowledged write reads back with its
+// latest acknowledged value, and the store keeps serving. Once on the
+// embedded disk backend, once on Redis, for every durable protocol.
+func TestCrashRecovery(t *testing.T) {
+	goredis.SetLogger(quietLogger{})
+	for _, protocol := range durableProtocols {
+		for _, backend := range []string{"disk", "redis"} {
+			t.Run(protocol+"/"+backend, func(t *testing.T) {
+				spec := backend
+				if backend == "redis" {
+					spec = redistest.Start(t)
+				}
+				crashRun(t, []string{"--protocol", protocol, "--capacity", "256", "--value-size", "64", "--backend", spec})
+			})
+		}
+	}
+}
+
+// crashRun serves a store with args, runs the clients, kills and restarts
+// the server, and checks the history.
+func crashRun(t *testing.T, args []string) {
+	dir, addr := t.TempDir(), freeAddr(t)
+	srv := startServeAt(t, dir, addr, args...)
+	store := newRESPStore(addr)
+	defer store.Close()
+	var lastRestart atomic.Int64 // unix nanos; 0 until the last kill's restart
+	type outcome struct {
+		res kvtest.LinResult
+		err error
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	done := make(chan outcome, 1)
+	go func() {
+		res, err := kvtest.Linearizable(ctx, store, kvtest.LinOptions{Clients: 16, AllowErrors: true, FinalReads: true,
+			Until: func() bool {
+				last := lastRestart.Load()
+				// go-redis fails fast for up to a second after failed dials
+				// before it dials again: the clients need that long to be
+				// back on the last server.
+				return last != 0 && time.Since(time.Unix(0, last)) > 1500*time.Millisecond
+			}})
+		done <- outcome{res, err}
+	}()
+	r := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 1))
+	for i := range crashKills {
+		time.Sleep(time.Duration(200+r.IntN(400)) * time.Millisecond)
+		if err := srv.cmd.Process.Kill(); err != nil {
+			t.Fatal(err)
+		}
+		srv.cmd.Wait()
+		restart := args
+		if i%2 == 0 {
+			restart = append(append([]string{}, args...), "--backend-latency", "2ms")
+		}
+		srv = startServeAt(t, dir, addr, restart...)
+	}
+	lastRestart.Store(time.Now().UnixNano())
+	out := <-done
+	if out.err != nil {
+		t.Fatalf("clients: %v", out.err)
+	}
+	t.Logf("%d operations, %d cut off by %d kills; porcupine: %v", out.res.Ops, out.res.Errors, crashKills, out.res.Result)
+	switch {
+	case out.res.Result == porcupine.Illegal:
+		t.Fatalf("the history across %d kills is not linearizable; visualization: %s", crashKills, out.res.Visualization)
+	case out.res.Result != porcupine.Ok:
+		t.Fatalf("the linearizability check timed out")
+	case out.res.Errors == 0:
+		t.Fatalf("no operation was cut off: the kills missed the load")
+	case out.res.Errors > maxCutOff:
+		// Errors are allowed in the history (their outcome is unknown), so
+		// a store that fails every request after a restart would pass the
+		// check: only requests in flight at a kill may fail.
+		t.Fatalf("%d operations failed, more than the %d a kill can cut off; first: %v", out.res.Errors, maxCutOff, out.res.FirstErr)
+	}
+	fresh := newRESPStore(addr) // the clients' pool may still be backing off
+	defer fresh.Close()
+	for k := range 5 { // the keys of the check: every one reads back
+		if _, _, err := fresh.Get(t.Context(), fmt.Sprintf("lin/%d", k)); err != nil {
+			t.Fatalf("after the last restart, GET lin/%d: %v; server: %s", k, err, srv.stderr)
+		}
+	}
+	srv.stop(t)
+}
+
+// maxCutOff bounds the operations the kills may cut off: each of the 16
+// clients has one request in flight, and may find one pooled connection
+// dead after a kill.
+const maxCutOff = 2 * 16 * crashKills
+
+// respStore is a kv.Store served by a RESP server, through a client that
+// never retries (an operation a kill cuts off reports an error, its
+// outcome unknown).
+type respStore struct{ c *goredis.Client }
+
+func newRESPStore(addr string) *respStore {
+	return &respStore{c: goredis.NewClient(&goredis.Options{Addr: addr, Protocol: 2, MaxRetries: -1,
+		DialTimeout: time.Second, ReadTimeout: 5 * time.Second, PoolSize: 32})}
+}
+
+// failed classifies an operation's error: a request whose connection was
+// never made had no effect (kvtest.ErrNotApplied); any other failure's
+// outcome is unknown. It pauses the client, so clients do not spin while
+// the server restarts.
+func failed(err error) error {
+	time.Sleep(5 * time.Millisecond)
+	var op *net.OpError
+	if errors.As(err, &op) && op.Op == "dial" {
+		return fmt.Errorf("%w: %w", kvtest.ErrNotApplied, err)
+	}
+	return err
+}
+
+// quietLogger drops go-redis's log lines (dial failures while the server
+// restarts are expected).
+type quietLogger struct{}
+
+func (quietLogger) Printf(context.Context, string, ...any) {}
+
+func (s *respStore) Get(ctx context.Context, key string) ([]byte, bool, error) {
+	v, err := s.c.Get(ctx, key).Bytes()
+	switch {
+	case errors.Is(err, goredis.Nil):
+		return nil, false, nil
+	case err != nil:
+		return nil, false, failed(err)
+	}
+	return v, true, nil
+}
+
+func (s *respStore) Put(ctx context.Context, key string, val []byte) error {
+	if err := s.c.Set(ctx, key, val, 0).Err(); err != nil {
+		return failed(err)
+	}
+	return nil
+}
+
+func (s *respStore) Delete(ctx context.Context, key string) error {
+	if err := s.c.Del(ctx, key).Err(); err != nil {
+		return failed(err)
+	}
+	return nil
+}
+
+func (s *respStore) Stats() kv.Stats { return kv.Stats{} }
+func (s *respStore) Close() error    { return s.c.Close() }
