@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/signal"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -52,20 +53,23 @@ Options are not stored with the store: give the same ones at every start.`,
 
 func serve(ctx context.Context, opts setup.Options, listen string) error {
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
-	opened, err := setup.Open(ctx, opts)
-	if err != nil {
-		return err
-	}
-	began := time.Now()
-	if err := kv.Prepare(ctx, opened.Store); err != nil {
-		return errors.Join(fmt.Errorf("preparing the store: %w", err), opened.Close())
-	}
-	if opened.Fresh {
-		log.Info("new store ready", "seconds", time.Since(began).Seconds())
-	}
+	// Everything that can be checked is, before a store is written: the
+	// listen address here, the protocol and the options in setup.Open.
 	ln, err := net.Listen("tcp", listen)
 	if err != nil {
-		return errors.Join(fmt.Errorf("listen: %w", err), opened.Close())
+		return fmt.Errorf("listen: %w", err)
+	}
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	defer signal.Stop(sigs)
+	opened, err := openInterruptibly(ctx, opts, sigs, log)
+	if err != nil {
+		ln.Close()
+		if errors.Is(err, errInterrupted) {
+			log.Info("interrupted while opening the store: nothing was served; a new store that was not finished is built afresh at the next start")
+			return nil
+		}
+		return err
 	}
 	stats := opened.Store.Stats()
 	attrs := []any{"listen", ln.Addr().String(), "protocol", stats.Protocol,
@@ -86,9 +90,6 @@ func serve(ctx context.Context, opts setup.Options, listen string) error {
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 
-	sigs := make(chan os.Signal, 1)
-	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
-	defer signal.Stop(sigs)
 	select {
 	case sig := <-sigs:
 		log.Info("shutting down", "signal", sig.String())
@@ -102,6 +103,51 @@ func serve(ctx context.Context, opts setup.Options, listen string) error {
 		log.Info("shut down cleanly")
 	}
 	return err
+}
+
+// errInterrupted reports a signal received while the store was opened.
+var errInterrupted = errors.New("interrupted")
+
+// openInterruptibly opens (or creates) the store and builds its layout,
+// stopping cleanly at SIGINT or SIGTERM: the backend calls in progress are
+// cancelled, the store is closed if it got opened, and errInterrupted is
+// returned. A creation cut short so never committed its store (kv writes
+// the metadata record last), and the next start creates it afresh.
+func openInterruptibly(ctx context.Context, opts setup.Options, sigs <-chan os.Signal, log *slog.Logger) (*setup.Opened, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	done, exited := make(chan struct{}), make(chan struct{})
+	var interrupted atomic.Bool
+	go func() {
+		defer close(exited)
+		select {
+		case sig := <-sigs:
+			log.Info("stopping", "signal", sig.String())
+			interrupted.Store(true)
+			cancel()
+		case <-done:
+		}
+	}()
+	began := time.Now()
+	opened, err := setup.Open(ctx, opts)
+	if err == nil {
+		if err = kv.Prepare(ctx, opened.Store); err != nil {
+			err = errors.Join(fmt.Errorf("preparing the store: %w", err), opened.Close())
+			opened = nil
+		}
+	}
+	close(done)
+	<-exited
+	if interrupted.Load() {
+		if opened != nil {
+			err = opened.Close()
+		}
+		return nil, errors.Join(errInterrupted, err)
+	}
+	if err == nil && opened.Fresh {
+		log.Info("new store ready", "seconds", time.Since(began).Seconds())
+	}
+	return opened, err
 }
 
 // deploymentInfo adds the deployment settings to INFO's Oblivkv section.

@@ -257,3 +257,69 @@ func serveFails(t *testing.T, dir string, args ...string) string {
 	}
 	return out
 }
+
+// TestServeChecksBeforeCreating: an unknown protocol and a listen address
+// in use are refused before anything is written (no data dir appears),
+// and SIGINT while a new store writes its tree stops the server cleanly,
+// the next start building the store afresh.
+func TestServeChecksBeforeCreating(t *testing.T) {
+	dir := t.TempDir()
+	data := filepath.Join(dir, "data")
+	if out := serveFails(t, dir, "--protocol", "nope"); !strings.Contains(out, `unknown protocol "nope"`) {
+		t.Errorf("unknown protocol: got %q", out)
+	}
+	busy, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer busy.Close()
+	out, err := runMain(dir, "serve", "--listen", busy.Addr().String(), "--data-dir", data)
+	if err == nil || !strings.Contains(out, "address already in use") {
+		t.Errorf("listen address in use: %v, %q", err, out)
+	}
+	if _, err := os.Stat(data); !os.IsNotExist(err) {
+		t.Fatalf("a refused start left a data dir: %v", err)
+	}
+
+	// A tree of 2^20 leaves takes seconds to write: interrupt it.
+	cmd := mainCmd(dir, "serve", "--listen", freeAddr(t), "--data-dir", data, "--protocol", "pathoram", "--capacity", "1048576")
+	stderr := &lockedBuffer{}
+	cmd.Stderr = stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	deadline := time.Now().Add(20 * time.Second)
+	for size := int64(0); size < 1<<20; size = dirSize(filepath.Join(data, "store")) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the new store wrote %d bytes in 20 s: %s", size, stderr)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Wait(); err != nil || !strings.Contains(stderr.String(), "interrupted while opening the store") {
+		t.Fatalf("SIGINT during creation: %v; %s", err, stderr)
+	}
+	s := startServe(t, dir, "--protocol", "pathoram", "--capacity", "256")
+	c := client(t, s.addr)
+	if err := c.Set(context.Background(), "k", "v", 0).Err(); err != nil {
+		t.Fatalf("the store created after an interrupted one: %v", err)
+	}
+	s.stop(t)
+}
+
+// dirSize returns the bytes of the files under dir (0 if it is missing).
+func dirSize(dir string) int64 {
+	var n int64
+	filepath.WalkDir(dir, func(_ string, d os.DirEntry, err error) error {
+		if err == nil && !d.IsDir() {
+			if info, err := d.Info(); err == nil {
+				n += info.Size()
+			}
+		}
+		return nil
+	})
+	return n
+}

@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -83,8 +84,12 @@ func KeyFile(dataDir string) string { return filepath.Join(dataDir, "key") }
 // store keeps its trusted state (internal/journal).
 func JournalDir(dataDir string) string { return filepath.Join(dataDir, "journal") }
 
-// Open opens the backend and the store described by opts.
+// Open opens the backend and the store described by opts. A protocol
+// named but not registered is refused before anything is created.
 func Open(ctx context.Context, opts Options) (*Opened, error) {
+	if opts.Protocol != "" && !slices.Contains(kv.Protocols(), opts.Protocol) {
+		return nil, fmt.Errorf("%w %q (known: %v)", kv.ErrUnknownProtocol, opts.Protocol, kv.Protocols())
+	}
 	raw, err := OpenBackend(ctx, opts.Backend, opts.DataDir, opts.NoFsync)
 	if err != nil {
 		return nil, err
