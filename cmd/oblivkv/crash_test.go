@@ -21,7 +21,7 @@ import (
 
 // durableProtocols journal their trusted state: a kill -9 loses nothing
 // acknowledged.
-var durableProtocols = []string{"pathoram"}
+var durableProtocols = []string{"pathoram", "taostore"}
 
 // crashKills is how many times each run kills the server.
 const crashKills = 5

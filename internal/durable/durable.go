@@ -30,6 +30,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"sync/atomic"
 
 	"github.com/oblivkv/oblivkv/backend"
 	"github.com/oblivkv/oblivkv/internal/journal"
@@ -65,14 +66,15 @@ var (
 	ErrNoJournal = errors.New("the store needs its journal to be reopened, and none was given")
 )
 
-// Log is one store's write-ahead log. A nil journal makes it a log that
-// keeps nothing: the store works, and cannot be reopened.
+// Log is one store's write-ahead log, safe for concurrent use. A nil
+// journal makes it a log that keeps nothing: the store works, and cannot
+// be reopened.
 type Log struct {
 	j     *journal.Journal
 	b     backend.Backend
 	keys  *seal.Keys
 	every uint64
-	since uint64 // records since the last checkpoint
+	since atomic.Uint64 // records since the last checkpoint
 }
 
 // New returns the log of a store over b, journaled in j (nil: none).
@@ -94,7 +96,7 @@ func (l *Log) Append(delta []byte, ops ...Op) uint64 {
 	if l.j == nil {
 		return 0
 	}
-	l.since++
+	l.since.Add(1)
 	return l.j.Append(encode(delta, ops))
 }
 
@@ -115,7 +117,7 @@ func (l *Log) Commit(delta []byte, ops ...Op) (uint64, error) {
 // Due reports whether enough records have accumulated for a checkpoint.
 // It counts records, never bytes, so when checkpoints happen depends only
 // on how many transitions storage saw.
-func (l *Log) Due() bool { return l.j != nil && l.since >= l.every }
+func (l *Log) Due() bool { return l.j != nil && l.since.Load() >= l.every }
 
 // Last returns the LSN of the last record appended.
 func (l *Log) Last() uint64 {
@@ -143,7 +145,7 @@ func (l *Log) Checkpoint(ctx context.Context, state []byte, at uint64) error {
 	if err := l.j.Checkpoint(ctx, state, at); err != nil {
 		return err
 	}
-	l.since = l.j.Last() - at
+	l.since.Store(l.j.Last() - at)
 	return nil
 }
 
@@ -196,7 +198,7 @@ func (l *Log) Recover(ctx context.Context) (Recovery, error) {
 		r.Deltas = append(r.Deltas, delta)
 		r.ops = append(r.ops, ops...)
 	}
-	l.since = uint64(len(recs))
+	l.since.Store(uint64(len(recs)))
 	return r, nil
 }
 

@@ -27,10 +27,17 @@
 //   - Optionally, the top CachedLevels levels live in proxy memory and are
 //     never sent to storage (Sec. IV-D).
 //
-// Durability: a clean Close writes the whole subtree back and saves the
-// position map, the stash and the cached levels sealed under stateAddr; an
-// open loads that state and deletes it, so a store that was not closed
-// cleanly is refused with a clear error instead of serving stale data.
+// Durability (internal/durable): every path processed is journaled, its
+// buckets as the flush left them, the answered block's position and the
+// stash, and its replies leave only once that record is durable (records
+// of concurrent paths share an fsync); every write-back is journaled with
+// its sealed buckets before it is issued. Every DefaultEvery records, and
+// at Close (after writing the whole subtree back), a checkpoint of the
+// whole state replaces the journal. Opening an existing store replays the
+// records after the checkpoint, writes their write-backs again (versioned
+// writes make that idempotent), writes the whole subtree back and
+// checkpoints: a kill -9 loses nothing acknowledged, and storage sees
+// again only writes it saw, or would have seen, before.
 //
 // It must never let a backend call depend on anything but the arrival of
 // requests and the network's schedule: no path, count or timing may depend

@@ -1,5 +1,11 @@
 package taostore
 
+import (
+	"context"
+
+	"github.com/oblivkv/oblivkv/kv"
+)
+
 // Seeded returns o with reproducible leaf choices, for audits with fixed
 // seeds.
 func Seeded(o Options, seed byte) Options {
@@ -46,6 +52,6 @@ func WithLeak(o Options, l Leak) Options {
 	return o
 }
 
-// StateAddr is where Close saves the proxy state: an audit recognises
-// Close's calls by it.
-const StateAddr = stateAddr
+// OpenRaw opens the protocol's store itself, with env as given, so a test
+// can hold the journal and crash it.
+func OpenRaw(ctx context.Context, env kv.Env) (kv.Store, error) { return open(ctx, env) }

@@ -5,6 +5,7 @@ import (
 	"slices"
 
 	"github.com/oblivkv/oblivkv/backend"
+	"github.com/oblivkv/oblivkv/internal/durable"
 	"github.com/oblivkv/oblivkv/protocol/tree"
 )
 
@@ -43,8 +44,9 @@ func (s *store) flush(leaf uint64) {
 
 // startWriteBack writes the buckets of the given flushed paths back to
 // storage without blocking new reads (WRITE-BACK, Sec. IV-B step 3). The
-// buckets' contents are copied now; sealing and the versioned write run in
-// the background, and on success the nodes untouched since are dropped.
+// buckets' contents are copied now; sealing, journaling and the versioned
+// write run in the background, and on success the nodes untouched since
+// are dropped.
 func (s *store) startWriteBack(leaves []uint64) {
 	buckets := s.storedBuckets(leaves)
 	contents, start := s.sub.snapshot(buckets)
@@ -53,12 +55,13 @@ func (s *store) startWriteBack(leaves []uint64) {
 	}
 	s.version++
 	version := s.version
-	s.writeBacks.Add(1)
+	s.inflight[version] = true
 	go func() {
-		defer s.writeBacks.Done()
-		stale, err := s.writeBuckets(context.Background(), buckets, contents, version)
+		stale, err := s.writeBack(context.Background(), buckets, contents, version)
 		s.mu.Lock()
 		defer s.mu.Unlock()
+		delete(s.inflight, version)
+		s.landed.Broadcast()
 		s.counters.writeBacks++
 		s.counters.staleBuckets += uint64(stale)
 		if err != nil {
@@ -70,6 +73,35 @@ func (s *store) startWriteBack(leaves []uint64) {
 	}()
 }
 
+// awaitWriteBacks waits until every write-back up to version has ended;
+// s.mu is held.
+func (s *store) awaitWriteBacks(version uint64) {
+	for {
+		pending := false
+		for v := range s.inflight {
+			pending = pending || v <= version
+		}
+		if !pending {
+			return
+		}
+		s.landed.Wait()
+	}
+}
+
+// writeBack journals a write-back of buckets with their contents under
+// version, sealed, then writes it in one versioned backend call (redone
+// from the journal after a crash). It returns how many were stale.
+func (s *store) writeBack(ctx context.Context, buckets []uint64, contents [][]tree.Block, version uint64) (int, error) {
+	items, err := s.seal(buckets, contents, version)
+	if err != nil {
+		return 0, err
+	}
+	if _, err := s.log.Commit(writeBackDelta(version, buckets), durable.Op{Versioned: items}); err != nil {
+		return 0, err
+	}
+	return s.b.WriteVersioned(ctx, items)
+}
+
 // storedBuckets returns the distinct stored (not cached) buckets of the
 // paths to leaves. Union lists buckets level by level, root first, which
 // is ascending bucket number, so the cached levels come first.
@@ -79,19 +111,19 @@ func (s *store) storedBuckets(leaves []uint64) []uint64 {
 	return all[i:]
 }
 
-// writeBuckets seals buckets with their contents under version and writes
-// them in one versioned backend call. It returns how many were stale.
-func (s *store) writeBuckets(ctx context.Context, buckets []uint64, contents [][]tree.Block, version uint64) (int, error) {
+// seal seals buckets with their contents under version, as the items of
+// one versioned backend write.
+func (s *store) seal(buckets []uint64, contents [][]tree.Block, version uint64) ([]backend.VersionedItem, error) {
 	items := make([]backend.VersionedItem, len(buckets))
 	for i, b := range buckets {
 		addr := s.layout.Addr(b)
 		sealed, err := s.codec.EncodeBucket(addr, version, contents[i])
 		if err != nil {
-			return 0, err
+			return nil, err
 		}
 		items[i] = backend.VersionedItem{Addr: addr, Version: version, Value: sealed}
 	}
-	return s.b.WriteVersioned(ctx, items)
+	return items, nil
 }
 
 // acknowledge records that storage holds buckets at version or newer: a

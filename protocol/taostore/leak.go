@@ -83,7 +83,7 @@ func (s *store) changedOnly(buckets []uint64, contents [][]tree.Block) ([]uint64
 // request, wherever it is in the queue.
 func (q *sequencer) releaseComplete() {
 	q.queue = slices.DeleteFunc(q.queue, func(r *request) bool {
-		if !r.complete() {
+		if !r.complete(q.durable) {
 			return false
 		}
 		if q.released != nil {

@@ -20,8 +20,9 @@ type request struct {
 	arrival uint64 // its place in arrival order
 	real    bool   // it reads its block's real path
 
-	pathDone bool // its own path read has returned (response map "b")
-	answered bool // its answer is known (response map "w")
+	pathDone bool   // its own path read has returned (response map "b")
+	answered bool   // its answer is known (response map "w")
+	lsn      uint64 // the journal record that must be durable before its reply leaves
 	done     chan struct{}
 
 	// The answer.
@@ -30,7 +31,11 @@ type request struct {
 	err    error
 }
 
-func (r *request) complete() bool { return r.pathDone && r.answered }
+// complete reports whether r may be answered once the journal is durable
+// up to durable.
+func (r *request) complete(durable uint64) bool {
+	return r.pathDone && r.answered && r.lsn <= durable
+}
 
 // apply performs the request on the block's current state (exists, val)
 // and returns the new state. others is the number of other keys stored,

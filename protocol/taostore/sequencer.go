@@ -9,6 +9,7 @@ package taostore
 type sequencer struct {
 	queue    []*request           // arrival order; queue[0] is the oldest unreleased
 	arrived  uint64               // requests added so far
+	durable  uint64               // the journal is durable up to this record
 	released func(arrival uint64) // tests only: each reply as it leaves
 	leak     leak                 // tests only: leakUnorderedReplies
 }
@@ -21,14 +22,16 @@ func (q *sequencer) add(r *request) {
 }
 
 // release lets out every complete request at the head of the queue, in
-// order, and stops at the first incomplete one.
+// order, and stops at the first incomplete one: a request is complete
+// once its path returned, its answer is known and the journal record of
+// that answer is durable.
 func (q *sequencer) release() {
 	if q.leak == leakUnorderedReplies {
 		q.releaseComplete()
 		return
 	}
 	n := 0
-	for n < len(q.queue) && q.queue[n].complete() {
+	for n < len(q.queue) && q.queue[n].complete(q.durable) {
 		if q.released != nil {
 			q.released(q.queue[n].arrival)
 		}

@@ -1,26 +1,25 @@
 package taostore
 
 import (
+	"bytes"
 	"context"
+	"encoding/binary"
+	"encoding/gob"
 	"errors"
 	"fmt"
 	"iter"
 
-	"github.com/oblivkv/oblivkv/internal/sealedstate"
 	"github.com/oblivkv/oblivkv/kv"
 	"github.com/oblivkv/oblivkv/protocol/tree"
 )
 
-// stateAddr holds the sealed proxy state between a clean Close and the
-// next open.
-const stateAddr = "tao/state"
-
-// state is what the proxy keeps between runs.
+// state is a checkpoint: the proxy's whole trusted state but the requests
+// in flight.
 type state struct {
 	Z, CachedLevels int // the layout the tree was written with
 	Pos             map[tree.BlockID]uint64
 	Stash           map[tree.BlockID][]byte
-	Cached          map[uint64][]tree.Block
+	Nodes           map[uint64][]tree.Block // the subtree: cached levels and buckets fresher than storage
 	Version         uint64
 	Acked           []uint64
 }
@@ -42,7 +41,11 @@ func (s *store) writeInitial(ctx context.Context, blocks [][]tree.Block) error {
 		if blocks != nil {
 			copy(contents, blocks[start:])
 		}
-		if _, err := s.writeBuckets(ctx, buckets, contents, s.version); err != nil {
+		items, err := s.seal(buckets, contents, s.version)
+		if err == nil {
+			_, err = s.b.WriteVersioned(ctx, items)
+		}
+		if err != nil {
 			return fmt.Errorf("writing the initial tree: %w", err)
 		}
 		s.acknowledge(buckets, s.version)
@@ -76,74 +79,153 @@ func (s *store) Load(ctx context.Context, items iter.Seq2[string, []byte]) (int,
 	for b, n := range s.sub.nodes { // the cached levels stay in memory
 		n.blocks, placed[b] = placed[b], nil
 	}
+	// Journaled first, with the version the tree is written under: a
+	// crash while it is written leaves a tree that matches no state, and
+	// recovery writes an empty one afresh under a newer version.
+	if _, err := s.log.Commit(binary.AppendUvarint([]byte{deltaLoad}, s.version+1)); err != nil {
+		return 0, fmt.Errorf("taostore: %w", err)
+	}
 	if err := s.writeInitial(ctx, placed); err != nil {
+		return 0, err
+	}
+	s.mu.Unlock()
+	defer s.mu.Lock()
+	if err := s.checkpoint(ctx); err != nil {
 		return 0, err
 	}
 	return len(s.pos), nil
 }
 
 // Close waits for the write-backs in flight, writes the whole subtree
-// back, saves the proxy state sealed and closes the backend.
+// back, replaces the journal by a checkpoint and closes the backend.
 func (s *store) Close() error {
-	s.writeBacks.Wait()
 	ctx := context.Background()
+	err := s.writeBackAll(ctx)
+	if err == nil {
+		err = s.checkpoint(ctx)
+	}
+	return errors.Join(err, s.b.Close())
+}
+
+// writeBackAll writes every stored bucket of the subtree back, as one
+// journaled write-back, once the write-backs in flight are done, and drops
+// those buckets from the subtree: storage then holds everything but the
+// cached levels and the stash.
+func (s *store) writeBackAll(ctx context.Context) error {
 	s.mu.Lock()
+	s.awaitWriteBacks(s.version)
 	buckets := s.sub.stored()
 	contents, _ := s.sub.snapshot(buckets)
 	s.version++
 	version := s.version
 	s.mu.Unlock()
-	_, err := s.writeBuckets(ctx, buckets, contents, version)
-	if err == nil {
-		s.mu.Lock()
-		s.acknowledge(buckets, version)
-		s.mu.Unlock()
-		err = s.saveState(ctx)
+	if _, err := s.writeBack(ctx, buckets, contents, version); err != nil {
+		return err
 	}
-	return errors.Join(err, s.b.Close())
-}
-
-func (s *store) saveState(ctx context.Context) error {
 	s.mu.Lock()
-	defer s.mu.Unlock() // the maps are encoded as they are
-	st := state{Z: s.opts.Z, CachedLevels: s.opts.CachedLevels, Pos: s.pos, Stash: s.stash, Cached: map[uint64][]tree.Block{}, Version: s.version, Acked: s.acked}
-	for b, n := range s.sub.nodes {
-		if n.cached {
-			st.Cached[b] = n.blocks
-		}
+	defer s.mu.Unlock()
+	s.acknowledge(buckets, version)
+	for _, b := range buckets {
+		delete(s.sub.nodes, b)
 	}
-	return sealedstate.Save(ctx, s.b, s.keys, stateAddr, st)
+	return nil
 }
 
-// loadState restores the state saved by the last clean Close, then
-// deletes it, so a crash from here on is detected at the next open.
-func (s *store) loadState(ctx context.Context) error {
-	var st state
-	if err := sealedstate.Require(ctx, s.b, s.keys, stateAddr, &st); err != nil {
-		return fmt.Errorf("taostore: %w", err)
+// checkpoint replaces the journal by the state.
+func (s *store) checkpoint(ctx context.Context) error {
+	if !s.checkpointing.TryLock() {
+		return nil // one at a time; the next is due soon
 	}
-	// Checked before the state is deleted: a restart with the right
-	// options still finds it.
+	defer s.checkpointing.Unlock()
+	st, at, err := s.encodeState()
+	if err != nil {
+		return err
+	}
+	return s.log.Checkpoint(ctx, st, at)
+}
+
+// encodeState returns the state as a checkpoint holds it, and the last
+// journal record it includes, once the write-backs journaled up to that
+// record have been issued.
+func (s *store) encodeState() ([]byte, uint64, error) {
+	s.mu.Lock()
+	s.awaitWriteBacks(s.version)
+	at := s.log.Last()
+	st := state{Z: s.opts.Z, CachedLevels: s.opts.CachedLevels, Pos: s.pos, Stash: s.stash,
+		Nodes: map[uint64][]tree.Block{}, Version: s.version, Acked: s.acked}
+	for b, n := range s.sub.nodes {
+		st.Nodes[b] = n.blocks
+	}
+	var buf bytes.Buffer
+	err := gob.NewEncoder(&buf).Encode(st) // under s.mu: the maps as they are
+	s.mu.Unlock()
+	if err != nil {
+		return nil, 0, fmt.Errorf("taostore: encoding a checkpoint: %w", err)
+	}
+	return buf.Bytes(), at, nil
+}
+
+// restore installs a checkpoint.
+func (s *store) restore(b []byte) error {
+	var st state
+	if err := gob.NewDecoder(bytes.NewReader(b)).Decode(&st); err != nil {
+		return fmt.Errorf("%w: taostore: decoding the checkpoint: %v", kv.ErrTampered, err)
+	}
 	if st.Z != s.opts.Z || st.CachedLevels != s.opts.CachedLevels {
 		return fmt.Errorf("%w: the store was written with Z=%d CachedLevels=%d, the options ask for Z=%d CachedLevels=%d",
 			kv.ErrMismatch, st.Z, st.CachedLevels, s.opts.Z, s.opts.CachedLevels)
 	}
-	if st.Pos != nil {
-		s.pos = st.Pos
+	if len(st.Acked) != len(s.acked) {
+		return fmt.Errorf("%w: taostore: the checkpoint is of a tree of %d buckets", kv.ErrMismatch, len(st.Acked))
 	}
-	if st.Stash != nil {
-		s.stash = st.Stash
+	s.pos, s.stash, s.version, s.acked = cmpNonNil(st.Pos, s.pos), cmpNonNil(st.Stash, s.stash), st.Version, st.Acked
+	for b, blocks := range st.Nodes {
+		s.sub.set(b, blocks)
 	}
-	for b, blocks := range st.Cached {
-		if n, ok := s.sub.nodes[b]; ok && n.cached {
-			n.blocks = blocks
+	return nil
+}
+
+func cmpNonNil[M ~map[K]V, K comparable, V any](m, fallback M) M {
+	if m == nil {
+		return fallback
+	}
+	return m
+}
+
+// recover rebuilds the trusted state from the journal: the checkpoint,
+// then each path processed since (its buckets as the flush left them, the
+// answered block's position, the stash) and each write-back (its version),
+// in order; the write-backs are redone, and the whole subtree is written
+// back before a new checkpoint. A bulk load cut short leaves an empty
+// tree, written afresh.
+func (s *store) recover(ctx context.Context) error {
+	rec, err := s.log.Recover(ctx)
+	if err != nil {
+		return fmt.Errorf("taostore: %w", err)
+	}
+	if err := s.restore(rec.State); err != nil {
+		return err
+	}
+	load := false
+	for i, delta := range rec.Deltas {
+		if load, err = s.replay(delta); err != nil {
+			return fmt.Errorf("taostore: journal record %d after the checkpoint: %w", i+1, err)
 		}
 	}
-	s.version = st.Version
-	if len(st.Acked) == len(s.acked) {
-		s.acked = st.Acked
+	if err := s.log.Redo(ctx, rec); err != nil {
+		return fmt.Errorf("taostore: %w", err)
 	}
-	return sealedstate.Delete(ctx, s.b, s.keys, stateAddr)
+	if load {
+		s.pos, s.stash = map[tree.BlockID]uint64{}, map[tree.BlockID][]byte{}
+		s.sub = newSubtree(s.geo, s.opts.CachedLevels)
+		if err := s.writeInitial(ctx, nil); err != nil {
+			return fmt.Errorf("taostore: rewriting the tree of an interrupted bulk load: %w", err)
+		}
+	}
+	if err := s.writeBackAll(ctx); err != nil {
+		return err
+	}
+	return s.checkpoint(ctx)
 }
 
 func (s *store) Stats() kv.Stats {

@@ -9,6 +9,7 @@ import (
 	"sync"
 
 	"github.com/oblivkv/oblivkv/backend"
+	"github.com/oblivkv/oblivkv/internal/durable"
 	"github.com/oblivkv/oblivkv/kv"
 	"github.com/oblivkv/oblivkv/protocol/tree"
 	"github.com/oblivkv/oblivkv/seal"
@@ -34,9 +35,13 @@ type store struct {
 	opts     Options
 	capacity int
 
-	writeBacks sync.WaitGroup // write-backs in flight
+	log           *durable.Log
+	checkpointing sync.Mutex // held by a checkpoint
 
-	mu       sync.Mutex // guards everything below
+	mu       sync.Mutex      // guards everything below
+	broken   error           // the journal failed: the store serves nothing more
+	inflight map[uint64]bool // versions of the write-backs in flight
+	landed   *sync.Cond      // signalled when a write-back ends
 	rng      *rand.Rand
 	pos      map[tree.BlockID]uint64 // position map: block -> leaf
 	stash    map[tree.BlockID][]byte
@@ -86,11 +91,21 @@ func open(ctx context.Context, env kv.Env) (*store, error) {
 		rng: rand.New(rand.NewChaCha8(*seed)), pos: map[tree.BlockID]uint64{},
 		stash: map[tree.BlockID][]byte{}, sub: newSubtree(geo, opts.CachedLevels),
 		reqs: map[tree.BlockID][]*request{}, acked: make([]uint64, geo.Buckets()),
-		flusher: tree.NewFlusher(geo, opts.Z), seq: sequencer{released: opts.released, leak: opts.leak}}
-	if env.Fresh {
-		return s, s.writeInitial(ctx, nil)
+		flusher: tree.NewFlusher(geo, opts.Z), seq: sequencer{released: opts.released, leak: opts.leak},
+		inflight: map[uint64]bool{}}
+	s.landed = sync.NewCond(&s.mu)
+	s.log = durable.New(env.Journal, env.Backend, env.Keys)
+	if !env.Fresh {
+		return s, s.recover(ctx)
 	}
-	return s, s.loadState(ctx)
+	if err := s.writeInitial(ctx, nil); err != nil {
+		return nil, err
+	}
+	st, _, err := s.encodeState()
+	if err != nil {
+		return nil, err
+	}
+	return s, s.log.Create(ctx, st)
 }
 
 func (s *store) randomLeaf() uint64 { return s.rng.Uint64N(s.geo.Leaves()) }
@@ -128,7 +143,9 @@ func (s *store) Delete(ctx context.Context, key string) error {
 // Sequencer to release its reply (Sec. IV-B, Fig. 5).
 func (s *store) access(ctx context.Context, op opKind, key string, val []byte) (*request, error) {
 	r := &request{op: op, id: s.blockID(key), value: val, done: make(chan struct{})}
-	s.arrive(r)
+	if err := s.arrive(r); err != nil {
+		return nil, err
+	}
 	// The path read and everything after it complete even if the caller
 	// gives up: what storage sees must not depend on the caller.
 	fetched, versions, err := s.readPath(context.WithoutCancel(ctx), r.leaf)
@@ -143,9 +160,12 @@ func (s *store) access(ctx context.Context, op opKind, key string, val []byte) (
 
 // arrive enqueues r and chooses its path: the block's real path for the
 // first request on a block, a random path for the rest (READ-PATH).
-func (s *store) arrive(r *request) {
+func (s *store) arrive(r *request) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.broken != nil {
+		return s.broken
+	}
 	s.seq.add(r)
 	if len(s.reqs[r.id]) == 0 {
 		r.real = true
@@ -168,6 +188,7 @@ func (s *store) arrive(r *request) {
 	}
 	s.reqs[r.id] = append(s.reqs[r.id], r)
 	s.sub.request(r.leaf)
+	return nil
 }
 
 // readPath reads the stored levels of leaf's path in one backend call and
@@ -216,10 +237,36 @@ func (s *store) checkFresh(leaf uint64, versions []uint64) error {
 }
 
 // pathReturned handles the return of r's path: sync, answer, flush,
-// maybe write back, and release replies in order (ANSWER-REQUEST, FLUSH).
+// maybe write back (ANSWER-REQUEST, FLUSH), journal what changed, and
+// release replies in order once their journal records are durable. The
+// records of concurrent paths share fsyncs.
 func (s *store) pathReturned(r *request, fetched [][]tree.Block, versions []uint64, err error) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
+	lsn := s.process(r, fetched, versions, err)
+	s.mu.Unlock()
+	err = s.log.Sync(lsn)
+	s.mu.Lock()
+	if err != nil && s.broken == nil {
+		s.stop(fmt.Errorf("taostore: store stopped: %w", err))
+	}
+	s.seq.durable = max(s.seq.durable, lsn)
+	s.seq.release()
+	if s.opts.handled != nil {
+		s.opts.handled(r.arrival)
+	}
+	s.mu.Unlock()
+	if err == nil && s.log.Due() {
+		if err := s.checkpoint(context.Background()); err != nil {
+			s.mu.Lock()
+			s.stop(err)
+			s.mu.Unlock()
+		}
+	}
+}
+
+// process applies r's returned path to the state, journals the change
+// and returns its record's LSN (0 when nothing changed); s.mu is held.
+func (s *store) process(r *request, fetched [][]tree.Block, versions []uint64, err error) uint64 {
 	if err == nil {
 		err = s.checkFresh(r.leaf, versions)
 	}
@@ -227,24 +274,38 @@ func (s *store) pathReturned(r *request, fetched [][]tree.Block, versions []uint
 	r.pathDone = true
 	if err != nil {
 		s.failed(r, err)
-	} else {
-		if s.opts.leak == leakUnchangedNotWritten {
-			s.rememberFetched(r.leaf, fetched)
-		}
-		s.sub.sync(r.leaf, s.opts.CachedLevels, fetched)
-		if r.real {
-			s.answer(r)
-		}
-		s.flush(r.leaf)
-		s.flushed = append(s.flushed, r.leaf)
-		if len(s.flushed) >= s.opts.K || s.opts.leak == leakPutWritesBack && r.op == opPut {
-			s.startWriteBack(s.flushed)
-			s.flushed = nil
-		}
+		return 0
 	}
-	s.seq.release()
-	if s.opts.handled != nil {
-		s.opts.handled(r.arrival)
+	if s.opts.leak == leakUnchangedNotWritten {
+		s.rememberFetched(r.leaf, fetched)
+	}
+	s.sub.sync(r.leaf, s.opts.CachedLevels, fetched)
+	var answered []*request
+	if r.real {
+		answered = s.reqs[r.id]
+		s.answer(r)
+	}
+	s.flush(r.leaf)
+	lsn := s.log.Append(s.pathDelta(r.leaf, r.real, r.id))
+	for _, q := range answered {
+		q.lsn = max(q.lsn, lsn)
+	}
+	r.lsn = max(r.lsn, lsn)
+	s.flushed = append(s.flushed, r.leaf)
+	if len(s.flushed) >= s.opts.K || s.opts.leak == leakPutWritesBack && r.op == opPut {
+		s.startWriteBack(s.flushed)
+		s.flushed = nil
+	}
+	return lsn
+}
+
+// stop stops the store after a journal failure: nothing acknowledged is
+// lost, but what is not yet durable must not be acknowledged, and nothing
+// more is served; s.mu is held.
+func (s *store) stop(err error) {
+	s.broken = err
+	for _, q := range s.seq.queue {
+		q.err, q.answered, q.lsn = err, true, 0
 	}
 }
 

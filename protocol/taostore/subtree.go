@@ -65,6 +65,17 @@ func (s *subtree) sync(leaf uint64, first int, fetched [][]tree.Block) {
 	s.max = max(s.max, len(s.nodes))
 }
 
+// set makes bucket b's contents blocks (recovery), keeping a cached
+// bucket cached.
+func (s *subtree) set(b uint64, blocks []tree.Block) {
+	if n, ok := s.nodes[b]; ok {
+		n.blocks = blocks
+		return
+	}
+	s.nodes[b] = &node{blocks: blocks}
+	s.max = max(s.max, len(s.nodes))
+}
+
 // pathNodes returns the nodes of leaf's path, root first. Every node of
 // the path must be present (the path was synced, or is cached).
 func (s *subtree) pathNodes(leaf uint64, dst []*node) []*node {

@@ -6,22 +6,25 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/oblivkv/oblivkv/backend"
 	"github.com/oblivkv/oblivkv/backend/mem"
+	"github.com/oblivkv/oblivkv/internal/journal"
 	"github.com/oblivkv/oblivkv/kv"
 	"github.com/oblivkv/oblivkv/kvtest"
 	"github.com/oblivkv/oblivkv/protocol/taostore"
+	"github.com/oblivkv/oblivkv/seal"
 )
 
-var cfg = kvtest.Config{Protocol: "taostore", Integrity: true}
+var cfg = kvtest.Config{Protocol: "taostore", Integrity: true, Durable: true}
 
 func TestMain(m *testing.M) { kvtest.Main(m) }
 
 func TestContract(t *testing.T) {
-	for _, c := range []kvtest.Config{cfg, {Protocol: "taostore", Integrity: true, Options: taostore.Options{K: 3, CachedLevels: 2}}} {
+	for _, c := range []kvtest.Config{cfg, {Protocol: "taostore", Integrity: true, Durable: true, Options: taostore.Options{K: 3, CachedLevels: 2}}} {
 		for _, st := range kvtest.Storages(t) {
 			t.Run(st.Name, func(t *testing.T) { kvtest.RunContract(t, c, st) })
 		}
@@ -45,14 +48,14 @@ func TestLinearizable(t *testing.T) {
 // data is lost across a restart.
 func TestStaleWriteBackLoses(t *testing.T) {
 	open := kvtest.Jittered(kvtest.Mem(), 3*time.Millisecond).New(t)
-	keys := kvtest.NewKeys(t)
+	keys, journal := kvtest.NewKeys(t), t.TempDir()
 	reopen := func() kv.Store {
 		b, err := open()
 		if err != nil {
 			t.Fatal(err)
 		}
 		s, err := kv.Open(t.Context(), kv.Config{Protocol: "taostore", Backend: b, Keys: keys,
-			Capacity: 64, ValueSize: 16, Options: taostore.Options{K: 1}})
+			Capacity: 64, ValueSize: 16, Options: taostore.Options{K: 1}, JournalDir: journal})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -109,7 +112,7 @@ func TestStaleWriteBackLoses(t *testing.T) {
 func TestReplayedBucketsDetected(t *testing.T) {
 	raw := mem.New()
 	cfg := kv.Config{Protocol: "taostore", Backend: raw, Keys: kvtest.NewKeys(t),
-		Capacity: 64, ValueSize: 16, Options: taostore.Options{K: 1}}
+		Capacity: 64, ValueSize: 16, Options: taostore.Options{K: 1}, JournalDir: t.TempDir()}
 	s, err := kv.Open(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -182,13 +185,14 @@ func restore(t *testing.T, b *mem.Backend, snap map[string][]byte) {
 }
 
 // TestReopenWithOtherLayout: Z and CachedLevels are the tree's layout;
-// reopening with others is ErrMismatch and leaves the saved state in
-// place, so reopening with the right options still serves the data.
+// reopening with others is ErrMismatch and changes nothing, so reopening
+// with the right options still serves the data.
 func TestReopenWithOtherLayout(t *testing.T) {
-	b, keys := mem.New(), kvtest.NewKeys(t)
+	b, keys, journal := mem.New(), kvtest.NewKeys(t), t.TempDir()
 	open := func(o taostore.Options) (kv.Store, error) {
 		b.Reopen()
-		return kv.Open(t.Context(), kv.Config{Protocol: "taostore", Backend: b, Keys: keys, Capacity: 64, ValueSize: 16, Options: o})
+		return kv.Open(t.Context(), kv.Config{Protocol: "taostore", Backend: b, Keys: keys, Capacity: 64, ValueSize: 16,
+			Options: o, JournalDir: journal})
 	}
 	s, err := open(taostore.Options{CachedLevels: 2})
 	if err != nil {
@@ -215,5 +219,106 @@ func TestReopenWithOtherLayout(t *testing.T) {
 	defer s.Close()
 	if got, ok, err := s.Get(t.Context(), "k"); err != nil || !ok || string(got) != "v" {
 		t.Fatalf("Get after reopening = %q, %v, %v; want v", got, ok, err)
+	}
+}
+
+// failing is a backend whose Writes fail while fail is set.
+type failing struct {
+	backend.Backend
+	fail atomic.Bool
+}
+
+func (f *failing) WriteVersioned(ctx context.Context, items []backend.VersionedItem) (int, error) {
+	if f.fail.Load() {
+		return 0, errors.New("injected write failure")
+	}
+	return f.Backend.WriteVersioned(ctx, items)
+}
+
+// crashable opens a taostore on b with its own journal in dir, so the test
+// can crash it: the journal dies as with the process, storage keeps what
+// it received.
+func crashable(t *testing.T, b backend.Backend, keys *seal.Keys, dir string, fresh bool, o taostore.Options) (kv.Store, *journal.Journal) {
+	t.Helper()
+	j, err := journal.Open(dir, keys, journal.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := taostore.OpenRaw(t.Context(), kv.Env{Backend: b, Keys: keys, Capacity: 64, ValueSize: 16, Fresh: fresh, Journal: j, Options: o})
+	if err != nil {
+		j.Crash()
+		t.Fatal(err)
+	}
+	return s, j
+}
+
+// TestCrashRecovers: acknowledged writes survive a crash, whether their
+// paths were written back (K=3: write-backs every 3 paths), still only in
+// the subtree, or journaled in a write-back that failed before the crash;
+// across several crashes and the checkpoints between them.
+func TestCrashRecovers(t *testing.T) {
+	fb, keys, dir := &failing{Backend: mem.New()}, kvtest.NewKeys(t), t.TempDir()
+	ctx := t.Context()
+	o := taostore.Options{K: 3}
+	s, j := crashable(t, fb, keys, dir, true, o)
+	want := map[string]string{}
+	put := func(k, v string) {
+		t.Helper()
+		if err := s.Put(ctx, k, []byte(v)); err != nil {
+			t.Fatalf("Put(%q): %v", k, err)
+		}
+		want[k] = v
+	}
+	check := func() {
+		t.Helper()
+		for k, v := range want {
+			if got, ok, err := s.Get(ctx, k); err != nil || !ok || string(got) != v {
+				t.Fatalf("after the crash, Get(%q) = %q, %v, %v; want %q", k, got, ok, err, v)
+			}
+		}
+	}
+	for round := range 3 {
+		for i := range 20 {
+			put(fmt.Sprint("k", i), fmt.Sprint("v", round, i))
+		}
+		if round == 2 {
+			fb.fail.Store(true) // the next write-backs fail after their records
+			put("k0", "last")
+			put("k1", "last")
+			put("k2", "last")
+		}
+		j.Crash()
+		fb.fail.Store(false)
+		s, j = crashable(t, fb, keys, dir, false, o)
+		check()
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	j.Close()
+}
+
+// TestCrashDuringLoad: a bulk load cut short by a crash leaves an empty
+// store that works.
+func TestCrashDuringLoad(t *testing.T) {
+	fb, keys, dir := &failing{Backend: mem.New()}, kvtest.NewKeys(t), t.TempDir()
+	s, j := crashable(t, fb, keys, dir, true, taostore.Options{})
+	fb.fail.Store(true)
+	l := s.(kv.Loader)
+	if _, err := l.Load(t.Context(), func(yield func(string, []byte) bool) { yield("a", []byte("1")) }); err == nil {
+		t.Fatal("a Load whose writes failed succeeded")
+	}
+	j.Crash()
+	fb.fail.Store(false)
+	s, j = crashable(t, fb, keys, dir, false, taostore.Options{})
+	defer j.Close()
+	if _, ok, err := s.Get(t.Context(), "a"); err != nil || ok {
+		t.Fatalf("Get after an interrupted load: %v, %v; want an empty store", ok, err)
+	}
+	if err := s.Put(t.Context(), "b", []byte("2")); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
 	}
 }
