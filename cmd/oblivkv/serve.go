@@ -35,8 +35,15 @@ With no flags it listens on 127.0.0.1:6380 and keeps a treebeard store (65536
 keys of up to 1024 bytes) in the embedded on-disk backend under ./oblivkv-data,
 creating a 0600 key file there on first start. A new treebeard store writes its
 storage trees before the server listens, which takes some seconds. SIGINT
-or SIGTERM shut it down cleanly: every acknowledged write is flushed, and
-starting again on the same data dir serves the same data.
+or SIGTERM shut it down cleanly (also while a new store is being created:
+the next start creates it afresh), and starting again on the same data dir
+serves the same data.
+
+The proxy's trusted state is journaled under the data dir (DIR/journal): with
+--fsync always (the default) a journaled protocol loses no acknowledged write
+to kill -9 or a power cut, and storage restored from an older copy is refused
+at start. See docs/OPERATIONS.md, "Durability", for which protocols are
+journaled and what survives what.
 
 --opt NAME=VALUE sets a field of the protocol's Options (repeatable, e.g.
 --opt trees=8 --opt epoch=2ms); see docs/OPERATIONS.md for each protocol's.
