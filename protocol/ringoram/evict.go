@@ -54,10 +54,15 @@ func (t *Tree) Evict(ctx context.Context, k int, blocks []EvictBlock) ([]int64, 
 	}
 	where, into := t.place(union, kept, blocks)
 	ws := t.evictWrites(union, metas, kept, blocks, into)
-	if err := t.write(ctx, ws); err != nil {
+	c := Change{Evicted: k}
+	for j, b := range where {
+		if b >= 0 {
+			c.Placed = append(c.Placed, Placement{ID: blocks[j].Block.ID, Bucket: uint64(b)})
+		}
+	}
+	if err := t.writeChange(ctx, ws, c); err != nil {
 		return nil, err
 	}
-	t.commit(ws)
 	t.evictions += uint64(k)
 	t.stats.Evictions++
 	t.stats.EvictedPaths += uint64(k)

@@ -66,20 +66,21 @@ func (t *Tree) ReadPaths(ctx context.Context, reqs []PathRead) ([]ReadResult, er
 		return nil, err
 	}
 	results := make([]ReadResult, len(reqs))
+	var taken []tree.Block
 	for i := range union {
 		metas[i].consume(reads[i].slot)
 		if owner[i] >= 0 {
 			results[owner[i]] = ReadResult{Block: blocks[i], Found: true}
+			taken = append(taken, blocks[i])
 		}
 	}
 	ws, reshuffled, err := t.reshuffle(ctx, union, metas)
 	if err != nil {
 		return nil, err
 	}
-	if err := t.write(ctx, ws); err != nil {
+	if err := t.writeChange(ctx, ws, Change{Taken: taken}); err != nil {
 		return nil, err
 	}
-	t.commit(ws)
 	t.stats.PathReads += uint64(len(reqs))
 	t.stats.MultiReads++
 	t.stats.BucketsRead += uint64(len(union))

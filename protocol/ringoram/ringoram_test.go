@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"reflect"
 	"slices"
 	"testing"
 
@@ -609,5 +610,71 @@ func TestAuditorCatches(t *testing.T) {
 	a = newAuditor(l, g, p, 9)
 	if err := a.evict([]observe.Record{metaRead, slotRead(0), metaWrite}, []uint64{0}); err == nil {
 		t.Error("an eviction without its slots passed")
+	}
+}
+
+// Every multi-path read and eviction hands WriteAhead the Change it makes,
+// with the items of its Write, before the Write: applied to the state the
+// tree started from, the Changes give the state the tree reached; a
+// WriteAhead error fails the operation with nothing written.
+func TestChangeReplays(t *testing.T) {
+	f := newFixture(t, 6, defaults, 21)
+	loaded := f.load(40)
+	start := roundTripGob(t, f.tr.State())
+	var changes []Change
+	var ahead error
+	f.tr.writeAhead = func(_ context.Context, c Change, items []backend.Item) error {
+		if len(items) == 0 || len(c.Buckets) == 0 {
+			t.Errorf("a Change of %d buckets with %d items", len(c.Buckets), len(items))
+		}
+		if ahead == nil {
+			changes = append(changes, c)
+		}
+		return ahead
+	}
+	g := f.tr.g
+	for i := range 40 {
+		if i%5 == 4 {
+			var stash []EvictBlock
+			for range 3 {
+				stash = append(stash, EvictBlock{Block: randomBlock(f.r, 32), Leaf: f.r.Uint64N(g.Leaves())})
+			}
+			f.evict(3, stash)
+			continue
+		}
+		b := loaded[i]
+		f.read(PathRead{Leaf: b.leaf, Want: want(b.ID)}, PathRead{Leaf: f.r.Uint64N(g.Leaves())})
+	}
+	taken, placed := 0, 0
+	for _, c := range changes {
+		taken, placed = taken+len(c.Taken), placed+len(c.Placed)
+	}
+	if taken == 0 || placed == 0 {
+		t.Fatalf("the changes took %d blocks and placed %d: the test exercised too little", taken, placed)
+	}
+	replayed, err := NewTree(f.cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := replayed.Restore(start); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range changes {
+		if err := replayed.Apply(c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got, want := replayed.State(), f.tr.State(); !reflect.DeepEqual(got, want) {
+		t.Fatalf("replaying %d changes gives evictions %d, versions differing from the tree's (evictions %d)", len(changes), got.Evictions, want.Evictions)
+	}
+	ahead = errors.New("journal full")
+	before := f.log.Records()
+	if _, err := f.tr.ReadPaths(f.ctx, []PathRead{{Leaf: 0}}); !errors.Is(err, ahead) {
+		t.Fatalf("ReadPaths with a failing WriteAhead: %v", err)
+	}
+	for _, r := range f.log.Records()[len(before):] {
+		if r.Op == observe.OpWrite {
+			t.Fatal("a read whose WriteAhead failed wrote to storage")
+		}
 	}
 }

@@ -46,6 +46,9 @@ type Config struct {
 	Layout    Layout
 	ValueSize int        // the largest value a block may hold
 	Rand      *rand.Rand // slot choices and permutations; nil: seeded from crypto/rand
+	// WriteAhead, if set, sees every multi-path read's and eviction's
+	// Change and items before its Write is issued (not Init's writes).
+	WriteAhead WriteAhead
 }
 
 // Tree is one Ring ORAM storage tree. It is not safe for concurrent use.
@@ -63,6 +66,8 @@ type Tree struct {
 	stale     map[uint64][]tree.BlockID // per bucket: copies the caller superseded (Forget)
 	stats     Stats
 	leak      leak // tests only (leak.go)
+
+	writeAhead WriteAhead
 }
 
 // Stats counts a Tree's work since it was made.
@@ -99,10 +104,11 @@ func NewTree(cfg Config) (*Tree, error) {
 	}
 	return &Tree{
 		b: cfg.Backend, keys: cfg.Keys, g: cfg.Geometry, p: cfg.Params, l: cfg.Layout,
-		codec:    tree.NewCodec(cfg.Keys, cfg.Params.slots(), cfg.ValueSize),
-		rng:      rng,
-		versions: make([]uint64, cfg.Geometry.Buckets()),
-		stale:    map[uint64][]tree.BlockID{},
+		codec:      tree.NewCodec(cfg.Keys, cfg.Params.slots(), cfg.ValueSize),
+		rng:        rng,
+		versions:   make([]uint64, cfg.Geometry.Buckets()),
+		stale:      map[uint64][]tree.BlockID{},
+		writeAhead: cfg.WriteAhead,
 	}, nil
 }
 

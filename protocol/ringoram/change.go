@@ -1,0 +1,80 @@
+package ringoram
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/oblivkv/oblivkv/backend"
+	"github.com/oblivkv/oblivkv/protocol/tree"
+)
+
+// Change is what one multi-path read or eviction changes in a Tree's
+// trusted state, handed to Config.WriteAhead with the sealed items of its
+// Write before that Write is issued, so a caller can journal it: applied
+// to the state the operation started from (Apply), it gives the state the
+// operation leaves.
+type Change struct {
+	Buckets []BucketVersion // every bucket the Write holds, with its new metadata version
+	Evicted int             // paths evicted (the eviction counter advances by it)
+	Taken   []tree.Block    // blocks a path read took out of the tree, to their requests
+	Placed  []Placement     // blocks an eviction placed
+}
+
+// BucketVersion is one bucket of a Write and its new metadata version;
+// Full when all its slots were rewritten too (its stale copies are gone).
+type BucketVersion struct {
+	Bucket  uint64
+	Version uint64
+	Full    bool
+}
+
+// Placement is a block an eviction placed in a bucket.
+type Placement struct {
+	ID     tree.BlockID
+	Bucket uint64
+}
+
+// WriteAhead is called with an operation's Change and the items of its
+// Write before the Write is issued; an error fails the operation without
+// writing anything.
+type WriteAhead func(ctx context.Context, c Change, items []backend.Item) error
+
+// Apply applies a Change to the trusted state, as the operation that made
+// it did once its Write succeeded: recovery replays journaled Changes.
+func (t *Tree) Apply(c Change) error {
+	for _, bv := range c.Buckets {
+		if bv.Bucket >= t.g.Buckets() {
+			return fmt.Errorf("ringoram: a change of bucket %d in a tree of %d buckets", bv.Bucket, t.g.Buckets())
+		}
+		t.versions[bv.Bucket] = bv.Version
+		if bv.Full {
+			delete(t.stale, bv.Bucket)
+		}
+	}
+	t.evictions += uint64(c.Evicted)
+	return nil
+}
+
+// writeChange seals ws into the items of ONE atomic backend Write, hands
+// them with the operation's Change to the write-ahead hook, if any, then
+// issues the Write and commits the new versions.
+func (t *Tree) writeChange(ctx context.Context, ws []bucketWrite, c Change) error {
+	items, err := t.encode(ws)
+	if err != nil {
+		return err
+	}
+	if t.writeAhead != nil {
+		c.Buckets = make([]BucketVersion, len(ws))
+		for i, w := range ws {
+			c.Buckets[i] = BucketVersion{Bucket: w.bucket, Version: w.meta.Version, Full: w.slots != nil}
+		}
+		if err := t.writeAhead(ctx, c, items); err != nil {
+			return err
+		}
+	}
+	if err := t.b.Write(ctx, items); err != nil {
+		return err
+	}
+	t.commit(ws)
+	return nil
+}
