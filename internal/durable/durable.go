@@ -129,11 +129,15 @@ func (l *Log) Last() uint64 {
 
 // Checkpoint replaces the journal up to record at by state, the protocol's
 // whole state after it, once every backend write planned up to at has been
-// issued: it makes storage durable (backend.Sync), writes the anchor, then
-// the checkpoint.
+// issued: it makes the records up to at and storage durable
+// (backend.Sync), writes the anchor, then the checkpoint.
 func (l *Log) Checkpoint(ctx context.Context, state []byte, at uint64) error {
 	if l.j == nil {
 		return nil
+	}
+	// The anchor must never name a record the journal could lose.
+	if err := l.j.Sync(at); err != nil {
+		return err
 	}
 	if err := backend.Sync(ctx, l.b); err != nil {
 		return fmt.Errorf("durable: syncing storage for a checkpoint: %w", err)

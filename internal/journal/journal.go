@@ -98,7 +98,10 @@ type Journal struct {
 	checkpoint []byte // recovered at Open, until Recovered hands it out
 	at         uint64
 	records    []Record
-	slot       int // the checkpoint slot to write next
+
+	cpMu sync.Mutex // serialises checkpoints
+	slot int        // the checkpoint slot to write next (the other holds the latest)
+	gen  uint64     // the latest checkpoint's generation
 }
 
 // segment is one log file: its records' LSNs start at first.
@@ -268,23 +271,28 @@ func (j *Journal) flushGroup() {
 
 // Checkpoint saves state, the caller's whole state after record at, and
 // drops the log up to at. The caller must not append records older than
-// at's state afterwards; records appended after at stay.
+// at's state afterwards; records appended after at stay. Checkpoints
+// alternate between two slots, each with a generation one above the last,
+// so a checkpoint torn by a crash leaves the previous one whole, and of
+// two at the same position the later wins.
 func (j *Journal) Checkpoint(ctx context.Context, state []byte, at uint64) error {
+	j.cpMu.Lock()
+	defer j.cpMu.Unlock()
 	if err := j.Sync(at); err != nil {
 		return err
 	}
 	j.mu.Lock()
-	if err := j.rotateLocked(); err != nil {
-		j.mu.Unlock()
+	err := j.rotateLocked()
+	j.mu.Unlock()
+	if err != nil {
 		return err
 	}
-	slot := j.slot
-	j.slot = 1 - j.slot
-	j.mu.Unlock()
-	plain := binary.BigEndian.AppendUint64(make([]byte, 0, 8+len(state)), at)
-	if err := sealedstate.SaveBytes(ctx, j.states, j.keys, slotAddr(slot), append(plain, state...), 0); err != nil {
+	plain := make([]byte, 0, checkpointHeader+len(state))
+	plain = binary.BigEndian.AppendUint64(binary.BigEndian.AppendUint64(plain, j.gen+1), at)
+	if err := sealedstate.SaveBytes(ctx, j.states, j.keys, slotAddr(j.slot), append(plain, state...), 0); err != nil {
 		return fmt.Errorf("journal: writing a checkpoint: %w", err)
 	}
+	j.slot, j.gen = 1-j.slot, j.gen+1
 	j.mu.Lock()
 	j.stats.Checkpoints++
 	j.mu.Unlock()
@@ -445,7 +453,11 @@ func writeFileSync(path string, b []byte) error {
 	return syncDir(filepath.Dir(path))
 }
 
-// loadCheckpoint reads the newer of the two checkpoint slots.
+// checkpointHeader is the size of a checkpoint's header: its generation
+// and its position in the log (8 bytes each, big-endian).
+const checkpointHeader = 16
+
+// loadCheckpoint reads the checkpoint slot of the higher generation.
 func (j *Journal) loadCheckpoint() error {
 	for slot := range 2 {
 		plain, err := sealedstate.LoadBytes(context.Background(), j.states, j.keys, slotAddr(slot))
@@ -456,11 +468,11 @@ func (j *Journal) loadCheckpoint() error {
 			// A slot torn by a crash while it was written: the other one
 			// holds the latest checkpoint, which Checkpoint wrote before it.
 			continue
-		case len(plain) < 8:
+		case len(plain) < checkpointHeader:
 			return fmt.Errorf("%w: checkpoint slot %d is malformed", ErrCorrupt, slot)
 		}
-		if at := binary.BigEndian.Uint64(plain); j.checkpoint == nil || at > j.at {
-			j.checkpoint, j.at, j.slot = plain[8:], at, 1-slot
+		if gen := binary.BigEndian.Uint64(plain); j.checkpoint == nil || gen > j.gen {
+			j.checkpoint, j.gen, j.at, j.slot = plain[checkpointHeader:], gen, binary.BigEndian.Uint64(plain[8:]), 1-slot
 		}
 	}
 	return nil

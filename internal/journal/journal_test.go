@@ -142,6 +142,27 @@ func TestCheckpoint(t *testing.T) {
 	j.Close()
 }
 
+// Of checkpoints at one position (a state that changed with no record,
+// as a store's trees written at its first access), a reopen finds the
+// last, whichever slot it is in.
+func TestCheckpointsAtOnePosition(t *testing.T) {
+	for n := 2; n <= 3; n++ {
+		dir, keys := t.TempDir(), newKeys(t)
+		j := open(t, dir, keys)
+		for i := range n {
+			if err := j.Checkpoint(t.Context(), fmt.Appendf(nil, "state %d", i), 0); err != nil {
+				t.Fatal(err)
+			}
+		}
+		j.Close()
+		j = open(t, dir, keys)
+		if cp, at, _ := j.Recovered(); string(cp) != fmt.Sprint("state ", n-1) || at != 0 {
+			t.Errorf("after %d checkpoints at 0: reopened %q at %d; want the last", n, cp, at)
+		}
+		j.Close()
+	}
+}
+
 // A checkpoint torn by a crash (its slot's chunk rewritten, its header
 // not yet) is not read: the other slot's checkpoint, and the log after it,
 // which a checkpoint drops only once written, recover the state.
