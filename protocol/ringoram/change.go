@@ -57,24 +57,46 @@ func (t *Tree) Apply(c Change) error {
 
 // writeChange seals ws into the items of ONE atomic backend Write, hands
 // them with the operation's Change to the write-ahead hook, if any, then
-// issues the Write and commits the new versions.
+// issues the Write and commits the new versions. Without a hook a failed
+// Write fails the operation and changes nothing. With one, the operation
+// is committed once the hook returns (a crash would redo it): a failed
+// Write is kept and issued again before the tree's next operation reads
+// anything (settle), and the operation succeeds.
 func (t *Tree) writeChange(ctx context.Context, ws []bucketWrite, c Change) error {
 	items, err := t.encode(ws)
 	if err != nil {
 		return err
 	}
-	if t.writeAhead != nil {
-		c.Buckets = make([]BucketVersion, len(ws))
-		for i, w := range ws {
-			c.Buckets[i] = BucketVersion{Bucket: w.bucket, Version: w.meta.Version, Full: w.slots != nil}
-		}
-		if err := t.writeAhead(ctx, c, items); err != nil {
+	if t.writeAhead == nil {
+		if err := t.b.Write(ctx, items); err != nil {
 			return err
 		}
+		t.commit(ws)
+		return nil
 	}
-	if err := t.b.Write(ctx, items); err != nil {
+	c.Buckets = make([]BucketVersion, len(ws))
+	for i, w := range ws {
+		c.Buckets[i] = BucketVersion{Bucket: w.bucket, Version: w.meta.Version, Full: w.slots != nil}
+	}
+	if err := t.writeAhead(ctx, c, items); err != nil {
 		return err
 	}
 	t.commit(ws)
+	if err := t.b.Write(ctx, items); err != nil {
+		t.pending = items
+	}
+	return nil
+}
+
+// settle issues again a Write that failed after its operation was
+// committed; storage must hold it before the tree reads anything more.
+func (t *Tree) settle(ctx context.Context) error {
+	if t.pending == nil {
+		return nil
+	}
+	if err := t.b.Write(ctx, t.pending); err != nil {
+		return fmt.Errorf("ringoram: writing back the previous operation (retried before every operation): %w", err)
+	}
+	t.pending = nil
 	return nil
 }

@@ -31,12 +31,17 @@ type EvictBlock struct {
 //
 // It returns, for each block, the bucket it was placed in, or -1: the
 // block stays in the caller's stash. Stale copies in the buckets of U are
-// dropped. On any error the Tree's state is unchanged.
+// dropped. On any error the Tree's state is unchanged (with
+// Config.WriteAhead, once the hook has returned the eviction is committed,
+// and a failed Write is issued again before the next operation).
 func (t *Tree) Evict(ctx context.Context, k int, blocks []EvictBlock) ([]int64, error) {
 	if k < 1 {
 		return nil, fmt.Errorf("ringoram: eviction of %d paths", k)
 	}
 	if err := t.checkBlocks(blocks); err != nil {
+		return nil, err
+	}
+	if err := t.settle(ctx); err != nil {
 		return nil, err
 	}
 	union := t.g.Union(t.EvictionLeaves(k), nil)

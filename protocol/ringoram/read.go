@@ -43,10 +43,15 @@ type ReadResult struct {
 // whose block shares a bucket with an earlier request's block gets Found
 // false (Treebeard avoids this with Z = 1, Sec. 5.3.1). The expected
 // versions advance only once the Write succeeded; on any error the Tree's
-// state is unchanged.
+// state is unchanged (with Config.WriteAhead, once the hook has returned
+// the read is committed, and a failed Write is issued again before the
+// next operation).
 func (t *Tree) ReadPaths(ctx context.Context, reqs []PathRead) ([]ReadResult, error) {
 	if len(reqs) == 0 {
 		return nil, nil
+	}
+	if err := t.settle(ctx); err != nil {
+		return nil, err
 	}
 	leaves := make([]uint64, len(reqs))
 	for i, r := range reqs {

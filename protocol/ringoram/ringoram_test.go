@@ -678,3 +678,52 @@ func TestChangeReplays(t *testing.T) {
 		}
 	}
 }
+
+// failingWrites fails the next n Writes, writing nothing.
+type failingWrites struct {
+	backend.Backend
+	n int
+}
+
+func (b *failingWrites) Write(ctx context.Context, items []backend.Item) error {
+	if b.n > 0 {
+		b.n--
+		return errors.New("storage unavailable")
+	}
+	return b.Backend.Write(ctx, items)
+}
+
+// With a WriteAhead hook, an operation whose Write fails once its Change
+// is handed over still succeeds (a crash would redo the Write from the
+// journal), and the Write is issued again before the tree's next
+// operation reads anything: while storage keeps failing, the next
+// operation fails before reading; once storage is back, it succeeds and
+// finds every bucket at the version the tree expects.
+func TestFailedWriteIsSettled(t *testing.T) {
+	f := newFixture(t, 5, defaults, 23)
+	loaded := f.load(20)
+	f.tr.writeAhead = func(context.Context, Change, []backend.Item) error { return nil }
+	flaky := &failingWrites{Backend: f.tr.b, n: 2}
+	f.tr.b = flaky
+	first, second := loaded[0], loaded[1]
+	res, err := f.tr.ReadPaths(f.ctx, []PathRead{{Leaf: first.leaf, Want: want(first.ID)}})
+	if err != nil || !res[0].Found || res[0].Block.ID != first.ID {
+		t.Fatalf("a read whose Write failed after WriteAhead: %+v, %v; want its block", res, err)
+	}
+	before := len(f.log.Records())
+	if _, err := f.tr.ReadPaths(f.ctx, []PathRead{{Leaf: second.leaf, Want: want(second.ID)}}); err == nil {
+		t.Fatal("a read while the previous Write still fails succeeded")
+	}
+	for _, r := range f.log.Records()[before:] {
+		if r.Op == observe.OpRead {
+			t.Fatal("a read went to storage before the previous operation's Write was settled")
+		}
+	}
+	res, err = f.tr.ReadPaths(f.ctx, []PathRead{{Leaf: second.leaf, Want: want(second.ID)}})
+	if err != nil || !res[0].Found || res[0].Block.ID != second.ID {
+		t.Fatalf("a read once storage is back: %+v, %v; want its block", res, err)
+	}
+	if flaky.n != 0 {
+		t.Fatalf("%d failures left unused", flaky.n)
+	}
+}

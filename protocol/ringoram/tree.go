@@ -68,6 +68,7 @@ type Tree struct {
 	leak      leak // tests only (leak.go)
 
 	writeAhead WriteAhead
+	pending    []backend.Item // a committed operation's Write that failed (settle)
 }
 
 // Stats counts a Tree's work since it was made.
