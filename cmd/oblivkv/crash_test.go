@@ -21,7 +21,13 @@ import (
 
 // durableProtocols journal their trusted state: a kill -9 loses nothing
 // acknowledged.
-var durableProtocols = []string{"pathoram", "taostore"}
+var durableProtocols = []string{"pathoram", "taostore", "treebeard"}
+
+// crashOptions make each protocol's background work frequent, so kills
+// land in it: treebeard evicts after every 3 path reads of a tree.
+var crashOptions = map[string][]string{
+	"treebeard": {"--opt", "a=3", "--opt", "k=4"},
+}
 
 // crashKills is how many times each run kills the server.
 const crashKills = 5
@@ -45,7 +51,8 @@ func TestCrashRecovery(t *testing.T) {
 				if backend == "redis" {
 					spec = redistest.Start(t)
 				}
-				crashRun(t, []string{"--protocol", protocol, "--capacity", "256", "--value-size", "64", "--backend", spec})
+				args := []string{"--protocol", protocol, "--capacity", "256", "--value-size", "64", "--backend", spec}
+				crashRun(t, append(args, crashOptions[protocol]...))
 			})
 		}
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/oblivkv/oblivkv/audit"
 	"github.com/oblivkv/oblivkv/backend/mem"
 	"github.com/oblivkv/oblivkv/bench/workload"
+	"github.com/oblivkv/oblivkv/internal/durable"
 	"github.com/oblivkv/oblivkv/kv"
 	"github.com/oblivkv/oblivkv/kvtest"
 	"github.com/oblivkv/oblivkv/observe"
@@ -251,29 +252,18 @@ type opView struct {
 	wroteSlots map[uint64]uint64 // bucket -> mask of the slots the Write holds
 }
 
-// stateAddr is where Close saves the trusted state (store.go).
-const stateAddr = "tb/state"
-
-// isStateSave reports whether r is a write of the saved state (its chunks
-// or its header; internal/sealedstate).
-func isStateSave(r observe.Record) bool {
-	if r.Op != observe.OpWrite {
-		return false
-	}
-	for _, a := range r.Addrs {
-		if a != stateAddr && !strings.HasPrefix(a, stateAddr+"/") {
-			return false
-		}
-	}
-	return true
+// isAnchor reports whether r is a checkpoint's write of its anchor
+// (internal/durable): public, every durable.DefaultEvery journal records.
+// The audits' stores keep no journal, so their logs hold none.
+func isAnchor(r observe.Record) bool {
+	return r.Op == observe.OpWrite && len(r.Addrs) == 1 && r.Addrs[0] == durable.AnchorAddr
 }
 
 // splitTrees returns each tree's backend calls in Tap order, and checks
-// that every call but Close's state save, which comes last, belongs to
-// exactly one tree.
+// that every call but the checkpoints' anchor writes belongs to exactly
+// one tree.
 func splitTrees(records []observe.Record, trees int) ([][]observe.Record, error) {
 	out := make([][]observe.Record, trees)
-	saving := false
 	for _, r := range records {
 		if len(r.Addrs) == 0 {
 			return nil, fmt.Errorf("call %d (%v) has no address", r.Seq, r.Op)
@@ -281,11 +271,8 @@ func splitTrees(records []observe.Record, trees int) ([][]observe.Record, error)
 		if r.Err {
 			return nil, fmt.Errorf("call %d (%v) failed", r.Seq, r.Op)
 		}
-		if saving = saving || isStateSave(r); saving {
-			if !isStateSave(r) {
-				return nil, fmt.Errorf("call %d (%v) of %q after the state was saved", r.Seq, r.Op, r.Addrs[0])
-			}
-			continue // Close saves the trusted state last
+		if isAnchor(r) {
+			continue
 		}
 		owner := -1
 		for t := range trees {

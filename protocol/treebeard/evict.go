@@ -10,14 +10,16 @@ import (
 // EvictionBlocks hands the ORAM shard of tree t the stashed blocks the
 // position map assigns to t (Sec. 5.2.2, Fig. 4 step 3). Each block takes
 // part in one eviction at a time, and its access counter starts at zero.
-// Blocks stay in the stash until the eviction acknowledges them.
+// Blocks stay in the stash until the eviction acknowledges them. A block
+// whose latest change is not journaled yet waits for the next eviction
+// (which blocks an eviction places never shows on storage).
 func (s *Stash) EvictionBlocks(_ context.Context, t int) ([]ringoram.EvictBlock, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var out []ringoram.EvictBlock
 	for id, b := range s.stash {
 		p := s.pos[id]
-		if p.Tree != t || b.evicting >= 0 {
+		if p.Tree != t || b.evicting >= 0 || b.unjournaled {
 			continue
 		}
 		b.evicting, b.touched = t, 0

@@ -1,5 +1,11 @@
 package treebeard
 
+import (
+	"context"
+
+	"github.com/oblivkv/oblivkv/kv"
+)
+
 // Seeded returns o with reproducible tree, leaf and slot choices, for
 // audits with fixed seeds.
 func Seeded(o Options, seed byte) Options {
@@ -58,3 +64,7 @@ func (e Epochs) Collecting() int { return e.c.collecting() }
 
 // End ends the current epochs: their requests go to the Stash shards.
 func (e Epochs) End() { e.c.end() }
+
+// OpenRaw opens the protocol's store itself, with env as given, so a test
+// can hold the journal and crash it.
+func OpenRaw(ctx context.Context, env kv.Env) (kv.Store, error) { return open(ctx, env) }

@@ -4,10 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 
+	"github.com/oblivkv/oblivkv/backend"
+	"github.com/oblivkv/oblivkv/internal/durable"
 	"github.com/oblivkv/oblivkv/kv"
 	"github.com/oblivkv/oblivkv/protocol/ringoram"
+	"github.com/oblivkv/oblivkv/protocol/tree"
 )
 
 // ORAM is one ORAM shard (Sec. 5.3): the only reader and writer of the
@@ -36,6 +40,7 @@ type treeWorker struct {
 	a, k    int
 	stashes []EvictionSource
 	trace   func(traceEvent)
+	log     *durable.Log
 	leak    leak // tests only (leak.go)
 
 	mu      sync.Mutex
@@ -43,10 +48,13 @@ type treeWorker struct {
 	queue   []*readJob            // jobs of whole epochs, in the order they completed
 	wake    chan struct{}
 	stopped bool
+	busy    bool       // serving jobs (a read and its evictions)
+	idle    *sync.Cond // signalled when the worker runs out of jobs
 	exited  chan struct{}
 
 	// Owned by the worker goroutine.
-	reads int // path reads since the last eviction
+	reads   int // path reads since the last eviction
+	opReads int // path reads the operation in progress counts
 
 	statsMu sync.Mutex
 	stats   workerStats
@@ -66,9 +74,11 @@ type readJob struct {
 	done    chan struct{}
 }
 
-func newTreeWorker(id int, t *ringoram.Tree, a, k int, trace func(traceEvent)) *treeWorker {
-	return &treeWorker{id: id, tree: t, a: a, k: k, trace: trace,
+func newTreeWorker(id int, a, k int, trace func(traceEvent)) *treeWorker {
+	w := &treeWorker{id: id, a: a, k: k, trace: trace,
 		parts: map[uint64][]*readJob{}, wake: make(chan struct{}, 1), exited: make(chan struct{})}
+	w.idle = sync.NewCond(&w.mu)
+	return w
 }
 
 func (w *treeWorker) read(ctx context.Context, epoch uint64, reads []ringoram.PathRead) ([]ringoram.ReadResult, error) {
@@ -110,6 +120,10 @@ func (w *treeWorker) run() {
 		jobs := w.queue
 		w.queue = nil
 		stopped := w.stopped
+		w.busy = len(jobs) > 0
+		if !w.busy {
+			w.idle.Broadcast()
+		}
 		w.mu.Unlock()
 		if len(jobs) == 0 {
 			if stopped {
@@ -120,6 +134,24 @@ func (w *treeWorker) run() {
 		}
 		w.serve(jobs)
 	}
+}
+
+// waitIdle waits until the worker has no job queued or in progress.
+func (w *treeWorker) waitIdle() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for w.busy || len(w.queue) > 0 {
+		w.idle.Wait()
+	}
+}
+
+// writeAhead journals an operation of the tree, its Change and the items
+// of its Write, before the Write is issued (ringoram.Config.WriteAhead).
+func (w *treeWorker) writeAhead(_ context.Context, c ringoram.Change, items []backend.Item) error {
+	if _, err := w.log.Commit(treeDelta(w.id, w.reads+w.opReads, c), durable.Op{Items: items}); err != nil {
+		return fmt.Errorf("treebeard: journal: %w", err)
+	}
+	return nil
 }
 
 func (w *treeWorker) stop() {
@@ -148,7 +180,9 @@ func (w *treeWorker) serve(jobs []*readJob) {
 		}
 		return
 	}
+	w.opReads = w.counted(reads)
 	results, err := w.tree.ReadPaths(ctx, reads)
+	w.opReads = 0
 	if w.trace != nil && err == nil {
 		w.traceRead(jobs)
 	}
@@ -224,14 +258,29 @@ func (w *treeWorker) evict(ctx context.Context, k int) {
 		w.trace(traceEvent{Kind: traceEvict, Tree: w.id, Leaves: leaves})
 	}
 	errs = append(errs, err)
+	var stale []Stale
 	for i, s := range w.stashes {
-		stale, err := s.EvictionDone(ctx, w.id, blocks[from[i]:from[i+1]], placed[from[i]:from[i+1]])
+		st, err := s.EvictionDone(ctx, w.id, blocks[from[i]:from[i+1]], placed[from[i]:from[i+1]])
 		errs = append(errs, err)
-		for _, st := range stale {
-			w.tree.Forget(st.Bucket, st.ID)
+		stale = append(stale, st...)
+	}
+	for _, st := range stale {
+		w.tree.Forget(st.Bucket, st.ID)
+	}
+	w.log.Append(evictDoneDelta(w.id, removed(blocks, placed, stale), stale))
+	w.noteStats(false, errors.Join(errs...) != nil)
+}
+
+// removed returns the blocks an eviction placed that left the stash: all
+// placed but those whose copies are stale.
+func removed(blocks []ringoram.EvictBlock, placed []int64, stale []Stale) []tree.BlockID {
+	var out []tree.BlockID
+	for i, b := range blocks {
+		if placed[i] >= 0 && !slices.ContainsFunc(stale, func(st Stale) bool { return st.ID == b.Block.ID }) {
+			out = append(out, b.Block.ID)
 		}
 	}
-	w.noteStats(false, errors.Join(errs...) != nil)
+	return out
 }
 
 func (w *treeWorker) noteStats(readErr, evictErr bool) {

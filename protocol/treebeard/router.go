@@ -24,6 +24,7 @@ type Router struct {
 	shards []StashShard
 	trace  func(traceEvent)
 	manual bool // tests only: epochs end by epochControl, never on a timer
+	paused bool // a checkpoint is being taken: requests collect until resume
 
 	mu      sync.Mutex
 	calls   []*call // the collecting epoch
@@ -64,7 +65,7 @@ func (r *Router) Do(ctx context.Context, req Request) (Reply, error) {
 	r.calls = append(r.calls, c)
 	if len(r.calls) == 1 {
 		switch {
-		case r.manual:
+		case r.manual || r.paused:
 		case r.epoch <= 0:
 			r.forwardLocked()
 		default:
@@ -83,7 +84,34 @@ func (r *Router) Do(ctx context.Context, req Request) (Reply, error) {
 func (r *Router) endEpoch() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.forwardLocked()
+	if !r.paused {
+		r.forwardLocked()
+	}
+}
+
+// pause stops forwarding: requests collect in the current epoch, and
+// waitForwarded then waits until every epoch forwarded is answered.
+func (r *Router) pause() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.paused = true
+	if r.timer != nil {
+		r.timer.Stop()
+		r.timer = nil
+	}
+}
+
+// waitForwarded waits until every epoch forwarded is answered.
+func (r *Router) waitForwarded() { r.flights.Wait() }
+
+// resume forwards again, starting with the requests collected meanwhile.
+func (r *Router) resume() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.paused = false
+	if len(r.calls) > 0 && !r.manual {
+		r.forwardLocked()
+	}
 }
 
 // forwardLocked closes the collecting epoch and forwards its requests to

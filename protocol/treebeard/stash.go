@@ -1,12 +1,14 @@
 package treebeard
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"math/rand/v2"
 	"sync"
 
+	"github.com/oblivkv/oblivkv/internal/durable"
 	"github.com/oblivkv/oblivkv/kv"
 	"github.com/oblivkv/oblivkv/protocol/ringoram"
 	"github.com/oblivkv/oblivkv/protocol/tree"
@@ -23,13 +25,20 @@ type stashed struct {
 	value    []byte
 	evicting int // the tree whose eviction holds the block, or -1
 	touched  int // accesses since the block was handed to that eviction
+	// unjournaled: an epoch changed the block and its record is not in
+	// the journal yet; no eviction takes it until then, so no eviction's
+	// record holds a state the journal could lose.
+	unjournaled bool
 }
 
 // inflight is a block whose real path read is on its way: the requests
-// queued behind it, applied in arrival order when it returns.
+// queued behind it, applied in arrival order when it returns, and the
+// position it moves to then (the position map keeps the old one until
+// the block is in the stash, so a journal record never holds a position
+// the block has not reached).
 type inflight struct {
-	from  position // where the read looks for it
-	queue []queued
+	from, to position // where the read looks for it, and where it goes
+	queue    []queued
 }
 
 type queued struct {
@@ -46,6 +55,7 @@ type Stash struct {
 	trees []PathReader // by tree: the ORAM shard that owns it
 	geo   tree.Geometry
 	quota *quota
+	log   *durable.Log
 	leak  leak // tests only (leak.go)
 
 	mu       sync.Mutex
@@ -97,7 +107,39 @@ func (s *Stash) Access(ctx context.Context, epoch uint64, batch []Request) []Rep
 	results, errs := s.readAll(context.WithoutCancel(ctx), epoch, reads)
 	s.settle(reads, results, errs, replies)
 	done.Wait()
+	if err := s.journal(batch); err != nil {
+		for i := range replies {
+			replies[i].Err = cmp.Or(replies[i].Err, err)
+		}
+	}
 	return replies
+}
+
+// journal records where the blocks of the batch are now, and what the
+// stashed ones hold, and waits until the record is durable: the replies
+// leave only then (the records of concurrent epochs share an fsync). Every
+// epoch writes one record, whatever it holds, so how many records there
+// are depends only on the epochs.
+func (s *Stash) journal(batch []Request) error {
+	ids, seen := make([]tree.BlockID, 0, len(batch)), make(map[tree.BlockID]bool, len(batch))
+	for _, r := range batch {
+		if !seen[r.ID] {
+			seen[r.ID] = true
+			ids = append(ids, r.ID)
+		}
+	}
+	s.mu.Lock()
+	lsn := s.log.Append(s.blocksDelta(ids))
+	for _, id := range ids {
+		if b := s.stash[id]; b != nil {
+			b.unjournaled = false
+		}
+	}
+	s.mu.Unlock()
+	if err := s.log.Sync(lsn); err != nil {
+		return fmt.Errorf("treebeard: journal: %w", err)
+	}
+	return nil
 }
 
 // plan decides every request's read and applies what can be applied now.
@@ -138,9 +180,8 @@ func (s *Stash) plan(batch []Request, replies []Reply, done *sync.WaitGroup) [][
 				fake()
 				continue
 			}
-			f := &inflight{from: p, queue: []queued{{r, rep, done}}}
+			f := &inflight{from: p, to: s.randomPosition(), queue: []queued{{r, rep, done}}}
 			s.inflight[id] = f
-			s.pos[id] = s.randomPosition()
 			want := id
 			reads[p.Tree] = append(reads[p.Tree], pathRead{read: ringoram.PathRead{Leaf: p.Leaf, Want: &want}, real: f})
 			s.stats.realReads++
@@ -160,14 +201,14 @@ func (s *Stash) applyStashed(id tree.BlockID, b *stashed, r *Request, rep *Reply
 		delete(s.pos, id)
 		return
 	}
-	b.value = val
+	b.value, b.unjournaled = val, true
 	s.pos[id] = s.randomPosition()
 }
 
 // applyNew applies r to a block that does not exist.
 func (s *Stash) applyNew(id tree.BlockID, r *Request, rep *Reply) {
 	if exists, val := apply(r, rep, false, nil, s.quota); exists {
-		s.stash[id] = &stashed{value: val, evicting: -1}
+		s.stash[id] = &stashed{value: val, evicting: -1, unjournaled: true}
 		s.pos[id] = s.randomPosition()
 		s.noteSize()
 	}
@@ -262,7 +303,6 @@ func (s *Stash) settle(reads [][]pathRead, results [][]ringoram.ReadResult, errs
 func (s *Stash) returned(id tree.BlockID, f *inflight, val []byte, err error) {
 	delete(s.inflight, id)
 	if err != nil {
-		s.pos[id] = f.from
 		for _, q := range f.queue {
 			q.reply.Err = err
 			q.done.Done()
@@ -278,6 +318,7 @@ func (s *Stash) returned(id tree.BlockID, f *inflight, val []byte, err error) {
 		delete(s.pos, id)
 		return
 	}
-	s.stash[id] = &stashed{value: val, evicting: -1}
+	s.pos[id] = f.to
+	s.stash[id] = &stashed{value: val, evicting: -1, unjournaled: true}
 	s.noteSize()
 }

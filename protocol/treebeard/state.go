@@ -1,22 +1,19 @@
 package treebeard
 
 import (
+	"bytes"
 	"context"
+	"encoding/gob"
 	"fmt"
 	"iter"
 	"math/rand/v2"
 
-	"github.com/oblivkv/oblivkv/internal/sealedstate"
 	"github.com/oblivkv/oblivkv/kv"
 	"github.com/oblivkv/oblivkv/protocol/ringoram"
 	"github.com/oblivkv/oblivkv/protocol/tree"
 )
 
-// stateAddr holds the sealed trusted state between a clean Close and the
-// next open.
-const stateAddr = "tb/state"
-
-// state is what the trusted layers keep between runs. The position map and
+// state is a checkpoint: what the trusted layers keep. The position map and
 // stash are kept whole, not per shard, so the number of Stash shards may
 // change between runs; the trees may not.
 type state struct {
@@ -68,15 +65,27 @@ func (s *store) Load(ctx context.Context, items iter.Seq2[string, []byte]) (int,
 		st.mu.Unlock()
 	}
 	s.quota.used.Store(int64(len(values)))
+	// Journaled first: a crash while the trees are written leaves trees
+	// that match no state, and recovery writes them afresh.
+	if _, err := s.log.Commit([]byte{deltaLoad}); err != nil {
+		return 0, fmt.Errorf("treebeard: %w", err)
+	}
 	if err := s.initTrees(ctx, placed); err != nil {
+		return 0, err
+	}
+	if err := s.log.Checkpoint(ctx, s.encodeStateAs(true), s.log.Last()); err != nil {
 		return 0, err
 	}
 	s.initialised.Store(true)
 	return len(values), nil
 }
 
-func (s *store) saveState(ctx context.Context) error {
-	st := state{Initialised: s.initialised.Load(), Pos: map[tree.BlockID]position{}, Stash: map[tree.BlockID][]byte{}}
+// encodeState returns the trusted state as a checkpoint holds it.
+func (s *store) encodeState() []byte { return s.encodeStateAs(s.initialised.Load()) }
+
+// encodeStateAs is encodeState with the trees written (initialised) or not.
+func (s *store) encodeStateAs(initialised bool) []byte {
+	st := state{Initialised: initialised, Pos: map[tree.BlockID]position{}, Stash: map[tree.BlockID][]byte{}}
 	for _, sh := range s.stashes {
 		sh.mu.Lock()
 		for id, p := range sh.pos {
@@ -87,27 +96,97 @@ func (s *store) saveState(ctx context.Context) error {
 		}
 		sh.mu.Unlock()
 	}
-	if st.Initialised {
+	if initialised {
 		for _, w := range s.workers {
 			st.Trees = append(st.Trees, treeState{Tree: w.tree.State(), Reads: w.reads})
 		}
 	}
-	return sealedstate.Save(ctx, s.b, s.keys, stateAddr, st)
+	var buf bytes.Buffer
+	if err := gob.NewEncoder(&buf).Encode(st); err != nil {
+		panic(fmt.Sprintf("treebeard: encoding the state: %v", err)) // plain data: cannot fail
+	}
+	return buf.Bytes()
 }
 
-// loadState restores the state saved by the last clean Close, then deletes
-// it, so a crash from here on is detected at the next open.
-func (s *store) loadState(ctx context.Context) error {
-	var st state
-	if err := sealedstate.Require(ctx, s.b, s.keys, stateAddr, &st); err != nil {
+// create starts the journal of a new store: the checkpoint of its empty
+// state, the trees not yet written (ensureInit or Load write them).
+func (s *store) create(ctx context.Context) error {
+	return s.log.Create(ctx, s.encodeStateAs(false))
+}
+
+// checkpointNow replaces the journal by a checkpoint while the store
+// serves: it pauses the Routers (requests collect in their epochs), waits
+// until every epoch forwarded is answered and every tree has finished its
+// reads and evictions, checkpoints the state, and resumes. It runs every
+// durable.DefaultEvery records, which depends only on the epochs and the
+// trees' operations, so the pause shows storage nothing more.
+func (s *store) checkpointNow(ctx context.Context) error {
+	for _, r := range s.routers {
+		r.pause()
+	}
+	defer func() {
+		for _, r := range s.routers {
+			r.resume()
+		}
+	}()
+	for _, r := range s.routers {
+		r.waitForwarded()
+	}
+	for _, w := range s.workers {
+		w.waitIdle()
+	}
+	return s.log.Checkpoint(ctx, s.encodeState(), s.log.Last())
+}
+
+// recover rebuilds the trusted state from the journal: the checkpoint,
+// then every record after it in order (the blocks of each epoch, each
+// tree operation's Change and the blocks it took, each eviction's end),
+// an eviction whose end is missing settled, and the trees' writes issued
+// again; a bulk load cut short leaves an empty store whose trees are
+// written afresh; evictions a tree owes run; then a checkpoint.
+func (s *store) recover(ctx context.Context) error {
+	rec, err := s.log.Recover(ctx)
+	if err != nil {
 		return fmt.Errorf("treebeard: %w", err)
 	}
-	// A state that does not fit the options stays saved: a restart with
-	// the right options still finds it.
+	var st state
+	if err := gob.NewDecoder(bytes.NewReader(rec.State)).Decode(&st); err != nil {
+		return fmt.Errorf("%w: treebeard: decoding the checkpoint: %v", kv.ErrTampered, err)
+	}
 	if err := s.restore(st); err != nil {
 		return err
 	}
-	return sealedstate.Delete(ctx, s.b, s.keys, stateAddr)
+	rp := &replayer{s: s, pending: map[int][]ringoram.Placement{}}
+	for i, d := range rec.Deltas {
+		if err := rp.apply(d); err != nil {
+			return fmt.Errorf("treebeard: journal record %d after the checkpoint: %w", i+1, err)
+		}
+	}
+	rp.finish()
+	if err := s.log.Redo(ctx, rec); err != nil {
+		return fmt.Errorf("treebeard: %w", err)
+	}
+	keys := 0
+	for _, sh := range s.stashes {
+		if rp.load {
+			clear(sh.pos)
+			clear(sh.stash)
+		}
+		keys += len(sh.pos)
+	}
+	s.quota.used.Store(int64(keys))
+	if rp.load {
+		s.initialised.Store(false) // the trees are written afresh at the first access
+	}
+	if s.initialised.Load() {
+		for _, w := range s.workers {
+			if owed := w.reads / w.a; owed > 0 {
+				w.reads -= owed * w.a
+				w.evict(ctx, owed*w.k)
+			}
+		}
+	}
+	return s.log.Checkpoint(ctx, s.encodeState(), s.log.Last())
 }
 
 func (s *store) restore(st state) error {

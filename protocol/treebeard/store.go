@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 
 	"github.com/oblivkv/oblivkv/backend"
+	"github.com/oblivkv/oblivkv/internal/durable"
 	"github.com/oblivkv/oblivkv/kv"
 	"github.com/oblivkv/oblivkv/protocol/ringoram"
 	"github.com/oblivkv/oblivkv/protocol/tree"
@@ -39,6 +40,9 @@ type store struct {
 	stashes []*Stash
 	workers []*treeWorker // by tree
 	next    atomic.Uint64 // round-robin over routers
+	log     *durable.Log
+
+	checkpointing sync.Mutex // held by a checkpoint
 
 	// The trees are written lazily: a fresh store writes them on first use
 	// or at a bulk load, never twice.
@@ -59,10 +63,13 @@ func open(ctx context.Context, env kv.Env) (*store, error) {
 	if err != nil {
 		return nil, err
 	}
-	if !env.Fresh {
-		if err := s.loadState(ctx); err != nil {
-			return nil, err
-		}
+	if env.Fresh {
+		err = s.create(ctx)
+	} else {
+		err = s.recover(ctx)
+	}
+	if err != nil {
+		return nil, err
 	}
 	s.start()
 	return s, nil
@@ -76,9 +83,10 @@ func build(env kv.Env, opts Options) (*store, error) {
 	if err != nil {
 		return nil, err
 	}
+	s.log = durable.New(env.Journal, env.Backend, env.Keys)
 	for range opts.StashShards {
 		st := newStash(s.geo, s.quota, rand.New(rng()))
-		st.leak = opts.leak
+		st.leak, st.log = opts.leak, s.log
 		s.stashes = append(s.stashes, st)
 	}
 	sources := make([]EvictionSource, len(s.stashes))
@@ -92,14 +100,15 @@ func build(env kv.Env, opts Options) (*store, error) {
 	}
 	readers := make([]PathReader, opts.Trees)
 	for t := range opts.Trees {
-		rt, err := ringoram.NewTree(ringoram.Config{Backend: env.Backend, Keys: env.Keys, Geometry: s.geo,
+		w := newTreeWorker(t, opts.A, opts.K, opts.trace)
+		w.stashes, w.leak, w.log = sources, opts.leak, s.log
+		var err error
+		w.tree, err = ringoram.NewTree(ringoram.Config{Backend: env.Backend, Keys: env.Keys, Geometry: s.geo,
 			Params: ringoram.Params{Z: opts.Z, S: opts.S}, Layout: ringoram.Layout{Prefix: TreePrefix(t)},
-			ValueSize: env.ValueSize, Rand: rand.New(rng())})
+			ValueSize: env.ValueSize, Rand: rand.New(rng()), WriteAhead: w.writeAhead})
 		if err != nil {
 			return nil, fmt.Errorf("treebeard: %w", err)
 		}
-		w := newTreeWorker(t, rt, opts.A, opts.K, opts.trace)
-		w.stashes, w.leak = sources, opts.leak
 		owner := orams[t%len(orams)]
 		owner.workers[t] = w
 		s.workers = append(s.workers, w)
@@ -156,6 +165,9 @@ func (s *store) ensureInit(ctx context.Context) error {
 	if err := s.initTrees(ctx, nil); err != nil {
 		return err
 	}
+	if err := s.log.Checkpoint(ctx, s.encodeStateAs(true), s.log.Last()); err != nil {
+		return err
+	}
 	s.initialised.Store(true)
 	return nil
 }
@@ -190,6 +202,12 @@ func (s *store) do(ctx context.Context, req Request) (Reply, error) {
 	if err != nil {
 		return Reply{}, err
 	}
+	if s.log.Due() && s.checkpointing.TryLock() {
+		go func() {
+			defer s.checkpointing.Unlock()
+			s.checkpointNow(context.Background())
+		}()
+	}
 	return rep, rep.Err
 }
 
@@ -210,8 +228,8 @@ func (s *store) Delete(ctx context.Context, key string) error {
 	return err
 }
 
-// Close answers every request in flight, stops the ORAM shards, saves the
-// trusted state sealed and closes the backend.
+// Close answers every request in flight, stops the ORAM shards, replaces
+// the journal by a checkpoint and closes the backend.
 func (s *store) Close() error {
 	for _, r := range s.routers {
 		r.Close()
@@ -219,7 +237,9 @@ func (s *store) Close() error {
 	for _, w := range s.workers {
 		w.stop()
 	}
-	err := s.saveState(context.Background())
+	s.checkpointing.Lock()
+	defer s.checkpointing.Unlock()
+	err := s.log.Checkpoint(context.Background(), s.encodeState(), s.log.Last())
 	return errors.Join(err, s.b.Close())
 }
 

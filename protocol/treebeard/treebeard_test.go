@@ -16,7 +16,7 @@ import (
 	"github.com/oblivkv/oblivkv/protocol/treebeard"
 )
 
-var cfg = kvtest.Config{Protocol: "treebeard", Integrity: true}
+var cfg = kvtest.Config{Protocol: "treebeard", Integrity: true, Durable: true}
 
 func TestMain(m *testing.M) { kvtest.Main(m) }
 
@@ -25,7 +25,7 @@ func TestMain(m *testing.M) { kvtest.Main(m) }
 var busy = treebeard.Options{A: 2, K: 3, Epoch: 200 * time.Microsecond}
 
 func TestContract(t *testing.T) {
-	for _, c := range []kvtest.Config{cfg, {Protocol: "treebeard", Integrity: true, Options: busy}} {
+	for _, c := range []kvtest.Config{cfg, {Protocol: "treebeard", Integrity: true, Durable: true, Options: busy}} {
 		for _, st := range kvtest.Storages(t) {
 			t.Run(st.Name, func(t *testing.T) { kvtest.RunContract(t, c, st) })
 		}
@@ -139,13 +139,14 @@ func wantGet(t *testing.T, s kv.Store, k, want string) {
 }
 
 // TestReopenWithOtherTrees: the trees are the store's layout; reopening
-// with another number of trees is ErrMismatch and leaves the saved state
-// in place, so reopening with the right options still serves the data.
+// with another number of trees is ErrMismatch and changes nothing, so
+// reopening with the right options still serves the data.
 func TestReopenWithOtherTrees(t *testing.T) {
-	b, keys := mem.New(), kvtest.NewKeys(t)
+	b, keys, journal := mem.New(), kvtest.NewKeys(t), t.TempDir()
 	open := func(o treebeard.Options) (kv.Store, error) {
 		b.Reopen()
-		return kv.Open(t.Context(), kv.Config{Protocol: "treebeard", Backend: b, Keys: keys, Capacity: 64, ValueSize: 16, Options: o})
+		return kv.Open(t.Context(), kv.Config{Protocol: "treebeard", Backend: b, Keys: keys, Capacity: 64, ValueSize: 16,
+			Options: o, JournalDir: journal})
 	}
 	s, err := open(treebeard.Options{Trees: 2})
 	if err != nil {
