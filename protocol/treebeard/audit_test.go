@@ -1,6 +1,7 @@
 package treebeard_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"math"
@@ -8,12 +9,15 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/oblivkv/oblivkv/audit"
+	"github.com/oblivkv/oblivkv/backend"
 	"github.com/oblivkv/oblivkv/backend/mem"
 	"github.com/oblivkv/oblivkv/bench/workload"
 	"github.com/oblivkv/oblivkv/internal/durable"
+	"github.com/oblivkv/oblivkv/internal/journal"
 	"github.com/oblivkv/oblivkv/kv"
 	"github.com/oblivkv/oblivkv/kvtest"
 	"github.com/oblivkv/oblivkv/observe"
@@ -73,12 +77,32 @@ func auditKey(i uint64) string { return fmt.Sprintf("key-%04d", i) }
 type traceLog struct {
 	mu     sync.Mutex
 	events []treebeard.TraceEvent
+	offset uint64 // added to the epochs of the events added
 }
 
 func (l *traceLog) add(e treebeard.TraceEvent) {
 	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.offset > 0 {
+		e.Epoch += l.offset
+		e.Epochs = slices.Clone(e.Epochs)
+		for i := range e.Epochs {
+			e.Epochs[i] += l.offset
+		}
+	}
 	l.events = append(l.events, e)
-	l.mu.Unlock()
+}
+
+// renumber makes the epochs of the events added from now on follow those
+// added so far: a recovered store numbers its epochs from 0 again.
+func (l *traceLog) renumber() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, e := range l.events {
+		if e.Kind == treebeard.TraceEpoch {
+			l.offset = max(l.offset, e.Epoch+1)
+		}
+	}
 }
 
 func (l *traceLog) reset() {
@@ -107,6 +131,9 @@ type auditRun struct {
 	// r's epoch ended: round r's path reads are the calls after it and,
 	// but for the last round, up to rounds[r+1].
 	rounds []uint64
+	// recovery is what checkRecovery and the witness found wrong in
+	// storage's view of a recovery, if the run had one.
+	recovery error
 }
 
 // runAudit opens a seeded, traced store over a tapped memory backend,
@@ -117,6 +144,18 @@ type auditRun struct {
 // once it holds all the round's requests, so every workload gives the
 // layers the same epochs however loaded the machine is.
 func runAudit(t *testing.T, opts treebeard.Options, seed byte, keys []uint64) auditRun {
+	return runAuditCrashing(t, opts, seed, keys, 0)
+}
+
+// runAuditCrashing is runAudit with the store journaled and, when
+// crashAt > 0, crashed once its first crashAt rounds are answered and
+// their evictions done (its journal writes nothing more and it is wound
+// down) and recovered from
+// its journal with other random choices, the rounds going on with the
+// recovered store. Storage's view of the recovery is checked
+// (checkRecovery) and left out of the run's records, so the audits see
+// the tree operations before and after it as one run.
+func runAuditCrashing(t *testing.T, opts treebeard.Options, seed byte, keys []uint64, crashAt int) auditRun {
 	t.Helper()
 	ctx := t.Context()
 	log, tr := &observe.MemoryLog{}, &traceLog{}
@@ -126,17 +165,28 @@ func runAudit(t *testing.T, opts treebeard.Options, seed byte, keys []uint64) au
 	if err != nil {
 		t.Fatal(err)
 	}
-	opts, epochs := treebeard.ManualEpochs(opts)
-	s, err := kv.Open(ctx, kv.Config{Protocol: "treebeard", Backend: mem.New(), Keys: sk,
-		Capacity: auditCapacity, ValueSize: 32, TapLog: log,
-		Options: treebeard.Traced(treebeard.Seeded(opts, seed), tr.add)})
-	if err != nil {
-		t.Fatal(err)
+	m := mem.New()
+	w := &witness{Backend: m, seen: map[string]bool{}}
+	storage, dir := observe.NewTap(w, log), t.TempDir()
+	open := func(fresh bool, seed byte) (kv.Store, treebeard.Epochs, *journal.Journal) {
+		j, err := journal.Open(dir, sk, journal.Options{NoSync: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		o, epochs := treebeard.ManualEpochs(opts)
+		s, err := treebeard.OpenRaw(ctx, kv.Env{Backend: storage, Keys: sk, Capacity: auditCapacity, ValueSize: 32,
+			Fresh: fresh, Journal: j, Options: treebeard.Traced(treebeard.Seeded(o, seed), tr.add)})
+		if err != nil {
+			j.Crash()
+			t.Fatal(err)
+		}
+		return s, epochs, j
 	}
-	closed := false
+	s, epochs, j := open(true, seed)
 	defer func() {
-		if !closed {
+		if s != nil {
 			s.Close()
+			j.Close()
 		}
 	}()
 	l, _ := kv.AsLoader(s)
@@ -154,7 +204,20 @@ func runAudit(t *testing.T, opts treebeard.Options, seed byte, keys []uint64) au
 	log.Reset()
 	tr.reset()
 	var rounds []uint64
+	var recovery []observe.Record
 	for r := range auditRounds {
+		if r == crashAt && r > 0 {
+			treebeard.Quiesce(s) // the evictions the last round owes
+			j.Crash()
+			s.Close()
+			from := len(log.Records())
+			m.Reopen()
+			tr.renumber()
+			w.recovering.Store(true)
+			s, epochs, j = open(false, seed+100)
+			w.recovering.Store(false)
+			recovery = log.Records()[from:]
+		}
 		var wg sync.WaitGroup
 		for j := range auditRound {
 			i := keys[r*auditRound+j]
@@ -183,8 +246,18 @@ func runAudit(t *testing.T, opts treebeard.Options, seed byte, keys []uint64) au
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
-	closed = true
+	j.Close()
+	s = nil
 	run.records, run.events = log.Records(), tr.get()
+	if crashAt > 0 {
+		run.recovery = checkRecovery(recovery)
+		if n := w.novel.Load(); n != 0 {
+			run.recovery = errors.Join(run.recovery, fmt.Errorf("%d Writes storage had not seen before the crash", n))
+		}
+		run.records = slices.DeleteFunc(run.records, func(r observe.Record) bool {
+			return len(recovery) > 0 && r.Seq >= recovery[0].Seq && r.Seq <= recovery[len(recovery)-1].Seq
+		})
+	}
 	// The defaults as the store applies them (Options.withDefaults is
 	// unexported): the audits use the default Trees, Z and S.
 	run.opts = opts
@@ -203,6 +276,58 @@ func runAudit(t *testing.T, opts treebeard.Options, seed byte, keys []uint64) au
 		t.Fatalf("store has %d trees, audit expects %d", got, run.opts.Trees)
 	}
 	return run
+}
+
+// checkRecovery checks the shape of storage's view of a recovery after a
+// crash between epochs (nothing in flight): the anchor read, then the
+// Writes the journal redoes, then the anchor of the checkpoint that ends
+// recovery (the witness checks that each redone Write is one storage saw
+// before).
+func checkRecovery(recovery []observe.Record) error {
+	if len(recovery) < 2 {
+		return fmt.Errorf("storage saw %d calls; want at least the anchor's read and write", len(recovery))
+	}
+	first, last := recovery[0], recovery[len(recovery)-1]
+	if first.Op != observe.OpRead || !slices.Equal(first.Addrs, []string{durable.AnchorAddr}) {
+		return fmt.Errorf("first call %v of %v; want a read of the anchor", first.Op, first.Addrs)
+	}
+	if !isAnchor(last) {
+		return fmt.Errorf("last call %v of %v; want the checkpoint's anchor", last.Op, last.Addrs)
+	}
+	for _, r := range recovery[1 : len(recovery)-1] {
+		if r.Op != observe.OpWrite || isAnchor(r) {
+			return fmt.Errorf("call %d is a %v of %d addresses; want only the journal's Writes", r.Seq, r.Op, len(r.Addrs))
+		}
+	}
+	return nil
+}
+
+// witness is storage that remembers every Write it took, addresses and
+// values, and counts the Writes made while recovering that it never took
+// before.
+type witness struct {
+	backend.Backend
+	mu         sync.Mutex
+	seen       map[string]bool
+	recovering atomic.Bool
+	novel      atomic.Int64
+}
+
+func (w *witness) Write(ctx context.Context, items []backend.Item) error {
+	var b strings.Builder
+	for _, it := range items {
+		if it.Addr == durable.AnchorAddr {
+			return w.Backend.Write(ctx, items) // new at every checkpoint
+		}
+		fmt.Fprintf(&b, "%q=%x;", it.Addr, it.Value)
+	}
+	w.mu.Lock()
+	if w.recovering.Load() && !w.seen[b.String()] {
+		w.novel.Add(1)
+	}
+	w.seen[b.String()] = true
+	w.mu.Unlock()
+	return w.Backend.Write(ctx, items)
 }
 
 // lastSeq is the sequence number of the last call log holds, or 0.
@@ -777,6 +902,9 @@ func checkRun(run auditRun) (audited, error) {
 	}
 	a.ops, a.cells = ops, leafCells(run.geo, ops, auditBins)
 	var errs []error
+	if run.recovery != nil {
+		errs = append(errs, fmt.Errorf("recovery: %w", run.recovery))
+	}
 	if err := checkEpochs(run.events, run.requests); err != nil {
 		errs = append(errs, fmt.Errorf("audit (a): %w", err))
 	}
@@ -951,15 +1079,16 @@ func statChecks(runs map[string]audited) []audit.Check {
 	return out
 }
 
-// auditAll runs the named workloads with opts and seed, fails t on any
-// violation of the exact audits (a), (b), (d) and (e), and returns the
-// runs.
-func auditAll(t *testing.T, opts treebeard.Options, seed byte, names ...string) map[string]audited {
+// auditAll runs the named workloads with opts and seed, crashed and
+// recovered after crashAt rounds when crashAt > 0 (runAuditCrashing),
+// fails t on any violation of the exact audits (a), (b), (d) and (e), and
+// returns the runs.
+func auditAll(t *testing.T, opts treebeard.Options, seed byte, crashAt int, names ...string) map[string]audited {
 	t.Helper()
 	loads := auditWorkloads(t)
 	runs := map[string]audited{}
 	for _, name := range names {
-		a, err := checkRun(runAudit(t, opts, seed, loads[name]))
+		a, err := checkRun(runAuditCrashing(t, opts, seed, loads[name], crashAt))
 		if err != nil {
 			t.Fatalf("%s (seed %d): %v", name, seed, err)
 		}
@@ -989,14 +1118,23 @@ func auditAll(t *testing.T, opts treebeard.Options, seed byte, names ...string) 
 //	(e) buckets are reshuffled exactly after S reads, never later, and no
 //	    slot is read twice between two rewrites of its bucket;
 //
-// and every check of statChecks passes.
+// and every check of statChecks passes. In Recovered, at the defaults
+// again, each workload's store is crashed halfway and recovered from its
+// journal (runAuditCrashing): the recovery shows storage only Writes it
+// saw before and the anchors, and the run across it passes every audit
+// (the eviction order and the reshuffle counts carry on where they were).
 func TestObliviousAudit(t *testing.T) {
 	for _, tc := range []struct {
-		name string
-		opts treebeard.Options
-	}{{"default", treebeard.Options{}}, {"BusyEvictions", treebeard.Options{A: 3, K: 5}}} {
+		name    string
+		opts    treebeard.Options
+		crashAt int
+	}{
+		{"default", treebeard.Options{}, 0},
+		{"BusyEvictions", treebeard.Options{A: 3, K: 5}, 0},
+		{"Recovered", treebeard.Options{}, auditRounds / 2},
+	} {
 		t.Run(tc.name, func(t *testing.T) {
-			runs := auditAll(t, tc.opts, 11, workloadNames...)
+			runs := auditAll(t, tc.opts, 11, tc.crashAt, workloadNames...)
 			for _, c := range statChecks(runs) {
 				t.Log(c)
 				if !c.Pass() {
@@ -1078,6 +1216,31 @@ func TestAuditsCatchLeaks(t *testing.T) {
 			if !c.Decisive() {
 				t.Fatalf("leak %q: %v; want a decisive failure", lc.name, c)
 			}
+		})
+	}
+}
+
+// TestRecoveryAuditCatchesLeaks injects leaks into recovery and requires
+// the audit across a crash (TestObliviousAudit's Recovered) to fail on
+// each: recovery restarting the eviction order breaks audit (d), and
+// recovery reading the paths of the position map's blocks shows up in
+// storage's view of the recovery.
+func TestRecoveryAuditCatchesLeaks(t *testing.T) {
+	for _, lc := range []struct {
+		name string
+		leak treebeard.Leak
+		want string
+	}{
+		{"forgets evictions", treebeard.LeakRecoveryForgetsEvictions, "audit (d)"},
+		{"checks positions", treebeard.LeakRecoveryChecksPositions, "recovery: "},
+	} {
+		t.Run(lc.name, func(t *testing.T) {
+			opts := treebeard.WithLeak(treebeard.Options{}, lc.leak)
+			_, err := checkRun(runAuditCrashing(t, opts, 11, auditWorkloads(t)["uniform"], auditRounds/2))
+			if err == nil || !strings.Contains(err.Error(), lc.want) {
+				t.Fatalf("leak %q: %v; want a failure of %s", lc.name, err, lc.want)
+			}
+			t.Log(err)
 		})
 	}
 }

@@ -41,6 +41,9 @@ const (
 	LeakMissingKeyedPosition = leakMissingKeyedPosition
 	LeakEvictOnRealReads     = leakEvictOnRealReads
 	LeakEagerShardParts      = leakEagerShardParts
+
+	LeakRecoveryForgetsEvictions = leakRecoveryForgetsEvictions
+	LeakRecoveryChecksPositions  = leakRecoveryChecksPositions
 )
 
 // WithLeak returns o with leak l injected.
@@ -68,3 +71,11 @@ func (e Epochs) End() { e.c.end() }
 // OpenRaw opens the protocol's store itself, with env as given, so a test
 // can hold the journal and crash it.
 func OpenRaw(ctx context.Context, env kv.Env) (kv.Store, error) { return open(ctx, env) }
+
+// Quiesce waits until every tree of a store opened by OpenRaw has finished
+// its reads and evictions.
+func Quiesce(s kv.Store) {
+	for _, w := range s.(*store).workers {
+		w.waitIdle()
+	}
+}

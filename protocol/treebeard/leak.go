@@ -1,7 +1,10 @@
 package treebeard
 
 import (
+	"context"
 	"encoding/binary"
+
+	"github.com/oblivkv/oblivkv/protocol/ringoram"
 
 	"github.com/oblivkv/oblivkv/protocol/tree"
 )
@@ -30,7 +33,32 @@ const (
 	// epoch as it arrives instead of the whole epoch at once (Sec.
 	// 5.3.1), so its multi-path reads follow how the epoch's keys hash.
 	leakEagerShardParts
+	// leakRecoveryForgetsEvictions: recovery replays the trees' reads and
+	// evictions without advancing their eviction counters, so the
+	// reverse-lexicographic eviction order starts again after a crash.
+	leakRecoveryForgetsEvictions
+	// leakRecoveryChecksPositions: recovery reads the metadata of the
+	// path of every block the position map holds, to check the journal
+	// against storage, and so shows storage the position map.
+	leakRecoveryChecksPositions
 )
+
+// checkPositions is leakRecoveryChecksPositions' read of the path of
+// every block.
+func (s *store) checkPositions(ctx context.Context) error {
+	for _, sh := range s.stashes {
+		for _, p := range sh.pos {
+			var addrs []string
+			for _, b := range s.geo.Path(p.Leaf, nil) {
+				addrs = append(addrs, ringoram.Layout{Prefix: TreePrefix(p.Tree)}.MetaAddr(b))
+			}
+			if _, err := s.b.Read(ctx, addrs); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
 
 // keyedPosition is leakMissingKeyedPosition's position of a block.
 func (s *Stash) keyedPosition(id tree.BlockID) position {

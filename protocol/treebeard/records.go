@@ -171,6 +171,9 @@ func (rp *replayer) tree(r *reader) {
 		return
 	}
 	w := rp.s.workers[t]
+	if rp.s.opts.leak == leakRecoveryForgetsEvictions {
+		c.Evicted = 0
+	}
 	if r.err = w.tree.Apply(c); r.err != nil {
 		return
 	}

@@ -166,6 +166,11 @@ func (s *store) recover(ctx context.Context) error {
 	if err := s.log.Redo(ctx, rec); err != nil {
 		return fmt.Errorf("treebeard: %w", err)
 	}
+	if s.opts.leak == leakRecoveryChecksPositions {
+		if err := s.checkPositions(ctx); err != nil {
+			return err
+		}
+	}
 	keys := 0
 	for _, sh := range s.stashes {
 		if rp.load {
