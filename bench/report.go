@@ -22,20 +22,25 @@ const utilisationStat = "batch_utilisation"
 // WriteTable writes one aligned row per result; the "vs" column is each
 // protocol's throughput as a multiple of the first one's. A "util" column
 // (utilisationStat, "-" for protocols without it) appears when any result
-// has that counter.
+// has that counter, and "jrnl B/op" and "fsync/s" columns when any result
+// has journal figures.
 func WriteTable(w io.Writer, results []Result) error {
 	if len(results) == 0 {
 		return nil
 	}
-	showUtil := false
+	showUtil, showJournal := false, false
 	for _, r := range results {
 		showUtil = showUtil || extra(r, utilisationStat) != nil
+		showJournal = showJournal || r.JournalBytesPerOp != nil
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	first := results[0]
 	fmt.Fprintf(tw, "protocol\tops/s\tvs %s\tp50 ms\tp95 ms\tp99 ms\tmax ms\trt/op\tbytes/op\tampl\t", first.Protocol)
 	if showUtil {
 		fmt.Fprint(tw, "util\t")
+	}
+	if showJournal {
+		fmt.Fprint(tw, "jrnl B/op\tfsync/s\t")
 	}
 	fmt.Fprint(tw, "errors\t\n")
 	for _, r := range results {
@@ -48,6 +53,9 @@ func WriteTable(w io.Writer, results []Result) error {
 			opt(r.RoundTripsPerOp, 2), opt(r.BytesPerOp, 0), opt(r.Amplification, 2))
 		if showUtil {
 			fmt.Fprintf(tw, "%s\t", opt(extra(r, utilisationStat), 2))
+		}
+		if showJournal {
+			fmt.Fprintf(tw, "%s\t%s\t", opt(r.JournalBytesPerOp, 0), opt(r.JournalFsyncsPerSec, 0))
 		}
 		fmt.Fprintf(tw, "%d\t\n", r.Errors)
 	}

@@ -173,3 +173,36 @@ func TestTableUtilColumn(t *testing.T) {
 		}
 	}
 }
+
+// The journal figures are the growth of the store's journal counters over
+// the measured phase, per operation and per second; a store without a
+// journal has none, and the table shows their columns only when some
+// result has them.
+func TestJournalFigures(t *testing.T) {
+	r := Result{Protocol: "treebeard", Ops: 1000, Duration: 2}
+	r.setJournal([]kv.Stat{{Name: "journal_bytes", Value: 5000}, {Name: "journal_fsyncs", Value: 10}},
+		[]kv.Stat{{Name: "journal_bytes", Value: 805000}, {Name: "journal_fsyncs", Value: 410}})
+	if r.JournalBytesPerOp == nil || *r.JournalBytesPerOp != 800 || r.JournalFsyncsPerSec == nil || *r.JournalFsyncsPerSec != 200 {
+		t.Fatalf("journal figures %v B/op, %v fsyncs/s; want 800 and 200", r.JournalBytesPerOp, r.JournalFsyncsPerSec)
+	}
+	plain := Result{Protocol: "plain", Ops: 1000, Duration: 2}
+	plain.setJournal(nil, nil)
+	if plain.JournalBytesPerOp != nil || plain.JournalFsyncsPerSec != nil {
+		t.Fatal("journal figures without a journal")
+	}
+	var buf bytes.Buffer
+	if err := WriteTable(&buf, []Result{plain}); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(buf.String(), "fsync/s") {
+		t.Errorf("journal columns without a journal:\n%s", buf.String())
+	}
+	buf.Reset()
+	if err := WriteTable(&buf, []Result{plain, r}); err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimRight(buf.String(), "\n"), "\n")
+	if !strings.Contains(lines[0], "jrnl B/op") || !strings.Contains(lines[2], " 800 ") || !strings.Contains(lines[2], " 200 ") {
+		t.Errorf("table lacks treebeard's journal figures:\n%s", buf.String())
+	}
+}

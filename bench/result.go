@@ -56,6 +56,13 @@ type Result struct {
 	BytesPerOp        *float64 `json:"backend_bytes_per_op"`
 	Amplification     *float64 `json:"amplification"`
 
+	// Journal figures over the measured phase, nil when the store keeps
+	// no journal (the mem backend, or a protocol without trusted state):
+	// bytes appended to the journal per operation, and its fsyncs per
+	// second (0 with --fsync none).
+	JournalBytesPerOp   *float64 `json:"journal_bytes_per_op"`
+	JournalFsyncsPerSec *float64 `json:"journal_fsyncs_per_sec"`
+
 	// Extra holds the protocol's own counters at the end of the run
 	// (stash high-water marks, cache sizes...), in the protocol's order.
 	Extra []kv.Stat `json:"-"`
@@ -86,7 +93,37 @@ func newResult(cfg Config, protocol string, m measured, before, after Snapshot) 
 	if before.Backend != nil && after.Backend != nil {
 		r.setBackend(after.Backend.Sub(*before.Backend))
 	}
+	r.setJournal(before.Extra, after.Extra)
 	return r
+}
+
+// setJournal sets the journal figures from the stores' journal counters
+// (kv.Stats.Extra) before and after the measured phase.
+func (r *Result) setJournal(before, after []kv.Stat) {
+	bytes, okB := delta(before, after, "journal_bytes")
+	fsyncs, okF := delta(before, after, "journal_fsyncs")
+	if !okB || !okF || r.Ops == 0 || r.Duration <= 0 {
+		return
+	}
+	perOp, perSec := bytes/float64(r.Ops), fsyncs/r.Duration
+	r.JournalBytesPerOp, r.JournalFsyncsPerSec = &perOp, &perSec
+}
+
+// delta returns how much the counter called name grew from before to
+// after, and false when either lacks it.
+func delta(before, after []kv.Stat, name string) (float64, bool) {
+	b, okB := statNamed(before, name)
+	a, okA := statNamed(after, name)
+	return a - b, okA && okB
+}
+
+func statNamed(stats []kv.Stat, name string) (float64, bool) {
+	for _, s := range stats {
+		if s.Name == name {
+			return s.Value, true
+		}
+	}
+	return 0, false
 }
 
 func (r *Result) setBackend(d observe.Counters) {

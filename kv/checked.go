@@ -128,6 +128,14 @@ func (c *checked) Stats() Stats {
 	s.Capacity, s.ValueSize, s.MaxKeySize = c.capacity, c.valueSize, c.maxKeySize
 	s.Gets, s.Puts, s.Deletes = c.gets.Load(), c.puts.Load(), c.deletes.Load()
 	s.Backend = c.tap.Counters()
+	if c.journal != nil {
+		js := c.journal.Stats()
+		s.Extra = append(s.Extra,
+			Stat{Name: "journal_records", Value: float64(js.Records)},
+			Stat{Name: "journal_bytes", Value: float64(js.Bytes)},
+			Stat{Name: "journal_fsyncs", Value: float64(js.Fsyncs)},
+			Stat{Name: "journal_checkpoints", Value: float64(js.Checkpoints)})
+	}
 	return s
 }
 

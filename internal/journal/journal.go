@@ -58,7 +58,8 @@ type Options struct {
 // Stats count a journal's work since Open.
 type Stats struct {
 	Records     uint64 // records appended
-	Groups      uint64 // group writes (each one fsync, unless NoSync)
+	Groups      uint64 // group writes
+	Fsyncs      uint64 // fsyncs of the log (one per group, none with NoSync)
 	Bytes       uint64 // bytes written to the log
 	Checkpoints uint64 // checkpoints written
 }
@@ -264,6 +265,9 @@ func (j *Journal) flushGroup() {
 	} else {
 		j.written, j.durable = last, last
 		j.stats.Groups++
+		if j.sync {
+			j.stats.Fsyncs++
+		}
 		j.stats.Bytes += uint64(len(buf))
 	}
 	j.done.Broadcast()

@@ -297,8 +297,8 @@ func TestGroupCommit(t *testing.T) {
 	}
 	wg.Wait()
 	st := j.Stats()
-	t.Logf("%d records in %d fsyncs", st.Records, st.Groups)
-	if st.Records != writers*each || st.Groups >= st.Records {
+	t.Logf("%d records in %d fsyncs", st.Records, st.Fsyncs)
+	if st.Records != writers*each || st.Groups >= st.Records || st.Fsyncs != st.Groups {
 		t.Fatalf("stats %+v: want %d records in fewer groups", st, writers*each)
 	}
 	j.Close()
