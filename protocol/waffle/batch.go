@@ -5,8 +5,10 @@ import (
 	"container/list"
 	"context"
 	"errors"
+	"fmt"
 
 	"github.com/oblivkv/oblivkv/backend"
+	"github.com/oblivkv/oblivkv/internal/durable"
 )
 
 // readKind says why a batch reads an object.
@@ -42,9 +44,9 @@ type keyPlan struct {
 	convert     *list.Element // a cached dummy an insert takes the place of
 }
 
-// runBatch runs Algorithm 1 on one batch of requests (at most R): it
-// answers every request, or returns an error that answers them all and
-// leaves the proxy's state as it was.
+// prepared is a batch ready to run (Algorithm 1 on at most R requests):
+// its keys planned, its reads chosen and listed in the order of its Read,
+// and its intent (s.unread) appended to the journal.
 //
 // Storage sees, whatever the requests: one Read of B distinct addresses,
 // one Write of exactly B new addresses (the dummies read re-encrypted,
@@ -53,35 +55,220 @@ type keyPlan struct {
 // batches), then one Delete of the B addresses read; the Read and the
 // Write list their addresses in independent random orders, the Delete in
 // the Read's.
-func (s *store) runBatch(ctx context.Context, batch []*request) (err error) {
-	ts := s.ts + 1
-	plans, n := s.plan(batch)
-	pk := picker{s: s, picked: map[ref]bool{}}
-	defer func() {
-		if err != nil {
-			pk.restore()
+//
+// A batch is journaled twice (state.go): its reads, in the Read's order,
+// before the Read is issued; then the state after it, with its Write and
+// Delete, before they are issued and before any request is answered.
+type prepared struct {
+	reqs  []*request
+	plans []keyPlan
+	pk    *picker // nil for a batch run again by catchUp
+	reads []read
+	order []int  // order[j]: the index in reads of the j-th address the Read lists
+	n     int    // keys after the batch
+	lsn   uint64 // the intent's journal record (0: none)
+}
+
+// prepare plans batch, chooses its reads and appends its intent to the
+// journal, to be made durable before its Read (run). Whatever an earlier
+// batch left undone must be finished first (catchUp).
+func (s *store) prepare(batch []*request) (*prepared, error) {
+	p := &prepared{reqs: batch, pk: &picker{s: s, picked: map[ref]bool{}}}
+	p.plans, p.n = s.plan(batch)
+	reads, err := s.chooseReads(p.plans, p.pk)
+	if err != nil {
+		p.pk.restore()
+		return nil, err
+	}
+	p.reads, p.order = reads, s.readOrder(len(reads))
+	in := &intent{ts: s.ts + 1, refs: make([]ref, len(reads))}
+	for j, i := range p.order {
+		in.refs[j] = reads[i].ref
+	}
+	if s.log.Durable() {
+		p.lsn = s.log.Append(in.delta())
+	}
+	s.unread = in
+	return p, nil
+}
+
+// abandon gives up the prepared batch p before its Read: its picks are
+// put back and its requests returned, to run in a later batch; its
+// intent, journaled, is left to catchUp.
+func (p *prepared) abandon() []*request {
+	p.pk.restore()
+	for _, r := range p.reqs {
+		r.err = nil // a kv.ErrFull that plan gave
+	}
+	return p.reqs
+}
+
+// run runs the prepared batch p, which is s.unread: it makes p's intent
+// durable, reads its objects, chooses the cache victims, applies the batch
+// to the proxy's state and answers p's requests, journals the batch with
+// its Write and Delete, and issues them. Once p's record is appended the
+// batch has taken effect, whatever fails after it; an error before leaves
+// the state as it was, and s.unread for catchUp.
+//
+// With chain, and R requests waiting once p's record is appended, the
+// next batch is prepared from them and its intent made durable with p's
+// record, in one group commit (one fsync per batch under load): next.
+// Fewer requests found waiting are returned in carry, to begin the next
+// batch. No batch is chained when a checkpoint is due, so that it follows
+// p.
+func (s *store) run(ctx context.Context, p *prepared, chain bool) (next *prepared, carry []*request, err error) {
+	if err := s.log.Sync(p.lsn); err != nil {
+		return nil, nil, s.halt(err)
+	}
+	undo := func(err error) (*prepared, []*request, error) {
+		if p.pk != nil {
+			p.pk.restore()
 		}
-	}()
-	reads, err := s.chooseReads(plans, &pk)
-	if err != nil {
-		return err
+		return nil, nil, err
 	}
-	addrs, err := s.fetch(ctx, reads)
+	ts := s.unread.ts
+	addrs, err := s.fetch(ctx, p.reads, p.order)
 	if err != nil {
-		return err
+		return undo(err)
 	}
-	victims, err := s.writeBack(ctx, plans, reads, addrs, ts)
+	victims, err := s.victims(p.plans, p.reads)
 	if err != nil {
-		return err
+		return undo(err)
 	}
-	s.traceBatch(ts, reads, victims)
-	s.commit(plans, reads, victims, ts)
-	s.nReal = n
-	if len(s.reals) > 2*n+64 {
+	writes := s.writes(p.reads, victims, ts)
+	traced := s.traceBatch(ts, p.reads, victims)
+	ch := s.commit(p.plans, p.reads, victims, ts)
+	s.nReal = p.n
+	if len(s.reals) > 2*p.n+64 {
 		s.rebuild(false) // drop stale entries
 	}
-	s.maybeResetDummies()
+	reset := s.maybeResetDummies()
+	s.publish()
+	s.unread = nil
+	s.unwritten = &writeBack{items: writes, addrs: addrs}
+	if s.log.Durable() {
+		s.log.Append(s.batchDelta(ts, ch, reset), durable.Op{Items: writes}, durable.Op{Addrs: addrs})
+		if chain && !s.log.Due() {
+			next, carry = s.chain()
+		}
+		if err := s.log.Sync(s.log.Last()); err != nil {
+			if next != nil {
+				carry = next.abandon()
+			}
+			return nil, carry, s.halt(err)
+		}
+	}
+	if err := s.flush(ctx); err != nil {
+		if next != nil {
+			carry = next.abandon()
+		}
+		return nil, carry, err
+	}
+	traced()
+	return next, carry, nil
+}
+
+// chain receives the requests waiting, up to R, without waiting for more,
+// and prepares the next batch from them when there are R.
+func (s *store) chain() (*prepared, []*request) {
+	var waiting []*request
+	for len(waiting) < s.opts.R {
+		select {
+		case r := <-s.reqs:
+			waiting = append(waiting, r)
+			continue
+		default:
+		}
+		return nil, waiting
+	}
+	p, err := s.prepare(waiting)
+	if err != nil {
+		return nil, waiting
+	}
+	return p, nil
+}
+
+// catchUp finishes, before anything else reaches storage, what an earlier
+// batch left undone: the Write and Delete of a committed batch, then a
+// batch whose reads were journaled but never committed (its Read failed,
+// or the proxy crashed after it). That batch is run again on exactly its
+// reads, listed in the same order, with no requests (its own were answered
+// with an error, or never): storage has seen that Read, or may have, and
+// reading other objects in place of some would tell it which ones the
+// requests chose (Waffle Sec. 5.1: a batch's real and fake queries must
+// look alike). Every real object read enters the cache, as a fake query's
+// would, and every dummy read is written back, including one whose place
+// an insert was to take.
+func (s *store) catchUp(ctx context.Context) error {
+	if s.broken != nil {
+		return s.broken
+	}
+	if s.unwritten != nil {
+		if err := s.flush(ctx); err != nil {
+			return err
+		}
+	}
+	if s.unread == nil {
+		return nil
+	}
+	reads, err := s.unreadReads()
+	if err != nil {
+		return s.halt(err)
+	}
+	_, _, err = s.run(ctx, &prepared{reads: reads, order: identity(len(reads)), n: s.nReal}, false)
+	return err
+}
+
+// caughtUp reports whether no batch has anything left undone.
+func (s *store) caughtUp() bool { return s.broken == nil && s.unwritten == nil && s.unread == nil }
+
+// unreadReads returns the reads of s.unread run again with no requests,
+// in the order of its Read.
+func (s *store) unreadReads() ([]read, error) {
+	reads := make([]read, len(s.unread.refs))
+	seen := make(map[ref]bool, len(reads))
+	for i, rf := range s.unread.refs {
+		o := s.objs[rf]
+		if o == nil || o.elem != nil || seen[rf] {
+			return nil, fmt.Errorf("%w: a journaled batch reads an object that is not on storage", errMalformed)
+		}
+		seen[rf] = true
+		kind := readFill
+		if rf.Dummy {
+			kind = readFakeDummy
+		}
+		reads[i] = read{ref: rf, obj: o, kind: kind}
+	}
+	return reads, nil
+}
+
+// writeBack is a committed batch's Write and Delete.
+type writeBack struct {
+	items []backend.Item
+	addrs []string
+}
+
+// flush issues s.unwritten: its Write, then its Delete. A failed Write is
+// kept, to be retried before anything else; a failed Delete is counted
+// and dropped (the batch took effect: the objects read are garbage that
+// is never read again).
+func (s *store) flush(ctx context.Context) error {
+	w := s.unwritten
+	if err := s.b.Write(ctx, w.items); err != nil {
+		return fmt.Errorf("waffle: writing back a batch (retried before the next): %w", err)
+	}
+	s.unwritten = nil
+	if err := s.b.Delete(ctx, w.addrs); err != nil {
+		s.counters.DeleteErrors++
+	}
 	return nil
+}
+
+// halt stops the store after its journal failed: the proxy's state can
+// no longer be made durable, so no batch may run or answer again.
+func (s *store) halt(err error) error {
+	s.broken = fmt.Errorf("waffle: store stopped: %w", err)
+	return s.broken
 }
 
 // plan deduplicates the batch by key (lines 6-15) and decides, in arrival
@@ -219,18 +406,18 @@ func (p *picker) restore() {
 	}
 }
 
-// fetch reads the batch's objects in one backend Read (line 30) and
+// fetch reads the batch's objects in one backend Read (line 30), listed
+// in order (order[j] is the index in reads of the j-th address), and
 // returns their addresses in the order the Read listed them.
 //
-// The Read lists them in a random order. Waffle Sec. 5.1 counts a batch
-// as one server access, so the order within it must tell storage
-// nothing; chooseReads lists the real queries first, and their place
-// would mark which objects the clients asked for. A fresh random order,
-// not one sorted by address: sorted orders of the pseudo-random ids of
-// one batch's Read and a later Write would correlate through the ids'
-// values.
-func (s *store) fetch(ctx context.Context, reads []read) ([]string, error) {
-	order := s.readOrder(len(reads)) // order[j]: the index in reads of the j-th address listed
+// The Read lists them in a random order (readOrder). Waffle Sec. 5.1
+// counts a batch as one server access, so the order within it must tell
+// storage nothing; chooseReads lists the real queries first, and their
+// place would mark which objects the clients asked for. A fresh random
+// order, not one sorted by address: sorted orders of the pseudo-random
+// ids of one batch's Read and a later Write would correlate through the
+// ids' values.
+func (s *store) fetch(ctx context.Context, reads []read, order []int) ([]string, error) {
 	addrs := make([]string, len(reads))
 	for j, i := range order {
 		addrs[j] = s.addr(reads[i].ref, reads[i].obj.ts)
@@ -251,23 +438,27 @@ func (s *store) fetch(ctx context.Context, reads []read) ([]string, error) {
 // permutation of 0..n-1.
 func (s *store) readOrder(n int) []int {
 	if s.opts.leak == leakReadInPlanOrder {
-		return planOrder(n)
+		return identity(n)
 	}
 	return s.rng.Perm(n)
 }
 
-// writeBack is the write phase (lines 31-46): it writes the dummies read,
+// identity is the order 0..n-1.
+func identity(n int) []int {
+	order := make([]int, n)
+	for i := range order {
+		order[i] = i
+	}
+	return order
+}
+
+// writes is the write phase's Write (lines 31-46): the dummies read,
 // re-encrypted under fresh ids, and for every other object read, which
 // enters the cache, the least recently used cache entry the batch does not
-// touch, in one backend Write listing them in a random order (as fetch
-// does, so that a place in the Write does not mark the dummies); then it
-// deletes the objects read, addrs, in the order the Read listed them. It
-// returns the evicted entries.
-func (s *store) writeBack(ctx context.Context, plans []keyPlan, reads []read, addrs []string, ts uint64) ([]*list.Element, error) {
-	victims, err := s.victims(plans, reads)
-	if err != nil {
-		return nil, err
-	}
+// touch (victims), listed in a random order (as fetch does, so that a
+// place in the Write does not mark the dummies). The Delete of the objects
+// read follows it, listing them in the order of the Read.
+func (s *store) writes(reads []read, victims []*list.Element, ts uint64) []backend.Item {
 	writes := make([]backend.Item, 0, len(reads))
 	for _, rd := range reads {
 		if rd.rewritten() {
@@ -281,15 +472,7 @@ func (s *store) writeBack(ctx context.Context, plans []keyPlan, reads []read, ad
 	if s.opts.leak != leakDummiesWrittenFirst {
 		s.rng.Shuffle(len(writes), func(i, j int) { writes[i], writes[j] = writes[j], writes[i] })
 	}
-	if err := s.b.Write(ctx, writes); err != nil {
-		return nil, err
-	}
-	if err := s.b.Delete(ctx, addrs); err != nil {
-		// The batch took effect: the objects read are now garbage that is
-		// never read again.
-		s.counters.DeleteErrors++
-	}
-	return victims, nil
+	return writes
 }
 
 // victims chooses the cache entries to evict: one per object read that
@@ -323,11 +506,12 @@ func (s *store) victims(plans []keyPlan, reads []read) ([]*list.Element, error) 
 	return victims, nil
 }
 
-// traceBatch reports a batch to opts.trace (tests only): the B objects
-// read, then the B written, each in the proxy's order (not storage's).
-func (s *store) traceBatch(ts uint64, reads []read, victims []*list.Element) {
+// traceBatch returns the report of a batch to opts.trace (tests only),
+// to be made once its Write succeeded: the B objects read, then the B
+// written, each in the proxy's order (not storage's).
+func (s *store) traceBatch(ts uint64, reads []read, victims []*list.Element) func() {
 	if s.opts.trace == nil {
-		return
+		return func() {}
 	}
 	var rd, wr []ref
 	for _, r := range reads {
@@ -339,12 +523,13 @@ func (s *store) traceBatch(ts uint64, reads []read, victims []*list.Element) {
 	for _, e := range victims {
 		wr = append(wr, e.Value.(*cached).ref)
 	}
-	s.opts.trace(ts, rd, wr)
+	return func() { s.opts.trace(ts, rd, wr) }
 }
 
-// commit applies a batch whose backend calls succeeded to the proxy's
-// state: the victims leave the cache for storage, the objects read take
-// timestamp ts, and the requests are answered.
+// commit applies a batch whose Read succeeded to the proxy's state: the
+// victims leave the cache for storage, the objects read take timestamp
+// ts, and the requests are answered (the answers leave once the batch is
+// journaled and written back). It returns what changed, for the journal.
 //
 // Fake queries pick the least recently accessed object (Sec. 4, Challenge
 // 2); among objects accessed in the same batch, a victim is ordered by the
@@ -354,13 +539,15 @@ func (s *store) traceBatch(ts uint64, reads []read, victims []*list.Element) {
 // f_D) batches, and one with a late key stays on storage until they all
 // have (an alpha of 165 batches where 3 suffice, in Table 2's high row).
 // The dummies read take a random tie: they are written in the same batch.
-func (s *store) commit(plans []keyPlan, reads []read, victims []*list.Element, ts uint64) {
+func (s *store) commit(plans []keyPlan, reads []read, victims []*list.Element, ts uint64) change {
+	var ch change
 	s.ts = ts
 	for _, e := range victims {
 		c := s.cache.Remove(e).(*cached)
 		o := s.objs[c.ref]
 		o.elem, o.tie = nil, ts
 		s.push(c.ref, o)
+		ch.stored = append(ch.stored, c.ref)
 	}
 	for _, rd := range reads {
 		if !(s.opts.leak == leakRealKeepsID && rd.kind == readReal) {
@@ -370,20 +557,35 @@ func (s *store) commit(plans []keyPlan, reads []read, victims []*list.Element, t
 		switch {
 		case rd.kind == readConsumed:
 			delete(s.objs, rd.ref)
+			ch.removed = append(ch.removed, rd.ref)
 		case rd.ref.Dummy:
 			rd.obj.tie = s.rng.Uint64()
 			s.push(rd.ref, rd.obj)
+			ch.stored = append(ch.stored, rd.ref)
 		case rd.kind == readFill:
 			rd.obj.elem = s.cache.PushFront(&cached{ref: rd.ref, val: rd.val})
+			ch.front++
 		}
 		s.count(rd.kind)
 	}
 	for i := range plans {
 		p := &plans[i]
 		val, exists := p.answer(p.before(reads))
-		s.settle(p, val, exists, ts)
+		s.settle(p, val, exists, ts, &ch)
 	}
 	s.counters.Batches++
+	return ch
+}
+
+// change is what a batch changed besides timestamps and counters: the
+// objects it removed (dummies whose place a new key took, deleted keys),
+// the objects it put on storage (victims and dummies read), and how many
+// cache entries it touched: every entry it adds, or changes, moves to the
+// front, so they are the first front entries of the cache, and the others
+// keep their order.
+type change struct {
+	removed, stored []ref
+	front           int
 }
 
 func (s *store) count(k readKind) {
@@ -428,10 +630,11 @@ func (p *keyPlan) answer(val []byte, exists bool) ([]byte, bool) {
 }
 
 // settle puts key p's final value in the cache (or turns its cache place
-// into a dummy when it was deleted).
-func (s *store) settle(p *keyPlan, val []byte, exists bool, ts uint64) {
+// into a dummy when it was deleted), noting the change in ch.
+func (s *store) settle(p *keyPlan, val []byte, exists bool, ts uint64, ch *change) {
 	switch {
 	case p.obj != nil: // the key existed: cached, or read in this batch
+		ch.front++
 		if p.obj.elem == nil {
 			p.obj.elem = s.cache.PushFront(&cached{ref: p.ref})
 		}
@@ -442,14 +645,18 @@ func (s *store) settle(p *keyPlan, val []byte, exists bool, ts uint64) {
 			return
 		}
 		delete(s.objs, p.ref)
+		ch.removed = append(ch.removed, p.ref)
 		d := newDummy(s.rng, s.objs)
 		e.Value = &cached{ref: d}
 		s.objs[d] = &object{ts: ts, order: ts, tie: s.rng.Uint64(), elem: e}
 	case exists: // an insert
+		ch.front++
 		o := &object{ts: ts, order: ts}
 		s.objs[p.ref] = o
 		if p.convert != nil {
-			delete(s.objs, p.convert.Value.(*cached).ref)
+			old := p.convert.Value.(*cached).ref
+			delete(s.objs, old)
+			ch.removed = append(ch.removed, old)
 			p.convert.Value = &cached{ref: p.ref, val: val}
 			s.cache.MoveToFront(p.convert)
 			o.elem = p.convert
@@ -468,11 +675,13 @@ func (s *store) settle(p *keyPlan, val []byte, exists bool, ts uint64) {
 // (Theorem 7.1). A fresh random order at each reset would let a dummy
 // written early in one round be read last in the next, at an alpha of up
 // to about 2D/f_D. Storage ids keep their own timestamps, so the reset
-// moves no object.
-func (s *store) maybeResetDummies() {
+// moves no object. It reports whether it reset them.
+func (s *store) maybeResetDummies() bool {
 	if rf, ok := s.head(true); ok && s.objs[rf].order > s.lastReset {
 		s.resetDummies()
+		return true
 	}
+	return false
 }
 
 func (s *store) resetDummies() {

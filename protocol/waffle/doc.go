@@ -38,15 +38,40 @@
 // keys exist. Theorems 7.1/7.2 (TheoreticalAlpha, TheoreticalBeta) are the
 // bounds for a full store; with fewer keys the dummy pool is larger.
 //
-// Durability: Close saves the cache, the timestamps, the dummies and the
-// counters sealed under stateAddr; an open loads and deletes it, so a store
-// not closed cleanly is refused with a clear error.
+// # Restart and crashes
+//
+// The proxy's state (cache with its values, timestamps, dummies, counters)
+// is journaled on the proxy's disk (internal/durable), two records per
+// batch: the batch's reads, in the order its Read lists them, before the
+// Read is issued; then what the batch changed (the objects it removed,
+// those it put on storage and the cache entries it touched, with their
+// timestamps and values) with its Write and Delete, before they are
+// issued and before any of its requests is answered. When R requests are
+// waiting, the next batch's reads are journaled in the same group commit
+// as that record, so a loaded store syncs its journal once per batch. Every
+// durable.DefaultEvery records, and at Close, a checkpoint of the whole
+// state replaces the journal. Opening an existing store loads the
+// checkpoint, replays the batches after it and issues their Writes and
+// Deletes again, in order: a crash (kill -9, power loss under the default
+// fsync policy) loses no acknowledged request, and storage sees again only
+// calls it saw, or would have seen. A batch whose reads were journaled but
+// not the batch (the proxy died after its Read, or the Read failed) is run
+// again on the same addresses, listed in the same order, with no requests,
+// before anything else reaches storage: reading other objects in place of
+// some would tell storage which ones were real queries. A bulk load is
+// journaled before it writes anything and checkpointed once its objects
+// are all written; cut short, it leaves the store as it was (empty).
+// Storage restored from a copy older than the proxy's checkpoint is
+// refused at open.
+//
+// A failed Write of a committed batch is retried before the next batch, so
+// storage never falls behind the proxy; the batch's requests report the
+// error, and their effect is kept.
 //
 // The package owns the proxy's state (cache, timestamps, ordered indexes,
 // dummies) and everything under "wf/" on storage: the objects under
-// ObjectPrefix and the sealed state. It must never let what storage sees
-// depend on the requests (every batch is the same three calls of B
-// addresses), never read or write a storage id twice, never store a
-// logical key or an unsealed value, and never answer from an object that
-// fails to open.
+// ObjectPrefix. It must never let what storage sees depend on the requests
+// (every batch is the same three calls of B addresses), never read or
+// write a storage id twice, never store a logical key or an unsealed
+// value, and never answer from an object that fails to open.
 package waffle

@@ -48,13 +48,3 @@ func (s *store) popRandom(dummy bool) (ref, bool) {
 		}
 	}
 }
-
-// planOrder is leakReadInPlanOrder's order of a batch's n reads: as
-// chooseReads listed them.
-func planOrder(n int) []int {
-	order := make([]int, n)
-	for i := range order {
-		order[i] = i
-	}
-	return order
-}

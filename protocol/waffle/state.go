@@ -1,31 +1,32 @@
 package waffle
 
 import (
+	"bytes"
 	"container/list"
 	"context"
+	"encoding/binary"
+	"encoding/gob"
 	"errors"
 	"fmt"
 	"iter"
 
-	"github.com/oblivkv/oblivkv/internal/sealedstate"
 	"github.com/oblivkv/oblivkv/kv"
 	"github.com/oblivkv/oblivkv/protocol/tree"
 )
 
-// stateAddr holds the sealed proxy state between a clean Close and the
-// next open.
-const stateAddr = "wf/state"
-
 // deleteChunk bounds the addresses of one backend delete of a bulk load.
 const deleteChunk = 1 << 14
 
-// state is what the proxy keeps between runs.
+// state is the proxy's whole state, a checkpoint's content.
 type state struct {
 	Params        params
 	TS, LastReset uint64
 	Objects       []objectState
 	Cache         []cacheState // most recently used first
 	Counters      counters
+	// Garbage is the previous layout's addresses in a bulk load's
+	// checkpoint, deleted again at recovery.
+	Garbage []string
 }
 
 // params are the options a store is written with; reopening it with
@@ -46,6 +47,335 @@ type cacheState struct {
 	Val   []byte
 }
 
+// stateMagic begins a checkpoint; the gob encoding of a state follows.
+const stateMagic = "oblivkv waffle checkpoint v1\n"
+
+// Journal records (internal/durable) carry one of these deltas of the
+// proxy's state. A batch writes two records, an intent and then the
+// batch; a bulk load one.
+const (
+	// deltaIntent: a batch's reads, in the order of its Read, journaled
+	// before the Read is issued.
+	deltaIntent byte = iota + 1
+	// deltaBatch: the state a batch changed, journaled with its Write and
+	// Delete before they are issued.
+	deltaBatch
+	// deltaLoad: a bulk load begins; its timestamp is used up.
+	deltaLoad
+)
+
+// intent is a batch's reads, in the order of its Read.
+type intent struct {
+	ts   uint64
+	refs []ref
+}
+
+func (in *intent) delta() []byte {
+	b := []byte{deltaIntent}
+	b = binary.AppendUvarint(b, in.ts)
+	b = binary.AppendUvarint(b, uint64(len(in.refs)))
+	for _, rf := range in.refs {
+		b = appendRef(b, rf)
+	}
+	return b
+}
+
+// batchDelta describes the batch at timestamp ts that just changed the
+// state by ch (and reset the dummies' timestamps when reset): the
+// counters, the objects removed, the objects it put on storage and the
+// cache entries it touched, front first, each object with its
+// timestamps and each real cache entry with its value.
+func (s *store) batchDelta(ts uint64, ch change, reset bool) []byte {
+	b := []byte{deltaBatch}
+	b = binary.AppendUvarint(b, ts)
+	b = append(b, boolByte(reset))
+	c := s.counters
+	for _, v := range []uint64{c.Batches, c.RealQueries, c.FakeReal, c.FakeDummy, c.DeleteErrors} {
+		b = binary.AppendUvarint(b, v)
+	}
+	b = binary.AppendUvarint(b, uint64(len(ch.removed)))
+	for _, rf := range ch.removed {
+		b = appendRef(b, rf)
+	}
+	b = binary.AppendUvarint(b, uint64(len(ch.stored)))
+	for _, rf := range ch.stored {
+		b = appendObject(appendRef(b, rf), s.objs[rf])
+	}
+	b = binary.AppendUvarint(b, uint64(ch.front))
+	e := s.cache.Front()
+	for range ch.front {
+		c := e.Value.(*cached)
+		b = appendObject(appendRef(b, c.ref), s.objs[c.ref])
+		if !c.ref.Dummy {
+			b = appendBytes(b, c.val)
+		}
+		e = e.Next()
+	}
+	return b
+}
+
+func boolByte(v bool) byte {
+	if v {
+		return 1
+	}
+	return 0
+}
+
+func appendBytes(b, v []byte) []byte { return append(binary.AppendUvarint(b, uint64(len(v))), v...) }
+
+func appendRef(b []byte, rf ref) []byte {
+	return appendBytes(append(b, boolByte(rf.Dummy)), []byte(rf.Key))
+}
+
+func appendObject(b []byte, o *object) []byte {
+	return binary.AppendUvarint(binary.AppendUvarint(binary.AppendUvarint(b, o.ts), o.order), o.tie)
+}
+
+// replayState is what replay carries from one record to the next.
+type replayState struct {
+	unread *intent // a batch's reads journaled, and no batch after them
+}
+
+// replay applies a journaled delta to the state.
+func (s *store) replay(delta []byte, rs *replayState) error {
+	d := decoder{buf: delta}
+	switch kind := d.byte(); kind {
+	case deltaIntent:
+		in := &intent{ts: d.uvarint()}
+		for n := d.count(); n > 0 && d.err == nil; n-- {
+			in.refs = append(in.refs, d.ref())
+		}
+		d.check(in.ts == s.ts+1 && rs.unread == nil, "batch out of sequence")
+		if err := d.done(); err != nil {
+			return err
+		}
+		rs.unread = in
+	case deltaBatch:
+		return s.replayBatch(&d, rs)
+	case deltaLoad:
+		ts := d.uvarint()
+		d.check(ts == s.ts+1 && rs.unread == nil, "load out of sequence")
+		if err := d.done(); err != nil {
+			return err
+		}
+		s.ts = ts // a load cut short: the previous layout is in force
+	default:
+		return fmt.Errorf("%w: journal delta of kind %d", errMalformed, kind)
+	}
+	return nil
+}
+
+// replayBatch applies a batch's delta (batchDelta).
+func (s *store) replayBatch(d *decoder, rs *replayState) error {
+	ts := d.uvarint()
+	d.check(ts == s.ts+1 && (rs.unread == nil || rs.unread.ts == ts), "batch out of sequence")
+	reset := d.byte() == 1
+	var c counters
+	for _, v := range []*uint64{&c.Batches, &c.RealQueries, &c.FakeReal, &c.FakeDummy, &c.DeleteErrors} {
+		*v = d.uvarint()
+	}
+	var removed []ref
+	for n := d.count(); n > 0 && d.err == nil; n-- {
+		removed = append(removed, d.ref())
+	}
+	type entry struct {
+		rf             ref
+		ts, order, tie uint64
+		val            []byte
+	}
+	obj := func() entry {
+		rf := d.ref()
+		return entry{rf: rf, ts: d.uvarint(), order: d.uvarint(), tie: d.uvarint()}
+	}
+	var stored, front []entry
+	for n := d.count(); n > 0 && d.err == nil; n-- {
+		stored = append(stored, obj())
+	}
+	for n := d.count(); n > 0 && d.err == nil; n-- {
+		e := obj()
+		if !e.rf.Dummy {
+			e.val = d.bytes(s.valueSize)
+		}
+		front = append(front, e)
+	}
+	for _, rf := range removed {
+		d.check(s.objs[rf] != nil, "an unknown object removed")
+	}
+	for _, e := range stored {
+		d.check(s.objs[e.rf] != nil, "an unknown object stored")
+	}
+	d.check(len(front) <= s.opts.C, "cache entries")
+	if err := d.done(); err != nil {
+		return err
+	}
+	uncache := func(o *object) {
+		if o.elem != nil {
+			s.cache.Remove(o.elem)
+			o.elem = nil
+		}
+	}
+	for _, rf := range removed {
+		uncache(s.objs[rf])
+		delete(s.objs, rf)
+	}
+	for _, e := range stored {
+		o := s.objs[e.rf]
+		uncache(o)
+		o.ts, o.order, o.tie = e.ts, e.order, e.tie
+	}
+	for i := len(front) - 1; i >= 0; i-- {
+		e := front[i]
+		o := s.objs[e.rf]
+		if o == nil {
+			o = &object{}
+			s.objs[e.rf] = o
+		}
+		uncache(o)
+		o.ts, o.order, o.tie = e.ts, e.order, e.tie
+		o.elem = s.cache.PushFront(&cached{ref: e.rf, val: e.val})
+	}
+	s.ts, s.counters = ts, c
+	if reset {
+		s.lastReset = ts
+		for rf, o := range s.objs {
+			if rf.Dummy {
+				o.order, o.tie = ts, 0
+			}
+		}
+	}
+	rs.unread = nil
+	return nil
+}
+
+// checkpoint replaces the journal by the whole state, once nothing is
+// left undone (catchUp).
+func (s *store) checkpoint(ctx context.Context) error {
+	if err := s.catchUp(ctx); err != nil {
+		return err
+	}
+	if !s.log.Durable() {
+		return nil
+	}
+	st, err := s.encodeState()
+	if err != nil {
+		return err
+	}
+	return s.log.Checkpoint(ctx, st, s.log.Last())
+}
+
+// recover rebuilds the proxy's state from the journal: the last
+// checkpoint, then the records after it, whose Writes and Deletes are
+// issued again in order. A batch whose reads were journaled without the
+// batch is then run again on the same reads, with no requests (catchUp).
+// It ends with a checkpoint, so the next crash replays nothing of this
+// one.
+func (s *store) recover(ctx context.Context) error {
+	rec, err := s.log.Recover(ctx)
+	if err != nil {
+		return fmt.Errorf("waffle: %w", err)
+	}
+	if err := s.decodeState(rec.State); err != nil {
+		return err
+	}
+	garbage := len(s.garbage) > 0
+	if garbage {
+		// A bulk load's previous layout, which the load may not have
+		// finished deleting.
+		if err := s.deleteChunks(ctx, s.garbage); err != nil {
+			return fmt.Errorf("waffle: deleting the layout a bulk load replaced: %w", err)
+		}
+		s.garbage = nil
+	}
+	var rs replayState
+	for i, delta := range rec.Deltas {
+		if err := s.replay(delta, &rs); err != nil {
+			return fmt.Errorf("waffle: journal record %d after the checkpoint: %w", i+1, err)
+		}
+	}
+	if err := s.installed(); err != nil {
+		return err
+	}
+	if err := s.log.Redo(ctx, rec); err != nil {
+		return fmt.Errorf("waffle: %w", err)
+	}
+	s.unread = rs.unread
+	if len(rec.Deltas) == 0 && !garbage {
+		return nil // the checkpoint is the state
+	}
+	if err := s.checkpoint(ctx); err != nil {
+		return fmt.Errorf("waffle: completing the recovery: %w", err)
+	}
+	return nil
+}
+
+// encodeState serialises the proxy's state, a checkpoint's content.
+func (s *store) encodeState() ([]byte, error) {
+	st := state{Params: s.opts.params(), TS: s.ts, LastReset: s.lastReset, Counters: s.counters, Garbage: s.garbage,
+		Objects: make([]objectState, 0, len(s.objs)), Cache: make([]cacheState, 0, s.cache.Len())}
+	for rf, o := range s.objs {
+		st.Objects = append(st.Objects, objectState{Dummy: rf.Dummy, Key: rf.Key, TS: o.ts, Order: o.order, Tie: o.tie})
+	}
+	for e := s.cache.Front(); e != nil; e = e.Next() {
+		c := e.Value.(*cached)
+		st.Cache = append(st.Cache, cacheState{Dummy: c.ref.Dummy, Key: c.ref.Key, Val: c.val})
+	}
+	var buf bytes.Buffer
+	buf.WriteString(stateMagic)
+	if err := gob.NewEncoder(&buf).Encode(st); err != nil {
+		return nil, fmt.Errorf("waffle: encoding the state: %w", err)
+	}
+	return buf.Bytes(), nil
+}
+
+// decodeState installs a checkpoint's state after checking it against the
+// store's options.
+func (s *store) decodeState(plain []byte) error {
+	rest, ok := bytes.CutPrefix(plain, []byte(stateMagic))
+	if !ok {
+		return fmt.Errorf("%w: the checkpoint has an unknown format", errMalformed)
+	}
+	var st state
+	if err := gob.NewDecoder(bytes.NewReader(rest)).Decode(&st); err != nil {
+		return fmt.Errorf("%w: %w", errMalformed, err)
+	}
+	if want := s.opts.params(); st.Params != want {
+		return fmt.Errorf("%w: the store was written with %+v, the options ask for %+v", kv.ErrMismatch, st.Params, want)
+	}
+	s.ts, s.lastReset, s.counters, s.garbage = st.TS, st.LastReset, st.Counters, st.Garbage
+	s.objs, s.cache = make(map[ref]*object, len(st.Objects)), list.New()
+	for _, ob := range st.Objects {
+		s.objs[ref{Dummy: ob.Dummy, Key: ob.Key}] = &object{ts: ob.TS, order: ob.Order, tie: ob.Tie}
+	}
+	for _, c := range st.Cache {
+		rf := ref{Dummy: c.Dummy, Key: c.Key}
+		o := s.objs[rf]
+		if o == nil || o.elem != nil {
+			return fmt.Errorf("%w: the cache names an unknown object", errMalformed)
+		}
+		o.elem = s.cache.PushBack(&cached{ref: rf, val: c.Val})
+	}
+	return nil
+}
+
+// installed completes a state restored and replayed: the key count and
+// the ordered indexes are derived from the objects, and the state is
+// checked to hold the store's N+D objects, C of them in the cache.
+func (s *store) installed() error {
+	s.nReal = 0
+	for rf := range s.objs {
+		if !rf.Dummy {
+			s.nReal++
+		}
+	}
+	if len(s.objs) != s.capacity+s.opts.D || s.cache.Len() != s.opts.C || s.nReal > s.capacity {
+		return fmt.Errorf("%w: %d objects, %d keys and %d cached; the store holds %d objects and caches %d",
+			errMalformed, len(s.objs), s.nReal, s.cache.Len(), s.capacity+s.opts.D, s.opts.C)
+	}
+	s.rebuild(false)
+	s.rebuild(true)
+	return nil
+}
+
 // writeInitial lays out a fresh store: N+D dummies, the spare capacity of
 // the N keys plus the D dummies of a full store. An insert later takes one
 // dummy's place.
@@ -59,9 +389,20 @@ func (s *store) writeInitial(ctx context.Context) error {
 // Load implements kv.Loader (Sec. 6.1): the items and the dummies that
 // fill the spare capacity are laid out afresh, and the previous dummies
 // deleted.
+//
+// The load is journaled first, using up its timestamp: cut short, it
+// leaves the previous layout in force (the objects it wrote are never
+// read). Once every object is written, the loaded state is checkpointed
+// with the previous layout's addresses, then those are deleted: a crash
+// from the checkpoint on deletes them again at recovery. A checkpoint that
+// fails stops the store; reopened, it is empty.
 func (s *store) Load(ctx context.Context, items iter.Seq2[string, []byte]) (int, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	defer s.publish()
+	if err := s.catchUp(ctx); err != nil {
+		return s.nReal, err
+	}
 	if s.nReal > 0 {
 		return s.nReal, kv.ErrNotEmpty
 	}
@@ -69,13 +410,30 @@ func (s *store) Load(ctx context.Context, items iter.Seq2[string, []byte]) (int,
 	if err != nil {
 		return 0, err
 	}
-	n, old := len(objs), s.storedAddrs()
-	if err := s.layout(ctx, objs, s.ts+1); err != nil {
+	n, old, ts := len(objs), s.storedAddrs(), s.ts+1
+	begin, err := s.log.Commit(binary.AppendUvarint([]byte{deltaLoad}, ts))
+	if err != nil {
+		return 0, s.halt(err)
+	}
+	s.ts = ts
+	if err := s.layout(ctx, objs, ts); err != nil {
 		return 0, err // the old layout is still in force
 	}
-	if err := s.deleteChunks(ctx, old); err != nil {
-		s.counters.DeleteErrors++
+	if s.log.Durable() {
+		s.garbage = old
+		st, err := s.encodeState()
+		if err == nil {
+			err = s.log.Checkpoint(ctx, st, begin)
+		}
+		if err != nil {
+			return 0, s.halt(fmt.Errorf("checkpointing a bulk load: %w", err))
+		}
 	}
+	if err := s.deleteChunks(ctx, old); err != nil {
+		s.counters.DeleteErrors++ // deleted again at recovery
+		return n, nil
+	}
+	s.garbage = nil
 	return n, nil
 }
 
@@ -160,55 +518,81 @@ func (s *store) deleteChunks(ctx context.Context, addrs []string) error {
 	return nil
 }
 
-// Close stops batching, saves the proxy state sealed and closes the
-// backend. The caller (kv) guarantees no request is in flight.
+// Close stops batching, finishes what a batch left undone, replaces the
+// journal by a checkpoint and closes the backend. The caller (kv)
+// guarantees no request is in flight.
 func (s *store) Close() error {
 	close(s.stop)
 	<-s.loopDone
-	err := s.saveState(context.Background())
+	s.mu.Lock()
+	err := s.checkpoint(context.Background())
+	s.mu.Unlock()
+	if err != nil {
+		err = fmt.Errorf("waffle: closing without a checkpoint; the next open replays the journal: %w", err)
+	}
 	return errors.Join(err, s.b.Close())
 }
 
-func (s *store) saveState(ctx context.Context) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	st := state{Params: s.opts.params(), TS: s.ts, LastReset: s.lastReset, Counters: s.counters}
-	for rf, o := range s.objs {
-		st.Objects = append(st.Objects, objectState{Dummy: rf.Dummy, Key: rf.Key, TS: o.ts, Order: o.order, Tie: o.tie})
-	}
-	for e := s.cache.Front(); e != nil; e = e.Next() {
-		c := e.Value.(*cached)
-		st.Cache = append(st.Cache, cacheState{Dummy: c.ref.Dummy, Key: c.ref.Key, Val: c.val})
-	}
-	return sealedstate.Save(ctx, s.b, s.keys, stateAddr, st)
+// decoder reads a journal delta, remembering the first error.
+type decoder struct {
+	buf []byte
+	err error
 }
 
-// loadState restores the state saved by the last clean Close, then
-// deletes it, so a crash from here on is detected at the next open.
-func (s *store) loadState(ctx context.Context) error {
-	var st state
-	if err := sealedstate.Require(ctx, s.b, s.keys, stateAddr, &st); err != nil {
-		return fmt.Errorf("waffle: %w", err)
+var errMalformed = errors.New("waffle: trusted state is malformed")
+
+func (d *decoder) check(ok bool, what string) {
+	if !ok && d.err == nil {
+		d.err = fmt.Errorf("%w: %s", errMalformed, what)
 	}
-	if want := s.opts.params(); st.Params != want {
-		return fmt.Errorf("%w: the store was written with %+v, the options ask for %+v", kv.ErrMismatch, st.Params, want)
+}
+
+// done reports the first error, or trailing bytes.
+func (d *decoder) done() error {
+	d.check(len(d.buf) == 0, "trailing bytes")
+	return d.err
+}
+
+func (d *decoder) byte() byte {
+	d.check(len(d.buf) > 0, "byte")
+	if d.err != nil {
+		return 0
 	}
-	s.ts, s.lastReset, s.counters = st.TS, st.LastReset, st.Counters
-	for _, ob := range st.Objects {
-		s.objs[ref{Dummy: ob.Dummy, Key: ob.Key}] = &object{ts: ob.TS, order: ob.Order, tie: ob.Tie}
-		if !ob.Dummy {
-			s.nReal++
-		}
+	v := d.buf[0]
+	d.buf = d.buf[1:]
+	return v
+}
+
+func (d *decoder) uvarint() uint64 {
+	v, n := binary.Uvarint(d.buf)
+	d.check(n > 0, "number")
+	if n > 0 {
+		d.buf = d.buf[n:]
 	}
-	for _, c := range st.Cache {
-		rf := ref{Dummy: c.Dummy, Key: c.Key}
-		o := s.objs[rf]
-		if o == nil {
-			return fmt.Errorf("%w: the saved cache names an unknown object", kv.ErrTampered)
-		}
-		o.elem = s.cache.PushBack(&cached{ref: rf, val: c.Val})
+	return v
+}
+
+// count reads a number of items, which cannot exceed the bytes left.
+func (d *decoder) count() uint64 {
+	n := d.uvarint()
+	d.check(n <= uint64(len(d.buf)), "count")
+	return n
+}
+
+func (d *decoder) bytes(limit int) []byte {
+	n := d.uvarint()
+	d.check(n <= uint64(limit) && n <= uint64(len(d.buf)), "value")
+	if d.err != nil {
+		return nil
 	}
-	s.rebuild(false)
-	s.rebuild(true)
-	return sealedstate.Delete(ctx, s.b, s.keys, stateAddr)
+	v := bytes.Clone(d.buf[:n])
+	d.buf = d.buf[n:]
+	return v
+}
+
+func (d *decoder) ref() ref {
+	dummy := d.byte()
+	d.check(dummy <= 1, "object kind")
+	key := d.bytes(len(d.buf))
+	return ref{Dummy: dummy == 1, Key: string(key)}
 }

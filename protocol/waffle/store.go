@@ -8,9 +8,11 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/oblivkv/oblivkv/backend"
+	"github.com/oblivkv/oblivkv/internal/durable"
 	"github.com/oblivkv/oblivkv/kv"
 	"github.com/oblivkv/oblivkv/seal"
 )
@@ -76,12 +78,15 @@ type store struct {
 	opts      Options
 	capacity  int
 	valueSize int
+	log       *durable.Log // the write-ahead journal (state.go)
 
 	reqs     chan *request
 	stop     chan struct{}
 	loopDone chan struct{}
 
-	mu        sync.Mutex // guards everything below; held by a whole batch
+	stats atomic.Pointer[snapshot] // Stats' copy of the counters (publish)
+
+	mu        sync.Mutex // guards everything below; held by a batch and those chained to it
 	rng       *rand.Rand
 	ts        uint64 // global timestamp: batches (and bulk loads) so far
 	lastReset uint64 // ts of the last reset of the dummies' timestamps
@@ -92,6 +97,21 @@ type store struct {
 	nReal     int
 	counters  counters
 	plain     []byte // seal's plaintext buffer
+
+	// unread is a batch whose reads were journaled and not committed (its
+	// Read failed, or the proxy crashed): it is run again, on exactly
+	// those reads, before anything else reaches storage (store.catchUp).
+	unread *intent
+	// unwritten is a committed batch whose Write failed: it is retried
+	// before anything else reaches storage, so storage never falls
+	// behind the proxy.
+	unwritten *writeBack
+	// broken, once set, fails every later batch: the journal failed, so
+	// the proxy's state can no longer be made durable.
+	broken error
+	// garbage is the previous layout's addresses while a bulk load has not
+	// deleted them (state.Garbage).
+	garbage []string
 }
 
 func open(ctx context.Context, env kv.Env) (*store, error) {
@@ -108,17 +128,26 @@ func open(ctx context.Context, env kv.Env) (*store, error) {
 		return nil, fmt.Errorf("waffle: seeding: %w", err)
 	}
 	s := &store{b: env.Backend, keys: env.Keys, opts: opts, capacity: env.Capacity, valueSize: env.ValueSize,
+		log:  durable.New(env.Journal, env.Backend, env.Keys),
 		reqs: make(chan *request), stop: make(chan struct{}), loopDone: make(chan struct{}),
 		rng: rand.New(rand.NewChaCha8(seed)), objs: map[ref]*object{}, cache: list.New(),
 		plain: make([]byte, 4+env.ValueSize)}
 	if env.Fresh {
+		// The initial layout, then the journal's first checkpoint.
 		err = s.writeInitial(ctx)
+		var st []byte
+		if err == nil && s.log.Durable() {
+			if st, err = s.encodeState(); err == nil {
+				err = s.log.Create(ctx, st)
+			}
+		}
 	} else {
-		err = s.loadState(ctx)
+		err = s.recover(ctx)
 	}
 	if err != nil {
 		return nil, err
 	}
+	s.publish()
 	go s.loop()
 	return s, nil
 }
@@ -232,17 +261,20 @@ func (s *store) access(ctx context.Context, op opKind, key string, val []byte) (
 // loop forms batches and serves them, one at a time.
 func (s *store) loop() {
 	defer close(s.loopDone)
-	batch := make([]*request, 0, s.opts.R)
+	buf := make([]*request, 0, s.opts.R)
+	var batch []*request // requests received for the next batch
 	timer := time.NewTimer(s.opts.Timeout)
 	timer.Stop()
 	for {
-		select {
-		case <-s.stop:
-			return
-		case r := <-s.reqs:
-			batch = s.gather(append(batch[:0], r), timer)
+		if len(batch) == 0 {
+			select {
+			case <-s.stop:
+				return
+			case r := <-s.reqs:
+				batch = append(buf[:0], r)
+			}
 		}
-		s.serve(batch)
+		batch = s.serve(s.gather(batch, timer))
 	}
 }
 
@@ -262,13 +294,44 @@ func (s *store) gather(batch []*request, timer *time.Timer) []*request {
 	return batch
 }
 
-// serve runs one batch and answers its requests; a failed batch fails
-// them all.
-func (s *store) serve(batch []*request) {
+// serve runs batch, and the batches chained after it (store.run),
+// answering the requests of each; a failed batch fails them all. It
+// returns the requests received for the batch after them. When enough
+// records have been journaled since the last checkpoint (a count, so
+// storage learns nothing from when it happens), a checkpoint follows the
+// answers.
+func (s *store) serve(batch []*request) []*request {
+	ctx := context.Background()
 	s.mu.Lock()
-	err := s.runBatch(context.Background(), batch)
-	s.mu.Unlock()
-	for _, r := range batch {
+	defer s.mu.Unlock()
+	err := s.catchUp(ctx)
+	var p *prepared
+	if err == nil {
+		p, err = s.prepare(batch)
+	}
+	if err != nil {
+		answer(batch, err)
+		return nil
+	}
+	var carry []*request
+	for p != nil {
+		var next *prepared
+		next, carry, err = s.run(ctx, p, true)
+		answer(p.reqs, err)
+		p = next
+	}
+	if s.log.Due() && s.caughtUp() {
+		// A checkpoint that fails (storage or the journal's disk
+		// unavailable) leaves the journal whole; it is tried again after
+		// the next batch.
+		_ = s.checkpoint(ctx)
+	}
+	return carry
+}
+
+// answer answers reqs, with err when it is not nil.
+func answer(reqs []*request, err error) {
+	for _, r := range reqs {
 		if err != nil {
 			r.err = err
 		}
@@ -276,24 +339,35 @@ func (s *store) serve(batch []*request) {
 	}
 }
 
-func (s *store) Stats() kv.Stats {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	c := s.counters
+// snapshot is what Stats reports of the proxy's state.
+type snapshot struct {
+	keys, realCached int
+	counters         counters
+}
+
+// publish makes the state's counters Stats' (s.mu is held, or s is not
+// shared yet), so that Stats never waits for a batch.
+func (s *store) publish() {
 	realCached := 0
 	for e := s.cache.Front(); e != nil; e = e.Next() {
 		if !e.Value.(*cached).ref.Dummy {
 			realCached++
 		}
 	}
-	return kv.Stats{Keys: int64(s.nReal), Extra: []kv.Stat{
+	s.stats.Store(&snapshot{keys: s.nReal, realCached: realCached, counters: s.counters})
+}
+
+func (s *store) Stats() kv.Stats {
+	st := s.stats.Load()
+	c := st.counters
+	return kv.Stats{Keys: int64(st.keys), Extra: []kv.Stat{
 		{Name: "b", Value: float64(s.opts.B)},
 		{Name: "r", Value: float64(s.opts.R)},
 		{Name: "f_d", Value: float64(s.opts.FD)},
 		{Name: "d", Value: float64(s.opts.D)},
 		{Name: "c", Value: float64(s.opts.C)},
 		{Name: "batches", Value: float64(c.Batches)},
-		{Name: "cache_size", Value: float64(realCached)},
+		{Name: "cache_size", Value: float64(st.realCached)},
 		{Name: "real_queries", Value: float64(c.RealQueries)},
 		{Name: "fake_real", Value: float64(c.FakeReal)},
 		{Name: "fake_dummy", Value: float64(c.FakeDummy)},
