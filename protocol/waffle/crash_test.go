@@ -550,3 +550,36 @@ func checkReads(t *testing.T, recs []observe.Record) {
 		}
 	}
 }
+
+// A checkpoint that fails (here its anchor write) is counted, keeps the
+// journal whole and is tried again after the next batch; the store keeps
+// serving and a crash after it loses nothing.
+func TestCheckpointFailureCounted(t *testing.T) {
+	ctx := t.Context()
+	fb := &flaky{Backend: mem.New()}
+	keys, dir := kvtest.NewKeys(t), t.TempDir()
+	s, j := rawStore(t, fb, keys, dir, true)
+	s.mu.Lock()
+	s.log.SetEvery(2)
+	s.mu.Unlock()
+	fb.failNth(anchor, 1)
+	for i := range 6 {
+		if err := s.Put(ctx, fmt.Sprint("k", i), []byte(fmt.Sprint("v", i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := kvtest.Stat(t, s.Stats(), "checkpoint_errors"); got != 1 {
+		t.Fatalf("checkpoint_errors = %v; want 1", got)
+	}
+	if j.Stats().Checkpoints == 0 {
+		t.Fatal("no checkpoint succeeded after the failed one")
+	}
+	crash(s, j)
+	s, j = rawStore(t, fb, keys, dir, false)
+	for i := range 6 {
+		if got, ok, err := s.Get(ctx, fmt.Sprint("k", i)); err != nil || !ok || string(got) != fmt.Sprint("v", i) {
+			t.Fatalf("after the crash, Get(k%d) = %q, %v, %v", i, got, ok, err)
+		}
+	}
+	closeRaw(t, s, j)
+}

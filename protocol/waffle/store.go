@@ -85,6 +85,9 @@ type store struct {
 	loopDone chan struct{}
 
 	stats atomic.Pointer[snapshot] // Stats' copy of the counters (publish)
+	// checkpointErrors counts checkpoints that failed (each is tried again
+	// after the next batch, the journal kept whole meanwhile).
+	checkpointErrors atomic.Uint64
 
 	mu        sync.Mutex // guards everything below; held by a batch and those chained to it
 	rng       *rand.Rand
@@ -324,7 +327,9 @@ func (s *store) serve(batch []*request) []*request {
 		// A checkpoint that fails (storage or the journal's disk
 		// unavailable) leaves the journal whole; it is tried again after
 		// the next batch.
-		_ = s.checkpoint(ctx)
+		if s.checkpoint(ctx) != nil {
+			s.checkpointErrors.Add(1)
+		}
 	}
 	return carry
 }
@@ -372,6 +377,7 @@ func (s *store) Stats() kv.Stats {
 		{Name: "fake_real", Value: float64(c.FakeReal)},
 		{Name: "fake_dummy", Value: float64(c.FakeDummy)},
 		{Name: "delete_errors", Value: float64(c.DeleteErrors)},
+		{Name: "checkpoint_errors", Value: float64(s.checkpointErrors.Load())},
 		{Name: "theoretical_alpha", Value: TheoreticalAlpha(s.opts, s.capacity)},
 		{Name: "theoretical_beta", Value: TheoreticalBeta(s.opts, s.capacity)},
 	}}
