@@ -30,9 +30,11 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"sync/atomic"
 
 	"github.com/oblivkv/oblivkv/backend"
+	"github.com/oblivkv/oblivkv/internal/delta"
 	"github.com/oblivkv/oblivkv/internal/journal"
 	"github.com/oblivkv/oblivkv/kv"
 	"github.com/oblivkv/oblivkv/seal"
@@ -261,8 +263,8 @@ const (
 	opDelete
 )
 
-func encode(delta []byte, ops []Op) []byte {
-	n := len(delta) + 16
+func encode(protocolDelta []byte, ops []Op) []byte {
+	n := len(protocolDelta) + 16
 	for _, op := range ops {
 		for _, it := range op.Items {
 			n += len(it.Addr) + len(it.Value) + 8
@@ -275,7 +277,7 @@ func encode(delta []byte, ops []Op) []byte {
 		}
 	}
 	b := make([]byte, 0, n)
-	b = appendBytes(b, delta)
+	b = delta.AppendBytes(b, protocolDelta)
 	b = binary.AppendUvarint(b, uint64(len(ops)))
 	for _, op := range ops {
 		switch {
@@ -283,99 +285,56 @@ func encode(delta []byte, ops []Op) []byte {
 			b = append(b, opWrite)
 			b = binary.AppendUvarint(b, uint64(len(op.Items)))
 			for _, it := range op.Items {
-				b = appendBytes(appendBytes(b, []byte(it.Addr)), it.Value)
+				b = delta.AppendBytes(delta.AppendBytes(b, []byte(it.Addr)), it.Value)
 			}
 		case op.Versioned != nil:
 			b = append(b, opVersioned)
 			b = binary.AppendUvarint(b, uint64(len(op.Versioned)))
 			for _, it := range op.Versioned {
-				b = binary.AppendUvarint(appendBytes(appendBytes(b, []byte(it.Addr)), it.Value), it.Version)
+				b = binary.AppendUvarint(delta.AppendBytes(delta.AppendBytes(b, []byte(it.Addr)), it.Value), it.Version)
 			}
 		default:
 			b = append(b, opDelete)
 			b = binary.AppendUvarint(b, uint64(len(op.Addrs)))
 			for _, a := range op.Addrs {
-				b = appendBytes(b, []byte(a))
+				b = delta.AppendBytes(b, []byte(a))
 			}
 		}
 	}
 	return b
 }
 
-func appendBytes(b, v []byte) []byte { return append(binary.AppendUvarint(b, uint64(len(v))), v...) }
-
-var errMalformed = errors.New("malformed record")
-
-// reader reads a record, remembering the first error.
-type reader struct {
-	b   []byte
-	err error
-}
-
-func (r *reader) uvarint() uint64 {
-	v, n := binary.Uvarint(r.b)
-	if n <= 0 {
-		r.err = errMalformed
-		return 0
-	}
-	r.b = r.b[n:]
-	return v
-}
-
-func (r *reader) bytes() []byte {
-	n := r.uvarint()
-	if r.err != nil || n > uint64(len(r.b)) {
-		r.err = errMalformed
-		return nil
-	}
-	v := r.b[:n:n]
-	r.b = r.b[n:]
-	return v
-}
-
-// count reads a count of items of at least one byte each.
-func (r *reader) count() int {
-	n := r.uvarint()
-	if n > uint64(len(r.b)) {
-		r.err = errMalformed
-		return 0
-	}
-	return int(n)
-}
-
 func decode(b []byte) ([]byte, []Op, error) {
-	r := &reader{b: b}
-	delta := r.bytes()
-	ops := make([]Op, r.count())
+	d := delta.NewDecoder(b)
+	protocolDelta := d.Bytes(math.MaxInt)
+	ops := make([]Op, d.Count())
 	for i := range ops {
-		if r.err != nil || len(r.b) == 0 {
-			return nil, nil, errMalformed
-		}
-		kind := r.b[0]
-		r.b = r.b[1:]
-		n := r.count()
+		kind, n := d.Byte(), d.Count()
 		switch kind {
 		case opWrite:
 			ops[i].Items = make([]backend.Item, n)
 			for j := range n {
-				ops[i].Items[j] = backend.Item{Addr: string(r.bytes()), Value: r.bytes()}
+				ops[i].Items[j] = backend.Item{Addr: string(d.Bytes(math.MaxInt)), Value: d.Bytes(math.MaxInt)}
 			}
 		case opVersioned:
 			ops[i].Versioned = make([]backend.VersionedItem, n)
 			for j := range n {
-				ops[i].Versioned[j] = backend.VersionedItem{Addr: string(r.bytes()), Value: r.bytes(), Version: r.uvarint()}
+				ops[i].Versioned[j] = backend.VersionedItem{Addr: string(d.Bytes(math.MaxInt)), Value: d.Bytes(math.MaxInt), Version: d.Uvarint()}
 			}
 		case opDelete:
 			ops[i].Addrs = make([]string, n)
 			for j := range n {
-				ops[i].Addrs[j] = string(r.bytes())
+				ops[i].Addrs[j] = string(d.Bytes(math.MaxInt))
 			}
 		default:
-			return nil, nil, errMalformed
+			d.Check(d.Failed(), fmt.Sprint("an operation of kind ", kind))
+		}
+		if d.Failed() {
+			break
 		}
 	}
-	if r.err != nil || len(r.b) != 0 {
-		return nil, nil, errMalformed
+	if err := d.Done(); err != nil {
+		return nil, nil, err
 	}
-	return delta, ops, nil
+	return protocolDelta, ops, nil
 }

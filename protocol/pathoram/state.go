@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/oblivkv/oblivkv/internal/delta"
 	"github.com/oblivkv/oblivkv/kv"
 	"github.com/oblivkv/oblivkv/protocol/tree"
 )
@@ -33,9 +34,7 @@ func (o *oram) journalDelta(leaf uint64, id tree.BlockID) []byte {
 	}
 	b = binary.AppendUvarint(b, uint64(len(o.stash)))
 	for _, e := range o.stash {
-		b = append(b, e.id[:]...)
-		b = binary.AppendUvarint(b, uint64(len(e.val)))
-		b = append(b, e.val...)
+		b = delta.AppendBytes(append(b, e.id[:]...), e.val)
 	}
 	return b
 }
@@ -43,37 +42,35 @@ func (o *oram) journalDelta(leaf uint64, id tree.BlockID) []byte {
 // replay applies a journaled delta to the state; it reports whether the
 // delta was the start of a bulk load that never checkpointed (the tree
 // must then be written afresh).
-func (s *store) replay(delta []byte) (load bool, err error) {
-	d := decoder{buf: delta}
+func (s *store) replay(rec []byte) (load bool, err error) {
 	o, r := s.o, s.remote
-	if len(delta) == 0 {
+	if len(rec) == 0 {
 		return false, fmt.Errorf("%w: empty journal delta", errMalformed)
 	}
-	d.buf = d.buf[1:]
-	switch delta[0] {
+	d := delta.NewDecoder(rec[1:])
+	switch rec[0] {
 	case deltaLoad:
 		return true, nil
 	case deltaAccess:
 	default:
-		return false, fmt.Errorf("%w: journal delta of kind %d", errMalformed, delta[0])
+		return false, fmt.Errorf("%w: journal delta of kind %d", errMalformed, rec[0])
 	}
-	id, leaf := d.id(), d.uvarint()
-	d.check(leaf < o.g.Leaves(), "leaf")
-	present := d.byte() == 1
+	id, leaf := readID(d), d.Uvarint()
+	d.Check(leaf < o.g.Leaves(), "leaf")
+	present := d.Bool()
 	var newLeaf uint64
 	if present {
-		newLeaf = d.uvarint()
-		d.check(newLeaf < o.g.Leaves(), "leaf")
+		newLeaf = d.Uvarint()
+		d.Check(newLeaf < o.g.Leaves(), "leaf")
 	}
 	var stash []entry
-	for n := d.count(); n > 0 && d.err == nil; n-- {
-		e := entry{id: d.id()}
-		e.val = d.bytes(s.codec.ValueSize())
+	for n := d.Count(); n > 0 && !d.Failed(); n-- {
+		e := entry{id: readID(d)}
+		e.val = d.Bytes(s.codec.ValueSize())
 		stash = append(stash, e)
 	}
-	d.check(len(d.buf) == 0, "trailing bytes")
-	if d.err != nil {
-		return false, d.err
+	if err := d.Done(); err != nil {
+		return false, err
 	}
 	if present {
 		o.pos[id] = newLeaf
@@ -151,9 +148,7 @@ func (s *store) encodeState() []byte {
 	}
 	b = binary.AppendUvarint(b, uint64(len(o.stash)))
 	for _, e := range o.stash {
-		b = append(b, e.id[:]...)
-		b = binary.AppendUvarint(b, uint64(len(e.val)))
-		b = append(b, e.val...)
+		b = delta.AppendBytes(append(b, e.id[:]...), e.val)
 	}
 	b = binary.AppendUvarint(b, uint64(o.stashMax))
 	b = binary.AppendUvarint(b, uint64(len(r.versions)))
@@ -166,106 +161,52 @@ func (s *store) encodeState() []byte {
 // decodeState installs an encoded state after checking it against the
 // store's parameters.
 func (s *store) decodeState(plain []byte) error {
-	d := decoder{buf: plain}
 	if !bytes.HasPrefix(plain, []byte(stateMagic)) {
 		return fmt.Errorf("pathoram: checkpoint has an unknown format")
 	}
-	d.buf = d.buf[len(stateMagic):]
+	d := delta.NewDecoder(plain[len(stateMagic):])
 	o, r := s.o, s.remote
-	L, z, vs := d.uvarint(), d.uvarint(), d.uvarint()
+	L, z, vs := d.Uvarint(), d.Uvarint(), d.Uvarint()
 	// A mismatch of L or the value size is caught by kv's metadata record
 	// (capacity, value size) before this; Z is pathoram's own.
-	if d.err == nil && (L != uint64(o.g.L) || vs != uint64(s.codec.ValueSize())) {
+	if !d.Failed() && (L != uint64(o.g.L) || vs != uint64(s.codec.ValueSize())) {
 		return fmt.Errorf("pathoram: checkpoint is of a tree of %d levels and %d-byte values; this store has %d and %d",
 			L, vs, o.g.L, s.codec.ValueSize())
 	}
-	if d.err == nil && z != uint64(o.z) {
+	if !d.Failed() && z != uint64(o.z) {
 		return fmt.Errorf("%w: the store was created with Z=%d, opened with Z=%d", kv.ErrMismatch, z, o.z)
 	}
-	npos := d.count()
+	npos := d.Count()
 	pos := make(map[tree.BlockID]uint64, npos)
-	for n := npos; n > 0 && d.err == nil; n-- {
-		id, leaf := d.id(), d.uvarint()
+	for n := npos; n > 0 && !d.Failed(); n-- {
+		id, leaf := readID(d), d.Uvarint()
 		pos[id] = leaf
-		d.check(leaf < o.g.Leaves() && len(pos) <= o.capacity, "position map")
+		d.Check(leaf < o.g.Leaves() && len(pos) <= o.capacity, "position map")
 	}
 	var stash []entry
-	for n := d.count(); n > 0 && d.err == nil; n-- {
-		id, val := d.id(), d.bytes(s.codec.ValueSize())
+	for n := d.Count(); n > 0 && !d.Failed(); n-- {
+		id, val := readID(d), d.Bytes(s.codec.ValueSize())
 		leaf, ok := pos[id]
-		d.check(ok, "stash block without a position")
+		d.Check(ok, "stash block without a position")
 		stash = append(stash, entry{id: id, leaf: leaf, val: val})
 	}
-	stashMax := d.uvarint()
-	d.check(d.uvarint() == uint64(len(r.versions)), "bucket count")
+	stashMax := d.Uvarint()
+	d.Check(d.Uvarint() == uint64(len(r.versions)), "bucket count")
 	versions := make([]uint64, len(r.versions))
 	for i := range versions {
-		versions[i] = d.uvarint()
+		versions[i] = d.Uvarint()
 	}
-	d.check(len(d.buf) == 0, "trailing bytes")
-	if d.err != nil {
-		return d.err
+	if err := d.Done(); err != nil {
+		return err
 	}
 	o.pos, o.stash, o.stashMax, r.versions = pos, stash, int(stashMax), versions
 	return nil
 }
 
-// decoder reads the state encoding, remembering the first error.
-type decoder struct {
-	buf []byte
-	err error
-}
-
 var errMalformed = errors.New("pathoram: trusted state is malformed")
 
-func (d *decoder) check(ok bool, what string) {
-	if !ok && d.err == nil {
-		d.err = fmt.Errorf("%w: %s", errMalformed, what)
-	}
-}
-
-func (d *decoder) byte() byte {
-	d.check(len(d.buf) > 0, "byte")
-	if d.err != nil {
-		return 0
-	}
-	v := d.buf[0]
-	d.buf = d.buf[1:]
-	return v
-}
-
-func (d *decoder) uvarint() uint64 {
-	v, n := binary.Uvarint(d.buf)
-	d.check(n > 0, "number")
-	if n > 0 {
-		d.buf = d.buf[n:]
-	}
-	return v
-}
-
-// count reads a number of items, which cannot exceed the bytes left.
-func (d *decoder) count() uint64 {
-	n := d.uvarint()
-	d.check(n <= uint64(len(d.buf)), "count")
-	return n
-}
-
-func (d *decoder) id() tree.BlockID {
-	var id tree.BlockID
-	d.check(len(d.buf) >= len(id), "block id")
-	if d.err == nil {
-		d.buf = d.buf[copy(id[:], d.buf):]
-	}
+// readID reads a block ID.
+func readID(d *delta.Decoder) (id tree.BlockID) {
+	d.Read(id[:])
 	return id
-}
-
-func (d *decoder) bytes(limit int) []byte {
-	n := d.uvarint()
-	d.check(n <= uint64(limit) && n <= uint64(len(d.buf)), "value")
-	if d.err != nil {
-		return nil
-	}
-	v := bytes.Clone(d.buf[:n])
-	d.buf = d.buf[n:]
-	return v
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/oblivkv/oblivkv/internal/delta"
 	"github.com/oblivkv/oblivkv/protocol/tree"
 )
 
@@ -63,134 +64,84 @@ func writeBackDelta(version uint64, buckets []uint64) []byte {
 }
 
 func appendBlock(b []byte, blk tree.Block) []byte {
-	b = append(b, blk.ID[:]...)
-	b = binary.AppendUvarint(b, uint64(len(blk.Value)))
-	return append(b, blk.Value...)
+	return delta.AppendBytes(append(b, blk.ID[:]...), blk.Value)
 }
 
-var errMalformed = errors.New("malformed journal record")
+var errMalformed = errors.New("taostore: malformed journal record")
 
 // replay applies a record's delta to the state; it reports whether the
 // record began a bulk load (the tree must then be written afresh).
-func (s *store) replay(delta []byte) (load bool, err error) {
-	r := reader{b: delta}
-	switch r.byte() {
+func (s *store) replay(rec []byte) (load bool, err error) {
+	d := delta.NewDecoder(rec)
+	switch kind := d.Byte(); kind {
 	case deltaPath:
-		s.replayPath(&r)
+		s.replayPath(d)
 	case deltaWriteBack:
-		version := r.uvarint()
-		buckets := make([]uint64, r.count())
+		version := d.Uvarint()
+		buckets := make([]uint64, d.Count())
 		for i := range buckets {
-			if buckets[i] = r.uvarint(); buckets[i] >= s.geo.Buckets() {
-				r.err = errMalformed
-			}
+			buckets[i] = d.Uvarint()
+			d.Check(buckets[i] < s.geo.Buckets(), "a bucket outside the tree")
 		}
-		if r.err == nil {
+		if !d.Failed() {
 			s.version = max(s.version, version)
 			s.acknowledge(buckets, version)
 		}
 	case deltaLoad:
-		s.version = max(s.version, r.uvarint())
+		s.version = max(s.version, d.Uvarint())
 		load = true
 	default:
-		r.err = errMalformed
+		d.Check(d.Failed(), fmt.Sprint("a delta of kind ", kind))
 	}
-	if r.err == nil && len(r.b) != 0 {
-		r.err = errMalformed
+	if err := d.Done(); err != nil {
+		return false, fmt.Errorf("%w: %w", errMalformed, err)
 	}
-	return load, r.err
+	return load, nil
 }
 
 // replayPath applies a path's record.
-func (s *store) replayPath(r *reader) {
-	leaf := r.uvarint()
-	if leaf >= s.geo.Leaves() {
-		r.err = errMalformed
-		return
-	}
-	switch r.byte() {
+func (s *store) replayPath(d *delta.Decoder) {
+	leaf := d.Uvarint()
+	d.Check(leaf < s.geo.Leaves(), "a leaf outside the tree")
+	switch kind := d.Byte(); kind {
 	case posSet:
-		id := r.id()
-		s.pos[id] = r.uvarint()
+		id := readID(d)
+		s.pos[id] = d.Uvarint()
 	case posDelete:
-		delete(s.pos, r.id())
+		delete(s.pos, readID(d))
 	case posNone:
 	default:
-		r.err = errMalformed
+		d.Check(d.Failed(), fmt.Sprint("a position change of kind ", kind))
+	}
+	if d.Failed() {
+		return
 	}
 	stash := map[tree.BlockID][]byte{}
-	for n := r.count(); n > 0 && r.err == nil; n-- {
-		blk := r.block(s.codec.ValueSize())
+	for n := d.Count(); n > 0 && !d.Failed(); n-- {
+		blk := readBlock(d, s.codec.ValueSize())
 		stash[blk.ID] = blk.Value
 	}
 	for _, b := range s.geo.Path(leaf, nil) {
-		blocks := make([]tree.Block, r.count())
+		blocks := make([]tree.Block, d.Count())
 		for i := range blocks {
-			blocks[i] = r.block(s.codec.ValueSize())
+			blocks[i] = readBlock(d, s.codec.ValueSize())
 		}
-		if r.err == nil {
+		if !d.Failed() {
 			s.sub.set(b, blocks)
 		}
 	}
-	if r.err == nil {
+	if !d.Failed() {
 		s.stash = stash
 	}
 }
 
-// reader reads a delta, remembering the first error.
-type reader struct {
-	b   []byte
-	err error
-}
-
-func (r *reader) byte() byte {
-	if len(r.b) == 0 {
-		r.err = errMalformed
-		return 0
-	}
-	v := r.b[0]
-	r.b = r.b[1:]
-	return v
-}
-
-func (r *reader) uvarint() uint64 {
-	v, n := binary.Uvarint(r.b)
-	if n <= 0 {
-		r.err = errMalformed
-		return 0
-	}
-	r.b = r.b[n:]
-	return v
-}
-
-// count reads a count of items of at least one byte each.
-func (r *reader) count() int {
-	n := r.uvarint()
-	if n > uint64(len(r.b)) {
-		r.err = errMalformed
-		return 0
-	}
-	return int(n)
-}
-
-func (r *reader) id() tree.BlockID {
-	var id tree.BlockID
-	if len(r.b) < len(id) {
-		r.err = errMalformed
-		return id
-	}
-	r.b = r.b[copy(id[:], r.b):]
+// readID reads a block ID.
+func readID(d *delta.Decoder) (id tree.BlockID) {
+	d.Read(id[:])
 	return id
 }
 
-func (r *reader) block(valueSize int) tree.Block {
-	blk := tree.Block{ID: r.id()}
-	n := r.uvarint()
-	if r.err != nil || n > uint64(valueSize) || n > uint64(len(r.b)) {
-		r.err = fmt.Errorf("%w: a block value", errMalformed)
-		return blk
-	}
-	blk.Value = r.b[:n:n]
-	r.b = r.b[n:]
-	return blk
+// readBlock reads a block appendBlock wrote.
+func readBlock(d *delta.Decoder, valueSize int) tree.Block {
+	return tree.Block{ID: readID(d), Value: d.Bytes(valueSize)}
 }

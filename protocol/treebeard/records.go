@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/oblivkv/oblivkv/internal/delta"
 	"github.com/oblivkv/oblivkv/protocol/ringoram"
 	"github.com/oblivkv/oblivkv/protocol/tree"
 )
@@ -41,7 +42,7 @@ func (s *Stash) blocksDelta(ids []tree.BlockID) []byte {
 		}
 		b = binary.AppendUvarint(binary.AppendUvarint(append(b, 1), uint64(p.Tree)), p.Leaf)
 		if st, ok := s.stash[id]; ok {
-			b = appendBytes(append(b, 1), st.value)
+			b = delta.AppendBytes(append(b, 1), st.value)
 		} else {
 			b = append(b, 0)
 		}
@@ -57,15 +58,11 @@ func treeDelta(t, reads int, c ringoram.Change) []byte {
 	b = binary.AppendUvarint(b, uint64(c.Evicted))
 	b = binary.AppendUvarint(b, uint64(len(c.Buckets)))
 	for _, bv := range c.Buckets {
-		full := byte(0)
-		if bv.Full {
-			full = 1
-		}
-		b = append(binary.AppendUvarint(binary.AppendUvarint(b, bv.Bucket), bv.Version), full)
+		b = delta.AppendBool(binary.AppendUvarint(binary.AppendUvarint(b, bv.Bucket), bv.Version), bv.Full)
 	}
 	b = binary.AppendUvarint(b, uint64(len(c.Taken)))
 	for _, blk := range c.Taken {
-		b = appendBytes(append(b, blk.ID[:]...), blk.Value)
+		b = delta.AppendBytes(append(b, blk.ID[:]...), blk.Value)
 	}
 	b = binary.AppendUvarint(b, uint64(len(c.Placed)))
 	for _, p := range c.Placed {
@@ -89,9 +86,7 @@ func evictDoneDelta(t int, removed []tree.BlockID, stale []Stale) []byte {
 	return b
 }
 
-func appendBytes(b, v []byte) []byte { return append(binary.AppendUvarint(b, uint64(len(v))), v...) }
-
-var errMalformed = errors.New("malformed journal record")
+var errMalformed = errors.New("treebeard: malformed journal record")
 
 // replayer applies journal records to the layers' state, in order, as the
 // operations that wrote them did.
@@ -103,24 +98,24 @@ type replayer struct {
 	load    bool // a bulk load began and never checkpointed
 }
 
-func (rp *replayer) apply(delta []byte) error {
-	r := reader{b: delta}
-	switch r.byte() {
+func (rp *replayer) apply(rec []byte) error {
+	d := delta.NewDecoder(rec)
+	switch kind := d.Byte(); kind {
 	case deltaBlocks:
-		rp.blocks(&r)
+		rp.blocks(d)
 	case deltaTree:
-		rp.tree(&r)
+		rp.tree(d)
 	case deltaEvictDone:
-		rp.evictDone(&r)
+		rp.evictDone(d)
 	case deltaLoad:
 		rp.load = true
 	default:
-		r.err = errMalformed
+		d.Check(d.Failed(), fmt.Sprint("a delta of kind ", kind))
 	}
-	if r.err == nil && len(r.b) != 0 {
-		r.err = errMalformed
+	if err := d.Done(); err != nil {
+		return fmt.Errorf("%w: %w", errMalformed, err)
 	}
-	return r.err
+	return nil
 }
 
 // shard returns the Stash shard of block id.
@@ -128,53 +123,55 @@ func (rp *replayer) shard(id tree.BlockID) *Stash {
 	return rp.s.stashes[shardOf(id, len(rp.s.stashes))]
 }
 
-func (rp *replayer) blocks(r *reader) {
-	for n := r.count(); n > 0 && r.err == nil; n-- {
-		id := r.id()
+func (rp *replayer) blocks(d *delta.Decoder) {
+	for n := d.Count(); n > 0 && !d.Failed(); n-- {
+		id := readID(d)
 		sh := rp.shard(id)
-		if r.byte() == 0 {
+		if !d.Bool() {
 			delete(sh.pos, id)
 			delete(sh.stash, id)
 			continue
 		}
-		p := position{Tree: int(r.uvarint()), Leaf: r.uvarint()}
-		if p.Tree >= len(rp.s.workers) || p.Leaf >= rp.s.geo.Leaves() {
-			r.err = fmt.Errorf("%w: a position outside the trees", errMalformed)
+		t, leaf := d.Uvarint(), d.Uvarint()
+		d.Check(t < uint64(len(rp.s.workers)) && leaf < rp.s.geo.Leaves(), "a position outside the trees")
+		inStash, value := d.Bool(), []byte(nil)
+		if inStash {
+			value = d.Bytes(rp.s.valueSize)
+		}
+		if d.Failed() {
 			return
 		}
-		sh.pos[id] = p
-		if r.byte() == 1 {
-			sh.stash[id] = &stashed{value: r.bytes(), evicting: -1}
+		sh.pos[id] = position{Tree: int(t), Leaf: leaf}
+		if inStash {
+			sh.stash[id] = &stashed{value: value, evicting: -1}
 		} else {
 			delete(sh.stash, id)
 		}
 	}
 }
 
-func (rp *replayer) tree(r *reader) {
-	t, reads, evicted := int(r.uvarint()), int(r.uvarint()), int(r.uvarint())
-	if r.err != nil || t >= len(rp.s.workers) {
-		r.err = errMalformed
-		return
-	}
+func (rp *replayer) tree(d *delta.Decoder) {
+	t, reads, evicted := d.Uvarint(), int(d.Uvarint()), int(d.Uvarint())
+	d.Check(t < uint64(len(rp.s.workers)), "a tree that does not exist")
 	c := ringoram.Change{Evicted: evicted}
-	for n := r.count(); n > 0 && r.err == nil; n-- {
-		c.Buckets = append(c.Buckets, ringoram.BucketVersion{Bucket: r.uvarint(), Version: r.uvarint(), Full: r.byte() == 1})
+	for n := d.Count(); n > 0 && !d.Failed(); n-- {
+		c.Buckets = append(c.Buckets, ringoram.BucketVersion{Bucket: d.Uvarint(), Version: d.Uvarint(), Full: d.Bool()})
 	}
-	for n := r.count(); n > 0 && r.err == nil; n-- {
-		c.Taken = append(c.Taken, tree.Block{ID: r.id(), Value: r.bytes()})
+	for n := d.Count(); n > 0 && !d.Failed(); n-- {
+		c.Taken = append(c.Taken, tree.Block{ID: readID(d), Value: d.Bytes(rp.s.valueSize)})
 	}
-	for n := r.count(); n > 0 && r.err == nil; n-- {
-		c.Placed = append(c.Placed, ringoram.Placement{ID: r.id(), Bucket: r.uvarint()})
+	for n := d.Count(); n > 0 && !d.Failed(); n-- {
+		c.Placed = append(c.Placed, ringoram.Placement{ID: readID(d), Bucket: d.Uvarint()})
 	}
-	if r.err != nil {
+	if d.Failed() {
 		return
 	}
 	w := rp.s.workers[t]
 	if rp.s.opts.leak == leakRecoveryForgetsEvictions {
 		c.Evicted = 0
 	}
-	if r.err = w.tree.Apply(c); r.err != nil {
+	if err := w.tree.Apply(c); err != nil {
+		d.Check(false, err.Error())
 		return
 	}
 	w.reads = reads
@@ -186,7 +183,7 @@ func (rp *replayer) tree(r *reader) {
 		}
 	}
 	if c.Evicted > 0 {
-		rp.pending[t] = c.Placed
+		rp.pending[int(t)] = c.Placed
 	}
 }
 
@@ -195,21 +192,18 @@ func hasPos(sh *Stash, id tree.BlockID) bool {
 	return ok
 }
 
-func (rp *replayer) evictDone(r *reader) {
-	t := int(r.uvarint())
-	if r.err != nil || t >= len(rp.s.workers) {
-		r.err = errMalformed
-		return
-	}
-	for n := r.count(); n > 0 && r.err == nil; n-- {
-		id := r.id()
+func (rp *replayer) evictDone(d *delta.Decoder) {
+	t := d.Uvarint()
+	d.Check(t < uint64(len(rp.s.workers)), "a tree that does not exist")
+	for n := d.Count(); n > 0 && !d.Failed(); n-- {
+		id := readID(d)
 		delete(rp.shard(id).stash, id)
 	}
-	for n := r.count(); n > 0 && r.err == nil; n-- {
-		id := r.id()
-		rp.s.workers[t].tree.Forget(r.uvarint(), id)
+	for n := d.Count(); n > 0 && !d.Failed(); n-- {
+		id := readID(d)
+		rp.s.workers[t].tree.Forget(d.Uvarint(), id)
 	}
-	delete(rp.pending, t)
+	delete(rp.pending, int(t))
 }
 
 // finish settles the evictions whose end the journal lacks (the crash
@@ -228,59 +222,8 @@ func (rp *replayer) finish() {
 	rp.pending = map[int][]ringoram.Placement{}
 }
 
-// reader reads a delta, remembering the first error.
-type reader struct {
-	b   []byte
-	err error
-}
-
-func (r *reader) byte() byte {
-	if len(r.b) == 0 {
-		r.err = errMalformed
-		return 0
-	}
-	v := r.b[0]
-	r.b = r.b[1:]
-	return v
-}
-
-func (r *reader) uvarint() uint64 {
-	v, n := binary.Uvarint(r.b)
-	if n <= 0 {
-		r.err = errMalformed
-		return 0
-	}
-	r.b = r.b[n:]
-	return v
-}
-
-// count reads a count of items of at least one byte each.
-func (r *reader) count() int {
-	n := r.uvarint()
-	if n > uint64(len(r.b)) {
-		r.err = errMalformed
-		return 0
-	}
-	return int(n)
-}
-
-func (r *reader) id() tree.BlockID {
-	var id tree.BlockID
-	if len(r.b) < len(id) {
-		r.err = errMalformed
-		return id
-	}
-	r.b = r.b[copy(id[:], r.b):]
+// readID reads a block ID.
+func readID(d *delta.Decoder) (id tree.BlockID) {
+	d.Read(id[:])
 	return id
-}
-
-func (r *reader) bytes() []byte {
-	n := r.uvarint()
-	if r.err != nil || n > uint64(len(r.b)) {
-		r.err = errMalformed
-		return nil
-	}
-	v := r.b[:n:n]
-	r.b = r.b[n:]
-	return v
 }

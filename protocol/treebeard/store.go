@@ -35,6 +35,8 @@ type store struct {
 	opts  Options
 	geo   tree.Geometry
 	quota *quota // the capacity and the keys stored
+	// valueSize bounds the values a journal record may hold.
+	valueSize int
 
 	routers []*Router
 	stashes []*Stash
@@ -77,7 +79,7 @@ func open(ctx context.Context, env kv.Env) (*store, error) {
 
 // build creates the layers, not yet running.
 func build(env kv.Env, opts Options) (*store, error) {
-	s := &store{b: env.Backend, keys: env.Keys, opts: opts,
+	s := &store{b: env.Backend, keys: env.Keys, opts: opts, valueSize: env.ValueSize,
 		geo: geometry(env.Capacity, opts.Trees), quota: &quota{capacity: int64(env.Capacity)}}
 	rng, err := newRandSource(opts.seed)
 	if err != nil {

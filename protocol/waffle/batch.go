@@ -86,7 +86,7 @@ func (s *store) prepare(batch []*request) (*prepared, error) {
 		in.refs[j] = reads[i].ref
 	}
 	if s.log.Durable() {
-		p.lsn = s.log.Append(in.delta())
+		p.lsn = s.log.Append(in.encode())
 	}
 	s.unread = in
 	return p, nil

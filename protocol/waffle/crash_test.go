@@ -147,7 +147,13 @@ func stateOf(t *testing.T, s *store) state {
 		t.Fatal(err)
 	}
 	slices.SortFunc(st.Objects, func(a, b objectState) int {
-		return cmp.Or(cmp.Compare(boolByte(a.Dummy), boolByte(b.Dummy)), cmp.Compare(a.Key, b.Key))
+		if a.Dummy != b.Dummy { // real objects first
+			if a.Dummy {
+				return 1
+			}
+			return -1
+		}
+		return cmp.Compare(a.Key, b.Key)
 	})
 	return st
 }

@@ -9,7 +9,9 @@ import (
 	"errors"
 	"fmt"
 	"iter"
+	"math"
 
+	"github.com/oblivkv/oblivkv/internal/delta"
 	"github.com/oblivkv/oblivkv/kv"
 	"github.com/oblivkv/oblivkv/protocol/tree"
 )
@@ -70,7 +72,7 @@ type intent struct {
 	refs []ref
 }
 
-func (in *intent) delta() []byte {
+func (in *intent) encode() []byte {
 	b := []byte{deltaIntent}
 	b = binary.AppendUvarint(b, in.ts)
 	b = binary.AppendUvarint(b, uint64(len(in.refs)))
@@ -88,7 +90,7 @@ func (in *intent) delta() []byte {
 func (s *store) batchDelta(ts uint64, ch change, reset bool) []byte {
 	b := []byte{deltaBatch}
 	b = binary.AppendUvarint(b, ts)
-	b = append(b, boolByte(reset))
+	b = delta.AppendBool(b, reset)
 	c := s.counters
 	for _, v := range []uint64{c.Batches, c.RealQueries, c.FakeReal, c.FakeDummy, c.DeleteErrors} {
 		b = binary.AppendUvarint(b, v)
@@ -107,24 +109,15 @@ func (s *store) batchDelta(ts uint64, ch change, reset bool) []byte {
 		c := e.Value.(*cached)
 		b = appendObject(appendRef(b, c.ref), s.objs[c.ref])
 		if !c.ref.Dummy {
-			b = appendBytes(b, c.val)
+			b = delta.AppendBytes(b, c.val)
 		}
 		e = e.Next()
 	}
 	return b
 }
 
-func boolByte(v bool) byte {
-	if v {
-		return 1
-	}
-	return 0
-}
-
-func appendBytes(b, v []byte) []byte { return append(binary.AppendUvarint(b, uint64(len(v))), v...) }
-
 func appendRef(b []byte, rf ref) []byte {
-	return appendBytes(append(b, boolByte(rf.Dummy)), []byte(rf.Key))
+	return delta.AppendBytes(delta.AppendBool(b, rf.Dummy), []byte(rf.Key))
 }
 
 func appendObject(b []byte, o *object) []byte {
@@ -137,25 +130,25 @@ type replayState struct {
 }
 
 // replay applies a journaled delta to the state.
-func (s *store) replay(delta []byte, rs *replayState) error {
-	d := decoder{buf: delta}
-	switch kind := d.byte(); kind {
+func (s *store) replay(rec []byte, rs *replayState) error {
+	d := delta.NewDecoder(rec)
+	switch kind := d.Byte(); kind {
 	case deltaIntent:
-		in := &intent{ts: d.uvarint()}
-		for n := d.count(); n > 0 && d.err == nil; n-- {
-			in.refs = append(in.refs, d.ref())
+		in := &intent{ts: d.Uvarint()}
+		for n := d.Count(); n > 0 && !d.Failed(); n-- {
+			in.refs = append(in.refs, readRef(d))
 		}
-		d.check(in.ts == s.ts+1 && rs.unread == nil, "batch out of sequence")
-		if err := d.done(); err != nil {
+		d.Check(in.ts == s.ts+1 && rs.unread == nil, "batch out of sequence")
+		if err := d.Done(); err != nil {
 			return err
 		}
 		rs.unread = in
 	case deltaBatch:
-		return s.replayBatch(&d, rs)
+		return s.replayBatch(d, rs)
 	case deltaLoad:
-		ts := d.uvarint()
-		d.check(ts == s.ts+1 && rs.unread == nil, "load out of sequence")
-		if err := d.done(); err != nil {
+		ts := d.Uvarint()
+		d.Check(ts == s.ts+1 && rs.unread == nil, "load out of sequence")
+		if err := d.Done(); err != nil {
 			return err
 		}
 		s.ts = ts // a load cut short: the previous layout is in force
@@ -166,17 +159,17 @@ func (s *store) replay(delta []byte, rs *replayState) error {
 }
 
 // replayBatch applies a batch's delta (batchDelta).
-func (s *store) replayBatch(d *decoder, rs *replayState) error {
-	ts := d.uvarint()
-	d.check(ts == s.ts+1 && (rs.unread == nil || rs.unread.ts == ts), "batch out of sequence")
-	reset := d.byte() == 1
+func (s *store) replayBatch(d *delta.Decoder, rs *replayState) error {
+	ts := d.Uvarint()
+	d.Check(ts == s.ts+1 && (rs.unread == nil || rs.unread.ts == ts), "batch out of sequence")
+	reset := d.Bool()
 	var c counters
 	for _, v := range []*uint64{&c.Batches, &c.RealQueries, &c.FakeReal, &c.FakeDummy, &c.DeleteErrors} {
-		*v = d.uvarint()
+		*v = d.Uvarint()
 	}
 	var removed []ref
-	for n := d.count(); n > 0 && d.err == nil; n-- {
-		removed = append(removed, d.ref())
+	for n := d.Count(); n > 0 && !d.Failed(); n-- {
+		removed = append(removed, readRef(d))
 	}
 	type entry struct {
 		rf             ref
@@ -184,28 +177,28 @@ func (s *store) replayBatch(d *decoder, rs *replayState) error {
 		val            []byte
 	}
 	obj := func() entry {
-		rf := d.ref()
-		return entry{rf: rf, ts: d.uvarint(), order: d.uvarint(), tie: d.uvarint()}
+		rf := readRef(d)
+		return entry{rf: rf, ts: d.Uvarint(), order: d.Uvarint(), tie: d.Uvarint()}
 	}
 	var stored, front []entry
-	for n := d.count(); n > 0 && d.err == nil; n-- {
+	for n := d.Count(); n > 0 && !d.Failed(); n-- {
 		stored = append(stored, obj())
 	}
-	for n := d.count(); n > 0 && d.err == nil; n-- {
+	for n := d.Count(); n > 0 && !d.Failed(); n-- {
 		e := obj()
 		if !e.rf.Dummy {
-			e.val = d.bytes(s.valueSize)
+			e.val = d.Bytes(s.valueSize)
 		}
 		front = append(front, e)
 	}
 	for _, rf := range removed {
-		d.check(s.objs[rf] != nil, "an unknown object removed")
+		d.Check(s.objs[rf] != nil, "an unknown object removed")
 	}
 	for _, e := range stored {
-		d.check(s.objs[e.rf] != nil, "an unknown object stored")
+		d.Check(s.objs[e.rf] != nil, "an unknown object stored")
 	}
-	d.check(len(front) <= s.opts.C, "cache entries")
-	if err := d.done(); err != nil {
+	d.Check(len(front) <= s.opts.C, "cache entries")
+	if err := d.Done(); err != nil {
 		return err
 	}
 	uncache := func(o *object) {
@@ -287,8 +280,8 @@ func (s *store) recover(ctx context.Context) error {
 		s.garbage = nil
 	}
 	var rs replayState
-	for i, delta := range rec.Deltas {
-		if err := s.replay(delta, &rs); err != nil {
+	for i, d := range rec.Deltas {
+		if err := s.replay(d, &rs); err != nil {
 			return fmt.Errorf("waffle: journal record %d after the checkpoint: %w", i+1, err)
 		}
 	}
@@ -533,66 +526,10 @@ func (s *store) Close() error {
 	return errors.Join(err, s.b.Close())
 }
 
-// decoder reads a journal delta, remembering the first error.
-type decoder struct {
-	buf []byte
-	err error
-}
-
 var errMalformed = errors.New("waffle: trusted state is malformed")
 
-func (d *decoder) check(ok bool, what string) {
-	if !ok && d.err == nil {
-		d.err = fmt.Errorf("%w: %s", errMalformed, what)
-	}
-}
-
-// done reports the first error, or trailing bytes.
-func (d *decoder) done() error {
-	d.check(len(d.buf) == 0, "trailing bytes")
-	return d.err
-}
-
-func (d *decoder) byte() byte {
-	d.check(len(d.buf) > 0, "byte")
-	if d.err != nil {
-		return 0
-	}
-	v := d.buf[0]
-	d.buf = d.buf[1:]
-	return v
-}
-
-func (d *decoder) uvarint() uint64 {
-	v, n := binary.Uvarint(d.buf)
-	d.check(n > 0, "number")
-	if n > 0 {
-		d.buf = d.buf[n:]
-	}
-	return v
-}
-
-// count reads a number of items, which cannot exceed the bytes left.
-func (d *decoder) count() uint64 {
-	n := d.uvarint()
-	d.check(n <= uint64(len(d.buf)), "count")
-	return n
-}
-
-func (d *decoder) bytes(limit int) []byte {
-	n := d.uvarint()
-	d.check(n <= uint64(limit) && n <= uint64(len(d.buf)), "value")
-	if d.err != nil {
-		return nil
-	}
-	v := bytes.Clone(d.buf[:n])
-	d.buf = d.buf[n:]
-	return v
-}
-
-func (d *decoder) ref() ref {
-	dummy := d.byte()
-	d.check(dummy <= 1, "object kind")
-	key := d.bytes(len(d.buf))
-	return ref{Dummy: dummy == 1, Key: string(key)}
+// readRef reads an object's reference (appendRef).
+func readRef(d *delta.Decoder) ref {
+	dummy := d.Bool()
+	return ref{Dummy: dummy, Key: string(d.Bytes(math.MaxInt))}
 }
