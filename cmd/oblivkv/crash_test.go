@@ -21,16 +21,13 @@ import (
 
 // durableProtocols journal their trusted state: a kill -9 loses nothing
 // acknowledged.
-var durableProtocols = []string{"pathoram", "taostore", "treebeard"}
+var durableProtocols = []string{"pathoram", "taostore", "treebeard", "waffle", "cloak"}
 
 // crashOptions make each protocol's background work frequent, so kills
 // land in it: treebeard evicts after every 3 path reads of a tree.
 var crashOptions = map[string][]string{
 	"treebeard": {"--opt", "a=3", "--opt", "k=4"},
 }
-
-// crashKills is how many times each run kills the server.
-const crashKills = 5
 
 // TestCrashRecovery runs the real server under 16 concurrent clients and
 // kills it with SIGKILL crashKills times at random moments, restarting it

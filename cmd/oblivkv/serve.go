@@ -40,10 +40,9 @@ the next start creates it afresh), and starting again on the same data dir
 serves the same data.
 
 The proxy's trusted state is journaled under the data dir (DIR/journal): with
---fsync always (the default) a journaled protocol loses no acknowledged write
-to kill -9 or a power cut, and storage restored from an older copy is refused
-at start. See docs/OPERATIONS.md, "Durability", for which protocols are
-journaled and what survives what.
+--fsync always (the default) no protocol loses an acknowledged write to kill -9
+or a power cut, and storage restored from an older copy is refused at start.
+See docs/OPERATIONS.md, "Durability", for what survives what.
 
 --opt NAME=VALUE sets a field of the protocol's Options (repeatable, e.g.
 --opt trees=8 --opt epoch=2ms); see docs/OPERATIONS.md for each protocol's.

@@ -14,6 +14,8 @@ import (
 	"github.com/oblivkv/oblivkv/audit"
 	"github.com/oblivkv/oblivkv/backend/mem"
 	"github.com/oblivkv/oblivkv/bench/workload"
+	"github.com/oblivkv/oblivkv/internal/durable"
+	"github.com/oblivkv/oblivkv/internal/journal"
 	"github.com/oblivkv/oblivkv/kv"
 	"github.com/oblivkv/oblivkv/kvtest"
 	"github.com/oblivkv/oblivkv/observe"
@@ -40,7 +42,11 @@ import (
 //     position in the Read that read it, its position in the Write that
 //     wrote it and its age are pairwise independent;
 //   - a frequency-analysis attacker who knows the key popularity recovers
-//     at most maxRecovered of the 100 most popular keys.
+//     at most maxRecovered of the 100 most popular keys;
+//   - checkpoints (exact, durable runs only): a checkpoint's anchor write
+//     follows the write-back of every auditCheckpointEvery-th batch and
+//     nothing else, whatever the clients wrote; the other checks ignore
+//     the anchor writes, which are not at physical addresses.
 //
 // The real-time schedule (batch starts on the grid of Delta) is checked
 // behind the soak build tag (soak_test.go).
@@ -67,6 +73,9 @@ const (
 	// maxRecovered bounds the share of the 100 most popular keys a
 	// frequency-analysis attacker recovers.
 	maxRecovered = 0.05
+	// auditCheckpointEvery is the batches between checkpoints in the
+	// durable runs.
+	auditCheckpointEvery = 10
 )
 
 // auditParams is one parameter set the audits run at, with the budgets it
@@ -75,14 +84,17 @@ type auditParams struct {
 	name    string
 	opts    cloak.Options
 	budgets []int
+	durable bool // journaled, with a checkpoint every auditCheckpointEvery batches
 }
 
 var (
 	// defaultParams: b_1 = 28, s = 1: beta = 179 over 84 sets.
-	defaultParams = auditParams{"default", cloak.Options{}, cloak.Budgets(auditN, 28, 1)}
+	defaultParams = auditParams{"default", cloak.Options{}, cloak.Budgets(auditN, 28, 1), false}
 	// otherParams: s = 0.8 (beta = 224 over 58 sets) and a pending map of
 	// 16 keys, so clients often wait for room.
-	otherParams = auditParams{"S=0.8,Pending=16", cloak.Options{S: 0.8, Pending: 16}, cloak.Budgets(auditN, 28, 0.8)}
+	otherParams = auditParams{"S=0.8,Pending=16", cloak.Options{S: 0.8, Pending: 16}, cloak.Budgets(auditN, 28, 0.8), false}
+	// durableParams: the defaults, journaled.
+	durableParams = auditParams{"durable", cloak.Options{}, cloak.Budgets(auditN, 28, 1), true}
 )
 
 // auditWorkload draws the key of a client's i-th request (i counts the
@@ -134,6 +146,7 @@ const (
 	checkReadAge   = "read position and age"
 	checkWriteAge  = "write position and age"
 	checkReadWrite = "read and write positions"
+	checkAnchors   = "checkpoints"
 )
 
 var checkNames = []string{checkBudgets, checkSchedule, checkStreaks, checkReadAge, checkWriteAge, checkReadWrite}
@@ -167,12 +180,22 @@ func runAudit(t *testing.T, p auditParams, w auditWorkload, lk cloak.Leak) audit
 	ctx := t.Context()
 	var log observe.MemoryLog
 	clock := make(cloak.FakeClock)
-	s, err := cloak.OpenRaw(ctx, kv.Env{Backend: observe.NewTap(mem.New(), &log), Keys: kvtest.NewKeys(t),
+	keys := kvtest.NewKeys(t)
+	var j *journal.Journal
+	if p.durable {
+		var err error
+		if j, err = journal.Open(t.TempDir(), keys, journal.Options{NoSync: true}); err != nil { // what storage sees needs no fsync
+			t.Fatal(err)
+		}
+		defer j.Close()
+	}
+	s, err := cloak.OpenRaw(ctx, kv.Env{Backend: observe.NewTap(mem.New(), &log), Keys: keys, Journal: j,
 		Capacity: auditN, ValueSize: 16, MaxKeySize: 64, Fresh: true, Options: cloak.WithLeak(cloak.WithClock(p.opts, clock), lk)})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer s.Close()
+	cloak.SetCheckpointEvery(s, auditCheckpointEvery)
 	if beta := kvtest.Stat(t, s.Stats(), "beta"); int(beta) != sumOf(p.budgets) {
 		t.Fatalf("the store's beta is %v; the budgets give %d", beta, sumOf(p.budgets))
 	}
@@ -204,7 +227,43 @@ func runAudit(t *testing.T, p auditParams, w auditWorkload, lk cloak.Leak) audit
 	t.Logf("%d ticks: %v batches, %v real queries, utilisation %.3f", len(marks),
 		kvtest.Stat(t, st, "batches"), kvtest.Stat(t, st, "real_queries"), kvtest.Stat(t, st, "batch_utilisation"))
 	records := log.Records()
-	return auditRun{checks: auditChecks(t, w.name, records, marks, p.budgets), recovered: attack(t, s, records, w.popularity)}
+	run := auditRun{checks: auditChecks(t, w.name, records, marks, p.budgets), recovered: attack(t, s, records, w.popularity)}
+	if p.durable {
+		run.checks[checkAnchors] = anchorCheck(w.name, records)
+	}
+	return run
+}
+
+// anchorCheck checks that after the bulk load's checkpoint an anchor write
+// follows the write-back of every auditCheckpointEvery-th batch and of no
+// other, and that at least one did.
+func anchorCheck(name string, records []observe.Record) audit.Check {
+	var violations []string
+	batches, loaded, anchors := 0, false, 0
+	for i, r := range records {
+		switch {
+		case r.Op == observe.OpRead && len(r.Addrs) > 0 && strings.HasPrefix(r.Addrs[0], audit.CloakAddrPrefix):
+			batches++
+		case r.Op == observe.OpWrite && len(r.Addrs) == 1 && r.Addrs[0] == durable.AnchorAddr:
+			if !loaded { // the creation's, then the load's, before any batch
+				loaded = i > 0 && records[i-1].Op == observe.OpWrite && batches == 0 && anchors == 1
+				anchors++
+				continue
+			}
+			anchors++
+			if batches%auditCheckpointEvery != 0 || records[i-1].Op != observe.OpWrite || !strings.HasPrefix(records[i-1].Addrs[0], audit.CloakAddrPrefix) {
+				violations = append(violations, fmt.Sprintf("call %d: an anchor write after batch %d", r.Seq, batches))
+			}
+		}
+	}
+	if want := 2 + batches/auditCheckpointEvery; anchors != want {
+		violations = append(violations, fmt.Sprintf("%d anchor writes over %d batches; want %d", anchors, batches, want))
+	}
+	c := audit.Exact(name+": a checkpoint every "+fmt.Sprint(auditCheckpointEvery)+" batches", violations)
+	if len(violations) == 0 {
+		c.Detail = fmt.Sprintf("%d checkpoints over %d batches", anchors-2, batches)
+	}
+	return c
 }
 
 // clients are the audit's clients, with what the clock waits on.
@@ -323,12 +382,16 @@ func TestObliviousAudit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, p := range []auditParams{defaultParams, otherParams} {
+	for _, p := range []auditParams{defaultParams, otherParams, durableParams} {
 		t.Run(p.name, func(t *testing.T) {
 			for _, w := range ws {
 				t.Run(w.name, func(t *testing.T) {
 					run := runAudit(t, p, w, cloak.NoLeak)
-					for _, name := range checkNames {
+					names := checkNames
+					if p.durable {
+						names = append(slices.Clip(names), checkAnchors)
+					}
+					for _, name := range names {
 						c := run.checks[name]
 						t.Log(c)
 						if !c.Pass() {
@@ -359,6 +422,7 @@ var leakCases = []struct {
 	{"idle tick skipped", cloak.LeakSkipIdle, defaultParams, "uniform", checkSchedule},
 	{"early batch when full", cloak.LeakEarlyWhenFull, otherParams, "uniform", checkSchedule},
 	{"queue drained beyond budget", cloak.LeakDrainQueue, defaultParams, "uniform", checkBudgets},
+	{"checkpoints by journal records", cloak.LeakCheckpointByRecords, durableParams, "uniform", checkAnchors},
 }
 
 // TestAuditsCatchLeaks injects each leak of leakCases and requires its

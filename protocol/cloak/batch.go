@@ -26,16 +26,38 @@ type batch struct {
 // client"). A batch whose backend calls fail is kept and sent again at the
 // next tick, so no write is lost and storage sees the same batch again;
 // the reads still waiting on it are failed.
+//
+// A new batch is journaled, and its record made durable, before its Read:
+// after a crash the recovered proxy sends it again unchanged (never a new
+// choice of the same sets, whose real queries storage could find as the
+// addresses both Reads share), and its commit is journaled after its
+// Write. Every checkpointEvery batches a checkpoint follows the commit.
 func (s *store) runBatch(ctx context.Context) {
 	s.batchMu.Lock()
 	defer s.batchMu.Unlock()
 	s.mu.Lock()
+	if s.broken != nil {
+		s.mu.Unlock()
+		return
+	}
 	b, err := s.retry, error(nil)
 	again := b != nil
+	var lsn uint64
 	if !again {
-		b, err = s.choose()
+		if b, err = s.choose(); err == nil {
+			lsn = s.journalBatch(b)
+		}
 	}
 	s.mu.Unlock()
+	if lsn > 0 {
+		if serr := s.log.Sync(lsn); serr != nil {
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			s.halt(serr)
+			s.fail(b, s.broken)
+			return
+		}
+	}
 	var elems []value
 	written := false
 	if err == nil {
@@ -56,7 +78,20 @@ func (s *store) runBatch(ctx context.Context) {
 		return
 	}
 	s.retry = nil
+	s.journalCommit(b, elems)
 	s.commit(b, elems)
+	s.sinceCheckpoint++
+	due := s.log.Durable() && s.sinceCheckpoint >= s.checkpointEvery
+	if s.opts.leak == leakCheckpointByRecords {
+		due = s.log.Due()
+	}
+	if due {
+		// A checkpoint that fails (storage unreachable) is tried again
+		// after the next batch; the journal keeps everything meanwhile.
+		if err := s.checkpoint(ctx); err != nil {
+			s.counters.FailedCheckpoints++
+		}
+	}
 }
 
 // choose forms the next batch (Algorithm 2, lines 22-29): from every set

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/oblivkv/oblivkv/backend/mem"
-	"github.com/oblivkv/oblivkv/internal/sealedstate"
+	"github.com/oblivkv/oblivkv/internal/durable"
 	"github.com/oblivkv/oblivkv/kv"
 	"github.com/oblivkv/oblivkv/kvtest"
 	"github.com/oblivkv/oblivkv/protocol/cloak"
@@ -19,7 +19,7 @@ func TestMain(m *testing.M) { kvtest.Main(m) }
 var fast = cloak.Options{Delta: 500 * time.Microsecond}
 
 func TestContract(t *testing.T) {
-	cfg := kvtest.Config{Protocol: "cloak", Integrity: true, Options: fast}
+	cfg := kvtest.Config{Protocol: "cloak", Integrity: true, Durable: true, Options: fast}
 	for _, st := range kvtest.Storages(t) {
 		t.Run(st.Name, func(t *testing.T) { kvtest.RunContract(t, cfg, st) })
 	}
@@ -86,12 +86,13 @@ func TestBadOptions(t *testing.T) {
 }
 
 // TestRestart: a clean restart keeps the data, including writes
-// acknowledged but not yet written by a batch; a crash is refused, and so
-// are other budgets.
+// acknowledged but not yet written by a batch; other budgets are refused
+// and the refusal keeps the store, and so is an open without the journal.
 func TestRestart(t *testing.T) {
 	ctx := t.Context()
 	b, keys := mem.New(), kvtest.NewKeys(t)
-	cfg := kv.Config{Protocol: "cloak", Backend: b, Keys: keys, Capacity: 100, ValueSize: 8, Options: cloak.Options{Delta: time.Hour}}
+	cfg := kv.Config{Protocol: "cloak", Backend: b, Keys: keys, Capacity: 100, ValueSize: 8, JournalDir: t.TempDir(),
+		Options: cloak.Options{Delta: time.Hour}}
 	s, err := kv.Open(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -119,15 +120,18 @@ func TestRestart(t *testing.T) {
 	if _, err := kv.Open(ctx, cfg); !errors.Is(err, kv.ErrMismatch) {
 		t.Fatalf("open with other budgets: %v; want kv.ErrMismatch", err)
 	}
+	noJournal := cfg
+	noJournal.Options, noJournal.JournalDir = nil, ""
+	if _, err := kv.Open(ctx, noJournal); !errors.Is(err, durable.ErrNoJournal) {
+		t.Fatalf("open without the journal: %v; want durable.ErrNoJournal", err)
+	}
 	cfg.Options = nil
-	crashed, err := kv.Open(ctx, cfg) // the refused open kept the state
-	if err != nil {
+	if s, err = kv.Open(ctx, cfg); err != nil { // the refused opens kept the store
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { crashed.Close() })
-	b.Reopen() // a second open without Close: the state was never saved
-	if _, err := kv.Open(ctx, cfg); !errors.Is(err, sealedstate.ErrUnclean) {
-		t.Fatalf("open after a crash: %v; want sealedstate.ErrUnclean", err)
+	defer s.Close()
+	if v, ok, err := s.Get(ctx, "a"); err != nil || !ok || string(v) != "1" {
+		t.Fatalf("after refused opens Get(a) = %q, %v, %v", v, ok, err)
 	}
 }
 

@@ -23,8 +23,8 @@
 //     of the same addresses with the elements re-encrypted under the batch
 //     id and randomly permuted: they become the newest set.
 //   - Clients (Algorithms 1-2, client.go): a write updates the cache, is
-//     acknowledged at once and waits in its key's entry for the next batch
-//     that holds the key; a read is answered from the cache, from a write
+//     acknowledged once journaled (below) and waits in its key's entry for
+//     the next batch that holds the key; a read is answered from the cache, from a write
 //     still waiting (line 13), by joining a read already waiting (line 16),
 //     or by the next batch that holds the key, as soon as that batch is
 //     read and before its write-back (Sec. 4.1). A write answers every
@@ -40,9 +40,34 @@
 //     Write reported failed that took effect), it commits without writing
 //     again.
 //
-// Durability: Close saves the position map, the next batch id and the
-// writes not yet on storage, sealed under stateAddr; an open loads and
-// deletes it, so a store not closed cleanly is refused with a clear error.
+// # Restart and crashes
+//
+// The proxy's state is journaled on its own disk (internal/durable,
+// journal.go), each change in the order it was made: a client's write
+// (key, value, and the free address a new key takes), durable before the
+// write is acknowledged, concurrent writers sharing one fsync; a new
+// batch (its id, its addresses in the order of its Read, its
+// permutation), durable before its Read is issued; and the batch's
+// commit, after its Write, carried to disk by the next fsync. A read
+// answered from a write waits for that write's record, so no client sees
+// a write a crash could undo. Every durable.DefaultEvery batches (counted
+// in batches, which storage sees, never in client writes, which it must
+// not), and at Close, a checkpoint of the whole state (position map, free
+// list, next batch id, writes not yet on storage, a failed batch to send
+// again) replaces the journal, with an anchor write on storage.
+//
+// Opening an existing store loads the checkpoint and applies the records
+// after it. A batch without its commit (the crash came between its record
+// and its Write, or before the commit's fsync) is sent again, unchanged,
+// at the first tick, exactly as a batch whose backend calls failed: if
+// storage already holds its write-back, it commits without writing.
+// Storage sees again a Read it saw (or would have seen), never a new
+// choice of the same sets, whose common addresses would be the real
+// queries. A bulk load cut short leaves an empty store, its layout
+// written afresh. A crash (kill -9, power loss under the default fsync
+// policy) loses no acknowledged write; storage restored from a copy older
+// than the proxy's checkpoint is refused at open. The cache of recent
+// values starts empty.
 //
 // The package owns the proxy state and everything under "ck/" on storage.
 // It must never let what storage sees depend on the requests (every batch

@@ -22,6 +22,23 @@ func Where(st kv.Store, key string) string {
 	return ""
 }
 
+// Halt stops a store's batches as a crash stops them: no checkpoint, and
+// its storage stays open. The store must not be used afterwards.
+func Halt(st kv.Store) {
+	s := st.(*store)
+	close(s.stop)
+	<-s.loopDone
+}
+
+// SetCheckpointEvery makes a store checkpoint every n batches.
+func SetCheckpointEvery(st kv.Store, n int) {
+	s := st.(*store)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.checkpointEvery = n
+	s.log.SetEvery(uint64(n)) // for leakCheckpointByRecords
+}
+
 // RunBatch runs one batch now, as the loop does every Delta.
 func RunBatch(st kv.Store) { st.(*store).runBatch(context.Background()) }
 
@@ -48,12 +65,13 @@ type Leak = leak
 
 // The leaks, as leak.go describes them.
 const (
-	NoLeak               = noLeak
-	LeakWriteBackInPlace = leakWriteBackInPlace
-	LeakPublicTieOrder   = leakPublicTieOrder
-	LeakSkipIdle         = leakSkipIdle
-	LeakEarlyWhenFull    = leakEarlyWhenFull
-	LeakDrainQueue       = leakDrainQueue
+	NoLeak                  = noLeak
+	LeakWriteBackInPlace    = leakWriteBackInPlace
+	LeakPublicTieOrder      = leakPublicTieOrder
+	LeakSkipIdle            = leakSkipIdle
+	LeakEarlyWhenFull       = leakEarlyWhenFull
+	LeakDrainQueue          = leakDrainQueue
+	LeakCheckpointByRecords = leakCheckpointByRecords
 )
 
 // WithLeak returns o with leak l injected.

@@ -29,6 +29,11 @@ const (
 	// batch; a set drained so runs short of its budget in later batches,
 	// which take what it has left.
 	leakDrainQueue
+	// leakCheckpointByRecords: a checkpoint is due every so many journal
+	// records (durable.Log.Due), client writes included, instead of every
+	// so many batches: its anchor write then tells storage how much the
+	// clients wrote.
+	leakCheckpointByRecords
 )
 
 // inPlace is leakWriteBackInPlace's permutation of n elements: none moves.

@@ -10,6 +10,7 @@ import (
 
 	"github.com/oblivkv/oblivkv/audit"
 	"github.com/oblivkv/oblivkv/backend/mem"
+	"github.com/oblivkv/oblivkv/internal/journal"
 	"github.com/oblivkv/oblivkv/kv"
 	"github.com/oblivkv/oblivkv/kvtest"
 	"github.com/oblivkv/oblivkv/observe"
@@ -75,14 +76,21 @@ func TestSoakBudgetAudit(t *testing.T) {
 	}
 }
 
-// runSoak runs workload w on a store under its own ticker for auditBusy
-// batches, then auditIdle batches with no client, and returns the log,
-// the attacker's recovery and the batch utilisation.
+// runSoak runs workload w on a journaled store (each batch's record is
+// made durable before its Read, within the batch's start) under its own
+// ticker for auditBusy batches, then auditIdle batches with no client,
+// and returns the log, the attacker's recovery and the batch utilisation.
 func runSoak(t *testing.T, w auditWorkload) ([]observe.Record, float64, float64) {
 	t.Helper()
 	ctx := t.Context()
 	var log observe.MemoryLog
-	s, err := cloak.OpenRaw(ctx, kv.Env{Backend: observe.NewTap(mem.New(), &log), Keys: kvtest.NewKeys(t),
+	keys := kvtest.NewKeys(t)
+	j, err := journal.Open(t.TempDir(), keys, journal.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer j.Close()
+	s, err := cloak.OpenRaw(ctx, kv.Env{Backend: observe.NewTap(mem.New(), &log), Keys: keys, Journal: j,
 		Capacity: auditN, ValueSize: 16, MaxKeySize: 64, Fresh: true, Options: cloak.Options{Delta: soakDelta}})
 	if err != nil {
 		t.Fatal(err)

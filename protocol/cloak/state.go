@@ -8,21 +8,21 @@ import (
 	"slices"
 
 	"github.com/oblivkv/oblivkv/backend"
-	"github.com/oblivkv/oblivkv/internal/sealedstate"
 	"github.com/oblivkv/oblivkv/kv"
 )
 
-// stateAddr holds the sealed proxy state between a clean Close and the
-// next open.
-const stateAddr = "ck/state"
-
-// state is what the proxy keeps between runs: the position map, the next
-// batch id, and the writes acknowledged but not yet on storage.
+// state is a checkpoint of the proxy (internal/durable): the position
+// map, the next batch id, the writes acknowledged but not yet on storage,
+// and the batch to send again, if one failed. Each set's secret member
+// order is not kept: a restored store draws a new one.
 type state struct {
 	Budgets  []int
 	Next     uint64
+	Clock    uint64
 	Slots    []slotState
+	Free     []uint32 // the free list, in its order (reserve takes the last)
 	Pending  []pendingWrite
+	Retry    *retryState
 	Live     int
 	Counters counters
 }
@@ -35,6 +35,23 @@ type slotState struct {
 
 type pendingWrite struct {
 	Key    string
+	Val    []byte
+	Absent bool
+}
+
+// retryState is a batch whose backend calls failed, to be sent again
+// unchanged: its addresses in order, its permutation and the writes it
+// applies (by address).
+type retryState struct {
+	ID    uint64
+	Real  int
+	Addrs []uint32
+	Perm  []int
+	Sent  []sentWrite
+}
+
+type sentWrite struct {
+	Addr   uint32
 	Val    []byte
 	Absent bool
 }
@@ -101,12 +118,20 @@ func (s *store) layout(ctx context.Context, items []cacheEntry) error {
 }
 
 // Load implements kv.Loader: the items replace the empty store's layout
-// with a new random layout (later duplicates of a key win).
+// with a new random layout (later duplicates of a key win). A journal
+// record announces the load before its first write: a load cut short by a
+// crash leaves storage matching no state, and recovery writes an empty
+// layout afresh (nothing was acknowledged). The loaded state is
+// checkpointed before Load returns. A layout write that fails stops the
+// store; reopened, it is empty.
 func (s *store) Load(ctx context.Context, items iter.Seq2[string, []byte]) (int, error) {
 	s.batchMu.Lock()
 	defer s.batchMu.Unlock()
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.broken != nil {
+		return 0, s.broken
+	}
 	if s.live > 0 || len(s.pending) > 0 {
 		return 0, kv.ErrNotEmpty
 	}
@@ -127,15 +152,25 @@ func (s *store) Load(ctx context.Context, items iter.Seq2[string, []byte]) (int,
 		at[k] = len(loaded)
 		loaded = append(loaded, ce)
 	}
+	if _, err := s.log.Commit([]byte{recLoad}); err != nil {
+		s.broken = fmt.Errorf("cloak: store stopped: %w", err)
+		return 0, s.broken
+	}
 	if err := s.layout(ctx, loaded); err != nil {
-		return 0, err
+		s.broken = fmt.Errorf("cloak: bulk load failed, storage matches no state; reopen the store to find it empty: %w", err)
+		return 0, s.broken
+	}
+	if err := s.checkpoint(ctx); err != nil {
+		s.broken = fmt.Errorf("cloak: bulk load not checkpointed; reopen the store to find it empty: %w", err)
+		return 0, s.broken
 	}
 	return len(loaded), nil
 }
 
-// Close stops the batches, saves the proxy state sealed and closes the
-// backend. The caller (kv) guarantees no request is in flight; writes
-// acknowledged but not yet on storage are in the saved state.
+// Close stops the batches, checkpoints the proxy state (with the writes
+// acknowledged but not yet on storage, and a failed batch to send again)
+// and closes the backend. The caller (kv) guarantees no request is in
+// flight.
 func (s *store) Close() error {
 	close(s.stop)
 	<-s.loopDone
@@ -143,53 +178,13 @@ func (s *store) Close() error {
 	defer s.batchMu.Unlock()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	st := state{Budgets: s.budgets, Next: s.next, Live: s.live, Counters: s.counters}
-	for _, sl := range s.slots {
-		st.Slots = append(st.Slots, slotState{Key: sl.key, Held: sl.held, LastBatch: sl.lastBatch, ClientTS: sl.clientTS})
-	}
-	for k, e := range s.pending {
-		if v := e.latestWrite(); v != nil {
-			st.Pending = append(st.Pending, pendingWrite{Key: k, Val: v.val, Absent: v.absent})
+	err := s.broken
+	if err == nil {
+		if err = s.checkpoint(context.Background()); err != nil {
+			err = fmt.Errorf("cloak: closing without a checkpoint; the next open replays the journal: %w", err)
 		}
 	}
-	err := sealedstate.Save(context.Background(), s.b, s.keys, stateAddr, st)
 	return errors.Join(err, s.b.Close())
-}
-
-// loadState restores the state saved by the last clean Close, then
-// deletes it, so a crash from here on is detected at the next open.
-func (s *store) loadState(ctx context.Context) error {
-	var st state
-	if err := sealedstate.Require(ctx, s.b, s.keys, stateAddr, &st); err != nil {
-		return fmt.Errorf("cloak: %w", err)
-	}
-	if !slices.Equal(st.Budgets, s.budgets) {
-		return fmt.Errorf("%w: the store was written with budgets b_1=%d over %d sets (beta %d), the options give b_1=%d over %d sets (beta %d)",
-			kv.ErrMismatch, first(st.Budgets), len(st.Budgets), sum(st.Budgets), first(s.budgets), len(s.budgets), sum(s.budgets))
-	}
-	s.next, s.live, s.counters = st.Next, st.Live, st.Counters
-	s.slots, s.where, s.sets = make([]slot, len(st.Slots)), map[string]uint32{}, map[uint64][]uint32{}
-	for i, ss := range st.Slots {
-		a := uint32(i)
-		s.slots[a] = slot{key: ss.Key, held: ss.Held, lastBatch: ss.LastBatch, clientTS: ss.ClientTS}
-		s.sets[ss.LastBatch] = append(s.sets[ss.LastBatch], a)
-		if ss.Held {
-			s.where[ss.Key] = a
-		} else {
-			s.free = append(s.free, a)
-		}
-	}
-	for _, set := range s.sets {
-		s.rng.Shuffle(len(set), func(i, j int) { set[i], set[j] = set[j], set[i] })
-	}
-	for _, p := range st.Pending {
-		if _, ok := s.where[p.Key]; !ok {
-			return fmt.Errorf("%w: a saved write names a key with no address", kv.ErrTampered)
-		}
-		e := s.newEntry(p.Key)
-		e.write = &value{val: p.Val, absent: p.Absent}
-	}
-	return sealedstate.Delete(ctx, s.b, s.keys, stateAddr)
 }
 
 func first(b []int) int {
@@ -224,5 +219,6 @@ func (s *store) Stats() kv.Stats {
 		{Name: "pending_keys", Value: float64(len(s.pending))},
 		{Name: "backpressure_waits", Value: float64(c.Backpressure)},
 		{Name: "failed_batches", Value: float64(c.FailedBatches)},
+		{Name: "failed_checkpoints", Value: float64(c.FailedCheckpoints)},
 	}}
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/oblivkv/oblivkv/backend"
+	"github.com/oblivkv/oblivkv/internal/durable"
 	"github.com/oblivkv/oblivkv/kv"
 	"github.com/oblivkv/oblivkv/seal"
 )
@@ -35,10 +36,15 @@ type slot struct {
 	inflight  bool   // the address is in the batch in flight
 }
 
-// value is a logical value; absent marks a deleted key.
+// value is a logical value; absent marks a deleted key. lsn is the
+// journal record of the client write that made it (0 for a value read
+// from storage or recovered): whoever answers a client with the value
+// first waits until that record is durable (syncTo), so no client sees a
+// write a crash could still undo.
 type value struct {
 	val    []byte
 	absent bool
+	lsn    uint64
 }
 
 // entry is one key with requests waiting for a batch (Algorithm 2's
@@ -55,10 +61,11 @@ type result struct {
 	val   []byte
 	found bool
 	err   error
+	lsn   uint64 // the answering write's journal record (value.lsn)
 }
 
 type counters struct {
-	Batches, RealQueries, DummyQueries, CacheHits, Coalesced, FromPendingWrite, Backpressure, FailedBatches uint64
+	Batches, RealQueries, DummyQueries, CacheHits, Coalesced, FromPendingWrite, Backpressure, FailedBatches, FailedCheckpoints uint64
 }
 
 type store struct {
@@ -68,6 +75,11 @@ type store struct {
 	budgets   []int
 	capacity  int
 	valueSize int
+	log       *durable.Log
+	// checkpointEvery is how many batches run between checkpoints; the
+	// count is of batches, which storage sees, never of client writes,
+	// which it must not (journal.go).
+	checkpointEvery int
 
 	batchMu sync.Mutex // held by a whole batch, and by Load
 
@@ -87,6 +99,13 @@ type store struct {
 	retry     *batch   // a batch whose backend calls failed, run again next
 	scratch   []uint32 // takeDummies' candidates, reused
 	counters  counters
+	// sinceCheckpoint counts the batches committed since the last
+	// checkpoint.
+	sinceCheckpoint int
+	// broken, once set, fails every request: the journal failed, or a bulk
+	// load left storage matching no state, and the proxy's state can no
+	// longer be made durable.
+	broken error
 
 	stop, loopDone chan struct{}
 	early          chan struct{} // leakEarlyWhenFull only: a batch now
@@ -106,15 +125,24 @@ func open(ctx context.Context, env kv.Env) (*store, error) {
 		return nil, fmt.Errorf("cloak: seeding: %w", err)
 	}
 	s := &store{b: env.Backend, keys: env.Keys, opts: opts, budgets: budgets, capacity: env.Capacity, valueSize: env.ValueSize,
+		log: durable.New(env.Journal, env.Backend, env.Keys), checkpointEvery: durable.DefaultEvery,
 		committed: make(chan struct{}), rng: rand.New(rand.NewChaCha8(seed)), cache: newLRU(opts.Cache),
 		pending: map[string]*entry{}, queues: map[uint64][]string{}, stop: make(chan struct{}), loopDone: make(chan struct{})}
 	if opts.leak == leakEarlyWhenFull {
 		s.early = make(chan struct{}, 1)
 	}
 	if env.Fresh {
+		// The initial layout, then the journal's first checkpoint.
+		var st []byte
 		err = s.layout(ctx, nil)
+		if err == nil {
+			st, err = s.encodeState()
+		}
+		if err == nil {
+			err = s.log.Create(ctx, st)
+		}
 	} else {
-		err = s.loadState(ctx)
+		err = s.recover(ctx)
 	}
 	if err != nil {
 		return nil, err

@@ -1,0 +1,435 @@
+package cloak_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/oblivkv/oblivkv/backend"
+	"github.com/oblivkv/oblivkv/backend/mem"
+	"github.com/oblivkv/oblivkv/internal/durable"
+	"github.com/oblivkv/oblivkv/internal/journal"
+	"github.com/oblivkv/oblivkv/kv"
+	"github.com/oblivkv/oblivkv/kvtest"
+	"github.com/oblivkv/oblivkv/protocol/cloak"
+	"github.com/oblivkv/oblivkv/seal"
+)
+
+// faulty fails backend calls on demand.
+type faulty struct {
+	backend.Backend
+	failRead   atomic.Bool                   // the next Read fails
+	failWrite  atomic.Bool                   // the next Write fails, not applied
+	lieWrite   atomic.Bool                   // the next Write is applied, then reported failed
+	failNth    atomic.Int64                  // when positive, counts Writes down; the one that reaches 0 fails
+	failAnchor atomic.Bool                   // every write of the checkpoint anchor fails
+	gate       atomic.Pointer[chan struct{}] // when set, Writes wait for it to close
+
+	mu      sync.Mutex
+	calls   []string // when not nil, the calls made, as "op addr..."
+	waiting int      // Writes waiting at the gate
+}
+
+// writesWaiting reports whether a Write waits at the gate.
+func (f *faulty) writesWaiting() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.waiting > 0
+}
+
+// record notes a call when calls are being recorded.
+func (f *faulty) record(op string, addrs []string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.calls != nil {
+		f.calls = append(f.calls, fmt.Sprint(op, " ", addrs))
+	}
+}
+
+// recording records the calls of fn and returns them.
+func (f *faulty) recording(fn func()) []string {
+	f.mu.Lock()
+	f.calls = []string{}
+	f.mu.Unlock()
+	fn()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	calls := f.calls
+	f.calls = nil
+	return calls
+}
+
+var errInjected = errors.New("injected failure")
+
+func (f *faulty) Read(ctx context.Context, addrs []string) ([][]byte, error) {
+	f.record("read", addrs)
+	if f.failRead.CompareAndSwap(true, false) {
+		return nil, errInjected
+	}
+	return f.Backend.Read(ctx, addrs)
+}
+
+func (f *faulty) Write(ctx context.Context, items []backend.Item) error {
+	addrs := make([]string, len(items))
+	for i, it := range items {
+		addrs[i] = it.Addr
+	}
+	f.record("write", addrs)
+	if g := f.gate.Load(); g != nil {
+		f.mu.Lock()
+		f.waiting++
+		f.mu.Unlock()
+		<-*g
+		f.mu.Lock()
+		f.waiting--
+		f.mu.Unlock()
+	}
+	if f.failWrite.CompareAndSwap(true, false) ||
+		f.failNth.Load() > 0 && f.failNth.Add(-1) == 0 ||
+		f.failAnchor.Load() && items[0].Addr == durable.AnchorAddr {
+		return errInjected
+	}
+	if err := f.Backend.Write(ctx, items); err != nil {
+		return err
+	}
+	if f.lieWrite.CompareAndSwap(true, false) {
+		return errInjected
+	}
+	return nil
+}
+
+// crashable is a store with its own journal, which a test crashes as a
+// process death would: batches stop, records not yet durable are lost,
+// storage keeps what it received.
+type crashable struct {
+	t    *testing.T
+	b    backend.Backend
+	keys *seal.Keys
+	dir  string
+	s    kv.Store
+	j    *journal.Journal
+	// opens and checkpoints count the opens and the checkpoints of the
+	// journals crashed so far.
+	opens, checkpoints int
+}
+
+// newCrashable creates a store of capacity 16 whose batches run only by
+// cloak.RunBatch, with a cache of one entry, so reads go to storage.
+func newCrashable(t *testing.T, b backend.Backend) *crashable {
+	c := &crashable{t: t, b: b, keys: kvtest.NewKeys(t), dir: t.TempDir()}
+	c.open(true)
+	t.Cleanup(func() {
+		if c.s != nil {
+			c.s.Close()
+			c.j.Close()
+		}
+	})
+	return c
+}
+
+func (c *crashable) open(fresh bool) {
+	c.t.Helper()
+	j, err := journal.Open(c.dir, c.keys, journal.Options{})
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	s, err := cloak.OpenRaw(c.t.Context(), kv.Env{Backend: c.b, Keys: c.keys, Capacity: 16, ValueSize: 8, MaxKeySize: 8,
+		Fresh: fresh, Journal: j, Options: cloak.Options{Delta: time.Hour, Cache: 1}})
+	if err != nil {
+		j.Crash()
+		c.s = nil
+		c.t.Fatalf("recovering: %v", err)
+	}
+	c.s, c.j = s, j
+	c.opens++
+}
+
+// crash kills the store and opens it again from its journal.
+func (c *crashable) crash() {
+	c.t.Helper()
+	cloak.Halt(c.s)
+	c.checkpoints += int(c.j.Stats().Checkpoints)
+	c.j.Crash()
+	c.open(false)
+}
+
+// model is what the store must hold: every key once written, with its
+// value ("" for deleted).
+type model map[string]string
+
+func (m model) put(t *testing.T, s kv.Store, k, v string) {
+	t.Helper()
+	if err := s.Put(t.Context(), k, []byte(v)); err != nil {
+		t.Fatalf("Put(%s): %v", k, err)
+	}
+	m[k] = v
+}
+
+func (m model) del(t *testing.T, s kv.Store, k string) {
+	t.Helper()
+	if err := s.Delete(t.Context(), k); err != nil {
+		t.Fatalf("Delete(%s): %v", k, err)
+	}
+	m[k] = ""
+}
+
+// check reads every key, running batches as reads need them.
+func (m model) check(t *testing.T, s kv.Store, when string) {
+	t.Helper()
+	for _, k := range slices.Sorted(func(yield func(string) bool) {
+		for k := range m {
+			if !yield(k) {
+				return
+			}
+		}
+	}) {
+		want := m[k]
+		if want == "" {
+			want = "found=false err=<nil>"
+		}
+		if got := getByBatches(t, s, k); got != want {
+			t.Fatalf("%s: Get(%s) = %q; want %q", when, k, got, want)
+		}
+	}
+}
+
+// TestCrashRecovers: nothing acknowledged is lost to a crash wherever it
+// lands: before any batch took the writes, between a batch's record and
+// its Read (the Read failed), between its Read and its Write (the Write
+// failed), after a Write storage applied but reported failed, after a
+// batch whose commit record was not yet durable, and across checkpoints.
+// Recovery reads and writes the anchor, nothing else; the batch the crash
+// cut short is then sent again unchanged: storage sees the same Read
+// again.
+func TestCrashRecovers(t *testing.T) {
+	f := &faulty{Backend: mem.New()}
+	var log observeReads
+	c := newCrashable(t, log.wrap(f))
+	m := model{}
+	for i := range 6 {
+		m.put(t, c.s, fmt.Sprint("k", i), fmt.Sprint("a", i))
+	}
+	m.del(t, c.s, "k5")
+	c.crash() // no batch ran
+	m.check(t, c.s, "a crash before any batch")
+	drain(t, c.s)
+
+	for _, fault := range []struct {
+		name string
+		arm  func()
+	}{
+		{"a crash between a batch's record and its Read", func() { f.failRead.Store(true) }},
+		{"a crash between a batch's Read and its Write", func() { f.failWrite.Store(true) }},
+		{"a crash after a Write applied but reported failed", func() { f.lieWrite.Store(true) }},
+		{"a crash after a batch committed", func() {}},
+	} {
+		m.put(t, c.s, "k0", fault.name[:8])
+		m.put(t, c.s, "k5", "back")
+		m.del(t, c.s, "k1")
+		m.put(t, c.s, "new", "x")
+		fault.arm()
+		cloak.RunBatch(c.s)
+		cut := log.last()
+		// Recovery itself shows storage only that it happened: it reads
+		// the anchor and checkpoints.
+		calls := f.recording(c.crash)
+		if want := []string{"read [meta/anchor]", "write [meta/anchor]"}; !slices.Equal(calls, want) {
+			t.Errorf("%s: recovery made the calls %q; want %q", fault.name, calls, want)
+		}
+		// The cut batch's commit was never durable: it is sent again.
+		cloak.RunBatch(c.s)
+		if !slices.Equal(log.last(), cut) {
+			t.Errorf("%s: the first batch after recovery read other addresses than the batch cut short", fault.name)
+		}
+		m.check(t, c.s, fault.name)
+		drain(t, c.s)
+		m.check(t, c.s, fault.name+", then batches")
+	}
+
+	cloak.SetCheckpointEvery(c.s, 3)
+	r := rand.New(rand.NewPCG(1, 2))
+	for round := range 30 {
+		for range r.IntN(4) {
+			k := fmt.Sprint("k", r.IntN(10))
+			if r.IntN(4) == 0 {
+				m.del(t, c.s, k)
+			} else {
+				m.put(t, c.s, k, fmt.Sprint("r", round))
+			}
+		}
+		for range r.IntN(3) {
+			switch r.IntN(5) {
+			case 0:
+				f.failWrite.Store(true)
+			case 1:
+				f.lieWrite.Store(true)
+			}
+			cloak.RunBatch(c.s)
+			f.failWrite.Store(false) // armed still if the batch found its write-back and wrote nothing
+			f.lieWrite.Store(false)
+		}
+		if round%3 == 0 {
+			c.crash()
+			cloak.SetCheckpointEvery(c.s, 3)
+			m.check(t, c.s, fmt.Sprint("round ", round))
+		}
+	}
+	c.crash()
+	m.check(t, c.s, "the end")
+	// A clean Close with a batch to send again checkpoints it.
+	m.put(t, c.s, "k0", "closed")
+	f.failWrite.Store(true)
+	cloak.RunBatch(c.s)
+	cut := log.last()
+	if err := c.s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.j.Close(); err != nil {
+		t.Fatal(err)
+	}
+	c.checkpoints += int(c.j.Stats().Checkpoints) - 1 // less the Close's
+	f.Backend.(*mem.Backend).Reopen()
+	c.open(false)
+	cloak.RunBatch(c.s)
+	if !slices.Equal(log.last(), cut) {
+		t.Error("the first batch after a clean restart read other addresses than the batch that failed before it")
+	}
+	m.check(t, c.s, "a clean restart with a batch to send again")
+	// Every open checkpoints once (creation, or the end of recovery); the
+	// store open now has not counted its own yet.
+	if n := c.checkpoints - (c.opens - 1); n < 5 {
+		t.Errorf("%d checkpoints after batches; want several", n)
+	}
+	if n := kvtest.Stat(t, c.s.Stats(), "failed_batches"); n == 0 {
+		t.Error("no batch failed: the faults missed")
+	}
+}
+
+// TestCrashInsertDuringBatch: a new key written while a batch is in
+// flight may take a free address that batch read as a dummy (the batch
+// then moves the key's reservation to the address it writes the element
+// to). Recovery replays that, whether the crash comes before the batch's
+// commit is durable or after.
+func TestCrashInsertDuringBatch(t *testing.T) {
+	f := &faulty{Backend: mem.New()}
+	var log observeReads
+	c := newCrashable(t, log.wrap(f))
+	m := model{}
+	hit := 0
+	for round := 0; round < 40 && hit < 4; round++ {
+		gate := make(chan struct{})
+		f.gate.Store(&gate)
+		done := make(chan struct{})
+		go func() { cloak.RunBatch(c.s); close(done) }()
+		kvtest.WaitFor(t, "the batch's Read", func() bool { return len(log.last()) > 0 && f.writesWaiting() })
+		inFlight := log.last()
+		for i := range 2 {
+			k := fmt.Sprint("n", round, "-", i)
+			m.put(t, c.s, k, fmt.Sprint("v", round))
+			if slices.Contains(inFlight, cloak.Where(c.s, k)) {
+				hit++
+			}
+		}
+		f.gate.Store(nil)
+		close(gate)
+		<-done
+		if round%2 == 1 {
+			cloak.RunBatch(c.s) // makes the commit durable
+		}
+		c.crash()
+		m.check(t, c.s, fmt.Sprint("round ", round))
+		for k := range m { // room for the next round's inserts
+			m.del(t, c.s, k)
+		}
+		drain(t, c.s)
+		log.addrs.Store(nil)
+	}
+	if hit < 4 {
+		t.Fatalf("only %d inserts took an address of the batch in flight", hit)
+	}
+}
+
+// observeReads remembers the addresses of the last batch Read.
+type observeReads struct {
+	addrs atomic.Pointer[[]string]
+}
+
+func (o *observeReads) wrap(b backend.Backend) backend.Backend { return &readLog{b, o} }
+
+func (o *observeReads) last() []string {
+	if p := o.addrs.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+type readLog struct {
+	backend.Backend
+	o *observeReads
+}
+
+func (r *readLog) Read(ctx context.Context, addrs []string) ([][]byte, error) {
+	if len(addrs) > 1 {
+		a := slices.Clone(addrs)
+		r.o.addrs.Store(&a)
+	}
+	return r.Backend.Read(ctx, addrs)
+}
+
+// TestCrashDuringLoad: a bulk load cut short by a crash, whether in its
+// layout writes or after them but before its checkpoint, leaves an empty
+// store that works; a load that returned is kept.
+func TestCrashDuringLoad(t *testing.T) {
+	items := func(yield func(string, []byte) bool) {
+		for i := range 10 {
+			if !yield(fmt.Sprint("k", i), []byte(fmt.Sprint("v", i))) {
+				return
+			}
+		}
+	}
+	for _, cut := range []struct {
+		name string
+		arm  func(f *faulty)
+	}{
+		{"a layout write", func(f *faulty) { f.failNth.Store(3) }},
+		{"the checkpoint", func(f *faulty) { f.failAnchor.Store(true) }},
+	} {
+		t.Run(cut.name, func(t *testing.T) {
+			f := &faulty{Backend: mem.New()}
+			c := newCrashable(t, f)
+			cut.arm(f)
+			if _, err := c.s.(kv.Loader).Load(t.Context(), items); err == nil {
+				t.Fatal("a load whose writes failed succeeded")
+			}
+			if err := c.s.Put(t.Context(), "k0", []byte("x")); err == nil {
+				t.Fatal("a store whose load failed took a write")
+			}
+			f.failAnchor.Store(false)
+			c.crash()
+			m := model{"k0": "", "k9": ""}
+			m.check(t, c.s, "after a load cut short")
+			m.put(t, c.s, "k0", "after")
+			drain(t, c.s)
+			c.crash()
+			m.check(t, c.s, "after a load cut short and a crash")
+		})
+	}
+	t.Run("complete", func(t *testing.T) {
+		c := newCrashable(t, mem.New())
+		if _, err := c.s.(kv.Loader).Load(t.Context(), items); err != nil {
+			t.Fatal(err)
+		}
+		c.crash()
+		m := model{}
+		for i := range 10 {
+			m[fmt.Sprint("k", i)] = fmt.Sprint("v", i)
+		}
+		m.check(t, c.s, "after a load and a crash")
+	})
+}
