@@ -55,3 +55,7 @@ func WithLeak(o Options, l Leak) Options {
 // OpenRaw opens the protocol's store itself, with env as given, so a test
 // can hold the journal and crash it.
 func OpenRaw(ctx context.Context, env kv.Env) (kv.Store, error) { return open(ctx, env) }
+
+// CheckpointEvery makes a store opened by OpenRaw checkpoint every n
+// journal records.
+func CheckpointEvery(s kv.Store, n uint64) { s.(*store).log.SetEvery(n) }

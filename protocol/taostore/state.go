@@ -131,12 +131,16 @@ func (s *store) writeBackAll(ctx context.Context) error {
 	return nil
 }
 
-// checkpoint replaces the journal by the state.
+// checkpoint replaces the journal by the state, after the checkpoint in
+// progress, if any.
 func (s *store) checkpoint(ctx context.Context) error {
-	if !s.checkpointing.TryLock() {
-		return nil // one at a time; the next is due soon
-	}
+	s.checkpointing.Lock()
 	defer s.checkpointing.Unlock()
+	return s.checkpointLocked(ctx)
+}
+
+// checkpointLocked is checkpoint with s.checkpointing held.
+func (s *store) checkpointLocked(ctx context.Context) error {
 	st, at, err := s.encodeState()
 	if err != nil {
 		return err

@@ -255,12 +255,17 @@ func (s *store) pathReturned(r *request, fetched [][]tree.Block, versions []uint
 		s.opts.handled(r.arrival)
 	}
 	s.mu.Unlock()
-	if err == nil && s.log.Due() {
-		if err := s.checkpoint(context.Background()); err != nil {
-			s.mu.Lock()
-			s.stop(err)
-			s.mu.Unlock()
-		}
+	if err == nil && s.log.Due() && s.checkpointing.TryLock() {
+		// In the background: a checkpoint waits for the write-backs in
+		// flight, which under load takes seconds, and no request should.
+		go func() {
+			defer s.checkpointing.Unlock()
+			if err := s.checkpointLocked(context.Background()); err != nil {
+				s.mu.Lock()
+				s.stop(err)
+				s.mu.Unlock()
+			}
+		}()
 	}
 }
 
