@@ -67,6 +67,25 @@ type Syncer interface {
 	Sync(ctx context.Context) error
 }
 
+// SyncDeferrer is a Backend that can stop making each write durable before
+// acknowledging it, for a caller that journals every write it issues and
+// redoes them after a crash (internal/durable): such a caller needs
+// storage durable only at its checkpoints, which Sync provides.
+type SyncDeferrer interface {
+	// DeferSync stops the per-write sync; it reports whether the backend
+	// did (a wrapper forwards it).
+	DeferSync() bool
+}
+
+// DeferSync asks b to stop syncing each write (SyncDeferrer) and reports
+// whether it did; other backends are left as they are.
+func DeferSync(b Backend) bool {
+	if d, ok := b.(SyncDeferrer); ok {
+		return d.DeferSync()
+	}
+	return false
+}
+
 // Sync makes b's acknowledged writes durable when b is a Syncer. Any other
 // backend's durability is its operator's (Redis persistence, for one), and
 // Sync does nothing.

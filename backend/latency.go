@@ -37,6 +37,9 @@ func (l *latency) wait(ctx context.Context) error {
 // of the request path.
 func (l *latency) Sync(ctx context.Context) error { return Sync(ctx, l.Backend) }
 
+// DeferSync forwards to the wrapped backend.
+func (l *latency) DeferSync() bool { return DeferSync(l.Backend) }
+
 func (l *latency) Read(ctx context.Context, addrs []string) ([][]byte, error) {
 	if err := l.wait(ctx); err != nil {
 		return nil, err

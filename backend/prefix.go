@@ -54,6 +54,8 @@ func (p *prefixed) Delete(ctx context.Context, addrs []string) error {
 
 func (p *prefixed) Sync(ctx context.Context) error { return Sync(ctx, p.next) }
 
+func (p *prefixed) DeferSync() bool { return DeferSync(p.next) }
+
 func (p *prefixed) Scan(ctx context.Context, prefix string, fn func(string) error) error {
 	return p.next.Scan(ctx, p.prefix+prefix, func(a string) error {
 		return fn(strings.TrimPrefix(a, p.prefix))

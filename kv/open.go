@@ -155,9 +155,23 @@ func Open(ctx context.Context, cfg Config) (Store, error) {
 			return nil, err
 		}
 	}
+	if w, ok := inner.(WriteJournaler); ok && w.JournalsEveryWrite() && !cfg.NoFsync {
+		// The journal redoes what storage lost, and its checkpoints sync
+		// storage: one fsync per operation instead of two.
+		backend.DeferSync(tap)
+	}
 	c := newChecked(inner, tap, cfg)
 	c.journal = env.Journal
 	return c, nil
+}
+
+// WriteJournaler is implemented by a store whose journal holds every
+// backend write it issues, with its data, and redoes them after a crash
+// (internal/durable). Its storage then needs to be durable only at the
+// journal's checkpoints, which sync it, so Open lets a disk backend skip
+// the fsync of each write (backend.DeferSync).
+type WriteJournaler interface {
+	JournalsEveryWrite() bool
 }
 
 func withDefaults(cfg Config) Config {

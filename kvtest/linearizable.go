@@ -54,6 +54,9 @@ type LinOptions struct {
 	// FinalReads makes each client end with a Get of every key, so the
 	// history checks what the store holds at the end.
 	FinalReads bool
+	// Pause is how long each client waits after each operation (default
+	// none): with Until, it bounds the history of a fast store.
+	Pause time.Duration
 	// VisualizationDir receives the HTML visualization of a failed check
 	// (default os.TempDir()).
 	VisualizationDir string
@@ -182,6 +185,7 @@ func Linearizable(ctx context.Context, s kv.Store, opts LinOptions) (LinResult, 
 				if !do(opts.nextInput(r, keys, c, i)) {
 					return
 				}
+				time.Sleep(opts.Pause)
 			}
 			for _, k := range keys {
 				if opts.FinalReads && !do(linInput{Op: opGet, Key: k}) {

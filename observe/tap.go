@@ -233,6 +233,9 @@ func (t *Tap) Scan(ctx context.Context, prefix string, fn func(addr string) erro
 // storage answers, so the log does not record it.
 func (t *Tap) Sync(ctx context.Context) error { return backend.Sync(ctx, t.next) }
 
+// DeferSync forwards to the wrapped backend (backend.SyncDeferrer).
+func (t *Tap) DeferSync() bool { return backend.DeferSync(t.next) }
+
 // Close implements backend.Backend.
 func (t *Tap) Close() error { return t.next.Close() }
 

@@ -35,6 +35,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"unsafe"
 
@@ -65,7 +66,7 @@ type Options struct {
 // Backend is a backend.Backend stored in a pebble database.
 type Backend struct {
 	dir string
-	wo  *pebble.WriteOptions
+	wo  atomic.Pointer[pebble.WriteOptions] // pebble.NoSync once NoSync or DeferSync
 
 	mu sync.RWMutex // read-held by every call, write-held by Close
 	db *pebble.DB   // nil once closed
@@ -92,7 +93,9 @@ func OpenWith(dir string, o Options) (*Backend, error) {
 	if o.NoSync {
 		wo = pebble.NoSync
 	}
-	return &Backend{dir: dir, wo: wo, db: db}, nil
+	b := &Backend{dir: dir, db: db}
+	b.wo.Store(wo)
+	return b, nil
 }
 
 // openError explains the common reason Open fails: another process (or
@@ -222,7 +225,7 @@ func (b *Backend) commit(ctx context.Context, n int, fill func(*pebble.Batch) er
 	if err := fill(batch); err != nil {
 		return fmt.Errorf("disk: batch: %w", err)
 	}
-	if err := batch.Commit(b.wo); err != nil {
+	if err := batch.Commit(b.wo.Load()); err != nil {
 		return fmt.Errorf("disk: commit: %w", err)
 	}
 	return nil
@@ -238,6 +241,14 @@ func (b *Backend) Sync(ctx context.Context) error {
 	}
 	defer b.mu.RUnlock()
 	return db.LogData(nil, pebble.Sync)
+}
+
+// DeferSync makes Writes and Deletes return once pebble has them, without
+// an fsync of their own (backend.SyncDeferrer): a caller that journals
+// every write it issues makes them durable with Sync at its checkpoints.
+func (b *Backend) DeferSync() bool {
+	b.wo.Store(pebble.NoSync)
+	return true
 }
 
 // Scan implements backend.Backend. It reads addresses in chunks and calls fn

@@ -8,9 +8,11 @@ import (
 	"os/exec"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/oblivkv/oblivkv/backend"
 	"github.com/oblivkv/oblivkv/backend/disk"
+	"github.com/oblivkv/oblivkv/backend/mem"
 )
 
 // lockHelperEnv makes the test binary act as "another process" that holds a
@@ -123,5 +125,40 @@ func TestCanceledContext(t *testing.T) {
 	vals, err := b.Read(context.Background(), []string{"k"})
 	if err != nil || vals[0] != nil {
 		t.Fatalf("canceled Write was applied: %q, %v", vals, err)
+	}
+}
+
+// DeferSync reaches the disk backend through the wrappers a store sees
+// (prefix, latency) and no other backend takes it; writes made after it
+// still survive a clean close.
+func TestDeferSync(t *testing.T) {
+	dir := t.TempDir()
+	ctx := context.Background()
+	b, err := disk.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if backend.DeferSync(mem.New()) {
+		t.Fatal("the memory backend took DeferSync")
+	}
+	wrapped := backend.WithLatency(backend.WithPrefix(b, "p/"), time.Microsecond)
+	if !backend.DeferSync(wrapped) {
+		t.Fatal("DeferSync through the prefix and latency wrappers was not taken")
+	}
+	if err := wrapped.Write(ctx, []backend.Item{{Addr: "k", Value: []byte("v")}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := backend.Sync(ctx, wrapped); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if b, err = disk.Open(dir); err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	if vals, err := b.Read(ctx, []string{"p/k"}); err != nil || string(vals[0]) != "v" {
+		t.Fatalf("after reopen: %q, %v", vals, err)
 	}
 }

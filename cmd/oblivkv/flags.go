@@ -60,7 +60,7 @@ func (p *fsyncPolicy) Type() string { return "policy" }
 
 // registerFsync adds the --fsync flag.
 func registerFsync(cmd *cobra.Command, p *fsyncPolicy) {
-	cmd.Flags().Var(p, "fsync", "always: an acknowledged write is on stable storage (the journal, and the disk backend, fsync before answering); none: no fsync, so a power loss may lose the last moments, a process crash nothing")
+	cmd.Flags().Var(p, "fsync", "always: an acknowledged write is on stable storage (the journal fsyncs before answering, and the disk backend too unless the journal holds every write); none: no fsync, so a power loss may lose the last moments, a process crash nothing")
 }
 
 // registerOpt adds the repeatable --opt flag; more is added to its help.

@@ -132,7 +132,9 @@ func (l *Log) Last() uint64 {
 // Checkpoint replaces the journal up to record at by state, the protocol's
 // whole state after it, once every backend write planned up to at has been
 // issued: it makes the records up to at and storage durable
-// (backend.Sync), writes the anchor, then the checkpoint.
+// (backend.Sync), writes the anchor and syncs it, then the checkpoint.
+// Between checkpoints storage need not be durable (backend.DeferSync):
+// the records after the checkpoint redo what it lost.
 func (l *Log) Checkpoint(ctx context.Context, state []byte, at uint64) error {
 	if l.j == nil {
 		return nil
@@ -147,6 +149,9 @@ func (l *Log) Checkpoint(ctx context.Context, state []byte, at uint64) error {
 	anchor := l.keys.Seal(nil, []byte(AnchorAddr), binary.BigEndian.AppendUint64(nil, at))
 	if err := l.b.Write(ctx, []backend.Item{{Addr: AnchorAddr, Value: anchor}}); err != nil {
 		return fmt.Errorf("durable: writing the anchor: %w", err)
+	}
+	if err := backend.Sync(ctx, l.b); err != nil { // the anchor, under backend.DeferSync
+		return fmt.Errorf("durable: syncing the anchor: %w", err)
 	}
 	if err := l.j.Checkpoint(ctx, state, at); err != nil {
 		return err

@@ -196,6 +196,10 @@ func (s *store) Delete(ctx context.Context, key string) error {
 	return err
 }
 
+// JournalsEveryWrite implements kv.WriteJournaler: every backend write
+// is journaled, with its data, before it is issued.
+func (s *store) JournalsEveryWrite() bool { return s.log.Durable() }
+
 // Stats implements kv.Store. Extra holds, in this order: stash_size (blocks
 // in the stash now), stash_max (its high-water mark since the store was
 // created, both counted after each write-back), tree_levels (L+1) and

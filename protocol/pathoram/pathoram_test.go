@@ -386,3 +386,9 @@ func TestWriteBackRetried(t *testing.T) {
 		t.Fatalf("calls after a failed write-back: %d; want the retried write, then a read and a write", len(recs))
 	}
 }
+
+// TestPowerLoss: with storage syncing only at checkpoints, a power cut
+// loses nothing acknowledged (the journal redoes what storage lost).
+func TestPowerLoss(t *testing.T) {
+	kvtest.CheckPowerLoss(t, open, kv.Env{Capacity: 64, ValueSize: 16})
+}

@@ -232,6 +232,10 @@ func (s *store) recover(ctx context.Context) error {
 	return s.checkpoint(ctx)
 }
 
+// JournalsEveryWrite implements kv.WriteJournaler: every backend write
+// is journaled, with its data, before it is issued.
+func (s *store) JournalsEveryWrite() bool { return s.log.Durable() }
+
 func (s *store) Stats() kv.Stats {
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -376,3 +376,9 @@ func TestRequestsDoNotWaitForCheckpoints(t *testing.T) {
 	}
 	j.Close()
 }
+
+// TestPowerLoss: with storage syncing only at checkpoints, a power cut
+// loses nothing acknowledged (the journal redoes what storage lost).
+func TestPowerLoss(t *testing.T) {
+	kvtest.CheckPowerLoss(t, taostore.OpenRaw, kv.Env{Capacity: 64, ValueSize: 16, Options: taostore.Options{K: 3}})
+}

@@ -118,3 +118,10 @@ func TestCrashRecovers(t *testing.T) {
 	}
 	c.j.Close()
 }
+
+// TestPowerLoss: with storage syncing only at checkpoints, a power cut
+// loses nothing acknowledged (the journal redoes what storage lost), under
+// busy evictions.
+func TestPowerLoss(t *testing.T) {
+	kvtest.CheckPowerLoss(t, treebeard.OpenRaw, kv.Env{Capacity: 256, ValueSize: 16, Options: treebeard.Options{A: 2, K: 3}})
+}

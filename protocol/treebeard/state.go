@@ -218,6 +218,10 @@ func (s *store) restore(st state) error {
 	return nil
 }
 
+// JournalsEveryWrite implements kv.WriteJournaler: every backend write
+// is journaled, with its data, before it is issued.
+func (s *store) JournalsEveryWrite() bool { return s.log.Durable() }
+
 // Stats reports the layers' counters: stash sizes, real and fake reads,
 // and the trees' reads, reshuffles and evictions.
 func (s *store) Stats() kv.Stats {

@@ -589,3 +589,10 @@ func TestCheckpointFailureCounted(t *testing.T) {
 	}
 	closeRaw(t, s, j)
 }
+
+// TestPowerLoss: with storage syncing only at checkpoints, a power cut
+// loses nothing acknowledged (the journal redoes what storage lost).
+func TestPowerLoss(t *testing.T) {
+	kvtest.CheckPowerLoss(t, func(ctx context.Context, env kv.Env) (kv.Store, error) { return open(ctx, env) },
+		kv.Env{Capacity: 64, ValueSize: 16, Options: crashOpts})
+}

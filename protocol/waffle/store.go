@@ -362,6 +362,10 @@ func (s *store) publish() {
 	s.stats.Store(&snapshot{keys: s.nReal, realCached: realCached, counters: s.counters})
 }
 
+// JournalsEveryWrite implements kv.WriteJournaler: every backend write
+// is journaled, with its data, before it is issued.
+func (s *store) JournalsEveryWrite() bool { return s.log.Durable() }
+
 func (s *store) Stats() kv.Stats {
 	st := s.stats.Load()
 	c := st.counters

@@ -1,0 +1,206 @@
+package kvtest
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+
+	"github.com/oblivkv/oblivkv/backend"
+	"github.com/oblivkv/oblivkv/backend/mem"
+	"github.com/oblivkv/oblivkv/internal/journal"
+	"github.com/oblivkv/oblivkv/kv"
+)
+
+// Volatile is memory storage that, once told to defer its syncs
+// (backend.DeferSync), keeps only what was written before its last Sync
+// when the power goes (PowerLoss): a disk backend without per-write
+// fsync, under a power cut.
+type Volatile struct {
+	*mem.Backend
+
+	mu       sync.Mutex
+	deferred bool
+	undo     []undoEntry // the previous value of each address written since the last Sync, oldest first
+	lost     int         // addresses PowerLoss reverted
+}
+
+type undoEntry struct {
+	addr string
+	prev []byte // nil: the address held nothing
+}
+
+// NewVolatile returns empty Volatile storage.
+func NewVolatile() *Volatile { return &Volatile{Backend: mem.New()} }
+
+// DeferSync implements backend.SyncDeferrer.
+func (v *Volatile) DeferSync() bool {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	v.deferred = true
+	return true
+}
+
+// Deferred reports whether DeferSync was called.
+func (v *Volatile) Deferred() bool {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return v.deferred
+}
+
+// Sync implements backend.Syncer: everything written so far survives a
+// power loss.
+func (v *Volatile) Sync(context.Context) error {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	v.undo = nil
+	return nil
+}
+
+func (v *Volatile) Write(ctx context.Context, items []backend.Item) error {
+	addrs := make([]string, len(items))
+	for i, it := range items {
+		addrs[i] = it.Addr
+	}
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if err := v.remember(ctx, addrs); err != nil {
+		return err
+	}
+	return v.Backend.Write(ctx, items)
+}
+
+func (v *Volatile) WriteVersioned(ctx context.Context, items []backend.VersionedItem) (int, error) {
+	addrs := make([]string, len(items))
+	for i, it := range items {
+		addrs[i] = it.Addr
+	}
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if err := v.remember(ctx, addrs); err != nil {
+		return 0, err
+	}
+	return v.Backend.WriteVersioned(ctx, items)
+}
+
+func (v *Volatile) Delete(ctx context.Context, addrs []string) error {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if err := v.remember(ctx, addrs); err != nil {
+		return err
+	}
+	return v.Backend.Delete(ctx, addrs)
+}
+
+// remember records the values addrs hold before a deferred write; v.mu is
+// held.
+func (v *Volatile) remember(ctx context.Context, addrs []string) error {
+	if !v.deferred {
+		return nil
+	}
+	prev, err := v.Backend.Read(ctx, addrs)
+	if err != nil {
+		return err
+	}
+	for i, a := range addrs {
+		v.undo = append(v.undo, undoEntry{addr: a, prev: prev[i]})
+	}
+	return nil
+}
+
+// PowerLoss reverts every write since the last Sync and reopens the
+// storage, and returns how many addresses it reverted.
+func (v *Volatile) PowerLoss(ctx context.Context) (int, error) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	v.Backend.Reopen()
+	for i := len(v.undo) - 1; i >= 0; i-- {
+		u := v.undo[i]
+		var err error
+		if u.prev == nil {
+			err = v.Backend.Delete(ctx, []string{u.addr})
+		} else {
+			err = v.Backend.Write(ctx, []backend.Item{{Addr: u.addr, Value: u.prev}})
+		}
+		if err != nil {
+			return 0, err
+		}
+	}
+	n := len(v.undo)
+	v.undo = nil
+	return n, nil
+}
+
+// CheckPowerLoss shows that a store that journals every write
+// (kv.WriteJournaler) loses nothing acknowledged to a power cut while its
+// storage skips per-write syncs (backend.DeferSync, as kv.Open sets it).
+// open is the protocol's factory; env gives the store's capacity, value
+// size and options, and CheckPowerLoss adds storage, keys and a journal.
+// Writes and deletes are acknowledged, the process dies (the journal
+// keeps what it synced), storage loses what it had not synced, and every
+// key must read back as last acknowledged.
+func CheckPowerLoss(t *testing.T, open kv.Factory, env kv.Env) {
+	t.Helper()
+	ctx, dir, v := t.Context(), t.TempDir(), NewVolatile()
+	env.Backend, env.Keys = v, NewKeys(t)
+	start := func(fresh bool) (kv.Store, *journal.Journal) {
+		t.Helper()
+		j, err := journal.Open(dir, env.Keys, journal.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		env.Fresh, env.Journal = fresh, j
+		s, err := open(ctx, env)
+		if err != nil {
+			j.Crash()
+			t.Fatal(err)
+		}
+		return s, j
+	}
+	s, j := start(true)
+	if w, ok := s.(kv.WriteJournaler); !ok || !w.JournalsEveryWrite() {
+		t.Fatal("the store does not journal every write: its storage must sync each one")
+	}
+	backend.DeferSync(v)
+	want := map[string]string{}
+	for round := range 3 {
+		for i := range 24 {
+			k, val := fmt.Sprint("k", i), fmt.Sprint("v", round, ".", i)
+			if err := s.Put(ctx, k, []byte(val)); err != nil {
+				t.Fatalf("Put(%q): %v", k, err)
+			}
+			want[k] = val
+		}
+		for i := round; i < 24; i += 7 {
+			k := fmt.Sprint("k", i)
+			if err := s.Delete(ctx, k); err != nil {
+				t.Fatalf("Delete(%q): %v", k, err)
+			}
+			delete(want, k)
+		}
+	}
+	j.Crash() // the process dies: nothing more reaches the journal
+	s.Close()
+	lost, err := v.PowerLoss(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if lost == 0 {
+		t.Fatal("the power loss reverted no write: the test exercised nothing")
+	}
+	s, j = start(false)
+	defer func() {
+		if err := s.Close(); err != nil {
+			t.Error(err)
+		}
+		j.Close()
+	}()
+	for i := range 24 {
+		k := fmt.Sprint("k", i)
+		got, ok, err := s.Get(ctx, k)
+		w, exists := want[k]
+		if err != nil || ok != exists || string(got) != w {
+			t.Fatalf("after a power loss that reverted %d writes, Get(%q) = %q, %v, %v; want %q, %v", lost, k, got, ok, err, w, exists)
+		}
+	}
+}
