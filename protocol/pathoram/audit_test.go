@@ -9,8 +9,11 @@ import (
 
 	"github.com/oblivkv/oblivkv/audit"
 	"github.com/oblivkv/oblivkv/backend"
-	"github.com/oblivkv/oblivkv/internal/durable"
+	"github.com/oblivkv/oblivkv/backend/mem"
+	"github.com/oblivkv/oblivkv/internal/durable/durabletest"
+	"github.com/oblivkv/oblivkv/internal/journal"
 	"github.com/oblivkv/oblivkv/kv"
+	"github.com/oblivkv/oblivkv/kvtest"
 	"github.com/oblivkv/oblivkv/observe"
 	"github.com/oblivkv/oblivkv/protocol/tree"
 )
@@ -132,7 +135,11 @@ func runAudit(t *testing.T, p auditParams, w workload, lk leak, seed byte) audit
 			t.Fatalf("%s, op %d: %v", w.name, i, err)
 		}
 	}
-	recs := f.log.Records()
+	return checkAccesses(f, w, f.log.Records())
+}
+
+// checkAccesses runs the audit's checks on recs, the log of workload w.
+func checkAccesses(f *fixture, w workload, recs []observe.Record) auditRun {
 	g := f.geometry()
 	reads, violations := parseAccesses(g, f.bucketSize(), recs)
 	leaves := make([]uint64, len(reads))
@@ -146,6 +153,81 @@ func runAudit(t *testing.T, p auditParams, w workload, lk leak, seed byte) audit
 	}}
 }
 
+// runRecoveredAudit is runAudit with the store killed halfway through the
+// workload (its journal writes nothing more) and recovered from its
+// journal with other random choices, the workload going on with the
+// recovered store. It returns the checks of the accesses before and after
+// the recovery as one run, and what was wrong with storage's view of the
+// recovery itself: any call but the anchor's and the journal's redone
+// Writes (durabletest.CheckRecoveryView), or a Write storage never saw before.
+func runRecoveredAudit(t *testing.T, p auditParams, w workload, lk leak, seed byte) (auditRun, error) {
+	t.Helper()
+	wit := durabletest.NewWitness(mem.New())
+	f := &fixture{t: t, keys: kvtest.NewKeys(t), log: &observe.MemoryLog{}, journal: t.TempDir(),
+		cfg: kv.Config{Protocol: "pathoram", Capacity: p.capacity, ValueSize: 32}}
+	storage := observe.NewTap(wit, f.log)
+	var j *journal.Journal
+	open := func(fresh bool, seed byte) {
+		var err error
+		if j, err = journal.Open(f.journal, f.keys, journal.Options{NoSync: true}); err != nil {
+			t.Fatal(err)
+		}
+		opts := p.opts
+		opts.seed, opts.leak = seeded(seed).seed, lk
+		f.cfg.Options = opts
+		if f.s, err = open(t.Context(), kv.Env{Backend: storage, Keys: f.keys, Capacity: p.capacity,
+			ValueSize: f.cfg.ValueSize, Fresh: fresh, Journal: j, Options: opts}); err != nil {
+			j.Crash()
+			t.Fatal(err)
+		}
+	}
+	open(true, seed)
+	w.setup(f)
+	f.log.Reset()
+	r := rand.New(rand.NewPCG(uint64(seed), 9))
+	var from, to uint64
+	for i := range auditOps {
+		if i == auditOps/2 {
+			j.Crash()
+			from = lastSeq(f.log) + 1
+			wit.Recovering(true)
+			open(false, seed+100)
+			wit.Recovering(false)
+			to = lastSeq(f.log)
+		}
+		if err := w.op(f, r, i); err != nil {
+			t.Fatalf("%s, op %d: %v", w.name, i, err)
+		}
+	}
+	if err := f.s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	j.Close()
+	recs := f.log.Records()
+	var recovery []observe.Record
+	recs = slices.DeleteFunc(recs, func(r observe.Record) bool {
+		if r.Seq >= from && r.Seq <= to {
+			recovery = append(recovery, r)
+			return true
+		}
+		return false
+	})
+	viewErr := durabletest.CheckRecoveryView(recovery)
+	if n := wit.Novel(); n != 0 {
+		viewErr = errors.Join(viewErr, fmt.Errorf("recovery: %d Writes storage had not seen before the crash", n))
+	}
+	return checkAccesses(f, w, recs), viewErr
+}
+
+// lastSeq is the sequence number of the last call log holds, or 0.
+func lastSeq(log *observe.MemoryLog) uint64 {
+	recs := log.Records()
+	if len(recs) == 0 {
+		return 0
+	}
+	return recs[len(recs)-1].Seq
+}
+
 // parseAccesses returns the path read of every Read of a whole path, and
 // the violations of the access shape: a Read of a root-to-leaf path,
 // then a Write of the same addresses, every bucket of bucketSize bytes.
@@ -157,7 +239,7 @@ func parseAccesses(g tree.Geometry, bucketSize int, recs []observe.Record) ([]au
 		violations = append(violations, fmt.Sprintf("call %d (%v): ", r.Seq, r.Op)+fmt.Sprintf(format, args...))
 	}
 	for i, r := range recs {
-		if isAnchor(r) {
+		if durabletest.IsAnchorWrite(r) {
 			continue // a checkpoint's, every durable.DefaultEvery accesses
 		}
 		if r.Op != observe.OpRead {
@@ -211,16 +293,11 @@ func pathLeaf(g tree.Geometry, layout tree.Layout, addrs []string) (uint64, bool
 func shapeOf(recs []observe.Record) []string {
 	var out []string
 	for _, r := range recs {
-		if !isAnchor(r) {
+		if !durabletest.IsAnchorWrite(r) {
 			out = append(out, fmt.Sprint(r.Op, r.Sizes))
 		}
 	}
 	return out
-}
-
-// isAnchor reports whether r is a checkpoint's write of the anchor.
-func isAnchor(r observe.Record) bool {
-	return r.Op == observe.OpWrite && len(r.Addrs) == 1 && r.Addrs[0] == durable.AnchorAddr
 }
 
 // TestObliviousAudit runs the four workloads at the default parameters
@@ -250,6 +327,37 @@ func TestObliviousAudit(t *testing.T) {
 				t.Error(c)
 			}
 		})
+	}
+}
+
+// TestRecoveredAudit kills the store halfway through each workload and
+// recovers it from its journal: storage sees only the anchor and the
+// Writes it saw before the crash, and every check passes on the run
+// across the recovery.
+func TestRecoveredAudit(t *testing.T) {
+	for wi, w := range workloads {
+		t.Run(w.name, func(t *testing.T) {
+			run, recovery := runRecoveredAudit(t, defaultParams, w, noLeak, byte(wi+1))
+			if recovery != nil {
+				t.Error(recovery)
+			}
+			for _, name := range []string{checkShape, checkUniform, checkSame} {
+				if c := run.checks[name]; !c.Pass() {
+					t.Error(c)
+				}
+			}
+		})
+	}
+}
+
+// TestRecoveryAuditCatchesLeak: a recovery that reads the path of every
+// block, to check the journal against storage, shows storage the position
+// map; the check of storage's view of the recovery fails on it.
+func TestRecoveryAuditCatchesLeak(t *testing.T) {
+	_, recovery := runRecoveredAudit(t, defaultParams, workloads[1], leakRecoveryChecksPositions, 1)
+	t.Log(recovery)
+	if recovery == nil {
+		t.Fatal("a recovery reading the position map's paths passed the recovery check")
 	}
 }
 

@@ -2,6 +2,7 @@ package pathoram
 
 import (
 	"bytes"
+	"context"
 	"encoding/binary"
 	"slices"
 
@@ -25,7 +26,22 @@ const (
 	// leakUnchangedNotWritten: the write-back leaves out the buckets whose
 	// blocks did not change, as if rewriting them were wasted work.
 	leakUnchangedNotWritten
+	// leakRecoveryChecksPositions: recovery reads the path of every block
+	// the position map holds, to check the journal against storage, and
+	// so shows storage the position map.
+	leakRecoveryChecksPositions
 )
+
+// checkPositions is leakRecoveryChecksPositions' read of the path of
+// every block.
+func (s *store) checkPositions(ctx context.Context) error {
+	for _, leaf := range s.o.pos {
+		if _, err := s.remote.readPath(ctx, s.o.g.Path(leaf, nil)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
 
 // keyedLeaf is leakMissingKeyedLeaf's leaf for a block.
 func (o *oram) keyedLeaf(id tree.BlockID) uint64 {

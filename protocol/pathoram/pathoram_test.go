@@ -9,6 +9,7 @@ import (
 
 	"github.com/oblivkv/oblivkv/backend"
 	"github.com/oblivkv/oblivkv/backend/mem"
+	"github.com/oblivkv/oblivkv/internal/durable/durabletest"
 	"github.com/oblivkv/oblivkv/internal/journal"
 	"github.com/oblivkv/oblivkv/kv"
 	"github.com/oblivkv/oblivkv/kvtest"
@@ -163,7 +164,7 @@ func TestFreshTreeBatched(t *testing.T) {
 	seen := map[string]bool{}
 	writes := 0
 	for _, r := range f.log.Records() {
-		if r.Op != observe.OpWrite || r.Addrs[0] == kv.MetaAddr || isAnchor(r) {
+		if r.Op != observe.OpWrite || r.Addrs[0] == kv.MetaAddr || durabletest.IsAnchorWrite(r) {
 			continue
 		}
 		writes++

@@ -121,6 +121,11 @@ func (s *store) recover(ctx context.Context) error {
 	if err := s.log.Redo(ctx, rec); err != nil {
 		return fmt.Errorf("pathoram: %w", err)
 	}
+	if s.opts.leak == leakRecoveryChecksPositions {
+		if err := s.checkPositions(ctx); err != nil {
+			return err
+		}
+	}
 	if load {
 		o := s.o
 		o.pos, o.stash = map[tree.BlockID]uint64{}, nil

@@ -3,6 +3,7 @@ package taostore_test
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -12,6 +13,8 @@ import (
 	"github.com/oblivkv/oblivkv/audit"
 	"github.com/oblivkv/oblivkv/backend"
 	"github.com/oblivkv/oblivkv/backend/mem"
+	"github.com/oblivkv/oblivkv/internal/durable/durabletest"
+	"github.com/oblivkv/oblivkv/internal/journal"
 	"github.com/oblivkv/oblivkv/kv"
 	"github.com/oblivkv/oblivkv/kvtest"
 	"github.com/oblivkv/oblivkv/observe"
@@ -109,13 +112,17 @@ func workloadNamed(name string) workload {
 
 // run issues w's requests to s from w.clients clients and returns after
 // every reply.
-func (w workload) run(t *testing.T, s kv.Store) {
+func (w workload) run(t *testing.T, s kv.Store) { w.runRange(t, s, 0, auditRequests) }
+
+// runRange issues w's requests from..to-1.
+func (w workload) runRange(t *testing.T, s kv.Store, from, to int) {
 	t.Helper()
 	var next atomic.Int64
+	next.Store(int64(from))
 	var wg sync.WaitGroup
 	for range w.clients {
 		wg.Go(func() {
-			for i := int(next.Add(1)) - 1; i < auditRequests; i = int(next.Add(1)) - 1 {
+			for i := int(next.Add(1)) - 1; i < to; i = int(next.Add(1)) - 1 {
 				if err := w.op(t.Context(), s, i); err != nil {
 					t.Errorf("%s, request %d: %v", w.name, i, err)
 					return
@@ -189,6 +196,119 @@ func runLogged(t *testing.T, p auditParams, w workload, lk taostore.Leak, seed b
 		t.Fatal(err)
 	}
 	return workloadCalls(t, log.Records()), stats
+}
+
+// runRecovered runs workload w at parameters p with leak lk injected on a
+// journaled store that is killed halfway (its journal writes nothing
+// more, and it is wound down) and recovered from its journal with other
+// random choices, the workload going on with the recovered store. It
+// returns the workload's calls but the recovery's, and what was wrong with
+// storage's view of the recovery: any call but the anchor's and Writes
+// (durabletest.CheckRecoveryView), or a Write to an address storage had not
+// seen before the crash (the subtree written back is made of paths
+// storage saw read).
+func runRecovered(t *testing.T, p auditParams, w workload, lk taostore.Leak, seed byte) ([]observe.Record, error) {
+	t.Helper()
+	log, m, keys, dir := &observe.MemoryLog{}, mem.New(), kvtest.NewKeys(t), t.TempDir()
+	storage := observe.NewTap(m, log)
+	var j *journal.Journal
+	open := func(fresh bool, seed byte) kv.Store {
+		var err error
+		if j, err = journal.Open(dir, keys, journal.Options{NoSync: true}); err != nil {
+			t.Fatal(err)
+		}
+		s, err := taostore.OpenRaw(t.Context(), kv.Env{Backend: storage, Keys: keys, Capacity: auditCapacity,
+			ValueSize: 64, Fresh: fresh, Journal: j, Options: taostore.WithLeak(taostore.Seeded(p.opts, seed), lk)})
+		if err != nil {
+			j.Crash()
+			t.Fatal(err)
+		}
+		return s
+	}
+	s := open(true, seed)
+	log.Reset() // the initial tree write is not part of the workload
+	w.runRange(t, s, 0, auditRequests/2)
+	j.Crash()
+	s.Close() // waits for the write-backs in flight; writes nothing more
+	m.Reopen()
+	before := log.Records()
+	seen := map[string]bool{}
+	for _, r := range before {
+		for _, a := range r.Addrs {
+			seen[a] = true
+		}
+	}
+	s = open(false, seed+100)
+	recovery := log.Records()[len(before):]
+	w.runRange(t, s, auditRequests/2, auditRequests)
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	j.Close()
+	viewErr := durabletest.CheckRecoveryView(recovery)
+	for _, r := range recovery {
+		for _, a := range r.Addrs {
+			if !seen[a] && !durabletest.IsAnchorWrite(r) {
+				viewErr = errors.Join(viewErr, fmt.Errorf("recovery: call %d writes %s, which storage had not seen", r.Seq, a))
+				break
+			}
+		}
+	}
+	// The checkpoints' anchor writes come every durable.DefaultEvery
+	// records and at Close: not the workload's.
+	noAnchors := func(recs []observe.Record) []observe.Record {
+		return slices.DeleteFunc(slices.Clone(recs), durabletest.IsAnchorWrite)
+	}
+	after := workloadCalls(t, noAnchors(log.Records()[len(before)+len(recovery):]))
+	return append(noAnchors(before), after...), viewErr
+}
+
+// TestRecoveredAudit kills a store halfway through the hot and uniform
+// workloads and recovers it from its journal: storage sees only the anchor
+// and Writes of buckets it saw before, and the run across the recovery
+// passes the shape, uniform leaves, same path and write-back shape checks.
+// (The write-back schedule restarts at a recovery, which writes the whole
+// subtree back: that a crash happened is public.)
+func TestRecoveredAudit(t *testing.T) {
+	for i, name := range []string{"hot", "uniform"} {
+		t.Run(name, func(t *testing.T) {
+			records, recovery := runRecovered(t, defaultParams, workloadNamed(name), taostore.NoLeak, byte(i+1))
+			if recovery != nil {
+				t.Error(recovery)
+			}
+			v := parseView(defaultParams, records)
+			if len(v.reads) != auditRequests {
+				t.Errorf("%d path reads for %d requests", len(v.reads), auditRequests)
+			}
+			geo := tree.NewGeometry(auditCapacity)
+			leaves := make([]uint64, len(v.reads))
+			for i, r := range v.reads {
+				leaves[i] = r.Leaf
+			}
+			for _, c := range []audit.Check{
+				audit.Exact(name+": one path read per request, buckets of one size", v.shape),
+				audit.Uniform(name+": leaves read", audit.Bin(leaves, geo.Leaves(), auditBins)),
+				audit.SamePath(name+": path reads in flight together or consecutive", v.reads, geo.Leaves()),
+				audit.Exact(name+": write-backs are whole stored paths", v.wbShape),
+			} {
+				t.Log(c)
+				if !c.Pass() {
+					t.Error(c)
+				}
+			}
+		})
+	}
+}
+
+// TestRecoveryAuditCatchesLeak: a recovery that reads the path of every
+// block, to check the journal against storage, shows storage the position
+// map; the check of storage's view of the recovery fails on it.
+func TestRecoveryAuditCatchesLeak(t *testing.T) {
+	_, recovery := runRecovered(t, defaultParams, workloadNamed("uniform"), taostore.LeakRecoveryChecksPositions, 1)
+	t.Log(recovery)
+	if recovery == nil {
+		t.Fatal("a recovery reading the position map's paths passed the recovery check")
+	}
 }
 
 // workloadCalls returns the calls of records made before the store was

@@ -44,6 +44,8 @@ const (
 	LeakPutWritesBack       = leakPutWritesBack
 	LeakUnchangedNotWritten = leakUnchangedNotWritten
 	LeakUnorderedReplies    = leakUnorderedReplies
+
+	LeakRecoveryChecksPositions = leakRecoveryChecksPositions
 )
 
 // WithLeak returns o with leak l injected.

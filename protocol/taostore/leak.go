@@ -2,6 +2,7 @@ package taostore
 
 import (
 	"bytes"
+	"context"
 	"encoding/binary"
 	"slices"
 
@@ -38,7 +39,22 @@ const (
 	// leakUnorderedReplies: the Sequencer lets a reply out as soon as it
 	// is complete, not after every earlier request's.
 	leakUnorderedReplies
+	// leakRecoveryChecksPositions: recovery reads the path of every block
+	// the position map holds, to check the journal against storage, and
+	// so shows storage the position map.
+	leakRecoveryChecksPositions
 )
+
+// checkPositions is leakRecoveryChecksPositions' read of the path of
+// every block.
+func (s *store) checkPositions(ctx context.Context) error {
+	for _, leaf := range s.pos {
+		if _, _, err := s.readPath(ctx, leaf); err != nil {
+			return err
+		}
+	}
+	return nil
+}
 
 // keyedLeaf is leakMissingKeyedLeaf's leaf for a block.
 func (s *store) keyedLeaf(id tree.BlockID) uint64 {

@@ -219,6 +219,11 @@ func (s *store) recover(ctx context.Context) error {
 	if err := s.log.Redo(ctx, rec); err != nil {
 		return fmt.Errorf("taostore: %w", err)
 	}
+	if s.opts.leak == leakRecoveryChecksPositions {
+		if err := s.checkPositions(ctx); err != nil {
+			return err
+		}
+	}
 	if load {
 		s.pos, s.stash = map[tree.BlockID]uint64{}, map[tree.BlockID][]byte{}
 		s.sub = newSubtree(s.geo, s.opts.CachedLevels)

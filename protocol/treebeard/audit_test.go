@@ -1,7 +1,6 @@
 package treebeard_test
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"math"
@@ -9,14 +8,12 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 
 	"github.com/oblivkv/oblivkv/audit"
-	"github.com/oblivkv/oblivkv/backend"
 	"github.com/oblivkv/oblivkv/backend/mem"
 	"github.com/oblivkv/oblivkv/bench/workload"
-	"github.com/oblivkv/oblivkv/internal/durable"
+	"github.com/oblivkv/oblivkv/internal/durable/durabletest"
 	"github.com/oblivkv/oblivkv/internal/journal"
 	"github.com/oblivkv/oblivkv/kv"
 	"github.com/oblivkv/oblivkv/kvtest"
@@ -131,7 +128,7 @@ type auditRun struct {
 	// r's epoch ended: round r's path reads are the calls after it and,
 	// but for the last round, up to rounds[r+1].
 	rounds []uint64
-	// recovery is what checkRecovery and the witness found wrong in
+	// recovery is what durabletest.CheckRecoveryView and the Witness found wrong in
 	// storage's view of a recovery, if the run had one.
 	recovery error
 }
@@ -153,7 +150,7 @@ func runAudit(t *testing.T, opts treebeard.Options, seed byte, keys []uint64) au
 // down) and recovered from
 // its journal with other random choices, the rounds going on with the
 // recovered store. Storage's view of the recovery is checked
-// (checkRecovery) and left out of the run's records, so the audits see
+// (durabletest.CheckRecoveryView) and left out of the run's records, so the audits see
 // the tree operations before and after it as one run.
 func runAuditCrashing(t *testing.T, opts treebeard.Options, seed byte, keys []uint64, crashAt int) auditRun {
 	t.Helper()
@@ -166,7 +163,7 @@ func runAuditCrashing(t *testing.T, opts treebeard.Options, seed byte, keys []ui
 		t.Fatal(err)
 	}
 	m := mem.New()
-	w := &witness{Backend: m, seen: map[string]bool{}}
+	w := durabletest.NewWitness(m)
 	storage, dir := observe.NewTap(w, log), t.TempDir()
 	open := func(fresh bool, seed byte) (kv.Store, treebeard.Epochs, *journal.Journal) {
 		j, err := journal.Open(dir, sk, journal.Options{NoSync: true})
@@ -213,9 +210,9 @@ func runAuditCrashing(t *testing.T, opts treebeard.Options, seed byte, keys []ui
 			from := len(log.Records())
 			m.Reopen()
 			tr.renumber()
-			w.recovering.Store(true)
+			w.Recovering(true)
 			s, epochs, j = open(false, seed+100)
-			w.recovering.Store(false)
+			w.Recovering(false)
 			recovery = log.Records()[from:]
 		}
 		var wg sync.WaitGroup
@@ -250,8 +247,8 @@ func runAuditCrashing(t *testing.T, opts treebeard.Options, seed byte, keys []ui
 	s = nil
 	run.records, run.events = log.Records(), tr.get()
 	if crashAt > 0 {
-		run.recovery = checkRecovery(recovery)
-		if n := w.novel.Load(); n != 0 {
+		run.recovery = durabletest.CheckRecoveryView(recovery)
+		if n := w.Novel(); n != 0 {
 			run.recovery = errors.Join(run.recovery, fmt.Errorf("%d Writes storage had not seen before the crash", n))
 		}
 		run.records = slices.DeleteFunc(run.records, func(r observe.Record) bool {
@@ -276,58 +273,6 @@ func runAuditCrashing(t *testing.T, opts treebeard.Options, seed byte, keys []ui
 		t.Fatalf("store has %d trees, audit expects %d", got, run.opts.Trees)
 	}
 	return run
-}
-
-// checkRecovery checks the shape of storage's view of a recovery after a
-// crash between epochs (nothing in flight): the anchor read, then the
-// Writes the journal redoes, then the anchor of the checkpoint that ends
-// recovery (the witness checks that each redone Write is one storage saw
-// before).
-func checkRecovery(recovery []observe.Record) error {
-	if len(recovery) < 2 {
-		return fmt.Errorf("storage saw %d calls; want at least the anchor's read and write", len(recovery))
-	}
-	first, last := recovery[0], recovery[len(recovery)-1]
-	if first.Op != observe.OpRead || !slices.Equal(first.Addrs, []string{durable.AnchorAddr}) {
-		return fmt.Errorf("first call %v of %v; want a read of the anchor", first.Op, first.Addrs)
-	}
-	if !isAnchor(last) {
-		return fmt.Errorf("last call %v of %v; want the checkpoint's anchor", last.Op, last.Addrs)
-	}
-	for _, r := range recovery[1 : len(recovery)-1] {
-		if r.Op != observe.OpWrite || isAnchor(r) {
-			return fmt.Errorf("call %d is a %v of %d addresses; want only the journal's Writes", r.Seq, r.Op, len(r.Addrs))
-		}
-	}
-	return nil
-}
-
-// witness is storage that remembers every Write it took, addresses and
-// values, and counts the Writes made while recovering that it never took
-// before.
-type witness struct {
-	backend.Backend
-	mu         sync.Mutex
-	seen       map[string]bool
-	recovering atomic.Bool
-	novel      atomic.Int64
-}
-
-func (w *witness) Write(ctx context.Context, items []backend.Item) error {
-	var b strings.Builder
-	for _, it := range items {
-		if it.Addr == durable.AnchorAddr {
-			return w.Backend.Write(ctx, items) // new at every checkpoint
-		}
-		fmt.Fprintf(&b, "%q=%x;", it.Addr, it.Value)
-	}
-	w.mu.Lock()
-	if w.recovering.Load() && !w.seen[b.String()] {
-		w.novel.Add(1)
-	}
-	w.seen[b.String()] = true
-	w.mu.Unlock()
-	return w.Backend.Write(ctx, items)
 }
 
 // lastSeq is the sequence number of the last call log holds, or 0.
@@ -377,13 +322,6 @@ type opView struct {
 	wroteSlots map[uint64]uint64 // bucket -> mask of the slots the Write holds
 }
 
-// isAnchor reports whether r is a checkpoint's write of its anchor
-// (internal/durable): public, every durable.DefaultEvery journal records.
-// The audits' stores keep no journal, so their logs hold none.
-func isAnchor(r observe.Record) bool {
-	return r.Op == observe.OpWrite && len(r.Addrs) == 1 && r.Addrs[0] == durable.AnchorAddr
-}
-
 // splitTrees returns each tree's backend calls in Tap order, and checks
 // that every call but the checkpoints' anchor writes belongs to exactly
 // one tree.
@@ -396,7 +334,7 @@ func splitTrees(records []observe.Record, trees int) ([][]observe.Record, error)
 		if r.Err {
 			return nil, fmt.Errorf("call %d (%v) failed", r.Seq, r.Op)
 		}
-		if isAnchor(r) {
+		if durabletest.IsAnchorWrite(r) {
 			continue
 		}
 		owner := -1

@@ -24,6 +24,17 @@
 // plain values, so a cluster can put RPCs and replication between them
 // without changing their logic.
 //
+// Each layer is a deterministic core driven by a driver. The cores
+// (routercore.go, stashcore.go, oramcore.go) hold the layer's state and
+// turn inputs into outputs with no I/O, goroutine or clock, their
+// randomness drawn from a seeded source held in their state: a Router's
+// epoch cut into per-shard batches; a Stash shard's position map, stash
+// and request queues, which plan an epoch's path reads, answer requests
+// as reads return and hand blocks to evictions; a tree's epoch barrier
+// and eviction schedule. The drivers (Router, Stash, treeWorker) own the
+// timers, goroutines, journal and backend calls. A tree's buckets are
+// ringoram.Tree's, whose every change is journaled as a ringoram.Change.
+//
 // Eviction schedule: A counts path reads of a tree, as Ring ORAM counts
 // accesses and as the paper's proof states it (App. B: "every A accesses
 // to a storage tree triggers the eviction of k deterministically chosen

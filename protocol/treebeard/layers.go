@@ -48,8 +48,10 @@ type StashShard interface {
 // each tree reads paths for it (Sec. 5.3.1).
 type PathReader interface {
 	// ReadPaths reads one path of tree t per read, real or fake, and
-	// returns the wanted blocks, in order.
-	ReadPaths(ctx context.Context, t int, epoch uint64, reads []ringoram.PathRead) ([]ringoram.ReadResult, error)
+	// returns the wanted blocks, in order. shard names the Stash shard
+	// sending its part of epoch: the tree reads the epoch once every
+	// shard's part is in.
+	ReadPaths(ctx context.Context, t int, epoch uint64, shard int, reads []ringoram.PathRead) ([]ringoram.ReadResult, error)
 }
 
 // Stale names a copy of a block an eviction placed in a tree that was

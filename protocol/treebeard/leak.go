@@ -47,7 +47,7 @@ const (
 // every block.
 func (s *store) checkPositions(ctx context.Context) error {
 	for _, sh := range s.stashes {
-		for _, p := range sh.pos {
+		for _, p := range sh.core.pos {
 			var addrs []string
 			for _, b := range s.geo.Path(p.Leaf, nil) {
 				addrs = append(addrs, ringoram.Layout{Prefix: TreePrefix(p.Tree)}.MetaAddr(b))
@@ -61,7 +61,7 @@ func (s *store) checkPositions(ctx context.Context) error {
 }
 
 // keyedPosition is leakMissingKeyedPosition's position of a block.
-func (s *Stash) keyedPosition(id tree.BlockID) position {
+func (c *stashCore) keyedPosition(id tree.BlockID) position {
 	v := binary.BigEndian.Uint64(id[8:])
-	return position{Tree: int(v % uint64(len(s.trees))), Leaf: (v / uint64(len(s.trees))) % s.geo.Leaves()}
+	return position{Tree: int(v % uint64(c.trees)), Leaf: (v / uint64(c.trees)) % c.geo.Leaves()}
 }

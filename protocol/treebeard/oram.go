@@ -24,28 +24,33 @@ type ORAM struct {
 	workers map[int]*treeWorker
 }
 
-// ReadPaths queues reads for tree t and waits for their results.
-func (o *ORAM) ReadPaths(ctx context.Context, t int, epoch uint64, reads []ringoram.PathRead) ([]ringoram.ReadResult, error) {
+// ReadPaths queues Stash shard shard's reads of epoch for tree t and
+// waits for their results.
+func (o *ORAM) ReadPaths(ctx context.Context, t int, epoch uint64, shard int, reads []ringoram.PathRead) ([]ringoram.ReadResult, error) {
 	w, ok := o.workers[t]
 	if !ok {
 		return nil, fmt.Errorf("treebeard: this ORAM shard does not own tree %d", t)
 	}
-	return w.read(ctx, epoch, reads)
+	return w.read(ctx, epoch, shard, reads)
 }
 
-// treeWorker runs one tree's operations in order.
+// errDuplicatePart answers a Stash shard's second part of one epoch.
+var errDuplicatePart = errors.New("treebeard: a Stash shard sent its part of an epoch twice")
+
+// treeWorker runs one tree's operations in order: it drives the tree's
+// treeCore (which epochs to read, when to evict) and its ringoram.Tree
+// (the buckets and their I/O).
 type treeWorker struct {
 	id      int
 	tree    *ringoram.Tree
-	a, k    int
+	core    *treeCore
 	stashes []EvictionSource
 	trace   func(traceEvent)
 	log     *durable.Log
-	leak    leak // tests only (leak.go)
 
 	mu      sync.Mutex
-	parts   map[uint64][]*readJob // jobs of epochs not all shards sent yet
-	queue   []*readJob            // jobs of whole epochs, in the order they completed
+	waiting map[partKey]*readJob // parts of epochs not all shards sent yet
+	queue   []*readJob           // parts of whole epochs, in the order they completed
 	wake    chan struct{}
 	stopped bool
 	busy    bool       // serving jobs (a read and its evictions)
@@ -53,7 +58,6 @@ type treeWorker struct {
 	exited  chan struct{}
 
 	// Owned by the worker goroutine.
-	reads   int // path reads since the last eviction
 	opReads int // path reads the operation in progress counts
 
 	statsMu sync.Mutex
@@ -66,6 +70,11 @@ type workerStats struct {
 	readErrors     uint64
 }
 
+type partKey struct {
+	epoch uint64
+	shard int
+}
+
 type readJob struct {
 	epoch   uint64
 	reads   []ringoram.PathRead
@@ -74,28 +83,30 @@ type readJob struct {
 	done    chan struct{}
 }
 
-func newTreeWorker(id int, a, k int, trace func(traceEvent)) *treeWorker {
-	w := &treeWorker{id: id, a: a, k: k, trace: trace,
-		parts: map[uint64][]*readJob{}, wake: make(chan struct{}, 1), exited: make(chan struct{})}
+func newTreeWorker(id int, core *treeCore, trace func(traceEvent)) *treeWorker {
+	w := &treeWorker{id: id, core: core, trace: trace,
+		waiting: map[partKey]*readJob{}, wake: make(chan struct{}, 1), exited: make(chan struct{})}
 	w.idle = sync.NewCond(&w.mu)
 	return w
 }
 
-func (w *treeWorker) read(ctx context.Context, epoch uint64, reads []ringoram.PathRead) ([]ringoram.ReadResult, error) {
+func (w *treeWorker) read(ctx context.Context, epoch uint64, shard int, reads []ringoram.PathRead) ([]ringoram.ReadResult, error) {
 	j := &readJob{epoch: epoch, reads: reads, done: make(chan struct{})}
 	w.mu.Lock()
 	if w.stopped {
 		w.mu.Unlock()
 		return nil, kv.ErrClosed
 	}
-	// Every Stash shard sends one job per epoch, empty or not; the epoch
-	// is read once all have arrived (Sec. 5.3.1: the batch's paths in one
-	// multi-path read), never split by how its keys hash to shards.
-	if w.leak == leakEagerShardParts {
-		w.queue = append(w.queue, j)
-	} else if w.parts[epoch] = append(w.parts[epoch], j); len(w.parts[epoch]) == len(w.stashes) {
-		w.queue = append(w.queue, w.parts[epoch]...)
-		delete(w.parts, epoch)
+	ready, dup := w.core.part(epoch, shard, reads)
+	if dup {
+		w.mu.Unlock()
+		return nil, errDuplicatePart
+	}
+	w.waiting[partKey{epoch, shard}] = j
+	for _, p := range ready {
+		k := partKey{p.Epoch, p.Shard}
+		w.queue = append(w.queue, w.waiting[k])
+		delete(w.waiting, k)
 	}
 	w.mu.Unlock()
 	select {
@@ -148,7 +159,7 @@ func (w *treeWorker) waitIdle() {
 // writeAhead journals an operation of the tree, its Change and the items
 // of its Write, before the Write is issued (ringoram.Config.WriteAhead).
 func (w *treeWorker) writeAhead(_ context.Context, c ringoram.Change, items []backend.Item) error {
-	if _, err := w.log.Commit(treeDelta(w.id, w.reads+w.opReads, c), durable.Op{Items: items}); err != nil {
+	if _, err := w.log.Commit(treeDelta(w.id, w.core.reads+w.opReads, c), durable.Op{Items: items}); err != nil {
 		return fmt.Errorf("treebeard: journal: %w", err)
 	}
 	return nil
@@ -180,7 +191,7 @@ func (w *treeWorker) serve(jobs []*readJob) {
 		}
 		return
 	}
-	w.opReads = w.counted(reads)
+	w.opReads = w.core.counted(reads)
 	results, err := w.tree.ReadPaths(ctx, reads)
 	w.opReads = 0
 	if w.trace != nil && err == nil {
@@ -199,26 +210,9 @@ func (w *treeWorker) serve(jobs []*readJob) {
 	if err != nil {
 		return
 	}
-	w.reads += w.counted(reads)
-	if owed := w.reads / w.a; owed > 0 {
-		w.reads -= owed * w.a
-		w.evict(ctx, owed*w.k)
+	if paths := w.core.served(w.core.counted(reads)); paths > 0 {
+		w.evict(ctx, paths)
 	}
-}
-
-// counted is the number of reads that count towards the eviction every A
-// reads: all of them (leakEvictOnRealReads: only the real ones).
-func (w *treeWorker) counted(reads []ringoram.PathRead) int {
-	if w.leak != leakEvictOnRealReads {
-		return len(reads)
-	}
-	n := 0
-	for _, r := range reads {
-		if r.Want != nil {
-			n++
-		}
-	}
-	return n
 }
 
 // traceRead reports a multi-path read of jobs: each path and its epoch.

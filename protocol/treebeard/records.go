@@ -29,9 +29,8 @@ type blockState struct {
 	Value   []byte
 }
 
-// blocksDelta describes the blocks an epoch touched, as they are now;
-// s.mu is held.
-func (s *Stash) blocksDelta(ids []tree.BlockID) []byte {
+// blocksDelta describes the blocks an epoch touched, as they are now.
+func (s *stashCore) blocksDelta(ids []tree.BlockID) []byte {
 	b := binary.AppendUvarint([]byte{deltaBlocks}, uint64(len(ids)))
 	for _, id := range ids {
 		b = append(b, id[:]...)
@@ -118,9 +117,10 @@ func (rp *replayer) apply(rec []byte) error {
 	return nil
 }
 
-// shard returns the Stash shard of block id.
-func (rp *replayer) shard(id tree.BlockID) *Stash {
-	return rp.s.stashes[shardOf(id, len(rp.s.stashes))]
+// shard returns the core of block id's Stash shard (the shards do not
+// run yet).
+func (rp *replayer) shard(id tree.BlockID) *stashCore {
+	return rp.s.stashes[shardOf(id, len(rp.s.stashes))].core
 }
 
 func (rp *replayer) blocks(d *delta.Decoder) {
@@ -128,8 +128,7 @@ func (rp *replayer) blocks(d *delta.Decoder) {
 		id := readID(d)
 		sh := rp.shard(id)
 		if !d.Bool() {
-			delete(sh.pos, id)
-			delete(sh.stash, id)
+			sh.forget(id)
 			continue
 		}
 		t, leaf := d.Uvarint(), d.Uvarint()
@@ -141,11 +140,11 @@ func (rp *replayer) blocks(d *delta.Decoder) {
 		if d.Failed() {
 			return
 		}
-		sh.pos[id] = position{Tree: int(t), Leaf: leaf}
+		sh.setPosition(id, position{Tree: int(t), Leaf: leaf})
 		if inStash {
-			sh.stash[id] = &stashed{value: value, evicting: -1}
+			sh.setStashed(id, value)
 		} else {
-			delete(sh.stash, id)
+			sh.unstash(id)
 		}
 	}
 }
@@ -174,12 +173,12 @@ func (rp *replayer) tree(d *delta.Decoder) {
 		d.Check(false, err.Error())
 		return
 	}
-	w.reads = reads
+	w.core.reads = reads
 	// A block a read took out of the tree is in its shard's stash from
 	// now on, still at its position until its epoch's record moves it.
 	for _, blk := range c.Taken {
-		if sh := rp.shard(blk.ID); hasPos(sh, blk.ID) {
-			sh.stash[blk.ID] = &stashed{value: blk.Value, evicting: -1}
+		if sh := rp.shard(blk.ID); exists(sh, blk.ID) {
+			sh.setStashed(blk.ID, blk.Value)
 		}
 	}
 	if c.Evicted > 0 {
@@ -187,8 +186,8 @@ func (rp *replayer) tree(d *delta.Decoder) {
 	}
 }
 
-func hasPos(sh *Stash, id tree.BlockID) bool {
-	_, ok := sh.pos[id]
+func exists(sh *stashCore, id tree.BlockID) bool {
+	ok, _ := sh.has(id)
 	return ok
 }
 
@@ -197,7 +196,7 @@ func (rp *replayer) evictDone(d *delta.Decoder) {
 	d.Check(t < uint64(len(rp.s.workers)), "a tree that does not exist")
 	for n := d.Count(); n > 0 && !d.Failed(); n-- {
 		id := readID(d)
-		delete(rp.shard(id).stash, id)
+		rp.shard(id).unstash(id)
 	}
 	for n := d.Count(); n > 0 && !d.Failed(); n-- {
 		id := readID(d)
@@ -213,8 +212,7 @@ func (rp *replayer) evictDone(d *delta.Decoder) {
 func (rp *replayer) finish() {
 	for t, placed := range rp.pending {
 		for _, p := range placed {
-			sh := rp.shard(p.ID)
-			if _, stashed := sh.stash[p.ID]; stashed || !hasPos(sh, p.ID) {
+			if exists, stashed := rp.shard(p.ID).has(p.ID); stashed || !exists {
 				rp.s.workers[t].tree.Forget(p.Bucket, p.ID)
 			}
 		}

@@ -2,19 +2,19 @@ package treebeard
 
 import (
 	"context"
-	"encoding/binary"
 	"sync"
 	"time"
 
 	"github.com/oblivkv/oblivkv/kv"
-	"github.com/oblivkv/oblivkv/protocol/tree"
 )
 
 // Router collects client requests for an epoch and forwards them to the
 // Stash shard in charge of each block, chosen by a hash of the key (the
 // block ID is a PRF of the key), then hands each reply to its caller
-// (Sec. 5.1.1). It is stateless: a request it loses is retried by its
-// client, and Stash shards recognise nothing but the requests they get.
+// (Sec. 5.1.1). It drives a routerCore: the Router owns the epoch timer,
+// the callers waiting and the calls to the shards. It is stateless: a
+// request it loses is retried by its client, and Stash shards recognise
+// nothing but the requests they get.
 //
 // Epochs are consecutive, non-overlapping collection intervals; an epoch
 // starts with its first request, so an idle Router costs nothing. Epochs
@@ -27,15 +27,14 @@ type Router struct {
 	paused bool // a checkpoint is being taken: requests collect until resume
 
 	mu      sync.Mutex
-	calls   []*call // the collecting epoch
+	core    routerCore
+	calls   []*call // the callers of the collecting epoch, by index
 	timer   *time.Timer
-	next    uint64 // number of the collecting epoch
 	closed  bool
 	flights sync.WaitGroup // epochs forwarded and not yet answered
 }
 
 type call struct {
-	req   Request
 	reply Reply
 	done  chan struct{}
 }
@@ -44,24 +43,20 @@ type call struct {
 // (zero or negative: forward every request at once). number is where its epoch numbers
 // start: distinct Routers use distinct ranges, so epochs are unique.
 func NewRouter(epoch time.Duration, shards []StashShard, number uint64, trace func(traceEvent)) *Router {
-	return &Router{epoch: epoch, shards: shards, next: number, trace: trace}
-}
-
-// shardOf maps a block to its Stash shard (static hash routing).
-func shardOf(id tree.BlockID, shards int) int {
-	return int(binary.BigEndian.Uint64(id[:8]) % uint64(shards))
+	return &Router{epoch: epoch, shards: shards, trace: trace, core: routerCore{shards: len(shards), next: number}}
 }
 
 // Do submits req in the current epoch and waits for its reply. When ctx
 // ends first, Do returns ctx.Err(); the request still runs to completion,
 // since what storage sees must not depend on callers giving up.
 func (r *Router) Do(ctx context.Context, req Request) (Reply, error) {
-	c := &call{req: req, done: make(chan struct{})}
+	c := &call{done: make(chan struct{})}
 	r.mu.Lock()
 	if r.closed {
 		r.mu.Unlock()
 		return Reply{}, kv.ErrClosed
 	}
+	r.core.add(req)
 	r.calls = append(r.calls, c)
 	if len(r.calls) == 1 {
 		switch {
@@ -117,37 +112,29 @@ func (r *Router) resume() {
 // forwardLocked closes the collecting epoch and forwards its requests to
 // every Stash shard, each the batch of its own keys in arrival order.
 func (r *Router) forwardLocked() {
-	calls := r.calls
-	if len(calls) == 0 {
+	f, ok := r.core.cut()
+	if !ok {
 		return
 	}
+	calls := r.calls
 	r.calls, r.timer = nil, nil
-	epoch := r.next
-	r.next++
 	if r.trace != nil {
-		r.trace(traceEvent{Kind: traceEpoch, Epoch: epoch, Requests: len(calls)})
+		r.trace(traceEvent{Kind: traceEpoch, Epoch: f.Epoch, Requests: len(calls)})
 	}
-	batches := make([][]*call, len(r.shards))
-	for _, c := range calls {
-		s := shardOf(c.req.ID, len(r.shards))
-		batches[s] = append(batches[s], c)
-	}
-	// Every shard gets the epoch, even with nothing in it: which shards
-	// the keys hash to must not change what the trees see.
-	for s, batch := range batches {
+	for s, batch := range f.Batches {
+		waiting := make([]*call, len(batch))
+		for i, at := range f.Index[s] {
+			waiting[i] = calls[at]
+		}
 		r.flights.Add(1)
-		go r.forward(r.shards[s], epoch, batch)
+		go r.forward(r.shards[s], f.Epoch, batch, waiting)
 	}
 }
 
-func (r *Router) forward(shard StashShard, epoch uint64, batch []*call) {
+func (r *Router) forward(shard StashShard, epoch uint64, batch []Request, waiting []*call) {
 	defer r.flights.Done()
-	reqs := make([]Request, len(batch))
-	for i, c := range batch {
-		reqs[i] = c.req
-	}
-	replies := shard.Access(context.Background(), epoch, reqs)
-	for i, c := range batch {
+	replies := shard.Access(context.Background(), epoch, batch)
+	for i, c := range waiting {
 		c.reply = replies[i]
 		close(c.done)
 	}
@@ -165,7 +152,7 @@ func (c *epochControl) collecting() int {
 	n := 0
 	for _, r := range c.routers {
 		r.mu.Lock()
-		n += len(r.calls)
+		n += r.core.size()
 		r.mu.Unlock()
 	}
 	return n

@@ -6,6 +6,7 @@ import (
 	"encoding/gob"
 	"fmt"
 	"iter"
+	"maps"
 	"math/rand/v2"
 
 	"github.com/oblivkv/oblivkv/kv"
@@ -15,7 +16,10 @@ import (
 
 // state is a checkpoint: what the trusted layers keep. The position map and
 // stash are kept whole, not per shard, so the number of Stash shards may
-// change between runs; the trees may not.
+// change between runs; the trees may not. The shards' random sources are
+// not kept: a store opened again draws from fresh seeds, since the draws
+// made after the checkpoint may have shown on storage, and drawing them
+// again would link what storage saw before a crash to what it sees after.
 type state struct {
 	Initialised bool
 	Pos         map[tree.BlockID]position
@@ -55,14 +59,12 @@ func (s *store) Load(ctx context.Context, items iter.Seq2[string, []byte]) (int,
 	r := rand.New(rng())
 	for id, v := range values {
 		p := position{Tree: r.IntN(len(s.workers)), Leaf: r.Uint64N(s.geo.Leaves())}
-		st := s.stashes[shardOf(id, len(s.stashes))]
-		st.mu.Lock()
-		st.pos[id] = p
-		if !s.geo.PlaceDeepest(placed[p.Tree], s.opts.Z, p.Leaf, tree.Block{ID: id, Value: v}) {
-			st.stash[id] = &stashed{value: v, evicting: -1}
-			st.noteSize()
-		}
-		st.mu.Unlock()
+		s.stashes[shardOf(id, len(s.stashes))].locked(func(c *stashCore) {
+			c.setPosition(id, p)
+			if !s.geo.PlaceDeepest(placed[p.Tree], s.opts.Z, p.Leaf, tree.Block{ID: id, Value: v}) {
+				c.setStashed(id, v)
+			}
+		})
 	}
 	s.quota.used.Store(int64(len(values)))
 	// Journaled first: a crash while the trees are written leaves trees
@@ -87,18 +89,14 @@ func (s *store) encodeState() []byte { return s.encodeStateAs(s.initialised.Load
 func (s *store) encodeStateAs(initialised bool) []byte {
 	st := state{Initialised: initialised, Pos: map[tree.BlockID]position{}, Stash: map[tree.BlockID][]byte{}}
 	for _, sh := range s.stashes {
-		sh.mu.Lock()
-		for id, p := range sh.pos {
-			st.Pos[id] = p
-		}
-		for id, b := range sh.stash {
-			st.Stash[id] = b.value
-		}
-		sh.mu.Unlock()
+		var snap stashSnapshot
+		sh.locked(func(c *stashCore) { snap = c.snapshot() })
+		maps.Copy(st.Pos, snap.Pos)
+		maps.Copy(st.Stash, snap.Stash)
 	}
 	if initialised {
 		for _, w := range s.workers {
-			st.Trees = append(st.Trees, treeState{Tree: w.tree.State(), Reads: w.reads})
+			st.Trees = append(st.Trees, treeState{Tree: w.tree.State(), Reads: w.core.reads})
 		}
 	}
 	var buf bytes.Buffer
@@ -174,10 +172,9 @@ func (s *store) recover(ctx context.Context) error {
 	keys := 0
 	for _, sh := range s.stashes {
 		if rp.load {
-			clear(sh.pos)
-			clear(sh.stash)
+			sh.core.clearBlocks()
 		}
-		keys += len(sh.pos)
+		keys += len(sh.core.pos)
 	}
 	s.quota.used.Store(int64(keys))
 	if rp.load {
@@ -185,9 +182,8 @@ func (s *store) recover(ctx context.Context) error {
 	}
 	if s.initialised.Load() {
 		for _, w := range s.workers {
-			if owed := w.reads / w.a; owed > 0 {
-				w.reads -= owed * w.a
-				w.evict(ctx, owed*w.k)
+			if paths := w.core.served(0); paths > 0 {
+				w.evict(ctx, paths)
 			}
 		}
 	}
@@ -202,16 +198,16 @@ func (s *store) restore(st state) error {
 		if err := s.workers[i].tree.Restore(ts.Tree); err != nil {
 			return fmt.Errorf("%w: tree %d: %v", kv.ErrMismatch, i, err)
 		}
-		s.workers[i].reads = ts.Reads
+		s.workers[i].core.reads = ts.Reads
 	}
 	for id, p := range st.Pos {
 		if p.Tree < 0 || p.Tree >= len(s.workers) || p.Leaf >= s.geo.Leaves() {
 			return fmt.Errorf("%w: a block's position is outside the trees", kv.ErrMismatch)
 		}
-		s.stashes[shardOf(id, len(s.stashes))].pos[id] = p
+		s.stashes[shardOf(id, len(s.stashes))].core.setPosition(id, p)
 	}
 	for id, v := range st.Stash {
-		s.stashes[shardOf(id, len(s.stashes))].stash[id] = &stashed{value: v, evicting: -1}
+		s.stashes[shardOf(id, len(s.stashes))].core.setStashed(id, v)
 	}
 	s.quota.used.Store(int64(len(st.Pos)))
 	s.initialised.Store(st.Initialised)
@@ -228,11 +224,11 @@ func (s *store) Stats() kv.Stats {
 	var stashSize, shardMax int
 	var real, fake, hits uint64
 	for _, sh := range s.stashes {
-		sh.mu.Lock()
-		stashSize += len(sh.stash)
-		shardMax = max(shardMax, sh.stats.stashMax)
-		real, fake, hits = real+sh.stats.realReads, fake+sh.stats.fakeReads, hits+sh.stats.stashHits
-		sh.mu.Unlock()
+		sh.locked(func(c *stashCore) {
+			stashSize += len(c.stash)
+			shardMax = max(shardMax, c.stats.stashMax)
+			real, fake, hits = real+c.stats.realReads, fake+c.stats.fakeReads, hits+c.stats.stashHits
+		})
 	}
 	var t ringoram.Stats
 	var evictErrs, readErrs uint64

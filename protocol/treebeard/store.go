@@ -86,10 +86,10 @@ func build(env kv.Env, opts Options) (*store, error) {
 		return nil, err
 	}
 	s.log = durable.New(env.Journal, env.Backend, env.Keys)
-	for range opts.StashShards {
-		st := newStash(s.geo, s.quota, rand.New(rng()))
-		st.leak, st.log = opts.leak, s.log
-		s.stashes = append(s.stashes, st)
+	for i := range opts.StashShards {
+		core := newStashCore(opts.Trees, s.geo, s.quota, seedFrom(rng()))
+		core.leak = opts.leak
+		s.stashes = append(s.stashes, newStash(i, core, s.log))
 	}
 	sources := make([]EvictionSource, len(s.stashes))
 	shards := make([]StashShard, len(s.stashes))
@@ -102,8 +102,10 @@ func build(env kv.Env, opts Options) (*store, error) {
 	}
 	readers := make([]PathReader, opts.Trees)
 	for t := range opts.Trees {
-		w := newTreeWorker(t, opts.A, opts.K, opts.trace)
-		w.stashes, w.leak, w.log = sources, opts.leak, s.log
+		core := newTreeCore(len(s.stashes), opts.A, opts.K)
+		core.leak = opts.leak
+		w := newTreeWorker(t, core, opts.trace)
+		w.stashes, w.log = sources, s.log
 		var err error
 		w.tree, err = ringoram.NewTree(ringoram.Config{Backend: env.Backend, Keys: env.Keys, Geometry: s.geo,
 			Params: ringoram.Params{Z: opts.Z, S: opts.S}, Layout: ringoram.Layout{Prefix: TreePrefix(t)},
@@ -132,7 +134,7 @@ func build(env kv.Env, opts Options) (*store, error) {
 
 // newRandSource returns a maker of independent random sources: from seed
 // (tests) or from crypto/rand.
-func newRandSource(seed *[32]byte) (func() rand.Source, error) {
+func newRandSource(seed *[32]byte) (func() *rand.ChaCha8, error) {
 	var root [32]byte
 	if seed != nil {
 		root = *seed
@@ -140,11 +142,17 @@ func newRandSource(seed *[32]byte) (func() rand.Source, error) {
 		return nil, fmt.Errorf("treebeard: seeding: %w", err)
 	}
 	parent := rand.NewChaCha8(root)
-	return func() rand.Source {
+	return func() *rand.ChaCha8 {
 		var s [32]byte
 		parent.Read(s[:]) // never fails
 		return rand.NewChaCha8(s)
 	}, nil
+}
+
+// seedFrom draws a seed from src.
+func seedFrom(src *rand.ChaCha8) (seed [32]byte) {
+	src.Read(seed[:]) // never fails
+	return seed
 }
 
 func (s *store) start() {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/oblivkv/oblivkv/backend/mem"
 	"github.com/oblivkv/oblivkv/internal/durable"
+	"github.com/oblivkv/oblivkv/internal/durable/durabletest"
 	"github.com/oblivkv/oblivkv/kv"
 	"github.com/oblivkv/oblivkv/kvtest"
 	"github.com/oblivkv/oblivkv/observe"
@@ -87,7 +88,7 @@ func TestBatchShape(t *testing.T) {
 	wg.Wait()
 	var recs []observe.Record
 	for _, r := range log.Records() {
-		if !isAnchor(r) {
+		if !durabletest.IsAnchorWrite(r) {
 			recs = append(recs, r)
 		}
 	}
@@ -153,11 +154,6 @@ func batches(s kv.Store) float64 {
 		}
 	}
 	return -1
-}
-
-// isAnchor reports whether r is a checkpoint's write of the anchor.
-func isAnchor(r observe.Record) bool {
-	return r.Op == observe.OpWrite && len(r.Addrs) == 1 && r.Addrs[0] == durable.AnchorAddr
 }
 
 // A store opened without a journal keeps its state in memory only: it

@@ -1,0 +1,295 @@
+package treebeard
+
+import (
+	"errors"
+	"fmt"
+	"reflect"
+	"slices"
+	"testing"
+
+	"github.com/oblivkv/oblivkv/kv"
+	"github.com/oblivkv/oblivkv/protocol/ringoram"
+	"github.com/oblivkv/oblivkv/protocol/tree"
+)
+
+// The layers' cores driven by scripted messages, with no backend, no
+// goroutine and no clock.
+
+func blockID(name string) tree.BlockID {
+	var id tree.BlockID
+	copy(id[:], name)
+	return id
+}
+
+func newTestStashCore(seed byte) *stashCore {
+	return newStashCore(4, tree.NewGeometry(16), &quota{capacity: 8}, [32]byte{seed})
+}
+
+// readsOf flattens a plan's reads, with the tree of each.
+func readsOf(p epochPlan) (trees []int, reads []ringoram.PathRead) {
+	for t, rs := range p.Reads {
+		for _, r := range rs {
+			trees, reads = append(trees, t), append(reads, r)
+		}
+	}
+	return trees, reads
+}
+
+// realRead returns the only real read of p: its tree and its place among
+// that tree's reads.
+func realRead(t *testing.T, p epochPlan) (int, int) {
+	t.Helper()
+	tr, at := -1, -1
+	for i, rs := range p.Reads {
+		for j, r := range rs {
+			if r.Want != nil {
+				if tr >= 0 {
+					t.Fatalf("two real reads in one plan")
+				}
+				tr, at = i, j
+			}
+		}
+	}
+	if tr < 0 {
+		t.Fatalf("no real read in the plan")
+	}
+	return tr, at
+}
+
+// results answers p's reads of tree tr: the real one with value.
+func results(p epochPlan, tr int, value string) []ringoram.ReadResult {
+	out := make([]ringoram.ReadResult, len(p.Reads[tr]))
+	for i, r := range p.Reads[tr] {
+		if r.Want != nil {
+			out[i] = ringoram.ReadResult{Block: tree.Block{ID: *r.Want, Value: []byte(value)}, Found: true}
+		}
+	}
+	return out
+}
+
+func TestStashCoreEpochs(t *testing.T) {
+	c := newTestStashCore(1)
+	a, b := blockID("a"), blockID("b")
+
+	// Epoch 1: two new blocks, answered at once, one fake read each.
+	p := c.plan(1, []Request{{Op: OpPut, ID: a, Value: []byte("1")}, {Op: OpPut, ID: b, Value: []byte("2")}})
+	if _, reads := readsOf(p); len(reads) != 2 || reads[0].Want != nil || reads[1].Want != nil {
+		t.Fatalf("epoch 1 reads %+v, want two fake reads", reads)
+	}
+	if want := []completion{{To: waiter{1, 0}}, {To: waiter{1, 1}}}; !reflect.DeepEqual(p.Done, want) {
+		t.Fatalf("epoch 1 done %+v, want %+v", p.Done, want)
+	}
+	posA := c.pos[a]
+	if got := c.evictionBlocks(posA.Tree); len(got) != 0 {
+		t.Fatalf("an eviction took %d blocks whose epoch is not journaled", len(got))
+	}
+	c.endEpoch([]Request{{ID: a}, {ID: b}})
+
+	// Evict a: acked and untouched, it leaves the stash and keeps its position.
+	blocks := c.evictionBlocks(posA.Tree)
+	if !slices.ContainsFunc(blocks, func(eb ringoram.EvictBlock) bool { return eb.Block.ID == a }) {
+		t.Fatalf("the eviction of tree %d was handed %+v, want block a", posA.Tree, blocks)
+	}
+	placed := make([]int64, len(blocks))
+	if stale := c.evictionDone(posA.Tree, blocks, placed); len(stale) != 0 {
+		t.Fatalf("stale copies %+v of untouched blocks", stale)
+	}
+	if exists, stashed := c.has(a); !exists || stashed || c.pos[a] != posA {
+		t.Fatalf("after its eviction a: exists %v, stashed %v, at %+v (was %+v)", exists, stashed, c.pos[a], posA)
+	}
+
+	// Epoch 2: one real read of a's path, the repeats queue behind it
+	// with fake reads, and all are answered in order when it returns.
+	batch := []Request{{Op: OpGet, ID: a}, {Op: OpPut, ID: a, Value: []byte("3")}, {Op: OpGet, ID: a}}
+	p = c.plan(2, batch)
+	tr, at := realRead(t, p)
+	if tr != posA.Tree || p.Reads[tr][at].Leaf != posA.Leaf {
+		t.Fatalf("real read of tree %d leaf %d, want a's position %+v", tr, p.Reads[tr][at].Leaf, posA)
+	}
+	if _, reads := readsOf(p); len(reads) != 3 || len(p.Done) != 0 {
+		t.Fatalf("epoch 2: %d reads, %d done; want 3 reads, none done", len(reads), len(p.Done))
+	}
+	done := c.returned(tr, p.Reads[tr], results(p, tr, "1"), nil)
+	want := []completion{
+		{To: waiter{2, 0}, Reply: Reply{Found: true, Value: []byte("1")}},
+		{To: waiter{2, 1}},
+		{To: waiter{2, 2}, Reply: Reply{Found: true, Value: []byte("3")}},
+	}
+	if !reflect.DeepEqual(done, want) {
+		t.Fatalf("epoch 2 done %+v, want %+v", done, want)
+	}
+	if string(c.stash[a].value) != "3" {
+		t.Fatalf("a holds %q, want 3", c.stash[a].value)
+	}
+	c.endEpoch(batch)
+}
+
+func TestStashCoreFailedReads(t *testing.T) {
+	c := newTestStashCore(2)
+	a := blockID("a")
+	c.setPosition(a, position{Tree: 1, Leaf: 5})
+
+	p := c.plan(1, []Request{{Op: OpGet, ID: a}})
+	tr, _ := realRead(t, p)
+	readErr := errors.New("storage unreachable")
+	done := c.returned(tr, p.Reads[tr], nil, readErr)
+	if len(done) != 1 || !errors.Is(done[0].Reply.Err, readErr) {
+		t.Fatalf("a failed read answered %+v, want its error", done)
+	}
+	if c.pos[a] != (position{Tree: 1, Leaf: 5}) || len(c.inflight) != 0 {
+		t.Fatalf("after a failed read a is at %+v with %d reads in flight; want it unmoved", c.pos[a], len(c.inflight))
+	}
+
+	// A block missing from the path it should be on is tampering.
+	p = c.plan(2, []Request{{Op: OpGet, ID: a}})
+	tr, _ = realRead(t, p)
+	done = c.returned(tr, p.Reads[tr], make([]ringoram.ReadResult, len(p.Reads[tr])), nil)
+	if len(done) != 1 || !errors.Is(done[0].Reply.Err, kv.ErrTampered) {
+		t.Fatalf("a block missing from its path answered %+v, want ErrTampered", done)
+	}
+
+	// A tree answering fewer reads than asked fails them.
+	p = c.plan(3, []Request{{Op: OpGet, ID: a}})
+	tr, _ = realRead(t, p)
+	if done = c.returned(tr, p.Reads[tr], nil, nil); len(done) != 1 || done[0].Reply.Err == nil {
+		t.Fatalf("a short answer gave %+v, want an error", done)
+	}
+}
+
+func TestStashCoreFull(t *testing.T) {
+	c := newStashCore(2, tree.NewGeometry(4), &quota{capacity: 1}, [32]byte{3})
+	p := c.plan(1, []Request{{Op: OpPut, ID: blockID("a"), Value: []byte("1")}, {Op: OpPut, ID: blockID("b"), Value: []byte("2")}})
+	if len(p.Done) != 2 || p.Done[0].Reply.Err != nil || !errors.Is(p.Done[1].Reply.Err, kv.ErrFull) {
+		t.Fatalf("two new keys in a store of one: %+v, want the second refused as full", p.Done)
+	}
+	if _, reads := readsOf(p); len(reads) != 2 {
+		t.Fatalf("%d reads, want one per request, refused or not", len(reads))
+	}
+}
+
+// script runs a fixed sequence of epochs through c, answering every real
+// read with its block's name, and returns everything c output.
+func script(c *stashCore, from uint64) string {
+	out := ""
+	for e := from; e < from+20; e++ {
+		var batch []Request
+		for i := range 3 {
+			id := blockID(fmt.Sprint("k", (int(e)*7+i*3)%5))
+			batch = append(batch, Request{Op: Op((int(e) + i) % 3), ID: id, Value: []byte(fmt.Sprint(e))})
+		}
+		p := c.plan(e, batch)
+		out += fmt.Sprintf("%d: %+v\n", e, p)
+		for tr, rs := range p.Reads {
+			out += fmt.Sprintf("  %+v\n", c.returned(tr, rs, results(p, tr, "v"), nil))
+		}
+		out += fmt.Sprintf("  %x\n", c.endEpoch(batch))
+	}
+	return out
+}
+
+// TestStashCoreDeterministic: the same inputs give the same outputs, and a
+// shard restored from a snapshot goes on as the original does.
+func TestStashCoreDeterministic(t *testing.T) {
+	one, two := newTestStashCore(4), newTestStashCore(4)
+	if a, b := script(one, 1), script(two, 1); a != b {
+		t.Fatalf("two shards with one seed diverged:\n%s\n%s", a, b)
+	}
+	restored := newTestStashCore(5)
+	if err := restored.restore(one.snapshot()); err != nil {
+		t.Fatal(err)
+	}
+	if a, b := script(one, 21), script(restored, 21); a != b {
+		t.Fatalf("a restored shard diverged from the original:\n%s\n%s", a, b)
+	}
+	other := newTestStashCore(6)
+	if a, b := script(two, 21), script(other, 21); a == b {
+		t.Fatalf("shards with other seeds and states drew the same reads")
+	}
+	if err := restored.restore(stashSnapshot{Rand: []byte("junk")}); err == nil {
+		t.Fatalf("a snapshot with a broken random state was restored")
+	}
+}
+
+func TestTreeCoreBarrier(t *testing.T) {
+	c := newTreeCore(2, 3, 2)
+	r1 := []ringoram.PathRead{{Leaf: 1}}
+	r2 := []ringoram.PathRead{{Leaf: 2}, {Leaf: 3}}
+	if ready, dup := c.part(7, 1, r2); ready != nil || dup {
+		t.Fatalf("an epoch was ready with one part of two: %+v, dup %v", ready, dup)
+	}
+	if ready, dup := c.part(8, 0, nil); ready != nil || dup {
+		t.Fatalf("epoch 8 was ready with one part of two: %+v, dup %v", ready, dup)
+	}
+	if ready, dup := c.part(7, 1, r1); ready != nil || !dup {
+		t.Fatalf("a duplicate part gave %+v, dup %v; want it reported and ignored", ready, dup)
+	}
+	ready, dup := c.part(7, 0, r1)
+	want := []epochPart{{Epoch: 7, Shard: 0, Reads: r1}, {Epoch: 7, Shard: 1, Reads: r2}}
+	if dup || !reflect.DeepEqual(ready, want) {
+		t.Fatalf("epoch 7 complete gave %+v, want %+v", ready, want)
+	}
+	if ready, _ := c.part(8, 1, nil); len(ready) != 2 {
+		t.Fatalf("epoch 8 complete gave %+v, want both (empty) parts", ready)
+	}
+	if len(c.parts) != 0 {
+		t.Fatalf("%d epochs still waiting", len(c.parts))
+	}
+	c.leak = leakEagerShardParts
+	if ready, _ := c.part(9, 0, r1); len(ready) != 1 {
+		t.Fatalf("leakEagerShardParts did not read a part at once")
+	}
+}
+
+func TestTreeCoreEvictionSchedule(t *testing.T) {
+	c := newTreeCore(1, 3, 2) // A = 3, k = 2
+	for _, step := range []struct{ reads, paths int }{{2, 0}, {2, 2}, {5, 4}, {0, 0}, {1, 0}, {2, 2}} {
+		if got := c.served(step.reads); got != step.paths {
+			t.Fatalf("served(%d) owed %d paths, want %d", step.reads, got, step.paths)
+		}
+	}
+	id := blockID("a")
+	reads := []ringoram.PathRead{{Leaf: 1}, {Leaf: 2, Want: &id}}
+	if n := c.counted(reads); n != 2 {
+		t.Fatalf("counted %d reads, want every read, fake or real", n)
+	}
+	c.leak = leakEvictOnRealReads
+	if n := c.counted(reads); n != 1 {
+		t.Fatalf("leakEvictOnRealReads counted %d reads, want the real one", n)
+	}
+}
+
+func TestRouterCore(t *testing.T) {
+	c := routerCore{shards: 2, next: 10}
+	if _, ok := c.cut(); ok {
+		t.Fatalf("an epoch without requests was cut")
+	}
+	var ids []tree.BlockID
+	for i := range 6 {
+		id := blockID(fmt.Sprint("key", i))
+		ids = append(ids, id)
+		if at := c.add(Request{ID: id}); at != i {
+			t.Fatalf("request %d collected at %d", i, at)
+		}
+	}
+	f, ok := c.cut()
+	if !ok || f.Epoch != 10 || len(f.Batches) != 2 {
+		t.Fatalf("cut %+v, %v; want epoch 10 with a batch per shard", f, ok)
+	}
+	seen := 0
+	for s, batch := range f.Batches {
+		for i, r := range batch {
+			at := f.Index[s][i]
+			if r.ID != ids[at] || shardOf(r.ID, 2) != s || i > 0 && f.Index[s][i-1] >= at {
+				t.Fatalf("shard %d request %d is %v from %d: wrong shard or order", s, i, r.ID, at)
+			}
+			seen++
+		}
+	}
+	if seen != 6 || c.size() != 0 {
+		t.Fatalf("%d requests forwarded, %d still collecting", seen, c.size())
+	}
+	c.add(Request{ID: ids[0]})
+	if f, _ := c.cut(); f.Epoch != 11 {
+		t.Fatalf("next epoch is %d, want 11", f.Epoch)
+	}
+}

@@ -1,0 +1,413 @@
+package treebeard
+
+import (
+	"bytes"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+
+	"github.com/oblivkv/oblivkv/kv"
+	"github.com/oblivkv/oblivkv/protocol/ringoram"
+	"github.com/oblivkv/oblivkv/protocol/tree"
+)
+
+// stashCore is a Stash shard's logic as a deterministic state machine: the
+// position map, the stash, the blocks whose real reads are in flight and
+// the random source they are drawn from. Its inputs are an epoch's batch
+// (plan), the results of the paths read for it (returned), the end of the
+// epoch (endEpoch) and an eviction's hand-off and acknowledgement; its
+// outputs are the path reads to issue, the replies that are ready, the
+// journal record of an epoch and the stale copies of an eviction. It does
+// no I/O, starts no goroutine and reads no clock: the same state and the
+// same inputs give the same outputs, so a journal or a replicated log of
+// its inputs rebuilds it. Stash drives it.
+type stashCore struct {
+	trees int
+	geo   tree.Geometry
+	quota *quota // shared by the shards of a store: the capacity is the store's
+	leak  leak   // tests only (leak.go)
+
+	src      *rand.ChaCha8 // the random source, whose state snapshot holds
+	rng      *rand.Rand
+	pos      map[tree.BlockID]position
+	stash    map[tree.BlockID]*stashed
+	inflight map[tree.BlockID]*inflight
+	stats    stashStats
+}
+
+// position is where a block lives: a tree and a leaf of it.
+type position struct {
+	Tree int
+	Leaf uint64
+}
+
+// stashed is a block held in a Stash shard's stash.
+type stashed struct {
+	value    []byte
+	evicting int // the tree whose eviction holds the block, or -1
+	touched  int // accesses since the block was handed to that eviction
+	// unjournaled: an epoch changed the block and its record is not in
+	// the journal yet; no eviction takes it until then, so no eviction's
+	// record holds a state the journal could lose.
+	unjournaled bool
+}
+
+// inflight is a block whose real path read is on its way: the requests
+// queued behind it, applied in arrival order when it returns, and the
+// position it moves to then (the position map keeps the old one until
+// the block is in the stash, so a journal record never holds a position
+// the block has not reached).
+type inflight struct {
+	from, to position // where the read looks for it, and where it goes
+	queue    []queued
+}
+
+// queued is a request waiting for its block's real read.
+type queued struct {
+	req Request
+	to  waiter
+}
+
+// waiter names a request awaiting its reply: its epoch and its index in
+// the batch the shard got for that epoch.
+type waiter struct {
+	Epoch uint64
+	Index int
+}
+
+// completion is a reply that is ready, and the request it answers.
+type completion struct {
+	To    waiter
+	Reply Reply
+}
+
+// epochPlan is what plan decides for an epoch: the paths to read, by tree
+// (a read whose Want is set is its block's real read), and the replies
+// ready at once.
+type epochPlan struct {
+	Reads [][]ringoram.PathRead
+	Done  []completion
+}
+
+type stashStats struct {
+	realReads, fakeReads, stashHits, readErrors uint64
+	stashMax                                    int
+}
+
+// newStashCore returns an empty shard over trees trees of geometry geo,
+// drawing positions from a ChaCha8 source seeded with seed.
+func newStashCore(trees int, geo tree.Geometry, q *quota, seed [32]byte) *stashCore {
+	c := &stashCore{trees: trees, geo: geo, quota: q,
+		pos: map[tree.BlockID]position{}, stash: map[tree.BlockID]*stashed{},
+		inflight: map[tree.BlockID]*inflight{}}
+	c.reseed(seed)
+	return c
+}
+
+// randomPosition draws a uniformly random tree and leaf: the random tree
+// and random path invariants (Treebeard Sec. 3).
+func (c *stashCore) randomPosition() position {
+	return position{Tree: c.rng.IntN(c.trees), Leaf: c.rng.Uint64N(c.geo.Leaves())}
+}
+
+// plan runs the start of an epoch (Treebeard Sec. 5.2.1): one path read
+// per request. The first request of a block not in the stash reads the
+// block's real path; repeats and blocks already stashed read a random path
+// of a random tree (fake reads). Every access leaves its block at a fresh
+// random tree and leaf (a repeat finds it moved already by the real read
+// it queues behind). Requests answered from the stash, or about blocks
+// that do not exist, are done at once; the others wait for their block's
+// real read (returned).
+func (c *stashCore) plan(epoch uint64, batch []Request) epochPlan {
+	p := epochPlan{Reads: make([][]ringoram.PathRead, c.trees)}
+	fakeAt := func(at position) {
+		p.Reads[at.Tree] = append(p.Reads[at.Tree], ringoram.PathRead{Leaf: at.Leaf})
+		c.stats.fakeReads++
+	}
+	for i, r := range batch {
+		to := waiter{Epoch: epoch, Index: i}
+		switch f, b := c.inflight[r.ID], c.stash[r.ID]; {
+		case f != nil: // a repeat: queue behind the block's real read
+			f.queue = append(f.queue, queued{req: r, to: to})
+			if c.leak == leakRepeatReadsRealPath {
+				fakeAt(f.from)
+				continue
+			}
+			fakeAt(c.randomPosition())
+		case b != nil: // in the stash: answer from it
+			c.stats.stashHits++
+			p.Done = append(p.Done, completion{To: to, Reply: c.applyStashed(r, b)})
+			fakeAt(c.randomPosition())
+		default:
+			at, ok := c.pos[r.ID]
+			if !ok { // a block that does not exist: a fake read, like any other
+				p.Done = append(p.Done, completion{To: to, Reply: c.applyNew(r)})
+				if c.leak == leakMissingKeyedPosition {
+					fakeAt(c.keyedPosition(r.ID))
+					continue
+				}
+				fakeAt(c.randomPosition())
+				continue
+			}
+			c.inflight[r.ID] = &inflight{from: at, to: c.randomPosition(), queue: []queued{{req: r, to: to}}}
+			want := r.ID
+			p.Reads[at.Tree] = append(p.Reads[at.Tree], ringoram.PathRead{Leaf: at.Leaf, Want: &want})
+			c.stats.realReads++
+		}
+	}
+	return p
+}
+
+// applyStashed applies r to a stashed block and remaps it.
+func (c *stashCore) applyStashed(r Request, b *stashed) Reply {
+	if b.evicting >= 0 {
+		b.touched++ // Treebeard Sec. 5.2.2: the copy being evicted is now stale
+	}
+	rep, exists, val := apply(r, true, b.value, c.quota)
+	if !exists {
+		delete(c.stash, r.ID)
+		delete(c.pos, r.ID)
+		return rep
+	}
+	b.value, b.unjournaled = val, true
+	c.pos[r.ID] = c.randomPosition()
+	return rep
+}
+
+// applyNew applies r to a block that does not exist.
+func (c *stashCore) applyNew(r Request) Reply {
+	rep, exists, val := apply(r, false, nil, c.quota)
+	if exists {
+		c.stash[r.ID] = &stashed{value: val, evicting: -1, unjournaled: true}
+		c.pos[r.ID] = c.randomPosition()
+		c.noteSize()
+	}
+	return rep
+}
+
+func (c *stashCore) noteSize() { c.stats.stashMax = max(c.stats.stashMax, len(c.stash)) }
+
+// apply performs r on a block's state (exists, val) and returns the reply
+// and the new state; q is charged for a new key and credited for a
+// deleted one.
+func apply(r Request, exists bool, val []byte, q *quota) (Reply, bool, []byte) {
+	switch r.Op {
+	case OpGet:
+		if exists { // the caller owns its copy
+			return Reply{Found: true, Value: append([]byte{}, val...)}, true, val
+		}
+	case OpPut:
+		if !exists && !q.reserve() {
+			return Reply{Err: fmt.Errorf("%w: %d keys", kv.ErrFull, q.capacity)}, false, nil
+		}
+		return Reply{}, true, r.Value
+	case OpDelete:
+		if exists {
+			q.release()
+		}
+		return Reply{}, false, nil
+	}
+	return Reply{}, exists, val
+}
+
+// returned takes the results of the path reads of tree t that plan asked
+// for (err: the tree's read failed) and answers the requests queued
+// behind each real read among them, in their order of arrival: with the
+// block's value they run and the block joins the stash at its new
+// position; on failure they fail and the block stays where it was.
+func (c *stashCore) returned(t int, reads []ringoram.PathRead, results []ringoram.ReadResult, err error) []completion {
+	if err == nil && len(results) != len(reads) {
+		err = fmt.Errorf("treebeard: tree %d answered %d of %d reads", t, len(results), len(reads))
+	}
+	if err != nil {
+		c.stats.readErrors++
+	}
+	var done []completion
+	for i, r := range reads {
+		if r.Want == nil {
+			continue
+		}
+		var res ringoram.ReadResult
+		readErr := err
+		if readErr == nil {
+			if res = results[i]; !res.Found {
+				readErr = fmt.Errorf("%w: a block is missing from its path", kv.ErrTampered)
+			}
+		}
+		done = c.settle(*r.Want, res.Block.Value, readErr, done)
+	}
+	return done
+}
+
+// settle ends block id's real read.
+func (c *stashCore) settle(id tree.BlockID, val []byte, err error, done []completion) []completion {
+	f := c.inflight[id]
+	if f == nil { // not a read of this shard's: nothing waits for it
+		return done
+	}
+	delete(c.inflight, id)
+	if err != nil {
+		for _, q := range f.queue {
+			done = append(done, completion{To: q.to, Reply: Reply{Err: err}})
+		}
+		return done
+	}
+	exists := true
+	for _, q := range f.queue {
+		var rep Reply
+		rep, exists, val = apply(q.req, exists, val, c.quota)
+		done = append(done, completion{To: q.to, Reply: rep})
+	}
+	if !exists {
+		delete(c.pos, id)
+		return done
+	}
+	c.pos[id] = f.to
+	c.stash[id] = &stashed{value: val, evicting: -1, unjournaled: true}
+	c.noteSize()
+	return done
+}
+
+// endEpoch returns the journal record of an epoch whose replies are all
+// ready: where the blocks of batch are now, and what the stashed ones
+// hold. Those blocks may join evictions from now on. Every epoch has a
+// record, whatever it holds, so how many records there are depends only
+// on the epochs.
+func (c *stashCore) endEpoch(batch []Request) []byte {
+	ids, seen := make([]tree.BlockID, 0, len(batch)), make(map[tree.BlockID]bool, len(batch))
+	for _, r := range batch {
+		if !seen[r.ID] {
+			seen[r.ID] = true
+			ids = append(ids, r.ID)
+		}
+	}
+	for _, id := range ids {
+		if b := c.stash[id]; b != nil {
+			b.unjournaled = false
+		}
+	}
+	return c.blocksDelta(ids)
+}
+
+// evictionBlocks hands the ORAM shard of tree t the stashed blocks the
+// position map assigns to t (Treebeard Sec. 5.2.2, Fig. 4 step 3). Each
+// block takes part in one eviction at a time, and its access counter
+// starts at zero. Blocks stay in the stash until the eviction acknowledges
+// them. A block whose latest change is not journaled yet waits for the
+// next eviction (which blocks an eviction places never shows on storage).
+func (c *stashCore) evictionBlocks(t int) []ringoram.EvictBlock {
+	var out []ringoram.EvictBlock
+	for id, b := range c.stash {
+		p := c.pos[id]
+		if p.Tree != t || b.evicting >= 0 || b.unjournaled {
+			continue
+		}
+		b.evicting, b.touched = t, 0
+		out = append(out, ringoram.EvictBlock{Block: tree.Block{ID: id, Value: b.value}, Leaf: p.Leaf})
+	}
+	// In a fixed order, not the map's: the placements are the core's output.
+	slices.SortFunc(out, func(x, y ringoram.EvictBlock) int { return bytes.Compare(x.Block.ID[:], y.Block.ID[:]) })
+	return out
+}
+
+// evictionDone ends tree t's eviction (Treebeard Sec. 5.2.2): a block
+// leaves the stash only if it was acked (placed) and not accessed since it
+// was handed over. An acked block that was accessed meanwhile (updated,
+// moved or deleted) stays as it is now, and its copy in the tree is stale.
+func (c *stashCore) evictionDone(t int, blocks []ringoram.EvictBlock, placed []int64) []Stale {
+	var stale []Stale
+	for i, eb := range blocks {
+		id := eb.Block.ID
+		b := c.stash[id]
+		mine := b != nil && b.evicting == t
+		if mine {
+			b.evicting = -1
+		}
+		if placed[i] < 0 {
+			continue
+		}
+		if mine && b.touched == 0 {
+			delete(c.stash, id)
+			continue
+		}
+		stale = append(stale, Stale{Bucket: uint64(placed[i]), ID: id})
+	}
+	return stale
+}
+
+// stashSnapshot is a Stash shard's state between epochs: no read in
+// flight, no eviction holding a block.
+type stashSnapshot struct {
+	Pos   map[tree.BlockID]position
+	Stash map[tree.BlockID][]byte
+	Rand  []byte // the random source's state
+}
+
+// snapshot returns the shard's state; it must run between epochs and
+// evictions (a checkpoint pauses the Routers and waits for the trees).
+func (c *stashCore) snapshot() stashSnapshot {
+	snap := stashSnapshot{Pos: make(map[tree.BlockID]position, len(c.pos)), Stash: make(map[tree.BlockID][]byte, len(c.stash))}
+	for id, p := range c.pos {
+		snap.Pos[id] = p
+	}
+	for id, b := range c.stash {
+		snap.Stash[id] = b.value
+	}
+	snap.Rand, _ = c.src.MarshalBinary() // never fails
+	return snap
+}
+
+// restore replaces the shard's state by snap, which an earlier snapshot
+// returned.
+func (c *stashCore) restore(snap stashSnapshot) error {
+	if err := c.src.UnmarshalBinary(snap.Rand); err != nil {
+		return fmt.Errorf("treebeard: a Stash shard's random source: %w", err)
+	}
+	clear(c.pos)
+	clear(c.stash)
+	clear(c.inflight)
+	for id, p := range snap.Pos {
+		c.setPosition(id, p)
+	}
+	for id, v := range snap.Stash {
+		c.setStashed(id, v)
+	}
+	return nil
+}
+
+// reseed draws the shard's positions from seed from now on.
+func (c *stashCore) reseed(seed [32]byte) {
+	c.src = rand.NewChaCha8(seed)
+	c.rng = rand.New(c.src)
+}
+
+// setPosition places block id at p (a load, a replayed record).
+func (c *stashCore) setPosition(id tree.BlockID, p position) { c.pos[id] = p }
+
+// setStashed puts block id in the stash holding v, journaled.
+func (c *stashCore) setStashed(id tree.BlockID, v []byte) {
+	c.stash[id] = &stashed{value: v, evicting: -1}
+	c.noteSize()
+}
+
+// forget removes block id: it does not exist.
+func (c *stashCore) forget(id tree.BlockID) {
+	delete(c.pos, id)
+	delete(c.stash, id)
+}
+
+// clearBlocks forgets every block (a bulk load cut short).
+func (c *stashCore) clearBlocks() {
+	clear(c.pos)
+	clear(c.stash)
+}
+
+// unstash takes block id out of the stash (an eviction placed it).
+func (c *stashCore) unstash(id tree.BlockID) { delete(c.stash, id) }
+
+// has reports whether block id exists, and whether it is stashed.
+func (c *stashCore) has(id tree.BlockID) (exists, inStash bool) {
+	_, exists = c.pos[id]
+	_, inStash = c.stash[id]
+	return exists, inStash
+}
