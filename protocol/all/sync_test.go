@@ -10,9 +10,9 @@ import (
 // kv.Open lets storage skip the sync of each write (backend.DeferSync)
 // exactly for the protocols whose journal holds every write they issue
 // (each shows it survives a power cut so: TestPowerLoss in its package),
-// and only under --fsync always with a journal: never for cloak (its
-// batches' write-backs are not journaled), the baselines, a store without
-// a journal, or --fsync none (where storage does not sync anyway).
+// and only under --fsync always with a journal: never for the baselines,
+// a store without a journal, or --fsync none (where storage does not sync
+// anyway).
 func TestStorageSyncDeferredOnlyWhenJournaled(t *testing.T) {
 	keys := kvtest.NewKeys(t)
 	for _, tc := range []struct {
@@ -25,7 +25,8 @@ func TestStorageSyncDeferredOnlyWhenJournaled(t *testing.T) {
 		{"taostore", true, false, true},
 		{"treebeard", true, false, true},
 		{"waffle", true, false, true},
-		{"cloak", true, false, false},
+		{"cloak", true, false, true},
+		{"cloak", false, false, false},
 		{"plain", true, false, false},
 		{"encrypted", true, false, false},
 		{"treebeard", false, false, false},

@@ -293,12 +293,20 @@ func (s *store) answer(b *batch, elems []value) {
 }
 
 // writeBack writes the batch's elements back re-encrypted under the batch
-// id, permuted.
+// id, permuted, once the journal holds the Write: storage need not sync
+// it (backend.DeferSync), since recovery issues it again.
 func (s *store) writeBack(ctx context.Context, b *batch, elems []value) error {
 	items, plain := make([]backend.Item, len(b.addrs)), make([]byte, 4+s.valueSize)
 	for i, p := range b.perm {
 		to := b.addrs[p]
 		items[p] = backend.Item{Addr: addr(to), Value: s.sealElement(to, b.id, elems[i], plain)}
+	}
+	if err := s.journalWriteBack(b, items); err != nil {
+		s.mu.Lock()
+		s.halt(err)
+		err = s.broken
+		s.mu.Unlock()
+		return err
 	}
 	return s.b.Write(ctx, items)
 }

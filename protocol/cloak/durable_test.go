@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -14,6 +15,7 @@ import (
 	"github.com/oblivkv/oblivkv/backend"
 	"github.com/oblivkv/oblivkv/backend/mem"
 	"github.com/oblivkv/oblivkv/internal/durable"
+	"github.com/oblivkv/oblivkv/internal/durable/durabletest"
 	"github.com/oblivkv/oblivkv/internal/journal"
 	"github.com/oblivkv/oblivkv/kv"
 	"github.com/oblivkv/oblivkv/kvtest"
@@ -159,6 +161,21 @@ func (c *crashable) crash() {
 	c.open(false)
 }
 
+// recoveryView checks the calls of a recovery: the anchor's read, only
+// Writes, the anchor's write.
+func recoveryView(calls []string) error {
+	const read, write = "read [meta/anchor]", "write [meta/anchor]"
+	if len(calls) < 2 || calls[0] != read || calls[len(calls)-1] != write {
+		return fmt.Errorf("recovery made the calls %q; want %q first and %q last", calls, read, write)
+	}
+	for _, c := range calls[1 : len(calls)-1] {
+		if !strings.HasPrefix(c, "write ") || c == write {
+			return fmt.Errorf("recovery made the call %q; want only the journal's Writes between the anchor's", c)
+		}
+	}
+	return nil
+}
+
 // model is what the store must hold: every key once written, with its
 // value ("" for deleted).
 type model map[string]string
@@ -204,13 +221,15 @@ func (m model) check(t *testing.T, s kv.Store, when string) {
 // its Read (the Read failed), between its Read and its Write (the Write
 // failed), after a Write storage applied but reported failed, after a
 // batch whose commit record was not yet durable, and across checkpoints.
-// Recovery reads and writes the anchor, nothing else; the batch the crash
-// cut short is then sent again unchanged: storage sees the same Read
-// again.
+// Recovery reads the anchor, issues again the write-backs the journal
+// holds (Writes storage saw before) and writes the anchor, nothing else;
+// the batch the crash cut short is then sent again unchanged: storage
+// sees the same Read again.
 func TestCrashRecovers(t *testing.T) {
 	f := &faulty{Backend: mem.New()}
+	wit := durabletest.NewWitness(f)
 	var log observeReads
-	c := newCrashable(t, log.wrap(f))
+	c := newCrashable(t, log.wrap(wit))
 	m := model{}
 	for i := range 6 {
 		m.put(t, c.s, fmt.Sprint("k", i), fmt.Sprint("a", i))
@@ -237,10 +256,15 @@ func TestCrashRecovers(t *testing.T) {
 		cloak.RunBatch(c.s)
 		cut := log.last()
 		// Recovery itself shows storage only that it happened: it reads
-		// the anchor and checkpoints.
+		// the anchor, writes again what it saw written, and checkpoints.
+		wit.Recovering(true)
 		calls := f.recording(c.crash)
-		if want := []string{"read [meta/anchor]", "write [meta/anchor]"}; !slices.Equal(calls, want) {
-			t.Errorf("%s: recovery made the calls %q; want %q", fault.name, calls, want)
+		wit.Recovering(false)
+		if err := recoveryView(calls); err != nil {
+			t.Errorf("%s: %v", fault.name, err)
+		}
+		if n := wit.Novel(); n != 0 {
+			t.Errorf("%s: recovery made %d Writes storage had not seen", fault.name, n)
 		}
 		// The cut batch's commit was never durable: it is sent again.
 		cloak.RunBatch(c.s)
@@ -432,4 +456,12 @@ func TestCrashDuringLoad(t *testing.T) {
 		}
 		m.check(t, c.s, "after a load and a crash")
 	})
+}
+
+// A power cut loses none of the acknowledged writes: storage drops every
+// write-back it had not synced, and recovery writes them again from the
+// journal.
+func TestPowerLoss(t *testing.T) {
+	kvtest.CheckPowerLoss(t, cloak.OpenRaw, kv.Env{Capacity: 64, ValueSize: 16, MaxKeySize: 8,
+		Options: cloak.Options{Delta: 2 * time.Millisecond}})
 }

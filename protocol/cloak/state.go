@@ -194,6 +194,11 @@ func first(b []int) int {
 	return b[0]
 }
 
+// JournalsEveryWrite implements kv.WriteJournaler: every write-back is
+// journaled before it is issued, and every layout write is followed by a
+// checkpoint, which syncs storage.
+func (s *store) JournalsEveryWrite() bool { return s.log.Durable() }
+
 func (s *store) Stats() kv.Stats {
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -76,9 +76,9 @@ type store struct {
 	capacity  int
 	valueSize int
 	log       *durable.Log
-	// checkpointEvery is how many batches run between checkpoints; the
-	// count is of batches, which storage sees, never of client writes,
-	// which it must not (journal.go).
+	// checkpointEvery is how many batches run between checkpoints
+	// (checkpointBatches); the count is of batches, which storage sees,
+	// never of client writes, which it must not (journal.go).
 	checkpointEvery int
 
 	batchMu sync.Mutex // held by a whole batch, and by Load
@@ -125,7 +125,7 @@ func open(ctx context.Context, env kv.Env) (*store, error) {
 		return nil, fmt.Errorf("cloak: seeding: %w", err)
 	}
 	s := &store{b: env.Backend, keys: env.Keys, opts: opts, budgets: budgets, capacity: env.Capacity, valueSize: env.ValueSize,
-		log: durable.New(env.Journal, env.Backend, env.Keys), checkpointEvery: durable.DefaultEvery,
+		log: durable.New(env.Journal, env.Backend, env.Keys), checkpointEvery: checkpointBatches,
 		committed: make(chan struct{}), rng: rand.New(rand.NewChaCha8(seed)), cache: newLRU(opts.Cache),
 		pending: map[string]*entry{}, queues: map[uint64][]string{}, stop: make(chan struct{}), loopDone: make(chan struct{})}
 	if opts.leak == leakEarlyWhenFull {

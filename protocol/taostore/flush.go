@@ -5,7 +5,6 @@ import (
 	"slices"
 
 	"github.com/oblivkv/oblivkv/backend"
-	"github.com/oblivkv/oblivkv/internal/durable"
 	"github.com/oblivkv/oblivkv/protocol/tree"
 )
 
@@ -89,14 +88,21 @@ func (s *store) awaitWriteBacks(version uint64) {
 }
 
 // writeBack journals a write-back of buckets with their contents under
-// version, sealed, then writes it in one versioned backend call (redone
-// from the journal after a crash). It returns how many were stale.
+// version, then seals them and writes them in one versioned backend call
+// (redone from the journal after a crash: redoWriteBacks). It returns how
+// many were stale.
 func (s *store) writeBack(ctx context.Context, buckets []uint64, contents [][]tree.Block, version uint64) (int, error) {
-	items, err := s.seal(buckets, contents, version)
-	if err != nil {
+	if _, err := s.log.Commit(writeBackDelta(version, buckets, contents)); err != nil {
 		return 0, err
 	}
-	if _, err := s.log.Commit(writeBackDelta(version, buckets), durable.Op{Versioned: items}); err != nil {
+	return s.writeSealed(ctx, buckets, contents, version)
+}
+
+// writeSealed seals buckets with their contents under version and writes
+// them in one versioned backend call.
+func (s *store) writeSealed(ctx context.Context, buckets []uint64, contents [][]tree.Block, version uint64) (int, error) {
+	items, err := s.seal(buckets, contents, version)
+	if err != nil {
 		return 0, err
 	}
 	return s.b.WriteVersioned(ctx, items)

@@ -10,11 +10,15 @@ import (
 )
 
 // The journal's records (internal/durable) carry one of these deltas of
-// the trusted state; a write-back's record also carries its sealed
-// buckets, which recovery writes again.
+// the trusted state. A write-back's record carries its buckets' blocks,
+// which recovery seals again and writes under the write-back's version: a
+// versioned write is skipped where storage holds that version already, so
+// storage gets a second sealing of a bucket version only if it lost the
+// first. Journaling the blocks rather than the sealed buckets (dummies
+// padding every bucket to Z slots) cuts the journal about fourfold.
 const (
 	deltaPath      byte = iota + 1 // a path processed: its buckets after the flush, the answered block's position, the stash
-	deltaWriteBack                 // a write-back: its version and buckets
+	deltaWriteBack                 // a write-back: its version, buckets and their blocks
 	deltaLoad                      // a bulk load begins, under a version
 )
 
@@ -53,14 +57,26 @@ func (s *store) pathDelta(leaf uint64, real bool, id tree.BlockID) []byte {
 	return b
 }
 
-// writeBackDelta describes a write-back of buckets under version.
-func writeBackDelta(version uint64, buckets []uint64) []byte {
+// writeBackDelta describes a write-back of buckets with their contents
+// under version.
+func writeBackDelta(version uint64, buckets []uint64, contents [][]tree.Block) []byte {
 	b := binary.AppendUvarint([]byte{deltaWriteBack}, version)
 	b = binary.AppendUvarint(b, uint64(len(buckets)))
-	for _, bk := range buckets {
-		b = binary.AppendUvarint(b, bk)
+	for i, bk := range buckets {
+		b = binary.AppendUvarint(binary.AppendUvarint(b, bk), uint64(len(contents[i])))
+		for _, blk := range contents[i] {
+			b = appendBlock(b, blk)
+		}
 	}
 	return b
+}
+
+// writeBackRecord is a write-back as its record holds it, for recovery to
+// issue again.
+type writeBackRecord struct {
+	version  uint64
+	buckets  []uint64
+	contents [][]tree.Block
 }
 
 func appendBlock(b []byte, blk tree.Block) []byte {
@@ -69,23 +85,20 @@ func appendBlock(b []byte, blk tree.Block) []byte {
 
 var errMalformed = errors.New("taostore: malformed journal record")
 
-// replay applies a record's delta to the state; it reports whether the
-// record began a bulk load (the tree must then be written afresh).
-func (s *store) replay(rec []byte) (load bool, err error) {
+// replay applies a record's delta to the state, adding a write-back to
+// redo; it reports whether the record began a bulk load (the tree must
+// then be written afresh).
+func (s *store) replay(rec []byte, redo *[]writeBackRecord) (load bool, err error) {
 	d := delta.NewDecoder(rec)
 	switch kind := d.Byte(); kind {
 	case deltaPath:
 		s.replayPath(d)
 	case deltaWriteBack:
-		version := d.Uvarint()
-		buckets := make([]uint64, d.Count())
-		for i := range buckets {
-			buckets[i] = d.Uvarint()
-			d.Check(buckets[i] < s.geo.Buckets(), "a bucket outside the tree")
-		}
+		wb := s.readWriteBack(d)
 		if !d.Failed() {
-			s.version = max(s.version, version)
-			s.acknowledge(buckets, version)
+			s.version = max(s.version, wb.version)
+			s.acknowledge(wb.buckets, wb.version)
+			*redo = append(*redo, wb)
 		}
 	case deltaLoad:
 		s.version = max(s.version, d.Uvarint())
@@ -97,6 +110,23 @@ func (s *store) replay(rec []byte) (load bool, err error) {
 		return false, fmt.Errorf("%w: %w", errMalformed, err)
 	}
 	return load, nil
+}
+
+// readWriteBack reads a write-back's record.
+func (s *store) readWriteBack(d *delta.Decoder) writeBackRecord {
+	wb := writeBackRecord{version: d.Uvarint()}
+	for n := d.Count(); n > 0 && !d.Failed(); n-- {
+		b := d.Uvarint()
+		d.Check(b < s.geo.Buckets(), "a bucket outside the tree")
+		m := d.Count()
+		d.Check(m <= s.opts.Z, "a bucket of more than Z blocks")
+		var blocks []tree.Block
+		for ; m > 0 && !d.Failed(); m-- {
+			blocks = append(blocks, readBlock(d, s.codec.ValueSize()))
+		}
+		wb.buckets, wb.contents = append(wb.buckets, b), append(wb.contents, blocks)
+	}
+	return wb
 }
 
 // replayPath applies a path's record.

@@ -211,13 +211,16 @@ func (s *store) recover(ctx context.Context) error {
 		return err
 	}
 	load := false
+	var redo []writeBackRecord
 	for i, delta := range rec.Deltas {
-		if load, err = s.replay(delta); err != nil {
+		if load, err = s.replay(delta, &redo); err != nil {
 			return fmt.Errorf("taostore: journal record %d after the checkpoint: %w", i+1, err)
 		}
 	}
-	if err := s.log.Redo(ctx, rec); err != nil {
-		return fmt.Errorf("taostore: %w", err)
+	for i, wb := range redo { // in order; storage skips the versions it holds
+		if _, err := s.writeSealed(ctx, wb.buckets, wb.contents, wb.version); err != nil {
+			return fmt.Errorf("taostore: redoing write-back %d of %d: %w", i+1, len(redo), err)
+		}
 	}
 	if s.opts.leak == leakRecoveryChecksPositions {
 		if err := s.checkPositions(ctx); err != nil {
