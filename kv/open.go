@@ -160,9 +160,21 @@ func Open(ctx context.Context, cfg Config) (Store, error) {
 		// storage: one fsync per operation instead of two.
 		backend.DeferSync(tap)
 	}
+	if st, ok := inner.(Starter); ok {
+		st.Start()
+	}
 	c := newChecked(inner, tap, cfg)
 	c.journal = env.Journal
 	return c, nil
+}
+
+// Starter is implemented by a store with work of its own to run in the
+// background (cloak's batches, which leave at a fixed rate whether clients
+// ask or not). Open calls Start once the store is committed (a new store's
+// metadata written), so that no background work of a creation cut short
+// reaches its journal: the next start then builds the store afresh.
+type Starter interface {
+	Start()
 }
 
 // WriteJournaler is implemented by a store whose journal holds every

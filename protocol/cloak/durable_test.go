@@ -465,3 +465,41 @@ func TestPowerLoss(t *testing.T) {
 	kvtest.CheckPowerLoss(t, cloak.OpenRaw, kv.Env{Capacity: 64, ValueSize: 16, MaxKeySize: 8,
 		Options: cloak.Options{Delta: 2 * time.Millisecond}})
 }
+
+// metaFails fails the write of a new store's metadata record, after a
+// pause in which a store already running would send batches.
+type metaFails struct{ backend.Backend }
+
+func (m metaFails) Write(ctx context.Context, items []backend.Item) error {
+	if len(items) > 0 && items[0].Addr == kv.MetaAddr {
+		time.Sleep(50 * time.Millisecond)
+		return errInjected
+	}
+	return m.Backend.Write(ctx, items)
+}
+
+// A creation cut short before the store is committed (its metadata
+// written) leaves no batch in its journal, so the next start builds the
+// store afresh instead of refusing the journal as another store's.
+func TestCreationCutShort(t *testing.T) {
+	m := mem.New()
+	cfg := kv.Config{Protocol: "cloak", Backend: metaFails{m}, Keys: kvtest.NewKeys(t), Capacity: 64, ValueSize: 16,
+		MaxKeySize: 8, JournalDir: t.TempDir(), Options: cloak.Options{Delta: time.Millisecond}}
+	if s, err := kv.Open(t.Context(), cfg); err == nil {
+		s.Close()
+		t.Fatal("a creation whose metadata write failed opened")
+	}
+	m.Reopen()
+	cfg.Backend = m
+	s, err := kv.Open(t.Context(), cfg)
+	if err != nil {
+		t.Fatalf("the next start after a creation cut short: %v", err)
+	}
+	defer s.Close()
+	if err := s.Put(t.Context(), "k", []byte("v")); err != nil {
+		t.Fatal(err)
+	}
+	if got := getByBatches(t, s, "k"); got != "v" {
+		t.Fatalf("Get(k) = %q; want v", got)
+	}
+}

@@ -7,8 +7,15 @@ import (
 )
 
 // OpenRaw opens the protocol's store itself, without package kv's checks,
-// so a test can look inside it with Where.
-func OpenRaw(ctx context.Context, env kv.Env) (kv.Store, error) { return open(ctx, env) }
+// so a test can look inside it with Where, and starts its batches.
+func OpenRaw(ctx context.Context, env kv.Env) (kv.Store, error) {
+	s, err := open(ctx, env)
+	if err != nil {
+		return nil, err
+	}
+	s.Start()
+	return s, nil
+}
 
 // Where returns the storage address of key in a store OpenRaw opened, or
 // "" if it has none: the ground truth a frequency attack is scored on.

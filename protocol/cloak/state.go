@@ -173,6 +173,7 @@ func (s *store) Load(ctx context.Context, items iter.Seq2[string, []byte]) (int,
 // flight.
 func (s *store) Close() error {
 	close(s.stop)
+	s.started.Do(func() { close(s.loopDone) }) // never started: nothing to wait for
 	<-s.loopDone
 	s.batchMu.Lock()
 	defer s.batchMu.Unlock()

@@ -108,6 +108,7 @@ type store struct {
 	broken error
 
 	stop, loopDone chan struct{}
+	started        sync.Once     // the loop started (Start), or Close ended it unstarted
 	early          chan struct{} // leakEarlyWhenFull only: a batch now
 }
 
@@ -147,9 +148,13 @@ func open(ctx context.Context, env kv.Env) (*store, error) {
 	if err != nil {
 		return nil, err
 	}
-	go s.loop()
 	return s, nil
 }
+
+// Start implements kv.Starter: batches start once the store is committed,
+// so a creation cut short before its metadata is written leaves no batch
+// in the journal, and the next start builds the store afresh.
+func (s *store) Start() { s.started.Do(func() { go s.loop() }) }
 
 // addr is the storage address of physical address a.
 func addr(a uint32) string {
