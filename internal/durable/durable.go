@@ -49,11 +49,10 @@ const AnchorAddr = "meta/anchor"
 const DefaultEvery = 1000
 
 // Op is one backend operation a record plans, issued in order: a Write of
-// Items, a WriteVersioned of Versioned, or a Delete of Addrs.
+// Items, or a Delete of Addrs.
 type Op struct {
-	Items     []backend.Item
-	Versioned []backend.VersionedItem
-	Addrs     []string
+	Items []backend.Item
+	Addrs []string
 }
 
 // Errors of recovery.
@@ -221,8 +220,6 @@ func (l *Log) Redo(ctx context.Context, r Recovery) error {
 		switch {
 		case op.Items != nil:
 			err = l.b.Write(ctx, op.Items)
-		case op.Versioned != nil:
-			_, err = l.b.WriteVersioned(ctx, op.Versioned)
 		case op.Addrs != nil:
 			err = l.b.Delete(ctx, op.Addrs)
 		}
@@ -264,7 +261,6 @@ func (l *Log) checkAnchor(ctx context.Context, at, last uint64) error {
 // operations: a count, and for each a kind byte and its items.
 const (
 	opWrite byte = iota + 1
-	opVersioned
 	opDelete
 )
 
@@ -273,9 +269,6 @@ func encode(protocolDelta []byte, ops []Op) []byte {
 	for _, op := range ops {
 		for _, it := range op.Items {
 			n += len(it.Addr) + len(it.Value) + 8
-		}
-		for _, it := range op.Versioned {
-			n += len(it.Addr) + len(it.Value) + 16
 		}
 		for _, a := range op.Addrs {
 			n += len(a) + 4
@@ -291,12 +284,6 @@ func encode(protocolDelta []byte, ops []Op) []byte {
 			b = binary.AppendUvarint(b, uint64(len(op.Items)))
 			for _, it := range op.Items {
 				b = delta.AppendBytes(delta.AppendBytes(b, []byte(it.Addr)), it.Value)
-			}
-		case op.Versioned != nil:
-			b = append(b, opVersioned)
-			b = binary.AppendUvarint(b, uint64(len(op.Versioned)))
-			for _, it := range op.Versioned {
-				b = binary.AppendUvarint(delta.AppendBytes(delta.AppendBytes(b, []byte(it.Addr)), it.Value), it.Version)
 			}
 		default:
 			b = append(b, opDelete)
@@ -320,11 +307,6 @@ func decode(b []byte) ([]byte, []Op, error) {
 			ops[i].Items = make([]backend.Item, n)
 			for j := range n {
 				ops[i].Items[j] = backend.Item{Addr: string(d.Bytes(math.MaxInt)), Value: d.Bytes(math.MaxInt)}
-			}
-		case opVersioned:
-			ops[i].Versioned = make([]backend.VersionedItem, n)
-			for j := range n {
-				ops[i].Versioned[j] = backend.VersionedItem{Addr: string(d.Bytes(math.MaxInt)), Value: d.Bytes(math.MaxInt), Version: d.Uvarint()}
 			}
 		case opDelete:
 			ops[i].Addrs = make([]string, n)

@@ -19,7 +19,6 @@ import (
 func TestRecordFormat(t *testing.T) {
 	ops := []Op{
 		{Items: []backend.Item{{Addr: "a", Value: []byte("1")}, {Addr: "b", Value: nil}}},
-		{Versioned: []backend.VersionedItem{{Addr: "c", Version: 7, Value: []byte("vv")}}},
 		{Addrs: []string{"d", "e"}},
 	}
 	b := encode([]byte("delta"), ops)
