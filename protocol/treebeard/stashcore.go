@@ -90,8 +90,8 @@ type epochPlan struct {
 }
 
 type stashStats struct {
-	realReads, fakeReads, stashHits, readErrors uint64
-	stashMax                                    int
+	realReads, fakeReads, stashHits uint64
+	stashMax                        int
 }
 
 // newStashCore returns an empty shard over trees trees of geometry geo,
@@ -218,9 +218,6 @@ func apply(r Request, exists bool, val []byte, q *quota) (Reply, bool, []byte) {
 func (c *stashCore) returned(t int, reads []ringoram.PathRead, results []ringoram.ReadResult, err error) []completion {
 	if err == nil && len(results) != len(reads) {
 		err = fmt.Errorf("treebeard: tree %d answered %d of %d reads", t, len(results), len(reads))
-	}
-	if err != nil {
-		c.stats.readErrors++
 	}
 	var done []completion
 	for i, r := range reads {
@@ -358,10 +355,13 @@ func (c *stashCore) snapshot() stashSnapshot {
 }
 
 // restore replaces the shard's state by snap, which an earlier snapshot
-// returned.
+// returned. A snapshot without a random source (a checkpoint's: state)
+// leaves the shard's own.
 func (c *stashCore) restore(snap stashSnapshot) error {
-	if err := c.src.UnmarshalBinary(snap.Rand); err != nil {
-		return fmt.Errorf("treebeard: a Stash shard's random source: %w", err)
+	if snap.Rand != nil {
+		if err := c.src.UnmarshalBinary(snap.Rand); err != nil {
+			return fmt.Errorf("treebeard: a Stash shard's random source: %w", err)
+		}
 	}
 	clear(c.pos)
 	clear(c.stash)

@@ -200,14 +200,23 @@ func (s *store) restore(st state) error {
 		}
 		s.workers[i].core.reads = ts.Reads
 	}
+	snaps := make([]stashSnapshot, len(s.stashes)) // the blocks by shard
+	for i := range snaps {
+		snaps[i] = stashSnapshot{Pos: map[tree.BlockID]position{}, Stash: map[tree.BlockID][]byte{}}
+	}
 	for id, p := range st.Pos {
 		if p.Tree < 0 || p.Tree >= len(s.workers) || p.Leaf >= s.geo.Leaves() {
 			return fmt.Errorf("%w: a block's position is outside the trees", kv.ErrMismatch)
 		}
-		s.stashes[shardOf(id, len(s.stashes))].core.setPosition(id, p)
+		snaps[shardOf(id, len(s.stashes))].Pos[id] = p
 	}
 	for id, v := range st.Stash {
-		s.stashes[shardOf(id, len(s.stashes))].core.setStashed(id, v)
+		snaps[shardOf(id, len(s.stashes))].Stash[id] = v
+	}
+	for i, sh := range s.stashes {
+		if err := sh.core.restore(snaps[i]); err != nil {
+			return err
+		}
 	}
 	s.quota.used.Store(int64(len(st.Pos)))
 	s.initialised.Store(st.Initialised)
