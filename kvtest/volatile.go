@@ -162,21 +162,13 @@ func CheckPowerLoss(t *testing.T, open kv.Factory, env kv.Env) {
 		t.Fatal("the store does not journal every write: its storage must sync each one")
 	}
 	backend.DeferSync(v)
-	want := map[string]string{}
+	want := Model{}
 	for round := range 3 {
 		for i := range 24 {
-			k, val := fmt.Sprint("k", i), fmt.Sprint("v", round, ".", i)
-			if err := s.Put(ctx, k, []byte(val)); err != nil {
-				t.Fatalf("Put(%q): %v", k, err)
-			}
-			want[k] = val
+			want.Put(t, s, fmt.Sprint("k", i), fmt.Sprint("v", round, ".", i))
 		}
 		for i := round; i < 24; i += 7 {
-			k := fmt.Sprint("k", i)
-			if err := s.Delete(ctx, k); err != nil {
-				t.Fatalf("Delete(%q): %v", k, err)
-			}
-			delete(want, k)
+			want.Delete(t, s, fmt.Sprint("k", i))
 		}
 	}
 	j.Crash() // the process dies: nothing more reaches the journal
@@ -195,12 +187,5 @@ func CheckPowerLoss(t *testing.T, open kv.Factory, env kv.Env) {
 		}
 		j.Close()
 	}()
-	for i := range 24 {
-		k := fmt.Sprint("k", i)
-		got, ok, err := s.Get(ctx, k)
-		w, exists := want[k]
-		if err != nil || ok != exists || string(got) != w {
-			t.Fatalf("after a power loss that reverted %d writes, Get(%q) = %q, %v, %v; want %q, %v", lost, k, got, ok, err, w, exists)
-		}
-	}
+	want.Check(t, s, fmt.Sprintf("after a power loss that reverted %d writes", lost))
 }

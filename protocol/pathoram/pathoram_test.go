@@ -246,32 +246,16 @@ func TestCrashRecovers(t *testing.T) {
 	fb, keys, dir := &flaky{Backend: mem.New()}, kvtest.NewKeys(t), t.TempDir()
 	ctx := t.Context()
 	s, j := rawStore(t, fb, keys, dir, true)
-	want := map[string]string{}
-	put := func(k, v string) {
-		t.Helper()
-		if err := s.Put(ctx, k, []byte(v)); err != nil {
-			t.Fatalf("Put(%q): %v", k, err)
-		}
-		want[k] = v
-	}
-	check := func() {
-		t.Helper()
-		for k, v := range want {
-			got, ok, err := s.Get(ctx, k)
-			if err != nil || !ok || string(got) != v {
-				t.Fatalf("after the crash, Get(%q) = %q, %v, %v; want %q", k, got, ok, err, v)
-			}
-		}
-	}
+	want := kvtest.Model{}
 	for i := range 20 {
-		put(fmt.Sprint("k", i), fmt.Sprint("v", i))
+		want.Put(t, s, fmt.Sprint("k", i), fmt.Sprint("v", i))
 	}
 	j.Crash()
 	s, j = rawStore(t, fb, keys, dir, false)
-	check()
+	want.Check(t, s, "after the crash")
 	s.log.SetEvery(5) // a checkpoint every 5 accesses from here
 	for i := range 12 {
-		put(fmt.Sprint("k", i), fmt.Sprint("w", i))
+		want.Put(t, s, fmt.Sprint("k", i), fmt.Sprint("w", i))
 	}
 	// A Put whose write-back fails after its record is durable: its effect
 	// is redone at recovery.
@@ -279,11 +263,11 @@ func TestCrashRecovers(t *testing.T) {
 	if err := s.Put(ctx, "k0", []byte("redone")); err == nil {
 		t.Fatal("a Put whose write-back failed succeeded")
 	}
-	want["k0"] = "redone"
+	want["k0"] = []byte("redone")
 	j.Crash()
 	s, j = rawStore(t, fb, keys, dir, false)
 	defer j.Close()
-	check()
+	want.Check(t, s, "after the second crash")
 }
 
 // A bulk load cut short by a crash leaves an empty store that works,

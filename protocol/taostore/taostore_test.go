@@ -258,39 +258,23 @@ func crashable(t *testing.T, b backend.Backend, keys *seal.Keys, dir string, fre
 // across several crashes and the checkpoints between them.
 func TestCrashRecovers(t *testing.T) {
 	fb, keys, dir := &failing{Backend: mem.New()}, kvtest.NewKeys(t), t.TempDir()
-	ctx := t.Context()
 	o := taostore.Options{K: 3}
 	s, j := crashable(t, fb, keys, dir, true, o)
-	want := map[string]string{}
-	put := func(k, v string) {
-		t.Helper()
-		if err := s.Put(ctx, k, []byte(v)); err != nil {
-			t.Fatalf("Put(%q): %v", k, err)
-		}
-		want[k] = v
-	}
-	check := func() {
-		t.Helper()
-		for k, v := range want {
-			if got, ok, err := s.Get(ctx, k); err != nil || !ok || string(got) != v {
-				t.Fatalf("after the crash, Get(%q) = %q, %v, %v; want %q", k, got, ok, err, v)
-			}
-		}
-	}
+	want := kvtest.Model{}
 	for round := range 3 {
 		for i := range 20 {
-			put(fmt.Sprint("k", i), fmt.Sprint("v", round, i))
+			want.Put(t, s, fmt.Sprint("k", i), fmt.Sprint("v", round, i))
 		}
 		if round == 2 {
 			fb.fail.Store(true) // the next write-backs fail after their records
-			put("k0", "last")
-			put("k1", "last")
-			put("k2", "last")
+			want.Put(t, s, "k0", "last")
+			want.Put(t, s, "k1", "last")
+			want.Put(t, s, "k2", "last")
 		}
 		j.Crash()
 		fb.fail.Store(false)
 		s, j = crashable(t, fb, keys, dir, false, o)
-		check()
+		want.Check(t, s, fmt.Sprint("after crash ", round+1))
 	}
 	if err := s.Close(); err != nil {
 		t.Fatal(err)

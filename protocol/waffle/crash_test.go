@@ -7,7 +7,6 @@ import (
 	"encoding/gob"
 	"errors"
 	"fmt"
-	"maps"
 	"math/rand/v2"
 	"reflect"
 	"slices"
@@ -190,26 +189,7 @@ func TestCrashRecovers(t *testing.T) {
 	b := observe.NewTap(fb, &log)
 	keys, dir := kvtest.NewKeys(t), t.TempDir()
 	s, j := rawStore(t, b, keys, dir, true)
-	want := map[string]string{}
-	put := func(k, v string) {
-		t.Helper()
-		if err := s.Put(ctx, k, []byte(v)); err != nil {
-			t.Fatalf("Put(%q): %v", k, err)
-		}
-		want[k] = v
-	}
-	check := func() {
-		t.Helper()
-		for _, k := range slices.Sorted(maps.Keys(want)) {
-			got, ok, err := s.Get(ctx, k)
-			if err != nil || !ok || string(got) != want[k] {
-				t.Fatalf("after the crash, Get(%q) = %q, %v, %v; want %q", k, got, ok, err, want[k])
-			}
-		}
-		if _, ok, err := s.Get(ctx, "deleted"); err != nil || ok {
-			t.Fatalf("after the crash, Get of a deleted key: %v, %v; want missing", ok, err)
-		}
-	}
+	want := kvtest.Model{}
 	restart := func(what string, same bool) {
 		t.Helper()
 		before := stateOf(t, s)
@@ -219,24 +199,21 @@ func TestCrashRecovers(t *testing.T) {
 			t.Fatalf("%s: the recovered state differs from the state at the crash", what)
 		}
 		checkStorage(t, s, b)
-		check()
+		want.Check(t, s, what)
 	}
 
-	put("deleted", "x")
+	want.Put(t, s, "deleted", "x")
 	for i := range 20 {
-		put(fmt.Sprint("k", i), fmt.Sprint("v", i))
+		want.Put(t, s, fmt.Sprint("k", i), fmt.Sprint("v", i))
 	}
-	if err := s.Delete(ctx, "deleted"); err != nil {
-		t.Fatal(err)
-	}
-	delete(want, "deleted")
+	want.Delete(t, s, "deleted")
 	restart("first crash", true)
 
 	s.mu.Lock()
 	s.log.SetEvery(5) // a checkpoint every 5 records from here
 	s.mu.Unlock()
 	for i := range 12 {
-		put(fmt.Sprint("k", i), fmt.Sprint("w", i))
+		want.Put(t, s, fmt.Sprint("k", i), fmt.Sprint("w", i))
 	}
 	if n := j.Stats().Checkpoints; n < 2 {
 		t.Fatalf("%d checkpoints in 12 batches at one every 5 records; want several", n)
@@ -247,7 +224,7 @@ func TestCrashRecovers(t *testing.T) {
 	if err := s.Put(ctx, "k0", []byte("redone")); err == nil {
 		t.Fatal("a Put whose write-back failed succeeded")
 	}
-	want["k0"] = "redone"
+	want["k0"] = []byte("redone")
 	restart("crash after a failed write-back", true)
 
 	// A batch whose Read fails: recovery reads the same addresses again.

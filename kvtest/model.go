@@ -1,0 +1,45 @@
+package kvtest
+
+import (
+	"maps"
+	"slices"
+	"testing"
+
+	"github.com/oblivkv/oblivkv/kv"
+)
+
+// Model is what a store must hold after a sequence of writes: each key
+// written, with its last acknowledged value, or nil once deleted. A test
+// that knows a write took effect without its acknowledgement (its journal
+// record was durable) sets the key itself.
+type Model map[string][]byte
+
+// Put puts key=val in s and, once acknowledged, in m.
+func (m Model) Put(t testing.TB, s kv.Store, key, val string) {
+	t.Helper()
+	if err := s.Put(t.Context(), key, []byte(val)); err != nil {
+		t.Fatalf("Put(%q): %v", key, err)
+	}
+	m[key] = []byte(val)
+}
+
+// Delete deletes key from s and, once acknowledged, from m.
+func (m Model) Delete(t testing.TB, s kv.Store, key string) {
+	t.Helper()
+	if err := s.Delete(t.Context(), key); err != nil {
+		t.Fatalf("Delete(%q): %v", key, err)
+	}
+	m[key] = nil
+}
+
+// Check reads every key of m from s, in order, and fails t at the first
+// that does not hold its value (a deleted key: missing); when says when.
+func (m Model) Check(t testing.TB, s kv.Store, when string) {
+	t.Helper()
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		got, ok, err := s.Get(t.Context(), k)
+		if want := m[k]; err != nil || ok != (want != nil) || string(got) != string(want) {
+			t.Fatalf("%s: Get(%q) = %q, %v, %v; want %q, %v", when, k, got, ok, err, want, want != nil)
+		}
+	}
+}
