@@ -14,7 +14,9 @@ import (
 // must not use addresses beginning with "meta/".
 const MetaAddr = "meta/store"
 
-const metaFormat = 1
+// metaFormat is the storage format this build reads and writes. 2: each
+// entry of treebeard's bucket metadata holds its block's leaf.
+const metaFormat = 2
 
 // meta is the sealed record that says what a backend holds.
 type meta struct {
@@ -32,7 +34,7 @@ func metaOf(cfg Config) meta {
 
 func (m meta) matches(want meta) error {
 	if m.Format != metaFormat {
-		return fmt.Errorf("%w: storage format %d, this build reads %d", ErrMismatch, m.Format, metaFormat)
+		return fmt.Errorf("%w: storage format %d, this build reads %d (open it with the build that created it)", ErrMismatch, m.Format, metaFormat)
 	}
 	if m.Protocol != want.Protocol {
 		return fmt.Errorf("%w: it holds protocol %q, asked for %q", ErrMismatch, m.Protocol, want.Protocol)

@@ -63,7 +63,7 @@ func (o *oram) layout(vals map[tree.BlockID][]byte) ([][]tree.Block, map[tree.Bl
 	for id, v := range vals {
 		leaf := o.randomLeaf()
 		pos[id] = leaf
-		if !o.g.PlaceDeepest(buckets, o.z, leaf, tree.Block{ID: id, Value: v}) {
+		if !tree.PlaceDeepest(o.g, buckets, o.z, leaf, tree.Block{ID: id, Value: v}) {
 			stash = append(stash, entry{id: id, leaf: leaf, val: v})
 		}
 	}

@@ -14,7 +14,7 @@ import (
 // eviction of 200 paths rewrites about 1,500 buckets).
 func benchTree(b *testing.B) *Tree {
 	tr, err := NewTree(Config{Backend: mem.New(), Keys: kvtest.NewKeys(b), Geometry: tree.Geometry{L: 13},
-		Params: Params{Z: DefaultZ, S: DefaultS}, Layout: Layout{Prefix: "b/"}, ValueSize: 1024})
+		Params: Params{Z: PaperZ, S: PaperS}, Layout: Layout{Prefix: "b/"}, ValueSize: 1024})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -27,7 +27,7 @@ func benchTree(b *testing.B) *Tree {
 func BenchmarkEvict200(b *testing.B) {
 	tr := benchTree(b)
 	r := rand.New(rand.NewPCG(1, 1))
-	stash := make([]EvictBlock, 200)
+	stash := make([]Block, 200)
 	for i := range stash {
 		stash[i].Block = randomBlock(r, 1024)
 	}

@@ -1,10 +1,11 @@
 // Package ringoram is one Ring ORAM storage tree (Ren et al.), as Treebeard
 // uses it (Treebeard, seed 000, Sec. 2 and Sec. 5.3): buckets of Z+S
-// slots (Treebeard sets Z=1), each slot its own backend address, with a
+// slots (the paper sets Z=1), each slot its own backend address, with a
 // sealed metadata record per bucket stored beside its slots. A path read
-// fetches exactly one slot per bucket, early reshuffles rewrite a bucket
-// after S reads, and evictions rewrite k paths at a time in
-// reverse-lexicographic order. Several path reads are served together
+// fetches one slot per bucket, early reshuffles rewrite a bucket after S
+// reads (once fewer than Z of its dummies are left), and evictions
+// rewrite k paths at a time in reverse-lexicographic order, moving every
+// block they read as deep as its leaf allows. Several path reads are served together
 // (multi-path reads, Sec. 5.3.1) and several paths are evicted together
 // (multi-path evictions, Sec. 5.3.2).
 //

@@ -9,8 +9,9 @@ import (
 	"github.com/oblivkv/oblivkv/protocol/tree"
 )
 
-// EvictBlock is a stash block offered to an eviction, with its leaf.
-type EvictBlock struct {
+// Block is a real block with the leaf it is mapped to: a stash block
+// offered to an eviction, a block a bucket holds, or one Init places.
+type Block struct {
 	Block tree.Block
 	Leaf  uint64
 }
@@ -22,19 +23,27 @@ type EvictBlock struct {
 //  1. ONE Read of the metadata of the union U of the k paths.
 //  2. ONE Read of exactly Z slots per bucket of U: its live real blocks,
 //     padded with uniformly random valid slots (Ring ORAM's ReadBucket).
-//  3. (No I/O.) Every live real block keeps its bucket (Sec. 5.3.3, so a
-//     crash during an eviction loses no block); the remaining room of the
-//     buckets of U is filled with blocks greedily, deepest bucket first,
-//     each only on its own leaf's path.
+//  3. (No I/O.) The live real blocks read and the stash blocks offered
+//     are placed as deep as their leaves allow, bucket by bucket from the
+//     deepest level of U up (Ring ORAM's EvictPath). Every block read is
+//     placed again in U: a bucket's blocks can always stay where they
+//     were, and each bucket prefers them to stash blocks.
 //  4. ONE atomic Write of every bucket of U: all Z+S slots in a fresh
 //     permutation and its metadata.
 //
-// It returns, for each block, the bucket it was placed in, or -1: the
-// block stays in the caller's stash. Stale copies in the buckets of U are
-// dropped. On any error the Tree's state is unchanged (with
+// Moving blocks read in step 2 departs from Treebeard Sec. 5.3.3, which
+// pins them to their bucket so that an eviction's buckets written one at
+// a time can never lose one: step 4 writes the whole of U atomically on
+// every backend, so a block is in its old bucket or its new one, never in
+// neither, and stashes hold far fewer blocks than with blocks pinned
+// (docs/protocols.md, "Treebeard: stash size over time").
+//
+// It returns, for each block offered, the bucket it was placed in, or -1:
+// the block stays in the caller's stash. Stale copies in the buckets of U
+// are dropped. On any error the Tree's state is unchanged (with
 // Config.WriteAhead, once the hook has returned the eviction is committed,
 // and a failed Write is issued again before the next operation).
-func (t *Tree) Evict(ctx context.Context, k int, blocks []EvictBlock) ([]int64, error) {
+func (t *Tree) Evict(ctx context.Context, k int, blocks []Block) ([]int64, error) {
 	if k < 1 {
 		return nil, fmt.Errorf("ringoram: eviction of %d paths", k)
 	}
@@ -57,8 +66,11 @@ func (t *Tree) Evict(ctx context.Context, k int, blocks []EvictBlock) ([]int64, 
 	if err != nil {
 		return nil, err
 	}
-	where, into := t.place(union, kept, blocks)
-	ws := t.evictWrites(union, metas, kept, blocks, into)
+	contents, where, err := t.place(union, kept, blocks)
+	if err != nil {
+		return nil, err
+	}
+	ws := t.evictWrites(union, metas, contents)
 	c := Change{Evicted: k}
 	for j, b := range where {
 		if b >= 0 {
@@ -76,7 +88,7 @@ func (t *Tree) Evict(ctx context.Context, k int, blocks []EvictBlock) ([]int64, 
 }
 
 // checkBlocks refuses, before any I/O, blocks an eviction cannot write.
-func (t *Tree) checkBlocks(blocks []EvictBlock) error {
+func (t *Tree) checkBlocks(blocks []Block) error {
 	for _, b := range blocks {
 		if b.Leaf >= t.g.Leaves() {
 			return fmt.Errorf("ringoram: block for leaf %d in a tree of %d leaves", b.Leaf, t.g.Leaves())
@@ -88,64 +100,92 @@ func (t *Tree) checkBlocks(blocks []EvictBlock) error {
 	return nil
 }
 
-// place decides where each block goes (Sec. 5.3.2): bucket union[i] has
-// room for Z minus its kept blocks. Blocks that can go deepest come first;
-// each goes to the deepest bucket of union on its own path with room.
-// where[j] is block j's bucket and into[j] its index in union, -1 when it
-// stays in the stash.
-func (t *Tree) place(union []uint64, kept [][]tree.Block, blocks []EvictBlock) (where []int64, into []int32) {
-	room, total := make([]int, len(union)), 0
+// place decides the contents of every bucket of union (Ring ORAM's
+// EvictPath over the union of the evicted paths): each block starts at
+// the deepest bucket of union on its own path; buckets are filled from
+// the deepest level up, at most Z blocks each, and a bucket's leftover
+// blocks move on to its parent. Filling bottom-up places as many blocks
+// as any placement could. kept[i] are the blocks read from union[i], which
+// a bucket takes before stash blocks, so all of them are placed again
+// (they fit where they were). where[j] is stash block j's bucket, or -1.
+func (t *Tree) place(union []uint64, kept [][]Block, blocks []Block) (contents [][]Block, where []int64, err error) {
+	pool := make([][]candidate, len(union))
 	for i := range union {
-		room[i] = t.p.Z - len(kept[i])
-		total += room[i]
-	}
-	where, into = make([]int64, len(blocks)), make([]int32, len(blocks))
-	depth, order := make([]int, len(blocks)), make([]int, len(blocks))
-	for j, b := range blocks {
-		where[j], into[j], order[j] = -1, -1, j
-		depth[j] = t.deepest(union, b.Leaf)
-	}
-	slices.SortStableFunc(order, func(a, b int) int { return cmp.Compare(depth[b], depth[a]) })
-	for _, j := range order {
-		if total == 0 {
-			break
+		for x := range kept[i] {
+			d := t.deepestBucket(union, kept[i][x].Leaf)
+			pool[d] = append(pool[d], candidate{b: &kept[i][x], stash: -1})
 		}
-		for lvl := depth[j]; lvl >= 0; lvl-- {
-			i := index(union, t.g.BucketAt(blocks[j].Leaf, lvl))
-			if room[i] > 0 {
-				room[i]--
-				total--
-				where[j], into[j] = int64(union[i]), int32(i)
-				break
+	}
+	for j := range blocks {
+		d := t.deepestBucket(union, blocks[j].Leaf)
+		pool[d] = append(pool[d], candidate{b: &blocks[j], stash: j})
+	}
+	where = make([]int64, len(blocks))
+	for j := range where {
+		where[j] = -1
+	}
+	contents = make([][]Block, len(union))
+	for i := len(union) - 1; i >= 0; i-- {
+		p := pool[i]
+		slices.SortStableFunc(p, func(a, b candidate) int { return cmp.Compare(a.rank(), b.rank()) })
+		n := min(len(p), t.p.Z)
+		for _, c := range p[:n] {
+			contents[i] = append(contents[i], *c.b)
+			if c.stash >= 0 {
+				where[c.stash] = int64(union[i])
 			}
 		}
-	}
-	return where, into
-}
-
-// deepest returns the deepest level at which the path to leaf meets union
-// (a union of paths holds every ancestor of its buckets).
-func (t *Tree) deepest(union []uint64, leaf uint64) int {
-	lvl := 0
-	for lvl < t.g.L && index(union, t.g.BucketAt(leaf, lvl+1)) >= 0 {
-		lvl++
-	}
-	return lvl
-}
-
-// evictWrites lays out every bucket of union afresh with its kept blocks
-// and the blocks placed into it (kept[i] has room for Z blocks).
-func (t *Tree) evictWrites(union []uint64, metas []meta, kept [][]tree.Block, blocks []EvictBlock, into []int32) []bucketWrite {
-	for j, i := range into {
-		if i >= 0 {
-			kept[i] = append(kept[i], blocks[j].Block)
+		rest := p[n:]
+		if union[i] == 0 {
+			if len(rest) > 0 && rest[0].stash < 0 {
+				return nil, nil, fmt.Errorf("ringoram: internal error: an eviction left a block it read unplaced")
+			}
+			break
 		}
+		parent := index(union, (union[i]-1)/2)
+		pool[parent] = append(pool[parent], rest...)
 	}
+	return contents, where, nil
+}
+
+// candidate is a block an eviction places: one it read, or stash block
+// number stash.
+type candidate struct {
+	b     *Block
+	stash int // index in the blocks offered, or -1 for a block read from the tree
+}
+
+// rank orders the candidates a bucket takes: blocks read before stash
+// blocks.
+func (c candidate) rank() int {
+	if c.stash < 0 {
+		return 0
+	}
+	return 1
+}
+
+// deepestBucket returns the index in union of the deepest bucket of union
+// on the path to leaf (a union of paths holds every ancestor of its
+// buckets).
+func (t *Tree) deepestBucket(union []uint64, leaf uint64) int {
+	i := 0 // the root
+	for lvl := 1; lvl <= t.g.L; lvl++ {
+		j := index(union, t.g.BucketAt(leaf, lvl))
+		if j < 0 {
+			break
+		}
+		i = j
+	}
+	return i
+}
+
+// evictWrites lays out every bucket of union afresh with its contents.
+func (t *Tree) evictWrites(union []uint64, metas []meta, contents [][]Block) []bucketWrite {
 	t.nextVersions(union, metas)
 	n := t.p.slots()
 	ws, slots := make([]bucketWrite, len(union)), make([]*tree.Block, len(union)*n)
 	for i, b := range union {
-		ws[i] = t.rewrite(b, &metas[i], kept[i], slots[i*n:(i+1)*n])
+		ws[i] = t.rewrite(b, &metas[i], contents[i], slots[i*n:(i+1)*n])
 	}
 	return ws
 }

@@ -62,7 +62,7 @@ func (f *fixture) fresh() []observe.Record {
 }
 
 // init writes the tree with placed and audits the writes.
-func (f *fixture) init(placed [][]tree.Block) {
+func (f *fixture) init(placed [][]Block) {
 	f.t.Helper()
 	if err := f.tr.Init(f.ctx, placed); err != nil {
 		f.t.Fatal(err)
@@ -90,7 +90,7 @@ func (f *fixture) read(reqs ...PathRead) []ReadResult {
 }
 
 // evict runs Evict and audits its calls.
-func (f *fixture) evict(k int, blocks []EvictBlock) []int64 {
+func (f *fixture) evict(k int, blocks []Block) []int64 {
 	f.t.Helper()
 	leaves := f.tr.EvictionLeaves(k)
 	where, err := f.tr.Evict(f.ctx, k, blocks)
@@ -127,6 +127,19 @@ func (f *fixture) holds(bucket uint64) []tree.BlockID {
 		}
 	}
 	return ids
+}
+
+// find returns the bucket on leaf's path listing id as live, failing the
+// test when there is none.
+func (f *fixture) find(id tree.BlockID, leaf uint64) uint64 {
+	f.t.Helper()
+	for _, b := range f.tr.g.Path(leaf, nil) {
+		if slices.Contains(f.holds(b), id) {
+			return b
+		}
+	}
+	f.t.Fatalf("block not on the path to leaf %d", leaf)
+	return 0
 }
 
 // raw reads and writes storage behind the Tree's back.
@@ -170,18 +183,18 @@ type placedBlock struct {
 func (f *fixture) load(n int) []placedBlock {
 	f.t.Helper()
 	g := f.tr.g
-	buckets := make([][]tree.Block, g.Buckets())
+	buckets := make([][]Block, g.Buckets())
 	var out []placedBlock
 	for range n {
 		b, leaf := randomBlock(f.r, f.cfg.ValueSize), f.r.Uint64N(g.Leaves())
-		if g.PlaceDeepest(buckets, f.cfg.Params.Z, leaf, b) {
+		if tree.PlaceDeepest(g, buckets, f.cfg.Params.Z, leaf, Block{Block: b, Leaf: leaf}) {
 			out = append(out, placedBlock{Block: b, leaf: leaf})
 		}
 	}
 	at := map[tree.BlockID]uint64{}
 	for b, blocks := range buckets {
 		for _, blk := range blocks {
-			at[blk.ID] = uint64(b)
+			at[blk.Block.ID] = uint64(b)
 		}
 	}
 	for i := range out {
@@ -194,14 +207,15 @@ func (f *fixture) load(n int) []placedBlock {
 // auditor checks backend calls as the storage operator sees them: the
 // shape of each operation, and Ring ORAM's single access invariant (no
 // slot of a bucket read twice between two full rewrites of the bucket),
-// and that a bucket is reshuffled exactly when it has been read S times.
+// and that a bucket is reshuffled exactly when fewer than Z of its dummies
+// are left unread (after S reads with Z = 1).
 type auditor struct {
 	l        Layout
 	g        tree.Geometry
 	p        Params
 	slotSize int
 	read     map[uint64]uint64 // per bucket: slots read since the last full rewrite
-	count    map[uint64]int    // per bucket: path reads since the last full rewrite
+	count    map[uint64]int    // per bucket: slots read by path reads since the last full rewrite
 	offsets  []int             // per slot index: how often a path read read it
 }
 
@@ -246,7 +260,14 @@ func (a *auditor) readPaths(recs []observe.Record, leaves []uint64) error {
 	if err := a.metaRead(recs[0], union); err != nil {
 		return err
 	}
-	if err := a.slotRead(recs[1], union, 1); err != nil {
+	per := make([]int, len(union)) // min(paths crossing the bucket, Z)
+	for _, leaf := range leaves {
+		for lvl := 0; lvl <= a.g.L; lvl++ {
+			i := index(union, a.g.BucketAt(leaf, lvl))
+			per[i] = min(per[i]+1, a.p.Z)
+		}
+	}
+	if err := a.slotRead(recs[1], union, per); err != nil {
 		return err
 	}
 	for _, addr := range recs[1].Addrs {
@@ -254,20 +275,20 @@ func (a *auditor) readPaths(recs []observe.Record, leaves []uint64) error {
 		a.offsets[s]++
 	}
 	var due []uint64
-	for _, b := range union {
-		a.count[b]++
+	for i, b := range union {
+		a.count[b] += per[i]
 		if a.count[b] > a.p.S {
-			return fmt.Errorf("bucket %d read %d times without a reshuffle", b, a.count[b])
+			return fmt.Errorf("bucket %d read %d slots without a reshuffle", b, a.count[b])
 		}
-		if a.count[b] == a.p.S {
+		if a.count[b] > a.p.S-a.p.Z {
 			due = append(due, b)
 		}
 	}
 	if (len(due) > 0) != (len(recs) == 4) {
-		return fmt.Errorf("%d buckets read S times, and %d calls", len(due), len(recs))
+		return fmt.Errorf("%d buckets have fewer than Z dummies left, and %d calls", len(due), len(recs))
 	}
 	if len(due) > 0 {
-		if err := a.slotRead(recs[2], due, a.p.Z); err != nil {
+		if err := a.slotRead(recs[2], due, a.each(len(due))); err != nil {
 			return fmt.Errorf("reshuffle read: %w", err)
 		}
 	}
@@ -283,10 +304,19 @@ func (a *auditor) evict(recs []observe.Record, leaves []uint64) error {
 	if err := a.metaRead(recs[0], union); err != nil {
 		return err
 	}
-	if err := a.slotRead(recs[1], union, a.p.Z); err != nil {
+	if err := a.slotRead(recs[1], union, a.each(len(union))); err != nil {
 		return err
 	}
 	return a.rewrite(recs[2], union, union)
+}
+
+// each returns Z slots for each of n buckets.
+func (a *auditor) each(n int) []int {
+	per := make([]int, n)
+	for i := range per {
+		per[i] = a.p.Z
+	}
+	return per
 }
 
 func (a *auditor) metaRead(r observe.Record, union []uint64) error {
@@ -301,18 +331,24 @@ func (a *auditor) metaRead(r observe.Record, union []uint64) error {
 	return nil
 }
 
-// slotRead checks a read of exactly per slots of each of buckets, in
+// slotRead checks a read of exactly per[i] slots of buckets[i], in
 // order, each slot not read since its bucket's last full rewrite.
-func (a *auditor) slotRead(r observe.Record, buckets []uint64, per int) error {
-	if r.Op != observe.OpRead || len(r.Addrs) != per*len(buckets) {
-		return fmt.Errorf("slot call: %v of %d addresses; want a read of %d", r.Op, len(r.Addrs), per*len(buckets))
+func (a *auditor) slotRead(r observe.Record, buckets []uint64, per []int) error {
+	var of []int // the index in buckets of each address read
+	for i, n := range per {
+		for range n {
+			of = append(of, i)
+		}
+	}
+	if r.Op != observe.OpRead || len(r.Addrs) != len(of) {
+		return fmt.Errorf("slot call: %v of %d addresses; want a read of %d", r.Op, len(r.Addrs), len(of))
 	}
 	for i, addr := range r.Addrs {
 		b, s, ok := a.l.ParseSlot(addr)
-		if !ok || b != buckets[i/per] || s >= a.p.slots() || r.Sizes[i] != a.slotSize {
-			return fmt.Errorf("slot read %d is %q (%d bytes); want a slot of bucket %d", i, addr, r.Sizes[i], buckets[i/per])
+		if !ok || b != buckets[of[i]] || s >= a.p.slots() || r.Sizes[i] != a.slotSize {
+			return fmt.Errorf("slot read %d is %q (%d bytes); want a slot of bucket %d", i, addr, r.Sizes[i], buckets[of[i]])
 		}
-		if i%per > 0 {
+		if i > 0 && of[i-1] == of[i] {
 			if _, prev, _ := a.l.ParseSlot(r.Addrs[i-1]); prev >= s {
 				return fmt.Errorf("slots %d and %d of bucket %d read out of order", prev, s, b)
 			}

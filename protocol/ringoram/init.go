@@ -15,7 +15,7 @@ import (
 // bucket; each batch is atomic, the whole is not. The versions of the
 // buckets of each written batch advance, so a failed Init leaves a tree
 // to Init again, never two contents under one version.
-func (t *Tree) Init(ctx context.Context, placed [][]tree.Block) error {
+func (t *Tree) Init(ctx context.Context, placed [][]Block) error {
 	nb := t.g.Buckets()
 	if err := t.checkPlaced(placed); err != nil {
 		return err
@@ -33,7 +33,7 @@ func (t *Tree) Init(ctx context.Context, placed [][]tree.Block) error {
 }
 
 // checkPlaced refuses, before any I/O, a layout Init cannot write.
-func (t *Tree) checkPlaced(placed [][]tree.Block) error {
+func (t *Tree) checkPlaced(placed [][]Block) error {
 	if len(placed) != 0 && uint64(len(placed)) != t.g.Buckets() {
 		return fmt.Errorf("ringoram: Init with %d buckets for a tree of %d", len(placed), t.g.Buckets())
 	}
@@ -42,8 +42,11 @@ func (t *Tree) checkPlaced(placed [][]tree.Block) error {
 			return fmt.Errorf("ringoram: Init with %d blocks in bucket %d; Z is %d", len(blocks), b, t.p.Z)
 		}
 		for _, blk := range blocks {
-			if len(blk.Value) > t.codec.ValueSize() {
-				return fmt.Errorf("ringoram: %d-byte value, value size %d", len(blk.Value), t.codec.ValueSize())
+			if len(blk.Block.Value) > t.codec.ValueSize() {
+				return fmt.Errorf("ringoram: %d-byte value, value size %d", len(blk.Block.Value), t.codec.ValueSize())
+			}
+			if blk.Leaf >= t.g.Leaves() || !t.g.OnPath(uint64(b), blk.Leaf) {
+				return fmt.Errorf("ringoram: Init with a block of leaf %d in bucket %d, off its path", blk.Leaf, b)
 			}
 		}
 	}
@@ -57,13 +60,13 @@ func (t *Tree) bucketBytes() int {
 }
 
 // initWrites lays out buckets lo..hi-1 afresh.
-func (t *Tree) initWrites(lo, hi uint64, placed [][]tree.Block) []bucketWrite {
+func (t *Tree) initWrites(lo, hi uint64, placed [][]Block) []bucketWrite {
 	n := t.p.slots()
 	metas, slots := t.newMetas(int(hi-lo)), make([]*tree.Block, int(hi-lo)*n)
 	ws := make([]bucketWrite, len(metas))
 	for i := range ws {
 		b := lo + uint64(i)
-		var reals []tree.Block
+		var reals []Block
 		if len(placed) > 0 {
 			reals = placed[b]
 		}

@@ -105,7 +105,7 @@ func (t *Tree) openMeta(m *meta, bucket uint64, addr string, sealed []byte, sc *
 	plain, err := t.keys.Open(sc.plain[:0], sc.ad, sealed)
 	if err == nil {
 		sc.plain = plain
-		err = m.parse(plain, t.p)
+		err = m.parse(plain, t.p, t.g.Leaves())
 	}
 	if err != nil {
 		return fmt.Errorf("ringoram: metadata of bucket %d: %w", bucket, err)

@@ -22,19 +22,23 @@ type meta struct {
 	Entries     []entry // the Z real entries
 }
 
-// entry is one real block of a bucket: its slot and identifier.
+// entry is one real block of a bucket: its slot, identifier and the leaf
+// it is mapped to (as Ring ORAM's metadata holds it, so an eviction can
+// move the block deeper along its path).
 type entry struct {
 	Present bool
 	Slot    uint8
 	ID      tree.BlockID
+	Leaf    uint64
 }
 
 // The plaintext has a fixed size for a given Z: Version, SlotVersion
 // (8 bytes each, big-endian), Count (4), Valid (8), then per entry Present
-// (1), Slot (1) and the ID.
+// (1), Slot (1), the ID and the Leaf (8).
 const (
 	metaHeader = 8 + 8 + 4 + 8
-	entrySize  = 1 + 1 + len(tree.BlockID{})
+	idSize     = len(tree.BlockID{})
+	entrySize  = 1 + 1 + idSize + 8
 )
 
 func metaPlainSize(z int) int { return metaHeader + z*entrySize }
@@ -54,15 +58,18 @@ func (m *meta) appendPlain(dst []byte) []byte {
 		}
 		dst = append(dst, present, e.Slot)
 		dst = append(dst, e.ID[:]...)
+		dst = binary.BigEndian.AppendUint64(dst, e.Leaf)
 	}
 	return dst
 }
 
 // parse fills m (whose Entries has room for p.Z entries) from plain, and
-// checks that it is metadata a Tree with params p can have written: fewer
-// than S reads, one invalid slot per read, real entries in distinct valid
-// slots. Anything else wraps seal.ErrTampered.
-func (m *meta) parse(plain []byte, p Params) error {
+// checks that it is metadata a Tree with params p and that many leaves
+// can have written: at most S-Z reads (a bucket read more is reshuffled
+// before it is written), one invalid slot per read, real
+// entries in distinct valid slots, on leaves of the tree. Anything else
+// wraps seal.ErrTampered.
+func (m *meta) parse(plain []byte, p Params, leaves uint64) error {
 	if len(plain) != metaPlainSize(p.Z) {
 		return fmt.Errorf("%w: metadata is %d bytes, want %d", seal.ErrTampered, len(plain), metaPlainSize(p.Z))
 	}
@@ -71,15 +78,15 @@ func (m *meta) parse(plain []byte, p Params) error {
 	count := binary.BigEndian.Uint32(plain[16:])
 	m.Valid = binary.BigEndian.Uint64(plain[20:])
 	n := p.slots()
-	if count >= uint32(p.S) || m.Valid&^allSlots(n) != 0 || bits.OnesCount64(m.Valid)+int(count) != n {
+	if int64(count) > int64(p.S-p.Z) || m.Valid&^allSlots(n) != 0 || bits.OnesCount64(m.Valid)+int(count) != n {
 		return fmt.Errorf("%w: metadata with count %d and valid slots %b", seal.ErrTampered, count, m.Valid)
 	}
 	m.Count = int(count)
 	var used uint64
 	for i := range m.Entries {
 		b := plain[metaHeader+i*entrySize : metaHeader+(i+1)*entrySize]
-		e := entry{Present: b[0] == 1, Slot: b[1], ID: tree.BlockID(b[2:])}
-		if b[0] > 1 || e.Present && (int(e.Slot) >= n || m.Valid&^used&(1<<e.Slot) == 0) {
+		e := entry{Present: b[0] == 1, Slot: b[1], ID: tree.BlockID(b[2 : 2+idSize]), Leaf: binary.BigEndian.Uint64(b[2+idSize:])}
+		if b[0] > 1 || e.Present && (int(e.Slot) >= n || m.Valid&^used&(1<<e.Slot) == 0 || e.Leaf >= leaves) {
 			return fmt.Errorf("%w: metadata entry %d in slot %d is inconsistent", seal.ErrTampered, i, e.Slot)
 		}
 		if e.Present {

@@ -43,7 +43,7 @@ func TestRandomized(t *testing.T) {
 	for _, tc := range []struct {
 		p   Params
 		ops int
-	}{{defaults, 2000}, {Params{Z: 2, S: 3}, 800}} {
+	}{{defaults, 2000}, {Params{Z: 1, S: 2}, 2000}, {Params{Z: 2, S: 3}, 800}} {
 		t.Run(fmt.Sprintf("Z=%d,S=%d", tc.p.Z, tc.p.S), func(t *testing.T) {
 			ops := tc.ops
 			if testing.Short() {
@@ -56,7 +56,8 @@ func TestRandomized(t *testing.T) {
 
 // TestSlotOffsets: the slot offsets that path reads fetch are uniform over
 // the Z+S slots of a bucket (chi-square at audit.Significance), at the
-// defaults and at Z=2, S=3: a real block sits in a uniformly random slot
+// paper's Z=1, S=6, at treebeard's default S=2 and at Z=2, S=3: a real
+// block sits in a uniformly random slot
 // and a dummy read takes a uniformly random valid dummy, so the offset
 // read tells nothing of which slot held a block. With a rewrite that puts
 // real blocks in the first free slots instead, the check fails
@@ -69,8 +70,10 @@ func TestSlotOffsets(t *testing.T) {
 		lk   leak
 	}{
 		{"Z=1,S=6", defaults, noLeak},
+		{"Z=1,S=2", Params{Z: 1, S: 2}, noLeak},
 		{"Z=2,S=3", Params{Z: 2, S: 3}, noLeak},
 		{"reals in first slots", defaults, leakRealsInFirstSlots},
+		{"reals in first slots, Z=1,S=2", Params{Z: 1, S: 2}, leakRealsInFirstSlots},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := randomized(t, tc.p, 3000, 300, tc.lk)
@@ -162,12 +165,12 @@ func randomReads(t *testing.T, f *fixture, m *model, ids []tree.BlockID) {
 		return
 	}
 	res := f.read(reqs...)
-	served := map[uint64]bool{} // a bucket serves one request per read (Z > 1)
+	served := map[tree.BlockID]bool{} // a block goes to the first request for it
 	for i, r := range res {
 		id := wanted[i]
-		expect := id != (tree.BlockID{}) && !m.stash[id] && !served[m.bucket[id]]
+		expect := id != (tree.BlockID{}) && !m.stash[id] && !served[id]
 		if expect {
-			served[m.bucket[id]] = true
+			served[id] = true
 		}
 		if r.Found != expect {
 			t.Fatalf("request %d (leaf %d): found %v; model says %v", i, reqs[i].Leaf, r.Found, expect)
@@ -188,13 +191,20 @@ func randomReads(t *testing.T, f *fixture, m *model, ids []tree.BlockID) {
 
 // randomEvict evicts a few paths with the whole stash.
 func randomEvict(t *testing.T, f *fixture, m *model, ids []tree.BlockID) {
-	var stash []EvictBlock
+	var stash []Block
 	for _, id := range ids {
 		if m.stash[id] {
-			stash = append(stash, EvictBlock{Block: tree.Block{ID: id, Value: m.value[id]}, Leaf: m.leaf[id]})
+			stash = append(stash, Block{Block: tree.Block{ID: id, Value: m.value[id]}, Leaf: m.leaf[id]})
 		}
 	}
-	where := f.evict(1+f.r.IntN(8), stash)
+	k := 1 + f.r.IntN(8)
+	union := f.tr.g.Union(f.tr.EvictionLeaves(k), nil)
+	where := f.evict(k, stash)
+	for _, id := range ids { // blocks the eviction read may have moved down their paths
+		if b, in := m.bucket[id]; in && !m.stash[id] && index(union, b) >= 0 {
+			m.bucket[id] = f.find(id, m.leaf[id])
+		}
+	}
 	for j, b := range stash {
 		if where[j] < 0 {
 			continue

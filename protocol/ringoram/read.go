@@ -3,6 +3,7 @@ package ringoram
 import (
 	"context"
 	"fmt"
+	"math/bits"
 
 	"github.com/oblivkv/oblivkv/protocol/tree"
 )
@@ -26,26 +27,29 @@ type ReadResult struct {
 // backend calls and no others:
 //
 //  1. ONE Read of the metadata of every bucket of U.
-//  2. ONE Read of exactly one slot per bucket of U (Ring ORAM's ReadPath,
-//     Sec. 2 Step 2): the slot of a block some request wants when the
-//     bucket lists it, otherwise a uniformly random valid dummy slot. The
-//     slot is invalidated and the bucket's count grows; a wanted block
-//     leaves the bucket and goes to its request.
-//  3. Only if some bucket has now been read S times: ONE Read of exactly Z
-//     slots of each such bucket, for its early reshuffle (Sec. 2).
+//  2. ONE Read of min(c, Z) slots of each bucket of U, c being the number
+//     of requests whose path crosses it (Ring ORAM's ReadPath, Sec. 2
+//     Step 2, which reads one slot per path): the slots of blocks
+//     requests want where the bucket lists them, the rest uniformly
+//     random valid dummy slots. With Z = 1, the paper's setting, that is
+//     one slot per bucket; with Z > 1 it is Treebeard's first approach of
+//     Sec. 5.3.1 capped at Z, since a bucket holds at most Z wanted
+//     blocks. How many slots a bucket gives depends only on the leaves.
+//     The slots are invalidated and the bucket's count grows; a wanted
+//     block leaves the bucket and goes to its request.
+//  3. Only if some bucket now has fewer than Z valid dummies left (after
+//     S reads, with Z = 1): ONE Read of exactly Z slots of each such
+//     bucket, for its early reshuffle (Sec. 2).
 //  4. ONE atomic Write of the new metadata of every bucket of U and, for
 //     reshuffled buckets, all their slots in a fresh permutation.
 //
 // Results are in request order. Found is false when the wanted block is
 // not on its request's path (the caller decides whether that is
 // tampering), and for every request but the first that wants a given
-// block. A bucket serves one request per call: with Z > 1, a request
-// whose block shares a bucket with an earlier request's block gets Found
-// false (Treebeard avoids this with Z = 1, Sec. 5.3.1). The expected
-// versions advance only once the Write succeeded; on any error the Tree's
-// state is unchanged (with Config.WriteAhead, once the hook has returned
-// the read is committed, and a failed Write is issued again before the
-// next operation).
+// block. The expected versions advance only once the Write succeeded; on
+// any error the Tree's state is unchanged (with Config.WriteAhead, once
+// the hook has returned the read is committed, and a failed Write is
+// issued again before the next operation).
 func (t *Tree) ReadPaths(ctx context.Context, reqs []PathRead) ([]ReadResult, error) {
 	if len(reqs) == 0 {
 		return nil, nil
@@ -72,11 +76,11 @@ func (t *Tree) ReadPaths(ctx context.Context, reqs []PathRead) ([]ReadResult, er
 	}
 	results := make([]ReadResult, len(reqs))
 	var taken []tree.Block
-	for i := range union {
-		metas[i].consume(reads[i].slot)
-		if owner[i] >= 0 {
-			results[owner[i]] = ReadResult{Block: blocks[i], Found: true}
-			taken = append(taken, blocks[i])
+	for j, r := range reads {
+		metas[r.i].consume(r.slot)
+		if owner[j] >= 0 {
+			results[owner[j]] = ReadResult{Block: blocks[j], Found: true}
+			taken = append(taken, blocks[j])
 		}
 	}
 	ws, reshuffled, err := t.reshuffle(ctx, union, metas)
@@ -94,31 +98,60 @@ func (t *Tree) ReadPaths(ctx context.Context, reqs []PathRead) ([]ReadResult, er
 	return results, nil
 }
 
-// pathSlots chooses the one slot a path read fetches from each bucket of
-// union (Sec. 2 Step 2, Sec. 5.3.1): the slot of a wanted block where the
-// bucket lists one, otherwise a uniformly random valid dummy slot (valid,
-// and no real entry, stale or not). owner[i] is the request bucket i
-// serves, or -1.
+// pathSlots chooses the slots a path read fetches from each bucket of
+// union (Sec. 2 Step 2, Sec. 5.3.1): min(c, Z) of bucket i, c being the
+// number of requests whose path crosses it; first the slot of each block
+// a request wants where the bucket lists one, then uniformly random valid
+// dummy slots (valid, and no real entry, stale or not), each bucket's in
+// ascending slot order so the order tells nothing. owner[j] is the
+// request read j serves, or -1.
 func (t *Tree) pathSlots(reqs []PathRead, union []uint64, metas []meta) ([]slotRead, []int32) {
-	reads, owner := make([]slotRead, len(union)), make([]int32, len(union))
-	for i := range owner {
-		owner[i] = -1
+	crossing := make([]int, len(union))
+	for _, req := range reqs {
+		for lvl := 0; lvl <= t.g.L; lvl++ {
+			crossing[index(union, t.g.BucketAt(req.Leaf, lvl))]++
+		}
 	}
+	wanted := make([][]slotOwner, len(union))
+	claimed := map[tree.BlockID]bool{}
 	for r, req := range reqs {
-		if req.Want == nil {
+		if req.Want == nil || claimed[*req.Want] {
 			continue
 		}
-		if i, slot := t.locate(union, metas, req.Leaf, *req.Want); i >= 0 && owner[i] < 0 {
-			owner[i], reads[i] = int32(r), slotRead{i: int32(i), slot: slot}
+		if i, slot := t.locate(union, metas, req.Leaf, *req.Want); i >= 0 {
+			claimed[*req.Want] = true
+			wanted[i] = append(wanted[i], slotOwner{slot: slot, owner: int32(r)})
 		}
 	}
-	for i := range reads {
-		if owner[i] < 0 {
-			m := &metas[i]
-			reads[i] = slotRead{i: int32(i), slot: randomBit(t.rng, m.Valid&^m.realMask())}
+	var reads []slotRead
+	var owner []int32
+	for i := range union {
+		m, w := &metas[i], wanted[i]
+		var taken uint64
+		for _, so := range w {
+			taken |= 1 << so.slot
+		}
+		for n := len(w); n < min(crossing[i], t.p.Z); n++ {
+			taken |= 1 << randomBit(t.rng, m.Valid&^m.realMask()&^taken)
+		}
+		for ; taken != 0; taken &= taken - 1 {
+			slot := uint8(bits.TrailingZeros64(taken))
+			o := int32(-1)
+			for _, so := range w {
+				if so.slot == slot {
+					o = so.owner
+				}
+			}
+			reads, owner = append(reads, slotRead{i: int32(i), slot: slot}), append(owner, o)
 		}
 	}
 	return reads, owner
+}
+
+// slotOwner is the slot of a wanted block and the request that wants it.
+type slotOwner struct {
+	slot  uint8
+	owner int32
 }
 
 // locate returns the bucket of union on the path to leaf listing id as a
@@ -138,7 +171,9 @@ func (t *Tree) locate(union []uint64, metas []meta, leaf uint64, id tree.BlockID
 
 // reshuffle plans the writes of a path read: new metadata for every
 // bucket of union, and an early reshuffle (Ring ORAM, Sec. 2) of every
-// bucket read S times since its last shuffle, whose live real blocks are
+// bucket with fewer than Z valid dummies left (read more than S-Z times
+// since its last shuffle; S times with Z = 1), so the next read can take
+// Z from it, whose live real blocks are
 // read in ONE backend Read of exactly Z slots each and laid out afresh. It
 // returns the writes and the number of buckets reshuffled.
 func (t *Tree) reshuffle(ctx context.Context, union []uint64, metas []meta) ([]bucketWrite, int, error) {
@@ -147,7 +182,7 @@ func (t *Tree) reshuffle(ctx context.Context, union []uint64, metas []meta) ([]b
 	var due []int
 	for i, b := range union {
 		ws[i] = bucketWrite{bucket: b, meta: &metas[i]}
-		if metas[i].Count >= t.p.S {
+		if metas[i].Count > t.p.S-t.p.Z {
 			due = append(due, i)
 		}
 	}

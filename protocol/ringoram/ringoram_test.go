@@ -14,7 +14,7 @@ import (
 	"github.com/oblivkv/oblivkv/seal"
 )
 
-var defaults = Params{Z: DefaultZ, S: DefaultS}
+var defaults = Params{Z: PaperZ, S: PaperS}
 
 func want(id tree.BlockID) *tree.BlockID { return &id }
 
@@ -162,11 +162,11 @@ func TestReadPathsShape(t *testing.T) {
 // read S times together, and a reshuffled bucket still serves its block.
 func TestEarlyReshuffle(t *testing.T) {
 	f := newFixture(t, 3, defaults, 5)
-	placed := make([][]tree.Block, f.tr.g.Buckets())
+	placed := make([][]Block, f.tr.g.Buckets())
 	blk := randomBlock(f.r, 32)
 	const leaf = 5
 	leafBucket := f.tr.g.BucketAt(leaf, 3)
-	placed[leafBucket] = []tree.Block{blk}
+	placed[leafBucket] = []Block{{Block: blk, Leaf: leaf}}
 	f.init(placed)
 	for n := 1; n <= 2*defaults.S; n++ {
 		f.read(PathRead{Leaf: leaf})
@@ -219,10 +219,10 @@ func TestEvictionOrder(t *testing.T) {
 	if _, err := f.tr.Evict(f.ctx, 0, nil); err == nil {
 		t.Fatal("Evict(0) succeeded")
 	}
-	if _, err := f.tr.Evict(f.ctx, 1, []EvictBlock{{Leaf: 16}}); err == nil {
+	if _, err := f.tr.Evict(f.ctx, 1, []Block{{Leaf: 16}}); err == nil {
 		t.Fatal("eviction of a block for a leaf outside the tree succeeded")
 	}
-	if _, err := f.tr.Evict(f.ctx, 1, []EvictBlock{{Block: tree.Block{Value: make([]byte, 33)}}}); err == nil {
+	if _, err := f.tr.Evict(f.ctx, 1, []Block{{Block: tree.Block{Value: make([]byte, 33)}}}); err == nil {
 		t.Fatal("eviction of a block over the value size succeeded")
 	}
 	if len(f.fresh()) != 0 {
@@ -235,25 +235,31 @@ func TestEvictPlacement(t *testing.T) {
 		f := newFixture(t, 5, p, 7)
 		inTree := f.load(30)
 		// Read some blocks out; the rest must keep their buckets.
-		var stash []EvictBlock
+		var stash []Block
 		for _, b := range inTree[:10] {
 			if res := f.read(PathRead{Leaf: b.leaf, Want: want(b.ID)}); !res[0].Found {
 				t.Fatal("block not found")
 			}
-			stash = append(stash, EvictBlock{Block: b.Block, Leaf: f.r.Uint64N(f.tr.g.Leaves())})
+			stash = append(stash, Block{Block: b.Block, Leaf: f.r.Uint64N(f.tr.g.Leaves())})
 		}
 		for range 40 {
-			stash = append(stash, EvictBlock{Block: randomBlock(f.r, 32), Leaf: f.r.Uint64N(f.tr.g.Leaves())})
+			stash = append(stash, Block{Block: randomBlock(f.r, 32), Leaf: f.r.Uint64N(f.tr.g.Leaves())})
 		}
 		leaves := f.tr.EvictionLeaves(6)
 		union := f.tr.g.Union(leaves, nil)
 		where := f.evict(6, stash)
-		for _, b := range inTree[10:] {
-			if !slices.Contains(f.holds(b.bucket), b.ID) {
-				t.Fatalf("%+v: valid real block moved out of bucket %d", p, b.bucket)
+		full := func(b uint64) bool { return len(f.holds(b)) == p.Z }
+		for _, b := range inTree[10:] { // still on its path, as deep as it can go
+			at := f.find(b.ID, b.leaf)
+			if at != b.bucket && index(union, b.bucket) < 0 {
+				t.Fatalf("%+v: a block outside the evicted paths moved from bucket %d to %d", p, b.bucket, at)
+			}
+			for _, deeper := range f.tr.g.Path(b.leaf, nil)[f.tr.g.Level(at)+1:] {
+				if index(union, deeper) >= 0 && !full(deeper) {
+					t.Fatalf("%+v: block for leaf %d stayed in %d although bucket %d had room", p, b.leaf, at, deeper)
+				}
 			}
 		}
-		full := func(b uint64) bool { return len(f.holds(b)) == p.Z }
 		var placedN int
 		for j, b := range stash {
 			path := f.tr.g.Path(b.Leaf, nil)
@@ -285,13 +291,31 @@ func TestEvictPlacement(t *testing.T) {
 	}
 }
 
+// An eviction moves the blocks it reads as deep as their leaves allow
+// (Ring ORAM's EvictPath), here from the root to the leaf bucket, and the
+// block is still served there.
+func TestEvictionMovesBlocksDown(t *testing.T) {
+	f := newFixture(t, 3, defaults, 11)
+	placed := make([][]Block, f.tr.g.Buckets())
+	x := Block{Block: randomBlock(f.r, 32), Leaf: 6}
+	placed[0] = []Block{x}
+	f.init(placed)
+	f.evict(int(f.tr.g.Leaves()), nil) // every path
+	if at, want := f.find(x.Block.ID, x.Leaf), f.tr.g.BucketAt(x.Leaf, f.tr.g.L); at != want {
+		t.Fatalf("block in bucket %d after evicting every path; want its leaf bucket %d", at, want)
+	}
+	if res := f.read(PathRead{Leaf: x.Leaf, Want: want(x.Block.ID)}); !res[0].Found || !bytes.Equal(res[0].Block.Value, x.Block.Value) {
+		t.Fatal("moved block not served")
+	}
+}
+
 func TestForget(t *testing.T) {
 	f := newFixture(t, 2, defaults, 8)
-	placed := make([][]tree.Block, f.tr.g.Buckets())
+	placed := make([][]Block, f.tr.g.Buckets())
 	x, y := randomBlock(f.r, 32), randomBlock(f.r, 32)
 	const leaf = 2
 	b := f.tr.g.BucketAt(leaf, 2)
-	placed[b] = []tree.Block{x}
+	placed[b] = []Block{{Block: x, Leaf: leaf}}
 	f.init(placed)
 	f.tr.Forget(b, x.ID)
 	f.tr.Forget(b, x.ID)
@@ -308,7 +332,7 @@ func TestForget(t *testing.T) {
 		t.Fatal("a path read read the forgotten block's slot as a dummy")
 	}
 	// The eviction frees the slot: y, for the same leaf, takes bucket b.
-	where := f.evict(4, []EvictBlock{{Block: y, Leaf: leaf}})
+	where := f.evict(4, []Block{{Block: y, Leaf: leaf}})
 	if where[0] != int64(b) || len(f.tr.State().Stale) != 0 {
 		t.Fatalf("y placed in %d, stale %+v; want bucket %d with the stale copy dropped", where[0], f.tr.State().Stale, b)
 	}
@@ -320,9 +344,9 @@ func TestForget(t *testing.T) {
 // A stale copy in a bucket being reshuffled is dropped too.
 func TestForgetReshuffle(t *testing.T) {
 	f := newFixture(t, 1, Params{Z: 1, S: 2}, 9)
-	placed := make([][]tree.Block, 3)
+	placed := make([][]Block, 3)
 	x := randomBlock(f.r, 32)
-	placed[0] = []tree.Block{x}
+	placed[0] = []Block{{Block: x}}
 	f.init(placed)
 	f.tr.Forget(0, x.ID)
 	f.read(PathRead{Leaf: 0})
@@ -516,11 +540,16 @@ func TestInit(t *testing.T) {
 		t.Fatalf("Init of %d buckets of ~7 KB in %d writes; want batches of about %d bytes",
 			tr.g.Buckets(), len(recs), tree.DefaultBatchBytes)
 	}
-	if err := tr.Init(f.ctx, make([][]tree.Block, 3)); err == nil {
+	if err := tr.Init(f.ctx, make([][]Block, 3)); err == nil {
 		t.Error("Init with the wrong number of buckets succeeded")
 	}
-	over := make([][]tree.Block, tr.g.Buckets())
-	over[5] = make([]tree.Block, 2)
+	offPath := make([][]Block, tr.g.Buckets())
+	offPath[2] = []Block{{Leaf: 0}} // bucket 2 is the root's right child; leaf 0 is leftmost
+	if err := tr.Init(f.ctx, offPath); err == nil {
+		t.Error("Init with a block off its leaf's path succeeded")
+	}
+	over := make([][]Block, tr.g.Buckets())
+	over[5] = make([]Block, 2)
 	if err := tr.Init(f.ctx, over); err == nil {
 		t.Error("Init with Z+1 blocks in a bucket succeeded")
 	}
@@ -635,9 +664,9 @@ func TestChangeReplays(t *testing.T) {
 	g := f.tr.g
 	for i := range 40 {
 		if i%5 == 4 {
-			var stash []EvictBlock
+			var stash []Block
 			for range 3 {
-				stash = append(stash, EvictBlock{Block: randomBlock(f.r, 32), Leaf: f.r.Uint64N(g.Leaves())})
+				stash = append(stash, Block{Block: randomBlock(f.r, 32), Leaf: f.r.Uint64N(g.Leaves())})
 			}
 			f.evict(3, stash)
 			continue

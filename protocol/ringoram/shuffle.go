@@ -2,10 +2,12 @@ package ringoram
 
 import (
 	"context"
+	"fmt"
 	"math/bits"
 	"slices"
 
 	"github.com/oblivkv/oblivkv/protocol/tree"
+	"github.com/oblivkv/oblivkv/seal"
 )
 
 // realSlots appends to dst the Z slots Ring ORAM's ReadBucket reads from
@@ -34,8 +36,9 @@ func (t *Tree) realSlots(dst []slotRead, bucket uint64, m *meta, i int32) []slot
 
 // readReal reads the buckets union[i] for i in idx as Ring ORAM's
 // ReadBucket does: ONE backend Read of exactly Z slots of each (realSlots).
-// It returns the live real blocks of each bucket, each with room for Z.
-func (t *Tree) readReal(ctx context.Context, union []uint64, metas []meta, idx []int) ([][]tree.Block, error) {
+// It returns the live real blocks of each bucket with their leaves, each
+// with room for Z.
+func (t *Tree) readReal(ctx context.Context, union []uint64, metas []meta, idx []int) ([][]Block, error) {
 	reads := make([]slotRead, 0, len(idx)*t.p.Z)
 	for _, i := range idx {
 		reads = t.realSlots(reads, union[i], &metas[i], int32(i))
@@ -44,14 +47,19 @@ func (t *Tree) readReal(ctx context.Context, union []uint64, metas []meta, idx [
 	if err != nil {
 		return nil, err
 	}
-	out := make([][]tree.Block, len(idx))
+	out := make([][]Block, len(idx))
 	z := t.p.Z
 	for j, i := range idx {
-		kept := blocks[j*z : j*z : (j+1)*z] // compacted in place
+		kept := make([]Block, 0, z)
 		for x := j * z; x < (j+1)*z; x++ {
-			if e := metas[i].entryAt(reads[x].slot); e != nil && t.live(union[i], *e) {
-				kept = append(kept, blocks[x])
+			e := metas[i].entryAt(reads[x].slot)
+			if e == nil || !t.live(union[i], *e) {
+				continue
 			}
+			if !t.g.OnPath(union[i], e.Leaf) {
+				return nil, fmt.Errorf("%w: bucket %d lists a block of leaf %d, off its path", seal.ErrTampered, union[i], e.Leaf)
+			}
+			kept = append(kept, Block{Block: blocks[x], Leaf: e.Leaf})
 		}
 		out[j] = kept
 	}
@@ -65,7 +73,7 @@ func (t *Tree) readReal(ctx context.Context, union []uint64, metas []meta, idx [
 // becomes the SlotVersion too, so slots of any earlier layout fail to
 // open. slots (Z+S, zeroed) receives the block of each slot, nil for a
 // dummy.
-func (t *Tree) rewrite(bucket uint64, m *meta, reals []tree.Block, slots []*tree.Block) bucketWrite {
+func (t *Tree) rewrite(bucket uint64, m *meta, reals []Block, slots []*tree.Block) bucketWrite {
 	m.SlotVersion, m.Count, m.Valid = m.Version, 0, allSlots(t.p.slots())
 	free := m.Valid
 	for e := range m.Entries {
@@ -78,8 +86,8 @@ func (t *Tree) rewrite(bucket uint64, m *meta, reals []tree.Block, slots []*tree
 			s = uint8(bits.TrailingZeros64(free))
 		}
 		free &^= 1 << s
-		slots[s] = &reals[e]
-		m.Entries[e] = entry{Present: true, Slot: s, ID: reals[e].ID}
+		slots[s] = &reals[e].Block
+		m.Entries[e] = entry{Present: true, Slot: s, ID: reals[e].Block.ID, Leaf: reals[e].Leaf}
 	}
 	return bucketWrite{bucket: bucket, meta: m, slots: slots}
 }

@@ -13,10 +13,11 @@ import (
 	"github.com/oblivkv/oblivkv/seal"
 )
 
-// Treebeard's parameters (Sec. 5.3.1 sets Z=1; Sec. 7 uses S=6).
+// The Treebeard paper's bucket parameters (Sec. 5.3.1 sets Z=1; Sec. 7
+// uses S=6).
 const (
-	DefaultZ = 1
-	DefaultS = 6
+	PaperZ = 1
+	PaperS = 6
 )
 
 // MaxLevels bounds a tree's height: the Tree keeps 8 bytes of trusted
@@ -24,15 +25,17 @@ const (
 const MaxLevels = 32
 
 // Params are Ring ORAM's bucket parameters: at most Z real blocks and at
-// least S dummy slots per bucket, Z+S slots in all (at most 64). A bucket
-// is reshuffled after S reads.
+// least S dummy slots per bucket, Z+S slots in all (at most 64), S >= Z.
+// A bucket is reshuffled once fewer than Z of its dummies are unread: a
+// multi-path read takes up to Z slots of a bucket (after S reads with
+// Z = 1, as in Ring ORAM).
 type Params struct{ Z, S int }
 
 func (p Params) slots() int { return p.Z + p.S }
 
 func (p Params) validate() error {
-	if p.Z < 1 || p.S < 1 || p.Z+p.S > 64 {
-		return fmt.Errorf("ringoram: Z=%d, S=%d: want Z >= 1, S >= 1 and Z+S <= 64", p.Z, p.S)
+	if p.Z < 1 || p.S < p.Z || p.Z+p.S > 64 {
+		return fmt.Errorf("ringoram: Z=%d, S=%d: want Z >= 1, S >= Z (a read may take Z dummies from a bucket) and Z+S <= 64", p.Z, p.S)
 	}
 	return nil
 }

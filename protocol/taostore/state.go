@@ -72,7 +72,7 @@ func (s *store) Load(ctx context.Context, items iter.Seq2[string, []byte]) (int,
 	placed := make([][]tree.Block, s.geo.Buckets())
 	for id, v := range values {
 		s.pos[id] = s.randomLeaf()
-		if !s.geo.PlaceDeepest(placed, s.opts.Z, s.pos[id], tree.Block{ID: id, Value: v}) {
+		if !tree.PlaceDeepest(s.geo, placed, s.opts.Z, s.pos[id], tree.Block{ID: id, Value: v}) {
 			s.stash[id] = v
 		}
 	}

@@ -92,11 +92,11 @@ func (f *Flusher) place(d int) int {
 }
 
 // PlaceDeepest puts blk, assigned to leaf, in the deepest bucket of leaf's
-// path holding fewer than z blocks, as a flush would (Sec. IV-A step 2),
-// and reports false when the whole path is full (the block belongs in the
-// stash). buckets is indexed by bucket number. It is how a bulk load lays
-// out its initial tree.
-func (g Geometry) PlaceDeepest(buckets [][]Block, z int, leaf uint64, blk Block) bool {
+// path in g holding fewer than z blocks, as a flush would (Sec. IV-A step
+// 2), and reports false when the whole path is full (the block belongs in
+// the stash). buckets is indexed by bucket number. It is how a bulk load
+// lays out its initial tree, whatever a bucket's blocks are.
+func PlaceDeepest[B any](g Geometry, buckets [][]B, z int, leaf uint64, blk B) bool {
 	for lvl := g.L; lvl >= 0; lvl-- {
 		if b := g.BucketAt(leaf, lvl); len(buckets[b]) < z {
 			buckets[b] = append(buckets[b], blk)

@@ -128,14 +128,14 @@ func TestPlaceDeepest(t *testing.T) {
 	buckets := make([][]Block, g.Buckets())
 	const z, leaf = 2, 5
 	for i := range z * (g.L + 1) {
-		if !g.PlaceDeepest(buckets, z, leaf, Block{ID: BlockID{byte(i)}}) {
+		if !PlaceDeepest(g, buckets, z, leaf, Block{ID: BlockID{byte(i)}}) {
 			t.Fatalf("block %d refused with room left on the path", i)
 		}
 		if want := g.BucketAt(leaf, g.L-i/z); len(buckets[want]) != i%z+1 {
 			t.Fatalf("block %d did not go to the deepest bucket with room (level %d)", i, g.L-i/z)
 		}
 	}
-	if g.PlaceDeepest(buckets, z, leaf, Block{}) {
+	if PlaceDeepest(g, buckets, z, leaf, Block{}) {
 		t.Fatal("a block was placed on a full path")
 	}
 }

@@ -256,12 +256,17 @@ func runAuditCrashing(t *testing.T, opts treebeard.Options, seed byte, keys []ui
 		})
 	}
 	// The defaults as the store applies them (Options.withDefaults is
-	// unexported): the audits use the default Trees, Z and S.
+	// unexported).
 	run.opts = opts
 	if run.opts.Trees == 0 {
 		run.opts.Trees = treebeard.DefaultTrees
 	}
-	run.opts.Z, run.opts.S = ringoram.DefaultZ, ringoram.DefaultS
+	if run.opts.Z == 0 {
+		run.opts.Z = treebeard.DefaultZ
+	}
+	if run.opts.S == 0 {
+		run.opts.S = treebeard.DefaultS
+	}
 	if run.opts.A == 0 {
 		run.opts.A = treebeard.DefaultA
 	}
@@ -294,7 +299,8 @@ type treeOp struct {
 }
 
 // opKind is what an operation is, told from its shape alone: a
-// multi-path read is a metadata Read, a Read of one slot per bucket, an
+// multi-path read is a metadata Read, a Read of up to Z slots per bucket
+// (one per path crossing it), an
 // optional Read for early reshuffles and a Write of the metadata (plus
 // the reshuffled buckets' slots); an eviction is a metadata Read, a Read
 // of Z slots per bucket and a Write of every slot of every bucket.
@@ -557,8 +563,10 @@ func checkSchedule(perTree [][]treebeard.TraceEvent, a, k int) error {
 
 // checkView is audit (b) for one tree: its operations, as storage saw
 // them, are its trace events in order. A multi-path read of leaves P
-// reads the metadata of exactly Union(P), then exactly one slot of every
-// bucket of Union(P) and nothing else, then (for early reshuffles) Z slots
+// reads the metadata of exactly Union(P), then exactly min(c, Z) slots of
+// every bucket of Union(P), c being the number of paths of P crossing it
+// (one slot per bucket with Z = 1), and nothing else, then (for early
+// reshuffles) Z slots
 // of each of some buckets of the union, and writes the metadata of every
 // bucket of the union and every slot of the reshuffled buckets, nothing
 // else. An eviction of leaves P reads the metadata of Union(P), Z slots
@@ -581,9 +589,9 @@ func checkView(geo tree.Geometry, z, s int, ops []opView, evs []treebeard.TraceE
 		if err := sameBuckets("metadata Read", op.meta, union); err != nil {
 			return fmt.Errorf("call %d (%v of %d paths): %w", op.seq, op.kind, len(e.Leaves), err)
 		}
-		perBucket := 1 // a path read: one slot per bucket
+		perBucket := crossing(geo, e.Leaves, z) // a path read: one slot per path, at most Z
 		if op.kind == opEviction {
-			perBucket = z // ReadBucket: Z slots of each
+			perBucket = func(uint64) int { return z } // ReadBucket: Z slots of each
 		}
 		if err := slotsPerBucket("slot Read", op.slotReads[0], union, perBucket); err != nil {
 			return fmt.Errorf("call %d (%v): %w", op.seq, op.kind, err)
@@ -600,7 +608,7 @@ func checkView(geo tree.Geometry, z, s int, ops []opView, evs []treebeard.TraceE
 				}
 				slices.Sort(rewritten)
 				rewritten = slices.Compact(rewritten)
-				if err := slotsPerBucket("reshuffle Read", op.slotReads[1], rewritten, z); err != nil {
+				if err := slotsPerBucket("reshuffle Read", op.slotReads[1], rewritten, func(uint64) int { return z }); err != nil {
 					return fmt.Errorf("call %d: %w", op.seq, err)
 				}
 				if !subset(rewritten, union) {
@@ -634,9 +642,21 @@ func sameBuckets(what string, got, want []uint64) error {
 	return nil
 }
 
-// slotsPerBucket reports whether reads hold exactly n distinct slots of
-// every bucket of buckets and nothing else.
-func slotsPerBucket(what string, reads []slotAddr, buckets []uint64, n int) error {
+// crossing returns, per bucket, how many slots a multi-path read of leaves
+// takes from it: one per path crossing it, at most z.
+func crossing(geo tree.Geometry, leaves []uint64, z int) func(bucket uint64) int {
+	c := map[uint64]int{}
+	for _, leaf := range leaves {
+		for _, b := range geo.Path(leaf, nil) {
+			c[b] = min(c[b]+1, z)
+		}
+	}
+	return func(b uint64) int { return c[b] }
+}
+
+// slotsPerBucket reports whether reads hold exactly n(b) distinct slots of
+// every bucket b of buckets and nothing else.
+func slotsPerBucket(what string, reads []slotAddr, buckets []uint64, n func(uint64) int) error {
 	seen := map[uint64]uint64{}
 	count := map[uint64]int{}
 	for _, r := range reads {
@@ -650,8 +670,8 @@ func slotsPerBucket(what string, reads []slotAddr, buckets []uint64, n int) erro
 		return fmt.Errorf("%s touches %d buckets, want %d", what, len(count), len(buckets))
 	}
 	for _, b := range buckets {
-		if count[b] != n {
-			return fmt.Errorf("%s holds %d slots of bucket %d, want %d", what, count[b], b, n)
+		if count[b] != n(b) {
+			return fmt.Errorf("%s holds %d slots of bucket %d, want %d", what, count[b], b, n(b))
 		}
 	}
 	return nil
@@ -743,7 +763,8 @@ func checkEvictionOrder(geo tree.Geometry, k int, ops []opView, ks []int) error 
 // Per bucket it counts the path reads' slot reads since the bucket's last
 // full rewrite (a Write of all its Z+S slots; the load rewrote every
 // bucket). A full rewrite by a multi-path read (an early reshuffle) must
-// come exactly when that count reaches S, and the count never exceeds S.
+// come exactly when that count exceeds S-Z (fewer than Z dummies left:
+// when it reaches S with Z = 1), and the count never exceeds S.
 // Also, no slot is read twice between two rewrites of its bucket (Ring
 // ORAM reads only valid slots), whether by a path read, a reshuffle or an
 // eviction.
@@ -772,16 +793,16 @@ func checkReshuffles(z, s int, ops []opView) error {
 			if mask != all {
 				return fmt.Errorf("call %d: a partial rewrite of bucket %d (slots %b)", op.seq, b, mask)
 			}
-			if op.kind == opPathRead && count[b] != s {
-				return fmt.Errorf("call %d: bucket %d reshuffled after %d reads; S=%d", op.seq, b, count[b], s)
+			if op.kind == opPathRead && count[b] <= s-z {
+				return fmt.Errorf("call %d: bucket %d reshuffled after %d reads; S=%d, Z=%d", op.seq, b, count[b], s, z)
 			}
 			delete(count, b)
 			delete(read, b)
 		}
 		if op.kind == opPathRead {
 			for _, r := range op.slotReads[0] {
-				if count[r.bucket] == s {
-					return fmt.Errorf("call %d: bucket %d read %d times and not reshuffled", op.seq, r.bucket, s)
+				if count[r.bucket] > s-z {
+					return fmt.Errorf("call %d: bucket %d read %d times and not reshuffled; S=%d, Z=%d", op.seq, r.bucket, count[r.bucket], s, z)
 				}
 			}
 		}
@@ -1068,6 +1089,7 @@ func TestObliviousAudit(t *testing.T) {
 		crashAt int
 	}{
 		{"default", treebeard.Options{}, 0},
+		{"PaperParameters", paperOptions, 0},
 		{"BusyEvictions", treebeard.Options{A: 3, K: 5}, 0},
 		{"Recovered", treebeard.Options{}, auditRounds / 2},
 	} {
@@ -1085,7 +1107,8 @@ func TestObliviousAudit(t *testing.T) {
 }
 
 // exercised fails t if the runs did not exercise what audits (d) and (e)
-// check: evictions and early reshuffles at the defaults; at tiny eviction
+// check: evictions and early reshuffles at the default A (with the
+// default or the paper's bucket shape); at tiny eviction
 // parameters (where evictions rewrite the upper buckets so often that
 // early reshuffles are rare or absent), evictions of several k at once
 // and the eviction counter wrapping around the leaves.
@@ -1093,7 +1116,7 @@ func exercised(t *testing.T, opts treebeard.Options, runs map[string]audited) {
 	t.Helper()
 	for name, a := range runs {
 		_, evictions, reshuffles := countOps(a.ops)
-		if opts.K == 0 {
+		if opts.A == 0 {
 			if evictions == 0 || reshuffles == 0 {
 				t.Errorf("%s: %d evictions and %d reshuffled buckets: the audit saw too little", name, evictions, reshuffles)
 			}
@@ -1130,31 +1153,41 @@ var leakCases = []struct {
 	{"shard parts read as they arrive", treebeard.LeakEagerShardParts, []string{"uniform"}, "uniform: one multi-path read per tree and epoch"},
 }
 
+// paperOptions are the paper's parameters where the defaults differ
+// (Sec. 5.3.1: Z=1; Sec. 7: S=6, k=200).
+var paperOptions = treebeard.PaperOptions()
+
 // TestAuditsCatchLeaks injects each leak of leakCases at the default
-// parameters and requires its check to fail decisively (an exact
-// violation, or a p-value below audit.DecisiveP).
+// parameters and at the paper's, and requires its check to fail
+// decisively (an exact violation, or a p-value below audit.DecisiveP).
 func TestAuditsCatchLeaks(t *testing.T) {
 	for _, lc := range leakCases {
-		t.Run(lc.name, func(t *testing.T) {
-			opts := treebeard.WithLeak(treebeard.Options{}, lc.leak)
-			runs := map[string]audited{}
-			loads := auditWorkloads(t)
-			for _, w := range lc.workloads {
-				// The exact audits may fail too (a leak can break the
-				// trace's schedule); the check named is the one required.
-				a, _ := checkRun(runAudit(t, opts, 11, loads[w]))
-				runs[w] = a
-			}
-			i := slices.IndexFunc(statChecks(runs), func(c audit.Check) bool { return c.Name == lc.check })
-			if i < 0 {
-				t.Fatalf("no check named %q", lc.check)
-			}
-			c := statChecks(runs)[i]
-			t.Log(c)
-			if !c.Decisive() {
-				t.Fatalf("leak %q: %v; want a decisive failure", lc.name, c)
-			}
-		})
+		for name, base := range map[string]treebeard.Options{"default": {}, "paper": paperOptions} {
+			t.Run(lc.name+"/"+name, func(t *testing.T) { catchLeak(t, base, lc.leak, lc.workloads, lc.check) })
+		}
+	}
+}
+
+// catchLeak runs the workloads with leak injected into base and requires
+// check to fail decisively.
+func catchLeak(t *testing.T, base treebeard.Options, leak treebeard.Leak, workloads []string, check string) {
+	opts := treebeard.WithLeak(base, leak)
+	runs := map[string]audited{}
+	loads := auditWorkloads(t)
+	for _, w := range workloads {
+		// The exact audits may fail too (a leak can break the trace's
+		// schedule); the check named is the one required.
+		a, _ := checkRun(runAudit(t, opts, 11, loads[w]))
+		runs[w] = a
+	}
+	i := slices.IndexFunc(statChecks(runs), func(c audit.Check) bool { return c.Name == check })
+	if i < 0 {
+		t.Fatalf("no check named %q", check)
+	}
+	c := statChecks(runs)[i]
+	t.Log(c)
+	if !c.Decisive() {
+		t.Fatalf("%v; want a decisive failure", c)
 	}
 }
 

@@ -87,7 +87,7 @@ func TestStashCoreEpochs(t *testing.T) {
 
 	// Evict a: acked and untouched, it leaves the stash and keeps its position.
 	blocks := c.evictionBlocks(posA.Tree)
-	if !slices.ContainsFunc(blocks, func(eb ringoram.EvictBlock) bool { return eb.Block.ID == a }) {
+	if !slices.ContainsFunc(blocks, func(eb ringoram.Block) bool { return eb.Block.ID == a }) {
 		t.Fatalf("the eviction of tree %d was handed %+v, want block a", posA.Tree, blocks)
 	}
 	placed := make([]int64, len(blocks))

@@ -1,5 +1,5 @@
-// Package treebeard implements Treebeard (seed 000): Ring ORAM with Z=1
-// spread over several storage trees and three layers of trusted processes,
+// Package treebeard implements Treebeard (seed 000): Ring ORAM spread
+// over several storage trees and three layers of trusted processes,
 // here wired in one process.
 //
 //   - Router (Sec. 5.1): collects requests for an epoch (default 1 ms) and
@@ -15,10 +15,11 @@
 //     accessed since (per-block counters, Sec. 5.2.2).
 //   - ORAM shards (Sec. 5.3): each tree has exactly one owner, which merges
 //     the path reads queued for it into one multi-path read (each shared
-//     bucket read once, one slot per bucket) and, after every A path reads
-//     of the tree, evicts the next k paths in reverse-lexicographic order
-//     with the tree's blocks collected from every Stash shard. Bucket
-//     mechanics (metadata, slots, reshuffles) are package ringoram's.
+//     bucket read once, min(paths crossing it, Z) slots of it) and, after
+//     every A path reads of the tree, evicts the next k paths in
+//     reverse-lexicographic order with the tree's blocks collected from
+//     every Stash shard. Bucket mechanics (metadata, slots, reshuffles,
+//     where an eviction places blocks) are package ringoram's.
 //
 // The layers meet only through the interfaces in layers.go, exchanging
 // plain values, so a cluster can put RPCs and replication between them

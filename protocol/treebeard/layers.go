@@ -66,10 +66,10 @@ type Stale struct {
 type EvictionSource interface {
 	// EvictionBlocks hands over the stashed blocks assigned to tree t that
 	// take part in no other eviction, and starts counting accesses to them.
-	EvictionBlocks(ctx context.Context, t int) ([]ringoram.EvictBlock, error)
+	EvictionBlocks(ctx context.Context, t int) ([]ringoram.Block, error)
 	// EvictionDone reports where each handed-over block was placed (its
 	// bucket, or -1: nack). Acked blocks not accessed since the hand-off
 	// leave the stash; acked blocks that were accessed stay, and their
 	// copies in the tree are returned as stale.
-	EvictionDone(ctx context.Context, t int, blocks []ringoram.EvictBlock, placed []int64) ([]Stale, error)
+	EvictionDone(ctx context.Context, t int, blocks []ringoram.Block, placed []int64) ([]Stale, error)
 }

@@ -8,10 +8,13 @@ import (
 	"github.com/oblivkv/oblivkv/protocol/tree"
 )
 
-// Options are Treebeard's parameters. Zero fields take the defaults below,
-// which are the paper's (Sec. 7, "Experimental Setup": S=6, A=100, k=200,
-// 1 ms epochs, Z=1 from Sec. 5.3.1) and, for the layer sizes, what suits
-// one process on a small machine.
+// Options are Treebeard's parameters. Zero fields take the defaults below:
+// for the bucket shape and the eviction rate, the least backend bytes per
+// request in a sweep over Z, S, A and k that kept the stash within the
+// bound of the stash tests (docs/protocols.md, "Treebeard: parameters"):
+// Z=2, S=4, A=100, k=50, where the paper has Z=1, S=6, A=100, k=200
+// (PaperOptions); the paper's 1 ms epochs; and, for the layer sizes, what
+// suits one process on a small machine.
 type Options struct {
 	// Routers is the number of Router instances requests are spread over
 	// (default 1).
@@ -24,18 +27,19 @@ type Options struct {
 	ORAMShards int
 	// Trees is the number of storage trees (default 4).
 	Trees int
-	// Z is the number of real blocks per bucket. Treebeard reads many paths
-	// at once and so needs Z=1 (Sec. 5.3.1, second approach); it is the
-	// only value accepted.
+	// Z is the number of real blocks per bucket (default 2; the paper's
+	// setting is 1, Sec. 5.3.1). With Z > 1 a multi-path read takes up to Z
+	// slots of a bucket many of its paths cross (package ringoram), and
+	// the trees have proportionally fewer leaves.
 	Z int
-	// S is the number of dummy slots per bucket (default 6); a bucket is
-	// reshuffled after S reads.
+	// S is the number of dummy slots per bucket (default 4, at least Z);
+	// a bucket is reshuffled once fewer than Z of them are unread.
 	S int
 	// A is the number of path reads of a tree after which k of its paths
 	// are evicted (default 100).
 	A int
 	// K is the number of paths evicted every A reads of a tree (default
-	// 200).
+	// 50).
 	K int
 	// Epoch is how long a Router collects requests before forwarding them
 	// (default 1 ms; negative: forward every request at once).
@@ -56,10 +60,18 @@ const (
 	DefaultStashShards = 2
 	DefaultORAMShards  = 2
 	DefaultTrees       = 4
+	DefaultZ           = 2
+	DefaultS           = 4
 	DefaultA           = 100
-	DefaultK           = 200
+	DefaultK           = 50
 	DefaultEpoch       = time.Millisecond
 )
+
+// PaperOptions returns the paper's parameters where the defaults differ:
+// Z=1 (Sec. 5.3.1), S=6 and k=200 (Sec. 7, "Experimental Setup").
+func PaperOptions() Options {
+	return Options{Z: ringoram.PaperZ, S: ringoram.PaperS, K: 200}
+}
 
 func (o Options) withDefaults() Options {
 	set := func(v *int, d int) {
@@ -71,8 +83,8 @@ func (o Options) withDefaults() Options {
 	set(&o.StashShards, DefaultStashShards)
 	set(&o.Trees, DefaultTrees)
 	set(&o.ORAMShards, min(DefaultORAMShards, o.Trees))
-	set(&o.Z, ringoram.DefaultZ)
-	set(&o.S, ringoram.DefaultS)
+	set(&o.Z, DefaultZ)
+	set(&o.S, DefaultS)
 	set(&o.A, DefaultA)
 	set(&o.K, DefaultK)
 	if o.Epoch == 0 {
@@ -87,10 +99,10 @@ func (o Options) validate() error {
 		return fmt.Errorf("treebeard: Routers, StashShards and Trees must be at least 1 (got %d, %d, %d)", o.Routers, o.StashShards, o.Trees)
 	case o.ORAMShards < 1 || o.ORAMShards > o.Trees:
 		return fmt.Errorf("treebeard: ORAMShards must be between 1 and Trees (%d), got %d", o.Trees, o.ORAMShards)
-	case o.Z != 1:
-		return fmt.Errorf("treebeard: Z must be 1 (multi-path reads read one slot per bucket, Sec. 5.3.1), got %d", o.Z)
-	case o.S < 1 || o.Z+o.S > 64:
-		return fmt.Errorf("treebeard: S must be between 1 and %d, got %d", 64-o.Z, o.S)
+	case o.Z < 1 || o.Z > 32:
+		return fmt.Errorf("treebeard: Z must be between 1 and 32, got %d", o.Z)
+	case o.S < o.Z || o.Z+o.S > 64:
+		return fmt.Errorf("treebeard: S must be between Z (%d) and %d, got %d", o.Z, 64-o.Z, o.S)
 	case o.A < 1 || o.K < 1:
 		return fmt.Errorf("treebeard: A and K must be at least 1 (got %d, %d)", o.A, o.K)
 	}
@@ -98,12 +110,14 @@ func (o Options) validate() error {
 }
 
 // geometry returns the shape of each storage tree for capacity blocks over
-// trees trees. Blocks go to uniformly random trees, so a tree holds
-// capacity/trees blocks on average; each tree gets the smallest power of
-// two of leaves at least that, hence at least two buckets (two real slots,
-// Z=1) per block it holds on average. That margin absorbs the random
+// trees trees of buckets of z real slots. Blocks go to uniformly random
+// trees, so a tree holds capacity/trees blocks on average; each tree gets
+// the smallest power of two of leaves at least that divided by z, hence
+// at least two real slots per block it holds on average (the 2^(L+1)-1
+// buckets of a tree of 2^L leaves). That margin absorbs the random
 // imbalance between trees (a standard deviation of sqrt(capacity/trees)
 // blocks) and keeps evictions finding free slots, so the stash stays small.
-func geometry(capacity, trees int) tree.Geometry {
-	return tree.NewGeometry((capacity + trees - 1) / trees)
+func geometry(capacity, trees, z int) tree.Geometry {
+	perTree := (capacity + trees - 1) / trees
+	return tree.NewGeometry((perTree + z - 1) / z)
 }

@@ -229,7 +229,7 @@ func (w *treeWorker) traceRead(jobs []*readJob) {
 // evict collects the tree's blocks from every Stash shard, evicts k paths
 // and reports the placements back; stale copies are forgotten by the tree.
 func (w *treeWorker) evict(ctx context.Context, k int) {
-	var blocks []ringoram.EvictBlock
+	var blocks []ringoram.Block
 	from := make([]int, len(w.stashes)+1) // blocks[from[i]:from[i+1]] came from stash i
 	var errs []error
 	for i, s := range w.stashes {
@@ -267,7 +267,7 @@ func (w *treeWorker) evict(ctx context.Context, k int) {
 
 // removed returns the blocks an eviction placed that left the stash: all
 // placed but those whose copies are stale.
-func removed(blocks []ringoram.EvictBlock, placed []int64, stale []Stale) []tree.BlockID {
+func removed(blocks []ringoram.Block, placed []int64, stale []Stale) []tree.BlockID {
 	var out []tree.BlockID
 	for i, b := range blocks {
 		if placed[i] >= 0 && !slices.ContainsFunc(stale, func(st Stale) bool { return st.ID == b.Block.ID }) {

@@ -124,14 +124,14 @@ func (s *Stash) journal(batch []Request) error {
 }
 
 // EvictionBlocks hands tree t's blocks to its eviction (stashCore.evictionBlocks).
-func (s *Stash) EvictionBlocks(_ context.Context, t int) ([]ringoram.EvictBlock, error) {
+func (s *Stash) EvictionBlocks(_ context.Context, t int) ([]ringoram.Block, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.core.evictionBlocks(t), nil
 }
 
 // EvictionDone ends tree t's eviction (stashCore.evictionDone).
-func (s *Stash) EvictionDone(_ context.Context, t int, blocks []ringoram.EvictBlock, placed []int64) ([]Stale, error) {
+func (s *Stash) EvictionDone(_ context.Context, t int, blocks []ringoram.Block, placed []int64) ([]Stale, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.core.evictionDone(t, blocks, placed), nil

@@ -292,18 +292,18 @@ func (c *stashCore) endEpoch(batch []Request) []byte {
 // starts at zero. Blocks stay in the stash until the eviction acknowledges
 // them. A block whose latest change is not journaled yet waits for the
 // next eviction (which blocks an eviction places never shows on storage).
-func (c *stashCore) evictionBlocks(t int) []ringoram.EvictBlock {
-	var out []ringoram.EvictBlock
+func (c *stashCore) evictionBlocks(t int) []ringoram.Block {
+	var out []ringoram.Block
 	for id, b := range c.stash {
 		p := c.pos[id]
 		if p.Tree != t || b.evicting >= 0 || b.unjournaled {
 			continue
 		}
 		b.evicting, b.touched = t, 0
-		out = append(out, ringoram.EvictBlock{Block: tree.Block{ID: id, Value: b.value}, Leaf: p.Leaf})
+		out = append(out, ringoram.Block{Block: tree.Block{ID: id, Value: b.value}, Leaf: p.Leaf})
 	}
 	// In a fixed order, not the map's: the placements are the core's output.
-	slices.SortFunc(out, func(x, y ringoram.EvictBlock) int { return bytes.Compare(x.Block.ID[:], y.Block.ID[:]) })
+	slices.SortFunc(out, func(x, y ringoram.Block) int { return bytes.Compare(x.Block.ID[:], y.Block.ID[:]) })
 	return out
 }
 
@@ -311,7 +311,7 @@ func (c *stashCore) evictionBlocks(t int) []ringoram.EvictBlock {
 // leaves the stash only if it was acked (placed) and not accessed since it
 // was handed over. An acked block that was accessed meanwhile (updated,
 // moved or deleted) stays as it is now, and its copy in the tree is stale.
-func (c *stashCore) evictionDone(t int, blocks []ringoram.EvictBlock, placed []int64) []Stale {
+func (c *stashCore) evictionDone(t int, blocks []ringoram.Block, placed []int64) []Stale {
 	var stale []Stale
 	for i, eb := range blocks {
 		id := eb.Block.ID

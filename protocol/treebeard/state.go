@@ -48,9 +48,9 @@ func (s *store) Load(ctx context.Context, items iter.Seq2[string, []byte]) (int,
 			return 0, fmt.Errorf("%w: %d keys", kv.ErrFull, s.quota.capacity)
 		}
 	}
-	placed := make([][][]tree.Block, len(s.workers))
+	placed := make([][][]ringoram.Block, len(s.workers))
 	for t := range placed {
-		placed[t] = make([][]tree.Block, s.geo.Buckets())
+		placed[t] = make([][]ringoram.Block, s.geo.Buckets())
 	}
 	rng, err := newRandSource(s.opts.seed)
 	if err != nil {
@@ -61,7 +61,7 @@ func (s *store) Load(ctx context.Context, items iter.Seq2[string, []byte]) (int,
 		p := position{Tree: r.IntN(len(s.workers)), Leaf: r.Uint64N(s.geo.Leaves())}
 		s.stashes[shardOf(id, len(s.stashes))].locked(func(c *stashCore) {
 			c.setPosition(id, p)
-			if !s.geo.PlaceDeepest(placed[p.Tree], s.opts.Z, p.Leaf, tree.Block{ID: id, Value: v}) {
+			if !tree.PlaceDeepest(s.geo, placed[p.Tree], s.opts.Z, p.Leaf, ringoram.Block{Block: tree.Block{ID: id, Value: v}, Leaf: p.Leaf}) {
 				c.setStashed(id, v)
 			}
 		})

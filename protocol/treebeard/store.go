@@ -80,7 +80,7 @@ func open(ctx context.Context, env kv.Env) (*store, error) {
 // build creates the layers, not yet running.
 func build(env kv.Env, opts Options) (*store, error) {
 	s := &store{b: env.Backend, keys: env.Keys, opts: opts, valueSize: env.ValueSize,
-		geo: geometry(env.Capacity, opts.Trees), quota: &quota{capacity: int64(env.Capacity)}}
+		geo: geometry(env.Capacity, opts.Trees, opts.Z), quota: &quota{capacity: int64(env.Capacity)}}
 	rng, err := newRandSource(opts.seed)
 	if err != nil {
 		return nil, err
@@ -184,12 +184,12 @@ func (s *store) ensureInit(ctx context.Context) error {
 
 // initTrees writes every tree, placed[t] holding the blocks of tree t's
 // buckets (nil: empty), the trees in parallel.
-func (s *store) initTrees(ctx context.Context, placed [][][]tree.Block) error {
+func (s *store) initTrees(ctx context.Context, placed [][][]ringoram.Block) error {
 	errs := make([]error, len(s.workers))
 	var wg sync.WaitGroup
 	for t, w := range s.workers {
 		wg.Go(func() {
-			var p [][]tree.Block
+			var p [][]ringoram.Block
 			if placed != nil {
 				p = placed[t]
 			}

@@ -24,8 +24,13 @@ func TestMain(m *testing.M) { kvtest.Main(m) }
 // within the contract's few operations.
 var busy = treebeard.Options{A: 2, K: 3, Epoch: 200 * time.Microsecond}
 
+// wide has two real blocks per bucket, so multi-path reads take two slots
+// of the buckets several of their paths cross.
+var wide = treebeard.Options{Z: 2, S: 3, A: 2, K: 3, Epoch: 200 * time.Microsecond}
+
 func TestContract(t *testing.T) {
-	for _, c := range []kvtest.Config{cfg, {Protocol: "treebeard", Integrity: true, Durable: true, Options: busy}} {
+	for _, c := range []kvtest.Config{cfg, {Protocol: "treebeard", Integrity: true, Durable: true, Options: busy},
+		{Protocol: "treebeard", Integrity: true, Durable: true, Options: wide}} {
 		for _, st := range kvtest.Storages(t) {
 			t.Run(st.Name, func(t *testing.T) { kvtest.RunContract(t, c, st) })
 		}
@@ -36,13 +41,16 @@ func TestContract(t *testing.T) {
 // on one hot key, with frequent evictions so blocks are handed over and
 // acked while clients use them.
 func TestLinearizable(t *testing.T) {
-	lin := kvtest.Config{Protocol: "treebeard", Options: busy}
 	for _, st := range []kvtest.Storage{kvtest.Mem(), kvtest.Redis(), kvtest.Jittered(kvtest.Mem(), 2*time.Millisecond)} {
 		t.Run(st.Name, func(t *testing.T) {
-			s := kvtest.OpenStore(t, lin, st)
+			s := kvtest.OpenStore(t, kvtest.Config{Protocol: "treebeard", Options: busy}, st)
 			kvtest.CheckLinearizable(t, s, kvtest.LinOptions{Clients: 16, OpsPerClient: 150, DeleteFraction: 0.15})
 		})
 	}
+	t.Run("Z=2", func(t *testing.T) {
+		s := kvtest.OpenStore(t, kvtest.Config{Protocol: "treebeard", Options: wide}, kvtest.Mem())
+		kvtest.CheckLinearizable(t, s, kvtest.LinOptions{Clients: 16, OpsPerClient: 150, DeleteFraction: 0.15})
+	})
 }
 
 // gate holds the first eviction write of tree 0 once armed, until
@@ -74,8 +82,10 @@ func (g *gate) Write(ctx context.Context, items []backend.Item) error {
 func TestWriteDuringEvictionSurvives(t *testing.T) {
 	g := &gate{Backend: mem.New(), held: make(chan struct{}), release: make(chan struct{})}
 	// One tree and one Stash shard: every stashed block joins every
-	// eviction. A=4: the fourth path read triggers one.
-	opts := treebeard.Options{Trees: 1, ORAMShards: 1, StashShards: 1, A: 4, K: 8, Epoch: -1}
+	// eviction. A=4: the fourth path read triggers one. Z=1, S=6: no
+	// bucket is reshuffled before it, so the first Write of several
+	// buckets' slots is the eviction's.
+	opts := treebeard.Options{Trees: 1, ORAMShards: 1, StashShards: 1, Z: 1, S: 6, A: 4, K: 8, Epoch: -1}
 	s, err := kv.Open(t.Context(), kv.Config{Protocol: "treebeard", Backend: g, Keys: kvtest.NewKeys(t),
 		Capacity: 64, ValueSize: 32, Options: treebeard.Seeded(opts, 1)})
 	if err != nil {
@@ -183,8 +193,10 @@ func TestPrepare(t *testing.T) {
 	if err := kv.Prepare(t.Context(), s); err != nil {
 		t.Fatal(err)
 	}
-	// 4 trees of 16 leaves: 31 buckets of 7 slots and a metadata record.
-	if got, want := b.Len()-before, 4*31*8; got != want {
+	// 4 trees of 16/Z leaves: 32/Z-1 buckets of Z+S slots and a metadata
+	// record each.
+	z, st := treebeard.DefaultZ, treebeard.DefaultS
+	if got, want := b.Len()-before, 4*(32/z-1)*(z+st+1); got != want {
 		t.Fatalf("Prepare wrote %d addresses, want %d (every tree)", got, want)
 	}
 	writes := s.Stats().Backend
