@@ -2,9 +2,11 @@ package ringoram
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"runtime"
 	"sync"
+	"time"
 
 	"github.com/oblivkv/oblivkv/backend"
 	"github.com/oblivkv/oblivkv/protocol/tree"
@@ -57,6 +59,42 @@ func (t *Tree) read(ctx context.Context, addrs []string) ([][]byte, error) {
 		}
 	}
 	return vals, nil
+}
+
+// Pauses between two attempts of a slot Read that storage failed.
+const (
+	firstRetry = time.Millisecond
+	maxRetry   = time.Second
+)
+
+// readAgain reads addrs, and while storage fails the Read (a transport
+// error, not a tampered answer) issues the identical Read again, until it
+// succeeds, ctx ends or the Tree is abandoned. Treebeard Sec. 5.3.3: a
+// Read of slots may have reached storage even when it failed, so the
+// slots it chose are spent; an operation that chose again would read a
+// wanted block's slot a second time beside fresh dummies, and storage
+// would see which slot did not change. Read again unchanged, it learns
+// only that a Read failed.
+func (t *Tree) readAgain(ctx context.Context, addrs []string) ([][]byte, error) {
+	wait := firstRetry
+	for {
+		vals, err := t.read(ctx, addrs)
+		if err == nil || errors.Is(err, seal.ErrTampered) || errors.Is(err, backend.ErrClosed) {
+			return vals, err
+		}
+		timer := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			timer.Stop()
+			return nil, err
+		case <-t.abandon:
+			timer.Stop()
+			return nil, err
+		case <-timer.C:
+		}
+		t.stats.ReadRetries++
+		wait = min(2*wait, maxRetry)
+	}
 }
 
 // readMeta reads the metadata of buckets in ONE backend Read and opens it,
@@ -132,7 +170,7 @@ func (t *Tree) readSlots(ctx context.Context, union []uint64, metas []meta, read
 	for j, r := range reads {
 		addrs[j] = t.l.SlotAddr(union[r.i], int(r.slot))
 	}
-	vals, err := t.read(ctx, addrs)
+	vals, err := t.readAgain(ctx, addrs)
 	if err != nil {
 		return nil, err
 	}

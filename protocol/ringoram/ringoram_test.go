@@ -525,6 +525,87 @@ func TestFailedWriteChangesNothing(t *testing.T) {
 	}
 }
 
+// flaky fails the next fails Reads that hold a slot, and records every
+// Read it is asked for, failed or not: what storage may have seen.
+type flaky struct {
+	backend.Backend
+	l     Layout
+	fails int
+	reads [][]string
+}
+
+func (b *flaky) Read(ctx context.Context, addrs []string) ([][]byte, error) {
+	b.reads = append(b.reads, slices.Clone(addrs))
+	if _, _, slot := b.l.ParseSlot(addrs[0]); slot && b.fails > 0 {
+		b.fails--
+		return nil, errInjected
+	}
+	return b.Backend.Read(ctx, addrs)
+}
+
+// slotReads returns the Reads of slots among those recorded.
+func (b *flaky) slotReads() [][]string {
+	var out [][]string
+	for _, r := range b.reads {
+		if _, _, ok := b.l.ParseSlot(r[0]); ok {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// A slot Read that storage fails is issued again unchanged until it
+// succeeds (Treebeard Sec. 5.3.3), by a multi-path read and by an
+// eviction: storage sees the same slots again, never a wanted block's
+// slot beside other dummies.
+func TestFailedSlotReadIssuedAgainUnchanged(t *testing.T) {
+	f := newFixture(t, 5, defaults, 13)
+	blocks := f.load(20)
+	fb := &flaky{Backend: f.cfg.Backend, l: f.cfg.Layout, fails: 3}
+	f.tr.b = fb
+	b := blocks[0]
+	res, err := f.tr.ReadPaths(f.ctx, []PathRead{{Leaf: b.leaf, Want: want(b.ID)}, {Leaf: b.leaf ^ 1}})
+	if err != nil || !res[0].Found || !bytes.Equal(res[0].Block.Value, b.Value) {
+		t.Fatalf("ReadPaths after 3 failed slot Reads: %v, found %v", err, err == nil && res[0].Found)
+	}
+	fb.fails = 2
+	if _, err := f.tr.Evict(f.ctx, 4, nil); err != nil {
+		t.Fatalf("Evict after 2 failed slot Reads: %v", err)
+	}
+	reads := fb.slotReads()
+	if len(reads) != 7 {
+		t.Fatalf("%d slot Reads; want 4 for the path read and 3 for the eviction", len(reads))
+	}
+	for i, r := range reads {
+		if first := reads[min(i, 4)/4*4]; !slices.Equal(r, first) {
+			t.Fatalf("slot Read %d is %v after a failed %v; want it unchanged", i, r, first)
+		}
+	}
+	if got := f.tr.Stats().ReadRetries; got != 5 {
+		t.Fatalf("ReadRetries = %d, want 5", got)
+	}
+}
+
+// An abandoned Tree issues a failed slot Read only once: the operation
+// fails and the trusted state is as it was.
+func TestAbandonStopsRetries(t *testing.T) {
+	f := newFixture(t, 4, defaults, 14)
+	blocks := f.load(10)
+	fb := &flaky{Backend: f.cfg.Backend, l: f.cfg.Layout, fails: 1 << 30}
+	f.tr.b = fb
+	f.tr.Abandon()
+	before := f.tr.State()
+	if _, err := f.tr.ReadPaths(f.ctx, []PathRead{{Leaf: blocks[0].leaf, Want: want(blocks[0].ID)}}); !errors.Is(err, errInjected) {
+		t.Fatalf("ReadPaths: %v; want the injected failure", err)
+	}
+	if n := len(fb.slotReads()); n != 1 {
+		t.Fatalf("%d slot Reads after Abandon; want 1", n)
+	}
+	if after := f.tr.State(); !slices.Equal(before.Versions, after.Versions) {
+		t.Fatal("a failed read changed the trusted state")
+	}
+}
+
 func TestInit(t *testing.T) {
 	f := newFixture(t, 9, defaults, 12)
 	f.cfg.ValueSize = 1000

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"sync"
 
 	"github.com/oblivkv/oblivkv/backend"
 	"github.com/oblivkv/oblivkv/protocol/tree"
@@ -72,6 +73,9 @@ type Tree struct {
 
 	writeAhead WriteAhead
 	pending    []backend.Item // a committed operation's Write that failed (settle)
+
+	abandon     chan struct{} // closed by Abandon: slot Reads are no longer retried
+	abandonOnce sync.Once
 }
 
 // Stats counts a Tree's work since it was made.
@@ -83,6 +87,7 @@ type Stats struct {
 	Evictions      uint64 // Evict calls
 	EvictedPaths   uint64 // paths evicted
 	BucketsWritten uint64 // buckets whose slots were all rewritten (Init, reshuffles, evictions)
+	ReadRetries    uint64 // slot Reads issued again, unchanged, after storage failed them
 }
 
 // NewTree returns a Tree over cfg.Backend. It validates the configuration
@@ -113,8 +118,15 @@ func NewTree(cfg Config) (*Tree, error) {
 		versions:   make([]uint64, cfg.Geometry.Buckets()),
 		stale:      map[uint64][]tree.BlockID{},
 		writeAhead: cfg.WriteAhead,
+		abandon:    make(chan struct{}),
 	}, nil
 }
+
+// Abandon makes a slot Read that storage keeps failing give up: the
+// operation retrying it fails at its next attempt instead of waiting for
+// storage (readAgain). A store calls it when it closes. Unlike the rest of
+// the Tree, it is safe to call from any goroutine.
+func (t *Tree) Abandon() { t.abandonOnce.Do(func() { close(t.abandon) }) }
 
 // Stats returns the counters so far.
 func (t *Tree) Stats() Stats { return t.stats }

@@ -249,6 +249,7 @@ func (s *store) Stats() kv.Stats {
 		t.Reshuffles += ws.tree.Reshuffles
 		t.Evictions += ws.tree.Evictions
 		t.EvictedPaths += ws.tree.EvictedPaths
+		t.ReadRetries += ws.tree.ReadRetries
 		evictErrs += ws.evictionErrors
 		readErrs += ws.readErrors
 	}
@@ -272,6 +273,7 @@ func (s *store) Stats() kv.Stats {
 		{Name: "evictions", Value: float64(t.Evictions)},
 		{Name: "evicted_paths", Value: float64(t.EvictedPaths)},
 		{Name: "read_errors", Value: float64(readErrs)},
+		{Name: "read_retries", Value: float64(t.ReadRetries)},
 		{Name: "eviction_errors", Value: float64(evictErrs)},
 	}}
 }

@@ -238,9 +238,14 @@ func (s *store) Delete(ctx context.Context, key string) error {
 	return err
 }
 
-// Close answers every request in flight, stops the ORAM shards, replaces
-// the journal by a checkpoint and closes the backend.
+// Close answers every request in flight (a tree still issuing again a
+// Read that storage keeps failing gives up, and its requests fail), stops
+// the ORAM shards, replaces the journal by a checkpoint and closes the
+// backend.
 func (s *store) Close() error {
+	for _, w := range s.workers { // a tree retrying a failed Read gives up
+		w.tree.Abandon()
+	}
 	for _, r := range s.routers {
 		r.Close()
 	}

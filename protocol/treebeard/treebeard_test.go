@@ -3,6 +3,7 @@ package treebeard_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -12,6 +13,7 @@ import (
 	"github.com/oblivkv/oblivkv/backend/mem"
 	"github.com/oblivkv/oblivkv/kv"
 	"github.com/oblivkv/oblivkv/kvtest"
+	"github.com/oblivkv/oblivkv/observe"
 	"github.com/oblivkv/oblivkv/protocol/ringoram"
 	"github.com/oblivkv/oblivkv/protocol/treebeard"
 )
@@ -119,6 +121,69 @@ func TestWriteDuringEvictionSurvives(t *testing.T) {
 	for i := range 40 { // many more evictions: the stale copy stays dead
 		mustPut(t, s, "filler"+string(rune('a'+i%26)), "x")
 		wantGet(t, s, "k", "new")
+	}
+}
+
+// flakySlots fails the next fails Reads of tree 0's slots.
+type flakySlots struct {
+	backend.Backend
+	mu    sync.Mutex
+	fails int
+}
+
+var errFlaky = errors.New("injected read failure")
+
+func (b *flakySlots) Read(ctx context.Context, addrs []string) ([][]byte, error) {
+	layout := ringoram.Layout{Prefix: treebeard.TreePrefix(0)}
+	b.mu.Lock()
+	fail := false
+	if _, _, ok := layout.ParseSlot(addrs[0]); ok && b.fails > 0 {
+		b.fails, fail = b.fails-1, true
+	}
+	b.mu.Unlock()
+	if fail {
+		return nil, errFlaky
+	}
+	return b.Backend.Read(ctx, addrs)
+}
+
+// TestFailedReadIssuedAgain: storage fails a tree's slot Reads a few
+// times; the requests still succeed, and on the Tap every failed Read is
+// followed by the identical Read (Sec. 5.3.3: a retried path read reads
+// the same slots as the attempt before it).
+func TestFailedReadIssuedAgain(t *testing.T) {
+	fb := &flakySlots{Backend: mem.New()}
+	log := &observe.MemoryLog{}
+	opts := treebeard.Options{Trees: 1, ORAMShards: 1, A: 2, K: 3, Epoch: -1}
+	s, err := kv.Open(t.Context(), kv.Config{Protocol: "treebeard", Backend: fb, Keys: kvtest.NewKeys(t),
+		Capacity: 64, ValueSize: 16, Options: opts, TapLog: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	mustPut(t, s, "k", "v")
+	fb.mu.Lock()
+	fb.fails = 5
+	fb.mu.Unlock()
+	for i := range 4 { // path reads, their evictions, and Gets of "k"
+		mustPut(t, s, "other"+string(rune('a'+i)), "x")
+		wantGet(t, s, "k", "v")
+	}
+	recs, failed := log.Records(), 0
+	for i, r := range recs {
+		if r.Op != observe.OpRead || !r.Err {
+			continue
+		}
+		failed++
+		if i+1 == len(recs) || recs[i+1].Op != observe.OpRead || !slices.Equal(recs[i+1].Addrs, r.Addrs) {
+			t.Fatalf("call %d: a failed slot Read was not followed by the same Read", r.Seq)
+		}
+	}
+	if failed != 5 {
+		t.Fatalf("%d failed Reads on the Tap; want 5", failed)
+	}
+	if got := kvtest.Stat(t, s.Stats(), "read_retries"); got != 5 {
+		t.Fatalf("read_retries = %v, want 5", got)
 	}
 }
 
