@@ -53,6 +53,14 @@ const scanChunk = 1024
 // cache that holds the working set (docs/dependencies.md).
 const DefaultCacheSize = 64 << 20
 
+// DefaultMemTableSize is pebble's memtable when Options.MemTableSize is
+// 0. The tree protocols overwrite the same upper buckets again and again;
+// a 32 MiB memtable absorbs those overwrites before they reach the LSM
+// (pebble's own 4 MiB flushed them into compactions that took 40% of the
+// CPU): treebeard ran 1.3x faster on disk at 50 clients with the same
+// peak memory (docs/dependencies.md).
+const DefaultMemTableSize = 32 << 20
+
 // Options tune a disk backend. The zero value is the safe default.
 type Options struct {
 	// NoSync commits Writes and Deletes without waiting for fsync. Close
@@ -61,6 +69,9 @@ type Options struct {
 	// CacheSize is the size in bytes of pebble's block cache (memory
 	// outside the Go heap). 0 means DefaultCacheSize.
 	CacheSize int64
+	// MemTableSize is the size in bytes of one pebble memtable (pebble
+	// keeps up to two). 0 means DefaultMemTableSize.
+	MemTableSize uint64
 }
 
 // Backend is a backend.Backend stored in a pebble database.
@@ -83,9 +94,12 @@ func OpenWith(dir string, o Options) (*Backend, error) {
 	if o.CacheSize <= 0 {
 		o.CacheSize = DefaultCacheSize
 	}
+	if o.MemTableSize == 0 {
+		o.MemTableSize = DefaultMemTableSize
+	}
 	cache := pebble.NewCache(o.CacheSize)
 	defer cache.Unref() // the database holds its own reference
-	db, err := pebble.Open(dir, &pebble.Options{Logger: quietLogger{}, Cache: cache})
+	db, err := pebble.Open(dir, &pebble.Options{Logger: quietLogger{}, Cache: cache, MemTableSize: o.MemTableSize})
 	if err != nil {
 		return nil, openError(dir, err)
 	}
