@@ -133,8 +133,8 @@ func TestStashCoreFailedReads(t *testing.T) {
 	tr, _ := realRead(t, p)
 	readErr := errors.New("storage unreachable")
 	done := c.returned(tr, p.Reads[tr], nil, readErr)
-	if len(done) != 1 || !errors.Is(done[0].Reply.Err, readErr) {
-		t.Fatalf("a failed read answered %+v, want its error", done)
+	if len(done) != 1 || done[0].Reply.Code != CodeUnavailable || done[0].Reply.Detail != readErr.Error() {
+		t.Fatalf("a failed read answered %+v, want its error as CodeUnavailable", done)
 	}
 	if c.pos[a] != (position{Tree: 1, Leaf: 5}) || len(c.inflight) != 0 {
 		t.Fatalf("after a failed read a is at %+v with %d reads in flight; want it unmoved", c.pos[a], len(c.inflight))
@@ -144,14 +144,14 @@ func TestStashCoreFailedReads(t *testing.T) {
 	p = c.plan(2, []Request{{Op: OpGet, ID: a}})
 	tr, _ = realRead(t, p)
 	done = c.returned(tr, p.Reads[tr], make([]ringoram.ReadResult, len(p.Reads[tr])), nil)
-	if len(done) != 1 || !errors.Is(done[0].Reply.Err, kv.ErrTampered) {
+	if len(done) != 1 || done[0].Reply.Code != CodeTampered || !errors.Is(done[0].Reply.Err(), kv.ErrTampered) {
 		t.Fatalf("a block missing from its path answered %+v, want ErrTampered", done)
 	}
 
 	// A tree answering fewer reads than asked fails them.
 	p = c.plan(3, []Request{{Op: OpGet, ID: a}})
 	tr, _ = realRead(t, p)
-	if done = c.returned(tr, p.Reads[tr], nil, nil); len(done) != 1 || done[0].Reply.Err == nil {
+	if done = c.returned(tr, p.Reads[tr], nil, nil); len(done) != 1 || done[0].Reply.Code == CodeOK {
 		t.Fatalf("a short answer gave %+v, want an error", done)
 	}
 }
@@ -159,7 +159,7 @@ func TestStashCoreFailedReads(t *testing.T) {
 func TestStashCoreFull(t *testing.T) {
 	c := newStashCore(2, tree.NewGeometry(4), &quota{capacity: 1}, [32]byte{3})
 	p := c.plan(1, []Request{{Op: OpPut, ID: blockID("a"), Value: []byte("1")}, {Op: OpPut, ID: blockID("b"), Value: []byte("2")}})
-	if len(p.Done) != 2 || p.Done[0].Reply.Err != nil || !errors.Is(p.Done[1].Reply.Err, kv.ErrFull) {
+	if len(p.Done) != 2 || p.Done[0].Reply.Code != CodeOK || p.Done[1].Reply.Code != CodeFull || !errors.Is(p.Done[1].Reply.Err(), kv.ErrFull) {
 		t.Fatalf("two new keys in a store of one: %+v, want the second refused as full", p.Done)
 	}
 	if _, reads := readsOf(p); len(reads) != 2 {
@@ -291,5 +291,34 @@ func TestRouterCore(t *testing.T) {
 	c.add(Request{ID: ids[0]})
 	if f, _ := c.cut(); f.Epoch != 11 {
 		t.Fatalf("next epoch is %d, want 11", f.Epoch)
+	}
+}
+
+// A failure crosses a layer boundary as a code and a message, and turns
+// back into an error that keeps both: errors.Is matches the kv error of
+// its code, and nothing else.
+func TestReplyCodes(t *testing.T) {
+	for _, tc := range []struct {
+		err  error
+		code Code
+		is   error
+	}{
+		{fmt.Errorf("%w: 64 keys", kv.ErrFull), CodeFull, kv.ErrFull},
+		{fmt.Errorf("ringoram: slot 3: %w", kv.ErrTampered), CodeTampered, kv.ErrTampered},
+		{kv.ErrClosed, CodeClosed, kv.ErrClosed},
+		{errors.New("journal: disk full"), CodeUnavailable, nil},
+	} {
+		r := failed(tc.err)
+		if r.Code != tc.code || r.Err().Error() != tc.err.Error() {
+			t.Errorf("%v: code %d, error %q; want code %d and the same message", tc.err, r.Code, r.Err(), tc.code)
+		}
+		for _, kvErr := range []error{kv.ErrFull, kv.ErrTampered, kv.ErrClosed} {
+			if got := errors.Is(r.Err(), kvErr); got != (kvErr == tc.is) {
+				t.Errorf("%v: errors.Is(%v) = %v", tc.err, kvErr, got)
+			}
+		}
+	}
+	if (Reply{Found: true}).Err() != nil {
+		t.Error("a successful Reply has an error")
 	}
 }

@@ -2,7 +2,9 @@ package treebeard
 
 import (
 	"context"
+	"errors"
 
+	"github.com/oblivkv/oblivkv/kv"
 	"github.com/oblivkv/oblivkv/protocol/ringoram"
 	"github.com/oblivkv/oblivkv/protocol/tree"
 )
@@ -30,11 +32,69 @@ type Request struct {
 	Value []byte
 }
 
-// Reply answers one Request.
+// Reply answers one Request. Code says how it ended and Detail, when it
+// failed, says why; no Go error crosses a layer boundary.
 type Reply struct {
-	Value []byte
-	Found bool
-	Err   error
+	Value  []byte
+	Found  bool
+	Code   Code
+	Detail string
+}
+
+// Code is how a request ended.
+type Code uint8
+
+// Reply codes.
+const (
+	CodeOK          Code = iota
+	CodeFull             // a new key, and the store holds its capacity (kv.ErrFull)
+	CodeTampered         // storage answered with data that fails authentication (kv.ErrTampered)
+	CodeClosed           // the store is closing (kv.ErrClosed)
+	CodeUnavailable      // storage or the journal failed: a write's outcome is unknown
+)
+
+// failed returns the Reply of a request that ended with err.
+func failed(err error) Reply {
+	code := CodeUnavailable
+	switch {
+	case errors.Is(err, kv.ErrFull):
+		code = CodeFull
+	case errors.Is(err, kv.ErrTampered):
+		code = CodeTampered
+	case errors.Is(err, kv.ErrClosed):
+		code = CodeClosed
+	}
+	return Reply{Code: code, Detail: err.Error()}
+}
+
+// Err returns the error r stands for, nil when it succeeded: Detail as
+// its message, and errors.Is matching the kv error of its Code.
+func (r Reply) Err() error {
+	if r.Code == CodeOK {
+		return nil
+	}
+	return replyError{r.Code, r.Detail}
+}
+
+// replyError is a failed Reply as a Go error.
+type replyError struct {
+	code Code
+	msg  string
+}
+
+func (e replyError) Error() string { return e.msg }
+
+// Is makes errors.Is match the kv error of the code.
+func (e replyError) Is(target error) bool {
+	switch e.code {
+	case CodeFull:
+		return target == kv.ErrFull
+	case CodeTampered:
+		return target == kv.ErrTampered
+	case CodeClosed:
+		return target == kv.ErrClosed
+	}
+	return false
 }
 
 // StashShard is what a Router sees of the Stash layer (Sec. 5.2.1).

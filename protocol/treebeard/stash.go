@@ -67,7 +67,9 @@ func (s *Stash) Access(ctx context.Context, epoch uint64, batch []Request) []Rep
 	// reads are tied to no request, so a failure fails the whole batch.
 	if failure != nil {
 		for i := range pe.replies {
-			pe.replies[i].Err = cmp.Or(pe.replies[i].Err, failure)
+			if pe.replies[i].Code == CodeOK {
+				pe.replies[i] = failed(failure)
+			}
 		}
 	}
 	return pe.replies

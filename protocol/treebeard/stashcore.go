@@ -198,7 +198,7 @@ func apply(r Request, exists bool, val []byte, q *quota) (Reply, bool, []byte) {
 		}
 	case OpPut:
 		if !exists && !q.reserve() {
-			return Reply{Err: fmt.Errorf("%w: %d keys", kv.ErrFull, q.capacity)}, false, nil
+			return failed(fmt.Errorf("%w: %d keys", kv.ErrFull, q.capacity)), false, nil
 		}
 		return Reply{}, true, r.Value
 	case OpDelete:
@@ -245,7 +245,7 @@ func (c *stashCore) settle(id tree.BlockID, val []byte, err error, done []comple
 	delete(c.inflight, id)
 	if err != nil {
 		for _, q := range f.queue {
-			done = append(done, completion{To: q.to, Reply: Reply{Err: err}})
+			done = append(done, completion{To: q.to, Reply: failed(err)})
 		}
 		return done
 	}

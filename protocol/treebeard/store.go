@@ -218,7 +218,7 @@ func (s *store) do(ctx context.Context, req Request) (Reply, error) {
 			s.checkpointNow(context.Background())
 		}()
 	}
-	return rep, rep.Err
+	return rep, rep.Err()
 }
 
 func (s *store) id(key string) tree.BlockID { return tree.IDOf(s.keys, key) }
