@@ -294,9 +294,9 @@ func TestRouterCore(t *testing.T) {
 	}
 }
 
-// A failure crosses a layer boundary as a code and a message, and turns
-// back into an error that keeps both: errors.Is matches the kv error of
-// its code, and nothing else.
+// A failure crosses a layer boundary as a Status, a code and a message,
+// and turns back into an error that keeps both: errors.Is matches the kv
+// error of its code, and nothing else.
 func TestReplyCodes(t *testing.T) {
 	for _, tc := range []struct {
 		err  error
@@ -318,7 +318,7 @@ func TestReplyCodes(t *testing.T) {
 			}
 		}
 	}
-	if (Reply{Found: true}).Err() != nil {
-		t.Error("a successful Reply has an error")
+	if (Reply{Found: true}).Err() != nil || statusOf(nil) != (Status{}) {
+		t.Error("a successful call has an error")
 	}
 }

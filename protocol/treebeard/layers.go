@@ -32,11 +32,16 @@ type Request struct {
 	Value []byte
 }
 
-// Reply answers one Request. Code says how it ended and Detail, when it
-// failed, says why; no Go error crosses a layer boundary.
+// Reply answers one Request.
 type Reply struct {
-	Value  []byte
-	Found  bool
+	Value []byte
+	Found bool
+	Status
+}
+
+// Status is how a call between layers ended: Code, and when it failed,
+// Detail says why. No Go error crosses a layer boundary.
+type Status struct {
 	Code   Code
 	Detail string
 }
@@ -54,7 +59,13 @@ const (
 )
 
 // failed returns the Reply of a request that ended with err.
-func failed(err error) Reply {
+func failed(err error) Reply { return Reply{Status: statusOf(err)} }
+
+// statusOf returns the Status of a call that ended with err (nil: OK).
+func statusOf(err error) Status {
+	if err == nil {
+		return Status{}
+	}
 	code := CodeUnavailable
 	switch {
 	case errors.Is(err, kv.ErrFull):
@@ -64,28 +75,28 @@ func failed(err error) Reply {
 	case errors.Is(err, kv.ErrClosed):
 		code = CodeClosed
 	}
-	return Reply{Code: code, Detail: err.Error()}
+	return Status{Code: code, Detail: err.Error()}
 }
 
-// Err returns the error r stands for, nil when it succeeded: Detail as
-// its message, and errors.Is matching the kv error of its Code.
-func (r Reply) Err() error {
-	if r.Code == CodeOK {
+// Err returns the error s stands for, nil when the call succeeded: Detail
+// as its message, and errors.Is matching the kv error of its Code.
+func (s Status) Err() error {
+	if s.Code == CodeOK {
 		return nil
 	}
-	return replyError{r.Code, r.Detail}
+	return statusError{s.Code, s.Detail}
 }
 
-// replyError is a failed Reply as a Go error.
-type replyError struct {
+// statusError is a failed Status as a Go error.
+type statusError struct {
 	code Code
 	msg  string
 }
 
-func (e replyError) Error() string { return e.msg }
+func (e statusError) Error() string { return e.msg }
 
 // Is makes errors.Is match the kv error of the code.
-func (e replyError) Is(target error) bool {
+func (e statusError) Is(target error) bool {
 	switch e.code {
 	case CodeFull:
 		return target == kv.ErrFull
@@ -111,7 +122,7 @@ type PathReader interface {
 	// returns the wanted blocks, in order. shard names the Stash shard
 	// sending its part of epoch: the tree reads the epoch once every
 	// shard's part is in.
-	ReadPaths(ctx context.Context, t int, epoch uint64, shard int, reads []ringoram.PathRead) ([]ringoram.ReadResult, error)
+	ReadPaths(ctx context.Context, t int, epoch uint64, shard int, reads []ringoram.PathRead) ([]ringoram.ReadResult, Status)
 }
 
 // Stale names a copy of a block an eviction placed in a tree that was
@@ -126,10 +137,10 @@ type Stale struct {
 type EvictionSource interface {
 	// EvictionBlocks hands over the stashed blocks assigned to tree t that
 	// take part in no other eviction, and starts counting accesses to them.
-	EvictionBlocks(ctx context.Context, t int) ([]ringoram.Block, error)
+	EvictionBlocks(ctx context.Context, t int) ([]ringoram.Block, Status)
 	// EvictionDone reports where each handed-over block was placed (its
 	// bucket, or -1: nack). Acked blocks not accessed since the hand-off
 	// leave the stash; acked blocks that were accessed stay, and their
 	// copies in the tree are returned as stale.
-	EvictionDone(ctx context.Context, t int, blocks []ringoram.Block, placed []int64) ([]Stale, error)
+	EvictionDone(ctx context.Context, t int, blocks []ringoram.Block, placed []int64) ([]Stale, Status)
 }

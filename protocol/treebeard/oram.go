@@ -26,12 +26,13 @@ type ORAM struct {
 
 // ReadPaths queues Stash shard shard's reads of epoch for tree t and
 // waits for their results.
-func (o *ORAM) ReadPaths(ctx context.Context, t int, epoch uint64, shard int, reads []ringoram.PathRead) ([]ringoram.ReadResult, error) {
+func (o *ORAM) ReadPaths(ctx context.Context, t int, epoch uint64, shard int, reads []ringoram.PathRead) ([]ringoram.ReadResult, Status) {
 	w, ok := o.workers[t]
 	if !ok {
-		return nil, fmt.Errorf("treebeard: this ORAM shard does not own tree %d", t)
+		return nil, statusOf(fmt.Errorf("treebeard: this ORAM shard does not own tree %d", t))
 	}
-	return w.read(ctx, epoch, shard, reads)
+	results, err := w.read(ctx, epoch, shard, reads)
+	return results, statusOf(err)
 }
 
 // errDuplicatePart answers a Stash shard's second part of one epoch.
@@ -233,8 +234,8 @@ func (w *treeWorker) evict(ctx context.Context, k int) {
 	from := make([]int, len(w.stashes)+1) // blocks[from[i]:from[i+1]] came from stash i
 	var errs []error
 	for i, s := range w.stashes {
-		bs, err := s.EvictionBlocks(ctx, w.id)
-		errs = append(errs, err)
+		bs, st := s.EvictionBlocks(ctx, w.id)
+		errs = append(errs, st.Err())
 		blocks = append(blocks, bs...)
 		from[i+1] = len(blocks)
 	}
@@ -254,8 +255,8 @@ func (w *treeWorker) evict(ctx context.Context, k int) {
 	errs = append(errs, err)
 	var stale []Stale
 	for i, s := range w.stashes {
-		st, err := s.EvictionDone(ctx, w.id, blocks[from[i]:from[i+1]], placed[from[i]:from[i+1]])
-		errs = append(errs, err)
+		st, status := s.EvictionDone(ctx, w.id, blocks[from[i]:from[i+1]], placed[from[i]:from[i+1]])
+		errs = append(errs, status.Err())
 		stale = append(stale, st...)
 	}
 	for _, st := range stale {

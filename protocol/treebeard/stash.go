@@ -96,7 +96,8 @@ func (s *Stash) readAll(ctx context.Context, epoch uint64, reads [][]ringoram.Pa
 	var wg sync.WaitGroup
 	for t, rs := range reads {
 		wg.Go(func() {
-			results, err := s.trees[t].ReadPaths(ctx, t, epoch, s.id, rs)
+			results, st := s.trees[t].ReadPaths(ctx, t, epoch, s.id, rs)
+			err := st.Err()
 			s.mu.Lock()
 			s.deliverLocked(s.core.returned(t, rs, results, err))
 			s.mu.Unlock()
@@ -126,17 +127,17 @@ func (s *Stash) journal(batch []Request) error {
 }
 
 // EvictionBlocks hands tree t's blocks to its eviction (stashCore.evictionBlocks).
-func (s *Stash) EvictionBlocks(_ context.Context, t int) ([]ringoram.Block, error) {
+func (s *Stash) EvictionBlocks(_ context.Context, t int) ([]ringoram.Block, Status) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.core.evictionBlocks(t), nil
+	return s.core.evictionBlocks(t), Status{}
 }
 
 // EvictionDone ends tree t's eviction (stashCore.evictionDone).
-func (s *Stash) EvictionDone(_ context.Context, t int, blocks []ringoram.Block, placed []int64) ([]Stale, error) {
+func (s *Stash) EvictionDone(_ context.Context, t int, blocks []ringoram.Block, placed []int64) ([]Stale, Status) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.core.evictionDone(t, blocks, placed), nil
+	return s.core.evictionDone(t, blocks, placed), Status{}
 }
 
 // locked runs fn on the core with s.mu held (loads, checkpoints, recovery
