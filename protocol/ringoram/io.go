@@ -143,7 +143,7 @@ func (t *Tree) openMeta(m *meta, bucket uint64, addr string, sealed []byte, sc *
 	plain, err := t.keys.Open(sc.plain[:0], sc.ad, sealed)
 	if err == nil {
 		sc.plain = plain
-		err = m.parse(plain, t.p, t.g.Leaves())
+		err = m.parse(plain, t.p, t.g, bucket)
 	}
 	if err != nil {
 		return fmt.Errorf("ringoram: metadata of bucket %d: %w", bucket, err)

