@@ -109,7 +109,10 @@ func TestStashCoreEpochs(t *testing.T) {
 	if _, reads := readsOf(p); len(reads) != 3 || len(p.Done) != 0 {
 		t.Fatalf("epoch 2: %d reads, %d done; want 3 reads, none done", len(reads), len(p.Done))
 	}
-	done := c.returned(tr, p.Reads[tr], results(p, tr, "1"), nil)
+	done, err := c.returned(tr, p.Reads[tr], results(p, tr, "1"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
 	want := []completion{
 		{To: waiter{2, 0}, Reply: Reply{Found: true, Value: []byte("1")}},
 		{To: waiter{2, 1}},
@@ -132,9 +135,9 @@ func TestStashCoreFailedReads(t *testing.T) {
 	p := c.plan(1, []Request{{Op: OpGet, ID: a}})
 	tr, _ := realRead(t, p)
 	readErr := errors.New("storage unreachable")
-	done := c.returned(tr, p.Reads[tr], nil, readErr)
-	if len(done) != 1 || done[0].Reply.Code != CodeUnavailable || done[0].Reply.Detail != readErr.Error() {
-		t.Fatalf("a failed read answered %+v, want its error as CodeUnavailable", done)
+	done, err := c.returned(tr, p.Reads[tr], nil, readErr)
+	if len(done) != 1 || done[0].Reply.Code != CodeUnavailable || done[0].Reply.Detail != readErr.Error() || err != readErr {
+		t.Fatalf("a failed read answered %+v and %v, want its error as CodeUnavailable and the epoch's failure", done, err)
 	}
 	if c.pos[a] != (position{Tree: 1, Leaf: 5}) || len(c.inflight) != 0 {
 		t.Fatalf("after a failed read a is at %+v with %d reads in flight; want it unmoved", c.pos[a], len(c.inflight))
@@ -143,16 +146,20 @@ func TestStashCoreFailedReads(t *testing.T) {
 	// A block missing from the path it should be on is tampering.
 	p = c.plan(2, []Request{{Op: OpGet, ID: a}})
 	tr, _ = realRead(t, p)
-	done = c.returned(tr, p.Reads[tr], make([]ringoram.ReadResult, len(p.Reads[tr])), nil)
+	done, _ = c.returned(tr, p.Reads[tr], make([]ringoram.ReadResult, len(p.Reads[tr])), nil)
 	if len(done) != 1 || done[0].Reply.Code != CodeTampered || !errors.Is(done[0].Reply.Err(), kv.ErrTampered) {
 		t.Fatalf("a block missing from its path answered %+v, want ErrTampered", done)
 	}
 
-	// A tree answering fewer reads than asked fails them.
+	// A tree answering fewer reads than asked fails them, and the epoch
+	// (its fake reads answer no request of their own).
 	p = c.plan(3, []Request{{Op: OpGet, ID: a}})
 	tr, _ = realRead(t, p)
-	if done = c.returned(tr, p.Reads[tr], nil, nil); len(done) != 1 || done[0].Reply.Code == CodeOK {
-		t.Fatalf("a short answer gave %+v, want an error", done)
+	if done, err = c.returned(tr, p.Reads[tr], nil, nil); len(done) != 1 || done[0].Reply.Code == CodeOK || err == nil {
+		t.Fatalf("a short answer gave %+v and %v, want the request and the epoch failed", done, err)
+	}
+	if _, err := c.returned((tr+1)%4, []ringoram.PathRead{{Leaf: 3}}, nil, nil); err == nil {
+		t.Fatal("a short answer to a fake read did not fail the epoch")
 	}
 }
 
@@ -167,8 +174,11 @@ func TestStashCoreFull(t *testing.T) {
 	}
 }
 
-// script runs a fixed sequence of epochs through c, answering every real
-// read with its block's name, and returns everything c output.
+// script runs a fixed sequence of epochs through c: each epoch's plan,
+// every real read answered with a value, the epoch's record, and an
+// eviction of every tree that places every block handed to it, so that
+// later epochs read real paths again. It returns everything c output,
+// reads with the block they want by value.
 func script(c *stashCore, from uint64) string {
 	out := ""
 	for e := from; e < from+20; e++ {
@@ -178,11 +188,24 @@ func script(c *stashCore, from uint64) string {
 			batch = append(batch, Request{Op: Op((int(e) + i) % 3), ID: id, Value: []byte(fmt.Sprint(e))})
 		}
 		p := c.plan(e, batch)
-		out += fmt.Sprintf("%d: %+v\n", e, p)
+		out += fmt.Sprintf("%d: done %+v\n", e, p.Done)
 		for tr, rs := range p.Reads {
-			out += fmt.Sprintf("  %+v\n", c.returned(tr, rs, results(p, tr, "v"), nil))
+			for _, r := range rs {
+				out += fmt.Sprintf("  read tree %d leaf %d", tr, r.Leaf)
+				if r.Want != nil {
+					out += fmt.Sprintf(" for %x", r.Want[:2])
+				}
+				out += "\n"
+			}
+			done, err := c.returned(tr, rs, results(p, tr, "v"), nil)
+			out += fmt.Sprintf("  %+v %v\n", done, err)
 		}
 		out += fmt.Sprintf("  %x\n", c.endEpoch(batch))
+		for tr := range p.Reads {
+			blocks := c.evictionBlocks(tr)
+			placed := make([]int64, len(blocks)) // all in the root
+			out += fmt.Sprintf("  evict %d: %d blocks, stale %+v\n", tr, len(blocks), c.evictionDone(tr, blocks, placed))
+		}
 	}
 	return out
 }
@@ -194,6 +217,9 @@ func TestStashCoreDeterministic(t *testing.T) {
 	if a, b := script(one, 1), script(two, 1); a != b {
 		t.Fatalf("two shards with one seed diverged:\n%s\n%s", a, b)
 	}
+	if one.stats.realReads < 10 {
+		t.Fatalf("the script made %d real reads; it must exercise them", one.stats.realReads)
+	}
 	restored := newTestStashCore(5)
 	if err := restored.restore(one.snapshot()); err != nil {
 		t.Fatal(err)
@@ -201,9 +227,8 @@ func TestStashCoreDeterministic(t *testing.T) {
 	if a, b := script(one, 21), script(restored, 21); a != b {
 		t.Fatalf("a restored shard diverged from the original:\n%s\n%s", a, b)
 	}
-	other := newTestStashCore(6)
-	if a, b := script(two, 21), script(other, 21); a == b {
-		t.Fatalf("shards with other seeds and states drew the same reads")
+	if a, b := script(newTestStashCore(4), 1), script(newTestStashCore(6), 1); a == b {
+		t.Fatalf("shards with other seeds drew the same reads")
 	}
 	if err := restored.restore(stashSnapshot{Rand: []byte("junk")}); err == nil {
 		t.Fatalf("a snapshot with a broken random state was restored")
@@ -212,30 +237,27 @@ func TestStashCoreDeterministic(t *testing.T) {
 
 func TestTreeCoreBarrier(t *testing.T) {
 	c := newTreeCore(2, 3, 2)
-	r1 := []ringoram.PathRead{{Leaf: 1}}
-	r2 := []ringoram.PathRead{{Leaf: 2}, {Leaf: 3}}
-	if ready, dup := c.part(7, 1, r2); ready != nil || dup {
+	if ready, dup := c.part(7, 1); ready != nil || dup {
 		t.Fatalf("an epoch was ready with one part of two: %+v, dup %v", ready, dup)
 	}
-	if ready, dup := c.part(8, 0, nil); ready != nil || dup {
+	if ready, dup := c.part(8, 0); ready != nil || dup {
 		t.Fatalf("epoch 8 was ready with one part of two: %+v, dup %v", ready, dup)
 	}
-	if ready, dup := c.part(7, 1, r1); ready != nil || !dup {
+	if ready, dup := c.part(7, 1); ready != nil || !dup {
 		t.Fatalf("a duplicate part gave %+v, dup %v; want it reported and ignored", ready, dup)
 	}
-	ready, dup := c.part(7, 0, r1)
-	want := []epochPart{{Epoch: 7, Shard: 0, Reads: r1}, {Epoch: 7, Shard: 1, Reads: r2}}
-	if dup || !reflect.DeepEqual(ready, want) {
-		t.Fatalf("epoch 7 complete gave %+v, want %+v", ready, want)
+	ready, dup := c.part(7, 0)
+	if want := []int{0, 1}; dup || !reflect.DeepEqual(ready, want) {
+		t.Fatalf("epoch 7 complete gave %+v, want shards %+v", ready, want)
 	}
-	if ready, _ := c.part(8, 1, nil); len(ready) != 2 {
+	if ready, _ := c.part(8, 1); len(ready) != 2 {
 		t.Fatalf("epoch 8 complete gave %+v, want both (empty) parts", ready)
 	}
 	if len(c.parts) != 0 {
 		t.Fatalf("%d epochs still waiting", len(c.parts))
 	}
 	c.leak = leakEagerShardParts
-	if ready, _ := c.part(9, 0, r1); len(ready) != 1 {
+	if ready, _ := c.part(9, 0); len(ready) != 1 {
 		t.Fatalf("leakEagerShardParts did not read a part at once")
 	}
 }

@@ -98,14 +98,14 @@ func (w *treeWorker) read(ctx context.Context, epoch uint64, shard int, reads []
 		w.mu.Unlock()
 		return nil, kv.ErrClosed
 	}
-	ready, dup := w.core.part(epoch, shard, reads)
+	ready, dup := w.core.part(epoch, shard)
 	if dup {
 		w.mu.Unlock()
 		return nil, errDuplicatePart
 	}
 	w.waiting[partKey{epoch, shard}] = j
-	for _, p := range ready {
-		k := partKey{p.Epoch, p.Shard}
+	for _, s := range ready {
+		k := partKey{epoch, s}
 		w.queue = append(w.queue, w.waiting[k])
 		delete(w.waiting, k)
 	}

@@ -1,7 +1,6 @@
 package treebeard
 
 import (
-	"cmp"
 	"slices"
 
 	"github.com/oblivkv/oblivkv/protocol/ringoram"
@@ -19,48 +18,35 @@ type treeCore struct {
 	shards, a, k int
 	leak         leak // tests only (leak.go)
 
-	parts map[uint64]map[int][]ringoram.PathRead // epochs not all shards sent yet, by shard
-	reads int                                    // path reads since the last eviction
-}
-
-// epochPart is one Stash shard's path reads of an epoch.
-type epochPart struct {
-	Epoch uint64
-	Shard int
-	Reads []ringoram.PathRead
+	parts map[uint64][]int // epochs not all shards sent yet: the shards that did
+	reads int              // path reads since the last eviction
 }
 
 func newTreeCore(shards, a, k int) *treeCore {
-	return &treeCore{shards: shards, a: a, k: k, parts: map[uint64]map[int][]ringoram.PathRead{}}
+	return &treeCore{shards: shards, a: a, k: k, parts: map[uint64][]int{}}
 }
 
-// part takes shard's part of epoch. Once every shard has sent its part,
-// empty or not, it returns them all, by shard: the epoch is read whole, in
-// one multi-path read (Treebeard Sec. 5.3.1), never split by how its keys
-// hash to shards. A part sent twice is reported as a duplicate and
-// ignored.
-func (c *treeCore) part(epoch uint64, shard int, reads []ringoram.PathRead) (ready []epochPart, duplicate bool) {
+// part notes that shard sent its part of epoch (the driver holds the
+// reads). Once every shard has sent its part, empty or not, it returns
+// the shards, in order: the epoch is read whole, in one multi-path read
+// (Treebeard Sec. 5.3.1), never split by how its keys hash to shards. A
+// part sent twice is reported as a duplicate and ignored.
+func (c *treeCore) part(epoch uint64, shard int) (ready []int, duplicate bool) {
 	if c.leak == leakEagerShardParts {
-		return []epochPart{{Epoch: epoch, Shard: shard, Reads: reads}}, false
+		return []int{shard}, false
 	}
 	got := c.parts[epoch]
-	if got == nil {
-		got = map[int][]ringoram.PathRead{}
-		c.parts[epoch] = got
-	}
-	if _, dup := got[shard]; dup {
+	if slices.Contains(got, shard) {
 		return nil, true
 	}
-	got[shard] = reads
+	got = append(got, shard)
 	if len(got) < c.shards {
+		c.parts[epoch] = got
 		return nil, false
 	}
 	delete(c.parts, epoch)
-	for s, rs := range got {
-		ready = append(ready, epochPart{Epoch: epoch, Shard: s, Reads: rs})
-	}
-	slices.SortFunc(ready, func(x, y epochPart) int { return cmp.Compare(x.Shard, y.Shard) })
-	return ready, false
+	slices.Sort(got)
+	return got, false
 }
 
 // counted is the number of reads that count towards the eviction every A

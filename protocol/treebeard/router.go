@@ -28,7 +28,7 @@ type Router struct {
 
 	mu      sync.Mutex
 	core    routerCore
-	calls   []*call // the callers of the collecting epoch, by index
+	calls   []*call // the callers of the collecting epoch, by the core's index
 	timer   *time.Timer
 	closed  bool
 	flights sync.WaitGroup // epochs forwarded and not yet answered
@@ -56,9 +56,8 @@ func (r *Router) Do(ctx context.Context, req Request) (Reply, error) {
 		r.mu.Unlock()
 		return Reply{}, kv.ErrClosed
 	}
-	r.core.add(req)
 	r.calls = append(r.calls, c)
-	if len(r.calls) == 1 {
+	if r.core.add(req) == 0 { // the epoch's first request
 		switch {
 		case r.manual || r.paused:
 		case r.epoch <= 0:
@@ -104,7 +103,7 @@ func (r *Router) resume() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.paused = false
-	if len(r.calls) > 0 && !r.manual {
+	if r.core.size() > 0 && !r.manual {
 		r.forwardLocked()
 	}
 }

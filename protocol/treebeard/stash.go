@@ -97,13 +97,11 @@ func (s *Stash) readAll(ctx context.Context, epoch uint64, reads [][]ringoram.Pa
 	for t, rs := range reads {
 		wg.Go(func() {
 			results, st := s.trees[t].ReadPaths(ctx, t, epoch, s.id, rs)
-			err := st.Err()
 			s.mu.Lock()
-			s.deliverLocked(s.core.returned(t, rs, results, err))
+			done, err := s.core.returned(t, rs, results, st.Err())
+			s.deliverLocked(done)
 			s.mu.Unlock()
-			if err != nil {
-				errs[t] = err
-			}
+			errs[t] = err
 		})
 	}
 	wg.Wait()

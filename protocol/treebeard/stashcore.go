@@ -3,6 +3,7 @@ package treebeard
 import (
 	"bytes"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"slices"
 
@@ -18,9 +19,13 @@ import (
 // epoch (endEpoch) and an eviction's hand-off and acknowledgement; its
 // outputs are the path reads to issue, the replies that are ready, the
 // journal record of an epoch and the stale copies of an eviction. It does
-// no I/O, starts no goroutine and reads no clock: the same state and the
-// same inputs give the same outputs, so a journal or a replicated log of
-// its inputs rebuilds it. Stash drives it.
+// no I/O, starts no goroutine and reads no clock: the same state (its
+// random source included) and the same inputs give the same outputs, the
+// one thing outside it being the store's key count (quota), shared by
+// the shards. A replicated log of its inputs over a snapshot would
+// rebuild it; the journal holds its outputs instead (the positions drawn,
+// the values), because recovery draws from fresh seeds (state). Stash
+// drives it.
 type stashCore struct {
 	trees int
 	geo   tree.Geometry
@@ -214,8 +219,11 @@ func apply(r Request, exists bool, val []byte, q *quota) (Reply, bool, []byte) {
 // for (err: the tree's read failed) and answers the requests queued
 // behind each real read among them, in their order of arrival: with the
 // block's value they run and the block joins the stash at its new
-// position; on failure they fail and the block stays where it was.
-func (c *stashCore) returned(t int, reads []ringoram.PathRead, results []ringoram.ReadResult, err error) []completion {
+// position; on failure they fail and the block stays where it was. It
+// also returns the read's failure (err, or a tree that answered fewer
+// reads than asked), which fails the whole epoch: fake reads are tied to
+// no request.
+func (c *stashCore) returned(t int, reads []ringoram.PathRead, results []ringoram.ReadResult, err error) ([]completion, error) {
 	if err == nil && len(results) != len(reads) {
 		err = fmt.Errorf("treebeard: tree %d answered %d of %d reads", t, len(results), len(reads))
 	}
@@ -233,7 +241,7 @@ func (c *stashCore) returned(t int, reads []ringoram.PathRead, results []ringora
 		}
 		done = c.settle(*r.Want, res.Block.Value, readErr, done)
 	}
-	return done
+	return done, err
 }
 
 // settle ends block id's real read.
@@ -344,14 +352,19 @@ type stashSnapshot struct {
 // evictions (a checkpoint pauses the Routers and waits for the trees).
 func (c *stashCore) snapshot() stashSnapshot {
 	snap := stashSnapshot{Pos: make(map[tree.BlockID]position, len(c.pos)), Stash: make(map[tree.BlockID][]byte, len(c.stash))}
-	for id, p := range c.pos {
-		snap.Pos[id] = p
-	}
-	for id, b := range c.stash {
-		snap.Stash[id] = b.value
-	}
+	c.copyState(snap.Pos, snap.Stash)
 	snap.Rand, _ = c.src.MarshalBinary() // never fails
 	return snap
+}
+
+// copyState adds the shard's positions and stashed values to pos and
+// stash: a checkpoint gathers every shard's into one pair of maps, which
+// holds no random source (state).
+func (c *stashCore) copyState(pos map[tree.BlockID]position, stash map[tree.BlockID][]byte) {
+	maps.Copy(pos, c.pos)
+	for id, b := range c.stash {
+		stash[id] = b.value
+	}
 }
 
 // restore replaces the shard's state by snap, which an earlier snapshot

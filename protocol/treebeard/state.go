@@ -6,7 +6,6 @@ import (
 	"encoding/gob"
 	"fmt"
 	"iter"
-	"maps"
 	"math/rand/v2"
 
 	"github.com/oblivkv/oblivkv/kv"
@@ -89,10 +88,7 @@ func (s *store) encodeState() []byte { return s.encodeStateAs(s.initialised.Load
 func (s *store) encodeStateAs(initialised bool) []byte {
 	st := state{Initialised: initialised, Pos: map[tree.BlockID]position{}, Stash: map[tree.BlockID][]byte{}}
 	for _, sh := range s.stashes {
-		var snap stashSnapshot
-		sh.locked(func(c *stashCore) { snap = c.snapshot() })
-		maps.Copy(st.Pos, snap.Pos)
-		maps.Copy(st.Stash, snap.Stash)
+		sh.locked(func(c *stashCore) { c.copyState(st.Pos, st.Stash) })
 	}
 	if initialised {
 		for _, w := range s.workers {
