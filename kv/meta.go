@@ -15,7 +15,8 @@ import (
 const MetaAddr = "meta/store"
 
 // metaFormat is the storage format this build reads and writes. 2: each
-// entry of treebeard's bucket metadata holds its block's leaf.
+// entry of treebeard's bucket metadata holds its block's leaf, and the
+// journal records of taostore, cloak and durable's plans changed.
 const metaFormat = 2
 
 // meta is the sealed record that says what a backend holds.

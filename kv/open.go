@@ -178,8 +178,8 @@ type Starter interface {
 }
 
 // WriteJournaler is implemented by a store whose journal holds every
-// backend write it issues, with its data, and redoes them after a crash
-// (internal/durable). Its storage then needs to be durable only at the
+// backend write it issues, with its data or what rebuilds it, and redoes
+// them after a crash (internal/durable). Its storage then needs to be durable only at the
 // journal's checkpoints, which sync it, so Open lets a disk backend skip
 // the fsync of each write (backend.DeferSync).
 type WriteJournaler interface {

@@ -30,14 +30,15 @@
 // Durability (internal/durable): every path processed is journaled, its
 // buckets as the flush left them, the answered block's position and the
 // stash, and its replies leave only once that record is durable (records
-// of concurrent paths share an fsync); every write-back is journaled with
-// its sealed buckets before it is issued. Every DefaultEvery records, and
-// at Close (after writing the whole subtree back), a checkpoint of the
+// of concurrent paths share an fsync); every write-back's version and
+// buckets are journaled before it is issued. Every DefaultEvery records,
+// and at Close (after writing the whole subtree back), a checkpoint of the
 // whole state replaces the journal. Opening an existing store replays the
-// records after the checkpoint, writes their write-backs again (versioned
-// writes make that idempotent), writes the whole subtree back and
-// checkpoints: a kill -9 loses nothing acknowledged, and storage sees
-// again only writes it saw, or would have seen, before.
+// records after the checkpoint, which leaves every bucket changed since in
+// the subtree, writes the whole subtree back under a version above every
+// journaled one (which redoes any write-back storage lost) and
+// checkpoints: a kill -9 or a power cut loses nothing acknowledged, and
+// storage sees writes to buckets it saw written before.
 //
 // It must never let a backend call depend on anything but the arrival of
 // requests and the network's schedule: no path, count or timing may depend

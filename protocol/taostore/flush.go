@@ -87,20 +87,15 @@ func (s *store) awaitWriteBacks(version uint64) {
 	}
 }
 
-// writeBack journals a write-back of buckets with their contents under
-// version, then seals them and writes them in one versioned backend call
-// (redone from the journal after a crash: redoWriteBacks). It returns how
-// many were stale.
+// writeBack journals a write-back of buckets under version, so that no
+// version storage may hold is ever issued again after a crash, then seals
+// them with their contents and writes them in one versioned backend call
+// (a write-back storage lost is redone by recovery's writeBackAll). It
+// returns how many were stale.
 func (s *store) writeBack(ctx context.Context, buckets []uint64, contents [][]tree.Block, version uint64) (int, error) {
-	if _, err := s.log.Commit(writeBackDelta(version, buckets, contents)); err != nil {
+	if _, err := s.log.Commit(writeBackDelta(version, buckets)); err != nil {
 		return 0, err
 	}
-	return s.writeSealed(ctx, buckets, contents, version)
-}
-
-// writeSealed seals buckets with their contents under version and writes
-// them in one versioned backend call.
-func (s *store) writeSealed(ctx context.Context, buckets []uint64, contents [][]tree.Block, version uint64) (int, error) {
 	items, err := s.seal(buckets, contents, version)
 	if err != nil {
 		return 0, err

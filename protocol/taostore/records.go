@@ -10,15 +10,14 @@ import (
 )
 
 // The journal's records (internal/durable) carry one of these deltas of
-// the trusted state. A write-back's record carries its buckets' blocks,
-// which recovery seals again and writes under the write-back's version: a
-// versioned write is skipped where storage holds that version already, so
-// storage gets a second sealing of a bucket version only if it lost the
-// first. Journaling the blocks rather than the sealed buckets (dummies
-// padding every bucket to Z slots) cuts the journal about fourfold.
+// the trusted state. A write-back's record holds its version and buckets,
+// not their contents: the path records hold every bucket as its flush left
+// it, replay keeps them all in the subtree, and recovery writes the whole
+// subtree back under a version above every journaled one, which covers
+// any write-back storage lost.
 const (
 	deltaPath      byte = iota + 1 // a path processed: its buckets after the flush, the answered block's position, the stash
-	deltaWriteBack                 // a write-back: its version, buckets and their blocks
+	deltaWriteBack                 // a write-back: its version and buckets
 	deltaLoad                      // a bulk load begins, under a version
 )
 
@@ -57,26 +56,14 @@ func (s *store) pathDelta(leaf uint64, real bool, id tree.BlockID) []byte {
 	return b
 }
 
-// writeBackDelta describes a write-back of buckets with their contents
-// under version.
-func writeBackDelta(version uint64, buckets []uint64, contents [][]tree.Block) []byte {
+// writeBackDelta describes a write-back of buckets under version.
+func writeBackDelta(version uint64, buckets []uint64) []byte {
 	b := binary.AppendUvarint([]byte{deltaWriteBack}, version)
 	b = binary.AppendUvarint(b, uint64(len(buckets)))
-	for i, bk := range buckets {
-		b = binary.AppendUvarint(binary.AppendUvarint(b, bk), uint64(len(contents[i])))
-		for _, blk := range contents[i] {
-			b = appendBlock(b, blk)
-		}
+	for _, bk := range buckets {
+		b = binary.AppendUvarint(b, bk)
 	}
 	return b
-}
-
-// writeBackRecord is a write-back as its record holds it, for recovery to
-// issue again.
-type writeBackRecord struct {
-	version  uint64
-	buckets  []uint64
-	contents [][]tree.Block
 }
 
 func appendBlock(b []byte, blk tree.Block) []byte {
@@ -85,20 +72,18 @@ func appendBlock(b []byte, blk tree.Block) []byte {
 
 var errMalformed = errors.New("taostore: malformed journal record")
 
-// replay applies a record's delta to the state, adding a write-back to
-// redo; it reports whether the record began a bulk load (the tree must
-// then be written afresh).
-func (s *store) replay(rec []byte, redo *[]writeBackRecord) (load bool, err error) {
+// replay applies a record's delta to the state; it reports whether the
+// record began a bulk load (the tree must then be written afresh).
+func (s *store) replay(rec []byte) (load bool, err error) {
 	d := delta.NewDecoder(rec)
 	switch kind := d.Byte(); kind {
 	case deltaPath:
 		s.replayPath(d)
 	case deltaWriteBack:
-		wb := s.readWriteBack(d)
+		version, buckets := s.readWriteBack(d)
 		if !d.Failed() {
-			s.version = max(s.version, wb.version)
-			s.acknowledge(wb.buckets, wb.version)
-			*redo = append(*redo, wb)
+			s.version = max(s.version, version)
+			s.acknowledge(buckets, version)
 		}
 	case deltaLoad:
 		s.version = max(s.version, d.Uvarint())
@@ -112,21 +97,15 @@ func (s *store) replay(rec []byte, redo *[]writeBackRecord) (load bool, err erro
 	return load, nil
 }
 
-// readWriteBack reads a write-back's record.
-func (s *store) readWriteBack(d *delta.Decoder) writeBackRecord {
-	wb := writeBackRecord{version: d.Uvarint()}
+// readWriteBack reads a write-back's record: its version and buckets.
+func (s *store) readWriteBack(d *delta.Decoder) (version uint64, buckets []uint64) {
+	version = d.Uvarint()
 	for n := d.Count(); n > 0 && !d.Failed(); n-- {
 		b := d.Uvarint()
 		d.Check(b < s.geo.Buckets(), "a bucket outside the tree")
-		m := d.Count()
-		d.Check(m <= s.opts.Z, "a bucket of more than Z blocks")
-		var blocks []tree.Block
-		for ; m > 0 && !d.Failed(); m-- {
-			blocks = append(blocks, readBlock(d, s.codec.ValueSize()))
-		}
-		wb.buckets, wb.contents = append(wb.buckets, b), append(wb.contents, blocks)
+		buckets = append(buckets, b)
 	}
-	return wb
+	return version, buckets
 }
 
 // replayPath applies a path's record.

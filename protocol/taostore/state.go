@@ -199,8 +199,9 @@ func cmpNonNil[M ~map[K]V, K comparable, V any](m, fallback M) M {
 // recover rebuilds the trusted state from the journal: the checkpoint,
 // then each path processed since (its buckets as the flush left them, the
 // answered block's position, the stash) and each write-back (its version),
-// in order; the write-backs are redone, and the whole subtree is written
-// back before a new checkpoint. A bulk load cut short leaves an empty
+// in order; then the whole subtree, every bucket changed since the
+// checkpoint, is written back, which redoes any write-back storage lost,
+// before a new checkpoint. A bulk load cut short leaves an empty
 // tree, written afresh.
 func (s *store) recover(ctx context.Context) error {
 	rec, err := s.log.Recover(ctx)
@@ -211,15 +212,9 @@ func (s *store) recover(ctx context.Context) error {
 		return err
 	}
 	load := false
-	var redo []writeBackRecord
 	for i, delta := range rec.Deltas {
-		if load, err = s.replay(delta, &redo); err != nil {
+		if load, err = s.replay(delta); err != nil {
 			return fmt.Errorf("taostore: journal record %d after the checkpoint: %w", i+1, err)
-		}
-	}
-	for i, wb := range redo { // in order; storage skips the versions it holds
-		if _, err := s.writeSealed(ctx, wb.buckets, wb.contents, wb.version); err != nil {
-			return fmt.Errorf("taostore: redoing write-back %d of %d: %w", i+1, len(redo), err)
 		}
 	}
 	if s.opts.leak == leakRecoveryChecksPositions {
@@ -240,8 +235,9 @@ func (s *store) recover(ctx context.Context) error {
 	return s.checkpoint(ctx)
 }
 
-// JournalsEveryWrite implements kv.WriteJournaler: every backend write
-// is journaled, with its data, before it is issued.
+// JournalsEveryWrite implements kv.WriteJournaler: every write-back is
+// journaled before it is issued, and recovery rebuilds and writes again
+// every bucket changed since the checkpoint from the path records.
 func (s *store) JournalsEveryWrite() bool { return s.log.Durable() }
 
 func (s *store) Stats() kv.Stats {
