@@ -91,14 +91,14 @@ func show(v []byte) string {
 	return fmt.Sprintf("%q... (%d bytes)", v[:24], len(v))
 }
 
-func mustPut(t *testing.T, s kv.Store, key string, val []byte) {
+func mustPut(t testing.TB, s kv.Store, key string, val []byte) {
 	t.Helper()
 	if err := s.Put(t.Context(), key, val); err != nil {
 		t.Fatalf("Put(%q, %s): %v", key, show(val), err)
 	}
 }
 
-func mustDelete(t *testing.T, s kv.Store, key string) {
+func mustDelete(t testing.TB, s kv.Store, key string) {
 	t.Helper()
 	if err := s.Delete(t.Context(), key); err != nil {
 		t.Fatalf("Delete(%q): %v", key, err)

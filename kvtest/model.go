@@ -17,18 +17,14 @@ type Model map[string][]byte
 // Put puts key=val in s and, once acknowledged, in m.
 func (m Model) Put(t testing.TB, s kv.Store, key, val string) {
 	t.Helper()
-	if err := s.Put(t.Context(), key, []byte(val)); err != nil {
-		t.Fatalf("Put(%q): %v", key, err)
-	}
+	mustPut(t, s, key, []byte(val))
 	m[key] = []byte(val)
 }
 
 // Delete deletes key from s and, once acknowledged, from m.
 func (m Model) Delete(t testing.TB, s kv.Store, key string) {
 	t.Helper()
-	if err := s.Delete(t.Context(), key); err != nil {
-		t.Fatalf("Delete(%q): %v", key, err)
-	}
+	mustDelete(t, s, key)
 	m[key] = nil
 }
 

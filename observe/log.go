@@ -42,6 +42,17 @@ func (m *MemoryLog) Records() []Record {
 	return append([]Record(nil), m.records...)
 }
 
+// LastSeq returns the sequence number of the last record, or 0 when
+// there is none, without copying the records.
+func (m *MemoryLog) LastSeq() uint64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if len(m.records) == 0 {
+		return 0
+	}
+	return m.records[len(m.records)-1].Seq
+}
+
 // Reset forgets every record.
 func (m *MemoryLog) Reset() {
 	m.mu.Lock()

@@ -235,7 +235,7 @@ func runAuditCrashing(t *testing.T, opts treebeard.Options, seed byte, keys []ui
 			})
 		}
 		kvtest.WaitFor(t, "the round's requests", func() bool { return epochs.Collecting() == auditRound })
-		rounds = append(rounds, lastSeq(log))
+		rounds = append(rounds, log.LastSeq())
 		epochs.End()
 		wg.Wait()
 	}
@@ -278,15 +278,6 @@ func runAuditCrashing(t *testing.T, opts treebeard.Options, seed byte, keys []ui
 		t.Fatalf("store has %d trees, audit expects %d", got, run.opts.Trees)
 	}
 	return run
-}
-
-// lastSeq is the sequence number of the last call log holds, or 0.
-func lastSeq(log *observe.MemoryLog) uint64 {
-	recs := log.Records()
-	if len(recs) == 0 {
-		return 0
-	}
-	return recs[len(recs)-1].Seq
 }
 
 // ---- Storage's view, parsed -------------------------------------------
