@@ -128,7 +128,7 @@ func randomized(t *testing.T, p Params, ops, n int, lk leak) *fixture {
 	// Every block in the tree is where the model says.
 	for _, id := range ids {
 		if !m.stash[id] {
-			if res := f.read(PathRead{Leaf: m.leaf[id], Want: want(id)}); !res[0].Found || !bytes.Equal(res[0].Block.Value, m.value[id]) {
+			if res := f.read(PathRead{Leaf: m.leaf[id], Want: id, Real: true}); !res[0].Found || !bytes.Equal(res[0].Block.Value, m.value[id]) {
 				t.Fatalf("final sweep: block in bucket %d not found on leaf %d", m.bucket[id], m.leaf[id])
 			}
 		}
@@ -156,9 +156,9 @@ func randomReads(t *testing.T, f *fixture, m *model, ids []tree.BlockID) {
 			if g.OnPath(m.bucket[id], leaf) {
 				continue
 			}
-			reqs, wanted = append(reqs, PathRead{Leaf: leaf, Want: want(id)}), append(wanted, tree.BlockID{})
+			reqs, wanted = append(reqs, PathRead{Leaf: leaf, Want: id, Real: true}), append(wanted, tree.BlockID{})
 		default:
-			reqs, wanted = append(reqs, PathRead{Leaf: m.leaf[id], Want: want(id)}), append(wanted, id)
+			reqs, wanted = append(reqs, PathRead{Leaf: m.leaf[id], Want: id, Real: true}), append(wanted, id)
 		}
 	}
 	if len(reqs) == 0 {

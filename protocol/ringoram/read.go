@@ -8,12 +8,14 @@ import (
 	"github.com/oblivkv/oblivkv/protocol/tree"
 )
 
-// PathRead is one request of a multi-path read: the path to Leaf, and the
-// block wanted from it (nil: a fake read, which reads the path all the
-// same).
+// PathRead is one request of a multi-path read: the path to Leaf, and,
+// for a real read, the block wanted from it (a fake read, Real false,
+// reads the path all the same). It holds no pointer, so it can cross a
+// network.
 type PathRead struct {
 	Leaf uint64
-	Want *tree.BlockID
+	Want tree.BlockID
+	Real bool
 }
 
 // ReadResult is the answer to one PathRead.
@@ -115,11 +117,11 @@ func (t *Tree) pathSlots(reqs []PathRead, union []uint64, metas []meta) ([]slotR
 	wanted := make([][]slotOwner, len(union))
 	claimed := map[tree.BlockID]bool{}
 	for r, req := range reqs {
-		if req.Want == nil || claimed[*req.Want] {
+		if !req.Real || claimed[req.Want] {
 			continue
 		}
-		if i, slot := t.locate(union, metas, req.Leaf, *req.Want); i >= 0 {
-			claimed[*req.Want] = true
+		if i, slot := t.locate(union, metas, req.Leaf, req.Want); i >= 0 {
+			claimed[req.Want] = true
 			wanted[i] = append(wanted[i], slotOwner{slot: slot, owner: int32(r)})
 		}
 	}

@@ -16,8 +16,6 @@ import (
 
 var defaults = Params{Z: PaperZ, S: PaperS}
 
-func want(id tree.BlockID) *tree.BlockID { return &id }
-
 func TestLayout(t *testing.T) {
 	l := Layout{Prefix: "t3/"}
 	seen := map[string]bool{}
@@ -88,14 +86,14 @@ func TestRoundTrip(t *testing.T) {
 		f := newFixture(t, 5, p, 2)
 		blocks := f.load(40)
 		for _, b := range blocks {
-			res := f.read(PathRead{Leaf: b.leaf, Want: want(b.ID)}, PathRead{Leaf: f.r.Uint64N(32)})
+			res := f.read(PathRead{Leaf: b.leaf, Want: b.ID, Real: true}, PathRead{Leaf: f.r.Uint64N(32)})
 			if !res[0].Found || res[0].Block.ID != b.ID || !bytes.Equal(res[0].Block.Value, b.Value) {
 				t.Fatalf("%+v: read of a block on its path: %+v", p, res[0])
 			}
 			if res[1].Found {
 				t.Fatalf("%+v: a fake read returned %+v", p, res[1])
 			}
-			if got := f.read(PathRead{Leaf: b.leaf, Want: want(b.ID)}); got[0].Found {
+			if got := f.read(PathRead{Leaf: b.leaf, Want: b.ID, Real: true}); got[0].Found {
 				t.Fatalf("%+v: a block read once is still in the tree", p)
 			}
 		}
@@ -115,11 +113,11 @@ func TestReadPathsMisses(t *testing.T) {
 	blocks := f.load(10)
 	b := blocks[0]
 	other := b.leaf ^ (f.tr.g.Leaves() - 1) // shares only the root with b's path
-	res := f.read(PathRead{Leaf: other, Want: want(b.ID)})
+	res := f.read(PathRead{Leaf: other, Want: b.ID, Real: true})
 	if res[0].Found && b.bucket != 0 {
 		t.Fatal("a block was found on another leaf's path")
 	}
-	res = f.read(PathRead{Leaf: b.leaf, Want: want(b.ID)}, PathRead{Leaf: b.leaf, Want: want(b.ID)})
+	res = f.read(PathRead{Leaf: b.leaf, Want: b.ID, Real: true}, PathRead{Leaf: b.leaf, Want: b.ID, Real: true})
 	if !res[0].Found || res[1].Found {
 		t.Fatalf("two requests for one block: found %v, %v; want the first only", res[0].Found, res[1].Found)
 	}
@@ -140,7 +138,7 @@ func TestReadPathsShape(t *testing.T) {
 			reqs = append(reqs, PathRead{Leaf: f.r.Uint64N(f.tr.g.Leaves())})
 		}
 		if n < len(blocks) {
-			reqs = append(reqs, PathRead{Leaf: blocks[n].leaf, Want: want(blocks[n].ID)})
+			reqs = append(reqs, PathRead{Leaf: blocks[n].leaf, Want: blocks[n].ID, Real: true})
 		}
 		res := f.read(reqs...)
 		if n < len(blocks) && !res[len(res)-1].Found {
@@ -181,7 +179,7 @@ func TestEarlyReshuffle(t *testing.T) {
 	if s := f.tr.Stats(); s.Reshuffles != 2*4 || s.BucketsWritten != f.tr.g.Buckets()+8 {
 		t.Fatalf("stats %+v; want 8 reshuffles", s)
 	}
-	res := f.read(PathRead{Leaf: leaf, Want: want(blk.ID)})
+	res := f.read(PathRead{Leaf: leaf, Want: blk.ID, Real: true})
 	if !res[0].Found || !bytes.Equal(res[0].Block.Value, blk.Value) {
 		t.Fatal("the reshuffled bucket lost its block")
 	}
@@ -237,7 +235,7 @@ func TestEvictPlacement(t *testing.T) {
 		// Read some blocks out; the rest must keep their buckets.
 		var stash []Block
 		for _, b := range inTree[:10] {
-			if res := f.read(PathRead{Leaf: b.leaf, Want: want(b.ID)}); !res[0].Found {
+			if res := f.read(PathRead{Leaf: b.leaf, Want: b.ID, Real: true}); !res[0].Found {
 				t.Fatal("block not found")
 			}
 			stash = append(stash, Block{Block: b.Block, Leaf: f.r.Uint64N(f.tr.g.Leaves())})
@@ -282,7 +280,7 @@ func TestEvictPlacement(t *testing.T) {
 		}
 		for j, b := range stash {
 			if where[j] >= 0 {
-				res := f.read(PathRead{Leaf: b.Leaf, Want: want(b.Block.ID)})
+				res := f.read(PathRead{Leaf: b.Leaf, Want: b.Block.ID, Real: true})
 				if !res[0].Found || !bytes.Equal(res[0].Block.Value, b.Block.Value) {
 					t.Fatalf("%+v: evicted block not found on its leaf", p)
 				}
@@ -304,7 +302,7 @@ func TestEvictionMovesBlocksDown(t *testing.T) {
 	if at, want := f.find(x.Block.ID, x.Leaf), f.tr.g.BucketAt(x.Leaf, f.tr.g.L); at != want {
 		t.Fatalf("block in bucket %d after evicting every path; want its leaf bucket %d", at, want)
 	}
-	if res := f.read(PathRead{Leaf: x.Leaf, Want: want(x.Block.ID)}); !res[0].Found || !bytes.Equal(res[0].Block.Value, x.Block.Value) {
+	if res := f.read(PathRead{Leaf: x.Leaf, Want: x.Block.ID, Real: true}); !res[0].Found || !bytes.Equal(res[0].Block.Value, x.Block.Value) {
 		t.Fatal("moved block not served")
 	}
 }
@@ -324,7 +322,7 @@ func TestForget(t *testing.T) {
 		t.Fatalf("stale entries %+v", st.Stale)
 	}
 	xSlot := f.peek(b).Entries[0].Slot
-	if res := f.read(PathRead{Leaf: leaf, Want: want(x.ID)}); res[0].Found {
+	if res := f.read(PathRead{Leaf: leaf, Want: x.ID, Real: true}); res[0].Found {
 		t.Fatal("a forgotten block was returned")
 	}
 	recs := f.log.Records()
@@ -367,7 +365,7 @@ func TestTamper(t *testing.T) {
 		return setup{f, blocks[0]}
 	}
 	readIt := func(s setup) error {
-		_, err := s.f.tr.ReadPaths(s.f.ctx, []PathRead{{Leaf: s.b.leaf, Want: want(s.b.ID)}})
+		_, err := s.f.tr.ReadPaths(s.f.ctx, []PathRead{{Leaf: s.b.leaf, Want: s.b.ID, Real: true}})
 		return err
 	}
 	evictAll := func(s setup) error {
@@ -509,7 +507,7 @@ func TestFailedWriteChangesNothing(t *testing.T) {
 	f.tr.b = fb
 	fb.armed = true
 	before := f.tr.State()
-	if _, err := f.tr.ReadPaths(f.ctx, []PathRead{{Leaf: blocks[0].leaf, Want: want(blocks[0].ID)}}); !errors.Is(err, errInjected) {
+	if _, err := f.tr.ReadPaths(f.ctx, []PathRead{{Leaf: blocks[0].leaf, Want: blocks[0].ID, Real: true}}); !errors.Is(err, errInjected) {
 		t.Fatalf("ReadPaths: %v", err)
 	}
 	if _, err := f.tr.Evict(f.ctx, 3, nil); !errors.Is(err, errInjected) {
@@ -524,7 +522,7 @@ func TestFailedWriteChangesNothing(t *testing.T) {
 	fb.armed = false
 	f.fresh()
 	f.aud = newAuditor(f.cfg.Layout, f.cfg.Geometry, defaults, f.tr.codec.SlotSize())
-	if res := f.read(PathRead{Leaf: blocks[0].leaf, Want: want(blocks[0].ID)}); !res[0].Found {
+	if res := f.read(PathRead{Leaf: blocks[0].leaf, Want: blocks[0].ID, Real: true}); !res[0].Found {
 		t.Fatal("block lost after a failed read")
 	}
 	if f.tr.EvictionLeaves(1)[0] != 0 {
@@ -571,7 +569,7 @@ func TestFailedSlotReadIssuedAgainUnchanged(t *testing.T) {
 	fb := &flaky{Backend: f.cfg.Backend, l: f.cfg.Layout, fails: 3}
 	f.tr.b = fb
 	b := blocks[0]
-	res, err := f.tr.ReadPaths(f.ctx, []PathRead{{Leaf: b.leaf, Want: want(b.ID)}, {Leaf: b.leaf ^ 1}})
+	res, err := f.tr.ReadPaths(f.ctx, []PathRead{{Leaf: b.leaf, Want: b.ID, Real: true}, {Leaf: b.leaf ^ 1}})
 	if err != nil || !res[0].Found || !bytes.Equal(res[0].Block.Value, b.Value) {
 		t.Fatalf("ReadPaths after 3 failed slot Reads: %v, found %v", err, err == nil && res[0].Found)
 	}
@@ -602,7 +600,7 @@ func TestAbandonStopsRetries(t *testing.T) {
 	f.tr.b = fb
 	f.tr.Abandon()
 	before := f.tr.State()
-	if _, err := f.tr.ReadPaths(f.ctx, []PathRead{{Leaf: blocks[0].leaf, Want: want(blocks[0].ID)}}); !errors.Is(err, errInjected) {
+	if _, err := f.tr.ReadPaths(f.ctx, []PathRead{{Leaf: blocks[0].leaf, Want: blocks[0].ID, Real: true}}); !errors.Is(err, errInjected) {
 		t.Fatalf("ReadPaths: %v; want the injected failure", err)
 	}
 	if n := len(fb.slotReads()); n != 1 {
@@ -673,11 +671,11 @@ func TestStateRestore(t *testing.T) {
 	if !slices.Equal(reopened.EvictionLeaves(4), old.EvictionLeaves(4)) {
 		t.Fatal("the restored tree evicts other leaves")
 	}
-	if res := f.read(PathRead{Leaf: blocks[0].leaf, Want: want(blocks[0].ID)}); res[0].Found {
+	if res := f.read(PathRead{Leaf: blocks[0].leaf, Want: blocks[0].ID, Real: true}); res[0].Found {
 		t.Fatal("the restored tree forgot a stale entry")
 	}
 	for _, b := range blocks[1:] {
-		if res := f.read(PathRead{Leaf: b.leaf, Want: want(b.ID)}); !res[0].Found {
+		if res := f.read(PathRead{Leaf: b.leaf, Want: b.ID, Real: true}); !res[0].Found {
 			t.Fatal("block lost across a restart")
 		}
 	}
@@ -760,7 +758,7 @@ func TestChangeReplays(t *testing.T) {
 			continue
 		}
 		b := loaded[i]
-		f.read(PathRead{Leaf: b.leaf, Want: want(b.ID)}, PathRead{Leaf: f.r.Uint64N(g.Leaves())})
+		f.read(PathRead{Leaf: b.leaf, Want: b.ID, Real: true}, PathRead{Leaf: f.r.Uint64N(g.Leaves())})
 	}
 	taken, placed := 0, 0
 	for _, c := range changes {
@@ -823,12 +821,12 @@ func TestFailedWriteIsSettled(t *testing.T) {
 	flaky := &failingWrites{Backend: f.tr.b, n: 2}
 	f.tr.b = flaky
 	first, second := loaded[0], loaded[1]
-	res, err := f.tr.ReadPaths(f.ctx, []PathRead{{Leaf: first.leaf, Want: want(first.ID)}})
+	res, err := f.tr.ReadPaths(f.ctx, []PathRead{{Leaf: first.leaf, Want: first.ID, Real: true}})
 	if err != nil || !res[0].Found || res[0].Block.ID != first.ID {
 		t.Fatalf("a read whose Write failed after WriteAhead: %+v, %v; want its block", res, err)
 	}
 	before := len(f.log.Records())
-	if _, err := f.tr.ReadPaths(f.ctx, []PathRead{{Leaf: second.leaf, Want: want(second.ID)}}); err == nil {
+	if _, err := f.tr.ReadPaths(f.ctx, []PathRead{{Leaf: second.leaf, Want: second.ID, Real: true}}); err == nil {
 		t.Fatal("a read while the previous Write still fails succeeded")
 	}
 	for _, r := range f.log.Records()[before:] {
@@ -836,7 +834,7 @@ func TestFailedWriteIsSettled(t *testing.T) {
 			t.Fatal("a read went to storage before the previous operation's Write was settled")
 		}
 	}
-	res, err = f.tr.ReadPaths(f.ctx, []PathRead{{Leaf: second.leaf, Want: want(second.ID)}})
+	res, err = f.tr.ReadPaths(f.ctx, []PathRead{{Leaf: second.leaf, Want: second.ID, Real: true}})
 	if err != nil || !res[0].Found || res[0].Block.ID != second.ID {
 		t.Fatalf("a read once storage is back: %+v, %v; want its block", res, err)
 	}

@@ -42,7 +42,7 @@ func realRead(t *testing.T, p epochPlan) (int, int) {
 	tr, at := -1, -1
 	for i, rs := range p.Reads {
 		for j, r := range rs {
-			if r.Want != nil {
+			if r.Real {
 				if tr >= 0 {
 					t.Fatalf("two real reads in one plan")
 				}
@@ -60,8 +60,8 @@ func realRead(t *testing.T, p epochPlan) (int, int) {
 func results(p epochPlan, tr int, value string) []ringoram.ReadResult {
 	out := make([]ringoram.ReadResult, len(p.Reads[tr]))
 	for i, r := range p.Reads[tr] {
-		if r.Want != nil {
-			out[i] = ringoram.ReadResult{Block: tree.Block{ID: *r.Want, Value: []byte(value)}, Found: true}
+		if r.Real {
+			out[i] = ringoram.ReadResult{Block: tree.Block{ID: r.Want, Value: []byte(value)}, Found: true}
 		}
 	}
 	return out
@@ -73,7 +73,7 @@ func TestStashCoreEpochs(t *testing.T) {
 
 	// Epoch 1: two new blocks, answered at once, one fake read each.
 	p := c.plan(1, []Request{{Op: OpPut, ID: a, Value: []byte("1")}, {Op: OpPut, ID: b, Value: []byte("2")}})
-	if _, reads := readsOf(p); len(reads) != 2 || reads[0].Want != nil || reads[1].Want != nil {
+	if _, reads := readsOf(p); len(reads) != 2 || reads[0].Real || reads[1].Real {
 		t.Fatalf("epoch 1 reads %+v, want two fake reads", reads)
 	}
 	if want := []completion{{To: waiter{1, 0}}, {To: waiter{1, 1}}}; !reflect.DeepEqual(p.Done, want) {
@@ -192,7 +192,7 @@ func script(c *stashCore, from uint64) string {
 		for tr, rs := range p.Reads {
 			for _, r := range rs {
 				out += fmt.Sprintf("  read tree %d leaf %d", tr, r.Leaf)
-				if r.Want != nil {
+				if r.Real {
 					out += fmt.Sprintf(" for %x", r.Want[:2])
 				}
 				out += "\n"
@@ -235,26 +235,49 @@ func TestStashCoreDeterministic(t *testing.T) {
 	}
 }
 
+// TestTreeCoreBarrier drives a tree's epoch barrier with a scripted
+// sequence of parts: an epoch is ready once every shard's part is in, a
+// duplicate part completes nothing, and an epoch missing a part is given
+// up, its held parts failing and its late part refused.
 func TestTreeCoreBarrier(t *testing.T) {
-	c := newTreeCore(2, 3, 2)
-	if ready, dup := c.part(7, 1); ready != nil || dup {
-		t.Fatalf("an epoch was ready with one part of two: %+v, dup %v", ready, dup)
+	c := newTreeCore(3, 3, 2)
+	step := func(epoch uint64, shard int, want partOutcome, wantReady ...int) {
+		t.Helper()
+		ready, got := c.part(epoch, shard)
+		if got != want || !slices.Equal(ready, wantReady) {
+			t.Fatalf("part(%d, %d) = %v, %v; want %v, %v", epoch, shard, ready, got, wantReady, want)
+		}
 	}
-	if ready, dup := c.part(8, 0); ready != nil || dup {
-		t.Fatalf("epoch 8 was ready with one part of two: %+v, dup %v", ready, dup)
+	step(7, 1, partHeld)
+	step(8, 0, partHeld)
+	step(7, 1, partDuplicate) // a second part of shard 1 does not stand for shard 0's
+	step(7, 2, partHeld)
+	step(7, 2, partDuplicate)
+	step(7, 0, partComplete, 0, 1, 2)
+	step(8, 2, partHeld)
+	held, missing := c.abandon(8)
+	if !slices.Equal(held, []int{0, 2}) || !slices.Equal(missing, []int{1}) {
+		t.Fatalf("abandon(8) = held %v, missing %v; want [0 2], [1]", held, missing)
 	}
-	if ready, dup := c.part(7, 1); ready != nil || !dup {
-		t.Fatalf("a duplicate part gave %+v, dup %v; want it reported and ignored", ready, dup)
+	step(8, 1, partLate)
+	step(8, 0, partLate)
+	if held, missing := c.abandon(8); held != nil || missing != nil {
+		t.Fatalf("abandoning epoch 8 again gave %v, %v", held, missing)
 	}
-	ready, dup := c.part(7, 0)
-	if want := []int{0, 1}; dup || !reflect.DeepEqual(ready, want) {
-		t.Fatalf("epoch 7 complete gave %+v, want shards %+v", ready, want)
+	if held, _ := c.abandon(9); held != nil || c.abandoned[9] {
+		t.Fatalf("abandoning an epoch no part of which came marked it: %v", held)
 	}
-	if ready, _ := c.part(8, 1); len(ready) != 2 {
-		t.Fatalf("epoch 8 complete gave %+v, want both (empty) parts", ready)
+	step(9, 0, partHeld)
+	step(9, 1, partHeld)
+	step(9, 2, partComplete, 0, 1, 2)
+	if held, _ := c.abandon(9); held != nil || c.abandoned[9] {
+		t.Fatalf("abandoning an epoch read already marked it: %v", held)
 	}
 	if len(c.parts) != 0 {
 		t.Fatalf("%d epochs still waiting", len(c.parts))
+	}
+	if a, b := c.nextEviction(), c.nextEviction(); a != 0 || b != 1 {
+		t.Fatalf("evictions numbered %d, %d; want 0, 1", a, b)
 	}
 	c.leak = leakEagerShardParts
 	if ready, _ := c.part(9, 0); len(ready) != 1 {
@@ -270,7 +293,7 @@ func TestTreeCoreEvictionSchedule(t *testing.T) {
 		}
 	}
 	id := blockID("a")
-	reads := []ringoram.PathRead{{Leaf: 1}, {Leaf: 2, Want: &id}}
+	reads := []ringoram.PathRead{{Leaf: 1}, {Leaf: 2, Want: id, Real: true}}
 	if n := c.counted(reads); n != 2 {
 		t.Fatalf("counted %d reads, want every read, fake or real", n)
 	}

@@ -21,9 +21,13 @@
 //     every Stash shard. Bucket mechanics (metadata, slots, reshuffles,
 //     where an eviction places blocks) are package ringoram's.
 //
-// The layers meet only through the interfaces in layers.go, exchanging
-// plain values, so a cluster can put RPCs and replication between them
-// without changing their logic.
+// The layers meet only through the interfaces in layers.go, each call one
+// message and one reply of messages.go: plain values with a MsgID, a
+// Status on every reply, a transport failure answered by sending the same
+// message again, and every copy of a message answered once (answered.go),
+// so a cluster can put RPCs and replication between them without changing
+// their logic. A tree gives up an epoch whose last part does not come
+// (treeCore.abandon).
 //
 // Each layer is a deterministic core driven by a driver. The cores
 // (routercore.go, stashcore.go, oramcore.go) hold the layer's state and

@@ -1,11 +1,9 @@
 package treebeard
 
 import (
-	"context"
 	"errors"
 
 	"github.com/oblivkv/oblivkv/kv"
-	"github.com/oblivkv/oblivkv/protocol/ringoram"
 	"github.com/oblivkv/oblivkv/protocol/tree"
 )
 
@@ -56,6 +54,7 @@ const (
 	CodeTampered         // storage answered with data that fails authentication (kv.ErrTampered)
 	CodeClosed           // the store is closing (kv.ErrClosed)
 	CodeUnavailable      // storage or the journal failed: a write's outcome is unknown
+	CodeTransport        // the message or its reply was lost in transit: send it again
 )
 
 // failed returns the Reply of a request that ended with err.
@@ -112,17 +111,17 @@ func (e statusError) Is(target error) bool {
 type StashShard interface {
 	// Access runs a Router's batch of one epoch and returns a reply per
 	// request, in order.
-	Access(ctx context.Context, epoch uint64, batch []Request) []Reply
+	Access(m AccessMsg) AccessReply
 }
 
 // PathReader is what a Stash shard sees of the ORAM layer: the owner of
 // each tree reads paths for it (Sec. 5.3.1).
 type PathReader interface {
-	// ReadPaths reads one path of tree t per read, real or fake, and
-	// returns the wanted blocks, in order. shard names the Stash shard
-	// sending its part of epoch: the tree reads the epoch once every
-	// shard's part is in.
-	ReadPaths(ctx context.Context, t int, epoch uint64, shard int, reads []ringoram.PathRead) ([]ringoram.ReadResult, Status)
+	// ReadPaths reads one path of tree m.Tree per read, real or fake, and
+	// returns the wanted blocks, in order. The tree reads an epoch once
+	// every Stash shard's part of it is in (each shard sends every tree
+	// one, empty or not).
+	ReadPaths(m ReadPathsMsg) ReadPathsReply
 }
 
 // Stale names a copy of a block an eviction placed in a tree that was
@@ -135,12 +134,12 @@ type Stale struct {
 // EvictionSource is what an ORAM shard sees of a Stash shard during an
 // eviction (Sec. 5.2.2).
 type EvictionSource interface {
-	// EvictionBlocks hands over the stashed blocks assigned to tree t that
+	// EvictionBlocks hands over the stashed blocks assigned to m.Tree that
 	// take part in no other eviction, and starts counting accesses to them.
-	EvictionBlocks(ctx context.Context, t int) ([]ringoram.Block, Status)
+	EvictionBlocks(m EvictionBlocksMsg) EvictionBlocksReply
 	// EvictionDone reports where each handed-over block was placed (its
 	// bucket, or -1: nack). Acked blocks not accessed since the hand-off
 	// leave the stash; acked blocks that were accessed stay, and their
 	// copies in the tree are returned as stale.
-	EvictionDone(ctx context.Context, t int, blocks []ringoram.Block, placed []int64) ([]Stale, Status)
+	EvictionDone(m EvictionDoneMsg) EvictionDoneReply
 }

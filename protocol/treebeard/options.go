@@ -52,6 +52,13 @@ type Options struct {
 	// clock: an epoch ends when the test calls epochs.end, so audits get
 	// the same epochs on a loaded machine as on an idle one.
 	epochs *epochControl
+	// transport, when set (tests only), carries the layers' messages
+	// instead of direct calls: the tests' one loses, copies, delays and
+	// reorders them.
+	transport transport
+	// partTimeout is how long a tree holds the parts of an epoch waiting
+	// for its last one (default defaultPartTimeout; tests set less).
+	partTimeout time.Duration
 }
 
 // Defaults.
@@ -66,6 +73,12 @@ const (
 	DefaultK           = 50
 	DefaultEpoch       = time.Millisecond
 )
+
+// defaultPartTimeout is how long a tree waits for the last Stash shard's
+// part of an epoch before giving the epoch up (treeCore.abandon). Every
+// shard sends every tree a part of every epoch at once, resending it while
+// it is lost, so only a shard cut off that long misses it.
+const defaultPartTimeout = 10 * time.Second
 
 // PaperOptions returns the paper's parameters where the defaults differ:
 // Z=1 (Sec. 5.3.1), S=6 and k=200 (Sec. 7, "Experimental Setup").

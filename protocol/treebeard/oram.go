@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/oblivkv/oblivkv/backend"
 	"github.com/oblivkv/oblivkv/internal/durable"
@@ -24,34 +25,45 @@ type ORAM struct {
 	workers map[int]*treeWorker
 }
 
-// ReadPaths queues Stash shard shard's reads of epoch for tree t and
-// waits for their results.
-func (o *ORAM) ReadPaths(ctx context.Context, t int, epoch uint64, shard int, reads []ringoram.PathRead) ([]ringoram.ReadResult, Status) {
-	w, ok := o.workers[t]
+// ReadPaths queues a Stash shard's part of an epoch for the tree it names
+// and waits for its results. A copy of a part gets the first copy's
+// results: the part is read once.
+func (o *ORAM) ReadPaths(m ReadPathsMsg) ReadPathsReply {
+	w, ok := o.workers[m.Tree]
 	if !ok {
-		return nil, statusOf(fmt.Errorf("treebeard: this ORAM shard does not own tree %d", t))
+		return ReadPathsReply{Status: Status{Code: CodeUnavailable, Detail: fmt.Sprintf("treebeard: this ORAM shard does not own tree %d", m.Tree)}}
 	}
-	results, err := w.read(ctx, epoch, shard, reads)
-	return results, statusOf(err)
+	w.parts.release(m.Release)
+	return w.parts.do(m.ID, func() ReadPathsReply {
+		results, err := w.read(m.ID.Epoch, m.Shard, m.Reads)
+		return ReadPathsReply{Results: results, Status: statusOf(err)}
+	})
 }
 
-// errDuplicatePart answers a Stash shard's second part of one epoch.
+// errDuplicatePart answers a Stash shard's second part of one epoch under
+// another MsgID (a copy under the same MsgID gets the first one's reply).
 var errDuplicatePart = errors.New("treebeard: a Stash shard sent its part of an epoch twice")
 
 // treeWorker runs one tree's operations in order: it drives the tree's
 // treeCore (which epochs to read, when to evict) and its ringoram.Tree
 // (the buckets and their I/O).
 type treeWorker struct {
-	id      int
-	tree    *ringoram.Tree
-	core    *treeCore
-	stashes []EvictionSource
-	trace   func(traceEvent)
-	log     *durable.Log
+	id          int
+	tree        *ringoram.Tree
+	core        *treeCore
+	stashes     []EvictionSource
+	trace       func(traceEvent)
+	log         *durable.Log
+	net         *netState
+	partTimeout time.Duration // how long an epoch waits for its last part
+
+	parts    *answered[ReadPathsReply]
+	released releases // by Stash shard: the eviction messages answered
 
 	mu      sync.Mutex
-	waiting map[partKey]*readJob // parts of epochs not all shards sent yet
-	queue   []*readJob           // parts of whole epochs, in the order they completed
+	waiting map[partKey]*readJob   // parts of epochs not all shards sent yet
+	timers  map[uint64]*time.Timer // by epoch not all shards sent yet: when to give up on it
+	queue   []*readJob             // parts of whole epochs, in the order they completed
 	wake    chan struct{}
 	stopped bool
 	busy    bool       // serving jobs (a read and its evictions)
@@ -84,41 +96,72 @@ type readJob struct {
 	done    chan struct{}
 }
 
-func newTreeWorker(id int, core *treeCore, trace func(traceEvent)) *treeWorker {
-	w := &treeWorker{id: id, core: core, trace: trace,
+func newTreeWorker(id int, core *treeCore, net *netState, partTimeout time.Duration, trace func(traceEvent)) *treeWorker {
+	w := &treeWorker{id: id, core: core, net: net, partTimeout: partTimeout, trace: trace,
+		parts: newAnswered[ReadPathsReply](), timers: map[uint64]*time.Timer{},
 		waiting: map[partKey]*readJob{}, wake: make(chan struct{}, 1), exited: make(chan struct{})}
 	w.idle = sync.NewCond(&w.mu)
 	return w
 }
 
-func (w *treeWorker) read(ctx context.Context, epoch uint64, shard int, reads []ringoram.PathRead) ([]ringoram.ReadResult, error) {
+// read holds shard's part of epoch until every shard has sent its part,
+// then queues the whole epoch and waits for its results. An epoch a part
+// of which has not come within partTimeout is given up (abandon).
+func (w *treeWorker) read(epoch uint64, shard int, reads []ringoram.PathRead) ([]ringoram.ReadResult, error) {
 	j := &readJob{epoch: epoch, reads: reads, done: make(chan struct{})}
 	w.mu.Lock()
 	if w.stopped {
 		w.mu.Unlock()
 		return nil, kv.ErrClosed
 	}
-	ready, dup := w.core.part(epoch, shard)
-	if dup {
+	ready, outcome := w.core.part(epoch, shard)
+	switch outcome {
+	case partDuplicate:
 		w.mu.Unlock()
 		return nil, errDuplicatePart
-	}
-	w.waiting[partKey{epoch, shard}] = j
-	for _, s := range ready {
-		k := partKey{epoch, s}
-		w.queue = append(w.queue, w.waiting[k])
-		delete(w.waiting, k)
+	case partLate:
+		w.mu.Unlock()
+		return nil, fmt.Errorf("treebeard: tree %d gave up epoch %d before Stash shard %d's part came", w.id, epoch, shard)
+	case partHeld:
+		w.waiting[partKey{epoch, shard}] = j
+		if w.timers[epoch] == nil {
+			w.timers[epoch] = time.AfterFunc(w.partTimeout, func() { w.abandon(epoch) })
+		}
+	case partComplete:
+		w.waiting[partKey{epoch, shard}] = j
+		if t := w.timers[epoch]; t != nil {
+			t.Stop()
+			delete(w.timers, epoch)
+		}
+		for _, s := range ready {
+			k := partKey{epoch, s}
+			w.queue = append(w.queue, w.waiting[k])
+			delete(w.waiting, k)
+		}
 	}
 	w.mu.Unlock()
 	select {
 	case w.wake <- struct{}{}:
 	default:
 	}
-	select {
-	case <-j.done:
-		return j.results, j.err
-	case <-ctx.Done():
-		return nil, ctx.Err()
+	<-j.done
+	return j.results, j.err
+}
+
+// abandon gives up epoch, if some shard's part of it is still missing:
+// the parts that came fail with CodeUnavailable, nothing of the epoch is
+// read, and a part that comes later is refused (treeCore.abandon).
+func (w *treeWorker) abandon(epoch uint64) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	delete(w.timers, epoch)
+	held, missing := w.core.abandon(epoch)
+	for _, s := range held {
+		k := partKey{epoch, s}
+		j := w.waiting[k]
+		delete(w.waiting, k)
+		j.err = fmt.Errorf("treebeard: tree %d gave up epoch %d: no part from Stash shard(s) %v within %v", w.id, epoch, missing, w.partTimeout)
+		close(j.done)
 	}
 }
 
@@ -230,13 +273,14 @@ func (w *treeWorker) traceRead(jobs []*readJob) {
 // evict collects the tree's blocks from every Stash shard, evicts k paths
 // and reports the placements back; stale copies are forgotten by the tree.
 func (w *treeWorker) evict(ctx context.Context, k int) {
+	number := w.core.nextEviction()
 	var blocks []ringoram.Block
 	from := make([]int, len(w.stashes)+1) // blocks[from[i]:from[i+1]] came from stash i
 	var errs []error
-	for i, s := range w.stashes {
-		bs, st := s.EvictionBlocks(ctx, w.id)
-		errs = append(errs, st.Err())
-		blocks = append(blocks, bs...)
+	for i := range w.stashes {
+		rep := w.evictionBlocks(i, number)
+		errs = append(errs, rep.Err())
+		blocks = append(blocks, rep.Blocks...)
 		from[i+1] = len(blocks)
 	}
 	var leaves []uint64
@@ -254,16 +298,43 @@ func (w *treeWorker) evict(ctx context.Context, k int) {
 	}
 	errs = append(errs, err)
 	var stale []Stale
-	for i, s := range w.stashes {
-		st, status := s.EvictionDone(ctx, w.id, blocks[from[i]:from[i+1]], placed[from[i]:from[i+1]])
-		errs = append(errs, status.Err())
-		stale = append(stale, st...)
+	for i := range w.stashes {
+		rep := w.evictionDone(i, number, blocks[from[i]:from[i+1]], placed[from[i]:from[i+1]])
+		errs = append(errs, rep.Err())
+		stale = append(stale, rep.Stale...)
 	}
 	for _, st := range stale {
 		w.tree.Forget(st.Bucket, st.ID)
 	}
 	w.log.Append(evictDoneDelta(w.id, removed(blocks, placed, stale), stale))
 	w.noteStats(false, errors.Join(errs...) != nil)
+}
+
+// evictionBlocks asks Stash shard i for the blocks of eviction number,
+// again while the message is lost in transit.
+func (w *treeWorker) evictionBlocks(i int, number uint64) EvictionBlocksReply {
+	m := EvictionBlocksMsg{ID: w.evictionMsgID(number, 0), Tree: w.id, Release: w.released.take(i)}
+	rep := send(w.net, func() EvictionBlocksReply { return w.stashes[i].EvictionBlocks(m) })
+	if rep.Code == CodeOK {
+		w.released.add(i, m.ID)
+	}
+	return rep
+}
+
+// evictionDone reports eviction number's placements to Stash shard i.
+func (w *treeWorker) evictionDone(i int, number uint64, blocks []ringoram.Block, placed []int64) EvictionDoneReply {
+	m := EvictionDoneMsg{ID: w.evictionMsgID(number, 1), Tree: w.id, Blocks: blocks, Placed: placed, Release: w.released.take(i)}
+	rep := send(w.net, func() EvictionDoneReply { return w.stashes[i].EvictionDone(m) })
+	if rep.Code == CodeOK {
+		w.released.add(i, m.ID)
+	}
+	return rep
+}
+
+// evictionMsgID names the tree's step-th message to a Stash shard in its
+// eviction number (0: the hand-off, 1: the placements).
+func (w *treeWorker) evictionMsgID(number, step uint64) MsgID {
+	return MsgID{Sender: Endpoint{LayerORAM, w.id}, Epoch: number, Seq: step}
 }
 
 // removed returns the blocks an eviction placed that left the stash: all

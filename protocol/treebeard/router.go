@@ -1,7 +1,9 @@
 package treebeard
 
 import (
+	"cmp"
 	"context"
+	"fmt"
 	"sync"
 	"time"
 
@@ -20,8 +22,10 @@ import (
 // starts with its first request, so an idle Router costs nothing. Epochs
 // already forwarded may still be in flight while the next one collects.
 type Router struct {
+	id     int // the Router's number: its messages' sender
 	epoch  time.Duration
 	shards []StashShard
+	net    *netState
 	trace  func(traceEvent)
 	manual bool // tests only: epochs end by epochControl, never on a timer
 	paused bool // a checkpoint is being taken: requests collect until resume
@@ -32,6 +36,8 @@ type Router struct {
 	timer   *time.Timer
 	closed  bool
 	flights sync.WaitGroup // epochs forwarded and not yet answered
+
+	released releases // by Stash shard
 }
 
 type call struct {
@@ -39,11 +45,13 @@ type call struct {
 	done  chan struct{}
 }
 
-// NewRouter returns a Router forwarding to shards, with epochs of epoch
-// (zero or negative: forward every request at once). number is where its epoch numbers
-// start: distinct Routers use distinct ranges, so epochs are unique.
-func NewRouter(epoch time.Duration, shards []StashShard, number uint64, trace func(traceEvent)) *Router {
-	return &Router{epoch: epoch, shards: shards, trace: trace, core: routerCore{shards: len(shards), next: number}}
+// newRouter returns Router id forwarding to shards, with epochs of epoch
+// (zero or negative: forward every request at once). Its epoch numbers
+// start at id<<48: distinct Routers use distinct ranges, so epochs are
+// unique.
+func newRouter(id int, epoch time.Duration, shards []StashShard, net *netState, trace func(traceEvent)) *Router {
+	return &Router{id: id, epoch: epoch, shards: shards, net: net, trace: trace,
+		core: routerCore{shards: len(shards), next: uint64(id) << 48}}
 }
 
 // Do submits req in the current epoch and waits for its reply. When ctx
@@ -126,15 +134,27 @@ func (r *Router) forwardLocked() {
 			waiting[i] = calls[at]
 		}
 		r.flights.Add(1)
-		go r.forward(r.shards[s], f.Epoch, batch, waiting)
+		go r.forward(s, f.Epoch, batch, waiting)
 	}
 }
 
-func (r *Router) forward(shard StashShard, epoch uint64, batch []Request, waiting []*call) {
+// forward sends shard s its batch of epoch, again while it is lost in
+// transit, and hands each reply to its caller.
+func (r *Router) forward(s int, epoch uint64, batch []Request, waiting []*call) {
 	defer r.flights.Done()
-	replies := shard.Access(context.Background(), epoch, batch)
+	id := MsgID{Sender: Endpoint{LayerRouter, r.id}, Epoch: epoch, Seq: uint64(s)}
+	m := AccessMsg{ID: id, Batch: batch, Release: r.released.take(s)}
+	rep := send(r.net, func() AccessReply { return r.shards[s].Access(m) })
+	if rep.Code == CodeOK {
+		r.released.add(s, id)
+	}
 	for i, c := range waiting {
-		c.reply = replies[i]
+		if rep.Code == CodeOK && len(rep.Replies) == len(waiting) {
+			c.reply = rep.Replies[i]
+		} else {
+			c.reply = Reply{Status: cmp.Or(rep.Status, Status{Code: CodeUnavailable,
+				Detail: fmt.Sprintf("treebeard: Stash shard %d answered %d of %d requests", s, len(rep.Replies), len(waiting))})}
+		}
 		close(c.done)
 	}
 }

@@ -2,7 +2,6 @@ package treebeard
 
 import (
 	"cmp"
-	"context"
 	"errors"
 	"fmt"
 	"sync"
@@ -22,6 +21,12 @@ type Stash struct {
 	id    int          // the shard's number, which the trees' epoch barriers count by
 	trees []PathReader // by tree: the ORAM shard that owns it
 	log   *durable.Log
+	net   *netState
+
+	accesses    *answered[AccessReply]
+	evictBlocks *answered[EvictionBlocksReply]
+	evictDone   *answered[EvictionDoneReply]
+	released    releases // by tree
 
 	mu     sync.Mutex
 	core   *stashCore
@@ -35,18 +40,29 @@ type pendingEpoch struct {
 	done    chan struct{} // closed when left reaches zero
 }
 
-func newStash(id int, core *stashCore, log *durable.Log) *Stash {
-	return &Stash{id: id, core: core, log: log, epochs: map[uint64]*pendingEpoch{}}
+func newStash(id int, core *stashCore, log *durable.Log, net *netState) *Stash {
+	return &Stash{id: id, core: core, log: log, net: net, epochs: map[uint64]*pendingEpoch{},
+		accesses: newAnswered[AccessReply](), evictBlocks: newAnswered[EvictionBlocksReply](),
+		evictDone: newAnswered[EvictionDoneReply]()}
 }
 
 // connect gives the shard the owner of each tree.
 func (s *Stash) connect(trees []PathReader) { s.trees = trees }
 
-// Access runs a batch (Sec. 5.2.1): the core plans one path read per
+// Access runs a Router's batch once, however many copies of its message
+// arrive (answered).
+func (s *Stash) Access(m AccessMsg) AccessReply {
+	s.accesses.release(m.Release)
+	return s.accesses.do(m.ID, func() AccessReply {
+		return AccessReply{Replies: s.access(m.ID.Epoch, m.Batch)}
+	})
+}
+
+// access runs a batch (Sec. 5.2.1): the core plans one path read per
 // request, the reads go to every tree, and each reply waits for its own
 // batch's reads, for the real read its block is queued behind, and for
 // the epoch's journal record.
-func (s *Stash) Access(ctx context.Context, epoch uint64, batch []Request) []Reply {
+func (s *Stash) access(epoch uint64, batch []Request) []Reply {
 	pe := &pendingEpoch{replies: make([]Reply, len(batch)), left: len(batch), done: make(chan struct{})}
 	s.mu.Lock()
 	if len(batch) > 0 {
@@ -55,7 +71,7 @@ func (s *Stash) Access(ctx context.Context, epoch uint64, batch []Request) []Rep
 	plan := s.core.plan(epoch, batch)
 	s.deliverLocked(plan.Done)
 	s.mu.Unlock()
-	failure := s.readAll(context.WithoutCancel(ctx), epoch, plan.Reads)
+	failure := s.readAll(epoch, plan.Reads)
 	if len(batch) > 0 {
 		<-pe.done
 	}
@@ -91,14 +107,14 @@ func (s *Stash) deliverLocked(done []completion) {
 // of a small batch: a tree reads an epoch once every shard has sent its
 // part, so which shards hold the epoch's keys never shows. It returns the
 // failure of any tree's read.
-func (s *Stash) readAll(ctx context.Context, epoch uint64, reads [][]ringoram.PathRead) error {
+func (s *Stash) readAll(epoch uint64, reads [][]ringoram.PathRead) error {
 	errs := make([]error, len(s.trees))
 	var wg sync.WaitGroup
 	for t, rs := range reads {
 		wg.Go(func() {
-			results, st := s.trees[t].ReadPaths(ctx, t, epoch, s.id, rs)
+			rep := s.readPaths(t, epoch, rs)
 			s.mu.Lock()
-			done, err := s.core.returned(t, rs, results, st.Err())
+			done, err := s.core.returned(t, rs, rep.Results, rep.Err())
 			s.deliverLocked(done)
 			s.mu.Unlock()
 			errs[t] = err
@@ -109,6 +125,18 @@ func (s *Stash) readAll(ctx context.Context, epoch uint64, reads [][]ringoram.Pa
 		return fmt.Errorf("treebeard: a path read of this epoch failed: %w", err)
 	}
 	return nil
+}
+
+// readPaths sends tree t the shard's part of epoch, again while it is lost
+// in transit (the tree recognises a copy and reads the part once).
+func (s *Stash) readPaths(t int, epoch uint64, reads []ringoram.PathRead) ReadPathsReply {
+	id := MsgID{Sender: Endpoint{LayerStash, s.id}, Epoch: epoch, Seq: uint64(t)}
+	m := ReadPathsMsg{ID: id, Tree: t, Shard: s.id, Reads: reads, Release: s.released.take(t)}
+	rep := send(s.net, func() ReadPathsReply { return s.trees[t].ReadPaths(m) })
+	if rep.Code == CodeOK {
+		s.released.add(t, id)
+	}
+	return rep
 }
 
 // journal appends the epoch's record and waits until it is durable: the
@@ -124,18 +152,36 @@ func (s *Stash) journal(batch []Request) error {
 	return nil
 }
 
-// EvictionBlocks hands tree t's blocks to its eviction (stashCore.evictionBlocks).
-func (s *Stash) EvictionBlocks(_ context.Context, t int) ([]ringoram.Block, Status) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.core.evictionBlocks(t), Status{}
+// EvictionBlocks hands a tree's blocks to its eviction
+// (stashCore.evictionBlocks), once per eviction.
+func (s *Stash) EvictionBlocks(m EvictionBlocksMsg) EvictionBlocksReply {
+	s.releaseEviction(m.Release)
+	return s.evictBlocks.do(m.ID, func() EvictionBlocksReply {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return EvictionBlocksReply{Blocks: s.core.evictionBlocks(m.Tree)}
+	})
 }
 
-// EvictionDone ends tree t's eviction (stashCore.evictionDone).
-func (s *Stash) EvictionDone(_ context.Context, t int, blocks []ringoram.Block, placed []int64) ([]Stale, Status) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.core.evictionDone(t, blocks, placed), Status{}
+// EvictionDone ends a tree's eviction (stashCore.evictionDone), once.
+func (s *Stash) EvictionDone(m EvictionDoneMsg) EvictionDoneReply {
+	s.releaseEviction(m.Release)
+	return s.evictDone.do(m.ID, func() EvictionDoneReply {
+		if len(m.Placed) != len(m.Blocks) {
+			return EvictionDoneReply{Status: Status{Code: CodeUnavailable,
+				Detail: fmt.Sprintf("treebeard: an eviction placed %d of %d blocks", len(m.Placed), len(m.Blocks))}}
+		}
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return EvictionDoneReply{Stale: s.core.evictionDone(m.Tree, m.Blocks, m.Placed)}
+	})
+}
+
+// releaseEviction forgets the replies of an eviction's messages that the
+// tree got.
+func (s *Stash) releaseEviction(ids []MsgID) {
+	s.evictBlocks.release(ids)
+	s.evictDone.release(ids)
 }
 
 // locked runs fn on the core with s.mu held (loads, checkpoints, recovery

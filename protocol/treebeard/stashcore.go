@@ -155,8 +155,7 @@ func (c *stashCore) plan(epoch uint64, batch []Request) epochPlan {
 				continue
 			}
 			c.inflight[r.ID] = &inflight{from: at, to: c.randomPosition(), queue: []queued{{req: r, to: to}}}
-			want := r.ID
-			p.Reads[at.Tree] = append(p.Reads[at.Tree], ringoram.PathRead{Leaf: at.Leaf, Want: &want})
+			p.Reads[at.Tree] = append(p.Reads[at.Tree], ringoram.PathRead{Leaf: at.Leaf, Want: r.ID, Real: true})
 			c.stats.realReads++
 		}
 	}
@@ -229,7 +228,7 @@ func (c *stashCore) returned(t int, reads []ringoram.PathRead, results []ringora
 	}
 	var done []completion
 	for i, r := range reads {
-		if r.Want == nil {
+		if !r.Real {
 			continue
 		}
 		var res ringoram.ReadResult
@@ -239,7 +238,7 @@ func (c *stashCore) returned(t int, reads []ringoram.PathRead, results []ringora
 				readErr = fmt.Errorf("%w: a block is missing from its path", kv.ErrTampered)
 			}
 		}
-		done = c.settle(*r.Want, res.Block.Value, readErr, done)
+		done = c.settle(r.Want, res.Block.Value, readErr, done)
 	}
 	return done, err
 }

@@ -249,6 +249,7 @@ func (s *store) Stats() kv.Stats {
 		evictErrs += ws.evictionErrors
 		readErrs += ws.readErrors
 	}
+	copies, held := s.messageCounts()
 	perPath := 0.0
 	if t.PathReads > 0 {
 		perPath = float64(t.BucketsRead) / float64(t.PathReads)
@@ -271,5 +272,22 @@ func (s *store) Stats() kv.Stats {
 		{Name: "read_errors", Value: float64(readErrs)},
 		{Name: "read_retries", Value: float64(t.ReadRetries)},
 		{Name: "eviction_errors", Value: float64(evictErrs)},
+		{Name: "messages_resent", Value: float64(s.net.resent.Load())},
+		{Name: "message_copies", Value: float64(copies)},
+		{Name: "replies_held", Value: float64(held)},
 	}}
+}
+
+// messageCounts returns how many copies of messages the layers answered
+// from their records, and how many replies they hold for their senders.
+func (s *store) messageCounts() (copies uint64, held int) {
+	for _, sh := range s.stashes {
+		copies += sh.accesses.copies.Load() + sh.evictBlocks.copies.Load() + sh.evictDone.copies.Load()
+		held += sh.accesses.held() + sh.evictBlocks.held() + sh.evictDone.held()
+	}
+	for _, w := range s.workers {
+		copies += w.parts.copies.Load()
+		held += w.parts.held()
+	}
+	return copies, held
 }

@@ -1,6 +1,7 @@
 package treebeard
 
 import (
+	"cmp"
 	"context"
 	crand "crypto/rand"
 	"errors"
@@ -43,6 +44,7 @@ type store struct {
 	workers []*treeWorker // by tree
 	next    atomic.Uint64 // round-robin over routers
 	log     *durable.Log
+	net     *netState
 
 	checkpointing sync.Mutex // held by a checkpoint
 
@@ -79,22 +81,23 @@ func open(ctx context.Context, env kv.Env) (*store, error) {
 
 // build creates the layers, not yet running.
 func build(env kv.Env, opts Options) (*store, error) {
-	s := &store{b: env.Backend, keys: env.Keys, opts: opts, valueSize: env.ValueSize,
+	s := &store{b: env.Backend, keys: env.Keys, opts: opts, valueSize: env.ValueSize, net: newNetState(),
 		geo: geometry(env.Capacity, opts.Trees, opts.Z), quota: &quota{capacity: int64(env.Capacity)}}
 	rng, err := newRandSource(opts.seed)
 	if err != nil {
 		return nil, err
 	}
 	s.log = durable.New(env.Journal, env.Backend, env.Keys)
+	net := cmp.Or[transport](opts.transport, directCall{})
 	for i := range opts.StashShards {
 		core := newStashCore(opts.Trees, s.geo, s.quota, seedFrom(rng()))
 		core.leak = opts.leak
-		s.stashes = append(s.stashes, newStash(i, core, s.log))
+		s.stashes = append(s.stashes, newStash(i, core, s.log, s.net))
 	}
 	sources := make([]EvictionSource, len(s.stashes))
 	shards := make([]StashShard, len(s.stashes))
 	for i, st := range s.stashes {
-		sources[i], shards[i] = st, st
+		sources[i], shards[i] = net.evictionSource(i, st), net.stash(i, st)
 	}
 	orams := make([]*ORAM, opts.ORAMShards)
 	for i := range orams {
@@ -104,7 +107,7 @@ func build(env kv.Env, opts Options) (*store, error) {
 	for t := range opts.Trees {
 		core := newTreeCore(len(s.stashes), opts.A, opts.K)
 		core.leak = opts.leak
-		w := newTreeWorker(t, core, opts.trace)
+		w := newTreeWorker(t, core, s.net, cmp.Or(opts.partTimeout, defaultPartTimeout), opts.trace)
 		w.stashes, w.log = sources, s.log
 		var err error
 		w.tree, err = ringoram.NewTree(ringoram.Config{Backend: env.Backend, Keys: env.Keys, Geometry: s.geo,
@@ -116,13 +119,13 @@ func build(env kv.Env, opts Options) (*store, error) {
 		owner := orams[t%len(orams)]
 		owner.workers[t] = w
 		s.workers = append(s.workers, w)
-		readers[t] = owner
+		readers[t] = net.pathReader(t, owner)
 	}
 	for _, st := range s.stashes {
 		st.connect(readers)
 	}
 	for i := range opts.Routers {
-		r := NewRouter(opts.Epoch, shards, uint64(i)<<48, opts.trace)
+		r := newRouter(i, opts.Epoch, shards, s.net, opts.trace)
 		r.manual = opts.epochs != nil
 		s.routers = append(s.routers, r)
 	}
@@ -243,6 +246,7 @@ func (s *store) Delete(ctx context.Context, key string) error {
 // the ORAM shards, replaces the journal by a checkpoint and closes the
 // backend.
 func (s *store) Close() error {
+	s.net.stop()                  // a message lost in transit is not sent again
 	for _, w := range s.workers { // a tree retrying a failed Read gives up
 		w.tree.Abandon()
 	}

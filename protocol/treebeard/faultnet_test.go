@@ -1,0 +1,239 @@
+package treebeard
+
+import (
+	"bytes"
+	"encoding/gob"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"time"
+)
+
+// FaultNet is an in-memory transport between the layers that loses,
+// copies, delays and reorders messages and cuts layers off, at the rates
+// of its Faults. Every message and every reply crosses it encoded with
+// encoding/gob, as over a network, so only plain values get through and
+// no memory is shared between sender and receiver. Like any transport
+// the layers accept (answered), it delivers every copy of a message
+// before the sender has the reply.
+type FaultNet struct {
+	faults Faults
+
+	mu       sync.Mutex
+	rng      *rand.Rand
+	cut      map[Layer]bool
+	isolated map[Endpoint]bool
+	arrivals map[Endpoint]chan struct{} // closed at the next delivery to the endpoint
+	stats    FaultStats
+}
+
+// Faults are a FaultNet's rates: each a probability per message, but
+// MaxDelay, which bounds the random wait of each message and each reply.
+type Faults struct {
+	DropRequest float64 // the message is lost: the receiver never sees it
+	DropReply   float64 // the receiver handles it, and the reply is lost
+	Duplicate   float64 // the receiver gets two copies
+	Reorder     float64 // the message waits until the next one to its receiver has passed
+	MaxDelay    time.Duration
+}
+
+// FaultStats counts what a FaultNet did.
+type FaultStats struct {
+	Messages, DroppedRequests, DroppedReplies, Duplicated, Reordered, Cut int
+}
+
+// NewFaultNet returns a FaultNet with faults f, its choices drawn from seed.
+func NewFaultNet(f Faults, seed uint64) *FaultNet {
+	return &FaultNet{faults: f, rng: rand.New(rand.NewPCG(seed, 0)),
+		cut: map[Layer]bool{}, isolated: map[Endpoint]bool{}, arrivals: map[Endpoint]chan struct{}{}}
+}
+
+// Cut cuts layer l off: every message to or from it is lost until Heal.
+func (n *FaultNet) Cut(l Layer) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.cut[l] = true
+}
+
+// Isolate cuts endpoint e off: every message to or from it is lost until
+// Heal.
+func (n *FaultNet) Isolate(e Endpoint) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.isolated[e] = true
+}
+
+// Heal ends every cut.
+func (n *FaultNet) Heal() {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	clear(n.cut)
+	clear(n.isolated)
+}
+
+// Stats returns what the net did so far.
+func (n *FaultNet) Stats() FaultStats {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.stats
+}
+
+// WithTransport returns o with its layers talking through n.
+func WithTransport(o Options, n *FaultNet) Options {
+	o.transport = n
+	return o
+}
+
+// WithPartTimeout returns o with trees giving up an epoch whose last part
+// has not come after d.
+func WithPartTimeout(o Options, d time.Duration) Options {
+	o.partTimeout = d
+	return o
+}
+
+func (n *FaultNet) stash(to int, h StashShard) StashShard {
+	return netEnd{n: n, to: Endpoint{LayerStash, to}, stash: h}
+}
+
+func (n *FaultNet) pathReader(to int, h PathReader) PathReader {
+	return netEnd{n: n, to: Endpoint{LayerORAM, to}, reader: h}
+}
+
+func (n *FaultNet) evictionSource(to int, h EvictionSource) EvictionSource {
+	return netEnd{n: n, to: Endpoint{LayerStash, to}, source: h}
+}
+
+// netEnd is the far end of a FaultNet: the receiver to, reached through
+// the one of its handlers that is set.
+type netEnd struct {
+	n      *FaultNet
+	to     Endpoint
+	stash  StashShard
+	reader PathReader
+	source EvictionSource
+}
+
+func (e netEnd) Access(m AccessMsg) AccessReply {
+	return deliver(e.n, m.ID.Sender, e.to, m, e.stash.Access)
+}
+
+func (e netEnd) ReadPaths(m ReadPathsMsg) ReadPathsReply {
+	return deliver(e.n, m.ID.Sender, e.to, m, e.reader.ReadPaths)
+}
+
+func (e netEnd) EvictionBlocks(m EvictionBlocksMsg) EvictionBlocksReply {
+	return deliver(e.n, m.ID.Sender, e.to, m, e.source.EvictionBlocks)
+}
+
+func (e netEnd) EvictionDone(m EvictionDoneMsg) EvictionDoneReply {
+	return deliver(e.n, m.ID.Sender, e.to, m, e.source.EvictionDone)
+}
+
+// deliver carries m from one endpoint to another and its reply back,
+// with the net's faults.
+func deliver[M any, R replier](n *FaultNet, from, to Endpoint, m M, handle func(M) R) R {
+	var lost R
+	if n.isCut(from, to) {
+		n.sleep(n.faults.MaxDelay)
+		return withStatus(lost, Status{Code: CodeTransport, Detail: fmt.Sprintf("%v is cut off from %v", from, to)})
+	}
+	n.wait(to)
+	copies := 1
+	if n.chance(n.faults.Duplicate, &n.stats.Duplicated) {
+		copies = 2
+	}
+	if n.chance(n.faults.DropRequest, &n.stats.DroppedRequests) {
+		copies--
+	}
+	replies := make([]R, copies)
+	var wg sync.WaitGroup
+	for i := range replies {
+		wg.Go(func() { replies[i] = handle(wire(m)) })
+	}
+	wg.Wait()
+	n.arrived(to)
+	if copies == 0 {
+		return withStatus(lost, Status{Code: CodeTransport, Detail: fmt.Sprintf("a message from %v to %v was lost", from, to)})
+	}
+	if n.chance(n.faults.DropReply, &n.stats.DroppedReplies) {
+		return withStatus(lost, Status{Code: CodeTransport, Detail: fmt.Sprintf("a reply from %v to %v was lost", to, from)})
+	}
+	n.sleep(n.faults.MaxDelay)
+	return wire(replies[len(replies)-1])
+}
+
+// wire returns v as it arrives through a network: encoded and decoded.
+func wire[V any](v V) V {
+	var buf bytes.Buffer
+	if err := gob.NewEncoder(&buf).Encode(v); err != nil {
+		panic(fmt.Sprintf("a message that cannot cross a network: %v", err))
+	}
+	var out V
+	if err := gob.NewDecoder(&buf).Decode(&out); err != nil {
+		panic(fmt.Sprintf("a message that does not decode: %v", err))
+	}
+	return out
+}
+
+func (n *FaultNet) isCut(from, to Endpoint) bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.stats.Messages++
+	if n.cut[from.Layer] || n.cut[to.Layer] || n.isolated[from] || n.isolated[to] {
+		n.stats.Cut++
+		return true
+	}
+	return false
+}
+
+// chance draws an event of probability p, counting it in count.
+func (n *FaultNet) chance(p float64, count *int) bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if p > 0 && n.rng.Float64() < p {
+		*count++
+		return true
+	}
+	return false
+}
+
+// sleep waits a random time up to most.
+func (n *FaultNet) sleep(most time.Duration) {
+	if most <= 0 {
+		return
+	}
+	n.mu.Lock()
+	d := time.Duration(n.rng.Int64N(int64(most) + 1))
+	n.mu.Unlock()
+	time.Sleep(d)
+}
+
+// wait delays a message to to: a random time, and with the Reorder rate
+// until the next message to to has passed (at most a few MaxDelays).
+func (n *FaultNet) wait(to Endpoint) {
+	n.sleep(n.faults.MaxDelay)
+	if !n.chance(n.faults.Reorder, &n.stats.Reordered) {
+		return
+	}
+	n.mu.Lock()
+	next, ok := n.arrivals[to]
+	if !ok {
+		next = make(chan struct{})
+		n.arrivals[to] = next
+	}
+	n.mu.Unlock()
+	select {
+	case <-next:
+	case <-time.After(4*n.faults.MaxDelay + time.Millisecond):
+	}
+}
+
+// arrived notes a delivery to to, releasing the messages held behind it.
+func (n *FaultNet) arrived(to Endpoint) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if next, ok := n.arrivals[to]; ok {
+		close(next)
+		delete(n.arrivals, to)
+	}
+}

@@ -1,0 +1,222 @@
+package treebeard
+
+import (
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/oblivkv/oblivkv/protocol/ringoram"
+)
+
+// The messages between layers are plain values (no pointer, channel or Go
+// error in them), so a network can carry them: encoding/gob round-trips
+// each one in the fault-injecting transport of the tests. Every message
+// has a MsgID and every call ends with a reply, a transport failure
+// included (CodeTransport): the sender then sends the same message again,
+// and the receiver recognises the copy by its MsgID and answers it with
+// the first copy's reply (answered), so a lost or duplicated message never
+// runs twice (a path read handled twice would read a real path twice).
+
+// Layer is one of Treebeard's three layers of trusted processes.
+type Layer uint8
+
+// The layers.
+const (
+	LayerRouter Layer = iota
+	LayerStash
+	LayerORAM // an ORAM shard, addressed by the tree it owns
+)
+
+func (l Layer) String() string {
+	switch l {
+	case LayerRouter:
+		return "router"
+	case LayerStash:
+		return "stash"
+	}
+	return "oram"
+}
+
+// Endpoint is one process of a layer: a Router, a Stash shard, or the
+// owner of a tree (Index is the tree).
+type Endpoint struct {
+	Layer Layer
+	Index int
+}
+
+func (e Endpoint) String() string { return fmt.Sprintf("%v %d", e.Layer, e.Index) }
+
+// MsgID names a message: its sender, the epoch it belongs to (for an
+// eviction's messages, the tree's eviction number) and its sequence
+// number among the sender's messages of that epoch (the receiver's
+// index). A message sent again carries the same MsgID.
+type MsgID struct {
+	Sender Endpoint
+	Epoch  uint64
+	Seq    uint64
+}
+
+// AccessMsg is a Router's batch of one epoch for one Stash shard.
+type AccessMsg struct {
+	ID      MsgID
+	Batch   []Request
+	Release []MsgID // earlier messages to this shard whose replies arrived
+}
+
+// AccessReply answers an AccessMsg: a reply per request, in order.
+type AccessReply struct {
+	Replies []Reply
+	Status
+}
+
+// ReadPathsMsg is a Stash shard's part of an epoch for one tree: one path
+// read per entry, real or fake.
+type ReadPathsMsg struct {
+	ID      MsgID
+	Tree    int
+	Shard   int
+	Reads   []ringoram.PathRead
+	Release []MsgID
+}
+
+// ReadPathsReply answers a ReadPathsMsg: the wanted blocks, in order.
+type ReadPathsReply struct {
+	Results []ringoram.ReadResult
+	Status
+}
+
+// EvictionBlocksMsg asks a Stash shard for the blocks of Tree's eviction
+// (ID.Epoch is the eviction's number).
+type EvictionBlocksMsg struct {
+	ID      MsgID
+	Tree    int
+	Release []MsgID
+}
+
+// EvictionBlocksReply hands a tree's blocks to its eviction.
+type EvictionBlocksReply struct {
+	Blocks []ringoram.Block
+	Status
+}
+
+// EvictionDoneMsg reports where an eviction placed each handed-over
+// block: its bucket, or -1 (nack).
+type EvictionDoneMsg struct {
+	ID      MsgID
+	Tree    int
+	Blocks  []ringoram.Block
+	Placed  []int64
+	Release []MsgID
+}
+
+// EvictionDoneReply names the copies the eviction placed that are stale.
+type EvictionDoneReply struct {
+	Stale []Stale
+	Status
+}
+
+// Every reply has a Status.
+func (s Status) status() Status { return s }
+
+type replier interface{ status() Status }
+
+// Resending a message lost in transit starts after minResend and doubles
+// up to maxResend.
+const (
+	minResend = time.Millisecond
+	maxResend = 100 * time.Millisecond
+)
+
+// netState is what a store's senders share: the signal that the store is
+// closing, which ends resends, and their count.
+type netState struct {
+	closing chan struct{}
+	close   sync.Once
+	resent  atomic.Uint64
+}
+
+func newNetState() *netState { return &netState{closing: make(chan struct{})} }
+
+// stop ends resends: the store is closing.
+func (n *netState) stop() { n.close.Do(func() { close(n.closing) }) }
+
+// send calls deliver until it returns a reply that is not a transport
+// failure, sending the same message (same MsgID) each time; once the
+// store is closing, a lost message is not sent again and the call fails
+// with CodeUnavailable, its outcome unknown.
+func send[R replier](net *netState, deliver func() R) R {
+	wait := minResend
+	for {
+		r := deliver()
+		st := r.status()
+		if st.Code != CodeTransport {
+			return r
+		}
+		select {
+		case <-net.closing:
+			var failed R
+			return withStatus(failed, Status{Code: CodeUnavailable,
+				Detail: "treebeard: the store closed while a message was resent after " + st.Detail + "; its outcome is unknown"})
+		case <-time.After(wait):
+		}
+		net.resent.Add(1)
+		wait = min(2*wait, maxResend)
+	}
+}
+
+// withStatus returns r carrying st.
+func withStatus[R replier](r R, st Status) R {
+	switch p := any(&r).(type) {
+	case *AccessReply:
+		p.Status = st
+	case *ReadPathsReply:
+		p.Status = st
+	case *EvictionBlocksReply:
+		p.Status = st
+	case *EvictionDoneReply:
+		p.Status = st
+	}
+	return r
+}
+
+// releases collects, per receiver, the messages whose replies a sender
+// got, for its next message there to release (answered).
+type releases struct {
+	mu sync.Mutex
+	to map[int][]MsgID
+}
+
+func (r *releases) add(to int, id MsgID) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.to == nil {
+		r.to = map[int][]MsgID{}
+	}
+	r.to[to] = append(r.to[to], id)
+}
+
+func (r *releases) take(to int) []MsgID {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	ids := r.to[to]
+	delete(r.to, to)
+	return ids
+}
+
+// transport carries the layers' messages: each method returns what a
+// sender calls to reach receiver h, the endpoint numbered to of its
+// layer (Stash shard, or tree). In one process that is h itself
+// (directCall); the tests' transport may lose, copy, delay and reorder
+// messages and cut layers off (faultnet_test.go).
+type transport interface {
+	stash(to int, h StashShard) StashShard
+	pathReader(to int, h PathReader) PathReader
+	evictionSource(to int, h EvictionSource) EvictionSource
+}
+
+type directCall struct{}
+
+func (directCall) stash(_ int, h StashShard) StashShard                  { return h }
+func (directCall) pathReader(_ int, h PathReader) PathReader             { return h }
+func (directCall) evictionSource(_ int, h EvictionSource) EvictionSource { return h }
