@@ -1,0 +1,114 @@
+package treebeard
+
+import (
+	"reflect"
+	"sync"
+	"testing"
+
+	"github.com/oblivkv/oblivkv/internal/durable"
+	"github.com/oblivkv/oblivkv/protocol/ringoram"
+	"github.com/oblivkv/oblivkv/protocol/tree"
+)
+
+// scriptedTrees stands for the ORAM layer: it records every message it
+// gets, answers real reads with the value "stored", and loses the first
+// message to tree 0 (CodeTransport).
+type scriptedTrees struct {
+	mu   sync.Mutex
+	got  []ReadPathsMsg
+	lost bool
+}
+
+func (s *scriptedTrees) ReadPaths(m ReadPathsMsg) ReadPathsReply {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.got = append(s.got, m)
+	if m.Tree == 0 && !s.lost {
+		s.lost = true
+		return ReadPathsReply{Status: Status{Code: CodeTransport, Detail: "lost"}}
+	}
+	out := make([]ringoram.ReadResult, len(m.Reads))
+	for i, r := range m.Reads {
+		if r.Real {
+			out[i] = ringoram.ReadResult{Block: tree.Block{ID: r.Want, Value: []byte("stored")}, Found: true}
+		}
+	}
+	return ReadPathsReply{Results: out}
+}
+
+func (s *scriptedTrees) messages() []ReadPathsMsg {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]ReadPathsMsg(nil), s.got...)
+}
+
+// TestStashMessages drives a Stash shard with scripted messages and no
+// backend: a part lost on its way to a tree is sent again unchanged; a
+// copy of a Router's batch gets the first copy's replies without reaching
+// the trees; the next batch releases the first one's reply and its parts
+// release theirs at the trees; a copy arriving after the release is
+// refused unhandled; and an eviction's hand-off and acknowledgement, each
+// sent twice, happen once.
+func TestStashMessages(t *testing.T) {
+	trees := &scriptedTrees{}
+	s := newStash(0, newTestStashCore(1), durable.New(nil, nil, nil), newNetState())
+	s.connect([]PathReader{trees, trees, trees, trees})
+	s.core.setPosition(blockID("a"), position{Tree: 2, Leaf: 3})
+
+	first := AccessMsg{ID: MsgID{Sender: Endpoint{LayerRouter, 0}, Epoch: 5}, Batch: []Request{{Op: OpGet, ID: blockID("a")}}}
+	rep := s.Access(first)
+	if rep.Code != CodeOK || len(rep.Replies) != 1 || string(rep.Replies[0].Value) != "stored" {
+		t.Fatalf("Access = %+v; want the stored value", rep)
+	}
+	got := trees.messages()
+	if len(got) != 5 || !sameResend(got) {
+		t.Fatalf("the trees got %d messages; want a part for each of 4 trees and tree 0's sent again unchanged: %+v", len(got), got)
+	}
+	if again := s.Access(first); !reflect.DeepEqual(again, rep) || len(trees.messages()) != 5 {
+		t.Fatalf("a copy of the batch got %+v and sent %d messages; want the first reply and none", again, len(trees.messages())-5)
+	}
+
+	second := AccessMsg{ID: MsgID{Sender: Endpoint{LayerRouter, 0}, Epoch: 6}, Release: []MsgID{first.ID}}
+	if rep := s.Access(second); rep.Code != CodeOK {
+		t.Fatalf("second batch: %+v", rep)
+	}
+	if held := s.accesses.held(); held != 1 {
+		t.Fatalf("%d replies held after the first was released; want the second's only", held)
+	}
+	for _, m := range trees.messages()[5:] {
+		if want := []MsgID{{Sender: Endpoint{LayerStash, 0}, Epoch: 5, Seq: uint64(m.Tree)}}; !reflect.DeepEqual(m.Release, want) {
+			t.Fatalf("epoch 6's part for tree %d releases %v; want %v", m.Tree, m.Release, want)
+		}
+	}
+	if late := s.Access(first); late.Code != CodeUnavailable || len(trees.messages()) != 9 {
+		t.Fatalf("a copy after the release got %+v; want CodeUnavailable and nothing sent", late.Status)
+	}
+
+	// a, read, is in the stash now, at a new position.
+	at := s.core.pos[blockID("a")]
+	hand := EvictionBlocksMsg{ID: MsgID{Sender: Endpoint{LayerORAM, at.Tree}}, Tree: at.Tree}
+	blocks := s.EvictionBlocks(hand)
+	if again := s.EvictionBlocks(hand); len(blocks.Blocks) != 1 || !reflect.DeepEqual(again, blocks) {
+		t.Fatalf("hand-off %+v, its copy %+v; want block a twice", blocks, again)
+	}
+	done := EvictionDoneMsg{ID: MsgID{Sender: Endpoint{LayerORAM, at.Tree}, Seq: 1}, Tree: at.Tree, Blocks: blocks.Blocks, Placed: []int64{4}}
+	if rep := s.EvictionDone(done); len(rep.Stale) != 0 || s.core.stash[blockID("a")] != nil {
+		t.Fatalf("EvictionDone = %+v; want block a placed and out of the stash", rep)
+	}
+	// A second application would call the placed copy stale, and the tree
+	// would forget the block's only copy.
+	if rep := s.EvictionDone(done); len(rep.Stale) != 0 {
+		t.Fatalf("a copy of EvictionDone reported %v stale", rep.Stale)
+	}
+}
+
+// sameResend reports whether the trees got tree 0's part twice, unchanged.
+func sameResend(got []ReadPathsMsg) bool {
+	var zero []ReadPathsMsg
+	for _, m := range got {
+		if m.Tree == 0 {
+			zero = append(zero, m)
+		}
+	}
+	return len(zero) == 2 && reflect.DeepEqual(zero[0], zero[1])
+}
