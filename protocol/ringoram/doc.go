@@ -16,7 +16,11 @@
 // copies the caller declared stale (Forget). It never holds a position map
 // or a stash: which leaf a block is mapped to and which blocks wait for
 // eviction are the caller's (an ORAM shard). A Tree is not safe for
-// concurrent use: its owner is its only reader and writer.
+// concurrent use: its owner is its only reader and writer. Each
+// operation's random choices come from a seed of its own, handed to the
+// owner in a Plan before any slot is read (Config.ReadAhead), so an
+// operation a crash cut short can run again reading the same slots
+// (Resume).
 //
 // Every slot, real or dummy, is sealed by tree.Codec bound to its bucket's
 // address, its slot index and the bucket's slot version, so dummies and

@@ -53,6 +53,9 @@ func (t *Tree) Evict(ctx context.Context, k int, blocks []Block) ([]int64, error
 	if err := t.settle(ctx); err != nil {
 		return nil, err
 	}
+	if err := t.begin(ctx, Plan{Evict: k}); err != nil {
+		return nil, err
+	}
 	union := t.g.Union(t.EvictionLeaves(k), nil)
 	metas, err := t.readMeta(ctx, union)
 	if err != nil {

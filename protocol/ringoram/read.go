@@ -66,6 +66,9 @@ func (t *Tree) ReadPaths(ctx context.Context, reqs []PathRead) ([]ReadResult, er
 		}
 		leaves[i] = r.Leaf
 	}
+	if err := t.begin(ctx, Plan{Reads: reqs}); err != nil {
+		return nil, err
+	}
 	union := t.g.Union(leaves, nil)
 	metas, err := t.readMeta(ctx, union)
 	if err != nil {

@@ -842,3 +842,61 @@ func TestFailedWriteIsSettled(t *testing.T) {
 		t.Fatalf("%d failures left unused", flaky.n)
 	}
 }
+
+// An operation cut short after its reads (its Write never journaled: a
+// crash) and resumed with its recorded Plan reads exactly the slots it read
+// before, a multi-path read and an eviction alike (Treebeard Sec. 5.3.3);
+// started afresh it would choose other dummies. The resumed plan must be
+// the next operation's.
+func TestResumeReadsSameSlots(t *testing.T) {
+	f := newFixture(t, 5, defaults, 15)
+	blocks := f.load(20)
+	var plans []Plan
+	f.tr.readAhead = func(_ context.Context, p Plan) error { plans = append(plans, p); return nil }
+	crash := errors.New("crash")
+	f.tr.writeAhead = func(context.Context, Change, []backend.Item) error { return crash }
+	reqs := []PathRead{{Leaf: blocks[0].leaf, Want: blocks[0].ID, Real: true}, {Leaf: 3}, {Leaf: 17}, {Leaf: 30}}
+	attempt := func(op func() error) []observe.Record {
+		t.Helper()
+		from := len(f.log.Records())
+		if err := op(); !errors.Is(err, crash) {
+			t.Fatalf("operation: %v; want it cut short", err)
+		}
+		return f.log.Records()[from:]
+	}
+	read := func() error { _, err := f.tr.ReadPaths(f.ctx, reqs); return err }
+	evict := func() error { _, err := f.tr.Evict(f.ctx, 4, nil); return err }
+	for _, op := range []struct {
+		name string
+		run  func() error
+	}{{"multi-path read", read}, {"eviction", evict}} {
+		plans = nil
+		first, fresh := attempt(op.run), attempt(op.run)
+		if sameReads(first, fresh) {
+			t.Fatalf("%s: started afresh it read the same slots", op.name)
+		}
+		f.tr.Resume(plans[0])
+		if resumed := attempt(op.run); !sameReads(first, resumed) {
+			t.Fatalf("%s resumed read\n%v\nwhere it read\n%v", op.name, readAddrs(resumed), readAddrs(first))
+		}
+	}
+	f.tr.Resume(plans[0]) // an eviction's plan
+	if _, err := f.tr.ReadPaths(f.ctx, reqs); !errors.Is(err, errNotResumed) {
+		t.Fatalf("a multi-path read after an eviction's Resume: %v; want errNotResumed", err)
+	}
+}
+
+// readAddrs returns the addresses of each Read among recs.
+func readAddrs(recs []observe.Record) [][]string {
+	var out [][]string
+	for _, r := range recs {
+		if r.Op == observe.OpRead {
+			out = append(out, r.Addrs)
+		}
+	}
+	return out
+}
+
+func sameReads(a, b []observe.Record) bool {
+	return slices.EqualFunc(readAddrs(a), readAddrs(b), slices.Equal)
+}

@@ -49,7 +49,10 @@ type Config struct {
 	Params    Params
 	Layout    Layout
 	ValueSize int        // the largest value a block may hold
-	Rand      *rand.Rand // slot choices and permutations; nil: seeded from crypto/rand
+	Rand      *rand.Rand // the seeds of slot choices and permutations; nil: seeded from crypto/rand
+	// ReadAhead, if set, sees every multi-path read's and eviction's Plan
+	// before it reads a slot.
+	ReadAhead ReadAhead
 	// WriteAhead, if set, sees every multi-path read's and eviction's
 	// Change and items before its Write is issued (not Init's writes).
 	WriteAhead WriteAhead
@@ -63,7 +66,8 @@ type Tree struct {
 	p     Params
 	l     Layout
 	codec *tree.Codec
-	rng   *rand.Rand
+	seeds *rand.Rand // draws each operation's Plan.Seed
+	rng   *rand.Rand // the operation in progress's choices
 
 	versions  []uint64                  // per bucket: the metadata version storage must hold
 	evictions uint64                    // paths evicted so far; the next is ReverseLexLeaf(evictions)
@@ -71,6 +75,8 @@ type Tree struct {
 	stats     Stats
 	leak      leak // tests only (leak.go)
 
+	readAhead  ReadAhead
+	resume     *Plan // the plan of an operation a crash cut short (Resume)
 	writeAhead WriteAhead
 	pending    []backend.Item // a committed operation's Write that failed (settle)
 
@@ -114,7 +120,9 @@ func NewTree(cfg Config) (*Tree, error) {
 	return &Tree{
 		b: cfg.Backend, keys: cfg.Keys, g: cfg.Geometry, p: cfg.Params, l: cfg.Layout,
 		codec:      tree.NewCodec(cfg.Keys, cfg.Params.slots(), cfg.ValueSize),
-		rng:        rng,
+		seeds:      rng,
+		rng:        rand.New(rand.NewChaCha8(drawSeed(rng))),
+		readAhead:  cfg.ReadAhead,
 		versions:   make([]uint64, cfg.Geometry.Buckets()),
 		stale:      map[uint64][]tree.BlockID{},
 		writeAhead: cfg.WriteAhead,

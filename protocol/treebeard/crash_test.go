@@ -3,7 +3,9 @@ package treebeard_test
 import (
 	"context"
 	"fmt"
+	"maps"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"testing"
 
@@ -11,6 +13,8 @@ import (
 	"github.com/oblivkv/oblivkv/internal/journal"
 	"github.com/oblivkv/oblivkv/kv"
 	"github.com/oblivkv/oblivkv/kvtest"
+	"github.com/oblivkv/oblivkv/observe"
+	"github.com/oblivkv/oblivkv/protocol/ringoram"
 	"github.com/oblivkv/oblivkv/protocol/treebeard"
 	"github.com/oblivkv/oblivkv/seal"
 )
@@ -124,4 +128,158 @@ func TestCrashRecovers(t *testing.T) {
 // busy evictions.
 func TestPowerLoss(t *testing.T) {
 	kvtest.CheckPowerLoss(t, treebeard.OpenRaw, kv.Env{Capacity: 256, ValueSize: 16, Options: treebeard.Options{A: 2, K: 3}})
+}
+
+// crashAfterSlotRead, once armed, lets skip Reads of tree 0's slots and
+// then one more reach storage, and then crashes the journal: the last
+// Read's own record never comes, as when the process dies between a Read
+// and its commit.
+type crashAfterSlotRead struct {
+	*mem.Backend
+	mu    sync.Mutex
+	armed *journal.Journal
+	skip  int
+}
+
+func (b *crashAfterSlotRead) Read(ctx context.Context, addrs []string) ([][]byte, error) {
+	vals, err := b.Backend.Read(ctx, addrs)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if _, _, slot := (ringoram.Layout{Prefix: treebeard.TreePrefix(0)}).ParseSlot(addrs[0]); slot && b.armed != nil {
+		if b.skip--; b.skip >= 0 {
+			return vals, err
+		}
+		b.armed.Crash()
+		b.armed = nil
+	}
+	return vals, err
+}
+
+// TestCrashMidReadResumed: the process dies after a slot Read reached
+// storage and before its operation's record was journaled, in a multi-path
+// read and in an eviction. Recovery issues the identical Read again from
+// the journaled plan (Treebeard Sec. 5.3.3), so on the Tap no slot the
+// crashed Read chose is read again but by that same Read, and the key
+// reads back. Recovery that ignores the plan (leakRecoveryForgetsPlans)
+// reads the slots of real blocks again beside fresh dummies, which this
+// test rejects.
+func TestCrashMidReadResumed(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		skip int // slot Reads before the one cut short
+		o    treebeard.Options
+	}{
+		{"multi-path read", 0, treebeard.Options{Trees: 1, ORAMShards: 1, StashShards: 1, Epoch: -1}},
+		{"eviction", 1, treebeard.Options{Trees: 1, ORAMShards: 1, StashShards: 1, Epoch: -1, A: 1, K: 2}},
+	} {
+		for name, lk := range map[string]treebeard.Leak{"resumed": 0, "plan ignored (leak)": treebeard.LeakRecoveryForgetsPlans} {
+			t.Run(c.name+"/"+name, func(t *testing.T) {
+				err := crashMidRead(t, treebeard.WithLeak(c.o, lk), c.skip)
+				if (err != nil) != (lk != 0) {
+					t.Fatalf("recovery view: %v", err)
+				}
+				t.Logf("recovery view: %v", err)
+			})
+		}
+	}
+}
+
+// crashMidRead crashes a store between the slot Read after skip others and
+// its operation's record, reopens it, reads the key back, and checks the
+// Tap.
+func crashMidRead(t *testing.T, o treebeard.Options, skip int) error {
+	m, keys, dir, log := mem.New(), kvtest.NewKeys(t), t.TempDir(), &observe.MemoryLog{}
+	b := &crashAfterSlotRead{Backend: m, skip: skip}
+	open := func(fresh bool) (kv.Store, *journal.Journal) {
+		t.Helper()
+		j, err := journal.Open(dir, keys, journal.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		m.Reopen()
+		s, err := treebeard.OpenRaw(t.Context(), kv.Env{Backend: observe.NewTap(b, log), Keys: keys, Capacity: 256,
+			ValueSize: 16, Fresh: fresh, Journal: j, Options: o})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s, j
+	}
+	s, j := open(true)
+	items := map[string][]byte{"k": []byte("v")}
+	for i := range 20 {
+		items[fmt.Sprint("other", i)] = []byte("x")
+	}
+	if _, err := s.(kv.Loader).Load(t.Context(), maps.All(items)); err != nil {
+		t.Fatal(err)
+	}
+	b.mu.Lock()
+	b.armed = j
+	b.mu.Unlock()
+	before := len(log.Records())
+	s.Get(t.Context(), "k") // cut short in its read, or in the eviction after it
+	crashed := slotReads(log.Records()[before:])
+	if len(crashed) != skip+1 {
+		t.Fatalf("%d slot Reads before the crash, want %d", len(crashed), skip+1)
+	}
+	s.Close()
+	j.Crash()
+	after := len(log.Records())
+	s, j = open(false)
+	defer j.Close()
+	defer s.Close()
+	got, ok, err := s.Get(t.Context(), "k")
+	if err != nil || !ok || string(got) != "v" {
+		t.Fatalf("Get(k) after recovery = %q, %v, %v", got, ok, err)
+	}
+	return sameSlotsOnlyWhole(crashed[skip], log.Records()[after:])
+}
+
+// slotReads returns the slot addresses of each Read of tree 0's slots.
+func slotReads(recs []observe.Record) [][]string {
+	layout := ringoram.Layout{Prefix: treebeard.TreePrefix(0)}
+	var out [][]string
+	for _, r := range recs {
+		if r.Op != observe.OpRead || len(r.Addrs) == 0 {
+			continue
+		}
+		if _, _, ok := layout.ParseSlot(r.Addrs[0]); ok {
+			out = append(out, r.Addrs)
+		}
+	}
+	return out
+}
+
+// sameSlotsOnlyWhole checks that every later Read sharing a slot with the
+// crashed one that no Write has rewritten since is the crashed Read whole,
+// and that one is.
+func sameSlotsOnlyWhole(crashed []string, later []observe.Record) error {
+	again, rewritten := 0, map[string]bool{}
+	for _, r := range later {
+		if r.Op == observe.OpWrite {
+			for _, a := range r.Addrs {
+				rewritten[a] = true
+			}
+			continue
+		}
+		if r.Op != observe.OpRead {
+			continue
+		}
+		if slices.Equal(r.Addrs, crashed) && !slices.ContainsFunc(crashed, func(a string) bool { return rewritten[a] }) {
+			again++
+			continue
+		}
+		shared := 0
+		for _, a := range r.Addrs {
+			if slices.Contains(crashed, a) && !rewritten[a] {
+				shared++
+			}
+		}
+		if shared > 0 {
+			return fmt.Errorf("after recovery a Read of %d addresses shares %d slots with the crashed Read of %d", len(r.Addrs), shared, len(crashed))
+		}
+	}
+	if again == 0 {
+		return fmt.Errorf("recovery did not issue the crashed Read of %d slots again", len(crashed))
+	}
+	return nil
 }

@@ -52,7 +52,11 @@
 // reported back to the tree's owner, which never serves it again and frees
 // its slot at the bucket's next rewrite.
 //
-// Durability (internal/durable): each Stash shard journals, at the end of
+// Durability (internal/durable): each tree journals the plan of each
+// multi-path read and eviction (ringoram.Plan: the seed of its choices)
+// before it reads a slot, and recovery runs an operation cut short after
+// that again under its plan, issuing the same Reads (Treebeard Sec.
+// 5.3.3). Each Stash shard journals, at the end of
 // each epoch and before its replies leave, where the epoch's blocks are
 // and what the stashed ones hold; the records of concurrent epochs share
 // an fsync. Two rules keep those records ahead of storage: a block read

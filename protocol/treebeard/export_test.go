@@ -44,6 +44,7 @@ const (
 
 	LeakRecoveryForgetsEvictions = leakRecoveryForgetsEvictions
 	LeakRecoveryChecksPositions  = leakRecoveryChecksPositions
+	LeakRecoveryForgetsPlans     = leakRecoveryForgetsPlans
 )
 
 // WithLeak returns o with leak l injected.

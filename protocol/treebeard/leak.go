@@ -41,6 +41,10 @@ const (
 	// path of every block the position map holds, to check the journal
 	// against storage, and so shows storage the position map.
 	leakRecoveryChecksPositions
+	// leakRecoveryForgetsPlans: recovery ignores the plan of an operation
+	// a crash cut short after it read, so the blocks it wanted are read
+	// again with freshly chosen dummies beside their own slots.
+	leakRecoveryForgetsPlans
 )
 
 // checkPositions is leakRecoveryChecksPositions' read of the path of

@@ -209,6 +209,45 @@ func (w *treeWorker) writeAhead(_ context.Context, c ringoram.Change, items []ba
 	return nil
 }
 
+// readAhead journals an operation's Plan before it reads a slot
+// (ringoram.Config.ReadAhead), so that recovery can resume it.
+func (w *treeWorker) readAhead(_ context.Context, p ringoram.Plan) error {
+	if _, err := w.log.Commit(planDelta(w.id, p)); err != nil {
+		return fmt.Errorf("treebeard: journal: %w", err)
+	}
+	return nil
+}
+
+// resume issues again, identically, the operation of the tree that a
+// crash cut short after its plan was journaled (Treebeard Sec. 5.3.3:
+// storage may have seen its Reads, so they must not be chosen afresh). A
+// multi-path read runs again and its blocks go to their shards' stashes
+// (stash), as if its requests had been cut short after it; an eviction is
+// the eviction the tree owes, which recovery runs next.
+func (w *treeWorker) resume(ctx context.Context, p ringoram.Plan, stash func([]tree.Block)) {
+	w.tree.Resume(p)
+	if p.Evict > 0 {
+		return
+	}
+	w.opReads = w.core.counted(p.Reads)
+	results, err := w.tree.ReadPaths(ctx, p.Reads)
+	w.opReads = 0
+	w.noteStats(err != nil, false)
+	if err != nil {
+		return
+	}
+	var taken []tree.Block
+	for i, r := range p.Reads {
+		if r.Real && results[i].Found {
+			taken = append(taken, results[i].Block)
+		}
+	}
+	stash(taken)
+	if paths := w.core.served(w.core.counted(p.Reads)); paths > 0 {
+		w.evict(ctx, paths)
+	}
+}
+
 func (w *treeWorker) stop() {
 	w.mu.Lock()
 	w.stopped = true

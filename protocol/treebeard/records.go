@@ -18,6 +18,7 @@ const (
 	deltaTree                      // a tree's multi-path read or eviction: its ringoram.Change, and the tree's read count
 	deltaEvictDone                 // an eviction's end: the blocks that left the stash, the copies it left stale
 	deltaLoad                      // a bulk load begins: the trees are rewritten whole
+	deltaPlan                      // a tree's multi-path read or eviction is about to read: its ringoram.Plan
 )
 
 // blockState is where a block is, as an epoch's record holds it.
@@ -70,6 +71,22 @@ func treeDelta(t, reads int, c ringoram.Change) []byte {
 	return b
 }
 
+// planDelta describes an operation of tree t about to read slots: its
+// Plan, which recovery resumes if the operation's own record never came.
+func planDelta(t int, p ringoram.Plan) []byte {
+	b := binary.AppendUvarint([]byte{deltaPlan}, uint64(t))
+	b = append(b, p.Seed[:]...)
+	b = binary.AppendUvarint(b, uint64(p.Evict))
+	b = binary.AppendUvarint(b, uint64(len(p.Reads)))
+	for _, r := range p.Reads {
+		b = delta.AppendBool(binary.AppendUvarint(b, r.Leaf), r.Real)
+		if r.Real {
+			b = append(b, r.Want[:]...)
+		}
+	}
+	return b
+}
+
 // evictDoneDelta describes the end of an eviction of tree t: the blocks
 // that left the stash, and the copies it placed that are stale.
 func evictDoneDelta(t int, removed []tree.BlockID, stale []Stale) []byte {
@@ -94,7 +111,10 @@ type replayer struct {
 	// pending holds, per tree, the placements of an eviction whose end is
 	// not in the journal.
 	pending map[int][]ringoram.Placement
-	load    bool // a bulk load began and never checkpointed
+	// plans holds, per tree, the plan of an operation that read and never
+	// committed: a crash cut it short.
+	plans map[int]ringoram.Plan
+	load  bool // a bulk load began and never checkpointed
 }
 
 func (rp *replayer) apply(rec []byte) error {
@@ -108,6 +128,8 @@ func (rp *replayer) apply(rec []byte) error {
 		rp.evictDone(d)
 	case deltaLoad:
 		rp.load = true
+	case deltaPlan:
+		rp.plan(d)
 	default:
 		d.Check(d.Failed(), fmt.Sprint("a delta of kind ", kind))
 	}
@@ -166,6 +188,7 @@ func (rp *replayer) tree(d *delta.Decoder) {
 		return
 	}
 	w := rp.s.workers[t]
+	delete(rp.plans, int(t)) // the operation committed
 	if rp.s.opts.leak == leakRecoveryForgetsEvictions {
 		c.Evicted = 0
 	}
@@ -174,21 +197,44 @@ func (rp *replayer) tree(d *delta.Decoder) {
 		return
 	}
 	w.core.reads = reads
-	// A block a read took out of the tree is in its shard's stash from
-	// now on, still at its position until its epoch's record moves it.
-	for _, blk := range c.Taken {
-		if sh := rp.shard(blk.ID); exists(sh, blk.ID) {
-			sh.setStashed(blk.ID, blk.Value)
-		}
-	}
+	rp.s.stashTaken(c.Taken)
 	if c.Evicted > 0 {
 		rp.pending[int(t)] = c.Placed
+	}
+}
+
+// stashTaken puts blocks a tree's read took out in their shards' stashes,
+// still at their positions until their epochs' records move them (those
+// of a read a crash cut short never come).
+func (s *store) stashTaken(blocks []tree.Block) {
+	for _, blk := range blocks {
+		if sh := s.stashes[shardOf(blk.ID, len(s.stashes))].core; exists(sh, blk.ID) {
+			sh.setStashed(blk.ID, blk.Value)
+		}
 	}
 }
 
 func exists(sh *stashCore, id tree.BlockID) bool {
 	ok, _ := sh.has(id)
 	return ok
+}
+
+func (rp *replayer) plan(d *delta.Decoder) {
+	t := d.Uvarint()
+	d.Check(t < uint64(len(rp.s.workers)), "a tree that does not exist")
+	var p ringoram.Plan
+	d.Read(p.Seed[:])
+	p.Evict = int(d.Uvarint())
+	for n := d.Count(); n > 0 && !d.Failed(); n-- {
+		r := ringoram.PathRead{Leaf: d.Uvarint(), Real: d.Bool()}
+		if r.Real {
+			r.Want = readID(d)
+		}
+		p.Reads = append(p.Reads, r)
+	}
+	if !d.Failed() {
+		rp.plans[int(t)] = p
+	}
 }
 
 func (rp *replayer) evictDone(d *delta.Decoder) {

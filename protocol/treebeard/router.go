@@ -29,6 +29,7 @@ type Router struct {
 	trace  func(traceEvent)
 	manual bool // tests only: epochs end by epochControl, never on a timer
 	paused bool // a checkpoint is being taken: requests collect until resume
+	ended  bool // the epoch ended while paused: it is forwarded at resume
 
 	mu      sync.Mutex
 	core    routerCore
@@ -86,9 +87,11 @@ func (r *Router) Do(ctx context.Context, req Request) (Reply, error) {
 func (r *Router) endEpoch() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if !r.paused {
-		r.forwardLocked()
+	if r.paused {
+		r.ended = true
+		return
 	}
+	r.forwardLocked()
 }
 
 // pause stops forwarding: requests collect in the current epoch, and
@@ -111,9 +114,10 @@ func (r *Router) resume() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.paused = false
-	if r.core.size() > 0 && !r.manual {
+	if r.core.size() > 0 && (!r.manual || r.ended) {
 		r.forwardLocked()
 	}
+	r.ended = false
 }
 
 // forwardLocked closes the collecting epoch and forwards its requests to

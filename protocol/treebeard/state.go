@@ -137,7 +137,9 @@ func (s *store) checkpointNow(ctx context.Context) error {
 // tree operation's Change and the blocks it took, each eviction's end),
 // an eviction whose end is missing settled, and the trees' writes issued
 // again; a bulk load cut short leaves an empty store whose trees are
-// written afresh; evictions a tree owes run; then a checkpoint.
+// written afresh; an operation a crash cut short after its plan was
+// journaled is issued again identically (treeWorker.resume); evictions a
+// tree owes run; then a checkpoint.
 func (s *store) recover(ctx context.Context) error {
 	rec, err := s.log.Recover(ctx)
 	if err != nil {
@@ -150,7 +152,7 @@ func (s *store) recover(ctx context.Context) error {
 	if err := s.restore(st); err != nil {
 		return err
 	}
-	rp := &replayer{s: s, pending: map[int][]ringoram.Placement{}}
+	rp := &replayer{s: s, pending: map[int][]ringoram.Placement{}, plans: map[int]ringoram.Plan{}}
 	for i, d := range rec.Deltas {
 		if err := rp.apply(d); err != nil {
 			return fmt.Errorf("treebeard: journal record %d after the checkpoint: %w", i+1, err)
@@ -177,7 +179,10 @@ func (s *store) recover(ctx context.Context) error {
 		s.initialised.Store(false) // the trees are written afresh at the first access
 	}
 	if s.initialised.Load() {
-		for _, w := range s.workers {
+		for t, w := range s.workers {
+			if p, ok := rp.plans[t]; ok && s.opts.leak != leakRecoveryForgetsPlans {
+				w.resume(ctx, p, s.stashTaken)
+			}
 			if paths := w.core.served(0); paths > 0 {
 				w.evict(ctx, paths)
 			}

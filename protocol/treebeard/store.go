@@ -112,7 +112,7 @@ func build(env kv.Env, opts Options) (*store, error) {
 		var err error
 		w.tree, err = ringoram.NewTree(ringoram.Config{Backend: env.Backend, Keys: env.Keys, Geometry: s.geo,
 			Params: ringoram.Params{Z: opts.Z, S: opts.S}, Layout: ringoram.Layout{Prefix: TreePrefix(t)},
-			ValueSize: env.ValueSize, Rand: rand.New(rng()), WriteAhead: w.writeAhead})
+			ValueSize: env.ValueSize, Rand: rand.New(rng()), ReadAhead: w.readAhead, WriteAhead: w.writeAhead})
 		if err != nil {
 			return nil, fmt.Errorf("treebeard: %w", err)
 		}

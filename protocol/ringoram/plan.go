@@ -1,0 +1,67 @@
+package ringoram
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"slices"
+)
+
+// Plan is what an operation will read, handed to Config.ReadAhead before
+// its first slot Read, so that an operation a crash cut short can be
+// issued again identically after recovery (Resume): Treebeard Sec. 5.3.3
+// records the offsets a read chose before issuing it, since a Read that
+// reached storage spent its slots, and an operation choosing again would
+// read a wanted block's slot a second time beside fresh dummies. Seed
+// draws every random choice of the operation, so the same state and the
+// same Reads (a multi-path read) or Evict (an eviction of that many
+// paths) read exactly the same slots.
+type Plan struct {
+	Seed  [32]byte
+	Reads []PathRead // a multi-path read's requests; nil for an eviction
+	Evict int        // an eviction's paths; 0 for a multi-path read
+}
+
+// ReadAhead is called with each multi-path read's and eviction's Plan
+// before it reads any slot; an error fails the operation before it does.
+type ReadAhead func(ctx context.Context, p Plan) error
+
+// errNotResumed is the failure of an operation other than the one Resume
+// was given: the one a crash cut short must come first.
+var errNotResumed = errors.New("ringoram: the operation after Resume is not the one cut short")
+
+// Resume makes the Tree's next operation reuse p, the plan of an operation
+// a crash cut short after it was recorded: called with the same Reads (or
+// Evict) on the same state, it issues the same Reads of storage.
+func (t *Tree) Resume(p Plan) { t.resume = &p }
+
+// begin starts an operation of plan p: its choices are drawn from a fresh
+// seed, or from the seed of the plan Resume was given, and the plan is
+// recorded (Config.ReadAhead) before anything is read.
+func (t *Tree) begin(ctx context.Context, p Plan) error {
+	if r := t.resume; r != nil {
+		t.resume = nil
+		if r.Evict != p.Evict || !slices.Equal(r.Reads, p.Reads) {
+			return errNotResumed
+		}
+		p.Seed = r.Seed
+	} else {
+		p.Seed = drawSeed(t.seeds)
+	}
+	t.rng = rand.New(rand.NewChaCha8(p.Seed))
+	if t.readAhead == nil {
+		return nil
+	}
+	return t.readAhead(ctx, p)
+}
+
+// drawSeed draws a ChaCha8 seed from r.
+func drawSeed(r *rand.Rand) (seed [32]byte) {
+	for i := range 4 {
+		v := r.Uint64()
+		for j := range 8 {
+			seed[8*i+j] = byte(v >> (8 * j))
+		}
+	}
+	return seed
+}
