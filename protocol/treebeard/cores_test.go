@@ -130,7 +130,7 @@ func TestStashCoreEpochs(t *testing.T) {
 func TestStashCoreFailedReads(t *testing.T) {
 	c := newTestStashCore(2)
 	a := blockID("a")
-	c.setPosition(a, position{Tree: 1, Leaf: 5})
+	c.setPosition(a, Position{Tree: 1, Leaf: 5})
 
 	p := c.plan(1, []Request{{Op: OpGet, ID: a}})
 	tr, _ := realRead(t, p)
@@ -139,7 +139,7 @@ func TestStashCoreFailedReads(t *testing.T) {
 	if len(done) != 1 || done[0].Reply.Code != CodeUnavailable || done[0].Reply.Detail != readErr.Error() || err != readErr {
 		t.Fatalf("a failed read answered %+v and %v, want its error as CodeUnavailable and the epoch's failure", done, err)
 	}
-	if c.pos[a] != (position{Tree: 1, Leaf: 5}) || len(c.inflight) != 0 {
+	if c.pos[a] != (Position{Tree: 1, Leaf: 5}) || len(c.inflight) != 0 {
 		t.Fatalf("after a failed read a is at %+v with %d reads in flight; want it unmoved", c.pos[a], len(c.inflight))
 	}
 

@@ -27,7 +27,9 @@
 // message again, and every copy of a message answered once (answered.go),
 // so a cluster can put RPCs and replication between them without changing
 // their logic. A tree gives up an epoch whose last part does not come
-// (treeCore.abandon).
+// (treeCore.abandon). The store's bulk loads, checkpoints, restores and
+// stats are messages too (Admin); only journal replay reaches into the
+// cores.
 //
 // Each layer is a deterministic core driven by a driver. The cores
 // (routercore.go, stashcore.go, oramcore.go) hold the layer's state and

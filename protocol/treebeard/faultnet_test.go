@@ -103,6 +103,10 @@ func (n *FaultNet) evictionSource(to int, h EvictionSource) EvictionSource {
 	return netEnd{n: n, to: Endpoint{LayerStash, to}, source: h}
 }
 
+func (n *FaultNet) admin(to Endpoint, h Admin) Admin {
+	return netEnd{n: n, to: to, admin: h}
+}
+
 // netEnd is the far end of a FaultNet: the receiver to, reached through
 // the one of its handlers that is set.
 type netEnd struct {
@@ -111,6 +115,11 @@ type netEnd struct {
 	stash  StashShard
 	reader PathReader
 	source EvictionSource
+	admin  Admin
+}
+
+func (e netEnd) Admin(m AdminMsg) AdminReply {
+	return deliver(e.n, m.ID.Sender, e.to, m, e.admin.Admin)
 }
 
 func (e netEnd) Access(m AccessMsg) AccessReply {

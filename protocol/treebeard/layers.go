@@ -55,6 +55,7 @@ const (
 	CodeClosed           // the store is closing (kv.ErrClosed)
 	CodeUnavailable      // storage or the journal failed: a write's outcome is unknown
 	CodeTransport        // the message or its reply was lost in transit: send it again
+	CodeMismatch         // a state that does not fit the store's options (kv.ErrMismatch)
 )
 
 // failed returns the Reply of a request that ended with err.
@@ -73,6 +74,8 @@ func statusOf(err error) Status {
 		code = CodeTampered
 	case errors.Is(err, kv.ErrClosed):
 		code = CodeClosed
+	case errors.Is(err, kv.ErrMismatch):
+		code = CodeMismatch
 	}
 	return Status{Code: code, Detail: err.Error()}
 }
@@ -103,6 +106,8 @@ func (e statusError) Is(target error) bool {
 		return target == kv.ErrTampered
 	case CodeClosed:
 		return target == kv.ErrClosed
+	case CodeMismatch:
+		return target == kv.ErrMismatch
 	}
 	return false
 }
@@ -142,4 +147,11 @@ type EvictionSource interface {
 	// leave the stash; acked blocks that were accessed stay, and their
 	// copies in the tree are returned as stale.
 	EvictionDone(m EvictionDoneMsg) EvictionDoneReply
+}
+
+// Admin is how the store reaches a Stash shard or an ORAM shard outside
+// epochs: bulk loads, checkpoints, restores and stats go through it, never
+// around it. (Journal replay is each layer's own.)
+type Admin interface {
+	Admin(m AdminMsg) AdminReply
 }

@@ -65,7 +65,7 @@ func (s *store) checkPositions(ctx context.Context) error {
 }
 
 // keyedPosition is leakMissingKeyedPosition's position of a block.
-func (c *stashCore) keyedPosition(id tree.BlockID) position {
+func (c *stashCore) keyedPosition(id tree.BlockID) Position {
 	v := binary.BigEndian.Uint64(id[8:])
-	return position{Tree: int(v % uint64(c.trees)), Leaf: (v / uint64(c.trees)) % c.geo.Leaves()}
+	return Position{Tree: int(v % uint64(c.trees)), Leaf: (v / uint64(c.trees)) % c.geo.Leaves()}
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/oblivkv/oblivkv/protocol/ringoram"
+	"github.com/oblivkv/oblivkv/protocol/tree"
 )
 
 // The messages between layers are plain values (no pointer, channel or Go
@@ -25,7 +26,8 @@ type Layer uint8
 const (
 	LayerRouter Layer = iota
 	LayerStash
-	LayerORAM // an ORAM shard, addressed by the tree it owns
+	LayerORAM  // an ORAM shard, addressed by the tree it owns
+	LayerStore // the store itself: loads, checkpoints, restores, stats (AdminMsg)
 )
 
 func (l Layer) String() string {
@@ -34,6 +36,8 @@ func (l Layer) String() string {
 		return "router"
 	case LayerStash:
 		return "stash"
+	case LayerStore:
+		return "store"
 	}
 	return "oram"
 }
@@ -116,6 +120,80 @@ type EvictionDoneReply struct {
 	Status
 }
 
+// AdminOp is what an AdminMsg asks of a layer.
+type AdminOp uint8
+
+// The admin operations. Each is idempotent: a copy does the same again.
+const (
+	AdminState   AdminOp = iota // a Stash shard's blocks, or a tree's trusted state
+	AdminInstall                // a Stash shard takes Blocks, in place of its own with Replace
+	AdminInit                   // a tree writes all its buckets afresh, holding Placed
+	AdminRestore                // a tree takes State as its trusted state
+	AdminStats                  // the layer's counters
+)
+
+// AdminMsg is the store's message to a layer outside epochs (Admin): bulk
+// loads, checkpoints, restores and stats go through it. Tree names the
+// tree of an ORAM shard's operation.
+type AdminMsg struct {
+	ID      MsgID
+	Op      AdminOp
+	Tree    int
+	Replace bool
+	Blocks  ShardBlocks
+	Placed  [][]ringoram.Block // by bucket
+	State   TreeSnapshot
+}
+
+// AdminReply answers an AdminMsg.
+type AdminReply struct {
+	Blocks ShardBlocks
+	State  TreeSnapshot
+	Stats  LayerStats
+	Status
+}
+
+// ShardBlocks are blocks of Stash shards as loads, checkpoints and
+// restores move them: where each is, and what the stashed ones hold.
+type ShardBlocks struct {
+	Pos   map[tree.BlockID]Position
+	Stash map[tree.BlockID][]byte
+}
+
+// TreeSnapshot is a tree's trusted state as a checkpoint holds it.
+type TreeSnapshot struct {
+	Tree  ringoram.TreeState
+	Reads int // path reads since the tree's last eviction
+}
+
+// LayerStats are a layer's counters: a Stash shard's or a tree's fields.
+type LayerStats struct {
+	StashSize, StashMax             int
+	RealReads, FakeReads, StashHits uint64
+	Tree                            ringoram.Stats
+	ReadErrors, EvictionErrors      uint64
+	Copies                          uint64 // copies of messages answered from the record
+	Held                            int    // replies kept for their senders
+}
+
+// add adds o's counters to s, and keeps the larger StashMax.
+func (s *LayerStats) add(o LayerStats) {
+	s.StashSize += o.StashSize
+	s.StashMax = max(s.StashMax, o.StashMax)
+	s.RealReads, s.FakeReads, s.StashHits = s.RealReads+o.RealReads, s.FakeReads+o.FakeReads, s.StashHits+o.StashHits
+	t, u := &s.Tree, o.Tree
+	t.PathReads, t.MultiReads, t.BucketsRead = t.PathReads+u.PathReads, t.MultiReads+u.MultiReads, t.BucketsRead+u.BucketsRead
+	t.Reshuffles, t.Evictions, t.EvictedPaths = t.Reshuffles+u.Reshuffles, t.Evictions+u.Evictions, t.EvictedPaths+u.EvictedPaths
+	t.BucketsWritten, t.ReadRetries = t.BucketsWritten+u.BucketsWritten, t.ReadRetries+u.ReadRetries
+	s.ReadErrors, s.EvictionErrors = s.ReadErrors+o.ReadErrors, s.EvictionErrors+o.EvictionErrors
+	s.Copies, s.Held = s.Copies+o.Copies, s.Held+o.Held
+}
+
+// unknownAdmin answers an AdminOp the layer does not run.
+func unknownAdmin(layer Layer, op AdminOp) AdminReply {
+	return AdminReply{Status: Status{Code: CodeUnavailable, Detail: fmt.Sprintf("treebeard: a %v has no admin operation %d", layer, op)}}
+}
+
 // Every reply has a Status.
 func (s Status) status() Status { return s }
 
@@ -176,6 +254,8 @@ func withStatus[R replier](r R, st Status) R {
 		p.Status = st
 	case *EvictionDoneReply:
 		p.Status = st
+	case *AdminReply:
+		p.Status = st
 	}
 	return r
 }
@@ -213,6 +293,7 @@ type transport interface {
 	stash(to int, h StashShard) StashShard
 	pathReader(to int, h PathReader) PathReader
 	evictionSource(to int, h EvictionSource) EvictionSource
+	admin(to Endpoint, h Admin) Admin
 }
 
 type directCall struct{}
@@ -220,3 +301,4 @@ type directCall struct{}
 func (directCall) stash(_ int, h StashShard) StashShard                  { return h }
 func (directCall) pathReader(_ int, h PathReader) PathReader             { return h }
 func (directCall) evictionSource(_ int, h EvictionSource) EvictionSource { return h }
+func (directCall) admin(_ Endpoint, h Admin) Admin                       { return h }

@@ -53,7 +53,7 @@ func TestStashMessages(t *testing.T) {
 	trees := &scriptedTrees{}
 	s := newStash(0, newTestStashCore(1), durable.New(nil, nil, nil), newNetState())
 	s.connect([]PathReader{trees, trees, trees, trees})
-	s.core.setPosition(blockID("a"), position{Tree: 2, Leaf: 3})
+	s.core.setPosition(blockID("a"), Position{Tree: 2, Leaf: 3})
 
 	first := AccessMsg{ID: MsgID{Sender: Endpoint{LayerRouter, 0}, Epoch: 5}, Batch: []Request{{Op: OpGet, ID: blockID("a")}}}
 	rep := s.Access(first)

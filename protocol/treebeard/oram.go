@@ -40,6 +40,33 @@ func (o *ORAM) ReadPaths(m ReadPathsMsg) ReadPathsReply {
 	})
 }
 
+// Admin runs the store's operations on one of the shard's trees
+// (AdminState, AdminInit, AdminRestore, AdminStats), while the tree is
+// idle for the first three.
+func (o *ORAM) Admin(m AdminMsg) AdminReply {
+	w, ok := o.workers[m.Tree]
+	if !ok {
+		return AdminReply{Status: Status{Code: CodeUnavailable, Detail: fmt.Sprintf("treebeard: this ORAM shard does not own tree %d", m.Tree)}}
+	}
+	switch m.Op {
+	case AdminState:
+		return AdminReply{State: TreeSnapshot{Tree: w.tree.State(), Reads: w.core.reads}}
+	case AdminInit:
+		return AdminReply{Status: statusOf(w.tree.Init(context.Background(), m.Placed))}
+	case AdminRestore:
+		if err := w.tree.Restore(m.State.Tree); err != nil {
+			return AdminReply{Status: statusOf(fmt.Errorf("%w: tree %d: %v", kv.ErrMismatch, m.Tree, err))}
+		}
+		w.core.reads = m.State.Reads
+		return AdminReply{}
+	case AdminStats:
+		ws := w.snapshot()
+		return AdminReply{Stats: LayerStats{Tree: ws.tree, ReadErrors: ws.readErrors, EvictionErrors: ws.evictionErrors,
+			Copies: w.parts.copies.Load(), Held: w.parts.held()}}
+	}
+	return unknownAdmin(LayerORAM, m.Op)
+}
+
 // errDuplicatePart answers a Stash shard's second part of one epoch under
 // another MsgID (a copy under the same MsgID gets the first one's reply).
 var errDuplicatePart = errors.New("treebeard: a Stash shard sent its part of an epoch twice")

@@ -25,7 +25,7 @@ const (
 type blockState struct {
 	ID      tree.BlockID
 	Exists  bool
-	Pos     position
+	Pos     Position
 	Stashed bool
 	Value   []byte
 }
@@ -162,7 +162,7 @@ func (rp *replayer) blocks(d *delta.Decoder) {
 		if d.Failed() {
 			return
 		}
-		sh.setPosition(id, position{Tree: int(t), Leaf: leaf})
+		sh.setPosition(id, Position{Tree: int(t), Leaf: leaf})
 		if inStash {
 			sh.setStashed(id, value)
 		} else {

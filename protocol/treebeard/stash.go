@@ -8,6 +8,7 @@ import (
 
 	"github.com/oblivkv/oblivkv/internal/durable"
 	"github.com/oblivkv/oblivkv/protocol/ringoram"
+	"github.com/oblivkv/oblivkv/protocol/tree"
 )
 
 // Stash is one Stash shard (Treebeard Sec. 5.2): the driver of a
@@ -184,10 +185,33 @@ func (s *Stash) releaseEviction(ids []MsgID) {
 	s.evictDone.release(ids)
 }
 
-// locked runs fn on the core with s.mu held (loads, checkpoints, recovery
-// and stats).
-func (s *Stash) locked(fn func(c *stashCore)) {
+// Admin runs the store's operations on the shard (AdminState,
+// AdminInstall, AdminStats), between epochs for the first two.
+func (s *Stash) Admin(m AdminMsg) AdminReply {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	fn(s.core)
+	switch m.Op {
+	case AdminState:
+		b := ShardBlocks{Pos: map[tree.BlockID]Position{}, Stash: map[tree.BlockID][]byte{}}
+		s.core.copyState(b.Pos, b.Stash)
+		return AdminReply{Blocks: b}
+	case AdminInstall:
+		if m.Replace {
+			return AdminReply{Status: statusOf(s.core.restore(stashSnapshot{Pos: m.Blocks.Pos, Stash: m.Blocks.Stash}))}
+		}
+		for id, p := range m.Blocks.Pos {
+			s.core.setPosition(id, p)
+		}
+		for id, v := range m.Blocks.Stash {
+			s.core.setStashed(id, v)
+		}
+		return AdminReply{}
+	case AdminStats:
+		c := s.core
+		return AdminReply{Stats: LayerStats{StashSize: len(c.stash), StashMax: c.stats.stashMax,
+			RealReads: c.stats.realReads, FakeReads: c.stats.fakeReads, StashHits: c.stats.stashHits,
+			Copies: s.accesses.copies.Load() + s.evictBlocks.copies.Load() + s.evictDone.copies.Load(),
+			Held:   s.accesses.held() + s.evictBlocks.held() + s.evictDone.held()}}
+	}
+	return unknownAdmin(LayerStash, m.Op)
 }

@@ -34,14 +34,14 @@ type stashCore struct {
 
 	src      *rand.ChaCha8 // the random source, whose state snapshot holds
 	rng      *rand.Rand
-	pos      map[tree.BlockID]position
+	pos      map[tree.BlockID]Position
 	stash    map[tree.BlockID]*stashed
 	inflight map[tree.BlockID]*inflight
 	stats    stashStats
 }
 
-// position is where a block lives: a tree and a leaf of it.
-type position struct {
+// Position is where a block lives: a tree and a leaf of it.
+type Position struct {
 	Tree int
 	Leaf uint64
 }
@@ -63,7 +63,7 @@ type stashed struct {
 // the block is in the stash, so a journal record never holds a position
 // the block has not reached).
 type inflight struct {
-	from, to position // where the read looks for it, and where it goes
+	from, to Position // where the read looks for it, and where it goes
 	queue    []queued
 }
 
@@ -103,7 +103,7 @@ type stashStats struct {
 // drawing positions from a ChaCha8 source seeded with seed.
 func newStashCore(trees int, geo tree.Geometry, q *quota, seed [32]byte) *stashCore {
 	c := &stashCore{trees: trees, geo: geo, quota: q,
-		pos: map[tree.BlockID]position{}, stash: map[tree.BlockID]*stashed{},
+		pos: map[tree.BlockID]Position{}, stash: map[tree.BlockID]*stashed{},
 		inflight: map[tree.BlockID]*inflight{}}
 	c.reseed(seed)
 	return c
@@ -111,8 +111,8 @@ func newStashCore(trees int, geo tree.Geometry, q *quota, seed [32]byte) *stashC
 
 // randomPosition draws a uniformly random tree and leaf: the random tree
 // and random path invariants (Treebeard Sec. 3).
-func (c *stashCore) randomPosition() position {
-	return position{Tree: c.rng.IntN(c.trees), Leaf: c.rng.Uint64N(c.geo.Leaves())}
+func (c *stashCore) randomPosition() Position {
+	return Position{Tree: c.rng.IntN(c.trees), Leaf: c.rng.Uint64N(c.geo.Leaves())}
 }
 
 // plan runs the start of an epoch (Treebeard Sec. 5.2.1): one path read
@@ -125,7 +125,7 @@ func (c *stashCore) randomPosition() position {
 // real read (returned).
 func (c *stashCore) plan(epoch uint64, batch []Request) epochPlan {
 	p := epochPlan{Reads: make([][]ringoram.PathRead, c.trees)}
-	fakeAt := func(at position) {
+	fakeAt := func(at Position) {
 		p.Reads[at.Tree] = append(p.Reads[at.Tree], ringoram.PathRead{Leaf: at.Leaf})
 		c.stats.fakeReads++
 	}
@@ -342,7 +342,7 @@ func (c *stashCore) evictionDone(t int, blocks []ringoram.Block, placed []int64)
 // stashSnapshot is a Stash shard's state between epochs: no read in
 // flight, no eviction holding a block.
 type stashSnapshot struct {
-	Pos   map[tree.BlockID]position
+	Pos   map[tree.BlockID]Position
 	Stash map[tree.BlockID][]byte
 	Rand  []byte // the random source's state
 }
@@ -350,7 +350,7 @@ type stashSnapshot struct {
 // snapshot returns the shard's state; it must run between epochs and
 // evictions (a checkpoint pauses the Routers and waits for the trees).
 func (c *stashCore) snapshot() stashSnapshot {
-	snap := stashSnapshot{Pos: make(map[tree.BlockID]position, len(c.pos)), Stash: make(map[tree.BlockID][]byte, len(c.stash))}
+	snap := stashSnapshot{Pos: make(map[tree.BlockID]Position, len(c.pos)), Stash: make(map[tree.BlockID][]byte, len(c.stash))}
 	c.copyState(snap.Pos, snap.Stash)
 	snap.Rand, _ = c.src.MarshalBinary() // never fails
 	return snap
@@ -359,7 +359,7 @@ func (c *stashCore) snapshot() stashSnapshot {
 // copyState adds the shard's positions and stashed values to pos and
 // stash: a checkpoint gathers every shard's into one pair of maps, which
 // holds no random source (state).
-func (c *stashCore) copyState(pos map[tree.BlockID]position, stash map[tree.BlockID][]byte) {
+func (c *stashCore) copyState(pos map[tree.BlockID]Position, stash map[tree.BlockID][]byte) {
 	maps.Copy(pos, c.pos)
 	for id, b := range c.stash {
 		stash[id] = b.value
@@ -394,7 +394,7 @@ func (c *stashCore) reseed(seed [32]byte) {
 }
 
 // setPosition places block id at p (a load, a replayed record).
-func (c *stashCore) setPosition(id tree.BlockID, p position) { c.pos[id] = p }
+func (c *stashCore) setPosition(id tree.BlockID, p Position) { c.pos[id] = p }
 
 // setStashed puts block id in the stash holding v, journaled.
 func (c *stashCore) setStashed(id tree.BlockID, v []byte) {

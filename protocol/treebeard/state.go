@@ -6,6 +6,7 @@ import (
 	"encoding/gob"
 	"fmt"
 	"iter"
+	"maps"
 	"math/rand/v2"
 
 	"github.com/oblivkv/oblivkv/kv"
@@ -21,14 +22,9 @@ import (
 // again would link what storage saw before a crash to what it sees after.
 type state struct {
 	Initialised bool
-	Pos         map[tree.BlockID]position
+	Pos         map[tree.BlockID]Position
 	Stash       map[tree.BlockID][]byte
-	Trees       []treeState
-}
-
-type treeState struct {
-	Tree  ringoram.TreeState
-	Reads int // path reads since the tree's last eviction
+	Trees       []TreeSnapshot
 }
 
 // Load implements kv.Loader: every item gets a random tree and leaf and
@@ -56,14 +52,22 @@ func (s *store) Load(ctx context.Context, items iter.Seq2[string, []byte]) (int,
 		return 0, err
 	}
 	r := rand.New(rng())
+	shards := make([]ShardBlocks, len(s.stashes))
+	for i := range shards {
+		shards[i] = ShardBlocks{Pos: map[tree.BlockID]Position{}, Stash: map[tree.BlockID][]byte{}}
+	}
 	for id, v := range values {
-		p := position{Tree: r.IntN(len(s.workers)), Leaf: r.Uint64N(s.geo.Leaves())}
-		s.stashes[shardOf(id, len(s.stashes))].locked(func(c *stashCore) {
-			c.setPosition(id, p)
-			if !tree.PlaceDeepest(s.geo, placed[p.Tree], s.opts.Z, p.Leaf, ringoram.Block{Block: tree.Block{ID: id, Value: v}, Leaf: p.Leaf}) {
-				c.setStashed(id, v)
-			}
-		})
+		p := Position{Tree: r.IntN(len(s.workers)), Leaf: r.Uint64N(s.geo.Leaves())}
+		sh := &shards[shardOf(id, len(s.stashes))]
+		sh.Pos[id] = p
+		if !tree.PlaceDeepest(s.geo, placed[p.Tree], s.opts.Z, p.Leaf, ringoram.Block{Block: tree.Block{ID: id, Value: v}, Leaf: p.Leaf}) {
+			sh.Stash[id] = v
+		}
+	}
+	for i, sh := range shards {
+		if rep := s.admin(s.shardAdmins[i], AdminMsg{Op: AdminInstall, Blocks: sh}); rep.Code != CodeOK {
+			return 0, rep.Err()
+		}
 	}
 	s.quota.used.Store(int64(len(values)))
 	// Journaled first: a crash while the trees are written leaves trees
@@ -86,13 +90,15 @@ func (s *store) encodeState() []byte { return s.encodeStateAs(s.initialised.Load
 
 // encodeStateAs is encodeState with the trees written (initialised) or not.
 func (s *store) encodeStateAs(initialised bool) []byte {
-	st := state{Initialised: initialised, Pos: map[tree.BlockID]position{}, Stash: map[tree.BlockID][]byte{}}
-	for _, sh := range s.stashes {
-		sh.locked(func(c *stashCore) { c.copyState(st.Pos, st.Stash) })
+	st := state{Initialised: initialised, Pos: map[tree.BlockID]Position{}, Stash: map[tree.BlockID][]byte{}}
+	for _, a := range s.shardAdmins {
+		b := s.admin(a, AdminMsg{Op: AdminState}).Blocks
+		maps.Copy(st.Pos, b.Pos)
+		maps.Copy(st.Stash, b.Stash)
 	}
 	if initialised {
-		for _, w := range s.workers {
-			st.Trees = append(st.Trees, treeState{Tree: w.tree.State(), Reads: w.core.reads})
+		for t, a := range s.treeAdmins {
+			st.Trees = append(st.Trees, s.admin(a, AdminMsg{Op: AdminState, Tree: t}).State)
 		}
 	}
 	var buf bytes.Buffer
@@ -195,28 +201,27 @@ func (s *store) restore(st state) error {
 	if st.Initialised && len(st.Trees) != len(s.workers) {
 		return fmt.Errorf("%w: the store has %d trees, the options ask for %d", kv.ErrMismatch, len(st.Trees), len(s.workers))
 	}
-	for i, ts := range st.Trees {
-		if err := s.workers[i].tree.Restore(ts.Tree); err != nil {
-			return fmt.Errorf("%w: tree %d: %v", kv.ErrMismatch, i, err)
+	for t, ts := range st.Trees {
+		if rep := s.admin(s.treeAdmins[t], AdminMsg{Op: AdminRestore, Tree: t, State: ts}); rep.Code != CodeOK {
+			return rep.Err()
 		}
-		s.workers[i].core.reads = ts.Reads
 	}
-	snaps := make([]stashSnapshot, len(s.stashes)) // the blocks by shard
-	for i := range snaps {
-		snaps[i] = stashSnapshot{Pos: map[tree.BlockID]position{}, Stash: map[tree.BlockID][]byte{}}
+	shards := make([]ShardBlocks, len(s.stashes)) // the blocks by shard
+	for i := range shards {
+		shards[i] = ShardBlocks{Pos: map[tree.BlockID]Position{}, Stash: map[tree.BlockID][]byte{}}
 	}
 	for id, p := range st.Pos {
 		if p.Tree < 0 || p.Tree >= len(s.workers) || p.Leaf >= s.geo.Leaves() {
 			return fmt.Errorf("%w: a block's position is outside the trees", kv.ErrMismatch)
 		}
-		snaps[shardOf(id, len(s.stashes))].Pos[id] = p
+		shards[shardOf(id, len(s.stashes))].Pos[id] = p
 	}
 	for id, v := range st.Stash {
-		snaps[shardOf(id, len(s.stashes))].Stash[id] = v
+		shards[shardOf(id, len(s.stashes))].Stash[id] = v
 	}
-	for i, sh := range s.stashes {
-		if err := sh.core.restore(snaps[i]); err != nil {
-			return err
+	for i, sh := range shards {
+		if rep := s.admin(s.shardAdmins[i], AdminMsg{Op: AdminInstall, Replace: true, Blocks: sh}); rep.Code != CodeOK {
+			return rep.Err()
 		}
 	}
 	s.quota.used.Store(int64(len(st.Pos)))
@@ -228,33 +233,18 @@ func (s *store) restore(st state) error {
 // is journaled, with its data, before it is issued.
 func (s *store) JournalsEveryWrite() bool { return s.log.Durable() }
 
-// Stats reports the layers' counters: stash sizes, real and fake reads,
-// and the trees' reads, reshuffles and evictions.
+// Stats reports the layers' counters, asked of each layer (AdminStats):
+// stash sizes, real and fake reads, the trees' reads, reshuffles and
+// evictions, and the messages resent and answered as copies.
 func (s *store) Stats() kv.Stats {
-	var stashSize, shardMax int
-	var real, fake, hits uint64
-	for _, sh := range s.stashes {
-		sh.locked(func(c *stashCore) {
-			stashSize += len(c.stash)
-			shardMax = max(shardMax, c.stats.stashMax)
-			real, fake, hits = real+c.stats.realReads, fake+c.stats.fakeReads, hits+c.stats.stashHits
-		})
+	var sum LayerStats
+	for _, a := range s.shardAdmins {
+		sum.add(s.admin(a, AdminMsg{Op: AdminStats}).Stats)
 	}
-	var t ringoram.Stats
-	var evictErrs, readErrs uint64
-	for _, w := range s.workers {
-		ws := w.snapshot()
-		t.PathReads += ws.tree.PathReads
-		t.MultiReads += ws.tree.MultiReads
-		t.BucketsRead += ws.tree.BucketsRead
-		t.Reshuffles += ws.tree.Reshuffles
-		t.Evictions += ws.tree.Evictions
-		t.EvictedPaths += ws.tree.EvictedPaths
-		t.ReadRetries += ws.tree.ReadRetries
-		evictErrs += ws.evictionErrors
-		readErrs += ws.readErrors
+	for t, a := range s.treeAdmins {
+		sum.add(s.admin(a, AdminMsg{Op: AdminStats, Tree: t}).Stats)
 	}
-	copies, held := s.messageCounts()
+	t := sum.Tree
 	perPath := 0.0
 	if t.PathReads > 0 {
 		perPath = float64(t.BucketsRead) / float64(t.PathReads)
@@ -263,36 +253,29 @@ func (s *store) Stats() kv.Stats {
 		{Name: "trees", Value: float64(len(s.workers))},
 		{Name: "tree_levels", Value: float64(s.geo.L + 1)},
 		{Name: "stash_shards", Value: float64(len(s.stashes))},
-		{Name: "stash_size", Value: float64(stashSize)},
-		{Name: "stash_max_shard", Value: float64(shardMax)},
-		{Name: "real_reads", Value: float64(real)},
-		{Name: "fake_reads", Value: float64(fake)},
-		{Name: "stash_hits", Value: float64(hits)},
+		{Name: "stash_size", Value: float64(sum.StashSize)},
+		{Name: "stash_max_shard", Value: float64(sum.StashMax)},
+		{Name: "real_reads", Value: float64(sum.RealReads)},
+		{Name: "fake_reads", Value: float64(sum.FakeReads)},
+		{Name: "stash_hits", Value: float64(sum.StashHits)},
 		{Name: "path_reads", Value: float64(t.PathReads)},
 		{Name: "multi_path_reads", Value: float64(t.MultiReads)},
 		{Name: "buckets_per_path", Value: perPath},
 		{Name: "reshuffles", Value: float64(t.Reshuffles)},
 		{Name: "evictions", Value: float64(t.Evictions)},
 		{Name: "evicted_paths", Value: float64(t.EvictedPaths)},
-		{Name: "read_errors", Value: float64(readErrs)},
+		{Name: "read_errors", Value: float64(sum.ReadErrors)},
 		{Name: "read_retries", Value: float64(t.ReadRetries)},
-		{Name: "eviction_errors", Value: float64(evictErrs)},
-		{Name: "messages_resent", Value: float64(s.net.resent.Load())},
-		{Name: "message_copies", Value: float64(copies)},
-		{Name: "replies_held", Value: float64(held)},
+		{Name: "eviction_errors", Value: float64(sum.EvictionErrors)},
+		{Name: "messages_resent", Value: float64(s.net.resent.Load() + s.adminNet.resent.Load())},
+		{Name: "message_copies", Value: float64(sum.Copies)},
+		{Name: "replies_held", Value: float64(sum.Held)},
 	}}
 }
 
-// messageCounts returns how many copies of messages the layers answered
-// from their records, and how many replies they hold for their senders.
-func (s *store) messageCounts() (copies uint64, held int) {
-	for _, sh := range s.stashes {
-		copies += sh.accesses.copies.Load() + sh.evictBlocks.copies.Load() + sh.evictDone.copies.Load()
-		held += sh.accesses.held() + sh.evictBlocks.held() + sh.evictDone.held()
-	}
-	for _, w := range s.workers {
-		copies += w.parts.copies.Load()
-		held += w.parts.held()
-	}
-	return copies, held
+// admin sends a layer the store's message m, again while it is lost in
+// transit, even while the store closes (its last checkpoint needs them).
+func (s *store) admin(to Admin, m AdminMsg) AdminReply {
+	m.ID = MsgID{Sender: Endpoint{LayerStore, 0}, Epoch: s.adminSeq.Add(1)}
+	return send(s.adminNet, func() AdminReply { return to.Admin(m) })
 }

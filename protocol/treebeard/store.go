@@ -46,6 +46,12 @@ type store struct {
 	log     *durable.Log
 	net     *netState
 
+	// The store's own messages (AdminMsg): to each Stash shard, and to the
+	// owner of each tree.
+	shardAdmins, treeAdmins []Admin
+	adminNet                *netState // never stopped: Close's checkpoint needs it
+	adminSeq                atomic.Uint64
+
 	checkpointing sync.Mutex // held by a checkpoint
 
 	// The trees are written lazily: a fresh store writes them on first use
@@ -81,7 +87,7 @@ func open(ctx context.Context, env kv.Env) (*store, error) {
 
 // build creates the layers, not yet running.
 func build(env kv.Env, opts Options) (*store, error) {
-	s := &store{b: env.Backend, keys: env.Keys, opts: opts, valueSize: env.ValueSize, net: newNetState(),
+	s := &store{b: env.Backend, keys: env.Keys, opts: opts, valueSize: env.ValueSize, net: newNetState(), adminNet: newNetState(),
 		geo: geometry(env.Capacity, opts.Trees, opts.Z), quota: &quota{capacity: int64(env.Capacity)}}
 	rng, err := newRandSource(opts.seed)
 	if err != nil {
@@ -98,6 +104,7 @@ func build(env kv.Env, opts Options) (*store, error) {
 	shards := make([]StashShard, len(s.stashes))
 	for i, st := range s.stashes {
 		sources[i], shards[i] = net.evictionSource(i, st), net.stash(i, st)
+		s.shardAdmins = append(s.shardAdmins, net.admin(Endpoint{LayerStash, i}, st))
 	}
 	orams := make([]*ORAM, opts.ORAMShards)
 	for i := range orams {
@@ -120,6 +127,7 @@ func build(env kv.Env, opts Options) (*store, error) {
 		owner.workers[t] = w
 		s.workers = append(s.workers, w)
 		readers[t] = net.pathReader(t, owner)
+		s.treeAdmins = append(s.treeAdmins, net.admin(Endpoint{LayerORAM, t}, owner))
 	}
 	for _, st := range s.stashes {
 		st.connect(readers)
@@ -188,15 +196,15 @@ func (s *store) ensureInit(ctx context.Context) error {
 // initTrees writes every tree, placed[t] holding the blocks of tree t's
 // buckets (nil: empty), the trees in parallel.
 func (s *store) initTrees(ctx context.Context, placed [][][]ringoram.Block) error {
-	errs := make([]error, len(s.workers))
+	errs := make([]error, len(s.treeAdmins))
 	var wg sync.WaitGroup
-	for t, w := range s.workers {
+	for t, a := range s.treeAdmins {
 		wg.Go(func() {
 			var p [][]ringoram.Block
 			if placed != nil {
 				p = placed[t]
 			}
-			errs[t] = w.tree.Init(ctx, p)
+			errs[t] = s.admin(a, AdminMsg{Op: AdminInit, Tree: t, Placed: p}).Err()
 		})
 	}
 	wg.Wait()
