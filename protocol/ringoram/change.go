@@ -47,6 +47,7 @@ func (t *Tree) Apply(c Change) error {
 			return fmt.Errorf("ringoram: a change of bucket %d in a tree of %d buckets", bv.Bucket, t.g.Buckets())
 		}
 		t.versions[bv.Bucket] = bv.Version
+		t.cache.forget(bv.Bucket)
 		if bv.Full {
 			delete(t.stale, bv.Bucket)
 		}

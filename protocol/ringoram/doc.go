@@ -12,8 +12,10 @@
 // A Tree owns what is needed to use one storage tree safely: the layout
 // of its buckets on storage (Layout), the metadata format, and the trusted
 // state kept in memory: the expected metadata version of every bucket (a
-// replayed metadata record is ErrTampered), the eviction counter, and the
-// copies the caller declared stale (Forget). It never holds a position map
+// replayed metadata record is ErrTampered), a copy of each bucket's
+// metadata once it has read or written it (so operations skip the
+// metadata Read), the eviction counter, and the copies the caller
+// declared stale (Forget). It never holds a position map
 // or a stash: which leaf a block is mapped to and which blocks wait for
 // eviction are the caller's (an ORAM shard). A Tree is not safe for
 // concurrent use: its owner is its only reader and writer. Each

@@ -20,7 +20,8 @@ type Block struct {
 // multi-path eviction, Treebeard Sec. 5.3.2; EvictionLeaves(k) are the
 // leaves), in these backend calls and no others:
 //
-//  1. ONE Read of the metadata of the union U of the k paths.
+//  1. ONE Read of the metadata of the buckets of the union U of the k
+//     paths the Tree has no copy of (metaCache), none when it has them all.
 //  2. ONE Read of exactly Z slots per bucket of U: its live real blocks,
 //     padded with uniformly random valid slots (Ring ORAM's ReadBucket).
 //  3. (No I/O.) The live real blocks read and the stash blocks offered

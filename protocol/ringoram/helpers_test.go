@@ -103,6 +103,22 @@ func (f *fixture) evict(k int, blocks []Block) []int64 {
 	return where
 }
 
+// restart replaces the Tree by one restored from its state, as a clean
+// restart makes it: with no copy of any bucket's metadata.
+func (f *fixture) restart() {
+	f.t.Helper()
+	tr, err := NewTree(f.cfg)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	if err := tr.Restore(roundTripGob(f.t, f.tr.State())); err != nil {
+		f.t.Fatal(err)
+	}
+	tr.leak = f.tr.leak
+	f.tr = tr
+	f.aud.restored()
+}
+
 // peek opens bucket's metadata straight from storage, unlogged.
 func (f *fixture) peek(bucket uint64) meta {
 	f.t.Helper()
@@ -217,11 +233,12 @@ type auditor struct {
 	read     map[uint64]uint64 // per bucket: slots read since the last full rewrite
 	count    map[uint64]int    // per bucket: slots read by path reads since the last full rewrite
 	offsets  []int             // per slot index: how often a path read read it
+	known    map[uint64]bool   // buckets whose metadata the Tree has a copy of (metaCache)
 }
 
 func newAuditor(l Layout, g tree.Geometry, p Params, slotSize int) *auditor {
 	return &auditor{l: l, g: g, p: p, slotSize: slotSize, read: map[uint64]uint64{}, count: map[uint64]int{},
-		offsets: make([]int, p.slots())}
+		offsets: make([]int, p.slots()), known: map[uint64]bool{}}
 }
 
 // init checks an Init: writes only, every bucket written whole exactly
@@ -248,17 +265,19 @@ func (a *auditor) init(recs []observe.Record) error {
 	}
 	clear(a.read)
 	clear(a.count)
+	a.warm() // Init wrote every bucket's metadata
 	return nil
 }
 
 // readPaths checks a ReadPaths of leaves.
 func (a *auditor) readPaths(recs []observe.Record, leaves []uint64) error {
 	union := a.g.Union(leaves, nil)
-	if len(recs) != 3 && len(recs) != 4 {
-		return fmt.Errorf("ReadPaths made %d calls; want 3, or 4 with a reshuffle", len(recs))
-	}
-	if err := a.metaRead(recs[0], union); err != nil {
+	recs, err := a.metaRead(recs, union)
+	if err != nil {
 		return err
+	}
+	if len(recs) != 2 && len(recs) != 3 {
+		return fmt.Errorf("ReadPaths made %d calls after its metadata Read; want 2, or 3 with a reshuffle", len(recs))
 	}
 	per := make([]int, len(union)) // min(paths crossing the bucket, Z)
 	for _, leaf := range leaves {
@@ -267,10 +286,10 @@ func (a *auditor) readPaths(recs []observe.Record, leaves []uint64) error {
 			per[i] = min(per[i]+1, a.p.Z)
 		}
 	}
-	if err := a.slotRead(recs[1], union, per); err != nil {
+	if err := a.slotRead(recs[0], union, per); err != nil {
 		return err
 	}
-	for _, addr := range recs[1].Addrs {
+	for _, addr := range recs[0].Addrs {
 		_, s, _ := a.l.ParseSlot(addr)
 		a.offsets[s]++
 	}
@@ -284,11 +303,11 @@ func (a *auditor) readPaths(recs []observe.Record, leaves []uint64) error {
 			due = append(due, b)
 		}
 	}
-	if (len(due) > 0) != (len(recs) == 4) {
+	if (len(due) > 0) != (len(recs) == 3) {
 		return fmt.Errorf("%d buckets have fewer than Z dummies left, and %d calls", len(due), len(recs))
 	}
 	if len(due) > 0 {
-		if err := a.slotRead(recs[2], due, a.each(len(due))); err != nil {
+		if err := a.slotRead(recs[1], due, a.each(len(due))); err != nil {
 			return fmt.Errorf("reshuffle read: %w", err)
 		}
 	}
@@ -298,16 +317,17 @@ func (a *auditor) readPaths(recs []observe.Record, leaves []uint64) error {
 // evict checks an Evict of leaves.
 func (a *auditor) evict(recs []observe.Record, leaves []uint64) error {
 	union := a.g.Union(leaves, nil)
-	if len(recs) != 3 {
-		return fmt.Errorf("Evict made %d calls; want 3", len(recs))
-	}
-	if err := a.metaRead(recs[0], union); err != nil {
+	recs, err := a.metaRead(recs, union)
+	if err != nil {
 		return err
 	}
-	if err := a.slotRead(recs[1], union, a.each(len(union))); err != nil {
+	if len(recs) != 2 {
+		return fmt.Errorf("Evict made %d calls after its metadata Read; want 2", len(recs))
+	}
+	if err := a.slotRead(recs[0], union, a.each(len(union))); err != nil {
 		return err
 	}
-	return a.rewrite(recs[2], union, union)
+	return a.rewrite(recs[1], union, union)
 }
 
 // each returns Z slots for each of n buckets.
@@ -319,16 +339,45 @@ func (a *auditor) each(n int) []int {
 	return per
 }
 
-func (a *auditor) metaRead(r observe.Record, union []uint64) error {
-	if r.Op != observe.OpRead || len(r.Addrs) != len(union) {
-		return fmt.Errorf("metadata call: %v of %d addresses; want a read of %d", r.Op, len(r.Addrs), len(union))
+// metaRead checks an operation's metadata Read, at recs[0] when there is
+// one: it holds exactly the buckets of union whose metadata the Tree has
+// no copy of (none it read or wrote since it was made or restored), none
+// when it has them all. It returns the calls after it.
+func (a *auditor) metaRead(recs []observe.Record, union []uint64) ([]observe.Record, error) {
+	var cold []uint64
+	for _, b := range union {
+		if !a.known[b] {
+			cold = append(cold, b)
+		}
+		a.known[b] = true
+	}
+	if len(cold) == 0 {
+		return recs, nil
+	}
+	if len(recs) == 0 {
+		return nil, fmt.Errorf("no calls; want a metadata read of %d buckets", len(cold))
+	}
+	r := recs[0]
+	if r.Op != observe.OpRead || len(r.Addrs) != len(cold) {
+		return nil, fmt.Errorf("metadata call: %v of %d addresses; want a read of %d", r.Op, len(r.Addrs), len(cold))
 	}
 	for i, addr := range r.Addrs {
-		if b, ok := a.l.ParseMeta(addr); !ok || b != union[i] {
-			return fmt.Errorf("metadata read %d is %q; want the metadata of bucket %d", i, addr, union[i])
+		if b, ok := a.l.ParseMeta(addr); !ok || b != cold[i] {
+			return nil, fmt.Errorf("metadata read %d is %q; want the metadata of bucket %d", i, addr, cold[i])
 		}
 	}
-	return nil
+	return recs[1:], nil
+}
+
+// restored notes that the Tree was restored from a TreeState: it has no
+// copy of any bucket's metadata.
+func (a *auditor) restored() { clear(a.known) }
+
+// warm notes that the Tree has a copy of every bucket's metadata.
+func (a *auditor) warm() {
+	for b := range a.g.Buckets() {
+		a.known[b] = true
+	}
 }
 
 // slotRead checks a read of exactly per[i] slots of buckets[i], in
@@ -345,8 +394,8 @@ func (a *auditor) slotRead(r observe.Record, buckets []uint64, per []int) error 
 	}
 	for i, addr := range r.Addrs {
 		b, s, ok := a.l.ParseSlot(addr)
-		if !ok || b != buckets[of[i]] || s >= a.p.slots() || r.Sizes[i] != a.slotSize {
-			return fmt.Errorf("slot read %d is %q (%d bytes); want a slot of bucket %d", i, addr, r.Sizes[i], buckets[of[i]])
+		if !ok || b != buckets[of[i]] || s >= a.p.slots() || i >= len(r.Sizes) || r.Sizes[i] != a.slotSize {
+			return fmt.Errorf("slot read %d is %q; want a slot of bucket %d of %d bytes", i, addr, buckets[of[i]], a.slotSize)
 		}
 		if i > 0 && of[i-1] == of[i] {
 			if _, prev, _ := a.l.ParseSlot(r.Addrs[i-1]); prev >= s {

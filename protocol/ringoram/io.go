@@ -97,29 +97,48 @@ func (t *Tree) readAgain(ctx context.Context, addrs []string) ([][]byte, error) 
 	}
 }
 
-// readMeta reads the metadata of buckets in ONE backend Read and opens it,
-// checking each against the version the Tree expects (an older one is a
-// replay).
+// readMeta returns the metadata of buckets: from the Tree's trusted copy
+// (metaCache) where it has one, the rest in ONE backend Read, opened and
+// checked against the version the Tree expects (an older one is a
+// replay), and kept. Which buckets are read depends only on which buckets
+// earlier operations touched since the Tree was made or restored.
 func (t *Tree) readMeta(ctx context.Context, buckets []uint64) ([]meta, error) {
-	addrs := make([]string, len(buckets))
+	metas := t.newMetas(len(buckets))
+	var cold []int // indices into buckets
 	for i, b := range buckets {
-		addrs[i] = t.l.MetaAddr(b)
+		if !t.cache.get(&metas[i], b, t.p, t.g) {
+			cold = append(cold, i)
+		}
+	}
+	if len(cold) == 0 {
+		return metas, nil
+	}
+	addrs := make([]string, len(cold))
+	for j, i := range cold {
+		addrs[j] = t.l.MetaAddr(buckets[i])
 	}
 	vals, err := t.read(ctx, addrs)
 	if err != nil {
 		return nil, err
 	}
-	metas := t.newMetas(len(buckets))
-	err = forChunks(len(buckets), metasPerWorker, func(lo, hi int) error {
+	err = forChunks(len(cold), metasPerWorker, func(lo, hi int) error {
 		var sc metaScratch
-		for i := lo; i < hi; i++ {
-			if err := t.openMeta(&metas[i], buckets[i], addrs[i], vals[i], &sc); err != nil {
+		for j := lo; j < hi; j++ {
+			i := cold[j]
+			if err := t.openMeta(&metas[i], buckets[i], addrs[j], vals[j], &sc); err != nil {
 				return err
 			}
 		}
 		return nil
 	})
-	return metas, err
+	if err != nil {
+		return nil, err
+	}
+	t.stats.MetaReads += uint64(len(cold))
+	for _, i := range cold {
+		t.cache.put(buckets[i], &metas[i])
+	}
+	return metas, nil
 }
 
 // newMetas returns n metadata records with room for Z entries each.
@@ -269,6 +288,7 @@ func (t *Tree) encodeBucket(w bucketWrite, items []backend.Item, buf []byte, sc 
 func (t *Tree) commit(ws []bucketWrite) {
 	for _, w := range ws {
 		t.versions[w.bucket] = w.meta.Version
+		t.cache.put(w.bucket, w.meta)
 		if w.slots != nil {
 			delete(t.stale, w.bucket)
 		}

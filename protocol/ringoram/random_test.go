@@ -11,7 +11,7 @@ import (
 	"github.com/oblivkv/oblivkv/protocol/tree"
 )
 
-func roundTripGob(t *testing.T, s TreeState) TreeState {
+func roundTripGob(t testing.TB, s TreeState) TreeState {
 	t.Helper()
 	var buf bytes.Buffer
 	if err := gob.NewEncoder(&buf).Encode(s); err != nil {
@@ -114,15 +114,7 @@ func randomized(t *testing.T, p Params, ops, n int, lk leak) *fixture {
 		}
 		maxStash = max(maxStash, len(m.stash))
 		if op%500 == 499 { // a clean restart now and then
-			st := roundTripGob(t, f.tr.State())
-			cfg := f.cfg
-			cfg.Rand = f.r
-			tr, err := NewTree(cfg)
-			if err != nil || tr.Restore(st) != nil {
-				t.Fatal("restart failed")
-			}
-			tr.leak = f.tr.leak
-			f.tr = tr
+			f.restart()
 		}
 	}
 	// Every block in the tree is where the model says.

@@ -28,7 +28,8 @@ type ReadResult struct {
 // the requests' paths is read with every shared bucket read once, in these
 // backend calls and no others:
 //
-//  1. ONE Read of the metadata of every bucket of U.
+//  1. ONE Read of the metadata of the buckets of U the Tree has no copy
+//     of (metaCache), none when it has them all.
 //  2. ONE Read of min(c, Z) slots of each bucket of U, c being the number
 //     of requests whose path crosses it (Ring ORAM's ReadPath, Sec. 2
 //     Step 2, which reads one slot per path): the slots of blocks

@@ -192,8 +192,8 @@ func TestEarlyReshuffle(t *testing.T) {
 	before := len(f.log.Records())
 	f.read(PathRead{Leaf: 7}) // the root's S-th read since the last reshuffle
 	recs := f.log.Records()[before:]
-	if b, _, _ := f.cfg.Layout.ParseSlot(recs[2].Addrs[0]); len(recs) != 4 || len(recs[2].Addrs) != 1 || b != 0 {
-		t.Fatalf("reshuffle read of %d slots (%d calls); want the root's one (Z=1)", len(recs[2].Addrs), len(recs))
+	if b, _, _ := f.cfg.Layout.ParseSlot(recs[1].Addrs[0]); len(recs) != 3 || len(recs[1].Addrs) != 1 || b != 0 {
+		t.Fatalf("reshuffle read of %d slots (%d calls); want the root's one (Z=1)", len(recs[1].Addrs), len(recs))
 	}
 }
 
@@ -445,6 +445,7 @@ func TestTamper(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			s := prepare(t)
 			undo := tc.tamper(s)
+			s.f.restart() // storage's metadata is read, not the Tree's copy
 			before := s.f.tr.State()
 			if err := tc.op(s); !errors.Is(err, seal.ErrTampered) {
 				t.Fatalf("error %v; want seal.ErrTampered", err)
@@ -522,6 +523,7 @@ func TestFailedWriteChangesNothing(t *testing.T) {
 	fb.armed = false
 	f.fresh()
 	f.aud = newAuditor(f.cfg.Layout, f.cfg.Geometry, defaults, f.tr.codec.SlotSize())
+	f.aud.warm() // the Tree kept its copies of the metadata: nothing was written
 	if res := f.read(PathRead{Leaf: blocks[0].leaf, Want: blocks[0].ID, Real: true}); !res[0].Found {
 		t.Fatal("block lost after a failed read")
 	}
@@ -668,6 +670,7 @@ func TestStateRestore(t *testing.T) {
 	}
 	old := f.tr
 	f.tr = reopened
+	f.aud.restored()
 	if !slices.Equal(reopened.EvictionLeaves(4), old.EvictionLeaves(4)) {
 		t.Fatal("the restored tree evicts other leaves")
 	}
@@ -710,13 +713,23 @@ func TestAuditorCatches(t *testing.T) {
 	if err := a.readPaths([]observe.Record{metaRead, slotRead(0), metaWrite}, []uint64{0}); err != nil {
 		t.Fatal(err)
 	}
-	if err := a.readPaths([]observe.Record{metaRead, slotRead(0), metaWrite}, []uint64{0}); err == nil {
+	if err := a.readPaths([]observe.Record{slotRead(0), metaWrite}, []uint64{0}); err == nil {
 		t.Error("a slot read twice passed")
 	}
 	a = newAuditor(l, g, p, 9)
 	a.readPaths([]observe.Record{metaRead, slotRead(0), metaWrite}, []uint64{0})
-	if err := a.readPaths([]observe.Record{metaRead, slotRead(1), metaWrite}, []uint64{0}); err == nil {
+	if err := a.readPaths([]observe.Record{slotRead(1), metaWrite}, []uint64{0}); err == nil {
 		t.Error("a missing reshuffle passed")
+	}
+	a = newAuditor(l, g, p, 9)
+	a.readPaths([]observe.Record{metaRead, slotRead(0), metaWrite}, []uint64{0})
+	if err := a.readPaths([]observe.Record{metaRead, slotRead(1), metaWrite}, []uint64{0}); err == nil {
+		t.Error("a metadata read of buckets the Tree has a copy of passed")
+	}
+	a = newAuditor(l, g, p, 9)
+	a.restored()
+	if err := a.readPaths([]observe.Record{slotRead(0), metaWrite}, []uint64{0}); err == nil {
+		t.Error("a restored Tree's operation without its metadata read passed")
 	}
 	a = newAuditor(l, g, p, 9)
 	if err := a.readPaths([]observe.Record{metaRead, slotRead(0), metaWrite}, []uint64{0, 1}); err == nil {

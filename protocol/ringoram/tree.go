@@ -70,6 +70,7 @@ type Tree struct {
 	rng   *rand.Rand // the operation in progress's choices
 
 	versions  []uint64                  // per bucket: the metadata version storage must hold
+	cache     metaCache                 // the buckets' metadata as last written or read
 	evictions uint64                    // paths evicted so far; the next is ReverseLexLeaf(evictions)
 	stale     map[uint64][]tree.BlockID // per bucket: copies the caller superseded (Forget)
 	stats     Stats
@@ -94,6 +95,7 @@ type Stats struct {
 	EvictedPaths   uint64 // paths evicted
 	BucketsWritten uint64 // buckets whose slots were all rewritten (Init, reshuffles, evictions)
 	ReadRetries    uint64 // slot Reads issued again, unchanged, after storage failed them
+	MetaReads      uint64 // metadata records read from storage (metaCache had no copy)
 }
 
 // NewTree returns a Tree over cfg.Backend. It validates the configuration
@@ -124,6 +126,7 @@ func NewTree(cfg Config) (*Tree, error) {
 		rng:        rand.New(rand.NewChaCha8(drawSeed(rng))),
 		readAhead:  cfg.ReadAhead,
 		versions:   make([]uint64, cfg.Geometry.Buckets()),
+		cache:      newMetaCache(cfg.Geometry.Buckets(), cfg.Params.Z),
 		stale:      map[uint64][]tree.BlockID{},
 		writeAhead: cfg.WriteAhead,
 		abandon:    make(chan struct{}),
@@ -214,6 +217,7 @@ func (t *Tree) Restore(s TreeState) error {
 		stale[e.Bucket] = append(stale[e.Bucket], e.ID)
 	}
 	copy(t.versions, s.Versions)
+	t.cache.clear()
 	t.evictions, t.stale = s.Evictions, stale
 	return nil
 }

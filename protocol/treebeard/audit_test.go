@@ -131,6 +131,7 @@ type auditRun struct {
 	// recovery is what durabletest.CheckRecoveryView and the Witness found wrong in
 	// storage's view of a recovery, if the run had one.
 	recovery error
+	crashes  int // recoveries in the run
 }
 
 // runAudit opens a seeded, traced store over a tapped memory backend,
@@ -247,6 +248,7 @@ func runAuditCrashing(t *testing.T, opts treebeard.Options, seed byte, keys []ui
 	s = nil
 	run.records, run.events = log.Records(), tr.get()
 	if crashAt > 0 {
+		run.crashes = 1
 		run.recovery = durabletest.CheckRecoveryView(recovery)
 		if n := w.Novel(); n != 0 {
 			run.recovery = errors.Join(run.recovery, fmt.Errorf("%d Writes storage had not seen before the crash", n))
@@ -287,14 +289,17 @@ func runAuditCrashing(t *testing.T, opts treebeard.Options, seed byte, keys []ui
 type treeOp struct {
 	reads []observe.Record
 	write observe.Record
+	meta  []uint64 // parsed: the buckets of a metadata Read
 }
 
 // opKind is what an operation is, told from its shape alone: a
-// multi-path read is a metadata Read, a Read of up to Z slots per bucket
-// (one per path crossing it), an
-// optional Read for early reshuffles and a Write of the metadata (plus
-// the reshuffled buckets' slots); an eviction is a metadata Read, a Read
-// of Z slots per bucket and a Write of every slot of every bucket.
+// multi-path read is a Read of up to Z slots per bucket (one per path
+// crossing it), an optional Read for early reshuffles and a Write of the
+// metadata (plus the reshuffled buckets' slots); an eviction is a Read of
+// Z slots per bucket and a Write of every slot of every bucket. Either
+// may start with a Read of the metadata the tree has no copy of (none
+// after a load, which writes them all; after a recovery, each bucket's
+// the first time an operation's union holds it).
 type opKind int
 
 const (
@@ -313,7 +318,8 @@ type slotAddr struct {
 type opView struct {
 	seq        uint64 // Tap sequence number of its first call
 	kind       opKind
-	meta       []uint64          // buckets whose metadata the first Read fetched, in order
+	meta       []uint64          // buckets whose metadata a first Read fetched, in order (often none)
+	union      []uint64          // the buckets of its first slot Read, sorted: the union of its paths
 	slotReads  [][]slotAddr      // the slot Reads after it: one, or two (reshuffle)
 	wroteMeta  []uint64          // buckets whose metadata the Write holds, in order
 	wroteSlots map[uint64]uint64 // bucket -> mask of the slots the Write holds
@@ -382,22 +388,27 @@ func parseTree(records []observe.Record, l ringoram.Layout) ([]opView, error) {
 }
 
 func parseOp(op treeOp, l ringoram.Layout) (opView, error) {
-	if len(op.reads) < 2 || len(op.reads) > 3 {
-		seq := op.write.Seq
-		if len(op.reads) > 0 {
-			seq = op.reads[0].Seq
+	reads := op.reads
+	if len(reads) > 0 {
+		if _, ok := l.ParseMeta(reads[0].Addrs[0]); ok { // the metadata the tree has no copy of
+			for _, a := range reads[0].Addrs {
+				b, ok := l.ParseMeta(a)
+				if !ok {
+					return opView{}, fmt.Errorf("call %d: a metadata Read holds %q", reads[0].Seq, a)
+				}
+				op.meta = append(op.meta, b)
+			}
+			reads = reads[1:]
 		}
-		return opView{}, fmt.Errorf("call %d: an operation of %d Reads and a Write", seq, len(op.reads))
 	}
-	v := opView{seq: op.reads[0].Seq, wroteSlots: map[uint64]uint64{}}
-	for _, a := range op.reads[0].Addrs {
-		b, ok := l.ParseMeta(a)
-		if !ok {
-			return v, fmt.Errorf("call %d: first Read of an operation holds %q, not metadata", op.reads[0].Seq, a)
-		}
-		v.meta = append(v.meta, b)
+	if len(reads) < 1 || len(reads) > 2 {
+		return opView{}, fmt.Errorf("call %d: an operation of %d slot Reads and a Write", op.write.Seq, len(reads))
 	}
-	for _, r := range op.reads[1:] {
+	v := opView{seq: op.write.Seq, meta: op.meta, wroteSlots: map[uint64]uint64{}}
+	if len(op.reads) > 0 {
+		v.seq = op.reads[0].Seq
+	}
+	for _, r := range reads {
 		var reads []slotAddr
 		for _, a := range r.Addrs {
 			b, s, ok := l.ParseSlot(a)
@@ -423,6 +434,11 @@ func parseOp(op treeOp, l ringoram.Layout) (opView, error) {
 	if len(v.slotReads) == 1 && len(v.wroteSlots) > 0 {
 		v.kind = opEviction
 	}
+	for _, r := range v.slotReads[0] {
+		v.union = append(v.union, r.bucket)
+	}
+	slices.Sort(v.union)
+	v.union = slices.Compact(v.union)
 	return v, nil
 }
 
@@ -562,11 +578,12 @@ func checkSchedule(perTree [][]treebeard.TraceEvent, a, k int) error {
 // bucket of the union and every slot of the reshuffled buckets, nothing
 // else. An eviction of leaves P reads the metadata of Union(P), Z slots
 // of each of its buckets, and writes every slot and the metadata of each.
-func checkView(geo tree.Geometry, z, s int, ops []opView, evs []treebeard.TraceEvent) error {
+func checkView(geo tree.Geometry, z, s int, ops []opView, evs []treebeard.TraceEvent, metaReads int) error {
 	if len(ops) != len(evs) {
 		return fmt.Errorf("%d operations on storage, %d in the trace", len(ops), len(evs))
 	}
 	all := uint64(1)<<(z+s) - 1
+	readMeta := map[uint64]int{} // per bucket: metadata Reads so far
 	for i, op := range ops {
 		e := evs[i]
 		want := opPathRead
@@ -577,7 +594,7 @@ func checkView(geo tree.Geometry, z, s int, ops []opView, evs []treebeard.TraceE
 			return fmt.Errorf("call %d: storage saw a %v, the trace a %v", op.seq, op.kind, want)
 		}
 		union := geo.Union(e.Leaves, nil)
-		if err := sameBuckets("metadata Read", op.meta, union); err != nil {
+		if err := metaFrom(op.meta, union, readMeta, metaReads); err != nil {
 			return fmt.Errorf("call %d (%v of %d paths): %w", op.seq, op.kind, len(e.Leaves), err)
 		}
 		perBucket := crossing(geo, e.Leaves, z) // a path read: one slot per path, at most Z
@@ -614,6 +631,21 @@ func checkView(geo tree.Geometry, z, s int, ops []opView, evs []treebeard.TraceE
 			if op.wroteSlots[b] != all {
 				return fmt.Errorf("call %d (%v): Write holds slots %b of bucket %d, want all %d", op.seq, op.kind, op.wroteSlots[b], b, z+s)
 			}
+		}
+	}
+	return nil
+}
+
+// metaFrom checks a metadata Read: buckets of the union only, each once,
+// and no bucket's metadata read more than most times in the run (once, or
+// once more after each recovery: a tree reads only what it has no copy of).
+func metaFrom(meta, union []uint64, reads map[uint64]int, most int) error {
+	for i, b := range meta {
+		if _, ok := slices.BinarySearch(union, b); !ok || i > 0 && meta[i-1] >= b {
+			return fmt.Errorf("metadata Read of bucket %d, outside the union or out of order", b)
+		}
+		if reads[b]++; reads[b] > most {
+			return fmt.Errorf("metadata of bucket %d read %d times, at most %d", b, reads[b], most)
 		}
 	}
 	return nil
@@ -720,7 +752,7 @@ func checkEvictionOrder(geo tree.Geometry, k int, ops []opView, ks []int) error 
 			leaves[j] = geo.ReverseLexLeaf(c + uint64(j))
 		}
 		want := geo.Union(leaves, nil)
-		if err := sameBuckets("eviction metadata Read", op.meta, want); err != nil {
+		if err := sameBuckets("eviction slot Read", op.union, want); err != nil {
 			return fmt.Errorf("call %d: eviction %d (paths %d..%d in reverse-lexicographic order): %w", op.seq, i, c, c+uint64(n)-1, err)
 		}
 		written := make([]uint64, 0, len(op.wroteSlots))
@@ -732,7 +764,7 @@ func checkEvictionOrder(geo tree.Geometry, k int, ops []opView, ks []int) error 
 		}
 		if uint64(n) < geo.Leaves() {
 			leafBuckets := 0
-			for _, b := range op.meta {
+			for _, b := range op.union {
 				if geo.Level(b) == geo.L {
 					leafBuckets++
 				}
@@ -802,8 +834,8 @@ func checkReshuffles(z, s int, ops []opView) error {
 }
 
 // leafCells returns, from storage's view, how often each (tree, leaf bin)
-// cell was read: every multi-path read's metadata Read fetches the leaf
-// bucket of each distinct path it reads, which names the path's leaf.
+// cell was read: every multi-path read's slot Read takes a slot of the
+// leaf bucket of each distinct path it reads, which names the path's leaf.
 // Cell t*bins + leaf*bins/leaves.
 func leafCells(geo tree.Geometry, perTree [][]opView, bins int) []int {
 	cells := make([]int, len(perTree)*bins)
@@ -812,7 +844,7 @@ func leafCells(geo tree.Geometry, perTree [][]opView, bins int) []int {
 			if op.kind != opPathRead {
 				continue
 			}
-			for _, b := range op.meta {
+			for _, b := range op.union {
 				if leaf, ok := geo.LeafOf(b); ok {
 					cells[t*bins+int(leaf*uint64(bins)/geo.Leaves())]++
 				}
@@ -866,7 +898,7 @@ func checkRun(run auditRun) (audited, error) {
 		errs = append(errs, fmt.Errorf("audit (b): %w", err))
 	}
 	for t := range o.Trees {
-		if err := checkView(run.geo, o.Z, o.S, ops[t], evs[t]); err != nil {
+		if err := checkView(run.geo, o.Z, o.S, ops[t], evs[t], 1+run.crashes); err != nil {
 			errs = append(errs, fmt.Errorf("audit (b), tree %d: %w", t, err))
 		}
 		if err := checkEvictionOrder(run.geo, o.K, ops[t], evictionSizes(evs[t])); err != nil {
@@ -897,7 +929,7 @@ func countOps(perTree [][]opView) (reads, evictions, reshuffles int) {
 
 // distinctLeaves returns, from storage's view, the histogram of the number
 // of distinct paths each multi-path read reads: the leaf buckets its
-// metadata Read fetches.
+// slot Read takes slots of.
 func distinctLeaves(geo tree.Geometry, perTree [][]opView) audit.Histogram {
 	var h audit.Histogram
 	for _, ops := range perTree {
@@ -906,7 +938,7 @@ func distinctLeaves(geo tree.Geometry, perTree [][]opView) audit.Histogram {
 				continue
 			}
 			n := 0
-			for _, b := range op.meta {
+			for _, b := range op.union {
 				if _, ok := geo.LeafOf(b); ok {
 					n++
 				}
@@ -1276,9 +1308,9 @@ func TestAuditCatchesViolations(t *testing.T) {
 		w := run.records[g[len(g)-1]]
 		_, _, slots := l.ParseSlot(w.Addrs[0])
 		switch {
-		case len(g) == 3 && slots:
+		case len(g) == 2 && slots:
 			evictions = append(evictions, g)
-		case len(g) == 3:
+		case len(g) == 2:
 			plain = append(plain, g)
 		default:
 			reshuffling = append(reshuffling, g)
@@ -1335,17 +1367,17 @@ func TestAuditCatchesViolations(t *testing.T) {
 	})
 	t.Run("b/two slots of one bucket", func(t *testing.T) {
 		records := cloneRecords(run.records)
-		r := &records[plain[0][1]]
+		r := &records[plain[0][0]]
 		b, s, _ := l.ParseSlot(r.Addrs[0])
 		r.Addrs = append(r.Addrs, l.SlotAddr(b, (s+1)%(o.Z+o.S)))
 		r.Sizes = append(r.Sizes, r.Sizes[0])
-		expect(t, checkView(geo, o.Z, o.S, tree0(records), evs[0]))
+		expect(t, checkView(geo, o.Z, o.S, tree0(records), evs[0], 1))
 	})
 	t.Run("b/a bucket of the union not read", func(t *testing.T) {
 		records := cloneRecords(run.records)
 		r := &records[plain[0][0]]
 		r.Addrs, r.Sizes = r.Addrs[:len(r.Addrs)-1], r.Sizes[:len(r.Sizes)-1]
-		expect(t, checkView(geo, o.Z, o.S, tree0(records), evs[0]))
+		expect(t, checkView(geo, o.Z, o.S, tree0(records), evs[0], 1))
 	})
 	t.Run("d/evictions out of order", func(t *testing.T) {
 		records := cloneRecords(run.records)
@@ -1383,10 +1415,21 @@ func TestAuditCatchesViolations(t *testing.T) {
 		w.Addrs, w.Sizes = addrs, sizes
 		expect(t, checkReshuffles(o.Z, o.S, tree0(records)))
 	})
+	t.Run("b/metadata read twice", func(t *testing.T) {
+		records := cloneRecords(run.records)
+		meta := observe.Record{Op: observe.OpRead, Addrs: []string{l.MetaAddr(0)}, Sizes: []int{1}}
+		at := []int{plain[0][0], evictions[0][0]} // the root is in every union
+		slices.Sort(at)
+		for _, i := range slices.Backward(at) {
+			meta.Seq = records[i].Seq
+			records = slices.Insert(records, i, meta)
+		}
+		expect(t, checkView(geo, o.Z, o.S, tree0(records), evs[0], 1))
+	})
 	t.Run("e/a reshuffle too early", func(t *testing.T) {
 		records := cloneRecords(run.records)
-		root, _ := l.ParseMeta(records[plain[0][0]].Addrs[0])
-		w := &records[plain[0][2]]
+		root, _, _ := l.ParseSlot(records[plain[0][0]].Addrs[0])
+		w := &records[plain[0][1]]
 		for s := range o.Z + o.S {
 			w.Addrs, w.Sizes = append(w.Addrs, l.SlotAddr(root, s)), append(w.Sizes, 0)
 		}
