@@ -269,27 +269,34 @@ func (a *auditor) init(recs []observe.Record) error {
 	return nil
 }
 
-// readPaths checks a ReadPaths of leaves.
+// readPaths checks a ReadPaths of leaves: its metadata Read, if any, ONE
+// Read of min(c, Z) slots of each bucket of the union followed by Z slots
+// of each bucket due for an early reshuffle, and the Write.
 func (a *auditor) readPaths(recs []observe.Record, leaves []uint64) error {
 	union := a.g.Union(leaves, nil)
 	recs, err := a.metaRead(recs, union)
 	if err != nil {
 		return err
 	}
-	if len(recs) != 2 && len(recs) != 3 {
-		return fmt.Errorf("ReadPaths made %d calls after its metadata Read; want 2, or 3 with a reshuffle", len(recs))
+	if len(recs) != 2 {
+		return fmt.Errorf("ReadPaths made %d calls after its metadata Read; want a slot Read and a Write", len(recs))
 	}
 	per := make([]int, len(union)) // min(paths crossing the bucket, Z)
+	n := 0
 	for _, leaf := range leaves {
 		for lvl := 0; lvl <= a.g.L; lvl++ {
 			i := index(union, a.g.BucketAt(leaf, lvl))
-			per[i] = min(per[i]+1, a.p.Z)
+			if per[i] < a.p.Z {
+				per[i]++
+				n++
+			}
 		}
 	}
-	if err := a.slotRead(recs[0], union, per); err != nil {
+	path, shuffle := splitRecord(recs[0], n)
+	if err := a.slotRead(path, union, per); err != nil {
 		return err
 	}
-	for _, addr := range recs[0].Addrs {
+	for _, addr := range path.Addrs {
 		_, s, _ := a.l.ParseSlot(addr)
 		a.offsets[s]++
 	}
@@ -303,15 +310,21 @@ func (a *auditor) readPaths(recs []observe.Record, leaves []uint64) error {
 			due = append(due, b)
 		}
 	}
-	if (len(due) > 0) != (len(recs) == 3) {
-		return fmt.Errorf("%d buckets have fewer than Z dummies left, and %d calls", len(due), len(recs))
+	if err := a.slotRead(shuffle, due, a.each(len(due))); err != nil {
+		return fmt.Errorf("%d buckets due for a reshuffle: %w", len(due), err)
 	}
-	if len(due) > 0 {
-		if err := a.slotRead(recs[1], due, a.each(len(due))); err != nil {
-			return fmt.Errorf("reshuffle read: %w", err)
-		}
+	return a.rewrite(recs[1], union, due)
+}
+
+// splitRecord splits a Read after its first n addresses.
+func splitRecord(r observe.Record, n int) (observe.Record, observe.Record) {
+	head, tail := r, r
+	n = min(n, len(r.Addrs))
+	head.Addrs, tail.Addrs = r.Addrs[:n], r.Addrs[n:]
+	if len(r.Sizes) == len(r.Addrs) {
+		head.Sizes, tail.Sizes = r.Sizes[:n], r.Sizes[n:]
 	}
-	return a.rewrite(recs[len(recs)-1], union, due)
+	return head, tail
 }
 
 // evict checks an Evict of leaves.

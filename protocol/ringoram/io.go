@@ -151,6 +151,18 @@ func (t *Tree) newMetas(n int) []meta {
 	return metas
 }
 
+// copyMetas returns a copy of metas that shares no entries with them.
+func (t *Tree) copyMetas(metas []meta) []meta {
+	out := t.newMetas(len(metas))
+	for i, m := range metas {
+		entries := out[i].Entries
+		copy(entries, m.Entries)
+		out[i] = m
+		out[i].Entries = entries
+	}
+	return out
+}
+
 // metaScratch is one goroutine's buffers for sealing and opening
 // metadata records one after the other: the associated data (the record's
 // address) and the plaintext.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/bits"
+	"slices"
 
 	"github.com/oblivkv/oblivkv/protocol/tree"
 )
@@ -40,10 +41,12 @@ type ReadResult struct {
 //     blocks. How many slots a bucket gives depends only on the leaves.
 //     The slots are invalidated and the bucket's count grows; a wanted
 //     block leaves the bucket and goes to its request.
-//  3. Only if some bucket now has fewer than Z valid dummies left (after
-//     S reads, with Z = 1): ONE Read of exactly Z slots of each such
-//     bucket, for its early reshuffle (Sec. 2).
-//  4. ONE atomic Write of the new metadata of every bucket of U and, for
+//     In the same Read, after those: exactly Z slots of each bucket that
+//     then has fewer than Z valid dummies left (after S reads, with
+//     Z = 1), for its early reshuffle (Sec. 2). Which buckets those are
+//     follows from the counts before any I/O, so the reshuffle costs no
+//     round trip of its own, where the paper reads it separately.
+//  3. ONE atomic Write of the new metadata of every bucket of U and, for
 //     reshuffled buckets, all their slots in a fresh permutation.
 //
 // Results are in request order. Found is false when the wanted block is
@@ -76,26 +79,30 @@ func (t *Tree) ReadPaths(ctx context.Context, reqs []PathRead) ([]ReadResult, er
 		return nil, err
 	}
 	reads, owner := t.pathSlots(reqs, union, metas)
-	blocks, err := t.readSlots(ctx, union, metas, reads)
+	read := t.copyMetas(metas) // what the slots are checked against
+	for _, r := range reads {
+		metas[r.i].consume(r.slot)
+	}
+	due := t.due(metas)
+	shuffleReads := t.realSlotsOf(union, metas, due)
+	blocks, err := t.readSlots(ctx, union, read, slices.Concat(reads, shuffleReads))
 	if err != nil {
 		return nil, err
 	}
 	results := make([]ReadResult, len(reqs))
 	var taken []tree.Block
-	for j, r := range reads {
-		metas[r.i].consume(r.slot)
+	for j := range reads {
 		if owner[j] >= 0 {
 			results[owner[j]] = ReadResult{Block: blocks[j], Found: true}
 			taken = append(taken, blocks[j])
 		}
 	}
-	ws, reshuffled, err := t.reshuffle(ctx, union, metas)
-	if err != nil {
-		return nil, err
-	}
+	kept := t.keptBlocks(union, metas, due, shuffleReads, blocks[len(reads):])
+	ws := t.reshuffle(union, metas, due, kept)
 	if err := t.writeChange(ctx, ws, Change{Taken: taken}); err != nil {
 		return nil, err
 	}
+	reshuffled := len(due)
 	t.stats.PathReads += uint64(len(reqs))
 	t.stats.MultiReads++
 	t.stats.BucketsRead += uint64(len(union))
@@ -175,34 +182,34 @@ func (t *Tree) locate(union []uint64, metas []meta, leaf uint64, id tree.BlockID
 	return -1, 0
 }
 
-// reshuffle plans the writes of a path read: new metadata for every
-// bucket of union, and an early reshuffle (Ring ORAM, Sec. 2) of every
-// bucket with fewer than Z valid dummies left (read more than S-Z times
-// since its last shuffle; S times with Z = 1), so the next read can take
-// Z from it, whose live real blocks are
-// read in ONE backend Read of exactly Z slots each and laid out afresh. It
-// returns the writes and the number of buckets reshuffled.
-func (t *Tree) reshuffle(ctx context.Context, union []uint64, metas []meta) ([]bucketWrite, int, error) {
-	t.nextVersions(union, metas)
-	ws := make([]bucketWrite, len(union))
+// due returns the buckets (indices into the union) an early reshuffle
+// (Ring ORAM, Sec. 2) rewrites once a path read has consumed its slots:
+// those with fewer than Z valid dummies left (read more than S-Z times
+// since their last shuffle; S times with Z = 1), so the next read can take
+// Z from each.
+func (t *Tree) due(metas []meta) []int {
 	var due []int
-	for i, b := range union {
-		ws[i] = bucketWrite{bucket: b, meta: &metas[i]}
+	for i := range metas {
 		if metas[i].Count > t.p.S-t.p.Z {
 			due = append(due, i)
 		}
 	}
-	if len(due) == 0 {
-		return ws, 0, nil
-	}
-	kept, err := t.readReal(ctx, union, metas, due)
-	if err != nil {
-		return nil, 0, err
+	return due
+}
+
+// reshuffle plans the writes of a path read: new metadata for every
+// bucket of union, and the buckets due laid out afresh with the live real
+// blocks kept[j] read from due[j].
+func (t *Tree) reshuffle(union []uint64, metas []meta, due []int, kept [][]Block) []bucketWrite {
+	t.nextVersions(union, metas)
+	ws := make([]bucketWrite, len(union))
+	for i, b := range union {
+		ws[i] = bucketWrite{bucket: b, meta: &metas[i]}
 	}
 	n := t.p.slots()
 	slots := make([]*tree.Block, len(due)*n)
 	for j, i := range due {
 		ws[i] = t.rewrite(union[i], &metas[i], kept[j], slots[j*n:(j+1)*n])
 	}
-	return ws, len(due), nil
+	return ws
 }

@@ -126,9 +126,10 @@ func TestReadPathsMisses(t *testing.T) {
 	}
 }
 
-// Every ReadPaths is 2 reads and 1 write (3 reads with a reshuffle): the
-// auditor of every fixture checks the shapes; here many random batches
-// run against it, with overlapping paths.
+// Every ReadPaths of a tree with a copy of its metadata is one slot Read
+// (with the slots of an early reshuffle after the path's) and one Write:
+// the auditor of every fixture checks the shapes; here many random
+// batches run against it, with overlapping paths.
 func TestReadPathsShape(t *testing.T) {
 	f := newFixture(t, 6, defaults, 4)
 	blocks := f.load(60)
@@ -148,8 +149,13 @@ func TestReadPathsShape(t *testing.T) {
 	// Overlapping paths read their shared buckets once.
 	before := len(f.log.Records())
 	f.read(PathRead{Leaf: 0}, PathRead{Leaf: 1}, PathRead{Leaf: 1})
-	if n := len(f.log.Records()[before].Addrs); n != 6+2 {
-		t.Fatalf("reads of leaves 0, 1, 1 fetched %d metadata records; want 8 (levels 0-5 shared)", n)
+	buckets := map[uint64]bool{}
+	for _, a := range f.log.Records()[before].Addrs {
+		b, _, _ := f.cfg.Layout.ParseSlot(a)
+		buckets[b] = true
+	}
+	if n := len(buckets); n != 6+2 {
+		t.Fatalf("reads of leaves 0, 1, 1 read slots of %d buckets; want 8 (levels 0-5 shared)", n)
 	}
 	if s := f.tr.Stats(); s.Reshuffles == 0 {
 		t.Fatal("200 batches caused no reshuffle")
@@ -192,8 +198,11 @@ func TestEarlyReshuffle(t *testing.T) {
 	before := len(f.log.Records())
 	f.read(PathRead{Leaf: 7}) // the root's S-th read since the last reshuffle
 	recs := f.log.Records()[before:]
-	if b, _, _ := f.cfg.Layout.ParseSlot(recs[1].Addrs[0]); len(recs) != 3 || len(recs[1].Addrs) != 1 || b != 0 {
-		t.Fatalf("reshuffle read of %d slots (%d calls); want the root's one (Z=1)", len(recs[1].Addrs), len(recs))
+	if len(recs) != 2 || len(recs[0].Addrs) != 4+1 {
+		t.Fatalf("%d calls, the first of %d slots; want a Read of the path's 4 and the root's one to reshuffle (Z=1), and a Write", len(recs), len(recs[0].Addrs))
+	}
+	if b, _, _ := f.cfg.Layout.ParseSlot(recs[0].Addrs[4]); b != 0 {
+		t.Fatalf("the reshuffle's slot is of bucket %d, want the root's", b)
 	}
 }
 

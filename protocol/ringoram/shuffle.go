@@ -33,18 +33,32 @@ func (t *Tree) realSlots(dst []slotRead, bucket uint64, m *meta, i int32) []slot
 }
 
 // readReal reads the buckets union[i] for i in idx as Ring ORAM's
-// ReadBucket does: ONE backend Read of exactly Z slots of each (realSlots).
-// It returns the live real blocks of each bucket with their leaves, each
-// with room for Z.
+// ReadBucket does: ONE backend Read of exactly Z slots of each
+// (realSlotsOf). It returns the live real blocks of each bucket with their
+// leaves, each with room for Z.
 func (t *Tree) readReal(ctx context.Context, union []uint64, metas []meta, idx []int) ([][]Block, error) {
-	reads := make([]slotRead, 0, len(idx)*t.p.Z)
-	for _, i := range idx {
-		reads = t.realSlots(reads, union[i], &metas[i], int32(i))
-	}
+	reads := t.realSlotsOf(union, metas, idx)
 	blocks, err := t.readSlots(ctx, union, metas, reads)
 	if err != nil {
 		return nil, err
 	}
+	return t.keptBlocks(union, metas, idx, reads, blocks), nil
+}
+
+// realSlotsOf returns the Z slots of each bucket union[i], i in idx, that
+// ReadBucket reads (realSlots).
+func (t *Tree) realSlotsOf(union []uint64, metas []meta, idx []int) []slotRead {
+	reads := make([]slotRead, 0, len(idx)*t.p.Z)
+	for _, i := range idx {
+		reads = t.realSlots(reads, union[i], &metas[i], int32(i))
+	}
+	return reads
+}
+
+// keptBlocks returns, for each bucket union[i], i in idx, the live real
+// blocks among blocks, read from reads (Z per bucket, realSlotsOf), with
+// their leaves, each with room for Z.
+func (t *Tree) keptBlocks(union []uint64, metas []meta, idx []int, reads []slotRead, blocks []tree.Block) [][]Block {
 	out, z := make([][]Block, len(idx)), t.p.Z
 	all := make([]Block, len(idx)*z)
 	for j, i := range idx {
@@ -56,7 +70,7 @@ func (t *Tree) readReal(ctx context.Context, union []uint64, metas []meta, idx [
 		}
 		out[j] = kept
 	}
-	return out, nil
+	return out
 }
 
 // rewrite returns the full rewrite of bucket (Ring ORAM's permuted

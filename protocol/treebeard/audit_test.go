@@ -294,9 +294,10 @@ type treeOp struct {
 
 // opKind is what an operation is, told from its shape alone: a
 // multi-path read is a Read of up to Z slots per bucket (one per path
-// crossing it), an optional Read for early reshuffles and a Write of the
-// metadata (plus the reshuffled buckets' slots); an eviction is a Read of
-// Z slots per bucket and a Write of every slot of every bucket. Either
+// crossing it), followed in the same Read by Z slots of each bucket an
+// early reshuffle rewrites, and a Write of the metadata (plus the
+// reshuffled buckets' slots); an eviction is a Read of Z slots per bucket
+// and a Write of every slot of every bucket. Either
 // may start with a Read of the metadata the tree has no copy of (none
 // after a load, which writes them all; after a recovery, each bucket's
 // the first time an operation's union holds it).
@@ -362,7 +363,7 @@ func splitTrees(records []observe.Record, trees int) ([][]observe.Record, error)
 
 // parseTree groups a tree's calls into operations (Reads, then the Write
 // that ends them) and parses each.
-func parseTree(records []observe.Record, l ringoram.Layout) ([]opView, error) {
+func parseTree(records []observe.Record, l ringoram.Layout, z int) ([]opView, error) {
 	var ops []opView
 	var op treeOp
 	for _, r := range records {
@@ -371,7 +372,7 @@ func parseTree(records []observe.Record, l ringoram.Layout) ([]opView, error) {
 			op.reads = append(op.reads, r)
 		case observe.OpWrite:
 			op.write = r
-			v, err := parseOp(op, l)
+			v, err := parseOp(op, l, z)
 			if err != nil {
 				return nil, err
 			}
@@ -387,7 +388,27 @@ func parseTree(records []observe.Record, l ringoram.Layout) ([]opView, error) {
 	return ops, nil
 }
 
-func parseOp(op treeOp, l ringoram.Layout) (opView, error) {
+// splitShuffle splits an operation's slot Read into the path read's slots
+// and, after them, the Z slots of each bucket an early reshuffle rewrites
+// (a bucket with more than Z slots in the Read: one path crossing it takes
+// at least one). An eviction's Read, Z slots of each bucket, has no second
+// part.
+func splitShuffle(read []slotAddr, z int) (path, shuffle []slotAddr) {
+	per := map[uint64]int{}
+	for _, r := range read {
+		per[r.bucket]++
+	}
+	n := 0
+	for _, c := range per {
+		if c > z {
+			c -= z
+		}
+		n += c
+	}
+	return read[:n], read[n:]
+}
+
+func parseOp(op treeOp, l ringoram.Layout, z int) (opView, error) {
 	reads := op.reads
 	if len(reads) > 0 {
 		if _, ok := l.ParseMeta(reads[0].Addrs[0]); ok { // the metadata the tree has no copy of
@@ -401,23 +422,25 @@ func parseOp(op treeOp, l ringoram.Layout) (opView, error) {
 			reads = reads[1:]
 		}
 	}
-	if len(reads) < 1 || len(reads) > 2 {
+	if len(reads) != 1 {
 		return opView{}, fmt.Errorf("call %d: an operation of %d slot Reads and a Write", op.write.Seq, len(reads))
 	}
 	v := opView{seq: op.write.Seq, meta: op.meta, wroteSlots: map[uint64]uint64{}}
 	if len(op.reads) > 0 {
 		v.seq = op.reads[0].Seq
 	}
-	for _, r := range reads {
-		var reads []slotAddr
-		for _, a := range r.Addrs {
-			b, s, ok := l.ParseSlot(a)
-			if !ok {
-				return v, fmt.Errorf("call %d: Read holds %q, not a slot", r.Seq, a)
-			}
-			reads = append(reads, slotAddr{b, s})
+	var read []slotAddr
+	for _, a := range reads[0].Addrs {
+		b, s, ok := l.ParseSlot(a)
+		if !ok {
+			return v, fmt.Errorf("call %d: Read holds %q, not a slot", reads[0].Seq, a)
 		}
-		v.slotReads = append(v.slotReads, reads)
+		read = append(read, slotAddr{b, s})
+	}
+	path, shuffle := splitShuffle(read, z)
+	v.slotReads = append(v.slotReads, path)
+	if len(shuffle) > 0 {
+		v.slotReads = append(v.slotReads, shuffle)
 	}
 	for _, a := range op.write.Addrs {
 		if b, ok := l.ParseMeta(a); ok {
@@ -432,7 +455,7 @@ func parseOp(op treeOp, l ringoram.Layout) (opView, error) {
 		}
 	}
 	if len(v.slotReads) == 1 && len(v.wroteSlots) > 0 {
-		v.kind = opEviction
+		v.kind = opEviction // slots written, and no bucket read more than Z times
 	}
 	for _, r := range v.slotReads[0] {
 		v.union = append(v.union, r.bucket)
@@ -443,14 +466,14 @@ func parseOp(op treeOp, l ringoram.Layout) (opView, error) {
 }
 
 // views returns every tree's parsed operations.
-func views(records []observe.Record, trees int) ([][]opView, error) {
+func views(records []observe.Record, trees, z int) ([][]opView, error) {
 	per, err := splitTrees(records, trees)
 	if err != nil {
 		return nil, err
 	}
 	out := make([][]opView, trees)
 	for t, recs := range per {
-		if out[t], err = parseTree(recs, ringoram.Layout{Prefix: treebeard.TreePrefix(t)}); err != nil {
+		if out[t], err = parseTree(recs, ringoram.Layout{Prefix: treebeard.TreePrefix(t)}, z); err != nil {
 			return nil, fmt.Errorf("tree %d: %w", t, err)
 		}
 	}
@@ -878,7 +901,7 @@ type audited struct {
 func checkRun(run auditRun) (audited, error) {
 	o := run.opts
 	a := audited{auditRun: run}
-	ops, err := views(run.records, o.Trees)
+	ops, err := views(run.records, o.Trees, o.Z)
 	if err != nil {
 		return a, fmt.Errorf("audit (b): %w", err)
 	}
@@ -1304,13 +1327,11 @@ func TestAuditCatchesViolations(t *testing.T) {
 	l := ringoram.Layout{Prefix: treebeard.TreePrefix(0)}
 	groups := opGroups(run.records, 0)
 	var evictions, plain, reshuffling [][]int // tree 0's operations by shape
-	for _, g := range groups {
-		w := run.records[g[len(g)-1]]
-		_, _, slots := l.ParseSlot(w.Addrs[0])
-		switch {
-		case len(g) == 2 && slots:
+	for i, g := range groups {
+		switch op := clean.ops[0][i]; {
+		case op.kind == opEviction:
 			evictions = append(evictions, g)
-		case len(g) == 2:
+		case len(op.slotReads) == 1:
 			plain = append(plain, g)
 		default:
 			reshuffling = append(reshuffling, g)
@@ -1320,7 +1341,7 @@ func TestAuditCatchesViolations(t *testing.T) {
 		t.Fatalf("tree 0: %d evictions, %d plain reads, %d reads with reshuffles: too few to doctor", len(evictions), len(plain), len(reshuffling))
 	}
 	tree0 := func(records []observe.Record) []opView {
-		ops, err := views(records, o.Trees)
+		ops, err := views(records, o.Trees, o.Z)
 		if err != nil {
 			t.Fatalf("doctored log does not parse: %v", err)
 		}
