@@ -325,7 +325,10 @@ func (h *holding) WriteVersioned(ctx context.Context, items []backend.VersionedI
 
 // A checkpoint waits for the write-backs in flight, which under load
 // take seconds; no request waits for it. With every write-back held and
-// a checkpoint due after every record, requests are still answered.
+// a checkpoint due after every record, requests are still answered: Puts
+// go on until a write-back is held (write-backs start in the background,
+// so on a loaded machine the first Puts may all finish before one does),
+// then five more must finish while it is.
 func TestRequestsDoNotWaitForCheckpoints(t *testing.T) {
 	h, keys, dir := &holding{Backend: mem.New()}, kvtest.NewKeys(t), t.TempDir()
 	s, j := crashable(t, h, keys, dir, true, taostore.Options{K: 1})
@@ -333,10 +336,18 @@ func TestRequestsDoNotWaitForCheckpoints(t *testing.T) {
 	h.mu.Lock()
 	done := make(chan error, 1)
 	go func() {
-		for i := range 5 {
-			if err := s.Put(t.Context(), fmt.Sprint("k", i), []byte("v")); err != nil {
+		after := -1 // Puts finished since a write-back was seen held
+		for i := 0; after < 5; i++ {
+			if i == 10000 {
+				done <- errors.New("no write-back was held after 10000 Puts: the test exercised nothing")
+				return
+			}
+			if err := s.Put(t.Context(), fmt.Sprint("k", i%50), []byte("v")); err != nil {
 				done <- err
 				return
+			}
+			if after >= 0 || h.waiting.Load() > 0 {
+				after++
 			}
 		}
 		done <- nil
@@ -345,14 +356,14 @@ func TestRequestsDoNotWaitForCheckpoints(t *testing.T) {
 	case err := <-done:
 		if err != nil {
 			h.mu.Unlock()
-			t.Fatalf("a Put with the write-backs held and a checkpoint due: %v", err)
+			t.Fatalf("Puts with the write-backs held and a checkpoint due: %v", err)
 		}
 	case <-time.After(time.Minute): // a deadlock, not a slow machine
 		h.mu.Unlock()
 		t.Fatal("the Puts wait for a checkpoint, which waits for the held write-backs")
 	}
 	if h.waiting.Load() == 0 {
-		t.Error("no write-back was held: the test exercised nothing")
+		t.Error("no write-back was held at the end: the test exercised nothing")
 	}
 	h.mu.Unlock()
 	if err := s.Close(); err != nil {

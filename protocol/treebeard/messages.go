@@ -123,7 +123,8 @@ type EvictionDoneReply struct {
 // AdminOp is what an AdminMsg asks of a layer.
 type AdminOp uint8
 
-// The admin operations. Each is idempotent: a copy does the same again.
+// The admin operations. Each is idempotent: a copy does the same again,
+// after the first (a layer handles its admin messages one at a time).
 const (
 	AdminState   AdminOp = iota // a Stash shard's blocks, or a tree's trusted state
 	AdminInstall                // a Stash shard takes Blocks, in place of its own with Replace

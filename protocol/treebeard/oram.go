@@ -42,12 +42,14 @@ func (o *ORAM) ReadPaths(m ReadPathsMsg) ReadPathsReply {
 
 // Admin runs the store's operations on one of the shard's trees
 // (AdminState, AdminInit, AdminRestore, AdminStats), while the tree is
-// idle for the first three.
+// idle for the first three. Copies of a message run one after the other.
 func (o *ORAM) Admin(m AdminMsg) AdminReply {
 	w, ok := o.workers[m.Tree]
 	if !ok {
 		return AdminReply{Status: Status{Code: CodeUnavailable, Detail: fmt.Sprintf("treebeard: this ORAM shard does not own tree %d", m.Tree)}}
 	}
+	w.admin.Lock()
+	defer w.admin.Unlock()
 	switch m.Op {
 	case AdminState:
 		return AdminReply{State: TreeSnapshot{Tree: w.tree.State(), Reads: w.core.reads}}
@@ -85,7 +87,8 @@ type treeWorker struct {
 	partTimeout time.Duration // how long an epoch waits for its last part
 
 	parts    *answered[ReadPathsReply]
-	released releases // by Stash shard: the eviction messages answered
+	released releases   // by Stash shard: the eviction messages answered
+	admin    sync.Mutex // held by an AdminMsg's handling
 
 	mu      sync.Mutex
 	waiting map[partKey]*readJob   // parts of epochs not all shards sent yet
