@@ -70,6 +70,7 @@ func (t *Tree) writeChange(ctx context.Context, ws []bucketWrite, c Change) erro
 	}
 	if t.writeAhead == nil {
 		if err := t.b.Write(ctx, items); err != nil {
+			t.forgetCopies(ws) // storage may hold the Write or not
 			return err
 		}
 		t.commit(ws)
@@ -87,6 +88,14 @@ func (t *Tree) writeChange(ctx context.Context, ws []bucketWrite, c Change) erro
 		t.pending = items
 	}
 	return nil
+}
+
+// forgetCopies drops the metadata copies of the buckets of a Write that
+// failed: storage may have applied it, and the next read must check.
+func (t *Tree) forgetCopies(ws []bucketWrite) {
+	for _, w := range ws {
+		t.cache.forget(w.bucket)
+	}
 }
 
 // settle issues again a Write that failed after its operation was

@@ -24,6 +24,7 @@ func (t *Tree) Init(ctx context.Context, placed [][]Block) error {
 	for lo := uint64(0); lo < nb; lo += per {
 		ws := t.initWrites(lo, min(nb, lo+per), placed)
 		if err := t.write(ctx, ws); err != nil {
+			t.forgetCopies(ws)
 			return err
 		}
 		t.commit(ws)

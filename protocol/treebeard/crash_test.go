@@ -9,6 +9,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/oblivkv/oblivkv/backend"
 	"github.com/oblivkv/oblivkv/backend/mem"
 	"github.com/oblivkv/oblivkv/internal/journal"
 	"github.com/oblivkv/oblivkv/kv"
@@ -139,9 +140,17 @@ type crashAfterSlotRead struct {
 	mu    sync.Mutex
 	armed *journal.Journal
 	skip  int
+	fail  int // slot Reads of tree 0 to refuse (backend.ErrClosed), unarmed
 }
 
 func (b *crashAfterSlotRead) Read(ctx context.Context, addrs []string) ([][]byte, error) {
+	b.mu.Lock()
+	if _, _, slot := (ringoram.Layout{Prefix: treebeard.TreePrefix(0)}).ParseSlot(addrs[0]); slot && b.fail > 0 {
+		b.fail--
+		b.mu.Unlock()
+		return nil, backend.ErrClosed
+	}
+	b.mu.Unlock()
 	vals, err := b.Backend.Read(ctx, addrs)
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -162,7 +171,8 @@ func (b *crashAfterSlotRead) Read(ctx context.Context, addrs []string) ([][]byte
 // crashed Read chose is read again but by that same Read, and the key
 // reads back. Recovery that ignores the plan (leakRecoveryForgetsPlans)
 // reads the slots of real blocks again beside fresh dummies, which this
-// test rejects.
+// test rejects. A first recovery whose storage refuses the resumed Read
+// fails to open and keeps the plan for the next.
 func TestCrashMidReadResumed(t *testing.T) {
 	for _, c := range []struct {
 		name string
@@ -174,7 +184,7 @@ func TestCrashMidReadResumed(t *testing.T) {
 	} {
 		for name, lk := range map[string]treebeard.Leak{"resumed": 0, "plan ignored (leak)": treebeard.LeakRecoveryForgetsPlans} {
 			t.Run(c.name+"/"+name, func(t *testing.T) {
-				err := crashMidRead(t, treebeard.WithLeak(c.o, lk), c.skip)
+				err := crashMidRead(t, treebeard.WithLeak(c.o, lk), c.skip, lk == 0)
 				if (err != nil) != (lk != 0) {
 					t.Fatalf("recovery view: %v", err)
 				}
@@ -185,12 +195,13 @@ func TestCrashMidReadResumed(t *testing.T) {
 }
 
 // crashMidRead crashes a store between the slot Read after skip others and
-// its operation's record, reopens it, reads the key back, and checks the
-// Tap.
-func crashMidRead(t *testing.T, o treebeard.Options, skip int) error {
+// its operation's record, reopens it (after a first recovery whose resumed
+// Read storage refuses, with refuseFirst), reads the key back, and checks
+// the Tap.
+func crashMidRead(t *testing.T, o treebeard.Options, skip int, refuseFirst bool) error {
 	m, keys, dir, log := mem.New(), kvtest.NewKeys(t), t.TempDir(), &observe.MemoryLog{}
 	b := &crashAfterSlotRead{Backend: m, skip: skip}
-	open := func(fresh bool) (kv.Store, *journal.Journal) {
+	tryOpen := func(fresh bool) (kv.Store, *journal.Journal, error) {
 		t.Helper()
 		j, err := journal.Open(dir, keys, journal.Options{})
 		if err != nil {
@@ -199,6 +210,14 @@ func crashMidRead(t *testing.T, o treebeard.Options, skip int) error {
 		m.Reopen()
 		s, err := treebeard.OpenRaw(t.Context(), kv.Env{Backend: observe.NewTap(b, log), Keys: keys, Capacity: 256,
 			ValueSize: 16, Fresh: fresh, Journal: j, Options: o})
+		if err != nil {
+			j.Crash()
+		}
+		return s, j, err
+	}
+	open := func(fresh bool) (kv.Store, *journal.Journal) {
+		t.Helper()
+		s, j, err := tryOpen(fresh)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -216,7 +235,12 @@ func crashMidRead(t *testing.T, o treebeard.Options, skip int) error {
 	b.armed = j
 	b.mu.Unlock()
 	before := len(log.Records())
-	s.Get(t.Context(), "k") // cut short in its read, or in the eviction after it
+	s.Get(t.Context(), "k")                      // cut short in its read, or in the eviction after it
+	kvtest.WaitFor(t, "the crash", func() bool { // an eviction runs after the Get's reply
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		return b.armed == nil
+	})
 	crashed := slotReads(log.Records()[before:])
 	if len(crashed) != skip+1 {
 		t.Fatalf("%d slot Reads before the crash, want %d", len(crashed), skip+1)
@@ -224,6 +248,14 @@ func crashMidRead(t *testing.T, o treebeard.Options, skip int) error {
 	s.Close()
 	j.Crash()
 	after := len(log.Records())
+	if refuseFirst {
+		b.mu.Lock()
+		b.fail = 1
+		b.mu.Unlock()
+		if _, _, err := tryOpen(false); err == nil {
+			t.Fatal("a recovery whose resumed Read storage refused opened the store")
+		}
+	}
 	s, j = open(false)
 	defer j.Close()
 	defer s.Close()

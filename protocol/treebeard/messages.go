@@ -186,6 +186,7 @@ func (s *LayerStats) add(o LayerStats) {
 	t.PathReads, t.MultiReads, t.BucketsRead = t.PathReads+u.PathReads, t.MultiReads+u.MultiReads, t.BucketsRead+u.BucketsRead
 	t.Reshuffles, t.Evictions, t.EvictedPaths = t.Reshuffles+u.Reshuffles, t.Evictions+u.Evictions, t.EvictedPaths+u.EvictedPaths
 	t.BucketsWritten, t.ReadRetries = t.BucketsWritten+u.BucketsWritten, t.ReadRetries+u.ReadRetries
+	t.MetaReads += u.MetaReads
 	s.ReadErrors, s.EvictionErrors = s.ReadErrors+o.ReadErrors, s.EvictionErrors+o.EvictionErrors
 	s.Copies, s.Held = s.Copies+o.Copies, s.Held+o.Held
 }
@@ -257,6 +258,8 @@ func withStatus[R replier](r R, st Status) R {
 		p.Status = st
 	case *AdminReply:
 		p.Status = st
+	default:
+		panic(fmt.Sprintf("treebeard: withStatus of a %T", r))
 	}
 	return r
 }

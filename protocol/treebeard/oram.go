@@ -252,19 +252,21 @@ func (w *treeWorker) readAhead(_ context.Context, p ringoram.Plan) error {
 // crash cut short after its plan was journaled (Treebeard Sec. 5.3.3:
 // storage may have seen its Reads, so they must not be chosen afresh). A
 // multi-path read runs again and its blocks go to their shards' stashes
-// (stash), as if its requests had been cut short after it; an eviction is
-// the eviction the tree owes, which recovery runs next.
-func (w *treeWorker) resume(ctx context.Context, p ringoram.Plan, stash func([]tree.Block)) {
+// (stash), as if its requests had been cut short after it; an eviction
+// runs again with its own number of paths. It fails if the operation
+// fails: recovery then stops, and the journal keeps the plan for the
+// next attempt.
+func (w *treeWorker) resume(ctx context.Context, p ringoram.Plan, stash func([]tree.Block)) error {
 	w.tree.Resume(p)
 	if p.Evict > 0 {
-		return
+		return w.evict(ctx, p.Evict)
 	}
 	w.opReads = w.core.counted(p.Reads)
 	results, err := w.tree.ReadPaths(ctx, p.Reads)
 	w.opReads = 0
 	w.noteStats(err != nil, false)
 	if err != nil {
-		return
+		return err
 	}
 	var taken []tree.Block
 	for i, r := range p.Reads {
@@ -274,8 +276,9 @@ func (w *treeWorker) resume(ctx context.Context, p ringoram.Plan, stash func([]t
 	}
 	stash(taken)
 	if paths := w.core.served(w.core.counted(p.Reads)); paths > 0 {
-		w.evict(ctx, paths)
+		return w.evict(ctx, paths)
 	}
+	return nil
 }
 
 func (w *treeWorker) stop() {
@@ -341,7 +344,9 @@ func (w *treeWorker) traceRead(jobs []*readJob) {
 
 // evict collects the tree's blocks from every Stash shard, evicts k paths
 // and reports the placements back; stale copies are forgotten by the tree.
-func (w *treeWorker) evict(ctx context.Context, k int) {
+// It returns the eviction's failures (the blocks of a failed eviction stay
+// stashed).
+func (w *treeWorker) evict(ctx context.Context, k int) error {
 	number := w.core.nextEviction()
 	var blocks []ringoram.Block
 	from := make([]int, len(w.stashes)+1) // blocks[from[i]:from[i+1]] came from stash i
@@ -376,7 +381,9 @@ func (w *treeWorker) evict(ctx context.Context, k int) {
 		w.tree.Forget(st.Bucket, st.ID)
 	}
 	w.log.Append(evictDoneDelta(w.id, removed(blocks, placed, stale), stale))
-	w.noteStats(false, errors.Join(errs...) != nil)
+	failed := errors.Join(errs...)
+	w.noteStats(false, failed != nil)
+	return failed
 }
 
 // evictionBlocks asks Stash shard i for the blocks of eviction number,
@@ -384,9 +391,7 @@ func (w *treeWorker) evict(ctx context.Context, k int) {
 func (w *treeWorker) evictionBlocks(i int, number uint64) EvictionBlocksReply {
 	m := EvictionBlocksMsg{ID: w.evictionMsgID(number, 0), Tree: w.id, Release: w.released.take(i)}
 	rep := send(w.net, func() EvictionBlocksReply { return w.stashes[i].EvictionBlocks(m) })
-	if rep.Code == CodeOK {
-		w.released.add(i, m.ID)
-	}
+	w.released.add(i, m.ID) // any reply: the message is not sent again
 	return rep
 }
 
@@ -394,9 +399,7 @@ func (w *treeWorker) evictionBlocks(i int, number uint64) EvictionBlocksReply {
 func (w *treeWorker) evictionDone(i int, number uint64, blocks []ringoram.Block, placed []int64) EvictionDoneReply {
 	m := EvictionDoneMsg{ID: w.evictionMsgID(number, 1), Tree: w.id, Blocks: blocks, Placed: placed, Release: w.released.take(i)}
 	rep := send(w.net, func() EvictionDoneReply { return w.stashes[i].EvictionDone(m) })
-	if rep.Code == CodeOK {
-		w.released.add(i, m.ID)
-	}
+	w.released.add(i, m.ID) // any reply: the message is not sent again
 	return rep
 }
 

@@ -230,6 +230,7 @@ func (rp *replayer) plan(d *delta.Decoder) {
 		if r.Real {
 			r.Want = readID(d)
 		}
+		d.Check(r.Leaf < rp.s.geo.Leaves(), "a plan's path outside the tree")
 		p.Reads = append(p.Reads, r)
 	}
 	if !d.Failed() {

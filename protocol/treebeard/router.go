@@ -149,9 +149,7 @@ func (r *Router) forward(s int, epoch uint64, batch []Request, waiting []*call) 
 	id := MsgID{Sender: Endpoint{LayerRouter, r.id}, Epoch: epoch, Seq: uint64(s)}
 	m := AccessMsg{ID: id, Batch: batch, Release: r.released.take(s)}
 	rep := send(r.net, func() AccessReply { return r.shards[s].Access(m) })
-	if rep.Code == CodeOK {
-		r.released.add(s, id)
-	}
+	r.released.add(s, id) // any reply: the message is not sent again
 	for i, c := range waiting {
 		if rep.Code == CodeOK && len(rep.Replies) == len(waiting) {
 			c.reply = rep.Replies[i]

@@ -134,9 +134,7 @@ func (s *Stash) readPaths(t int, epoch uint64, reads []ringoram.PathRead) ReadPa
 	id := MsgID{Sender: Endpoint{LayerStash, s.id}, Epoch: epoch, Seq: uint64(t)}
 	m := ReadPathsMsg{ID: id, Tree: t, Shard: s.id, Reads: reads, Release: s.released.take(t)}
 	rep := send(s.net, func() ReadPathsReply { return s.trees[t].ReadPaths(m) })
-	if rep.Code == CodeOK {
-		s.released.add(t, id)
-	}
+	s.released.add(t, id) // any reply: the message is not sent again
 	return rep
 }
 

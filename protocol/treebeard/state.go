@@ -186,11 +186,15 @@ func (s *store) recover(ctx context.Context) error {
 	}
 	if s.initialised.Load() {
 		for t, w := range s.workers {
+			owed := w.core.served(0)
 			if p, ok := rp.plans[t]; ok && s.opts.leak != leakRecoveryForgetsPlans {
-				w.resume(ctx, p, s.stashTaken)
+				if err := w.resume(ctx, p, s.stashTaken); err != nil {
+					return fmt.Errorf("treebeard: tree %d: the operation a crash cut short, issued again: %w", t, err)
+				}
+				owed = max(0, owed-p.Evict) // an eviction resumed was owed
 			}
-			if paths := w.core.served(0); paths > 0 {
-				w.evict(ctx, paths)
+			if owed > 0 {
+				w.evict(ctx, owed) // one that fails leaves its blocks stashed, as in service
 			}
 		}
 	}
@@ -266,6 +270,7 @@ func (s *store) Stats() kv.Stats {
 		{Name: "evicted_paths", Value: float64(t.EvictedPaths)},
 		{Name: "read_errors", Value: float64(sum.ReadErrors)},
 		{Name: "read_retries", Value: float64(t.ReadRetries)},
+		{Name: "metadata_reads", Value: float64(t.MetaReads)},
 		{Name: "eviction_errors", Value: float64(sum.EvictionErrors)},
 		{Name: "messages_resent", Value: float64(s.net.resent.Load() + s.adminNet.resent.Load())},
 		{Name: "message_copies", Value: float64(sum.Copies)},
