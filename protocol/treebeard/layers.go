@@ -139,8 +139,9 @@ type Stale struct {
 // EvictionSource is what an ORAM shard sees of a Stash shard during an
 // eviction (Sec. 5.2.2).
 type EvictionSource interface {
-	// EvictionBlocks hands over the stashed blocks assigned to m.Tree that
-	// take part in no other eviction, and starts counting accesses to them.
+	// EvictionBlocks hands over the stashed blocks assigned to the sending
+	// tree that take part in no other eviction, and starts counting
+	// accesses to them.
 	EvictionBlocks(m EvictionBlocksMsg) EvictionBlocksReply
 	// EvictionDone reports where each handed-over block was placed (its
 	// bucket, or -1: nack). Acked blocks not accessed since the hand-off

@@ -77,9 +77,8 @@ type AccessReply struct {
 // ReadPathsMsg is a Stash shard's part of an epoch for one tree: one path
 // read per entry, real or fake.
 type ReadPathsMsg struct {
-	ID      MsgID
+	ID      MsgID // its sender is the Stash shard
 	Tree    int
-	Shard   int
 	Reads   []ringoram.PathRead
 	Release []MsgID
 }
@@ -90,11 +89,11 @@ type ReadPathsReply struct {
 	Status
 }
 
-// EvictionBlocksMsg asks a Stash shard for the blocks of Tree's eviction
-// (ID.Epoch is the eviction's number).
+// EvictionBlocksMsg asks a Stash shard for the blocks of an eviction of
+// the tree that sends it (ID.Sender.Index; ID.Epoch is the eviction's
+// number).
 type EvictionBlocksMsg struct {
 	ID      MsgID
-	Tree    int
 	Release []MsgID
 }
 
@@ -104,11 +103,10 @@ type EvictionBlocksReply struct {
 	Status
 }
 
-// EvictionDoneMsg reports where an eviction placed each handed-over
-// block: its bucket, or -1 (nack).
+// EvictionDoneMsg reports where an eviction of the tree that sends it
+// placed each handed-over block: its bucket, or -1 (nack).
 type EvictionDoneMsg struct {
 	ID      MsgID
-	Tree    int
 	Blocks  []ringoram.Block
 	Placed  []int64
 	Release []MsgID

@@ -86,12 +86,12 @@ func TestStashMessages(t *testing.T) {
 
 	// a, read, is in the stash now, at a new position.
 	at := s.core.pos[blockID("a")]
-	hand := EvictionBlocksMsg{ID: MsgID{Sender: Endpoint{LayerORAM, at.Tree}}, Tree: at.Tree}
+	hand := EvictionBlocksMsg{ID: MsgID{Sender: Endpoint{LayerORAM, at.Tree}}}
 	blocks := s.EvictionBlocks(hand)
 	if again := s.EvictionBlocks(hand); len(blocks.Blocks) != 1 || !reflect.DeepEqual(again, blocks) {
 		t.Fatalf("hand-off %+v, its copy %+v; want block a twice", blocks, again)
 	}
-	done := EvictionDoneMsg{ID: MsgID{Sender: Endpoint{LayerORAM, at.Tree}, Seq: 1}, Tree: at.Tree, Blocks: blocks.Blocks, Placed: []int64{4}}
+	done := EvictionDoneMsg{ID: MsgID{Sender: Endpoint{LayerORAM, at.Tree}, Seq: 1}, Blocks: blocks.Blocks, Placed: []int64{4}}
 	if rep := s.EvictionDone(done); len(rep.Stale) != 0 || s.core.stash[blockID("a")] != nil {
 		t.Fatalf("EvictionDone = %+v; want block a placed and out of the stash", rep)
 	}

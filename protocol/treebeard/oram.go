@@ -35,7 +35,7 @@ func (o *ORAM) ReadPaths(m ReadPathsMsg) ReadPathsReply {
 	}
 	w.parts.release(m.Release)
 	return w.parts.do(m.ID, func() ReadPathsReply {
-		results, err := w.read(m.ID.Epoch, m.Shard, m.Reads)
+		results, err := w.read(m.ID.Epoch, m.ID.Sender.Index, m.Reads)
 		return ReadPathsReply{Results: results, Status: statusOf(err)}
 	})
 }
@@ -389,7 +389,7 @@ func (w *treeWorker) evict(ctx context.Context, k int) error {
 // evictionBlocks asks Stash shard i for the blocks of eviction number,
 // again while the message is lost in transit.
 func (w *treeWorker) evictionBlocks(i int, number uint64) EvictionBlocksReply {
-	m := EvictionBlocksMsg{ID: w.evictionMsgID(number, 0), Tree: w.id, Release: w.released.take(i)}
+	m := EvictionBlocksMsg{ID: w.evictionMsgID(number, 0), Release: w.released.take(i)}
 	rep := send(w.net, func() EvictionBlocksReply { return w.stashes[i].EvictionBlocks(m) })
 	w.released.add(i, m.ID) // any reply: the message is not sent again
 	return rep
@@ -397,7 +397,7 @@ func (w *treeWorker) evictionBlocks(i int, number uint64) EvictionBlocksReply {
 
 // evictionDone reports eviction number's placements to Stash shard i.
 func (w *treeWorker) evictionDone(i int, number uint64, blocks []ringoram.Block, placed []int64) EvictionDoneReply {
-	m := EvictionDoneMsg{ID: w.evictionMsgID(number, 1), Tree: w.id, Blocks: blocks, Placed: placed, Release: w.released.take(i)}
+	m := EvictionDoneMsg{ID: w.evictionMsgID(number, 1), Blocks: blocks, Placed: placed, Release: w.released.take(i)}
 	rep := send(w.net, func() EvictionDoneReply { return w.stashes[i].EvictionDone(m) })
 	w.released.add(i, m.ID) // any reply: the message is not sent again
 	return rep

@@ -132,7 +132,7 @@ func (s *Stash) readAll(epoch uint64, reads [][]ringoram.PathRead) error {
 // in transit (the tree recognises a copy and reads the part once).
 func (s *Stash) readPaths(t int, epoch uint64, reads []ringoram.PathRead) ReadPathsReply {
 	id := MsgID{Sender: Endpoint{LayerStash, s.id}, Epoch: epoch, Seq: uint64(t)}
-	m := ReadPathsMsg{ID: id, Tree: t, Shard: s.id, Reads: reads, Release: s.released.take(t)}
+	m := ReadPathsMsg{ID: id, Tree: t, Reads: reads, Release: s.released.take(t)}
 	rep := send(s.net, func() ReadPathsReply { return s.trees[t].ReadPaths(m) })
 	s.released.add(t, id) // any reply: the message is not sent again
 	return rep
@@ -158,7 +158,7 @@ func (s *Stash) EvictionBlocks(m EvictionBlocksMsg) EvictionBlocksReply {
 	return s.evictBlocks.do(m.ID, func() EvictionBlocksReply {
 		s.mu.Lock()
 		defer s.mu.Unlock()
-		return EvictionBlocksReply{Blocks: s.core.evictionBlocks(m.Tree)}
+		return EvictionBlocksReply{Blocks: s.core.evictionBlocks(m.ID.Sender.Index)}
 	})
 }
 
@@ -172,7 +172,7 @@ func (s *Stash) EvictionDone(m EvictionDoneMsg) EvictionDoneReply {
 		}
 		s.mu.Lock()
 		defer s.mu.Unlock()
-		return EvictionDoneReply{Stale: s.core.evictionDone(m.Tree, m.Blocks, m.Placed)}
+		return EvictionDoneReply{Stale: s.core.evictionDone(m.ID.Sender.Index, m.Blocks, m.Placed)}
 	})
 }
 
