@@ -60,6 +60,26 @@ type Backend interface {
 // ErrClosed is returned by every method of a backend after Close.
 var ErrClosed = errors.New("backend: closed")
 
+// WriteReader is a Backend that can issue a Write and then a Read in one
+// round trip, storage applying the Write (atomically, as Write does) before
+// it answers the Read.
+type WriteReader interface {
+	WriteRead(ctx context.Context, items []Item, addrs []string) ([][]byte, error)
+}
+
+// WriteRead stores items in b and then reads addrs: in one round trip
+// where b is a WriteReader, else as a Write followed by a Read. After an
+// error the Write may or may not have been applied.
+func WriteRead(ctx context.Context, b Backend, items []Item, addrs []string) ([][]byte, error) {
+	if wr, ok := b.(WriteReader); ok {
+		return wr.WriteRead(ctx, items, addrs)
+	}
+	if err := b.Write(ctx, items); err != nil {
+		return nil, err
+	}
+	return b.Read(ctx, addrs)
+}
+
 // Syncer is a Backend that can make every write it has acknowledged
 // durable on demand, however it commits them one by one (the disk
 // backend without per-write fsync, say).

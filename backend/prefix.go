@@ -33,11 +33,19 @@ func (p *prefixed) Read(ctx context.Context, addrs []string) ([][]byte, error) {
 }
 
 func (p *prefixed) Write(ctx context.Context, items []Item) error {
-	out := make([]Item, len(items))
-	for i, it := range items {
+	return p.next.Write(ctx, p.items(items))
+}
+
+func (p *prefixed) items(in []Item) []Item {
+	out := make([]Item, len(in))
+	for i, it := range in {
 		out[i] = Item{Addr: p.prefix + it.Addr, Value: it.Value}
 	}
-	return p.next.Write(ctx, out)
+	return out
+}
+
+func (p *prefixed) WriteRead(ctx context.Context, items []Item, addrs []string) ([][]byte, error) {
+	return WriteRead(ctx, p.next, p.items(items), p.addrs(addrs))
 }
 
 func (p *prefixed) WriteVersioned(ctx context.Context, items []VersionedItem) (int, error) {

@@ -148,6 +148,12 @@ func (t *Tap) record(start time.Time, op Op, addrs []string, sizes []int, err er
 func (t *Tap) Read(ctx context.Context, addrs []string) ([][]byte, error) {
 	start := time.Now()
 	vals, err := t.next.Read(ctx, addrs)
+	t.read(start, addrs, vals, err)
+	return vals, err
+}
+
+// read counts and records a read of addrs that returned vals.
+func (t *Tap) read(start time.Time, addrs []string, vals [][]byte, err error) {
 	t.reads.Add(1)
 	t.addrsRead.Add(uint64(len(addrs)))
 	var sizes []int
@@ -163,7 +169,6 @@ func (t *Tap) Read(ctx context.Context, addrs []string) ([][]byte, error) {
 	}
 	t.bytesRead.Add(uint64(n))
 	t.record(start, OpRead, t.keep(addrs), sizes, err)
-	return vals, err
 }
 
 // Write implements backend.Backend.
@@ -172,6 +177,22 @@ func (t *Tap) Write(ctx context.Context, items []backend.Item) error {
 	err := t.next.Write(ctx, items)
 	t.wrote(start, len(items), func(i int) (string, int) { return items[i].Addr, len(items[i].Value) }, err)
 	return err
+}
+
+// WriteRead implements backend.WriteReader. To the storage operator it is
+// a write and then a read, and the log records it as the two.
+func (t *Tap) WriteRead(ctx context.Context, items []backend.Item, addrs []string) ([][]byte, error) {
+	if _, ok := t.next.(backend.WriteReader); !ok { // two calls: each recorded as it ends
+		if err := t.Write(ctx, items); err != nil {
+			return nil, err
+		}
+		return t.Read(ctx, addrs)
+	}
+	start := time.Now()
+	vals, err := backend.WriteRead(ctx, t.next, items, addrs)
+	t.wrote(start, len(items), func(i int) (string, int) { return items[i].Addr, len(items[i].Value) }, err)
+	t.read(start, addrs, vals, err)
+	return vals, err
 }
 
 // WriteVersioned implements backend.Backend. To the storage operator it

@@ -52,6 +52,7 @@ func Run(t *testing.T, open Open, opts ...Option) {
 		{"ReadMissing", testReadMissing},
 		{"EmptyBatches", testEmptyBatches},
 		{"WriteRead", testWriteRead},
+		{"WriteThenReadInOneCall", testWriteThenRead},
 		{"EmptyValue", testEmptyValue},
 		{"Binary", testBinary},
 		{"Overwrite", testOverwrite},

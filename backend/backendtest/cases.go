@@ -50,6 +50,23 @@ func testWriteRead(t *testing.T, open Open) {
 	}
 }
 
+// testWriteThenRead: backend.WriteRead applies its Write before its Read,
+// whether the backend does both in one round trip or not.
+func testWriteThenRead(t *testing.T, open Open) {
+	b := open(t)
+	write(t, b, item("a", "old"), item("b", "old"))
+	vals, err := backend.WriteRead(t.Context(), b, []backend.Item{item("a", "new"), item("c", "new")}, []string{"c", "b", "a", "d"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkValue(t, "c", vals[0], []byte("new"))
+	checkValue(t, "b", vals[1], []byte("old"))
+	checkValue(t, "a", vals[2], []byte("new"))
+	if vals[3] != nil {
+		t.Fatalf("missing address read %q", vals[3])
+	}
+}
+
 // testEmptyValue pins the one subtle distinction of the contract: an empty
 // value (written as []byte{} or nil) is present and reads back as a non-nil
 // empty slice, while a missing address reads back as nil.

@@ -127,18 +127,24 @@ func (b *Backend) Read(ctx context.Context, addrs []string) ([][]byte, error) {
 	if err := b.check(); err != nil {
 		return nil, err
 	}
-	out := make([][]byte, len(addrs))
 	if len(addrs) == 0 {
-		return out, nil
+		return make([][]byte, 0), nil
 	}
 	vals, err := b.client.MGet(ctx, addrs...).Result()
 	if err != nil {
 		return nil, wrap("MGET", err)
 	}
+	return values(vals, addrs)
+}
+
+// values converts an MGET's answer for addrs.
+func values(vals []any, addrs []string) ([][]byte, error) {
+	out := make([][]byte, len(addrs))
 	if len(vals) != len(addrs) {
 		return nil, fmt.Errorf("redis: MGET of %d keys returned %d values", len(addrs), len(vals))
 	}
 	for i, v := range vals {
+		var err error
 		if out[i], err = value(v); err != nil {
 			return nil, err
 		}
@@ -164,6 +170,14 @@ func (b *Backend) Write(ctx context.Context, items []backend.Item) error {
 	if err := b.check(); err != nil || len(items) == 0 {
 		return err
 	}
+	if err := b.client.MSet(ctx, msetArgs(items)...).Err(); err != nil {
+		return wrap("MSET", err)
+	}
+	return nil
+}
+
+// msetArgs returns MSET's arguments for items.
+func msetArgs(items []backend.Item) []any {
 	args := make([]any, 0, 2*len(items))
 	for _, it := range items {
 		v := it.Value
@@ -172,10 +186,31 @@ func (b *Backend) Write(ctx context.Context, items []backend.Item) error {
 		}
 		args = append(args, it.Addr, v)
 	}
-	if err := b.client.MSet(ctx, args...).Err(); err != nil {
-		return wrap("MSET", err)
+	return args
+}
+
+// WriteRead implements backend.WriteReader: MSET and MGET pipelined on
+// one connection, which Redis runs in that order.
+func (b *Backend) WriteRead(ctx context.Context, items []backend.Item, addrs []string) ([][]byte, error) {
+	if len(items) == 0 || len(addrs) == 0 {
+		if err := b.Write(ctx, items); err != nil {
+			return nil, err
+		}
+		return b.Read(ctx, addrs)
 	}
-	return nil
+	if err := b.check(); err != nil {
+		return nil, err
+	}
+	var mget *goredis.SliceCmd
+	_, err := b.client.Pipelined(ctx, func(p goredis.Pipeliner) error {
+		p.MSet(ctx, msetArgs(items)...)
+		mget = p.MGet(ctx, addrs...)
+		return nil
+	})
+	if err != nil {
+		return nil, wrap("MSET and MGET", err)
+	}
+	return values(mget.Val(), addrs)
 }
 
 // versionedScript stores ARGV[2i] at KEYS[i] when the version ARGV[2i-1]

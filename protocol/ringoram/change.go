@@ -60,9 +60,10 @@ func (t *Tree) Apply(c Change) error {
 // them with the operation's Change to the write-ahead hook, if any, then
 // issues the Write and commits the new versions. Without a hook a failed
 // Write fails the operation and changes nothing. With one, the operation
-// is committed once the hook returns (a crash would redo it): a failed
-// Write is kept and issued again before the tree's next operation reads
-// anything (settle), and the operation succeeds.
+// is committed once the hook returns (a crash would redo it), and returns
+// at once: its Write goes to storage with the tree's next Read, in one
+// round trip that applies the Write first (backend.WriteRead), or on its
+// own at Flush, whichever comes first.
 func (t *Tree) writeChange(ctx context.Context, ws []bucketWrite, c Change) error {
 	items, err := t.encode(ws)
 	if err != nil {
@@ -84,11 +85,14 @@ func (t *Tree) writeChange(ctx context.Context, ws []bucketWrite, c Change) erro
 		return err
 	}
 	t.commit(ws)
-	if err := t.b.Write(ctx, items); err != nil {
-		t.pending = items
-	}
+	t.pending = items
 	return nil
 }
+
+// Flush issues the Write of the last committed operation if it has not
+// reached storage yet: before the Tree's state is checkpointed, and when
+// its owner has nothing else to do.
+func (t *Tree) Flush(ctx context.Context) error { return t.settle(ctx) }
 
 // forgetCopies drops the metadata copies of the buckets of a Write that
 // failed: storage may have applied it, and the next read must check.
@@ -98,14 +102,14 @@ func (t *Tree) forgetCopies(ws []bucketWrite) {
 	}
 }
 
-// settle issues again a Write that failed after its operation was
-// committed; storage must hold it before the tree reads anything more.
+// settle issues the Write of a committed operation that has not reached
+// storage (held for the next Read, or failed with it).
 func (t *Tree) settle(ctx context.Context) error {
 	if t.pending == nil {
 		return nil
 	}
 	if err := t.b.Write(ctx, t.pending); err != nil {
-		return fmt.Errorf("ringoram: writing back the previous operation (retried before every operation): %w", err)
+		return fmt.Errorf("ringoram: writing back the previous operation: %w", err)
 	}
 	t.pending = nil
 	return nil

@@ -51,9 +51,6 @@ func (t *Tree) Evict(ctx context.Context, k int, blocks []Block) ([]int64, error
 	if err := t.checkBlocks(blocks); err != nil {
 		return nil, err
 	}
-	if err := t.settle(ctx); err != nil {
-		return nil, err
-	}
 	if err := t.begin(ctx, Plan{Evict: k}); err != nil {
 		return nil, err
 	}

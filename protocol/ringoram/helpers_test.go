@@ -76,6 +76,9 @@ func (f *fixture) init(placed [][]Block) {
 func (f *fixture) read(reqs ...PathRead) []ReadResult {
 	f.t.Helper()
 	res, err := f.tr.ReadPaths(f.ctx, reqs)
+	if err == nil {
+		err = f.tr.Flush(f.ctx) // the Write, held for the next Read with a write-ahead hook
+	}
 	if err != nil {
 		f.t.Fatal(err)
 	}
@@ -94,6 +97,9 @@ func (f *fixture) evict(k int, blocks []Block) []int64 {
 	f.t.Helper()
 	leaves := f.tr.EvictionLeaves(k)
 	where, err := f.tr.Evict(f.ctx, k, blocks)
+	if err == nil {
+		err = f.tr.Flush(f.ctx)
+	}
 	if err != nil {
 		f.t.Fatal(err)
 	}

@@ -20,6 +20,9 @@ func (t *Tree) Init(ctx context.Context, placed [][]Block) error {
 	if err := t.checkPlaced(placed); err != nil {
 		return err
 	}
+	if err := t.settle(ctx); err != nil {
+		return err
+	}
 	per := uint64(max(1, tree.DefaultBatchBytes/t.bucketBytes()))
 	for lo := uint64(0); lo < nb; lo += per {
 		ws := t.initWrites(lo, min(nb, lo+per), placed)

@@ -46,7 +46,15 @@ func forChunks(n, minPer int, fn func(lo, hi int) error) error {
 // read is ONE backend Read of addrs. A missing address is tampering: the
 // storage operator deleted it (a missing bucket is never empty).
 func (t *Tree) read(ctx context.Context, addrs []string) ([][]byte, error) {
-	vals, err := t.b.Read(ctx, addrs)
+	var vals [][]byte
+	var err error
+	if t.pending != nil { // the last operation's Write goes first, in the same round trip
+		if vals, err = backend.WriteRead(ctx, t.b, t.pending, addrs); err == nil {
+			t.pending = nil
+		}
+	} else {
+		vals, err = t.b.Read(ctx, addrs)
+	}
 	if err != nil {
 		return nil, err
 	}

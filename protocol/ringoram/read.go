@@ -60,9 +60,6 @@ func (t *Tree) ReadPaths(ctx context.Context, reqs []PathRead) ([]ReadResult, er
 	if len(reqs) == 0 {
 		return nil, nil
 	}
-	if err := t.settle(ctx); err != nil {
-		return nil, err
-	}
 	leaves := make([]uint64, len(reqs))
 	for i, r := range reqs {
 		if r.Leaf >= t.g.Leaves() {

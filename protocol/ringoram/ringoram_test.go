@@ -832,38 +832,42 @@ func (b *failingWrites) Write(ctx context.Context, items []backend.Item) error {
 	return b.Backend.Write(ctx, items)
 }
 
-// With a WriteAhead hook, an operation whose Write fails once its Change
-// is handed over still succeeds (a crash would redo the Write from the
-// journal), and the Write is issued again before the tree's next
-// operation reads anything: while storage keeps failing, the next
-// operation fails before reading; once storage is back, it succeeds and
-// finds every bucket at the version the tree expects.
-func TestFailedWriteIsSettled(t *testing.T) {
+// With a WriteAhead hook, an operation returns once its Change is handed
+// over (a crash would redo its Write from the journal), and its Write goes
+// to storage with the tree's next Read, first: while storage fails the
+// Write, that Read is not issued and the Write is tried again with it;
+// once storage is back, the read succeeds and finds every bucket at the
+// version the tree expects.
+func TestDeferredWriteGoesFirst(t *testing.T) {
 	f := newFixture(t, 5, defaults, 23)
 	loaded := f.load(20)
 	f.tr.writeAhead = func(context.Context, Change, []backend.Item) error { return nil }
 	flaky := &failingWrites{Backend: f.tr.b, n: 2}
 	f.tr.b = flaky
 	first, second := loaded[0], loaded[1]
+	before := len(f.log.Records())
 	res, err := f.tr.ReadPaths(f.ctx, []PathRead{{Leaf: first.leaf, Want: first.ID, Real: true}})
 	if err != nil || !res[0].Found || res[0].Block.ID != first.ID {
-		t.Fatalf("a read whose Write failed after WriteAhead: %+v, %v; want its block", res, err)
-	}
-	before := len(f.log.Records())
-	if _, err := f.tr.ReadPaths(f.ctx, []PathRead{{Leaf: second.leaf, Want: second.ID, Real: true}}); err == nil {
-		t.Fatal("a read while the previous Write still fails succeeded")
+		t.Fatalf("a read with a write-ahead hook: %+v, %v; want its block", res, err)
 	}
 	for _, r := range f.log.Records()[before:] {
-		if r.Op == observe.OpRead {
-			t.Fatal("a read went to storage before the previous operation's Write was settled")
+		if r.Op == observe.OpWrite {
+			t.Fatal("the Write was issued before the next Read")
 		}
 	}
+	before = len(f.log.Records())
 	res, err = f.tr.ReadPaths(f.ctx, []PathRead{{Leaf: second.leaf, Want: second.ID, Real: true}})
 	if err != nil || !res[0].Found || res[0].Block.ID != second.ID {
-		t.Fatalf("a read once storage is back: %+v, %v; want its block", res, err)
+		t.Fatalf("a read after two failed Writes: %+v, %v; want its block", res, err)
+	}
+	if recs := f.log.Records()[before:]; len(recs) < 2 || recs[0].Op != observe.OpWrite || recs[1].Op != observe.OpRead {
+		t.Fatalf("storage saw %v first; want the previous operation's Write, then the Read", recs[0].Op)
 	}
 	if flaky.n != 0 {
 		t.Fatalf("%d failures left unused", flaky.n)
+	}
+	if got := f.tr.Stats().ReadRetries; got != 2 {
+		t.Fatalf("ReadRetries = %d, want 2 (the Read issued again with the Write)", got)
 	}
 }
 

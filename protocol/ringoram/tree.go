@@ -79,7 +79,7 @@ type Tree struct {
 	readAhead  ReadAhead
 	resume     *Plan // the plan of an operation a crash cut short (Resume)
 	writeAhead WriteAhead
-	pending    []backend.Item // a committed operation's Write that failed (settle)
+	pending    []backend.Item // a committed operation's Write not on storage yet (read, settle)
 
 	abandon     chan struct{} // closed by Abandon: slot Reads are no longer retried
 	abandonOnce sync.Once

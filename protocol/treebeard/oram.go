@@ -51,7 +51,10 @@ func (o *ORAM) Admin(m AdminMsg) AdminReply {
 	w.admin.Lock()
 	defer w.admin.Unlock()
 	switch m.Op {
-	case AdminState:
+	case AdminState: // storage must hold what the state says it does
+		if err := w.tree.Flush(context.Background()); err != nil {
+			return AdminReply{Status: statusOf(err)}
+		}
 		return AdminReply{State: TreeSnapshot{Tree: w.tree.State(), Reads: w.core.reads}}
 	case AdminInit:
 		return AdminReply{Status: statusOf(w.tree.Init(context.Background(), m.Placed))}
@@ -218,6 +221,19 @@ func (w *treeWorker) run() {
 			continue
 		}
 		w.serve(jobs)
+		w.flushIfIdle()
+	}
+}
+
+// flushIfIdle sends the tree's last Write on its own when no read is
+// queued to carry it to storage (ringoram.Tree.Flush), still busy so that
+// a checkpoint waits for it. One that fails goes with the next read.
+func (w *treeWorker) flushIfIdle() {
+	w.mu.Lock()
+	idle := len(w.queue) == 0
+	w.mu.Unlock()
+	if idle {
+		w.tree.Flush(context.Background())
 	}
 }
 
