@@ -397,3 +397,46 @@ func TestOpString(t *testing.T) {
 		}
 	}
 }
+
+// pipelined is a backend that does a Write and a Read in one call.
+type pipelined struct {
+	backend.Backend
+	calls int
+}
+
+func (p *pipelined) WriteRead(ctx context.Context, items []backend.Item, addrs []string) ([][]byte, error) {
+	p.calls++
+	if err := p.Backend.Write(ctx, items); err != nil {
+		return nil, err
+	}
+	return p.Backend.Read(ctx, addrs)
+}
+
+// A WriteRead through the tap is logged as the write and then the read,
+// whether the backend below does both in one call or not, and reaches a
+// backend that can in one call.
+func TestWriteRead(t *testing.T) {
+	for _, one := range []bool{false, true} {
+		var next backend.Backend = mem.New()
+		p := &pipelined{Backend: next}
+		if one {
+			next = p
+		}
+		log := &MemoryLog{}
+		tap := NewTap(next, log)
+		vals, err := backend.WriteRead(ctx, tap, []backend.Item{{Addr: "a", Value: []byte("xy")}}, []string{"a", "b"})
+		if err != nil || string(vals[0]) != "xy" || vals[1] != nil {
+			t.Fatalf("WriteRead through the tap = %q, %v", vals, err)
+		}
+		recs := log.Records()
+		if len(recs) != 2 || recs[0].Op != OpWrite || recs[1].Op != OpRead || !reflect.DeepEqual(recs[1].Addrs, []string{"a", "b"}) {
+			t.Fatalf("one call %v: logged %+v; want the write, then the read", one, recs)
+		}
+		if c := tap.Counters(); c.Writes != 1 || c.Reads != 1 {
+			t.Fatalf("counters %+v; want one write and one read", c)
+		}
+		if one && p.calls != 1 {
+			t.Fatalf("the backend got %d WriteRead calls, want 1", p.calls)
+		}
+	}
+}
