@@ -58,26 +58,27 @@
 // multi-path read and eviction (ringoram.Plan: the seed of its choices)
 // before it reads a slot, and recovery runs an operation cut short after
 // that again under its plan, issuing the same Reads (Treebeard Sec.
-// 5.3.3). Each Stash shard journals, at the end of
-// each epoch and before its replies leave, where the epoch's blocks are
-// and what the stashed ones hold; the records of concurrent epochs share
-// an fsync. Two rules keep those records ahead of storage: a block read
-// moves to its new position only once it is in the stash, and a block an
-// epoch changed joins no eviction before that epoch's record is in the
-// journal. Each tree journals every multi-path read and eviction with its
+// 5.3.3). Each Stash shard journals, at the end of each epoch and before
+// its replies leave, where the epoch's blocks are and what the stashed
+// ones hold; the records of concurrent epochs share an fsync. Two rules
+// keep those records ahead of storage: a block read moves to its new
+// position only once it is in the stash, and a block an epoch changed
+// joins no eviction before that epoch's record is in the journal. Each
+// tree journals every multi-path read and eviction with its
 // ringoram.Change (bucket versions, the blocks a read took out, the blocks
 // an eviction placed) and the sealed items of its Write before the Write
-// is issued, and the end of each eviction (the blocks that left the
-// stash, the copies left stale). Every durable.DefaultEvery records, and
-// at Close, the Routers pause, the epochs and trees in flight finish, and
-// a checkpoint of the whole state replaces the journal. Opening an
-// existing store replays the records after the checkpoint, settles an
-// eviction cut short (a placed copy whose block is still stashed is
-// stale), writes the trees' Writes again in order, runs the evictions
-// owed, and checkpoints: a kill -9 loses nothing acknowledged. A fresh
-// store writes its trees at its first access, at Prepare or in a bulk
-// load; a creation or a load cut short leaves a store whose trees are
-// written afresh.
+// is issued (the Write then goes to storage with the tree's next Read, in
+// one round trip, or alone when no read is queued), and the end of each
+// eviction (the blocks that left the stash, the copies left stale). Every
+// durable.DefaultEvery records, and at Close, the Routers pause, the
+// epochs and trees in flight finish, and a checkpoint of the whole state
+// replaces the journal. Opening an existing store replays the records
+// after the checkpoint, settles an eviction cut short (a placed copy whose
+// block is still stashed is stale), writes the trees' Writes again in
+// order, runs the evictions owed, and checkpoints: a kill -9 loses nothing
+// acknowledged. A fresh store writes its trees at its first access, at
+// Prepare or in a bulk load; a creation or a load cut short leaves a store
+// whose trees are written afresh.
 //
 // It must never let a backend call depend on which keys are asked for,
 // whether they exist or repeat, or what they hold: per epoch, one path
