@@ -98,6 +98,19 @@ type Stats struct {
 	MetaReads      uint64 // metadata records read from storage (metaCache had no copy)
 }
 
+// Add adds o's counters to s (the trees of a store).
+func (s *Stats) Add(o Stats) {
+	s.PathReads += o.PathReads
+	s.MultiReads += o.MultiReads
+	s.BucketsRead += o.BucketsRead
+	s.Reshuffles += o.Reshuffles
+	s.Evictions += o.Evictions
+	s.EvictedPaths += o.EvictedPaths
+	s.BucketsWritten += o.BucketsWritten
+	s.ReadRetries += o.ReadRetries
+	s.MetaReads += o.MetaReads
+}
+
 // NewTree returns a Tree over cfg.Backend. It validates the configuration
 // and does no I/O: a new tree must be written with Init, an existing one
 // needs its state back (Restore).

@@ -18,7 +18,7 @@ const maxReleased = 1 << 12
 // until the sender releases it (listing its MsgID in a later message to
 // the same receiver); a copy arriving after that gets CodeUnavailable and
 // is not handled.
-type answered[R replier] struct {
+type answered[R any, P reply[R]] struct {
 	mu       sync.Mutex
 	entries  map[MsgID]*answer[R]
 	released map[MsgID]bool
@@ -26,23 +26,22 @@ type answered[R replier] struct {
 	copies   atomic.Uint64
 }
 
-type answer[R replier] struct {
+type answer[R any] struct {
 	done  chan struct{}
 	reply R
 }
 
-func newAnswered[R replier]() *answered[R] {
-	return &answered[R]{entries: map[MsgID]*answer[R]{}, released: map[MsgID]bool{}}
+func newAnswered[R any, P reply[R]]() *answered[R, P] {
+	return &answered[R, P]{entries: map[MsgID]*answer[R]{}, released: map[MsgID]bool{}}
 }
 
 // do returns the reply to message id: handle's, for its first copy.
-func (a *answered[R]) do(id MsgID, handle func() R) R {
+func (a *answered[R, P]) do(id MsgID, handle func() R) R {
 	a.mu.Lock()
 	if a.released[id] {
 		a.mu.Unlock()
 		a.copies.Add(1)
-		var r R
-		return withStatus(r, Status{Code: CodeUnavailable, Detail: "treebeard: a copy of a message answered and released already"})
+		return failedWith[R, P](Status{Code: CodeUnavailable, Detail: "treebeard: a copy of a message answered and released already"})
 	}
 	if e := a.entries[id]; e != nil {
 		a.mu.Unlock()
@@ -60,7 +59,7 @@ func (a *answered[R]) do(id MsgID, handle func() R) R {
 
 // release forgets the replies of ids, which their sender has; ids this
 // receiver never answered are ignored.
-func (a *answered[R]) release(ids []MsgID) {
+func (a *answered[R, P]) release(ids []MsgID) {
 	if len(ids) == 0 {
 		return
 	}
@@ -87,7 +86,7 @@ func (a *answered[R]) release(ids []MsgID) {
 }
 
 // held is the number of replies kept for their senders.
-func (a *answered[R]) held() int {
+func (a *answered[R, P]) held() int {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return len(a.entries)

@@ -140,11 +140,10 @@ func (e netEnd) EvictionDone(m EvictionDoneMsg) EvictionDoneReply {
 
 // deliver carries m from one endpoint to another and its reply back,
 // with the net's faults.
-func deliver[M any, R replier](n *FaultNet, from, to Endpoint, m M, handle func(M) R) R {
-	var lost R
+func deliver[M any, R any, P reply[R]](n *FaultNet, from, to Endpoint, m M, handle func(M) R) R {
 	if n.isCut(from, to) {
 		n.sleep(n.faults.MaxDelay)
-		return withStatus(lost, Status{Code: CodeTransport, Detail: fmt.Sprintf("%v is cut off from %v", from, to)})
+		return failedWith[R, P](Status{Code: CodeTransport, Detail: fmt.Sprintf("%v is cut off from %v", from, to)})
 	}
 	n.wait(to)
 	copies := 1
@@ -162,10 +161,10 @@ func deliver[M any, R replier](n *FaultNet, from, to Endpoint, m M, handle func(
 	wg.Wait()
 	n.arrived(to)
 	if copies == 0 {
-		return withStatus(lost, Status{Code: CodeTransport, Detail: fmt.Sprintf("a message from %v to %v was lost", from, to)})
+		return failedWith[R, P](Status{Code: CodeTransport, Detail: fmt.Sprintf("a message from %v to %v was lost", from, to)})
 	}
 	if n.chance(n.faults.DropReply, &n.stats.DroppedReplies) {
-		return withStatus(lost, Status{Code: CodeTransport, Detail: fmt.Sprintf("a reply from %v to %v was lost", to, from)})
+		return failedWith[R, P](Status{Code: CodeTransport, Detail: fmt.Sprintf("a reply from %v to %v was lost", to, from)})
 	}
 	n.sleep(n.faults.MaxDelay)
 	return wire(replies[len(replies)-1])

@@ -125,7 +125,7 @@ type AdminOp uint8
 // after the first (a layer handles its admin messages one at a time).
 const (
 	AdminState   AdminOp = iota // a Stash shard's blocks, or a tree's trusted state
-	AdminInstall                // a Stash shard takes Blocks, in place of its own with Replace
+	AdminInstall                // a Stash shard takes Blocks in place of its own
 	AdminInit                   // a tree writes all its buckets afresh, holding Placed
 	AdminRestore                // a tree takes State as its trusted state
 	AdminStats                  // the layer's counters
@@ -135,13 +135,12 @@ const (
 // loads, checkpoints, restores and stats go through it. Tree names the
 // tree of an ORAM shard's operation.
 type AdminMsg struct {
-	ID      MsgID
-	Op      AdminOp
-	Tree    int
-	Replace bool
-	Blocks  ShardBlocks
-	Placed  [][]ringoram.Block // by bucket
-	State   TreeSnapshot
+	ID     MsgID
+	Op     AdminOp
+	Tree   int
+	Blocks ShardBlocks
+	Placed [][]ringoram.Block // by bucket
+	State  TreeSnapshot
 }
 
 // AdminReply answers an AdminMsg.
@@ -180,11 +179,7 @@ func (s *LayerStats) add(o LayerStats) {
 	s.StashSize += o.StashSize
 	s.StashMax = max(s.StashMax, o.StashMax)
 	s.RealReads, s.FakeReads, s.StashHits = s.RealReads+o.RealReads, s.FakeReads+o.FakeReads, s.StashHits+o.StashHits
-	t, u := &s.Tree, o.Tree
-	t.PathReads, t.MultiReads, t.BucketsRead = t.PathReads+u.PathReads, t.MultiReads+u.MultiReads, t.BucketsRead+u.BucketsRead
-	t.Reshuffles, t.Evictions, t.EvictedPaths = t.Reshuffles+u.Reshuffles, t.Evictions+u.Evictions, t.EvictedPaths+u.EvictedPaths
-	t.BucketsWritten, t.ReadRetries = t.BucketsWritten+u.BucketsWritten, t.ReadRetries+u.ReadRetries
-	t.MetaReads += u.MetaReads
+	s.Tree.Add(o.Tree)
 	s.ReadErrors, s.EvictionErrors = s.ReadErrors+o.ReadErrors, s.EvictionErrors+o.EvictionErrors
 	s.Copies, s.Held = s.Copies+o.Copies, s.Held+o.Held
 }
@@ -194,10 +189,17 @@ func unknownAdmin(layer Layer, op AdminOp) AdminReply {
 	return AdminReply{Status: Status{Code: CodeUnavailable, Detail: fmt.Sprintf("treebeard: a %v has no admin operation %d", layer, op)}}
 }
 
-// Every reply has a Status.
+// Every reply embeds a Status.
 func (s Status) status() Status { return s }
 
-type replier interface{ status() Status }
+func (s *Status) set(st Status) { *s = st }
+
+// reply is a pointer to a reply type R (a Status embedded).
+type reply[R any] interface {
+	*R
+	status() Status
+	set(Status)
+}
 
 // Resending a message lost in transit starts after minResend and doubles
 // up to maxResend.
@@ -223,18 +225,17 @@ func (n *netState) stop() { n.close.Do(func() { close(n.closing) }) }
 // failure, sending the same message (same MsgID) each time; once the
 // store is closing, a lost message is not sent again and the call fails
 // with CodeUnavailable, its outcome unknown.
-func send[R replier](net *netState, deliver func() R) R {
+func send[R any, P reply[R]](net *netState, deliver func() R) R {
 	wait := minResend
 	for {
 		r := deliver()
-		st := r.status()
+		st := P(&r).status()
 		if st.Code != CodeTransport {
 			return r
 		}
 		select {
 		case <-net.closing:
-			var failed R
-			return withStatus(failed, Status{Code: CodeUnavailable,
+			return failedWith[R, P](Status{Code: CodeUnavailable,
 				Detail: "treebeard: the store closed while a message was resent after " + st.Detail + "; its outcome is unknown"})
 		case <-time.After(wait):
 		}
@@ -243,22 +244,21 @@ func send[R replier](net *netState, deliver func() R) R {
 	}
 }
 
-// withStatus returns r carrying st.
-func withStatus[R replier](r R, st Status) R {
-	switch p := any(&r).(type) {
-	case *AccessReply:
-		p.Status = st
-	case *ReadPathsReply:
-		p.Status = st
-	case *EvictionBlocksReply:
-		p.Status = st
-	case *EvictionDoneReply:
-		p.Status = st
-	case *AdminReply:
-		p.Status = st
-	default:
-		panic(fmt.Sprintf("treebeard: withStatus of a %T", r))
-	}
+// failedWith returns a reply of type R carrying st and nothing else.
+func failedWith[R any, P reply[R]](st Status) R {
+	var r R
+	P(&r).set(st)
+	return r
+}
+
+// exchange sends receiver to the message call builds, with the MsgIDs
+// whose replies the sender got since its last message there (answered
+// releases their records), again while it is lost in transit (send); the
+// message's own id is then released by the next one.
+func exchange[R any, P reply[R]](net *netState, rel *releases, to int, id MsgID, call func(release []MsgID) R) R {
+	release := rel.take(to)
+	r := send[R, P](net, func() R { return call(release) })
+	rel.add(to, id) // any reply: the message is not sent again
 	return r
 }
 

@@ -29,9 +29,9 @@ type ORAM struct {
 // and waits for its results. A copy of a part gets the first copy's
 // results: the part is read once.
 func (o *ORAM) ReadPaths(m ReadPathsMsg) ReadPathsReply {
-	w, ok := o.workers[m.Tree]
-	if !ok {
-		return ReadPathsReply{Status: Status{Code: CodeUnavailable, Detail: fmt.Sprintf("treebeard: this ORAM shard does not own tree %d", m.Tree)}}
+	w, st := o.worker(m.Tree)
+	if st.Code != CodeOK {
+		return ReadPathsReply{Status: st}
 	}
 	w.parts.release(m.Release)
 	return w.parts.do(m.ID, func() ReadPathsReply {
@@ -40,13 +40,22 @@ func (o *ORAM) ReadPaths(m ReadPathsMsg) ReadPathsReply {
 	})
 }
 
+// worker returns the worker of tree t, which the shard must own.
+func (o *ORAM) worker(t int) (*treeWorker, Status) {
+	w, ok := o.workers[t]
+	if !ok {
+		return nil, Status{Code: CodeUnavailable, Detail: fmt.Sprintf("treebeard: this ORAM shard does not own tree %d", t)}
+	}
+	return w, Status{}
+}
+
 // Admin runs the store's operations on one of the shard's trees
 // (AdminState, AdminInit, AdminRestore, AdminStats), while the tree is
 // idle for the first three. Copies of a message run one after the other.
 func (o *ORAM) Admin(m AdminMsg) AdminReply {
-	w, ok := o.workers[m.Tree]
-	if !ok {
-		return AdminReply{Status: Status{Code: CodeUnavailable, Detail: fmt.Sprintf("treebeard: this ORAM shard does not own tree %d", m.Tree)}}
+	w, st := o.worker(m.Tree)
+	if st.Code != CodeOK {
+		return AdminReply{Status: st}
 	}
 	w.admin.Lock()
 	defer w.admin.Unlock()
@@ -89,7 +98,7 @@ type treeWorker struct {
 	net         *netState
 	partTimeout time.Duration // how long an epoch waits for its last part
 
-	parts    *answered[ReadPathsReply]
+	parts    *answered[ReadPathsReply, *ReadPathsReply]
 	released releases   // by Stash shard: the eviction messages answered
 	admin    sync.Mutex // held by an AdminMsg's handling
 
@@ -405,18 +414,18 @@ func (w *treeWorker) evict(ctx context.Context, k int) error {
 // evictionBlocks asks Stash shard i for the blocks of eviction number,
 // again while the message is lost in transit.
 func (w *treeWorker) evictionBlocks(i int, number uint64) EvictionBlocksReply {
-	m := EvictionBlocksMsg{ID: w.evictionMsgID(number, 0), Release: w.released.take(i)}
-	rep := send(w.net, func() EvictionBlocksReply { return w.stashes[i].EvictionBlocks(m) })
-	w.released.add(i, m.ID) // any reply: the message is not sent again
-	return rep
+	id := w.evictionMsgID(number, 0)
+	return exchange(w.net, &w.released, i, id, func(release []MsgID) EvictionBlocksReply {
+		return w.stashes[i].EvictionBlocks(EvictionBlocksMsg{ID: id, Release: release})
+	})
 }
 
 // evictionDone reports eviction number's placements to Stash shard i.
 func (w *treeWorker) evictionDone(i int, number uint64, blocks []ringoram.Block, placed []int64) EvictionDoneReply {
-	m := EvictionDoneMsg{ID: w.evictionMsgID(number, 1), Blocks: blocks, Placed: placed, Release: w.released.take(i)}
-	rep := send(w.net, func() EvictionDoneReply { return w.stashes[i].EvictionDone(m) })
-	w.released.add(i, m.ID) // any reply: the message is not sent again
-	return rep
+	id := w.evictionMsgID(number, 1)
+	return exchange(w.net, &w.released, i, id, func(release []MsgID) EvictionDoneReply {
+		return w.stashes[i].EvictionDone(EvictionDoneMsg{ID: id, Blocks: blocks, Placed: placed, Release: release})
+	})
 }
 
 // evictionMsgID names the tree's step-th message to a Stash shard in its

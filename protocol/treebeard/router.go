@@ -147,9 +147,9 @@ func (r *Router) forwardLocked() {
 func (r *Router) forward(s int, epoch uint64, batch []Request, waiting []*call) {
 	defer r.flights.Done()
 	id := MsgID{Sender: Endpoint{LayerRouter, r.id}, Epoch: epoch, Seq: uint64(s)}
-	m := AccessMsg{ID: id, Batch: batch, Release: r.released.take(s)}
-	rep := send(r.net, func() AccessReply { return r.shards[s].Access(m) })
-	r.released.add(s, id) // any reply: the message is not sent again
+	rep := exchange(r.net, &r.released, s, id, func(release []MsgID) AccessReply {
+		return r.shards[s].Access(AccessMsg{ID: id, Batch: batch, Release: release})
+	})
 	for i, c := range waiting {
 		if rep.Code == CodeOK && len(rep.Replies) == len(waiting) {
 			c.reply = rep.Replies[i]

@@ -8,7 +8,6 @@ import (
 
 	"github.com/oblivkv/oblivkv/internal/durable"
 	"github.com/oblivkv/oblivkv/protocol/ringoram"
-	"github.com/oblivkv/oblivkv/protocol/tree"
 )
 
 // Stash is one Stash shard (Treebeard Sec. 5.2): the driver of a
@@ -24,9 +23,9 @@ type Stash struct {
 	log   *durable.Log
 	net   *netState
 
-	accesses    *answered[AccessReply]
-	evictBlocks *answered[EvictionBlocksReply]
-	evictDone   *answered[EvictionDoneReply]
+	accesses    *answered[AccessReply, *AccessReply]
+	evictBlocks *answered[EvictionBlocksReply, *EvictionBlocksReply]
+	evictDone   *answered[EvictionDoneReply, *EvictionDoneReply]
 	released    releases // by tree
 
 	mu     sync.Mutex
@@ -132,10 +131,9 @@ func (s *Stash) readAll(epoch uint64, reads [][]ringoram.PathRead) error {
 // in transit (the tree recognises a copy and reads the part once).
 func (s *Stash) readPaths(t int, epoch uint64, reads []ringoram.PathRead) ReadPathsReply {
 	id := MsgID{Sender: Endpoint{LayerStash, s.id}, Epoch: epoch, Seq: uint64(t)}
-	m := ReadPathsMsg{ID: id, Tree: t, Reads: reads, Release: s.released.take(t)}
-	rep := send(s.net, func() ReadPathsReply { return s.trees[t].ReadPaths(m) })
-	s.released.add(t, id) // any reply: the message is not sent again
-	return rep
+	return exchange(s.net, &s.released, t, id, func(release []MsgID) ReadPathsReply {
+		return s.trees[t].ReadPaths(ReadPathsMsg{ID: id, Tree: t, Reads: reads, Release: release})
+	})
 }
 
 // journal appends the epoch's record and waits until it is durable: the
@@ -190,20 +188,9 @@ func (s *Stash) Admin(m AdminMsg) AdminReply {
 	defer s.mu.Unlock()
 	switch m.Op {
 	case AdminState:
-		b := ShardBlocks{Pos: map[tree.BlockID]Position{}, Stash: map[tree.BlockID][]byte{}}
-		s.core.copyState(b.Pos, b.Stash)
-		return AdminReply{Blocks: b}
+		return AdminReply{Blocks: s.core.blocks()}
 	case AdminInstall:
-		if m.Replace {
-			return AdminReply{Status: statusOf(s.core.restore(stashSnapshot{Pos: m.Blocks.Pos, Stash: m.Blocks.Stash}))}
-		}
-		for id, p := range m.Blocks.Pos {
-			s.core.setPosition(id, p)
-		}
-		for id, v := range m.Blocks.Stash {
-			s.core.setStashed(id, v)
-		}
-		return AdminReply{}
+		return AdminReply{Status: statusOf(s.core.restore(stashSnapshot{ShardBlocks: m.Blocks}))}
 	case AdminStats:
 		c := s.core
 		return AdminReply{Stats: LayerStats{StashSize: len(c.stash), StashMax: c.stats.stashMax,

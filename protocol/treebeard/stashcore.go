@@ -342,28 +342,26 @@ func (c *stashCore) evictionDone(t int, blocks []ringoram.Block, placed []int64)
 // stashSnapshot is a Stash shard's state between epochs: no read in
 // flight, no eviction holding a block.
 type stashSnapshot struct {
-	Pos   map[tree.BlockID]Position
-	Stash map[tree.BlockID][]byte
-	Rand  []byte // the random source's state
+	ShardBlocks
+	Rand []byte // the random source's state
 }
 
 // snapshot returns the shard's state; it must run between epochs and
 // evictions (a checkpoint pauses the Routers and waits for the trees).
 func (c *stashCore) snapshot() stashSnapshot {
-	snap := stashSnapshot{Pos: make(map[tree.BlockID]Position, len(c.pos)), Stash: make(map[tree.BlockID][]byte, len(c.stash))}
-	c.copyState(snap.Pos, snap.Stash)
+	snap := stashSnapshot{ShardBlocks: c.blocks()}
 	snap.Rand, _ = c.src.MarshalBinary() // never fails
 	return snap
 }
 
-// copyState adds the shard's positions and stashed values to pos and
-// stash: a checkpoint gathers every shard's into one pair of maps, which
-// holds no random source (state).
-func (c *stashCore) copyState(pos map[tree.BlockID]Position, stash map[tree.BlockID][]byte) {
-	maps.Copy(pos, c.pos)
-	for id, b := range c.stash {
-		stash[id] = b.value
+// blocks returns a copy of the shard's positions and stashed values: a
+// checkpoint gathers every shard's, with no random source (state).
+func (c *stashCore) blocks() ShardBlocks {
+	b := ShardBlocks{Pos: maps.Clone(c.pos), Stash: make(map[tree.BlockID][]byte, len(c.stash))}
+	for id, s := range c.stash {
+		b.Stash[id] = s.value
 	}
+	return b
 }
 
 // restore replaces the shard's state by snap, which an earlier snapshot

@@ -52,24 +52,17 @@ func (s *store) Load(ctx context.Context, items iter.Seq2[string, []byte]) (int,
 		return 0, err
 	}
 	r := rand.New(rng())
-	shards := make([]ShardBlocks, len(s.stashes))
-	for i := range shards {
-		shards[i] = ShardBlocks{Pos: map[tree.BlockID]Position{}, Stash: map[tree.BlockID][]byte{}}
-	}
+	all := ShardBlocks{Pos: map[tree.BlockID]Position{}, Stash: map[tree.BlockID][]byte{}}
 	for id, v := range values {
 		p := Position{Tree: r.IntN(len(s.workers)), Leaf: r.Uint64N(s.geo.Leaves())}
-		sh := &shards[shardOf(id, len(s.stashes))]
-		sh.Pos[id] = p
+		all.Pos[id] = p
 		if !tree.PlaceDeepest(s.geo, placed[p.Tree], s.opts.Z, p.Leaf, ringoram.Block{Block: tree.Block{ID: id, Value: v}, Leaf: p.Leaf}) {
-			sh.Stash[id] = v
+			all.Stash[id] = v
 		}
 	}
-	for i, sh := range shards {
-		if rep := s.admin(s.shardAdmins[i], AdminMsg{Op: AdminInstall, Blocks: sh}); rep.Code != CodeOK {
-			return 0, rep.Err()
-		}
+	if err := s.install(all); err != nil {
+		return 0, err
 	}
-	s.quota.used.Store(int64(len(values)))
 	// Journaled first: a crash while the trees are written leaves trees
 	// that match no state, and recovery writes them afresh.
 	if _, err := s.log.Commit([]byte{deltaLoad}); err != nil {
@@ -210,26 +203,37 @@ func (s *store) restore(st state) error {
 			return rep.Err()
 		}
 	}
-	shards := make([]ShardBlocks, len(s.stashes)) // the blocks by shard
-	for i := range shards {
-		shards[i] = ShardBlocks{Pos: map[tree.BlockID]Position{}, Stash: map[tree.BlockID][]byte{}}
-	}
-	for id, p := range st.Pos {
+	for _, p := range st.Pos {
 		if p.Tree < 0 || p.Tree >= len(s.workers) || p.Leaf >= s.geo.Leaves() {
 			return fmt.Errorf("%w: a block's position is outside the trees", kv.ErrMismatch)
 		}
+	}
+	if err := s.install(ShardBlocks{Pos: st.Pos, Stash: st.Stash}); err != nil {
+		return err
+	}
+	s.initialised.Store(st.Initialised)
+	return nil
+}
+
+// install hands every Stash shard the blocks of all that hash to it, in
+// place of its own (AdminInstall), and sets the key count.
+func (s *store) install(all ShardBlocks) error {
+	shards := make([]ShardBlocks, len(s.stashes))
+	for i := range shards {
+		shards[i] = ShardBlocks{Pos: map[tree.BlockID]Position{}, Stash: map[tree.BlockID][]byte{}}
+	}
+	for id, p := range all.Pos {
 		shards[shardOf(id, len(s.stashes))].Pos[id] = p
 	}
-	for id, v := range st.Stash {
+	for id, v := range all.Stash {
 		shards[shardOf(id, len(s.stashes))].Stash[id] = v
 	}
 	for i, sh := range shards {
-		if rep := s.admin(s.shardAdmins[i], AdminMsg{Op: AdminInstall, Replace: true, Blocks: sh}); rep.Code != CodeOK {
+		if rep := s.admin(s.shardAdmins[i], AdminMsg{Op: AdminInstall, Blocks: sh}); rep.Code != CodeOK {
 			return rep.Err()
 		}
 	}
-	s.quota.used.Store(int64(len(st.Pos)))
-	s.initialised.Store(st.Initialised)
+	s.quota.used.Store(int64(len(all.Pos)))
 	return nil
 }
 
