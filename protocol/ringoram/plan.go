@@ -2,6 +2,7 @@ package ringoram
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"math/rand/v2"
 	"slices"
@@ -57,11 +58,8 @@ func (t *Tree) begin(ctx context.Context, p Plan) error {
 
 // drawSeed draws a ChaCha8 seed from r.
 func drawSeed(r *rand.Rand) (seed [32]byte) {
-	for i := range 4 {
-		v := r.Uint64()
-		for j := range 8 {
-			seed[8*i+j] = byte(v >> (8 * j))
-		}
+	for i := 0; i < len(seed); i += 8 {
+		binary.LittleEndian.PutUint64(seed[i:], r.Uint64())
 	}
 	return seed
 }

@@ -99,12 +99,11 @@ func (t *Tree) ReadPaths(ctx context.Context, reqs []PathRead) ([]ReadResult, er
 	if err := t.writeChange(ctx, ws, Change{Taken: taken}); err != nil {
 		return nil, err
 	}
-	reshuffled := len(due)
 	t.stats.PathReads += uint64(len(reqs))
 	t.stats.MultiReads++
 	t.stats.BucketsRead += uint64(len(union))
-	t.stats.Reshuffles += uint64(reshuffled)
-	t.stats.BucketsWritten += uint64(reshuffled)
+	t.stats.Reshuffles += uint64(len(due))
+	t.stats.BucketsWritten += uint64(len(due))
 	return results, nil
 }
 
