@@ -49,7 +49,7 @@ func (t *Tree) checkPlaced(placed [][]Block) error {
 			if len(blk.Block.Value) > t.codec.ValueSize() {
 				return fmt.Errorf("ringoram: %d-byte value, value size %d", len(blk.Block.Value), t.codec.ValueSize())
 			}
-			if blk.Leaf >= t.g.Leaves() || !t.g.OnPath(uint64(b), blk.Leaf) {
+			if !t.g.OnPath(uint64(b), blk.Leaf) {
 				return fmt.Errorf("ringoram: Init with a block of leaf %d in bucket %d, off its path", blk.Leaf, b)
 			}
 		}

@@ -59,7 +59,7 @@ func (t *Tree) read(ctx context.Context, addrs []string) ([][]byte, error) {
 		return nil, err
 	}
 	if len(vals) != len(addrs) {
-		return nil, fmt.Errorf("ringoram: backend returned %d values for %d addresses", len(vals), len(addrs))
+		return nil, fmt.Errorf("%w: storage returned %d values for %d addresses", seal.ErrTampered, len(vals), len(addrs))
 	}
 	for i, v := range vals {
 		if v == nil {

@@ -86,7 +86,7 @@ func (m *meta) parse(plain []byte, p Params, g tree.Geometry, bucket uint64) err
 	for i := range m.Entries {
 		b := plain[metaHeader+i*entrySize : metaHeader+(i+1)*entrySize]
 		e := entry{Present: b[0] == 1, Slot: b[1], ID: tree.BlockID(b[2 : 2+idSize]), Leaf: binary.BigEndian.Uint64(b[2+idSize:])}
-		if b[0] > 1 || e.Present && (int(e.Slot) >= n || m.Valid&^used&(1<<e.Slot) == 0 || e.Leaf >= g.Leaves() || !g.OnPath(bucket, e.Leaf)) {
+		if b[0] > 1 || e.Present && (int(e.Slot) >= n || m.Valid&^used&(1<<e.Slot) == 0 || !g.OnPath(bucket, e.Leaf)) {
 			return fmt.Errorf("%w: metadata entry %d in slot %d is inconsistent", seal.ErrTampered, i, e.Slot)
 		}
 		if e.Present {

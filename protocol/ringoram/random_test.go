@@ -56,9 +56,9 @@ func TestRandomized(t *testing.T) {
 
 // TestSlotOffsets: the slot offsets that path reads fetch are uniform over
 // the Z+S slots of a bucket (chi-square at audit.Significance), at the
-// paper's Z=1, S=6, at treebeard's default S=2 and at Z=2, S=3: a real
-// block sits in a uniformly random slot
-// and a dummy read takes a uniformly random valid dummy, so the offset
+// paper's Z=1, S=6, at Z=1, S=2 and at Z=2, S=3: a real block sits in a
+// uniformly random slot and a dummy read takes a uniformly random valid
+// dummy, so the offset
 // read tells nothing of which slot held a block. With a rewrite that puts
 // real blocks in the first free slots instead, the check fails
 // decisively. The tree holds 300 blocks in 511 buckets, so that most

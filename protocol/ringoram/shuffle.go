@@ -12,8 +12,8 @@ import (
 // bucket union[i] before rewriting it (an eviction or an early reshuffle,
 // Sec. 2): the slots of its live real blocks, padded with uniformly random
 // other valid slots, in ascending slot order so that the order tells
-// nothing. A bucket read fewer than S times has at least Z+1 valid slots,
-// one read exactly S times exactly Z, so Z can always be read.
+// nothing. A bucket is reshuffled once more than S-Z of its slots were
+// read, so it always has at least Z valid slots.
 func (t *Tree) realSlots(dst []slotRead, bucket uint64, m *meta, i int32) []slotRead {
 	var taken uint64
 	n := 0

@@ -3,6 +3,7 @@ package treebeard
 import (
 	"errors"
 
+	"github.com/oblivkv/oblivkv/backend"
 	"github.com/oblivkv/oblivkv/kv"
 	"github.com/oblivkv/oblivkv/protocol/tree"
 )
@@ -38,7 +39,8 @@ type Reply struct {
 }
 
 // Status is how a call between layers ended: Code, and when it failed,
-// Detail says why. No Go error crosses a layer boundary.
+// Detail says why. No Go error crosses a layer boundary: what errors.Is
+// can tell of a failure on the far side is its Code's kv error.
 type Status struct {
 	Code   Code
 	Detail string
@@ -72,7 +74,7 @@ func statusOf(err error) Status {
 		code = CodeFull
 	case errors.Is(err, kv.ErrTampered):
 		code = CodeTampered
-	case errors.Is(err, kv.ErrClosed):
+	case errors.Is(err, kv.ErrClosed), errors.Is(err, backend.ErrClosed):
 		code = CodeClosed
 	case errors.Is(err, kv.ErrMismatch):
 		code = CodeMismatch
