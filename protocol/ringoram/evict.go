@@ -1,10 +1,8 @@
 package ringoram
 
 import (
-	"cmp"
 	"context"
 	"fmt"
-	"slices"
 
 	"github.com/oblivkv/oblivkv/protocol/tree"
 )
@@ -110,59 +108,46 @@ func (t *Tree) checkBlocks(blocks []Block) error {
 // a bucket takes before stash blocks, so all of them are placed again
 // (they fit where they were). where[j] is stash block j's bucket, or -1.
 func (t *Tree) place(union []uint64, kept [][]Block, blocks []Block) (contents [][]Block, where []int64, err error) {
-	pool := make([][]candidate, len(union))
+	read := make([][]Block, len(union)) // per bucket: blocks read from the tree that wait there
+	stash := make([][]int, len(union))  // per bucket: stash blocks (indices into blocks) that wait there
 	for i := range union {
-		for x := range kept[i] {
-			d := t.deepestBucket(union, kept[i][x].Leaf)
-			pool[d] = append(pool[d], candidate{b: &kept[i][x], stash: -1})
+		for _, b := range kept[i] {
+			d := t.deepestBucket(union, b.Leaf)
+			read[d] = append(read[d], b)
 		}
 	}
 	for j := range blocks {
 		d := t.deepestBucket(union, blocks[j].Leaf)
-		pool[d] = append(pool[d], candidate{b: &blocks[j], stash: j})
+		stash[d] = append(stash[d], j)
 	}
 	where = make([]int64, len(blocks))
 	for j := range where {
 		where[j] = -1
 	}
+	z := t.p.Z
 	contents = make([][]Block, len(union))
+	all := make([]Block, len(union)*z)
 	for i := len(union) - 1; i >= 0; i-- {
-		p := pool[i]
-		slices.SortStableFunc(p, func(a, b candidate) int { return cmp.Compare(a.rank(), b.rank()) })
-		n := min(len(p), t.p.Z)
-		for _, c := range p[:n] {
-			contents[i] = append(contents[i], *c.b)
-			if c.stash >= 0 {
-				where[c.stash] = int64(union[i])
-			}
+		c := all[i*z : i*z : (i+1)*z]
+		n := min(len(read[i]), z)
+		c = append(c, read[i][:n]...)
+		m := min(len(stash[i]), z-n)
+		for _, j := range stash[i][:m] {
+			c = append(c, blocks[j])
+			where[j] = int64(union[i])
 		}
-		rest := p[n:]
-		if union[i] == 0 {
-			if len(rest) > 0 && rest[0].stash < 0 {
+		contents[i] = c
+		if i == 0 { // the root: what is left stays in the stash
+			if n < len(read[i]) {
 				return nil, nil, fmt.Errorf("ringoram: internal error: an eviction left a block it read unplaced")
 			}
 			break
 		}
 		parent := index(union, (union[i]-1)/2)
-		pool[parent] = append(pool[parent], rest...)
+		read[parent] = append(read[parent], read[i][n:]...)
+		stash[parent] = append(stash[parent], stash[i][m:]...)
 	}
 	return contents, where, nil
-}
-
-// candidate is a block an eviction places: one it read, or stash block
-// number stash.
-type candidate struct {
-	b     *Block
-	stash int // index in the blocks offered, or -1 for a block read from the tree
-}
-
-// rank orders the candidates a bucket takes: blocks read before stash
-// blocks.
-func (c candidate) rank() int {
-	if c.stash < 0 {
-		return 0
-	}
-	return 1
 }
 
 // deepestBucket returns the index in union of the deepest bucket of union
