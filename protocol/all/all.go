@@ -7,6 +7,7 @@ package all
 import (
 	_ "github.com/oblivkv/oblivkv/protocol/baseline" // plain, encrypted
 	_ "github.com/oblivkv/oblivkv/protocol/cloak"
+	_ "github.com/oblivkv/oblivkv/protocol/oblivistore"
 	_ "github.com/oblivkv/oblivkv/protocol/pathoram"
 	_ "github.com/oblivkv/oblivkv/protocol/taostore"
 	_ "github.com/oblivkv/oblivkv/protocol/treebeard"

@@ -1,0 +1,82 @@
+package oblivistore
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math"
+
+	"github.com/oblivkv/oblivkv/internal/delta"
+)
+
+// The journal record of an input starts with its kind.
+const (
+	recRequest byte = iota + 1
+	recRead
+	recWrite
+	recReseed
+)
+
+// appendInput encodes in as a journal record.
+func appendInput(b []byte, in Input) []byte {
+	switch {
+	case in.Request != nil:
+		b = append(b, recRequest, byte(in.Request.Op))
+		b = delta.AppendBytes(b, []byte(in.Request.Key))
+		b = delta.AppendBool(b, in.Request.Val != nil)
+		b = delta.AppendBytes(b, in.Request.Val)
+	case in.Read != nil:
+		b = append(b, recRead)
+		b = binary.AppendUvarint(b, in.Read.ID)
+		b = binary.AppendUvarint(b, uint64(len(in.Read.Blocks)))
+		for _, blk := range in.Read.Blocks {
+			b = delta.AppendBool(b, blk.Real)
+			if blk.Real {
+				b = delta.AppendBytes(b, blk.Val)
+			}
+		}
+	case in.Write != nil:
+		b = append(b, recWrite)
+		b = binary.AppendUvarint(b, in.Write.ID)
+	case in.Reseed != nil:
+		b = append(b, recReseed)
+		b = append(b, in.Reseed[:]...)
+	}
+	return b
+}
+
+// decodeInput decodes a journal record of appendInput.
+func decodeInput(b []byte) (Input, error) {
+	d := delta.NewDecoder(b)
+	var in Input
+	switch kind := d.Byte(); kind {
+	case recRequest:
+		r := &Request{Op: OpKind(d.Byte())}
+		r.Key = string(d.Bytes(math.MaxInt))
+		hasVal := d.Bool()
+		r.Val = d.Bytes(math.MaxInt)
+		if hasVal && r.Val == nil {
+			r.Val = []byte{}
+		}
+		in.Request = r
+	case recRead:
+		rd := &ReadDone{ID: d.Uvarint()}
+		n := d.Count()
+		for i := 0; i < n && !d.Failed(); i++ {
+			blk := Block{Real: d.Bool()}
+			if blk.Real {
+				blk.Val = d.Bytes(math.MaxInt)
+			}
+			rd.Blocks = append(rd.Blocks, blk)
+		}
+		in.Read = rd
+	case recWrite:
+		in.Write = &WriteDone{ID: d.Uvarint()}
+	case recReseed:
+		var seed [32]byte
+		d.Read(seed[:])
+		in.Reseed = &seed
+	default:
+		d.Check(false, fmt.Sprintf("input kind %d", kind))
+	}
+	return in, d.Done()
+}

@@ -1,0 +1,32 @@
+package oblivistore_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/oblivkv/oblivkv/kvtest"
+	"github.com/oblivkv/oblivkv/protocol/oblivistore"
+)
+
+var cfg = kvtest.Config{Protocol: "oblivistore", Integrity: true, Durable: true}
+
+func TestMain(m *testing.M) { kvtest.Main(m) }
+
+func TestContract(t *testing.T) {
+	for _, st := range kvtest.Storages(t) {
+		t.Run(st.Name, func(t *testing.T) { kvtest.RunContract(t, cfg, st) })
+	}
+}
+
+// TestLinearizable: 16 clients mixing GET/SET/DEL, half of them on one
+// hot key, with a fractional eviction rate, so repeated accesses overlap
+// shuffles and early cache-ins.
+func TestLinearizable(t *testing.T) {
+	lin := kvtest.Config{Protocol: "oblivistore", Options: oblivistore.Options{EvictionRate: 1.5}}
+	for _, st := range []kvtest.Storage{kvtest.Mem(), kvtest.Redis(), kvtest.Jittered(kvtest.Mem(), 3*time.Millisecond)} {
+		t.Run(st.Name, func(t *testing.T) {
+			s := kvtest.OpenStore(t, lin, st)
+			kvtest.CheckLinearizable(t, s, kvtest.LinOptions{Clients: 16, OpsPerClient: 150, DeleteFraction: 0.15})
+		})
+	}
+}

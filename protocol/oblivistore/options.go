@@ -1,0 +1,122 @@
+package oblivistore
+
+import (
+	"fmt"
+	"math"
+)
+
+// Options are ObliviStore's parameters. Zero fields take the defaults
+// below, scaled to the store's capacity N.
+type Options struct {
+	// Partitions is the number of partitions (default ceil(sqrt(N)), as in
+	// the partitioning framework of Sec. III-A).
+	Partitions int
+	// EvictionRate is nu, the evictions scheduled per access (default 2,
+	// Sec. III-A; fractional rates schedule floor(nu) evictions and one
+	// more with probability nu - floor(nu)).
+	EvictionRate float64
+	// EarlyCacheIns bounds the early cache-ins held in the storage cache
+	// (the early cache-in semaphore of Sec. V-D; default 4*sqrt(N)).
+	EarlyCacheIns int
+	// ShufflingBuffer bounds the blocks the shuffling buffer may hold (the
+	// shuffling buffer semaphore; default four times the largest
+	// shuffle's write, at least the largest shuffle's write).
+	ShufflingBuffer int
+	// EvictionsAhead bounds how many scheduled evictions accesses may run
+	// ahead of the shuffler (the eviction semaphore; default 2 per
+	// partition).
+	EvictionsAhead int
+	// ShuffleIOPerAccess is the shuffling I/O (blocks read or written)
+	// each access allows the shuffler to run ahead by (the shuffling I/O
+	// semaphore; default 8*nu*(levels), twice the shuffler's amortized
+	// need).
+	ShuffleIOPerAccess int
+
+	seed *[32]byte // tests only: makes every choice reproducible
+	leak leak      // tests only: a flaw injected to show an audit catches it
+}
+
+// Defaults that do not scale with N.
+const (
+	DefaultEvictionRate = 2
+	evictionsPerPart    = 2
+	earlyPerSqrtN       = 4
+	bufferShuffles      = 4
+)
+
+// geometry is the shape every partition shares.
+type geometry struct {
+	Partitions int
+	// Top is the top level L: levels 0..L, level l holding 2*2^l slots.
+	// 2^L is at least the expected load N/P plus eight standard
+	// deviations and 16, so a partition's real blocks fit its top level
+	// (see topLevel).
+	Top int
+}
+
+// slots is the number of slots of level l.
+func slots(l int) int { return 2 << l }
+
+// topLevel is the smallest L with 2^L >= n/p + 8*sqrt(n/p) + 16.
+//
+// The paper's partitions have 1/2 log N + 1 levels and the top level holds
+// 2^L real blocks; it does not say what happens to a partition that
+// receives more. Here every real block of a partition must fit its top
+// level when all levels are merged into it (shuffle.go), so the top level
+// is sized for the load's tail: a partition's load is binomial with mean
+// n/p, and exceeding eight standard deviations has probability below
+// 1e-15.
+func topLevel(n, p int) int {
+	mean := float64(n) / float64(p)
+	need := mean + 8*math.Sqrt(mean) + 16
+	return int(math.Ceil(math.Log2(need)))
+}
+
+func (o Options) withDefaults(n int) Options {
+	if o.Partitions == 0 {
+		o.Partitions = int(math.Ceil(math.Sqrt(float64(n))))
+	}
+	if o.EvictionRate == 0 {
+		o.EvictionRate = DefaultEvictionRate
+	}
+	levels := topLevel(n, max(o.Partitions, 1)) + 1
+	if o.EarlyCacheIns == 0 {
+		o.EarlyCacheIns = max(earlyPerSqrtN*int(math.Ceil(math.Sqrt(float64(n)))), 4*levels)
+	}
+	if o.ShufflingBuffer == 0 {
+		o.ShufflingBuffer = bufferShuffles * maxShuffleWrite(levels-1)
+	}
+	if o.EvictionsAhead == 0 {
+		o.EvictionsAhead = evictionsPerPart * o.Partitions
+	}
+	if o.ShuffleIOPerAccess == 0 {
+		o.ShuffleIOPerAccess = int(math.Ceil(8 * o.EvictionRate * float64(levels)))
+	}
+	return o
+}
+
+// maxShuffleWrite bounds the slots one shuffle writes: every level.
+func maxShuffleWrite(top int) int { return slots(top+1) - 2 }
+
+func (o Options) validate(n int) error {
+	levels := topLevel(n, max(o.Partitions, 1)) + 1
+	switch {
+	case o.Partitions < 1 || o.Partitions > n:
+		return fmt.Errorf("oblivistore: Partitions must be between 1 and the capacity %d, got %d", n, o.Partitions)
+	case o.EvictionRate < 1 || o.EvictionRate > 16 || math.IsNaN(o.EvictionRate):
+		return fmt.Errorf("oblivistore: EvictionRate (nu) must be between 1 and 16, got %v", o.EvictionRate)
+	case o.EarlyCacheIns < levels:
+		return fmt.Errorf("oblivistore: EarlyCacheIns must be at least the number of levels (%d), got %d", levels, o.EarlyCacheIns)
+	case o.ShufflingBuffer < maxShuffleWrite(levels-1):
+		return fmt.Errorf("oblivistore: ShufflingBuffer must hold the largest shuffle (%d blocks), got %d", maxShuffleWrite(levels-1), o.ShufflingBuffer)
+	case o.EvictionsAhead < int(math.Ceil(o.EvictionRate)):
+		return fmt.Errorf("oblivistore: EvictionsAhead must be at least nu rounded up (%d), got %d", int(math.Ceil(o.EvictionRate)), o.EvictionsAhead)
+	case o.ShuffleIOPerAccess < 1:
+		return fmt.Errorf("oblivistore: ShuffleIOPerAccess must be at least 1, got %d", o.ShuffleIOPerAccess)
+	}
+	return nil
+}
+
+func (o Options) geometry(n int) geometry {
+	return geometry{Partitions: o.Partitions, Top: topLevel(n, o.Partitions)}
+}

@@ -1,0 +1,563 @@
+package oblivistore
+
+import (
+	"cmp"
+	"context"
+	crand "crypto/rand"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"iter"
+	"maps"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/oblivkv/oblivkv/backend"
+	"github.com/oblivkv/oblivkv/internal/durable"
+	"github.com/oblivkv/oblivkv/kv"
+	"github.com/oblivkv/oblivkv/seal"
+)
+
+func init() {
+	kv.Register("oblivistore", func(ctx context.Context, env kv.Env) (kv.Store, error) {
+		return open(ctx, env)
+	})
+}
+
+// SlotPrefix begins every slot's storage address: SlotPrefix p/l/s.
+const SlotPrefix = "os/"
+
+// checkpointEvery is how many journaled inputs a checkpoint replaces.
+// Inputs are small and a checkpoint holds the position map, so they are
+// spaced further apart than durable's default.
+const checkpointEvery = 20_000
+
+// retryPause is the first pause before a failed backend call is retried;
+// it doubles up to retryPauseMax.
+const (
+	retryPause    = time.Millisecond
+	retryPauseMax = time.Second
+)
+
+// call is a client request waiting for its reply.
+type call struct {
+	req   Request
+	reply chan result
+}
+
+type result struct {
+	val   []byte
+	found bool
+	err   error
+}
+
+// event is one input for the loop: a call, an I/O completion, or a
+// function to run on the loop (Load).
+type event struct {
+	call  *call
+	in    Input
+	fatal error // storage was tampered with
+	run   func()
+}
+
+// store is the driver: it owns the core, the journal, the backend I/O and
+// the goroutines, and feeds the core its inputs one at a time.
+type store struct {
+	b         backend.Backend
+	keys      *seal.Keys
+	valueSize int
+	log       *durable.Log
+	core      *Core // owned by loop once it runs
+
+	events  chan event
+	closing chan struct{} // closed by Close: the loop ends once settled
+	done    chan struct{} // closed when the loop has ended
+
+	calls  map[uint64]*call // by sequence number; loop only
+	broken error            // loop only
+	ios    sync.WaitGroup   // backend calls in flight
+
+	opts  Options
+	stats atomic.Pointer[kv.Stats]
+}
+
+func open(ctx context.Context, env kv.Env) (*store, error) {
+	opts, err := kv.OptionsOf[Options]("oblivistore", env.Options)
+	if err != nil {
+		return nil, err
+	}
+	opts = opts.withDefaults(env.Capacity)
+	if err := opts.validate(env.Capacity); err != nil {
+		return nil, err
+	}
+	s := &store{b: env.Backend, keys: env.Keys, valueSize: env.ValueSize,
+		log:    durable.New(env.Journal, env.Backend, env.Keys),
+		events: make(chan event, 1024), closing: make(chan struct{}), done: make(chan struct{}),
+		calls: map[uint64]*call{}, opts: opts}
+	s.log.SetEvery(checkpointEvery)
+	if env.Fresh {
+		s.core = NewCore(env.Capacity, opts, seedOf(opts))
+		if err := s.checkpoint(ctx, s.log.Create); err != nil {
+			return nil, err
+		}
+	} else if err := s.recover(ctx, opts, env.Capacity); err != nil {
+		return nil, err
+	}
+	var fresh [32]byte
+	if opts.seed == nil {
+		crand.Read(fresh[:])
+	}
+	if err := s.input(ctx, Input{Reseed: &fresh}); err != nil {
+		return nil, err
+	}
+	s.publish()
+	go s.loop()
+	return s, nil
+}
+
+func seedOf(o Options) [32]byte {
+	if o.seed != nil {
+		return *o.seed
+	}
+	var seed [32]byte
+	crand.Read(seed[:])
+	return seed
+}
+
+// JournalsEveryWrite reports that recovery rebuilds and redoes every
+// write since the last checkpoint (kv.WriteJournaler): the journal holds
+// the inputs that determine them.
+func (s *store) JournalsEveryWrite() bool { return s.log.Durable() }
+
+// input journals and applies one input before the loop runs, and issues
+// its outputs synchronously.
+func (s *store) input(ctx context.Context, in Input) error {
+	lsn := s.log.Append(appendInput(nil, in))
+	outs, err := s.core.Step(in)
+	if err == nil {
+		err = s.log.Sync(lsn)
+	}
+	if err != nil {
+		return err
+	}
+	for _, o := range outs {
+		s.release(o)
+	}
+	return nil
+}
+
+// checkpoint hands the core's snapshot, at the journal's last record, to
+// save (durable.Log's Create or a checkpoint).
+func (s *store) checkpoint(ctx context.Context, save func(context.Context, []byte) error) error {
+	if !s.log.Durable() {
+		return nil
+	}
+	st, err := s.core.Snapshot()
+	if err != nil {
+		return err
+	}
+	return save(ctx, st)
+}
+
+func (s *store) checkpointNow(ctx context.Context) error {
+	return s.checkpoint(ctx, func(ctx context.Context, st []byte) error {
+		return s.log.Checkpoint(ctx, st, s.log.Last())
+	})
+}
+
+// recover restores the last checkpoint, replays the inputs journaled
+// after it, redoes every write they caused (storage may have lost writes
+// it acknowledged since the checkpoint: kv defers its syncs) and reissues
+// the I/O left outstanding. Storage sees again only reads and writes it
+// saw before, or would have.
+func (s *store) recover(ctx context.Context, opts Options, n int) error {
+	rec, err := s.log.Recover(ctx)
+	if err != nil {
+		return err
+	}
+	if s.core, err = Restore(rec.State); err != nil {
+		return err
+	}
+	if err := s.core.checkOptions(opts, n); err != nil {
+		return err
+	}
+	redo := map[uint64]*WriteIO{}
+	for _, o := range s.core.Outstanding() {
+		if o.Write != nil {
+			redo[o.Write.ID] = o.Write
+		}
+	}
+	for i, rec := range rec.Deltas {
+		in, err := decodeInput(rec)
+		if err != nil {
+			return fmt.Errorf("oblivistore: journal record %d after the checkpoint: %w", i+1, err)
+		}
+		outs, err := s.core.Step(in)
+		if err != nil {
+			return fmt.Errorf("oblivistore: replaying journal record %d: %w", i+1, err)
+		}
+		for _, o := range outs {
+			if o.Write != nil {
+				redo[o.Write.ID] = o.Write
+			}
+		}
+	}
+	for _, w := range sortedWrites(redo) {
+		if err := s.b.Write(ctx, s.sealWrite(w)); err != nil {
+			return fmt.Errorf("oblivistore: redoing write %d: %w", w.ID, err)
+		}
+	}
+	return s.resume(ctx)
+}
+
+// resume completes the writes just redone and reissues the reads left
+// outstanding, journaling their results like any others.
+func (s *store) resume(ctx context.Context) error {
+	for _, o := range s.core.Outstanding() {
+		var in Input
+		switch {
+		case o.Write != nil:
+			in.Write = &WriteDone{ID: o.Write.ID}
+		default:
+			blocks, err := s.read(ctx, o.Read)
+			if err != nil {
+				return err
+			}
+			in.Read = &ReadDone{ID: o.Read.ID, Blocks: blocks}
+		}
+		if err := s.input(ctx, in); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// loop feeds the core: it takes every event waiting, journals and applies
+// them, waits for the journal (one fsync for all of them), then lets
+// their outputs out. Once Close is called it ends as soon as the core is
+// idle (or broken).
+func (s *store) loop() {
+	defer close(s.done)
+	var batch []event
+	var outs []Output
+	closing := s.closing
+	for {
+		if closing == nil && (s.broken != nil || s.core.Idle()) {
+			return
+		}
+		select {
+		case ev := <-s.events:
+			batch = append(batch[:0], ev)
+		case <-closing:
+			closing = nil
+			continue
+		}
+	drain:
+		for len(batch) < cap(s.events) {
+			select {
+			case ev := <-s.events:
+				batch = append(batch, ev)
+			default:
+				break drain
+			}
+		}
+		outs = s.apply(batch, outs[:0])
+		for _, o := range outs {
+			s.release(o)
+		}
+		if s.broken == nil && s.log.Due() {
+			if err := s.checkpointNow(context.Background()); err != nil {
+				s.fail(fmt.Errorf("oblivistore: checkpoint: %w", err))
+			}
+		}
+		s.publish()
+	}
+}
+
+// apply journals and steps a batch of events and returns their outputs,
+// once the journal holds them all.
+func (s *store) apply(batch []event, outs []Output) []Output {
+	var lsn uint64
+	for _, ev := range batch {
+		switch {
+		case ev.run != nil:
+			ev.run()
+			continue
+		case ev.fatal != nil:
+			s.fail(ev.fatal)
+			continue
+		case s.broken != nil:
+			if ev.call != nil {
+				ev.call.reply <- result{err: s.broken}
+			}
+			continue
+		}
+		lsn = s.log.Append(appendInput(nil, ev.in))
+		if ev.call != nil {
+			s.calls[s.core.NextSeq()] = ev.call
+		}
+		o, err := s.core.Step(ev.in)
+		if err != nil {
+			s.fail(err)
+			return outs[:0]
+		}
+		outs = append(outs, o...)
+	}
+	if err := s.log.Sync(lsn); err != nil {
+		s.fail(fmt.Errorf("oblivistore: journal: %w", err))
+		return outs[:0]
+	}
+	return outs
+}
+
+// fail makes the store refuse everything from now on and fails every
+// waiting call: the state can no longer be trusted or made durable.
+func (s *store) fail(err error) {
+	if s.broken == nil {
+		s.broken = err
+	}
+	for seq, c := range s.calls {
+		c.reply <- result{err: s.broken}
+		delete(s.calls, seq)
+	}
+}
+
+// release lets one output out: a backend call on its own goroutine, or a
+// reply.
+func (s *store) release(o Output) {
+	switch {
+	case o.Reply != nil:
+		c := s.calls[o.Reply.Seq]
+		if c == nil {
+			return // a request from before a crash: nobody waits for it
+		}
+		delete(s.calls, o.Reply.Seq)
+		c.reply <- s.resultOf(o.Reply)
+	case o.Read != nil:
+		s.ios.Add(1)
+		go func() {
+			defer s.ios.Done()
+			blocks, err := s.read(context.Background(), o.Read)
+			s.send(event{in: Input{Read: &ReadDone{ID: o.Read.ID, Blocks: blocks}}, fatal: err})
+		}()
+	case o.Write != nil:
+		s.ios.Add(1)
+		go func() {
+			defer s.ios.Done()
+			err := s.retry(func() error { return s.b.Write(context.Background(), s.sealWrite(o.Write)) })
+			s.send(event{in: Input{Write: &WriteDone{ID: o.Write.ID}}, fatal: err})
+		}()
+	}
+}
+
+// send hands the loop an event, unless it has ended.
+func (s *store) send(ev event) bool {
+	select {
+	case s.events <- ev:
+		return true
+	case <-s.done:
+		return false
+	}
+}
+
+func (s *store) resultOf(r *Reply) result {
+	if r.Full {
+		return result{err: fmt.Errorf("%w: no room for a new key", kv.ErrFull)}
+	}
+	if !r.Found {
+		return result{}
+	}
+	return result{val: append([]byte{}, r.Val...), found: true}
+}
+
+// retry runs a backend call until it succeeds, the store closes or
+// storage is found tampered with. A retried call is the same call again:
+// storage learns only that the first one failed.
+func (s *store) retry(f func() error) error {
+	pause := retryPause
+	for {
+		err := f()
+		if err == nil || errors.Is(err, kv.ErrTampered) || errors.Is(err, backend.ErrClosed) {
+			return err
+		}
+		select {
+		case <-time.After(pause):
+		case <-s.done:
+			return err
+		}
+		pause = min(2*pause, retryPauseMax)
+	}
+}
+
+// slotAddr is the storage address of slot x.
+func slotAddr(x Slot) string {
+	b := make([]byte, 0, 24)
+	b = append(b, SlotPrefix...)
+	b = strconv.AppendInt(b, int64(x.P), 10)
+	b = append(b, '/')
+	b = strconv.AppendInt(b, int64(x.L), 10)
+	b = append(b, '/')
+	b = strconv.AppendInt(b, int64(x.S), 10)
+	return string(b)
+}
+
+// ad is a slot's associated data: its address and its level's nonce.
+func ad(addr string, nonce uint64) []byte {
+	return binary.BigEndian.AppendUint64([]byte(addr), nonce)
+}
+
+// sealWrite seals a write's blocks: a kind byte, the value's length and
+// the value padded to the value size, bound to address and nonce.
+func (s *store) sealWrite(w *WriteIO) []backend.Item {
+	items := make([]backend.Item, len(w.Slots))
+	plain := make([]byte, 5+s.valueSize)
+	for i, x := range w.Slots {
+		clear(plain)
+		if b := w.Blocks[i]; b.Real {
+			plain[0] = 1
+			binary.BigEndian.PutUint32(plain[1:], uint32(len(b.Val)))
+			copy(plain[5:], b.Val)
+		}
+		addr := slotAddr(x)
+		items[i] = backend.Item{Addr: addr, Value: s.keys.Seal(nil, ad(addr, w.Nonces[i]), plain)}
+	}
+	return items
+}
+
+// read reads and opens a ReadIO's slots, retrying failed calls.
+func (s *store) read(ctx context.Context, r *ReadIO) ([]Block, error) {
+	addrs := make([]string, len(r.Slots))
+	for i, x := range r.Slots {
+		addrs[i] = slotAddr(x)
+	}
+	var vals [][]byte
+	if err := s.retry(func() (err error) { vals, err = s.b.Read(ctx, addrs); return err }); err != nil {
+		return nil, err
+	}
+	blocks := make([]Block, len(vals))
+	for i, v := range vals {
+		b, err := s.open(addrs[i], r.Nonces[i], v)
+		if err != nil {
+			return nil, err
+		}
+		blocks[i] = b
+	}
+	return blocks, nil
+}
+
+func (s *store) open(addr string, nonce uint64, sealed []byte) (Block, error) {
+	if sealed == nil {
+		return Block{}, fmt.Errorf("%w: slot %s is missing", kv.ErrTampered, addr)
+	}
+	plain, err := s.keys.Open(nil, ad(addr, nonce), sealed)
+	if err != nil {
+		return Block{}, fmt.Errorf("slot %s: %w", addr, err)
+	}
+	n := binary.BigEndian.Uint32(plain[1:])
+	if len(plain) != 5+s.valueSize || plain[0] > 1 || int(n) > s.valueSize {
+		return Block{}, fmt.Errorf("%w: slot %s is malformed", kv.ErrTampered, addr)
+	}
+	if plain[0] == 0 {
+		return Block{}, nil
+	}
+	return Block{Real: true, Val: plain[5 : 5+n : 5+n]}, nil
+}
+
+// do submits a request and waits for its reply.
+func (s *store) do(r Request) result {
+	c := &call{req: r, reply: make(chan result, 1)}
+	if !s.send(event{call: c, in: Input{Request: &c.req}}) {
+		return result{err: kv.ErrClosed}
+	}
+	return <-c.reply
+}
+
+func (s *store) Get(_ context.Context, key string) ([]byte, bool, error) {
+	r := s.do(Request{Op: OpGet, Key: key})
+	return r.val, r.found, r.err
+}
+
+func (s *store) Put(_ context.Context, key string, val []byte) error {
+	return s.do(Request{Op: OpPut, Key: key, Val: append([]byte{}, val...)}).err
+}
+
+func (s *store) Delete(_ context.Context, key string) error {
+	return s.do(Request{Op: OpDelete, Key: key}).err
+}
+
+// onLoop runs f on the loop, between two batches.
+func (s *store) onLoop(f func()) error {
+	ran := make(chan struct{})
+	if !s.send(event{run: func() { f(); close(ran) }}) {
+		return kv.ErrClosed
+	}
+	<-ran
+	return nil
+}
+
+// Load fills an empty store (kv.Loader): the core lays every key out in
+// its partition's top level, the driver writes them and checkpoints, all
+// on the loop, so nothing else runs meanwhile.
+func (s *store) Load(ctx context.Context, items iter.Seq2[string, []byte]) (n int, err error) {
+	if lerr := s.onLoop(func() { n, err = s.load(ctx, items) }); lerr != nil {
+		return 0, lerr
+	}
+	return n, err
+}
+
+func (s *store) load(ctx context.Context, items iter.Seq2[string, []byte]) (int, error) {
+	if s.broken != nil {
+		return 0, s.broken
+	}
+	writes, n, err := s.core.Load(items)
+	switch {
+	case errors.Is(err, ErrNotEmpty):
+		return 0, kv.ErrNotEmpty
+	case err != nil:
+		return 0, err
+	}
+	for _, w := range writes {
+		if err := s.b.Write(ctx, s.sealWrite(w)); err != nil {
+			s.fail(fmt.Errorf("oblivistore: bulk load cut short: %w", err))
+			return 0, s.broken
+		}
+	}
+	if err := s.checkpointNow(ctx); err != nil {
+		s.fail(fmt.Errorf("oblivistore: bulk load cut short: %w", err))
+		return 0, s.broken
+	}
+	return n, nil
+}
+
+// Close waits for the core to settle (kv guarantees no request is in
+// flight, so only I/O remains), checkpoints and closes the backend.
+func (s *store) Close() error {
+	close(s.closing)
+	<-s.done
+	s.ios.Wait()
+	var err error
+	if s.broken == nil {
+		if err = s.checkpointNow(context.Background()); err != nil {
+			err = fmt.Errorf("oblivistore: closing without a checkpoint; the next open replays the journal: %w", err)
+		}
+	}
+	return errors.Join(err, s.b.Close())
+}
+
+// publish refreshes the statistics Stats returns.
+func (s *store) publish() {
+	st := s.core.stats()
+	s.stats.Store(&st)
+}
+
+func (s *store) Stats() kv.Stats { return *s.stats.Load() }
+
+// sortedWrites returns the writes in the order they were issued.
+func sortedWrites(ws map[uint64]*WriteIO) []*WriteIO {
+	out := slices.Collect(maps.Values(ws))
+	slices.SortFunc(out, func(a, b *WriteIO) int { return cmp.Compare(a.ID, b.ID) })
+	return out
+}
