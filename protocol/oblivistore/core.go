@@ -1,6 +1,7 @@
 package oblivistore
 
 import (
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"math"
@@ -154,10 +155,11 @@ type Counters struct {
 
 // State is the core's whole state: plain data, so Snapshot can encode it.
 type State struct {
-	Geo       geometry
-	Opts      coreOptions
-	Capacity  int
-	Rng       []byte
+	Geo      geometry
+	Opts     coreOptions
+	Capacity int
+	// Pub and Sec are the random sources' states, in a snapshot only.
+	Pub, Sec  []byte
 	Pos       map[string]Loc
 	Mem       map[string]*Held
 	Queues    [][]string // per partition: the eviction cache, oldest first
@@ -186,11 +188,19 @@ type coreOptions struct {
 // Core is ObliviStore's trusted state machine (Figs. 5-7): a
 // deterministic function of its state and inputs. It never does I/O,
 // reads a clock or spawns anything.
+//
+// It draws from two random sources. pub makes the choices storage may
+// learn, and draws the same amount per access whatever the workload: the
+// evictions each access schedules and their partitions, and the partition
+// an access to a key not on storage reads. sec makes the secret ones: the
+// partition a block is assigned to, and every level's layout. Two
+// workloads of equal length then see the same public coins.
 type Core struct {
-	st  State
-	src *rand.ChaCha8
-	rng *rand.Rand
-	out []Output
+	st       State
+	pubSrc   *rand.ChaCha8
+	secSrc   *rand.ChaCha8
+	pub, sec *rand.Rand
+	out      []Output
 }
 
 // NewCore returns the core of an empty store of capacity n.
@@ -216,9 +226,11 @@ func NewCore(n int, o Options, seed [32]byte) *Core {
 	return c
 }
 
+// seed derives both sources from seed.
 func (c *Core) seed(seed [32]byte) {
-	c.src = rand.NewChaCha8(seed)
-	c.rng = rand.New(c.src)
+	c.pubSrc = rand.NewChaCha8(sha256.Sum256(append([]byte("oblivistore/pub"), seed[:]...)))
+	c.secSrc = rand.NewChaCha8(sha256.Sum256(append([]byte("oblivistore/sec"), seed[:]...)))
+	c.pub, c.sec = rand.New(c.pubSrc), rand.New(c.secSrc)
 }
 
 func (c *Core) levels() int64 { return int64(c.st.Geo.Top + 1) }
@@ -264,7 +276,7 @@ func (c *Core) progress() error {
 
 func (c *Core) reseed(seed [32]byte) {
 	var mixed [32]byte
-	c.src.Read(mixed[:])
+	c.secSrc.Read(mixed[:])
 	for i := range mixed {
 		mixed[i] ^= seed[i]
 	}
@@ -280,7 +292,7 @@ func (c *Core) arrive(r Request) {
 	c.st.NextSeq++
 	nu := c.st.Opts.EvictionRate
 	e := int32(nu)
-	if frac := nu - math.Floor(nu); frac > 0 && c.rng.Float64() < frac {
+	if frac := nu - math.Floor(nu); frac > 0 && c.pub.Float64() < frac {
 		e++
 	}
 	c.st.Waiting = append(c.st.Waiting, &Req{Seq: c.st.NextSeq, Op: r.Op, Key: r.Key, Val: r.Val, Evictions: e})
@@ -307,22 +319,24 @@ func (c *Core) admit() bool {
 		c.st.Sem.Evictions -= int64(r.Evictions)
 		c.st.Sem.IO += c.st.Opts.ShuffleIOPerAccess
 		c.st.Active = append(c.st.Active, r)
-		p, target := c.locate(r)
+		p, target := c.locate(r, int32(c.pub.IntN(c.st.Geo.Partitions)))
 		c.readPartition(r, p, target)
 		moved = true
 	}
 	return moved
 }
 
-func (c *Core) randomPart() int32 { return int32(c.rng.IntN(c.st.Geo.Partitions)) }
+// randomPart draws a block's secret partition.
+func (c *Core) randomPart() int32 { return int32(c.sec.IntN(c.st.Geo.Partitions)) }
 
 // locate returns the partition request r reads and, when its block is
 // unread on storage, the block's slot; it moves the key's block to
-// trusted memory under a fresh random partition (Sec. III-A).
-func (c *Core) locate(r *Req) (int32, *Slot) {
+// trusted memory under a fresh random partition (Sec. III-A). A key not
+// on storage reads partition fake, drawn for every access.
+func (c *Core) locate(r *Req, fake int32) (int32, *Slot) {
 	loc, ok := c.st.Pos[r.Key]
 	if !ok {
-		p := c.randomPart()
+		p := fake
 		if r.Op == OpPut {
 			if c.st.Keys >= c.st.Capacity {
 				r.Full = true
@@ -466,7 +480,7 @@ func (c *Core) requestRead(seq uint64) {
 func (c *Core) readFinished(r *Req) {
 	r.ReadDone = true
 	for range r.Evictions {
-		c.st.Parts[c.randomPart()].J++
+		c.st.Parts[c.pub.IntN(c.st.Geo.Partitions)].J++
 	}
 }
 

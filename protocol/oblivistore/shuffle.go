@@ -188,7 +188,7 @@ func (c *Core) compute(j *Job) error {
 		return err
 	}
 	blocks = c.evict(j, blocks)
-	c.rng.Shuffle(len(blocks), func(a, b int) { blocks[a], blocks[b] = blocks[b], blocks[a] })
+	c.sec.Shuffle(len(blocks), func(a, b int) { blocks[a], blocks[b] = blocks[b], blocks[a] })
 	var room int
 	for _, l := range j.Dest {
 		room += 1 << l
@@ -269,8 +269,8 @@ func (c *Core) evict(j *Job, blocks []entry) []entry {
 // the rest, stages the blocks and appends the level's slots to io.
 func (c *Core) writeLevel(j *Job, l int8, blocks []entry, io *WriteIO) Level {
 	m := slots(int(l))
-	perm := c.rng.Perm(m)
-	lv := Level{Filled: true, Nonce: c.rng.Uint64(), Real: make([]bool, m), Keys: make([]string, m),
+	perm := c.sec.Perm(m)
+	lv := Level{Filled: true, Nonce: c.sec.Uint64(), Real: make([]bool, m), Keys: make([]string, m),
 		Read: make([]bool, m), Unread: int32(m)}
 	for i, b := range blocks {
 		s := int32(perm[i])

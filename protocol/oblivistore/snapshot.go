@@ -13,14 +13,16 @@ import (
 
 // Snapshot encodes the core's whole state, its random source included.
 func (c *Core) Snapshot() ([]byte, error) {
-	rng, err := c.src.MarshalBinary()
-	if err != nil {
+	var err error
+	if c.st.Pub, err = c.pubSrc.MarshalBinary(); err != nil {
 		return nil, err
 	}
-	c.st.Rng = rng
+	if c.st.Sec, err = c.secSrc.MarshalBinary(); err != nil {
+		return nil, err
+	}
 	var buf bytes.Buffer
 	err = gob.NewEncoder(&buf).Encode(&c.st)
-	c.st.Rng = nil
+	c.st.Pub, c.st.Sec = nil, nil
 	return buf.Bytes(), err
 }
 
@@ -30,12 +32,12 @@ func Restore(b []byte) (*Core, error) {
 	if err := gob.NewDecoder(bytes.NewReader(b)).Decode(&c.st); err != nil {
 		return nil, fmt.Errorf("oblivistore: decoding the state: %w", err)
 	}
-	c.src = &rand.ChaCha8{}
-	if err := c.src.UnmarshalBinary(c.st.Rng); err != nil {
-		return nil, fmt.Errorf("oblivistore: decoding the random source: %w", err)
+	c.pubSrc, c.secSrc = &rand.ChaCha8{}, &rand.ChaCha8{}
+	if err := errors.Join(c.pubSrc.UnmarshalBinary(c.st.Pub), c.secSrc.UnmarshalBinary(c.st.Sec)); err != nil {
+		return nil, fmt.Errorf("oblivistore: decoding the random sources: %w", err)
 	}
-	c.st.Rng = nil
-	c.rng = rand.New(c.src)
+	c.st.Pub, c.st.Sec = nil, nil
+	c.pub, c.sec = rand.New(c.pubSrc), rand.New(c.secSrc)
 	c.fill()
 	return c, nil
 }
