@@ -21,12 +21,16 @@ import (
 
 // durableProtocols journal their trusted state: a kill -9 loses nothing
 // acknowledged.
-var durableProtocols = []string{"pathoram", "taostore", "treebeard", "waffle", "cloak"}
+var durableProtocols = []string{"pathoram", "taostore", "treebeard", "waffle", "cloak", "oblivistore"}
 
 // crashOptions make each protocol's background work frequent, so kills
-// land in it: treebeard evicts after every 3 path reads of a tree.
+// land in it: treebeard evicts after every 3 path reads of a tree;
+// oblivistore draws a fractional eviction rate and lets requests run only
+// 4 evictions ahead of its shuffler, so kills land while requests wait on
+// the eviction semaphore.
 var crashOptions = map[string][]string{
-	"treebeard": {"--opt", "a=3", "--opt", "k=4"},
+	"treebeard":   {"--opt", "a=3", "--opt", "k=4"},
+	"oblivistore": {"--opt", "evictionrate=1.5", "--opt", "evictionsahead=4"},
 }
 
 // TestCrashRecovery runs the real server under 16 concurrent clients and

@@ -11,6 +11,7 @@ import (
 
 	"github.com/oblivkv/oblivkv/kv"
 	"github.com/oblivkv/oblivkv/protocol/cloak"
+	"github.com/oblivkv/oblivkv/protocol/oblivistore"
 	"github.com/oblivkv/oblivkv/protocol/pathoram"
 	"github.com/oblivkv/oblivkv/protocol/taostore"
 	"github.com/oblivkv/oblivkv/protocol/treebeard"
@@ -21,11 +22,12 @@ import (
 // Options value (the value kv.Config.Options expects). A registered
 // protocol missing here takes no options.
 var protocolOptions = map[string]any{
-	"cloak":     cloak.Options{},
-	"pathoram":  pathoram.Options{},
-	"taostore":  taostore.Options{},
-	"treebeard": treebeard.Options{},
-	"waffle":    waffle.Options{},
+	"cloak":       cloak.Options{},
+	"oblivistore": oblivistore.Options{},
+	"pathoram":    pathoram.Options{},
+	"taostore":    taostore.Options{},
+	"treebeard":   treebeard.Options{},
+	"waffle":      waffle.Options{},
 }
 
 var durationType = reflect.TypeFor[time.Duration]()

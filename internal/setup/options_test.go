@@ -12,6 +12,7 @@ import (
 
 	"github.com/oblivkv/oblivkv/kv"
 	_ "github.com/oblivkv/oblivkv/protocol/all"
+	"github.com/oblivkv/oblivkv/protocol/oblivistore"
 	"github.com/oblivkv/oblivkv/protocol/pathoram"
 	"github.com/oblivkv/oblivkv/protocol/taostore"
 	"github.com/oblivkv/oblivkv/protocol/treebeard"
@@ -32,6 +33,8 @@ func TestProtocolOptionsValid(t *testing.T) {
 		{"treebeard", []string{"epoch=0"}, treebeard.Options{}},
 		{"taostore", []string{"z=2", "k=10", "cached_levels=3"}, taostore.Options{Z: 2, K: 10, CachedLevels: 3}},
 		{"pathoram", []string{"Z=8", "batchbytes=1048576"}, pathoram.Options{Z: 8, BatchBytes: 1 << 20}},
+		{"oblivistore", []string{"partitions=16", "evictionrate=1.5", "early-cache-ins=64", "shuffling_buffer=512", "EvictionsAhead=32", "shuffleioperaccess=100"},
+			oblivistore.Options{Partitions: 16, EvictionRate: 1.5, EarlyCacheIns: 64, ShufflingBuffer: 512, EvictionsAhead: 32, ShuffleIOPerAccess: 100}},
 	} {
 		got, err := ProtocolOptions(tc.protocol, tc.opts)
 		if err != nil {
@@ -54,6 +57,9 @@ func TestProtocolOptionsErrors(t *testing.T) {
 		{"treebeard", []string{"seed=1"}, []string{`no option "seed"`}}, // unexported fields are not options
 		{"taostore", []string{"trees=2"}, []string{`taostore has no option "trees"`, "Z, K, CachedLevels"}},
 		{"pathoram", []string{"k=2"}, []string{"Z, BatchBytes"}},
+		{"oblivistore", []string{"z=4"}, []string{`oblivistore has no option "z"`, "Partitions, EvictionRate, EarlyCacheIns, ShufflingBuffer, EvictionsAhead, ShuffleIOPerAccess"}},
+		{"oblivistore", []string{"evictionrate=fast"}, []string{"evictionrate", "number"}},
+		{"oblivistore", []string{"partitions=1.5"}, []string{"integer"}},
 		{"treebeard", []string{"trees=many"}, []string{"trees", "integer"}},
 		{"treebeard", []string{"trees=1.5"}, []string{"integer"}},
 		{"treebeard", []string{"trees="}, []string{"integer"}},
@@ -154,6 +160,24 @@ func TestOpenOptionArgs(t *testing.T) {
 	}
 	if _, err := Open(ctx, Options{Backend: "mem", OptionArgs: []string{"z=1"}, ProtocolOptions: treebeard.Options{}}); err == nil {
 		t.Error("both ProtocolOptions and OptionArgs accepted")
+	}
+}
+
+// TestOpenOblivistoreOptions: integer and fractional settings reach
+// oblivistore (its INFO shows them).
+func TestOpenOblivistoreOptions(t *testing.T) {
+	o, err := Open(t.Context(), Options{Protocol: "oblivistore", Backend: "mem", Capacity: 256, ValueSize: 16,
+		OptionArgs: []string{"partitions=8", "evictionrate=1.5"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer o.Close()
+	extra := map[string]float64{}
+	for _, e := range o.Store.Stats().Extra {
+		extra[e.Name] = e.Value
+	}
+	if extra["partitions"] != 8 || extra["eviction_rate"] != 1.5 {
+		t.Errorf("stats %v; want partitions 8 and eviction_rate 1.5", extra)
 	}
 }
 

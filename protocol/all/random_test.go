@@ -22,7 +22,7 @@ import (
 // the keys, would show the same ones in both and fail it.
 func TestDefaultRandomnessDiffers(t *testing.T) {
 	keys := kvtest.NewKeys(t)
-	for _, protocol := range []string{"pathoram", "taostore", "treebeard", "waffle", "cloak"} {
+	for _, protocol := range []string{"pathoram", "taostore", "treebeard", "waffle", "cloak", "oblivistore"} {
 		t.Run(protocol, func(t *testing.T) {
 			a, b := addresses(t, protocol, keys), addresses(t, protocol, keys)
 			if len(a) == 0 {

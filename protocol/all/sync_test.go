@@ -27,6 +27,8 @@ func TestStorageSyncDeferredOnlyWhenJournaled(t *testing.T) {
 		{"waffle", true, false, true},
 		{"cloak", true, false, true},
 		{"cloak", false, false, false},
+		{"oblivistore", true, false, true},
+		{"oblivistore", false, false, false},
 		{"plain", true, false, false},
 		{"encrypted", true, false, false},
 		{"treebeard", false, false, false},
