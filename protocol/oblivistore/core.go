@@ -178,11 +178,23 @@ type State struct {
 	Counters  Counters
 }
 
-// coreOptions are the options the core acts on.
+// coreOptions are the options the core acts on (Options with defaults),
+// kept in its state so a store reopens only with the options it was made
+// with.
 type coreOptions struct {
 	EvictionRate       float64
+	EarlyCacheIns      int64
+	ShufflingBuffer    int64
+	EvictionsAhead     int64
 	ShuffleIOPerAccess int64
+	ShuffleIOAhead     int64
 	Leak               leak
+}
+
+func coreOptionsOf(o Options) coreOptions {
+	return coreOptions{EvictionRate: o.EvictionRate, EarlyCacheIns: int64(o.EarlyCacheIns),
+		ShufflingBuffer: int64(o.ShufflingBuffer), EvictionsAhead: int64(o.EvictionsAhead),
+		ShuffleIOPerAccess: int64(o.ShuffleIOPerAccess), ShuffleIOAhead: int64(o.ShuffleIOAhead), Leak: o.leak}
 }
 
 // Core is ObliviStore's trusted state machine (Figs. 5-7): a
@@ -201,6 +213,12 @@ type Core struct {
 	secSrc   *rand.ChaCha8
 	pub, sec *rand.Rand
 	out      []Output
+	// readIssued is Options.readIssued (tests only).
+	readIssued func(p int32, slots []Slot, request bool)
+	// forced, tests only, replaces the partitions that accesses to keys
+	// not on storage read, in order: a simulator replays the partitions
+	// storage saw (export_test.go).
+	forced []int32
 }
 
 // NewCore returns the core of an empty store of capacity n.
@@ -208,7 +226,7 @@ func NewCore(n int, o Options, seed [32]byte) *Core {
 	g := o.geometry(n)
 	c := &Core{st: State{
 		Geo:      g,
-		Opts:     coreOptions{EvictionRate: o.EvictionRate, ShuffleIOPerAccess: int64(o.ShuffleIOPerAccess), Leak: o.leak},
+		Opts:     coreOptionsOf(o),
 		Capacity: n,
 		Pos:      map[string]Loc{},
 		Mem:      map[string]*Held{},
@@ -217,12 +235,13 @@ func NewCore(n int, o Options, seed [32]byte) *Core {
 		Reads:    map[uint64]*ReadIO{}, ReadOwner: map[uint64]uint64{},
 		Writes: map[uint64]*WriteIO{},
 		Sem: Semaphores{Early: int64(o.EarlyCacheIns), Buffer: int64(o.ShufflingBuffer),
-			Evictions: int64(o.EvictionsAhead)},
+			Evictions: int64(o.EvictionsAhead), IO: int64(o.ShuffleIOAhead)},
 	}}
 	for i := range c.st.Parts {
 		c.st.Parts[i].Levels = make([]Level, g.Top+1)
 	}
 	c.seed(seed)
+	c.readIssued = o.readIssued
 	return c
 }
 
@@ -317,9 +336,13 @@ func (c *Core) admit() bool {
 		c.st.Waiting = c.st.Waiting[1:]
 		c.st.Sem.Early -= c.levels()
 		c.st.Sem.Evictions -= int64(r.Evictions)
-		c.st.Sem.IO += c.st.Opts.ShuffleIOPerAccess
+		c.st.Sem.IO = min(c.st.Sem.IO+c.st.Opts.ShuffleIOPerAccess, c.st.Opts.ShuffleIOAhead)
 		c.st.Active = append(c.st.Active, r)
-		p, target := c.locate(r, int32(c.pub.IntN(c.st.Geo.Partitions)))
+		fake := int32(c.pub.IntN(c.st.Geo.Partitions))
+		if len(c.forced) > 0 {
+			fake, c.forced = c.forced[0], c.forced[1:]
+		}
+		p, target := c.locate(r, fake)
 		c.readPartition(r, p, target)
 		moved = true
 	}
@@ -350,10 +373,14 @@ func (c *Core) locate(r *Req, fake int32) (int32, *Slot) {
 	if loc.Where == inMemory {
 		h := c.st.Mem[r.Key]
 		p := h.Part
+		var target *Slot
+		if c.st.Opts.Leak == leakRepeatReadsReal && !h.Known {
+			p, target = h.Src.P, &h.Src
+		}
 		h.Part = c.randomPart()
 		h.Refs++
 		r.HasKey = true
-		return p, nil
+		return p, target
 	}
 	h := &Held{Src: loc.slot()}
 	var target *Slot
@@ -369,10 +396,6 @@ func (c *Core) locate(r *Req, fake int32) (int32, *Slot) {
 		// (Fig. 6, ReadReal).
 		h.Val, h.Known, h.Exists = lv.Cached[loc.S], true, true
 		delete(lv.Cached, loc.S)
-	}
-	if c.st.Opts.Leak == leakRepeatReadsReal && target == nil && loc.Where == inLevel {
-		t := loc.slot()
-		target = &t
 	}
 	c.hold(r, h)
 	return loc.P, target
@@ -412,6 +435,9 @@ func (c *Core) emitRead(slots []Slot, seq uint64) uint64 {
 	}
 	c.st.Reads[io.ID] = io
 	c.st.ReadOwner[io.ID] = seq
+	if c.readIssued != nil {
+		c.readIssued(slots[0].P, slots, seq != 0)
+	}
 	c.out = append(c.out, Output{Read: io})
 	return io.ID
 }

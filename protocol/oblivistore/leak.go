@@ -6,10 +6,14 @@ type leak uint8
 
 const (
 	leakNone leak = iota
-	// leakRepeatReadsReal: a repeated access reads its block's old slot
-	// again instead of a fake slot, so storage sees one slot read twice.
+	// leakRepeatReadsReal: an access to a block whose read is still in
+	// flight reads the block's slot again instead of reading fake, so
+	// storage sees one slot read twice.
 	leakRepeatReadsReal
 	// leakSkipsEmptyReads: an access to a key that does not exist reads
 	// nothing, so storage sees existence.
 	leakSkipsEmptyReads
+	// leakStopsAtReal: a partition read stops at the level holding the
+	// block, so storage sees at which level it was.
+	leakStopsAtReal
 )

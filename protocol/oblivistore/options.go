@@ -27,13 +27,24 @@ type Options struct {
 	// partition).
 	EvictionsAhead int
 	// ShuffleIOPerAccess is the shuffling I/O (blocks read or written)
-	// each access allows the shuffler to run ahead by (the shuffling I/O
-	// semaphore; default 8*nu*(levels), twice the shuffler's amortized
-	// need).
+	// each access allows the shuffler (the shuffling I/O semaphore;
+	// default 8*nu*(levels), twice the shuffler's amortized need).
 	ShuffleIOPerAccess int
+	// ShuffleIOAhead caps the shuffling I/O semaphore: how far the
+	// shuffler may run ahead of accesses (default twice the largest
+	// shuffle's write, at least the largest shuffle's write).
+	ShuffleIOAhead int
 
 	seed *[32]byte // tests only: makes every choice reproducible
 	leak leak      // tests only: a flaw injected to show an audit catches it
+	// readIssued, tests only, sees every read the core issues, of
+	// partition p, and whether it is a request's partition read (else a
+	// shuffling cache-in); a request's read of no slot too.
+	readIssued func(p int32, slots []Slot, request bool)
+	// serialIO, tests only, makes the driver issue backend calls one at a
+	// time in the order the core emits them, and feed their completions
+	// back in that order: storage then sees exactly the core's order.
+	serialIO bool
 }
 
 // Defaults that do not scale with N.
@@ -42,6 +53,7 @@ const (
 	evictionsPerPart    = 2
 	earlyPerSqrtN       = 4
 	bufferShuffles      = 4
+	ioAheadShuffles     = 2
 )
 
 // geometry is the shape every partition shares.
@@ -92,6 +104,9 @@ func (o Options) withDefaults(n int) Options {
 	if o.ShuffleIOPerAccess == 0 {
 		o.ShuffleIOPerAccess = int(math.Ceil(8 * o.EvictionRate * float64(levels)))
 	}
+	if o.ShuffleIOAhead == 0 {
+		o.ShuffleIOAhead = ioAheadShuffles * maxShuffleWrite(levels-1)
+	}
 	return o
 }
 
@@ -113,6 +128,8 @@ func (o Options) validate(n int) error {
 		return fmt.Errorf("oblivistore: EvictionsAhead must be at least nu rounded up (%d), got %d", int(math.Ceil(o.EvictionRate)), o.EvictionsAhead)
 	case o.ShuffleIOPerAccess < 1:
 		return fmt.Errorf("oblivistore: ShuffleIOPerAccess must be at least 1, got %d", o.ShuffleIOPerAccess)
+	case o.ShuffleIOAhead < maxShuffleWrite(levels-1):
+		return fmt.Errorf("oblivistore: ShuffleIOAhead must allow the largest shuffle (%d blocks), got %d", maxShuffleWrite(levels-1), o.ShuffleIOAhead)
 	}
 	return nil
 }

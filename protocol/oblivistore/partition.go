@@ -82,11 +82,17 @@ func (lv *Level) nextDummy() int32 {
 // is marked for shuffling, else the next dummy.
 func (c *Core) readPartition(r *Req, p int32, target *Slot) {
 	if c.st.Opts.Leak == leakSkipsEmptyReads && target == nil && !r.HasKey {
+		c.st.Sem.Early += c.levels()
 		c.readFinished(r)
 		return
 	}
 	var read []Slot
+	stopped := false
 	for l := range c.st.Parts[p].Levels {
+		if stopped {
+			c.st.Sem.Early++
+			continue
+		}
 		s, early := c.readLevel(p, int8(l), target)
 		if !early {
 			c.st.Sem.Early++ // Fig. 6 step 2: no early cache-in here
@@ -94,8 +100,12 @@ func (c *Core) readPartition(r *Req, p int32, target *Slot) {
 		if s >= 0 {
 			read = append(read, Slot{P: p, L: int8(l), S: s})
 		}
+		stopped = c.st.Opts.Leak == leakStopsAtReal && target != nil && target.L == int8(l)
 	}
 	if len(read) == 0 {
+		if c.readIssued != nil {
+			c.readIssued(p, nil, true)
+		}
 		c.readFinished(r)
 		return
 	}

@@ -131,9 +131,16 @@ func (c *Core) Load(items iter.Seq2[string, []byte]) ([]*WriteIO, int, error) {
 // checkOptions refuses to reopen a store with options other than those it
 // was made with.
 func (c *Core) checkOptions(o Options, n int) error {
-	if g := o.geometry(n); g != c.st.Geo || o.EvictionRate != c.st.Opts.EvictionRate {
-		return fmt.Errorf("%w: oblivistore was made with %d partitions and nu %v, asked for %d and %v",
-			kv.ErrMismatch, c.st.Geo.Partitions, c.st.Opts.EvictionRate, g.Partitions, o.EvictionRate)
+	want := coreOptionsOf(o)
+	want.Leak = c.st.Opts.Leak
+	if g := o.geometry(n); g != c.st.Geo || want != c.st.Opts {
+		return fmt.Errorf("%w: oblivistore was made with %d partitions and %s; asked for %d and %s",
+			kv.ErrMismatch, c.st.Geo.Partitions, c.st.Opts, g.Partitions, want)
 	}
 	return nil
+}
+
+func (o coreOptions) String() string {
+	return fmt.Sprintf("evictionrate=%v earlycacheins=%d shufflingbuffer=%d evictionsahead=%d shuffleioperaccess=%d shuffleioahead=%d",
+		o.EvictionRate, o.EarlyCacheIns, o.ShufflingBuffer, o.EvictionsAhead, o.ShuffleIOPerAccess, o.ShuffleIOAhead)
 }

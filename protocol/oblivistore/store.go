@@ -77,6 +77,7 @@ type store struct {
 	done    chan struct{} // closed when the loop has ended
 
 	calls  map[uint64]*call // by sequence number; loop only
+	serial []event          // completions queued under Options.serialIO; loop only
 	broken error            // loop only
 	ios    sync.WaitGroup   // backend calls in flight
 
@@ -184,6 +185,7 @@ func (s *store) recover(ctx context.Context, opts Options, n int) error {
 	if err := s.core.checkOptions(opts, n); err != nil {
 		return err
 	}
+	s.core.readIssued = opts.readIssued
 	redo := map[uint64]*WriteIO{}
 	for _, o := range s.core.Outstanding() {
 		if o.Write != nil {
@@ -248,6 +250,11 @@ func (s *store) loop() {
 		if closing == nil && (s.broken != nil || s.core.Idle()) {
 			return
 		}
+		if len(s.serial) > 0 {
+			batch, s.serial = append(batch[:0], s.serial...), s.serial[:0]
+			outs = s.step(batch, outs)
+			continue
+		}
 		select {
 		case ev := <-s.events:
 			batch = append(batch[:0], ev)
@@ -264,17 +271,23 @@ func (s *store) loop() {
 				break drain
 			}
 		}
-		outs = s.apply(batch, outs[:0])
-		for _, o := range outs {
-			s.release(o)
-		}
-		if s.broken == nil && s.log.Due() {
-			if err := s.checkpointNow(context.Background()); err != nil {
-				s.fail(fmt.Errorf("oblivistore: checkpoint: %w", err))
-			}
-		}
-		s.publish()
+		outs = s.step(batch, outs)
 	}
+}
+
+// step applies a batch, lets its outputs out and checkpoints when due.
+func (s *store) step(batch []event, outs []Output) []Output {
+	outs = s.apply(batch, outs[:0])
+	for _, o := range outs {
+		s.release(o)
+	}
+	if s.broken == nil && s.log.Due() {
+		if err := s.checkpointNow(context.Background()); err != nil {
+			s.fail(fmt.Errorf("oblivistore: checkpoint: %w", err))
+		}
+	}
+	s.publish()
+	return outs
 }
 
 // apply journals and steps a batch of events and returns their outputs,
@@ -337,20 +350,31 @@ func (s *store) release(o Output) {
 		delete(s.calls, o.Reply.Seq)
 		c.reply <- s.resultOf(o.Reply)
 	case o.Read != nil:
-		s.ios.Add(1)
-		go func() {
-			defer s.ios.Done()
+		s.issue(func() event {
 			blocks, err := s.read(context.Background(), o.Read)
-			s.send(event{in: Input{Read: &ReadDone{ID: o.Read.ID, Blocks: blocks}}, fatal: err})
-		}()
+			return event{in: Input{Read: &ReadDone{ID: o.Read.ID, Blocks: blocks}}, fatal: err}
+		})
 	case o.Write != nil:
-		s.ios.Add(1)
-		go func() {
-			defer s.ios.Done()
+		s.issue(func() event {
 			err := s.retry(func() error { return s.b.Write(context.Background(), s.sealWrite(o.Write)) })
-			s.send(event{in: Input{Write: &WriteDone{ID: o.Write.ID}}, fatal: err})
-		}()
+			return event{in: Input{Write: &WriteDone{ID: o.Write.ID}}, fatal: err}
+		})
 	}
+}
+
+// issue runs a backend call on its own goroutine and hands its completion
+// to the loop; under Options.serialIO it runs it at once and queues the
+// completion for the loop's next batch.
+func (s *store) issue(call func() event) {
+	if s.opts.serialIO {
+		s.serial = append(s.serial, call())
+		return
+	}
+	s.ios.Add(1)
+	go func() {
+		defer s.ios.Done()
+		s.send(call())
+	}()
 }
 
 // send hands the loop an event, unless it has ended.
@@ -466,26 +490,32 @@ func (s *store) open(addr string, nonce uint64, sealed []byte) (Block, error) {
 	return Block{Real: true, Val: plain[5 : 5+n : 5+n]}, nil
 }
 
-// do submits a request and waits for its reply.
-func (s *store) do(r Request) result {
+// do submits a request and waits for its reply or ctx. A request given
+// up on still runs: it was journaled, and may take effect.
+func (s *store) do(ctx context.Context, r Request) result {
 	c := &call{req: r, reply: make(chan result, 1)}
 	if !s.send(event{call: c, in: Input{Request: &c.req}}) {
 		return result{err: kv.ErrClosed}
 	}
-	return <-c.reply
+	select {
+	case res := <-c.reply:
+		return res
+	case <-ctx.Done():
+		return result{err: ctx.Err()}
+	}
 }
 
-func (s *store) Get(_ context.Context, key string) ([]byte, bool, error) {
-	r := s.do(Request{Op: OpGet, Key: key})
+func (s *store) Get(ctx context.Context, key string) ([]byte, bool, error) {
+	r := s.do(ctx, Request{Op: OpGet, Key: key})
 	return r.val, r.found, r.err
 }
 
-func (s *store) Put(_ context.Context, key string, val []byte) error {
-	return s.do(Request{Op: OpPut, Key: key, Val: append([]byte{}, val...)}).err
+func (s *store) Put(ctx context.Context, key string, val []byte) error {
+	return s.do(ctx, Request{Op: OpPut, Key: key, Val: append([]byte{}, val...)}).err
 }
 
-func (s *store) Delete(_ context.Context, key string) error {
-	return s.do(Request{Op: OpDelete, Key: key}).err
+func (s *store) Delete(ctx context.Context, key string) error {
+	return s.do(ctx, Request{Op: OpDelete, Key: key}).err
 }
 
 // onLoop runs f on the loop, between two batches.

@@ -1,0 +1,193 @@
+package oblivistore
+
+import (
+	"fmt"
+	"slices"
+)
+
+// Test hooks.
+
+var SlotAddr = slotAddr
+
+// WithSeed makes every random choice of a store reproducible.
+func WithSeed(o Options, seed [32]byte) Options { o.seed = &seed; return o }
+
+// WithReadLog makes the core report every read it issues.
+func WithReadLog(o Options, f func(p int32, slots []Slot, request bool)) Options {
+	o.readIssued = f
+	return o
+}
+
+// Serial makes the driver issue backend calls one at a time, in the
+// core's order.
+func Serial(o Options) Options { o.serialIO = true; return o }
+
+// Leaks are the flaws tests inject to show an audit catches them.
+var Leaks = map[string]leak{
+	"repeat reads real slot":       leakRepeatReadsReal,
+	"missing key reads nothing":    leakSkipsEmptyReads,
+	"read stops at the real level": leakStopsAtReal,
+}
+
+// WithLeak injects a leak.
+func WithLeak(o Options, l leak) Options { o.leak = l; return o }
+
+// Access is one access of a scheduled run.
+type Access struct {
+	Op  OpKind
+	Key string
+}
+
+// Run is a scheduled run of a core: its semaphores after every input, and
+// what storage and a simulator may know of it.
+type Run struct {
+	Sems []Semaphores
+	// Public is the run's inputs stripped of secrets: a request's key
+	// and value are gone; a read's result is only its ID.
+	Public []Input
+	// Partitions are the partitions the requests read, in order of
+	// admission, as storage saw them (a read of no slot: the partition
+	// the core chose, which storage cannot see).
+	Partitions []int32
+}
+
+// Schedule runs accesses through a core of capacity n, loaded with load
+// keys "k0".."k<load-1>", on a public schedule: access i arrives at tick
+// i, and every read and write completes delay ticks after it is issued,
+// in issue order. Storage is a map of the blocks written.
+func Schedule(n int, o Options, seed [32]byte, load int, accesses []Access, delay int) (Run, error) {
+	o = o.withDefaults(n)
+	var run Run
+	o.readIssued = func(p int32, _ []Slot, request bool) {
+		if request {
+			run.Partitions = append(run.Partitions, p)
+		}
+	}
+	c := NewCore(n, o, seed)
+	storage := map[Slot]Block{}
+	writes, _, err := c.Load(func(yield func(string, []byte) bool) {
+		for i := range load {
+			if !yield(fmt.Sprint("k", i), []byte{byte(i)}) {
+				return
+			}
+		}
+	})
+	if err != nil {
+		return run, err
+	}
+	for _, w := range writes {
+		apply(storage, w)
+	}
+	err = schedule(c, len(accesses), delay, func(i int) Input {
+		return Input{Request: &Request{Op: accesses[i].Op, Key: accesses[i].Key, Val: []byte("v")}}
+	}, func(r *ReadIO) []Block {
+		blocks := make([]Block, len(r.Slots))
+		for i, x := range r.Slots {
+			blocks[i] = storage[x]
+		}
+		return blocks
+	}, func(w *WriteIO) { apply(storage, w) }, &run)
+	return run, err
+}
+
+func apply(storage map[Slot]Block, w *WriteIO) {
+	for i, x := range w.Slots {
+		storage[x] = w.Blocks[i]
+	}
+}
+
+type pending struct {
+	due int
+	out Output
+}
+
+// schedule drives c: request i arrives at tick i, I/O completes delay
+// ticks after it is issued, until every request is answered.
+func schedule(c *Core, requests, delay int, request func(int) Input, read func(*ReadIO) []Block, write func(*WriteIO), run *Run) error {
+	var queue []pending
+	step := func(tick int, in Input) error {
+		outs, err := c.Step(in)
+		if err != nil {
+			return err
+		}
+		run.Sems = append(run.Sems, c.st.Sem)
+		run.Public = append(run.Public, public(in))
+		for _, o := range outs {
+			if o.Reply == nil {
+				queue = append(queue, pending{tick + delay, o})
+			}
+		}
+		return nil
+	}
+	for tick := 0; tick < requests || len(queue) > 0 || !c.Idle(); tick++ {
+		if tick > requests+1_000_000 {
+			return fmt.Errorf("the core stalled with %d requests waiting", len(c.st.Waiting)+len(c.st.Active))
+		}
+		if tick < requests {
+			if err := step(tick, request(tick)); err != nil {
+				return err
+			}
+		}
+		for len(queue) > 0 && queue[0].due <= tick {
+			p := queue[0]
+			queue = queue[1:]
+			var in Input
+			if p.out.Read != nil {
+				in.Read = &ReadDone{ID: p.out.Read.ID, Blocks: read(p.out.Read)}
+			} else {
+				write(p.out.Write)
+				in.Write = &WriteDone{ID: p.out.Write.ID}
+			}
+			if err := step(tick, in); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// public strips an input of what storage cannot see.
+func public(in Input) Input {
+	switch {
+	case in.Request != nil:
+		return Input{Request: &Request{}}
+	case in.Read != nil:
+		return Input{Read: &ReadDone{ID: in.Read.ID}}
+	}
+	return in
+}
+
+// Simulate is Theorem 1's simulator: from a run's public inputs and the
+// partitions its requests read, and the public coins of seed, it replays
+// the run on a core that holds no data (every access is to a key that is
+// not stored, forced to read the partition the real one read) and
+// returns that core's semaphores after every input. They equal the real
+// run's when the scheduler's every semaphore change depends only on
+// public information (Invariant 1).
+func Simulate(n int, o Options, seed [32]byte, run Run) ([]Semaphores, error) {
+	o = o.withDefaults(n)
+	o.leak = leakNone
+	c := NewCore(n, o, seed)
+	c.forced = slices.Clone(run.Partitions)
+	if _, _, err := c.Load(func(func(string, []byte) bool) {}); err != nil {
+		return nil, err
+	}
+	var sems []Semaphores
+	for i, in := range run.Public {
+		switch {
+		case in.Request != nil:
+			in = Input{Request: &Request{Op: OpGet, Key: fmt.Sprint("simulated-", i)}}
+		case in.Read != nil:
+			r, ok := c.st.Reads[in.Read.ID]
+			if !ok {
+				return sems, fmt.Errorf("input %d: the simulator issued no read %d", i, in.Read.ID)
+			}
+			in = Input{Read: &ReadDone{ID: r.ID, Blocks: make([]Block, len(r.Slots))}}
+		}
+		if _, err := c.Step(in); err != nil {
+			return sems, fmt.Errorf("input %d: %w", i, err)
+		}
+		sems = append(sems, c.st.Sem)
+	}
+	return sems, nil
+}
