@@ -150,13 +150,13 @@ func (c *Core) start() bool {
 			return false
 		}
 		c.st.Sem.Buffer -= need
-		c.st.Counters.MaxBuffer = max(c.st.Counters.MaxBuffer, c.bufferUsed())
 		j := &Job{P: p, J: part.J, Next: next, Marked: marked, Dest: dest, W: w, Reserved: need, ReadIDs: map[uint64]bool{}}
 		part.J, part.Shuffling = 0, true
 		for _, l := range marked {
 			part.Levels[l].Marked = true
 		}
 		c.st.Jobs = append(c.st.Jobs, j)
+		c.st.Counters.MaxBuffer = max(c.st.Counters.MaxBuffer, c.bufferUsed())
 		c.st.Cursor = (p + 1) % n
 		c.st.Counters.Shuffles++
 		return true
@@ -164,11 +164,17 @@ func (c *Core) start() bool {
 	return false
 }
 
-// bufferUsed is the shuffling buffer in use: reservations of running jobs.
+// bufferUsed is the shuffling buffer in use: the reservation of each job
+// not yet computed, the write of each computed one (compute returns the
+// rest).
 func (c *Core) bufferUsed() int64 {
 	var used int64
 	for _, j := range c.st.Jobs {
-		used += j.Reserved
+		if j.Computed {
+			used += j.W
+		} else {
+			used += j.Reserved
+		}
 	}
 	return used
 }
