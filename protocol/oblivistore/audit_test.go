@@ -85,7 +85,6 @@ func runAudit(t *testing.T, opts oblivistore.Options, w workload, requests int) 
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer s.Close()
 	loader, _ := kv.AsLoader(s)
 	if _, err := loader.Load(t.Context(), func(yield func(string, []byte) bool) {
 		for i := range auditCapacity {
@@ -97,11 +96,17 @@ func runAudit(t *testing.T, opts oblivistore.Options, w workload, requests int) 
 		t.Fatal(err)
 	}
 	drive(t, s, w, requests)
+	parts := int(kvtest.Stat(t, s.Stats(), "partitions"))
+	// Close first: the shuffler may still issue reads after the last
+	// reply, and every read issued must be on the log.
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
 	calls, err := audit.ParsePartitionCalls(log.Records(), oblivistore.SlotPrefix, issued)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return auditLog{calls: calls, requests: requests, parts: int(kvtest.Stat(t, s.Stats(), "partitions"))}
+	return auditLog{calls: calls, requests: requests, parts: parts}
 }
 
 // drive issues requests of w from auditClients clients.
