@@ -41,6 +41,14 @@ func (v *Volatile) DeferSync() bool {
 	return true
 }
 
+// Unsynced reports how many addresses were written since the last Sync:
+// what a PowerLoss now would revert.
+func (v *Volatile) Unsynced() int {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return len(v.undo)
+}
+
 // Deferred reports whether DeferSync was called.
 func (v *Volatile) Deferred() bool {
 	v.mu.Lock()

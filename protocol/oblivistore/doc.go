@@ -17,7 +17,13 @@
 //
 // Core is the protocol as a deterministic state machine: its inputs are
 // requests, read results and write completions; its outputs are backend
-// reads and writes (slots, nonces and plaintext blocks) and replies. It
+// reads and writes (slots, nonces and plaintext blocks) and replies.
+// Inside it, the ORAM main algorithm (Front: position map to partitions,
+// eviction cache, admission and answers) and the partitions (Server:
+// levels, storage cache, partition reader, shuffler, storage I/O) talk
+// only in the plain messages of messages.go, so that the oblivious load
+// balancer of Sec. VI-A can later treat remote ORAM nodes as partitions.
+// It
 // never does I/O, reads a clock or starts a goroutine, and draws its
 // randomness from two seeded sources in its state, so Snapshot and
 // Restore, and replaying its inputs, give the same outputs. The driver

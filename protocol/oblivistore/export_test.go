@@ -110,7 +110,7 @@ func schedule(c *Core, requests, delay int, request func(int) Input, read func(*
 		if err != nil {
 			return err
 		}
-		run.Sems = append(run.Sems, c.st.Sem)
+		run.Sems = append(run.Sems, c.Sems())
 		run.Public = append(run.Public, public(in))
 		for _, o := range outs {
 			if o.Reply == nil {
@@ -121,7 +121,7 @@ func schedule(c *Core, requests, delay int, request func(int) Input, read func(*
 	}
 	for tick := 0; tick < requests || len(queue) > 0 || !c.Idle(); tick++ {
 		if tick > requests+1_000_000 {
-			return fmt.Errorf("the core stalled with %d requests waiting", len(c.st.Waiting)+len(c.st.Active))
+			return fmt.Errorf("the core stalled with %d requests waiting", len(c.st.Front.Waiting)+len(c.st.Front.Active))
 		}
 		if tick < requests {
 			if err := step(tick, request(tick)); err != nil {
@@ -178,7 +178,7 @@ func Simulate(n int, o Options, seed [32]byte, run Run) ([]Semaphores, error) {
 		case in.Request != nil:
 			in = Input{Request: &Request{Op: OpGet, Key: fmt.Sprint("simulated-", i)}}
 		case in.Read != nil:
-			r, ok := c.st.Reads[in.Read.ID]
+			r, ok := c.st.Server.Reads[in.Read.ID]
 			if !ok {
 				return sems, fmt.Errorf("input %d: the simulator issued no read %d", i, in.Read.ID)
 			}
@@ -187,7 +187,7 @@ func Simulate(n int, o Options, seed [32]byte, run Run) ([]Semaphores, error) {
 		if _, err := c.Step(in); err != nil {
 			return sems, fmt.Errorf("input %d: %w", i, err)
 		}
-		sems = append(sems, c.st.Sem)
+		sems = append(sems, c.Sems())
 	}
 	return sems, nil
 }

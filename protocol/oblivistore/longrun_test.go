@@ -45,21 +45,21 @@ func evictionCacheBound(n int, o Options, clients int) int64 {
 // semaphore stays at most its cap. o are the store's options (defaults
 // filled in).
 func checkUsage(c *Core, o Options) (usage, error) {
-	st := &c.st
+	st, sem := &c.st, c.Sems()
 	var u usage
-	u.EvictionCache = int64(len(st.Mem))
-	for p := range st.Parts {
-		for l := range st.Parts[p].Levels {
-			lv := &st.Parts[p].Levels[l]
+	u.EvictionCache = int64(len(st.Front.Mem))
+	for p := range st.Server.Parts {
+		for l := range st.Server.Parts[p].Levels {
+			lv := &st.Server.Parts[p].Levels[l]
 			u.StorageCache += int64(len(lv.Cached))
 			u.Early += int64(lv.Early)
 			if lv.Early < 0 {
 				return u, fmt.Errorf("partition %d level %d counts %d early cache-ins", p, l, lv.Early)
 			}
 		}
-		u.Evictions += st.Parts[p].J
+		u.Evictions += st.Server.Parts[p].J
 	}
-	for _, j := range st.Jobs {
+	for _, j := range st.Server.Jobs {
 		if j.Computed {
 			u.Buffer += j.W
 		} else {
@@ -67,20 +67,20 @@ func checkUsage(c *Core, o Options) (usage, error) {
 			u.Evictions += j.J
 		}
 	}
-	for _, r := range st.Active {
+	for _, r := range st.Front.Active {
 		if !r.ReadDone {
 			u.Evictions += int64(r.Evictions)
 		}
 	}
-	u.IO = st.Sem.IO
+	u.IO = sem.IO
 	for _, sem := range []struct {
 		name       string
 		value, max int64
 		held       int64
 	}{
-		{"early cache-in", st.Sem.Early, int64(o.EarlyCacheIns), u.Early},
-		{"shuffling buffer", st.Sem.Buffer, int64(o.ShufflingBuffer), u.Buffer},
-		{"eviction", st.Sem.Evictions, int64(o.EvictionsAhead), u.Evictions},
+		{"early cache-in", sem.Early, int64(o.EarlyCacheIns), u.Early},
+		{"shuffling buffer", sem.Buffer, int64(o.ShufflingBuffer), u.Buffer},
+		{"eviction", sem.Evictions, int64(o.EvictionsAhead), u.Evictions},
 	} {
 		switch {
 		case sem.value < 0 || sem.value > sem.max:
@@ -90,11 +90,11 @@ func checkUsage(c *Core, o Options) (usage, error) {
 				sem.name, sem.value, sem.held, sem.max)
 		}
 	}
-	if st.Sem.IO > int64(o.ShuffleIOAhead) { // it may go negative (shuffle.go's bypass), never above its cap
-		return u, fmt.Errorf("the shuffling I/O semaphore is %d, above its cap %d", st.Sem.IO, o.ShuffleIOAhead)
+	if sem.IO > int64(o.ShuffleIOAhead) { // it may go negative (shuffle.go's bypass), never above its cap
+		return u, fmt.Errorf("the shuffling I/O semaphore is %d, above its cap %d", sem.IO, o.ShuffleIOAhead)
 	}
-	if st.Counters.MaxBuffer > int64(o.ShufflingBuffer) {
-		return u, fmt.Errorf("shuffling_buffer_max %d exceeds the shuffling buffer %d", st.Counters.MaxBuffer, o.ShufflingBuffer)
+	if st.Server.Counters.MaxBuffer > int64(o.ShufflingBuffer) {
+		return u, fmt.Errorf("shuffling_buffer_max %d exceeds the shuffling buffer %d", st.Server.Counters.MaxBuffer, o.ShufflingBuffer)
 	}
 	return u, nil
 }

@@ -1,5 +1,78 @@
 package oblivistore
 
+// Server is the partitions: their levels, the second level of the
+// position map (each block's level and slot), the storage cache, the
+// partition reader (Fig. 6) and the background shuffler (Fig. 7, in
+// shuffle.go). It owns the shuffling buffer and shuffling I/O semaphores
+// and all storage I/O. It hears from the ORAM main algorithm only through
+// PartitionMsg, and answers with FrontMsg.
+type Server struct {
+	Geo   geometry
+	Opts  serverOptions
+	Parts []Partition
+	// Where is each block's place in its partition; a block not here is
+	// not in any partition.
+	Where map[string]Loc
+	Jobs  []*Job // shuffles in progress, in start order
+	// Reads and Writes are the backend calls issued and not completed;
+	// ReadOwner is the request a read is for (0: a shuffle's).
+	Reads     map[uint64]*ReadIO
+	ReadOwner map[uint64]uint64
+	Writes    map[uint64]*WriteIO
+	// Pending are the requests' partition reads not finished; Waiters the
+	// slots whose block a request waits for.
+	Pending map[uint64]*PendingRead
+	Waiters map[Slot]uint64
+	// Buffer and IO are the shuffling buffer and shuffling I/O
+	// semaphores.
+	Buffer, IO int64
+	NextID     uint64
+	Cursor     int32
+	Counters   Counters
+	// Reread, with leakRepeatReadsReal only, keeps the slot each block was
+	// last read from.
+	Reread map[string]Slot
+}
+
+// serverOptions are the options the partitions act on.
+type serverOptions struct {
+	ShufflingBuffer    int64
+	ShuffleIOPerAccess int64
+	ShuffleIOAhead     int64
+	Leak               leak
+}
+
+// Counters are the partitions' statistics.
+type Counters struct {
+	RealReads, DummyReads, EarlyReads, ShuffleReads, ShuffleWrites uint64
+	Shuffles                                                       uint64
+	MaxBuffer                                                      int64
+}
+
+// Where a block is in its partition.
+const (
+	inLevel uint8 = iota // in slot (P, L, S) on storage
+	staged               // shuffled into slot (P, L, S), being written
+)
+
+// Loc is where a block is in its partition.
+type Loc struct {
+	P     int32
+	L     int8
+	S     int32
+	Where uint8
+}
+
+func (l Loc) slot() Slot { return Slot{P: l.P, L: l.L, S: l.S} }
+
+// PendingRead is a request's partition read in progress.
+type PendingRead struct {
+	Has       bool // the request wants a block of this partition
+	Known     bool // and it has it: Val
+	Val       []byte
+	ReadsDone bool // its slots are read, and ReadFinished sent
+}
+
 // Partition is one partition's state (Sec. V-C).
 type Partition struct {
 	// C is the partition counter: level l is filled when bit l is set
@@ -23,7 +96,7 @@ type Level struct {
 	// slot's seal, so storage cannot answer with an older copy.
 	Nonce uint64
 	// Real flags the slots written with a real block, and Keys is that
-	// block's key. A slot holds its key's block only while Pos says so.
+	// block's key. A slot holds its key's block only while Where says so.
 	Real []bool
 	Keys []string
 	// Dummies are the dummy slots in the order dummy cache-ins read them;
@@ -43,6 +116,20 @@ type Level struct {
 	Early int32
 	// Inflight counts reads of the level not yet completed.
 	Inflight int32
+}
+
+func newServer(g geometry, o Options) Server {
+	s := Server{Geo: g,
+		Opts: serverOptions{ShufflingBuffer: int64(o.ShufflingBuffer), ShuffleIOPerAccess: int64(o.ShuffleIOPerAccess),
+			ShuffleIOAhead: int64(o.ShuffleIOAhead), Leak: o.leak},
+		Parts: make([]Partition, g.Partitions), Where: map[string]Loc{},
+		Reads: map[uint64]*ReadIO{}, ReadOwner: map[uint64]uint64{}, Writes: map[uint64]*WriteIO{},
+		Pending: map[uint64]*PendingRead{}, Waiters: map[Slot]uint64{}, Reread: map[string]Slot{},
+		Buffer: int64(o.ShufflingBuffer), IO: int64(o.ShuffleIOAhead)}
+	for i := range s.Parts {
+		s.Parts[i].Levels = make([]Level, g.Top+1)
+	}
+	return s
 }
 
 // nextUnread marks and returns the lowest unread slot, or -1.
@@ -75,77 +162,246 @@ func (lv *Level) nextDummy() int32 {
 	return -1
 }
 
-// readPartition reads one slot of every filled level of partition p for
-// request r: the target slot where the block is, a fake read elsewhere
-// (Fig. 6). Which slot a fake read takes depends only on the level's
-// public state: an early cache-in (the lowest unread slot) when the level
-// is marked for shuffling, else the next dummy.
-func (c *Core) readPartition(r *Req, p int32, target *Slot) {
-	if c.st.Opts.Leak == leakSkipsEmptyReads && target == nil && !r.HasKey {
-		c.st.Sem.Early += c.levels()
-		c.readFinished(r)
-		return
+func (s *Server) level(x Slot) *Level { return &s.Parts[x.P].Levels[x.L] }
+
+// handle takes a message from the ORAM main algorithm.
+func (s *Server) handle(c *Core, m PartitionMsg) error {
+	switch {
+	case m.Read != nil:
+		return s.read(c, *m.Read)
+	case m.Evict != nil:
+		s.Parts[m.Evict.P].J++
+	case m.Blocks != nil:
+		return s.blocks(c, *m.Blocks)
+	case m.Progress != nil:
+		moved, err := s.shuffle(c, m.Progress.Bypass)
+		c.shuffled = c.shuffled || moved
+		return err
 	}
-	var read []Slot
+	return nil
+}
+
+// read is ReadPartition (Fig. 6): one slot of every readable level of the
+// partition, the wanted block's own slot where it is unread, a fake read
+// elsewhere. Which slot a fake read takes depends only on the level's
+// public state: an early cache-in (the lowest unread slot) when the level
+// is marked for shuffling, else the next dummy. Each read adds to the
+// shuffling I/O semaphore.
+func (s *Server) read(c *Core, m PartitionRead) error {
+	s.IO = min(s.IO+s.Opts.ShuffleIOPerAccess, s.Opts.ShuffleIOAhead)
+	pr := &PendingRead{Has: m.Has}
+	target, err := s.take(c, m, pr)
+	if err != nil {
+		return err
+	}
+	var slots []Slot
+	nonEarly := int64(0)
 	stopped := false
-	for l := range c.st.Parts[p].Levels {
+	for l := range s.Parts[m.P].Levels {
 		if stopped {
-			c.st.Sem.Early++
+			nonEarly++
 			continue
 		}
-		s, early := c.readLevel(p, int8(l), target)
+		x, early := s.readLevel(m.P, int8(l), target)
 		if !early {
-			c.st.Sem.Early++ // Fig. 6 step 2: no early cache-in here
+			nonEarly++
 		}
-		if s >= 0 {
-			read = append(read, Slot{P: p, L: int8(l), S: s})
+		if x >= 0 {
+			slots = append(slots, Slot{P: m.P, L: int8(l), S: x})
 		}
-		stopped = c.st.Opts.Leak == leakStopsAtReal && target != nil && target.L == int8(l)
+		stopped = s.Opts.Leak == leakStopsAtReal && target != nil && target.L == int8(l)
 	}
-	if len(read) == 0 {
+	c.sendFront(FrontMsg{Started: &ReadStarted{Seq: m.Seq, NonEarly: nonEarly}})
+	s.Pending[m.Seq] = pr
+	if len(slots) == 0 {
 		if c.readIssued != nil {
-			c.readIssued(p, nil, true)
+			c.readIssued(m.P, nil, true)
 		}
-		c.readFinished(r)
-		return
+		pr.ReadsDone = true
+	} else {
+		s.emitRead(c, slots, m.Seq)
 	}
-	r.ReadID = c.emitRead(read, r.Seq)
+	s.finish(c, m.Seq)
+	return nil
+}
+
+// take finds the block a read wants and returns its slot if it is to be
+// read from storage; a block already in the storage cache or being
+// shuffled in is taken from there (Fig. 6, ReadReal), one whose slot is
+// being read waits for that read. The block leaves the partition.
+func (s *Server) take(c *Core, m PartitionRead, pr *PendingRead) (*Slot, error) {
+	if !m.Has {
+		return nil, nil
+	}
+	loc, ok := s.Where[m.Key]
+	if !ok {
+		if x, again := s.Reread[m.Key]; again && s.Opts.Leak == leakRepeatReadsReal {
+			pr.Has = false
+			return &x, nil
+		}
+		return nil, internal("partition %d was asked for a block it does not hold", m.P)
+	}
+	if loc.P != m.P {
+		return nil, internal("partition %d was asked for a block of partition %d", m.P, loc.P)
+	}
+	delete(s.Where, m.Key)
+	x := loc.slot()
+	if s.Opts.Leak == leakRepeatReadsReal {
+		s.Reread[m.Key] = x
+	}
+	switch lv := s.level(x); {
+	case loc.Where == staged:
+		j := s.job(loc.P)
+		pr.Val, pr.Known = j.Staged[m.Key], true
+		delete(j.Staged, m.Key)
+	case !lv.Read[x.S]:
+		s.Waiters[x] = m.Seq
+		return &x, nil
+	case lv.Cached[x.S] != nil:
+		pr.Val, pr.Known = lv.Cached[x.S], true
+		delete(lv.Cached, x.S)
+	default:
+		s.Waiters[x] = m.Seq // its early or shuffling cache-in is in flight
+	}
+	return nil, nil
 }
 
 // readLevel picks the slot of level l a partition read takes, or -1, and
 // whether it is an early cache-in.
-func (c *Core) readLevel(p int32, l int8, target *Slot) (slot int32, early bool) {
-	lv := &c.st.Parts[p].Levels[l]
+func (s *Server) readLevel(p int32, l int8, target *Slot) (slot int32, early bool) {
+	lv := &s.Parts[p].Levels[l]
 	if !lv.Filled {
 		return -1, false
 	}
-	if target != nil && target.L == l && (!lv.Read[target.S] || c.st.Opts.Leak == leakRepeatReadsReal) {
+	if target != nil && target.L == l {
 		if !lv.Read[target.S] {
 			lv.markRead(target.S)
 		}
-		c.st.Counters.RealReads++
+		s.Counters.RealReads++
 		return target.S, false
 	}
 	if lv.Marked {
-		s := lv.nextUnread()
-		if s >= 0 {
+		x := lv.nextUnread()
+		if x >= 0 {
 			lv.Early++
-			c.st.Counters.EarlyReads++
+			s.Counters.EarlyReads++
 		}
-		return s, s >= 0
+		return x, x >= 0
 	}
-	if s := lv.nextDummy(); s >= 0 {
-		c.st.Counters.DummyReads++
-		return s, false
+	if x := lv.nextDummy(); x >= 0 {
+		s.Counters.DummyReads++
+		return x, false
 	}
 	// The level's dummies are used up (it was read more often than it
 	// has dummies before its reshuffle): read the lowest unread slot; a
 	// real block read this way waits in the storage cache like an early
 	// cache-in. Whether this happens depends only on how often the level
 	// was read, which storage sees.
-	s := lv.nextUnread()
-	if s >= 0 {
-		c.st.Counters.DummyReads++
+	x := lv.nextUnread()
+	if x >= 0 {
+		s.Counters.DummyReads++
 	}
-	return s, false
+	return x, false
+}
+
+// finish reports a request's partition read complete once its slots are
+// read, with the block it wants if at hand; otherwise the block follows
+// when the read bringing it returns (route).
+func (s *Server) finish(c *Core, seq uint64) {
+	pr := s.Pending[seq]
+	if pr == nil || !pr.ReadsDone {
+		return
+	}
+	c.sendFront(FrontMsg{Finished: &ReadFinished{Seq: seq, Found: pr.Known, Val: pr.Val}})
+	if !pr.Has || pr.Known {
+		delete(s.Pending, seq)
+	}
+}
+
+func (s *Server) newID() uint64 {
+	s.NextID++
+	return s.NextID
+}
+
+// emitRead issues a read of slots on behalf of request seq (0: a job).
+func (s *Server) emitRead(c *Core, slots []Slot, seq uint64) uint64 {
+	io := &ReadIO{ID: s.newID(), Slots: slots, Nonces: make([]uint64, len(slots))}
+	for i, x := range slots {
+		lv := s.level(x)
+		io.Nonces[i] = lv.Nonce
+		lv.Inflight++
+	}
+	s.Reads[io.ID] = io
+	s.ReadOwner[io.ID] = seq
+	if c.readIssued != nil {
+		c.readIssued(slots[0].P, slots, seq != 0)
+	}
+	c.out = append(c.out, Output{Read: io})
+	return io.ID
+}
+
+// readDone routes a read's blocks: a real block goes to the request
+// waiting for it, or to its level's storage cache.
+func (s *Server) readDone(c *Core, d ReadDone) error {
+	io, ok := s.Reads[d.ID]
+	if !ok {
+		return internal("result of unknown read %d", d.ID)
+	}
+	if len(d.Blocks) != len(io.Slots) {
+		return internalTampered("read %d returned %d blocks for %d slots", d.ID, len(d.Blocks), len(io.Slots))
+	}
+	delete(s.Reads, d.ID)
+	seq := s.ReadOwner[d.ID]
+	delete(s.ReadOwner, d.ID)
+	for i, x := range io.Slots {
+		lv := s.level(x)
+		lv.Inflight--
+		if lv.Real[x.S] != d.Blocks[i].Real {
+			return internalTampered("slot %v", x)
+		}
+		if lv.Real[x.S] {
+			s.route(c, x, lv.Keys[x.S], d.Blocks[i].Val)
+		}
+	}
+	if seq != 0 {
+		s.Pending[seq].ReadsDone = true
+		s.finish(c, seq)
+		return nil
+	}
+	for _, j := range s.Jobs {
+		delete(j.ReadIDs, d.ID)
+	}
+	return nil
+}
+
+// route delivers a real block read from slot x: to the storage cache if
+// it still belongs there, else to the request waiting for it.
+func (s *Server) route(c *Core, x Slot, key string, val []byte) {
+	if loc, ok := s.Where[key]; ok && loc.Where == inLevel && loc.slot() == x {
+		lv := s.level(x)
+		if lv.Cached == nil {
+			lv.Cached = map[int32][]byte{}
+		}
+		lv.Cached[x.S] = val
+		return
+	}
+	seq, ok := s.Waiters[x]
+	if !ok {
+		return
+	}
+	delete(s.Waiters, x)
+	pr := s.Pending[seq]
+	if pr == nil {
+		return
+	}
+	if pr.ReadsDone {
+		delete(s.Pending, seq)
+		c.sendFront(FrontMsg{Ready: &BlockReady{Seq: seq, Val: val}})
+		return
+	}
+	pr.Val, pr.Known = val, true
+}
+
+func internalTampered(format string, args ...any) error {
+	return internal("%w: "+format, append([]any{ErrTampered}, args...)...)
 }

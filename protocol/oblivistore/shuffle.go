@@ -24,6 +24,9 @@ type Job struct {
 	// Reserved is the shuffling buffer the job holds from its start.
 	Reserved int64
 	ReadIDs  map[uint64]bool // shuffling cache-ins in flight
+	// Fetching: the job asked the eviction cache for its blocks (Fetch)
+	// and waits for them; Computed: it shuffled and issued its write.
+	Fetching bool
 	Computed bool
 	WriteID  uint64
 	// NewLevels are Dest's levels as written, installed when the write
@@ -39,53 +42,50 @@ type Job struct {
 // semaphore, only the shuffler can release them, so it runs without the
 // I/O semaphore's limit (a public condition: it depends on arrivals and
 // semaphore values only).
-func (c *Core) shuffle() (bool, error) {
+func (s *Server) shuffle(c *Core, bypass bool) (bool, error) {
 	moved := false
-	bypass := c.admissionBlocked()
-	for _, j := range c.st.Jobs {
-		if j.Computed {
+	for _, j := range s.Jobs {
+		if j.Fetching || j.Computed {
 			continue
 		}
-		moved = c.cacheIns(j, bypass) || moved
-		if c.readsDone(j) && (c.st.Sem.IO >= j.W || bypass) {
-			if err := c.compute(j); err != nil {
-				return false, err
-			}
+		moved = s.cacheIns(c, j, bypass) || moved
+		if s.readsDone(j) && (s.IO >= j.W || bypass) {
+			s.fetch(c, j)
 			moved = true
 		}
 	}
-	for c.start() {
+	for s.start() {
 		moved = true
 	}
 	return moved, nil
 }
 
 // cacheIns issues the job's next shuffling cache-ins in one read.
-func (c *Core) cacheIns(j *Job, bypass bool) bool {
+func (s *Server) cacheIns(c *Core, j *Job, bypass bool) bool {
 	var read []Slot
 	for _, l := range j.Marked {
-		lv := &c.st.Parts[j.P].Levels[l]
-		for lv.Unread > 0 && (c.st.Sem.IO > 0 || bypass) {
+		lv := &s.Parts[j.P].Levels[l]
+		for lv.Unread > 0 && (s.IO > 0 || bypass) {
 			read = append(read, Slot{P: j.P, L: l, S: lv.nextUnread()})
-			c.st.Sem.IO--
+			s.IO--
 		}
 	}
 	if len(read) == 0 {
 		return false
 	}
-	j.ReadIDs[c.emitRead(read, 0)] = true
-	c.st.Counters.ShuffleReads += uint64(len(read))
+	j.ReadIDs[s.emitRead(c, read, 0)] = true
+	s.Counters.ShuffleReads += uint64(len(read))
 	return true
 }
 
 // readsDone reports whether every block of the job's levels is in the
 // storage cache: all read, no read of them in flight.
-func (c *Core) readsDone(j *Job) bool {
+func (s *Server) readsDone(j *Job) bool {
 	if len(j.ReadIDs) > 0 {
 		return false
 	}
 	for _, l := range j.Marked {
-		lv := &c.st.Parts[j.P].Levels[l]
+		lv := &s.Parts[j.P].Levels[l]
 		if lv.Unread > 0 || lv.Inflight > 0 {
 			return false
 		}
@@ -102,8 +102,8 @@ func (c *Core) readsDone(j *Job) bool {
 // paper sets C to (C+J) mod the partition capacity without saying where
 // the blocks go; here every filled level is merged into the top level,
 // which stays filled (C = 2^L).
-func (c *Core) plan(part *Partition) (marked, dest []int8, next int64) {
-	top := c.st.Geo.Top
+func (s *Server) plan(part *Partition) (marked, dest []int8, next int64) {
+	top := s.Geo.Top
 	next = part.C + part.J
 	if next >= 1<<(top+1) {
 		for l := range part.Levels {
@@ -129,15 +129,15 @@ func (c *Core) plan(part *Partition) (marked, dest []int8, next int64) {
 // from the cursor, that has evictions scheduled and none in progress, if
 // the shuffling buffer can hold it (Fig. 7, step 1). It reserves the
 // buffer for the whole job at once: the most blocks it reads or writes.
-func (c *Core) start() bool {
-	n := int32(len(c.st.Parts))
+func (s *Server) start() bool {
+	n := int32(len(s.Parts))
 	for i := range n {
-		p := (c.st.Cursor + i) % n
-		part := &c.st.Parts[p]
+		p := (s.Cursor + i) % n
+		part := &s.Parts[p]
 		if part.Shuffling || part.J == 0 {
 			continue
 		}
-		marked, dest, next := c.plan(part)
+		marked, dest, next := s.plan(part)
 		var unread, w int64
 		for _, l := range marked {
 			unread += int64(part.Levels[l].Unread)
@@ -146,19 +146,19 @@ func (c *Core) start() bool {
 			w += int64(slots(int(l)))
 		}
 		need := max(unread, w)
-		if c.st.Sem.Buffer < need {
+		if s.Buffer < need {
 			return false
 		}
-		c.st.Sem.Buffer -= need
+		s.Buffer -= need
 		j := &Job{P: p, J: part.J, Next: next, Marked: marked, Dest: dest, W: w, Reserved: need, ReadIDs: map[uint64]bool{}}
 		part.J, part.Shuffling = 0, true
 		for _, l := range marked {
 			part.Levels[l].Marked = true
 		}
-		c.st.Jobs = append(c.st.Jobs, j)
-		c.st.Counters.MaxBuffer = max(c.st.Counters.MaxBuffer, c.bufferUsed())
-		c.st.Cursor = (p + 1) % n
-		c.st.Counters.Shuffles++
+		s.Jobs = append(s.Jobs, j)
+		s.Counters.MaxBuffer = max(s.Counters.MaxBuffer, s.bufferUsed())
+		s.Cursor = (p + 1) % n
+		s.Counters.Shuffles++
 		return true
 	}
 	return false
@@ -167,9 +167,9 @@ func (c *Core) start() bool {
 // bufferUsed is the shuffling buffer in use: the reservation of each job
 // not yet computed, the write of each computed one (compute returns the
 // rest).
-func (c *Core) bufferUsed() int64 {
+func (s *Server) bufferUsed() int64 {
 	var used int64
-	for _, j := range c.st.Jobs {
+	for _, j := range s.Jobs {
 		if j.Computed {
 			used += j.W
 		} else {
@@ -179,21 +179,34 @@ func (c *Core) bufferUsed() int64 {
 	return used
 }
 
-type entry struct {
-	key string
-	val []byte
+// fetch ends a job's reads: the early cache-ins of its levels return to
+// the early cache-in semaphore, and the job asks the eviction cache for
+// its J blocks (Fig. 7 step 3); blocks carries on when they come.
+func (s *Server) fetch(c *Core, j *Job) {
+	var early int64
+	for _, l := range j.Marked {
+		lv := &s.Parts[j.P].Levels[l]
+		early += int64(lv.Early)
+		lv.Early = 0
+	}
+	j.Fetching = true
+	c.sendFront(FrontMsg{Fetch: &Fetch{P: j.P, J: j.J, Early: early}})
 }
 
-// compute is the atomic shuffle of Fig. 7, step 3: the real blocks of the
-// marked levels and J blocks from the eviction cache (dummies where it has
-// fewer) are permuted into the destination levels, and the write of those
-// levels is issued.
-func (c *Core) compute(j *Job) error {
-	blocks, err := c.levelBlocks(j)
+// blocks is the atomic shuffle of Fig. 7, step 3, once the eviction
+// cache's blocks are in: the real blocks of the marked levels and the
+// evicted blocks (dummies make up the J) are permuted into the destination
+// levels, and the write of those levels is issued.
+func (s *Server) blocks(c *Core, m Blocks) error {
+	j := s.job(m.P)
+	if j == nil || !j.Fetching {
+		return internal("blocks for partition %d, which asked for none", m.P)
+	}
+	blocks, err := s.levelBlocks(j)
 	if err != nil {
 		return err
 	}
-	blocks = c.evict(j, blocks)
+	blocks = append(blocks, m.Entries...)
 	c.sec.Shuffle(len(blocks), func(a, b int) { blocks[a], blocks[b] = blocks[b], blocks[a] })
 	var room int
 	for _, l := range j.Dest {
@@ -202,96 +215,67 @@ func (c *Core) compute(j *Job) error {
 	if len(blocks) > room {
 		return fmt.Errorf("%w: partition %d, %d blocks for %d places", ErrOverflow, j.P, len(blocks), room)
 	}
-	io := &WriteIO{ID: c.newID()}
+	io := &WriteIO{ID: s.newID()}
 	j.Staged = map[string][]byte{}
 	j.NewLevels = make([]Level, len(j.Dest))
 	for i := len(j.Dest) - 1; i >= 0; i-- {
 		l := j.Dest[i]
 		k := min(1<<l, len(blocks))
-		j.NewLevels[i] = c.writeLevel(j, l, blocks[:k], io)
+		j.NewLevels[i] = s.writeLevel(c, j, l, blocks[:k], io)
 		blocks = blocks[k:]
 	}
-	j.Computed, j.WriteID = true, io.ID
-	c.st.Writes[io.ID] = io
+	j.Fetching, j.Computed, j.WriteID = false, true, io.ID
+	s.Writes[io.ID] = io
 	c.out = append(c.out, Output{Write: io})
-	c.st.Sem.IO -= j.W
-	c.st.Sem.Buffer += j.Reserved - j.W
-	c.st.Counters.ShuffleWrites += uint64(j.W)
+	s.IO -= j.W
+	s.Buffer += j.Reserved - j.W
+	s.Counters.ShuffleWrites += uint64(j.W)
 	return nil
 }
 
 // levelBlocks fetches the marked levels' real blocks from the storage
-// cache and returns their early cache-ins to the semaphore.
-func (c *Core) levelBlocks(j *Job) ([]entry, error) {
-	var blocks []entry
+// cache.
+func (s *Server) levelBlocks(j *Job) ([]Entry, error) {
+	var blocks []Entry
 	for _, l := range j.Marked {
-		lv := &c.st.Parts[j.P].Levels[l]
-		for s, key := range lv.Keys {
-			loc, ok := c.st.Pos[key]
-			if !lv.Real[s] || !ok || loc.Where != inLevel || loc.slot() != (Slot{P: j.P, L: l, S: int32(s)}) {
+		lv := &s.Parts[j.P].Levels[l]
+		for x, key := range lv.Keys {
+			loc, ok := s.Where[key]
+			if !lv.Real[x] || !ok || loc.Where != inLevel || loc.slot() != (Slot{P: j.P, L: l, S: int32(x)}) {
 				continue
 			}
-			val, ok := lv.Cached[int32(s)]
+			val, ok := lv.Cached[int32(x)]
 			if !ok {
-				return nil, fmt.Errorf("oblivistore: partition %d level %d slot %d was read but is not in the storage cache", j.P, l, s)
+				return nil, internal("partition %d level %d slot %d was read but is not in the storage cache", j.P, l, x)
 			}
-			blocks = append(blocks, entry{key, val})
+			blocks = append(blocks, Entry{Key: key, Val: val})
 		}
-		c.st.Sem.Early += int64(lv.Early)
-		lv.Early, lv.Cached = 0, nil
+		lv.Cached = nil
 	}
 	return blocks, nil
 }
 
-// evict takes up to J idle blocks assigned to the job's partition from
-// the eviction cache, oldest first, and returns the J evictions to the
-// eviction semaphore, whatever it found.
-func (c *Core) evict(j *Job, blocks []entry) []entry {
-	q := c.st.Queues[j.P]
-	var taken int64
-	for taken < j.J && len(q) > 0 {
-		key := q[0]
-		q = q[1:]
-		h := c.st.Mem[key]
-		if h == nil || h.Queued != j.P {
-			continue
-		}
-		h.Queued = -1
-		if h.Part != j.P || h.Refs > 0 || !h.Known || !h.Exists {
-			continue
-		}
-		blocks = append(blocks, entry{key, h.Val})
-		delete(c.st.Mem, key)
-		taken++
-	}
-	c.st.Queues[j.P] = q
-	c.st.Counters.Evicted += uint64(taken)
-	c.st.Counters.DummyEvictions += uint64(j.J - taken)
-	c.st.Sem.Evictions += j.J
-	return blocks
-}
-
 // writeLevel lays out level l with blocks at random slots and dummies in
 // the rest, stages the blocks and appends the level's slots to io.
-func (c *Core) writeLevel(j *Job, l int8, blocks []entry, io *WriteIO) Level {
+func (s *Server) writeLevel(c *Core, j *Job, l int8, blocks []Entry, io *WriteIO) Level {
 	m := slots(int(l))
 	perm := c.sec.Perm(m)
 	lv := Level{Filled: true, Nonce: c.sec.Uint64(), Real: make([]bool, m), Keys: make([]string, m),
 		Read: make([]bool, m), Unread: int32(m)}
 	for i, b := range blocks {
-		s := int32(perm[i])
-		lv.Real[s], lv.Keys[s] = true, b.key
-		j.Staged[b.key] = b.val
-		c.st.Pos[b.key] = Loc{P: j.P, L: l, S: s, Where: staged}
+		x := int32(perm[i])
+		lv.Real[x], lv.Keys[x] = true, b.Key
+		j.Staged[b.Key] = b.Val
+		s.Where[b.Key] = Loc{P: j.P, L: l, S: x, Where: staged}
 	}
 	lv.Dummies = make([]int32, 0, m-len(blocks))
-	for _, s := range perm[len(blocks):] {
-		lv.Dummies = append(lv.Dummies, int32(s))
+	for _, x := range perm[len(blocks):] {
+		lv.Dummies = append(lv.Dummies, int32(x))
 	}
-	for s, key := range lv.Keys {
-		io.Slots = append(io.Slots, Slot{P: j.P, L: l, S: int32(s)})
+	for x, key := range lv.Keys {
+		io.Slots = append(io.Slots, Slot{P: j.P, L: l, S: int32(x)})
 		io.Nonces = append(io.Nonces, lv.Nonce)
-		b := Block{Real: lv.Real[s]}
+		b := Block{Real: lv.Real[x]}
 		if b.Real {
 			b.Val = j.Staged[key]
 		}
@@ -303,16 +287,16 @@ func (c *Core) writeLevel(j *Job, l int8, blocks []entry, io *WriteIO) Level {
 // writeDone installs a job's levels once storage holds them: the marked
 // levels are emptied, the destination levels filled, and the partition
 // counter advanced (Fig. 7, end of step 3 and step 4).
-func (c *Core) writeDone(d WriteDone) error {
-	if _, ok := c.st.Writes[d.ID]; !ok {
-		return fmt.Errorf("oblivistore: completion of unknown write %d", d.ID)
+func (s *Server) writeDone(c *Core, d WriteDone) error {
+	if _, ok := s.Writes[d.ID]; !ok {
+		return internal("completion of unknown write %d", d.ID)
 	}
-	delete(c.st.Writes, d.ID)
-	for i, j := range c.st.Jobs {
+	delete(s.Writes, d.ID)
+	for i, j := range s.Jobs {
 		if j.WriteID != d.ID {
 			continue
 		}
-		part := &c.st.Parts[j.P]
+		part := &s.Parts[j.P]
 		for _, l := range j.Marked {
 			part.Levels[l] = Level{}
 		}
@@ -320,14 +304,24 @@ func (c *Core) writeDone(d WriteDone) error {
 			part.Levels[l] = j.NewLevels[i]
 		}
 		for key := range j.Staged {
-			loc := c.st.Pos[key]
+			loc := s.Where[key]
 			loc.Where = inLevel
-			c.st.Pos[key] = loc
+			s.Where[key] = loc
 		}
 		part.C, part.Shuffling = j.Next, false
-		c.st.Sem.Buffer += j.W
-		c.st.Jobs = append(c.st.Jobs[:i], c.st.Jobs[i+1:]...)
+		s.Buffer += j.W
+		s.Jobs = append(s.Jobs[:i], s.Jobs[i+1:]...)
 		return nil
+	}
+	return nil
+}
+
+// job returns partition p's shuffle in progress, or nil.
+func (s *Server) job(p int32) *Job {
+	for _, j := range s.Jobs {
+		if j.P == p {
+			return j
+		}
 	}
 	return nil
 }

@@ -42,28 +42,40 @@ func Restore(b []byte) (*Core, error) {
 	return c, nil
 }
 
-// fill makes the maps and slices gob leaves nil when empty.
+// fill makes the maps gob leaves nil when empty.
 func (c *Core) fill() {
-	st := &c.st
-	if st.ReadOwner == nil {
-		st.ReadOwner = map[uint64]uint64{}
+	f, s := c.front(), c.server()
+	if f.Pos == nil {
+		f.Pos = map[string]int32{}
 	}
-	if st.Pos == nil {
-		st.Pos = map[string]Loc{}
+	if f.Mem == nil {
+		f.Mem = map[string]*Held{}
 	}
-	if st.Mem == nil {
-		st.Mem = map[string]*Held{}
+	if len(f.Queues) < f.Partitions {
+		f.Queues = append(f.Queues, make([][]string, f.Partitions-len(f.Queues))...)
 	}
-	if st.Reads == nil {
-		st.Reads = map[uint64]*ReadIO{}
+	if s.Where == nil {
+		s.Where = map[string]Loc{}
 	}
-	if st.Writes == nil {
-		st.Writes = map[uint64]*WriteIO{}
+	if s.Reads == nil {
+		s.Reads = map[uint64]*ReadIO{}
 	}
-	if len(st.Queues) < st.Geo.Partitions {
-		st.Queues = append(st.Queues, make([][]string, st.Geo.Partitions-len(st.Queues))...)
+	if s.ReadOwner == nil {
+		s.ReadOwner = map[uint64]uint64{}
 	}
-	for _, j := range st.Jobs {
+	if s.Writes == nil {
+		s.Writes = map[uint64]*WriteIO{}
+	}
+	if s.Pending == nil {
+		s.Pending = map[uint64]*PendingRead{}
+	}
+	if s.Waiters == nil {
+		s.Waiters = map[Slot]uint64{}
+	}
+	if s.Reread == nil {
+		s.Reread = map[string]Slot{}
+	}
+	for _, j := range s.Jobs {
 		if j.ReadIDs == nil {
 			j.ReadIDs = map[uint64]bool{}
 		}
@@ -82,7 +94,8 @@ var ErrNotEmpty = errors.New("oblivistore: bulk load needs an empty, idle store"
 // emptied, the state the paper warms its stores up to. It returns the
 // writes, one per partition, and the number of keys.
 func (c *Core) Load(items iter.Seq2[string, []byte]) ([]*WriteIO, int, error) {
-	if c.st.Keys > 0 || !c.Idle() || len(c.st.Jobs) > 0 {
+	f, s := c.front(), c.server()
+	if f.Keys > 0 || !c.Idle() || len(s.Jobs) > 0 {
 		return nil, 0, ErrNotEmpty
 	}
 	vals := map[string][]byte{}
@@ -93,54 +106,65 @@ func (c *Core) Load(items iter.Seq2[string, []byte]) ([]*WriteIO, int, error) {
 		}
 		vals[k] = v
 	}
-	if len(order) > c.st.Capacity {
-		return nil, 0, fmt.Errorf("%w: %d keys for a capacity of %d", kv.ErrFull, len(order), c.st.Capacity)
+	if len(order) > f.Capacity {
+		return nil, 0, fmt.Errorf("%w: %d keys for a capacity of %d", kv.ErrFull, len(order), f.Capacity)
 	}
-	per := make([][]entry, c.st.Geo.Partitions)
+	per := make([][]Entry, f.Partitions)
 	for _, k := range order {
 		p := c.randomPart()
-		per[p] = append(per[p], entry{k, vals[k]})
+		per[p] = append(per[p], Entry{Key: k, Val: vals[k]})
+		f.Pos[k] = p
 	}
-	top := int8(c.st.Geo.Top)
+	writes, err := s.load(c, per)
+	if err != nil {
+		return nil, 0, err
+	}
+	f.Queues = make([][]string, f.Partitions)
+	f.Keys = len(order)
+	return writes, len(order), nil
+}
+
+// load lays out each partition's blocks in its top level, the other
+// levels empty, and returns the writes, one per partition.
+func (s *Server) load(c *Core, per [][]Entry) ([]*WriteIO, error) {
+	top := int8(s.Geo.Top)
 	writes := make([]*WriteIO, len(per))
 	for p, blocks := range per {
 		if len(blocks) > 1<<top {
-			return nil, 0, fmt.Errorf("%w: partition %d, %d blocks for %d places", ErrOverflow, p, len(blocks), 1<<top)
+			return nil, fmt.Errorf("%w: partition %d, %d blocks for %d places", ErrOverflow, p, len(blocks), 1<<top)
 		}
-		part := &c.st.Parts[p]
+		part := &s.Parts[p]
 		for l := range part.Levels {
 			part.Levels[l] = Level{}
 		}
-		j := &Job{P: int32(p)}
-		j.Staged = map[string][]byte{}
+		j := &Job{P: int32(p), Staged: map[string][]byte{}}
 		io := &WriteIO{}
-		part.Levels[top] = c.writeLevel(j, top, blocks, io)
+		part.Levels[top] = s.writeLevel(c, j, top, blocks, io)
 		for k := range j.Staged {
-			loc := c.st.Pos[k]
+			loc := s.Where[k]
 			loc.Where = inLevel
-			c.st.Pos[k] = loc
+			s.Where[k] = loc
 		}
 		part.C, part.J = 1<<top, 0
 		writes[p] = io
 	}
-	c.st.Queues = make([][]string, c.st.Geo.Partitions)
-	c.st.Keys = len(order)
-	return writes, len(order), nil
+	return writes, nil
 }
 
 // checkOptions refuses to reopen a store with options other than those it
 // was made with.
 func (c *Core) checkOptions(o Options, n int) error {
-	want := coreOptionsOf(o)
-	want.Leak = c.st.Opts.Leak
-	if g := o.geometry(n); g != c.st.Geo || want != c.st.Opts {
-		return fmt.Errorf("%w: oblivistore was made with %d partitions and %s; asked for %d and %s",
-			kv.ErrMismatch, c.st.Geo.Partitions, c.st.Opts, g.Partitions, want)
+	g := o.geometry(n)
+	f, s := newFront(n, g, o), newServer(g, o)
+	f.Opts.Leak, s.Opts.Leak = c.st.Front.Opts.Leak, c.st.Server.Opts.Leak
+	if g != c.st.Server.Geo || f.Opts != c.st.Front.Opts || s.Opts != c.st.Server.Opts {
+		return fmt.Errorf("%w: oblivistore was made with %s; asked for %s",
+			kv.ErrMismatch, describe(c.st.Server.Geo, c.st.Front.Opts, c.st.Server.Opts), describe(g, f.Opts, s.Opts))
 	}
 	return nil
 }
 
-func (o coreOptions) String() string {
-	return fmt.Sprintf("evictionrate=%v earlycacheins=%d shufflingbuffer=%d evictionsahead=%d shuffleioperaccess=%d shuffleioahead=%d",
-		o.EvictionRate, o.EarlyCacheIns, o.ShufflingBuffer, o.EvictionsAhead, o.ShuffleIOPerAccess, o.ShuffleIOAhead)
+func describe(g geometry, f frontOptions, s serverOptions) string {
+	return fmt.Sprintf("partitions=%d evictionrate=%v earlycacheins=%d shufflingbuffer=%d evictionsahead=%d shuffleioperaccess=%d shuffleioahead=%d",
+		g.Partitions, f.EvictionRate, f.EarlyCacheIns, s.ShufflingBuffer, f.EvictionsAhead, s.ShuffleIOPerAccess, s.ShuffleIOAhead)
 }
