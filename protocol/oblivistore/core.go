@@ -1,7 +1,9 @@
 package oblivistore
 
 import (
+	"bytes"
 	"crypto/sha256"
+	"encoding/gob"
 	"errors"
 	"fmt"
 	"math"
@@ -135,6 +137,8 @@ type Core struct {
 	shuffled bool // the shuffler moved on the last Progress
 	// readIssued is Options.readIssued (tests only).
 	readIssued func(p int32, slots []Slot, request bool)
+	// wire is Options.wire (tests only).
+	wire bool
 	// forced, tests only, replaces the partitions that accesses to keys
 	// not on storage read, in order: a simulator replays the partitions
 	// storage saw (export_test.go).
@@ -146,7 +150,7 @@ func NewCore(n int, o Options, seed [32]byte) *Core {
 	g := o.geometry(n)
 	c := &Core{st: State{Front: newFront(n, g, o), Server: newServer(g, o)}}
 	c.seed(seed)
-	c.readIssued = o.readIssued
+	c.setHooks(o)
 	return c
 }
 
@@ -214,18 +218,29 @@ func (c *Core) progress() error {
 	}
 }
 
+// setHooks takes the test-only options.
+func (c *Core) setHooks(o Options) {
+	c.readIssued, c.wire = o.readIssued, o.wire
+}
+
 // route delivers the queued messages, in order, until none is left.
 func (c *Core) route() error {
 	for len(c.toParts) > 0 || len(c.toFront) > 0 {
 		for len(c.toParts) > 0 {
-			m := c.toParts[0]
+			m, err := crossed(c, c.toParts[0])
+			if err != nil {
+				return err
+			}
 			c.toParts = c.toParts[1:]
 			if err := c.server().handle(c, m); err != nil {
 				return err
 			}
 		}
 		for len(c.toFront) > 0 {
-			m := c.toFront[0]
+			m, err := crossed(c, c.toFront[0])
+			if err != nil {
+				return err
+			}
 			c.toFront = c.toFront[1:]
 			if err := c.front().handle(c, m); err != nil {
 				return err
@@ -233,6 +248,21 @@ func (c *Core) route() error {
 		}
 	}
 	return nil
+}
+
+// crossed returns m as it arrives on the other side: under Options.wire,
+// a fresh value decoded from m's gob encoding, sharing no memory with it.
+func crossed[M any](c *Core, m M) (M, error) {
+	if !c.wire {
+		return m, nil
+	}
+	var buf bytes.Buffer
+	var out M
+	if err := gob.NewEncoder(&buf).Encode(m); err != nil {
+		return out, err
+	}
+	err := gob.NewDecoder(&buf).Decode(&out)
+	return out, err
 }
 
 // sendParts and sendFront queue a message across the boundary.

@@ -18,6 +18,10 @@ func WithReadLog(o Options, f func(p int32, slots []Slot, request bool)) Options
 	return o
 }
 
+// Wire makes every message between the front and the partitions cross as
+// gob bytes.
+func Wire(o Options) Options { o.wire = true; return o }
+
 // Serial makes the driver issue backend calls one at a time, in the
 // core's order.
 func Serial(o Options) Options { o.serialIO = true; return o }

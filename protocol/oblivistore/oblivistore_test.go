@@ -18,6 +18,19 @@ func TestContract(t *testing.T) {
 	}
 }
 
+// TestMessagesCrossAsBytes: with every message between the ORAM main
+// algorithm and the partitions encoded and decoded on its way, as it would
+// cross between machines, the store keeps its contract and stays
+// linearizable: nothing but the messages' plain values passes between
+// them.
+func TestMessagesCrossAsBytes(t *testing.T) {
+	wire := kvtest.Config{Protocol: "oblivistore", Integrity: true, Durable: true, Options: oblivistore.Wire(oblivistore.Options{})}
+	kvtest.RunContract(t, wire, kvtest.Mem())
+	lin := wire
+	lin.Options = oblivistore.Wire(oblivistore.Options{EvictionRate: 1.5})
+	kvtest.CheckLinearizable(t, kvtest.OpenStore(t, lin, kvtest.Mem()), kvtest.LinOptions{Clients: 16, OpsPerClient: 150, DeleteFraction: 0.15})
+}
+
 // TestLinearizable: 16 clients mixing GET/SET/DEL, half of them on one
 // hot key, with a fractional eviction rate, so repeated accesses overlap
 // shuffles and early cache-ins.

@@ -41,6 +41,9 @@ type Options struct {
 	// partition p, and whether it is a request's partition read (else a
 	// shuffling cache-in); a request's read of no slot too.
 	readIssued func(p int32, slots []Slot, request bool)
+	// wire, tests only, makes every message between the front and the
+	// partitions cross as gob bytes, as it would between machines.
+	wire bool
 	// serialIO, tests only, makes the driver issue backend calls one at a
 	// time in the order the core emits them, and feed their completions
 	// back in that order: storage then sees exactly the core's order.

@@ -185,7 +185,7 @@ func (s *store) recover(ctx context.Context, opts Options, n int) error {
 	if err := s.core.checkOptions(opts, n); err != nil {
 		return err
 	}
-	s.core.readIssued = opts.readIssued
+	s.core.setHooks(opts)
 	redo := map[uint64]*WriteIO{}
 	for _, o := range s.core.Outstanding() {
 		if o.Write != nil {
