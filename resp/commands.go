@@ -1,6 +1,10 @@
 package resp
 
-import "strings"
+import (
+	"slices"
+	"strings"
+	"time"
+)
 
 // command is one entry of the dispatch table.
 type command struct {
@@ -41,6 +45,21 @@ func init() {
 	}
 }
 
+// UnknownCommand is the name Options.Observe is given for a command the
+// server does not have.
+const UnknownCommand = "unknown"
+
+// CommandNames returns the lowercase names of the commands the server
+// runs, sorted: the names Options.Observe is given, besides UnknownCommand.
+func CommandNames() []string {
+	names := make([]string, 0, len(commands))
+	for name := range commands {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	return names
+}
+
 func (cmd *command) arityOK(n int) bool {
 	if cmd.arity >= 0 {
 		return n == cmd.arity
@@ -51,6 +70,11 @@ func (cmd *command) arityOK(n int) bool {
 // exec runs one request.
 func (c *conn) exec(args [][]byte) {
 	c.s.cmdsN.Add(1)
+	observe := c.s.opts.Observe
+	var began time.Time
+	if observe != nil {
+		began = time.Now()
+	}
 	cmd := c.lookup(args[0])
 	switch {
 	case cmd == nil:
@@ -59,6 +83,13 @@ func (c *conn) exec(args [][]byte) {
 		c.arityErr(cmd.name)
 	default:
 		cmd.run(c, args)
+	}
+	if observe != nil {
+		name := UnknownCommand
+		if cmd != nil {
+			name = cmd.name
+		}
+		observe(name, time.Since(began))
 	}
 }
 

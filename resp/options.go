@@ -53,6 +53,11 @@ type Options struct {
 	// reply. A section named like a built-in one (e.g. "Oblivkv", for the
 	// protocol's parameters) extends it; others are appended.
 	Info func() []InfoSection
+	// Observe, if set, is called after every command with its name (one of
+	// CommandNames, or UnknownCommand) and how long it ran, from its parse
+	// to its reply being buffered. It is never given a key or a value.
+	// It is called from the connections' goroutines, concurrently.
+	Observe func(command string, took time.Duration)
 }
 
 // InfoSection is one "# Name" section of an INFO reply.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/http"
 	"os"
 	"os/signal"
 	"strings"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/oblivkv/oblivkv/internal/setup"
 	"github.com/oblivkv/oblivkv/kv"
+	"github.com/oblivkv/oblivkv/metrics"
 	"github.com/oblivkv/oblivkv/resp"
 )
 
@@ -25,7 +27,7 @@ const shutdownGrace = 10 * time.Second
 
 func newServeCmd() *cobra.Command {
 	var sf storeFlags
-	var listen string
+	var listen, metricsAddr string
 	cmd := &cobra.Command{
 		Use:   "serve",
 		Short: "Serve a store over the Redis protocol (RESP2)",
@@ -46,24 +48,36 @@ See docs/OPERATIONS.md, "Durability", for what survives what.
 
 --opt NAME=VALUE sets a field of the protocol's Options (repeatable, e.g.
 --opt trees=8 --opt epoch=2ms); see docs/OPERATIONS.md for each protocol's.
-Options are not stored with the store: give the same ones at every start.`,
+Options are not stored with the store: give the same ones at every start.
+
+--metrics-addr HOST:PORT serves Prometheus metrics on /metrics (see
+docs/OPERATIONS.md, "Metrics"); they show the trusted side's view, so serve
+them only to the proxy's operators.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return serve(cmd.Context(), sf.options(cmd), listen)
+			return serve(cmd.Context(), sf.options(cmd), listen, metricsAddr)
 		},
 	}
 	sf.register(cmd)
 	cmd.Flags().StringVar(&listen, "listen", "127.0.0.1:6380", "address to listen on")
+	cmd.Flags().StringVar(&metricsAddr, "metrics-addr", "", "serve Prometheus metrics on http://`HOST:PORT`/metrics (empty: no metrics)")
 	return cmd
 }
 
-func serve(ctx context.Context, opts setup.Options, listen string) error {
+func serve(ctx context.Context, opts setup.Options, listen, metricsAddr string) error {
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
 	// Everything that can be checked is, before a store is written: the
-	// listen address here, the protocol and the options in setup.Open.
+	// listen addresses here, the protocol and the options in setup.Open.
 	ln, err := net.Listen("tcp", listen)
 	if err != nil {
 		return fmt.Errorf("listen: %w", err)
+	}
+	var mln net.Listener
+	if metricsAddr != "" {
+		if mln, err = net.Listen("tcp", metricsAddr); err != nil {
+			ln.Close()
+			return fmt.Errorf("metrics listen: %w", err)
+		}
 	}
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
@@ -71,6 +85,9 @@ func serve(ctx context.Context, opts setup.Options, listen string) error {
 	opened, err := openInterruptibly(ctx, opts, sigs, log)
 	if err != nil {
 		ln.Close()
+		if mln != nil {
+			mln.Close()
+		}
 		if errors.Is(err, errInterrupted) {
 			log.Info("interrupted while opening the store: nothing was served; a new store that was not finished is built afresh at the next start")
 			return nil
@@ -91,8 +108,21 @@ func serve(ctx context.Context, opts setup.Options, listen string) error {
 			attrs = append(attrs, e.Name, e.Value)
 		}
 	}
+	ropts := resp.Options{Logger: log, Version: version, Info: deploymentInfo(opts)}
+	var mx *metrics.Metrics
+	if mln != nil {
+		mx = metrics.New(opened.Store, metrics.Info{Commands: resp.CommandNames(),
+			Backend: backendKind(opts.Backend), Options: strings.Join(opts.OptionArgs, " ")})
+		ropts.Observe = mx.ObserveCommand
+		attrs = append(attrs, "metrics", "http://"+mln.Addr().String()+"/metrics")
+		go func() {
+			if err := mx.Serve(mln); !errors.Is(err, http.ErrServerClosed) {
+				log.Error("metrics server stopped", "err", err)
+			}
+		}()
+	}
 	log.Info("oblivkv serving", attrs...)
-	srv := resp.NewServer(opened.Store, resp.Options{Logger: log, Version: version, Info: deploymentInfo(opts)})
+	srv := resp.NewServer(opened.Store, ropts)
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 
@@ -104,7 +134,11 @@ func serve(ctx context.Context, opts setup.Options, listen string) error {
 	}
 	sctx, cancel := context.WithTimeout(context.Background(), shutdownGrace)
 	defer cancel()
-	err = errors.Join(err, srv.Shutdown(sctx), opened.Close())
+	err = errors.Join(err, srv.Shutdown(sctx))
+	if mx != nil {
+		err = errors.Join(err, mx.Shutdown(sctx))
+	}
+	err = errors.Join(err, opened.Close())
 	if err == nil {
 		log.Info("shut down cleanly")
 	}
