@@ -25,41 +25,54 @@ const utilisationStat = "batch_utilisation"
 // has that counter, and "jrnl B/op" and "fsync/s" columns when any result
 // has journal figures.
 func WriteTable(w io.Writer, results []Result) error {
-	if len(results) == 0 {
+	header, rows := tableRows(results)
+	if header == nil {
 		return nil
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	for _, cells := range append([][]string{header}, rows...) {
+		fmt.Fprint(tw, strings.Join(cells, "\t")+"\t\n")
+	}
+	return tw.Flush()
+}
+
+// tableRows is the table of WriteTable: its header and one row of cells
+// per result; nil when there are no results.
+func tableRows(results []Result) (header []string, rows [][]string) {
+	if len(results) == 0 {
+		return nil, nil
 	}
 	showUtil, showJournal := false, false
 	for _, r := range results {
 		showUtil = showUtil || extra(r, utilisationStat) != nil
 		showJournal = showJournal || r.JournalBytesPerOp != nil
 	}
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	first := results[0]
-	fmt.Fprintf(tw, "protocol\tops/s\tvs %s\tp50 ms\tp95 ms\tp99 ms\tmax ms\trt/op\tbytes/op\tampl\t", first.Protocol)
+	header = []string{"protocol", "ops/s", "vs " + first.Protocol, "p50 ms", "p95 ms", "p99 ms", "max ms", "rt/op", "bytes/op", "ampl"}
 	if showUtil {
-		fmt.Fprint(tw, "util\t")
+		header = append(header, "util")
 	}
 	if showJournal {
-		fmt.Fprint(tw, "jrnl B/op\tfsync/s\t")
+		header = append(header, "jrnl B/op", "fsync/s")
 	}
-	fmt.Fprint(tw, "errors\t\n")
+	header = append(header, "errors")
 	for _, r := range results {
 		vs := "-"
 		if first.OpsPerSec > 0 {
 			vs = fmt.Sprintf("%.2fx", r.OpsPerSec/first.OpsPerSec)
 		}
-		fmt.Fprintf(tw, "%s\t%.0f\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t",
-			r.Protocol, r.OpsPerSec, vs, latency(r.P50MS), latency(r.P95MS), latency(r.P99MS), latency(r.MaxMS),
-			opt(r.RoundTripsPerOp, 2), opt(r.BytesPerOp, 0), opt(r.Amplification, 2))
+		cells := []string{r.Protocol, fmt.Sprintf("%.0f", r.OpsPerSec), vs,
+			latency(r.P50MS), latency(r.P95MS), latency(r.P99MS), latency(r.MaxMS),
+			opt(r.RoundTripsPerOp, 2), opt(r.BytesPerOp, 0), opt(r.Amplification, 2)}
 		if showUtil {
-			fmt.Fprintf(tw, "%s\t", opt(extra(r, utilisationStat), 2))
+			cells = append(cells, opt(extra(r, utilisationStat), 2))
 		}
 		if showJournal {
-			fmt.Fprintf(tw, "%s\t%s\t", opt(r.JournalBytesPerOp, 0), opt(r.JournalFsyncsPerSec, 0))
+			cells = append(cells, opt(r.JournalBytesPerOp, 0), opt(r.JournalFsyncsPerSec, 0))
 		}
-		fmt.Fprintf(tw, "%d\t\n", r.Errors)
+		rows = append(rows, append(cells, strconv.FormatUint(r.Errors, 10)))
 	}
-	return tw.Flush()
+	return header, rows
 }
 
 // extra returns the protocol counter called name, or nil if r has none.

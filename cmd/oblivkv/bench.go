@@ -11,6 +11,8 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -21,6 +23,7 @@ import (
 	"github.com/oblivkv/oblivkv/bench"
 	"github.com/oblivkv/oblivkv/bench/workload"
 	"github.com/oblivkv/oblivkv/internal/setup"
+	"github.com/oblivkv/oblivkv/kv"
 )
 
 // benchFlags are the flags of `oblivkv bench`.
@@ -41,6 +44,8 @@ type benchFlags struct {
 	opts                  []string
 	trace                 string
 	temporalS             float64
+	compare               bool
+	out                   string
 }
 
 func newBenchCmd() *cobra.Command {
@@ -86,6 +91,12 @@ instead: its protocol is the server's, and backend figures come from the
 server's INFO when it reports them.
 
 Reports: a table on stdout; --json FILE and --csv FILE with every figure.
+--out DIR also writes a comparison into DIR: the table as Markdown
+(results.md) and CSV (results.csv), SVG bar charts of throughput, p99
+latency, backend bytes per operation and the protocols' stash and cache
+high-water marks, and index.md linking them. --compare runs every registered
+protocol (the baselines plain and encrypted first) unless --protocols or
+--protocol narrows it, and needs --out.
 The table has a util column (batch utilisation: the share of batch slots
 that carried real requests) when a protocol of the run reports it.
 See docs/benchmarks.md for what each figure means.`,
@@ -113,6 +124,8 @@ See docs/benchmarks.md for what each figure means.`,
 	fs.StringVar(&f.addr, "addr", "", "benchmark the RESP server at HOST:PORT instead of an in-process store")
 	fs.StringVar(&f.jsonOut, "json", "", "also write the results to this file as JSON")
 	fs.StringVar(&f.csvOut, "csv", "", "also write the results to this file as CSV")
+	fs.BoolVar(&f.compare, "compare", false, "run every registered protocol (unless --protocols narrows it) and write a comparison to --out")
+	fs.StringVar(&f.out, "out", "", "write a comparison (Markdown and CSV table, SVG plots, index.md) into this directory")
 	fs.Uint64Var(&f.seed, "seed", 1, "seed of the operation, key and value streams (the same for every protocol)")
 	fs.IntVar(&f.capacity, "capacity", 0, "keys each store can hold (default: --records)")
 	registerOpt(cmd, &f.opts, "; each goes to the protocols of the run that have it")
@@ -143,7 +156,41 @@ func runBench(cmd *cobra.Command, f benchFlags) error {
 		fmt.Fprintf(cmd.OutOrStdout(), "protocol options: %s\n", describeOptions(protocols, options))
 	}
 	results, runErr := bench.Run(ctx, cfg, protocols, open)
-	return errors.Join(runErr, cleanup(), report(cmd.OutOrStdout(), f, results), failures(results))
+	err = errors.Join(runErr, cleanup(), report(cmd.OutOrStdout(), f, results))
+	if f.out != "" && len(results) > 0 {
+		err = errors.Join(err, bench.WriteReport(f.out, reportInfo(cmd, cfg, f.opts), results))
+	}
+	return errors.Join(err, failures(results))
+}
+
+// reportInfo describes the run for --out's pages: the command line (the
+// flags given, in flag order), the run's settings and the machine.
+func reportInfo(cmd *cobra.Command, cfg bench.Config, opts []string) bench.ReportInfo {
+	line := []string{"oblivkv", "bench"}
+	for _, fl := range collect(cmd.Flags().Visit) {
+		switch {
+		case fl.Name == "opt":
+			for _, o := range opts {
+				line = append(line, "--opt", o)
+			}
+		case fl.Value.Type() == "bool":
+			line = append(line, "--"+fl.Name)
+		default:
+			line = append(line, "--"+fl.Name, fl.Value.String())
+		}
+	}
+	machine := fmt.Sprintf("%s/%s, %d CPUs, %s, %s", runtime.GOOS, runtime.GOARCH, runtime.NumCPU(),
+		runtime.Version(), time.Now().UTC().Format("2006-01-02"))
+	return bench.ReportInfo{Command: strings.Join(line, " "), Run: bench.Describe(cfg), Machine: machine}
+}
+
+// collect returns what visit passes to its function: with a flag set's
+// Visit, the flags given on the command line (pflag's type is inferred,
+// so this package needs no import of pflag).
+func collect[T any](visit func(func(T))) []T {
+	var out []T
+	visit(func(t T) { out = append(out, t) })
+	return out
 }
 
 // describeOptions names the protocols given options and each one's
@@ -164,8 +211,11 @@ func (f benchFlags) protocolList(cmd *cobra.Command) ([]string, error) {
 	if fs.Changed("protocol") && fs.Changed("protocols") {
 		return nil, errors.New("give --protocol or --protocols, not both")
 	}
+	if f.compare && f.out == "" {
+		return nil, errors.New("--compare writes its comparison into a directory: give --out DIR")
+	}
 	if f.addr != "" {
-		for _, name := range []string{"protocol", "protocols", "backend", "backend-latency", "data-dir", "capacity", "opt"} {
+		for _, name := range []string{"protocol", "protocols", "backend", "backend-latency", "data-dir", "capacity", "opt", "compare"} {
 			if fs.Changed(name) {
 				return nil, fmt.Errorf("--%s does not apply with --addr: the server has its own", name)
 			}
@@ -173,8 +223,11 @@ func (f benchFlags) protocolList(cmd *cobra.Command) ([]string, error) {
 		return []string{"remote"}, nil
 	}
 	list := f.protocols
-	if fs.Changed("protocol") {
+	switch {
+	case fs.Changed("protocol"):
 		list = f.protocol
+	case f.compare && !fs.Changed("protocols"):
+		return compareOrder(kv.Protocols()), nil
 	}
 	var out []string
 	for p := range strings.SplitSeq(list, ",") {
@@ -186,6 +239,27 @@ func (f benchFlags) protocolList(cmd *cobra.Command) ([]string, error) {
 		return nil, errors.New("no protocol to run")
 	}
 	return out, nil
+}
+
+// baselines are the insecure protocols --compare runs first, plain the
+// reference of the ratio column.
+var baselines = []string{"plain", "encrypted"}
+
+// compareOrder puts the baselines among names first, then the others in
+// their order.
+func compareOrder(names []string) []string {
+	var out []string
+	for _, b := range baselines {
+		if slices.Contains(names, b) {
+			out = append(out, b)
+		}
+	}
+	for _, n := range names {
+		if !slices.Contains(baselines, n) {
+			out = append(out, n)
+		}
+	}
+	return out
 }
 
 // config builds the benchmark configuration from the flags.
