@@ -287,13 +287,17 @@ func (j *Journal) Checkpoint(ctx context.Context, state []byte, at uint64) error
 	}
 	j.mu.Lock()
 	err := j.rotateLocked()
+	states := j.states // nil once a Crash or Close released it
+	if err == nil && states == nil {
+		err = j.err
+	}
 	j.mu.Unlock()
 	if err != nil {
 		return err
 	}
 	plain := make([]byte, 0, checkpointHeader+len(state))
 	plain = binary.BigEndian.AppendUint64(binary.BigEndian.AppendUint64(plain, j.gen+1), at)
-	if err := sealedstate.SaveBytes(ctx, j.states, j.keys, slotAddr(j.slot), append(plain, state...), 0); err != nil {
+	if err := sealedstate.SaveBytes(ctx, states, j.keys, slotAddr(j.slot), append(plain, state...), 0); err != nil {
 		return fmt.Errorf("journal: writing a checkpoint: %w", err)
 	}
 	j.slot, j.gen = 1-j.slot, j.gen+1

@@ -298,8 +298,8 @@ func TestTamperReplayedLevel(t *testing.T) {
 			var old map[string][]byte
 			real := false
 			for attempt := 0; !real && (attempt == 0 || l >= 2); attempt++ {
-				if attempt == 20 {
-					t.Fatalf("in 20 rewrites of partition %d level %d, no key landed on a slot that held a real block before", p, l)
+				if attempt == 200 {
+					t.Fatalf("in 200 rewrites of partition %d level %d, no key landed on a slot that held a real block before", p, l)
 				}
 				// A copy of the level as it is now.
 				var nonce uint64
