@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 
 	"github.com/oblivkv/oblivkv/backend"
 	"github.com/oblivkv/oblivkv/seal"
@@ -26,11 +27,15 @@ type meta struct {
 	Capacity   int    `json:"capacity"`
 	ValueSize  int    `json:"value_size"`
 	MaxKeySize int    `json:"max_key_size"`
+	// Options are the protocol's options (Config.OptionSettings). Absent
+	// (nil) in a record of an older build, which kept no options, and in
+	// one whose opener gave no OptionSettings: nothing is known of them.
+	Options map[string]string `json:"options"`
 }
 
 func metaOf(cfg Config) meta {
 	return meta{Format: metaFormat, Protocol: cfg.Protocol, Capacity: cfg.Capacity,
-		ValueSize: cfg.ValueSize, MaxKeySize: cfg.MaxKeySize}
+		ValueSize: cfg.ValueSize, MaxKeySize: cfg.MaxKeySize, Options: cfg.OptionSettings}
 }
 
 func (m meta) matches(want meta) error {
@@ -40,9 +45,13 @@ func (m meta) matches(want meta) error {
 	if m.Protocol != want.Protocol {
 		return fmt.Errorf("%w: it holds protocol %q, asked for %q", ErrMismatch, m.Protocol, want.Protocol)
 	}
-	if m != want {
+	if m.Capacity != want.Capacity || m.ValueSize != want.ValueSize || m.MaxKeySize != want.MaxKeySize {
 		return fmt.Errorf("%w: it was created with capacity %d, value size %d, max key size %d; asked for %d, %d, %d",
 			ErrMismatch, m.Capacity, m.ValueSize, m.MaxKeySize, want.Capacity, want.ValueSize, want.MaxKeySize)
+	}
+	// Options are compared only when both sides know them.
+	if m.Options != nil && want.Options != nil && !maps.Equal(m.Options, want.Options) {
+		return fmt.Errorf("%w: it was created with options %v; asked for %v", ErrMismatch, m.Options, want.Options)
 	}
 	return nil
 }
@@ -57,14 +66,16 @@ func Probe(ctx context.Context, b backend.Backend) (bool, error) {
 	return vals[0] != nil, nil
 }
 
-// Describe returns the protocol and parameters recorded in b, so a caller
-// can reopen a store without repeating them.
+// Describe returns the protocol, parameters and options (OptionSettings,
+// nil if none were recorded) recorded in b, so a caller can reopen a
+// store without repeating them.
 func Describe(ctx context.Context, b backend.Backend, keys *seal.Keys) (Config, bool, error) {
 	m, fresh, err := readMeta(ctx, b, keys)
 	if err != nil || fresh {
 		return Config{}, false, err
 	}
-	return Config{Protocol: m.Protocol, Capacity: m.Capacity, ValueSize: m.ValueSize, MaxKeySize: m.MaxKeySize}, true, nil
+	return Config{Protocol: m.Protocol, Capacity: m.Capacity, ValueSize: m.ValueSize, MaxKeySize: m.MaxKeySize,
+		OptionSettings: m.Options}, true, nil
 }
 
 func readMeta(ctx context.Context, b backend.Backend, keys *seal.Keys) (meta, bool, error) {

@@ -42,6 +42,13 @@ type Config struct {
 	// Options holds protocol-specific options: a value of the protocol
 	// package's Options type, or nil for its defaults.
 	Options any
+	// OptionSettings are the same options in a canonical, protocol
+	// independent form: option name to value, the defaults left out
+	// (internal/setup.Settings makes it from Options). A new store records
+	// them in its metadata, and Describe returns them. Opening an existing
+	// store that recorded some, a non-nil OptionSettings must equal them
+	// (ErrMismatch otherwise). nil: none recorded, none checked.
+	OptionSettings map[string]string
 	// JournalDir is the directory, on the proxy's own trusted disk, where
 	// the store journals its trusted state (internal/journal). Empty: the
 	// state lives in memory only, so the store can be used but not

@@ -72,6 +72,9 @@ type Options struct {
 	// MemTableSize is the size in bytes of one pebble memtable (pebble
 	// keeps up to two). 0 means DefaultMemTableSize.
 	MemTableSize uint64
+	// ReadOnly opens an existing database without writing to it (a
+	// missing one is an error); Writes and Deletes fail.
+	ReadOnly bool
 }
 
 // Backend is a backend.Backend stored in a pebble database.
@@ -89,7 +92,8 @@ type Backend struct {
 // every Write and Delete.
 func Open(dir string) (*Backend, error) { return OpenWith(dir, Options{}) }
 
-// OpenWith opens (creating if needed) the pebble database in dir.
+// OpenWith opens (creating if needed, unless o.ReadOnly) the pebble
+// database in dir.
 func OpenWith(dir string, o Options) (*Backend, error) {
 	if o.CacheSize <= 0 {
 		o.CacheSize = DefaultCacheSize
@@ -99,7 +103,8 @@ func OpenWith(dir string, o Options) (*Backend, error) {
 	}
 	cache := pebble.NewCache(o.CacheSize)
 	defer cache.Unref() // the database holds its own reference
-	db, err := pebble.Open(dir, &pebble.Options{Logger: quietLogger{}, Cache: cache, MemTableSize: o.MemTableSize})
+	db, err := pebble.Open(dir, &pebble.Options{Logger: quietLogger{}, Cache: cache, MemTableSize: o.MemTableSize,
+		ReadOnly: o.ReadOnly, ErrorIfNotExists: o.ReadOnly})
 	if err != nil {
 		return nil, openError(dir, err)
 	}

@@ -27,14 +27,21 @@ type storeFlags struct {
 func (f *storeFlags) register(cmd *cobra.Command) {
 	fs := cmd.Flags()
 	fs.StringVar(&f.protocol, "protocol", setup.DefaultProtocol, "protocol of a new store, one of "+strings.Join(kv.Protocols(), ", ")+" (an existing store keeps its own)")
-	fs.StringVar(&f.backend, "backend", "disk", "untrusted storage: mem, disk (embedded, under --data-dir) or redis://HOST:PORT[/DB]")
-	fs.StringVar(&f.dataDir, "data-dir", "./oblivkv-data", "directory of the key file and of the disk backend")
+	registerLocation(cmd, &f.backend, &f.dataDir)
 	fs.IntVar(&f.capacity, "capacity", kv.DefaultCapacity, "number of keys a new store can hold")
 	fs.IntVar(&f.valueSize, "value-size", kv.DefaultValueSize, "largest value in bytes of a new store")
 	fs.DurationVar(&f.latency, "backend-latency", 0, "delay added to every backend round trip, to emulate a WAN (e.g. 10ms)")
 	fs.StringVar(&f.tapFile, "tap", "", "write the adversary's view (one record per backend call) to this file")
 	registerFsync(cmd, &f.fsync)
 	registerOpt(cmd, &f.opts, "")
+}
+
+// registerLocation adds the flags that say where a store is: --backend
+// and --data-dir.
+func registerLocation(cmd *cobra.Command, backend, dataDir *string) {
+	fs := cmd.Flags()
+	fs.StringVar(backend, "backend", "disk", "untrusted storage: mem, disk (embedded, under --data-dir) or redis://HOST:PORT[/DB]")
+	fs.StringVar(dataDir, "data-dir", "./oblivkv-data", "directory of the key file and of the disk backend")
 }
 
 // fsyncPolicy is the value of --fsync: "always" (the default) or "none".

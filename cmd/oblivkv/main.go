@@ -1,6 +1,7 @@
 // Command oblivkv is the oblivious key-value store: a Redis-compatible
 // server (serve), a bulk loader (load), a benchmark harness (bench), a
-// reader for adversary-view logs (tap) and version information.
+// reader for adversary-view logs (tap), a description of an existing
+// store (info) and version information.
 package main
 
 import (
@@ -30,6 +31,6 @@ operator cannot tell which keys are used, how often or in what order.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newServeCmd(), newLoadCmd(), newBenchCmd(), newTapCmd(), newSimCmd(), newVersionCmd())
+	root.AddCommand(newServeCmd(), newLoadCmd(), newBenchCmd(), newTapCmd(), newSimCmd(), newInfoCmd(), newVersionCmd())
 	return root
 }

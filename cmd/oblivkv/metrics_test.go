@@ -106,7 +106,7 @@ func TestServeMetrics(t *testing.T) {
 		t.Error("journal_fsyncs is also a protocol_stat series")
 	}
 	if got := m.value("oblivkv_store_info", "protocol", "treebeard", "capacity", "1024",
-		"value_size", "1024", "backend", "disk", "options", "epoch=500us"); got != 1 {
+		"value_size", "1024", "backend", "disk", "options", "Epoch=500µs"); got != 1 {
 		t.Errorf("oblivkv_store_info = %v, want 1", got)
 	}
 	for _, name := range []string{"go_goroutines", "process_resident_memory_bytes"} {

@@ -48,7 +48,9 @@ See docs/OPERATIONS.md, "Durability", for what survives what.
 
 --opt NAME=VALUE sets a field of the protocol's Options (repeatable, e.g.
 --opt trees=8 --opt epoch=2ms); see docs/OPERATIONS.md for each protocol's.
-Options are not stored with the store: give the same ones at every start.
+A new store records its options, and later starts use them with no --opt
+given; an --opt that differs from the recorded value is refused before
+anything is written. 'oblivkv info' shows a store's options.
 
 --metrics-addr HOST:PORT serves Prometheus metrics on /metrics (see
 docs/OPERATIONS.md, "Metrics"); they show the trusted side's view, so serve
@@ -98,8 +100,9 @@ func serve(ctx context.Context, opts setup.Options, listen, metricsAddr string) 
 	attrs := []any{"listen", ln.Addr().String(), "protocol", stats.Protocol,
 		"backend", backendKind(opts.Backend), "data_dir", opts.DataDir, "new_store", opened.Fresh,
 		"capacity", stats.Capacity, "value_size", stats.ValueSize, "keys", stats.Keys}
-	if len(opts.OptionArgs) > 0 {
-		attrs = append(attrs, "options", strings.Join(opts.OptionArgs, " "))
+	options := strings.Join(setup.SettingArgs(opened.Settings), " ")
+	if options != "" {
+		attrs = append(attrs, "options", options)
 	}
 	// The security bounds a configuration guarantees (Waffle's alpha and
 	// beta, ...) are protocol stats named theoretical_*: shown at start.
@@ -112,7 +115,7 @@ func serve(ctx context.Context, opts setup.Options, listen, metricsAddr string) 
 	var mx *metrics.Metrics
 	if mln != nil {
 		mx = metrics.New(opened.Store, metrics.Info{Commands: resp.CommandNames(),
-			Backend: backendKind(opts.Backend), Options: strings.Join(opts.OptionArgs, " ")})
+			Backend: backendKind(opts.Backend), Options: options})
 		ropts.Observe = mx.ObserveCommand
 		attrs = append(attrs, "metrics", "http://"+mln.Addr().String()+"/metrics")
 		go func() {

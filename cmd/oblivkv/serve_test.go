@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"maps"
 	"net"
 	"os"
 	"os/exec"
@@ -175,9 +176,10 @@ func TestServeRestartKeepsData(t *testing.T) {
 }
 
 // TestServeProtocolOptions: --opt settings reach the protocol (its INFO
-// counters show them), a restart given the same ones serves the data, and
-// a restart without the one that shapes storage, or an unknown option, is
-// a startup error.
+// counters show them) and are stored with the store: a restart given the
+// same ones, or none, serves the data with them, `info` shows them, and a
+// restart with another value is refused naming both values, leaving the
+// journal and the data as they were. An unknown option is a startup error.
 func TestServeProtocolOptions(t *testing.T) {
 	dir := t.TempDir()
 	ctx := context.Background()
@@ -191,15 +193,56 @@ func TestServeProtocolOptions(t *testing.T) {
 		t.Fatalf("INFO stats = %q, %v; want trees:2", info, err)
 	}
 	s.stop(t)
-	if !strings.Contains(s.stderr.String(), `options="trees=2 Epoch=200us"`) {
+	if !strings.Contains(s.stderr.String(), `options="Epoch=200µs Trees=2"`) {
 		t.Errorf("options not logged: %s", s.stderr)
 	}
 
-	s = startServe(t, dir, opts...)
-	if got, err := client(t, s.addr).Get(ctx, "k").Result(); err != nil || got != "v" {
-		t.Fatalf("after restart GET k = %q, %v; want v", got, err)
+	// servesWithTrees2 restarts with args and requires the data and
+	// trees=2 to be served.
+	servesWithTrees2 := func(args ...string) {
+		t.Helper()
+		s := startServe(t, dir, args...)
+		c := client(t, s.addr)
+		if got, err := c.Get(ctx, "k").Result(); err != nil || got != "v" {
+			t.Fatalf("restart with %q: GET k = %q, %v; want v", args, got, err)
+		}
+		if info, err := c.Info(ctx, "stats").Result(); err != nil || !strings.Contains(info, "trees:2\r\n") {
+			t.Fatalf("restart with %q: INFO stats = %q, %v; want trees:2", args, info, err)
+		}
+		s.stop(t)
 	}
-	s.stop(t)
+	servesWithTrees2(opts...)
+	servesWithTrees2() // no --opt: the stored ones
+
+	out, err := runMain(dir, "info", "--data-dir", filepath.Join(dir, "data"))
+	for _, want := range []string{"protocol:      treebeard\n", "capacity:      256\n", "value_size:    1024\n",
+		"max_key_size:  256\n", "options:       Epoch=200µs Trees=2\n", "store_bytes:   "} {
+		if err != nil || !strings.Contains(out, want) {
+			t.Errorf("info: %v; output %q lacks %q", err, out, want)
+		}
+	}
+
+	// The store's own files are not compared: pebble rotates its log and
+	// manifest at every open, writing nothing of oblivkv's. The data and
+	// the options are checked by serving them after the refusals.
+	before := snapshot(t, filepath.Join(dir, "data"), "journal", "key")
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--opt", "trees=4"}, "option Trees is 2 in the store, 4 given"},
+		{[]string{"--opt", "trees=2", "--opt", "epoch=1ms"}, "option Epoch is 200µs in the store, 1ms given"},
+		{[]string{"--opt", "routers=2"}, "option Routers is the default in the store, 2 given"},
+	} {
+		if out := serveFails(t, dir, tc.args...); !strings.Contains(out, tc.want) ||
+			!strings.Contains(out, "stored data was created with another configuration") {
+			t.Errorf("restart with %q: got %q; want %q", tc.args, out, tc.want)
+		}
+	}
+	if after := snapshot(t, filepath.Join(dir, "data"), "journal", "key"); !maps.Equal(before, after) {
+		t.Error("a refused restart changed the key file or the journal")
+	}
+	servesWithTrees2()
 
 	if out := serveFails(t, t.TempDir(), "--opt", "bogus=1"); !strings.Contains(out, `no option "bogus"`) ||
 		!strings.Contains(out, "Trees") {
@@ -208,10 +251,27 @@ func TestServeProtocolOptions(t *testing.T) {
 	if out := serveFails(t, t.TempDir(), "--protocol", "encrypted", "--opt", "trees=2"); !strings.Contains(out, "takes no options") {
 		t.Errorf("option of a protocol without options: got %q", out)
 	}
-	// Last: treebeard drops its saved state when it refuses the open.
-	if out := serveFails(t, dir); !strings.Contains(out, "2 trees") {
-		t.Errorf("restart without trees=2: got %q", out)
+}
+
+// snapshot returns the contents of the files under dir/sub for each sub,
+// by path.
+func snapshot(t *testing.T, dir string, subs ...string) map[string]string {
+	t.Helper()
+	files := map[string]string{}
+	for _, sub := range subs {
+		err := filepath.WalkDir(filepath.Join(dir, sub), func(path string, d os.DirEntry, err error) error {
+			if err != nil || d.IsDir() {
+				return err
+			}
+			b, err := os.ReadFile(path)
+			files[path] = string(b)
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
 	}
+	return files
 }
 
 // TestServeRefusesWrongOrMissingKey: an existing data dir with a missing
@@ -251,11 +311,19 @@ func TestServeRefusesWrongOrMissingKey(t *testing.T) {
 func serveFails(t *testing.T, dir string, args ...string) string {
 	t.Helper()
 	all := append([]string{"serve", "--listen", freeAddr(t), "--data-dir", filepath.Join(dir, "data")}, args...)
-	out, err := runMain(dir, all...)
-	if err == nil {
+	cmd := mainCmd(dir, all...)
+	out := &lockedBuffer{}
+	cmd.Stdout, cmd.Stderr = out, out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	// A serve that started would not exit: stop it.
+	stop := time.AfterFunc(time.Minute, func() { cmd.Process.Kill() })
+	err := cmd.Wait()
+	if !stop.Stop() || err == nil {
 		t.Fatalf("serve %v started: %s", args, out)
 	}
-	return out
+	return out.String()
 }
 
 // TestServeChecksBeforeCreating: an unknown protocol and a listen address
@@ -290,7 +358,7 @@ func TestServeChecksBeforeCreating(t *testing.T) {
 	}
 	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
 	deadline := time.Now().Add(20 * time.Second)
-	for size := int64(0); size < 1<<20; size = dirSize(filepath.Join(data, "store")) {
+	for size := int64(0); size < 1<<20; size = setup.DirSize(filepath.Join(data, "store")) {
 		if time.Now().After(deadline) {
 			t.Fatalf("the new store wrote %d bytes in 20 s: %s", size, stderr)
 		}
@@ -308,18 +376,4 @@ func TestServeChecksBeforeCreating(t *testing.T) {
 		t.Fatalf("the store created after an interrupted one: %v", err)
 	}
 	s.stop(t)
-}
-
-// dirSize returns the bytes of the files under dir (0 if it is missing).
-func dirSize(dir string) int64 {
-	var n int64
-	filepath.WalkDir(dir, func(_ string, d os.DirEntry, err error) error {
-		if err == nil && !d.IsDir() {
-			if info, err := d.Info(); err == nil {
-				n += info.Size()
-			}
-		}
-		return nil
-	})
-	return n
 }

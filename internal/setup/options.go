@@ -3,6 +3,8 @@ package setup
 import (
 	"errors"
 	"fmt"
+	"iter"
+	"maps"
 	"reflect"
 	"slices"
 	"strconv"
@@ -106,7 +108,7 @@ func ProtocolOptionsEach(protocols []string, opts []string) (map[string]any, err
 		}
 		var takers []string
 		for _, p := range protocols {
-			if slices.ContainsFunc(OptionNames(p), func(n string) bool { return normalise(n) == normalise(name) }) {
+			if _, ok := OptionName(p, name); ok {
 				takers = append(takers, p)
 				mine[p] = append(mine[p], opt)
 			}
@@ -204,19 +206,73 @@ func FormatOptions(options any) string {
 		return fmt.Sprint(options)
 	}
 	var parts []string
-	for i := range v.NumField() {
-		f := v.Type().Field(i)
-		if !settable(f) || v.Field(i).IsZero() {
-			continue
-		}
-		switch {
-		case f.Type == durationType:
-			parts = append(parts, f.Name+"="+time.Duration(v.Field(i).Int()).String())
-		case f.Type.Kind() == reflect.Float64:
-			parts = append(parts, f.Name+"="+strconv.FormatFloat(v.Field(i).Float(), 'g', -1, 64))
-		default:
-			parts = append(parts, f.Name+"="+strconv.FormatInt(v.Field(i).Int(), 10))
-		}
+	for name, value := range settings(v) {
+		parts = append(parts, name+"="+value)
 	}
 	return strings.Join(parts, " ")
+}
+
+// Settings returns the non-zero settable fields of an Options value (a
+// value or a pointer; nil: none) as a map of field name to value, in the
+// form ProtocolOptions reads back: the canonical, protocol-independent
+// form of options that kv records with a store (kv.Config.OptionSettings).
+// It is never nil, so a store created with every default records that.
+func Settings(options any) map[string]string {
+	out := map[string]string{}
+	v := reflect.ValueOf(options)
+	if v.Kind() == reflect.Pointer {
+		v = v.Elem()
+	}
+	if v.Kind() != reflect.Struct {
+		return out
+	}
+	for name, value := range settings(v) {
+		out[name] = value
+	}
+	return out
+}
+
+// SettingArgs turns Settings back into "Name=value" settings, sorted by
+// name, for ProtocolOptions.
+func SettingArgs(settings map[string]string) []string {
+	args := make([]string, 0, len(settings))
+	for _, name := range slices.Sorted(maps.Keys(settings)) {
+		args = append(args, name+"="+settings[name])
+	}
+	return args
+}
+
+// settings yields the non-zero settable fields of the struct v, in
+// declaration order, with their values formatted as set reads them.
+func settings(v reflect.Value) iter.Seq2[string, string] {
+	return func(yield func(string, string) bool) {
+		for i := range v.NumField() {
+			f := v.Type().Field(i)
+			if !settable(f) || v.Field(i).IsZero() {
+				continue
+			}
+			var value string
+			switch {
+			case f.Type == durationType:
+				value = time.Duration(v.Field(i).Int()).String()
+			case f.Type.Kind() == reflect.Float64:
+				value = strconv.FormatFloat(v.Field(i).Float(), 'g', -1, 64)
+			default:
+				value = strconv.FormatInt(v.Field(i).Int(), 10)
+			}
+			if !yield(f.Name, value) {
+				return
+			}
+		}
+	}
+}
+
+// OptionName returns the field name of protocol's option name (matched as
+// ProtocolOptions matches it), and whether it has one.
+func OptionName(protocol, name string) (string, bool) {
+	i := slices.IndexFunc(OptionNames(protocol), func(n string) bool { return normalise(n) == normalise(name) })
+	if i < 0 {
+		return "", false
+	}
+	return OptionNames(protocol)[i], true
 }

@@ -2,6 +2,8 @@ package setup
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -10,12 +12,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/oblivkv/oblivkv/backend"
 	"github.com/oblivkv/oblivkv/kv"
 	_ "github.com/oblivkv/oblivkv/protocol/all"
 	"github.com/oblivkv/oblivkv/protocol/oblivistore"
 	"github.com/oblivkv/oblivkv/protocol/pathoram"
 	"github.com/oblivkv/oblivkv/protocol/taostore"
 	"github.com/oblivkv/oblivkv/protocol/treebeard"
+	"github.com/oblivkv/oblivkv/seal"
 )
 
 func TestProtocolOptionsValid(t *testing.T) {
@@ -196,5 +200,178 @@ func TestEveryProtocolListed(t *testing.T) {
 	}
 	if !slices.Contains(kv.Protocols(), DefaultProtocol) {
 		t.Errorf("the default protocol %s is not registered", DefaultProtocol)
+	}
+}
+
+// TestSettingsRoundTrip: options set from settings read back as the same
+// settings, in canonical form (field names, normalised values), and
+// Settings of no options is empty but not nil.
+func TestSettingsRoundTrip(t *testing.T) {
+	for _, tc := range []struct {
+		protocol string
+		args     []string
+		want     map[string]string
+	}{
+		{"treebeard", []string{"trees=8", "epoch=2000us", "stash-shards=3"}, map[string]string{"Trees": "8", "Epoch": "2ms", "StashShards": "3"}},
+		{"oblivistore", []string{"evictionrate=1.5", "partitions=16"}, map[string]string{"EvictionRate": "1.5", "Partitions": "16"}},
+		{"taostore", []string{"cached_levels=2", "z=0"}, map[string]string{"CachedLevels": "2"}}, // 0 is the default: not a setting
+		{"cloak", []string{"delta=-1ms", "s=0.5"}, map[string]string{"Delta": "-1ms", "S": "0.5"}},
+	} {
+		o, err := ProtocolOptions(tc.protocol, tc.args)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := Settings(o)
+		if !reflect.DeepEqual(got, tc.want) {
+			t.Errorf("Settings(ProtocolOptions(%s, %q)) = %v; want %v", tc.protocol, tc.args, got, tc.want)
+		}
+		back, err := ProtocolOptions(tc.protocol, SettingArgs(got))
+		if err != nil || !reflect.DeepEqual(back, o) {
+			t.Errorf("%s: ProtocolOptions(SettingArgs(%v)) = %#v, %v; want %#v", tc.protocol, got, back, err, o)
+		}
+		ptr := reflect.New(reflect.TypeOf(back)) // a *Options reads the same
+		ptr.Elem().Set(reflect.ValueOf(back))
+		if again := Settings(ptr.Interface()); !reflect.DeepEqual(again, got) {
+			t.Errorf("%s: settings read back %v; want %v", tc.protocol, again, got)
+		}
+	}
+	if got := Settings(nil); got == nil || len(got) != 0 {
+		t.Errorf("Settings(nil) = %#v; want an empty map", got)
+	}
+	if got := SettingArgs(map[string]string{"Z": "2", "K": "7"}); !slices.Equal(got, []string{"K=7", "Z=2"}) {
+		t.Errorf("SettingArgs = %q; want sorted", got)
+	}
+}
+
+// statsOf returns a store's protocol stats by name.
+func statsOf(s kv.Store) map[string]float64 {
+	extra := map[string]float64{}
+	for _, e := range s.Stats().Extra {
+		extra[e.Name] = e.Value
+	}
+	return extra
+}
+
+// TestOpenKeepsOptions: a store records its options; a reopen with none
+// given uses them, one with the same ones opens, and one with another
+// value (or a setting of an option left at its default) is refused naming
+// both values, before anything is written.
+func TestOpenKeepsOptions(t *testing.T) {
+	ctx := t.Context()
+	dir := t.TempDir()
+	open := func(args ...string) (*Opened, error) {
+		return Open(ctx, Options{Protocol: "oblivistore", Backend: "disk", DataDir: dir, Capacity: 256, ValueSize: 16, OptionArgs: args})
+	}
+	o, err := open("partitions=8", "evictionrate=1.5")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := o.Store.Put(ctx, "k", []byte("v")); err != nil {
+		t.Fatal(err)
+	}
+	if err := o.Close(); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{"Partitions": "8", "EvictionRate": "1.5"}
+	for _, args := range [][]string{nil, {"EvictionRate=1.50"}, {"partitions=8", "evictionrate=1.5"}} {
+		o, err := open(args...)
+		if err != nil {
+			t.Fatalf("reopen with %q: %v", args, err)
+		}
+		if st := statsOf(o.Store); st["partitions"] != 8 || st["eviction_rate"] != 1.5 {
+			t.Errorf("reopen with %q: stats %v; want partitions 8, eviction_rate 1.5", args, st)
+		}
+		if v, ok, err := o.Store.Get(ctx, "k"); err != nil || !ok || string(v) != "v" {
+			t.Errorf("reopen with %q: Get k = %q, %v, %v; want v", args, v, ok, err)
+		}
+		if !reflect.DeepEqual(o.Settings, want) {
+			t.Errorf("reopen with %q: Settings %v; want %v", args, o.Settings, want)
+		}
+		if err := o.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	journal := DirSize(JournalDir(dir)) // an append-only log and checkpoints
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"evictionrate=2"}, "option EvictionRate is 1.5 in the store, 2 given"},
+		{[]string{"partitions=8", "shufflingbuffer=512"}, "option ShufflingBuffer is the default in the store, 512 given"},
+	} {
+		_, err := open(tc.args...)
+		if !errors.Is(err, kv.ErrMismatch) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("reopen with %q: %v; want ErrMismatch with %q", tc.args, err, tc.want)
+		}
+	}
+	if got := DirSize(JournalDir(dir)); got != journal {
+		t.Error("a refused reopen changed the journal")
+	}
+	d, err := Describe(ctx, Options{Backend: "disk", DataDir: dir})
+	if err != nil || d.Protocol != "oblivistore" || d.Capacity != 256 || d.ValueSize != 16 || !reflect.DeepEqual(d.Settings, want) || d.StoreBytes == 0 {
+		t.Errorf("Describe = %+v, %v", d, err)
+	}
+}
+
+// TestOpenRecordWithoutOptions: a store whose metadata record has no
+// options (written by an older build) opens with the options given, as
+// then, and Describe says none were recorded.
+func TestOpenRecordWithoutOptions(t *testing.T) {
+	ctx := t.Context()
+	dir := t.TempDir()
+	opts := Options{Backend: "disk", DataDir: dir, Capacity: 64, ValueSize: 16, OptionArgs: []string{"trees=3"}}
+	o, err := Open(ctx, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := o.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// Rewrite the record as an older build wrote it: no "options".
+	master, err := seal.ReadKeyFile(KeyFile(dir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys, err := seal.NewKeys(master)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := OpenBackend(ctx, "disk", dir, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	vals, err := b.Read(ctx, []string{kv.MetaAddr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	plain, err := keys.Open(nil, []byte(kv.MetaAddr), vals[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	var record map[string]any
+	if err := json.Unmarshal(plain, &record); err != nil || record["options"] == nil {
+		t.Fatalf("record %s: %v; want options in it", plain, err)
+	}
+	delete(record, "options")
+	if plain, err = json.Marshal(record); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Write(ctx, []backend.Item{{Addr: kv.MetaAddr, Value: keys.Seal(nil, []byte(kv.MetaAddr), plain)}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	if d, err := Describe(ctx, Options{Backend: "disk", DataDir: dir}); err != nil || d.Settings != nil || d.Protocol != DefaultProtocol {
+		t.Fatalf("Describe = %+v, %v; want no settings recorded", d, err)
+	}
+	o, err = Open(ctx, opts)
+	if err != nil {
+		t.Fatalf("reopen of a record without options: %v", err)
+	}
+	defer o.Close()
+	if st := statsOf(o.Store); st["trees"] != 3 {
+		t.Errorf("stats %v; want trees 3", st)
 	}
 }

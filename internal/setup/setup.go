@@ -14,6 +14,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -53,8 +54,10 @@ type Options struct {
 	// OptionArgs are "name=value" settings of the protocol's Options (see
 	// ProtocolOptions), resolved once the protocol is known (named, the
 	// existing store's, or DefaultProtocol). Give this or ProtocolOptions,
-	// not both. Options are not stored with the store: each open takes
-	// its own.
+	// not both. A new store records its options (kv.Config.OptionSettings);
+	// an existing one that recorded them opens with them, and an option
+	// given that differs from the recorded one is refused (kv.ErrMismatch)
+	// before anything is written.
 	OptionArgs []string
 	// Prefix, if set, puts every address under this prefix (see
 	// backend.WithPrefix), so a run can share storage with other data.
@@ -73,8 +76,11 @@ type Opened struct {
 	Store   kv.Store
 	KeyFile string // "" when the key is ephemeral or from the environment
 	Fresh   bool   // the store was created by this Open
-	opts    Options
-	tapLog  *observe.FileLog
+	// Settings are the store's protocol options (see Settings): the
+	// recorded ones, or for a store of an older build the ones given.
+	Settings map[string]string
+	opts     Options
+	tapLog   *observe.FileLog
 }
 
 // KeyFile returns the key file path of a data directory.
@@ -113,6 +119,7 @@ func openStore(ctx context.Context, b backend.Backend, opts Options) (*Opened, e
 		if opts, err = resolve(opts); err != nil {
 			return nil, err
 		}
+		o.Settings = Settings(opts.ProtocolOptions)
 	}
 	keys, err := o.loadKeys(exists)
 	if err != nil {
@@ -122,12 +129,9 @@ func openStore(ctx context.Context, b backend.Backend, opts Options) (*Opened, e
 		if opts, err = o.withStored(ctx, b, keys, opts); err != nil {
 			return nil, err
 		}
-		if opts, err = resolve(opts); err != nil {
-			return nil, err
-		}
 	}
 	cfg := kv.Config{Protocol: opts.Protocol, Backend: b, Keys: keys, Capacity: opts.Capacity,
-		ValueSize: opts.ValueSize, Options: opts.ProtocolOptions, NoFsync: opts.NoFsync}
+		ValueSize: opts.ValueSize, Options: opts.ProtocolOptions, OptionSettings: o.Settings, NoFsync: opts.NoFsync}
 	if opts.Backend != "mem" && opts.DataDir != "" {
 		if err := makeDataDir(opts.DataDir); err != nil {
 			return nil, err
@@ -174,9 +178,10 @@ func resolve(opts Options) (Options, error) {
 	return opts, err
 }
 
-// withStored fills the options left unset (empty protocol, zero sizes)
-// from the parameters the existing store was created with, so a restart
-// needs no flags repeated.
+// withStored fills the options left unset (empty protocol, zero sizes,
+// protocol options) from those the existing store was created with, so a
+// restart needs no flags repeated, and refuses protocol options given that
+// differ from the recorded ones.
 func (o *Opened) withStored(ctx context.Context, b backend.Backend, keys *seal.Keys, opts Options) (Options, error) {
 	stored, _, err := kv.Describe(ctx, b, keys)
 	if err != nil {
@@ -185,8 +190,51 @@ func (o *Opened) withStored(ctx context.Context, b backend.Backend, keys *seal.K
 	opts.Protocol = cmp.Or(opts.Protocol, stored.Protocol)
 	opts.Capacity = cmp.Or(opts.Capacity, stored.Capacity)
 	opts.ValueSize = cmp.Or(opts.ValueSize, stored.ValueSize)
-	return opts, nil
+	given := opts
+	if opts, err = resolve(opts); err != nil {
+		return opts, err
+	}
+	o.Settings = Settings(opts.ProtocolOptions)
+	// A store of an older build recorded no options: each start gives its
+	// own, as then. Another protocol: kv.Open refuses it.
+	if stored.OptionSettings == nil || opts.Protocol != stored.Protocol {
+		return opts, nil
+	}
+	if err := conflicts(given, o.Settings, stored.OptionSettings); err != nil {
+		return opts, err
+	}
+	o.Settings = stored.OptionSettings
+	opts.ProtocolOptions, err = ProtocolOptions(opts.Protocol, SettingArgs(stored.OptionSettings))
+	return opts, err
 }
+
+// conflicts compares the options given (as OptionArgs or ProtocolOptions,
+// their Settings in settings) with the recorded ones: an option given
+// must have its recorded value, a value left out being the default.
+// Options not given take the recorded values.
+func conflicts(given Options, settings, recorded map[string]string) error {
+	var named []string // the options given, by field name
+	for _, arg := range given.OptionArgs {
+		name, _, _ := splitOption(arg) // resolve checked them
+		field, _ := OptionName(given.Protocol, name)
+		named = append(named, field)
+	}
+	named = append(named, slices.Collect(maps.Keys(settings))...)
+	slices.Sort(named)
+	var differ []string
+	for _, name := range slices.Compact(named) {
+		if settings[name] != recorded[name] {
+			differ = append(differ, fmt.Sprintf("%s is %s in the store, %s given", name, orDefault(recorded[name]), orDefault(settings[name])))
+		}
+	}
+	if len(differ) == 0 {
+		return nil
+	}
+	return fmt.Errorf("%w: option %s (a store keeps the options it was created with: start without --opt, or give the stored values)",
+		kv.ErrMismatch, strings.Join(differ, "; option "))
+}
+
+func orDefault(value string) string { return cmp.Or(value, "the default") }
 
 // loadKeys finds the master key: $OBLIVKV_KEY, else the key file, else (for
 // storage holding no store) a new key written to a new key file.
@@ -233,6 +281,69 @@ func makeDataDir(dir string) error {
 	return nil
 }
 
+// Description is what an existing store records about itself (see
+// Describe), and the space it takes in its data directory.
+type Description struct {
+	Protocol   string
+	Capacity   int
+	ValueSize  int
+	MaxKeySize int
+	// Settings are its protocol options (see Settings); nil when it was
+	// created by an older build, which did not record them.
+	Settings map[string]string
+	// StoreBytes and JournalBytes are the sizes of DIR/store (the disk
+	// backend's files; 0 for another backend) and DIR/journal.
+	StoreBytes, JournalBytes int64
+}
+
+// Describe reads what the store in the storage of opts (Backend, DataDir,
+// Prefix) records about itself, without opening its protocol and without
+// writing anything: the disk backend is opened read-only, and the key is
+// only read. Storage holding no store is an error.
+func Describe(ctx context.Context, opts Options) (Description, error) {
+	if opts.Backend == "mem" {
+		return Description{}, errors.New("setup: the mem backend keeps no store between runs")
+	}
+	raw, err := openBackend(ctx, opts.Backend, opts.DataDir, disk.Options{ReadOnly: true})
+	if err != nil {
+		return Description{}, err
+	}
+	defer raw.Close()
+	b := backend.WithPrefix(raw, opts.Prefix)
+	if exists, err := kv.Probe(ctx, b); err != nil || !exists {
+		return Description{}, cmp.Or(err, fmt.Errorf("setup: no store in %s", cmp.Or(opts.Prefix, opts.DataDir)))
+	}
+	o := &Opened{opts: opts}
+	keys, err := o.loadKeys(true)
+	if err != nil {
+		return Description{}, err
+	}
+	stored, _, err := kv.Describe(ctx, b, keys)
+	if err != nil {
+		return Description{}, o.nameKeyFile(err)
+	}
+	d := Description{Protocol: stored.Protocol, Capacity: stored.Capacity, ValueSize: stored.ValueSize,
+		MaxKeySize: stored.MaxKeySize, Settings: stored.OptionSettings, JournalBytes: DirSize(JournalDir(opts.DataDir))}
+	if opts.Backend == "disk" || opts.Backend == "" {
+		d.StoreBytes = DirSize(filepath.Join(opts.DataDir, "store"))
+	}
+	return d, nil
+}
+
+// DirSize returns the bytes of the files under dir (0 if it is missing).
+func DirSize(dir string) int64 {
+	var n int64
+	filepath.WalkDir(dir, func(_ string, d os.DirEntry, err error) error {
+		if err == nil && !d.IsDir() {
+			if info, err := d.Info(); err == nil {
+				n += info.Size()
+			}
+		}
+		return nil
+	})
+	return n
+}
+
 // Close closes the store (flushing everything) and the tap log.
 func (o *Opened) Close() error {
 	err := o.Store.Close()
@@ -262,14 +373,22 @@ func (o *Opened) Discard(ctx context.Context) error {
 // dataDir/store, without fsync per write when noFsync) or
 // "redis://HOST:PORT[/DB]".
 func OpenBackend(ctx context.Context, spec, dataDir string, noFsync bool) (backend.Backend, error) {
+	return openBackend(ctx, spec, dataDir, disk.Options{NoSync: noFsync})
+}
+
+func openBackend(ctx context.Context, spec, dataDir string, o disk.Options) (backend.Backend, error) {
 	switch {
 	case spec == "mem":
 		return mem.New(), nil
 	case spec == "disk" || spec == "":
-		if err := makeDataDir(dataDir); err != nil {
+		if o.ReadOnly {
+			if _, err := os.Stat(filepath.Join(dataDir, "store")); err != nil {
+				return nil, fmt.Errorf("setup: no store in %s: %w", dataDir, err)
+			}
+		} else if err := makeDataDir(dataDir); err != nil {
 			return nil, err
 		}
-		return disk.OpenWith(filepath.Join(dataDir, "store"), disk.Options{NoSync: noFsync})
+		return disk.OpenWith(filepath.Join(dataDir, "store"), o)
 	case strings.HasPrefix(spec, "redis://"):
 		return redis.Open(ctx, spec)
 	}

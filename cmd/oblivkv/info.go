@@ -1,0 +1,55 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/oblivkv/oblivkv/internal/setup"
+)
+
+func newInfoCmd() *cobra.Command {
+	var opts setup.Options
+	cmd := &cobra.Command{
+		Use:   "info",
+		Short: "Print what an existing store records about itself, without serving it",
+		Long: `Print the protocol, capacity, value size, maximum key size and protocol
+options an existing store was created with (what serve and load reuse when not
+given them), and the bytes its data directory takes. It reads the key file to
+open the store's sealed metadata record and writes nothing: the disk backend
+is opened read-only. A store being served cannot be read (its directory is
+locked).`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			d, err := setup.Describe(cmd.Context(), opts)
+			if err != nil {
+				return err
+			}
+			printInfo(cmd.OutOrStdout(), opts, d)
+			return nil
+		},
+	}
+	registerLocation(cmd, &opts.Backend, &opts.DataDir)
+	return cmd
+}
+
+func printInfo(w io.Writer, opts setup.Options, d setup.Description) {
+	options := "none (the protocol's defaults)"
+	switch {
+	case d.Settings == nil:
+		options = "not recorded (created by an older build: give them with --opt at every start)"
+	case len(d.Settings) > 0:
+		options = strings.Join(setup.SettingArgs(d.Settings), " ")
+	}
+	fmt.Fprintf(w, "data_dir:      %s\n", opts.DataDir)
+	fmt.Fprintf(w, "backend:       %s\n", backendKind(opts.Backend))
+	fmt.Fprintf(w, "protocol:      %s\n", d.Protocol)
+	fmt.Fprintf(w, "capacity:      %d\n", d.Capacity)
+	fmt.Fprintf(w, "value_size:    %d\n", d.ValueSize)
+	fmt.Fprintf(w, "max_key_size:  %d\n", d.MaxKeySize)
+	fmt.Fprintf(w, "options:       %s\n", options)
+	fmt.Fprintf(w, "store_bytes:   %d\n", d.StoreBytes)
+	fmt.Fprintf(w, "journal_bytes: %d\n", d.JournalBytes)
+}
