@@ -226,25 +226,27 @@ func (c *Core) setHooks(o Options) {
 // route delivers the queued messages, in order, until none is left.
 func (c *Core) route() error {
 	for len(c.toParts) > 0 || len(c.toFront) > 0 {
-		for len(c.toParts) > 0 {
-			m, err := crossed(c, c.toParts[0])
-			if err != nil {
-				return err
-			}
-			c.toParts = c.toParts[1:]
-			if err := c.server().handle(c, m); err != nil {
-				return err
-			}
+		if err := deliver(c, &c.toParts, c.server().handle); err != nil {
+			return err
 		}
-		for len(c.toFront) > 0 {
-			m, err := crossed(c, c.toFront[0])
-			if err != nil {
-				return err
-			}
-			c.toFront = c.toFront[1:]
-			if err := c.front().handle(c, m); err != nil {
-				return err
-			}
+		if err := deliver(c, &c.toFront, c.front().handle); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// deliver hands the messages of queue q to handle, in order, until q is
+// empty (handle may queue more).
+func deliver[M any](c *Core, q *[]M, handle func(*Core, M) error) error {
+	for len(*q) > 0 {
+		m, err := crossed(c, (*q)[0])
+		if err != nil {
+			return err
+		}
+		*q = (*q)[1:]
+		if err := handle(c, m); err != nil {
+			return err
 		}
 	}
 	return nil

@@ -68,7 +68,7 @@ func Schedule(n int, o Options, seed [32]byte, load int, accesses []Access, dela
 		}
 	}
 	c := NewCore(n, o, seed)
-	storage := map[Slot]Block{}
+	storage := simStorage{}
 	writes, _, err := c.Load(func(yield func(string, []byte) bool) {
 		for i := range load {
 			if !yield(fmt.Sprint("k", i), []byte{byte(i)}) {
@@ -80,24 +80,47 @@ func Schedule(n int, o Options, seed [32]byte, load int, accesses []Access, dela
 		return run, err
 	}
 	for _, w := range writes {
-		apply(storage, w)
+		storage.write(w)
 	}
 	err = schedule(c, len(accesses), delay, func(i int) Input {
 		return Input{Request: &Request{Op: accesses[i].Op, Key: accesses[i].Key, Val: []byte("v")}}
-	}, func(r *ReadIO) []Block {
-		blocks := make([]Block, len(r.Slots))
-		for i, x := range r.Slots {
-			blocks[i] = storage[x]
-		}
-		return blocks
-	}, func(w *WriteIO) { apply(storage, w) }, &run)
+	}, storage, &run)
 	return run, err
 }
 
-func apply(storage map[Slot]Block, w *WriteIO) {
+// simStorage is the storage tests drive a core against: the blocks
+// written, each under its level's nonce.
+type simStorage map[Slot]simSlot
+
+// simSlot is a slot of simStorage: its level's nonce and block.
+type simSlot struct {
+	nonce uint64
+	block Block
+}
+
+func (s simStorage) write(w *WriteIO) {
 	for i, x := range w.Slots {
-		storage[x] = w.Blocks[i]
+		s[x] = simSlot{w.Nonces[i], Block{Real: w.Blocks[i].Real, Val: append([]byte(nil), w.Blocks[i].Val...)}}
 	}
+}
+
+// complete carries out an issued read or write and returns its
+// completion; a read of a slot not written, or written under another
+// nonce than the read names, is an error.
+func (s simStorage) complete(o Output) (Input, error) {
+	if o.Write != nil {
+		s.write(o.Write)
+		return Input{Write: &WriteDone{ID: o.Write.ID}}, nil
+	}
+	d := &ReadDone{ID: o.Read.ID}
+	for i, x := range o.Read.Slots {
+		got, ok := s[x]
+		if !ok || got.nonce != o.Read.Nonces[i] {
+			return Input{}, fmt.Errorf("read %d of slot %v under nonce %d: storage holds it under %d (written: %v)", o.Read.ID, x, o.Read.Nonces[i], got.nonce, ok)
+		}
+		d.Blocks = append(d.Blocks, got.block)
+	}
+	return Input{Read: d}, nil
 }
 
 type pending struct {
@@ -107,7 +130,7 @@ type pending struct {
 
 // schedule drives c: request i arrives at tick i, I/O completes delay
 // ticks after it is issued, until every request is answered.
-func schedule(c *Core, requests, delay int, request func(int) Input, read func(*ReadIO) []Block, write func(*WriteIO), run *Run) error {
+func schedule(c *Core, requests, delay int, request func(int) Input, storage simStorage, run *Run) error {
 	var queue []pending
 	step := func(tick int, in Input) error {
 		outs, err := c.Step(in)
@@ -133,15 +156,11 @@ func schedule(c *Core, requests, delay int, request func(int) Input, read func(*
 			}
 		}
 		for len(queue) > 0 && queue[0].due <= tick {
-			p := queue[0]
-			queue = queue[1:]
-			var in Input
-			if p.out.Read != nil {
-				in.Read = &ReadDone{ID: p.out.Read.ID, Blocks: read(p.out.Read)}
-			} else {
-				write(p.out.Write)
-				in.Write = &WriteDone{ID: p.out.Write.ID}
+			in, err := storage.complete(queue[0].out)
+			if err != nil {
+				return err
 			}
+			queue = queue[1:]
 			if err := step(tick, in); err != nil {
 				return err
 			}

@@ -99,12 +99,6 @@ func checkUsage(c *Core, o Options) (usage, error) {
 	return u, nil
 }
 
-// simSlot is a slot of the simulated storage: its level's nonce and block.
-type simSlot struct {
-	nonce uint64
-	block Block
-}
-
 // TestCoreBoundsEveryStep drives the core alone, without a driver, at
 // N = 2^12: a bulk load of N keys, then 10*N accesses (Zipf-hot and
 // uniform keys, Gets, Puts and some Deletes) with up to 32 requests
@@ -145,12 +139,7 @@ func coreBoundsEveryStep(t *testing.T, n int, o Options, bind bool) {
 		t.Fatal(err)
 	}
 	c := NewCore(n, o, [32]byte{7})
-	disk := map[Slot]simSlot{}
-	apply := func(w *WriteIO) {
-		for i, s := range w.Slots {
-			disk[s] = simSlot{w.Nonces[i], Block{Real: w.Blocks[i].Real, Val: append([]byte(nil), w.Blocks[i].Val...)}}
-		}
-	}
+	disk := simStorage{}
 	model := map[string]string{}
 	writes, loaded, err := c.Load(func(yield func(string, []byte) bool) {
 		for i := range n {
@@ -165,7 +154,7 @@ func coreBoundsEveryStep(t *testing.T, n int, o Options, bind bool) {
 		t.Fatalf("Load = %d, %v", loaded, err)
 	}
 	for _, w := range writes {
-		apply(w)
+		disk.write(w)
 	}
 
 	r := rand.New(rand.NewPCG(3, 4))
@@ -212,6 +201,16 @@ func coreBoundsEveryStep(t *testing.T, n int, o Options, bind bool) {
 			t.Fatalf("step %d: the eviction cache holds %d blocks, above the bound %d", steps, u.EvictionCache, bound)
 		}
 	}
+	// complete carries out a backend call; every read must name the nonce
+	// its slot was last written under.
+	complete := func(out Output) {
+		t.Helper()
+		in, err := disk.complete(out)
+		if err != nil {
+			t.Fatal(err)
+		}
+		step(in)
+	}
 	for issued < accesses || len(expect) > 0 {
 		if issued < accesses && len(expect) < clients && (len(pending) == 0 || r.IntN(3) == 0) {
 			k := fmt.Sprint("k", r.IntN(n))
@@ -243,35 +242,13 @@ func coreBoundsEveryStep(t *testing.T, n int, o Options, bind bool) {
 		out := pending[i]
 		pending[i] = pending[len(pending)-1]
 		pending = pending[:len(pending)-1]
-		if out.Write != nil {
-			apply(out.Write)
-			step(Input{Write: &WriteDone{ID: out.Write.ID}})
-			continue
-		}
-		d := ReadDone{ID: out.Read.ID}
-		for i, s := range out.Read.Slots {
-			got, ok := disk[s]
-			if !ok || got.nonce != out.Read.Nonces[i] {
-				t.Fatalf("read %d of slot %v under nonce %d: storage holds it under %d (written: %v)", out.Read.ID, s, out.Read.Nonces[i], got.nonce, ok)
-			}
-			d.Blocks = append(d.Blocks, got.block)
-		}
-		step(Input{Read: &d})
+		complete(out)
 	}
 	// Drain the shuffles left: the core must finish them on the I/O alone.
 	for len(pending) > 0 {
 		out := pending[0]
 		pending = pending[1:]
-		if out.Write != nil {
-			apply(out.Write)
-			step(Input{Write: &WriteDone{ID: out.Write.ID}})
-		} else {
-			d := ReadDone{ID: out.Read.ID}
-			for _, s := range out.Read.Slots {
-				d.Blocks = append(d.Blocks, disk[s].block)
-			}
-			step(Input{Read: &d})
-		}
+		complete(out)
 	}
 	st := c.stats()
 	t.Logf("N=%d: %d accesses in %d steps; peaks: eviction cache %d (bound %d), storage cache %d, shuffling buffer %d of %d (shuffling_buffer_max %v), early cache-ins %d of %d, evictions ahead %d of %d, I/O semaphore between %d and %d; %v shuffles",

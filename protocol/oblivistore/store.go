@@ -107,10 +107,7 @@ func open(ctx context.Context, env kv.Env) (*store, error) {
 	} else if err := s.recover(ctx, opts, env.Capacity); err != nil {
 		return nil, err
 	}
-	var fresh [32]byte
-	if opts.seed == nil {
-		crand.Read(fresh[:])
-	}
+	fresh := seedOf(opts)
 	if err := s.input(ctx, Input{Reseed: &fresh}); err != nil {
 		return nil, err
 	}
@@ -119,6 +116,7 @@ func open(ctx context.Context, env kv.Env) (*store, error) {
 	return s, nil
 }
 
+// seedOf is a fresh random seed, or the tests' fixed one.
 func seedOf(o Options) [32]byte {
 	if o.seed != nil {
 		return *o.seed
