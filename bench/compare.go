@@ -40,10 +40,10 @@ var highWaterStats = []struct{ name, meaning string }{
 	{"cache_size", "records cached at the end of the run (waffle)"},
 }
 
-// HighWater returns r's counters that are high-water marks or cache
+// highWater returns r's counters that are high-water marks or cache
 // sizes of its trusted state (see highWaterStats), in that list's order;
 // none for a protocol that reports none (the baselines).
-func HighWater(r Result) []kv.Stat {
+func highWater(r Result) []kv.Stat {
 	var out []kv.Stat
 	for _, h := range highWaterStats {
 		if v := extra(r, h.name); v != nil {
@@ -95,13 +95,12 @@ func writeMarkdown(w io.Writer, info ReportInfo, results []Result) error {
 	header, rows := tableRows(results)
 	if header != nil {
 		markdownRow(&b, append(header, "high-water marks"))
-		sep := make([]string, len(header)+1)
-		sep[0] = "---"
-		for i := 1; i < len(sep); i++ {
-			sep[i] = "---:"
+		// The protocol and high-water columns left-aligned, the figures right.
+		sep := []string{"---"}
+		for range header[1:] {
+			sep = append(sep, "---:")
 		}
-		sep[len(sep)-1] = "---"
-		markdownRow(&b, sep)
+		markdownRow(&b, append(sep, "---"))
 		for i, cells := range rows {
 			markdownRow(&b, append(cells, highWaterCell(results[i])))
 		}
@@ -128,7 +127,7 @@ func markdownRow(b *strings.Builder, cells []string) {
 
 func highWaterCell(r Result) string {
 	var parts []string
-	for _, s := range HighWater(r) {
+	for _, s := range highWater(r) {
 		parts = append(parts, s.Name+" "+strconv.FormatFloat(s.Value, 'f', -1, 64))
 	}
 	if len(parts) == 0 {
@@ -181,7 +180,7 @@ func charts(results []Result) map[string]plot.Chart {
 	}
 	for _, r := range results {
 		g := plot.Group{Label: r.Protocol, Absent: "none reported"}
-		for _, s := range HighWater(r) {
+		for _, s := range highWater(r) {
 			g.Bars = append(g.Bars, plot.Bar{Series: s.Name, Value: s.Value, Text: strconv.FormatFloat(s.Value, 'f', -1, 64)})
 		}
 		hw.Groups = append(hw.Groups, g)

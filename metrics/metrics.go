@@ -74,8 +74,9 @@ type Info struct {
 	// Backend is the kind of backend (mem, disk, redis), without an
 	// address.
 	Backend string
-	// Options are the protocol's options as given, e.g. "trees=8
-	// epoch=2ms"; empty for the defaults.
+	// Options are the protocol's options as the store records them
+	// (setup.SettingArgs, space-separated), e.g. "Epoch=2ms Trees=8";
+	// empty for the defaults.
 	Options string
 }
 
@@ -116,17 +117,10 @@ func (m *Metrics) ObserveCommand(command string, took time.Duration) {
 	o.Observe(took.Seconds())
 }
 
-// Registry returns the registry, for tests and for other collectors.
-func (m *Metrics) Registry() *prometheus.Registry { return m.reg }
-
-// Handler serves the registry in the Prometheus exposition formats.
-func (m *Metrics) Handler() http.Handler {
-	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{Registry: m.reg})
-}
-
+// mux serves the registry on /metrics in the Prometheus exposition formats.
 func (m *Metrics) mux() *http.ServeMux {
 	mux := http.NewServeMux()
-	mux.Handle("GET /metrics", m.Handler())
+	mux.Handle("GET /metrics", promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{Registry: m.reg}))
 	return mux
 }
 

@@ -101,10 +101,10 @@ oblivkv_journal_check_points_total 2
 		"oblivkv_backend_round_trips_total", "oblivkv_backend_calls_total", "oblivkv_backend_addresses_total",
 		"oblivkv_backend_bytes_total", "oblivkv_backend_errors_total", "oblivkv_batch_utilisation",
 		"oblivkv_protocol_stat", "oblivkv_journal_fsyncs_total", "oblivkv_journal_check_points_total"}
-	if err := testutil.GatherAndCompare(m.Registry(), strings.NewReader(want), names...); err != nil {
+	if err := testutil.GatherAndCompare(m.reg, strings.NewReader(want), names...); err != nil {
 		t.Fatal(err)
 	}
-	if n, err := testutil.GatherAndCount(m.Registry(), "go_goroutines", "process_start_time_seconds"); err != nil || n != 2 {
+	if n, err := testutil.GatherAndCount(m.reg, "go_goroutines", "process_start_time_seconds"); err != nil || n != 2 {
 		t.Fatalf("Go and process collectors: %d series, %v; want 2", n, err)
 	}
 }
@@ -124,7 +124,7 @@ func TestObserveCommand(t *testing.T) {
 		le200 uint64 // observations of at most 200 us
 	}
 	got := map[string]hist{}
-	fams, err := m.Registry().Gather()
+	fams, err := m.reg.Gather()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -235,7 +235,7 @@ func TestDashboard(t *testing.T) {
 		kv.Stat{Name: "journal_bytes"}, kv.Stat{Name: "journal_checkpoints"})
 	m := New(statsStore{stats: journaled}, Info{Commands: []string{"get"}})
 	m.ObserveCommand("get", time.Millisecond)
-	fams, err := m.Registry().Gather()
+	fams, err := m.reg.Gather()
 	if err != nil {
 		t.Fatal(err)
 	}

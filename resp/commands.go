@@ -1,6 +1,7 @@
 package resp
 
 import (
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -52,12 +53,7 @@ const UnknownCommand = "unknown"
 // CommandNames returns the lowercase names of the commands the server
 // runs, sorted: the names Options.Observe is given, besides UnknownCommand.
 func CommandNames() []string {
-	names := make([]string, 0, len(commands))
-	for name := range commands {
-		names = append(names, name)
-	}
-	slices.Sort(names)
-	return names
+	return slices.Sorted(maps.Keys(commands))
 }
 
 func (cmd *command) arityOK(n int) bool {

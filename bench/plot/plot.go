@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -129,16 +130,17 @@ func text(x, y float64, s string, attrs ...any) node {
 func (c Chart) svg() node {
 	series := c.series()
 	ax := c.axis()
+	bw := float64(oneBarWidth)
+	if len(series) > 0 {
+		bw = barWidth
+	}
 	widths := make([]float64, len(c.Groups))
 	plotWidth := float64(groupGap)
 	for i, g := range c.Groups {
-		widths[i] = groupWidth(g, len(series) > 0)
+		widths[i] = groupWidth(g, bw)
 		plotWidth += widths[i] + groupGap
 	}
-	legendHeight := 0.0
-	if len(series) > 0 {
-		legendHeight = float64(legendRow * len(series))
-	}
+	legendHeight := float64(legendRow * len(series))
 	width := left + plotWidth + right
 	for _, s := range series {
 		width = max(width, left+legendSwatch+6+float64(charWidth*len(c.legend(s)))+right)
@@ -176,10 +178,6 @@ func (c Chart) svg() node {
 			add(text(center, base-plotHeight/2, g.Absent, "text-anchor", "middle", "font-style", "italic",
 				"fill", "#777", "class", "absent", "data-group", g.Label))
 		}
-		bw := float64(oneBarWidth)
-		if len(series) > 0 {
-			bw = barWidth
-		}
 		bx := center - (float64(len(g.Bars))*(bw+barGap)-barGap)/2
 		for _, b := range g.Bars {
 			h := ax.height(b.Value)
@@ -192,7 +190,7 @@ func (c Chart) svg() node {
 				tip = g.Label + " " + b.Series + ": " + label
 			}
 			rect := el("rect", "", "class", "bar", "data-group", g.Label, "data-series", b.Series,
-				"x", bx, "y", base-h, "width", bw, "height", h, "fill", palette[seriesIndex(series, b.Series)%len(palette)])
+				"x", bx, "y", base-h, "width", bw, "height", h, "fill", palette[max(slices.Index(series, b.Series), 0)%len(palette)])
 			rect.Children = []node{el("title", tip)}
 			add(rect, text(bx+bw/2, base-h-4, label, "text-anchor", "middle", "font-size", 10, "class", "value"))
 			bx += bw + barGap
@@ -225,7 +223,7 @@ func (c Chart) series() []string {
 	var out []string
 	for _, g := range c.Groups {
 		for _, b := range g.Bars {
-			if b.Series != "" && seriesIndex(out, b.Series) == len(out) {
+			if b.Series != "" && !slices.Contains(out, b.Series) {
 				out = append(out, b.Series)
 			}
 		}
@@ -233,24 +231,9 @@ func (c Chart) series() []string {
 	return out
 }
 
-// seriesIndex is s's index in series; len(series) if absent (also for "").
-func seriesIndex(series []string, s string) int {
-	for i, x := range series {
-		if x == s {
-			return i
-		}
-	}
-	if s == "" {
-		return 0
-	}
-	return len(series)
-}
-
-func groupWidth(g Group, multi bool) float64 {
-	bw := float64(oneBarWidth)
-	if multi {
-		bw = barWidth
-	}
+// groupWidth is the width g takes with bars bw wide: its bars, or its
+// label or Absent text if wider.
+func groupWidth(g Group, bw float64) float64 {
 	bars := float64(max(len(g.Bars), 1))*(bw+barGap) - barGap
 	label := float64(charWidth * max(len(g.Label), len(g.Absent)))
 	return max(bars, label)
