@@ -1,11 +1,14 @@
 package kv
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
+	"slices"
+	"strings"
 
 	"github.com/oblivkv/oblivkv/backend"
 	"github.com/oblivkv/oblivkv/seal"
@@ -51,9 +54,24 @@ func (m meta) matches(want meta) error {
 	}
 	// Options are compared only when both sides know them.
 	if m.Options != nil && want.Options != nil && !maps.Equal(m.Options, want.Options) {
-		return fmt.Errorf("%w: it was created with options %v; asked for %v", ErrMismatch, m.Options, want.Options)
+		return fmt.Errorf("%w: %s (a store keeps the options it was created with: give none, or the stored values)",
+			ErrMismatch, optionDiff(m.Options, want.Options))
 	}
 	return nil
+}
+
+// optionDiff names each option whose value differs between the stored and
+// the wanted settings, an option absent from one having its default.
+func optionDiff(stored, want map[string]string) string {
+	names := slices.AppendSeq(slices.Collect(maps.Keys(stored)), maps.Keys(want))
+	slices.Sort(names)
+	var differ []string
+	for _, name := range slices.Compact(names) {
+		if stored[name] != want[name] {
+			differ = append(differ, fmt.Sprintf("option %s is %s in the store, %s given", name, cmp.Or(stored[name], "the default"), cmp.Or(want[name], "the default")))
+		}
+	}
+	return strings.Join(differ, "; ")
 }
 
 // Probe reports whether b already holds a store, without needing its key.

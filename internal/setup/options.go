@@ -198,11 +198,8 @@ func set(f reflect.Value, value string) error {
 // FormatOptions writes the non-zero settable fields of an Options value
 // as "Name=value" settings ProtocolOptions reads back.
 func FormatOptions(options any) string {
-	v := reflect.ValueOf(options)
-	if v.Kind() == reflect.Pointer {
-		v = v.Elem()
-	}
-	if v.Kind() != reflect.Struct {
+	v, ok := optionsStruct(options)
+	if !ok {
 		return fmt.Sprint(options)
 	}
 	var parts []string
@@ -219,17 +216,20 @@ func FormatOptions(options any) string {
 // It is never nil, so a store created with every default records that.
 func Settings(options any) map[string]string {
 	out := map[string]string{}
+	if v, ok := optionsStruct(options); ok {
+		maps.Insert(out, settings(v))
+	}
+	return out
+}
+
+// optionsStruct returns the struct an Options value, or a pointer to one,
+// holds, and whether it holds one.
+func optionsStruct(options any) (reflect.Value, bool) {
 	v := reflect.ValueOf(options)
 	if v.Kind() == reflect.Pointer {
 		v = v.Elem()
 	}
-	if v.Kind() != reflect.Struct {
-		return out
-	}
-	for name, value := range settings(v) {
-		out[name] = value
-	}
-	return out
+	return v, v.Kind() == reflect.Struct
 }
 
 // SettingArgs turns Settings back into "Name=value" settings, sorted by
@@ -270,9 +270,10 @@ func settings(v reflect.Value) iter.Seq2[string, string] {
 // OptionName returns the field name of protocol's option name (matched as
 // ProtocolOptions matches it), and whether it has one.
 func OptionName(protocol, name string) (string, bool) {
-	i := slices.IndexFunc(OptionNames(protocol), func(n string) bool { return normalise(n) == normalise(name) })
-	if i < 0 {
-		return "", false
+	for _, n := range OptionNames(protocol) {
+		if normalise(n) == normalise(name) {
+			return n, true
+		}
 	}
-	return OptionNames(protocol)[i], true
+	return "", false
 }

@@ -176,11 +176,7 @@ func TestOpenOblivistoreOptions(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer o.Close()
-	extra := map[string]float64{}
-	for _, e := range o.Store.Stats().Extra {
-		extra[e.Name] = e.Value
-	}
-	if extra["partitions"] != 8 || extra["eviction_rate"] != 1.5 {
+	if extra := statsOf(o.Store); extra["partitions"] != 8 || extra["eviction_rate"] != 1.5 {
 		t.Errorf("stats %v; want partitions 8 and eviction_rate 1.5", extra)
 	}
 }

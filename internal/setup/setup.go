@@ -180,8 +180,8 @@ func resolve(opts Options) (Options, error) {
 
 // withStored fills the options left unset (empty protocol, zero sizes,
 // protocol options) from those the existing store was created with, so a
-// restart needs no flags repeated, and refuses protocol options given that
-// differ from the recorded ones.
+// restart needs no flags repeated. Protocol options given that differ from
+// the recorded ones are left in place for kv.Open to refuse.
 func (o *Opened) withStored(ctx context.Context, b backend.Backend, keys *seal.Keys, opts Options) (Options, error) {
 	stored, _, err := kv.Describe(ctx, b, keys)
 	if err != nil {
@@ -190,7 +190,7 @@ func (o *Opened) withStored(ctx context.Context, b backend.Backend, keys *seal.K
 	opts.Protocol = cmp.Or(opts.Protocol, stored.Protocol)
 	opts.Capacity = cmp.Or(opts.Capacity, stored.Capacity)
 	opts.ValueSize = cmp.Or(opts.ValueSize, stored.ValueSize)
-	given := opts
+	given := opts.OptionArgs
 	if opts, err = resolve(opts); err != nil {
 		return opts, err
 	}
@@ -200,41 +200,25 @@ func (o *Opened) withStored(ctx context.Context, b backend.Backend, keys *seal.K
 	if stored.OptionSettings == nil || opts.Protocol != stored.Protocol {
 		return opts, nil
 	}
-	if err := conflicts(given, o.Settings, stored.OptionSettings); err != nil {
-		return opts, err
-	}
-	o.Settings = stored.OptionSettings
-	opts.ProtocolOptions, err = ProtocolOptions(opts.Protocol, SettingArgs(stored.OptionSettings))
+	o.Settings = overRecorded(stored.OptionSettings, opts.Protocol, given, o.Settings)
+	opts.ProtocolOptions, err = ProtocolOptions(opts.Protocol, SettingArgs(o.Settings))
 	return opts, err
 }
 
-// conflicts compares the options given (as OptionArgs or ProtocolOptions,
-// their Settings in settings) with the recorded ones: an option given
-// must have its recorded value, a value left out being the default.
-// Options not given take the recorded values.
-func conflicts(given Options, settings, recorded map[string]string) error {
-	var named []string // the options given, by field name
-	for _, arg := range given.OptionArgs {
+// overRecorded returns the recorded settings with the options given in
+// their place: those args name (an option named but at its default drops
+// the recorded value) and those in settings (the Settings of the options
+// given). kv.Open refuses the result where it differs from the record.
+func overRecorded(recorded map[string]string, protocol string, args []string, settings map[string]string) map[string]string {
+	out := maps.Clone(recorded)
+	for _, arg := range args {
 		name, _, _ := splitOption(arg) // resolve checked them
-		field, _ := OptionName(given.Protocol, name)
-		named = append(named, field)
+		field, _ := OptionName(protocol, name)
+		delete(out, field)
 	}
-	named = append(named, slices.Collect(maps.Keys(settings))...)
-	slices.Sort(named)
-	var differ []string
-	for _, name := range slices.Compact(named) {
-		if settings[name] != recorded[name] {
-			differ = append(differ, fmt.Sprintf("%s is %s in the store, %s given", name, orDefault(recorded[name]), orDefault(settings[name])))
-		}
-	}
-	if len(differ) == 0 {
-		return nil
-	}
-	return fmt.Errorf("%w: option %s (a store keeps the options it was created with: start without --opt, or give the stored values)",
-		kv.ErrMismatch, strings.Join(differ, "; option "))
+	maps.Copy(out, settings)
+	return out
 }
-
-func orDefault(value string) string { return cmp.Or(value, "the default") }
 
 // loadKeys finds the master key: $OBLIVKV_KEY, else the key file, else (for
 // storage holding no store) a new key written to a new key file.
