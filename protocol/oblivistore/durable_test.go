@@ -72,10 +72,23 @@ func (r *crashRig) open(fresh bool) {
 // of the batch under way are lost before its outputs leave, so every
 // record that survives had its outputs let out, and no other did. Every
 // call in flight then fails, since the store cannot journal an input.
-func (r *crashRig) kill() {
-	if r.s.onLoop(r.j.Crash) != nil {
+func (r *crashRig) kill() { r.killIf(func() bool { return true }) }
+
+// killIf kills the store as kill does if cond holds on the loop, and
+// reports whether it did (a store whose loop has ended is killed anyway).
+// Checked on the loop, cond cannot be undone by a checkpoint before the
+// kill.
+func (r *crashRig) killIf(cond func() bool) bool {
+	killed := false
+	if r.s.onLoop(func() {
+		if killed = cond(); killed {
+			r.j.Crash()
+		}
+	}) != nil {
 		r.j.Crash()
+		return true
 	}
+	return killed
 }
 
 // bury winds the killed store down: its goroutines end, its backend calls
@@ -489,14 +502,18 @@ func TestCrashRecovers(t *testing.T) {
 				torn++
 			}
 		} else {
+			target := acked.Load() + 5 + rng.Int64N(60)
+			kvtest.WaitFor(t, "acknowledged writes", func() bool { return acked.Load() >= target || bad.Load() != nil })
+		}
+		if kind == crashPower {
 			// A power cut must find writes storage has not synced, or it
 			// tests nothing.
-			target := acked.Load() + 5 + rng.Int64N(60)
-			kvtest.WaitFor(t, "acknowledged writes", func() bool {
-				return (acked.Load() >= target && (kind != crashPower || r.base.Unsynced() > 0)) || bad.Load() != nil
+			kvtest.WaitFor(t, "a kill with writes storage has not synced", func() bool {
+				return r.killIf(func() bool { return r.base.Unsynced() > 0 })
 			})
+		} else {
+			r.kill()
 		}
-		r.kill()
 		close(stop)
 		wg.Wait()
 		r.bury()
