@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"iter"
 	"sync"
 	"sync/atomic"
@@ -23,15 +24,26 @@ type checked struct {
 	valueSize  int
 	maxKeySize int
 
-	mu     sync.RWMutex // held shared by every call, exclusively by Close
+	// native applies mutations inside one access (nil: the protocol
+	// does not, and locks serialises them with the writes of their key).
+	native Updater
+	locks  *keyLocks
+
+	mu     sync.RWMutex // held shared by every call, exclusively by Close and SetIfNoneExist
 	closed bool
 
 	gets, puts, deletes atomic.Uint64
 }
 
 func newChecked(inner Store, tap *observe.Tap, cfg Config) *checked {
-	return &checked{inner: inner, tap: tap, protocol: cfg.Protocol,
+	c := &checked{inner: inner, tap: tap, protocol: cfg.Protocol,
 		capacity: cfg.Capacity, valueSize: cfg.ValueSize, maxKeySize: cfg.MaxKeySize}
+	if u, ok := inner.(Updater); ok {
+		c.native = u
+	} else {
+		c.locks = &keyLocks{seed: maphash.MakeSeed()}
+	}
+	return c
 }
 
 func (c *checked) enter() error {
@@ -77,6 +89,7 @@ func (c *checked) Put(ctx context.Context, key string, val []byte) error {
 		return err
 	}
 	defer c.mu.RUnlock()
+	defer c.writeLock(key)()
 	c.puts.Add(1)
 	return c.inner.Put(ctx, key, val)
 }
@@ -89,6 +102,7 @@ func (c *checked) Delete(ctx context.Context, key string) error {
 		return err
 	}
 	defer c.mu.RUnlock()
+	defer c.writeLock(key)()
 	c.deletes.Add(1)
 	return c.inner.Delete(ctx, key)
 }

@@ -50,6 +50,11 @@ func RunContract(t *testing.T, cfg Config, st Storage) {
 		{"TamperFlip", testTamperFlip},
 		{"TamperSwap", testTamperSwap},
 		{"Concurrent", testConcurrent},
+		{"Mutations", testMutations},
+		{"MutationErrors", testMutationErrors},
+		{"MutationsFull", testMutationsFull},
+		{"MutationsConcurrent", testMutationsConcurrent},
+		{"SetIfNoneExist", testSetIfNoneExist},
 		{"DurableRollback", testRollback},
 	}
 	for _, tc := range tests {

@@ -2,7 +2,8 @@ package resp
 
 import (
 	"bytes"
-	"strings"
+
+	"github.com/oblivkv/oblivkv/kv"
 )
 
 // The data commands: each is one or more Store calls.
@@ -21,19 +22,6 @@ func (c *conn) writeValue(val []byte, ok bool, err error) {
 		c.wr.null()
 	default:
 		c.wr.bulk(val)
-	}
-}
-
-// cmdSet runs SET key value. Every option is refused: the Store has
-// neither expiry nor conditional writes.
-func cmdSet(c *conn, args [][]byte) {
-	if len(args) > 3 {
-		c.wr.err("ERR SET option '" + strings.ToUpper(string(clip(args[3], 64))) +
-			"' is not supported by oblivkv")
-		return
-	}
-	if c.put(args[1], args[2]) {
-		c.wr.simple("OK")
 	}
 }
 
@@ -73,22 +61,27 @@ func cmdMGet(c *conn, args [][]byte) {
 	}
 }
 
-// cmdDel Gets each key, to count those that existed, then Deletes it
-// whether it existed or not, so that the Store calls do not depend on
-// existence.
-func cmdDel(c *conn, args [][]byte) { c.countExisting(args[1:], true) }
+// cmdDel deletes each key, counting those that existed: one access per
+// key, whether it existed or not.
+func cmdDel(c *conn, args [][]byte) {
+	var n int64
+	for _, key := range args[1:] {
+		r, ok := c.update(key, kv.Mutation{Op: kv.MutDelete})
+		if !ok {
+			return
+		}
+		if r.Found {
+			n++
+		}
+	}
+	c.wr.integer(n)
+}
 
 // cmdExists counts the keys that exist, a key named twice counting twice.
-func cmdExists(c *conn, args [][]byte) { c.countExisting(args[1:], false) }
-
-func (c *conn) countExisting(keys [][]byte, del bool) {
+func cmdExists(c *conn, args [][]byte) {
 	var n int64
-	for _, k := range keys {
-		key := string(k)
-		_, ok, err := c.s.store.Get(c.s.ctx, key)
-		if err == nil && del {
-			err = c.s.store.Delete(c.s.ctx, key)
-		}
+	for _, key := range args[1:] {
+		_, ok, err := c.s.store.Get(c.s.ctx, string(key))
 		if err != nil {
 			c.storeErr(err)
 			return

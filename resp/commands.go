@@ -25,6 +25,19 @@ func init() {
 		{"get", 2, cmdGet},
 		{"set", -3, cmdSet},
 		{"del", -2, cmdDel},
+		{"unlink", -2, cmdDel},
+		{"incr", 2, cmdIncr},
+		{"decr", 2, cmdDecr},
+		{"incrby", 3, cmdIncrBy},
+		{"decrby", 3, cmdDecrBy},
+		{"incrbyfloat", 3, cmdIncrByFloat},
+		{"append", 3, cmdAppend},
+		{"strlen", 2, cmdStrlen},
+		{"type", 2, cmdType},
+		{"setnx", 3, cmdSetNX},
+		{"getset", 3, cmdGetSet},
+		{"getdel", 2, cmdGetDel},
+		{"msetnx", -3, cmdMSetNX},
 		{"exists", -2, cmdExists},
 		{"mget", -2, cmdMGet},
 		{"mset", -3, cmdMSet},
@@ -74,7 +87,9 @@ func (c *conn) exec(args [][]byte) {
 	cmd := c.lookup(args[0])
 	switch {
 	case cmd == nil:
-		c.wr.err(unknownCommand(args))
+		if !c.refused(args[0]) {
+			c.wr.err(unknownCommand(args))
+		}
 	case !cmd.arityOK(len(args)):
 		c.arityErr(cmd.name)
 	default:

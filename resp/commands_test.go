@@ -116,9 +116,17 @@ func TestErrorReplies(t *testing.T) {
 		{[]any{"set", "a"}, "ERR wrong number of arguments for 'set' command"},
 		{[]any{"mset", "a", "1", "b"}, "ERR wrong number of arguments for 'mset' command"},
 		{[]any{"ping", "a", "b"}, "ERR wrong number of arguments for 'ping' command"},
-		{[]any{"set", "a", "1", "ex", "10"}, "ERR SET option 'EX' is not supported by oblivkv"},
-		{[]any{"set", "a", "1", "NX"}, "ERR SET option 'NX' is not supported by oblivkv"},
-		{[]any{"set", "a", "1", "keepttl"}, "ERR SET option 'KEEPTTL' is not supported by oblivkv"},
+		{[]any{"set", "a", "1", "ex", "10"}, "ERR SET EX " + noExpiry},
+		{[]any{"set", "a", "1", "NX", "xx"}, "ERR syntax error"},
+		{[]any{"set", "a", "1", "keepttl"}, "ERR SET KEEPTTL " + noExpiry},
+		{[]any{"set", "a", "1", "fast"}, "ERR syntax error"},
+		{[]any{"incrby", "a", "x"}, "ERR value is not an integer or out of range"},
+		{[]any{"decrby", "a", "-9223372036854775808"}, "ERR decrement would overflow"},
+		{[]any{"incrbyfloat", "a", "nan"}, "ERR value is not a valid float"},
+		{[]any{"msetnx", "a", "1", "b"}, "ERR wrong number of arguments for 'msetnx' command"},
+		{[]any{"expire", "a", "10"}, "ERR EXPIRE " + noExpiry},
+		{[]any{"scan", "0"}, "ERR SCAN " + noListing},
+		{[]any{"subscribe", "news"}, "ERR SUBSCRIBE " + noPubSub},
 		{[]any{"select", "1"}, "ERR DB index is out of range"},
 		{[]any{"select", "x"}, "ERR value is not an integer or out of range"},
 		{[]any{"hello", "3"}, "NOPROTO sorry, this protocol version is not supported"},
@@ -213,5 +221,61 @@ func TestNoKeysInLogs(t *testing.T) {
 	expectClose(t, nc, "$11\r\nsecretvalue\r\n-ERR Protocol error: expected '$', got '+'\r\n")
 	if logs := env.logs.String(); strings.Contains(logs, "secret") {
 		t.Fatalf("log mentions a key or value:\n%s", logs)
+	}
+}
+
+// TestStringCommands runs each string command against a live server and
+// checks its reply as Redis gives it.
+func TestStringCommands(t *testing.T) {
+	env := startServer(t, openStore(t, kv.Config{ValueSize: 24}), Options{})
+	c := env.client(t)
+	tests := []struct {
+		args []any
+		want any // a reply value, or "ERR ..." for an error
+	}{
+		{[]any{"incr", "n"}, int64(1)},
+		{[]any{"incrby", "n", "10"}, int64(11)},
+		{[]any{"decr", "n"}, int64(10)},
+		{[]any{"decrby", "n", "12"}, int64(-2)},
+		{[]any{"incrbyfloat", "n", "0.5"}, "-1.5"},
+		{[]any{"incr", "n"}, "ERR value is not an integer or out of range"},
+		{[]any{"set", "n", "9223372036854775807"}, "OK"},
+		{[]any{"incr", "n"}, "ERR increment or decrement would overflow"},
+		{[]any{"get", "n"}, "9223372036854775807"},
+		{[]any{"append", "s", "hello"}, int64(5)},
+		{[]any{"append", "s", " world"}, int64(11)},
+		{[]any{"append", "s", "!!!!!!!!!!!!!!"}, "ERR value too large: value larger than the store's value size: 25 bytes, limit 24"},
+		{[]any{"strlen", "s"}, int64(11)},
+		{[]any{"strlen", "none"}, int64(0)},
+		{[]any{"type", "s"}, "string"},
+		{[]any{"type", "none"}, "none"},
+		{[]any{"setnx", "s", "x"}, int64(0)},
+		{[]any{"setnx", "t", "x"}, int64(1)},
+		{[]any{"set", "t", "y", "nx"}, nil},
+		{[]any{"set", "t", "y", "xx", "get"}, "x"},
+		{[]any{"set", "u", "y", "xx"}, nil},
+		{[]any{"set", "u", "z", "NX", "GET"}, nil},
+		{[]any{"getset", "u", "w"}, "z"},
+		{[]any{"getdel", "u"}, "w"},
+		{[]any{"getdel", "u"}, nil},
+		{[]any{"exists", "s", "t", "u", "s"}, int64(3)},
+		{[]any{"msetnx", "a", "1", "b", "2"}, int64(1)},
+		{[]any{"msetnx", "c", "3", "a", "9"}, int64(0)},
+		{[]any{"mget", "a", "b", "c"}, []any{"1", "2", nil}},
+		{[]any{"unlink", "a", "b", "c"}, int64(2)},
+		{[]any{"del", "s", "t"}, int64(2)},
+		{[]any{"dbsize"}, int64(1)},
+	}
+	for _, tt := range tests {
+		got, err := c.Do(ctx, tt.args...).Result()
+		if err == redis.Nil {
+			got, err = nil, nil
+		}
+		if err != nil {
+			got = errText(err)
+		}
+		if !reflect.DeepEqual(got, tt.want) {
+			t.Errorf("%v = %#v, want %#v", tt.args, got, tt.want)
+		}
 	}
 }

@@ -227,6 +227,9 @@ type errStore struct {
 func (e errStore) Get(context.Context, string) ([]byte, bool, error) { return nil, false, e.err }
 func (e errStore) Put(context.Context, string, []byte) error         { return e.err }
 func (e errStore) Delete(context.Context, string) error              { return e.err }
+func (e errStore) Update(context.Context, string, kv.Mutation) (kv.Result, error) {
+	return kv.Result{}, e.err
+}
 
 func TestStoreErrors(t *testing.T) {
 	tests := []struct {
@@ -258,6 +261,9 @@ func TestStoreErrors(t *testing.T) {
 type panicStore struct{ kv.Store }
 
 func (panicStore) Get(context.Context, string) ([]byte, bool, error) { panic("bug") }
+func (p panicStore) Update(ctx context.Context, key string, m kv.Mutation) (kv.Result, error) {
+	return kv.Update(ctx, p.Store, key, m)
+}
 
 func TestPanicClosesOnlyItsConnection(t *testing.T) {
 	env := startServer(t, panicStore{openStore(t, kv.Config{})}, Options{})

@@ -34,8 +34,11 @@ func TestRedisCLI(t *testing.T) {
 		{[]string{"GET", "a"}, "b"},
 		{[]string{"DEL", "a"}, "1"},
 		{[]string{"GET", "a"}, ""},
-		{[]string{"set", "a", "b", "ex", "1"}, "ERR SET option 'EX' is not supported by oblivkv"},
-		{[]string{"DBSIZE"}, "0"},
+		{[]string{"set", "a", "b", "ex", "1"}, "ERR SET EX " + noExpiry},
+		{[]string{"INCR", "n"}, "1"},
+		{[]string{"INCRBY", "n", "41"}, "42"},
+		{[]string{"KEYS", "*"}, "ERR KEYS " + noListing},
+		{[]string{"DBSIZE"}, "1"},
 	} {
 		out := runTool(t, cli, append([]string{"-p", port}, step.args...)...)
 		if got := strings.TrimSpace(out); got != step.want {

@@ -1,0 +1,235 @@
+package kv
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"strconv"
+)
+
+// Mutation is what one access does to its key: read it, set it (perhaps
+// on a condition), delete it, add to a number it holds or append to it.
+// A protocol that implements Updater applies it while the key's block is
+// in trusted memory, inside the one access a Get or a Put costs, so that
+// a read-modify-write shows storage nothing a Get does not. It is a plain
+// value: protocols journal it and send it between their layers.
+type Mutation struct {
+	Op MutationOp
+	// Arg is the operand: the value of a Set, the suffix of an Append,
+	// the decimal increment of an IncrBy (an int64) or IncrByFloat.
+	Arg []byte
+	// If is a Set's condition (IfAlways: none).
+	If Condition
+	// ReturnOld asks for the value before the mutation in Result.Old
+	// (always returned by a Read).
+	ReturnOld bool
+}
+
+// MutationOp is the kind of a Mutation.
+type MutationOp uint8
+
+// Mutation kinds.
+const (
+	MutRead MutationOp = iota
+	MutSet
+	MutDelete
+	MutIncrBy
+	MutIncrByFloat
+	MutAppend
+)
+
+// Condition limits a Set to a key that exists or to one that does not.
+type Condition uint8
+
+// Set conditions.
+const (
+	IfAlways  Condition = iota
+	IfMissing           // Redis's NX
+	IfExists            // Redis's XX
+)
+
+// Result is the outcome of one Mutation.
+type Result struct {
+	// Found: the key existed before the mutation.
+	Found bool
+	// Old is its value before, for a Read or a mutation with ReturnOld
+	// (nil otherwise). The caller owns it.
+	Old []byte
+	// Exists: the key exists after the mutation.
+	Exists bool
+	// Written: the mutation changed the key (a Set whose condition held,
+	// a Delete of a key that existed, an increment, an append).
+	Written bool
+	// New is the value after an increment (nil for other kinds).
+	New []byte
+	// Len is the length of the value after the mutation.
+	Len int
+}
+
+// Errors of a Mutation that does not apply to its key's value. The key
+// is left as it was.
+var (
+	ErrNotInteger = errors.New("value is not an integer or out of range")
+	ErrNotFloat   = errors.New("value is not a valid float")
+	ErrOverflow   = errors.New("increment or decrement would overflow")
+	ErrNotFinite  = errors.New("increment would produce NaN or Infinity")
+)
+
+// Updater is implemented by every store kv.Open returns, and by a
+// protocol that applies mutations natively (inside one access).
+type Updater interface {
+	// Update applies m to key atomically: no other operation on key
+	// comes between its read and its write.
+	Update(ctx context.Context, key string, m Mutation) (Result, error)
+}
+
+// Apply computes what m does to a key whose value is old (found: the key
+// exists), in a store whose values hold at most valueSize bytes: the
+// value the key holds afterwards (next, which may share memory with m.Arg
+// or old), whether it exists, and the Result. A mutation that does not
+// apply returns an error and leaves (old, found) as they were. Apply is a
+// pure function of its arguments, so a protocol replaying its journal
+// reaches the same outcome.
+func (m Mutation) Apply(old []byte, found bool, valueSize int) (next []byte, exists bool, r Result, err error) {
+	r = Result{Found: found}
+	if m.ReturnOld || m.Op == MutRead {
+		r.Old = bytes.Clone(old)
+		if found && r.Old == nil {
+			r.Old = []byte{}
+		}
+	}
+	next, exists, r.Written, err = m.next(old, found, valueSize)
+	if err != nil {
+		return old, found, Result{Found: found}, err
+	}
+	r.Exists, r.Len = exists, len(next)
+	if m.Op == MutIncrBy || m.Op == MutIncrByFloat {
+		r.New = bytes.Clone(next)
+	}
+	return next, exists, r, nil
+}
+
+// next returns the key's state after m, and whether m changed it.
+func (m Mutation) next(old []byte, found bool, valueSize int) (next []byte, exists, written bool, err error) {
+	switch m.Op {
+	case MutRead:
+		return old, found, false, nil
+	case MutSet:
+		if m.If == IfMissing && found || m.If == IfExists && !found {
+			return old, found, false, nil
+		}
+		return m.Arg, true, true, fits(m.Arg, valueSize)
+	case MutDelete:
+		return nil, false, found, nil
+	case MutIncrBy:
+		next, err = incrBy(old, found, m.Arg)
+	case MutIncrByFloat:
+		next, err = incrByFloat(old, found, m.Arg)
+	case MutAppend:
+		next = append(append(make([]byte, 0, len(old)+len(m.Arg)), old...), m.Arg...)
+		err = fits(next, valueSize)
+	default:
+		return old, found, false, fmt.Errorf("kv: unknown mutation %d", m.Op)
+	}
+	return next, true, true, err
+}
+
+func fits(v []byte, valueSize int) error {
+	if len(v) > valueSize {
+		return fmt.Errorf("%w: %d bytes, limit %d", ErrValueTooLarge, len(v), valueSize)
+	}
+	return nil
+}
+
+// ParseInteger reads a value as Redis reads an integer: the canonical
+// decimal form of an int64, nothing before or after it.
+func ParseInteger(v []byte) (int64, error) {
+	n, err := strconv.ParseInt(string(v), 10, 64)
+	if err != nil || strconv.FormatInt(n, 10) != string(v) {
+		return 0, ErrNotInteger
+	}
+	return n, nil
+}
+
+func incrBy(old []byte, found bool, arg []byte) ([]byte, error) {
+	delta, err := ParseInteger(arg)
+	if err != nil {
+		return nil, err
+	}
+	var n int64
+	if found {
+		if n, err = ParseInteger(old); err != nil {
+			return nil, err
+		}
+	}
+	if delta > 0 && n > math.MaxInt64-delta || delta < 0 && n < math.MinInt64-delta {
+		return nil, ErrOverflow
+	}
+	return strconv.AppendInt(nil, n+delta, 10), nil
+}
+
+// ParseFloat reads a value as Redis reads a float: a finite decimal
+// number, nothing before or after it.
+func ParseFloat(v []byte) (float64, error) {
+	f, err := strconv.ParseFloat(string(v), 64)
+	if err != nil || math.IsNaN(f) || math.IsInf(f, 0) || len(v) == 0 || v[0] == ' ' {
+		return 0, ErrNotFloat
+	}
+	return f, nil
+}
+
+func incrByFloat(old []byte, found bool, arg []byte) ([]byte, error) {
+	delta, err := ParseFloat(arg)
+	if err != nil {
+		return nil, err
+	}
+	var f float64
+	if found {
+		if f, err = ParseFloat(old); err != nil {
+			return nil, err
+		}
+	}
+	sum := f + delta
+	if math.IsNaN(sum) || math.IsInf(sum, 0) {
+		return nil, ErrNotFinite
+	}
+	return strconv.AppendFloat(nil, sum, 'f', -1, 64), nil
+}
+
+// Pair is one key and its value.
+type Pair struct {
+	Key   string
+	Value []byte
+}
+
+// MultiSetter is implemented by every store kv.Open returns.
+type MultiSetter interface {
+	// SetIfNoneExist sets every pair if none of their keys exists, as one
+	// atomic step, and reports whether it did (Redis's MSETNX).
+	SetIfNoneExist(ctx context.Context, pairs []Pair) (bool, error)
+}
+
+// errNoMutations is the error of Update or SetIfNoneExist on a store that
+// kv.Open did not return.
+var errNoMutations = errors.New("kv: the store applies no mutations (open it with kv.Open)")
+
+// Update applies m to key in s (see Updater).
+func Update(ctx context.Context, s Store, key string, m Mutation) (Result, error) {
+	u, ok := s.(Updater)
+	if !ok {
+		return Result{}, errNoMutations
+	}
+	return u.Update(ctx, key, m)
+}
+
+// SetIfNoneExist sets every pair in s if none of their keys exists (see
+// MultiSetter).
+func SetIfNoneExist(ctx context.Context, s Store, pairs []Pair) (bool, error) {
+	m, ok := s.(MultiSetter)
+	if !ok {
+		return false, errNoMutations
+	}
+	return m.SetIfNoneExist(ctx, pairs)
+}
