@@ -34,6 +34,9 @@ type mapStore struct {
 	// flicker: a failed Put is applied, seen by the next Get, then undone.
 	flicker bool
 	undo    map[string]*string
+	// racyUpdates: Update reads, lets other calls run, then writes (a
+	// read-modify-write that is not atomic).
+	racyUpdates bool
 }
 
 var errInjected = errors.New("injected failure")
@@ -107,7 +110,37 @@ func (s *mapStore) Delete(_ context.Context, key string) error {
 	return nil
 }
 
-func (s *mapStore) Stats() kv.Stats { return kv.Stats{} }
+// Update applies m under the mutex, or, with racyUpdates, reads and
+// writes under it in two separate steps.
+func (s *mapStore) Update(_ context.Context, key string, m kv.Mutation) (kv.Result, error) {
+	s.mu.Lock()
+	old := s.lookup(key)
+	if s.racyUpdates {
+		s.mu.Unlock()
+		time.Sleep(time.Duration(s.rng.IntN(200)) * time.Microsecond)
+		s.mu.Lock()
+	}
+	defer s.mu.Unlock()
+	var val []byte
+	if old != nil {
+		val = []byte(*old)
+	}
+	next, exists, r, err := m.Apply(val, old != nil, mapValueSize)
+	if err != nil {
+		return r, err
+	}
+	s.prev[key] = s.lookup(key)
+	if v := string(next); exists {
+		s.set(key, &v)
+	} else {
+		s.set(key, nil)
+	}
+	return r, nil
+}
+
+const mapValueSize = 64
+
+func (s *mapStore) Stats() kv.Stats { return kv.Stats{ValueSize: mapValueSize} }
 func (s *mapStore) Close() error    { return nil }
 
 func quick(o kvtest.LinOptions) kvtest.LinOptions {
@@ -147,6 +180,16 @@ func TestStaleReadsAreCaught(t *testing.T) {
 	s := newMapStore(2)
 	s.staleGets = 0.2
 	wantIllegal(t, s, kvtest.LinOptions{})
+}
+
+func TestMutationsAreLinearizable(t *testing.T) {
+	kvtest.CheckLinearizable(t, newMapStore(8), kvtest.LinOptions{Clients: 16, MutationFraction: 0.6})
+}
+
+func TestRacyMutationsAreCaught(t *testing.T) {
+	s := newMapStore(9)
+	s.racyUpdates = true
+	wantIllegal(t, s, kvtest.LinOptions{Clients: 16, MutationFraction: 0.8, HotFraction: 0.9})
 }
 
 func TestDroppedPutsAreCaught(t *testing.T) {

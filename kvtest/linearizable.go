@@ -33,6 +33,12 @@ type LinOptions struct {
 	// GetFraction and DeleteFraction are the shares of Gets and Deletes
 	// (defaults 0.5 and 0.1); the rest are Puts, each of a unique value.
 	GetFraction, DeleteFraction float64
+	// MutationFraction is the share of the Puts that are kv mutations
+	// instead (default none): increments, appends and sets if missing
+	// (Redis's INCR, APPEND and SETNX) in equal parts, run by kv.Update.
+	// Puts then write unique integers, so increments find numbers and, after
+	// an append, values that are not.
+	MutationFraction float64
 	// Seed makes the operation mix reproducible; 0 picks a random seed,
 	// which is logged (the interleaving is up to the scheduler).
 	Seed uint64
@@ -57,6 +63,8 @@ type LinOptions struct {
 	// Pause is how long each client waits after each operation (default
 	// none): with Until, it bounds the history of a fast store.
 	Pause time.Duration
+	valueSize int // the store's
+
 	// VisualizationDir receives the HTML visualization of a failed check
 	// (default os.TempDir()).
 	VisualizationDir string
@@ -125,6 +133,7 @@ func CheckLinearizable(t *testing.T, s kv.Store, opts LinOptions) {
 // opts.AllowErrors is false, or writing the visualization failed).
 func Linearizable(ctx context.Context, s kv.Store, opts LinOptions) (LinResult, error) {
 	opts = opts.withDefaults()
+	opts.valueSize = s.Stats().ValueSize
 	res := LinResult{Seed: opts.Seed}
 	keys := make([]string, opts.Keys+1)
 	for i := range keys {
@@ -235,10 +244,23 @@ func (o LinOptions) nextInput(r *rand.Rand, keys []string, c, i int) linInput {
 		in.Op = opGet
 	case p < o.GetFraction+o.DeleteFraction:
 		in.Op = opDelete
+	case p < 1-(1-o.GetFraction-o.DeleteFraction)*(1-o.MutationFraction):
+		in.Op, in.Value = opPut, o.uniqueValue(c, i)
 	default:
-		in.Op, in.Value = opPut, fmt.Sprintf("c%d.%d", c, i)
+		in.Op, in.ValueSize = opMutate, o.valueSize
+		in.Mutation = []kv.MutationOp{kv.MutIncrBy, kv.MutAppend, kv.MutSet}[r.IntN(3)]
+		in.Value = map[kv.MutationOp]string{kv.MutIncrBy: "1", kv.MutAppend: "x", kv.MutSet: o.uniqueValue(c, i)}[in.Mutation]
 	}
 	return in
+}
+
+// uniqueValue is the value of client c's i-th write, which no other write
+// writes: an integer when the check runs mutations.
+func (o LinOptions) uniqueValue(c, i int) string {
+	if o.MutationFraction > 0 {
+		return fmt.Sprint(1_000_000*(c+1) + 1000*i)
+	}
+	return fmt.Sprintf("c%d.%d", c, i)
 }
 
 // apply runs one operation on s.
@@ -252,8 +274,26 @@ func apply(ctx context.Context, s kv.Store, in linInput) (out linOutput, err err
 		err = s.Put(ctx, in.Key, []byte(in.Value))
 	case opDelete:
 		err = s.Delete(ctx, in.Key)
+	case opMutate:
+		var r kv.Result
+		r, err = kv.Update(ctx, s, in.Key, in.mutation())
+		out = resultOutput(r, err)
+		if out.Rejected != "" {
+			err = nil
+		}
 	}
 	return out, err
+}
+
+// resultOutput is the output of a mutation: its result, or the kv error
+// that rejected it (an outcome the model predicts, not a failure).
+func resultOutput(r kv.Result, err error) linOutput {
+	for _, e := range []error{kv.ErrNotInteger, kv.ErrOverflow, kv.ErrValueTooLarge} {
+		if errors.Is(err, e) {
+			return linOutput{Rejected: e.Error()}
+		}
+	}
+	return linOutput{Value: string(r.New), Exists: r.Found, Written: r.Written, Len: r.Len}
 }
 
 // visualize checks an illegal history again, verbosely, and writes
@@ -318,11 +358,25 @@ const (
 	opGet opKind = iota
 	opPut
 	opDelete
+	opMutate
 )
 
 type linInput struct {
 	Op         opKind
 	Key, Value string
+	// Mutation is the kind of an opMutate; Value its argument; ValueSize
+	// the store's, which bounds what it makes.
+	Mutation  kv.MutationOp
+	ValueSize int
+}
+
+// mutation returns the kv.Mutation of an opMutate.
+func (in linInput) mutation() kv.Mutation {
+	m := kv.Mutation{Op: in.Mutation, Arg: []byte(in.Value)}
+	if m.Op == kv.MutSet {
+		m.If = kv.IfMissing
+	}
+	return m
 }
 
 func (in linInput) String() string {
@@ -331,14 +385,22 @@ func (in linInput) String() string {
 		return fmt.Sprintf("get(%q)", in.Key)
 	case opPut:
 		return fmt.Sprintf("put(%q, %q)", in.Key, in.Value)
+	case opMutate:
+		name := map[kv.MutationOp]string{kv.MutIncrBy: "incrby", kv.MutAppend: "append", kv.MutSet: "setnx"}[in.Mutation]
+		return fmt.Sprintf("%s(%q, %q)", name, in.Key, in.Value)
 	}
 	return fmt.Sprintf("delete(%q)", in.Key)
 }
 
 type linOutput struct {
-	Value  string // for a Get
-	Exists bool   // for a Get
-	Failed bool   // a Put or Delete that returned an error
+	Value   string // for a Get; a mutation's Result.New
+	Exists  bool   // for a Get; a mutation's Result.Found
+	Written bool   // a mutation's Result.Written
+	Len     int    // a mutation's Result.Len
+	// Rejected is the error of a mutation that did not apply to the value
+	// (not an integer, past the value size).
+	Rejected string
+	Failed   bool // a write that returned an error
 }
 
 // linState is the model's state of one key (the history is partitioned by
@@ -374,6 +436,12 @@ var kvModel = porcupine.Model{
 			return out.Exists == st.Exists && out.Value == st.Value, st
 		case opPut:
 			return true, linState{Value: in.Value, Exists: true}
+		case opMutate:
+			next, exists, r, err := in.mutation().Apply([]byte(st.Value), st.Exists, in.ValueSize)
+			if out.Failed {
+				return true, linState{Value: string(next), Exists: exists}
+			}
+			return resultOutput(r, err) == out, linState{Value: string(next), Exists: exists}
 		default:
 			return true, linState{}
 		}
@@ -383,6 +451,8 @@ var kvModel = porcupine.Model{
 		switch {
 		case out.Failed:
 			return in.String() + " -> error (outcome unknown)"
+		case in.Op == opMutate:
+			return fmt.Sprintf("%s -> %+v", in, out)
 		case in.Op != opGet:
 			return in.String()
 		case !out.Exists:

@@ -41,6 +41,11 @@ func TestLinearizable(t *testing.T) {
 			kvtest.CheckLinearizable(t, s, kvtest.LinOptions{Clients: 16, OpsPerClient: 150, DeleteFraction: 0.15})
 		})
 	}
+	// INCR, APPEND and SETNX among GET, SET and DEL.
+	t.Run("mutations", func(t *testing.T) {
+		s := kvtest.OpenStore(t, lin, kvtest.Jittered(kvtest.Mem(), 3*time.Millisecond))
+		kvtest.CheckLinearizable(t, s, kvtest.LinOptions{Clients: 16, OpsPerClient: 150, DeleteFraction: 0.1, MutationFraction: 0.6})
+	})
 }
 
 // TestStaleWriteBackLoses: with write-backs delayed at random, some arrive

@@ -24,10 +24,11 @@ import (
 	"github.com/oblivkv/oblivkv/seal"
 )
 
-// The audits run five workloads of the same length and timing over the
+// The audits run six workloads of the same length and timing over the
 // same auditKeys loaded keys: Zipf 0.99, uniform, one hot key, bursts (all
 // of a round's requests for one key, another in every round: repeats of a
-// block that is not in the stash), and one missing key. Each is
+// block that is not in the stash), one missing key, and a counter (every
+// request an increment, Redis's INCR, of one key made by the first). Each is
 // auditRounds rounds of auditRound concurrent requests (even-numbered
 // requests of a round are Gets, odd ones Puts, or Deletes for the missing
 // key, so that it never exists), a round waiting for all its replies, so
@@ -42,11 +43,14 @@ const (
 	auditBins = 16
 	// missingKey is the missing workload's key: never loaded.
 	missingKey = auditKeys
+	// counterKey is the key every request of the counter workload
+	// increments: never loaded, so its first increment makes it.
+	counterKey = auditKeys + 1
 )
 
 // workloadNames are the audits' workloads; "uniform" is the one the others
 // are compared with.
-var workloadNames = []string{"zipf", "uniform", "hot", "bursts", "missing"}
+var workloadNames = []string{"zipf", "uniform", "hot", "bursts", "missing", "counter"}
 
 // auditWorkloads are the key sequences of the five workloads: the key
 // (0..auditKeys) of each of the auditRounds*auditRound requests, drawn
@@ -64,7 +68,8 @@ func auditWorkloads(t *testing.T) map[string][]uint64 {
 		zipf[i], uniform[i], hot[i], missing[i] = zc.Next(), ur.Uint64N(auditKeys), 17, missingKey
 		bursts[i] = uint64(i/auditRound*37) % auditKeys
 	}
-	return map[string][]uint64{"zipf": zipf, "uniform": uniform, "hot": hot, "bursts": bursts, "missing": missing}
+	counter := slices.Repeat([]uint64{counterKey}, n)
+	return map[string][]uint64{"zipf": zipf, "uniform": uniform, "hot": hot, "bursts": bursts, "missing": missing, "counter": counter}
 }
 
 func auditKey(i uint64) string { return fmt.Sprintf("key-%04d", i) }
@@ -223,6 +228,8 @@ func runAuditCrashing(t *testing.T, opts treebeard.Options, seed byte, keys []ui
 			wg.Go(func() {
 				var err error
 				switch {
+				case i == counterKey:
+					_, err = kv.Update(ctx, s, k, kv.Mutation{Op: kv.MutIncrBy, Arg: []byte("1")})
 				case j%2 == 0:
 					_, _, err = s.Get(ctx, k)
 				case i == missingKey:

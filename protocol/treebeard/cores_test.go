@@ -22,7 +22,7 @@ func blockID(name string) tree.BlockID {
 }
 
 func newTestStashCore(seed byte) *stashCore {
-	return newStashCore(4, tree.NewGeometry(16), &quota{capacity: 8}, [32]byte{seed})
+	return newStashCore(4, tree.NewGeometry(16), &quota{capacity: 8}, 64, [32]byte{seed})
 }
 
 // readsOf flattens a plan's reads, with the tree of each.
@@ -76,7 +76,8 @@ func TestStashCoreEpochs(t *testing.T) {
 	if _, reads := readsOf(p); len(reads) != 2 || reads[0].Real || reads[1].Real {
 		t.Fatalf("epoch 1 reads %+v, want two fake reads", reads)
 	}
-	if want := []completion{{To: waiter{1, 0}}, {To: waiter{1, 1}}}; !reflect.DeepEqual(p.Done, want) {
+	made := Reply{Result: kv.Result{Exists: true, Written: true, Len: 1}}
+	if want := []completion{{To: waiter{1, 0}, Reply: made}, {To: waiter{1, 1}, Reply: made}}; !reflect.DeepEqual(p.Done, want) {
 		t.Fatalf("epoch 1 done %+v, want %+v", p.Done, want)
 	}
 	posA := c.pos[a]
@@ -114,9 +115,9 @@ func TestStashCoreEpochs(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := []completion{
-		{To: waiter{2, 0}, Reply: Reply{Found: true, Value: []byte("1")}},
-		{To: waiter{2, 1}},
-		{To: waiter{2, 2}, Reply: Reply{Found: true, Value: []byte("3")}},
+		{To: waiter{2, 0}, Reply: Reply{Result: kv.Result{Found: true, Old: []byte("1"), Exists: true, Len: 1}}},
+		{To: waiter{2, 1}, Reply: Reply{Result: kv.Result{Found: true, Exists: true, Written: true, Len: 1}}},
+		{To: waiter{2, 2}, Reply: Reply{Result: kv.Result{Found: true, Old: []byte("3"), Exists: true, Len: 1}}},
 	}
 	if !reflect.DeepEqual(done, want) {
 		t.Fatalf("epoch 2 done %+v, want %+v", done, want)
@@ -164,7 +165,7 @@ func TestStashCoreFailedReads(t *testing.T) {
 }
 
 func TestStashCoreFull(t *testing.T) {
-	c := newStashCore(2, tree.NewGeometry(4), &quota{capacity: 1}, [32]byte{3})
+	c := newStashCore(2, tree.NewGeometry(4), &quota{capacity: 1}, 64, [32]byte{3})
 	p := c.plan(1, []Request{{Op: OpPut, ID: blockID("a"), Value: []byte("1")}, {Op: OpPut, ID: blockID("b"), Value: []byte("2")}})
 	if len(p.Done) != 2 || p.Done[0].Reply.Code != CodeOK || p.Done[1].Reply.Code != CodeFull || !errors.Is(p.Done[1].Reply.Err(), kv.ErrFull) {
 		t.Fatalf("two new keys in a store of one: %+v, want the second refused as full", p.Done)
@@ -363,7 +364,7 @@ func TestReplyCodes(t *testing.T) {
 			}
 		}
 	}
-	if (Reply{Found: true}).Err() != nil || statusOf(nil) != (Status{}) {
+	if (Reply{Result: kv.Result{Found: true}}).Err() != nil || statusOf(nil) != (Status{}) {
 		t.Error("a successful call has an error")
 	}
 }

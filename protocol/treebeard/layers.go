@@ -12,29 +12,37 @@ import (
 // plain values as messages, so a cluster can put RPCs between them without
 // touching their logic (Sec. 4, Fig. 2).
 
-// Op is the kind of a client request.
-type Op uint8
+// Op is the kind of a client request: a kv mutation, which the Stash
+// shard applies to the block while it holds it, so that every kind costs
+// one access.
+type Op = kv.MutationOp
 
-// Client operations.
+// The client operations every store has; kv.MutationOp has the others.
 const (
-	OpGet Op = iota
-	OpPut
-	OpDelete
+	OpGet    = kv.MutRead
+	OpPut    = kv.MutSet
+	OpDelete = kv.MutDelete
 )
 
 // Request is one client request as a Router forwards it: the block it is
-// about (a PRF of the key: Stash shards never see keys) and, for a Put,
-// the value.
+// about (a PRF of the key: Stash shards never see keys) and the rest of
+// its kv.Mutation (Value is the mutation's Arg).
 type Request struct {
-	Op    Op
-	ID    tree.BlockID
-	Value []byte
+	Op        Op
+	ID        tree.BlockID
+	Value     []byte
+	If        kv.Condition
+	ReturnOld bool
 }
 
-// Reply answers one Request.
+// mutation returns the kv.Mutation r carries.
+func (r Request) mutation() kv.Mutation {
+	return kv.Mutation{Op: r.Op, Arg: r.Value, If: r.If, ReturnOld: r.ReturnOld}
+}
+
+// Reply answers one Request: its kv.Result (a Get's value is Old).
 type Reply struct {
-	Value []byte
-	Found bool
+	kv.Result
 	Status
 }
 
@@ -58,7 +66,24 @@ const (
 	CodeUnavailable      // storage or the journal failed: a write's outcome is unknown
 	CodeTransport        // the message or its reply was lost in transit: send it again
 	CodeMismatch         // a state that does not fit the store's options (kv.ErrMismatch)
+	CodeNotInteger       // an increment of a value that is not an integer (kv.ErrNotInteger)
+	CodeNotFloat         // a float increment of a value that is not a number (kv.ErrNotFloat)
+	CodeOverflow         // an increment past the int64 range (kv.ErrOverflow)
+	CodeNotFinite        // a float increment to NaN or an infinity (kv.ErrNotFinite)
+	CodeTooLarge         // an append past the value size (kv.ErrValueTooLarge)
 )
+
+// codeErrors pairs each Code that stands for a kv error with that error.
+var codeErrors = []struct {
+	code Code
+	err  error
+}{
+	{CodeFull, kv.ErrFull}, {CodeTampered, kv.ErrTampered}, {CodeClosed, kv.ErrClosed},
+	{CodeClosed, backend.ErrClosed}, {CodeMismatch, kv.ErrMismatch},
+	{CodeNotInteger, kv.ErrNotInteger}, {CodeNotFloat, kv.ErrNotFloat},
+	{CodeOverflow, kv.ErrOverflow}, {CodeNotFinite, kv.ErrNotFinite},
+	{CodeTooLarge, kv.ErrValueTooLarge},
+}
 
 // failed returns the Reply of a request that ended with err.
 func failed(err error) Reply { return Reply{Status: statusOf(err)} }
@@ -69,15 +94,11 @@ func statusOf(err error) Status {
 		return Status{}
 	}
 	code := CodeUnavailable
-	switch {
-	case errors.Is(err, kv.ErrFull):
-		code = CodeFull
-	case errors.Is(err, kv.ErrTampered):
-		code = CodeTampered
-	case errors.Is(err, kv.ErrClosed), errors.Is(err, backend.ErrClosed):
-		code = CodeClosed
-	case errors.Is(err, kv.ErrMismatch):
-		code = CodeMismatch
+	for _, ce := range codeErrors {
+		if errors.Is(err, ce.err) {
+			code = ce.code
+			break
+		}
 	}
 	return Status{Code: code, Detail: err.Error()}
 }
@@ -101,15 +122,10 @@ func (e statusError) Error() string { return e.msg }
 
 // Is makes errors.Is match the kv error of the code.
 func (e statusError) Is(target error) bool {
-	switch e.code {
-	case CodeFull:
-		return target == kv.ErrFull
-	case CodeTampered:
-		return target == kv.ErrTampered
-	case CodeClosed:
-		return target == kv.ErrClosed
-	case CodeMismatch:
-		return target == kv.ErrMismatch
+	for _, ce := range codeErrors {
+		if ce.code == e.code && ce.err == target {
+			return true
+		}
 	}
 	return false
 }

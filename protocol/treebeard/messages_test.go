@@ -57,7 +57,7 @@ func TestStashMessages(t *testing.T) {
 
 	first := AccessMsg{ID: MsgID{Sender: Endpoint{LayerRouter, 0}, Epoch: 5}, Batch: []Request{{Op: OpGet, ID: blockID("a")}}}
 	rep := s.Access(first)
-	if rep.Code != CodeOK || len(rep.Replies) != 1 || string(rep.Replies[0].Value) != "stored" {
+	if rep.Code != CodeOK || len(rep.Replies) != 1 || string(rep.Replies[0].Old) != "stored" {
 		t.Fatalf("Access = %+v; want the stored value", rep)
 	}
 	got := trees.messages()

@@ -27,9 +27,10 @@ import (
 // the values), because recovery draws from fresh seeds (state). Stash
 // drives it.
 type stashCore struct {
-	trees int
-	geo   tree.Geometry
-	quota *quota // shared by the shards of a store: the capacity is the store's
+	trees     int
+	geo       tree.Geometry
+	valueSize int    // the largest value a mutation may leave
+	quota     *quota // shared by the shards of a store: the capacity is the store's
 	leak  leak   // tests only (leak.go)
 
 	src      *rand.ChaCha8 // the random source, whose state snapshot holds
@@ -101,8 +102,8 @@ type stashStats struct {
 
 // newStashCore returns an empty shard over trees trees of geometry geo,
 // drawing positions from a ChaCha8 source seeded with seed.
-func newStashCore(trees int, geo tree.Geometry, q *quota, seed [32]byte) *stashCore {
-	c := &stashCore{trees: trees, geo: geo, quota: q,
+func newStashCore(trees int, geo tree.Geometry, q *quota, valueSize int, seed [32]byte) *stashCore {
+	c := &stashCore{trees: trees, geo: geo, quota: q, valueSize: valueSize,
 		pos: map[tree.BlockID]Position{}, stash: map[tree.BlockID]*stashed{},
 		inflight: map[tree.BlockID]*inflight{}}
 	c.reseed(seed)
@@ -167,7 +168,7 @@ func (c *stashCore) applyStashed(r Request, b *stashed) Reply {
 	if b.evicting >= 0 {
 		b.touched++ // Treebeard Sec. 5.2.2: the copy being evicted is now stale
 	}
-	rep, exists, val := apply(r, true, b.value, c.quota)
+	rep, exists, val := apply(r, true, b.value, c.quota, c.valueSize)
 	if !exists {
 		delete(c.stash, r.ID)
 		delete(c.pos, r.ID)
@@ -180,7 +181,7 @@ func (c *stashCore) applyStashed(r Request, b *stashed) Reply {
 
 // applyNew applies r to a block that does not exist.
 func (c *stashCore) applyNew(r Request) Reply {
-	rep, exists, val := apply(r, false, nil, c.quota)
+	rep, exists, val := apply(r, false, nil, c.quota, c.valueSize)
 	if exists {
 		c.stash[r.ID] = &stashed{value: val, evicting: -1, unjournaled: true}
 		c.pos[r.ID] = c.randomPosition()
@@ -191,27 +192,21 @@ func (c *stashCore) applyNew(r Request) Reply {
 
 func (c *stashCore) noteSize() { c.stats.stashMax = max(c.stats.stashMax, len(c.stash)) }
 
-// apply performs r on a block's state (exists, val) and returns the reply
-// and the new state; q is charged for a new key and credited for a
-// deleted one.
-func apply(r Request, exists bool, val []byte, q *quota) (Reply, bool, []byte) {
-	switch r.Op {
-	case OpGet:
-		if exists { // the caller owns its copy
-			return Reply{Found: true, Value: append([]byte{}, val...)}, true, val
-		}
-	case OpPut:
-		if !exists && !q.reserve() {
-			return failed(fmt.Errorf("%w: %d keys", kv.ErrFull, q.capacity)), false, nil
-		}
-		return Reply{}, true, r.Value
-	case OpDelete:
-		if exists {
-			q.release()
-		}
-		return Reply{}, false, nil
+// apply performs r's mutation on a block's state (exists, val) and
+// returns the reply and the new state; q is charged for a new key and
+// credited for a deleted one. A mutation that fails leaves the state.
+func apply(r Request, exists bool, val []byte, q *quota, valueSize int) (Reply, bool, []byte) {
+	next, after, res, err := r.mutation().Apply(val, exists, valueSize)
+	if err == nil && after && !exists && !q.reserve() {
+		err = fmt.Errorf("%w: %d keys", kv.ErrFull, q.capacity)
 	}
-	return Reply{}, exists, val
+	if err != nil {
+		return failed(err), exists, val
+	}
+	if exists && !after {
+		q.release()
+	}
+	return Reply{Result: res}, after, next
 }
 
 // returned takes the results of the path reads of tree t that plan asked
@@ -259,7 +254,7 @@ func (c *stashCore) settle(id tree.BlockID, val []byte, err error, done []comple
 	exists := true
 	for _, q := range f.queue {
 		var rep Reply
-		rep, exists, val = apply(q.req, exists, val, c.quota)
+		rep, exists, val = apply(q.req, exists, val, c.quota, c.valueSize)
 		done = append(done, completion{To: q.to, Reply: rep})
 	}
 	if !exists {

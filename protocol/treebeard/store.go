@@ -1,6 +1,7 @@
 package treebeard
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	crand "crypto/rand"
@@ -96,7 +97,7 @@ func build(env kv.Env, opts Options) (*store, error) {
 	s.log = durable.New(env.Journal, env.Backend, env.Keys)
 	net := cmp.Or[transport](opts.transport, directCall{})
 	for i := range opts.StashShards {
-		core := newStashCore(opts.Trees, s.geo, s.quota, seedFrom(rng()))
+		core := newStashCore(opts.Trees, s.geo, s.quota, env.ValueSize, seedFrom(rng()))
 		core.leak = opts.leak
 		s.stashes = append(s.stashes, newStash(i, core, s.log, s.net))
 	}
@@ -236,7 +237,14 @@ func (s *store) id(key string) tree.BlockID { return tree.IDOf(s.keys, key) }
 
 func (s *store) Get(ctx context.Context, key string) ([]byte, bool, error) {
 	rep, err := s.do(ctx, Request{Op: OpGet, ID: s.id(key)})
-	return rep.Value, rep.Found, err
+	return rep.Old, rep.Found, err
+}
+
+// Update applies m in the one access a Get costs: the Stash shard runs it
+// on the block while it holds it.
+func (s *store) Update(ctx context.Context, key string, m kv.Mutation) (kv.Result, error) {
+	rep, err := s.do(ctx, Request{Op: m.Op, ID: s.id(key), Value: bytes.Clone(m.Arg), If: m.If, ReturnOld: m.ReturnOld})
+	return rep.Result, err
 }
 
 func (s *store) Put(ctx context.Context, key string, val []byte) error {

@@ -53,6 +53,12 @@ func TestLinearizable(t *testing.T) {
 		s := kvtest.OpenStore(t, kvtest.Config{Protocol: "treebeard", Options: wide}, kvtest.Mem())
 		kvtest.CheckLinearizable(t, s, kvtest.LinOptions{Clients: 16, OpsPerClient: 150, DeleteFraction: 0.15})
 	})
+	// INCR, APPEND and SETNX among GET, SET and DEL: each is one access,
+	// applied by the Stash shard to the block it holds.
+	t.Run("mutations", func(t *testing.T) {
+		s := kvtest.OpenStore(t, kvtest.Config{Protocol: "treebeard", Options: busy}, kvtest.Jittered(kvtest.Mem(), 2*time.Millisecond))
+		kvtest.CheckLinearizable(t, s, kvtest.LinOptions{Clients: 16, OpsPerClient: 150, DeleteFraction: 0.1, MutationFraction: 0.6})
+	})
 }
 
 // gate holds the first eviction write of tree 0 once armed, until
