@@ -62,7 +62,7 @@ type LinOptions struct {
 	FinalReads bool
 	// Pause is how long each client waits after each operation (default
 	// none): with Until, it bounds the history of a fast store.
-	Pause time.Duration
+	Pause     time.Duration
 	valueSize int // the store's
 
 	// VisualizationDir receives the HTML visualization of a failed check

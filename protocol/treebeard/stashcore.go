@@ -31,7 +31,7 @@ type stashCore struct {
 	geo       tree.Geometry
 	valueSize int    // the largest value a mutation may leave
 	quota     *quota // shared by the shards of a store: the capacity is the store's
-	leak  leak   // tests only (leak.go)
+	leak      leak   // tests only (leak.go)
 
 	src      *rand.ChaCha8 // the random source, whose state snapshot holds
 	rng      *rand.Rand
