@@ -10,24 +10,26 @@
 //
 // # Commands
 //
-// GET, SET key value, DEL, MGET, MSET, EXISTS, DBSIZE, PING, ECHO, INFO,
-// SELECT 0, QUIT, and the connection-level commands clients send on
-// connect: HELLO (RESP2 only), CLIENT, COMMAND, CONFIG GET and AUTH (no
-// password is configured). Names are case-insensitive. Every other command
-// is answered as Redis answers an unknown one.
+// The string commands: GET, SET key value [NX|XX] [GET], SETNX, GETSET,
+// GETDEL, MGET, MSET, MSETNX, DEL, UNLINK, EXISTS (one key or several),
+// INCR, DECR, INCRBY, DECRBY, INCRBYFLOAT, APPEND, STRLEN, TYPE; and DBSIZE,
+// PING, ECHO, INFO, SELECT 0, QUIT, and the connection-level commands
+// clients send on connect: HELLO (RESP2 only), CLIENT, COMMAND, CONFIG GET
+// and AUTH. Names are case-insensitive.
 //
-// SET takes no options: expiry and conditional writes (EX, PX, NX, XX,
-// KEEPTTL, GET...) are answered with "ERR SET option 'EX' is not supported
-// by oblivkv", never silently ignored.
+// Each string command on one key is one kv.Update (or Get) of that key:
+// atomic, and one access of the Store whatever it finds, so a missing key,
+// a failed condition (SETNX of an existing key) or a value that is not a
+// number costs storage what any GET costs (for protocols that apply
+// mutations natively; see kv.Updater for the others). DEL and UNLINK are
+// one delete per key, counting the keys that existed. MSETNX runs alone
+// (kv.SetIfNoneExist): it reads every key and then sets every pair, or
+// reads every key again, so its cost does not tell which happened.
 //
-// DEL and EXISTS reply with counts, as Redis does. The Store has no
-// "exists" call, so the server Gets each key first (and DEL then Deletes
-// every key, existing or not). Each of these is an ordinary oblivious
-// access of the Store, so the counts leak nothing to the storage operator
-// that the accesses themselves do not; the cost is one extra access per key
-// for DEL. The Get and the Delete are two operations, so the count of a DEL
-// racing with a SET of the same key from another client reflects one
-// linearization of the two, not necessarily the final state.
+// Commands that cannot be oblivious are refused with the reason, in one
+// sentence: listing keys (KEYS, SCAN, RANDOMKEY), expiry (EXPIRE, TTL,
+// SETEX, SET EX/PX/KEEPTTL, ...: keys never expire) and publish/subscribe.
+// Every other command is answered as Redis answers an unknown one.
 //
 // MSET, MGET, DEL and EXISTS run one Store call after the other, not as a
 // transaction: if a Put of MSET fails (value too large, store full), the
@@ -40,7 +42,9 @@
 // Store errors become error replies: kv.ErrValueTooLarge "ERR value too
 // large: ...", kv.ErrKeyTooLarge "ERR key too large: ...", kv.ErrFull
 // "ERR store full: ...", kv.ErrTampered "ERR storage integrity check
-// failed", kv.ErrClosed "ERR server shutting down". Any other error is
+// failed", kv.ErrClosed "ERR server shutting down", and the errors of
+// mutations that do not apply (kv.ErrNotInteger, kv.ErrOverflow, ...) the
+// texts Redis gives them. Any other error is
 // logged and replied as "ERR internal error": its text is not sent to
 // clients. All use the ERR prefix, so clients that only know Redis's
 // prefixes handle them. Nothing the server logs contains keys or values.
