@@ -32,32 +32,27 @@ type entry struct {
 	val  []byte
 }
 
-type opKind uint8
-
-const (
-	opGet opKind = iota
-	opPut
-	opDelete
-)
-
 // result is what an access found and did.
 type result struct {
-	val   []byte // Get: a copy of the value
-	found bool   // the block existed before the access
-	full  bool   // Put of a new key into a full store: nothing stored
+	kv.Result
+	full bool // a new key in a full store: nothing stored
+	// rejected is the error of a mutation that does not apply to the
+	// value: nothing changed, and the access ran all the same.
+	rejected error
 }
 
 // oram is sequential Path ORAM (TaoStore Sec. IV-A) over a paths: the
 // position map, the stash and the access algorithm. It is not safe for
 // concurrent use; the store serialises accesses.
 type oram struct {
-	g        tree.Geometry
-	z        int
-	capacity int
-	io       paths
-	rng      *rand.ChaCha8
-	flusher  *tree.Flusher
-	leak     leak // tests only (leak.go)
+	g         tree.Geometry
+	z         int
+	capacity  int
+	valueSize int
+	io        paths
+	rng       *rand.ChaCha8
+	flusher   *tree.Flusher
+	leak      leak // tests only (leak.go)
 
 	pos      map[tree.BlockID]uint64 // block -> assigned leaf
 	stash    []entry
@@ -71,8 +66,8 @@ type oram struct {
 	contents [][]tree.Block
 }
 
-func newORAM(g tree.Geometry, z, capacity int, io paths, seed [32]byte) *oram {
-	return &oram{g: g, z: z, capacity: capacity, io: io, rng: rand.NewChaCha8(seed),
+func newORAM(g tree.Geometry, z, capacity, valueSize int, io paths, seed [32]byte) *oram {
+	return &oram{g: g, z: z, capacity: capacity, valueSize: valueSize, io: io, rng: rand.NewChaCha8(seed),
 		flusher: tree.NewFlusher(g, z), pos: map[tree.BlockID]uint64{},
 		contents: make([][]tree.Block, g.L+1)}
 }
@@ -86,7 +81,7 @@ func (o *oram) randomLeaf() uint64 { return o.rng.Uint64() & (o.g.Leaves() - 1) 
 // not in the position map, so existence never leaks), answer from the path
 // and the stash, remap the block to a fresh random leaf, flush greedily and
 // write the path back. Every kind of operation makes the same calls.
-func (o *oram) access(ctx context.Context, id tree.BlockID, op opKind, val []byte) (result, error) {
+func (o *oram) access(ctx context.Context, id tree.BlockID, m kv.Mutation) (result, error) {
 	leaf, known := o.pos[id]
 	switch {
 	case known:
@@ -102,7 +97,7 @@ func (o *oram) access(ctx context.Context, id tree.BlockID, op opKind, val []byt
 	}
 	o.gather(buckets)
 	defer func() { clear(o.work) }()
-	res, err := o.apply(id, known, op, val)
+	res, err := o.apply(id, known, m)
 	if err != nil {
 		return result{}, err
 	}
@@ -131,46 +126,48 @@ func (o *oram) gather(buckets [][]tree.Block) {
 	}
 }
 
-// apply answers the request from the working set and, if the block exists
+// apply runs the mutation on the working set and, if the block exists
 // afterwards, assigns it a fresh uniformly random leaf (Sec. IV-A step 1).
 // It changes nothing when it fails.
-func (o *oram) apply(id tree.BlockID, known bool, op opKind, val []byte) (result, error) {
+func (o *oram) apply(id tree.BlockID, known bool, m kv.Mutation) (result, error) {
 	i := o.find(id)
 	if known && i < 0 {
 		return result{}, fmt.Errorf("%w: block is neither on its path nor in the stash", kv.ErrTampered)
 	}
-	res := result{found: i >= 0}
-	switch op {
-	case opGet:
-		if i >= 0 {
-			res.val = append(make([]byte, 0, len(o.work[i].val)), o.work[i].val...)
-		}
-	case opPut:
-		switch {
-		case i >= 0:
-			o.work[i].val = bytes.Clone(val)
-		case len(o.pos) >= o.capacity:
-			res.full = true
-		default:
-			o.work = append(o.work, entry{id: id, val: bytes.Clone(val)})
-			i = len(o.work) - 1
-		}
-	case opDelete:
-		if i >= 0 {
-			last := len(o.work) - 1
-			o.work[i] = o.work[last]
-			o.work[last] = entry{}
-			o.work = o.work[:last]
-			delete(o.pos, id)
-			i = -1
-		}
+	var old []byte
+	if i >= 0 {
+		old = o.work[i].val
 	}
-	if i >= 0 && !(o.leak == leakGetKeepsLeaf && op == opGet) {
+	next, exists, r, err := m.Apply(old, i >= 0, o.valueSize)
+	res := result{Result: r, rejected: err}
+	switch {
+	case err != nil || !r.Written:
+	case exists && i >= 0:
+		o.work[i].val = bytes.Clone(next)
+	case exists && len(o.pos) >= o.capacity:
+		res = result{Result: kv.Result{}, full: true}
+	case exists:
+		o.work = append(o.work, entry{id: id, val: bytes.Clone(next)})
+		i = len(o.work) - 1
+	default:
+		o.remove(i)
+		delete(o.pos, id)
+		i = -1
+	}
+	if i >= 0 && !(o.leak == leakGetKeepsLeaf && m.Op == kv.MutRead) {
 		leaf := o.randomLeaf()
 		o.pos[id] = leaf
 		o.work[i].leaf = leaf
 	}
 	return res, nil
+}
+
+// remove takes entry i out of the working set.
+func (o *oram) remove(i int) {
+	last := len(o.work) - 1
+	o.work[i] = o.work[last]
+	o.work[last] = entry{}
+	o.work = o.work[:last]
 }
 
 func (o *oram) find(id tree.BlockID) int {

@@ -132,7 +132,7 @@ func open(ctx context.Context, env kv.Env) (kv.Store, error) {
 		}
 	}
 	s := &store{keys: env.Keys, b: env.Backend, opts: opts, codec: codec, remote: r, log: log,
-		o: newORAM(g, opts.Z, env.Capacity, r, *seed)}
+		o: newORAM(g, opts.Z, env.Capacity, env.ValueSize, r, *seed)}
 	s.o.leak = opts.leak
 	if env.Fresh {
 		// A fresh tree of dummy buckets, written in large batches, then
@@ -159,41 +159,46 @@ func (s *store) publish() {
 	s.stashMax.Store(int64(s.o.stashMax))
 }
 
-func (s *store) do(ctx context.Context, key string, op opKind, val []byte) (result, error) {
+func (s *store) do(ctx context.Context, key string, m kv.Mutation) (kv.Result, error) {
 	id := tree.IDOf(s.keys, key)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	res, err := s.o.access(ctx, id, op, val)
+	res, err := s.o.access(ctx, id, m)
 	if err == nil && s.log.Due() {
 		err = s.checkpoint(ctx)
 	}
 	s.publish()
-	if err != nil {
-		return result{}, fmt.Errorf("pathoram: %w", err)
+	switch {
+	case err != nil:
+		return kv.Result{}, fmt.Errorf("pathoram: %w", err)
+	case res.full:
+		return kv.Result{}, fmt.Errorf("%w: %d keys", kv.ErrFull, s.o.capacity)
 	}
-	if res.full {
-		return res, fmt.Errorf("%w: %d keys", kv.ErrFull, s.o.capacity)
-	}
-	return res, nil
+	return res.Result, res.rejected
 }
 
 // Get implements kv.Store.
 func (s *store) Get(ctx context.Context, key string) ([]byte, bool, error) {
-	res, err := s.do(ctx, key, opGet, nil)
-	return res.val, res.found, err
+	res, err := s.do(ctx, key, kv.Mutation{Op: kv.MutRead})
+	return res.Old, res.Found, err
 }
 
 // Put implements kv.Store. A new key in a full store still costs a full
 // access, then fails with kv.ErrFull.
 func (s *store) Put(ctx context.Context, key string, val []byte) error {
-	_, err := s.do(ctx, key, opPut, val)
+	_, err := s.do(ctx, key, kv.Mutation{Op: kv.MutSet, Arg: val})
 	return err
 }
 
 // Delete implements kv.Store.
 func (s *store) Delete(ctx context.Context, key string) error {
-	_, err := s.do(ctx, key, opDelete, nil)
+	_, err := s.do(ctx, key, kv.Mutation{Op: kv.MutDelete})
 	return err
+}
+
+// Update implements kv.Updater: every mutation is one access, as a Get is.
+func (s *store) Update(ctx context.Context, key string, m kv.Mutation) (kv.Result, error) {
+	return s.do(ctx, key, m)
 }
 
 // JournalsEveryWrite implements kv.WriteJournaler: every backend write

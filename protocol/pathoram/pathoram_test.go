@@ -34,6 +34,9 @@ func TestLinearizable(t *testing.T) {
 			kvtest.CheckLinearizable(t, kvtest.OpenStore(t, contract, st), kvtest.LinOptions{Clients: 16})
 		})
 	}
+	t.Run("mutations", func(t *testing.T) {
+		kvtest.CheckLinearizable(t, kvtest.OpenStore(t, contract, kvtest.Mem()), kvtest.LinOptions{Clients: 16, MutationFraction: 0.6})
+	})
 }
 
 // fixture is a store on an in-memory backend with the adversary's view

@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"testing"
 
+	"github.com/oblivkv/oblivkv/kv"
 	"github.com/oblivkv/oblivkv/protocol/tree"
 )
 
@@ -43,7 +44,7 @@ func simStash(t *testing.T, n, accesses int, seed byte) int {
 	var s [32]byte
 	s[0] = seed
 	sim := &simPaths{}
-	o := newORAM(tree.NewGeometry(n), DefaultZ, n, sim, s)
+	o := newORAM(tree.NewGeometry(n), DefaultZ, n, 8, sim, s)
 	vals := make(map[tree.BlockID][]byte, n)
 	model := make([]uint64, n)
 	for i := range n {
@@ -56,17 +57,17 @@ func simStash(t *testing.T, n, accesses int, seed byte) int {
 	var buf [8]byte
 	for i := range accesses {
 		k := r.IntN(n)
-		op, val := opGet, []byte(nil)
+		m := kv.Mutation{Op: kv.MutRead}
 		if i%2 == 1 {
 			model[k]++
-			op, val = opPut, binary.BigEndian.AppendUint64(buf[:0], model[k])
+			m = kv.Mutation{Op: kv.MutSet, Arg: binary.BigEndian.AppendUint64(buf[:0], model[k])}
 		}
-		res, err := o.access(ctx, simID(k), op, val)
-		if err != nil || !res.found {
-			t.Fatalf("access %d to key %d: found %v, %v", i, k, res.found, err)
+		res, err := o.access(ctx, simID(k), m)
+		if err != nil || !res.Found {
+			t.Fatalf("access %d to key %d: found %v, %v", i, k, res.Found, err)
 		}
-		if op == opGet && binary.BigEndian.Uint64(res.val) != model[k] {
-			t.Fatalf("access %d: key %d holds %d; want %d", i, k, binary.BigEndian.Uint64(res.val), model[k])
+		if m.Op == kv.MutRead && binary.BigEndian.Uint64(res.Old) != model[k] {
+			t.Fatalf("access %d: key %d holds %d; want %d", i, k, binary.BigEndian.Uint64(res.Old), model[k])
 		}
 	}
 	checkInvariant(t, o, sim)
