@@ -1,21 +1,15 @@
 package taostore
 
-import "github.com/oblivkv/oblivkv/protocol/tree"
-
-type opKind uint8
-
-const (
-	opGet opKind = iota
-	opPut
-	opDelete
+import (
+	"github.com/oblivkv/oblivkv/kv"
+	"github.com/oblivkv/oblivkv/protocol/tree"
 )
 
 // request is one logical request between arrival and reply: its entry in
 // the request map, the response map and the sequencer.
 type request struct {
-	op      opKind
+	m       kv.Mutation // what it does to its block (its Arg the caller's copy)
 	id      tree.BlockID
-	value   []byte // the value to write (opPut)
 	leaf    uint64 // the path read for it
 	arrival uint64 // its place in arrival order
 	real    bool   // it reads its block's real path
@@ -26,8 +20,7 @@ type request struct {
 	done     chan struct{}
 
 	// The answer.
-	result []byte
-	found  bool
+	result kv.Result
 	err    error
 }
 
@@ -37,25 +30,20 @@ func (r *request) complete(durable uint64) bool {
 	return r.pathDone && r.answered && r.lsn <= durable
 }
 
-// apply performs the request on the block's current state (exists, val)
-// and returns the new state. others is the number of other keys stored,
-// for the capacity check of a Put of a new key.
-func (r *request) apply(exists bool, val []byte, others, capacity int) (bool, []byte) {
+// apply runs the request's mutation on the block's current state
+// (exists, val) and returns the new state. others is the number of other
+// keys stored, for the capacity check of a new key. A mutation that fails
+// leaves the state as it was.
+func (r *request) apply(exists bool, val []byte, others, capacity, valueSize int) (bool, []byte) {
 	r.answered = true
-	switch r.op {
-	case opGet:
-		r.found = exists
-		if exists { // the caller owns its copy; stored values never change
-			r.result = append([]byte{}, val...)
-		}
-	case opPut:
-		if !exists && others >= capacity {
-			r.err = errFull(capacity)
-			return exists, val
-		}
-		return true, r.value
-	case opDelete:
-		return false, nil
+	next, after, res, err := r.m.Apply(val, exists, valueSize)
+	if err == nil && after && !exists && others >= capacity {
+		err = errFull(capacity)
 	}
-	return exists, val
+	if err != nil {
+		r.err = err
+		return exists, val
+	}
+	r.result = res
+	return after, next
 }

@@ -1,6 +1,7 @@
 package taostore
 
 import (
+	"bytes"
 	"context"
 	crand "crypto/rand"
 	"fmt"
@@ -27,13 +28,14 @@ const BucketPrefix = "tao/b/"
 func errFull(capacity int) error { return fmt.Errorf("%w: %d keys", kv.ErrFull, capacity) }
 
 type store struct {
-	b        backend.Backend
-	keys     *seal.Keys
-	geo      tree.Geometry
-	codec    *tree.Codec
-	layout   tree.Layout
-	opts     Options
-	capacity int
+	b         backend.Backend
+	keys      *seal.Keys
+	geo       tree.Geometry
+	codec     *tree.Codec
+	layout    tree.Layout
+	opts      Options
+	capacity  int
+	valueSize int
 
 	log           *durable.Log
 	checkpointing sync.Mutex // held by a checkpoint
@@ -86,7 +88,7 @@ func open(ctx context.Context, env kv.Env) (*store, error) {
 			return nil, fmt.Errorf("taostore: seeding leaf choices: %w", err)
 		}
 	}
-	s := &store{b: env.Backend, keys: env.Keys, geo: geo, opts: opts, capacity: env.Capacity,
+	s := &store{b: env.Backend, keys: env.Keys, geo: geo, opts: opts, capacity: env.Capacity, valueSize: env.ValueSize,
 		codec: tree.NewCodec(env.Keys, opts.Z, env.ValueSize), layout: tree.Layout{Prefix: BucketPrefix},
 		rng: rand.New(rand.NewChaCha8(*seed)), pos: map[tree.BlockID]uint64{},
 		stash: map[tree.BlockID][]byte{}, sub: newSubtree(geo, opts.CachedLevels),
@@ -116,33 +118,35 @@ func (s *store) randomLeaf() uint64 { return s.rng.Uint64N(s.geo.Leaves()) }
 func (s *store) blockID(key string) tree.BlockID { return s.keys.PRF([]byte(key)) }
 
 func (s *store) Get(ctx context.Context, key string) ([]byte, bool, error) {
-	r, err := s.access(ctx, opGet, key, nil)
-	if err != nil {
-		return nil, false, err
-	}
-	return r.result, r.found, r.err
+	r, err := s.Update(ctx, key, kv.Mutation{Op: kv.MutRead})
+	return r.Old, r.Found, err
 }
 
 func (s *store) Put(ctx context.Context, key string, val []byte) error {
-	r, err := s.access(ctx, opPut, key, append([]byte{}, val...))
-	if err != nil {
-		return err
-	}
-	return r.err
+	_, err := s.Update(ctx, key, kv.Mutation{Op: kv.MutSet, Arg: val})
+	return err
 }
 
 func (s *store) Delete(ctx context.Context, key string) error {
-	r, err := s.access(ctx, opDelete, key, nil)
+	_, err := s.Update(ctx, key, kv.Mutation{Op: kv.MutDelete})
+	return err
+}
+
+// Update implements kv.Updater: the mutation runs when its block is in
+// the proxy (ANSWER-REQUEST), so every kind is one request, as a Get is.
+func (s *store) Update(ctx context.Context, key string, m kv.Mutation) (kv.Result, error) {
+	m.Arg = bytes.Clone(m.Arg)
+	r, err := s.access(ctx, m, key)
 	if err != nil {
-		return err
+		return kv.Result{}, err
 	}
-	return r.err
+	return r.result, r.err
 }
 
 // access runs one request through the Processor and waits for the
 // Sequencer to release its reply (Sec. IV-B, Fig. 5).
-func (s *store) access(ctx context.Context, op opKind, key string, val []byte) (*request, error) {
-	r := &request{op: op, id: s.blockID(key), value: val, done: make(chan struct{})}
+func (s *store) access(ctx context.Context, m kv.Mutation, key string) (*request, error) {
+	r := &request{m: m, id: s.blockID(key), done: make(chan struct{})}
 	if err := s.arrive(r); err != nil {
 		return nil, err
 	}
@@ -297,7 +301,7 @@ func (s *store) process(r *request, fetched [][]tree.Block, versions []uint64, e
 	}
 	r.lsn = max(r.lsn, lsn)
 	s.flushed = append(s.flushed, r.leaf)
-	if len(s.flushed) >= s.opts.K || s.opts.leak == leakPutWritesBack && r.op == opPut {
+	if len(s.flushed) >= s.opts.K || s.opts.leak == leakPutWritesBack && r.m.Op == kv.MutSet {
 		s.startWriteBack(s.flushed)
 		s.flushed = nil
 	}
@@ -343,7 +347,7 @@ func (s *store) answer(r *request) {
 		others--
 	}
 	for _, q := range s.reqs[r.id] {
-		exists, val = q.apply(exists, val, others, s.capacity)
+		exists, val = q.apply(exists, val, others, s.capacity, s.valueSize)
 	}
 	delete(s.reqs, r.id)
 	if !exists {
@@ -351,7 +355,7 @@ func (s *store) answer(r *request) {
 		return
 	}
 	s.pos[r.id] = s.randomLeaf()
-	if s.opts.leak == leakGetKeepsLeaf && r.op == opGet {
+	if s.opts.leak == leakGetKeepsLeaf && r.m.Op == kv.MutRead {
 		s.pos[r.id] = r.leaf
 	}
 	s.stash[r.id] = val
