@@ -77,6 +77,14 @@ var (
 	ErrNotFinite  = errors.New("increment would produce NaN or Infinity")
 )
 
+// Blind reports whether m's outcome does not depend on the key's value:
+// a Set with no condition that does not ask for the old value. A protocol
+// may apply a blind mutation before the key's block arrives; its Result's
+// Found and Old are then not reported.
+func (m Mutation) Blind() bool {
+	return m.Op == MutSet && m.If == IfAlways && !m.ReturnOld
+}
+
 // Updater is implemented by every store kv.Open returns, and by a
 // protocol that applies mutations natively (inside one access).
 type Updater interface {

@@ -13,14 +13,15 @@ import (
 	"github.com/oblivkv/oblivkv/kv"
 )
 
-// OpKind is a client operation.
-type OpKind uint8
+// OpKind is a client operation: a kv mutation, applied to the key's block
+// once it is in trusted memory, so that every kind is one partition read.
+type OpKind = kv.MutationOp
 
-// The client operations.
+// The client operations every store has; kv.MutationOp has the others.
 const (
-	OpGet OpKind = iota
-	OpPut
-	OpDelete
+	OpGet    = kv.MutRead
+	OpPut    = kv.MutSet
+	OpDelete = kv.MutDelete
 )
 
 // Slot names one storage slot: partition, level and slot within the level.
@@ -52,7 +53,10 @@ type Input struct {
 type Request struct {
 	Op  OpKind
 	Key string
-	Val []byte
+	Val []byte // the mutation's Arg
+	// If and ReturnOld are the rest of the kv.Mutation.
+	If        kv.Condition
+	ReturnOld bool
 }
 
 // ReadDone is the result of a ReadIO: Blocks[i] is the content of Slots[i].
@@ -89,10 +93,25 @@ type WriteIO struct {
 
 // Reply answers the request that arrived Seq-th (from 1).
 type Reply struct {
-	Seq   uint64
-	Val   []byte
-	Found bool
-	Full  bool // a Put of a new key into a full store
+	Seq    uint64
+	Result kv.Result
+	Full   bool // a new key in a full store: nothing stored
+	// Rejected is 1 + the index in rejections of the error of a mutation
+	// that does not apply to the value (0: none).
+	Rejected int
+}
+
+// rejections are the errors of mutations that do not apply to a value.
+var rejections = []error{kv.ErrNotInteger, kv.ErrNotFloat, kv.ErrOverflow, kv.ErrNotFinite, kv.ErrValueTooLarge}
+
+// rejectionOf is Reply.Rejected for a mutation's error.
+func rejectionOf(err error) int {
+	for i, e := range rejections {
+		if errors.Is(err, e) {
+			return i + 1
+		}
+	}
+	return 0
 }
 
 // ErrTampered is returned by Step when a slot's content contradicts the

@@ -1,5 +1,12 @@
 package oblivistore
 
+import (
+	"cmp"
+	"math"
+
+	"github.com/oblivkv/oblivkv/kv"
+)
+
 // Front is the ORAM main algorithm (Fig. 5) with the eviction cache, the
 // position map's first level (which partition holds each block) and the
 // Sequencer that answers requests in arrival order. It owns the early
@@ -35,6 +42,7 @@ type frontOptions struct {
 	EarlyCacheIns  int64
 	EvictionsAhead int64
 	Leak           leak
+	ValueSize      int // the largest value a mutation may leave
 }
 
 // Held is a block in trusted memory: being accessed, or in the eviction
@@ -59,6 +67,8 @@ type Req struct {
 	Op        OpKind
 	Key       string
 	Val       []byte
+	If        kv.Condition
+	ReturnOld bool
 	Evictions int32 // evictions it schedules (nu, drawn at arrival)
 	ReadDone  bool
 	HasKey    bool // holds a reference on Mem[Key]
@@ -68,7 +78,7 @@ type Req struct {
 func newFront(n int, g geometry, o Options) Front {
 	return Front{
 		Opts: frontOptions{EvictionRate: o.EvictionRate, EarlyCacheIns: int64(o.EarlyCacheIns),
-			EvictionsAhead: int64(o.EvictionsAhead), Leak: o.leak},
+			EvictionsAhead: int64(o.EvictionsAhead), Leak: o.leak, ValueSize: cmp.Or(o.valueSize, math.MaxInt)},
 		Partitions: g.Partitions, Levels: int64(g.Top + 1), Capacity: n,
 		Pos: map[string]int32{}, Mem: map[string]*Held{}, Queues: make([][]string, g.Partitions),
 		Early: int64(o.EarlyCacheIns), Evictions: int64(o.EvictionsAhead),
@@ -79,7 +89,7 @@ func newFront(n int, g geometry, o Options) Front {
 // public coins depends only on the order of arrivals.
 func (f *Front) arrive(c *Core, r Request) {
 	f.NextSeq++
-	f.Waiting = append(f.Waiting, &Req{Seq: f.NextSeq, Op: r.Op, Key: r.Key, Val: r.Val,
+	f.Waiting = append(f.Waiting, &Req{Seq: f.NextSeq, Op: r.Op, Key: r.Key, Val: r.Val, If: r.If, ReturnOld: r.ReturnOld,
 		Evictions: c.drawEvictions(f.Opts.EvictionRate)})
 }
 
@@ -140,7 +150,7 @@ func (f *Front) locate(c *Core, r *Req, fake int32) PartitionRead {
 		f.hold(c, r, &Held{Src: r.Seq, From: p})
 		return read
 	}
-	if r.Op == OpPut {
+	if f.creates(r) {
 		if f.Keys >= f.Capacity {
 			r.Full = true
 			return read
@@ -219,7 +229,7 @@ func (f *Front) answer(c *Core) bool {
 	for len(f.Active) > 0 {
 		r := f.Active[0]
 		h := f.Mem[r.Key]
-		if !r.ReadDone || (r.HasKey && r.Op == OpGet && !h.Known) {
+		if !r.ReadDone || (r.HasKey && !h.Known && !r.mutation().Blind()) {
 			break
 		}
 		f.Active = f.Active[1:]
@@ -229,24 +239,41 @@ func (f *Front) answer(c *Core) bool {
 	return moved
 }
 
+// apply runs r's mutation on its key's block (none: the key is not
+// stored and r does not make it) and answers it.
 func (f *Front) apply(r *Req, h *Held) *Reply {
 	rep := &Reply{Seq: r.Seq, Full: r.Full}
+	if r.Full {
+		return rep
+	}
+	var old []byte
+	exists := false
+	if r.HasKey {
+		old, exists = h.Val, h.Exists
+	}
+	next, after, res, err := r.mutation().Apply(old, exists, f.Opts.ValueSize)
+	rep.Result, rep.Rejected = res, rejectionOf(err)
 	if !r.HasKey {
 		return rep
 	}
-	switch r.Op {
-	case OpGet:
-		rep.Found, rep.Val = h.Exists, h.Val
-	case OpPut:
-		h.Val, h.Exists, h.Known = r.Val, true, true
-	case OpDelete:
-		h.Val, h.Exists, h.Known = nil, false, true
+	if res.Written || r.mutation().Blind() {
+		h.Val, h.Exists, h.Known = next, after, true
 	}
 	h.Refs--
 	if h.Refs == 0 {
 		f.settle(r.Key, h)
 	}
 	return rep
+}
+
+// creates reports whether r makes its key when the key is not stored.
+func (f *Front) creates(r *Req) bool {
+	_, exists, _, err := r.mutation().Apply(nil, false, f.Opts.ValueSize)
+	return exists && err == nil
+}
+
+func (r *Req) mutation() kv.Mutation {
+	return kv.Mutation{Op: r.Op, Arg: r.Val, If: r.If, ReturnOld: r.ReturnOld}
 }
 
 // settle puts an idle block in its partition's eviction cache, or forgets

@@ -6,21 +6,24 @@ import (
 	"math"
 
 	"github.com/oblivkv/oblivkv/internal/delta"
+	"github.com/oblivkv/oblivkv/kv"
 )
 
 // The journal record of an input starts with its kind.
 const (
-	recRequest byte = iota + 1
+	recRequest byte = iota + 1 // a Get, Put or Delete (journals before mutations)
 	recRead
 	recWrite
 	recReseed
+	recMutation // a request with the whole kv.Mutation
 )
 
 // appendInput encodes in as a journal record.
 func appendInput(b []byte, in Input) []byte {
 	switch {
 	case in.Request != nil:
-		b = append(b, recRequest, byte(in.Request.Op))
+		b = append(b, recMutation, byte(in.Request.Op), byte(in.Request.If))
+		b = delta.AppendBool(b, in.Request.ReturnOld)
 		b = delta.AppendBytes(b, []byte(in.Request.Key))
 		b = delta.AppendBool(b, in.Request.Val != nil)
 		b = delta.AppendBytes(b, in.Request.Val)
@@ -49,8 +52,11 @@ func decodeInput(b []byte) (Input, error) {
 	d := delta.NewDecoder(b)
 	var in Input
 	switch kind := d.Byte(); kind {
-	case recRequest:
+	case recRequest, recMutation:
 		r := &Request{Op: OpKind(d.Byte())}
+		if kind == recMutation {
+			r.If, r.ReturnOld = kv.Condition(d.Byte()), d.Bool()
+		}
 		r.Key = string(d.Bytes(math.MaxInt))
 		hasVal := d.Bool()
 		r.Val = d.Bytes(math.MaxInt)

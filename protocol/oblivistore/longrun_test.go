@@ -184,8 +184,8 @@ func coreBoundsEveryStep(t *testing.T, n int, o Options, bind bool) {
 					t.Fatalf("reply to unknown request %d", out.Reply.Seq)
 				}
 				delete(expect, out.Reply.Seq)
-				if w.get && (out.Reply.Found != w.found || string(out.Reply.Val) != w.val) {
-					t.Fatalf("request %d: Get = %q, %v; want %q, %v", out.Reply.Seq, out.Reply.Val, out.Reply.Found, w.val, w.found)
+				if w.get && (out.Reply.Result.Found != w.found || string(out.Reply.Result.Old) != w.val) {
+					t.Fatalf("request %d: Get = %q, %v; want %q, %v", out.Reply.Seq, out.Reply.Result.Old, out.Reply.Result.Found, w.val, w.found)
 				}
 				answered++
 			default:

@@ -42,4 +42,10 @@ func TestLinearizable(t *testing.T) {
 			kvtest.CheckLinearizable(t, s, kvtest.LinOptions{Clients: 16, OpsPerClient: 150, DeleteFraction: 0.15})
 		})
 	}
+	// INCR, APPEND and SETNX among GET, SET and DEL, applied by the Front
+	// once the block is in trusted memory (a blind SET before that).
+	t.Run("mutations", func(t *testing.T) {
+		s := kvtest.OpenStore(t, lin, kvtest.Jittered(kvtest.Mem(), 3*time.Millisecond))
+		kvtest.CheckLinearizable(t, s, kvtest.LinOptions{Clients: 16, OpsPerClient: 150, DeleteFraction: 0.1, MutationFraction: 0.6})
+	})
 }

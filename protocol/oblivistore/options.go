@@ -35,8 +35,12 @@ type Options struct {
 	// shuffle's write, at least the largest shuffle's write).
 	ShuffleIOAhead int
 
-	seed *[32]byte // tests only: makes every choice reproducible
-	leak leak      // tests only: a flaw injected to show an audit catches it
+	// valueSize is the store's value size, the largest value a mutation
+	// may leave (set by the store, not an option; 0, for a core driven by
+	// hand: no limit).
+	valueSize int
+	seed      *[32]byte // tests only: makes every choice reproducible
+	leak      leak      // tests only: a flaw injected to show an audit catches it
 	// readIssued, tests only, sees every read the core issues, of
 	// partition p, and whether it is a request's partition read (else a
 	// shuffling cache-in); a request's read of no slot too.

@@ -157,6 +157,7 @@ func (c *Core) checkOptions(o Options, n int) error {
 	g := o.geometry(n)
 	f, s := newFront(n, g, o), newServer(g, o)
 	f.Opts.Leak, s.Opts.Leak = c.st.Front.Opts.Leak, c.st.Server.Opts.Leak
+	f.Opts.ValueSize = c.st.Front.Opts.ValueSize // kv checks the value size
 	if g != c.st.Server.Geo || f.Opts != c.st.Front.Opts || s.Opts != c.st.Server.Opts {
 		return fmt.Errorf("%w: oblivistore was made with %s; asked for %s",
 			kv.ErrMismatch, describe(c.st.Server.Geo, c.st.Front.Opts, c.st.Server.Opts), describe(g, f.Opts, s.Opts))

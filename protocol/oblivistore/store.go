@@ -1,6 +1,7 @@
 package oblivistore
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	crand "crypto/rand"
@@ -49,9 +50,8 @@ type call struct {
 }
 
 type result struct {
-	val   []byte
-	found bool
-	err   error
+	kv.Result
+	err error
 }
 
 // event is one input for the loop: a call, an I/O completion, or a
@@ -91,6 +91,7 @@ func open(ctx context.Context, env kv.Env) (*store, error) {
 		return nil, err
 	}
 	opts = opts.withDefaults(env.Capacity)
+	opts.valueSize = env.ValueSize
 	if err := opts.validate(env.Capacity); err != nil {
 		return nil, err
 	}
@@ -180,6 +181,7 @@ func (s *store) recover(ctx context.Context, opts Options, n int) error {
 	if s.core, err = Restore(rec.State); err != nil {
 		return err
 	}
+	s.core.st.Front.Opts.ValueSize = opts.valueSize // a state from before mutations has none
 	if err := s.core.checkOptions(opts, n); err != nil {
 		return err
 	}
@@ -389,10 +391,10 @@ func (s *store) resultOf(r *Reply) result {
 	if r.Full {
 		return result{err: fmt.Errorf("%w: no room for a new key", kv.ErrFull)}
 	}
-	if !r.Found {
-		return result{}
+	if r.Rejected > 0 {
+		return result{err: rejections[r.Rejected-1]}
 	}
-	return result{val: append([]byte{}, r.Val...), found: true}
+	return result{Result: r.Result}
 }
 
 // retry runs a backend call until it succeeds, the store closes or
@@ -505,7 +507,15 @@ func (s *store) do(ctx context.Context, r Request) result {
 
 func (s *store) Get(ctx context.Context, key string) ([]byte, bool, error) {
 	r := s.do(ctx, Request{Op: OpGet, Key: key})
-	return r.val, r.found, r.err
+	return r.Old, r.Found, r.err
+}
+
+// Update implements kv.Updater: the Front applies the mutation to the
+// key's block once it is in trusted memory, so every kind is one
+// partition read, as a Get is.
+func (s *store) Update(ctx context.Context, key string, m kv.Mutation) (kv.Result, error) {
+	r := s.do(ctx, Request{Op: m.Op, Key: key, Val: bytes.Clone(m.Arg), If: m.If, ReturnOld: m.ReturnOld})
+	return r.Result, r.err
 }
 
 func (s *store) Put(ctx context.Context, key string, val []byte) error {
