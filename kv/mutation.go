@@ -85,6 +85,19 @@ func (m Mutation) Blind() bool {
 	return m.Op == MutSet && m.If == IfAlways && !m.ReturnOld
 }
 
+// LeavesKey reports whether the key exists after m, given only whether it
+// existed before (found), for a protocol that must count keys before it
+// has their values: a key that existed stays unless m deletes it (a
+// mutation that does not apply leaves it), and a missing key is made by
+// m if m applies to nothing in a store of valueSize.
+func (m Mutation) LeavesKey(found bool, valueSize int) bool {
+	if found {
+		return m.Op != MutDelete
+	}
+	_, exists, _, err := m.Apply(nil, false, valueSize)
+	return exists && err == nil
+}
+
 // Updater is implemented by every store kv.Open returns, and by a
 // protocol that applies mutations natively (inside one access).
 type Updater interface {

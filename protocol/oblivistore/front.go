@@ -150,7 +150,7 @@ func (f *Front) locate(c *Core, r *Req, fake int32) PartitionRead {
 		f.hold(c, r, &Held{Src: r.Seq, From: p})
 		return read
 	}
-	if f.creates(r) {
+	if r.mutation().LeavesKey(false, f.Opts.ValueSize) {
 		if f.Keys >= f.Capacity {
 			r.Full = true
 			return read
@@ -264,12 +264,6 @@ func (f *Front) apply(r *Req, h *Held) *Reply {
 		f.settle(r.Key, h)
 	}
 	return rep
-}
-
-// creates reports whether r makes its key when the key is not stored.
-func (f *Front) creates(r *Req) bool {
-	_, exists, _, err := r.mutation().Apply(nil, false, f.Opts.ValueSize)
-	return exists && err == nil
 }
 
 func (r *Req) mutation() kv.Mutation {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/oblivkv/oblivkv/backend"
 	"github.com/oblivkv/oblivkv/internal/durable"
+	"github.com/oblivkv/oblivkv/kv"
 )
 
 // readKind says why a batch reads an object.
@@ -289,15 +290,15 @@ func (s *store) plan(batch []*request) ([]keyPlan, int) {
 			plans = append(plans, keyPlan{ref: rf, obj: o, finalExists: o != nil})
 		}
 		p := &plans[i]
-		switch {
-		case r.op == opPut && !p.finalExists:
+		switch after := r.m.LeavesKey(p.finalExists, s.valueSize); {
+		case after && !p.finalExists:
 			if n >= s.capacity {
 				r.err = errFull(s.capacity)
 				continue
 			}
 			n++
 			p.finalExists = true
-		case r.op == opDelete && p.finalExists:
+		case !after && p.finalExists:
 			n--
 			p.finalExists = false
 		}
@@ -570,7 +571,8 @@ func (s *store) commit(plans []keyPlan, reads []read, victims []*list.Element, t
 	}
 	for i := range plans {
 		p := &plans[i]
-		val, exists := p.answer(p.before(reads))
+		before, found := p.before(reads)
+		val, exists := p.answer(before, found, s.valueSize)
 		s.settle(p, val, exists, ts, &ch)
 	}
 	s.counters.Batches++
@@ -613,18 +615,11 @@ func (p *keyPlan) before(reads []read) ([]byte, bool) {
 
 // answer answers the key's requests in arrival order, starting from its
 // value and existence val, exists, and returns them after the last.
-func (p *keyPlan) answer(val []byte, exists bool) ([]byte, bool) {
+func (p *keyPlan) answer(val []byte, exists bool, valueSize int) ([]byte, bool) {
 	for _, r := range p.reqs {
-		switch r.op {
-		case opGet:
-			if exists {
-				r.result, r.found = append([]byte{}, val...), true
-			}
-		case opPut:
-			val, exists = r.value, true
-		case opDelete:
-			val, exists = nil, false
-		}
+		var res kv.Result
+		val, exists, res, r.err = r.m.Apply(val, exists, valueSize)
+		r.result = res
 	}
 	return val, exists
 }

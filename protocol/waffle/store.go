@@ -1,6 +1,7 @@
 package waffle
 
 import (
+	"bytes"
 	"container/list"
 	"context"
 	crand "crypto/rand"
@@ -35,21 +36,11 @@ var (
 
 func errFull(capacity int) error { return fmt.Errorf("%w: %d keys", kv.ErrFull, capacity) }
 
-type opKind uint8
-
-const (
-	opGet opKind = iota
-	opPut
-	opDelete
-)
-
 type request struct {
-	op     opKind
+	m      kv.Mutation // what it does to its key (its Arg the caller's copy)
 	key    string
-	value  []byte
 	done   chan struct{}
-	result []byte
-	found  bool
+	result kv.Result
 	err    error
 }
 
@@ -221,33 +212,35 @@ func hasRef(objs map[ref]*object, rf ref) bool {
 }
 
 func (s *store) Get(ctx context.Context, key string) ([]byte, bool, error) {
-	r, err := s.access(ctx, opGet, key, nil)
-	if err != nil {
-		return nil, false, err
-	}
-	return r.result, r.found, r.err
+	r, err := s.Update(ctx, key, kv.Mutation{Op: kv.MutRead})
+	return r.Old, r.Found, err
 }
 
 func (s *store) Put(ctx context.Context, key string, val []byte) error {
-	r, err := s.access(ctx, opPut, key, append([]byte{}, val...))
-	if err != nil {
-		return err
-	}
-	return r.err
+	_, err := s.Update(ctx, key, kv.Mutation{Op: kv.MutSet, Arg: val})
+	return err
 }
 
 func (s *store) Delete(ctx context.Context, key string) error {
-	r, err := s.access(ctx, opDelete, key, nil)
+	_, err := s.Update(ctx, key, kv.Mutation{Op: kv.MutDelete})
+	return err
+}
+
+// Update implements kv.Updater: the mutation is one request of a batch,
+// run on the key's value when the batch has it, as a Get is.
+func (s *store) Update(ctx context.Context, key string, m kv.Mutation) (kv.Result, error) {
+	m.Arg = bytes.Clone(m.Arg)
+	r, err := s.access(ctx, m, key)
 	if err != nil {
-		return err
+		return kv.Result{}, err
 	}
-	return r.err
+	return r.result, r.err
 }
 
 // access queues one request for the next batch and waits for its answer.
 // A request already queued runs even if the caller gives up.
-func (s *store) access(ctx context.Context, op opKind, key string, val []byte) (*request, error) {
-	r := &request{op: op, key: key, value: val, done: make(chan struct{})}
+func (s *store) access(ctx context.Context, m kv.Mutation, key string) (*request, error) {
+	r := &request{m: m, key: key, done: make(chan struct{})}
 	select {
 	case s.reqs <- r:
 	case <-ctx.Done():

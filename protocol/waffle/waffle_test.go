@@ -39,6 +39,12 @@ func TestLinearizable(t *testing.T) {
 			kvtest.CheckLinearizable(t, s, kvtest.LinOptions{Clients: 16, OpsPerClient: 150, DeleteFraction: 0.15})
 		})
 	}
+	// INCR, APPEND and SETNX among GET, SET and DEL, several on one key in
+	// a batch.
+	t.Run("mutations", func(t *testing.T) {
+		s := kvtest.OpenStore(t, cfg, kvtest.Jittered(kvtest.Mem(), time.Millisecond))
+		kvtest.CheckLinearizable(t, s, kvtest.LinOptions{Clients: 16, OpsPerClient: 150, DeleteFraction: 0.1, MutationFraction: 0.6})
+	})
 }
 
 // open opens a fresh store of capacity 64 with values of 32 bytes,
