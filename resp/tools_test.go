@@ -46,18 +46,3 @@ func TestRedisCLI(t *testing.T) {
 		}
 	}
 }
-
-func TestRedisBenchmark(t *testing.T) {
-	bench := redistest.Require(t, "redis-benchmark")
-	env := startServer(t, openStore(t, kv.Config{}), Options{})
-	port := env.addr[strings.LastIndexByte(env.addr, ':')+1:]
-	out := runTool(t, bench, "-p", port, "-t", "get,set", "-n", "2000", "-q")
-	mustContain(t, out, "SET: ", "GET: ", "requests per second")
-	if strings.Contains(out, "ERR") || strings.Contains(out, "rror") {
-		t.Errorf("redis-benchmark reported errors:\n%s", out)
-	}
-	if st := env.store.Stats(); st.Puts < 2000 || st.Gets < 2000 {
-		t.Errorf("the store served %d puts and %d gets, want at least 2000 of each", st.Puts, st.Gets)
-	}
-	t.Logf("redis-benchmark:\n%s", out)
-}
