@@ -6,6 +6,12 @@
 // import github.com/oblivkv/oblivkv/protocol/all to make every protocol
 // available to Open, as database/sql drivers are made available.
 //
+// Every store Open returns also applies mutations (Updater: increments,
+// appends, conditional sets, Redis's string commands) and MSETNX
+// (MultiSetter). A protocol that implements Updater runs a mutation inside
+// one access; for the others kv runs it as a Get and then a Put or a
+// Delete, whatever its outcome, under a per-key lock.
+//
 // kv owns the checks common to every protocol (key and value sizes, a closed
 // store, operation counters) and the sealed metadata record that binds a
 // backend's contents to one protocol, one parameter set and one key. It must
@@ -29,8 +35,10 @@ import (
 // Obliviousness contract: in every oblivious protocol, a Get of a missing
 // key, a Put of a new key, a Put of an existing key and a Delete cost the
 // same adversary-visible work (the same number, kind, size and timing of
-// backend calls) as any other access. Existence never leaks through timing,
-// errors or backend calls. The insecure baselines (plain, encrypted) make no
+// backend calls) as any other access; so does a mutation (Updater), whether
+// it applies or not, in every protocol that implements Updater itself.
+// Existence never leaks through timing, errors or backend calls. The
+// insecure baselines (plain, encrypted) make no
 // such promise.
 type Store interface {
 	// Get returns the value of key and whether it exists.
