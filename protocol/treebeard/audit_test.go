@@ -3,7 +3,6 @@ package treebeard_test
 import (
 	"errors"
 	"fmt"
-	"math"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -289,229 +288,26 @@ func runAuditCrashing(t *testing.T, opts treebeard.Options, seed byte, keys []ui
 	return run
 }
 
-// ---- Storage's view, parsed -------------------------------------------
+// ---- Storage's view, parsed by package audit (audit/treebeard.go) ----
 
-// treeOp is one operation of a tree as storage sees it: the Reads of a
-// multi-path read or an eviction and the Write that ends it.
-type treeOp struct {
-	reads []observe.Record
-	write observe.Record
-	meta  []uint64 // parsed: the buckets of a metadata Read
-}
-
-// opKind is what an operation is, told from its shape alone: a
-// multi-path read is a Read of up to Z slots per bucket (one per path
-// crossing it), followed in the same Read by Z slots of each bucket an
-// early reshuffle rewrites, and a Write of the metadata (plus the
-// reshuffled buckets' slots); an eviction is a Read of Z slots per bucket
-// and a Write of every slot of every bucket. Either
-// may start with a Read of the metadata the tree has no copy of (none
-// after a load, which writes them all; after a recovery, each bucket's
-// the first time an operation's union holds it).
-type opKind int
-
-const (
-	opPathRead opKind = iota
-	opEviction
-)
-
-func (k opKind) String() string { return [...]string{"multi-path read", "eviction"}[k] }
-
-type slotAddr struct {
-	bucket uint64
-	slot   int
-}
-
-// opView is a treeOp parsed with its tree's layout.
-type opView struct {
-	seq        uint64 // Tap sequence number of its first call
-	kind       opKind
-	meta       []uint64          // buckets whose metadata a first Read fetched, in order (often none)
-	union      []uint64          // the buckets of its first slot Read, sorted: the union of its paths
-	slotReads  [][]slotAddr      // the slot Reads after it: one, or two (reshuffle)
-	wroteMeta  []uint64          // buckets whose metadata the Write holds, in order
-	wroteSlots map[uint64]uint64 // bucket -> mask of the slots the Write holds
-}
-
-// splitTrees returns each tree's backend calls in Tap order, and checks
-// that every call but the checkpoints' anchor writes belongs to exactly
-// one tree.
-func splitTrees(records []observe.Record, trees int) ([][]observe.Record, error) {
-	out := make([][]observe.Record, trees)
-	for _, r := range records {
-		if len(r.Addrs) == 0 {
-			return nil, fmt.Errorf("call %d (%v) has no address", r.Seq, r.Op)
+// TestAuditLayoutAgrees checks that package audit reads treebeard's
+// addresses as they are: its tree prefixes and Ring ORAM layout.
+func TestAuditLayoutAgrees(t *testing.T) {
+	for tr := range 3 {
+		if audit.TreebeardPrefix(tr) != treebeard.TreePrefix(tr) {
+			t.Fatalf("audit.TreebeardPrefix(%d) = %q, treebeard.TreePrefix %q", tr, audit.TreebeardPrefix(tr), treebeard.TreePrefix(tr))
 		}
-		if r.Err {
-			return nil, fmt.Errorf("call %d (%v) failed", r.Seq, r.Op)
+		l, a := ringoram.Layout{Prefix: treebeard.TreePrefix(tr)}, audit.RingLayout{Prefix: treebeard.TreePrefix(tr)}
+		if b, ok := a.ParseMeta(l.MetaAddr(300)); !ok || b != 300 {
+			t.Fatalf("audit reads metadata address %q as %d, %v", l.MetaAddr(300), b, ok)
 		}
-		if durabletest.IsAnchorWrite(r) {
-			continue
+		if b, s, ok := a.ParseSlot(l.SlotAddr(300, 5)); !ok || b != 300 || s != 5 {
+			t.Fatalf("audit reads slot address %q as %d/%d, %v", l.SlotAddr(300, 5), b, s, ok)
 		}
-		owner := -1
-		for t := range trees {
-			if strings.HasPrefix(r.Addrs[0], treebeard.TreePrefix(t)) {
-				owner = t
-			}
-		}
-		if owner < 0 {
-			return nil, fmt.Errorf("call %d (%v) of %q belongs to no tree", r.Seq, r.Op, r.Addrs[0])
-		}
-		p := treebeard.TreePrefix(owner)
-		for _, a := range r.Addrs {
-			if !strings.HasPrefix(a, p) {
-				return nil, fmt.Errorf("call %d (%v) spans trees: %q and %q", r.Seq, r.Op, r.Addrs[0], a)
-			}
-		}
-		out[owner] = append(out[owner], r)
-	}
-	return out, nil
-}
-
-// parseTree groups a tree's calls into operations (Reads, then the Write
-// that ends them) and parses each.
-func parseTree(records []observe.Record, l ringoram.Layout, z int) ([]opView, error) {
-	var ops []opView
-	var op treeOp
-	for _, r := range records {
-		switch r.Op {
-		case observe.OpRead:
-			op.reads = append(op.reads, r)
-		case observe.OpWrite:
-			op.write = r
-			v, err := parseOp(op, l, z)
-			if err != nil {
-				return nil, err
-			}
-			ops = append(ops, v)
-			op = treeOp{}
-		default:
-			return nil, fmt.Errorf("call %d: a tree's %v", r.Seq, r.Op)
+		if _, _, ok := a.ParseSlot(l.MetaAddr(300)); ok {
+			t.Fatal("audit reads a metadata address as a slot")
 		}
 	}
-	if len(op.reads) > 0 {
-		return nil, fmt.Errorf("call %d: Reads with no Write after them", op.reads[0].Seq)
-	}
-	return ops, nil
-}
-
-// splitShuffle splits an operation's slot Read into the path read's slots
-// and, after them, the Z slots of each bucket an early reshuffle rewrites
-// (a bucket with more than Z slots in the Read: one path crossing it takes
-// at least one). An eviction's Read, Z slots of each bucket, has no second
-// part.
-func splitShuffle(read []slotAddr, z int) (path, shuffle []slotAddr) {
-	per := map[uint64]int{}
-	for _, r := range read {
-		per[r.bucket]++
-	}
-	n := 0
-	for _, c := range per {
-		if c > z {
-			c -= z
-		}
-		n += c
-	}
-	return read[:n], read[n:]
-}
-
-func parseOp(op treeOp, l ringoram.Layout, z int) (opView, error) {
-	reads := op.reads
-	if len(reads) > 0 {
-		if _, ok := l.ParseMeta(reads[0].Addrs[0]); ok { // the metadata the tree has no copy of
-			for _, a := range reads[0].Addrs {
-				b, ok := l.ParseMeta(a)
-				if !ok {
-					return opView{}, fmt.Errorf("call %d: a metadata Read holds %q", reads[0].Seq, a)
-				}
-				op.meta = append(op.meta, b)
-			}
-			reads = reads[1:]
-		}
-	}
-	if len(reads) != 1 {
-		return opView{}, fmt.Errorf("call %d: an operation of %d slot Reads and a Write", op.write.Seq, len(reads))
-	}
-	v := opView{seq: op.write.Seq, meta: op.meta, wroteSlots: map[uint64]uint64{}}
-	if len(op.reads) > 0 {
-		v.seq = op.reads[0].Seq
-	}
-	var read []slotAddr
-	for _, a := range reads[0].Addrs {
-		b, s, ok := l.ParseSlot(a)
-		if !ok {
-			return v, fmt.Errorf("call %d: Read holds %q, not a slot", reads[0].Seq, a)
-		}
-		read = append(read, slotAddr{b, s})
-	}
-	path, shuffle := splitShuffle(read, z)
-	v.slotReads = append(v.slotReads, path)
-	if len(shuffle) > 0 {
-		v.slotReads = append(v.slotReads, shuffle)
-	}
-	for _, a := range op.write.Addrs {
-		if b, ok := l.ParseMeta(a); ok {
-			v.wroteMeta = append(v.wroteMeta, b)
-		} else if b, s, ok := l.ParseSlot(a); ok {
-			if v.wroteSlots[b]&(1<<s) != 0 {
-				return v, fmt.Errorf("call %d: Write holds slot %d of bucket %d twice", op.write.Seq, s, b)
-			}
-			v.wroteSlots[b] |= 1 << s
-		} else {
-			return v, fmt.Errorf("call %d: Write holds %q", op.write.Seq, a)
-		}
-	}
-	if len(v.slotReads) == 1 && len(v.wroteSlots) > 0 {
-		v.kind = opEviction // slots written, and no bucket read more than Z times
-	}
-	for _, r := range v.slotReads[0] {
-		v.union = append(v.union, r.bucket)
-	}
-	slices.Sort(v.union)
-	v.union = slices.Compact(v.union)
-	return v, nil
-}
-
-// views returns every tree's parsed operations.
-func views(records []observe.Record, trees, z int) ([][]opView, error) {
-	per, err := splitTrees(records, trees)
-	if err != nil {
-		return nil, err
-	}
-	out := make([][]opView, trees)
-	for t, recs := range per {
-		if out[t], err = parseTree(recs, ringoram.Layout{Prefix: treebeard.TreePrefix(t)}, z); err != nil {
-			return nil, fmt.Errorf("tree %d: %w", t, err)
-		}
-	}
-	return out, nil
-}
-
-// checkSizes is part of audit (b): every slot storage stores or returns
-// has one size and every metadata record another, so sizes tell real
-// blocks from dummies no more than addresses do.
-func checkSizes(records []observe.Record, trees int) error {
-	slot, meta := -1, -1
-	for _, r := range records {
-		for i, a := range r.Addrs {
-			for t := range trees {
-				l := ringoram.Layout{Prefix: treebeard.TreePrefix(t)}
-				want := &slot
-				if _, ok := l.ParseMeta(a); ok {
-					want = &meta
-				} else if _, _, ok := l.ParseSlot(a); !ok {
-					continue
-				}
-				if *want < 0 {
-					*want = r.Sizes[i]
-				}
-				if r.Sizes[i] != *want {
-					return fmt.Errorf("call %d (%v): %q is %d bytes, others of its kind %d", r.Seq, r.Op, a, r.Sizes[i], *want)
-				}
-			}
-		}
-	}
-	return nil
 }
 
 // treeEvents returns each tree's read and evict events, in order.
@@ -608,7 +404,7 @@ func checkSchedule(perTree [][]treebeard.TraceEvent, a, k int) error {
 // bucket of the union and every slot of the reshuffled buckets, nothing
 // else. An eviction of leaves P reads the metadata of Union(P), Z slots
 // of each of its buckets, and writes every slot and the metadata of each.
-func checkView(geo tree.Geometry, z, s int, ops []opView, evs []treebeard.TraceEvent, metaReads int) error {
+func checkView(geo tree.Geometry, z, s int, ops []audit.TreeOp, evs []treebeard.TraceEvent, metaReads int) error {
 	if len(ops) != len(evs) {
 		return fmt.Errorf("%d operations on storage, %d in the trace", len(ops), len(evs))
 	}
@@ -616,50 +412,50 @@ func checkView(geo tree.Geometry, z, s int, ops []opView, evs []treebeard.TraceE
 	readMeta := map[uint64]int{} // per bucket: metadata Reads so far
 	for i, op := range ops {
 		e := evs[i]
-		want := opPathRead
+		want := audit.TreePathRead
 		if e.Kind == treebeard.TraceEvict {
-			want = opEviction
+			want = audit.TreeEviction
 		}
-		if op.kind != want {
-			return fmt.Errorf("call %d: storage saw a %v, the trace a %v", op.seq, op.kind, want)
+		if op.Kind != want {
+			return fmt.Errorf("call %d: storage saw a %v, the trace a %v", op.Seq, op.Kind, want)
 		}
 		union := geo.Union(e.Leaves, nil)
-		if err := metaFrom(op.meta, union, readMeta, metaReads); err != nil {
-			return fmt.Errorf("call %d (%v of %d paths): %w", op.seq, op.kind, len(e.Leaves), err)
+		if err := metaFrom(op.Meta, union, readMeta, metaReads); err != nil {
+			return fmt.Errorf("call %d (%v of %d paths): %w", op.Seq, op.Kind, len(e.Leaves), err)
 		}
 		perBucket := crossing(geo, e.Leaves, z) // a path read: one slot per path, at most Z
-		if op.kind == opEviction {
+		if op.Kind == audit.TreeEviction {
 			perBucket = func(uint64) int { return z } // ReadBucket: Z slots of each
 		}
-		if err := slotsPerBucket("slot Read", op.slotReads[0], union, perBucket); err != nil {
-			return fmt.Errorf("call %d (%v): %w", op.seq, op.kind, err)
+		if err := audit.SlotsPerBucket("slot Read", op.SlotReads[0], union, perBucket); err != nil {
+			return fmt.Errorf("call %d (%v): %w", op.Seq, op.Kind, err)
 		}
-		if err := sameBuckets("metadata Write", op.wroteMeta, union); err != nil {
-			return fmt.Errorf("call %d (%v): %w", op.seq, op.kind, err)
+		if err := audit.SameBuckets("metadata Write", op.WroteMeta, union); err != nil {
+			return fmt.Errorf("call %d (%v): %w", op.Seq, op.Kind, err)
 		}
 		rewritten := union // an eviction rewrites the whole union
-		if op.kind == opPathRead {
+		if op.Kind == audit.TreePathRead {
 			rewritten = nil
-			if len(op.slotReads) == 2 {
-				for _, r := range op.slotReads[1] {
-					rewritten = append(rewritten, r.bucket)
+			if len(op.SlotReads) == 2 {
+				for _, r := range op.SlotReads[1] {
+					rewritten = append(rewritten, r.Bucket)
 				}
 				slices.Sort(rewritten)
 				rewritten = slices.Compact(rewritten)
-				if err := slotsPerBucket("reshuffle Read", op.slotReads[1], rewritten, func(uint64) int { return z }); err != nil {
-					return fmt.Errorf("call %d: %w", op.seq, err)
+				if err := audit.SlotsPerBucket("reshuffle Read", op.SlotReads[1], rewritten, func(uint64) int { return z }); err != nil {
+					return fmt.Errorf("call %d: %w", op.Seq, err)
 				}
 				if !subset(rewritten, union) {
-					return fmt.Errorf("call %d: a reshuffle Read outside the union", op.seq)
+					return fmt.Errorf("call %d: a reshuffle Read outside the union", op.Seq)
 				}
 			}
 		}
-		if len(op.wroteSlots) != len(rewritten) {
-			return fmt.Errorf("call %d (%v): Write holds slots of %d buckets, want %d", op.seq, op.kind, len(op.wroteSlots), len(rewritten))
+		if len(op.WroteSlots) != len(rewritten) {
+			return fmt.Errorf("call %d (%v): Write holds slots of %d buckets, want %d", op.Seq, op.Kind, len(op.WroteSlots), len(rewritten))
 		}
 		for _, b := range rewritten {
-			if op.wroteSlots[b] != all {
-				return fmt.Errorf("call %d (%v): Write holds slots %b of bucket %d, want all %d", op.seq, op.kind, op.wroteSlots[b], b, z+s)
+			if op.WroteSlots[b] != all {
+				return fmt.Errorf("call %d (%v): Write holds slots %b of bucket %d, want all %d", op.Seq, op.Kind, op.WroteSlots[b], b, z+s)
 			}
 		}
 	}
@@ -681,20 +477,6 @@ func metaFrom(meta, union []uint64, reads map[uint64]int, most int) error {
 	return nil
 }
 
-// sameBuckets reports whether got holds exactly the buckets of want (a
-// Union: sorted, distinct), each once.
-func sameBuckets(what string, got, want []uint64) error {
-	g := slices.Clone(got)
-	slices.Sort(g)
-	if len(slices.Compact(slices.Clone(g))) != len(g) {
-		return fmt.Errorf("%s holds a bucket twice", what)
-	}
-	if !slices.Equal(g, want) {
-		return fmt.Errorf("%s holds %d buckets, not exactly the %d of the union: %s", what, len(g), len(want), diff(g, want))
-	}
-	return nil
-}
-
 // crossing returns, per bucket, how many slots a multi-path read of leaves
 // takes from it: one per path crossing it, at most z.
 func crossing(geo tree.Geometry, leaves []uint64, z int) func(bucket uint64) int {
@@ -707,29 +489,6 @@ func crossing(geo tree.Geometry, leaves []uint64, z int) func(bucket uint64) int
 	return func(b uint64) int { return c[b] }
 }
 
-// slotsPerBucket reports whether reads hold exactly n(b) distinct slots of
-// every bucket b of buckets and nothing else.
-func slotsPerBucket(what string, reads []slotAddr, buckets []uint64, n func(uint64) int) error {
-	seen := map[uint64]uint64{}
-	count := map[uint64]int{}
-	for _, r := range reads {
-		if seen[r.bucket]&(1<<r.slot) != 0 {
-			return fmt.Errorf("%s holds slot %d of bucket %d twice", what, r.slot, r.bucket)
-		}
-		seen[r.bucket] |= 1 << r.slot
-		count[r.bucket]++
-	}
-	if len(count) != len(buckets) {
-		return fmt.Errorf("%s touches %d buckets, want %d", what, len(count), len(buckets))
-	}
-	for _, b := range buckets {
-		if count[b] != n(b) {
-			return fmt.Errorf("%s holds %d slots of bucket %d, want %d", what, count[b], b, n(b))
-		}
-	}
-	return nil
-}
-
 func subset(a, b []uint64) bool {
 	for _, x := range a {
 		if _, ok := slices.BinarySearch(b, x); !ok {
@@ -739,166 +498,11 @@ func subset(a, b []uint64) bool {
 	return true
 }
 
-// diff names the first bucket in one sorted list and not the other.
-func diff(got, want []uint64) string {
-	for _, b := range got {
-		if _, ok := slices.BinarySearch(want, b); !ok {
-			return fmt.Sprintf("bucket %d is not in the union", b)
-		}
-	}
-	for _, b := range want {
-		if _, ok := slices.BinarySearch(got, b); !ok {
-			return fmt.Sprintf("bucket %d is missing", b)
-		}
-	}
-	return "same set"
-}
-
-// checkEvictionOrder is audit (d) for one tree, from storage's view: the
-// i-th eviction (told apart by its shape, opKind) reads and rewrites
-// exactly the union of the paths ReverseLexLeaf(c), ...,
-// ReverseLexLeaf(c+ks[i]-1), c being the number of paths evicted before
-// it (0 after the load), and ks[i] is a multiple of k. ks[i] is the
-// eviction's number of paths (from the trace); storage also shows it
-// whenever it is below the number of leaves, since that many consecutive
-// reverse-lexicographic paths end at distinct leaves: it must then be the
-// number of leaf buckets rewritten.
-func checkEvictionOrder(geo tree.Geometry, k int, ops []opView, ks []int) error {
-	var c uint64
-	i := 0
-	for _, op := range ops {
-		if op.kind != opEviction {
-			continue
-		}
-		if i >= len(ks) {
-			return fmt.Errorf("call %d: eviction %d, only %d in the trace", op.seq, i, len(ks))
-		}
-		n := ks[i]
-		if n < k || n%k != 0 {
-			return fmt.Errorf("call %d: eviction of %d paths, not a multiple of k=%d", op.seq, n, k)
-		}
-		leaves := make([]uint64, n)
-		for j := range leaves {
-			leaves[j] = geo.ReverseLexLeaf(c + uint64(j))
-		}
-		want := geo.Union(leaves, nil)
-		if err := sameBuckets("eviction slot Read", op.union, want); err != nil {
-			return fmt.Errorf("call %d: eviction %d (paths %d..%d in reverse-lexicographic order): %w", op.seq, i, c, c+uint64(n)-1, err)
-		}
-		written := make([]uint64, 0, len(op.wroteSlots))
-		for b := range op.wroteSlots {
-			written = append(written, b)
-		}
-		if err := sameBuckets("eviction Write", written, want); err != nil {
-			return fmt.Errorf("call %d: eviction %d (paths %d..%d): %w", op.seq, i, c, c+uint64(n)-1, err)
-		}
-		if uint64(n) < geo.Leaves() {
-			leafBuckets := 0
-			for _, b := range op.union {
-				if geo.Level(b) == geo.L {
-					leafBuckets++
-				}
-			}
-			if leafBuckets != n {
-				return fmt.Errorf("call %d: eviction of %d paths rewrites %d leaf buckets", op.seq, n, leafBuckets)
-			}
-		}
-		c += uint64(n)
-		i++
-	}
-	if i != len(ks) {
-		return fmt.Errorf("%d evictions on storage, %d in the trace", i, len(ks))
-	}
-	return nil
-}
-
-// checkReshuffles is audit (e) for one tree, from storage's view alone.
-// Per bucket it counts the path reads' slot reads since the bucket's last
-// full rewrite (a Write of all its Z+S slots; the load rewrote every
-// bucket). A full rewrite by a multi-path read (an early reshuffle) must
-// come exactly when that count exceeds S-Z (fewer than Z dummies left:
-// when it reaches S with Z = 1), and the count never exceeds S.
-// Also, no slot is read twice between two rewrites of its bucket (Ring
-// ORAM reads only valid slots), whether by a path read, a reshuffle or an
-// eviction.
-func checkReshuffles(z, s int, ops []opView) error {
-	count := map[uint64]int{}
-	read := map[uint64]uint64{}
-	all := uint64(1)<<(z+s) - 1
-	for _, op := range ops {
-		for _, reads := range op.slotReads {
-			for _, r := range reads {
-				if read[r.bucket]&(1<<r.slot) != 0 {
-					return fmt.Errorf("call %d: slot %d of bucket %d read twice since the bucket was rewritten", op.seq, r.slot, r.bucket)
-				}
-				read[r.bucket] |= 1 << r.slot
-			}
-		}
-		if op.kind == opPathRead {
-			for _, r := range op.slotReads[0] {
-				count[r.bucket]++
-				if count[r.bucket] > s {
-					return fmt.Errorf("call %d: bucket %d read %d times since its last rewrite; S=%d", op.seq, r.bucket, count[r.bucket], s)
-				}
-			}
-		}
-		for b, mask := range op.wroteSlots {
-			if mask != all {
-				return fmt.Errorf("call %d: a partial rewrite of bucket %d (slots %b)", op.seq, b, mask)
-			}
-			if op.kind == opPathRead && count[b] <= s-z {
-				return fmt.Errorf("call %d: bucket %d reshuffled after %d reads; S=%d, Z=%d", op.seq, b, count[b], s, z)
-			}
-			delete(count, b)
-			delete(read, b)
-		}
-		if op.kind == opPathRead {
-			for _, r := range op.slotReads[0] {
-				if count[r.bucket] > s-z {
-					return fmt.Errorf("call %d: bucket %d read %d times and not reshuffled; S=%d, Z=%d", op.seq, r.bucket, count[r.bucket], s, z)
-				}
-			}
-		}
-	}
-	return nil
-}
-
-// leafCells returns, from storage's view, how often each (tree, leaf bin)
-// cell was read: every multi-path read's slot Read takes a slot of the
-// leaf bucket of each distinct path it reads, which names the path's leaf.
-// Cell t*bins + leaf*bins/leaves.
-func leafCells(geo tree.Geometry, perTree [][]opView, bins int) []int {
-	cells := make([]int, len(perTree)*bins)
-	for t, ops := range perTree {
-		for _, op := range ops {
-			if op.kind != opPathRead {
-				continue
-			}
-			for _, b := range op.union {
-				if leaf, ok := geo.LeafOf(b); ok {
-					cells[t*bins+int(leaf*uint64(bins)/geo.Leaves())]++
-				}
-			}
-		}
-	}
-	return cells
-}
-
-// perTree sums cells by tree.
-func perTree(cells []int, trees int) []int {
-	out := make([]int, trees)
-	bins := len(cells) / trees
-	for i, c := range cells {
-		out[i/bins] += c
-	}
-	return out
-}
-
 // audited is one workload's run with storage's view parsed and checked
 // by audits (a), (b), (d) and (e).
 type audited struct {
 	auditRun
-	ops   [][]opView
+	ops   [][]audit.TreeOp
 	cells []int
 }
 
@@ -908,11 +512,11 @@ type audited struct {
 func checkRun(run auditRun) (audited, error) {
 	o := run.opts
 	a := audited{auditRun: run}
-	ops, err := views(run.records, o.Trees, o.Z)
+	ops, err := audit.TreebeardViews(run.records, o.Trees, o.Z)
 	if err != nil {
 		return a, fmt.Errorf("audit (b): %w", err)
 	}
-	a.ops, a.cells = ops, leafCells(run.geo, ops, auditBins)
+	a.ops, a.cells = ops, audit.TreebeardLeafCells(run.geo, ops, auditBins)
 	var errs []error
 	if run.recovery != nil {
 		errs = append(errs, fmt.Errorf("recovery: %w", run.recovery))
@@ -924,17 +528,17 @@ func checkRun(run auditRun) (audited, error) {
 	if err := checkSchedule(evs, o.A, o.K); err != nil {
 		errs = append(errs, fmt.Errorf("eviction schedule: %w", err))
 	}
-	if err := checkSizes(run.records, o.Trees); err != nil {
+	if err := audit.TreebeardSizes(run.records, o.Trees); err != nil {
 		errs = append(errs, fmt.Errorf("audit (b): %w", err))
 	}
 	for t := range o.Trees {
 		if err := checkView(run.geo, o.Z, o.S, ops[t], evs[t], 1+run.crashes); err != nil {
 			errs = append(errs, fmt.Errorf("audit (b), tree %d: %w", t, err))
 		}
-		if err := checkEvictionOrder(run.geo, o.K, ops[t], evictionSizes(evs[t])); err != nil {
+		if err := audit.TreebeardEvictionOrder(run.geo, o.K, ops[t], evictionSizes(evs[t])); err != nil {
 			errs = append(errs, fmt.Errorf("audit (d), tree %d: %w", t, err))
 		}
-		if err := checkReshuffles(o.Z, o.S, ops[t]); err != nil {
+		if err := audit.TreebeardReshuffles(o.Z, o.S, ops[t]); err != nil {
 			errs = append(errs, fmt.Errorf("audit (e), tree %d: %w", t, err))
 		}
 	}
@@ -943,83 +547,31 @@ func checkRun(run auditRun) (audited, error) {
 
 // countOps returns the number of multi-path reads, evictions and
 // reshuffled buckets storage saw.
-func countOps(perTree [][]opView) (reads, evictions, reshuffles int) {
+func countOps(perTree [][]audit.TreeOp) (reads, evictions, reshuffles int) {
 	for _, ops := range perTree {
 		for _, op := range ops {
-			if op.kind == opEviction {
+			if op.Kind == audit.TreeEviction {
 				evictions++
 			} else {
 				reads++
-				reshuffles += len(op.wroteSlots)
+				reshuffles += len(op.WroteSlots)
 			}
 		}
 	}
 	return
 }
 
-// distinctLeaves returns, from storage's view, the histogram of the number
-// of distinct paths each multi-path read reads: the leaf buckets its
-// slot Read takes slots of.
-func distinctLeaves(geo tree.Geometry, perTree [][]opView) audit.Histogram {
-	var h audit.Histogram
-	for _, ops := range perTree {
-		for _, op := range ops {
-			if op.kind != opPathRead {
-				continue
-			}
-			n := 0
-			for _, b := range op.union {
-				if _, ok := geo.LeafOf(b); ok {
-					n++
-				}
-			}
-			h.Add(n)
-		}
-	}
-	return h
-}
-
-// slotOffsets returns how often path reads read each slot offset of a
-// bucket (the slot Read of every multi-path read).
-func slotOffsets(perTree [][]opView, slots int) []int {
-	out := make([]int, slots)
-	for _, ops := range perTree {
-		for _, op := range ops {
-			if op.kind == opPathRead {
-				for _, r := range op.slotReads[0] {
-					out[r.slot]++
-				}
-			}
-		}
-	}
-	return out
-}
-
-// evictionCount is audit (g): every tree evicts k paths per A of its
-// path reads, whatever the reads were for, so with P = requests path
-// reads over T trees the paths evicted in all are k*E with E between
-// (P - T(A-1))/A and P/A (each tree rounds its share down). The paths of
-// each eviction come from the trace; audit (d) checks them against
+// evictionCount is audit (g) (audit.TreebeardEvictionCount), with the
+// paths of each eviction from the trace; audit (d) checks them against
 // storage.
 func evictionCount(name string, a audited) audit.Check {
-	o := a.opts
 	paths := 0
 	for _, e := range a.events {
 		if e.Kind == treebeard.TraceEvict {
 			paths += len(e.Leaves)
 		}
 	}
-	lo := o.K * int(math.Ceil(float64(a.requests-o.Trees*(o.A-1))/float64(o.A)))
-	hi := o.K * (a.requests / o.A)
-	var violations []string
-	if paths < lo || paths > hi {
-		violations = append(violations, fmt.Sprintf("%d paths evicted after %d path reads; want %d to %d", paths, a.requests, lo, hi))
-	}
-	c := audit.Exact(name+": k paths evicted per A path reads", violations)
-	if c.Pass() {
-		c.Detail = fmt.Sprintf("%d paths evicted after %d path reads (%d to %d)", paths, a.requests, lo, hi)
-	}
-	return c
+	return audit.TreebeardEvictionCount(name, paths, a.requests, a.opts.Trees, a.opts.A, a.opts.K)
 }
 
 // readsPerEpoch is audit (j): a tree reads an epoch's paths in one
@@ -1030,10 +582,10 @@ func readsPerEpoch(name string, a audited) audit.Check {
 	for t, ops := range a.ops {
 		r, n := 0, 0 // the round of the reads counted, and how many
 		for _, op := range ops {
-			if op.kind != opPathRead {
+			if op.Kind != audit.TreePathRead {
 				continue
 			}
-			for r+1 < len(a.rounds) && op.seq > a.rounds[r+1] {
+			for r+1 < len(a.rounds) && op.Seq > a.rounds[r+1] {
 				r, n = r+1, 0
 			}
 			if n++; n == 2 {
@@ -1073,10 +625,10 @@ func statChecks(runs map[string]audited) []audit.Check {
 	for _, n := range names {
 		a := runs[n]
 		out = append(out,
-			audit.Uniform(n+": trees read", perTree(a.cells, a.opts.Trees)),
+			audit.Uniform(n+": trees read", audit.SumRows(a.cells, a.opts.Trees)),
 			audit.Uniform(n+": (tree, leaf bin) cells read", a.cells),
 			evictionCount(n, a),
-			audit.Uniform(n+": slot offsets of path reads", slotOffsets(a.ops, a.opts.Z+a.opts.S)),
+			audit.Uniform(n+": slot offsets of path reads", audit.TreebeardSlotOffsets(a.ops, a.opts.Z+a.opts.S)),
 			readsPerEpoch(n, a))
 	}
 	for i, x := range names {
@@ -1085,7 +637,7 @@ func statChecks(runs map[string]audited) []audit.Check {
 		}
 		if u, ok := runs["uniform"]; ok && x != "uniform" {
 			out = append(out, audit.Homogeneous(x+" against uniform: distinct paths per multi-path read",
-				distinctLeaves(runs[x].geo, runs[x].ops).Counts, distinctLeaves(u.geo, u.ops).Counts))
+				audit.TreebeardDistinctLeaves(runs[x].geo, runs[x].ops).Counts, audit.TreebeardDistinctLeaves(u.geo, u.ops).Counts))
 		}
 	}
 	return out
@@ -1336,9 +888,9 @@ func TestAuditCatchesViolations(t *testing.T) {
 	var evictions, plain, reshuffling [][]int // tree 0's operations by shape
 	for i, g := range groups {
 		switch op := clean.ops[0][i]; {
-		case op.kind == opEviction:
+		case op.Kind == audit.TreeEviction:
 			evictions = append(evictions, g)
-		case len(op.slotReads) == 1:
+		case len(op.SlotReads) == 1:
 			plain = append(plain, g)
 		default:
 			reshuffling = append(reshuffling, g)
@@ -1347,8 +899,8 @@ func TestAuditCatchesViolations(t *testing.T) {
 	if len(evictions) < 3 || len(plain) == 0 || len(reshuffling) == 0 {
 		t.Fatalf("tree 0: %d evictions, %d plain reads, %d reads with reshuffles: too few to doctor", len(evictions), len(plain), len(reshuffling))
 	}
-	tree0 := func(records []observe.Record) []opView {
-		ops, err := views(records, o.Trees, o.Z)
+	tree0 := func(records []observe.Record) []audit.TreeOp {
+		ops, err := audit.TreebeardViews(records, o.Trees, o.Z)
 		if err != nil {
 			t.Fatalf("doctored log does not parse: %v", err)
 		}
@@ -1414,7 +966,7 @@ func TestAuditCatchesViolations(t *testing.T) {
 			records[x].Addrs, records[y].Addrs = records[y].Addrs, records[x].Addrs
 			records[x].Sizes, records[y].Sizes = records[y].Sizes, records[x].Sizes
 		}
-		expect(t, checkEvictionOrder(geo, o.K, tree0(records), evictionSizes(evs[0])))
+		expect(t, audit.TreebeardEvictionOrder(geo, o.K, tree0(records), evictionSizes(evs[0])))
 	})
 	t.Run("d/an eviction's paths skipped", func(t *testing.T) {
 		// The first eviction never happened on storage: the second then
@@ -1423,10 +975,10 @@ func TestAuditCatchesViolations(t *testing.T) {
 		for _, i := range slices.Backward(evictions[0]) {
 			records = slices.Delete(records, i, i+1)
 		}
-		expect(t, checkEvictionOrder(geo, o.K, tree0(records), evictionSizes(evs[0])[1:]))
+		expect(t, audit.TreebeardEvictionOrder(geo, o.K, tree0(records), evictionSizes(evs[0])[1:]))
 	})
 	t.Run("d/clean", func(t *testing.T) {
-		if err := checkEvictionOrder(geo, o.K, clean.ops[0], evictionSizes(evs[0])); err != nil {
+		if err := audit.TreebeardEvictionOrder(geo, o.K, clean.ops[0], evictionSizes(evs[0])); err != nil {
 			t.Fatal(err)
 		}
 	})
@@ -1441,7 +993,7 @@ func TestAuditCatchesViolations(t *testing.T) {
 			}
 		}
 		w.Addrs, w.Sizes = addrs, sizes
-		expect(t, checkReshuffles(o.Z, o.S, tree0(records)))
+		expect(t, audit.TreebeardReshuffles(o.Z, o.S, tree0(records)))
 	})
 	t.Run("b/metadata read twice", func(t *testing.T) {
 		records := cloneRecords(run.records)
@@ -1461,6 +1013,6 @@ func TestAuditCatchesViolations(t *testing.T) {
 		for s := range o.Z + o.S {
 			w.Addrs, w.Sizes = append(w.Addrs, l.SlotAddr(root, s)), append(w.Sizes, 0)
 		}
-		expect(t, checkReshuffles(o.Z, o.S, tree0(records)))
+		expect(t, audit.TreebeardReshuffles(o.Z, o.S, tree0(records)))
 	})
 }
