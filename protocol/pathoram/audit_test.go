@@ -142,7 +142,7 @@ func runAudit(t *testing.T, p auditParams, w workload, lk leak, seed byte) audit
 // checkAccesses runs the audit's checks on recs, the log of workload w.
 func checkAccesses(f *fixture, w workload, recs []observe.Record) auditRun {
 	g := f.geometry()
-	reads, violations := parseAccesses(g, f.bucketSize(), recs)
+	reads, violations := audit.PathAccesses(g, tree.Layout{Prefix: treePrefix}, f.bucketSize(), recs)
 	leaves := make([]uint64, len(reads))
 	for i, r := range reads {
 		leaves[i] = r.Leaf
@@ -220,64 +220,6 @@ func runRecoveredAudit(t *testing.T, p auditParams, w workload, lk leak, seed by
 	return checkAccesses(f, w, recs), viewErr
 }
 
-// parseAccesses returns the path read of every Read of a whole path, and
-// the violations of the access shape: a Read of a root-to-leaf path,
-// then a Write of the same addresses, every bucket of bucketSize bytes.
-func parseAccesses(g tree.Geometry, bucketSize int, recs []observe.Record) ([]audit.PathRead, []string) {
-	layout := tree.Layout{Prefix: treePrefix}
-	var reads []audit.PathRead
-	var violations []string
-	bad := func(r observe.Record, format string, args ...any) {
-		violations = append(violations, fmt.Sprintf("call %d (%v): ", r.Seq, r.Op)+fmt.Sprintf(format, args...))
-	}
-	for i, r := range recs {
-		if durabletest.IsAnchorWrite(r) {
-			continue // a checkpoint's, every durable.DefaultEvery accesses
-		}
-		if r.Op != observe.OpRead {
-			if i == 0 || recs[i-1].Op != observe.OpRead {
-				bad(r, "not the write-back of a path read")
-			}
-			continue
-		}
-		leaf, ok := pathLeaf(g, layout, r.Addrs)
-		if !ok {
-			bad(r, "addresses %q are not the root-to-leaf path of one leaf", r.Addrs)
-			continue
-		}
-		reads = append(reads, audit.PathReadOf(r, leaf))
-		switch {
-		case i+1 == len(recs) || recs[i+1].Op != observe.OpWrite:
-			bad(r, "a path read without its write-back")
-		case !slices.Equal(recs[i+1].Addrs, r.Addrs):
-			bad(recs[i+1], "wrote %d addresses after reading the %d of a path", len(recs[i+1].Addrs), len(r.Addrs))
-		}
-		for j := range r.Sizes {
-			if r.Sizes[j] != bucketSize || i+1 < len(recs) && j < len(recs[i+1].Sizes) && recs[i+1].Sizes[j] != bucketSize {
-				bad(r, "a bucket of other than %d bytes", bucketSize)
-				break
-			}
-		}
-	}
-	return reads, violations
-}
-
-// pathLeaf returns the leaf whose root-to-leaf path addrs are.
-func pathLeaf(g tree.Geometry, layout tree.Layout, addrs []string) (uint64, bool) {
-	if len(addrs) != g.L+1 {
-		return 0, false
-	}
-	last, _ := layout.Bucket(addrs[g.L])
-	leaf, ok := g.LeafOf(last)
-	for lvl, a := range addrs {
-		b, isBucket := layout.Bucket(a)
-		if !ok || !isBucket || b != g.BucketAt(leaf, lvl) {
-			return 0, false
-		}
-	}
-	return leaf, true
-}
-
 // shapeOf is what the adversary sees of each call but the addresses,
 // leaving out the checkpoints' anchor writes: they come every
 // durable.DefaultEvery accesses since the store was created, and the
@@ -295,6 +237,9 @@ func shapeOf(recs []observe.Record) []string {
 // TestObliviousAudit runs the four workloads at the default parameters
 // and at Z=2 with 2048 leaves; every check passes on each.
 func TestObliviousAudit(t *testing.T) {
+	if treePrefix != audit.PathORAMPrefix {
+		t.Fatalf("audit.PathORAMPrefix %q != pathoram's %q", audit.PathORAMPrefix, treePrefix)
+	}
 	for _, p := range []auditParams{defaultParams, otherParams} {
 		t.Run(p.name, func(t *testing.T) {
 			var shapes [][]string
