@@ -27,12 +27,12 @@ type AddrCount struct {
 }
 
 // RankAddresses counts the addresses of every record of the given op
-// (reads, say) and returns them most frequent first; ties break by address
-// so the ranking is deterministic.
+// (reads, say; 0 counts every op) and returns them most frequent first;
+// ties break by address so the ranking is deterministic.
 func RankAddresses(records []observe.Record, op observe.Op) []AddrCount {
 	counts := map[string]int{}
 	for _, r := range records {
-		if r.Op != op {
+		if op != 0 && r.Op != op {
 			continue
 		}
 		for _, a := range r.Addrs {

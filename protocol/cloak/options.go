@@ -101,6 +101,14 @@ func (o Options) validate(n int) error {
 	return nil
 }
 
+// DefaultBudgets returns the budgets b_1, b_2, ... of a store of
+// capacity n opened with the default options: public parameters, which
+// the audit checks every batch against.
+func DefaultBudgets(n int) ([]int, error) {
+	_, budgets, err := Options{}.withDefaults(n)
+	return budgets, err
+}
+
 // Budgets is Algorithm 3 (Sec. 6): b_d = ceil(b_1 / d^s) for d = 1, 2, ...
 // (at least 1) until the sets they imply hold n addresses, sum_d d*b_d >=
 // n. Set d holds beta - sum_{i<d} b_i addresses when a batch is formed, so

@@ -1,0 +1,74 @@
+package auditrun
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+)
+
+// Workloads are the workloads an audit can run, in the order it reports
+// them.
+var Workloads = []string{"zipf", "uniform", "hotkey"}
+
+// ZipfS is the exponent of the zipf workload.
+const ZipfS = 0.99
+
+// keysOf returns the key (index in [0, records)) of each of the ops
+// requests of workload name, drawn with seed.
+//
+//   - zipf: key i is asked round(ops*p_i) times, p_i proportional to
+//     1/(i+1)^ZipfS, in a random order: Zipf 0.99 with its expected
+//     frequencies exactly, so that key i is the i-th most popular (ties
+//     aside) and the popularity ranking the attacker knows is 0, 1, ...
+//   - uniform: keys drawn uniformly.
+//   - hotkey: key 0 every time.
+func keysOf(name string, records, ops int, seed uint64) ([]int, error) {
+	r := rand.New(rand.NewPCG(seed, uint64(len(name))))
+	keys := make([]int, 0, ops)
+	switch name {
+	case "zipf":
+		keys = zipfKeys(records, ops)
+		r.Shuffle(len(keys), func(i, j int) { keys[i], keys[j] = keys[j], keys[i] })
+	case "uniform":
+		for range ops {
+			keys = append(keys, r.IntN(records))
+		}
+	case "hotkey":
+		for range ops {
+			keys = append(keys, 0)
+		}
+	default:
+		return nil, fmt.Errorf("unknown workload %q (known: %v)", name, Workloads)
+	}
+	return keys, nil
+}
+
+// zipfKeys returns ops keys, key i round(ops*p_i) times in order, padded
+// with key 0 or cut to ops.
+func zipfKeys(records, ops int) []int {
+	p := ZipfProbabilities(records)
+	keys := make([]int, 0, ops)
+	for i, pi := range p {
+		for range int(math.Round(float64(ops) * pi)) {
+			keys = append(keys, i)
+		}
+	}
+	for len(keys) < ops {
+		keys = append(keys, 0)
+	}
+	return keys[:ops]
+}
+
+// ZipfProbabilities returns p_i proportional to 1/(i+1)^ZipfS over n keys.
+func ZipfProbabilities(n int) []float64 {
+	p := make([]float64, n)
+	total := 0.0
+	for i := range p {
+		p[i] = math.Pow(float64(i+1), -ZipfS)
+		total += p[i]
+	}
+	for i := range p {
+		p[i] /= total
+	}
+	return p
+}
