@@ -1,6 +1,6 @@
 // Command oblivkv is the oblivious key-value store: a Redis-compatible
 // server (serve), a bulk loader (load), a benchmark harness (bench), a
-// reader for adversary-view logs (tap), a description of an existing
+// reader for adversary-view logs (tap), an obliviousness audit (audit), a description of an existing
 // store (info) and version information.
 package main
 
@@ -31,6 +31,6 @@ operator cannot tell which keys are used, how often or in what order.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newServeCmd(), newLoadCmd(), newBenchCmd(), newTapCmd(), newSimCmd(), newInfoCmd(), newVersionCmd())
+	root.AddCommand(newServeCmd(), newLoadCmd(), newBenchCmd(), newTapCmd(), newAuditCmd(), newSimCmd(), newInfoCmd(), newVersionCmd())
 	return root
 }
