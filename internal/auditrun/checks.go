@@ -84,7 +84,7 @@ func treebeardChecks(_ Config, r *Run) ([]audit.Check, map[string][]int, error) 
 		exactErr(n+"slots of one size, metadata of another", audit.TreebeardSizes(r.Records, trees)),
 		audit.Exact(n+"evictions in reverse-lexicographic order", order),
 		audit.Exact(n+"buckets reshuffled exactly after S reads", reshuffles),
-		audit.TreebeardEvictionCount(n, paths, len(r.Requests), trees, treebeard.DefaultA, treebeard.DefaultK),
+		audit.TreebeardEvictionCount(r.Workload, paths, len(r.Requests), trees, treebeard.DefaultA, treebeard.DefaultK),
 		audit.Uniform(n+"trees read", audit.SumRows(cells, trees)),
 		audit.Uniform(n+"(tree, leaf bin) cells read", cells),
 		audit.Uniform(n+"slot offsets of path reads", audit.TreebeardSlotOffsets(ops, z+s)),

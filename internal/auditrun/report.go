@@ -126,7 +126,7 @@ func (res *Result) page(files []string) pageData {
 }
 
 var reportPage = template.Must(template.New("report").Parse(`<!DOCTYPE html>
-<html lang="en"><head><meta charset="utf-8"><title>oblivkv audit: {{.R.Protocol}}</title>
+<html lang="en"><head><meta charset="utf-8"/><title>oblivkv audit: {{.R.Protocol}}</title>
 <style>
 body{font-family:sans-serif;margin:2em;max-width:1100px}
 table{border-collapse:collapse;font-size:13px}td,th{border:1px solid #ccc;padding:3px 6px;text-align:left}
@@ -142,6 +142,6 @@ img{max-width:100%;border:1px solid #eee;margin:8px 0}
 {{range .R.Checks}}<tr><td>{{.Name}}</td><td class="{{if .Pass}}pass{{else}}fail{{end}}">{{if .Pass}}pass{{else}}FAIL{{end}}</td><td class="num">{{printf "%.4g" .Stat}}</td><td class="num">{{printf "%.4g" .Critical}}</td><td class="num">{{printf "%.3g" .P}}</td><td>{{.Detail}}</td></tr>
 {{end}}</table>
 <h2>Plots</h2>
-{{range .Plots}}<div><img src="{{.}}" alt="{{.}}"></div>
+{{range .Plots}}<div><img src="{{.}}" alt="{{.}}"/></div>
 {{end}}</body></html>
 `))

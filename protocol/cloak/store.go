@@ -117,6 +117,9 @@ func open(ctx context.Context, env kv.Env) (*store, error) {
 	if err != nil {
 		return nil, err
 	}
+	if opts.leak, err = fromEnv(opts.leak); err != nil { // a leak only in oblivkv_leaks builds (leak.go)
+		return nil, err
+	}
 	opts, budgets, err := opts.withDefaults(env.Capacity)
 	if err != nil {
 		return nil, err

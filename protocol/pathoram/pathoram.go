@@ -119,6 +119,9 @@ func open(ctx context.Context, env kv.Env) (kv.Store, error) {
 	if err != nil {
 		return nil, err
 	}
+	if opts.leak, err = fromEnv(opts.leak); err != nil { // a leak only in oblivkv_leaks builds (leak.go)
+		return nil, err
+	}
 	g := tree.NewGeometry(env.Capacity)
 	codec := tree.NewCodec(env.Keys, opts.Z, env.ValueSize)
 	log := durable.New(env.Journal, env.Backend, env.Keys)

@@ -113,6 +113,9 @@ func open(ctx context.Context, env kv.Env) (*store, error) {
 	if err != nil {
 		return nil, err
 	}
+	if opts.leak, err = fromEnv(opts.leak); err != nil { // a leak only in oblivkv_leaks builds (leak.go)
+		return nil, err
+	}
 	opts = opts.withDefaults(env.Capacity)
 	if err := opts.validate(env.Capacity); err != nil {
 		return nil, err

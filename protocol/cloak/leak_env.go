@@ -1,0 +1,18 @@
+//go:build oblivkv_leaks
+
+package cloak
+
+import "github.com/oblivkv/oblivkv/internal/leakenv"
+
+// The leaks OBLIVKV_LEAK may choose, in a build with the oblivkv_leaks
+// tag only.
+func init() {
+	envLeak = func() (leak, bool, error) {
+		return leakenv.Pick("cloak", map[string]leak{
+			"write_back_in_place": leakWriteBackInPlace,
+			"public_tie_order":    leakPublicTieOrder,
+			"skip_idle":           leakSkipIdle,
+			"drain_queue":         leakDrainQueue,
+		})
+	}
+}

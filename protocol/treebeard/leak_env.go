@@ -1,0 +1,18 @@
+//go:build oblivkv_leaks
+
+package treebeard
+
+import "github.com/oblivkv/oblivkv/internal/leakenv"
+
+// The leaks OBLIVKV_LEAK may choose, in a build with the oblivkv_leaks
+// tag only.
+func init() {
+	envLeak = func() (leak, bool, error) {
+		return leakenv.Pick("treebeard", map[string]leak{
+			"repeat_reads_real_path": leakRepeatReadsRealPath,
+			"missing_keyed_position": leakMissingKeyedPosition,
+			"evict_on_real_reads":    leakEvictOnRealReads,
+			"eager_shard_parts":      leakEagerShardParts,
+		})
+	}
+}

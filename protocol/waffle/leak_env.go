@@ -1,0 +1,19 @@
+//go:build oblivkv_leaks
+
+package waffle
+
+import "github.com/oblivkv/oblivkv/internal/leakenv"
+
+// The leaks OBLIVKV_LEAK may choose, in a build with the oblivkv_leaks
+// tag only.
+func init() {
+	envLeak = func() (leak, bool, error) {
+		return leakenv.Pick("waffle", map[string]leak{
+			"real_keeps_id":         leakRealKeepsID,
+			"read_in_plan_order":    leakReadInPlanOrder,
+			"dummies_written_first": leakDummiesWrittenFirst,
+			"fixed_fill":            leakFixedFill,
+			"random_fakes":          leakRandomFakes,
+		})
+	}
+}
