@@ -132,7 +132,7 @@ func pathoramChecks(_ Config, r *Run) ([]audit.Check, map[string][]int, error) {
 func waffleChecks(cfg Config, r *Run) ([]audit.Check, map[string][]int, error) {
 	n := r.Workload + ": "
 	checks := []audit.Check{audit.WaffleFreshIDs(n+"every id written once, read at most once", r.All)}
-	checks = append(checks, audit.PositionChecks(n, audit.BatchLinks(r.All, audit.WaffleObjectPrefix), positionBins)...)
+	checks = append(checks, audit.PositionChecks(r.Workload, audit.BatchLinks(r.All, audit.WaffleObjectPrefix), positionBins)...)
 	a, err := audit.WaffleAlpha(r.All)
 	if err != nil {
 		return append(checks, audit.Exact(n+"alpha measurable", []string{err.Error()})), nil, nil
@@ -159,7 +159,7 @@ func cloakChecks(cfg Config, r *Run) ([]audit.Check, map[string][]int, error) {
 		audit.Exact(n+"b_d addresses from every set d, written back as read", res.Violations),
 		audit.CloakStreaks(n+"one address read by consecutive batches", r.All, budgets, cloakStreak),
 	}
-	checks = append(checks, audit.PositionChecks(n, audit.BatchLinks(r.All, audit.CloakAddrPrefix), positionBins)...)
+	checks = append(checks, audit.PositionChecks(r.Workload, audit.BatchLinks(r.All, audit.CloakAddrPrefix), positionBins)...)
 	return checks, map[string][]int{"set": setCounts(r.All, budgets)}, nil
 }
 

@@ -72,6 +72,9 @@ func (res *Result) chart(name string) plot.Chart {
 		n = max(n, len(h))
 	}
 	per := max((n+maxBars-1)/maxBars, 1)
+	for n%per != 0 && per < n { // equal groups
+		per++
+	}
 	for from := 0; from < n; from += per {
 		g := plot.Group{Label: cellLabel(name, from, min(from+per, n)-1)}
 		for _, w := range res.Config.Workloads {
@@ -93,7 +96,7 @@ func cellLabel(name string, from, to int) string {
 		if to > 0 {
 			hi = 1<<to - 1
 		}
-		return fmt.Sprintf("%d-%d", lo, hi)
+		from, to = lo, hi
 	}
 	if from == to {
 		return strconv.Itoa(from)

@@ -1,0 +1,126 @@
+package auditrun
+
+import (
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/oblivkv/oblivkv/audit"
+	"github.com/oblivkv/oblivkv/observe"
+)
+
+// doctorings change a clean run's log the way a broken implementation
+// would have written it; each structural check must reject its case.
+var doctorings = []struct {
+	protocol, name, check string
+	doctor            func(t *testing.T, r *Run)
+}{
+	{"treebeard", "a slot of another size", "slots of one size", func(t *testing.T, r *Run) {
+		w := &r.Records[firstOf(t, r.Records, observe.OpWrite)]
+		w.Sizes[len(w.Sizes)-1]++
+	}},
+	{"treebeard", "an eviction's Write dropped a bucket", "evictions in reverse-lexicographic order", func(t *testing.T, r *Run) {
+		w := &r.Records[largestWrite(r.Records)] // an eviction: every slot of its union
+		l := audit.RingLayout{Prefix: w.Addrs[0][:len("tb/0/")]}
+		var drop uint64 = 1<<64 - 1
+		for i := len(w.Addrs) - 1; i >= 0; i-- { // every slot of the last bucket written
+			if b, _, ok := l.ParseSlot(w.Addrs[i]); ok && (drop == 1<<64-1 || b == drop) {
+				drop = b
+				w.Addrs, w.Sizes = slices.Delete(w.Addrs, i, i+1), slices.Delete(w.Sizes, i, i+1)
+			}
+		}
+	}},
+	{"pathoram", "a write-back left out", "one read and one write of a path per access", func(t *testing.T, r *Run) {
+		r.Records = slices.Delete(r.Records, 1, 2)
+	}},
+	{"waffle", "an id written twice", "every id written once", func(t *testing.T, r *Run) {
+		r.All = append(r.All, r.All[firstOf(t, r.All, observe.OpWrite)])
+	}},
+	{"cloak", "a batch took one address less", "b_d addresses from every set d", func(t *testing.T, r *Run) {
+		read := &r.All[lastOf(t, r.All, observe.OpRead)]
+		read.Addrs, read.Sizes = read.Addrs[1:], read.Sizes[1:]
+	}},
+}
+
+// TestStructuralChecksRejectDoctoredLogs runs each protocol with
+// structural checks once on the uniform workload, requires every check
+// to pass, then doctors a copy of the log and requires the named check
+// to fail on it.
+func TestStructuralChecksRejectDoctoredLogs(t *testing.T) {
+	for _, d := range doctorings {
+		t.Run(d.protocol+"/"+d.name, func(t *testing.T) {
+			cfg := Config{Protocol: d.protocol, Workloads: []string{"uniform"}, Ops: 600, Seed: 3}.withDefaults()
+			keys, err := keysOf("uniform", cfg.Records, cfg.Ops, cfg.Seed)
+			if err != nil {
+				t.Fatal(err)
+			}
+			r, err := run(t.Context(), cfg, "uniform", keys)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c, ok := find(t, cfg, r, d.check); !ok || !c.Pass() {
+				t.Fatalf("clean log: %v", c)
+			}
+			doctored := *r
+			doctored.All = cloneRecords(r.All)
+			doctored.Records = doctored.All[len(r.All)-len(r.Records):]
+			d.doctor(t, &doctored)
+			c, _ := find(t, cfg, &doctored, d.check)
+			t.Log(c)
+			if c.Pass() {
+				t.Fatalf("the doctored log passes %q", c.Name)
+			}
+		})
+	}
+}
+
+// find runs the protocol's analysis on r and returns the check whose
+// name holds check.
+func find(t *testing.T, cfg Config, r *Run, check string) (audit.Check, bool) {
+	t.Helper()
+	checks, _, err := analyses[cfg.Protocol](cfg, r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	i := slices.IndexFunc(checks, func(c audit.Check) bool { return strings.Contains(c.Name, check) })
+	if i < 0 {
+		t.Fatalf("no check %q among %d", check, len(checks))
+	}
+	return checks[i], true
+}
+
+func cloneRecords(rs []observe.Record) []observe.Record {
+	out := slices.Clone(rs)
+	for i := range out {
+		out[i].Addrs, out[i].Sizes = slices.Clone(out[i].Addrs), slices.Clone(out[i].Sizes)
+	}
+	return out
+}
+
+func firstOf(t *testing.T, rs []observe.Record, op observe.Op) int {
+	i := slices.IndexFunc(rs, func(r observe.Record) bool { return r.Op == op && len(r.Addrs) > 1 })
+	if i < 0 {
+		t.Fatalf("no %v of several addresses", op)
+	}
+	return i
+}
+
+func lastOf(t *testing.T, rs []observe.Record, op observe.Op) int {
+	for i := len(rs) - 1; i >= 0; i-- {
+		if rs[i].Op == op && len(rs[i].Addrs) > 1 {
+			return i
+		}
+	}
+	t.Fatalf("no %v of several addresses", op)
+	return -1
+}
+
+func largestWrite(rs []observe.Record) int {
+	best := 0
+	for i, r := range rs {
+		if r.Op == observe.OpWrite && len(r.Addrs) > len(rs[best].Addrs) {
+			best = i
+		}
+	}
+	return best
+}
