@@ -13,7 +13,7 @@ import (
 // would have written it; each structural check must reject its case.
 var doctorings = []struct {
 	protocol, name, check string
-	doctor            func(t *testing.T, r *Run)
+	doctor                func(t *testing.T, r *Run)
 }{
 	{"treebeard", "a slot of another size", "slots of one size", func(t *testing.T, r *Run) {
 		w := &r.Records[firstOf(t, r.Records, observe.OpWrite)]

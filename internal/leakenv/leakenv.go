@@ -18,18 +18,17 @@ import (
 // treebeard/evict_on_real_reads.
 const Var = "OBLIVKV_LEAK"
 
-// Pick returns the leak of names that Var chooses for protocol, and false
-// when Var is unset or names another protocol. A name protocol does not
-// have is an error listing those it has.
-func Pick[L any](protocol string, names map[string]L) (L, bool, error) {
-	var zero L
+// Pick returns the leak of names that Var chooses for protocol, or
+// current when Var is unset or names another protocol. A name protocol
+// does not have is an error listing those it has.
+func Pick[L any](protocol string, current L, names map[string]L) (L, error) {
 	p, name, _ := strings.Cut(os.Getenv(Var), "/")
 	if p != protocol {
-		return zero, false, nil
+		return current, nil
 	}
 	l, ok := names[name]
 	if !ok {
-		return zero, false, fmt.Errorf("%s: %s has no leak %q (it has %v)", Var, protocol, name, slices.Sorted(maps.Keys(names)))
+		return current, fmt.Errorf("%s: %s has no leak %q (it has %v)", Var, protocol, name, slices.Sorted(maps.Keys(names)))
 	}
-	return l, true, nil
+	return l, nil
 }

@@ -7,8 +7,8 @@ import "github.com/oblivkv/oblivkv/internal/leakenv"
 // The leaks OBLIVKV_LEAK may choose, in a build with the oblivkv_leaks
 // tag only.
 func init() {
-	envLeak = func() (leak, bool, error) {
-		return leakenv.Pick("cloak", map[string]leak{
+	envLeak = func(l leak) (leak, error) {
+		return leakenv.Pick("cloak", l, map[string]leak{
 			"write_back_in_place": leakWriteBackInPlace,
 			"public_tie_order":    leakPublicTieOrder,
 			"skip_idle":           leakSkipIdle,

@@ -117,7 +117,7 @@ func open(ctx context.Context, env kv.Env) (*store, error) {
 	if err != nil {
 		return nil, err
 	}
-	if opts.leak, err = fromEnv(opts.leak); err != nil { // a leak only in oblivkv_leaks builds (leak.go)
+	if opts.leak, err = envLeak(opts.leak); err != nil { // a leak only in oblivkv_leaks builds (leak.go)
 		return nil, err
 	}
 	opts, budgets, err := opts.withDefaults(env.Capacity)

@@ -7,8 +7,8 @@ import "github.com/oblivkv/oblivkv/internal/leakenv"
 // The leaks OBLIVKV_LEAK may choose, in a build with the oblivkv_leaks
 // tag only.
 func init() {
-	envLeak = func() (leak, bool, error) {
-		return leakenv.Pick("pathoram", map[string]leak{
+	envLeak = func(l leak) (leak, error) {
+		return leakenv.Pick("pathoram", l, map[string]leak{
 			"get_keeps_leaf":        leakGetKeepsLeaf,
 			"missing_keyed_leaf":    leakMissingKeyedLeaf,
 			"unchanged_not_written": leakUnchangedNotWritten,

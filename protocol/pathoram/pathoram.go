@@ -119,7 +119,7 @@ func open(ctx context.Context, env kv.Env) (kv.Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	if opts.leak, err = fromEnv(opts.leak); err != nil { // a leak only in oblivkv_leaks builds (leak.go)
+	if opts.leak, err = envLeak(opts.leak); err != nil { // a leak only in oblivkv_leaks builds (leak.go)
 		return nil, err
 	}
 	g := tree.NewGeometry(env.Capacity)

@@ -7,8 +7,8 @@ import "github.com/oblivkv/oblivkv/internal/leakenv"
 // The leaks OBLIVKV_LEAK may choose, in a build with the oblivkv_leaks
 // tag only.
 func init() {
-	envLeak = func() (leak, bool, error) {
-		return leakenv.Pick("treebeard", map[string]leak{
+	envLeak = func(l leak) (leak, error) {
+		return leakenv.Pick("treebeard", l, map[string]leak{
 			"repeat_reads_real_path": leakRepeatReadsRealPath,
 			"missing_keyed_position": leakMissingKeyedPosition,
 			"evict_on_real_reads":    leakEvictOnRealReads,

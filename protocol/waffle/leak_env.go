@@ -7,8 +7,8 @@ import "github.com/oblivkv/oblivkv/internal/leakenv"
 // The leaks OBLIVKV_LEAK may choose, in a build with the oblivkv_leaks
 // tag only.
 func init() {
-	envLeak = func() (leak, bool, error) {
-		return leakenv.Pick("waffle", map[string]leak{
+	envLeak = func(l leak) (leak, error) {
+		return leakenv.Pick("waffle", l, map[string]leak{
 			"real_keeps_id":         leakRealKeepsID,
 			"read_in_plan_order":    leakReadInPlanOrder,
 			"dummies_written_first": leakDummiesWrittenFirst,

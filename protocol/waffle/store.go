@@ -113,7 +113,7 @@ func open(ctx context.Context, env kv.Env) (*store, error) {
 	if err != nil {
 		return nil, err
 	}
-	if opts.leak, err = fromEnv(opts.leak); err != nil { // a leak only in oblivkv_leaks builds (leak.go)
+	if opts.leak, err = envLeak(opts.leak); err != nil { // a leak only in oblivkv_leaks builds (leak.go)
 		return nil, err
 	}
 	opts = opts.withDefaults(env.Capacity)
