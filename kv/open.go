@@ -5,8 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sort"
-	"sync"
 
 	"github.com/oblivkv/oblivkv/backend"
 	"github.com/oblivkv/oblivkv/internal/journal"
@@ -79,39 +77,9 @@ type Env struct {
 // Factory opens one protocol's store.
 type Factory func(ctx context.Context, env Env) (Store, error)
 
-var (
-	registryMu sync.RWMutex
-	registry   = map[string]Factory{}
-)
-
-// Register makes a protocol available to Open. It panics on a duplicate
-// name, as that is a programming error.
-func Register(name string, f Factory) {
-	registryMu.Lock()
-	defer registryMu.Unlock()
-	if _, dup := registry[name]; dup {
-		panic("kv: protocol registered twice: " + name)
-	}
-	registry[name] = f
-}
-
-// Protocols returns the registered protocol names, sorted.
-func Protocols() []string {
-	registryMu.RLock()
-	defer registryMu.RUnlock()
-	names := make([]string, 0, len(registry))
-	for n := range registry {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	return names
-}
-
 // Open opens (or creates) a store of cfg.Protocol over cfg.Backend.
 func Open(ctx context.Context, cfg Config) (Store, error) {
-	registryMu.RLock()
-	factory, ok := registry[cfg.Protocol]
-	registryMu.RUnlock()
+	p, ok := Lookup(cfg.Protocol)
 	if !ok {
 		return nil, fmt.Errorf("%w %q (known: %v)", ErrUnknownProtocol, cfg.Protocol, Protocols())
 	}
@@ -143,7 +111,7 @@ func Open(ctx context.Context, cfg Config) (Store, error) {
 			return nil, err
 		}
 	}
-	inner, err := factory(ctx, env)
+	inner, err := p.Open(ctx, env)
 	if err != nil {
 		if env.Journal != nil {
 			env.Journal.Close()

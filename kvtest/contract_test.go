@@ -25,16 +25,19 @@ import (
 const refProtocol = "kvtest-ref"
 
 func init() {
-	kv.Register(refProtocol, func(ctx context.Context, env kv.Env) (kv.Store, error) {
-		bug, _ := env.Options.(string)
-		s := &refStore{b: env.Backend, keys: env.Keys, capacity: env.Capacity,
-			maxKey: env.MaxKeySize, bug: bug, index: map[string]bool{}, cache: map[string][]byte{}}
-		if env.Fresh || bug == "forget" {
-			return s, nil
-		}
-		err := s.b.Scan(ctx, "r/", func(a string) error { s.index[a] = true; return nil })
-		return s, err
-	})
+	kv.Register(kv.Protocol{Name: refProtocol, Summary: "a small correct protocol that tests the contract suite", Open: openRef})
+}
+
+// openRef opens a refStore; env.Options, a string, names the bug it has.
+func openRef(ctx context.Context, env kv.Env) (kv.Store, error) {
+	bug, _ := env.Options.(string)
+	s := &refStore{b: env.Backend, keys: env.Keys, capacity: env.Capacity,
+		maxKey: env.MaxKeySize, bug: bug, index: map[string]bool{}, cache: map[string][]byte{}}
+	if env.Fresh || bug == "forget" {
+		return s, nil
+	}
+	err := s.b.Scan(ctx, "r/", func(a string) error { s.index[a] = true; return nil })
+	return s, err
 }
 
 type refStore struct {

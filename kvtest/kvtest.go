@@ -218,9 +218,10 @@ var registerStub sync.Once
 
 func stubName() string {
 	registerStub.Do(func() {
-		kv.Register(stubProtocol, func(context.Context, kv.Env) (kv.Store, error) {
-			return nil, fmt.Errorf("the %s protocol never opens a store", stubProtocol)
-		})
+		kv.Register(kv.Protocol{Name: stubProtocol, Summary: "a test protocol that never opens a store",
+			Open: func(context.Context, kv.Env) (kv.Store, error) {
+				return nil, fmt.Errorf("the %s protocol never opens a store", stubProtocol)
+			}})
 	})
 	return stubProtocol
 }

@@ -12,42 +12,24 @@ import (
 	"time"
 
 	"github.com/oblivkv/oblivkv/kv"
-	"github.com/oblivkv/oblivkv/protocol/cloak"
-	"github.com/oblivkv/oblivkv/protocol/oblivistore"
-	"github.com/oblivkv/oblivkv/protocol/pathoram"
-	"github.com/oblivkv/oblivkv/protocol/taostore"
-	"github.com/oblivkv/oblivkv/protocol/treebeard"
-	"github.com/oblivkv/oblivkv/protocol/waffle"
 )
 
-// protocolOptions maps each protocol that takes options to its zero
-// Options value (the value kv.Config.Options expects). A registered
-// protocol missing here takes no options.
-var protocolOptions = map[string]any{
-	"cloak":       cloak.Options{},
-	"oblivistore": oblivistore.Options{},
-	"pathoram":    pathoram.Options{},
-	"taostore":    taostore.Options{},
-	"treebeard":   treebeard.Options{},
-	"waffle":      waffle.Options{},
+// optionsOf returns the zero value of protocol's Options, as its kv
+// descriptor holds it, and whether the protocol takes options.
+func optionsOf(protocol string) (any, bool) {
+	p, ok := kv.Lookup(protocol)
+	return p.Options, ok && p.Options != nil
 }
 
 var durationType = reflect.TypeFor[time.Duration]()
 
 // OptionNames returns the names of the options ProtocolOptions accepts for
-// protocol: the exported int and time.Duration fields of its Options, in
-// declaration order (nil for a protocol without options).
+// protocol: the exported int, float64 and time.Duration fields of its
+// Options, in declaration order (nil for a protocol without options).
 func OptionNames(protocol string) []string {
-	zero, ok := protocolOptions[protocol]
-	if !ok {
-		return nil
-	}
 	var names []string
-	t := reflect.TypeOf(zero)
-	for i := range t.NumField() {
-		if f := t.Field(i); settable(f) {
-			names = append(names, f.Name)
-		}
+	for _, o := range OptionList(protocol) {
+		names = append(names, o.Name)
 	}
 	return names
 }
@@ -71,7 +53,7 @@ func ProtocolOptions(protocol string, opts []string) (any, error) {
 	if len(opts) == 0 {
 		return nil, nil
 	}
-	zero, ok := protocolOptions[protocol]
+	zero, ok := optionsOf(protocol)
 	if !ok {
 		if !slices.Contains(kv.Protocols(), protocol) {
 			return nil, fmt.Errorf("%w %q (known: %v)", kv.ErrUnknownProtocol, protocol, kv.Protocols())
@@ -195,8 +177,9 @@ func set(f reflect.Value, value string) error {
 	return nil
 }
 
-// FormatOptions writes the non-zero settable fields of an Options value
-// as "Name=value" settings ProtocolOptions reads back.
+// FormatOptions writes the settable fields of an Options value that are
+// not at their defaults (see Settings) as "Name=value" settings
+// ProtocolOptions reads back.
 func FormatOptions(options any) string {
 	v, ok := optionsStruct(options)
 	if !ok {
@@ -209,11 +192,16 @@ func FormatOptions(options any) string {
 	return strings.Join(parts, " ")
 }
 
-// Settings returns the non-zero settable fields of an Options value (a
-// value or a pointer; nil: none) as a map of field name to value, in the
-// form ProtocolOptions reads back: the canonical, protocol-independent
-// form of options that kv records with a store (kv.Config.OptionSettings).
-// It is never nil, so a store created with every default records that.
+// Settings returns the settable fields of an Options value (a value or a
+// pointer; nil: none) that are not at their defaults, as a map of field
+// name to value in the form ProtocolOptions reads back: the canonical,
+// protocol-independent form of options that kv records with a store
+// (kv.Config.OptionSettings). A field is at its default when it is zero,
+// or when it holds the constant its `default` tag names (Epoch=1ms for
+// treebeard's Epoch `default:"1ms"`); a default that depends on the store
+// ("ceil(sqrt(N))") is never assumed. So an option given explicitly at its
+// default is the same store as one left out. It is never nil, so a store
+// created with every default records that.
 func Settings(options any) map[string]string {
 	out := map[string]string{}
 	if v, ok := optionsStruct(options); ok {
@@ -242,8 +230,9 @@ func SettingArgs(settings map[string]string) []string {
 	return args
 }
 
-// settings yields the non-zero settable fields of the struct v, in
-// declaration order, with their values formatted as set reads them.
+// settings yields the settable fields of the struct v not at their
+// defaults (see Settings), in declaration order, with their values
+// formatted as set reads them.
 func settings(v reflect.Value) iter.Seq2[string, string] {
 	return func(yield func(string, string) bool) {
 		for i := range v.NumField() {
@@ -251,20 +240,82 @@ func settings(v reflect.Value) iter.Seq2[string, string] {
 			if !settable(f) || v.Field(i).IsZero() {
 				continue
 			}
-			var value string
-			switch {
-			case f.Type == durationType:
-				value = time.Duration(v.Field(i).Int()).String()
-			case f.Type.Kind() == reflect.Float64:
-				value = strconv.FormatFloat(v.Field(i).Float(), 'g', -1, 64)
-			default:
-				value = strconv.FormatInt(v.Field(i).Int(), 10)
+			value := format(v.Field(i))
+			if d, ok := constantDefault(f); ok && d == value {
+				continue
 			}
 			if !yield(f.Name, value) {
 				return
 			}
 		}
 	}
+}
+
+// format writes the value of a settable field as set reads it.
+func format(v reflect.Value) string {
+	switch {
+	case v.Type() == durationType:
+		return time.Duration(v.Int()).String()
+	case v.Kind() == reflect.Float64:
+		return strconv.FormatFloat(v.Float(), 'g', -1, 64)
+	}
+	return strconv.FormatInt(v.Int(), 10)
+}
+
+// constantDefault returns the default of field f in canonical form (as
+// format writes it), when its `default` tag is a value set reads rather
+// than a description.
+func constantDefault(f reflect.StructField) (string, bool) {
+	v := reflect.New(f.Type).Elem()
+	if err := set(v, f.Tag.Get("default")); err != nil {
+		return "", false
+	}
+	return format(v), true
+}
+
+// Option describes one option of a protocol, for listings.
+type Option struct {
+	Name string // the Options field, e.g. "Trees"
+	Type string // "integer", "number" or "duration"
+	// Default is the field's `default` tag: a value, or a description of
+	// a default that depends on the store, such as "ceil(sqrt(N))".
+	Default string
+	// Constant reports that Default is a value (see Settings).
+	Constant bool
+	Doc      string // the field's `opt` tag: what the option does
+}
+
+// OptionList returns the options ProtocolOptions accepts for protocol, in
+// declaration order, with their types, defaults and docs (nil for a
+// protocol without options).
+func OptionList(protocol string) []Option {
+	zero, ok := optionsOf(protocol)
+	if !ok {
+		return nil
+	}
+	var list []Option
+	t := reflect.TypeOf(zero)
+	for i := range t.NumField() {
+		f := t.Field(i)
+		if !settable(f) {
+			continue
+		}
+		_, constant := constantDefault(f)
+		list = append(list, Option{Name: f.Name, Type: typeName(f.Type), Default: f.Tag.Get("default"),
+			Constant: constant, Doc: f.Tag.Get("opt")})
+	}
+	return list
+}
+
+// typeName names the values an option of type t takes.
+func typeName(t reflect.Type) string {
+	switch {
+	case t == durationType:
+		return "duration"
+	case t.Kind() == reflect.Float64:
+		return "number"
+	}
+	return "integer"
 }
 
 // OptionName returns the field name of protocol's option name (matched as

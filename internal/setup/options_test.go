@@ -181,21 +181,87 @@ func TestOpenOblivistoreOptions(t *testing.T) {
 	}
 }
 
-// TestEveryProtocolListed: a registered protocol is either in the options
-// table or one of those known to take none, so a new protocol's options
-// cannot be left out of --opt unnoticed.
-func TestEveryProtocolListed(t *testing.T) {
-	none := map[string]bool{"plain": true, "encrypted": true}
-	for _, p := range kv.Protocols() {
-		if _, ok := protocolOptions[p]; !ok && !none[p] {
-			t.Errorf("protocol %s is not in setup's options table (protocolOptions)", p)
+// TestDescriptorsComplete: every registered protocol says what it is,
+// and each of its options has a doc and a default, so `oblivkv options`
+// leaves none unexplained; an exported field that is no option (of a type
+// --opt cannot set) is refused too, as it would be silently unsettable.
+func TestDescriptorsComplete(t *testing.T) {
+	for _, name := range kv.Protocols() {
+		p, _ := kv.Lookup(name)
+		if p.Summary == "" || strings.Contains(p.Summary, "\n") {
+			t.Errorf("protocol %s: summary %q; want one line", name, p.Summary)
 		}
-		if _, ok := protocolOptions[p]; ok && len(OptionNames(p)) == 0 {
-			t.Errorf("protocol %s has no settable options", p)
+		if p.Options == nil {
+			continue
+		}
+		typ := reflect.TypeOf(p.Options)
+		for i := range typ.NumField() {
+			if f := typ.Field(i); f.IsExported() && !settable(f) {
+				t.Errorf("protocol %s: exported Options field %s (%s) cannot be set by --opt", name, f.Name, f.Type)
+			}
+		}
+		list := OptionList(name)
+		if len(list) == 0 {
+			t.Errorf("protocol %s has Options but no settable option", name)
+		}
+		for _, o := range list {
+			if o.Default == "" || !strings.HasSuffix(o.Doc, ".") || strings.Count(o.Doc, ". ") > 0 {
+				t.Errorf("protocol %s option %s: default %q, doc %q; want a default and a one-sentence doc", name, o.Name, o.Default, o.Doc)
+			}
 		}
 	}
 	if !slices.Contains(kv.Protocols(), DefaultProtocol) {
 		t.Errorf("the default protocol %s is not registered", DefaultProtocol)
+	}
+}
+
+// TestOptionList: types, defaults and whether a default is a constant
+// come from each field's type and tags.
+func TestOptionList(t *testing.T) {
+	got := map[string]Option{}
+	for _, o := range OptionList("treebeard") {
+		got[o.Name] = o
+	}
+	for _, want := range []Option{
+		{Name: "Trees", Type: "integer", Default: "4", Constant: true, Doc: "Storage trees."},
+		{Name: "ORAMShards", Type: "integer", Default: "min(2, Trees)", Doc: got["ORAMShards"].Doc},
+		{Name: "Epoch", Type: "duration", Default: "1ms", Constant: true, Doc: got["Epoch"].Doc},
+	} {
+		if got[want.Name] != want {
+			t.Errorf("treebeard option %s: %+v; want %+v", want.Name, got[want.Name], want)
+		}
+	}
+	if o := OptionList("oblivistore")[1]; o.Name != "EvictionRate" || o.Type != "number" || !o.Constant {
+		t.Errorf("oblivistore's second option: %+v; want EvictionRate, a number with a constant default", o)
+	}
+	if OptionList("plain") != nil || OptionList("nosuch") != nil {
+		t.Error("options listed for a protocol without any")
+	}
+}
+
+// TestSettingsDropDefaults: an option given at its constant default is no
+// setting, in any spelling of the value; one whose default depends on the
+// store is kept, as is every other value.
+func TestSettingsDropDefaults(t *testing.T) {
+	for _, tc := range []struct {
+		protocol string
+		args     []string
+		want     map[string]string
+	}{
+		{"treebeard", []string{"epoch=1ms"}, map[string]string{}},
+		{"treebeard", []string{"epoch=1000us", "trees=4", "z=2", "k=51"}, map[string]string{"K": "51"}},
+		{"treebeard", []string{"oramshards=2"}, map[string]string{"ORAMShards": "2"}}, // min(2, Trees)
+		{"oblivistore", []string{"evictionrate=2.0", "partitions=16"}, map[string]string{"Partitions": "16"}},
+		{"pathoram", []string{"batchbytes=4194304", "z=4"}, map[string]string{}},
+		{"cloak", []string{"s=1", "delta=20ms", "cache=999"}, map[string]string{"Cache": "999"}},
+	} {
+		o, err := ProtocolOptions(tc.protocol, tc.args)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := Settings(o); !reflect.DeepEqual(got, tc.want) {
+			t.Errorf("Settings(ProtocolOptions(%s, %q)) = %v; want %v", tc.protocol, tc.args, got, tc.want)
+		}
 	}
 }
 
@@ -292,7 +358,8 @@ func TestOpenKeepsOptions(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"evictionrate=2"}, "option EvictionRate is 1.5 in the store, 2 given"},
+		{[]string{"evictionrate=3"}, "option EvictionRate is 1.5 in the store, 3 given"},
+		{[]string{"evictionrate=2"}, "option EvictionRate is 1.5 in the store, the default given"},
 		{[]string{"partitions=8", "shufflingbuffer=512"}, "option ShufflingBuffer is the default in the store, 512 given"},
 	} {
 		_, err := open(tc.args...)
@@ -369,5 +436,30 @@ func TestOpenRecordWithoutOptions(t *testing.T) {
 	defer o.Close()
 	if st := statsOf(o.Store); st["trees"] != 3 {
 		t.Errorf("stats %v; want trees 3", st)
+	}
+}
+
+// TestOpenDefaultGivenIsNoConflict: options given at their constant
+// defaults name the same store as none: a store created without options
+// reopens with them, and one created with them records none.
+func TestOpenDefaultGivenIsNoConflict(t *testing.T) {
+	ctx := t.Context()
+	for _, create := range [][]string{nil, {"epoch=1ms", "trees=4"}} {
+		dir := t.TempDir()
+		for _, args := range [][]string{create, {"Epoch=1000us", "z=2"}, nil} {
+			o, err := Open(ctx, Options{Backend: "disk", DataDir: dir, Capacity: 64, ValueSize: 16, OptionArgs: args})
+			if err != nil {
+				t.Fatalf("created with %q, opened with %q: %v", create, args, err)
+			}
+			if len(o.Settings) != 0 {
+				t.Errorf("created with %q, opened with %q: settings %v; want none", create, args, o.Settings)
+			}
+			if err := o.Close(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if d, err := Describe(ctx, Options{Backend: "disk", DataDir: dir}); err != nil || d.Settings == nil || len(d.Settings) != 0 {
+			t.Errorf("created with %q: Describe = %+v, %v; want an empty record of options", create, d, err)
+		}
 	}
 }

@@ -29,11 +29,19 @@ import (
 )
 
 func init() {
-	kv.Register("plain", func(ctx context.Context, env kv.Env) (kv.Store, error) {
-		return open(ctx, env, plainCodec{})
+	kv.Register(kv.Protocol{
+		Name:    "plain",
+		Summary: "insecure baseline: each key and value stored as given; nothing is hidden",
+		Open: func(ctx context.Context, env kv.Env) (kv.Store, error) {
+			return open(ctx, env, plainCodec{})
+		},
 	})
-	kv.Register("encrypted", func(ctx context.Context, env kv.Env) (kv.Store, error) {
-		return open(ctx, env, encryptedCodec{keys: env.Keys})
+	kv.Register(kv.Protocol{
+		Name:    "encrypted",
+		Summary: "insecure baseline: keys under a PRF, values sealed; which key is accessed, how often and when is not hidden",
+		Open: func(ctx context.Context, env kv.Env) (kv.Store, error) {
+			return open(ctx, env, encryptedCodec{keys: env.Keys})
+		},
 	})
 }
 

@@ -11,22 +11,22 @@ import (
 type Options struct {
 	// B1 is b_1, the budget of the most recent reuse-distance set; with S
 	// and N it fixes every budget and the batch size beta (Algorithm 3).
-	B1 int
+	B1 int `opt:"b_1, the budget of the most recent reuse-distance set; with S it fixes every budget and the batch size beta." default:"ceil(433*sqrt(N/10^6))"`
 	// Beta, when B1 is zero, asks for the largest b_1 whose batch size is
 	// at most Beta.
-	Beta int
+	Beta int `opt:"Instead of B1: the largest b_1 whose batch size is at most Beta." default:"unset (B1 decides)"`
 	// S is the Zipf exponent of the budgets (default 1).
-	S float64
+	S float64 `opt:"Zipf exponent of the budgets, b_d = ceil(b_1/d^S)." default:"1"`
 	// Delta is the batch interval: a batch of exactly beta addresses
 	// leaves every Delta, whether or not clients are active (default 20ms).
-	Delta time.Duration
+	Delta time.Duration `opt:"Batch interval: exactly beta addresses leave every Delta, busy or idle." default:"20ms"`
 	// Cache is the number of entries of the proxy's cache of recent values
 	// (default 1000).
-	Cache int
+	Cache int `opt:"Entries of the proxy's cache of recent values." default:"1000"`
 	// Pending bounds the keys with requests waiting for a batch; a request
 	// that would add one more waits for a batch to complete (default
 	// 2*beta, the paper's queue coefficient of 2).
-	Pending int
+	Pending int `opt:"Keys with requests waiting for a batch; a request that would add one waits." default:"2*beta"`
 
 	// ticks, tests only, replaces the ticker: the loop runs one batch per
 	// tick received and closes the tick once the batch is done.

@@ -17,8 +17,13 @@ import (
 )
 
 func init() {
-	kv.Register("cloak", func(ctx context.Context, env kv.Env) (kv.Store, error) {
-		return open(ctx, env)
+	kv.Register(kv.Protocol{
+		Name:    "cloak",
+		Summary: "Cloak: fixed-size batches at a fixed rate, shaped to a fixed temporal access distribution; defeats injected queries",
+		Open: func(ctx context.Context, env kv.Env) (kv.Store, error) {
+			return open(ctx, env)
+		},
+		Options: Options{},
 	})
 }
 

@@ -10,30 +10,30 @@ import (
 type Options struct {
 	// Partitions is the number of partitions (default ceil(sqrt(N)), as in
 	// the partitioning framework of Sec. III-A).
-	Partitions int
+	Partitions int `opt:"Partitions." default:"ceil(sqrt(N))"`
 	// EvictionRate is nu, the evictions scheduled per access (default 2,
 	// Sec. III-A; fractional rates schedule floor(nu) evictions and one
 	// more with probability nu - floor(nu)).
-	EvictionRate float64
+	EvictionRate float64 `opt:"nu, evictions scheduled per access, from 1 to 16; a fraction schedules one more with that probability." default:"2"`
 	// EarlyCacheIns bounds the early cache-ins held in the storage cache
 	// (the early cache-in semaphore of Sec. V-D; default 4*sqrt(N)).
-	EarlyCacheIns int
+	EarlyCacheIns int `opt:"Early cache-ins the storage cache may hold (the early cache-in semaphore)." default:"max(4*ceil(sqrt(N)), 4*levels)"`
 	// ShufflingBuffer bounds the blocks the shuffling buffer may hold (the
 	// shuffling buffer semaphore; default four times the largest
 	// shuffle's write, at least the largest shuffle's write).
-	ShufflingBuffer int
+	ShufflingBuffer int `opt:"Blocks the shuffling buffer may hold (the shuffling buffer semaphore)." default:"4 times the largest shuffle's write"`
 	// EvictionsAhead bounds how many scheduled evictions accesses may run
 	// ahead of the shuffler (the eviction semaphore; default 2 per
 	// partition).
-	EvictionsAhead int
+	EvictionsAhead int `opt:"Scheduled evictions accesses may run ahead of the shuffler (the eviction semaphore)." default:"2*Partitions"`
 	// ShuffleIOPerAccess is the shuffling I/O (blocks read or written)
 	// each access allows the shuffler (the shuffling I/O semaphore;
 	// default 8*nu*(levels), twice the shuffler's amortized need).
-	ShuffleIOPerAccess int
+	ShuffleIOPerAccess int `opt:"Blocks of shuffling I/O each access allows the shuffler (the shuffling I/O semaphore)." default:"ceil(8*EvictionRate*levels)"`
 	// ShuffleIOAhead caps the shuffling I/O semaphore: how far the
 	// shuffler may run ahead of accesses (default twice the largest
 	// shuffle's write, at least the largest shuffle's write).
-	ShuffleIOAhead int
+	ShuffleIOAhead int `opt:"How far the shuffler may run ahead of accesses (the shuffling I/O semaphore's cap)." default:"2 times the largest shuffle's write"`
 
 	// valueSize is the store's value size, the largest value a mutation
 	// may leave (set by the store, not an option; 0, for a core driven by

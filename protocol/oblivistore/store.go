@@ -23,8 +23,13 @@ import (
 )
 
 func init() {
-	kv.Register("oblivistore", func(ctx context.Context, env kv.Env) (kv.Store, error) {
-		return open(ctx, env)
+	kv.Register(kv.Protocol{
+		Name:    "oblivistore",
+		Summary: "ObliviStore: partition ORAM with background shuffling and oblivious scheduling; hides which key is accessed from an active adversary",
+		Open: func(ctx context.Context, env kv.Env) (kv.Store, error) {
+			return open(ctx, env)
+		},
+		Options: Options{},
 	})
 }
 

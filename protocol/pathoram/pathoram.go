@@ -54,7 +54,14 @@ import (
 	"github.com/oblivkv/oblivkv/seal"
 )
 
-func init() { kv.Register("pathoram", open) }
+func init() {
+	kv.Register(kv.Protocol{
+		Name:    "pathoram",
+		Summary: "classic sequential Path ORAM, one request at a time (TaoStore Sec. IV-A): the reference point",
+		Open:    open,
+		Options: Options{},
+	})
+}
 
 // Options are pathoram's parameters, passed as kv.Config.Options (an
 // Options or *Options; nil means the defaults).
@@ -62,10 +69,10 @@ type Options struct {
 	// Z is the number of block slots per bucket (default 4, as in the
 	// paper, Sec. IV-A). A store must be reopened with the Z it was
 	// created with.
-	Z int
+	Z int `opt:"Block slots per bucket." default:"4"`
 	// BatchBytes bounds one backend write when the whole tree is written
 	// (initialisation, bulk load; default 4 MiB).
-	BatchBytes int
+	BatchBytes int `opt:"Largest backend write when the whole tree is written (initialisation, bulk load)." default:"4194304"`
 
 	seed *[32]byte // tests only: makes leaf choices reproducible
 	leak leak      // tests only: a flaw injected to show an audit catches it (leak.go)

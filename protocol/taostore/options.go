@@ -5,13 +5,13 @@ import "fmt"
 // Options are TaoStore's parameters. Zero fields take the paper's defaults.
 type Options struct {
 	// Z is the number of blocks per bucket (default 4, Sec. V-B).
-	Z int
+	Z int `opt:"Blocks per bucket." default:"4"`
 	// K is the write-back threshold: the number of flushed paths after
 	// which they are written back (default 40, Sec. V-B).
-	K int
+	K int `opt:"Write-back threshold: flushed paths after which they are written back." default:"40"`
 	// CachedLevels is the number of top tree levels kept in proxy memory
 	// and never sent to storage (Sec. IV-D; default 0: none).
-	CachedLevels int
+	CachedLevels int `opt:"Top tree levels kept in proxy memory and never sent to storage." default:"0"`
 
 	seed     *[32]byte            // tests only: makes leaf choices reproducible
 	released func(arrival uint64) // tests only: the Sequencer's releases, in order

@@ -17,8 +17,13 @@ import (
 )
 
 func init() {
-	kv.Register("taostore", func(ctx context.Context, env kv.Env) (kv.Store, error) {
-		return open(ctx, env)
+	kv.Register(kv.Protocol{
+		Name:    "taostore",
+		Summary: "TaoStore: concurrent, asynchronous Path ORAM with a Sequencer; also hides response timing from an active adversary",
+		Open: func(ctx context.Context, env kv.Env) (kv.Store, error) {
+			return open(ctx, env)
+		},
+		Options: Options{},
 	})
 }
 

@@ -18,32 +18,32 @@ import (
 type Options struct {
 	// Routers is the number of Router instances requests are spread over
 	// (default 1).
-	Routers int
+	Routers int `opt:"Router instances requests are spread over." default:"1"`
 	// StashShards is the number of Stash shards keys are hashed to
 	// (default 2).
-	StashShards int
+	StashShards int `opt:"Stash shards keys are hashed to." default:"2"`
 	// ORAMShards is the number of ORAM shards; tree t belongs to shard
 	// t mod ORAMShards (default 2, at most Trees).
-	ORAMShards int
+	ORAMShards int `opt:"ORAM shards; tree t belongs to shard t mod ORAMShards." default:"min(2, Trees)"`
 	// Trees is the number of storage trees (default 4).
-	Trees int
+	Trees int `opt:"Storage trees." default:"4"`
 	// Z is the number of real blocks per bucket (default 2; the paper's
 	// setting is 1, Sec. 5.3.1). With Z > 1 a multi-path read takes up to Z
 	// slots of a bucket many of its paths cross (package ringoram), and
 	// the trees have proportionally fewer leaves.
-	Z int
+	Z int `opt:"Real blocks per bucket (the paper has 1)." default:"2"`
 	// S is the number of dummy slots per bucket (default 4, at least Z);
 	// a bucket is reshuffled once fewer than Z of them are unread.
-	S int
+	S int `opt:"Dummy slots per bucket, at least Z; a bucket is reshuffled once fewer than Z of them are unread." default:"4"`
 	// A is the number of path reads of a tree after which k of its paths
 	// are evicted (default 100).
-	A int
+	A int `opt:"Path reads of a tree after which K of its paths are evicted." default:"100"`
 	// K is the number of paths evicted every A reads of a tree (default
 	// 50).
-	K int
+	K int `opt:"Paths evicted every A reads of a tree." default:"50"`
 	// Epoch is how long a Router collects requests before forwarding them
 	// (default 1 ms; negative: forward every request at once).
-	Epoch time.Duration
+	Epoch time.Duration `opt:"How long a Router collects requests before forwarding them; negative: forward every request at once." default:"1ms"`
 
 	seed  *[32]byte        // tests only: reproducible tree, leaf and slot choices
 	trace func(traceEvent) // tests only: what the trusted layers did

@@ -11,18 +11,18 @@ import (
 type Options struct {
 	// B is the batch size: the number of objects read (and written) per
 	// batch.
-	B int
+	B int `opt:"Objects read, and written, per batch." default:"5k, k = clamp(round(N/2000), 1, 500)"`
 	// R is the largest number of client requests in one batch.
-	R int
+	R int `opt:"Most client requests per batch." default:"2k"`
 	// FD is f_D, the number of fake queries on dummy objects per batch.
-	FD int
+	FD int `opt:"Fake queries on dummy objects per batch (f_D)." default:"k"`
 	// D is the number of dummy objects of a full store.
-	D int
+	D int `opt:"Dummy objects of a full store." default:"ceil(FD*(N-1)/(B-R-FD)), at least C+B-N"`
 	// C is the cache size, in objects.
-	C int
+	C int `opt:"Cache size, in objects." default:"max(ceil(2% of N), B-FD+R)"`
 	// Timeout closes a batch when fewer than R requests are waiting; the
 	// free slots become fake queries on real objects (default 2ms).
-	Timeout time.Duration
+	Timeout time.Duration `opt:"Closes a batch when fewer than R requests wait; the free slots become fake queries." default:"2ms"`
 
 	// trace, when set (tests only, see export_test.go), receives each
 	// batch's timestamp and the objects it read from and wrote to storage

@@ -19,8 +19,13 @@ import (
 )
 
 func init() {
-	kv.Register("waffle", func(ctx context.Context, env kv.Env) (kv.Store, error) {
-		return open(ctx, env)
+	kv.Register(kv.Protocol{
+		Name:    "waffle",
+		Summary: "Waffle: fixed batches of real and fake queries with bounded alpha and beta; defeats a passive persistent adversary",
+		Open: func(ctx context.Context, env kv.Env) (kv.Store, error) {
+			return open(ctx, env)
+		},
+		Options: Options{},
 	})
 }
 

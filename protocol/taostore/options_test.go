@@ -1,0 +1,13 @@
+package taostore
+
+import (
+	"testing"
+
+	"github.com/oblivkv/oblivkv/kvtest"
+)
+
+// TestDefaultTags: the defaults the Options tags state are those the
+// protocol applies.
+func TestDefaultTags(t *testing.T) {
+	kvtest.CheckDefaultTags(t, "taostore", Options{}.withDefaults())
+}
