@@ -2,9 +2,12 @@
 // protocol implements, its errors and statistics, and Open, which builds a
 // Store of a named protocol over a backend.
 //
-// Protocols register themselves with Register from their own packages;
-// import github.com/oblivkv/oblivkv/protocol/all to make every protocol
-// available to Open, as database/sql drivers are made available.
+// Each protocol registers one descriptor (Protocol: its name, a summary,
+// its Open function and its Options, whose fields document their defaults)
+// with Register from its own package; import
+// github.com/oblivkv/oblivkv/protocol/all to make every protocol available
+// to Open, as database/sql drivers are made available. The registry is the
+// one list of protocols: Lookup and Protocols read it.
 //
 // Every store Open returns also applies mutations (Updater: increments,
 // appends, conditional sets, Redis's string commands) and MSETNX

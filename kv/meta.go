@@ -1,12 +1,12 @@
 package kv
 
 import (
-	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
+	"reflect"
 	"slices"
 	"strings"
 
@@ -55,23 +55,41 @@ func (m meta) matches(want meta) error {
 	// Options are compared only when both sides know them.
 	if m.Options != nil && want.Options != nil && !maps.Equal(m.Options, want.Options) {
 		return fmt.Errorf("%w: %s (a store keeps the options it was created with: give none, or the stored values)",
-			ErrMismatch, optionDiff(m.Options, want.Options))
+			ErrMismatch, optionDiff(m.Protocol, m.Options, want.Options))
 	}
 	return nil
 }
 
-// optionDiff names each option whose value differs between the stored and
-// the wanted settings, an option absent from one having its default.
-func optionDiff(stored, want map[string]string) string {
+// optionDiff names each option of protocol whose value differs between
+// the stored and the wanted settings, an option absent from one having its
+// default.
+func optionDiff(protocol string, stored, want map[string]string) string {
 	names := slices.AppendSeq(slices.Collect(maps.Keys(stored)), maps.Keys(want))
 	slices.Sort(names)
 	var differ []string
 	for _, name := range slices.Compact(names) {
 		if stored[name] != want[name] {
-			differ = append(differ, fmt.Sprintf("option %s is %s in the store, %s given", name, cmp.Or(stored[name], "the default"), cmp.Or(want[name], "the default")))
+			differ = append(differ, fmt.Sprintf("option %s is %s in the store, %s given", name,
+				optionValue(protocol, name, stored[name]), optionValue(protocol, name, want[name])))
 		}
 	}
 	return strings.Join(differ, "; ")
+}
+
+// optionValue describes the value of option name in settings: the value,
+// or for one left out its default as the `default` tag of the protocol's
+// Options states it (see Protocol.Options).
+func optionValue(protocol, name, value string) string {
+	if value != "" {
+		return value
+	}
+	p, _ := Lookup(protocol)
+	if p.Options != nil {
+		if f, ok := reflect.TypeOf(p.Options).FieldByName(name); ok && f.Tag.Get("default") != "" {
+			return "the default (" + f.Tag.Get("default") + ")"
+		}
+	}
+	return "the default"
 }
 
 // Probe reports whether b already holds a store, without needing its key.

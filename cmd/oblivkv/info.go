@@ -8,6 +8,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/oblivkv/oblivkv/internal/setup"
+	"github.com/oblivkv/oblivkv/kv"
 )
 
 func newInfoCmd() *cobra.Command {
@@ -17,7 +18,8 @@ func newInfoCmd() *cobra.Command {
 		Short: "Print what an existing store records about itself, without serving it",
 		Long: `Print the protocol, capacity, value size, maximum key size and protocol
 options an existing store was created with (what serve and load reuse when not
-given them), and the bytes its data directory takes. It reads the key file to
+given them), the fingerprint of its protocol and options (as the server's INFO
+shows it: equal fingerprints, equal configurations), and the bytes its data directory takes. It reads the key file to
 open the store's sealed metadata record and writes nothing: the disk backend
 is opened read-only. A store being served cannot be read (its directory is
 locked).`,
@@ -36,10 +38,11 @@ locked).`,
 }
 
 func printInfo(w io.Writer, opts setup.Options, d setup.Description) {
-	options := "none (the protocol's defaults)"
+	options, fingerprint := "none (the protocol's defaults)", kv.OptionsFingerprint(d.Protocol, d.Settings)
 	switch {
 	case d.Settings == nil:
 		options = "not recorded (created by an older build: give them with --opt at every start)"
+		fingerprint = "none (options not recorded)"
 	case len(d.Settings) > 0:
 		options = strings.Join(setup.SettingArgs(d.Settings), " ")
 	}
@@ -50,6 +53,7 @@ func printInfo(w io.Writer, opts setup.Options, d setup.Description) {
 	fmt.Fprintf(w, "value_size:    %d\n", d.ValueSize)
 	fmt.Fprintf(w, "max_key_size:  %d\n", d.MaxKeySize)
 	fmt.Fprintf(w, "options:       %s\n", options)
+	fmt.Fprintf(w, "fingerprint:   %s\n", fingerprint)
 	fmt.Fprintf(w, "store_bytes:   %d\n", d.StoreBytes)
 	fmt.Fprintf(w, "journal_bytes: %d\n", d.JournalBytes)
 }

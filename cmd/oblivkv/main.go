@@ -1,7 +1,8 @@
 // Command oblivkv is the oblivious key-value store: a Redis-compatible
 // server (serve), a bulk loader (load), a benchmark harness (bench), a
-// reader for adversary-view logs (tap), an obliviousness audit (audit), a description of an existing
-// store (info) and version information.
+// reader for adversary-view logs (tap), an obliviousness audit (audit), a
+// description of an existing store (info), the protocols and their options
+// (options) and version information.
 package main
 
 import (
@@ -31,6 +32,6 @@ operator cannot tell which keys are used, how often or in what order.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newServeCmd(), newLoadCmd(), newBenchCmd(), newTapCmd(), newAuditCmd(), newSimCmd(), newInfoCmd(), newVersionCmd())
+	root.AddCommand(newServeCmd(), newLoadCmd(), newBenchCmd(), newTapCmd(), newAuditCmd(), newSimCmd(), newInfoCmd(), newOptionsCmd(), newVersionCmd())
 	return root
 }

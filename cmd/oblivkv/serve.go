@@ -104,6 +104,8 @@ func serve(ctx context.Context, opts setup.Options, listen, metricsAddr string) 
 	if options != "" {
 		attrs = append(attrs, "options", options)
 	}
+	fingerprint := kv.OptionsFingerprint(stats.Protocol, opened.Settings)
+	attrs = append(attrs, "options_fingerprint", fingerprint)
 	// The security bounds a configuration guarantees (Waffle's alpha and
 	// beta, ...) are protocol stats named theoretical_*: shown at start.
 	for _, e := range stats.Extra {
@@ -111,7 +113,7 @@ func serve(ctx context.Context, opts setup.Options, listen, metricsAddr string) 
 			attrs = append(attrs, e.Name, e.Value)
 		}
 	}
-	ropts := resp.Options{Logger: log, Version: version, Info: deploymentInfo(opts)}
+	ropts := resp.Options{Logger: log, Version: version, Info: deploymentInfo(opts, fingerprint)}
 	var mx *metrics.Metrics
 	if mln != nil {
 		mx = metrics.New(opened.Store, metrics.Info{Commands: resp.CommandNames(),
@@ -193,11 +195,13 @@ func openInterruptibly(ctx context.Context, opts setup.Options, sigs <-chan os.S
 	return opened, err
 }
 
-// deploymentInfo adds the deployment settings to INFO's Oblivkv section.
-func deploymentInfo(opts setup.Options) func() []resp.InfoSection {
+// deploymentInfo adds the deployment settings and the fingerprint of the
+// store's protocol and options to INFO's Oblivkv section.
+func deploymentInfo(opts setup.Options, fingerprint string) func() []resp.InfoSection {
 	fields := []resp.InfoField{
 		{Key: "backend", Value: backendKind(opts.Backend)},
 		{Key: "backend_latency_ms", Value: fmt.Sprint(opts.BackendLatency.Seconds() * 1000)},
+		{Key: "options_fingerprint", Value: fingerprint},
 	}
 	return func() []resp.InfoSection { return []resp.InfoSection{{Name: "Oblivkv", Fields: fields}} }
 }

@@ -16,7 +16,9 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
+	"github.com/oblivkv/oblivkv/backend/disk"
 	"github.com/oblivkv/oblivkv/internal/setup"
+	"github.com/oblivkv/oblivkv/kv"
 )
 
 // TestMain lets the test binary stand in for the oblivkv binary: with
@@ -197,8 +199,9 @@ func TestServeProtocolOptions(t *testing.T) {
 		t.Errorf("options not logged: %s", s.stderr)
 	}
 
-	// servesWithTrees2 restarts with args and requires the data and
-	// trees=2 to be served.
+	fingerprint := kv.OptionsFingerprint("treebeard", map[string]string{"Trees": "2", "Epoch": "200µs"})
+	// servesWithTrees2 restarts with args and requires the data, trees=2
+	// and the options' fingerprint to be served.
 	servesWithTrees2 := func(args ...string) {
 		t.Helper()
 		s := startServe(t, dir, args...)
@@ -209,6 +212,9 @@ func TestServeProtocolOptions(t *testing.T) {
 		if info, err := c.Info(ctx, "stats").Result(); err != nil || !strings.Contains(info, "trees:2\r\n") {
 			t.Fatalf("restart with %q: INFO stats = %q, %v; want trees:2", args, info, err)
 		}
+		if info, err := c.Info(ctx, "oblivkv").Result(); err != nil || !strings.Contains(info, "options_fingerprint:"+fingerprint+"\r\n") {
+			t.Errorf("restart with %q: INFO oblivkv = %q, %v; want options_fingerprint:%s", args, info, err, fingerprint)
+		}
 		s.stop(t)
 	}
 	servesWithTrees2(opts...)
@@ -216,23 +222,25 @@ func TestServeProtocolOptions(t *testing.T) {
 
 	out, err := runMain(dir, "info", "--data-dir", filepath.Join(dir, "data"))
 	for _, want := range []string{"protocol:      treebeard\n", "capacity:      256\n", "value_size:    1024\n",
-		"max_key_size:  256\n", "options:       Epoch=200µs Trees=2\n", "store_bytes:   "} {
+		"max_key_size:  256\n", "options:       Epoch=200µs Trees=2\n", "fingerprint:   " + fingerprint + "\n", "store_bytes:   "} {
 		if err != nil || !strings.Contains(out, want) {
 			t.Errorf("info: %v; output %q lacks %q", err, out, want)
 		}
 	}
 
 	// The store's own files are not compared: pebble rotates its log and
-	// manifest at every open, writing nothing of oblivkv's. The data and
-	// the options are checked by serving them after the refusals.
+	// manifest at every open, writing nothing of oblivkv's. What it holds
+	// is, and the data and the options are served after the refusals.
 	before := snapshot(t, filepath.Join(dir, "data"), "journal", "key")
+	stored := storeContents(t, filepath.Join(dir, "data"))
 	for _, tc := range []struct {
 		args []string
 		want string
 	}{
-		{[]string{"--opt", "trees=4"}, "option Trees is 2 in the store, 4 given"},
-		{[]string{"--opt", "trees=2", "--opt", "epoch=1ms"}, "option Epoch is 200µs in the store, 1ms given"},
-		{[]string{"--opt", "routers=2"}, "option Routers is the default in the store, 2 given"},
+		{[]string{"--opt", "trees=4"}, "option Trees is 2 in the store, the default (4) given"},
+		{[]string{"--opt", "trees=3"}, "option Trees is 2 in the store, 3 given"},
+		{[]string{"--opt", "trees=2", "--opt", "epoch=1ms"}, "option Epoch is 200µs in the store, the default (1ms) given"},
+		{[]string{"--opt", "routers=2"}, "option Routers is the default (1) in the store, 2 given"},
 	} {
 		if out := serveFails(t, dir, tc.args...); !strings.Contains(out, tc.want) ||
 			!strings.Contains(out, "stored data was created with another configuration") {
@@ -241,6 +249,9 @@ func TestServeProtocolOptions(t *testing.T) {
 	}
 	if after := snapshot(t, filepath.Join(dir, "data"), "journal", "key"); !maps.Equal(before, after) {
 		t.Error("a refused restart changed the key file or the journal")
+	}
+	if after := storeContents(t, filepath.Join(dir, "data")); !maps.Equal(stored, after) {
+		t.Error("a refused restart changed what the store holds")
 	}
 	servesWithTrees2()
 
@@ -251,6 +262,33 @@ func TestServeProtocolOptions(t *testing.T) {
 	if out := serveFails(t, t.TempDir(), "--protocol", "encrypted", "--opt", "trees=2"); !strings.Contains(out, "takes no options") {
 		t.Errorf("option of a protocol without options: got %q", out)
 	}
+}
+
+// storeContents returns every address the disk store of dataDir holds,
+// with its (sealed) value, reading it without writing.
+func storeContents(t *testing.T, dataDir string) map[string]string {
+	t.Helper()
+	b, err := disk.OpenWith(filepath.Join(dataDir, "store"), disk.Options{ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	var addrs []string
+	if err := b.Scan(t.Context(), "", func(a string) error { addrs = append(addrs, a); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	vals, err := b.Read(t.Context(), addrs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	contents := make(map[string]string, len(addrs))
+	for i, a := range addrs {
+		contents[a] = string(vals[i])
+	}
+	if len(contents) == 0 {
+		t.Fatalf("no store in %s", dataDir)
+	}
+	return contents
 }
 
 // snapshot returns the contents of the files under dir/sub for each sub,

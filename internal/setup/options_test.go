@@ -359,8 +359,8 @@ func TestOpenKeepsOptions(t *testing.T) {
 		want string
 	}{
 		{[]string{"evictionrate=3"}, "option EvictionRate is 1.5 in the store, 3 given"},
-		{[]string{"evictionrate=2"}, "option EvictionRate is 1.5 in the store, the default given"},
-		{[]string{"partitions=8", "shufflingbuffer=512"}, "option ShufflingBuffer is the default in the store, 512 given"},
+		{[]string{"evictionrate=2"}, "option EvictionRate is 1.5 in the store, the default (2) given"},
+		{[]string{"partitions=8", "shufflingbuffer=512"}, "option ShufflingBuffer is the default (4 times the largest shuffle's write) in the store, 512 given"},
 	} {
 		_, err := open(tc.args...)
 		if !errors.Is(err, kv.ErrMismatch) || !strings.Contains(err.Error(), tc.want) {

@@ -2,6 +2,12 @@
 // key file, emulated latency, tap file) into an open kv.Store. It is shared
 // by `oblivkv serve`, `oblivkv load` and `oblivkv bench`.
 //
+// It owns the options of a protocol as a deployment gives them: --opt
+// NAME=VALUE settings turned into the protocol's Options by reflection over
+// the zero Options of its kv.Protocol descriptor (setup imports no protocol
+// package), their canonical form that a store records (Settings, an option
+// at its default left out) and their listing (OptionList).
+//
 // It owns the data directory layout (DIR/key, the 0600 master key file, and
 // DIR/store, the embedded backend's files) and the rule that a key is only
 // ever created for storage that holds no store: a missing or wrong key for

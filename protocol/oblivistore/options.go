@@ -10,7 +10,7 @@ import (
 type Options struct {
 	// Partitions is the number of partitions (default ceil(sqrt(N)), as in
 	// the partitioning framework of Sec. III-A).
-	Partitions int `opt:"Partitions." default:"ceil(sqrt(N))"`
+	Partitions int `opt:"Partitions the blocks are spread over, each a hierarchy of levels shuffled on its own." default:"ceil(sqrt(N))"`
 	// EvictionRate is nu, the evictions scheduled per access (default 2,
 	// Sec. III-A; fractional rates schedule floor(nu) evictions and one
 	// more with probability nu - floor(nu)).
