@@ -77,6 +77,18 @@ type Env struct {
 // Factory opens one protocol's store.
 type Factory func(ctx context.Context, env Env) (Store, error)
 
+// FactoryOf makes a Factory of a protocol's open function that returns its
+// own store type, so a failed open returns a nil Store, not a typed nil.
+func FactoryOf[S Store](open func(context.Context, Env) (S, error)) Factory {
+	return func(ctx context.Context, env Env) (Store, error) {
+		s, err := open(ctx, env)
+		if err != nil {
+			return nil, err
+		}
+		return s, nil
+	}
+}
+
 // Open opens (or creates) a store of cfg.Protocol over cfg.Backend.
 func Open(ctx context.Context, cfg Config) (Store, error) {
 	p, ok := Lookup(cfg.Protocol)

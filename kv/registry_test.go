@@ -79,3 +79,19 @@ func TestOptionsFingerprint(t *testing.T) {
 		t.Errorf("fingerprint %s; it is fixed at %s for these settings", got, want)
 	}
 }
+
+type nilStore struct{ Store }
+
+// TestFactoryOf: a failed open gives a nil Store (not a typed nil), a
+// successful one its store.
+func TestFactoryOf(t *testing.T) {
+	failing := FactoryOf(func(context.Context, Env) (*nilStore, error) { return nil, ErrFull })
+	if s, err := failing(t.Context(), Env{}); s != nil || err != ErrFull {
+		t.Errorf("failed open: %#v, %v; want a nil Store and the error", s, err)
+	}
+	want := &nilStore{}
+	opening := FactoryOf(func(context.Context, Env) (*nilStore, error) { return want, nil })
+	if s, err := opening(t.Context(), Env{}); s != want || err != nil {
+		t.Errorf("open: %#v, %v; want the store", s, err)
+	}
+}

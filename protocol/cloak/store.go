@@ -20,9 +20,7 @@ func init() {
 	kv.Register(kv.Protocol{
 		Name:    "cloak",
 		Summary: "Cloak: fixed-size batches at a fixed rate, shaped to a fixed temporal access distribution; defeats injected queries",
-		Open: func(ctx context.Context, env kv.Env) (kv.Store, error) {
-			return open(ctx, env)
-		},
+		Open:    kv.FactoryOf(open),
 		Options: Options{},
 	})
 }

@@ -26,9 +26,7 @@ func init() {
 	kv.Register(kv.Protocol{
 		Name:    "oblivistore",
 		Summary: "ObliviStore: partition ORAM with background shuffling and oblivious scheduling; hides which key is accessed from an active adversary",
-		Open: func(ctx context.Context, env kv.Env) (kv.Store, error) {
-			return open(ctx, env)
-		},
+		Open:    kv.FactoryOf(open),
 		Options: Options{},
 	})
 }

@@ -20,9 +20,7 @@ func init() {
 	kv.Register(kv.Protocol{
 		Name:    "taostore",
 		Summary: "TaoStore: concurrent, asynchronous Path ORAM with a Sequencer; also hides response timing from an active adversary",
-		Open: func(ctx context.Context, env kv.Env) (kv.Store, error) {
-			return open(ctx, env)
-		},
+		Open:    kv.FactoryOf(open),
 		Options: Options{},
 	})
 }

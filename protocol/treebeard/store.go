@@ -23,9 +23,7 @@ func init() {
 	kv.Register(kv.Protocol{
 		Name:    "treebeard",
 		Summary: "Treebeard: Ring ORAM trees behind Routers and Stash shards, requests batched in epochs; hides which key is accessed from an active adversary (the default)",
-		Open: func(ctx context.Context, env kv.Env) (kv.Store, error) {
-			return open(ctx, env)
-		},
+		Open:    kv.FactoryOf(open),
 		Options: Options{},
 	})
 }

@@ -22,9 +22,7 @@ func init() {
 	kv.Register(kv.Protocol{
 		Name:    "waffle",
 		Summary: "Waffle: fixed batches of real and fake queries with bounded alpha and beta; defeats a passive persistent adversary",
-		Open: func(ctx context.Context, env kv.Env) (kv.Store, error) {
-			return open(ctx, env)
-		},
+		Open:    kv.FactoryOf(open),
 		Options: Options{},
 	})
 }
