@@ -2,6 +2,7 @@ package kvtest_test
 
 import (
 	"context"
+	"fmt"
 	"errors"
 	"math/rand/v2"
 	"os"
@@ -228,6 +229,29 @@ func TestFlickeringFailedPutsAreCaught(t *testing.T) {
 	s := newMapStore(6)
 	s.failPuts, s.flicker = 0.3, true
 	wantIllegal(t, s, kvtest.LinOptions{Clients: 1, OpsPerClient: 400, AllowErrors: true, DeleteFraction: 0.01})
+}
+
+// TestOperationMix checks the shares of each kind of operation: none of
+// them mutations unless asked for.
+func TestOperationMix(t *testing.T) {
+	count := func(mutations float64) map[string]int {
+		r, err := kvtest.Linearizable(t.Context(), newMapStore(10), quick(kvtest.LinOptions{Clients: 1, OpsPerClient: 2000, MutationFraction: mutations}))
+		if err != nil || r.Result != porcupine.Ok {
+			t.Fatalf("%v, %v", r.Result, err)
+		}
+		kinds := map[string]int{}
+		for _, op := range r.History {
+			kind, _, _ := strings.Cut(fmt.Sprint(op.Input), "(")
+			kinds[kind]++
+		}
+		return kinds
+	}
+	if k := count(0); k["put"] < 700 || k["get"] < 900 || k["delete"] < 150 || len(k) != 3 {
+		t.Errorf("default mix: %v; want about 800 puts, 1000 gets, 200 deletes and nothing else", k)
+	}
+	if k := count(0.5); k["put"] < 300 || k["incrby"] < 80 || k["append"] < 80 || k["setnx"] < 80 {
+		t.Errorf("half the writes mutations: %v; want about 400 puts and 130 of each mutation", k)
+	}
 }
 
 func TestSeedReproducesTheOperations(t *testing.T) {

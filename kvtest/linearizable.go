@@ -244,7 +244,7 @@ func (o LinOptions) nextInput(r *rand.Rand, keys []string, c, i int) linInput {
 		in.Op = opGet
 	case p < o.GetFraction+o.DeleteFraction:
 		in.Op = opDelete
-	case p < 1-(1-o.GetFraction-o.DeleteFraction)*(1-o.MutationFraction):
+	case p < o.GetFraction+o.DeleteFraction+(1-o.GetFraction-o.DeleteFraction)*(1-o.MutationFraction):
 		in.Op, in.Value = opPut, o.uniqueValue(c, i)
 	default:
 		in.Op, in.ValueSize = opMutate, o.valueSize
