@@ -41,47 +41,40 @@ func cmdSelect(c *conn, args [][]byte) {
 	}
 }
 
-// cmdAuth answers as Redis does with no password configured.
-func cmdAuth(c *conn, args [][]byte) {
-	if len(args) > 3 {
-		c.arityErr("auth")
-		return
-	}
-	c.wr.err(errNoPassword)
-}
-
-const errNoPassword = "ERR AUTH <password> called without any password configured for the default user. Are you sure your configuration is correct?"
-
 // cmdHello negotiates RESP2 (RESP3 is refused with NOPROTO, which clients
 // take as "fall back to RESP2") and replies the server's map as a flat
 // array, as Redis does in RESP2.
 func cmdHello(c *conn, args [][]byte) {
-	if len(args) > 1 {
-		v, ok := parseInt(args[1])
-		if !ok {
-			c.wr.err("ERR Protocol version is not an integer or out of range")
-			return
-		}
-		if v != 2 {
-			c.wr.err("NOPROTO sorry, this protocol version is not supported")
-			return
-		}
-		if !c.helloOptions(args[2:]) {
-			return
-		}
+	if len(args) > 1 && !c.helloVersion(args[1]) {
+		return
 	}
-	c.helloReply()
+	if c.helloOptions(args[min(2, len(args)):]) {
+		c.helloReply()
+	}
+}
+
+// helloVersion accepts protocol version 2, or writes the error.
+func (c *conn) helloVersion(arg []byte) bool {
+	v, ok := parseInt(arg)
+	switch {
+	case !ok:
+		c.wr.err("ERR Protocol version is not an integer or out of range")
+	case v != 2:
+		c.wr.err("NOPROTO sorry, this protocol version is not supported")
+	}
+	return ok && v == 2
 }
 
 // helloOptions applies HELLO's AUTH and SETNAME options, or writes the
-// error and returns false.
+// error and returns false. A connection not authenticated must be
+// authenticated by the AUTH option before the name is set.
 func (c *conn) helloOptions(opts [][]byte) bool {
 	name, setName := "", false
+	var creds [][]byte // user and password of the AUTH option
 	for i := 0; i < len(opts); i++ {
 		switch left := len(opts) - i - 1; {
 		case is(opts[i], "auth") && left >= 2:
-			c.wr.err(errNoPassword)
-			return false
+			creds, i = [][]byte{opts[i+1], opts[i+2]}, i+2
 		case is(opts[i], "setname") && left >= 1:
 			i++
 			name, setName = string(opts[i]), true
@@ -92,6 +85,9 @@ func (c *conn) helloOptions(opts [][]byte) bool {
 	}
 	if setName && !validName(name) {
 		c.wr.err(errBadName)
+		return false
+	}
+	if !c.helloAuth(creds) {
 		return false
 	}
 	if setName {

@@ -86,6 +86,7 @@ func (c *conn) exec(args [][]byte) {
 	}
 	cmd := c.lookup(args[0])
 	switch {
+	case c.denied(cmd):
 	case cmd == nil:
 		if !c.refused(args[0]) {
 			c.wr.err(unknownCommand(args))

@@ -10,6 +10,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/oblivkv/oblivkv/auth"
 )
 
 const (
@@ -44,11 +46,16 @@ type conn struct {
 	mu   sync.Mutex   // guards name, read by other connections' CLIENT LIST
 	name string       // set by CLIENT SETNAME
 	last atomic.Int64 // unix nanoseconds of the last request
+
+	// The connection's user, once authenticated (auth.go).
+	user          auth.User
+	authenticated bool
 }
 
 func newConn(s *Server, nc net.Conn) *conn {
 	c := &conn{s: s, nc: nc, id: s.nextID.Add(1), created: time.Now()}
 	c.last.Store(c.created.UnixNano())
+	c.initAuth()
 	return c
 }
 

@@ -37,6 +37,20 @@
 // fails, the keys before it stay deleted; a failed Get of MGET is answered
 // by an error element in its place.
 //
+// # Authentication
+//
+// With Options.Users set (package auth: users with an argon2id hash or the
+// default user's --requirepass, and a permission), a connection runs only
+// PING, AUTH, HELLO and QUIT until AUTH password (as the default user),
+// AUTH user password or HELLO 2 AUTH user password succeeds; anything else
+// is answered "NOAUTH Authentication required.". A wrong password or
+// unknown user is answered "WRONGPASS invalid username-password pair or
+// user is disabled.", leaves the connection as it was, and is logged with
+// the user name and the client's address, never the password. A read-only
+// user runs only the commands listed as reads (auth.go); any other is
+// answered "NOPERM User NAME has no permissions to run the 'CMD' command"
+// before it reaches the store. TLS is the listener's: Serve a tls.Listener.
+//
 // # Errors
 //
 // Store errors become error replies: kv.ErrValueTooLarge "ERR value too

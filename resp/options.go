@@ -3,6 +3,8 @@ package resp
 import (
 	"log/slog"
 	"time"
+
+	"github.com/oblivkv/oblivkv/auth"
 )
 
 // Defaults for Options fields left zero (or negative).
@@ -53,6 +55,12 @@ type Options struct {
 	// reply. A section named like a built-in one (e.g. "Oblivkv", for the
 	// protocol's parameters) extends it; others are appended.
 	Info func() []InfoSection
+	// Users, if set, are who may connect: a connection must AUTH (or
+	// HELLO with AUTH) as one of them before it may run anything but PING,
+	// AUTH, HELLO and QUIT, and a read-only user runs only the commands
+	// that leave the store unchanged. Nil means no authentication: every
+	// connection is the default user with every permission.
+	Users *auth.Users
 	// Observe, if set, is called after every command with its name (one of
 	// CommandNames, or UnknownCommand) and how long it ran, from its parse
 	// to its reply being buffered. It is never given a key or a value.
