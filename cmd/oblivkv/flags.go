@@ -26,7 +26,7 @@ type storeFlags struct {
 
 func (f *storeFlags) register(cmd *cobra.Command) {
 	fs := cmd.Flags()
-	fs.StringVar(&f.protocol, "protocol", setup.DefaultProtocol, "protocol of a new store, one of "+strings.Join(kv.Protocols(), ", ")+" (an existing store keeps its own)")
+	fs.StringVar(&f.protocol, "protocol", setup.DefaultProtocol, "protocol of a new store, one of "+strings.Join(kv.Protocols(), ", ")+" (an existing store keeps its own: a different one is refused)")
 	registerLocation(cmd, &f.backend, &f.dataDir)
 	fs.IntVar(&f.capacity, "capacity", kv.DefaultCapacity, "number of keys a new store can hold")
 	fs.IntVar(&f.valueSize, "value-size", kv.DefaultValueSize, "largest value in bytes of a new store")

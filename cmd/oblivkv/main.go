@@ -2,7 +2,7 @@
 // server (serve), a bulk loader (load), a benchmark harness (bench), a
 // reader for adversary-view logs (tap), an obliviousness audit (audit), a
 // description of an existing store (info), the protocols and their options
-// (options) and version information.
+// (options), a users file line maker (passwd) and version information.
 package main
 
 import (
@@ -32,6 +32,6 @@ operator cannot tell which keys are used, how often or in what order.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newServeCmd(), newLoadCmd(), newBenchCmd(), newTapCmd(), newAuditCmd(), newSimCmd(), newInfoCmd(), newOptionsCmd(), newVersionCmd())
+	root.AddCommand(newServeCmd(), newLoadCmd(), newBenchCmd(), newTapCmd(), newAuditCmd(), newSimCmd(), newInfoCmd(), newOptionsCmd(), newPasswdCmd(), newVersionCmd())
 	return root
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/oblivkv/oblivkv/auth"
 	"github.com/oblivkv/oblivkv/internal/setup"
 	"github.com/oblivkv/oblivkv/kv"
 	"github.com/oblivkv/oblivkv/metrics"
@@ -27,7 +29,7 @@ const shutdownGrace = 10 * time.Second
 
 func newServeCmd() *cobra.Command {
 	var sf storeFlags
-	var listen, metricsAddr string
+	var f serveFlags
 	cmd := &cobra.Command{
 		Use:   "serve",
 		Short: "Serve a store over the Redis protocol (RESP2)",
@@ -46,50 +48,115 @@ The proxy's trusted state is journaled under the data dir (DIR/journal): with
 or a power cut, and storage restored from an older copy is refused at start.
 See docs/OPERATIONS.md, "Durability", for what survives what.
 
+--protocol, --capacity and --value-size shape a new store. An existing store
+is served with its own: one given that differs from the store's (another
+--protocol, say) is refused at start, before anything is written.
+
 --opt NAME=VALUE sets a field of the protocol's Options (repeatable, e.g.
 --opt trees=8 --opt epoch=2ms); see docs/OPERATIONS.md for each protocol's.
 A new store records its options, and later starts use them with no --opt
 given; an --opt that differs from the recorded value is refused before
 anything is written. 'oblivkv info' shows a store's options.
 
+Who may connect: --requirepass (or $OBLIVKV_PASSWORD) sets the password of
+the default user (AUTH PASSWORD); --users FILE adds users with a password hash
+and a permission, read-write or read-only (AUTH USER PASSWORD; 'oblivkv passwd'
+writes their lines). Until a client authenticates it may only PING, AUTH,
+HELLO and QUIT. --tls-cert and --tls-key serve clients over TLS; --tls-ca also
+requires a client certificate signed by one of its CAs. Protected mode, as in
+Redis: listening on a non-loopback address with no password, no users file and
+no --tls-ca is refused unless --protected-mode=false. See docs/OPERATIONS.md,
+"Security".
+
 --metrics-addr HOST:PORT serves Prometheus metrics on /metrics (see
 docs/OPERATIONS.md, "Metrics"); they show the trusted side's view, so serve
 them only to the proxy's operators.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return serve(cmd.Context(), sf.options(cmd), listen, metricsAddr)
+			return serve(cmd.Context(), sf.options(cmd), f)
 		},
 	}
 	sf.register(cmd)
-	cmd.Flags().StringVar(&listen, "listen", "127.0.0.1:6380", "address to listen on")
-	cmd.Flags().StringVar(&metricsAddr, "metrics-addr", "", "serve Prometheus metrics on http://`HOST:PORT`/metrics (empty: no metrics)")
+	f.sec.register(cmd)
+	cmd.Flags().StringVar(&f.listen, "listen", "127.0.0.1:6380", "address to listen on")
+	cmd.Flags().StringVar(&f.metricsAddr, "metrics-addr", "", "serve Prometheus metrics on http://`HOST:PORT`/metrics (empty: no metrics)")
 	return cmd
 }
 
-func serve(ctx context.Context, opts setup.Options, listen, metricsAddr string) error {
-	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
-	// Everything that can be checked is, before a store is written: the
-	// listen addresses here, the protocol and the options in setup.Open.
-	ln, err := net.Listen("tcp", listen)
+// serveFlags are serve's flags besides the store's.
+type serveFlags struct {
+	listen, metricsAddr string
+	sec                 securityFlags
+}
+
+// listeners are what serve listens on, and who may connect.
+type listeners struct {
+	clients, metrics net.Listener // metrics is nil without --metrics-addr
+	users            *auth.Users  // nil: no authentication
+	tls              bool
+}
+
+// open checks the security flags and listens: everything that can be
+// checked is, before a store is written (the protocol and the options are
+// checked in setup.Open).
+func (f serveFlags) open() (*listeners, error) {
+	users, err := f.sec.users()
 	if err != nil {
-		return fmt.Errorf("listen: %w", err)
+		return nil, err
 	}
-	var mln net.Listener
-	if metricsAddr != "" {
-		if mln, err = net.Listen("tcp", metricsAddr); err != nil {
+	tlsConf, err := f.sec.tlsConfig()
+	if err != nil {
+		return nil, err
+	}
+	ln, err := net.Listen("tcp", f.listen)
+	if err != nil {
+		return nil, fmt.Errorf("listen: %w", err)
+	}
+	l := &listeners{clients: ln, users: users, tls: tlsConf != nil}
+	if err := f.sec.checkProtected(ln.Addr(), users); err != nil {
+		return nil, errors.Join(err, ln.Close())
+	}
+	if tlsConf != nil {
+		l.clients = tls.NewListener(ln, tlsConf)
+	}
+	if f.metricsAddr != "" {
+		if l.metrics, err = net.Listen("tcp", f.metricsAddr); err != nil {
 			ln.Close()
-			return fmt.Errorf("metrics listen: %w", err)
+			return nil, fmt.Errorf("metrics listen: %w", err)
 		}
 	}
+	return l, nil
+}
+
+func (l *listeners) close() {
+	l.clients.Close()
+	if l.metrics != nil {
+		l.metrics.Close()
+	}
+}
+
+// authAttrs are the log attributes saying who may connect.
+func (l *listeners) authAttrs() []any {
+	users := "none (no authentication)"
+	if l.users != nil {
+		users = strings.Join(l.users.Names(), ",")
+	}
+	return []any{"users", users, "tls", l.tls}
+}
+
+func serve(ctx context.Context, opts setup.Options, f serveFlags) error {
+	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	l, err := f.open()
+	if err != nil {
+		return err
+	}
+	ln, mln := l.clients, l.metrics
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
 	defer signal.Stop(sigs)
 	opened, err := openInterruptibly(ctx, opts, sigs, log)
 	if err != nil {
-		ln.Close()
-		if mln != nil {
-			mln.Close()
-		}
+		l.close()
 		if errors.Is(err, errInterrupted) {
 			log.Info("interrupted while opening the store: nothing was served; a new store that was not finished is built afresh at the next start")
 			return nil
@@ -113,7 +180,8 @@ func serve(ctx context.Context, opts setup.Options, listen, metricsAddr string) 
 			attrs = append(attrs, e.Name, e.Value)
 		}
 	}
-	ropts := resp.Options{Logger: log, Version: version, Info: deploymentInfo(opts, fingerprint)}
+	attrs = append(attrs, l.authAttrs()...)
+	ropts := resp.Options{Logger: log, Version: version, Info: deploymentInfo(opts, fingerprint), Users: l.users}
 	var mx *metrics.Metrics
 	if mln != nil {
 		mx = metrics.New(opened.Store, metrics.Info{Commands: resp.CommandNames(),
