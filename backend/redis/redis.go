@@ -18,6 +18,11 @@
 // in memory; surviving a Redis restart needs Redis persistence (AOF with
 // appendfsync) configured by the operator.
 //
+// Over TLS (a rediss:// URL) the server's certificate is verified against
+// the system's CAs or those of the URL's tls_ca file, for the URL's host
+// name; tls_cert and tls_key give a client certificate to a server that
+// requires one (Redis's tls-auth-clients).
+//
 // Why go-redis: it is the Redis project's own Go client, maintained, with a
 // connection pool that serves many concurrent callers (this backend is
 // called by up to hundreds of goroutines), context support and RESP2/RESP3.
@@ -62,8 +67,10 @@ type Backend struct {
 	closed atomic.Bool
 }
 
-// Open connects to url, "redis://[:PASSWORD@]HOST:PORT[/DB]" (any form
-// go-redis's ParseURL accepts), with default Options, and checks the server
+// Open connects to url, "redis://[[USER]:PASSWORD@]HOST:PORT[/DB]" or, over
+// TLS, "rediss://..." (any form go-redis's ParseURL accepts, and for
+// rediss:// the query parameters tls_ca=FILE, tls_cert=FILE and
+// tls_key=FILE: see parseURL), with default Options, and checks the server
 // answers PING.
 func Open(ctx context.Context, url string) (*Backend, error) {
 	return OpenWith(ctx, url, Options{})
@@ -71,9 +78,9 @@ func Open(ctx context.Context, url string) (*Backend, error) {
 
 // OpenWith is Open with explicit Options.
 func OpenWith(ctx context.Context, url string, o Options) (*Backend, error) {
-	opt, err := goredis.ParseURL(url)
+	opt, err := parseURL(url)
 	if err != nil {
-		return nil, fmt.Errorf("redis: bad URL: %w", err) // not quoted: it may hold a password
+		return nil, err
 	}
 	if o.PoolSize > 0 {
 		opt.PoolSize = o.PoolSize

@@ -117,7 +117,7 @@ See docs/benchmarks.md for what each figure means.`,
 	fs.IntVar(&f.valueSize, "value-size", 1024, "bytes per value (also the store's value size)")
 	fs.IntVar(&f.workers, "concurrency", 64, "workers (closed loop), or most operations outstanding (open loop)")
 	fs.Float64Var(&f.rate, "rate", 0, "open loop at this many operations per second (0: closed loop)")
-	fs.StringVar(&f.backend, "backend", "mem", "untrusted storage: mem (default for bench), disk or redis://HOST:PORT[/DB]")
+	fs.StringVar(&f.backend, "backend", "mem", "untrusted storage: mem (default for bench), disk, redis://HOST:PORT[/DB] or rediss://... (see serve --help)")
 	fs.DurationVar(&f.latency, "backend-latency", 0, "delay added to every backend round trip, to emulate a WAN (e.g. 10ms)")
 	fs.StringVar(&f.dataDir, "data-dir", "", "where the disk backend keeps its runs (default: a temporary directory); removed afterwards")
 	registerFsync(cmd, &f.fsync)

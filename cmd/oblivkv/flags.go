@@ -40,7 +40,7 @@ func (f *storeFlags) register(cmd *cobra.Command) {
 // and --data-dir.
 func registerLocation(cmd *cobra.Command, backend, dataDir *string) {
 	fs := cmd.Flags()
-	fs.StringVar(backend, "backend", "disk", "untrusted storage: mem, disk (embedded, under --data-dir) or redis://HOST:PORT[/DB]")
+	fs.StringVar(backend, "backend", "disk", "untrusted storage: mem, disk (embedded, under --data-dir), redis://[USER:PASS@]HOST:PORT[/DB], or over TLS rediss://...[?tls_ca=FILE&tls_cert=FILE&tls_key=FILE]")
 	fs.StringVar(dataDir, "data-dir", "./oblivkv-data", "directory of the key file and of the disk backend")
 }
 

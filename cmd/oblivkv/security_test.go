@@ -254,3 +254,28 @@ func redisCLI(t *testing.T, args ...string) string {
 	out, _ := exec.Command(redistest.Require(t, "redis-cli"), args...).CombinedOutput()
 	return strings.TrimSpace(string(out))
 }
+
+// TestServeRedisBackendOverTLS serves a store kept on a redis-server that
+// accepts only TLS with a client certificate and a password, through a
+// rediss:// URL; the log names the backend without the URL.
+func TestServeRedisBackendOverTLS(t *testing.T) {
+	dir := t.TempDir()
+	backend := redistest.StartTLS(t)
+	s := startServe(t, dir, append(smallStore, "--backend", backend.URL(2, true))...)
+	c := client(t, s.addr)
+	ctx := context.Background()
+	if err := c.Set(ctx, "k", "kept on rediss", 0).Err(); err != nil {
+		t.Fatalf("SET over a TLS backend: %v", err)
+	}
+	if v, err := c.Get(ctx, "k").Result(); err != nil || v != "kept on rediss" {
+		t.Fatalf("GET over a TLS backend: %q, %v", v, err)
+	}
+	info, err := c.Info(ctx, "oblivkv").Result()
+	if err != nil || !strings.Contains(info, "\r\nbackend:rediss\r\n") {
+		t.Errorf("INFO oblivkv does not name the rediss backend (%v):\n%s", err, info)
+	}
+	s.stop(t)
+	if logs := s.stderr.String(); !strings.Contains(logs, "backend=rediss ") || strings.Contains(logs, backend.Password) {
+		t.Errorf("the start log should name the backend rediss, without its password:\n%s", logs)
+	}
+}

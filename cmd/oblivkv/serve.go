@@ -275,10 +275,11 @@ func deploymentInfo(opts setup.Options, fingerprint string) func() []resp.InfoSe
 }
 
 // backendKind names the backend without its address, which may hold a
-// password.
+// password: "redis", or "rediss" over TLS.
 func backendKind(spec string) string {
-	if strings.HasPrefix(spec, "redis://") {
-		return "redis"
+	if setup.IsRedis(spec) {
+		kind, _, _ := strings.Cut(spec, ":")
+		return kind
 	}
 	return spec
 }

@@ -20,12 +20,17 @@
 // when leased and returned when the test ends. Distinct databases, rather
 // than FLUSHALL between tests, let parallel tests share the server safely.
 //
+// StartTLS starts a server for one test that accepts only TLS connections
+// with a client certificate and requires a password, with certificates
+// made for it by package testcerts: for tests of the rediss:// backend.
+//
 // It speaks the few RESP commands it needs (PING, SELECT, FLUSHDB) itself,
 // so it depends on nothing but the standard library.
 package redistest
 
 import (
 	"bufio"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -36,6 +41,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/oblivkv/oblivkv/internal/testcerts"
 )
 
 // SkipEnv is the environment variable that, set to "1", makes tests skip
@@ -49,10 +56,32 @@ const (
 
 // server is one running redis-server.
 type server struct {
-	addr   string        // 127.0.0.1:port
+	endpoint
 	cmd    *exec.Cmd     // the redis-server process
 	exited chan struct{} // closed when the process has been reaped
 	dir    string        // its working directory and log file
+}
+
+// options are how a server is started.
+type options struct {
+	databases int
+	certs     *testcerts.Set // if set: TLS only, with client certificates
+	password  string         // if set: requirepass
+}
+
+// args are redis-server's arguments for a server on port.
+func (o options) args(port int, dir, logFile string) []string {
+	args := []string{"--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", dir,
+		"--databases", strconv.Itoa(o.databases), "--logfile", logFile}
+	if o.password != "" {
+		args = append(args, "--requirepass", o.password)
+	}
+	if o.certs == nil {
+		return append(args, "--port", strconv.Itoa(port))
+	}
+	return append(args, "--port", "0", "--tls-port", strconv.Itoa(port),
+		"--tls-cert-file", o.certs.ServerCert, "--tls-key-file", o.certs.ServerKey,
+		"--tls-ca-cert-file", o.certs.CA, "--tls-auth-clients", "yes")
 }
 
 // Start starts a redis-server for this test only and returns its URL,
@@ -60,7 +89,7 @@ type server struct {
 func Start(t testing.TB) (url string) {
 	t.Helper()
 	Require(t, "redis-server")
-	s, err := start(t.TempDir(), 16)
+	s, err := start(t.TempDir(), options{databases: 16})
 	if err != nil {
 		t.Fatalf("redistest: %v", err)
 	}
@@ -90,11 +119,11 @@ func (s *server) url(db int) string { return fmt.Sprintf("redis://%s/%d", s.addr
 
 // start launches redis-server in dir on a free loopback port, retrying on a
 // port collision, and waits until it answers PING.
-func start(dir string, databases int) (*server, error) {
+func start(dir string, o options) (*server, error) {
 	var err error
 	for range startAttempts {
 		var s *server
-		if s, err = startOnce(dir, databases); err == nil {
+		if s, err = startOnce(dir, o); err == nil {
 			return s, nil
 		}
 		if !errors.Is(err, errPortInUse) {
@@ -106,21 +135,22 @@ func start(dir string, databases int) (*server, error) {
 
 var errPortInUse = errors.New("port already in use")
 
-func startOnce(dir string, databases int) (*server, error) {
+func startOnce(dir string, o options) (*server, error) {
 	port, err := freePort()
 	if err != nil {
 		return nil, err
 	}
 	logFile := filepath.Join(dir, fmt.Sprintf("redis-%d.log", port))
-	cmd := exec.Command("redis-server",
-		"--port", strconv.Itoa(port), "--bind", "127.0.0.1",
-		"--save", "", "--appendonly", "no", "--dir", dir,
-		"--databases", strconv.Itoa(databases), "--logfile", logFile)
+	cmd := exec.Command("redis-server", o.args(port, dir, logFile)...)
 	setParentDeathSignal(cmd)
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start redis-server: %w", err)
 	}
-	s := &server{addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), cmd: cmd, exited: make(chan struct{}), dir: dir}
+	at := endpoint{addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), password: o.password}
+	if o.certs != nil {
+		at.tls = o.certs.ClientConfig(true)
+	}
+	s := &server{endpoint: at, cmd: cmd, exited: make(chan struct{}), dir: dir}
 	go func() { cmd.Wait(); close(s.exited) }()
 	if err := s.waitReady(logFile); err != nil {
 		s.stop()
@@ -144,7 +174,7 @@ func freePort() (int, error) {
 func (s *server) waitReady(logFile string) error {
 	deadline := time.Now().Add(startTimeout)
 	for {
-		if err := do(s.addr, []string{"PING"}); err == nil {
+		if err := s.do([]string{"PING"}); err == nil {
 			return nil
 		}
 		select {
@@ -168,10 +198,26 @@ func (s *server) stop() {
 	<-s.exited
 }
 
+// endpoint is how to reach a server: its address, and the client's TLS
+// configuration and the password when the server has them.
+type endpoint struct {
+	addr     string // 127.0.0.1:port
+	tls      *tls.Config
+	password string
+}
+
+func (e endpoint) dial() (net.Conn, error) {
+	d := &net.Dialer{Timeout: time.Second}
+	if e.tls != nil {
+		return tls.DialWithDialer(d, "tcp", e.addr, e.tls)
+	}
+	return d.Dial("tcp", e.addr)
+}
+
 // do sends cmds as one pipeline and checks that each gets a simple success
 // reply (+OK, +PONG).
-func do(addr string, cmds ...[]string) error {
-	replies, err := send(addr, cmds...)
+func (e endpoint) do(cmds ...[]string) error {
+	replies, err := e.send(cmds...)
 	if err != nil {
 		return err
 	}
@@ -183,10 +229,14 @@ func do(addr string, cmds ...[]string) error {
 	return nil
 }
 
-// send sends cmds as one pipeline on a new connection and returns the first
-// line of each reply. It is meant for replies that are one line long.
-func send(addr string, cmds ...[]string) ([]string, error) {
-	conn, err := net.DialTimeout("tcp", addr, time.Second)
+// send sends cmds as one pipeline on a new connection, after an AUTH when
+// the server has a password, and returns the first line of each reply. It
+// is meant for replies that are one line long.
+func (e endpoint) send(cmds ...[]string) ([]string, error) {
+	if e.password != "" {
+		cmds = append([][]string{{"AUTH", e.password}}, cmds...)
+	}
+	conn, err := e.dial()
 	if err != nil {
 		return nil, err
 	}
@@ -210,6 +260,12 @@ func send(addr string, cmds ...[]string) ([]string, error) {
 			return nil, err
 		}
 		replies[i] = strings.TrimRight(line, "\r\n")
+	}
+	if e.password != "" {
+		if replies[0] != "+OK" {
+			return nil, fmt.Errorf("redis AUTH: %s", replies[0])
+		}
+		replies = replies[1:]
 	}
 	return replies, nil
 }

@@ -27,11 +27,11 @@ func TestStartAndStop(t *testing.T) {
 		if !strings.HasPrefix(addr, "127.0.0.1:") {
 			t.Fatalf("server listens on %s, want loopback", addr)
 		}
-		if err := do(addr, []string{"PING"}); err != nil {
+		if err := (endpoint{addr: addr}).do([]string{"PING"}); err != nil {
 			t.Fatalf("PING: %v", err)
 		}
 	})
-	if err := do(addr, []string{"PING"}); err == nil {
+	if err := (endpoint{addr: addr}).do([]string{"PING"}); err == nil {
 		t.Fatalf("server on %s still answers after its test ended", addr)
 	}
 }
@@ -41,7 +41,7 @@ func TestSharedLeasesFreshDistinctDatabases(t *testing.T) {
 	addr := hostOf(t, first)
 	for db := range SharedDatabases {
 		dirty := []string{"SELECT", strconv.Itoa(db)}
-		if err := do(addr, dirty, []string{"SET", "leftover", "x"}); err != nil {
+		if err := (endpoint{addr: addr}).do(dirty, []string{"SET", "leftover", "x"}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -53,7 +53,7 @@ func TestSharedLeasesFreshDistinctDatabases(t *testing.T) {
 		}
 		seen[u] = true
 		db := u[strings.LastIndex(u, "/")+1:]
-		got, err := send(addr, []string{"SELECT", db}, []string{"EXISTS", "leftover"})
+		got, err := (endpoint{addr: addr}).send([]string{"SELECT", db}, []string{"EXISTS", "leftover"})
 		if err != nil || got[1] != ":0" {
 			t.Fatalf("leased database %s is not empty: %q, %v", db, got, err)
 		}
@@ -98,5 +98,31 @@ func TestMissingBinarySkipsWhenAsked(t *testing.T) {
 	t.Setenv(SkipEnv, "1")
 	if got := runFake(func(tb testing.TB) { Shared(tb) }); !strings.HasPrefix(got, "skip: ") {
 		t.Fatalf("with %s=1, Shared ended the test with %q; want a skip", SkipEnv, got)
+	}
+}
+
+// TestStartTLS checks the TLS server: it answers over TLS with the client
+// certificate and the password, and refuses plain TCP, a client without a
+// certificate and a client without the password.
+func TestStartTLS(t *testing.T) {
+	s := StartTLS(t)
+	with := endpoint{addr: s.Addr, tls: s.Certs.ClientConfig(true), password: s.Password}
+	if err := with.do([]string{"PING"}); err != nil {
+		t.Fatalf("PING over TLS with a certificate and the password: %v", err)
+	}
+	for name, e := range map[string]endpoint{
+		"plain TCP":      {addr: s.Addr, password: s.Password},
+		"no certificate": {addr: s.Addr, tls: s.Certs.ClientConfig(false), password: s.Password},
+		"no password":    {addr: s.Addr, tls: s.Certs.ClientConfig(true)},
+		"wrong password": {addr: s.Addr, tls: s.Certs.ClientConfig(true), password: "x"},
+	} {
+		if err := e.do([]string{"PING"}); err == nil {
+			t.Errorf("%s: PING answered", name)
+		}
+	}
+	u, err := url.Parse(s.URL(3, true))
+	if err != nil || u.Scheme != "rediss" || u.Host != s.Addr || u.Path != "/3" ||
+		u.Query().Get("tls_cert") != s.Certs.ClientCert {
+		t.Fatalf("URL %s: %v", u, err)
 	}
 }

@@ -39,7 +39,7 @@ func Shared(t testing.TB) (url string) {
 		t.Fatalf("redistest: all %d shared databases are leased by running tests", SharedDatabases)
 	}
 	t.Cleanup(func() { shared.dbs <- db })
-	if err := do(srv.addr, []string{"SELECT", strconv.Itoa(db)}, []string{"FLUSHDB"}); err != nil {
+	if err := srv.do([]string{"SELECT", strconv.Itoa(db)}, []string{"FLUSHDB"}); err != nil {
 		t.Fatalf("redistest: flush database %d: %v", db, err)
 	}
 	return srv.url(db)
@@ -69,7 +69,7 @@ func startShared() (*server, error) {
 	if err != nil {
 		return nil, err
 	}
-	srv, err := start(dir, SharedDatabases)
+	srv, err := start(dir, options{databases: SharedDatabases})
 	if err != nil {
 		os.RemoveAll(dir)
 	}

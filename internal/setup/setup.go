@@ -45,7 +45,8 @@ type Options struct {
 	// store's protocol, or DefaultProtocol for a new store. Capacity and
 	// ValueSize likewise default to the existing store's parameters.
 	Protocol string
-	// Backend is "mem", "disk" or "redis://HOST:PORT[/DB]".
+	// Backend is "mem", "disk", "redis://HOST:PORT[/DB]" or a rediss://
+	// URL (see backend/redis.Open).
 	Backend string
 	// DataDir holds the key file and, for "disk", the store itself.
 	DataDir string
@@ -361,7 +362,7 @@ func (o *Opened) Discard(ctx context.Context) error {
 
 // OpenBackend opens the storage named by spec: "mem", "disk" (under
 // dataDir/store, without fsync per write when noFsync) or
-// "redis://HOST:PORT[/DB]".
+// a redis:// or rediss:// URL.
 func OpenBackend(ctx context.Context, spec, dataDir string, noFsync bool) (backend.Backend, error) {
 	return openBackend(ctx, spec, dataDir, disk.Options{NoSync: noFsync})
 }
@@ -379,8 +380,14 @@ func openBackend(ctx context.Context, spec, dataDir string, o disk.Options) (bac
 			return nil, err
 		}
 		return disk.OpenWith(filepath.Join(dataDir, "store"), o)
-	case strings.HasPrefix(spec, "redis://"):
+	case IsRedis(spec):
 		return redis.Open(ctx, spec)
 	}
-	return nil, fmt.Errorf("setup: unknown backend %q (want mem, disk or redis://HOST:PORT[/DB])", spec)
+	return nil, fmt.Errorf("setup: unknown backend %q (want mem, disk, redis://HOST:PORT[/DB] or rediss://...)", spec)
+}
+
+// IsRedis reports whether a backend spec names a Redis server:
+// redis://..., or rediss://... over TLS.
+func IsRedis(spec string) bool {
+	return strings.HasPrefix(spec, "redis://") || strings.HasPrefix(spec, "rediss://")
 }
