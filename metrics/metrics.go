@@ -153,7 +153,7 @@ var (
 	descBytes      = desc("oblivkv_backend_bytes_total", "Bytes read from and written to storage.", "op")
 	descErrors     = desc("oblivkv_backend_errors_total", "Backend calls that failed.")
 	descUtil       = desc("oblivkv_batch_utilisation", "Share of a batch's query slots taken by real requests, as the protocol reports it.")
-	descStat       = desc("oblivkv_protocol_stat", "A protocol-specific stat (INFO's Stats section), by name: sizes, parameters and counters.", "name")
+	descStat       = desc("oblivkv_protocol_stat", "A protocol-specific stat (INFO's Oblivkv section), by name: sizes, parameters and counters.", "name")
 )
 
 // Describe sends no descriptions: the journal metrics depend on the

@@ -86,7 +86,7 @@ oblivkv_backend_errors_total 1
 # HELP oblivkv_batch_utilisation Share of a batch's query slots taken by real requests, as the protocol reports it.
 # TYPE oblivkv_batch_utilisation gauge
 oblivkv_batch_utilisation 0.25
-# HELP oblivkv_protocol_stat A protocol-specific stat (INFO's Stats section), by name: sizes, parameters and counters.
+# HELP oblivkv_protocol_stat A protocol-specific stat (INFO's Oblivkv section), by name: sizes, parameters and counters.
 # TYPE oblivkv_protocol_stat gauge
 oblivkv_protocol_stat{name="stash_size"} 3
 oblivkv_protocol_stat{name="zipf_s"} 1.5

@@ -188,16 +188,48 @@ func TestInfo(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	mustContain(t, info, "# Server\r\noblivkv_version:9.9\r\n", "# Oblivkv\r\nprotocol:plain\r\ncapacity:65536\r\nvalue_size:1024\r\nmax_key_size:256\r\nstash_limit:64\r\n",
-		"# Stats\r\n", "\r\ngets:1\r\n", "\r\nputs:1\r\n", "\r\ndeletes:0\r\n", "\r\nkeys:1\r\n",
-		"\r\nbackend_calls:", "\r\nbackend_bytes_written:", "# Clients\r\nconnected_clients:1\r\n",
-		"# Keyspace\r\ndb0:keys=1,", "# Extra\r\nbad_key_x:a__b\r\n")
+	mustContain(t, info, "# Server\r\noblivkv_version:9.9\r\n",
+		"# Oblivkv\r\nprotocol:plain\r\ncapacity:65536\r\nvalue_size:1024\r\nmax_key_size:256\r\nstash_limit:64\r\n"+
+			"gets:1\r\nputs:1\r\ndeletes:0\r\nops:2\r\nkeys:1\r\nbackend_calls:",
+		"\r\nbackend_bytes_written:", "# Clients\r\nconnected_clients:1\r\n",
+		"# Stats\r\ntotal_connections_received:", "# Keyspace\r\ndb0:keys=1,", "# Extra\r\nbad_key_x:a__b\r\n")
+	for _, arg := range []string{"all", "default", "everything"} {
+		if all, err := c.Info(ctx, arg).Result(); err != nil || !strings.Contains(all, "# Oblivkv\r\n") {
+			t.Errorf("INFO %s does not show the Oblivkv section (%v):\n%s", arg, err, all)
+		}
+	}
 	stats, err := c.Info(ctx, "STATS").Result()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.HasPrefix(stats, "# Stats\r\n") || strings.Contains(stats, "# Server") {
+	if !strings.HasPrefix(stats, "# Stats\r\n") || strings.Contains(stats, "# Server") || strings.Contains(stats, "gets:") {
 		t.Fatalf("INFO stats:\n%s", stats)
+	}
+}
+
+// TestInfoOblivkv checks that INFO oblivkv alone shows what the README
+// promises: the protocol, its parameters and its backend traffic.
+func TestInfoOblivkv(t *testing.T) {
+	env := startServer(t, openStore(t, kv.Config{Protocol: "pathoram", Capacity: 64, ValueSize: 32}), Options{})
+	c := env.client(t)
+	c.Set(ctx, "k", "v", 0)
+	info, err := c.Info(ctx, "oblivkv").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Count(info, "# ") != 1 || !strings.HasPrefix(info, "# Oblivkv\r\nprotocol:pathoram\r\ncapacity:64\r\nvalue_size:32\r\n") {
+		t.Fatalf("INFO oblivkv should be the Oblivkv section alone:\n%s", info)
+	}
+	fields := map[string]string{}
+	for line := range strings.SplitSeq(info, "\r\n") {
+		if k, v, ok := strings.Cut(line, ":"); ok {
+			fields[k] = v
+		}
+	}
+	for _, name := range []string{"puts", "backend_calls", "backend_bytes_read", "backend_bytes_written", "tree_levels"} {
+		if v := fields[name]; v == "" || v == "0" {
+			t.Errorf("INFO oblivkv %s = %q, want a positive count:\n%s", name, v, info)
+		}
 	}
 }
 

@@ -67,28 +67,19 @@ func sanitize(s string, key bool) string {
 }
 
 // info assembles the sections: the built-in ones, extended or followed by
-// those of Options.Info.
+// those of Options.Info. The Oblivkv section lists the store's parameters,
+// then those Options.Info adds to it (the deployment's), then the store's
+// and its backend's traffic and the protocol's own stats.
 func (s *Server) info() []InfoSection {
 	st := s.store.Stats()
-	secs := []InfoSection{s.serverSection(), s.clientsSection(), oblivkvSection(st),
-		s.statsSection(st), keyspaceSection(st)}
-	if s.opts.Info == nil {
-		return secs
-	}
-	for _, extra := range s.opts.Info() {
-		secs = mergeSection(secs, extra)
-	}
-	return secs
-}
-
-func mergeSection(secs []InfoSection, extra InfoSection) []InfoSection {
-	for i := range secs {
-		if strings.EqualFold(secs[i].Name, extra.Name) {
-			secs[i].Fields = append(secs[i].Fields, extra.Fields...)
-			return secs
+	secs := []InfoSection{s.serverSection(), s.clientsSection(), parametersSection(st),
+		s.statsSection(), keyspaceSection(st)}
+	if s.opts.Info != nil {
+		for _, extra := range s.opts.Info() {
+			secs = mergeSection(secs, extra)
 		}
 	}
-	return append(secs, extra)
+	return mergeSection(secs, trafficSection(st))
 }
 
 func (s *Server) serverSection() InfoSection {
@@ -110,8 +101,23 @@ func (s *Server) clientsSection() InfoSection {
 	}}
 }
 
-func oblivkvSection(st kv.Stats) InfoSection {
-	return InfoSection{Name: "Oblivkv", Fields: []InfoField{
+// mergeSection adds extra's fields to the section of its name, or appends
+// it as a new section.
+func mergeSection(secs []InfoSection, extra InfoSection) []InfoSection {
+	for i := range secs {
+		if strings.EqualFold(secs[i].Name, extra.Name) {
+			secs[i].Fields = append(secs[i].Fields, extra.Fields...)
+			return secs
+		}
+	}
+	return append(secs, extra)
+}
+
+// oblivkvSection is the name of the section of oblivkv's own figures.
+const oblivkvSection = "Oblivkv"
+
+func parametersSection(st kv.Stats) InfoSection {
+	return InfoSection{Name: oblivkvSection, Fields: []InfoField{
 		{"protocol", st.Protocol},
 		{"capacity", strconv.Itoa(st.Capacity)},
 		{"value_size", strconv.Itoa(st.ValueSize)},
@@ -119,12 +125,12 @@ func oblivkvSection(st kv.Stats) InfoSection {
 	}}
 }
 
-func (s *Server) statsSection(st kv.Stats) InfoSection {
+// trafficSection extends the Oblivkv section with the store's operations,
+// its backend traffic (what the storage operator sees) and the protocol's
+// stats (its derived parameters, stash and cache sizes, counters).
+func trafficSection(st kv.Stats) InfoSection {
 	b := st.Backend
 	fields := []InfoField{
-		{"total_connections_received", utoa(s.connsTotal.Load())},
-		{"total_commands_processed", utoa(s.cmdsN.Load())},
-		{"rejected_connections", utoa(s.rejected.Load())},
 		{"gets", utoa(st.Gets)}, {"puts", utoa(st.Puts)}, {"deletes", utoa(st.Deletes)},
 		{"ops", utoa(st.Ops())}, {"keys", itoa(st.Keys)},
 		{"backend_calls", utoa(b.Calls)}, {"backend_reads", utoa(b.Reads)},
@@ -137,7 +143,16 @@ func (s *Server) statsSection(st kv.Stats) InfoSection {
 	for _, e := range st.Extra {
 		fields = append(fields, InfoField{e.Name, strconv.FormatFloat(e.Value, 'f', -1, 64)})
 	}
-	return InfoSection{Name: "Stats", Fields: fields}
+	return InfoSection{Name: oblivkvSection, Fields: fields}
+}
+
+// statsSection holds the server's counters Redis has too.
+func (s *Server) statsSection() InfoSection {
+	return InfoSection{Name: "Stats", Fields: []InfoField{
+		{"total_connections_received", utoa(s.connsTotal.Load())},
+		{"total_commands_processed", utoa(s.cmdsN.Load())},
+		{"rejected_connections", utoa(s.rejected.Load())},
+	}}
 }
 
 func keyspaceSection(st kv.Stats) InfoSection {

@@ -53,7 +53,8 @@ type Options struct {
 	Version string
 	// Info, if set, is called on every INFO and adds its sections to the
 	// reply. A section named like a built-in one (e.g. "Oblivkv", for the
-	// protocol's parameters) extends it; others are appended.
+	// deployment's settings) extends it (in the Oblivkv section, after the
+	// store's parameters and before its traffic); others are appended.
 	Info func() []InfoSection
 	// Users, if set, are who may connect: a connection must AUTH (or
 	// HELLO with AUTH) as one of them before it may run anything but PING,

@@ -177,10 +177,11 @@ func quietScrape(t *testing.T, c *goredis.Client, maddr string) (map[string]*dto
 	return nil, nil
 }
 
-// infoStats returns INFO's Stats section as numbers.
+// infoStats returns INFO's Oblivkv section (the store's and the backend's
+// counters, the protocol's stats) as numbers.
 func infoStats(t *testing.T, c *goredis.Client) map[string]float64 {
 	t.Helper()
-	text, err := c.Info(context.Background(), "stats").Result()
+	text, err := c.Info(context.Background(), "oblivkv").Result()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -181,7 +181,7 @@ func serve(ctx context.Context, opts setup.Options, f serveFlags) error {
 		}
 	}
 	attrs = append(attrs, l.authAttrs()...)
-	ropts := resp.Options{Logger: log, Version: version, Info: deploymentInfo(opts, fingerprint), Users: l.users}
+	ropts := resp.Options{Logger: log, Version: version, Info: deploymentInfo(opts, options, fingerprint), Users: l.users}
 	var mx *metrics.Metrics
 	if mln != nil {
 		mx = metrics.New(opened.Store, metrics.Info{Commands: resp.CommandNames(),
@@ -263,10 +263,13 @@ func openInterruptibly(ctx context.Context, opts setup.Options, sigs <-chan os.S
 	return opened, err
 }
 
-// deploymentInfo adds the deployment settings and the fingerprint of the
-// store's protocol and options to INFO's Oblivkv section.
-func deploymentInfo(opts setup.Options, fingerprint string) func() []resp.InfoSection {
+// deploymentInfo adds the deployment settings to INFO's Oblivkv section:
+// the protocol's options (as 'oblivkv info' shows them; empty: the
+// protocol's defaults) and their fingerprint, the backend and its emulated
+// latency.
+func deploymentInfo(opts setup.Options, options, fingerprint string) func() []resp.InfoSection {
 	fields := []resp.InfoField{
+		{Key: "options", Value: options},
 		{Key: "backend", Value: backendKind(opts.Backend)},
 		{Key: "backend_latency_ms", Value: fmt.Sprint(opts.BackendLatency.Seconds() * 1000)},
 		{Key: "options_fingerprint", Value: fingerprint},

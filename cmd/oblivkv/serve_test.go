@@ -191,8 +191,9 @@ func TestServeProtocolOptions(t *testing.T) {
 	if err := c.Set(ctx, "k", "v", 0).Err(); err != nil {
 		t.Fatal(err)
 	}
-	if info, err := c.Info(ctx, "stats").Result(); err != nil || !strings.Contains(info, "trees:2\r\n") {
-		t.Fatalf("INFO stats = %q, %v; want trees:2", info, err)
+	if info, err := c.Info(ctx, "oblivkv").Result(); err != nil || !strings.Contains(info, "trees:2\r\n") ||
+		!strings.Contains(info, "\r\noptions:Epoch=200µs Trees=2\r\n") {
+		t.Fatalf("INFO oblivkv = %q, %v; want trees:2 and the options", info, err)
 	}
 	s.stop(t)
 	if !strings.Contains(s.stderr.String(), `options="Epoch=200µs Trees=2"`) {
@@ -209,8 +210,8 @@ func TestServeProtocolOptions(t *testing.T) {
 		if got, err := c.Get(ctx, "k").Result(); err != nil || got != "v" {
 			t.Fatalf("restart with %q: GET k = %q, %v; want v", args, got, err)
 		}
-		if info, err := c.Info(ctx, "stats").Result(); err != nil || !strings.Contains(info, "trees:2\r\n") {
-			t.Fatalf("restart with %q: INFO stats = %q, %v; want trees:2", args, info, err)
+		if info, err := c.Info(ctx, "oblivkv").Result(); err != nil || !strings.Contains(info, "trees:2\r\n") {
+			t.Fatalf("restart with %q: INFO oblivkv = %q, %v; want trees:2", args, info, err)
 		}
 		if info, err := c.Info(ctx, "oblivkv").Result(); err != nil || !strings.Contains(info, "options_fingerprint:"+fingerprint+"\r\n") {
 			t.Errorf("restart with %q: INFO oblivkv = %q, %v; want options_fingerprint:%s", args, info, err, fingerprint)
