@@ -25,8 +25,9 @@ import (
 	"crypto/subtle"
 	"errors"
 	"fmt"
+	"maps"
 	"runtime"
-	"sort"
+	"slices"
 	"strings"
 )
 
@@ -156,12 +157,7 @@ func (u *Users) Len() int { return len(u.byName) }
 
 // Names returns the users' names, sorted.
 func (u *Users) Names() []string {
-	names := make([]string, 0, len(u.byName))
-	for n := range u.byName {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	return names
+	return slices.Sorted(maps.Keys(u.byName))
 }
 
 // Authenticate returns the user named name if password is its password.
