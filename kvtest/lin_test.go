@@ -2,8 +2,8 @@ package kvtest_test
 
 import (
 	"context"
-	"fmt"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"os"
 	"reflect"

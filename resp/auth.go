@@ -23,7 +23,7 @@ var beforeAuth = map[string]bool{"ping": true, "auth": true, "hello": true, "qui
 // a new command is a write until it is added here
 // (TestEveryCommandIsReadOrWrite makes each command one or the other).
 var readOnly = map[string]bool{
-	"get": true, "mget": true, "exists": true, "dbsize": true,
+	"get": true, "mget": true, "exists": true, "dbsize": true, "strlen": true, "type": true,
 	"ping": true, "echo": true, "quit": true, "select": true, "info": true,
 	"hello": true, "auth": true, "client": true, "command": true, "config": true,
 }

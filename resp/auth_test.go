@@ -178,7 +178,8 @@ func TestNoUsersNoAuth(t *testing.T) {
 }
 
 // writes are the commands that change the store.
-var writes = []string{"set", "del", "mset"}
+var writes = []string{"set", "del", "mset", "unlink", "incr", "decr", "incrby", "decrby",
+	"incrbyfloat", "append", "setnx", "getset", "getdel", "msetnx"}
 
 // TestEveryCommandIsReadOrWrite makes each command of the table a decision:
 // one that read-only users may run (readOnly), or a write. A new command

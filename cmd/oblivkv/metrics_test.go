@@ -34,7 +34,7 @@ func TestServeMetrics(t *testing.T) {
 	}
 	ctx := context.Background()
 	c := client(t, s.addr)
-	const sets, gets, dels = 7, 5, 3
+	const sets, gets, dels, incrs = 7, 5, 3, 4
 	for i := range sets {
 		if err := c.Set(ctx, fmt.Sprintf("k%d", i), "v", 0).Err(); err != nil {
 			t.Fatal(err)
@@ -50,28 +50,33 @@ func TestServeMetrics(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	for range incrs {
+		if err := c.Incr(ctx, "counter").Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
 
 	fams, info := quietScrape(t, c, maddr)
 	m := metricsOf{t, fams}
-	// A DEL Gets each key before it Deletes it.
-	for op, want := range map[string]float64{"put": sets, "get": gets + dels, "delete": dels} {
+	// An INCR is one write (a kv mutation).
+	for op, want := range map[string]float64{"put": sets + incrs, "get": gets, "delete": dels} {
 		if got := m.value("oblivkv_store_operations_total", "op", op); got != want {
 			t.Errorf("oblivkv_store_operations_total{op=%q} = %v, want %v", op, got, want)
 		}
 	}
-	if got := m.value("oblivkv_store_keys"); got != sets-dels {
-		t.Errorf("oblivkv_store_keys = %v, want %d", got, sets-dels)
+	if got := m.value("oblivkv_store_keys"); got != sets-dels+1 {
+		t.Errorf("oblivkv_store_keys = %v, want %d", got, sets-dels+1)
 	}
 	var observed uint64
-	for cmd, want := range map[string]uint64{"set": sets, "get": gets, "del": dels} {
+	for cmd, want := range map[string]uint64{"set": sets, "get": gets, "del": dels, "incr": incrs} {
 		h := m.metric("oblivkv_command_duration_seconds", "command", cmd).GetHistogram()
 		if h.GetSampleCount() != want || h.GetSampleSum() <= 0 {
 			t.Errorf("latency of %s: %d observations summing to %v s, want %d", cmd, h.GetSampleCount(), h.GetSampleSum(), want)
 		}
 		observed += h.GetSampleCount()
 	}
-	if observed != sets+gets+dels {
-		t.Errorf("%d latency observations of SET, GET and DEL, want %d", observed, sets+gets+dels)
+	if observed != sets+gets+dels+incrs {
+		t.Errorf("%d latency observations of SET, GET, DEL and INCR, want %d", observed, sets+gets+dels+incrs)
 	}
 
 	// The backend and journal counters are INFO's, at one quiet moment.
