@@ -117,8 +117,9 @@ func (s *mapStore) Update(_ context.Context, key string, m kv.Mutation) (kv.Resu
 	s.mu.Lock()
 	old := s.lookup(key)
 	if s.racyUpdates {
+		pause := time.Duration(s.rng.IntN(200)) * time.Microsecond
 		s.mu.Unlock()
-		time.Sleep(time.Duration(s.rng.IntN(200)) * time.Microsecond)
+		time.Sleep(pause)
 		s.mu.Lock()
 	}
 	defer s.mu.Unlock()
