@@ -42,12 +42,21 @@ func (c Check) Pass() bool { return c.Stat <= c.Critical }
 // p-value of at most DecisiveP (an exact check that fails always does).
 func (c Check) Decisive() bool { return !c.Pass() && c.P <= DecisiveP }
 
+// Applicable reports whether the check tested anything: a statistical
+// check with too few samples has an infinite critical value, which no
+// statistic exceeds, and is shown as not applicable.
+func (c Check) Applicable() bool { return !math.IsInf(c.Critical, 1) }
+
 func (c Check) String() string {
 	verdict := "pass"
 	if !c.Pass() {
 		verdict = "FAIL"
 	}
-	s := fmt.Sprintf("%s: %s, statistic %.4g (critical %.4g, p = %.3g)", c.Name, verdict, c.Stat, c.Critical, c.P)
+	critical := fmt.Sprintf("%.4g", c.Critical)
+	if !c.Applicable() {
+		critical = "n/a"
+	}
+	s := fmt.Sprintf("%s: %s, statistic %.4g (critical %s, p = %.3g)", c.Name, verdict, c.Stat, critical, c.P)
 	if c.Detail != "" {
 		s += "; " + c.Detail
 	}

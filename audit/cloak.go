@@ -165,3 +165,41 @@ func streaks(records []observe.Record, p float64, length int) (count int, expect
 	}
 	return count, expected, len(reads)
 }
+
+// CloakCheckpoints checks the schedule of a journaled Cloak store's
+// checkpoints (protocol/cloak, journal.go): after the two anchor writes
+// of the store's creation and its bulk load, before any batch, an anchor
+// write follows the write-back of every every-th batch and of no other
+// batch, and comes after nothing else. It is exact: checkpoints due by
+// journal records, which client writes add to, would tell storage how
+// much the clients wrote. records must end before the store's Close,
+// whose own checkpoint is not on the schedule; the anchor writes are not
+// at Cloak's addresses, and the other Cloak checks ignore them.
+func CloakCheckpoints(name string, records []observe.Record, every int) Check {
+	var violations []string
+	batches, loaded, anchors := 0, false, 0
+	for i, r := range records {
+		switch {
+		case r.Op == observe.OpRead && len(r.Addrs) > 0 && strings.HasPrefix(r.Addrs[0], CloakAddrPrefix):
+			batches++
+		case isAnchorWrite(r):
+			if !loaded { // the creation's, then the load's, before any batch
+				loaded = i > 0 && records[i-1].Op == observe.OpWrite && batches == 0 && anchors == 1
+				anchors++
+				continue
+			}
+			anchors++
+			if batches%every != 0 || records[i-1].Op != observe.OpWrite || !strings.HasPrefix(records[i-1].Addrs[0], CloakAddrPrefix) {
+				violations = append(violations, fmt.Sprintf("call %d: an anchor write after batch %d", r.Seq, batches))
+			}
+		}
+	}
+	if want := 2 + batches/every; anchors != want {
+		violations = append(violations, fmt.Sprintf("%d anchor writes over %d batches; want %d", anchors, batches, want))
+	}
+	c := Exact(fmt.Sprintf("%s: a checkpoint every %d batches", name, every), violations)
+	if len(violations) == 0 {
+		c.Detail = fmt.Sprintf("%d checkpoints over %d batches", anchors-2, batches)
+	}
+	return c
+}

@@ -46,16 +46,9 @@ type IssuedRead struct {
 // (metadata, checkpoints) are left out; a call that mixes partitions, or
 // a recorded read nobody issued, is an error.
 func ParsePartitionCalls(records []observe.Record, prefix string, issued []IssuedRead) ([]PartitionCall, error) {
-	var recorded []PartitionCall
-	for _, r := range records {
-		if r.Err || (r.Op != observe.OpRead && r.Op != observe.OpWrite) || len(r.Addrs) == 0 || !strings.HasPrefix(r.Addrs[0], prefix) {
-			continue
-		}
-		c, err := partitionCall(r, prefix)
-		if err != nil {
-			return nil, err
-		}
-		recorded = append(recorded, c)
+	recorded, err := TapPartitionCalls(records, prefix)
+	if err != nil {
+		return nil, err
 	}
 	slices.SortFunc(recorded, func(a, b PartitionCall) int { return cmp.Compare(a.Seq, b.Seq) })
 	var calls []PartitionCall
@@ -294,4 +287,27 @@ func PartitionCounts(calls []PartitionCall, partitions int) []int {
 		}
 	}
 	return counts
+}
+
+// TapPartitionCalls returns the reads and writes of records whose
+// addresses begin with prefix and name prefix+"p/l/s", in Tap order, from
+// the Tap alone. Unlike ParsePartitionCalls it cannot tell a request's
+// partition read from a shuffler's cache-in (Request is false on every
+// call): a cache-in of one slot of each of some levels looks like a
+// request's read to storage, and a request's read of no slot is no call
+// at all. SlotsReadOnce needs no more; LevelsReadOnce and
+// PartitionCounts need the proxy's word on which reads are requests'.
+func TapPartitionCalls(records []observe.Record, prefix string) ([]PartitionCall, error) {
+	var calls []PartitionCall
+	for _, r := range records {
+		if r.Err || (r.Op != observe.OpRead && r.Op != observe.OpWrite) || len(r.Addrs) == 0 || !strings.HasPrefix(r.Addrs[0], prefix) {
+			continue
+		}
+		c, err := partitionCall(r, prefix)
+		if err != nil {
+			return nil, err
+		}
+		calls = append(calls, c)
+	}
+	return calls, nil
 }

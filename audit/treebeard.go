@@ -592,3 +592,31 @@ func TreebeardSameLeaf(name string, geo tree.Geometry, z int, perTree [][]TreeOp
 	}
 	return Excess(name, twice, expected, fmt.Sprintf("%d leaf buckets read for two paths of one multi-path read", twice))
 }
+
+// TreebeardReadsPerEpoch checks that every tree makes at most one
+// multi-path read per epoch: a tree reads the paths of a whole epoch at
+// once, when every Stash shard's part of it has come (Treebeard Sec.
+// 5.3.1), so its multi-path reads do not follow how the epoch's keys
+// hash to the shards. It needs epochs storage can tell apart, as a driver
+// that ends each epoch itself and waits for its replies gives them:
+// rounds[r] is the Tap sequence number of the last call before epoch r
+// ended, and epoch r's reads are the calls after it (up to rounds[r+1]).
+// It is exact.
+func TreebeardReadsPerEpoch(name string, perTree [][]TreeOp, rounds []uint64) Check {
+	var violations []string
+	for t, ops := range perTree {
+		r, n := 0, 0 // the round of the reads counted, and how many
+		for _, op := range ops {
+			if op.Kind != TreePathRead {
+				continue
+			}
+			for r+1 < len(rounds) && op.Seq > rounds[r+1] {
+				r, n = r+1, 0
+			}
+			if n++; n == 2 {
+				violations = append(violations, fmt.Sprintf("tree %d, round %d: two multi-path reads", t, r))
+			}
+		}
+	}
+	return Exact(name+": one multi-path read per tree and epoch", violations)
+}

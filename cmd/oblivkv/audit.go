@@ -8,6 +8,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/oblivkv/oblivkv/internal/auditrun"
+	"github.com/oblivkv/oblivkv/internal/setup"
 )
 
 // errAuditFailed is returned when a check fails: the command exits 1
@@ -17,6 +18,7 @@ var errAuditFailed = errors.New("audit failed")
 func newAuditCmd() *cobra.Command {
 	var cfg auditrun.Config
 	var jsonPath, reportDir string
+	var opts []string
 	cmd := &cobra.Command{
 		Use:   "audit --protocol P",
 		Short: "Run a protocol on fixed workloads and judge what storage saw",
@@ -25,11 +27,17 @@ func newAuditCmd() *cobra.Command {
 storage saw: a frequency-analysis attacker that knows the key popularity
 ranking, scored against chance; each workload against uniform on every
 observable (two-sample chi-square tests); and the protocol's own structural
-checks (treebeard, pathoram, waffle, cloak). docs/testing.md says what each
+checks (every oblivious protocol). Treebeard's epochs and Cloak's batches
+run on clocks the audit drives, so storage's view does not depend on how
+loaded the machine is. docs/testing.md says what each
 check means. Prints a summary, writes JSON (--json) and an HTML report with
 SVG plots (--report), and exits 1 when a check fails.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			var err error
+			if cfg.Options, err = setup.ProtocolOptions(cfg.Protocol, opts); err != nil {
+				return err
+			}
 			res, err := auditrun.Audit(cmd.Context(), cfg)
 			if err != nil {
 				return err
@@ -46,13 +54,15 @@ SVG plots (--report), and exits 1 when a check fails.`,
 	}
 	f := cmd.Flags()
 	f.StringVar(&cfg.Protocol, "protocol", "", "protocol to audit (required)")
-	f.StringSliceVar(&cfg.Workloads, "workloads", auditrun.Workloads, "workloads to run: zipf, uniform, hotkey")
+	f.StringSliceVar(&cfg.Workloads, "workloads", auditrun.DefaultWorkloads, "workloads to run, of zipf, uniform, hotkey, missing (a key never loaded) and bursts (a round of requests for one key, another every round)")
 	f.IntVar(&cfg.Records, "records", 1024, "keys loaded (also the store's capacity)")
 	f.IntVar(&cfg.Ops, "ops", 0, "requests per workload (0: the protocol's default, 40000 for the baselines, 1500 for cloak, 3000 otherwise)")
-	f.IntVar(&cfg.Clients, "clients", 8, "concurrent clients")
+	f.IntVar(&cfg.Clients, "clients", 8, "concurrent clients (treebeard and cloak: requests per round)")
+	f.DurationVar(&cfg.Timeout, "timeout", auditrun.DefaultTimeout, "bound on each workload's requests: a run still waiting then is cut off and fails")
 	f.Uint64Var(&cfg.Seed, "seed", 1, "seed of the workloads")
 	f.StringVar(&jsonPath, "json", "", "write the result as JSON to this file")
 	f.StringVar(&reportDir, "report", "", "write an HTML report with SVG plots to this directory")
+	registerOpt(cmd, &opts, "")
 	cmd.MarkFlagRequired("protocol")
 	return cmd
 }

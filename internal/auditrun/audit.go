@@ -3,7 +3,9 @@ package auditrun
 import (
 	"context"
 	"fmt"
+	"maps"
 	"math"
+	"slices"
 
 	"github.com/oblivkv/oblivkv/audit"
 )
@@ -20,6 +22,9 @@ type Result struct {
 	// how many calls touched them, in bins 0, 1, 2-3, 4-7...), and the
 	// protocol's own ("leaf", "alpha", "set").
 	Plots map[string]map[string][]int
+	// Compared are the protocol's own observables compared across
+	// workloads: histograms by observable and workload.
+	Compared map[string]map[string][]int
 }
 
 // Pass reports whether every check passed.
@@ -36,9 +41,9 @@ func (r *Result) Pass() bool {
 // applies.
 func Audit(ctx context.Context, cfg Config) (*Result, error) {
 	cfg = cfg.withDefaults()
-	res := &Result{Config: cfg, Plots: map[string]map[string][]int{}}
+	res := &Result{Config: cfg, Plots: map[string]map[string][]int{}, Compared: map[string]map[string][]int{}}
 	for i, name := range cfg.Workloads {
-		keys, err := keysOf(name, cfg.Records, cfg.Ops, cfg.Seed+uint64(i))
+		keys, err := keysOf(name, cfg.Records, cfg.Ops, cfg.Clients, cfg.Seed+uint64(i))
 		if err != nil {
 			return nil, err
 		}
@@ -58,6 +63,7 @@ func Audit(ctx context.Context, cfg Config) (*Result, error) {
 // analyse adds the checks and plots of one run.
 func (res *Result) analyse(cfg Config, r *Run) error {
 	res.plot("access", r.Workload, log2Bins(addressCounts(r.Records)))
+	res.Checks = append(res.Checks, answered(r))
 	if r.Workload == "zipf" {
 		a := attack(r)
 		res.Attack = &a
@@ -67,7 +73,7 @@ func (res *Result) analyse(cfg Config, r *Run) error {
 	if !ok {
 		return nil
 	}
-	checks, plots, err := own(cfg, r)
+	checks, plots, compared, err := own(cfg, r)
 	if err != nil {
 		return err
 	}
@@ -75,14 +81,19 @@ func (res *Result) analyse(cfg Config, r *Run) error {
 	for name, h := range plots {
 		res.plot(name, r.Workload, h)
 	}
+	for name, h := range compared {
+		add(res.Compared, name, r.Workload, h)
+	}
 	return nil
 }
 
-func (res *Result) plot(name, workload string, h []int) {
-	if res.Plots[name] == nil {
-		res.Plots[name] = map[string][]int{}
+func (res *Result) plot(name, workload string, h []int) { add(res.Plots, name, workload, h) }
+
+func add(m map[string]map[string][]int, name, workload string, h []int) {
+	if m[name] == nil {
+		m[name] = map[string][]int{}
 	}
-	res.Plots[name][workload] = h
+	m[name][workload] = h
 }
 
 // compare adds the two-workload indistinguishability checks: every
@@ -114,8 +125,9 @@ func (res *Result) compare() {
 		res.Checks = append(res.Checks,
 			audit.Homogeneous(n+"addresses by calls touching them", log2Bins(addressCounts(x)), log2Bins(addressCounts(y))),
 			audit.Homogeneous(n+"bytes per address in a call", sa, sb))
-		if leaf := res.Plots["leaf"]; leaf != nil {
-			res.Checks = append(res.Checks, audit.Homogeneous(n+"leaves read", leaf[r.Workload], leaf[base.Workload]))
+		for _, name := range slices.Sorted(maps.Keys(res.Compared)) {
+			h := res.Compared[name]
+			res.Checks = append(res.Checks, audit.Homogeneous(n+name, h[r.Workload], h[base.Workload]))
 		}
 	}
 }

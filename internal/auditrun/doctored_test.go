@@ -33,6 +33,14 @@ var doctorings = []struct {
 	{"pathoram", "a write-back left out", "one read and one write of a path per access", func(t *testing.T, r *Run) {
 		r.Records = slices.Delete(r.Records, 1, 2)
 	}},
+	{"taostore", "a write-back left out a bucket", "write-backs are whole stored paths", func(t *testing.T, r *Run) {
+		w := &r.Records[firstOf(t, r.Records, observe.OpWrite)]
+		w.Addrs, w.Sizes = w.Addrs[1:], w.Sizes[1:]
+	}},
+	{"oblivistore", "a slot read twice", "slots read once", func(t *testing.T, r *Run) {
+		i := firstOf(t, r.Records, observe.OpRead)
+		r.Records = slices.Insert(r.Records, i+1, r.Records[i])
+	}},
 	{"waffle", "an id written twice", "every id written once", func(t *testing.T, r *Run) {
 		r.All = append(r.All, r.All[firstOf(t, r.All, observe.OpWrite)])
 	}},
@@ -50,7 +58,7 @@ func TestStructuralChecksRejectDoctoredLogs(t *testing.T) {
 	for _, d := range doctorings {
 		t.Run(d.protocol+"/"+d.name, func(t *testing.T) {
 			cfg := Config{Protocol: d.protocol, Workloads: []string{"uniform"}, Ops: 600, Seed: 3}.withDefaults()
-			keys, err := keysOf("uniform", cfg.Records, cfg.Ops, cfg.Seed)
+			keys, err := keysOf("uniform", cfg.Records, cfg.Ops, cfg.Clients, cfg.Seed)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -78,7 +86,7 @@ func TestStructuralChecksRejectDoctoredLogs(t *testing.T) {
 // name holds check.
 func find(t *testing.T, cfg Config, r *Run, check string) (audit.Check, bool) {
 	t.Helper()
-	checks, _, err := analyses[cfg.Protocol](cfg, r)
+	checks, _, _, err := analyses[cfg.Protocol](cfg, r)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -24,14 +24,15 @@ type JSONResult struct {
 	Checks         []JSONCheck `json:"checks"`
 }
 
-// JSONCheck is one check.
+// JSONCheck is one check. Critical is null for a check that had too
+// few samples to test anything (audit.Check.Applicable).
 type JSONCheck struct {
-	Name     string  `json:"name"`
-	Stat     float64 `json:"stat"`
-	Critical float64 `json:"critical"`
-	P        float64 `json:"p"`
-	Pass     bool    `json:"pass"`
-	Detail   string  `json:"detail,omitempty"`
+	Name     string   `json:"name"`
+	Stat     float64  `json:"stat"`
+	Critical *float64 `json:"critical"`
+	P        float64  `json:"p"`
+	Pass     bool     `json:"pass"`
+	Detail   string   `json:"detail,omitempty"`
 }
 
 // JSON returns the JSON form of res.
@@ -43,8 +44,12 @@ func (res *Result) JSON() JSONResult {
 		out.AttackAccuracy, out.Chance, out.ChanceBound = a.Accuracy, a.Chance, a.Bound
 	}
 	for _, ch := range res.Checks {
-		out.Checks = append(out.Checks, JSONCheck{Name: ch.Name, Stat: finite(ch.Stat), Critical: finite(ch.Critical),
-			P: finite(ch.P), Pass: ch.Pass(), Detail: ch.Detail})
+		jc := JSONCheck{Name: ch.Name, Stat: finite(ch.Stat), P: finite(ch.P), Pass: ch.Pass(), Detail: ch.Detail}
+		if ch.Applicable() {
+			v := finite(ch.Critical)
+			jc.Critical = &v
+		}
+		out.Checks = append(out.Checks, jc)
 	}
 	return out
 }

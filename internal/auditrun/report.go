@@ -142,7 +142,7 @@ img{max-width:100%;border:1px solid #eee;margin:8px 0}
 {{if .Attack}}<h2>Frequency attack</h2><p id="attack">{{.Attack}}</p>{{end}}
 <h2>Checks</h2>
 <table id="checks"><tr><th>check</th><th>verdict</th><th>statistic</th><th>critical</th><th>p</th><th>detail</th></tr>
-{{range .R.Checks}}<tr><td>{{.Name}}</td><td class="{{if .Pass}}pass{{else}}fail{{end}}">{{if .Pass}}pass{{else}}FAIL{{end}}</td><td class="num">{{printf "%.4g" .Stat}}</td><td class="num">{{printf "%.4g" .Critical}}</td><td class="num">{{printf "%.3g" .P}}</td><td>{{.Detail}}</td></tr>
+{{range .R.Checks}}<tr><td>{{.Name}}</td><td class="{{if .Pass}}pass{{else}}fail{{end}}">{{if .Pass}}pass{{else}}FAIL{{end}}</td><td class="num">{{printf "%.4g" .Stat}}</td><td class="num">{{with .Critical}}{{printf "%.4g" .}}{{else}}n/a{{end}}</td><td class="num">{{printf "%.3g" .P}}</td><td>{{.Detail}}</td></tr>
 {{end}}</table>
 <h2>Plots</h2>
 {{range .Plots}}<div><img src="{{.}}" alt="{{.}}"/></div>

@@ -18,46 +18,53 @@ import (
 	"cmp"
 	"context"
 	"crypto/rand"
+	"errors"
 	"fmt"
-	"sync"
+	"os"
 	"time"
 
 	"github.com/oblivkv/oblivkv/backend/mem"
 	"github.com/oblivkv/oblivkv/kv"
 	"github.com/oblivkv/oblivkv/observe"
-	"github.com/oblivkv/oblivkv/protocol/treebeard"
 	"github.com/oblivkv/oblivkv/seal"
 )
 
 // Config says what to audit.
 type Config struct {
 	Protocol  string
-	Workloads []string // of Workloads; empty: all of them
+	Workloads []string // of Workloads; empty: DefaultWorkloads
+	// Options are the protocol's options (nil: its defaults), as
+	// kv.Config.Options takes them.
+	Options any
 	// Records is the number of keys loaded, which is also the store's
-	// capacity (default 1024): every key the workloads ask for exists.
+	// capacity (default 1024): every key the workloads ask for exists,
+	// but the missing workload's.
 	Records int
 	// Ops is the number of requests per workload (0: the protocol's
 	// default, DefaultOps).
 	Ops int
-	// Clients issue the requests concurrently (default 8).
+	// Clients issue the requests concurrently (default 8); for treebeard
+	// and cloak, whose clocks the run drives, it is also the number of
+	// requests per round (pace.go).
 	Clients int
 	Seed    uint64
-	// MinDuration keeps the store open, idle, until this long after the
-	// requests began (default: a second for cloak, whose batches leave
-	// every 20 ms whether clients ask or not, so that a run of cache hits
-	// still shows storage batches; none for the others).
-	MinDuration time.Duration
+	// Timeout bounds each workload's requests (default DefaultTimeout):
+	// a run that has not answered them all by then is cut off, and a
+	// check reports the requests left unanswered.
+	Timeout time.Duration
 }
+
+// DefaultTimeout is the default Config.Timeout: far beyond what a
+// default run takes under the race detector on a loaded machine.
+const DefaultTimeout = 5 * time.Minute
 
 func (c Config) withDefaults() Config {
 	c.Records = cmp.Or(c.Records, 1024)
 	c.Ops = cmp.Or(c.Ops, DefaultOps(c.Protocol))
 	c.Clients = cmp.Or(c.Clients, 8)
-	if c.MinDuration == 0 && c.Protocol == "cloak" {
-		c.MinDuration = time.Second
-	}
+	c.Timeout = cmp.Or(c.Timeout, DefaultTimeout)
 	if len(c.Workloads) == 0 {
-		c.Workloads = Workloads
+		c.Workloads = DefaultWorkloads
 	}
 	return c
 }
@@ -72,7 +79,7 @@ func DefaultOps(protocol string) int {
 	case "plain", "encrypted":
 		return 40000
 	case "cloak":
-		return 1500 // a batch every 20 ms
+		return 1500 // at least one batch per round of Clients requests
 	}
 	return 3000
 }
@@ -90,39 +97,52 @@ type Request struct {
 type Run struct {
 	Workload string
 	// All is every Tap record from the store's creation; Records those
-	// after the bulk load.
+	// after the bulk load; Closing is how many of All came before the
+	// store's Close.
 	All, Records []observe.Record
+	Closing      int
 	Requests     []Request
-	Stats        kv.Stats
+	// Marks are the Tap sequence numbers at which the run ended an epoch
+	// (treebeard) or ticked its clock (cloak): the last call before.
+	Marks []uint64
+	// Unanswered counts the requests not answered when the run was cut
+	// off (Stalled says why); 0 when every request was answered.
+	Unanswered int
+	Stalled    string
+	Stats      kv.Stats
 }
 
 // run opens a fresh store of cfg.Protocol over memory, loads cfg.Records
-// keys, issues the workload's requests and closes the store, so that
-// everything the requests owe storage (evictions, write-backs) is in the
-// log.
+// keys, issues the workload's requests as the protocol's pacing says
+// (pace.go) and closes the store, so that everything the requests owe
+// storage (evictions, write-backs) is in the log.
 func run(ctx context.Context, cfg Config, name string, keys []int) (*Run, error) {
+	p, err := pacingFor(cfg.Protocol, cfg.Options)
+	if err != nil {
+		return nil, err
+	}
 	log := &observe.MemoryLog{}
-	master := make([]byte, seal.MasterKeySize)
-	rand.Read(master)
-	sk, err := seal.NewKeys(master)
+	s, done, err := open(ctx, cfg, p, log)
 	if err != nil {
 		return nil, err
 	}
-	s, err := kv.Open(ctx, kv.Config{Protocol: cfg.Protocol, Backend: mem.New(), Keys: sk,
-		Capacity: cfg.Records, ValueSize: 32, MaxKeySize: 32, TapLog: log, Options: protocolOptions[cfg.Protocol]})
-	if err != nil {
-		return nil, err
-	}
+	defer done()
 	if err := load(ctx, s, cfg.Records); err != nil {
 		s.Close()
 		return nil, err
 	}
 	loaded := len(log.Records())
 	r := &Run{Workload: name}
-	start := time.Now()
-	r.Requests, err = drive(ctx, s, log, keys, cfg.Clients)
-	time.Sleep(cfg.MinDuration - time.Since(start))
+	d := newDriver(s, log, keys, cfg.Records, cfg.Clients)
+	dctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
+	err = p.drive(dctx, d)
+	cancel()
+	if errors.Is(err, errStalled) {
+		r.Stalled, err = err.Error(), nil
+	}
+	r.Requests, r.Marks, r.Unanswered = d.reqs, d.marks, d.unanswered()
 	r.Stats = s.Stats()
+	r.Closing = int(log.LastSeq())
 	if cerr := s.Close(); err == nil {
 		err = cerr
 	}
@@ -134,13 +154,32 @@ func run(ctx context.Context, cfg Config, name string, keys []int) (*Run, error)
 	return r, nil
 }
 
-// protocolOptions are the options a protocol runs with here, where not
-// its defaults. Treebeard's Routers forward every request as its own
-// epoch (Epoch < 0): with epochs on the clock, how many requests an epoch
-// holds depends on how fast the machine serves each workload, so the
-// counts of the workloads' views would differ by timing alone (its audit
-// test takes the epochs off the clock instead, which only a test can).
-var protocolOptions = map[string]any{"treebeard": treebeard.Options{Epoch: -1}}
+// open opens a fresh store of cfg.Protocol over memory with the pacing's
+// options, journaled in a temporary directory when the pacing asks; done
+// removes that directory once the store is closed.
+func open(ctx context.Context, cfg Config, p pacing, log *observe.MemoryLog) (s kv.Store, done func(), err error) {
+	master := make([]byte, seal.MasterKeySize)
+	rand.Read(master)
+	sk, err := seal.NewKeys(master)
+	if err != nil {
+		return nil, nil, err
+	}
+	kc := kv.Config{Protocol: cfg.Protocol, Backend: mem.New(), Keys: sk, Capacity: cfg.Records,
+		ValueSize: 32, MaxKeySize: 32, TapLog: log, Options: p.options}
+	done = func() {}
+	if p.journal {
+		if kc.JournalDir, err = os.MkdirTemp("", "oblivkv-audit-"); err != nil {
+			return nil, nil, err
+		}
+		kc.NoFsync = true // what storage sees needs no fsync
+		done = func() { os.RemoveAll(kc.JournalDir) }
+	}
+	if s, err = kv.Open(ctx, kc); err != nil {
+		done()
+		return nil, nil, err
+	}
+	return s, done, nil
+}
 
 func keyName(i int) string { return fmt.Sprintf("key-%05d", i) }
 
@@ -166,34 +205,4 @@ func load(ctx context.Context, s kv.Store, n int) error {
 		}
 	}
 	return nil
-}
-
-// drive issues keys from clients concurrently: client c issues requests
-// c, c+clients, ..., each a Get when its index is even and a Put
-// otherwise, and records the Tap sequence numbers around each.
-func drive(ctx context.Context, s kv.Store, log *observe.MemoryLog, keys []int, clients int) ([]Request, error) {
-	reqs := make([]Request, len(keys))
-	errs := make([]error, clients)
-	var wg sync.WaitGroup
-	for c := range clients {
-		wg.Go(func() {
-			for i := c; i < len(keys) && errs[c] == nil; i += clients {
-				k := keyName(keys[i])
-				reqs[i] = Request{Key: keys[i], From: log.LastSeq()}
-				if i%2 == 0 {
-					_, _, errs[c] = s.Get(ctx, k)
-				} else {
-					errs[c] = s.Put(ctx, k, []byte{byte(i), byte(i >> 8)})
-				}
-				reqs[i].To = log.LastSeq()
-			}
-		})
-	}
-	wg.Wait()
-	for _, err := range errs {
-		if err != nil {
-			return nil, err
-		}
-	}
-	return reqs, nil
 }

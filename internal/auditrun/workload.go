@@ -4,17 +4,22 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 )
 
 // Workloads are the workloads an audit can run, in the order it reports
 // them.
-var Workloads = []string{"zipf", "uniform", "hotkey"}
+var Workloads = []string{"zipf", "uniform", "hotkey", "missing", "bursts"}
+
+// DefaultWorkloads are those an audit runs unless told otherwise.
+var DefaultWorkloads = []string{"zipf", "uniform", "hotkey"}
 
 // ZipfS is the exponent of the zipf workload.
 const ZipfS = 0.99
 
-// keysOf returns the key (index in [0, records)) of each of the ops
-// requests of workload name, drawn with seed.
+// keysOf returns the key (index in [0, records], records for a key never
+// loaded) of each of the ops requests of workload name, drawn with seed;
+// clients is the number of concurrent clients, a round of requests.
 //
 //   - zipf: key i is asked round(ops*p_i) times, p_i proportional to
 //     1/(i+1)^ZipfS, in a random order: Zipf 0.99 with its expected
@@ -22,7 +27,13 @@ const ZipfS = 0.99
 //     aside) and the popularity ranking the attacker knows is 0, 1, ...
 //   - uniform: keys drawn uniformly.
 //   - hotkey: key 0 every time.
-func keysOf(name string, records, ops int, seed uint64) ([]int, error) {
+//   - missing: a key never loaded, every time (its Puts are Deletes, so
+//     that it never exists): a missing key must look like any other.
+//   - bursts: all requests of a round of clients for one key, another
+//     key every round (round r's is 37r mod records): repeats of a key
+//     whose block is being read, among concurrent requests (one epoch of
+//     treebeard's), which must look like distinct keys.
+func keysOf(name string, records, ops, clients int, seed uint64) ([]int, error) {
 	r := rand.New(rand.NewPCG(seed, uint64(len(name))))
 	keys := make([]int, 0, ops)
 	switch name {
@@ -34,8 +45,12 @@ func keysOf(name string, records, ops int, seed uint64) ([]int, error) {
 			keys = append(keys, r.IntN(records))
 		}
 	case "hotkey":
-		for range ops {
-			keys = append(keys, 0)
+		keys = slices.Repeat([]int{0}, ops)
+	case "missing":
+		keys = slices.Repeat([]int{records}, ops)
+	case "bursts":
+		for i := range ops {
+			keys = append(keys, i/clients*37%records)
 		}
 	default:
 		return nil, fmt.Errorf("unknown workload %q (known: %v)", name, Workloads)

@@ -14,7 +14,6 @@ import (
 	"github.com/oblivkv/oblivkv/audit"
 	"github.com/oblivkv/oblivkv/backend/mem"
 	"github.com/oblivkv/oblivkv/bench/workload"
-	"github.com/oblivkv/oblivkv/internal/durable"
 	"github.com/oblivkv/oblivkv/internal/journal"
 	"github.com/oblivkv/oblivkv/kv"
 	"github.com/oblivkv/oblivkv/kvtest"
@@ -229,41 +228,9 @@ func runAudit(t *testing.T, p auditParams, w auditWorkload, lk cloak.Leak) audit
 	records := log.Records()
 	run := auditRun{checks: auditChecks(t, w.name, records, marks, p.budgets), recovered: attack(t, s, records, w.popularity)}
 	if p.durable {
-		run.checks[checkAnchors] = anchorCheck(w.name, records)
+		run.checks[checkAnchors] = audit.CloakCheckpoints(w.name, records, auditCheckpointEvery)
 	}
 	return run
-}
-
-// anchorCheck checks that after the bulk load's checkpoint an anchor write
-// follows the write-back of every auditCheckpointEvery-th batch and of no
-// other, and that at least one did.
-func anchorCheck(name string, records []observe.Record) audit.Check {
-	var violations []string
-	batches, loaded, anchors := 0, false, 0
-	for i, r := range records {
-		switch {
-		case r.Op == observe.OpRead && len(r.Addrs) > 0 && strings.HasPrefix(r.Addrs[0], audit.CloakAddrPrefix):
-			batches++
-		case r.Op == observe.OpWrite && len(r.Addrs) == 1 && r.Addrs[0] == durable.AnchorAddr:
-			if !loaded { // the creation's, then the load's, before any batch
-				loaded = i > 0 && records[i-1].Op == observe.OpWrite && batches == 0 && anchors == 1
-				anchors++
-				continue
-			}
-			anchors++
-			if batches%auditCheckpointEvery != 0 || records[i-1].Op != observe.OpWrite || !strings.HasPrefix(records[i-1].Addrs[0], audit.CloakAddrPrefix) {
-				violations = append(violations, fmt.Sprintf("call %d: an anchor write after batch %d", r.Seq, batches))
-			}
-		}
-	}
-	if want := 2 + batches/auditCheckpointEvery; anchors != want {
-		violations = append(violations, fmt.Sprintf("%d anchor writes over %d batches; want %d", anchors, batches, want))
-	}
-	c := audit.Exact(name+": a checkpoint every "+fmt.Sprint(auditCheckpointEvery)+" batches", violations)
-	if len(violations) == 0 {
-		c.Detail = fmt.Sprintf("%d checkpoints over %d batches", anchors-2, batches)
-	}
-	return c
 }
 
 // clients are the audit's clients, with what the clock waits on.

@@ -51,21 +51,11 @@ func RunBatch(st kv.Store) { st.(*store).runBatch(context.Background()) }
 
 // FakeClock drives a store's batches in place of its ticker: see
 // WithClock.
-type FakeClock chan chan struct{}
+type FakeClock = Clock
 
 // WithClock returns o with batches that run only when c ticks, one per
 // tick.
-func WithClock(o Options, c FakeClock) Options {
-	o.ticks = c
-	return o
-}
-
-// Tick delivers one tick and returns once the store has handled it.
-func (c FakeClock) Tick() {
-	done := make(chan struct{})
-	c <- done
-	<-done
-}
+func WithClock(o Options, c FakeClock) Options { return o.WithClock(c) }
 
 // Leak is a flaw injected on purpose (leak.go).
 type Leak = leak

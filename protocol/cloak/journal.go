@@ -56,11 +56,11 @@ const (
 	recWriteBack
 )
 
-// checkpointBatches is how many batches run between checkpoints. The
+// CheckpointBatches is how many batches run between checkpoints. The
 // journal holds every write-back in between (beta sealed elements each,
 // about 1 MB at 2^16 keys of 1 KiB), which a recovery writes again: 100
 // batches (2 s at the default Delta) bound both to about 100 MB.
-const checkpointBatches = 100
+const CheckpointBatches = 100
 
 const checkpointMagic = "oblivkv cloak checkpoint v1\n"
 

@@ -9,10 +9,12 @@ import "github.com/oblivkv/oblivkv/internal/leakenv"
 func init() {
 	envLeak = func(l leak) (leak, error) {
 		return leakenv.Pick("cloak", l, map[string]leak{
-			"write_back_in_place": leakWriteBackInPlace,
-			"public_tie_order":    leakPublicTieOrder,
-			"skip_idle":           leakSkipIdle,
-			"drain_queue":         leakDrainQueue,
+			"write_back_in_place":   leakWriteBackInPlace,
+			"public_tie_order":      leakPublicTieOrder,
+			"skip_idle":             leakSkipIdle,
+			"early_when_full":       leakEarlyWhenFull,
+			"drain_queue":           leakDrainQueue,
+			"checkpoint_by_records": leakCheckpointByRecords,
 		})
 	}
 }

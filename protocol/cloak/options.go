@@ -28,11 +28,33 @@ type Options struct {
 	// 2*beta, the paper's queue coefficient of 2).
 	Pending int `opt:"Keys with requests waiting for a batch; a request that would add one waits." default:"2*beta"`
 
-	// ticks, tests only, replaces the ticker: the loop runs one batch per
-	// tick received and closes the tick once the batch is done.
+	// ticks, when set, replaces the ticker (WithClock): the loop runs one
+	// batch per tick received and closes the tick once the batch is done.
 	ticks <-chan chan struct{}
 	// leak, tests only, injects a flaw on purpose (leak.go).
 	leak leak
+}
+
+// Clock drives a store's batches in place of its ticker (WithClock).
+type Clock chan chan struct{}
+
+// Tick delivers one tick and returns once the store has handled it: one
+// batch, busy or idle.
+func (c Clock) Tick() {
+	done := make(chan struct{})
+	c <- done
+	<-done
+}
+
+// WithClock returns o with batches that run only when c ticks, one per
+// tick, instead of every Delta. It is for a driver that paces the batches
+// itself, so that a run gives storage the same schedule on a loaded
+// machine as on an idle one (the obliviousness audits: `oblivkv audit`
+// and the tests); a store serving clients never has one. It is no
+// option: --opt cannot set it and a store never records it.
+func (o Options) WithClock(c Clock) Options {
+	o.ticks = c
+	return o
 }
 
 // The paper's parameters (Sec. 7.1 and its artifact): b_1 = 433 at N = 1M
@@ -104,8 +126,12 @@ func (o Options) validate(n int) error {
 // DefaultBudgets returns the budgets b_1, b_2, ... of a store of
 // capacity n opened with the default options: public parameters, which
 // the audit checks every batch against.
-func DefaultBudgets(n int) ([]int, error) {
-	_, budgets, err := Options{}.withDefaults(n)
+func DefaultBudgets(n int) ([]int, error) { return Options{}.BudgetsFor(n) }
+
+// BudgetsFor returns the budgets b_1, b_2, ... of a store of capacity n
+// opened with o: public parameters, like DefaultBudgets.
+func (o Options) BudgetsFor(n int) ([]int, error) {
+	_, budgets, err := o.withDefaults(n)
 	return budgets, err
 }
 

@@ -80,7 +80,7 @@ type store struct {
 	valueSize int
 	log       *durable.Log
 	// checkpointEvery is how many batches run between checkpoints
-	// (checkpointBatches); the count is of batches, which storage sees,
+	// (CheckpointBatches); the count is of batches, which storage sees,
 	// never of client writes, which it must not (journal.go).
 	checkpointEvery int
 
@@ -132,7 +132,7 @@ func open(ctx context.Context, env kv.Env) (*store, error) {
 		return nil, fmt.Errorf("cloak: seeding: %w", err)
 	}
 	s := &store{b: env.Backend, keys: env.Keys, opts: opts, budgets: budgets, capacity: env.Capacity, valueSize: env.ValueSize,
-		log: durable.New(env.Journal, env.Backend, env.Keys), checkpointEvery: checkpointBatches,
+		log: durable.New(env.Journal, env.Backend, env.Keys), checkpointEvery: CheckpointBatches,
 		committed: make(chan struct{}), rng: rand.New(rand.NewChaCha8(seed)), cache: newLRU(opts.Cache),
 		pending: map[string]*entry{}, queues: map[uint64][]string{}, stop: make(chan struct{}), loopDone: make(chan struct{})}
 	if opts.leak == leakEarlyWhenFull {
@@ -254,8 +254,8 @@ func (c *lru) reset() { c.order.Init(); clear(c.at) }
 
 // loop sends a batch every Delta until Close (Sec. 4: batches leave at a
 // fixed rate, so their timing carries nothing). A batch that takes longer
-// than Delta delays the next; ticks are not queued up. Under a test's
-// ticks (Options.ticks) there is no ticker, and each tick is one batch.
+// than Delta delays the next; ticks are not queued up. Under a driver's
+// clock (Options.WithClock) there is no ticker, and each tick is one batch.
 func (s *store) loop() {
 	defer close(s.loopDone)
 	var ticker <-chan time.Time

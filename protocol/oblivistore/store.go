@@ -93,6 +93,9 @@ func open(ctx context.Context, env kv.Env) (*store, error) {
 	if err != nil {
 		return nil, err
 	}
+	if opts.leak, err = envLeak(opts.leak); err != nil { // a leak only in oblivkv_leaks builds (leak.go)
+		return nil, err
+	}
 	opts = opts.withDefaults(env.Capacity)
 	opts.valueSize = env.ValueSize
 	if err := opts.validate(env.Capacity); err != nil {

@@ -157,23 +157,23 @@ type auditRun struct {
 func runAudit(t *testing.T, p auditParams, w workload, lk taostore.Leak, seed byte) auditRun {
 	t.Helper()
 	records, stats := runLogged(t, p, w, lk, seed)
-	v := parseView(p, records)
-	if len(v.reads) != auditRequests {
-		v.shape = append(v.shape, fmt.Sprintf("%d path reads for %d requests", len(v.reads), auditRequests))
+	v := audit.ParseTaoStore(records, tree.NewGeometry(auditCapacity), p.opts.CachedLevels)
+	if len(v.Reads) != auditRequests {
+		v.Shape = append(v.Shape, fmt.Sprintf("%d path reads for %d requests", len(v.Reads), auditRequests))
 	}
 	geo := tree.NewGeometry(auditCapacity)
-	leaves := make([]uint64, len(v.reads))
-	for i, r := range v.reads {
+	leaves := make([]uint64, len(v.Reads))
+	for i, r := range v.Reads {
 		leaves[i] = r.Leaf
 	}
 	run := auditRun{bins: audit.Bin(leaves, geo.Leaves(), auditBins),
 		stashMax: kvtest.Stat(t, stats, "stash_max"), fakeReads: kvtest.Stat(t, stats, "fake_reads")}
 	run.checks = map[string]audit.Check{
-		checkShape:    audit.Exact(w.name+": one path read per request, buckets of one size", v.shape),
+		checkShape:    audit.Exact(w.name+": one path read per request, buckets of one size", v.Shape),
 		checkUniform:  audit.Uniform(w.name+": leaves read", run.bins),
-		checkSame:     audit.SamePath(w.name+": path reads in flight together or consecutive", v.reads, geo.Leaves()),
-		checkWBShape:  audit.Exact(w.name+": write-backs are whole stored paths", v.wbShape),
-		checkSchedule: audit.WriteBackSchedule(w.name+": a write-back of the paths every K path reads", v.reads, v.wbs, p.k()),
+		checkSame:     audit.SamePath(w.name+": path reads in flight together or consecutive", v.Reads, geo.Leaves()),
+		checkWBShape:  audit.Exact(w.name+": write-backs are whole stored paths", v.WBShape),
+		checkSchedule: audit.WriteBackSchedule(w.name+": a write-back of the paths every K path reads", v.Reads, v.WriteBacks, p.k()),
 	}
 	return run
 }
@@ -280,20 +280,20 @@ func TestRecoveredAudit(t *testing.T) {
 			if recovery != nil {
 				t.Error(recovery)
 			}
-			v := parseView(defaultParams, records)
-			if len(v.reads) != auditRequests {
-				t.Errorf("%d path reads for %d requests", len(v.reads), auditRequests)
+			v := audit.ParseTaoStore(records, tree.NewGeometry(auditCapacity), defaultParams.opts.CachedLevels)
+			if len(v.Reads) != auditRequests {
+				t.Errorf("%d path reads for %d requests", len(v.Reads), auditRequests)
 			}
 			geo := tree.NewGeometry(auditCapacity)
-			leaves := make([]uint64, len(v.reads))
-			for i, r := range v.reads {
+			leaves := make([]uint64, len(v.Reads))
+			for i, r := range v.Reads {
 				leaves[i] = r.Leaf
 			}
 			for _, c := range []audit.Check{
-				audit.Exact(name+": one path read per request, buckets of one size", v.shape),
+				audit.Exact(name+": one path read per request, buckets of one size", v.Shape),
 				audit.Uniform(name+": leaves read", audit.Bin(leaves, geo.Leaves(), auditBins)),
-				audit.SamePath(name+": path reads in flight together or consecutive", v.reads, geo.Leaves()),
-				audit.Exact(name+": write-backs are whole stored paths", v.wbShape),
+				audit.SamePath(name+": path reads in flight together or consecutive", v.Reads, geo.Leaves()),
+				audit.Exact(name+": write-backs are whole stored paths", v.WBShape),
 			} {
 				t.Log(c)
 				if !c.Pass() {
@@ -327,113 +327,12 @@ func workloadCalls(t *testing.T, records []observe.Record) []observe.Record {
 	return records[:len(records)-1]
 }
 
-// view is the adversary's view of a workload, parsed.
-type view struct {
-	reads   []audit.PathRead
-	wbs     []audit.WriteBack
-	shape   []string // violations of the shape of the calls
-	wbShape []string // write-backs that are not whole stored paths
-}
-
-// parseView parses the path reads and write-backs of records at p.
-func parseView(p auditParams, records []observe.Record) view {
-	geo := tree.NewGeometry(auditCapacity)
-	var v view
-	size := -1 // every bucket's size, read or written
-	for _, r := range records {
-		buckets, problems := callBuckets(r, &size)
-		switch {
-		case r.Err:
-			problems = append(problems, "failed")
-		case r.Op == observe.OpRead:
-			if leaf, ok := storedPathLeaf(geo, p.opts.CachedLevels, buckets); ok {
-				v.reads = append(v.reads, audit.PathReadOf(r, leaf))
-			} else {
-				problems = append(problems, fmt.Sprintf("buckets %v are not the stored levels of one path", buckets))
-			}
-		case r.Op == observe.OpWrite:
-			leaves, problem := writeBackLeaves(geo, p.opts.CachedLevels, buckets)
-			if problem != "" {
-				v.wbShape = append(v.wbShape, fmt.Sprintf("call %d: %s", r.Seq, problem))
-			}
-			v.wbs = append(v.wbs, audit.WriteBack{Leaves: leaves, Start: r.Start})
-		default:
-			problems = append(problems, "neither a path read nor a write-back")
-		}
-		for _, pr := range problems {
-			v.shape = append(v.shape, fmt.Sprintf("call %d (%v): %s", r.Seq, r.Op, pr))
-		}
+// TestPrefixAgrees: package audit parses the trees at the protocol's
+// bucket addresses.
+func TestPrefixAgrees(t *testing.T) {
+	if audit.TaoStorePrefix != taostore.BucketPrefix {
+		t.Fatalf("audit.TaoStorePrefix %q != taostore.BucketPrefix %q", audit.TaoStorePrefix, taostore.BucketPrefix)
 	}
-	return v
-}
-
-// callBuckets returns the buckets call r names, and what is wrong with
-// it: an address that is not a bucket, or a bucket of other than *size
-// bytes (the first size seen, if *size < 0, becomes *size).
-func callBuckets(r observe.Record, size *int) ([]uint64, []string) {
-	layout := tree.Layout{Prefix: taostore.BucketPrefix}
-	var problems []string
-	buckets := make([]uint64, len(r.Addrs))
-	for i, a := range r.Addrs {
-		b, ok := layout.Bucket(a)
-		if !ok {
-			problems = append(problems, fmt.Sprintf("address %q is not a bucket", a))
-		}
-		buckets[i] = b
-	}
-	for _, n := range r.Sizes {
-		if *size < 0 {
-			*size = n
-		}
-		if n != *size {
-			problems = append(problems, fmt.Sprintf("a bucket of %d bytes, others have %d", n, *size))
-			break
-		}
-	}
-	return buckets, problems
-}
-
-// storedPathLeaf returns the leaf whose path's levels from cached down
-// are buckets, in order.
-func storedPathLeaf(geo tree.Geometry, cached int, buckets []uint64) (uint64, bool) {
-	if len(buckets) != geo.L+1-cached {
-		return 0, false
-	}
-	leaf, ok := geo.LeafOf(buckets[len(buckets)-1])
-	for i, b := range buckets {
-		if !ok || b != geo.BucketAt(leaf, cached+i) {
-			return 0, false
-		}
-	}
-	return leaf, true
-}
-
-// writeBackLeaves returns the leaves among the buckets of a write-back,
-// and what is wrong with it unless its buckets are, in ascending order,
-// exactly the stored buckets (levels cached and down) of those leaves'
-// paths: what TaORAM writes back (Sec. IV-B step 3).
-func writeBackLeaves(geo tree.Geometry, cached int, buckets []uint64) ([]uint64, string) {
-	var leaves []uint64
-	for _, b := range buckets {
-		if leaf, ok := geo.LeafOf(b); ok {
-			leaves = append(leaves, leaf)
-		}
-	}
-	want := slices.DeleteFunc(geo.Union(leaves, nil), func(b uint64) bool { return geo.Level(b) < cached })
-	if slices.Equal(buckets, want) {
-		return leaves, ""
-	}
-	missing, extra := len(want), 0
-	for _, b := range buckets {
-		if _, found := slices.BinarySearch(want, b); found {
-			missing--
-		} else {
-			extra++
-		}
-	}
-	return slices.Compact(slices.Sorted(slices.Values(leaves))), fmt.Sprintf(
-		"%d buckets for %d paths, which have %d stored buckets: %d of them missing, %d others, or out of order",
-		len(buckets), len(leaves), len(want), missing, extra)
 }
 
 // TestObliviousAudit runs every workload at the default parameters and

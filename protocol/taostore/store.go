@@ -79,6 +79,9 @@ func open(ctx context.Context, env kv.Env) (*store, error) {
 	if err != nil {
 		return nil, err
 	}
+	if opts.leak, err = envLeak(opts.leak); err != nil { // a leak only in oblivkv_leaks builds (leak.go)
+		return nil, err
+	}
 	opts = opts.withDefaults()
 	geo := tree.NewGeometry(env.Capacity)
 	if err := opts.validate(geo.L + 1); err != nil {

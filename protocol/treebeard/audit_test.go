@@ -574,28 +574,6 @@ func evictionCount(name string, a audited) audit.Check {
 	return audit.TreebeardEvictionCount(name, paths, a.requests, a.opts.Trees, a.opts.A, a.opts.K)
 }
 
-// readsPerEpoch is audit (j): a tree reads an epoch's paths in one
-// multi-path read (Sec. 5.3.1), however the epoch's keys hash to Stash
-// shards, so no tree makes two multi-path reads in one round (one epoch).
-func readsPerEpoch(name string, a audited) audit.Check {
-	var violations []string
-	for t, ops := range a.ops {
-		r, n := 0, 0 // the round of the reads counted, and how many
-		for _, op := range ops {
-			if op.Kind != audit.TreePathRead {
-				continue
-			}
-			for r+1 < len(a.rounds) && op.Seq > a.rounds[r+1] {
-				r, n = r+1, 0
-			}
-			if n++; n == 2 {
-				violations = append(violations, fmt.Sprintf("tree %d, round %d: two multi-path reads", t, r))
-			}
-		}
-	}
-	return audit.Exact(name+": one multi-path read per tree and epoch", violations)
-}
-
 // statChecks are audits (c), (f), (g), (h), (i) and (j) on the runs of
 // workloadNames (those present):
 //
@@ -611,7 +589,7 @@ func readsPerEpoch(name string, a audited) audit.Check {
 //	    repeated keys;
 //	(i) the slot offsets path reads fetch are uniform over the Z+S
 //	    slots of a bucket;
-//	(j) readsPerEpoch.
+//	(j) one multi-path read per tree and epoch (audit.TreebeardReadsPerEpoch).
 //
 // Every statistical check rejects at audit.Significance.
 func statChecks(runs map[string]audited) []audit.Check {
@@ -629,7 +607,7 @@ func statChecks(runs map[string]audited) []audit.Check {
 			audit.Uniform(n+": (tree, leaf bin) cells read", a.cells),
 			evictionCount(n, a),
 			audit.Uniform(n+": slot offsets of path reads", audit.TreebeardSlotOffsets(a.ops, a.opts.Z+a.opts.S)),
-			readsPerEpoch(n, a))
+			audit.TreebeardReadsPerEpoch(n, a.ops, a.rounds))
 	}
 	for i, x := range names {
 		for _, y := range names[i+1:] {

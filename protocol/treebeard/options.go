@@ -48,10 +48,9 @@ type Options struct {
 	seed  *[32]byte        // tests only: reproducible tree, leaf and slot choices
 	trace func(traceEvent) // tests only: what the trusted layers did
 	leak  leak             // tests only: a flaw injected to show an audit catches it (leak.go)
-	// epochs, when set (tests only), takes the Routers' epochs off the
-	// clock: an epoch ends when the test calls epochs.end, so audits get
-	// the same epochs on a loaded machine as on an idle one.
-	epochs *epochControl
+	// epochs, when set, takes the Routers' epochs off the clock
+	// (WithEpochControl).
+	epochs *EpochControl
 	// transport, when set (tests only), carries the layers' messages
 	// instead of direct calls: the tests' one loses, copies, delays and
 	// reorders them.
@@ -59,6 +58,18 @@ type Options struct {
 	// partTimeout is how long a tree holds the parts of an epoch waiting
 	// for its last one (default defaultPartTimeout; tests set less).
 	partTimeout time.Duration
+}
+
+// WithEpochControl returns o with the Routers' epochs off the clock: an
+// epoch ends only when c.End is called, and Epoch is ignored. It is for a
+// driver that paces the epochs itself, so that a run gives the layers the
+// same epochs on a loaded machine as on an idle one (the obliviousness
+// audits: `oblivkv audit` and the tests); a store serving clients never
+// has one. It is no option: --opt cannot set it and a store never records
+// it. A control serves one store.
+func (o Options) WithEpochControl(c *EpochControl) Options {
+	o.epochs = c
+	return o
 }
 
 // Defaults.

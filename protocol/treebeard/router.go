@@ -27,7 +27,7 @@ type Router struct {
 	shards []StashShard
 	net    *netState
 	trace  func(traceEvent)
-	manual bool // tests only: epochs end by epochControl, never on a timer
+	manual bool // epochs end by an EpochControl (Options.WithEpochControl), never on a timer
 	paused bool // a checkpoint is being taken: requests collect until resume
 	ended  bool // the epoch ended while paused: it is forwarded at resume
 
@@ -161,15 +161,16 @@ func (r *Router) forward(s int, epoch uint64, batch []Request, waiting []*call) 
 	}
 }
 
-// epochControl ends the epochs of Routers taken off the clock (tests
-// only: Options.epochs).
-type epochControl struct {
+// EpochControl ends the epochs of Routers taken off the clock
+// (Options.WithEpochControl). Its zero value is ready; it is bound to the store
+// opened with it.
+type EpochControl struct {
 	routers []*Router
 }
 
-// collecting returns the number of requests the Routers' current epochs
+// Collecting returns the number of requests the Routers' current epochs
 // hold.
-func (c *epochControl) collecting() int {
+func (c *EpochControl) Collecting() int {
 	n := 0
 	for _, r := range c.routers {
 		r.mu.Lock()
@@ -179,8 +180,9 @@ func (c *epochControl) collecting() int {
 	return n
 }
 
-// end ends every Router's current epoch.
-func (c *epochControl) end() {
+// End ends every Router's current epoch: its requests go to the Stash
+// shards.
+func (c *EpochControl) End() {
 	for _, r := range c.routers {
 		r.endEpoch()
 	}

@@ -1,0 +1,17 @@
+//go:build oblivkv_leaks
+
+package oblivistore
+
+import "github.com/oblivkv/oblivkv/internal/leakenv"
+
+// The leaks OBLIVKV_LEAK may choose, in a build with the oblivkv_leaks
+// tag only.
+func init() {
+	envLeak = func(l leak) (leak, error) {
+		return leakenv.Pick("oblivistore", l, map[string]leak{
+			"repeat_reads_real": leakRepeatReadsReal,
+			"skips_empty_reads": leakSkipsEmptyReads,
+			"stops_at_real":     leakStopsAtReal,
+		})
+	}
+}
