@@ -52,6 +52,7 @@ const (
 //     (the two terms of Theorem 7.1 match), raised to C + B - n when that
 //     is larger, so that a full store keeps at least B objects on storage
 //     outside the cache (B <= n + D - C).
+//
 // WithDefaults returns o with its zero fields at the defaults for a store
 // of n keys: the public parameters a store of n keys opened with o runs
 // with, which an audit checks storage's view against.
