@@ -40,6 +40,11 @@ const (
 	DefaultTimeout = 2 * time.Millisecond
 )
 
+// WithDefaults returns o with its zero fields at the defaults for a store
+// of n keys: the public parameters a store of n keys opened with o runs
+// with, which an audit checks storage's view against.
+func (o Options) WithDefaults(n int) Options { return o.withDefaults(n) }
+
 // withDefaults fills the zero fields for a store of capacity n.
 //
 // Scaling rule: k = clamp(round(n*500/1M), 1, 500) and, keeping the paper's
@@ -52,12 +57,6 @@ const (
 //     (the two terms of Theorem 7.1 match), raised to C + B - n when that
 //     is larger, so that a full store keeps at least B objects on storage
 //     outside the cache (B <= n + D - C).
-//
-// WithDefaults returns o with its zero fields at the defaults for a store
-// of n keys: the public parameters a store of n keys opened with o runs
-// with, which an audit checks storage's view against.
-func (o Options) WithDefaults(n int) Options { return o.withDefaults(n) }
-
 func (o Options) withDefaults(n int) Options {
 	k := min(max(int(math.Round(float64(n)*paperK/paperN)), 1), paperK)
 	if o.B == 0 {
