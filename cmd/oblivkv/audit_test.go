@@ -5,6 +5,7 @@ import (
 	"encoding/xml"
 	"errors"
 	"io"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -28,20 +29,21 @@ func leakyBinary(t *testing.T) string {
 	return bin
 }
 
-// runAudit runs `bin audit --protocol p --json ... --report ...` with
-// OBLIVKV_LEAK=leak (none when empty) and returns its JSON, its report
-// directory and whether it exited 0.
-func runAudit(t *testing.T, bin, p, leak string) (auditrun.JSONResult, string, bool) {
+// runAudit runs `bin audit --protocol p --json ... --report ... args...`
+// with OBLIVKV_LEAK=leak (none when empty) and returns its JSON, its
+// report directory and whether it exited 0.
+func runAudit(t *testing.T, bin, p, leak string, args ...string) (auditrun.JSONResult, string, bool) {
 	t.Helper()
 	dir := t.TempDir()
-	cmd := exec.Command(bin, "audit", "--protocol", p, "--json", filepath.Join(dir, "audit.json"), "--report", filepath.Join(dir, "report"))
+	args = append([]string{"audit", "--protocol", p, "--json", filepath.Join(dir, "audit.json"), "--report", filepath.Join(dir, "report")}, args...)
+	cmd := exec.Command(bin, args...)
 	cmd.Env = append(os.Environ(), "OBLIVKV_LEAK="+leak)
 	out, err := cmd.CombinedOutput()
 	var exit *exec.ExitError
 	if err != nil && !errors.As(err, &exit) {
 		t.Fatal(err)
 	}
-	t.Logf("%s with leak %q:\n%s", p, leak, lastLines(string(out), 4))
+	t.Logf("%s %v with leak %q:\n%s", p, args[6:], leak, lastLines(string(out), 2))
 	raw, rerr := os.ReadFile(filepath.Join(dir, "audit.json"))
 	if rerr != nil {
 		t.Fatalf("%v (output: %s)", rerr, out)
@@ -61,32 +63,116 @@ func lastLines(s string, n int) string {
 	return strings.Join(lines[max(0, len(lines)-n):], "\n")
 }
 
+// leakCase is an injected leak of a protocol's own audit tests
+// (TestAuditsCatchLeaks, oblivistore's TestAuditCatchesLeaks), the
+// command's arguments that expose it, and the check that must fail on
+// it: the one the protocol's test requires, as the command names it.
+type leakCase struct {
+	protocol, leak string
+	args           []string
+	check          string
+}
+
+// Arguments shared by several cases.
+var (
+	hotkey          = []string{"--workloads", "hotkey"}
+	uniform         = []string{"--workloads", "uniform"}
+	missing         = []string{"--workloads", "uniform,missing"}
+	cloakPending    = []string{"--workloads", "uniform", "--clients", "32", "--opt", "s=0.8", "--opt", "pending=16"}
+	treebeardBursts = []string{"--workloads", "uniform,bursts"}
+)
+
+// leakCases are every leak the protocols' audit tests inject into a
+// store's workload (the recovery leaks of their crash audits aside).
+var leakCases = []leakCase{
+	{"treebeard", "repeat_reads_real_path", treebeardBursts, "bursts against uniform: distinct paths per multi-path read"},
+	{"treebeard", "missing_keyed_position", missing, "missing against uniform: distinct paths per multi-path read"},
+	{"treebeard", "evict_on_real_reads", hotkey, "hotkey: k paths evicted per A path reads"},
+	{"treebeard", "eager_shard_parts", uniform, "uniform: one multi-path read per tree and epoch"},
+	{"pathoram", "get_keeps_leaf", hotkey, "hotkey: consecutive reads of one path"},
+	{"pathoram", "missing_keyed_leaf", missing, "missing: consecutive reads of one path"},
+	{"pathoram", "unchanged_not_written", uniform, "uniform: one read and one write of a path per access"},
+	{"taostore", "repeat_reads_real_path", hotkey, "hotkey: path reads in flight together or consecutive"},
+	{"taostore", "get_keeps_leaf", hotkey, "hotkey: path reads in flight together or consecutive"},
+	{"taostore", "missing_keyed_leaf", missing, "missing: path reads in flight together or consecutive"},
+	{"taostore", "put_writes_back", uniform, "uniform: a write-back of the paths every K path reads"},
+	{"taostore", "unchanged_not_written", uniform, "uniform: write-backs are whole stored paths"},
+	{"taostore", "unordered_replies", uniform, "replies leave in arrival order while storage holds a read back (CURIOUS)"},
+	{"waffle", "real_keeps_id", uniform, "uniform: every id written once, read at most once"},
+	{"waffle", "read_in_plan_order", uniform, "uniform: read position and age"},
+	{"waffle", "dummies_written_first", uniform, "uniform: write position and age"},
+	{"waffle", "fixed_fill", []string{"--workloads", "zipf"}, "zipf: B = 5 addresses per batch call"},
+	{"waffle", "random_fakes", uniform, "uniform: Theorem 7.1's alpha"},
+	{"cloak", "write_back_in_place", hotkey, "hotkey: one address read by consecutive batches"},
+	{"cloak", "public_tie_order", hotkey, "hotkey: write position and age"},
+	{"cloak", "skip_idle", uniform, "uniform: one batch per tick"},
+	{"cloak", "early_when_full", cloakPending, "uniform: one batch per tick"},
+	{"cloak", "drain_queue", uniform, "uniform: b_d addresses from every set d, written back as read"},
+	{"cloak", "checkpoint_by_records", uniform, "uniform: a checkpoint every 100 batches"},
+	{"oblivistore", "repeat_reads_real", hotkey, "hotkey: slots read once"},
+	{"oblivistore", "skips_empty_reads", missing, "missing against uniform: slots per read"},
+	{"oblivistore", "stops_at_real", missing, "missing against uniform: slots per read"},
+}
+
+// cleanArgs are the clean runs: for each protocol every workload its
+// cases use, and cloak again at the parameters of early_when_full.
+var cleanArgs = map[string][][]string{
+	"treebeard":   {{"--workloads", "uniform,hotkey,missing,bursts"}},
+	"pathoram":    {{"--workloads", "uniform,hotkey,missing"}},
+	"taostore":    {{"--workloads", "uniform,hotkey,missing"}},
+	"waffle":      {{"--workloads", "zipf,uniform"}},
+	"cloak":       {{"--workloads", "uniform,hotkey"}, cloakPending},
+	"oblivistore": {{"--workloads", "uniform,hotkey,missing"}},
+}
+
 // TestAuditReportsInjectedLeaks runs `oblivkv audit` built with the leak
-// hook: without a leak treebeard and pathoram pass every check (exit 0);
-// with one of their injected leaks (the cases of their
-// TestAuditsCatchLeaks) the JSON names the check that fails, decisively,
-// and the command exits 1. The clean runs' reports render
-// (checkReport).
+// hook. Without a leak every protocol passes every check (exit 0), with
+// the arguments of all its cases; treebeard's, pathoram's and taostore's
+// reports render (checkReport). With each injected leak of leakCases the
+// JSON reports the case's check failed decisively (an exact violation or
+// p <= 1e-12) and the command exits 1; the same check passed in the clean
+// run. cloak/drain_queue leaves requests waiting for ever: the run is cut
+// off after a bounded number of ticks and reported, not hung.
 func TestAuditReportsInjectedLeaks(t *testing.T) {
 	bin := leakyBinary(t)
-	for _, tc := range []struct{ protocol, leak, check string }{
-		{"treebeard", "treebeard/evict_on_real_reads", "hotkey: k paths evicted per A path reads"},
-		{"pathoram", "pathoram/get_keeps_leaf", "hotkey: consecutive reads of one path"},
-	} {
-		t.Run(tc.protocol, func(t *testing.T) {
-			clean, report, ok := runAudit(t, bin, tc.protocol, "")
-			if !ok || clean.Protocol != tc.protocol || len(clean.Checks) == 0 {
-				t.Fatalf("the clean audit: pass %v, protocol %q, %d checks", ok, clean.Protocol, len(clean.Checks))
+	clean := map[string][]auditrun.JSONCheck{}
+	for _, p := range slices.Sorted(maps.Keys(cleanArgs)) {
+		t.Run("clean/"+p, func(t *testing.T) {
+			for _, args := range cleanArgs[p] {
+				res, report, ok := runAudit(t, bin, p, "", args...)
+				if !ok || res.Protocol != p || len(res.Checks) == 0 {
+					t.Fatalf("the clean audit: pass %v, protocol %q, %d checks: %+v", ok, res.Protocol, len(res.Checks), failedChecks(res))
+				}
+				clean[p] = append(clean[p], res.Checks...)
+				if p == "treebeard" || p == "pathoram" || p == "taostore" {
+					checkReport(t, report, res)
+				}
 			}
-			checkReport(t, report, clean)
-			leaky, _, ok := runAudit(t, bin, tc.protocol, tc.leak)
-			i := slices.IndexFunc(leaky.Checks, func(c auditrun.JSONCheck) bool { return c.Name == tc.check })
-			if ok || i < 0 || leaky.Checks[i].Pass || leaky.Checks[i].P > 1e-12 {
-				t.Fatalf("with %s: exit 0 = %v, check %q at %d: %+v; want it failed decisively", tc.leak, ok, tc.check, i, leaky.Checks)
-			}
-			t.Logf("reported: %+v", leaky.Checks[i])
 		})
 	}
+	for _, lc := range leakCases {
+		t.Run(lc.protocol+"/"+lc.leak, func(t *testing.T) { catchLeak(t, bin, lc, clean[lc.protocol]) })
+	}
+}
+
+// catchLeak runs the audit of lc and requires its check to fail
+// decisively, having passed in the clean run.
+func catchLeak(t *testing.T, bin string, lc leakCase, clean []auditrun.JSONCheck) {
+	named := func(c auditrun.JSONCheck) bool { return c.Name == lc.check }
+	if i := slices.IndexFunc(clean, named); i < 0 || !clean[i].Pass {
+		t.Fatalf("the clean runs have no passing check %q", lc.check)
+	}
+	leaky, _, ok := runAudit(t, bin, lc.protocol, lc.protocol+"/"+lc.leak, lc.args...)
+	i := slices.IndexFunc(leaky.Checks, named)
+	if ok || i < 0 || leaky.Checks[i].Pass || leaky.Checks[i].P > 1e-12 {
+		t.Fatalf("exit 0 = %v, check %q at %d; want it failed decisively; failed: %+v", ok, lc.check, i, failedChecks(leaky))
+	}
+	t.Logf("reported: %s: stat %v, p %v; %s", leaky.Checks[i].Name, leaky.Checks[i].Stat, leaky.Checks[i].P, leaky.Checks[i].Detail)
+}
+
+// failedChecks returns the checks of res that failed.
+func failedChecks(res auditrun.JSONResult) []auditrun.JSONCheck {
+	return slices.DeleteFunc(slices.Clone(res.Checks), func(c auditrun.JSONCheck) bool { return c.Pass })
 }
 
 // checkReport parses the report's index.html and every SVG it shows as

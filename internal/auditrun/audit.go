@@ -57,6 +57,13 @@ func Audit(ctx context.Context, cfg Config) (*Result, error) {
 		}
 	}
 	res.compare()
+	if act, ok := active[cfg.Protocol]; ok {
+		c, err := act(ctx, cfg)
+		if err != nil {
+			return nil, err
+		}
+		res.Checks = append(res.Checks, c)
+	}
 	return res, nil
 }
 

@@ -1,9 +1,16 @@
 package auditrun
 
 import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/oblivkv/oblivkv/audit"
 
 	"github.com/oblivkv/oblivkv/kv"
 	_ "github.com/oblivkv/oblivkv/protocol/all"
@@ -54,5 +61,42 @@ func TestObliviousProtocolsPass(t *testing.T) {
 				t.Errorf("the attacker recovered %.0f%% of the top 100 keys; the chance bound is %.0f%%", 100*a.Accuracy, 100*a.Bound)
 			}
 		})
+	}
+}
+
+// TestUntestableCheckNotApplicable: a statistical check with too few
+// samples, whose critical value is infinite, shows as not applicable in
+// the summary ("critical n/a"), the JSON (a null critical) and the
+// report, never as a huge number; a tested check keeps its critical
+// value.
+func TestUntestableCheckNotApplicable(t *testing.T) {
+	res := &Result{Config: Config{Protocol: "x", Workloads: []string{"uniform"}}, Checks: []audit.Check{
+		audit.Uniform("too few", []int{3}),
+		audit.Uniform("tested", []int{10, 10, 10}),
+	}}
+	if s := res.String(); !strings.Contains(s, "too few: pass, statistic 0 (critical n/a") || strings.Contains(s, "e+308") {
+		t.Errorf("summary:\n%s", s)
+	}
+	var buf bytes.Buffer
+	if err := res.WriteJSON(&buf); err != nil {
+		t.Fatal(err)
+	}
+	var back JSONResult
+	if err := json.Unmarshal(buf.Bytes(), &back); err != nil {
+		t.Fatal(err)
+	}
+	if c := back.Checks; c[0].Critical != nil || c[1].Critical == nil || *c[1].Critical <= 0 || !strings.Contains(buf.String(), `"critical": null`) {
+		t.Errorf("JSON: %s", buf.String())
+	}
+	dir := t.TempDir()
+	if _, err := res.WriteReport(dir); err != nil {
+		t.Fatal(err)
+	}
+	page, err := os.ReadFile(filepath.Join(dir, "index.html"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(page), `<td class="num">n/a</td>`) || strings.Contains(string(page), "e+308") {
+		t.Errorf("report:\n%s", page)
 	}
 }

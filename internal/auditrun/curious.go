@@ -1,0 +1,134 @@
+package auditrun
+
+import (
+	"context"
+	"crypto/rand"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/oblivkv/oblivkv/audit"
+	"github.com/oblivkv/oblivkv/backend"
+	"github.com/oblivkv/oblivkv/backend/mem"
+	"github.com/oblivkv/oblivkv/kv"
+	"github.com/oblivkv/oblivkv/seal"
+)
+
+// active are the checks of each protocol in which storage acts, as the
+// protocol's adversary may, rather than only watches: they run once per
+// audit, apart from the workloads.
+var active = map[string]func(ctx context.Context, cfg Config) (audit.Check, error){
+	"taostore": curious,
+}
+
+// curiousWait is how long the CURIOUS check waits for a reply that must
+// not come while storage holds a read back. A reply that comes fails
+// the check; one that does not come within it passes, so a loaded
+// machine can only make a leaking Sequencer pass, never a sound one
+// fail.
+const curiousWait = time.Second
+
+// gate is a backend whose hold-th path read (a Read of several
+// addresses; metadata and state are single) waits until release is
+// closed: storage holding a response back, as an asynchronous network
+// lets it.
+type gate struct {
+	backend.Backend
+	hold    atomic.Int64
+	reads   atomic.Int64 // path reads begun
+	served  atomic.Int64 // path reads answered
+	held    chan struct{}
+	release chan struct{}
+}
+
+func (g *gate) Read(ctx context.Context, addrs []string) ([][]byte, error) {
+	if len(addrs) > 1 {
+		if g.reads.Add(1) == g.hold.Load() {
+			close(g.held)
+			<-g.release
+		}
+		defer g.served.Add(1)
+	}
+	return g.Backend.Read(ctx, addrs)
+}
+
+// curious is the CURIOUS attack of TaoStore Sec. II-B on the Sequencer:
+// two keys are put; storage holds back the path read of a Get of the
+// first and answers the path read of a Get of the second at once. The
+// second reply must not leave before the first: replies leave in the
+// order requests arrived, whichever path returns first. Storage sees
+// when replies leave through the clients' traffic, not through the Tap.
+func curious(ctx context.Context, cfg Config) (audit.Check, error) {
+	g := &gate{Backend: mem.New(), held: make(chan struct{}), release: make(chan struct{})}
+	master := make([]byte, seal.MasterKeySize)
+	rand.Read(master)
+	sk, err := seal.NewKeys(master)
+	if err != nil {
+		return audit.Check{}, err
+	}
+	s, err := kv.Open(ctx, kv.Config{Protocol: cfg.Protocol, Backend: g, Keys: sk, Capacity: cfg.Records,
+		ValueSize: 32, MaxKeySize: 32, Options: cfg.Options})
+	if err != nil {
+		return audit.Check{}, err
+	}
+	defer s.Close()
+	first, second := keyName(0), keyName(1)
+	for _, k := range []string{first, second} {
+		if err := s.Put(ctx, k, []byte(k)); err != nil {
+			return audit.Check{}, err
+		}
+	}
+	violations, err := hold(ctx, g, s, first, second)
+	c := audit.Exact("replies leave in arrival order while storage holds a read back (CURIOUS)", violations)
+	if len(violations) == 0 && err == nil {
+		c.Detail = fmt.Sprintf("the later reply waited %v for the held one", curiousWait)
+	}
+	return c, err
+}
+
+// hold holds back the path read of a Get of first, gets second, and
+// reports a reply to second that left before first's read was let go.
+func hold(ctx context.Context, g *gate, s kv.Store, first, second string) ([]string, error) {
+	ctx, cancel := context.WithTimeout(ctx, DefaultTimeout)
+	defer cancel()
+	g.hold.Store(g.reads.Load() + 1)
+	release := sync.OnceFunc(func() { close(g.release) })
+	defer release()
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	errs := make([]error, 2)
+	wg.Go(func() { _, _, errs[0] = s.Get(ctx, first) })
+	if err := waitUntil(ctx, func() bool { return isClosed(g.held) }); err != nil {
+		return nil, err
+	}
+	replied := make(chan struct{})
+	wg.Go(func() {
+		_, _, errs[1] = s.Get(ctx, second)
+		close(replied)
+	})
+	if err := waitUntil(ctx, func() bool { return g.served.Load() >= g.hold.Load() }); err != nil {
+		return nil, err
+	}
+	var violations []string
+	select {
+	case <-replied:
+		violations = append(violations, "the reply to the later Get left while the earlier Get's path read was held back")
+	case <-time.After(curiousWait):
+	}
+	release()
+	wg.Wait()
+	if errs[0] != nil || errs[1] != nil {
+		return violations, fmt.Errorf("CURIOUS: %v, %v", errs[0], errs[1])
+	}
+	return violations, nil
+}
+
+func isClosed(c chan struct{}) bool {
+	select {
+	case <-c:
+		return true
+	default:
+		return false
+	}
+}
