@@ -79,7 +79,7 @@ func curious(ctx context.Context, cfg Config) (audit.Check, error) {
 			return audit.Check{}, err
 		}
 	}
-	violations, err := hold(ctx, g, s, first, second)
+	violations, err := hold(ctx, g, s, first, second, cfg.Timeout)
 	c := audit.Exact("replies leave in arrival order while storage holds a read back (CURIOUS)", violations)
 	if len(violations) == 0 && err == nil {
 		c.Detail = fmt.Sprintf("the later reply waited %v for the held one", curiousWait)
@@ -88,19 +88,20 @@ func curious(ctx context.Context, cfg Config) (audit.Check, error) {
 }
 
 // hold holds back the path read of a Get of first, gets second, and
-// reports a reply to second that left before first's read was let go.
-func hold(ctx context.Context, g *gate, s kv.Store, first, second string) ([]string, error) {
-	ctx, cancel := context.WithTimeout(ctx, DefaultTimeout)
+// reports a reply to second that left before first's read was let go,
+// or a path read that never came within bound.
+func hold(ctx context.Context, g *gate, s kv.Store, first, second string, bound time.Duration) ([]string, error) {
+	var wg sync.WaitGroup
+	defer wg.Wait() // deferred first, so it runs after the read is let go
+	ctx, cancel := context.WithTimeout(ctx, bound)
 	defer cancel()
 	g.hold.Store(g.reads.Load() + 1)
 	release := sync.OnceFunc(func() { close(g.release) })
 	defer release()
-	var wg sync.WaitGroup
-	defer wg.Wait()
 	errs := make([]error, 2)
 	wg.Go(func() { _, _, errs[0] = s.Get(ctx, first) })
 	if err := waitUntil(ctx, func() bool { return isClosed(g.held) }); err != nil {
-		return nil, err
+		return []string{"the earlier Get read no path: " + err.Error()}, nil
 	}
 	replied := make(chan struct{})
 	wg.Go(func() {
@@ -108,7 +109,7 @@ func hold(ctx context.Context, g *gate, s kv.Store, first, second string) ([]str
 		close(replied)
 	})
 	if err := waitUntil(ctx, func() bool { return g.served.Load() >= g.hold.Load() }); err != nil {
-		return nil, err
+		return []string{"the later Get's path read was never answered: " + err.Error()}, nil
 	}
 	var violations []string
 	select {
