@@ -1,17 +1,22 @@
 // Package auditrun runs a protocol over an observe.Tap on fixed workloads
 // and judges storage's view with the analyses of package audit: what
 // `oblivkv audit` reports and its tests check. It owns the workloads
-// (zipf, uniform, hotkey), the run (a fresh store over memory, bulk
-// loaded, driven by a few concurrent clients with a fixed seed), the
-// table of which analyses apply to which protocol, the frequency-analysis
-// attacker's score against chance, and the JSON and HTML forms of the
-// result.
+// (zipf, uniform, hotkey, missing, bursts), the run (a fresh store over
+// memory, bulk loaded, driven by a few concurrent clients with a fixed
+// seed, on clocks the run drives where the protocol's schedule depends on
+// one: pace.go), the bound that cuts a stalled run off, the table of
+// which analyses apply to which protocol, the active checks in which
+// storage delays a response as the protocol's adversary may (curious.go),
+// the frequency-analysis attacker's score against chance, and the JSON
+// and HTML forms of the result.
 //
-// Only the Tap's records go into an analysis. The run knows which key
-// each request was for and when it ran, and uses that as ground truth to
-// score the attacker, never as the attacker's input. It must never reach
-// into a protocol's state, and it has no way to inject a leak: leaks are
-// the protocols' own, chosen in builds with the oblivkv_leaks tag only.
+// Only the Tap's records, the protocol's public parameters and what the
+// clients see (when a reply leaves) go into an analysis. The run knows
+// which key each request was for and when it ran, and uses that as
+// ground truth to score the attacker, never as the attacker's input. It
+// must never reach into a protocol's state, and it has no way to inject a
+// leak: leaks are the protocols' own, chosen in builds with the
+// oblivkv_leaks tag only.
 package auditrun
 
 import (
