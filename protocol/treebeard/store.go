@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"runtime"
 	"sync"
 	"sync/atomic"
 
@@ -201,12 +202,17 @@ func (s *store) ensureInit(ctx context.Context) error {
 }
 
 // initTrees writes every tree, placed[t] holding the blocks of tree t's
-// buckets (nil: empty), the trees in parallel.
+// buckets (nil: empty), as many trees at once as there are CPUs: each
+// holds a batch of its buckets in memory twice (plain and sealed), and
+// more at once only raise the server's peak memory.
 func (s *store) initTrees(ctx context.Context, placed [][][]ringoram.Block) error {
 	errs := make([]error, len(s.treeAdmins))
 	var wg sync.WaitGroup
+	slots := make(chan struct{}, runtime.GOMAXPROCS(0))
 	for t, a := range s.treeAdmins {
 		wg.Go(func() {
+			slots <- struct{}{}
+			defer func() { <-slots }()
 			var p [][]ringoram.Block
 			if placed != nil {
 				p = placed[t]
