@@ -89,7 +89,10 @@ func (c *checked) Put(ctx context.Context, key string, val []byte) error {
 		return err
 	}
 	defer c.mu.RUnlock()
-	defer c.writeLock(key)()
+	if l := c.writeStripe(key); l != nil {
+		l.RLock()
+		defer l.RUnlock()
+	}
 	c.puts.Add(1)
 	return c.inner.Put(ctx, key, val)
 }
@@ -102,7 +105,10 @@ func (c *checked) Delete(ctx context.Context, key string) error {
 		return err
 	}
 	defer c.mu.RUnlock()
-	defer c.writeLock(key)()
+	if l := c.writeStripe(key); l != nil {
+		l.RLock()
+		defer l.RUnlock()
+	}
 	c.deletes.Add(1)
 	return c.inner.Delete(ctx, key)
 }

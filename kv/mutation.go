@@ -77,6 +77,32 @@ var (
 	ErrNotFinite  = errors.New("increment would produce NaN or Infinity")
 )
 
+// Rejection names the error of a Mutation that does not apply to its
+// key's value, as a number a journal record or a message can carry: 0 is
+// none.
+type Rejection uint8
+
+// rejections are the errors Rejection numbers, from 1.
+var rejections = []error{ErrNotInteger, ErrNotFloat, ErrOverflow, ErrNotFinite, ErrValueTooLarge}
+
+// RejectionOf returns the Rejection err is (0 when err is none).
+func RejectionOf(err error) Rejection {
+	for i, e := range rejections {
+		if errors.Is(err, e) {
+			return Rejection(i + 1)
+		}
+	}
+	return 0
+}
+
+// Err returns the error r names (nil for 0).
+func (r Rejection) Err() error {
+	if r == 0 || int(r) > len(rejections) {
+		return nil
+	}
+	return rejections[r-1]
+}
+
 // Blind reports whether m's outcome does not depend on the key's value:
 // a Set with no condition that does not ask for the old value. A protocol
 // may apply a blind mutation before the key's block arrives; its Result's

@@ -2,6 +2,7 @@ package kv
 
 import (
 	"errors"
+	"fmt"
 	"testing"
 )
 
@@ -77,5 +78,19 @@ func TestApplyResult(t *testing.T) {
 	}
 	if got := r(Mutation{Op: MutIncrBy, Arg: []byte("2")}, "40", true); string(got.New) != "42" || !got.Written {
 		t.Errorf("IncrBy = %+v; want New 42", got)
+	}
+}
+
+func TestRejection(t *testing.T) {
+	for _, e := range []error{ErrNotInteger, ErrNotFloat, ErrOverflow, ErrNotFinite, fmt.Errorf("%w: 9 bytes", ErrValueTooLarge)} {
+		r := RejectionOf(e)
+		if r == 0 || !errors.Is(e, r.Err()) {
+			t.Errorf("RejectionOf(%v) = %d, whose error is %v", e, r, r.Err())
+		}
+	}
+	for _, e := range []error{nil, ErrFull, errors.New("other")} {
+		if r := RejectionOf(e); r != 0 || r.Err() != nil {
+			t.Errorf("RejectionOf(%v) = %d; want 0", e, r)
+		}
 	}
 }

@@ -22,15 +22,13 @@ func (l *keyLocks) of(key string) *sync.RWMutex {
 	return &l.stripes[maphash.String(l.seed, key)%uint64(len(l.stripes))]
 }
 
-// writeLock returns the unlock of key's stripe held shared, for a Put or
-// Delete; nothing to hold when the protocol applies mutations itself.
-func (c *checked) writeLock(key string) func() {
+// writeStripe returns key's stripe, which a Put or a Delete holds shared;
+// nil when the protocol applies mutations itself.
+func (c *checked) writeStripe(key string) *sync.RWMutex {
 	if c.native != nil {
-		return func() {}
+		return nil
 	}
-	l := c.locks.of(key)
-	l.RLock()
-	return l.RUnlock
+	return c.locks.of(key)
 }
 
 // Update applies m to key: in the protocol's one access when it

@@ -288,10 +288,8 @@ func apply(ctx context.Context, s kv.Store, in linInput) (out linOutput, err err
 // resultOutput is the output of a mutation: its result, or the kv error
 // that rejected it (an outcome the model predicts, not a failure).
 func resultOutput(r kv.Result, err error) linOutput {
-	for _, e := range []error{kv.ErrNotInteger, kv.ErrOverflow, kv.ErrValueTooLarge} {
-		if errors.Is(err, e) {
-			return linOutput{Rejected: e.Error()}
-		}
+	if rj := kv.RejectionOf(err); rj != 0 {
+		return linOutput{Rejected: rj.Err().Error()}
 	}
 	return linOutput{Value: string(r.New), Exists: r.Found, Written: r.Written, Len: r.Len}
 }

@@ -77,14 +77,18 @@ func cmdStrlen(c *conn, args [][]byte) {
 
 func cmdType(c *conn, args [][]byte) {
 	if r, ok := c.update(args[1], kv.Mutation{Op: kv.MutRead}); ok {
-		c.wr.simple(map[bool]string{true: "string", false: "none"}[r.Found])
+		typ := "none"
+		if r.Found {
+			typ = "string"
+		}
+		c.wr.simple(typ)
 	}
 }
 
 func cmdSetNX(c *conn, args [][]byte) {
 	m := kv.Mutation{Op: kv.MutSet, Arg: bytes.Clone(args[2]), If: kv.IfMissing}
 	if r, ok := c.update(args[1], m); ok {
-		c.wr.integer(map[bool]int64{true: 1}[r.Written])
+		c.wr.integer(oneIf(r.Written))
 	}
 }
 
@@ -152,7 +156,7 @@ func cmdMSetNX(c *conn, args [][]byte) {
 		c.storeErr(err)
 		return
 	}
-	c.wr.integer(map[bool]int64{true: 1}[set])
+	c.wr.integer(oneIf(set))
 }
 
 // Commands oblivkv refuses, each with the reason a user is given.
@@ -179,4 +183,12 @@ func (c *conn) refused(name []byte) bool {
 		c.wr.err("ERR " + strings.ToUpper(string(name)) + " " + reason)
 	}
 	return ok
+}
+
+// oneIf is Redis's integer reply of a yes-or-no answer.
+func oneIf(b bool) int64 {
+	if b {
+		return 1
+	}
+	return 0
 }

@@ -27,9 +27,8 @@ func errorReply(err error) (reply string, internal bool) {
 		return "ERR value too large: " + oneLine(err), false
 	case errors.Is(err, kv.ErrKeyTooLarge):
 		return "ERR key too large: " + oneLine(err), false
-	case errors.Is(err, kv.ErrNotInteger), errors.Is(err, kv.ErrNotFloat),
-		errors.Is(err, kv.ErrOverflow), errors.Is(err, kv.ErrNotFinite):
-		return "ERR " + mutationError(err).Error(), false
+	case kv.RejectionOf(err) != 0: // Redis's texts
+		return "ERR " + kv.RejectionOf(err).Err().Error(), false
 	case errors.Is(err, kv.ErrFull):
 		return "ERR store full: no room for a new key", false
 	case errors.Is(err, kv.ErrTampered):
@@ -44,14 +43,4 @@ func errorReply(err error) (reply string, internal bool) {
 // sizes, on one line (errors.Join puts one error per line).
 func oneLine(err error) string {
 	return strings.ReplaceAll(err.Error(), "\n", "; ")
-}
-
-// mutationError is the kv error err wraps, whose text is Redis's.
-func mutationError(err error) error {
-	for _, e := range []error{kv.ErrNotInteger, kv.ErrNotFloat, kv.ErrOverflow, kv.ErrNotFinite} {
-		if errors.Is(err, e) {
-			return e
-		}
-	}
-	return err
 }

@@ -96,22 +96,9 @@ type Reply struct {
 	Seq    uint64
 	Result kv.Result
 	Full   bool // a new key in a full store: nothing stored
-	// Rejected is 1 + the index in rejections of the error of a mutation
-	// that does not apply to the value (0: none).
-	Rejected int
-}
-
-// rejections are the errors of mutations that do not apply to a value.
-var rejections = []error{kv.ErrNotInteger, kv.ErrNotFloat, kv.ErrOverflow, kv.ErrNotFinite, kv.ErrValueTooLarge}
-
-// rejectionOf is Reply.Rejected for a mutation's error.
-func rejectionOf(err error) int {
-	for i, e := range rejections {
-		if errors.Is(err, e) {
-			return i + 1
-		}
-	}
-	return 0
+	// Rejected is the error of a mutation that does not apply to the
+	// value (0: none).
+	Rejected kv.Rejection
 }
 
 // ErrTampered is returned by Step when a slot's content contradicts the

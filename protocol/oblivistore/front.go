@@ -252,7 +252,7 @@ func (f *Front) apply(r *Req, h *Held) *Reply {
 		old, exists = h.Val, h.Exists
 	}
 	next, after, res, err := r.mutation().Apply(old, exists, f.Opts.ValueSize)
-	rep.Result, rep.Rejected = res, rejectionOf(err)
+	rep.Result, rep.Rejected = res, kv.RejectionOf(err)
 	if !r.HasKey {
 		return rep
 	}

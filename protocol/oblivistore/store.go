@@ -397,8 +397,8 @@ func (s *store) resultOf(r *Reply) result {
 	if r.Full {
 		return result{err: fmt.Errorf("%w: no room for a new key", kv.ErrFull)}
 	}
-	if r.Rejected > 0 {
-		return result{err: rejections[r.Rejected-1]}
+	if err := r.Rejected.Err(); err != nil {
+		return result{err: err}
 	}
 	return result{Result: r.Result}
 }
