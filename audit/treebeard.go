@@ -1,7 +1,6 @@
 package audit
 
 import (
-	"encoding/binary"
 	"fmt"
 	"math"
 	"slices"
@@ -9,43 +8,13 @@ import (
 
 	"github.com/oblivkv/oblivkv/internal/durable"
 	"github.com/oblivkv/oblivkv/observe"
+	"github.com/oblivkv/oblivkv/protocol/ringoram"
 	"github.com/oblivkv/oblivkv/protocol/tree"
 )
 
 // TreebeardPrefix is the prefix of every storage address of Treebeard's
 // tree t (protocol/treebeard.TreePrefix; its audit test checks they agree).
 func TreebeardPrefix(t int) string { return fmt.Sprintf("tb/%d/", t) }
-
-// RingLayout reads the addresses of a Ring ORAM tree as storage sees them
-// (protocol/ringoram.Layout, which cannot be imported here: its tests
-// import this package; treebeard's audit test checks they agree):
-//
-//	metadata: Prefix "m" bucket (8 bytes, big-endian)
-//	slot:     Prefix "s" bucket (8 bytes, big-endian) slot (1 byte)
-type RingLayout struct{ Prefix string }
-
-// ParseMeta returns the bucket whose metadata addr is.
-func (l RingLayout) ParseMeta(addr string) (uint64, bool) {
-	b, _, ok := l.parse(addr, 'm', 0)
-	return b, ok
-}
-
-// ParseSlot returns the bucket and slot addr is.
-func (l RingLayout) ParseSlot(addr string) (uint64, int, bool) {
-	b, rest, ok := l.parse(addr, 's', 1)
-	if !ok {
-		return 0, 0, false
-	}
-	return b, int(rest[0]), true
-}
-
-func (l RingLayout) parse(addr string, tag byte, n int) (uint64, string, bool) {
-	tail, ok := strings.CutPrefix(addr, l.Prefix)
-	if !ok || len(tail) != 9+n || tail[0] != tag {
-		return 0, "", false
-	}
-	return binary.BigEndian.Uint64([]byte(tail[1:9])), tail[9:], true
-}
 
 // TreeOpKind is what an operation of a Treebeard tree is, told from its
 // shape alone.
@@ -94,7 +63,7 @@ func TreebeardViews(records []observe.Record, trees, z int) ([][]TreeOp, error) 
 	}
 	out := make([][]TreeOp, trees)
 	for t, recs := range per {
-		if out[t], err = parseTree(recs, RingLayout{Prefix: TreebeardPrefix(t)}, z); err != nil {
+		if out[t], err = parseTree(recs, ringoram.Layout{Prefix: TreebeardPrefix(t)}, z); err != nil {
 			return nil, fmt.Errorf("tree %d: %w", t, err)
 		}
 	}
@@ -143,7 +112,7 @@ func isAnchorWrite(r observe.Record) bool {
 
 // parseTree groups a tree's calls into operations (Reads, then the Write
 // that ends them) and parses each.
-func parseTree(records []observe.Record, l RingLayout, z int) ([]TreeOp, error) {
+func parseTree(records []observe.Record, l ringoram.Layout, z int) ([]TreeOp, error) {
 	var ops []TreeOp
 	var reads []observe.Record
 	for _, r := range records {
@@ -188,7 +157,7 @@ func splitShuffle(read []SlotRef, z int) (path, shuffle []SlotRef) {
 }
 
 // parseOp parses the Reads of one operation and the Write that ends it.
-func parseOp(reads []observe.Record, write observe.Record, l RingLayout, z int) (TreeOp, error) {
+func parseOp(reads []observe.Record, write observe.Record, l ringoram.Layout, z int) (TreeOp, error) {
 	v := TreeOp{Seq: write.Seq, WroteSlots: map[uint64]uint64{}}
 	if len(reads) > 0 {
 		v.Seq = reads[0].Seq
@@ -234,7 +203,7 @@ func parseOp(reads []observe.Record, write observe.Record, l RingLayout, z int) 
 }
 
 // parseWrite fills in what the Write that ends an operation holds.
-func parseWrite(v *TreeOp, write observe.Record, l RingLayout) error {
+func parseWrite(v *TreeOp, write observe.Record, l ringoram.Layout) error {
 	for _, a := range write.Addrs {
 		if b, ok := l.ParseMeta(a); ok {
 			v.WroteMeta = append(v.WroteMeta, b)
@@ -258,7 +227,7 @@ func TreebeardSizes(records []observe.Record, trees int) error {
 	for _, r := range records {
 		for i, a := range r.Addrs {
 			for t := range trees {
-				l := RingLayout{Prefix: TreebeardPrefix(t)}
+				l := ringoram.Layout{Prefix: TreebeardPrefix(t)}
 				want := &slot
 				if _, ok := l.ParseMeta(a); ok {
 					want = &meta

@@ -7,6 +7,7 @@ import (
 
 	"github.com/oblivkv/oblivkv/audit"
 	"github.com/oblivkv/oblivkv/observe"
+	"github.com/oblivkv/oblivkv/protocol/ringoram"
 )
 
 // doctorings change a clean run's log the way a broken implementation
@@ -21,7 +22,7 @@ var doctorings = []struct {
 	}},
 	{"treebeard", "an eviction's Write dropped a bucket", "evictions in reverse-lexicographic order", func(t *testing.T, r *Run) {
 		w := &r.Records[largestWrite(r.Records)] // an eviction: every slot of its union
-		l := audit.RingLayout{Prefix: w.Addrs[0][:len("tb/0/")]}
+		l := ringoram.Layout{Prefix: w.Addrs[0][:len("tb/0/")]}
 		var drop uint64 = 1<<64 - 1
 		for i := len(w.Addrs) - 1; i >= 0; i-- { // every slot of the last bucket written
 			if b, _, ok := l.ParseSlot(w.Addrs[i]); ok && (drop == 1<<64-1 || b == drop) {

@@ -7,7 +7,6 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/oblivkv/oblivkv/audit"
 	"github.com/oblivkv/oblivkv/protocol/tree"
 )
 
@@ -50,41 +49,6 @@ func TestRandomized(t *testing.T) {
 				ops /= 5
 			}
 			randomized(t, tc.p, ops, 120, noLeak)
-		})
-	}
-}
-
-// TestSlotOffsets: the slot offsets that path reads fetch are uniform over
-// the Z+S slots of a bucket (chi-square at audit.Significance), at the
-// paper's Z=1, S=6, at Z=1, S=2 and at Z=2, S=3: a real block sits in a
-// uniformly random slot and a dummy read takes a uniformly random valid
-// dummy, so the offset
-// read tells nothing of which slot held a block. With a rewrite that puts
-// real blocks in the first free slots instead, the check fails
-// decisively. The tree holds 300 blocks in 511 buckets, so that most
-// paths pass buckets holding one.
-func TestSlotOffsets(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		p    Params
-		lk   leak
-	}{
-		{"Z=1,S=6", defaults, noLeak},
-		{"Z=1,S=2", Params{Z: 1, S: 2}, noLeak},
-		{"Z=2,S=3", Params{Z: 2, S: 3}, noLeak},
-		{"reals in first slots", defaults, leakRealsInFirstSlots},
-		{"reals in first slots, Z=1,S=2", Params{Z: 1, S: 2}, leakRealsInFirstSlots},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			f := randomized(t, tc.p, 3000, 300, tc.lk)
-			c := audit.Uniform("slot offsets of path reads", f.aud.offsets)
-			t.Log(c)
-			switch {
-			case tc.lk == noLeak && !c.Pass():
-				t.Error(c)
-			case tc.lk != noLeak && !c.Decisive():
-				t.Errorf("leak: %v; want a decisive failure", c)
-			}
 		})
 	}
 }
