@@ -1,7 +1,6 @@
 package auditrun
 
 import (
-	"cmp"
 	"fmt"
 	"math/bits"
 	"slices"
@@ -92,8 +91,8 @@ func treebeardChecks(cfg Config, r *Run) ([]audit.Check, map[string][]int, map[s
 		return nil, nil, nil, err
 	}
 	geo := tree.Geometry{L: int(levels) - 1}
-	trees, z, s := cmp.Or(o.Trees, treebeard.DefaultTrees), cmp.Or(o.Z, treebeard.DefaultZ), cmp.Or(o.S, treebeard.DefaultS)
-	a, k := cmp.Or(o.A, treebeard.DefaultA), cmp.Or(o.K, treebeard.DefaultK)
+	o = o.WithDefaults()
+	trees, z, s, a, k := o.Trees, o.Z, o.S, o.A, o.K
 	n := r.Workload + ": "
 	ops, err := audit.TreebeardViews(r.Records, trees, z)
 	if err != nil {
@@ -202,7 +201,7 @@ func taostoreChecks(cfg Config, r *Run) ([]audit.Check, map[string][]int, map[st
 		audit.Uniform(n+"leaves read", bins),
 		audit.SamePath(n+"path reads in flight together or consecutive", v.Reads, g.Leaves()),
 		audit.Exact(n+"write-backs are whole stored paths", v.WBShape),
-		audit.WriteBackSchedule(n+"a write-back of the paths every K path reads", v.Reads, v.WriteBacks, cmp.Or(o.K, taostore.DefaultK)),
+		audit.WriteBackSchedule(n+"a write-back of the paths every K path reads", v.Reads, v.WriteBacks, o.WithDefaults().K),
 	}, map[string][]int{"leaf": bins}, map[string][]int{"leaves read": bins}, nil
 }
 

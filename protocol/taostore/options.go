@@ -25,7 +25,10 @@ const (
 	DefaultK = 40
 )
 
-func (o Options) withDefaults() Options {
+// WithDefaults returns o with its zero fields at the defaults: the public
+// parameters the store runs with, which an audit checks storage's view
+// against.
+func (o Options) WithDefaults() Options {
 	if o.Z == 0 {
 		o.Z = DefaultZ
 	}

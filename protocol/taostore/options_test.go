@@ -9,5 +9,5 @@ import (
 // TestDefaultTags: the defaults the Options tags state are those the
 // protocol applies.
 func TestDefaultTags(t *testing.T) {
-	kvtest.CheckDefaultTags(t, "taostore", Options{}.withDefaults())
+	kvtest.CheckDefaultTags(t, "taostore", Options{}.WithDefaults())
 }

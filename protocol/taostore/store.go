@@ -82,7 +82,7 @@ func open(ctx context.Context, env kv.Env) (*store, error) {
 	if opts.leak, err = envLeak(opts.leak); err != nil { // a leak only in oblivkv_leaks builds (leak.go)
 		return nil, err
 	}
-	opts = opts.withDefaults()
+	opts = opts.WithDefaults()
 	geo := tree.NewGeometry(env.Capacity)
 	if err := opts.validate(geo.L + 1); err != nil {
 		return nil, err

@@ -97,7 +97,10 @@ func PaperOptions() Options {
 	return Options{Z: ringoram.PaperZ, S: ringoram.PaperS, K: 200}
 }
 
-func (o Options) withDefaults() Options {
+// WithDefaults returns o with its zero fields at the defaults: the public
+// parameters the store runs with, which an audit checks storage's view
+// against.
+func (o Options) WithDefaults() Options {
 	set := func(v *int, d int) {
 		if *v == 0 {
 			*v = d

@@ -73,7 +73,7 @@ func open(ctx context.Context, env kv.Env) (*store, error) {
 	if opts.leak, err = envLeak(opts.leak); err != nil { // a leak only in oblivkv_leaks builds (leak.go)
 		return nil, err
 	}
-	opts = opts.withDefaults()
+	opts = opts.WithDefaults()
 	if err := opts.validate(); err != nil {
 		return nil, err
 	}

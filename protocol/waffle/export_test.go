@@ -12,10 +12,6 @@ func Traced(o Options, fn func(ts uint64, read, written []Ref)) Options {
 	return o
 }
 
-// WithDefaults returns o with the defaults for a store of capacity n
-// filled in, as the store uses it.
-func WithDefaults(o Options, n int) Options { return o.withDefaults(n) }
-
 // Leak is a flaw injected on purpose (leak.go).
 type Leak = leak
 

@@ -75,7 +75,7 @@ var checkNames = []string{checkFreshIDs, checkAlpha, checkSizes, checkReadPos, c
 // holds too few links for the position checks to have power.
 func obliviousChecks(t *testing.T, w string, setup auditSetup, raw storeRun) map[string]audit.Check {
 	t.Helper()
-	opts := waffle.WithDefaults(setup.opts, setup.n)
+	opts := setup.opts.WithDefaults(setup.n)
 	batches := raw.records[raw.loaded:]
 	checks := map[string]audit.Check{
 		checkFreshIDs: audit.WaffleFreshIDs(w+": every id written once, read at most once", raw.records),

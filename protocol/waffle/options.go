@@ -7,7 +7,7 @@ import (
 )
 
 // Options are Waffle's parameters (seed 001, Table 1). Zero fields take
-// defaults scaled to the store's capacity N (see withDefaults).
+// defaults scaled to the store's capacity N (see WithDefaults).
 type Options struct {
 	// B is the batch size: the number of objects read (and written) per
 	// batch.
@@ -41,11 +41,8 @@ const (
 )
 
 // WithDefaults returns o with its zero fields at the defaults for a store
-// of n keys: the public parameters a store of n keys opened with o runs
-// with, which an audit checks storage's view against.
-func (o Options) WithDefaults(n int) Options { return o.withDefaults(n) }
-
-// withDefaults fills the zero fields for a store of capacity n.
+// of capacity n: the public parameters the store runs with, which an
+// audit checks storage's view against.
 //
 // Scaling rule: k = clamp(round(n*500/1M), 1, 500) and, keeping the paper's
 // ratios, B = 5k, R = 2k, f_D = k (so f_R = B-R-f_D >= 2k >= 2; at n >= 1M
@@ -57,7 +54,7 @@ func (o Options) WithDefaults(n int) Options { return o.withDefaults(n) }
 //     (the two terms of Theorem 7.1 match), raised to C + B - n when that
 //     is larger, so that a full store keeps at least B objects on storage
 //     outside the cache (B <= n + D - C).
-func (o Options) withDefaults(n int) Options {
+func (o Options) WithDefaults(n int) Options {
 	k := min(max(int(math.Round(float64(n)*paperK/paperN)), 1), paperK)
 	if o.B == 0 {
 		o.B = 5 * k
@@ -112,7 +109,7 @@ func (o Options) validate(n int) error {
 // with fewer keys the spare capacity is held by extra dummies and the
 // dummy term grows to (N+D-keys)/f_D (Sec. 6.2, inserts and deletes).
 func TheoreticalAlpha(opts Options, n int) float64 {
-	o := opts.withDefaults(n)
+	o := opts.WithDefaults(n)
 	reals := float64(n-1) / float64(o.B-o.R-o.FD)
 	dummies := 0.0
 	switch {
@@ -128,6 +125,6 @@ func TheoreticalAlpha(opts Options, n int) float64 {
 // object read from storage is written back no earlier than beta batches
 // later, beta = floor(C/(B-f_D+R) - 1).
 func TheoreticalBeta(opts Options, n int) float64 {
-	o := opts.withDefaults(n)
+	o := opts.WithDefaults(n)
 	return math.Floor(float64(o.C)/float64(o.B-o.FD+o.R) - 1)
 }

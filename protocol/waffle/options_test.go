@@ -9,5 +9,5 @@ import (
 // TestDefaultTags: the defaults the Options tags state are those the
 // protocol applies.
 func TestDefaultTags(t *testing.T) {
-	kvtest.CheckDefaultTags(t, "waffle", Options{}.withDefaults(1<<16))
+	kvtest.CheckDefaultTags(t, "waffle", Options{}.WithDefaults(1<<16))
 }

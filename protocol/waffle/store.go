@@ -119,7 +119,7 @@ func open(ctx context.Context, env kv.Env) (*store, error) {
 	if opts.leak, err = envLeak(opts.leak); err != nil { // a leak only in oblivkv_leaks builds (leak.go)
 		return nil, err
 	}
-	opts = opts.withDefaults(env.Capacity)
+	opts = opts.WithDefaults(env.Capacity)
 	if err := opts.validate(env.Capacity); err != nil {
 		return nil, err
 	}
