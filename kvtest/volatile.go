@@ -22,7 +22,6 @@ type Volatile struct {
 	mu       sync.Mutex
 	deferred bool
 	undo     []undoEntry // the previous value of each address written since the last Sync, oldest first
-	lost     int         // addresses PowerLoss reverted
 }
 
 type undoEntry struct {

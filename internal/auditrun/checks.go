@@ -68,13 +68,6 @@ func answered(r *Run) audit.Check {
 		r.Unanswered, len(r.Requests), r.Stalled)})
 }
 
-// beforeClose returns r's calls after the bulk load and before the
-// store's Close.
-func beforeClose(r *Run) []observe.Record {
-	loaded := len(r.All) - len(r.Records)
-	return r.Records[:max(r.Closing-loaded, 0)]
-}
-
 // treebeardChecks are Treebeard's audits (b), (c), (d), (e), (g), (i) and
 // (j) of protocol/treebeard's audit test, from the Tap alone and the
 // public parameters: see audit/treebeard.go. The run ends each epoch

@@ -21,15 +21,6 @@ const (
 	deltaPlan                      // a tree's multi-path read or eviction is about to read: its ringoram.Plan
 )
 
-// blockState is where a block is, as an epoch's record holds it.
-type blockState struct {
-	ID      tree.BlockID
-	Exists  bool
-	Pos     Position
-	Stashed bool
-	Value   []byte
-}
-
 // blocksDelta describes the blocks an epoch touched, as they are now.
 func (s *stashCore) blocksDelta(ids []tree.BlockID) []byte {
 	b := binary.AppendUvarint([]byte{deltaBlocks}, uint64(len(ids)))
