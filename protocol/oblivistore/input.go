@@ -60,7 +60,10 @@ func decodeInput(b []byte) (Input, error) {
 		r.Key = string(d.Bytes(math.MaxInt))
 		hasVal := d.Bool()
 		r.Val = d.Bytes(math.MaxInt)
-		if hasVal && r.Val == nil {
+		switch {
+		case !hasVal:
+			r.Val = nil
+		case r.Val == nil:
 			r.Val = []byte{}
 		}
 		in.Request = r
