@@ -298,6 +298,14 @@ func SlotsPerBucket(what string, reads []SlotRef, buckets []uint64, n func(uint6
 	return nil
 }
 
+// TreebeardStored returns the buckets of union (sorted) that storage
+// holds: those below the top cached levels an ORAM shard holds in
+// trusted memory (at most the levels above the leaves).
+func TreebeardStored(geo tree.Geometry, cached int, union []uint64) []uint64 {
+	top := min(max(cached, 0), geo.L)
+	return slices.DeleteFunc(union, func(b uint64) bool { return geo.Level(b) < top })
+}
+
 // TreebeardEvictionSizes returns the number of paths of each eviction
 // of ops as storage shows it: the leaf buckets it rewrites, exact while
 // an eviction's paths are fewer than the leaves (that many consecutive
@@ -325,12 +333,13 @@ func leafBuckets(geo tree.Geometry, union []uint64) int {
 // TreebeardEvictionOrder is Treebeard's audit (d) for one tree, from
 // storage's view (Ring ORAM's reverse-lexicographic EvictPath, Treebeard
 // Sec. 5.3.3): the i-th eviction reads and rewrites exactly the union of
-// the paths ReverseLexLeaf(c), ..., ReverseLexLeaf(c+ks[i]-1), c being the
+// the paths ReverseLexLeaf(c), ..., ReverseLexLeaf(c+ks[i]-1) below the
+// cached top levels (TreebeardStored), c being the
 // number of paths evicted before it (0 after the load), and ks[i] is a
 // multiple of k. ks[i] is the eviction's number of paths (from a trace, or
 // TreebeardEvictionSizes); storage also shows it whenever it is below the
 // number of leaves: it must then be the number of leaf buckets rewritten.
-func TreebeardEvictionOrder(geo tree.Geometry, k int, ops []TreeOp, ks []int) error {
+func TreebeardEvictionOrder(geo tree.Geometry, cached, k int, ops []TreeOp, ks []int) error {
 	var c uint64
 	i := 0
 	for _, op := range ops {
@@ -340,7 +349,7 @@ func TreebeardEvictionOrder(geo tree.Geometry, k int, ops []TreeOp, ks []int) er
 		if i >= len(ks) {
 			return fmt.Errorf("call %d: eviction %d, only %d expected", op.Seq, i, len(ks))
 		}
-		if err := evictionAt(geo, k, op, c, ks[i]); err != nil {
+		if err := evictionAt(geo, cached, k, op, c, ks[i]); err != nil {
 			return fmt.Errorf("call %d: eviction %d (paths %d..%d in reverse-lexicographic order): %w", op.Seq, i, c, c+uint64(ks[i])-1, err)
 		}
 		c += uint64(ks[i])
@@ -354,7 +363,7 @@ func TreebeardEvictionOrder(geo tree.Geometry, k int, ops []TreeOp, ks []int) er
 
 // evictionAt checks one eviction of n paths, the first being the c-th in
 // reverse-lexicographic order.
-func evictionAt(geo tree.Geometry, k int, op TreeOp, c uint64, n int) error {
+func evictionAt(geo tree.Geometry, cached, k int, op TreeOp, c uint64, n int) error {
 	if n < k || n%k != 0 {
 		return fmt.Errorf("%d paths, not a multiple of k=%d", n, k)
 	}
@@ -362,7 +371,7 @@ func evictionAt(geo tree.Geometry, k int, op TreeOp, c uint64, n int) error {
 	for j := range leaves {
 		leaves[j] = geo.ReverseLexLeaf(c + uint64(j))
 	}
-	want := geo.Union(leaves, nil)
+	want := TreebeardStored(geo, cached, geo.Union(leaves, nil))
 	if err := SameBuckets("eviction slot Read", op.Union, want); err != nil {
 		return err
 	}

@@ -83,6 +83,10 @@ func treebeardChecks(cfg Config, r *Run) ([]audit.Check, map[string][]int, map[s
 	if err != nil {
 		return nil, nil, nil, err
 	}
+	cached, err := stat(r.Stats, "cached_levels")
+	if err != nil {
+		return nil, nil, nil, err
+	}
 	geo := tree.Geometry{L: int(levels) - 1}
 	o = o.WithDefaults()
 	trees, z, s, a, k := o.Trees, o.Z, o.S, o.A, o.K
@@ -98,7 +102,7 @@ func treebeardChecks(cfg Config, r *Run) ([]audit.Check, map[string][]int, map[s
 		for _, e := range ks {
 			paths += e
 		}
-		if err := audit.TreebeardEvictionOrder(geo, k, ops[t], ks); err != nil {
+		if err := audit.TreebeardEvictionOrder(geo, int(cached), k, ops[t], ks); err != nil {
 			order = append(order, fmt.Sprintf("tree %d: %v", t, err))
 		}
 		if err := audit.TreebeardReshuffles(z, s, ops[t]); err != nil {

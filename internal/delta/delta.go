@@ -55,6 +55,10 @@ func (d *Decoder) Err() error { return d.err }
 // Failed reports whether a read or a Check failed.
 func (d *Decoder) Failed() bool { return d.err != nil }
 
+// More reports whether bytes are left to read: a record may end before a
+// part later versions added.
+func (d *Decoder) More() bool { return d.err == nil && len(d.buf) > 0 }
+
 // Done returns the first failure, or one for bytes left unread.
 func (d *Decoder) Done() error {
 	d.Check(len(d.buf) == 0, "trailing bytes")

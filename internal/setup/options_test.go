@@ -57,7 +57,7 @@ func TestProtocolOptionsErrors(t *testing.T) {
 		opts     []string
 		want     []string // substrings of the error
 	}{
-		{"treebeard", []string{"bogus=1"}, []string{`no option "bogus"`, "Routers, StashShards, ORAMShards, Trees, Z, S, A, K, Epoch"}},
+		{"treebeard", []string{"bogus=1"}, []string{`no option "bogus"`, "Routers, StashShards, ORAMShards, Trees, Z, S, A, K, CachedLevels, Epoch"}},
 		{"treebeard", []string{"seed=1"}, []string{`no option "seed"`}}, // unexported fields are not options
 		{"taostore", []string{"trees=2"}, []string{`taostore has no option "trees"`, "Z, K, CachedLevels"}},
 		{"pathoram", []string{"k=2"}, []string{"Z, BatchBytes"}},
@@ -249,7 +249,7 @@ func TestSettingsDropDefaults(t *testing.T) {
 		want     map[string]string
 	}{
 		{"treebeard", []string{"epoch=1ms"}, map[string]string{}},
-		{"treebeard", []string{"epoch=1000us", "trees=4", "z=2", "k=51"}, map[string]string{"K": "51"}},
+		{"treebeard", []string{"epoch=1000us", "trees=4", "z=4", "k=51"}, map[string]string{"K": "51"}},
 		{"treebeard", []string{"oramshards=2"}, map[string]string{"ORAMShards": "2"}}, // min(2, Trees)
 		{"oblivistore", []string{"evictionrate=2.0", "partitions=16"}, map[string]string{"Partitions": "16"}},
 		{"pathoram", []string{"batchbytes=4194304", "z=4"}, map[string]string{}},
@@ -446,7 +446,7 @@ func TestOpenDefaultGivenIsNoConflict(t *testing.T) {
 	ctx := t.Context()
 	for _, create := range [][]string{nil, {"epoch=1ms", "trees=4"}} {
 		dir := t.TempDir()
-		for _, args := range [][]string{create, {"Epoch=1000us", "z=2"}, nil} {
+		for _, args := range [][]string{create, {"Epoch=1000us", "z=4"}, nil} {
 			o, err := Open(ctx, Options{Backend: "disk", DataDir: dir, Capacity: 64, ValueSize: 16, OptionArgs: args})
 			if err != nil {
 				t.Fatalf("created with %q, opened with %q: %v", create, args, err)

@@ -18,6 +18,7 @@ type Change struct {
 	Evicted int             // paths evicted (the eviction counter advances by it)
 	Taken   []tree.Block    // blocks a path read took out of the tree, to their requests
 	Placed  []Placement     // blocks an eviction placed
+	Top     []TopBucket     // the top buckets whose contents changed, as they are now
 }
 
 // BucketVersion is one bucket of a Write and its new metadata version;
@@ -52,6 +53,9 @@ func (t *Tree) Apply(c Change) error {
 			delete(t.stale, bv.Bucket)
 		}
 	}
+	if err := t.applyTop(c.Top); err != nil {
+		return err
+	}
 	t.evictions += uint64(c.Evicted)
 	return nil
 }
@@ -75,7 +79,7 @@ func (t *Tree) writeChange(ctx context.Context, ws []bucketWrite, c Change) erro
 			return err
 		}
 		t.commit(ws)
-		return nil
+		return t.applyTop(c.Top)
 	}
 	c.Buckets = make([]BucketVersion, len(ws))
 	for i, w := range ws {
@@ -86,7 +90,7 @@ func (t *Tree) writeChange(ctx context.Context, ws []bucketWrite, c Change) erro
 	}
 	t.commit(ws)
 	t.pending = items
-	return nil
+	return t.applyTop(c.Top)
 }
 
 // Flush issues the Write of the last committed operation if it has not

@@ -11,7 +11,9 @@
 //
 // A Tree owns what is needed to use one storage tree safely: the layout
 // of its buckets on storage (Layout), the metadata format, and the trusted
-// state kept in memory: the expected metadata version of every bucket (a
+// state kept in memory: the buckets of its top levels, which never go to
+// storage (Config.CachedLevels, as TaoStore caches the top of its tree),
+// the expected metadata version of every bucket (a
 // replayed metadata record is ErrTampered), a copy of each bucket's
 // metadata once it has read or written it (so operations skip the
 // metadata Read), the eviction counter, and the copies the caller

@@ -3,6 +3,7 @@ package ringoram
 import (
 	"context"
 	"fmt"
+	"slices"
 
 	"github.com/oblivkv/oblivkv/protocol/tree"
 )
@@ -16,10 +17,12 @@ type Block struct {
 
 // Evict evicts the next k paths in reverse-lexicographic order (a
 // multi-path eviction, Treebeard Sec. 5.3.2; EvictionLeaves(k) are the
-// leaves), in these backend calls and no others:
+// leaves), in these backend calls and no others, U being the union of the
+// k paths below the top levels held in memory (topCache), whose buckets
+// on the paths take part in step 3 at no I/O:
 //
-//  1. ONE Read of the metadata of the buckets of the union U of the k
-//     paths the Tree has no copy of (metaCache), none when it has them all.
+//  1. ONE Read of the metadata of the buckets of U the Tree has no copy
+//     of (metaCache), none when it has them all.
 //  2. ONE Read of exactly Z slots per bucket of U: its live real blocks,
 //     padded with uniformly random valid slots (Ring ORAM's ReadBucket).
 //  3. (No I/O.) The live real blocks read and the stash blocks offered
@@ -52,7 +55,8 @@ func (t *Tree) Evict(ctx context.Context, k int, blocks []Block) ([]int64, error
 	if err := t.begin(ctx, Plan{Evict: k}); err != nil {
 		return nil, err
 	}
-	union := t.g.Union(t.EvictionLeaves(k), nil)
+	whole := t.g.Union(t.EvictionLeaves(k), nil)
+	top, union := t.top.split(whole)
 	metas, err := t.readMeta(ctx, union)
 	if err != nil {
 		return nil, err
@@ -65,12 +69,12 @@ func (t *Tree) Evict(ctx context.Context, k int, blocks []Block) ([]int64, error
 	if err != nil {
 		return nil, err
 	}
-	contents, where, err := t.place(union, kept, blocks)
+	contents, where, err := t.place(whole, slices.Concat(t.topKept(top), kept), blocks)
 	if err != nil {
 		return nil, err
 	}
-	ws := t.evictWrites(union, metas, contents)
-	c := Change{Evicted: k}
+	ws := t.evictWrites(union, metas, contents[len(top):])
+	c := Change{Evicted: k, Top: t.topWrites(top, contents[:len(top)])}
 	for j, b := range where {
 		if b >= 0 {
 			c.Placed = append(c.Placed, Placement{ID: blocks[j].Block.ID, Bucket: uint64(b)})

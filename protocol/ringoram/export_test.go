@@ -12,5 +12,5 @@ func RandomSlotOffsets(t *testing.T, p Params, realsFirst bool) []int {
 	if realsFirst {
 		lk = leakRealsInFirstSlots
 	}
-	return randomized(t, p, 3000, 300, lk).aud.offsets
+	return randomized(t, p, 0, 3000, 300, lk).aud.offsets
 }

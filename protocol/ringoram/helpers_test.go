@@ -37,11 +37,17 @@ func newFixture(t testing.TB, L int, p Params, seed uint64) *fixture {
 
 // newLeakyFixture is newFixture with leak injected into the Tree.
 func newLeakyFixture(t testing.TB, L int, p Params, seed uint64, lk leak) *fixture {
+	return newTopFixture(t, L, p, seed, 0, lk)
+}
+
+// newTopFixture is newLeakyFixture with the top levels of the tree held
+// in memory.
+func newTopFixture(t testing.TB, L int, p Params, seed uint64, top int, lk leak) *fixture {
 	t.Helper()
 	m, log := mem.New(), &observe.MemoryLog{}
 	cfg := Config{
 		Backend: observe.NewTap(m, log), Keys: kvtest.NewKeys(t), Geometry: tree.Geometry{L: L},
-		Params: p, Layout: testLayout, ValueSize: 32, Rand: rand.New(rand.NewPCG(seed, 1)),
+		Params: p, Layout: testLayout, ValueSize: 32, Rand: rand.New(rand.NewPCG(seed, 1)), CachedLevels: top,
 	}
 	tr, err := NewTree(cfg)
 	if err != nil {
@@ -51,6 +57,7 @@ func newLeakyFixture(t testing.TB, L int, p Params, seed uint64, lk leak) *fixtu
 	f := &fixture{t: t, ctx: context.Background(), mem: m, log: log, cfg: cfg, tr: tr,
 		r: rand.New(rand.NewPCG(seed, 2))}
 	f.aud = newAuditor(cfg.Layout, cfg.Geometry, p, tr.codec.SlotSize())
+	f.aud.top = tr.top.levels
 	return f
 }
 
@@ -140,9 +147,16 @@ func (f *fixture) peek(bucket uint64) meta {
 	return m
 }
 
-// holds returns the live IDs listed in bucket's metadata.
+// holds returns the live IDs listed in bucket's metadata, or held by a
+// top bucket.
 func (f *fixture) holds(bucket uint64) []tree.BlockID {
 	var ids []tree.BlockID
+	if f.tr.top.holds(bucket) {
+		for _, b := range f.tr.top.blocks[bucket] {
+			ids = append(ids, b.Block.ID)
+		}
+		return ids
+	}
 	for _, e := range f.peek(bucket).Entries {
 		if f.tr.live(bucket, e) {
 			ids = append(ids, e.ID)
@@ -235,6 +249,7 @@ type auditor struct {
 	l        Layout
 	g        tree.Geometry
 	p        Params
+	top      int // levels held in memory, never on storage
 	slotSize int
 	read     map[uint64]uint64 // per bucket: slots read since the last full rewrite
 	count    map[uint64]int    // per bucket: slots read by path reads since the last full rewrite
@@ -266,8 +281,8 @@ func (a *auditor) init(recs []observe.Record) error {
 			done[b] = true
 		}
 	}
-	if uint64(len(done)) != a.g.Buckets() {
-		return fmt.Errorf("Init wrote %d buckets of %d", len(done), a.g.Buckets())
+	if want := a.g.Buckets() - (1<<a.top - 1); uint64(len(done)) != want {
+		return fmt.Errorf("Init wrote %d buckets; want the %d below the top", len(done), want)
 	}
 	clear(a.read)
 	clear(a.count)
@@ -279,7 +294,7 @@ func (a *auditor) init(recs []observe.Record) error {
 // Read of min(c, Z) slots of each bucket of the union followed by Z slots
 // of each bucket due for an early reshuffle, and the Write.
 func (a *auditor) readPaths(recs []observe.Record, leaves []uint64) error {
-	union := a.g.Union(leaves, nil)
+	union := a.union(leaves)
 	recs, err := a.metaRead(recs, union)
 	if err != nil {
 		return err
@@ -290,7 +305,7 @@ func (a *auditor) readPaths(recs []observe.Record, leaves []uint64) error {
 	per := make([]int, len(union)) // min(paths crossing the bucket, Z)
 	n := 0
 	for _, leaf := range leaves {
-		for lvl := 0; lvl <= a.g.L; lvl++ {
+		for lvl := a.top; lvl <= a.g.L; lvl++ {
 			i := index(union, a.g.BucketAt(leaf, lvl))
 			if per[i] < a.p.Z {
 				per[i]++
@@ -335,7 +350,7 @@ func splitRecord(r observe.Record, n int) (observe.Record, observe.Record) {
 
 // evict checks an Evict of leaves.
 func (a *auditor) evict(recs []observe.Record, leaves []uint64) error {
-	union := a.g.Union(leaves, nil)
+	union := a.union(leaves)
 	recs, err := a.metaRead(recs, union)
 	if err != nil {
 		return err
@@ -347,6 +362,11 @@ func (a *auditor) evict(recs []observe.Record, leaves []uint64) error {
 		return err
 	}
 	return a.rewrite(recs[1], union, union)
+}
+
+// union returns the buckets of the paths to leaves below the top.
+func (a *auditor) union(leaves []uint64) []uint64 {
+	return slices.DeleteFunc(a.g.Union(leaves, nil), func(b uint64) bool { return a.g.Level(b) < a.top })
 }
 
 // each returns Z slots for each of n buckets.
@@ -394,7 +414,7 @@ func (a *auditor) restored() { clear(a.known) }
 
 // warm notes that the Tree has a copy of every bucket's metadata.
 func (a *auditor) warm() {
-	for b := range a.g.Buckets() {
+	for b := uint64(1<<a.top - 1); b < a.g.Buckets(); b++ {
 		a.known[b] = true
 	}
 }

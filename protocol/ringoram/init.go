@@ -3,13 +3,16 @@ package ringoram
 import (
 	"context"
 	"fmt"
+	"slices"
 
 	"github.com/oblivkv/oblivkv/protocol/tree"
 )
 
-// Init writes every bucket of the tree, all Z+S slots and the metadata,
-// with placed[b] the real blocks of bucket b (at most Z; placed nil: an
-// empty tree): real blocks in random slots, every slot valid, count 0. It
+// Init writes every bucket of the tree below the top levels held in
+// memory, all Z+S slots and the metadata, with placed[b] the real blocks
+// of bucket b (at most Z; placed nil: an empty tree): real blocks in
+// random slots, every slot valid, count 0; the top buckets take theirs in
+// memory. It
 // serves a fresh tree and a bulk load. The writes are batches of whole
 // buckets of about tree.DefaultBatchBytes each, never one call per
 // bucket; each batch is atomic, the whole is not. The versions of the
@@ -23,8 +26,15 @@ func (t *Tree) Init(ctx context.Context, placed [][]Block) error {
 	if err := t.settle(ctx); err != nil {
 		return err
 	}
+	top := newTopCache(t.top.levels, t.g.L)
+	for b := range top.blocks {
+		if len(placed) > 0 {
+			top.blocks[b] = slices.Clone(placed[b])
+		}
+	}
+	t.top = top
 	per := uint64(max(1, tree.DefaultBatchBytes/t.bucketBytes()))
-	for lo := uint64(0); lo < nb; lo += per {
+	for lo := uint64(len(top.blocks)); lo < nb; lo += per {
 		ws := t.initWrites(lo, min(nb, lo+per), placed)
 		if err := t.write(ctx, ws); err != nil {
 			t.forgetCopies(ws)

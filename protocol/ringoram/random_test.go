@@ -41,24 +41,25 @@ type model struct {
 func TestRandomized(t *testing.T) {
 	for _, tc := range []struct {
 		p   Params
+		top int
 		ops int
-	}{{defaults, 2000}, {Params{Z: 1, S: 2}, 2000}, {Params{Z: 2, S: 3}, 800}} {
-		t.Run(fmt.Sprintf("Z=%d,S=%d", tc.p.Z, tc.p.S), func(t *testing.T) {
+	}{{defaults, 0, 2000}, {Params{Z: 1, S: 2}, 0, 2000}, {Params{Z: 2, S: 3}, 0, 800}, {defaults, 4, 2000}, {Params{Z: 1, S: 2}, 8, 800}} {
+		t.Run(fmt.Sprintf("Z=%d,S=%d,top=%d", tc.p.Z, tc.p.S, tc.top), func(t *testing.T) {
 			ops := tc.ops
 			if testing.Short() {
 				ops /= 5
 			}
-			randomized(t, tc.p, ops, 120, noLeak)
+			randomized(t, tc.p, tc.top, ops, 120, noLeak)
 		})
 	}
 }
 
-// randomized loads n random blocks into a tree of 9 levels with lk
-// injected, runs ops random operations on it (multi-path reads,
-// evictions, superseded blocks) against the model, and returns the
-// fixture.
-func randomized(t *testing.T, p Params, ops, n int, lk leak) *fixture {
-	f := newLeakyFixture(t, 8, p, 14, lk)
+// randomized loads n random blocks into a tree of 9 levels, top of them
+// held in memory, with lk injected, runs ops random operations on it
+// (multi-path reads, evictions, superseded blocks) against the model, and
+// returns the fixture.
+func randomized(t *testing.T, p Params, top, ops, n int, lk leak) *fixture {
+	f := newTopFixture(t, 8, p, 14, top, lk)
 	blocks := f.load(n)
 	m := model{leaf: map[tree.BlockID]uint64{}, value: map[tree.BlockID][]byte{}, bucket: map[tree.BlockID]uint64{}, stash: map[tree.BlockID]bool{}}
 	var ids []tree.BlockID

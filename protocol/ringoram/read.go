@@ -26,8 +26,9 @@ type ReadResult struct {
 }
 
 // ReadPaths is a multi-path read (Treebeard Sec. 5.3.1): the union U of
-// the requests' paths is read with every shared bucket read once, in these
-// backend calls and no others:
+// the requests' paths below the top levels held in memory (topCache) is
+// read with every shared bucket read once, in these backend calls and no
+// others (a wanted block a top bucket holds is taken from it first):
 //
 //  1. ONE Read of the metadata of the buckets of U the Tree has no copy
 //     of (metaCache), none when it has them all.
@@ -70,12 +71,15 @@ func (t *Tree) ReadPaths(ctx context.Context, reqs []PathRead) ([]ReadResult, er
 	if err := t.begin(ctx, Plan{Reads: reqs}); err != nil {
 		return nil, err
 	}
-	union := t.g.Union(leaves, nil)
+	results := make([]ReadResult, len(reqs))
+	taken, top, claimed := t.takeTop(reqs, results)
+	hits := len(taken)
+	_, union := t.top.split(t.g.Union(leaves, nil))
 	metas, err := t.readMeta(ctx, union)
 	if err != nil {
 		return nil, err
 	}
-	reads, owner := t.pathSlots(reqs, union, metas)
+	reads, owner := t.pathSlots(reqs, union, metas, claimed)
 	read := t.copyMetas(metas) // what the slots are checked against
 	for _, r := range reads {
 		metas[r.i].consume(r.slot)
@@ -86,8 +90,6 @@ func (t *Tree) ReadPaths(ctx context.Context, reqs []PathRead) ([]ReadResult, er
 	if err != nil {
 		return nil, err
 	}
-	results := make([]ReadResult, len(reqs))
-	var taken []tree.Block
 	for j := range reads {
 		if owner[j] >= 0 {
 			results[owner[j]] = ReadResult{Block: blocks[j], Found: true}
@@ -96,9 +98,10 @@ func (t *Tree) ReadPaths(ctx context.Context, reqs []PathRead) ([]ReadResult, er
 	}
 	kept := t.keptBlocks(union, metas, due, shuffleReads, blocks[len(reads):])
 	ws := t.reshuffle(union, metas, due, kept)
-	if err := t.writeChange(ctx, ws, Change{Taken: taken}); err != nil {
+	if err := t.writeChange(ctx, ws, Change{Taken: taken, Top: top}); err != nil {
 		return nil, err
 	}
+	t.stats.CachedHits += uint64(hits)
 	t.stats.PathReads += uint64(len(reqs))
 	t.stats.MultiReads++
 	t.stats.BucketsRead += uint64(len(union))
@@ -114,15 +117,14 @@ func (t *Tree) ReadPaths(ctx context.Context, reqs []PathRead) ([]ReadResult, er
 // dummy slots (valid, and no real entry, stale or not), each bucket's in
 // ascending slot order so the order tells nothing. owner[j] is the
 // request read j serves, or -1.
-func (t *Tree) pathSlots(reqs []PathRead, union []uint64, metas []meta) ([]slotRead, []int32) {
+func (t *Tree) pathSlots(reqs []PathRead, union []uint64, metas []meta, claimed map[tree.BlockID]bool) ([]slotRead, []int32) {
 	crossing := make([]int, len(union))
 	for _, req := range reqs {
-		for lvl := 0; lvl <= t.g.L; lvl++ {
+		for lvl := t.top.levels; lvl <= t.g.L; lvl++ {
 			crossing[index(union, t.g.BucketAt(req.Leaf, lvl))]++
 		}
 	}
 	wanted := make([][]slotOwner, len(union))
-	claimed := map[tree.BlockID]bool{}
 	for r, req := range reqs {
 		if !req.Real || claimed[req.Want] {
 			continue
@@ -166,7 +168,7 @@ type slotOwner struct {
 // locate returns the bucket of union on the path to leaf listing id as a
 // live real block, and its slot; -1 when there is none.
 func (t *Tree) locate(union []uint64, metas []meta, leaf uint64, id tree.BlockID) (int, uint8) {
-	for lvl := 0; lvl <= t.g.L; lvl++ {
+	for lvl := t.top.levels; lvl <= t.g.L; lvl++ {
 		b := t.g.BucketAt(leaf, lvl)
 		i := index(union, b)
 		for _, e := range metas[i].Entries {

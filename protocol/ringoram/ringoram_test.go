@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"reflect"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/oblivkv/oblivkv/backend"
@@ -757,7 +759,13 @@ func TestAuditorCatches(t *testing.T) {
 // tree started from, the Changes give the state the tree reached; a
 // WriteAhead error fails the operation with nothing written.
 func TestChangeReplays(t *testing.T) {
-	f := newFixture(t, 6, defaults, 21)
+	for _, top := range []int{0, 3} {
+		t.Run(fmt.Sprintf("top=%d", top), func(t *testing.T) { changeReplays(t, top) })
+	}
+}
+
+func changeReplays(t *testing.T, top int) {
+	f := newTopFixture(t, 6, defaults, 21, top, noLeak)
 	loaded := f.load(40)
 	start := roundTripGob(t, f.tr.State())
 	var changes []Change
@@ -784,12 +792,12 @@ func TestChangeReplays(t *testing.T) {
 		b := loaded[i]
 		f.read(PathRead{Leaf: b.leaf, Want: b.ID, Real: true}, PathRead{Leaf: f.r.Uint64N(g.Leaves())})
 	}
-	taken, placed := 0, 0
+	taken, placed, tops := 0, 0, 0
 	for _, c := range changes {
-		taken, placed = taken+len(c.Taken), placed+len(c.Placed)
+		taken, placed, tops = taken+len(c.Taken), placed+len(c.Placed), tops+len(c.Top)
 	}
-	if taken == 0 || placed == 0 {
-		t.Fatalf("the changes took %d blocks and placed %d: the test exercised too little", taken, placed)
+	if taken == 0 || placed == 0 || (top > 0) != (tops > 0) {
+		t.Fatalf("the changes took %d blocks, placed %d and changed %d top buckets: the test exercised too little", taken, placed, tops)
 	}
 	replayed, err := NewTree(f.cfg)
 	if err != nil {
@@ -927,4 +935,48 @@ func readAddrs(recs []observe.Record) [][]string {
 
 func sameReads(a, b []observe.Record) bool {
 	return slices.EqualFunc(readAddrs(a), readAddrs(b), slices.Equal)
+}
+
+// With the top levels in memory, storage never sees an address of a top
+// bucket, not even at Init; a block a top bucket holds is read from it;
+// the top's blocks survive a restart; and a state holding more levels in
+// memory than the tree has is refused.
+func TestCachedLevels(t *testing.T) {
+	const top = 2
+	f := newTopFixture(t, 5, defaults, 31, top, noLeak)
+	blocks := f.load(50)
+	var inTop *placedBlock
+	for i := range blocks {
+		if f.tr.top.holds(blocks[i].bucket) {
+			inTop = &blocks[i]
+		}
+	}
+	if inTop == nil || f.tr.Stats().CachedBlocks == 0 {
+		t.Fatal("the load put no block in the top levels: the test exercises nothing")
+	}
+	f.restart()
+	res := f.read(PathRead{Leaf: inTop.leaf, Want: inTop.ID, Real: true}, PathRead{Leaf: inTop.leaf ^ 1})
+	if !res[0].Found || !bytes.Equal(res[0].Block.Value, inTop.Value) || f.tr.Stats().CachedHits != 1 {
+		t.Fatalf("a block of top bucket %d: found %v, %d top hits", inTop.bucket, res[0].Found, f.tr.Stats().CachedHits)
+	}
+	if again := f.read(PathRead{Leaf: inTop.leaf, Want: inTop.ID, Real: true}); again[0].Found {
+		t.Fatal("a block read out of a top bucket was found there again")
+	}
+	f.evict(8, []Block{{Block: inTop.Block, Leaf: inTop.leaf}})
+	for _, r := range f.log.Records() {
+		for _, a := range r.Addrs {
+			b, _, ok := f.cfg.Layout.ParseSlot(a)
+			if !ok {
+				b, ok = f.cfg.Layout.ParseMeta(a)
+			}
+			if ok && f.tr.top.holds(b) {
+				t.Fatalf("call %d (%v) holds %q, an address of top bucket %d", r.Seq, r.Op, a, b)
+			}
+		}
+	}
+	s := f.tr.State()
+	s.CachedLevels = f.tr.g.L + 1
+	if err := f.tr.Restore(s); err == nil || !strings.Contains(err.Error(), "levels in memory") {
+		t.Fatalf("restoring the state of a tree holding more levels in memory than it has: %v", err)
+	}
 }

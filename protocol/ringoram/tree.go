@@ -25,6 +25,10 @@ const (
 // state per bucket in memory.
 const MaxLevels = 32
 
+// MaxCachedLevels bounds Config.CachedLevels: 2^16-1 buckets of Z blocks in
+// memory per tree.
+const MaxCachedLevels = 16
+
 // Params are Ring ORAM's bucket parameters: at most Z real blocks and at
 // least S dummy slots per bucket, Z+S slots in all (at most 64), S >= Z.
 // A bucket is reshuffled once fewer than Z of its dummies are unread: a
@@ -48,8 +52,14 @@ type Config struct {
 	Geometry  tree.Geometry
 	Params    Params
 	Layout    Layout
-	ValueSize int        // the largest value a block may hold
-	Rand      *rand.Rand // the seeds of slot choices and permutations; nil: seeded from crypto/rand
+	ValueSize int // the largest value a block may hold
+	// CachedLevels is how many levels of the tree, from the root, are held
+	// in trusted memory instead of on storage (topCache), at most
+	// MaxCachedLevels; a tree of height L holds at most L, so its leaves'
+	// level stays on storage. A restored tree holds as many as its state
+	// says: those its storage was laid out with.
+	CachedLevels int
+	Rand         *rand.Rand // the seeds of slot choices and permutations; nil: seeded from crypto/rand
 	// ReadAhead, if set, sees every multi-path read's and eviction's Plan
 	// before it reads a slot.
 	ReadAhead ReadAhead
@@ -71,6 +81,7 @@ type Tree struct {
 
 	versions  []uint64                  // per bucket: the metadata version storage must hold
 	cache     metaCache                 // the buckets' metadata as last written or read
+	top       topCache                  // the top levels' buckets, in trusted memory
 	evictions uint64                    // paths evicted so far; the next is ReverseLexLeaf(evictions)
 	stale     map[uint64][]tree.BlockID // per bucket: copies the caller superseded (Forget)
 	stats     Stats
@@ -96,6 +107,9 @@ type Stats struct {
 	BucketsWritten uint64 // buckets whose slots were all rewritten (Init, reshuffles, evictions)
 	ReadRetries    uint64 // slot Reads issued again, unchanged, after storage failed them
 	MetaReads      uint64 // metadata records read from storage (metaCache had no copy)
+	CachedHits     uint64 // wanted blocks a top bucket held (no storage slot read for them)
+	CachedBlocks   uint64 // blocks the top levels hold now
+	CachedLevels   int    // levels held in memory (Add keeps the most of the trees)
 }
 
 // Add adds o's counters to s (the trees of a store).
@@ -109,6 +123,9 @@ func (s *Stats) Add(o Stats) {
 	s.BucketsWritten += o.BucketsWritten
 	s.ReadRetries += o.ReadRetries
 	s.MetaReads += o.MetaReads
+	s.CachedHits += o.CachedHits
+	s.CachedBlocks += o.CachedBlocks
+	s.CachedLevels = max(s.CachedLevels, o.CachedLevels)
 }
 
 // NewTree returns a Tree over cfg.Backend. It validates the configuration
@@ -125,6 +142,8 @@ func NewTree(cfg Config) (*Tree, error) {
 		return nil, fmt.Errorf("ringoram: tree height %d outside 0..%d", cfg.Geometry.L, MaxLevels)
 	case cfg.ValueSize < 0:
 		return nil, fmt.Errorf("ringoram: value size %d", cfg.ValueSize)
+	case cfg.CachedLevels < 0 || cfg.CachedLevels > MaxCachedLevels:
+		return nil, fmt.Errorf("ringoram: %d top levels in memory outside 0..%d", cfg.CachedLevels, MaxCachedLevels)
 	}
 	rng := cfg.Rand
 	if rng == nil {
@@ -140,6 +159,7 @@ func NewTree(cfg Config) (*Tree, error) {
 		readAhead:  cfg.ReadAhead,
 		versions:   make([]uint64, cfg.Geometry.Buckets()),
 		cache:      newMetaCache(cfg.Geometry.Buckets(), cfg.Params.Z),
+		top:        newTopCache(cfg.CachedLevels, cfg.Geometry.L),
 		stale:      map[uint64][]tree.BlockID{},
 		writeAhead: cfg.WriteAhead,
 		abandon:    make(chan struct{}),
@@ -152,8 +172,15 @@ func NewTree(cfg Config) (*Tree, error) {
 // the Tree, it is safe to call from any goroutine.
 func (t *Tree) Abandon() { t.abandonOnce.Do(func() { close(t.abandon) }) }
 
-// Stats returns the counters so far.
-func (t *Tree) Stats() Stats { return t.stats }
+// Stats returns the counters so far, and the blocks the top levels hold.
+func (t *Tree) Stats() Stats {
+	s := t.stats
+	s.CachedLevels = t.top.levels
+	for _, blocks := range t.top.blocks {
+		s.CachedBlocks += uint64(len(blocks))
+	}
+	return s
+}
 
 // EvictionLeaves returns the leaves the next Evict(k) will evict, without
 // evicting: the next k paths in reverse-lexicographic order (Sec. 5.3.2).
@@ -173,6 +200,10 @@ func (t *Tree) Forget(bucket uint64, id tree.BlockID) {
 	if bucket >= t.g.Buckets() || t.isStale(bucket, id) {
 		return
 	}
+	if t.top.holds(bucket) {
+		t.forgetTop(bucket, id)
+		return
+	}
 	t.stale[bucket] = append(t.stale[bucket], id)
 }
 
@@ -188,11 +219,13 @@ func (t *Tree) live(bucket uint64, e entry) bool {
 // TreeState is the trusted state of a Tree, everything a clean restart
 // needs besides the storage: gob-encodable.
 type TreeState struct {
-	L         int      // the geometry's height
-	Z, S      int      // the parameters
-	Versions  []uint64 // per bucket: the expected metadata version
-	Evictions uint64   // paths evicted so far
-	Stale     []StaleEntry
+	L            int      // the geometry's height
+	Z, S         int      // the parameters
+	CachedLevels int      // levels held in trusted memory
+	Versions     []uint64 // per bucket: the expected metadata version
+	Evictions    uint64   // paths evicted so far
+	Stale        []StaleEntry
+	Top          []TopBucket // the top buckets that hold blocks
 }
 
 // StaleEntry is a copy of a block the caller superseded (Forget).
@@ -203,7 +236,8 @@ type StaleEntry struct {
 
 // State returns a copy of the trusted state.
 func (t *Tree) State() TreeState {
-	s := TreeState{L: t.g.L, Z: t.p.Z, S: t.p.S, Versions: slices.Clone(t.versions), Evictions: t.evictions}
+	s := TreeState{L: t.g.L, Z: t.p.Z, S: t.p.S, CachedLevels: t.top.levels, Versions: slices.Clone(t.versions),
+		Evictions: t.evictions, Top: t.topState()}
 	for b, ids := range t.stale {
 		for _, id := range ids {
 			s.Stale = append(s.Stale, StaleEntry{Bucket: b, ID: id})
@@ -222,12 +256,21 @@ func (t *Tree) Restore(s TreeState) error {
 		return fmt.Errorf("ringoram: state of a tree with L=%d, Z=%d, S=%d and %d buckets does not fit L=%d, Z=%d, S=%d",
 			s.L, s.Z, s.S, len(s.Versions), t.g.L, t.p.Z, t.p.S)
 	}
+	if s.CachedLevels < 0 || s.CachedLevels > min(t.g.L, MaxCachedLevels) {
+		return fmt.Errorf("ringoram: state of a tree with %d levels in memory; a tree of height %d holds 0 to %d", s.CachedLevels, t.g.L, min(t.g.L, MaxCachedLevels))
+	}
 	stale := map[uint64][]tree.BlockID{}
 	for _, e := range s.Stale {
 		if e.Bucket >= t.g.Buckets() {
 			return fmt.Errorf("ringoram: stale entry in bucket %d of a tree of %d buckets", e.Bucket, t.g.Buckets())
 		}
 		stale[e.Bucket] = append(stale[e.Bucket], e.ID)
+	}
+	top := newTopCache(s.CachedLevels, t.g.L)
+	top, t.top = t.top, top
+	if err := t.applyTop(s.Top); err != nil {
+		t.top = top
+		return err
 	}
 	copy(t.versions, s.Versions)
 	t.cache.clear()

@@ -124,6 +124,7 @@ func (l *traceLog) get() []treebeard.TraceEvent {
 type auditRun struct {
 	opts     treebeard.Options // with the defaults filled in
 	geo      tree.Geometry
+	cached   int // top levels of each tree held in memory
 	requests int
 	records  []observe.Record
 	events   []treebeard.TraceEvent
@@ -263,25 +264,9 @@ func runAuditCrashing(t *testing.T, opts treebeard.Options, seed byte, keys []ui
 			return len(recovery) > 0 && r.Seq >= recovery[0].Seq && r.Seq <= recovery[len(recovery)-1].Seq
 		})
 	}
-	// The defaults as the store applies them (Options.withDefaults is
-	// unexported).
-	run.opts = opts
-	if run.opts.Trees == 0 {
-		run.opts.Trees = treebeard.DefaultTrees
-	}
-	if run.opts.Z == 0 {
-		run.opts.Z = treebeard.DefaultZ
-	}
-	if run.opts.S == 0 {
-		run.opts.S = treebeard.DefaultS
-	}
-	if run.opts.A == 0 {
-		run.opts.A = treebeard.DefaultA
-	}
-	if run.opts.K == 0 {
-		run.opts.K = treebeard.DefaultK
-	}
+	run.opts = opts.WithDefaults()
 	run.geo = tree.Geometry{L: int(kvtest.Stat(t, run.stats, "tree_levels")) - 1}
+	run.cached = int(kvtest.Stat(t, run.stats, "cached_levels"))
 	if got := int(kvtest.Stat(t, run.stats, "trees")); got != run.opts.Trees {
 		t.Fatalf("store has %d trees, audit expects %d", got, run.opts.Trees)
 	}
@@ -394,7 +379,7 @@ func checkSchedule(perTree [][]treebeard.TraceEvent, a, k int) error {
 // bucket of the union and every slot of the reshuffled buckets, nothing
 // else. An eviction of leaves P reads the metadata of Union(P), Z slots
 // of each of its buckets, and writes every slot and the metadata of each.
-func checkView(geo tree.Geometry, z, s int, ops []audit.TreeOp, evs []treebeard.TraceEvent, metaReads int) error {
+func checkView(geo tree.Geometry, cached, z, s int, ops []audit.TreeOp, evs []treebeard.TraceEvent, metaReads int) error {
 	if len(ops) != len(evs) {
 		return fmt.Errorf("%d operations on storage, %d in the trace", len(ops), len(evs))
 	}
@@ -409,7 +394,7 @@ func checkView(geo tree.Geometry, z, s int, ops []audit.TreeOp, evs []treebeard.
 		if op.Kind != want {
 			return fmt.Errorf("call %d: storage saw a %v, the trace a %v", op.Seq, op.Kind, want)
 		}
-		union := geo.Union(e.Leaves, nil)
+		union := audit.TreebeardStored(geo, cached, geo.Union(e.Leaves, nil))
 		if err := metaFrom(op.Meta, union, readMeta, metaReads); err != nil {
 			return fmt.Errorf("call %d (%v of %d paths): %w", op.Seq, op.Kind, len(e.Leaves), err)
 		}
@@ -522,10 +507,10 @@ func checkRun(run auditRun) (audited, error) {
 		errs = append(errs, fmt.Errorf("audit (b): %w", err))
 	}
 	for t := range o.Trees {
-		if err := checkView(run.geo, o.Z, o.S, ops[t], evs[t], 1+run.crashes); err != nil {
+		if err := checkView(run.geo, run.cached, o.Z, o.S, ops[t], evs[t], 1+run.crashes); err != nil {
 			errs = append(errs, fmt.Errorf("audit (b), tree %d: %w", t, err))
 		}
-		if err := audit.TreebeardEvictionOrder(run.geo, o.K, ops[t], evictionSizes(evs[t])); err != nil {
+		if err := audit.TreebeardEvictionOrder(run.geo, run.cached, o.K, ops[t], evictionSizes(evs[t])); err != nil {
 			errs = append(errs, fmt.Errorf("audit (d), tree %d: %w", t, err))
 		}
 		if err := audit.TreebeardReshuffles(o.Z, o.S, ops[t]); err != nil {
@@ -689,7 +674,7 @@ func exercised(t *testing.T, opts treebeard.Options, runs map[string]audited) {
 	t.Helper()
 	for name, a := range runs {
 		_, evictions, reshuffles := countOps(a.ops)
-		if opts.A == 0 {
+		if opts.A == 0 || opts.A >= treebeard.DefaultA {
 			if evictions == 0 || reshuffles == 0 {
 				t.Errorf("%s: %d evictions and %d reshuffled buckets: the audit saw too little", name, evictions, reshuffles)
 			}
@@ -919,13 +904,13 @@ func TestAuditCatchesViolations(t *testing.T) {
 		b, s, _ := l.ParseSlot(r.Addrs[0])
 		r.Addrs = append(r.Addrs, l.SlotAddr(b, (s+1)%(o.Z+o.S)))
 		r.Sizes = append(r.Sizes, r.Sizes[0])
-		expect(t, checkView(geo, o.Z, o.S, tree0(records), evs[0], 1))
+		expect(t, checkView(geo, run.cached, o.Z, o.S, tree0(records), evs[0], 1))
 	})
 	t.Run("b/a bucket of the union not read", func(t *testing.T) {
 		records := cloneRecords(run.records)
 		r := &records[plain[0][0]]
 		r.Addrs, r.Sizes = r.Addrs[:len(r.Addrs)-1], r.Sizes[:len(r.Sizes)-1]
-		expect(t, checkView(geo, o.Z, o.S, tree0(records), evs[0], 1))
+		expect(t, checkView(geo, run.cached, o.Z, o.S, tree0(records), evs[0], 1))
 	})
 	t.Run("d/evictions out of order", func(t *testing.T) {
 		records := cloneRecords(run.records)
@@ -934,7 +919,7 @@ func TestAuditCatchesViolations(t *testing.T) {
 			records[x].Addrs, records[y].Addrs = records[y].Addrs, records[x].Addrs
 			records[x].Sizes, records[y].Sizes = records[y].Sizes, records[x].Sizes
 		}
-		expect(t, audit.TreebeardEvictionOrder(geo, o.K, tree0(records), evictionSizes(evs[0])))
+		expect(t, audit.TreebeardEvictionOrder(geo, run.cached, o.K, tree0(records), evictionSizes(evs[0])))
 	})
 	t.Run("d/an eviction's paths skipped", func(t *testing.T) {
 		// The first eviction never happened on storage: the second then
@@ -943,10 +928,10 @@ func TestAuditCatchesViolations(t *testing.T) {
 		for _, i := range slices.Backward(evictions[0]) {
 			records = slices.Delete(records, i, i+1)
 		}
-		expect(t, audit.TreebeardEvictionOrder(geo, o.K, tree0(records), evictionSizes(evs[0])[1:]))
+		expect(t, audit.TreebeardEvictionOrder(geo, run.cached, o.K, tree0(records), evictionSizes(evs[0])[1:]))
 	})
 	t.Run("d/clean", func(t *testing.T) {
-		if err := audit.TreebeardEvictionOrder(geo, o.K, clean.ops[0], evictionSizes(evs[0])); err != nil {
+		if err := audit.TreebeardEvictionOrder(geo, run.cached, o.K, clean.ops[0], evictionSizes(evs[0])); err != nil {
 			t.Fatal(err)
 		}
 	})
@@ -972,7 +957,7 @@ func TestAuditCatchesViolations(t *testing.T) {
 			meta.Seq = records[i].Seq
 			records = slices.Insert(records, i, meta)
 		}
-		expect(t, checkView(geo, o.Z, o.S, tree0(records), evs[0], 1))
+		expect(t, checkView(geo, run.cached, o.Z, o.S, tree0(records), evs[0], 1))
 	})
 	t.Run("e/a reshuffle too early", func(t *testing.T) {
 		records := cloneRecords(run.records)

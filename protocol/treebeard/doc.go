@@ -18,8 +18,11 @@
 //     bucket read once, min(paths crossing it, Z) slots of it) and, after
 //     every A path reads of the tree, evicts the next k paths in
 //     reverse-lexicographic order with the tree's blocks collected from
-//     every Stash shard. Bucket mechanics (metadata, slots, reshuffles,
-//     where an eviction places blocks) are package ringoram's.
+//     every Stash shard. The top levels of each tree stay in the shard's
+//     trusted memory (Options.CachedLevels), so storage holds and sees
+//     only the levels below them. Bucket mechanics (metadata, slots,
+//     reshuffles, where an eviction places blocks, the top levels) are
+//     package ringoram's.
 //
 // The layers meet only through the interfaces in layers.go, each call one
 // message and one reply of messages.go: plain values with a MsgID, a

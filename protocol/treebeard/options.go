@@ -9,12 +9,14 @@ import (
 )
 
 // Options are Treebeard's parameters. Zero fields take the defaults below:
-// for the bucket shape and the eviction rate, the least backend bytes per
-// request in a sweep over Z, S, A and k that kept the stash within the
-// bound of the stash tests (docs/protocols.md, "Treebeard: parameters"):
-// Z=2, S=4, A=100, k=50, where the paper has Z=1, S=6, A=100, k=200
-// (PaperOptions); the paper's 1 ms epochs; and, for the layer sizes, what
-// suits one process on a small machine.
+// for the bucket shape, the eviction rate and the levels held in memory,
+// the least backend bytes per request in a sweep over Z, S, A, k and the
+// cached levels that kept the stash within the bound of the stash tests
+// (docs/protocols.md, "Treebeard: parameters"): Z=4, S=10, A=20, k=5 and
+// the top levels of each tree in memory, where the paper has Z=1, S=6,
+// A=100, k=200 and every bucket on storage (PaperOptions); the paper's
+// 1 ms epochs; and, for the layer sizes, what suits one process on a
+// small machine.
 type Options struct {
 	// Routers is the number of Router instances requests are spread over
 	// (default 1).
@@ -27,20 +29,28 @@ type Options struct {
 	ORAMShards int `opt:"ORAM shards; tree t belongs to shard t mod ORAMShards." default:"min(2, Trees)"`
 	// Trees is the number of storage trees (default 4).
 	Trees int `opt:"Storage trees." default:"4"`
-	// Z is the number of real blocks per bucket (default 2; the paper's
+	// Z is the number of real blocks per bucket (default 4; the paper's
 	// setting is 1, Sec. 5.3.1). With Z > 1 a multi-path read takes up to Z
 	// slots of a bucket many of its paths cross (package ringoram), and
 	// the trees have proportionally fewer leaves.
-	Z int `opt:"Real blocks per bucket (the paper has 1)." default:"2"`
-	// S is the number of dummy slots per bucket (default 4, at least Z);
+	Z int `opt:"Real blocks per bucket (the paper has 1)." default:"4"`
+	// S is the number of dummy slots per bucket (default 10, at least Z);
 	// a bucket is reshuffled once fewer than Z of them are unread.
-	S int `opt:"Dummy slots per bucket, at least Z; a bucket is reshuffled once fewer than Z of them are unread." default:"4"`
+	S int `opt:"Dummy slots per bucket, at least Z; a bucket is reshuffled once fewer than Z of them are unread." default:"10"`
 	// A is the number of path reads of a tree after which k of its paths
-	// are evicted (default 100).
-	A int `opt:"Path reads of a tree after which K of its paths are evicted." default:"100"`
+	// are evicted (default 20).
+	A int `opt:"Path reads of a tree after which K of its paths are evicted." default:"20"`
 	// K is the number of paths evicted every A reads of a tree (default
-	// 50).
-	K int `opt:"Paths evicted every A reads of a tree." default:"50"`
+	// 5).
+	K int `opt:"Paths evicted every A reads of a tree." default:"5"`
+	// CachedLevels is how many levels of each tree, from the root, its ORAM
+	// shard holds in trusted memory instead of on storage (package
+	// ringoram), at most ringoram.MaxCachedLevels and never a tree's
+	// leaves; negative: none, as in the paper. The default, for trees of
+	// height L (L+1 levels), is min(DefaultCachedLevels, L-4): at most 1,023
+	// buckets a tree, and at most a sixteenth of its buckets, so a small
+	// store keeps most of its tree on storage.
+	CachedLevels int `opt:"Levels of each tree, from the root, held in trusted memory instead of on storage; negative: none, as in the paper." default:"min(10, tree height - 4)"`
 	// Epoch is how long a Router collects requests before forwarding them
 	// (default 1 ms; negative: forward every request at once).
 	Epoch time.Duration `opt:"How long a Router collects requests before forwarding them; negative: forward every request at once." default:"1ms"`
@@ -78,11 +88,14 @@ const (
 	DefaultStashShards = 2
 	DefaultORAMShards  = 2
 	DefaultTrees       = 4
-	DefaultZ           = 2
-	DefaultS           = 4
-	DefaultA           = 100
-	DefaultK           = 50
-	DefaultEpoch       = time.Millisecond
+	DefaultZ           = 4
+	DefaultS           = 10
+	DefaultA           = 20
+	DefaultK           = 5
+	// DefaultCachedLevels is the most levels a tree holds in memory by
+	// default (Options.CachedLevels).
+	DefaultCachedLevels = 10
+	DefaultEpoch        = time.Millisecond
 )
 
 // defaultPartTimeout is how long a tree waits for the last Stash shard's
@@ -92,9 +105,10 @@ const (
 const defaultPartTimeout = 10 * time.Second
 
 // PaperOptions returns the paper's parameters where the defaults differ:
-// Z=1 (Sec. 5.3.1), S=6 and k=200 (Sec. 7, "Experimental Setup").
+// Z=1 (Sec. 5.3.1), S=6, A=100 and k=200 (Sec. 7, "Experimental Setup"),
+// every bucket on storage.
 func PaperOptions() Options {
-	return Options{Z: ringoram.PaperZ, S: ringoram.PaperS, K: 200}
+	return Options{Z: ringoram.PaperZ, S: ringoram.PaperS, A: 100, K: 200, CachedLevels: -1}
 }
 
 // WithDefaults returns o with its zero fields at the defaults: the public
@@ -132,8 +146,22 @@ func (o Options) validate() error {
 		return fmt.Errorf("treebeard: S must be between Z (%d) and %d, got %d", o.Z, 64-o.Z, o.S)
 	case o.A < 1 || o.K < 1:
 		return fmt.Errorf("treebeard: A and K must be at least 1 (got %d, %d)", o.A, o.K)
+	case o.CachedLevels > ringoram.MaxCachedLevels:
+		return fmt.Errorf("treebeard: CachedLevels must be at most %d, got %d", ringoram.MaxCachedLevels, o.CachedLevels)
 	}
 	return nil
+}
+
+// cachedLevels returns how many top levels of a tree of height l its ORAM
+// shard holds in memory with the option set to o (Options.CachedLevels).
+func cachedLevels(o, l int) int {
+	switch {
+	case o < 0:
+		return 0
+	case o == 0:
+		return max(0, min(DefaultCachedLevels, l-4))
+	}
+	return min(o, l)
 }
 
 // geometry returns the shape of each storage tree for capacity blocks over

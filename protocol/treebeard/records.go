@@ -15,7 +15,7 @@ import (
 // of its Write, which recovery issues again.
 const (
 	deltaBlocks    byte = iota + 1 // a Stash shard's epoch: where its blocks are now, and the stashed ones' values
-	deltaTree                      // a tree's multi-path read or eviction: its ringoram.Change, and the tree's read count
+	deltaTree                      // a tree's multi-path read or eviction: its ringoram.Change, and the tree's read count (the top buckets it changed last; records before top levels end without them)
 	deltaEvictDone                 // an eviction's end: the blocks that left the stash, the copies it left stale
 	deltaLoad                      // a bulk load begins: the trees are rewritten whole
 	deltaPlan                      // a tree's multi-path read or eviction is about to read: its ringoram.Plan
@@ -58,6 +58,13 @@ func treeDelta(t, reads int, c ringoram.Change) []byte {
 	b = binary.AppendUvarint(b, uint64(len(c.Placed)))
 	for _, p := range c.Placed {
 		b = binary.AppendUvarint(append(b, p.ID[:]...), p.Bucket)
+	}
+	b = binary.AppendUvarint(b, uint64(len(c.Top)))
+	for _, tb := range c.Top {
+		b = binary.AppendUvarint(binary.AppendUvarint(b, tb.Bucket), uint64(len(tb.Blocks)))
+		for _, blk := range tb.Blocks {
+			b = binary.AppendUvarint(delta.AppendBytes(append(b, blk.Block.ID[:]...), blk.Block.Value), blk.Leaf)
+		}
 	}
 	return b
 }
@@ -175,6 +182,9 @@ func (rp *replayer) tree(d *delta.Decoder) {
 	for n := d.Count(); n > 0 && !d.Failed(); n-- {
 		c.Placed = append(c.Placed, ringoram.Placement{ID: readID(d), Bucket: d.Uvarint()})
 	}
+	if d.More() {
+		c.Top = rp.topBuckets(d)
+	}
 	if d.Failed() {
 		return
 	}
@@ -192,6 +202,21 @@ func (rp *replayer) tree(d *delta.Decoder) {
 	if c.Evicted > 0 {
 		rp.pending[int(t)] = c.Placed
 	}
+}
+
+// topBuckets reads the top buckets a tree's operation changed.
+func (rp *replayer) topBuckets(d *delta.Decoder) []ringoram.TopBucket {
+	var top []ringoram.TopBucket
+	for n := d.Count(); n > 0 && !d.Failed(); n-- {
+		tb := ringoram.TopBucket{Bucket: d.Uvarint()}
+		for m := d.Count(); m > 0 && !d.Failed(); m-- {
+			blk := ringoram.Block{Block: tree.Block{ID: readID(d), Value: d.Bytes(rp.s.valueSize)}, Leaf: d.Uvarint()}
+			d.Check(blk.Leaf < rp.s.geo.Leaves(), "a top block's leaf outside the tree")
+			tb.Blocks = append(tb.Blocks, blk)
+		}
+		top = append(top, tb)
+	}
+	return top
 }
 
 // stashTaken puts blocks a tree's read took out in their shards' stashes,

@@ -2,6 +2,7 @@ package treebeard
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/gob"
 	"fmt"
@@ -9,6 +10,7 @@ import (
 	"maps"
 	"math/rand/v2"
 
+	"github.com/oblivkv/oblivkv/internal/durable"
 	"github.com/oblivkv/oblivkv/kv"
 	"github.com/oblivkv/oblivkv/protocol/ringoram"
 	"github.com/oblivkv/oblivkv/protocol/tree"
@@ -139,15 +141,36 @@ func (s *store) checkpointNow(ctx context.Context) error {
 // written afresh; an operation a crash cut short after its plan was
 // journaled is issued again identically (treeWorker.resume); evictions a
 // tree owes run; then a checkpoint.
-func (s *store) recover(ctx context.Context) error {
-	rec, err := s.log.Recover(ctx)
+// reopen builds the layers of an existing store and recovers its state
+// from log. The bucket shape its trees were written with is in its
+// checkpoint: Z and S left to their defaults take it from there, so a
+// store made when the defaults were others opens as it was made.
+func reopen(ctx context.Context, env kv.Env, given, opts Options, log *durable.Log) (*store, error) {
+	rec, err := log.Recover(ctx)
 	if err != nil {
-		return fmt.Errorf("treebeard: %w", err)
+		return nil, fmt.Errorf("treebeard: %w", err)
 	}
 	var st state
 	if err := gob.NewDecoder(bytes.NewReader(rec.State)).Decode(&st); err != nil {
-		return fmt.Errorf("%w: treebeard: decoding the checkpoint: %v", kv.ErrTampered, err)
+		return nil, fmt.Errorf("%w: treebeard: decoding the checkpoint: %v", kv.ErrTampered, err)
 	}
+	if len(st.Trees) > 0 {
+		made := st.Trees[0].Tree
+		opts.Z, opts.S = cmp.Or(given.Z, made.Z), cmp.Or(given.S, made.S)
+		if err := opts.validate(); err != nil {
+			return nil, fmt.Errorf("%w: %v", kv.ErrMismatch, err)
+		}
+	}
+	s, err := build(env, opts, log)
+	if err != nil {
+		return nil, err
+	}
+	return s, s.recover(ctx, rec, st)
+}
+
+// recover restores the checkpoint st and replays the records of rec
+// after it.
+func (s *store) recover(ctx context.Context, rec durable.Recovery, st state) error {
 	if err := s.restore(st); err != nil {
 		return err
 	}
@@ -199,6 +222,11 @@ func (s *store) restore(st state) error {
 		return fmt.Errorf("%w: the store has %d trees, the options ask for %d", kv.ErrMismatch, len(st.Trees), len(s.workers))
 	}
 	for t, ts := range st.Trees {
+		// A store keeps the levels in memory it was made with; the
+		// default adopts them (a store from before the option holds none).
+		if want := cachedLevels(s.opts.CachedLevels, s.geo.L); s.opts.CachedLevels != 0 && ts.Tree.CachedLevels != want {
+			return fmt.Errorf("%w: the store holds %d levels of each tree in memory, the options ask for %d", kv.ErrMismatch, ts.Tree.CachedLevels, want)
+		}
 		if rep := s.admin(s.treeAdmins[t], AdminMsg{Op: AdminRestore, Tree: t, State: ts}); rep.Code != CodeOK {
 			return rep.Err()
 		}
@@ -260,6 +288,11 @@ func (s *store) Stats() kv.Stats {
 	return kv.Stats{Keys: s.quota.used.Load(), Extra: []kv.Stat{
 		{Name: "trees", Value: float64(len(s.workers))},
 		{Name: "tree_levels", Value: float64(s.geo.L + 1)},
+		{Name: "bucket_z", Value: float64(s.opts.Z)},
+		{Name: "bucket_s", Value: float64(s.opts.S)},
+		{Name: "cached_levels", Value: float64(t.CachedLevels)},
+		{Name: "cached_blocks", Value: float64(t.CachedBlocks)},
+		{Name: "cached_hits", Value: float64(t.CachedHits)},
 		{Name: "stash_shards", Value: float64(len(s.stashes))},
 		{Name: "stash_size", Value: float64(sum.StashSize)},
 		{Name: "stash_max_shard", Value: float64(sum.StashMax)},

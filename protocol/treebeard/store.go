@@ -73,18 +73,19 @@ func open(ctx context.Context, env kv.Env) (*store, error) {
 	if opts.leak, err = envLeak(opts.leak); err != nil { // a leak only in oblivkv_leaks builds (leak.go)
 		return nil, err
 	}
+	given := opts
 	opts = opts.WithDefaults()
 	if err := opts.validate(); err != nil {
 		return nil, err
 	}
-	s, err := build(env, opts)
-	if err != nil {
-		return nil, err
-	}
+	log := durable.New(env.Journal, env.Backend, env.Keys)
+	var s *store
 	if env.Fresh {
-		err = s.create(ctx)
+		if s, err = build(env, opts, log); err == nil {
+			err = s.create(ctx)
+		}
 	} else {
-		err = s.recover(ctx)
+		s, err = reopen(ctx, env, given, opts, log)
 	}
 	if err != nil {
 		return nil, err
@@ -93,15 +94,15 @@ func open(ctx context.Context, env kv.Env) (*store, error) {
 	return s, nil
 }
 
-// build creates the layers, not yet running.
-func build(env kv.Env, opts Options) (*store, error) {
+// build creates the layers, not yet running, journaling in log.
+func build(env kv.Env, opts Options, log *durable.Log) (*store, error) {
 	s := &store{b: env.Backend, keys: env.Keys, opts: opts, valueSize: env.ValueSize, net: newNetState(), adminNet: newNetState(),
 		geo: geometry(env.Capacity, opts.Trees, opts.Z), quota: &quota{capacity: int64(env.Capacity)}}
 	rng, err := newRandSource(opts.seed)
 	if err != nil {
 		return nil, err
 	}
-	s.log = durable.New(env.Journal, env.Backend, env.Keys)
+	s.log = log
 	net := cmp.Or[transport](opts.transport, directCall{})
 	for i := range opts.StashShards {
 		core := newStashCore(opts.Trees, s.geo, s.quota, env.ValueSize, seedFrom(rng()))
@@ -127,7 +128,8 @@ func build(env kv.Env, opts Options) (*store, error) {
 		var err error
 		w.tree, err = ringoram.NewTree(ringoram.Config{Backend: env.Backend, Keys: env.Keys, Geometry: s.geo,
 			Params: ringoram.Params{Z: opts.Z, S: opts.S}, Layout: ringoram.Layout{Prefix: TreePrefix(t)},
-			ValueSize: env.ValueSize, Rand: rand.New(rng()), ReadAhead: w.readAhead, WriteAhead: w.writeAhead})
+			ValueSize: env.ValueSize, CachedLevels: cachedLevels(opts.CachedLevels, s.geo.L), Rand: rand.New(rng()),
+			ReadAhead: w.readAhead, WriteAhead: w.writeAhead})
 		if err != nil {
 			return nil, fmt.Errorf("treebeard: %w", err)
 		}

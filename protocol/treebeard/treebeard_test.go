@@ -219,17 +219,18 @@ func wantGet(t *testing.T, s kv.Store, k, want string) {
 	}
 }
 
-// TestReopenWithOtherTrees: the trees are the store's layout; reopening
-// with another number of trees is ErrMismatch and changes nothing, so
-// reopening with the right options still serves the data.
-func TestReopenWithOtherTrees(t *testing.T) {
+// madeWith makes a journaled store over memory of capacity keys with
+// options o, puts k=v and closes it, and returns what opens it again
+// with other options, as a restart does.
+func madeWith(t *testing.T, capacity int, o treebeard.Options) func(treebeard.Options) (kv.Store, error) {
+	t.Helper()
 	b, keys, journal := mem.New(), kvtest.NewKeys(t), t.TempDir()
 	open := func(o treebeard.Options) (kv.Store, error) {
 		b.Reopen()
-		return kv.Open(t.Context(), kv.Config{Protocol: "treebeard", Backend: b, Keys: keys, Capacity: 64, ValueSize: 16,
+		return kv.Open(t.Context(), kv.Config{Protocol: "treebeard", Backend: b, Keys: keys, Capacity: capacity, ValueSize: 16,
 			Options: o, JournalDir: journal})
 	}
-	s, err := open(treebeard.Options{Trees: 2})
+	s, err := open(o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -237,18 +238,56 @@ func TestReopenWithOtherTrees(t *testing.T) {
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if s, err := open(treebeard.Options{Trees: 3}); !errors.Is(err, kv.ErrMismatch) {
+	return open
+}
+
+// wantMismatch fails t unless opening with o is refused with
+// kv.ErrMismatch.
+func wantMismatch(t *testing.T, open func(treebeard.Options) (kv.Store, error), o treebeard.Options, what string) {
+	t.Helper()
+	if s, err := open(o); !errors.Is(err, kv.ErrMismatch) {
 		if err == nil {
 			s.Close()
 		}
-		t.Fatalf("reopening 2 trees as 3: %v; want kv.ErrMismatch", err)
+		t.Fatalf("%s: %v; want kv.ErrMismatch", what, err)
 	}
-	s, err = open(treebeard.Options{Trees: 2, StashShards: 5}) // shards may change
+}
+
+// TestReopenWithOtherTrees: the trees are the store's layout; reopening
+// with another number of trees, or of levels held in memory, is
+// ErrMismatch and changes nothing, so reopening with the right options
+// still serves the data; left to its default, the levels in memory are
+// those the store was made with.
+func TestReopenWithOtherTrees(t *testing.T) {
+	open := madeWith(t, 64, treebeard.Options{Trees: 2, CachedLevels: 2})
+	wantMismatch(t, open, treebeard.Options{Trees: 3}, "reopening 2 trees as 3")
+	wantMismatch(t, open, treebeard.Options{Trees: 2, CachedLevels: 1}, "reopening 2 levels in memory as 1")
+	s, err := open(treebeard.Options{Trees: 2, StashShards: 5}) // shards may change
 	if err != nil {
 		t.Fatalf("reopening with the right trees after a refused open: %v", err)
 	}
 	defer s.Close()
 	wantGet(t, s, "k", "v")
+	if got := kvtest.Stat(t, s.Stats(), "cached_levels"); got != 2 {
+		t.Fatalf("reopened with the default, the store holds %v levels in memory; it was made with 2", got)
+	}
+}
+
+// TestReopenKeepsBucketShape: a store made with another bucket shape than
+// the defaults (as under older defaults) reopens with Z and S left to the
+// defaults as it was made; a Z given that differs is ErrMismatch.
+func TestReopenKeepsBucketShape(t *testing.T) {
+	open := madeWith(t, 256, treebeard.Options{Z: 2, S: 3})
+	wantMismatch(t, open, treebeard.Options{Z: 3}, "reopening Z=2 as Z=3")
+	s, err := open(treebeard.Options{})
+	if err != nil {
+		t.Fatalf("reopening with the defaults: %v", err)
+	}
+	defer s.Close()
+	wantGet(t, s, "k", "v")
+	if z, st := kvtest.Stat(t, s.Stats(), "bucket_z"), kvtest.Stat(t, s.Stats(), "bucket_s"); z != 2 || st != 3 {
+		t.Fatalf("reopened with the defaults: Z=%v, S=%v; the store was made with Z=2, S=3", z, st)
+	}
 }
 
 // TestPrepare: a fresh store writes its trees at Prepare, once; without
