@@ -64,10 +64,11 @@ const DefaultMemTableSize = 32 << 20
 
 // levels are the options of every level of the LSM tree. Values arrive
 // sealed, so compressing them is CPU spent for nothing: they are stored
-// as they come. A bloom filter per table (10 bits per key, about 1% false
+// as they come (NoCompression; pebble takes a zero Compression for
+// Snappy). A bloom filter per table (10 bits per key, about 1% false
 // positives) lets a point read skip the tables of every level that do not
 // hold its address instead of reading one of their blocks.
-var levels = []pebble.LevelOptions{{FilterPolicy: bloom.FilterPolicy(10)}}
+var levels = []pebble.LevelOptions{{FilterPolicy: bloom.FilterPolicy(10), Compression: pebble.NoCompression}}
 
 // Options tune a disk backend. The zero value is the safe default.
 type Options struct {
