@@ -40,17 +40,31 @@ type SlotRef struct {
 // followed in the same Read by Z slots of each bucket an early reshuffle
 // rewrites, and a Write of the metadata (plus the reshuffled buckets'
 // slots); an eviction is a Read of Z slots per bucket and a Write of
-// every slot of every bucket. Either may start with a Read of the
-// metadata the tree has no copy of (none after a load, which writes them
-// all; after a recovery, each bucket's the first time a union holds it).
+// every slot of every bucket. A multi-path read may evict too, in the
+// same round trip (ringoram.Tree.ReadEvict): its slot Read is followed by
+// the eviction's, and its Write holds both. Any may start with a Read of
+// the metadata the tree has no copy of (none after a load, which writes
+// them all; after a recovery, each bucket's the first time a union holds
+// it).
 type TreeOp struct {
 	Seq        uint64 // Tap sequence number of its first call
 	Kind       TreeOpKind
 	Meta       []uint64          // buckets whose metadata a first Read fetched, in order (often none)
 	Union      []uint64          // the buckets of its first slot Read, sorted: the union of its paths
-	SlotReads  [][]SlotRef       // the slot Reads after it: one, or two (reshuffle)
+	SlotReads  [][]SlotRef       // the first slot Read: one part, or two (reshuffle)
+	EvictUnion []uint64          // a multi-path read that evicts: the buckets of the eviction's Read, sorted
+	EvictReads []SlotRef         // and that Read
 	WroteMeta  []uint64          // buckets whose metadata the Write holds, in order
 	WroteSlots map[uint64]uint64 // bucket -> mask of the slots the Write holds
+}
+
+// Eviction returns the union of the paths op evicts, and whether it
+// evicts: an eviction's, or that of a multi-path read that evicts too.
+func (op TreeOp) Eviction() ([]uint64, bool) {
+	if op.Kind == TreeEviction {
+		return op.Union, true
+	}
+	return op.EvictUnion, len(op.EvictUnion) > 0
 }
 
 // TreebeardViews returns every tree's operations as storage saw them, in
@@ -172,16 +186,18 @@ func parseOp(reads []observe.Record, write observe.Record, l ringoram.Layout, z 
 			reads = reads[1:]
 		}
 	}
-	if len(reads) != 1 {
+	if len(reads) != 1 && len(reads) != 2 {
 		return v, fmt.Errorf("call %d: an operation of %d slot Reads and a Write", write.Seq, len(reads))
 	}
-	var read []SlotRef
-	for _, a := range reads[0].Addrs {
-		b, s, ok := l.ParseSlot(a)
-		if !ok {
-			return v, fmt.Errorf("call %d: Read holds %q, not a slot", reads[0].Seq, a)
+	read, err := slotRefs(reads[0], l)
+	if err != nil {
+		return v, err
+	}
+	if len(reads) == 2 { // a multi-path read that evicts
+		if v.EvictReads, err = slotRefs(reads[1], l); err != nil {
+			return v, err
 		}
-		read = append(read, SlotRef{b, s})
+		v.EvictUnion = bucketsOf(v.EvictReads)
 	}
 	path, shuffle := splitShuffle(read, z)
 	v.SlotReads = append(v.SlotReads, path)
@@ -191,15 +207,34 @@ func parseOp(reads []observe.Record, write observe.Record, l ringoram.Layout, z 
 	if err := parseWrite(&v, write, l); err != nil {
 		return v, err
 	}
-	if len(v.SlotReads) == 1 && len(v.WroteSlots) > 0 {
+	if len(reads) == 1 && len(v.SlotReads) == 1 && len(v.WroteSlots) > 0 {
 		v.Kind = TreeEviction // slots written, and no bucket read more than Z times
 	}
-	for _, r := range v.SlotReads[0] {
-		v.Union = append(v.Union, r.Bucket)
-	}
-	slices.Sort(v.Union)
-	v.Union = slices.Compact(v.Union)
+	v.Union = bucketsOf(v.SlotReads[0])
 	return v, nil
+}
+
+// slotRefs returns the slots a Read holds.
+func slotRefs(r observe.Record, l ringoram.Layout) ([]SlotRef, error) {
+	var out []SlotRef
+	for _, a := range r.Addrs {
+		b, s, ok := l.ParseSlot(a)
+		if !ok {
+			return nil, fmt.Errorf("call %d: Read holds %q, not a slot", r.Seq, a)
+		}
+		out = append(out, SlotRef{b, s})
+	}
+	return out, nil
+}
+
+// bucketsOf returns the buckets of slots, sorted, each once.
+func bucketsOf(slots []SlotRef) []uint64 {
+	var out []uint64
+	for _, r := range slots {
+		out = append(out, r.Bucket)
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
 }
 
 // parseWrite fills in what the Write that ends an operation holds.
@@ -313,8 +348,8 @@ func TreebeardStored(geo tree.Geometry, cached int, union []uint64) []uint64 {
 func TreebeardEvictionSizes(geo tree.Geometry, ops []TreeOp) []int {
 	var ks []int
 	for _, op := range ops {
-		if op.Kind == TreeEviction {
-			ks = append(ks, leafBuckets(geo, op.Union))
+		if union, ok := op.Eviction(); ok {
+			ks = append(ks, leafBuckets(geo, union))
 		}
 	}
 	return ks
@@ -343,7 +378,7 @@ func TreebeardEvictionOrder(geo tree.Geometry, cached, k int, ops []TreeOp, ks [
 	var c uint64
 	i := 0
 	for _, op := range ops {
-		if op.Kind != TreeEviction {
+		if _, ok := op.Eviction(); !ok {
 			continue
 		}
 		if i >= len(ks) {
@@ -372,17 +407,20 @@ func evictionAt(geo tree.Geometry, cached, k int, op TreeOp, c uint64, n int) er
 		leaves[j] = geo.ReverseLexLeaf(c + uint64(j))
 	}
 	want := TreebeardStored(geo, cached, geo.Union(leaves, nil))
-	if err := SameBuckets("eviction slot Read", op.Union, want); err != nil {
+	union, _ := op.Eviction()
+	if err := SameBuckets("eviction slot Read", union, want); err != nil {
 		return err
 	}
-	written := make([]uint64, 0, len(op.WroteSlots))
-	for b := range op.WroteSlots {
-		written = append(written, b)
+	var written []uint64
+	for b := range op.WroteSlots { // a multi-path read's also holds its reshuffles
+		if _, ok := slices.BinarySearch(want, b); ok || op.Kind == TreeEviction {
+			written = append(written, b)
+		}
 	}
 	if err := SameBuckets("eviction Write", written, want); err != nil {
 		return err
 	}
-	if got := leafBuckets(geo, op.Union); uint64(n) < geo.Leaves() && got != n {
+	if got := leafBuckets(geo, union); uint64(n) < geo.Leaves() && got != n {
 		return fmt.Errorf("an eviction of %d paths rewrites %d leaf buckets", n, got)
 	}
 	return nil
@@ -416,7 +454,7 @@ type reshuffleState struct {
 }
 
 func (r *reshuffleState) apply(op TreeOp) error {
-	for _, reads := range op.SlotReads {
+	for _, reads := range append(slices.Clone(op.SlotReads), op.EvictReads) {
 		for _, x := range reads {
 			if r.read[x.Bucket]&(1<<x.Slot) != 0 {
 				return fmt.Errorf("slot %d of bucket %d read twice since the bucket was rewritten", x.Slot, x.Bucket)
@@ -436,7 +474,8 @@ func (r *reshuffleState) apply(op TreeOp) error {
 		if mask != all {
 			return fmt.Errorf("a partial rewrite of bucket %d (slots %b)", b, mask)
 		}
-		if op.Kind == TreePathRead && r.count[b] <= r.s-r.z {
+		_, evicted := slices.BinarySearch(op.EvictUnion, b)
+		if op.Kind == TreePathRead && !evicted && r.count[b] <= r.s-r.z {
 			return fmt.Errorf("bucket %d reshuffled after %d reads; S=%d, Z=%d", b, r.count[b], r.s, r.z)
 		}
 		delete(r.count, b)

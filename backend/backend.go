@@ -80,6 +80,40 @@ func WriteRead(ctx context.Context, b Backend, items []Item, addrs []string) ([]
 	return b.Read(ctx, addrs)
 }
 
+// Pipeliner is a Backend that can issue a Write and then several Reads in
+// one round trip, storage applying the Write (atomically, as Write does)
+// before it answers the Reads, in order.
+type Pipeliner interface {
+	Pipeline(ctx context.Context, items []Item, reads [][]string) ([][][]byte, error)
+}
+
+// Pipeline stores items in b (none: no Write) and then reads each address
+// list of reads, returning their values in order: in one round trip where
+// b is a Pipeliner, else as a WriteRead (or a Read) and more Reads one
+// after the other. After an error the Write may or may not have been
+// applied.
+func Pipeline(ctx context.Context, b Backend, items []Item, reads [][]string) ([][][]byte, error) {
+	if p, ok := b.(Pipeliner); ok {
+		return p.Pipeline(ctx, items, reads)
+	}
+	if len(reads) == 0 {
+		return nil, b.Write(ctx, items)
+	}
+	out := make([][][]byte, len(reads))
+	for i, addrs := range reads {
+		var err error
+		if i == 0 && len(items) > 0 {
+			out[i], err = WriteRead(ctx, b, items, addrs)
+		} else {
+			out[i], err = b.Read(ctx, addrs)
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
 // Syncer is a Backend that can make every write it has acknowledged
 // durable on demand, however it commits them one by one (the disk
 // backend without per-write fsync, say).

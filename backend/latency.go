@@ -62,6 +62,14 @@ func (l *latency) WriteRead(ctx context.Context, items []Item, addrs []string) (
 	return WriteRead(ctx, l.Backend, items, addrs)
 }
 
+// Pipeline is one round trip: one delay.
+func (l *latency) Pipeline(ctx context.Context, items []Item, reads [][]string) ([][][]byte, error) {
+	if err := l.wait(ctx); err != nil {
+		return nil, err
+	}
+	return Pipeline(ctx, l.Backend, items, reads)
+}
+
 func (l *latency) WriteVersioned(ctx context.Context, items []VersionedItem) (int, error) {
 	if err := l.wait(ctx); err != nil {
 		return 0, err

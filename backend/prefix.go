@@ -48,6 +48,14 @@ func (p *prefixed) WriteRead(ctx context.Context, items []Item, addrs []string) 
 	return WriteRead(ctx, p.next, p.items(items), p.addrs(addrs))
 }
 
+func (p *prefixed) Pipeline(ctx context.Context, items []Item, reads [][]string) ([][][]byte, error) {
+	lists := make([][]string, len(reads))
+	for i, addrs := range reads {
+		lists[i] = p.addrs(addrs)
+	}
+	return Pipeline(ctx, p.next, p.items(items), lists)
+}
+
 func (p *prefixed) WriteVersioned(ctx context.Context, items []VersionedItem) (int, error) {
 	out := make([]VersionedItem, len(items))
 	for i, it := range items {

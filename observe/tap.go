@@ -195,6 +195,35 @@ func (t *Tap) WriteRead(ctx context.Context, items []backend.Item, addrs []strin
 	return vals, err
 }
 
+// Pipeline implements backend.Pipeliner. To the storage operator it is a
+// write (when there are items) and then each read, and the log records
+// them so.
+func (t *Tap) Pipeline(ctx context.Context, items []backend.Item, reads [][]string) ([][][]byte, error) {
+	if _, ok := t.next.(backend.Pipeliner); !ok { // separate calls: each recorded as it ends
+		return backend.Pipeline(ctx, tapCalls{t}, items, reads)
+	}
+	start := time.Now()
+	vals, err := backend.Pipeline(ctx, t.next, items, reads)
+	if len(items) > 0 {
+		t.wrote(start, len(items), func(i int) (string, int) { return items[i].Addr, len(items[i].Value) }, err)
+	}
+	for i, addrs := range reads {
+		var v [][]byte
+		if err == nil {
+			v = vals[i]
+		}
+		t.read(start, addrs, v, err)
+	}
+	return vals, err
+}
+
+// tapCalls is a Tap that is no backend.Pipeliner (its Pipeline method,
+// of another signature, hides the Tap's): backend.Pipeline issues a
+// pipeline through it as the Tap's own calls, each recorded.
+type tapCalls struct{ *Tap }
+
+func (tapCalls) Pipeline() {}
+
 // WriteVersioned implements backend.Backend. To the storage operator it
 // is a write; the log records it as one, with the stored sizes.
 func (t *Tap) WriteVersioned(ctx context.Context, items []backend.VersionedItem) (int, error) {

@@ -440,3 +440,44 @@ func TestWriteRead(t *testing.T) {
 		}
 	}
 }
+
+// lined is a backend that does a Write and several Reads in one call.
+type lined struct {
+	backend.Backend
+	calls int
+}
+
+func (l *lined) Pipeline(ctx context.Context, items []backend.Item, reads [][]string) ([][][]byte, error) {
+	l.calls++
+	return backend.Pipeline(ctx, l.Backend, items, reads)
+}
+
+// A Pipeline through the tap is logged as the write and then each read in
+// order, whether the backend below does them in one call or not, and
+// reaches a backend that can in one call.
+func TestPipeline(t *testing.T) {
+	for _, one := range []bool{false, true} {
+		var next backend.Backend = mem.New()
+		l := &lined{Backend: next}
+		if one {
+			next = l
+		}
+		log := &MemoryLog{}
+		tap := NewTap(next, log)
+		vals, err := backend.Pipeline(ctx, tap, []backend.Item{{Addr: "a", Value: []byte("xy")}}, [][]string{{"a"}, {"b", "a"}})
+		if err != nil || string(vals[0][0]) != "xy" || vals[1][0] != nil || string(vals[1][1]) != "xy" {
+			t.Fatalf("Pipeline through the tap = %q, %v", vals, err)
+		}
+		recs := log.Records()
+		if len(recs) != 3 || recs[0].Op != OpWrite || recs[1].Op != OpRead || recs[2].Op != OpRead ||
+			!reflect.DeepEqual(recs[2].Addrs, []string{"b", "a"}) {
+			t.Fatalf("one call %v: logged %+v; want the write, then the reads in order", one, recs)
+		}
+		if c := tap.Counters(); c.Writes != 1 || c.Reads != 2 {
+			t.Fatalf("counters %+v; want one write and two reads", c)
+		}
+		if one && l.calls != 1 {
+			t.Fatalf("the backend got %d Pipeline calls, want 1", l.calls)
+		}
+	}
+}

@@ -53,6 +53,7 @@ func Run(t *testing.T, open Open, opts ...Option) {
 		{"EmptyBatches", testEmptyBatches},
 		{"WriteRead", testWriteRead},
 		{"WriteThenReadInOneCall", testWriteThenRead},
+		{"Pipeline", testPipeline},
 		{"EmptyValue", testEmptyValue},
 		{"Binary", testBinary},
 		{"Overwrite", testOverwrite},

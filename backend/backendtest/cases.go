@@ -67,6 +67,31 @@ func testWriteThenRead(t *testing.T, open Open) {
 	}
 }
 
+// testPipeline: backend.Pipeline applies its Write before its Reads and
+// answers each Read in order, with or without a Write, whether the
+// backend does them in one round trip or not.
+func testPipeline(t *testing.T, open Open) {
+	b := open(t)
+	write(t, b, item("a", "old"), item("b", "old"))
+	vals, err := backend.Pipeline(t.Context(), b, []backend.Item{item("a", "new")}, [][]string{{"b", "a"}, {"d", "a"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(vals) != 2 || len(vals[0]) != 2 || len(vals[1]) != 2 {
+		t.Fatalf("Pipeline returned %d lists; want 2 of 2 values", len(vals))
+	}
+	checkValue(t, "b", vals[0][0], []byte("old"))
+	checkValue(t, "a", vals[0][1], []byte("new"))
+	checkValue(t, "a", vals[1][1], []byte("new"))
+	if vals[1][0] != nil {
+		t.Fatalf("missing address read %q", vals[1][0])
+	}
+	vals, err = backend.Pipeline(t.Context(), b, nil, [][]string{{"a"}, {"b"}})
+	if err != nil || string(vals[0][0]) != "new" || string(vals[1][0]) != "old" {
+		t.Fatalf("Pipeline without a Write = %q, %v", vals, err)
+	}
+}
+
 // testEmptyValue pins the one subtle distinction of the contract: an empty
 // value (written as []byte{} or nil) is present and reads back as a non-nil
 // empty slice, while a missing address reads back as nil.

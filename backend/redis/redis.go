@@ -220,6 +220,40 @@ func (b *Backend) WriteRead(ctx context.Context, items []backend.Item, addrs []s
 	return values(mget.Val(), addrs)
 }
 
+// Pipeline implements backend.Pipeliner: MSET (when there are items) and
+// one MGET per address list pipelined on one connection, which Redis runs
+// in that order.
+func (b *Backend) Pipeline(ctx context.Context, items []backend.Item, reads [][]string) ([][][]byte, error) {
+	if err := b.check(); err != nil {
+		return nil, err
+	}
+	mgets := make([]*goredis.SliceCmd, len(reads))
+	_, err := b.client.Pipelined(ctx, func(p goredis.Pipeliner) error {
+		if len(items) > 0 {
+			p.MSet(ctx, msetArgs(items)...)
+		}
+		for i, addrs := range reads {
+			if len(addrs) > 0 {
+				mgets[i] = p.MGet(ctx, addrs...)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, wrap("MSET and MGETs", err)
+	}
+	out := make([][][]byte, len(reads))
+	for i, addrs := range reads {
+		if mgets[i] == nil {
+			continue
+		}
+		if out[i], err = values(mgets[i].Val(), addrs); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
 // versionedScript stores ARGV[2i] at KEYS[i] when the version ARGV[2i-1]
 // is newer than the 8-byte big-endian version in front of the stored
 // value, and returns how many items were stale. Redis runs a script

@@ -238,7 +238,7 @@ func TestServeProtocolOptions(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"--opt", "trees=4"}, "option Trees is 2 in the store, the default (4) given"},
+		{[]string{"--opt", "trees=8"}, "option Trees is 2 in the store, the default (8) given"},
 		{[]string{"--opt", "trees=3"}, "option Trees is 2 in the store, 3 given"},
 		{[]string{"--opt", "trees=2", "--opt", "epoch=1ms"}, "option Epoch is 200µs in the store, the default (1ms) given"},
 		{[]string{"--opt", "routers=2"}, "option Routers is the default (1) in the store, 2 given"},

@@ -122,9 +122,9 @@ func TestProtocolOptionsEach(t *testing.T) {
 }
 
 func TestFormatOptions(t *testing.T) {
-	o := treebeard.Options{Trees: 8, Epoch: 2 * time.Millisecond}
+	o := treebeard.Options{Trees: 4, Epoch: 2 * time.Millisecond}
 	s := FormatOptions(o)
-	if s != "Trees=8 Epoch=2ms" {
+	if s != "Trees=4 Epoch=2ms" {
 		t.Errorf("FormatOptions = %q", s)
 	}
 	back, err := ProtocolOptions("treebeard", strings.Fields(s))
@@ -223,7 +223,7 @@ func TestOptionList(t *testing.T) {
 		got[o.Name] = o
 	}
 	for _, want := range []Option{
-		{Name: "Trees", Type: "integer", Default: "4", Constant: true, Doc: "Storage trees."},
+		{Name: "Trees", Type: "integer", Default: "8", Constant: true, Doc: "Storage trees."},
 		{Name: "ORAMShards", Type: "integer", Default: "min(2, Trees)", Doc: got["ORAMShards"].Doc},
 		{Name: "Epoch", Type: "duration", Default: "1ms", Constant: true, Doc: got["Epoch"].Doc},
 	} {
@@ -249,7 +249,7 @@ func TestSettingsDropDefaults(t *testing.T) {
 		want     map[string]string
 	}{
 		{"treebeard", []string{"epoch=1ms"}, map[string]string{}},
-		{"treebeard", []string{"epoch=1000us", "trees=4", "z=4", "k=51"}, map[string]string{"K": "51"}},
+		{"treebeard", []string{"epoch=1000us", "trees=8", "z=4", "k=51"}, map[string]string{"K": "51"}},
 		{"treebeard", []string{"oramshards=2"}, map[string]string{"ORAMShards": "2"}}, // min(2, Trees)
 		{"oblivistore", []string{"evictionrate=2.0", "partitions=16"}, map[string]string{"Partitions": "16"}},
 		{"pathoram", []string{"batchbytes=4194304", "z=4"}, map[string]string{}},
@@ -274,7 +274,7 @@ func TestSettingsRoundTrip(t *testing.T) {
 		args     []string
 		want     map[string]string
 	}{
-		{"treebeard", []string{"trees=8", "epoch=2000us", "stash-shards=3"}, map[string]string{"Trees": "8", "Epoch": "2ms", "StashShards": "3"}},
+		{"treebeard", []string{"trees=4", "epoch=2000us", "stash-shards=3"}, map[string]string{"Trees": "4", "Epoch": "2ms", "StashShards": "3"}},
 		{"oblivistore", []string{"evictionrate=1.5", "partitions=16"}, map[string]string{"EvictionRate": "1.5", "Partitions": "16"}},
 		{"taostore", []string{"cached_levels=2", "z=0"}, map[string]string{"CachedLevels": "2"}}, // 0 is the default: not a setting
 		{"cloak", []string{"delta=-1ms", "s=0.5"}, map[string]string{"Delta": "-1ms", "S": "0.5"}},
@@ -444,7 +444,7 @@ func TestOpenRecordWithoutOptions(t *testing.T) {
 // reopens with them, and one created with them records none.
 func TestOpenDefaultGivenIsNoConflict(t *testing.T) {
 	ctx := t.Context()
-	for _, create := range [][]string{nil, {"epoch=1ms", "trees=4"}} {
+	for _, create := range [][]string{nil, {"epoch=1ms", "trees=8"}} {
 		dir := t.TempDir()
 		for _, args := range [][]string{create, {"Epoch=1000us", "z=4"}, nil} {
 			o, err := Open(ctx, Options{Backend: "disk", DataDir: dir, Capacity: 64, ValueSize: 16, OptionArgs: args})

@@ -3,7 +3,6 @@ package ringoram
 import (
 	"context"
 	"fmt"
-	"slices"
 
 	"github.com/oblivkv/oblivkv/protocol/tree"
 )
@@ -49,45 +48,8 @@ func (t *Tree) Evict(ctx context.Context, k int, blocks []Block) ([]int64, error
 	if k < 1 {
 		return nil, fmt.Errorf("ringoram: eviction of %d paths", k)
 	}
-	if err := t.checkBlocks(blocks); err != nil {
-		return nil, err
-	}
-	if err := t.begin(ctx, Plan{Evict: k}); err != nil {
-		return nil, err
-	}
-	whole := t.g.Union(t.EvictionLeaves(k), nil)
-	top, union := t.top.split(whole)
-	metas, err := t.readMeta(ctx, union)
-	if err != nil {
-		return nil, err
-	}
-	all := make([]int, len(union))
-	for i := range all {
-		all[i] = i
-	}
-	kept, err := t.readReal(ctx, union, metas, all)
-	if err != nil {
-		return nil, err
-	}
-	contents, where, err := t.place(whole, slices.Concat(t.topKept(top), kept), blocks)
-	if err != nil {
-		return nil, err
-	}
-	ws := t.evictWrites(union, metas, contents[len(top):])
-	c := Change{Evicted: k, Top: t.topWrites(top, contents[:len(top)])}
-	for j, b := range where {
-		if b >= 0 {
-			c.Placed = append(c.Placed, Placement{ID: blocks[j].Block.ID, Bucket: uint64(b)})
-		}
-	}
-	if err := t.writeChange(ctx, ws, c); err != nil {
-		return nil, err
-	}
-	t.evictions += uint64(k)
-	t.stats.Evictions++
-	t.stats.EvictedPaths += uint64(k)
-	t.stats.BucketsWritten += uint64(len(union))
-	return where, nil
+	_, where, err := t.ReadEvict(ctx, nil, k, blocks)
+	return where, err
 }
 
 // checkBlocks refuses, before any I/O, blocks an eviction cannot write.

@@ -99,6 +99,28 @@ func (f *fixture) read(reqs ...PathRead) []ReadResult {
 	return res
 }
 
+// readEvict runs ReadEvict of reqs and an eviction of k paths, and
+// audits its calls.
+func (f *fixture) readEvict(k int, blocks []Block, reqs ...PathRead) ([]ReadResult, []int64) {
+	f.t.Helper()
+	evicted := f.tr.EvictionLeaves(k)
+	res, where, err := f.tr.ReadEvict(f.ctx, reqs, k, blocks)
+	if err == nil {
+		err = f.tr.Flush(f.ctx)
+	}
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	leaves := make([]uint64, len(reqs))
+	for i, r := range reqs {
+		leaves[i] = r.Leaf
+	}
+	if err := f.aud.access(f.fresh(), leaves, evicted); err != nil {
+		f.t.Fatal(err)
+	}
+	return res, where
+}
+
 // evict runs Evict and audits its calls.
 func (f *fixture) evict(k int, blocks []Block) []int64 {
 	f.t.Helper()
@@ -290,51 +312,86 @@ func (a *auditor) init(recs []observe.Record) error {
 	return nil
 }
 
-// readPaths checks a ReadPaths of leaves: its metadata Read, if any, ONE
-// Read of min(c, Z) slots of each bucket of the union followed by Z slots
-// of each bucket due for an early reshuffle, and the Write.
+// readPaths checks a ReadPaths of leaves (access).
 func (a *auditor) readPaths(recs []observe.Record, leaves []uint64) error {
-	union := a.union(leaves)
+	return a.access(recs, leaves, nil)
+}
+
+// access checks a ReadEvict of leaves evicting the paths to evicted: its
+// metadata Read, if any; for a read, ONE Read of min(c, Z) slots of each
+// bucket of its union followed by Z slots of each bucket due for an early
+// reshuffle and not evicted; for an eviction, ONE Read of Z slots of each
+// bucket of its union; and the Write.
+func (a *auditor) access(recs []observe.Record, leaves, evicted []uint64) error {
+	read, evict := a.union(leaves), a.union(evicted)
+	union := slices.Compact(slices.Sorted(slices.Values(slices.Concat(read, evict))))
 	recs, err := a.metaRead(recs, union)
 	if err != nil {
 		return err
 	}
-	if len(recs) != 2 {
-		return fmt.Errorf("ReadPaths made %d calls after its metadata Read; want a slot Read and a Write", len(recs))
+	want := 1
+	if len(leaves) > 0 {
+		want++
 	}
-	per := make([]int, len(union)) // min(paths crossing the bucket, Z)
+	if len(evicted) > 0 {
+		want++
+	}
+	if len(recs) != want {
+		return fmt.Errorf("the operation made %d calls after its metadata Read; want %d slot Reads and a Write", len(recs), want-1)
+	}
+	var due []uint64
+	if len(leaves) > 0 {
+		if due, err = a.pathRead(recs[0], leaves, read, evict); err != nil {
+			return err
+		}
+		recs = recs[1:]
+	}
+	if len(evicted) > 0 {
+		if err := a.slotRead(recs[0], evict, a.each(len(evict))); err != nil {
+			return fmt.Errorf("eviction: %w", err)
+		}
+		recs = recs[1:]
+	}
+	return a.rewrite(recs[0], union, slices.Compact(slices.Sorted(slices.Values(slices.Concat(due, evict)))))
+}
+
+// pathRead checks a multi-path read's slot Read of the paths to leaves
+// (union read): min(c, Z) slots of each bucket, then Z slots of each bucket
+// due for an early reshuffle and not in evict. It returns those due.
+func (a *auditor) pathRead(r observe.Record, leaves, read, evict []uint64) ([]uint64, error) {
+	per := make([]int, len(read)) // min(paths crossing the bucket, Z)
 	n := 0
 	for _, leaf := range leaves {
 		for lvl := a.top; lvl <= a.g.L; lvl++ {
-			i := index(union, a.g.BucketAt(leaf, lvl))
+			i := index(read, a.g.BucketAt(leaf, lvl))
 			if per[i] < a.p.Z {
 				per[i]++
 				n++
 			}
 		}
 	}
-	path, shuffle := splitRecord(recs[0], n)
-	if err := a.slotRead(path, union, per); err != nil {
-		return err
+	path, shuffle := splitRecord(r, n)
+	if err := a.slotRead(path, read, per); err != nil {
+		return nil, err
 	}
 	for _, addr := range path.Addrs {
 		_, s, _ := a.l.ParseSlot(addr)
 		a.offsets[s]++
 	}
 	var due []uint64
-	for i, b := range union {
+	for i, b := range read {
 		a.count[b] += per[i]
 		if a.count[b] > a.p.S {
-			return fmt.Errorf("bucket %d read %d slots without a reshuffle", b, a.count[b])
+			return nil, fmt.Errorf("bucket %d read %d slots without a reshuffle", b, a.count[b])
 		}
-		if a.count[b] > a.p.S-a.p.Z {
+		if a.count[b] > a.p.S-a.p.Z && index(evict, b) < 0 {
 			due = append(due, b)
 		}
 	}
 	if err := a.slotRead(shuffle, due, a.each(len(due))); err != nil {
-		return fmt.Errorf("%d buckets due for a reshuffle: %w", len(due), err)
+		return nil, fmt.Errorf("%d buckets due for a reshuffle: %w", len(due), err)
 	}
-	return a.rewrite(recs[1], union, due)
+	return due, nil
 }
 
 // splitRecord splits a Read after its first n addresses.
@@ -348,20 +405,9 @@ func splitRecord(r observe.Record, n int) (observe.Record, observe.Record) {
 	return head, tail
 }
 
-// evict checks an Evict of leaves.
+// evict checks an Evict of leaves (access).
 func (a *auditor) evict(recs []observe.Record, leaves []uint64) error {
-	union := a.union(leaves)
-	recs, err := a.metaRead(recs, union)
-	if err != nil {
-		return err
-	}
-	if len(recs) != 2 {
-		return fmt.Errorf("Evict made %d calls after its metadata Read; want 2", len(recs))
-	}
-	if err := a.slotRead(recs[0], union, a.each(len(union))); err != nil {
-		return err
-	}
-	return a.rewrite(recs[1], union, union)
+	return a.access(recs, nil, leaves)
 }
 
 // union returns the buckets of the paths to leaves below the top.

@@ -43,27 +43,36 @@ func forChunks(n, minPer int, fn func(lo, hi int) error) error {
 	return nil
 }
 
-// read is ONE backend Read of addrs. A missing address is tampering: the
-// storage operator deleted it (a missing bucket is never empty).
+// read is ONE backend Read of addrs (readLists).
 func (t *Tree) read(ctx context.Context, addrs []string) ([][]byte, error) {
-	var vals [][]byte
-	var err error
-	if t.pending != nil { // the last operation's Write goes first, in the same round trip
-		if vals, err = backend.WriteRead(ctx, t.b, t.pending, addrs); err == nil {
-			t.pending = nil
-		}
-	} else {
-		vals, err = t.b.Read(ctx, addrs)
-	}
+	vals, err := t.readLists(ctx, [][]string{addrs})
 	if err != nil {
 		return nil, err
 	}
-	if len(vals) != len(addrs) {
-		return nil, fmt.Errorf("%w: storage returned %d values for %d addresses", seal.ErrTampered, len(vals), len(addrs))
+	return vals[0], nil
+}
+
+// readLists is ONE backend Read of each address list, in order and in
+// one round trip (backend.Pipeline), after the last operation's Write if
+// it has not reached storage yet. A missing address is tampering: the
+// storage operator deleted it (a missing bucket is never empty).
+func (t *Tree) readLists(ctx context.Context, lists [][]string) ([][][]byte, error) {
+	vals, err := backend.Pipeline(ctx, t.b, t.pending, lists)
+	if err != nil {
+		return nil, err
 	}
-	for i, v := range vals {
-		if v == nil {
-			return nil, fmt.Errorf("%w: %s is missing from storage", seal.ErrTampered, t.l.describe(addrs[i]))
+	t.pending = nil
+	if len(vals) != len(lists) {
+		return nil, fmt.Errorf("%w: storage answered %d Reads of %d", seal.ErrTampered, len(vals), len(lists))
+	}
+	for i, addrs := range lists {
+		if len(vals[i]) != len(addrs) {
+			return nil, fmt.Errorf("%w: storage returned %d values for %d addresses", seal.ErrTampered, len(vals[i]), len(addrs))
+		}
+		for j, v := range vals[i] {
+			if v == nil {
+				return nil, fmt.Errorf("%w: %s is missing from storage", seal.ErrTampered, t.l.describe(addrs[j]))
+			}
 		}
 	}
 	return vals, nil
@@ -75,7 +84,7 @@ const (
 	maxRetry   = time.Second
 )
 
-// readAgain reads addrs, and while storage fails the Read (a transport
+// readAgain reads the address lists (readLists), and while storage fails the Read (a transport
 // error, not a tampered answer) issues the identical Read again, until it
 // succeeds, ctx ends or the Tree is abandoned. Treebeard Sec. 5.3.3: a
 // Read of slots may have reached storage even when it failed, so the
@@ -83,10 +92,10 @@ const (
 // wanted block's slot a second time beside fresh dummies, and storage
 // would see which slot did not change. Read again unchanged, it learns
 // only that a Read failed.
-func (t *Tree) readAgain(ctx context.Context, addrs []string) ([][]byte, error) {
+func (t *Tree) readAgain(ctx context.Context, lists [][]string) ([][][]byte, error) {
 	wait := firstRetry
 	for {
-		vals, err := t.read(ctx, addrs)
+		vals, err := t.readLists(ctx, lists)
 		if err == nil || errors.Is(err, seal.ErrTampered) || errors.Is(err, backend.ErrClosed) {
 			return vals, err
 		}
@@ -201,20 +210,45 @@ type slotRead struct {
 }
 
 // readSlots reads the slots reads of buckets of union in ONE backend Read
-// and opens them in parallel. Each must agree with its bucket's metadata:
-// the slot of a real entry holds that block, any other slot a dummy. It
-// returns the block of each read (the zero Block for a dummy).
+// and opens them in parallel (readSlotLists).
 func (t *Tree) readSlots(ctx context.Context, union []uint64, metas []meta, reads []slotRead) ([]tree.Block, error) {
-	addrs := make([]string, len(reads))
-	for j, r := range reads {
-		addrs[j] = t.l.SlotAddr(union[r.i], int(r.slot))
+	blocks, err := t.readSlotLists(ctx, union, metas, [][]slotRead{reads})
+	if err != nil {
+		return nil, err
+	}
+	return blocks[0], nil
+}
+
+// readSlotLists reads each list of slots of buckets of union in ONE
+// backend Read, all in one round trip, and opens them in parallel. Each
+// must agree with its bucket's metadata: the slot of a real entry holds
+// that block, any other slot a dummy. It returns the block of each read
+// (the zero Block for a dummy), by list.
+func (t *Tree) readSlotLists(ctx context.Context, union []uint64, metas []meta, lists [][]slotRead) ([][]tree.Block, error) {
+	addrs := make([][]string, len(lists))
+	for i, reads := range lists {
+		addrs[i] = make([]string, len(reads))
+		for j, r := range reads {
+			addrs[i][j] = t.l.SlotAddr(union[r.i], int(r.slot))
+		}
 	}
 	vals, err := t.readAgain(ctx, addrs)
 	if err != nil {
 		return nil, err
 	}
+	out := make([][]tree.Block, len(lists))
+	for i := range lists {
+		if out[i], err = t.openSlots(union, metas, lists[i], vals[i]); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// openSlots opens the values vals of the slots reads in parallel.
+func (t *Tree) openSlots(union []uint64, metas []meta, reads []slotRead, vals [][]byte) ([]tree.Block, error) {
 	out := make([]tree.Block, len(reads))
-	err = forChunks(len(reads), slotsPerWorker, func(lo, hi int) error {
+	err := forChunks(len(reads), slotsPerWorker, func(lo, hi int) error {
 		for j := lo; j < hi; j++ {
 			r := reads[j]
 			b, err := t.openSlot(union[r.i], &metas[r.i], r.slot, vals[j])

@@ -70,8 +70,10 @@ func randomized(t *testing.T, p Params, top, ops, n int, lk leak) *fixture {
 	maxStash := 0
 	for op := range ops {
 		switch n := f.r.IntN(10); {
-		case n < 7:
+		case n < 5:
 			randomReads(t, f, &m, ids)
+		case n < 7:
+			randomReadEvict(t, f, &m, ids)
 		case n < 9:
 			randomEvict(t, f, &m, ids)
 		default:
@@ -97,12 +99,32 @@ func randomized(t *testing.T, p Params, top, ops, n int, lk leak) *fixture {
 	return f
 }
 
-// randomReads reads a batch: blocks in the tree on their leaf, fake reads
-// for blocks in the stash, now and then a duplicate or a wrong leaf.
+// randomReads reads a batch (randomBatch).
 func randomReads(t *testing.T, f *fixture, m *model, ids []tree.BlockID) {
+	reqs, wanted := randomBatch(f, m, ids)
+	if len(reqs) == 0 {
+		return
+	}
+	checkReads(t, f, m, reqs, wanted, f.read(reqs...))
+}
+
+// randomReadEvict reads a batch (randomBatch) and evicts a few paths with
+// the whole stash as it was before the read, in one operation.
+func randomReadEvict(t *testing.T, f *fixture, m *model, ids []tree.BlockID) {
+	reqs, wanted := randomBatch(f, m, ids)
+	stash := stashed(m, ids)
+	k := 1 + f.r.IntN(8)
+	union := f.tr.g.Union(f.tr.EvictionLeaves(k), nil)
+	res, where := f.readEvict(k, stash, reqs...)
+	checkReads(t, f, m, reqs, wanted, res)
+	evicted(t, f, m, ids, union, stash, where)
+}
+
+// randomBatch draws a batch of path reads: blocks in the tree on their
+// leaf, fake reads for blocks in the stash, now and then a duplicate or a
+// wrong leaf; wanted[i] is the block request i must find, if any.
+func randomBatch(f *fixture, m *model, ids []tree.BlockID) (reqs []PathRead, wanted []tree.BlockID) {
 	g := f.tr.g
-	var reqs []PathRead
-	var wanted []tree.BlockID
 	for range 1 + f.r.IntN(6) {
 		id := ids[f.r.IntN(len(ids))]
 		switch {
@@ -118,10 +140,13 @@ func randomReads(t *testing.T, f *fixture, m *model, ids []tree.BlockID) {
 			reqs, wanted = append(reqs, PathRead{Leaf: m.leaf[id], Want: id, Real: true}), append(wanted, id)
 		}
 	}
-	if len(reqs) == 0 {
-		return
-	}
-	res := f.read(reqs...)
+	return reqs, wanted
+}
+
+// checkReads checks the results of a batch against the model, and moves
+// the blocks found into the stash with a new value and leaf.
+func checkReads(t *testing.T, f *fixture, m *model, reqs []PathRead, wanted []tree.BlockID, res []ReadResult) {
+	g := f.tr.g
 	served := map[tree.BlockID]bool{} // a block goes to the first request for it
 	for i, r := range res {
 		id := wanted[i]
@@ -148,15 +173,26 @@ func randomReads(t *testing.T, f *fixture, m *model, ids []tree.BlockID) {
 
 // randomEvict evicts a few paths with the whole stash.
 func randomEvict(t *testing.T, f *fixture, m *model, ids []tree.BlockID) {
+	stash := stashed(m, ids)
+	k := 1 + f.r.IntN(8)
+	union := f.tr.g.Union(f.tr.EvictionLeaves(k), nil)
+	evicted(t, f, m, ids, union, stash, f.evict(k, stash))
+}
+
+// stashed returns the blocks in the model's stash.
+func stashed(m *model, ids []tree.BlockID) []Block {
 	var stash []Block
 	for _, id := range ids {
 		if m.stash[id] {
 			stash = append(stash, Block{Block: tree.Block{ID: id, Value: m.value[id]}, Leaf: m.leaf[id]})
 		}
 	}
-	k := 1 + f.r.IntN(8)
-	union := f.tr.g.Union(f.tr.EvictionLeaves(k), nil)
-	where := f.evict(k, stash)
+	return stash
+}
+
+// evicted checks an eviction of the paths of union that placed stash
+// block j in bucket where[j], and updates the model.
+func evicted(t *testing.T, f *fixture, m *model, ids []tree.BlockID, union []uint64, stash []Block, where []int64) {
 	for _, id := range ids { // blocks the eviction read may have moved down their paths
 		if b, in := m.bucket[id]; in && !m.stash[id] && index(union, b) >= 0 {
 			m.bucket[id] = f.find(id, m.leaf[id])

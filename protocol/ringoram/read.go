@@ -2,9 +2,7 @@ package ringoram
 
 import (
 	"context"
-	"fmt"
 	"math/bits"
-	"slices"
 
 	"github.com/oblivkv/oblivkv/protocol/tree"
 )
@@ -61,53 +59,8 @@ func (t *Tree) ReadPaths(ctx context.Context, reqs []PathRead) ([]ReadResult, er
 	if len(reqs) == 0 {
 		return nil, nil
 	}
-	leaves := make([]uint64, len(reqs))
-	for i, r := range reqs {
-		if r.Leaf >= t.g.Leaves() {
-			return nil, fmt.Errorf("ringoram: read of leaf %d in a tree of %d leaves", r.Leaf, t.g.Leaves())
-		}
-		leaves[i] = r.Leaf
-	}
-	if err := t.begin(ctx, Plan{Reads: reqs}); err != nil {
-		return nil, err
-	}
-	results := make([]ReadResult, len(reqs))
-	taken, top, claimed := t.takeTop(reqs, results)
-	hits := len(taken)
-	_, union := t.top.split(t.g.Union(leaves, nil))
-	metas, err := t.readMeta(ctx, union)
-	if err != nil {
-		return nil, err
-	}
-	reads, owner := t.pathSlots(reqs, union, metas, claimed)
-	read := t.copyMetas(metas) // what the slots are checked against
-	for _, r := range reads {
-		metas[r.i].consume(r.slot)
-	}
-	due := t.due(metas)
-	shuffleReads := t.realSlotsOf(union, metas, due)
-	blocks, err := t.readSlots(ctx, union, read, slices.Concat(reads, shuffleReads))
-	if err != nil {
-		return nil, err
-	}
-	for j := range reads {
-		if owner[j] >= 0 {
-			results[owner[j]] = ReadResult{Block: blocks[j], Found: true}
-			taken = append(taken, blocks[j])
-		}
-	}
-	kept := t.keptBlocks(union, metas, due, shuffleReads, blocks[len(reads):])
-	ws := t.reshuffle(union, metas, due, kept)
-	if err := t.writeChange(ctx, ws, Change{Taken: taken, Top: top}); err != nil {
-		return nil, err
-	}
-	t.stats.CachedHits += uint64(hits)
-	t.stats.PathReads += uint64(len(reqs))
-	t.stats.MultiReads++
-	t.stats.BucketsRead += uint64(len(union))
-	t.stats.Reshuffles += uint64(len(due))
-	t.stats.BucketsWritten += uint64(len(due))
-	return results, nil
+	results, _, err := t.ReadEvict(ctx, reqs, 0, nil)
+	return results, err
 }
 
 // pathSlots chooses the slots a path read fetches from each bucket of

@@ -781,16 +781,20 @@ func changeReplays(t *testing.T, top int) {
 	}
 	g := f.tr.g
 	for i := range 40 {
-		if i%5 == 4 {
-			var stash []Block
-			for range 3 {
-				stash = append(stash, Block{Block: randomBlock(f.r, 32), Leaf: f.r.Uint64N(g.Leaves())})
-			}
-			f.evict(3, stash)
-			continue
+		var stash []Block
+		for range 3 {
+			stash = append(stash, Block{Block: randomBlock(f.r, 32), Leaf: f.r.Uint64N(g.Leaves())})
 		}
 		b := loaded[i]
-		f.read(PathRead{Leaf: b.leaf, Want: b.ID, Real: true}, PathRead{Leaf: f.r.Uint64N(g.Leaves())})
+		reqs := []PathRead{{Leaf: b.leaf, Want: b.ID, Real: true}, {Leaf: f.r.Uint64N(g.Leaves())}}
+		switch i % 5 {
+		case 4:
+			f.evict(3, stash)
+		case 3: // a read and an eviction in one operation
+			f.readEvict(2, stash, reqs...)
+		default:
+			f.read(reqs...)
+		}
 	}
 	taken, placed, tops := 0, 0, 0
 	for _, c := range changes {
@@ -902,10 +906,11 @@ func TestResumeReadsSameSlots(t *testing.T) {
 	}
 	read := func() error { _, err := f.tr.ReadPaths(f.ctx, reqs); return err }
 	evict := func() error { _, err := f.tr.Evict(f.ctx, 4, nil); return err }
+	both := func() error { _, _, err := f.tr.ReadEvict(f.ctx, reqs, 4, nil); return err }
 	for _, op := range []struct {
 		name string
 		run  func() error
-	}{{"multi-path read", read}, {"eviction", evict}} {
+	}{{"multi-path read", read}, {"eviction", evict}, {"read and eviction", both}} {
 		plans = nil
 		first, fresh := attempt(op.run), attempt(op.run)
 		if sameReads(first, fresh) {
@@ -916,7 +921,7 @@ func TestResumeReadsSameSlots(t *testing.T) {
 			t.Fatalf("%s resumed read\n%v\nwhere it read\n%v", op.name, readAddrs(resumed), readAddrs(first))
 		}
 	}
-	f.tr.Resume(plans[0]) // an eviction's plan
+	f.tr.Resume(plans[0]) // the plan of a read and an eviction
 	if _, err := f.tr.ReadPaths(f.ctx, reqs); !errors.Is(err, errNotResumed) {
 		t.Fatalf("a multi-path read after an eviction's Resume: %v; want errNotResumed", err)
 	}

@@ -374,64 +374,97 @@ func checkSchedule(perTree [][]treebeard.TraceEvent, a, k int) error {
 // reads the metadata of exactly Union(P), then exactly min(c, Z) slots of
 // every bucket of Union(P), c being the number of paths of P crossing it
 // (one slot per bucket with Z = 1), and nothing else, then (for early
-// reshuffles) Z slots
-// of each of some buckets of the union, and writes the metadata of every
-// bucket of the union and every slot of the reshuffled buckets, nothing
-// else. An eviction of leaves P reads the metadata of Union(P), Z slots
-// of each of its buckets, and writes every slot and the metadata of each.
+// reshuffles) Z slots of each of some buckets of the union, and writes
+// the metadata of every bucket of the union and every slot of the
+// reshuffled buckets, nothing else. An eviction of leaves P reads the
+// metadata of Union(P), Z slots of each of its buckets, and writes every
+// slot and the metadata of each. A multi-path read that evicts (the next
+// trace event is the eviction) is both in one operation: its metadata
+// Read and Write cover both unions, its eviction's slot Read follows its
+// own, and its Write holds every slot of the eviction's buckets too.
+// Unions are of the buckets below the cached levels.
 func checkView(geo tree.Geometry, cached, z, s int, ops []audit.TreeOp, evs []treebeard.TraceEvent, metaReads int) error {
-	if len(ops) != len(evs) {
-		return fmt.Errorf("%d operations on storage, %d in the trace", len(ops), len(evs))
-	}
-	all := uint64(1)<<(z+s) - 1
 	readMeta := map[uint64]int{} // per bucket: metadata Reads so far
-	for i, op := range ops {
-		e := evs[i]
+	stored := func(leaves []uint64) []uint64 { return audit.TreebeardStored(geo, cached, geo.Union(leaves, nil)) }
+	e := 0
+	for _, op := range ops {
+		if e >= len(evs) {
+			return fmt.Errorf("call %d: %d trace events, and more operations on storage", op.Seq, len(evs))
+		}
+		ev := evs[e]
+		e++
 		want := audit.TreePathRead
-		if e.Kind == treebeard.TraceEvict {
+		if ev.Kind == treebeard.TraceEvict {
 			want = audit.TreeEviction
 		}
 		if op.Kind != want {
 			return fmt.Errorf("call %d: storage saw a %v, the trace a %v", op.Seq, op.Kind, want)
 		}
-		union := audit.TreebeardStored(geo, cached, geo.Union(e.Leaves, nil))
-		if err := metaFrom(op.Meta, union, readMeta, metaReads); err != nil {
-			return fmt.Errorf("call %d (%v of %d paths): %w", op.Seq, op.Kind, len(e.Leaves), err)
-		}
-		perBucket := crossing(geo, e.Leaves, z) // a path read: one slot per path, at most Z
-		if op.Kind == audit.TreeEviction {
-			perBucket = func(uint64) int { return z } // ReadBucket: Z slots of each
-		}
-		if err := audit.SlotsPerBucket("slot Read", op.SlotReads[0], union, perBucket); err != nil {
-			return fmt.Errorf("call %d (%v): %w", op.Seq, op.Kind, err)
-		}
-		if err := audit.SameBuckets("metadata Write", op.WroteMeta, union); err != nil {
-			return fmt.Errorf("call %d (%v): %w", op.Seq, op.Kind, err)
-		}
-		rewritten := union // an eviction rewrites the whole union
-		if op.Kind == audit.TreePathRead {
-			rewritten = nil
-			if len(op.SlotReads) == 2 {
-				for _, r := range op.SlotReads[1] {
-					rewritten = append(rewritten, r.Bucket)
-				}
-				slices.Sort(rewritten)
-				rewritten = slices.Compact(rewritten)
-				if err := audit.SlotsPerBucket("reshuffle Read", op.SlotReads[1], rewritten, func(uint64) int { return z }); err != nil {
-					return fmt.Errorf("call %d: %w", op.Seq, err)
-				}
-				if !subset(rewritten, union) {
-					return fmt.Errorf("call %d: a reshuffle Read outside the union", op.Seq)
-				}
+		union := stored(ev.Leaves)
+		var evict []uint64
+		if len(op.EvictUnion) > 0 {
+			if e >= len(evs) || evs[e].Kind != treebeard.TraceEvict {
+				return fmt.Errorf("call %d: a multi-path read that evicts, and no eviction after it in the trace", op.Seq)
+			}
+			evict = stored(evs[e].Leaves)
+			e++
+			if err := audit.SlotsPerBucket("eviction slot Read", op.EvictReads, evict, func(uint64) int { return z }); err != nil {
+				return fmt.Errorf("call %d: %w", op.Seq, err)
 			}
 		}
-		if len(op.WroteSlots) != len(rewritten) {
-			return fmt.Errorf("call %d (%v): Write holds slots of %d buckets, want %d", op.Seq, op.Kind, len(op.WroteSlots), len(rewritten))
+		if err := checkOp(geo, z, s, op, ev.Leaves, union, evict, readMeta, metaReads); err != nil {
+			return fmt.Errorf("call %d (%v of %d paths): %w", op.Seq, op.Kind, len(ev.Leaves), err)
 		}
-		for _, b := range rewritten {
-			if op.WroteSlots[b] != all {
-				return fmt.Errorf("call %d (%v): Write holds slots %b of bucket %d, want all %d", op.Seq, op.Kind, op.WroteSlots[b], b, z+s)
+	}
+	if e != len(evs) {
+		return fmt.Errorf("%d trace events, %d of them on storage", len(evs), e)
+	}
+	return nil
+}
+
+// checkOp checks one operation of checkView: a multi-path read or an
+// eviction of leaves (union: their buckets), with evict the buckets of
+// the eviction a multi-path read makes too.
+func checkOp(geo tree.Geometry, z, s int, op audit.TreeOp, leaves, union, evict []uint64, readMeta map[uint64]int, metaReads int) error {
+	whole := slices.Compact(slices.Sorted(slices.Values(slices.Concat(union, evict))))
+	if err := metaFrom(op.Meta, whole, readMeta, metaReads); err != nil {
+		return err
+	}
+	perBucket := crossing(geo, leaves, z) // a path read: one slot per path, at most Z
+	if op.Kind == audit.TreeEviction {
+		perBucket = func(uint64) int { return z } // ReadBucket: Z slots of each
+	}
+	if err := audit.SlotsPerBucket("slot Read", op.SlotReads[0], union, perBucket); err != nil {
+		return err
+	}
+	if err := audit.SameBuckets("metadata Write", op.WroteMeta, whole); err != nil {
+		return err
+	}
+	rewritten := union // an eviction rewrites the whole union
+	if op.Kind == audit.TreePathRead {
+		rewritten = nil
+		if len(op.SlotReads) == 2 {
+			for _, r := range op.SlotReads[1] {
+				rewritten = append(rewritten, r.Bucket)
 			}
+			slices.Sort(rewritten)
+			rewritten = slices.Compact(rewritten)
+			if err := audit.SlotsPerBucket("reshuffle Read", op.SlotReads[1], rewritten, func(uint64) int { return z }); err != nil {
+				return err
+			}
+			if !subset(rewritten, union) || len(slices.DeleteFunc(slices.Clone(rewritten), func(b uint64) bool { return !subset([]uint64{b}, evict) })) > 0 {
+				return fmt.Errorf("a reshuffle Read outside the union, or of a bucket the eviction rewrites")
+			}
+		}
+		rewritten = slices.Compact(slices.Sorted(slices.Values(slices.Concat(rewritten, evict))))
+	}
+	if len(op.WroteSlots) != len(rewritten) {
+		return fmt.Errorf("Write holds slots of %d buckets, want %d", len(op.WroteSlots), len(rewritten))
+	}
+	all := uint64(1)<<(z+s) - 1
+	for _, b := range rewritten {
+		if op.WroteSlots[b] != all {
+			return fmt.Errorf("Write holds slots %b of bucket %d, want all %d", op.WroteSlots[b], b, z+s)
 		}
 	}
 	return nil
@@ -525,11 +558,13 @@ func checkRun(run auditRun) (audited, error) {
 func countOps(perTree [][]audit.TreeOp) (reads, evictions, reshuffles int) {
 	for _, ops := range perTree {
 		for _, op := range ops {
-			if op.Kind == audit.TreeEviction {
+			evict, evicts := op.Eviction()
+			if evicts {
 				evictions++
-			} else {
+			}
+			if op.Kind == audit.TreePathRead {
 				reads++
-				reshuffles += len(op.WroteSlots)
+				reshuffles += len(op.WroteSlots) - len(evict)
 			}
 		}
 	}
@@ -840,9 +875,12 @@ func TestAuditCatchesViolations(t *testing.T) {
 	groups := opGroups(run.records, 0)
 	var evictions, plain, reshuffling [][]int // tree 0's operations by shape
 	for i, g := range groups {
+		_, evicts := clean.ops[0][i].Eviction()
 		switch op := clean.ops[0][i]; {
-		case op.Kind == audit.TreeEviction:
-			evictions = append(evictions, g)
+		case evicts:
+			if len(evictions) == 0 || len(g) == len(evictions[0]) { // swapped record by record
+				evictions = append(evictions, g)
+			}
 		case len(op.SlotReads) == 1:
 			plain = append(plain, g)
 		default:
@@ -950,8 +988,19 @@ func TestAuditCatchesViolations(t *testing.T) {
 	})
 	t.Run("b/metadata read twice", func(t *testing.T) {
 		records := cloneRecords(run.records)
-		meta := observe.Record{Op: observe.OpRead, Addrs: []string{l.MetaAddr(0)}, Sizes: []int{1}}
-		at := []int{plain[0][0], evictions[0][0]} // the root is in every union
+		// The top stored bucket of the first plain read's union, and the
+		// next operation whose union holds it too.
+		first := slices.IndexFunc(groups, func(g []int) bool { return g[0] == plain[0][0] })
+		b := clean.ops[0][first].Union[0]
+		next := first + 1
+		for next < len(groups) && !slices.Contains(clean.ops[0][next].Union, b) {
+			next++
+		}
+		if next == len(groups) {
+			t.Fatalf("no operation after the first plain read reads bucket %d", b)
+		}
+		meta := observe.Record{Op: observe.OpRead, Addrs: []string{l.MetaAddr(b)}, Sizes: []int{1}}
+		at := []int{plain[0][0], groups[next][0]}
 		slices.Sort(at)
 		for _, i := range slices.Backward(at) {
 			meta.Seq = records[i].Seq

@@ -28,7 +28,7 @@ type Options struct {
 	// t mod ORAMShards (default 2, at most Trees).
 	ORAMShards int `opt:"ORAM shards; tree t belongs to shard t mod ORAMShards." default:"min(2, Trees)"`
 	// Trees is the number of storage trees (default 4).
-	Trees int `opt:"Storage trees." default:"4"`
+	Trees int `opt:"Storage trees." default:"8"`
 	// Z is the number of real blocks per bucket (default 4; the paper's
 	// setting is 1, Sec. 5.3.1). With Z > 1 a multi-path read takes up to Z
 	// slots of a bucket many of its paths cross (package ringoram), and
@@ -87,7 +87,7 @@ const (
 	DefaultRouters     = 1
 	DefaultStashShards = 2
 	DefaultORAMShards  = 2
-	DefaultTrees       = 4
+	DefaultTrees       = 8
 	DefaultZ           = 4
 	DefaultS           = 10
 	DefaultA           = 20

@@ -283,13 +283,19 @@ func (w *treeWorker) readAhead(_ context.Context, p ringoram.Plan) error {
 // next attempt.
 func (w *treeWorker) resume(ctx context.Context, p ringoram.Plan, stash func([]tree.Block)) error {
 	w.tree.Resume(p)
-	if p.Evict > 0 {
+	if len(p.Reads) == 0 {
 		return w.evict(ctx, p.Evict)
 	}
-	w.opReads = w.core.counted(p.Reads)
-	results, err := w.tree.ReadPaths(ctx, p.Reads)
+	counted := w.core.counted(p.Reads)
+	_, left := w.core.owes(counted)
+	w.opReads = left - w.core.reads
+	ev := w.handOff(p.Evict)
+	results, placed, err := w.tree.ReadEvict(ctx, p.Reads, p.Evict, ev.blocks)
 	w.opReads = 0
 	w.noteStats(err != nil, false)
+	if p.Evict > 0 {
+		err = errors.Join(err, w.endEviction(ev, placed, err))
+	}
 	if err != nil {
 		return err
 	}
@@ -300,7 +306,9 @@ func (w *treeWorker) resume(ctx context.Context, p ringoram.Plan, stash func([]t
 		}
 	}
 	stash(taken)
-	if paths := w.core.served(w.core.counted(p.Reads)); paths > 0 {
+	// A plan journaled before reads and evictions shared a round trip
+	// evicts nothing: what the read owes is evicted now.
+	if paths := w.core.served(counted) - p.Evict; paths > 0 {
 		return w.evict(ctx, paths)
 	}
 	return nil
@@ -317,9 +325,11 @@ func (w *treeWorker) stop() {
 	<-w.exited
 }
 
-// serve runs one multi-path read for jobs, answers them, then evicts k
-// paths for every A path reads owed (Sec. 5.3.2; several owed evictions
-// run as one eviction of their paths together).
+// serve runs one multi-path read for jobs and, when the reads it counts
+// bring k paths per A path reads owed (Sec. 5.3.2; several owed evictions
+// run as one eviction of their paths together), the eviction of those
+// paths in the same round trip (ringoram.Tree.ReadEvict), then answers
+// the jobs and ends the eviction.
 func (w *treeWorker) serve(jobs []*readJob) {
 	ctx := context.Background()
 	var reads []ringoram.PathRead
@@ -332,11 +342,17 @@ func (w *treeWorker) serve(jobs []*readJob) {
 		}
 		return
 	}
-	w.opReads = w.core.counted(reads)
-	results, err := w.tree.ReadPaths(ctx, reads)
+	counted := w.core.counted(reads)
+	paths, left := w.core.owes(counted)
+	w.opReads = left - w.core.reads // the record of the operation counts the reads it leaves
+	ev := w.handOff(paths)
+	results, placed, err := w.tree.ReadEvict(ctx, reads, paths, ev.blocks)
 	w.opReads = 0
-	if w.trace != nil && err == nil {
-		w.traceRead(jobs)
+	if err == nil {
+		w.core.served(counted)
+		if w.trace != nil {
+			w.traceRead(jobs)
+		}
 	}
 	off := 0
 	for _, j := range jobs {
@@ -348,11 +364,8 @@ func (w *treeWorker) serve(jobs []*readJob) {
 		close(j.done)
 	}
 	w.noteStats(err != nil, false)
-	if err != nil {
-		return
-	}
-	if paths := w.core.served(w.core.counted(reads)); paths > 0 {
-		w.evict(ctx, paths)
+	if paths > 0 {
+		w.endEviction(ev, placed, err)
 	}
 }
 
@@ -367,45 +380,69 @@ func (w *treeWorker) traceRead(jobs []*readJob) {
 	w.trace(ev)
 }
 
-// evict collects the tree's blocks from every Stash shard, evicts k paths
-// and reports the placements back; stale copies are forgotten by the tree.
-// It returns the eviction's failures (the blocks of a failed eviction stay
-// stashed).
-func (w *treeWorker) evict(ctx context.Context, k int) error {
-	number := w.core.nextEviction()
-	var blocks []ringoram.Block
-	from := make([]int, len(w.stashes)+1) // blocks[from[i]:from[i+1]] came from stash i
-	var errs []error
+// eviction is an eviction of k paths under way: the blocks every Stash
+// shard handed the tree for it (Sec. 5.2.2).
+type eviction struct {
+	number uint64
+	k      int
+	leaves []uint64 // for the trace
+	blocks []ringoram.Block
+	from   []int // blocks[from[i]:from[i+1]] came from Stash shard i
+	errs   []error
+}
+
+// handOff starts an eviction of k paths (none when k is 0): it collects
+// the tree's blocks from every Stash shard.
+func (w *treeWorker) handOff(k int) *eviction {
+	ev := &eviction{k: k, from: make([]int, len(w.stashes)+1)}
+	if k == 0 {
+		return ev
+	}
+	ev.number = w.core.nextEviction()
 	for i := range w.stashes {
-		rep := w.evictionBlocks(i, number)
-		errs = append(errs, rep.Err())
-		blocks = append(blocks, rep.Blocks...)
-		from[i+1] = len(blocks)
+		rep := w.evictionBlocks(i, ev.number)
+		ev.errs = append(ev.errs, rep.Err())
+		ev.blocks = append(ev.blocks, rep.Blocks...)
+		ev.from[i+1] = len(ev.blocks)
 	}
-	var leaves []uint64
 	if w.trace != nil {
-		leaves = w.tree.EvictionLeaves(k)
+		ev.leaves = w.tree.EvictionLeaves(k)
 	}
-	placed, err := w.tree.Evict(ctx, k, blocks)
+	return ev
+}
+
+// evict collects the tree's blocks from every Stash shard, evicts k paths
+// and reports the placements back (endEviction). It returns the
+// eviction's failures (the blocks of a failed eviction stay stashed).
+func (w *treeWorker) evict(ctx context.Context, k int) error {
+	ev := w.handOff(k)
+	placed, err := w.tree.Evict(ctx, k, ev.blocks)
+	return w.endEviction(ev, placed, err)
+}
+
+// endEviction reports an eviction's placements (placed, or none when it
+// failed with err) to every Stash shard; the copies they report stale are
+// forgotten by the tree. It returns the eviction's failures.
+func (w *treeWorker) endEviction(ev *eviction, placed []int64, err error) error {
 	if err != nil { // nothing was placed: every block stays stashed
-		placed = make([]int64, len(blocks))
+		placed = make([]int64, len(ev.blocks))
 		for i := range placed {
 			placed[i] = -1
 		}
 	} else if w.trace != nil {
-		w.trace(traceEvent{Kind: traceEvict, Tree: w.id, Leaves: leaves})
+		w.trace(traceEvent{Kind: traceEvict, Tree: w.id, Leaves: ev.leaves})
 	}
-	errs = append(errs, err)
+	errs := append(ev.errs, err)
 	var stale []Stale
 	for i := range w.stashes {
-		rep := w.evictionDone(i, number, blocks[from[i]:from[i+1]], placed[from[i]:from[i+1]])
+		rep := w.evictionDone(i, ev.number, ev.blocks[ev.from[i]:ev.from[i+1]], placed[ev.from[i]:ev.from[i+1]])
 		errs = append(errs, rep.Err())
 		stale = append(stale, rep.Stale...)
 	}
 	for _, st := range stale {
 		w.tree.Forget(st.Bucket, st.ID)
 	}
-	w.log.Append(evictDoneDelta(w.id, removed(blocks, placed, stale), stale))
+	w.log.Append(evictDoneDelta(w.id, removed(ev.blocks, placed, stale), stale))
 	failed := errors.Join(errs...)
 	w.noteStats(false, failed != nil)
 	return failed

@@ -112,8 +112,14 @@ func (c *treeCore) counted(reads []ringoram.PathRead) int {
 // (Treebeard Sec. 5.3.2), all of them evicted together. served(0) returns
 // what is owed already (after a recovery).
 func (c *treeCore) served(reads int) (evictPaths int) {
-	c.reads += reads
-	owed := c.reads / c.a
-	c.reads -= owed * c.a
-	return owed * c.k
+	evictPaths, c.reads = c.owes(reads)
+	return evictPaths
+}
+
+// owes returns what served(reads) would, and the path reads then left
+// since the last eviction, without counting the reads.
+func (c *treeCore) owes(reads int) (evictPaths, left int) {
+	n := c.reads + reads
+	owed := n / c.a
+	return owed * c.k, n - owed*c.a
 }

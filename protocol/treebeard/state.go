@@ -142,9 +142,9 @@ func (s *store) checkpointNow(ctx context.Context) error {
 // journaled is issued again identically (treeWorker.resume); evictions a
 // tree owes run; then a checkpoint.
 // reopen builds the layers of an existing store and recovers its state
-// from log. The bucket shape its trees were written with is in its
-// checkpoint: Z and S left to their defaults take it from there, so a
-// store made when the defaults were others opens as it was made.
+// from log. The layout its trees were written with is in its checkpoint:
+// Trees, Z and S left to their defaults take it from there, so a store
+// made when the defaults were others opens as it was made.
 func reopen(ctx context.Context, env kv.Env, given, opts Options, log *durable.Log) (*store, error) {
 	rec, err := log.Recover(ctx)
 	if err != nil {
@@ -156,7 +156,9 @@ func reopen(ctx context.Context, env kv.Env, given, opts Options, log *durable.L
 	}
 	if len(st.Trees) > 0 {
 		made := st.Trees[0].Tree
-		opts.Z, opts.S = cmp.Or(given.Z, made.Z), cmp.Or(given.S, made.S)
+		given.Trees = cmp.Or(given.Trees, len(st.Trees))
+		given.Z, given.S = cmp.Or(given.Z, made.Z), cmp.Or(given.S, made.S)
+		opts = given.WithDefaults()
 		if err := opts.validate(); err != nil {
 			return nil, fmt.Errorf("%w: %v", kv.ErrMismatch, err)
 		}

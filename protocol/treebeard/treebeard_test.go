@@ -273,11 +273,12 @@ func TestReopenWithOtherTrees(t *testing.T) {
 	}
 }
 
-// TestReopenKeepsBucketShape: a store made with another bucket shape than
-// the defaults (as under older defaults) reopens with Z and S left to the
-// defaults as it was made; a Z given that differs is ErrMismatch.
+// TestReopenKeepsBucketShape: a store made with other trees and another
+// bucket shape than the defaults (as under older defaults) reopens with
+// Trees, Z and S left to the defaults as it was made; a Z given that
+// differs is ErrMismatch.
 func TestReopenKeepsBucketShape(t *testing.T) {
-	open := madeWith(t, 256, treebeard.Options{Z: 2, S: 3})
+	open := madeWith(t, 256, treebeard.Options{Trees: 3, Z: 2, S: 3})
 	wantMismatch(t, open, treebeard.Options{Z: 3}, "reopening Z=2 as Z=3")
 	s, err := open(treebeard.Options{})
 	if err != nil {
@@ -285,8 +286,9 @@ func TestReopenKeepsBucketShape(t *testing.T) {
 	}
 	defer s.Close()
 	wantGet(t, s, "k", "v")
-	if z, st := kvtest.Stat(t, s.Stats(), "bucket_z"), kvtest.Stat(t, s.Stats(), "bucket_s"); z != 2 || st != 3 {
-		t.Fatalf("reopened with the defaults: Z=%v, S=%v; the store was made with Z=2, S=3", z, st)
+	st := s.Stats()
+	if trees, z, s := kvtest.Stat(t, st, "trees"), kvtest.Stat(t, st, "bucket_z"), kvtest.Stat(t, st, "bucket_s"); trees != 3 || z != 2 || s != 3 {
+		t.Fatalf("reopened with the defaults: %v trees, Z=%v, S=%v; the store was made with 3, Z=2, S=3", trees, z, s)
 	}
 }
 
@@ -303,10 +305,12 @@ func TestPrepare(t *testing.T) {
 	if err := kv.Prepare(t.Context(), s); err != nil {
 		t.Fatal(err)
 	}
-	// 4 trees of 16/Z leaves: 32/Z-1 buckets of Z+S slots and a metadata
-	// record each.
-	z, st := treebeard.DefaultZ, treebeard.DefaultS
-	if got, want := b.Len()-before, 4*(32/z-1)*(z+st+1); got != want {
+	// The trees of 64/Trees/Z leaves (at least one): twice as many
+	// buckets less one, of Z+S slots and a metadata record each; too
+	// small to cache a level.
+	trees, z, st := treebeard.DefaultTrees, treebeard.DefaultZ, treebeard.DefaultS
+	leaves := max(1, 64/trees/z)
+	if got, want := b.Len()-before, trees*(2*leaves-1)*(z+st+1); got != want {
 		t.Fatalf("Prepare wrote %d addresses, want %d (every tree)", got, want)
 	}
 	writes := s.Stats().Backend
