@@ -31,7 +31,8 @@ import (
 // between them reaches storage). The eviction places the blocks offered
 // and those it reads, not the blocks the multi-path read takes out: those
 // go to their requests, and to a later eviction. k = 0 is ReadPaths;
-// no reqs is Evict. It returns ReadPaths' results and Evict's placements.
+// no reqs is Evict; neither does nothing. It returns ReadPaths' results
+// and Evict's placements.
 func (t *Tree) ReadEvict(ctx context.Context, reqs []PathRead, k int, blocks []Block) ([]ReadResult, []int64, error) {
 	leaves := make([]uint64, len(reqs))
 	for i, r := range reqs {
@@ -42,6 +43,9 @@ func (t *Tree) ReadEvict(ctx context.Context, reqs []PathRead, k int, blocks []B
 	}
 	if k < 0 {
 		return nil, nil, fmt.Errorf("ringoram: eviction of %d paths", k)
+	}
+	if len(reqs) == 0 && k == 0 {
+		return nil, nil, nil
 	}
 	if err := t.checkBlocks(blocks); err != nil {
 		return nil, nil, err
