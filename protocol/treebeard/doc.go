@@ -48,8 +48,9 @@
 // Eviction schedule: A counts path reads of a tree, as Ring ORAM counts
 // accesses and as the paper's proof states it (App. B: "every A accesses
 // to a storage tree triggers the eviction of k deterministically chosen
-// paths"). Evictions run when a multi-path read completes; when one read
-// owes several evictions they run as one eviction of all their paths. The
+// paths"). An eviction runs with the multi-path read that brings it due,
+// in the same round trip (ringoram.Tree.ReadEvict); when one read owes
+// several evictions they run as one eviction of all their paths. The
 // schedule depends only on the number of paths read, which storage sees.
 //
 // Stale copies: a block accessed while an eviction places it stays in the
@@ -69,10 +70,11 @@
 // joins no eviction before that epoch's record is in the journal. Each
 // tree journals every multi-path read and eviction with its
 // ringoram.Change (bucket versions, the blocks a read took out, the blocks
-// an eviction placed) and the sealed items of its Write before the Write
-// is issued (the Write then goes to storage with the tree's next Read, in
-// one round trip, or alone when no read is queued), and the end of each
-// eviction (the blocks that left the stash, the copies left stale). Every
+// an eviction placed, the cached buckets it changed) and the sealed items
+// of its Write before the Write is issued (the Write then goes to storage
+// with the tree's next Read, in one round trip, or alone when no read is
+// queued), and the end of each eviction (the blocks that
+// left the stash, the copies left stale). Every
 // durable.DefaultEvery records, and at Close, the Routers pause, the
 // epochs and trees in flight finish, and a checkpoint of the whole state
 // replaces the journal. Opening an existing store replays the records
