@@ -130,14 +130,3 @@ func (t *Tree) deepestBucket(union []uint64, leaf uint64) int {
 	}
 	return i
 }
-
-// evictWrites lays out every bucket of union afresh with its contents.
-func (t *Tree) evictWrites(union []uint64, metas []meta, contents [][]Block) []bucketWrite {
-	t.nextVersions(union, metas)
-	n := t.p.slots()
-	ws, slots := make([]bucketWrite, len(union)), make([]*tree.Block, len(union)*n)
-	for i, b := range union {
-		ws[i] = t.rewrite(b, &metas[i], contents[i], slots[i*n:(i+1)*n])
-	}
-	return ws
-}

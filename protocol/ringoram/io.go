@@ -209,16 +209,6 @@ type slotRead struct {
 	slot uint8
 }
 
-// readSlots reads the slots reads of buckets of union in ONE backend Read
-// and opens them in parallel (readSlotLists).
-func (t *Tree) readSlots(ctx context.Context, union []uint64, metas []meta, reads []slotRead) ([]tree.Block, error) {
-	blocks, err := t.readSlotLists(ctx, union, metas, [][]slotRead{reads})
-	if err != nil {
-		return nil, err
-	}
-	return blocks[0], nil
-}
-
 // readSlotLists reads each list of slots of buckets of union in ONE
 // backend Read, all in one round trip, and opens them in parallel. Each
 // must agree with its bucket's metadata: the slot of a real entry holds

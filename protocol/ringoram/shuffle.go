@@ -1,7 +1,6 @@
 package ringoram
 
 import (
-	"context"
 	"math/bits"
 	"slices"
 
@@ -30,19 +29,6 @@ func (t *Tree) realSlots(dst []slotRead, bucket uint64, m *meta, i int32) []slot
 		dst = append(dst, slotRead{i: i, slot: uint8(bits.TrailingZeros64(taken))})
 	}
 	return dst
-}
-
-// readReal reads the buckets union[i] for i in idx as Ring ORAM's
-// ReadBucket does: ONE backend Read of exactly Z slots of each
-// (realSlotsOf). It returns the live real blocks of each bucket with their
-// leaves, each with room for Z.
-func (t *Tree) readReal(ctx context.Context, union []uint64, metas []meta, idx []int) ([][]Block, error) {
-	reads := t.realSlotsOf(union, metas, idx)
-	blocks, err := t.readSlots(ctx, union, metas, reads)
-	if err != nil {
-		return nil, err
-	}
-	return t.keptBlocks(union, metas, idx, reads, blocks), nil
 }
 
 // realSlotsOf returns the Z slots of each bucket union[i], i in idx, that

@@ -11,12 +11,12 @@ import (
 
 // leak is a flaw injected on purpose, to show that an audit catches it
 // (audit_test.go). Only this package's tests set Options.leak
-// (export_test.go); the zero value, noLeak, is the protocol as specified,
-// and nothing outside the package can choose another.
+// (export_test.go); the zero value is the protocol as specified, and
+// nothing outside the package can choose another.
 type leak uint8
 
 const (
-	noLeak leak = iota
+	_ leak = iota // the protocol as specified
 	// leakRepeatReadsRealPath: a request for a block whose real read is
 	// in flight reads the block's real path again instead of a random
 	// path of a random tree (Sec. 5.2.1's fake read), so the union of a
