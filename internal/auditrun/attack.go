@@ -2,11 +2,13 @@ package auditrun
 
 import (
 	"fmt"
+	"strings"
 
 	"gonum.org/v1/gonum/mathext"
 
 	"github.com/oblivkv/oblivkv/audit"
 	"github.com/oblivkv/oblivkv/observe"
+	"github.com/oblivkv/oblivkv/protocol/ringoram"
 )
 
 // AttackTop is how many of the most popular keys the attacker is scored on.
@@ -112,4 +114,55 @@ func addressCounts(records []observe.Record) []int {
 		out = append(out, ac.Count)
 	}
 	return out
+}
+
+// unitCounts returns how many calls of records touched each unit of
+// storage, unit(addr) naming an address's unit: a call touching several
+// addresses of one unit counts once.
+func unitCounts(records []observe.Record, unit func(string) string) []int {
+	counts := map[string]int{}
+	seen := map[string]bool{}
+	for _, r := range records {
+		clear(seen)
+		for _, a := range r.Addrs {
+			if u := unit(a); !seen[u] {
+				seen[u] = true
+				counts[u]++
+			}
+		}
+	}
+	out := make([]int, 0, len(counts))
+	for _, c := range counts {
+		out = append(out, c)
+	}
+	return out
+}
+
+// storageUnit returns how the comparison of calls per address groups a
+// protocol's addresses: a Treebeard bucket's slots and metadata are one
+// unit, since an operation that touches one touches the others (its
+// rewrite holds them all), so counting them apart would count one
+// bucket's calls Z+S+1 times and make the test see differences several
+// times larger than they are. Every other protocol's address is its own
+// unit.
+func storageUnit(protocol string) func(string) string {
+	if protocol != "treebeard" {
+		return func(a string) string { return a }
+	}
+	return treebeardBucket
+}
+
+// treebeardBucket names the tree and bucket of a Treebeard slot or
+// metadata address, and any other address by itself.
+func treebeardBucket(addr string) string {
+	rest, ok := strings.CutPrefix(addr, "tb/")
+	i := strings.IndexByte(rest, '/')
+	if !ok || i < 0 {
+		return addr
+	}
+	l := ringoram.Layout{Prefix: addr[:len("tb/")+i+1]}
+	if b, _, ok := l.ParseSlot(addr); ok {
+		return l.MetaAddr(b)
+	}
+	return addr
 }

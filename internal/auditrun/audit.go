@@ -121,6 +121,7 @@ func (res *Result) compare() {
 			base = r
 		}
 	}
+	unit := storageUnit(res.Config.Protocol)
 	for _, r := range res.Runs {
 		if r == base {
 			continue
@@ -130,7 +131,7 @@ func (res *Result) compare() {
 		x, y := r.Records[:m], base.Records[:m]
 		sa, sb := sizeCells(x, y)
 		res.Checks = append(res.Checks,
-			audit.Homogeneous(n+"addresses by calls touching them", log2Bins(addressCounts(x)), log2Bins(addressCounts(y))),
+			audit.Homogeneous(n+"addresses by calls touching them", log2Bins(unitCounts(x, unit)), log2Bins(unitCounts(y, unit))),
 			audit.Homogeneous(n+"bytes per address in a call", sa, sb))
 		for _, name := range slices.Sorted(maps.Keys(res.Compared)) {
 			h := res.Compared[name]
