@@ -936,9 +936,10 @@ func TestAuditCatchesViolations(t *testing.T) {
 		}
 		expect(t, checkSchedule(treeEvents(events, o.Trees), o.A, o.K))
 	})
+	slotRead := plain[0][len(plain[0])-2] // the first plain read's slot Read, before its Write
 	t.Run("b/two slots of one bucket", func(t *testing.T) {
 		records := cloneRecords(run.records)
-		r := &records[plain[0][0]]
+		r := &records[slotRead]
 		b, s, _ := l.ParseSlot(r.Addrs[0])
 		r.Addrs = append(r.Addrs, l.SlotAddr(b, (s+1)%(o.Z+o.S)))
 		r.Sizes = append(r.Sizes, r.Sizes[0])
@@ -946,7 +947,7 @@ func TestAuditCatchesViolations(t *testing.T) {
 	})
 	t.Run("b/a bucket of the union not read", func(t *testing.T) {
 		records := cloneRecords(run.records)
-		r := &records[plain[0][0]]
+		r := &records[slotRead]
 		r.Addrs, r.Sizes = r.Addrs[:len(r.Addrs)-1], r.Sizes[:len(r.Sizes)-1]
 		expect(t, checkView(geo, run.cached, o.Z, o.S, tree0(records), evs[0], 1))
 	})
@@ -1009,9 +1010,12 @@ func TestAuditCatchesViolations(t *testing.T) {
 		expect(t, checkView(geo, run.cached, o.Z, o.S, tree0(records), evs[0], 1))
 	})
 	t.Run("e/a reshuffle too early", func(t *testing.T) {
+		// The first plain read's Write also rewrites the top stored
+		// bucket of its union, read at most S-Z times so far.
 		records := cloneRecords(run.records)
-		root, _, _ := l.ParseSlot(records[plain[0][0]].Addrs[0])
-		w := &records[plain[0][1]]
+		first := slices.IndexFunc(groups, func(g []int) bool { return g[0] == plain[0][0] })
+		root := clean.ops[0][first].Union[0]
+		w := &records[plain[0][len(plain[0])-1]]
 		for s := range o.Z + o.S {
 			w.Addrs, w.Sizes = append(w.Addrs, l.SlotAddr(root, s)), append(w.Sizes, 0)
 		}
