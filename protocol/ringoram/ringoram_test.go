@@ -944,8 +944,8 @@ func sameReads(a, b []observe.Record) bool {
 
 // With the top levels in memory, storage never sees an address of a top
 // bucket, not even at Init; a block a top bucket holds is read from it;
-// the top's blocks survive a restart; and a state holding more levels in
-// memory than the tree has is refused.
+// the top's blocks survive a restart; and a state with another number of
+// levels in memory is refused.
 func TestCachedLevels(t *testing.T) {
 	const top = 2
 	f := newTopFixture(t, 5, defaults, 31, top, noLeak)
@@ -980,8 +980,8 @@ func TestCachedLevels(t *testing.T) {
 		}
 	}
 	s := f.tr.State()
-	s.CachedLevels = f.tr.g.L + 1
+	s.CachedLevels = top + 1
 	if err := f.tr.Restore(s); err == nil || !strings.Contains(err.Error(), "levels in memory") {
-		t.Fatalf("restoring the state of a tree holding more levels in memory than it has: %v", err)
+		t.Fatalf("restoring the state of a tree with another number of levels in memory: %v", err)
 	}
 }

@@ -49,18 +49,20 @@ type TopBucket struct {
 	Blocks []Block
 }
 
-// findTop returns the top bucket on the path to leaf holding block id, and
-// its index in that bucket's blocks; -1 when none does.
-func (t *Tree) findTop(leaf uint64, id tree.BlockID) (uint64, int) {
+// findTop returns the top bucket on the path to leaf holding block id,
+// and false when none does.
+func (t *Tree) findTop(leaf uint64, id tree.BlockID) (uint64, bool) {
 	for lvl := range t.top.levels {
-		b := t.g.BucketAt(leaf, lvl)
-		for i, blk := range t.top.blocks[b] {
-			if blk.Block.ID == id {
-				return b, i
-			}
+		if b := t.g.BucketAt(leaf, lvl); slices.ContainsFunc(t.top.blocks[b], isBlock(id)) {
+			return b, true
 		}
 	}
-	return 0, -1
+	return 0, false
+}
+
+// isBlock returns whether a Block is block id.
+func isBlock(id tree.BlockID) func(Block) bool {
+	return func(x Block) bool { return x.Block.ID == id }
 }
 
 // takeTop serves the real requests whose block a top bucket on their path
@@ -74,15 +76,15 @@ func (t *Tree) takeTop(reqs []PathRead, results []ReadResult) (taken []tree.Bloc
 		if !req.Real || claimed[req.Want] {
 			continue
 		}
-		b, i := t.findTop(req.Leaf, req.Want)
-		if i < 0 {
+		b, ok := t.findTop(req.Leaf, req.Want)
+		if !ok {
 			continue
 		}
 		blocks, ok := left[b]
 		if !ok {
 			blocks = slices.Clone(t.top.blocks[b])
 		}
-		i = slices.IndexFunc(blocks, func(x Block) bool { return x.Block.ID == req.Want })
+		i := slices.IndexFunc(blocks, isBlock(req.Want))
 		results[r] = ReadResult{Block: blocks[i].Block, Found: true}
 		taken = append(taken, blocks[i].Block)
 		left[b] = slices.Delete(blocks, i, i+1)
@@ -139,7 +141,7 @@ func (t *Tree) applyTop(changed []TopBucket) error {
 // forgetTop drops the copy of block id from top bucket b: nothing on
 // storage holds it, so it goes at once instead of at a rewrite.
 func (t *Tree) forgetTop(b uint64, id tree.BlockID) {
-	t.top.blocks[b] = slices.DeleteFunc(slices.Clone(t.top.blocks[b]), func(x Block) bool { return x.Block.ID == id })
+	t.top.blocks[b] = slices.DeleteFunc(slices.Clone(t.top.blocks[b]), isBlock(id))
 }
 
 // topState returns the non-empty top buckets, for a TreeState.

@@ -56,8 +56,7 @@ type Config struct {
 	// CachedLevels is how many levels of the tree, from the root, are held
 	// in trusted memory instead of on storage (topCache), at most
 	// MaxCachedLevels; a tree of height L holds at most L, so its leaves'
-	// level stays on storage. A restored tree holds as many as its state
-	// says: those its storage was laid out with.
+	// level stays on storage.
 	CachedLevels int
 	Rand         *rand.Rand // the seeds of slot choices and permutations; nil: seeded from crypto/rand
 	// ReadAhead, if set, sees every multi-path read's and eviction's Plan
@@ -109,7 +108,6 @@ type Stats struct {
 	MetaReads      uint64 // metadata records read from storage (metaCache had no copy)
 	CachedHits     uint64 // wanted blocks a top bucket held (no storage slot read for them)
 	CachedBlocks   uint64 // blocks the top levels hold now
-	CachedLevels   int    // levels held in memory (Add keeps the most of the trees)
 }
 
 // Add adds o's counters to s (the trees of a store).
@@ -125,7 +123,6 @@ func (s *Stats) Add(o Stats) {
 	s.MetaReads += o.MetaReads
 	s.CachedHits += o.CachedHits
 	s.CachedBlocks += o.CachedBlocks
-	s.CachedLevels = max(s.CachedLevels, o.CachedLevels)
 }
 
 // NewTree returns a Tree over cfg.Backend. It validates the configuration
@@ -175,7 +172,6 @@ func (t *Tree) Abandon() { t.abandonOnce.Do(func() { close(t.abandon) }) }
 // Stats returns the counters so far, and the blocks the top levels hold.
 func (t *Tree) Stats() Stats {
 	s := t.stats
-	s.CachedLevels = t.top.levels
 	for _, blocks := range t.top.blocks {
 		s.CachedBlocks += uint64(len(blocks))
 	}
@@ -252,12 +248,9 @@ func (t *Tree) State() TreeState {
 // Restore replaces the trusted state with s, which must come from a Tree
 // of the same geometry and parameters.
 func (t *Tree) Restore(s TreeState) error {
-	if s.L != t.g.L || s.Z != t.p.Z || s.S != t.p.S || uint64(len(s.Versions)) != t.g.Buckets() {
-		return fmt.Errorf("ringoram: state of a tree with L=%d, Z=%d, S=%d and %d buckets does not fit L=%d, Z=%d, S=%d",
-			s.L, s.Z, s.S, len(s.Versions), t.g.L, t.p.Z, t.p.S)
-	}
-	if s.CachedLevels < 0 || s.CachedLevels > min(t.g.L, MaxCachedLevels) {
-		return fmt.Errorf("ringoram: state of a tree with %d levels in memory; a tree of height %d holds 0 to %d", s.CachedLevels, t.g.L, min(t.g.L, MaxCachedLevels))
+	if s.L != t.g.L || s.Z != t.p.Z || s.S != t.p.S || s.CachedLevels != t.top.levels || uint64(len(s.Versions)) != t.g.Buckets() {
+		return fmt.Errorf("ringoram: state of a tree with L=%d, Z=%d, S=%d, %d levels in memory and %d buckets does not fit L=%d, Z=%d, S=%d, %d levels in memory",
+			s.L, s.Z, s.S, s.CachedLevels, len(s.Versions), t.g.L, t.p.Z, t.p.S, t.top.levels)
 	}
 	stale := map[uint64][]tree.BlockID{}
 	for _, e := range s.Stale {
@@ -266,7 +259,7 @@ func (t *Tree) Restore(s TreeState) error {
 		}
 		stale[e.Bucket] = append(stale[e.Bucket], e.ID)
 	}
-	top := newTopCache(s.CachedLevels, t.g.L)
+	top := newTopCache(t.top.levels, t.g.L)
 	top, t.top = t.top, top
 	if err := t.applyTop(s.Top); err != nil {
 		t.top = top

@@ -452,7 +452,7 @@ func checkOp(geo tree.Geometry, z, s int, op audit.TreeOp, leaves, union, evict 
 			if err := audit.SlotsPerBucket("reshuffle Read", op.SlotReads[1], rewritten, func(uint64) int { return z }); err != nil {
 				return err
 			}
-			if !subset(rewritten, union) || len(slices.DeleteFunc(slices.Clone(rewritten), func(b uint64) bool { return !subset([]uint64{b}, evict) })) > 0 {
+			if !subset(rewritten, union) || slices.ContainsFunc(rewritten, func(b uint64) bool { return subset([]uint64{b}, evict) }) {
 				return fmt.Errorf("a reshuffle Read outside the union, or of a bucket the eviction rewrites")
 			}
 		}

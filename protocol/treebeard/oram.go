@@ -113,7 +113,7 @@ type treeWorker struct {
 	exited  chan struct{}
 
 	// Owned by the worker goroutine.
-	opReads int // path reads the operation in progress counts
+	opLeft int // path reads since the last eviction once the operation in progress is done: its record's count
 
 	statsMu sync.Mutex
 	stats   workerStats
@@ -258,7 +258,7 @@ func (w *treeWorker) waitIdle() {
 // writeAhead journals an operation of the tree, its Change and the items
 // of its Write, before the Write is issued (ringoram.Config.WriteAhead).
 func (w *treeWorker) writeAhead(_ context.Context, c ringoram.Change, items []backend.Item) error {
-	if _, err := w.log.Commit(treeDelta(w.id, w.core.reads+w.opReads, c), durable.Op{Items: items}); err != nil {
+	if _, err := w.log.Commit(treeDelta(w.id, w.opLeft, c), durable.Op{Items: items}); err != nil {
 		return fmt.Errorf("treebeard: journal: %w", err)
 	}
 	return nil
@@ -287,11 +287,7 @@ func (w *treeWorker) resume(ctx context.Context, p ringoram.Plan, stash func([]t
 		return w.evict(ctx, p.Evict)
 	}
 	counted := w.core.counted(p.Reads)
-	_, left := w.core.owes(counted)
-	w.opReads = left - w.core.reads
-	ev := w.handOff(p.Evict)
-	results, placed, err := w.tree.ReadEvict(ctx, p.Reads, p.Evict, ev.blocks)
-	w.opReads = 0
+	results, placed, ev, err := w.readEvict(ctx, p.Reads, counted, p.Evict)
 	w.noteStats(err != nil, false)
 	if p.Evict > 0 {
 		err = errors.Join(err, w.endEviction(ev, placed, err))
@@ -343,11 +339,8 @@ func (w *treeWorker) serve(jobs []*readJob) {
 		return
 	}
 	counted := w.core.counted(reads)
-	paths, left := w.core.owes(counted)
-	w.opReads = left - w.core.reads // the record of the operation counts the reads it leaves
-	ev := w.handOff(paths)
-	results, placed, err := w.tree.ReadEvict(ctx, reads, paths, ev.blocks)
-	w.opReads = 0
+	paths, _ := w.core.owes(counted)
+	results, placed, ev, err := w.readEvict(ctx, reads, counted, paths)
 	if err == nil {
 		w.core.served(counted)
 		if w.trace != nil {
@@ -369,6 +362,17 @@ func (w *treeWorker) serve(jobs []*readJob) {
 	}
 }
 
+// readEvict runs a multi-path read of reads, counting counted path reads,
+// and the eviction of paths with it in the same round trip
+// (ringoram.Tree.ReadEvict); the operation's record counts the path reads
+// it leaves since the last eviction.
+func (w *treeWorker) readEvict(ctx context.Context, reads []ringoram.PathRead, counted, paths int) ([]ringoram.ReadResult, []int64, *eviction, error) {
+	_, w.opLeft = w.core.owes(counted)
+	ev := w.handOff(paths)
+	results, placed, err := w.tree.ReadEvict(ctx, reads, paths, ev.blocks)
+	return results, placed, ev, err
+}
+
 // traceRead reports a multi-path read of jobs: each path and its epoch.
 func (w *treeWorker) traceRead(jobs []*readJob) {
 	ev := traceEvent{Kind: traceRead, Tree: w.id}
@@ -384,7 +388,6 @@ func (w *treeWorker) traceRead(jobs []*readJob) {
 // shard handed the tree for it (Sec. 5.2.2).
 type eviction struct {
 	number uint64
-	k      int
 	leaves []uint64 // for the trace
 	blocks []ringoram.Block
 	from   []int // blocks[from[i]:from[i+1]] came from Stash shard i
@@ -394,7 +397,7 @@ type eviction struct {
 // handOff starts an eviction of k paths (none when k is 0): it collects
 // the tree's blocks from every Stash shard.
 func (w *treeWorker) handOff(k int) *eviction {
-	ev := &eviction{k: k, from: make([]int, len(w.stashes)+1)}
+	ev := &eviction{from: make([]int, len(w.stashes)+1)}
 	if k == 0 {
 		return ev
 	}
@@ -415,6 +418,7 @@ func (w *treeWorker) handOff(k int) *eviction {
 // and reports the placements back (endEviction). It returns the
 // eviction's failures (the blocks of a failed eviction stay stashed).
 func (w *treeWorker) evict(ctx context.Context, k int) error {
+	w.opLeft = w.core.reads // what is owed was counted already
 	ev := w.handOff(k)
 	placed, err := w.tree.Evict(ctx, k, ev.blocks)
 	return w.endEviction(ev, placed, err)

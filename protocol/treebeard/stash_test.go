@@ -221,14 +221,14 @@ func TestStashSoak(t *testing.T) {
 
 // checkStashBounds runs both workloads at N = n from 64 clients and
 // requires the stash to stay within stashBound(n), with evictions
-// running: its high-water mark, bounded by the largest shard's times the
-// shards, and every sample of the whole.
+// running: its high-water mark, at most the largest shard's times the
+// shards (which bounds every sample of the whole too).
 func checkStashBounds(t *testing.T, n, requests int, period, series time.Duration) {
 	for _, dist := range []string{"zipf", "roundrobin"} {
 		t.Run(dist, func(t *testing.T) {
 			r := measureStash(t, n, requests, 64, dist, period)
 			logStash(t, dist, n, requests, r, series)
-			if r.MaxShard*r.Shards > stashBound(n) || r.Peak > stashBound(n) {
+			if r.MaxShard*r.Shards > stashBound(n) { // at least the peak of the whole, sampled or not
 				t.Errorf("the stash reached %d blocks in all, a Stash shard %d of %d shards; bound %d in all",
 					r.Peak, r.MaxShard, r.Shards, stashBound(n))
 			}

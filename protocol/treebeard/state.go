@@ -143,8 +143,8 @@ func (s *store) checkpointNow(ctx context.Context) error {
 // tree owes run; then a checkpoint.
 // reopen builds the layers of an existing store and recovers its state
 // from log. The layout its trees were written with is in its checkpoint:
-// Trees, Z and S left to their defaults take it from there, so a store
-// made when the defaults were others opens as it was made.
+// Trees, Z, S and CachedLevels left to their defaults take it from there,
+// so a store made when the defaults were others opens as it was made.
 func reopen(ctx context.Context, env kv.Env, given, opts Options, log *durable.Log) (*store, error) {
 	rec, err := log.Recover(ctx)
 	if err != nil {
@@ -158,6 +158,9 @@ func reopen(ctx context.Context, env kv.Env, given, opts Options, log *durable.L
 		made := st.Trees[0].Tree
 		given.Trees = cmp.Or(given.Trees, len(st.Trees))
 		given.Z, given.S = cmp.Or(given.Z, made.Z), cmp.Or(given.S, made.S)
+		if given.CachedLevels == 0 {
+			given.CachedLevels = cmp.Or(made.CachedLevels, -1) // -1: none
+		}
 		opts = given.WithDefaults()
 		if err := opts.validate(); err != nil {
 			return nil, fmt.Errorf("%w: %v", kv.ErrMismatch, err)
@@ -224,11 +227,6 @@ func (s *store) restore(st state) error {
 		return fmt.Errorf("%w: the store has %d trees, the options ask for %d", kv.ErrMismatch, len(st.Trees), len(s.workers))
 	}
 	for t, ts := range st.Trees {
-		// A store keeps the levels in memory it was made with; the
-		// default adopts them (a store from before the option holds none).
-		if want := cachedLevels(s.opts.CachedLevels, s.geo.L); s.opts.CachedLevels != 0 && ts.Tree.CachedLevels != want {
-			return fmt.Errorf("%w: the store holds %d levels of each tree in memory, the options ask for %d", kv.ErrMismatch, ts.Tree.CachedLevels, want)
-		}
 		if rep := s.admin(s.treeAdmins[t], AdminMsg{Op: AdminRestore, Tree: t, State: ts}); rep.Code != CodeOK {
 			return rep.Err()
 		}
@@ -292,7 +290,7 @@ func (s *store) Stats() kv.Stats {
 		{Name: "tree_levels", Value: float64(s.geo.L + 1)},
 		{Name: "bucket_z", Value: float64(s.opts.Z)},
 		{Name: "bucket_s", Value: float64(s.opts.S)},
-		{Name: "cached_levels", Value: float64(t.CachedLevels)},
+		{Name: "cached_levels", Value: float64(cachedLevels(s.opts.CachedLevels, s.geo.L))},
 		{Name: "cached_blocks", Value: float64(t.CachedBlocks)},
 		{Name: "cached_hits", Value: float64(t.CachedHits)},
 		{Name: "stash_shards", Value: float64(len(s.stashes))},
