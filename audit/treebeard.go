@@ -207,11 +207,44 @@ func parseOp(reads []observe.Record, write observe.Record, l ringoram.Layout, z 
 	if err := parseWrite(&v, write, l); err != nil {
 		return v, err
 	}
-	if len(reads) == 1 && len(v.SlotReads) == 1 && len(v.WroteSlots) > 0 {
-		v.Kind = TreeEviction // slots written, and no bucket read more than Z times
-	}
 	v.Union = bucketsOf(v.SlotReads[0])
+	if len(reads) == 1 && len(v.SlotReads) == 1 && len(v.WroteSlots) > 0 &&
+		(zEach(read, z) || rewritesAll(v.WroteSlots, v.Union)) {
+		v.Kind = TreeEviction // slots written, no bucket read more than Z times, and an eviction's shape
+	}
 	return v, nil
+}
+
+// zEach reports whether a Read takes exactly z slots of each of its
+// buckets, as an eviction's does; a multi-path read takes one slot per
+// path crossing a bucket, fewer than z of most (with z = 1 the two look
+// alike, and rewritesAll tells them apart).
+func zEach(read []SlotRef, z int) bool {
+	per := map[uint64]int{}
+	for _, r := range read {
+		per[r.Bucket]++
+	}
+	for _, n := range per {
+		if n != z {
+			return false
+		}
+	}
+	return true
+}
+
+// rewritesAll reports whether a Write's slots cover every bucket of union,
+// and no other: an eviction's. A multi-path read rewrites only the buckets
+// it reshuffles.
+func rewritesAll(wrote map[uint64]uint64, union []uint64) bool {
+	if len(wrote) != len(union) {
+		return false
+	}
+	for _, b := range union {
+		if _, ok := wrote[b]; !ok {
+			return false
+		}
+	}
+	return true
 }
 
 // slotRefs returns the slots a Read holds.

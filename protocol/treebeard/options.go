@@ -47,10 +47,10 @@ type Options struct {
 	// shard holds in trusted memory instead of on storage (package
 	// ringoram), at most ringoram.MaxCachedLevels and never a tree's
 	// leaves; negative: none, as in the paper. The default, for trees of
-	// height L (L+1 levels), is min(DefaultCachedLevels, L-4): at most 1,023
-	// buckets a tree, and at most a sixteenth of its buckets, so a small
-	// store keeps most of its tree on storage.
-	CachedLevels int `opt:"Levels of each tree, from the root, held in trusted memory instead of on storage; negative: none, as in the paper." default:"min(10, tree height - 4)"`
+	// height L (L+1 levels), is min(DefaultCachedLevels, L-3): at most 1,023
+	// buckets a tree, and at most a sixteenth of its buckets, so the four
+	// deepest levels are always on storage.
+	CachedLevels int `opt:"Levels of each tree, from the root, held in trusted memory instead of on storage; negative: none, as in the paper." default:"min(10, tree height - 3)"`
 	// Epoch is how long a Router collects requests before forwarding them
 	// (default 1 ms; negative: forward every request at once).
 	Epoch time.Duration `opt:"How long a Router collects requests before forwarding them; negative: forward every request at once." default:"1ms"`
@@ -159,7 +159,7 @@ func cachedLevels(o, l int) int {
 	case o < 0:
 		return 0
 	case o == 0:
-		return max(0, min(DefaultCachedLevels, l-4))
+		return max(0, min(DefaultCachedLevels, l-3))
 	}
 	return min(o, l)
 }
