@@ -30,6 +30,10 @@ const (
 	// the position map holds, to check the journal against storage, and
 	// so shows storage the position map.
 	leakRecoveryChecksPositions
+	// leakRecoveryForgetsReads: recovery drops the access a crash cut short
+	// after its path read, so the block stays on the path storage saw read,
+	// and the next access to it reads that path again.
+	leakRecoveryForgetsReads
 )
 
 // checkPositions is leakRecoveryChecksPositions' read of the path of

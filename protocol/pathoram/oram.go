@@ -13,6 +13,9 @@ import (
 // paths is the untrusted side of the ORAM as one access sees it: read the
 // buckets of a path, write them back.
 type paths interface {
+	// planRead records, durably, that the access to block id is about to
+	// read the path of leaf (journalRead), so that recovery finishes it.
+	planRead(ctx context.Context, leaf uint64, id tree.BlockID) error
 	// readPath returns the real blocks of each bucket of path, root first,
 	// read in one backend call.
 	readPath(ctx context.Context, path []uint64) ([][]tree.Block, error)
@@ -57,6 +60,11 @@ type oram struct {
 	pos      map[tree.BlockID]uint64 // block -> assigned leaf
 	stash    []entry
 	stashMax int // high-water mark of the stash after a write-back
+	// unfinished is the access whose path read was planned and that has
+	// not written back (its read failed, or a crash cut it short): storage
+	// may have seen the read, so it is finished before anything else
+	// reads (finishUnfinished).
+	unfinished *plannedRead
 
 	// scratch, reused by every access
 	path     []uint64
@@ -76,12 +84,22 @@ func newORAM(g tree.Geometry, z, capacity, valueSize int, io paths, seed [32]byt
 // power of two, so masking keeps it uniform).
 func (o *oram) randomLeaf() uint64 { return o.rng.Uint64() & (o.g.Leaves() - 1) }
 
+// plannedRead is an access's path read: the block and the leaf.
+type plannedRead struct {
+	id   tree.BlockID
+	leaf uint64
+}
+
 // access performs one Path ORAM access (TaoStore Sec. IV-A, steps 1-3):
 // read the path of the block's leaf (a uniformly random leaf for a block
 // not in the position map, so existence never leaks), answer from the path
 // and the stash, remap the block to a fresh random leaf, flush greedily and
-// write the path back. Every kind of operation makes the same calls.
+// write the path back. Every kind of operation makes the same calls. An
+// unfinished access goes first.
 func (o *oram) access(ctx context.Context, id tree.BlockID, m kv.Mutation) (result, error) {
+	if err := o.finishUnfinished(ctx); err != nil {
+		return result{}, err
+	}
 	leaf, known := o.pos[id]
 	switch {
 	case known:
@@ -90,19 +108,45 @@ func (o *oram) access(ctx context.Context, id tree.BlockID, m kv.Mutation) (resu
 	default:
 		leaf = o.randomLeaf()
 	}
-	o.path = o.g.Path(leaf, o.path)
+	return o.run(ctx, plannedRead{id, leaf}, m)
+}
+
+// finishUnfinished runs the unfinished access again as a read of its
+// block, reading the same path: storage sees the read it may have seen
+// repeated, then the write-back, which moves the block to a fresh leaf.
+// Left alone, the block would stay on that leaf, and the next access to
+// it would read the path again, telling storage which access that was
+// (the argument of Treebeard Sec. 5.3.3, for one path).
+func (o *oram) finishUnfinished(ctx context.Context) error {
+	if o.unfinished == nil {
+		return nil
+	}
+	_, err := o.run(ctx, *o.unfinished, kv.Mutation{Op: kv.MutRead})
+	return err
+}
+
+// run is the access of p.id reading p.leaf's path, planned first: until
+// its write-back is committed, it is the unfinished access.
+func (o *oram) run(ctx context.Context, p plannedRead, m kv.Mutation) (result, error) {
+	if err := o.io.planRead(ctx, p.leaf, p.id); err != nil {
+		return result{}, err
+	}
+	o.unfinished = &p
+	_, known := o.pos[p.id]
+	o.path = o.g.Path(p.leaf, o.path)
 	buckets, err := o.io.readPath(ctx, o.path)
 	if err != nil {
 		return result{}, err
 	}
 	o.gather(buckets)
 	defer func() { clear(o.work) }()
-	res, err := o.apply(id, known, m)
+	res, err := o.apply(p.id, known, m)
 	if err != nil {
 		return result{}, err
 	}
-	o.flush(leaf)
-	err = o.io.writePath(ctx, o.path, o.contents, func() []byte { return o.journalDelta(leaf, id) })
+	o.flush(p.leaf)
+	err = o.io.writePath(ctx, o.path, o.contents, func() []byte { return o.journalDelta(p.leaf, p.id) })
+	o.unfinished = nil // committed: written, or queued (writePath)
 	for i := range o.contents {
 		clear(o.contents[i])
 		o.contents[i] = o.contents[i][:0]

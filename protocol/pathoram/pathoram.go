@@ -37,6 +37,12 @@
 // A failed write-back (storage unreachable) is retried before the next
 // access, so storage never falls behind the proxy; the failed operation
 // reports the error, and its effect, if any, is kept.
+//
+// Each access journals the path it is about to read before the Read; one
+// whose Read failed or that a crash cut short before its write-back is
+// finished first by the next access, by recovery or at Close: the same
+// path is read again and written back with the block on a fresh leaf, so
+// the block's next access never reads the path storage saw read.
 package pathoram
 
 import (

@@ -51,6 +51,22 @@ func (r *remote) settle(ctx context.Context) error {
 	return nil
 }
 
+// planRead journals an access's path read before it is issued; a journal
+// that fails stops the store, as in writePath.
+func (r *remote) planRead(_ context.Context, leaf uint64, id tree.BlockID) error {
+	if r.broken != nil {
+		return r.broken
+	}
+	if !r.log.Durable() {
+		return nil
+	}
+	if _, err := r.log.Commit(journalRead(leaf, id)); err != nil {
+		r.broken = fmt.Errorf("pathoram: store stopped: %w", err)
+		return r.broken
+	}
+	return nil
+}
+
 func (r *remote) readPath(ctx context.Context, path []uint64) ([][]tree.Block, error) {
 	if err := r.settle(ctx); err != nil {
 		return nil, err

@@ -15,6 +15,8 @@ import (
 // sealing, so the stash can be measured over many accesses in seconds.
 type simPaths struct{ buckets [][]tree.Block }
 
+func (s *simPaths) planRead(context.Context, uint64, tree.BlockID) error { return nil }
+
 func (s *simPaths) readPath(_ context.Context, path []uint64) ([][]tree.Block, error) {
 	out := make([][]tree.Block, len(path))
 	for i, b := range path {

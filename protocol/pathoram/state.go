@@ -19,7 +19,15 @@ const stateMagic = "oblivkv pathoram checkpoint v1\n"
 const (
 	deltaAccess byte = iota + 1 // an access: its path, its block's position, the stash after it
 	deltaLoad                   // a bulk load begins: the tree is rewritten whole
+	deltaRead                   // an access is about to read a path: its block and leaf
 )
+
+// journalRead describes the access to block id about to read leaf's path,
+// recorded before the read is issued; until the access's own record
+// follows, recovery finishes it (oram.finishUnfinished).
+func journalRead(leaf uint64, id tree.BlockID) []byte {
+	return binary.AppendUvarint(append([]byte{deltaRead}, id[:]...), leaf)
+}
 
 // journalDelta describes the access that just read leaf's path for block
 // id: the position map's entry for id (its new leaf, or none) and the
@@ -50,8 +58,18 @@ func (s *store) replay(rec []byte) (load bool, err error) {
 	d := delta.NewDecoder(rec[1:])
 	switch rec[0] {
 	case deltaLoad:
+		o.unfinished = nil
 		return true, nil
+	case deltaRead:
+		p := plannedRead{id: readID(d), leaf: d.Uvarint()}
+		d.Check(p.leaf < o.g.Leaves(), "leaf")
+		if err := d.Done(); err != nil {
+			return false, err
+		}
+		o.unfinished = &p
+		return false, nil
 	case deltaAccess:
+		o.unfinished = nil
 	default:
 		return false, fmt.Errorf("%w: journal delta of kind %d", errMalformed, rec[0])
 	}
@@ -91,9 +109,13 @@ func (s *store) replay(rec []byte) (load bool, err error) {
 	return false, nil
 }
 
-// checkpoint replaces the journal by the state, once the last write-back
-// is on storage.
+// checkpoint replaces the journal by the state, once the unfinished
+// access, if any, is finished (the state does not hold it) and the last
+// write-back is on storage.
 func (s *store) checkpoint(ctx context.Context) error {
+	if err := s.o.finishUnfinished(ctx); err != nil {
+		return err
+	}
 	if err := s.remote.settle(ctx); err != nil {
 		return err
 	}
@@ -103,7 +125,8 @@ func (s *store) checkpoint(ctx context.Context) error {
 // recover rebuilds the trusted state from the journal: the last
 // checkpoint, the accesses after it, and their write-backs redone; a bulk
 // load cut short leaves an empty store, its tree written afresh. It ends
-// with a checkpoint, so the next crash replays nothing of this one.
+// with a checkpoint, which first finishes an access cut short after its
+// read was planned, so the next crash replays nothing of this one.
 func (s *store) recover(ctx context.Context) error {
 	rec, err := s.log.Recover(ctx)
 	if err != nil {
@@ -125,6 +148,9 @@ func (s *store) recover(ctx context.Context) error {
 		if err := s.checkPositions(ctx); err != nil {
 			return err
 		}
+	}
+	if s.opts.leak == leakRecoveryForgetsReads {
+		s.o.unfinished = nil
 	}
 	if load {
 		o := s.o
