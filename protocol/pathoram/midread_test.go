@@ -1,47 +1,19 @@
 package pathoram
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 
-	"github.com/oblivkv/oblivkv/backend"
 	"github.com/oblivkv/oblivkv/backend/mem"
+	"github.com/oblivkv/oblivkv/internal/durable/durabletest"
 	"github.com/oblivkv/oblivkv/internal/journal"
 	"github.com/oblivkv/oblivkv/kv"
 	"github.com/oblivkv/oblivkv/kvtest"
 	"github.com/oblivkv/oblivkv/observe"
 )
-
-// cutAfterRead passes calls to its Backend; once armed, the next Read
-// reaches storage and then the process dies (the journal crashes, so the
-// access's write-back is never journaled), or, with fail, the Read reaches
-// storage and is reported failed.
-type cutAfterRead struct {
-	backend.Backend
-	mu    sync.Mutex
-	armed *journal.Journal
-	fail  bool
-}
-
-func (b *cutAfterRead) Read(ctx context.Context, addrs []string) ([][]byte, error) {
-	vals, err := b.Backend.Read(ctx, addrs)
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	switch {
-	case b.armed != nil:
-		b.armed.Crash()
-		b.armed = nil
-	case b.fail:
-		b.fail = false
-		return nil, errors.New("injected read failure")
-	}
-	return vals, err
-}
 
 // TestCrashMidReadFinished: the process dies after an access's path Read
 // reached storage and before its write-back was journaled. Recovery reads
@@ -64,7 +36,7 @@ func TestCrashMidReadFinished(t *testing.T) {
 
 func crashMidRead(t *testing.T, lk leak) error {
 	keys, dir, log, m := kvtest.NewKeys(t), t.TempDir(), &observe.MemoryLog{}, mem.New()
-	b := &cutAfterRead{Backend: m}
+	b := &durabletest.CutAfterRead{Backend: m}
 	open := func(fresh bool) (*store, *journal.Journal) {
 		t.Helper()
 		j, err := journal.Open(dir, keys, journal.Options{})
@@ -86,9 +58,7 @@ func crashMidRead(t *testing.T, lk leak) error {
 			t.Fatal(err)
 		}
 	}
-	b.mu.Lock()
-	b.armed = j
-	b.mu.Unlock()
+	b.Crash(j)
 	if _, _, err := s.Get(t.Context(), "k3"); err == nil {
 		t.Fatal("a Get whose write-back could not be journaled succeeded")
 	}
@@ -143,7 +113,7 @@ func checkCutRead(cut observe.Record, recovery, next []observe.Record) error {
 // have served it) is finished by the next access, whatever its key: the
 // same path is read again first and written back.
 func TestFailedReadFinished(t *testing.T) {
-	b, log := &cutAfterRead{Backend: mem.New()}, &observe.MemoryLog{}
+	b, log := &durabletest.CutAfterRead{Backend: mem.New()}, &observe.MemoryLog{}
 	s, err := kv.Open(t.Context(), kv.Config{Protocol: "pathoram", Backend: b, Keys: kvtest.NewKeys(t),
 		Capacity: 256, ValueSize: 16, TapLog: log})
 	if err != nil {
@@ -153,9 +123,7 @@ func TestFailedReadFinished(t *testing.T) {
 	if err := s.Put(t.Context(), "a", []byte("1")); err != nil {
 		t.Fatal(err)
 	}
-	b.mu.Lock()
-	b.fail = true
-	b.mu.Unlock()
+	b.Fail()
 	if _, _, err := s.Get(t.Context(), "a"); err == nil {
 		t.Fatal("a Get whose Read failed succeeded")
 	}

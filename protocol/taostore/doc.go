@@ -38,7 +38,12 @@
 // the subtree, writes the whole subtree back under a version above every
 // journaled one (which redoes any write-back storage lost) and
 // checkpoints: a kill -9 or a power cut loses nothing acknowledged, and
-// storage sees writes to buckets it saw written before.
+// storage sees writes to buckets it saw written before. Every path read is
+// journaled before it is issued and, when storage fails it, issued again
+// unchanged until it succeeds; one a crash cut short (or the store closed
+// on) is read again, identically, and processed at the next open, so a
+// block whose real read storage served never stays on that path for its
+// next access to read again.
 //
 // It must never let a backend call depend on anything but the arrival of
 // requests and the network's schedule: no path, count or timing may depend

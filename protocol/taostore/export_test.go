@@ -46,6 +46,7 @@ const (
 	LeakUnorderedReplies    = leakUnorderedReplies
 
 	LeakRecoveryChecksPositions = leakRecoveryChecksPositions
+	LeakRecoveryForgetsReads    = leakRecoveryForgetsReads
 )
 
 // WithLeak returns o with leak l injected.

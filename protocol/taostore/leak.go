@@ -43,6 +43,10 @@ const (
 	// the position map holds, to check the journal against storage, and
 	// so shows storage the position map.
 	leakRecoveryChecksPositions
+	// leakRecoveryForgetsReads: recovery drops the path reads a crash cut
+	// short, so a block whose real read storage served stays on that path,
+	// and its next access reads it again.
+	leakRecoveryForgetsReads
 )
 
 // checkPositions is leakRecoveryChecksPositions' read of the path of

@@ -19,6 +19,7 @@ const (
 	deltaPath      byte = iota + 1 // a path processed: its buckets after the flush, the answered block's position, the stash
 	deltaWriteBack                 // a write-back: its version and buckets
 	deltaLoad                      // a bulk load begins, under a version
+	deltaRead                      // a path read is about to be issued: its number, leaf and, for a real read, its block
 )
 
 // Position changes a path's record may carry.
@@ -28,11 +29,20 @@ const (
 	posDelete             // the block answered was deleted
 )
 
-// pathDelta describes the processing of a path to leaf that answered
-// block id (real) or no block: every node of the path as the flush left
-// it, the block's position and the whole stash (a few blocks; TaoStore
-// Sec. V-C bounds it by 2K).
-func (s *store) pathDelta(leaf uint64, real bool, id tree.BlockID) []byte {
+// readDelta describes path read number plan, planned as p.
+func readDelta(plan uint64, p plannedPath) []byte {
+	b := binary.AppendUvarint(binary.AppendUvarint([]byte{deltaRead}, plan), p.Leaf)
+	if !p.Real {
+		return append(b, 0)
+	}
+	return append(append(b, 1), p.ID[:]...)
+}
+
+// pathDelta describes the processing of path read number plan, to leaf,
+// that answered block id (real) or no block: every node of the path as
+// the flush left it, the block's position and the whole stash (a few
+// blocks; TaoStore Sec. V-C bounds it by 2K), then the plan's number.
+func (s *store) pathDelta(leaf uint64, real bool, id tree.BlockID, plan uint64) []byte {
 	b := binary.AppendUvarint([]byte{deltaPath}, leaf)
 	switch nl, ok := s.pos[id]; {
 	case !real:
@@ -53,7 +63,7 @@ func (s *store) pathDelta(leaf uint64, real bool, id tree.BlockID) []byte {
 			b = appendBlock(b, blk)
 		}
 	}
-	return b
+	return binary.AppendUvarint(b, plan)
 }
 
 // writeBackDelta describes a write-back of buckets under version.
@@ -88,6 +98,8 @@ func (s *store) replay(rec []byte) (load bool, err error) {
 	case deltaLoad:
 		s.version = max(s.version, d.Uvarint())
 		load = true
+	case deltaRead:
+		s.replayRead(d)
 	default:
 		d.Check(d.Failed(), fmt.Sprint("a delta of kind ", kind))
 	}
@@ -141,6 +153,22 @@ func (s *store) replayPath(d *delta.Decoder) {
 	}
 	if !d.Failed() {
 		s.stash = stash
+	}
+	if d.More() { // records written before path reads were planned have no number
+		delete(s.unfinished, d.Uvarint())
+	}
+}
+
+// replayRead applies a planned path read's record.
+func (s *store) replayRead(d *delta.Decoder) {
+	plan, p := d.Uvarint(), plannedPath{Leaf: d.Uvarint()}
+	d.Check(p.Leaf < s.geo.Leaves(), "a leaf outside the tree")
+	if p.Real = d.Bool(); p.Real {
+		p.ID = readID(d)
+	}
+	if !d.Failed() {
+		s.unfinished[plan] = p
+		s.nextPlan = max(s.nextPlan, plan+1)
 	}
 }
 

@@ -13,6 +13,8 @@ type request struct {
 	leaf    uint64 // the path read for it
 	arrival uint64 // its place in arrival order
 	real    bool   // it reads its block's real path
+	plan    uint64 // its path read's number (plannedPath)
+	planLSN uint64 // the journal record of its path read, durable before the read
 
 	pathDone bool   // its own path read has returned (response map "b")
 	answered bool   // its answer is known (response map "w")

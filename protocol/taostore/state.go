@@ -2,12 +2,15 @@ package taostore
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/binary"
 	"encoding/gob"
 	"errors"
 	"fmt"
 	"iter"
+	"maps"
+	"slices"
 
 	"github.com/oblivkv/oblivkv/kv"
 	"github.com/oblivkv/oblivkv/protocol/tree"
@@ -22,6 +25,10 @@ type state struct {
 	Nodes           map[uint64][]tree.Block // the subtree: cached levels and buckets fresher than storage
 	Version         uint64
 	Acked           []uint64
+	// Unfinished are the path reads planned and never processed (a store
+	// closed while storage failed them), finished at the next open.
+	Unfinished map[uint64]plannedPath
+	NextPlan   uint64
 }
 
 // writeInitial writes every stored bucket of the tree, holding blocks[b]
@@ -110,12 +117,14 @@ func (s *store) Close() error {
 // writeBackAll writes every stored bucket of the subtree back, as one
 // journaled write-back, once the write-backs in flight are done, and drops
 // those buckets from the subtree: storage then holds everything but the
-// cached levels and the stash.
+// cached levels and the stash, and no flushed path awaits a write-back
+// (recovery's finished reads flush paths too).
 func (s *store) writeBackAll(ctx context.Context) error {
 	s.mu.Lock()
 	s.awaitWriteBacks(s.version)
 	buckets := s.sub.stored()
 	contents, _ := s.sub.snapshot(buckets)
+	s.flushed = nil
 	s.version++
 	version := s.version
 	s.mu.Unlock()
@@ -156,7 +165,7 @@ func (s *store) encodeState() ([]byte, uint64, error) {
 	s.awaitWriteBacks(s.version)
 	at := s.log.Last()
 	st := state{Z: s.opts.Z, CachedLevels: s.opts.CachedLevels, Pos: s.pos, Stash: s.stash,
-		Nodes: map[uint64][]tree.Block{}, Version: s.version, Acked: s.acked}
+		Nodes: map[uint64][]tree.Block{}, Version: s.version, Acked: s.acked, Unfinished: s.unfinished, NextPlan: s.nextPlan}
 	for b, n := range s.sub.nodes {
 		st.Nodes[b] = n.blocks
 	}
@@ -183,6 +192,7 @@ func (s *store) restore(b []byte) error {
 		return fmt.Errorf("%w: taostore: the checkpoint is of a tree of %d buckets", kv.ErrMismatch, len(st.Acked))
 	}
 	s.pos, s.stash, s.version, s.acked = cmpNonNil(st.Pos, s.pos), cmpNonNil(st.Stash, s.stash), st.Version, st.Acked
+	s.unfinished, s.nextPlan = cmpNonNil(st.Unfinished, s.unfinished), st.NextPlan
 	for b, blocks := range st.Nodes {
 		s.sub.set(b, blocks)
 	}
@@ -225,14 +235,49 @@ func (s *store) recover(ctx context.Context) error {
 	if load {
 		s.pos, s.stash = map[tree.BlockID]uint64{}, map[tree.BlockID][]byte{}
 		s.sub = newSubtree(s.geo, s.opts.CachedLevels)
+		s.unfinished = map[uint64]plannedPath{}
 		if err := s.writeInitial(ctx, nil); err != nil {
 			return fmt.Errorf("taostore: rewriting the tree of an interrupted bulk load: %w", err)
 		}
+	}
+	if s.opts.leak == leakRecoveryForgetsReads {
+		clear(s.unfinished)
+	}
+	if err := s.finishUnfinished(ctx); err != nil {
+		return err
 	}
 	if err := s.writeBackAll(ctx); err != nil {
 		return err
 	}
 	return s.checkpoint(ctx)
+}
+
+// finishUnfinished reads again, identically and in the order they were
+// planned, the path reads a crash cut short (or storage failed until the
+// store closed), and processes each as its request would have been: the
+// path joins the subtree and, for a real read, the block leaves it for the
+// stash and a fresh leaf. Storage learns that reads were cut short, not
+// which were real: left alone, a block whose real read it served would
+// stay on that path, and its next access would read the path again.
+func (s *store) finishUnfinished(ctx context.Context) error {
+	for _, plan := range slices.Sorted(maps.Keys(s.unfinished)) {
+		p := s.unfinished[plan]
+		r := &request{m: kv.Mutation{Op: kv.MutRead}, id: p.ID, leaf: p.Leaf, real: p.Real, plan: plan}
+		s.mu.Lock()
+		s.sub.request(r.leaf)
+		if r.real {
+			s.reqs[r.id] = append(s.reqs[r.id], r)
+		}
+		s.mu.Unlock()
+		fetched, versions, err := s.readPath(ctx, r.leaf)
+		s.mu.Lock()
+		lsn := s.process(r, fetched, versions, err)
+		s.mu.Unlock()
+		if err := cmp.Or(r.err, s.log.Sync(lsn)); err != nil {
+			return fmt.Errorf("taostore: finishing a path read cut short: %w", err)
+		}
+	}
+	return nil
 }
 
 // JournalsEveryWrite implements kv.WriteJournaler: every write-back is
@@ -257,5 +302,6 @@ func (s *store) Stats() kv.Stats {
 		{Name: "write_backs", Value: float64(c.writeBacks)},
 		{Name: "stale_buckets", Value: float64(c.staleBuckets)},
 		{Name: "write_back_errors", Value: float64(c.writeBackErrors)},
+		{Name: "read_retries", Value: float64(c.readRetries)},
 	}}
 }

@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"context"
 	crand "crypto/rand"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/oblivkv/oblivkv/backend"
 	"github.com/oblivkv/oblivkv/internal/durable"
@@ -52,11 +54,15 @@ type store struct {
 	stash    map[tree.BlockID][]byte
 	sub      *subtree
 	reqs     map[tree.BlockID][]*request // request map (Sec. IV-B step 1)
-	seq      sequencer
-	flushed  []uint64 // leaves flushed since the last write-back
-	version  uint64   // version of the last write-back
-	acked    []uint64 // per bucket: newest version storage acknowledged
-	counters counters
+	// unfinished are the path reads planned and not processed, by number:
+	// storage may have served them (finishUnfinished).
+	unfinished map[uint64]plannedPath
+	nextPlan   uint64
+	seq        sequencer
+	flushed    []uint64 // leaves flushed since the last write-back
+	version    uint64   // version of the last write-back
+	acked      []uint64 // per bucket: newest version storage acknowledged
+	counters   counters
 
 	onStorage map[uint64][]tree.Block // leakUnchangedNotWritten: what storage holds, as far as the proxy knows
 
@@ -70,8 +76,8 @@ type store struct {
 
 // counters are the protocol's statistics.
 type counters struct {
-	realReads, fakeReads, writeBacks, staleBuckets, writeBackErrors uint64
-	stashMax                                                        int
+	realReads, fakeReads, writeBacks, staleBuckets, writeBackErrors, readRetries uint64
+	stashMax                                                                     int
 }
 
 func open(ctx context.Context, env kv.Env) (*store, error) {
@@ -98,7 +104,7 @@ func open(ctx context.Context, env kv.Env) (*store, error) {
 		codec: tree.NewCodec(env.Keys, opts.Z, env.ValueSize), layout: tree.Layout{Prefix: BucketPrefix},
 		rng: rand.New(rand.NewChaCha8(*seed)), pos: map[tree.BlockID]uint64{},
 		stash: map[tree.BlockID][]byte{}, sub: newSubtree(geo, opts.CachedLevels),
-		reqs: map[tree.BlockID][]*request{}, acked: make([]uint64, geo.Buckets()),
+		reqs: map[tree.BlockID][]*request{}, acked: make([]uint64, geo.Buckets()), unfinished: map[uint64]plannedPath{},
 		flusher: tree.NewFlusher(geo, opts.Z), seq: sequencer{released: opts.released, leak: opts.leak},
 		inflight: map[uint64]bool{}}
 	s.landed = sync.NewCond(&s.mu)
@@ -158,7 +164,7 @@ func (s *store) access(ctx context.Context, m kv.Mutation, key string) (*request
 	}
 	// The path read and everything after it complete even if the caller
 	// gives up: what storage sees must not depend on the caller.
-	fetched, versions, err := s.readPath(context.WithoutCancel(ctx), r.leaf)
+	fetched, versions, err := s.readPlanned(context.WithoutCancel(ctx), r)
 	s.pathReturned(r, fetched, versions, err)
 	select {
 	case <-r.done:
@@ -198,7 +204,61 @@ func (s *store) arrive(r *request) error {
 	}
 	s.reqs[r.id] = append(s.reqs[r.id], r)
 	s.sub.request(r.leaf)
+	s.plan(r)
 	return nil
+}
+
+// plannedPath is a path read planned for a request: its leaf and, for a
+// block's real read, the block. It outlives a crash in the journal and in
+// checkpoints until its path is processed.
+type plannedPath struct {
+	Leaf uint64
+	ID   tree.BlockID
+	Real bool
+}
+
+// plan numbers r's path read and journals it: the read is issued only
+// once the record is durable (readPlanned); s.mu is held.
+func (s *store) plan(r *request) {
+	r.plan = s.nextPlan
+	s.nextPlan++
+	p := plannedPath{Leaf: r.leaf, Real: r.real}
+	if r.real {
+		p.ID = r.id
+	}
+	s.unfinished[r.plan] = p
+	r.planLSN = s.log.Append(readDelta(r.plan, p))
+}
+
+// Pauses between two attempts of a path read that storage failed.
+const (
+	firstRetry = time.Millisecond
+	maxRetry   = time.Second
+)
+
+// readPlanned reads r's path once its plan is durable, and while storage
+// fails the read (a transport error: not tampering, not a closed
+// backend) issues the identical read again. A read that may have reached
+// storage is never left for the block's next access to repeat: that
+// access would read the same path, and storage would link the two (the
+// argument of Treebeard Sec. 5.3.3, for one path). A crash, or a store
+// closed meanwhile, leaves the read to recovery (finishUnfinished).
+func (s *store) readPlanned(ctx context.Context, r *request) ([][]tree.Block, []uint64, error) {
+	if err := s.log.Sync(r.planLSN); err != nil {
+		return nil, nil, fmt.Errorf("taostore: journal: %w", err)
+	}
+	wait := firstRetry
+	for {
+		fetched, versions, err := s.readPath(ctx, r.leaf)
+		if err == nil || errors.Is(err, kv.ErrTampered) || errors.Is(err, seal.ErrTampered) || errors.Is(err, backend.ErrClosed) {
+			return fetched, versions, err
+		}
+		time.Sleep(wait)
+		wait = min(2*wait, maxRetry)
+		s.mu.Lock()
+		s.counters.readRetries++
+		s.mu.Unlock()
+	}
 }
 
 // readPath reads the stored levels of leaf's path in one backend call and
@@ -294,6 +354,7 @@ func (s *store) process(r *request, fetched [][]tree.Block, versions []uint64, e
 	if s.opts.leak == leakUnchangedNotWritten {
 		s.rememberFetched(r.leaf, fetched)
 	}
+	delete(s.unfinished, r.plan)
 	s.sub.sync(r.leaf, s.opts.CachedLevels, fetched)
 	var answered []*request
 	if r.real {
@@ -301,7 +362,7 @@ func (s *store) process(r *request, fetched [][]tree.Block, versions []uint64, e
 		s.answer(r)
 	}
 	s.flush(r.leaf)
-	lsn := s.log.Append(s.pathDelta(r.leaf, r.real, r.id))
+	lsn := s.log.Append(s.pathDelta(r.leaf, r.real, r.id, r.plan))
 	for _, q := range answered {
 		q.lsn = max(q.lsn, lsn)
 	}

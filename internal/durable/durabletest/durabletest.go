@@ -7,6 +7,7 @@ package durabletest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -85,4 +86,50 @@ func CheckRecoveryView(recovery []observe.Record) error {
 // IsAnchorWrite reports whether r is a checkpoint's write of the anchor.
 func IsAnchorWrite(r observe.Record) bool {
 	return r.Op == observe.OpWrite && len(r.Addrs) == 1 && r.Addrs[0] == durable.AnchorAddr
+}
+
+// Crasher is what CutAfterRead stops: a journal whose Crash ends it as
+// the death of its process would (internal/journal.Journal).
+type Crasher interface{ Crash() }
+
+// CutAfterRead is storage whose next Read, once armed, reaches storage
+// and then is cut off from its store: with Crash, the journal dies (the
+// process was killed after the Read left it); with Fail, the Read is
+// reported failed although storage served it.
+type CutAfterRead struct {
+	backend.Backend
+	mu    sync.Mutex
+	crash Crasher
+	fail  bool
+}
+
+// Crash arms the next Read to crash j once storage has served it.
+func (b *CutAfterRead) Crash(j Crasher) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.crash = j
+}
+
+// Fail arms the next Read to be reported failed once storage has served
+// it.
+func (b *CutAfterRead) Fail() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.fail = true
+}
+
+// Read implements backend.Backend.
+func (b *CutAfterRead) Read(ctx context.Context, addrs []string) ([][]byte, error) {
+	vals, err := b.Backend.Read(ctx, addrs)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	switch {
+	case b.crash != nil:
+		b.crash.Crash()
+		b.crash = nil
+	case b.fail:
+		b.fail = false
+		return nil, errors.New("durabletest: injected failure of a Read storage served")
+	}
+	return vals, err
 }
