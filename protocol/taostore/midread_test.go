@@ -2,23 +2,17 @@ package taostore_test
 
 import (
 	"errors"
-	"fmt"
 	"slices"
 	"strings"
 	"testing"
 
 	"github.com/oblivkv/oblivkv/backend/mem"
 	"github.com/oblivkv/oblivkv/internal/durable/durabletest"
-	"github.com/oblivkv/oblivkv/internal/journal"
 	"github.com/oblivkv/oblivkv/kv"
 	"github.com/oblivkv/oblivkv/kvtest"
 	"github.com/oblivkv/oblivkv/observe"
 	"github.com/oblivkv/oblivkv/protocol/taostore"
 )
-
-// errReadAgain is the leak a cut path read leaves behind: the block's next
-// access reads the path storage saw read when the crash came.
-var errReadAgain = errors.New("the key's next access reads the path cut short again")
 
 // TestCrashMidReadFinished: the process dies after a request's real path
 // read reached storage and before its path was journaled as processed.
@@ -29,66 +23,16 @@ var errReadAgain = errors.New("the key's next access reads the path cut short ag
 func TestCrashMidReadFinished(t *testing.T) {
 	for name, lk := range map[string]taostore.Leak{"finished": taostore.NoLeak, "dropped (leak)": taostore.LeakRecoveryForgetsReads} {
 		t.Run(name, func(t *testing.T) {
-			err := crashMidRead(t, lk)
+			err := durabletest.CrashMidRead(t, taostore.BucketPrefix, func(env kv.Env) (kv.Store, error) {
+				env.Options = taostore.WithLeak(taostore.Seeded(taostore.Options{}, 7), lk)
+				return taostore.OpenRaw(t.Context(), env)
+			}).Check()
 			t.Logf("view: %v", err)
-			if lk == taostore.NoLeak && err != nil || lk != taostore.NoLeak && !errors.Is(err, errReadAgain) {
+			if lk == taostore.NoLeak && err != nil || lk != taostore.NoLeak && !errors.Is(err, durabletest.ErrReadAgain) {
 				t.Fatalf("view: %v", err)
 			}
 		})
 	}
-}
-
-func crashMidRead(t *testing.T, lk taostore.Leak) error {
-	keys, dir, log, m := kvtest.NewKeys(t), t.TempDir(), &observe.MemoryLog{}, mem.New()
-	b := &durabletest.CutAfterRead{Backend: m}
-	open := func(fresh bool) (kv.Store, *journal.Journal) {
-		t.Helper()
-		j, err := journal.Open(dir, keys, journal.Options{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		m.Reopen() // the crashed store closed it
-		s, err := taostore.OpenRaw(t.Context(), kv.Env{Backend: observe.NewTap(b, log), Keys: keys, Capacity: 256,
-			ValueSize: 16, Fresh: fresh, Journal: j, Options: taostore.WithLeak(taostore.Seeded(taostore.Options{}, 7), lk)})
-		if err != nil {
-			j.Crash()
-			t.Fatal(err)
-		}
-		return s, j
-	}
-	s, j := open(true)
-	for i := range 20 {
-		if err := s.Put(t.Context(), fmt.Sprint("k", i), []byte("v")); err != nil {
-			t.Fatal(err)
-		}
-	}
-	b.Crash(j)
-	if _, _, err := s.Get(t.Context(), "k3"); err == nil {
-		t.Fatal("a Get whose path could not be journaled succeeded")
-	}
-	cut := treeReads(log.Records())
-	s.Close()
-	j.Crash()
-	from := len(log.Records())
-	s, j = open(false)
-	defer j.Close()
-	recovery := treeReads(log.Records()[from:])
-	from = len(log.Records())
-	if got, ok, err := s.Get(t.Context(), "k3"); err != nil || !ok || string(got) != "v" {
-		t.Fatalf("Get after recovery = %q, %v, %v", got, ok, err)
-	}
-	next := treeReads(log.Records()[from:])
-	var errs []error
-	if len(recovery) != 1 || !slices.Equal(recovery[0].Addrs, cut[len(cut)-1].Addrs) {
-		errs = append(errs, fmt.Errorf("recovery made %d Reads of the tree; want one, of the path cut short", len(recovery)))
-	}
-	switch {
-	case len(next) != 1:
-		errs = append(errs, fmt.Errorf("the key's next access made %d Reads", len(next)))
-	case slices.Equal(next[0].Addrs, cut[len(cut)-1].Addrs):
-		errs = append(errs, errReadAgain)
-	}
-	return errors.Join(errs...)
 }
 
 // treeReads returns the Reads of tree buckets among recs.

@@ -13,9 +13,14 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"testing"
 
 	"github.com/oblivkv/oblivkv/backend"
+	"github.com/oblivkv/oblivkv/backend/mem"
 	"github.com/oblivkv/oblivkv/internal/durable"
+	"github.com/oblivkv/oblivkv/internal/journal"
+	"github.com/oblivkv/oblivkv/kv"
+	"github.com/oblivkv/oblivkv/kvtest"
 	"github.com/oblivkv/oblivkv/observe"
 )
 
@@ -132,4 +137,110 @@ func (b *CutAfterRead) Read(ctx context.Context, addrs []string) ([][]byte, erro
 		return nil, errors.New("durabletest: injected failure of a Read storage served")
 	}
 	return vals, err
+}
+
+// ErrReadAgain is the leak a Read cut short can leave: the key's next
+// access reads the addresses storage saw read when the crash came, so
+// storage links the two accesses.
+var ErrReadAgain = errors.New("the key's next access reads the path cut short again")
+
+// MidRead is storage's view around a Read a crash cut short: the Read,
+// the Reads and Writes of the recovery after it, and the calls of the
+// key's next access; tree Reads are those of addresses under Prefix.
+type MidRead struct {
+	Prefix         string
+	Cut            observe.Record
+	Recovery, Next []observe.Record
+}
+
+// CrashMidRead opens a journaled store with open (over memory storage
+// recorded by a Tap, 256 keys of 16 bytes), fills it with keys k0..k19,
+// crashes it once storage has served the tree Read of a Get of k3,
+// reopens it from its journal and reads k3 back. Tree addresses are those
+// under prefix.
+func CrashMidRead(t *testing.T, prefix string, open func(kv.Env) (kv.Store, error)) MidRead {
+	t.Helper()
+	keys, dir, log, m := kvtest.NewKeys(t), t.TempDir(), &observe.MemoryLog{}, mem.New()
+	b := &CutAfterRead{Backend: m}
+	reopen := func(fresh bool) (kv.Store, *journal.Journal) {
+		t.Helper()
+		j, err := journal.Open(dir, keys, journal.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		m.Reopen() // the crashed store closed it
+		s, err := open(kv.Env{Backend: observe.NewTap(b, log), Keys: keys, Capacity: 256, ValueSize: 16, Fresh: fresh, Journal: j})
+		if err != nil {
+			j.Crash()
+			t.Fatal(err)
+		}
+		return s, j
+	}
+	s, j := reopen(true)
+	for i := range 20 {
+		if err := s.Put(t.Context(), fmt.Sprint("k", i), []byte("v")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b.Crash(j)
+	if _, _, err := s.Get(t.Context(), "k3"); err == nil {
+		t.Fatal("a Get cut short by a crash succeeded")
+	}
+	v := MidRead{Prefix: prefix}
+	if reads := v.treeReads(log.Records()); len(reads) > 0 {
+		v.Cut = reads[len(reads)-1]
+	}
+	s.Close()
+	j.Crash()
+	from := len(log.Records())
+	s, j = reopen(false)
+	t.Cleanup(func() { s.Close(); j.Close() })
+	v.Recovery = slices.Clone(log.Records()[from:])
+	from = len(log.Records())
+	if got, ok, err := s.Get(t.Context(), "k3"); err != nil || !ok || string(got) != "v" {
+		t.Fatalf("Get after recovery = %q, %v, %v", got, ok, err)
+	}
+	v.Next = slices.Clone(log.Records()[from:])
+	return v
+}
+
+// Check requires that recovery read the cut addresses once, identically,
+// and wrote them all afterwards (the access finished, its block moved),
+// and that the key's next access read others (else ErrReadAgain).
+func (v MidRead) Check() error {
+	var errs []error
+	reads := v.treeReads(v.Recovery)
+	if len(reads) != 1 || !slices.Equal(reads[0].Addrs, v.Cut.Addrs) {
+		errs = append(errs, fmt.Errorf("recovery made %d Reads of the tree; want one, of the Read cut short", len(reads)))
+	} else if !v.writtenAfter(reads[0].Seq) {
+		errs = append(errs, errors.New("recovery did not write the path it read again"))
+	}
+	switch next := v.treeReads(v.Next); {
+	case len(next) != 1:
+		errs = append(errs, fmt.Errorf("the key's next access made %d Reads of the tree", len(next)))
+	case slices.Equal(next[0].Addrs, v.Cut.Addrs):
+		errs = append(errs, ErrReadAgain)
+	}
+	return errors.Join(errs...)
+}
+
+// treeReads returns the Reads of addresses under the prefix among recs.
+func (v MidRead) treeReads(recs []observe.Record) []observe.Record {
+	return slices.DeleteFunc(slices.Clone(recs), func(r observe.Record) bool {
+		return r.Op != observe.OpRead || !strings.HasPrefix(r.Addrs[0], v.Prefix)
+	})
+}
+
+// writtenAfter reports whether the recovery's Writes after call seq hold
+// every address of the cut Read.
+func (v MidRead) writtenAfter(seq uint64) bool {
+	written := map[string]bool{}
+	for _, r := range v.Recovery {
+		if r.Op == observe.OpWrite && r.Seq > seq {
+			for _, a := range r.Addrs {
+				written[a] = true
+			}
+		}
+	}
+	return !slices.ContainsFunc(v.Cut.Addrs, func(a string) bool { return !written[a] })
 }
