@@ -136,7 +136,7 @@ func (f *Front) locate(c *Core, r *Req, fake int32) PartitionRead {
 	read := PartitionRead{Seq: r.Seq, P: fake}
 	if h := f.Mem[r.Key]; h != nil {
 		read.P = h.Part
-		if f.Opts.Leak == leakRepeatReadsReal && !h.Known {
+		if f.Opts.Leak == leakRepeatReadsReal && h.Src != 0 { // read from storage, not a new key
 			read.P, read.Key, read.Has = h.From, r.Key, true
 		}
 		h.Part = c.randomPart()

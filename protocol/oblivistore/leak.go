@@ -6,8 +6,9 @@ type leak uint8
 
 const (
 	leakNone leak = iota
-	// leakRepeatReadsReal: an access to a block whose read is still in
-	// flight reads the block's slot again instead of reading fake, so
+	// leakRepeatReadsReal: an access to a block held in trusted memory
+	// (read from storage, not evicted since) reads the slot it came from
+	// again, while that slot's level stands, instead of reading fake, so
 	// storage sees one slot read twice.
 	leakRepeatReadsReal
 	// leakSkipsEmptyReads: an access to a key that does not exist reads

@@ -30,7 +30,7 @@ type Server struct {
 	Cursor     int32
 	Counters   Counters
 	// Reread, with leakRepeatReadsReal only, keeps the slot each block was
-	// last read from.
+	// last read from, while its level stands.
 	Reread map[string]Slot
 }
 
@@ -234,11 +234,14 @@ func (s *Server) take(c *Core, m PartitionRead, pr *PendingRead) (*Slot, error) 
 		return nil, nil
 	}
 	loc, ok := s.Where[m.Key]
-	if !ok {
-		if x, again := s.Reread[m.Key]; again && s.Opts.Leak == leakRepeatReadsReal {
-			pr.Has = false
+	if !ok && s.Opts.Leak == leakRepeatReadsReal {
+		pr.Has = false // the block is in trusted memory: the read is fake, but takes its old slot
+		if x, again := s.Reread[m.Key]; again && x.P == m.P && !s.Parts[x.P].Shuffling {
 			return &x, nil
 		}
+		return nil, nil
+	}
+	if !ok {
 		return nil, internal("partition %d was asked for a block it does not hold", m.P)
 	}
 	if loc.P != m.P {
@@ -246,8 +249,8 @@ func (s *Server) take(c *Core, m PartitionRead, pr *PendingRead) (*Slot, error) 
 	}
 	delete(s.Where, m.Key)
 	x := loc.slot()
-	if s.Opts.Leak == leakRepeatReadsReal {
-		s.Reread[m.Key] = x
+	if s.Opts.Leak == leakRepeatReadsReal && !s.Parts[m.P].Shuffling {
+		s.Reread[m.Key] = x // until the partition's next shuffle starts (forgetRereads)
 	}
 	switch lv := s.level(x); {
 	case loc.Where == staged:

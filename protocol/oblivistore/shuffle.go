@@ -3,6 +3,7 @@ package oblivistore
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"math/bits"
 )
 
@@ -152,6 +153,9 @@ func (s *Server) start() bool {
 		s.Buffer -= need
 		j := &Job{P: p, J: part.J, Next: next, Marked: marked, Dest: dest, W: w, Reserved: need, ReadIDs: map[uint64]bool{}}
 		part.J, part.Shuffling = 0, true
+		if s.Opts.Leak == leakRepeatReadsReal {
+			s.forgetRereads(p)
+		}
 		for _, l := range marked {
 			part.Levels[l].Marked = true
 		}
@@ -314,6 +318,12 @@ func (s *Server) writeDone(c *Core, d WriteDone) error {
 		return nil
 	}
 	return nil
+}
+
+// forgetRereads drops the slots leakRepeatReadsReal reads again in
+// partition p, whose levels a shuffle starts to rewrite.
+func (s *Server) forgetRereads(p int32) {
+	maps.DeleteFunc(s.Reread, func(_ string, x Slot) bool { return x.P == p })
 }
 
 // job returns partition p's shuffle in progress, or nil.
