@@ -188,6 +188,30 @@ func TestMutationsAreLinearizable(t *testing.T) {
 	kvtest.CheckLinearizable(t, newMapStore(8), kvtest.LinOptions{Clients: 16, MutationFraction: 0.6})
 }
 
+// TestRESPResults: compared as a Redis reply shows them, the mutations
+// of a correct store pass, and racy ones are still caught (an INCRBY's new
+// value, an APPEND's length and a SETNX's outcome all expose a lost
+// update).
+func TestRESPResults(t *testing.T) {
+	kvtest.CheckLinearizable(t, newMapStore(10), kvtest.LinOptions{Clients: 16, MutationFraction: 0.6, RESPResults: true})
+	s := newMapStore(11)
+	s.racyUpdates = true
+	wantIllegal(t, s, kvtest.LinOptions{Clients: 16, MutationFraction: 0.8, HotFraction: 0.9, RESPResults: true})
+}
+
+// TestFailedPutsSeenByMutations: a failed Put that took effect, seen by no
+// Get but by a mutation (an INCRBY's result, an APPEND's length), is part
+// of a correct store's history, results compared whole or as RESP shows
+// them.
+func TestFailedPutsSeenByMutations(t *testing.T) {
+	for _, resp := range []bool{false, true} {
+		s := newMapStore(12)
+		s.failPuts = 0.2
+		kvtest.CheckLinearizable(t, s, kvtest.LinOptions{Clients: 4, OpsPerClient: 100, AllowErrors: true, GetFraction: 0.1,
+			MutationFraction: 0.6, RESPResults: resp})
+	}
+}
+
 func TestRacyMutationsAreCaught(t *testing.T) {
 	s := newMapStore(9)
 	s.racyUpdates = true

@@ -39,6 +39,10 @@ type LinOptions struct {
 	// Puts then write unique integers, so increments find numbers and, after
 	// an append, values that are not.
 	MutationFraction float64
+	// RESPResults compares of a mutation's result only what a Redis reply
+	// shows, for a store reached over RESP: INCRBY's new value, APPEND's
+	// new length, SETNX's whether it set, or the error that rejected it.
+	RESPResults bool
 	// Seed makes the operation mix reproducible; 0 picks a random seed,
 	// which is logged (the interleaving is up to the scheduler).
 	Seed uint64
@@ -247,7 +251,7 @@ func (o LinOptions) nextInput(r *rand.Rand, keys []string, c, i int) linInput {
 	case p < o.GetFraction+o.DeleteFraction+(1-o.GetFraction-o.DeleteFraction)*(1-o.MutationFraction):
 		in.Op, in.Value = opPut, o.uniqueValue(c, i)
 	default:
-		in.Op, in.ValueSize = opMutate, o.valueSize
+		in.Op, in.ValueSize, in.RESP = opMutate, o.valueSize, o.RESPResults
 		in.Mutation = []kv.MutationOp{kv.MutIncrBy, kv.MutAppend, kv.MutSet}[r.IntN(3)]
 		in.Value = map[kv.MutationOp]string{kv.MutIncrBy: "1", kv.MutAppend: "x", kv.MutSet: o.uniqueValue(c, i)}[in.Mutation]
 	}
@@ -277,7 +281,7 @@ func apply(ctx context.Context, s kv.Store, in linInput) (out linOutput, err err
 	case opMutate:
 		var r kv.Result
 		r, err = kv.Update(ctx, s, in.Key, in.mutation())
-		out = resultOutput(r, err)
+		out = in.output(r, err)
 		if out.Rejected != "" {
 			err = nil
 		}
@@ -327,8 +331,10 @@ func visualize(history []porcupine.Operation, opts LinOptions) (string, error) {
 // not attributable to one operation.
 func boundFailedPuts(history []porcupine.Operation) []porcupine.Operation {
 	seen := map[string]int64{} // value -> earliest return of a Get that saw it
+	mutated := map[string]bool{}
 	for _, op := range history {
 		in, out := op.Input.(linInput), op.Output.(linOutput)
+		mutated[in.Key] = mutated[in.Key] || in.Op == opMutate
 		if in.Op == opGet && out.Exists {
 			if r, ok := seen[out.Value]; !ok || op.Return < r {
 				seen[out.Value] = op.Return
@@ -340,10 +346,12 @@ func boundFailedPuts(history []porcupine.Operation) []porcupine.Operation {
 		in, out := op.Input.(linInput), op.Output.(linOutput)
 		if in.Op == opPut && out.Failed {
 			r, ok := seen[in.Value]
-			if !ok {
+			switch {
+			case ok:
+				op.Return = max(r, op.Call)
+			case !mutated[in.Key]:
 				continue
 			}
-			op.Return = max(r, op.Call)
 		}
 		kept = append(kept, op)
 	}
@@ -366,6 +374,22 @@ type linInput struct {
 	// the store's, which bounds what it makes.
 	Mutation  kv.MutationOp
 	ValueSize int
+	RESP      bool // LinOptions.RESPResults
+}
+
+// output is what the check compares of a mutation's result
+// (resultOutput), or of what a Redis reply shows of it (RESP).
+func (in linInput) output(r kv.Result, err error) linOutput {
+	out := resultOutput(r, err)
+	switch {
+	case !in.RESP || out.Rejected != "":
+		return out
+	case in.Mutation == kv.MutIncrBy:
+		return linOutput{Value: out.Value}
+	case in.Mutation == kv.MutAppend:
+		return linOutput{Len: out.Len}
+	}
+	return linOutput{Written: out.Written} // SETNX
 }
 
 // mutation returns the kv.Mutation of an opMutate.
@@ -439,7 +463,7 @@ var kvModel = porcupine.Model{
 			if out.Failed {
 				return true, linState{Value: string(next), Exists: exists}
 			}
-			return resultOutput(r, err) == out, linState{Value: string(next), Exists: exists}
+			return in.output(r, err) == out, linState{Value: string(next), Exists: exists}
 		default:
 			return true, linState{}
 		}

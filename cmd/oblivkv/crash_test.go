@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"strconv"
+	"strings"
 
 	"math/rand/v2"
 	"sync/atomic"
@@ -41,8 +43,10 @@ var crashOptions = map[string][]string{
 // and those cut off by the kills (whose outcome is unknown) alike, must
 // be linearizable (porcupine), and each client ends by reading every key
 // from the last server: so every acknowledged write reads back with its
-// latest acknowledged value, and the store keeps serving. Once on the
-// embedded disk backend, once on Redis, for every durable protocol.
+// latest acknowledged value, and the store keeps serving. Two in five
+// writes are mutations (INCRBY, APPEND, SETNX), so a mutation a recovery
+// applied twice, or lost after its reply, shows in their replies. Once on
+// the embedded disk backend, once on Redis, for every durable protocol.
 func TestCrashRecovery(t *testing.T) {
 	goredis.SetLogger(quietLogger{})
 	for _, protocol := range durableProtocols {
@@ -78,7 +82,7 @@ func crashRun(t *testing.T, args []string) {
 		// The pause keeps the history of the fastest protocol (cloak,
 		// answering from its cache) small enough for porcupine.
 		res, err := kvtest.Linearizable(ctx, store, kvtest.LinOptions{Clients: 16, AllowErrors: true, FinalReads: true,
-			Keys: 16, HotFraction: 0.2, Pause: 2 * time.Millisecond,
+			Keys: 16, HotFraction: 0.2, Pause: 2 * time.Millisecond, MutationFraction: 0.4, RESPResults: true,
 			Until: func() bool {
 				last := lastRestart.Load()
 				// go-redis fails fast for up to a second after failed dials
@@ -189,5 +193,66 @@ func (s *respStore) Delete(ctx context.Context, key string) error {
 	return nil
 }
 
-func (s *respStore) Stats() kv.Stats { return kv.Stats{} }
-func (s *respStore) Close() error    { return s.c.Close() }
+// Update implements kv.Updater with the mutations the check issues:
+// INCRBY, APPEND and SETNX, each reporting what its reply shows
+// (kvtest.LinOptions.RESPResults), a rejection as the kv error the server
+// mapped to its reply.
+func (s *respStore) Update(ctx context.Context, key string, m kv.Mutation) (kv.Result, error) {
+	var r kv.Result
+	var err error
+	switch {
+	case m.Op == kv.MutIncrBy:
+		var by, n int64
+		if by, err = strconv.ParseInt(string(m.Arg), 10, 64); err != nil {
+			return r, err
+		}
+		n, err = s.c.IncrBy(ctx, key, by).Result()
+		r.New = []byte(strconv.FormatInt(n, 10))
+	case m.Op == kv.MutAppend:
+		var n int64
+		n, err = s.c.Append(ctx, key, string(m.Arg)).Result()
+		r.Len = int(n)
+	case m.Op == kv.MutSet && m.If == kv.IfMissing:
+		r.Written, err = s.c.SetNX(ctx, key, m.Arg, 0).Result()
+	default:
+		return r, fmt.Errorf("respStore: no RESP command for mutation %+v", m)
+	}
+	if err != nil {
+		return kv.Result{}, replyErr(err)
+	}
+	return r, nil
+}
+
+// replyErr is the kv rejection an error reply names (resp's errorReply),
+// or the failure err is.
+func replyErr(err error) error {
+	var reply goredis.Error
+	if !errors.As(err, &reply) {
+		return failed(err)
+	}
+	msg := strings.TrimPrefix(reply.Error(), "ERR ")
+	for r := kv.Rejection(1); r.Err() != nil; r++ {
+		if msg == r.Err().Error() {
+			return r.Err()
+		}
+	}
+	if strings.HasPrefix(msg, "value too large") {
+		return kv.ErrValueTooLarge
+	}
+	return err
+}
+
+// Stats reports the server's value size (INFO oblivkv), which bounds what
+// a mutation may make; nothing else.
+func (s *respStore) Stats() kv.Stats {
+	info, _ := s.c.Info(context.Background(), "oblivkv").Result()
+	for line := range strings.Lines(info) {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "value_size:"); ok {
+			n, _ := strconv.Atoi(v)
+			return kv.Stats{ValueSize: n}
+		}
+	}
+	return kv.Stats{}
+}
+
+func (s *respStore) Close() error { return s.c.Close() }
