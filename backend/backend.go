@@ -60,26 +60,6 @@ type Backend interface {
 // ErrClosed is returned by every method of a backend after Close.
 var ErrClosed = errors.New("backend: closed")
 
-// WriteReader is a Backend that can issue a Write and then a Read in one
-// round trip, storage applying the Write (atomically, as Write does) before
-// it answers the Read.
-type WriteReader interface {
-	WriteRead(ctx context.Context, items []Item, addrs []string) ([][]byte, error)
-}
-
-// WriteRead stores items in b and then reads addrs: in one round trip
-// where b is a WriteReader, else as a Write followed by a Read. After an
-// error the Write may or may not have been applied.
-func WriteRead(ctx context.Context, b Backend, items []Item, addrs []string) ([][]byte, error) {
-	if wr, ok := b.(WriteReader); ok {
-		return wr.WriteRead(ctx, items, addrs)
-	}
-	if err := b.Write(ctx, items); err != nil {
-		return nil, err
-	}
-	return b.Read(ctx, addrs)
-}
-
 // Pipeliner is a Backend that can issue a Write and then several Reads in
 // one round trip, storage applying the Write (atomically, as Write does)
 // before it answers the Reads, in order.
@@ -89,25 +69,21 @@ type Pipeliner interface {
 
 // Pipeline stores items in b (none: no Write) and then reads each address
 // list of reads, returning their values in order: in one round trip where
-// b is a Pipeliner, else as a WriteRead (or a Read) and more Reads one
-// after the other. After an error the Write may or may not have been
-// applied.
+// b is a Pipeliner, else as a Write and Reads one after the other. After
+// an error the Write may or may not have been applied.
 func Pipeline(ctx context.Context, b Backend, items []Item, reads [][]string) ([][][]byte, error) {
 	if p, ok := b.(Pipeliner); ok {
 		return p.Pipeline(ctx, items, reads)
 	}
-	if len(reads) == 0 {
-		return nil, b.Write(ctx, items)
+	if len(items) > 0 || len(reads) == 0 {
+		if err := b.Write(ctx, items); err != nil {
+			return nil, err
+		}
 	}
 	out := make([][][]byte, len(reads))
 	for i, addrs := range reads {
 		var err error
-		if i == 0 && len(items) > 0 {
-			out[i], err = WriteRead(ctx, b, items, addrs)
-		} else {
-			out[i], err = b.Read(ctx, addrs)
-		}
-		if err != nil {
+		if out[i], err = b.Read(ctx, addrs); err != nil {
 			return nil, err
 		}
 	}

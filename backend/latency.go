@@ -54,14 +54,6 @@ func (l *latency) Write(ctx context.Context, items []Item) error {
 	return l.Backend.Write(ctx, items)
 }
 
-// WriteRead is one round trip: one delay.
-func (l *latency) WriteRead(ctx context.Context, items []Item, addrs []string) ([][]byte, error) {
-	if err := l.wait(ctx); err != nil {
-		return nil, err
-	}
-	return WriteRead(ctx, l.Backend, items, addrs)
-}
-
 // Pipeline is one round trip: one delay.
 func (l *latency) Pipeline(ctx context.Context, items []Item, reads [][]string) ([][][]byte, error) {
 	if err := l.wait(ctx); err != nil {

@@ -44,10 +44,6 @@ func (p *prefixed) items(in []Item) []Item {
 	return out
 }
 
-func (p *prefixed) WriteRead(ctx context.Context, items []Item, addrs []string) ([][]byte, error) {
-	return WriteRead(ctx, p.next, p.items(items), p.addrs(addrs))
-}
-
 func (p *prefixed) Pipeline(ctx context.Context, items []Item, reads [][]string) ([][][]byte, error) {
 	lists := make([][]string, len(reads))
 	for i, addrs := range reads {

@@ -179,22 +179,6 @@ func (t *Tap) Write(ctx context.Context, items []backend.Item) error {
 	return err
 }
 
-// WriteRead implements backend.WriteReader. To the storage operator it is
-// a write and then a read, and the log records it as the two.
-func (t *Tap) WriteRead(ctx context.Context, items []backend.Item, addrs []string) ([][]byte, error) {
-	if _, ok := t.next.(backend.WriteReader); !ok { // two calls: each recorded as it ends
-		if err := t.Write(ctx, items); err != nil {
-			return nil, err
-		}
-		return t.Read(ctx, addrs)
-	}
-	start := time.Now()
-	vals, err := backend.WriteRead(ctx, t.next, items, addrs)
-	t.wrote(start, len(items), func(i int) (string, int) { return items[i].Addr, len(items[i].Value) }, err)
-	t.read(start, addrs, vals, err)
-	return vals, err
-}
-
 // Pipeline implements backend.Pipeliner. To the storage operator it is a
 // write (when there are items) and then each read, and the log records
 // them so.

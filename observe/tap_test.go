@@ -398,49 +398,6 @@ func TestOpString(t *testing.T) {
 	}
 }
 
-// pipelined is a backend that does a Write and a Read in one call.
-type pipelined struct {
-	backend.Backend
-	calls int
-}
-
-func (p *pipelined) WriteRead(ctx context.Context, items []backend.Item, addrs []string) ([][]byte, error) {
-	p.calls++
-	if err := p.Backend.Write(ctx, items); err != nil {
-		return nil, err
-	}
-	return p.Backend.Read(ctx, addrs)
-}
-
-// A WriteRead through the tap is logged as the write and then the read,
-// whether the backend below does both in one call or not, and reaches a
-// backend that can in one call.
-func TestWriteRead(t *testing.T) {
-	for _, one := range []bool{false, true} {
-		var next backend.Backend = mem.New()
-		p := &pipelined{Backend: next}
-		if one {
-			next = p
-		}
-		log := &MemoryLog{}
-		tap := NewTap(next, log)
-		vals, err := backend.WriteRead(ctx, tap, []backend.Item{{Addr: "a", Value: []byte("xy")}}, []string{"a", "b"})
-		if err != nil || string(vals[0]) != "xy" || vals[1] != nil {
-			t.Fatalf("WriteRead through the tap = %q, %v", vals, err)
-		}
-		recs := log.Records()
-		if len(recs) != 2 || recs[0].Op != OpWrite || recs[1].Op != OpRead || !reflect.DeepEqual(recs[1].Addrs, []string{"a", "b"}) {
-			t.Fatalf("one call %v: logged %+v; want the write, then the read", one, recs)
-		}
-		if c := tap.Counters(); c.Writes != 1 || c.Reads != 1 {
-			t.Fatalf("counters %+v; want one write and one read", c)
-		}
-		if one && p.calls != 1 {
-			t.Fatalf("the backend got %d WriteRead calls, want 1", p.calls)
-		}
-	}
-}
-
 // lined is a backend that does a Write and several Reads in one call.
 type lined struct {
 	backend.Backend
@@ -452,32 +409,45 @@ func (l *lined) Pipeline(ctx context.Context, items []backend.Item, reads [][]st
 	return backend.Pipeline(ctx, l.Backend, items, reads)
 }
 
-// A Pipeline through the tap is logged as the write and then each read in
-// order, whether the backend below does them in one call or not, and
-// reaches a backend that can in one call.
+// A Pipeline through the tap, of one Read or of two, is logged as the
+// write and then each read in order, whether the backend below does them
+// in one call or not, and reaches a backend that can in one call.
 func TestPipeline(t *testing.T) {
-	for _, one := range []bool{false, true} {
-		var next backend.Backend = mem.New()
-		l := &lined{Backend: next}
-		if one {
-			next = l
-		}
-		log := &MemoryLog{}
-		tap := NewTap(next, log)
-		vals, err := backend.Pipeline(ctx, tap, []backend.Item{{Addr: "a", Value: []byte("xy")}}, [][]string{{"a"}, {"b", "a"}})
-		if err != nil || string(vals[0][0]) != "xy" || vals[1][0] != nil || string(vals[1][1]) != "xy" {
-			t.Fatalf("Pipeline through the tap = %q, %v", vals, err)
-		}
-		recs := log.Records()
-		if len(recs) != 3 || recs[0].Op != OpWrite || recs[1].Op != OpRead || recs[2].Op != OpRead ||
-			!reflect.DeepEqual(recs[2].Addrs, []string{"b", "a"}) {
-			t.Fatalf("one call %v: logged %+v; want the write, then the reads in order", one, recs)
-		}
-		if c := tap.Counters(); c.Writes != 1 || c.Reads != 2 {
-			t.Fatalf("counters %+v; want one write and two reads", c)
-		}
-		if one && l.calls != 1 {
-			t.Fatalf("the backend got %d Pipeline calls, want 1", l.calls)
+	for _, reads := range [][][]string{{{"a", "b"}}, {{"a"}, {"b", "a"}}} {
+		for _, one := range []bool{false, true} {
+			var next backend.Backend = mem.New()
+			l := &lined{Backend: next}
+			if one {
+				next = l
+			}
+			log := &MemoryLog{}
+			tap := NewTap(next, log)
+			lists, err := backend.Pipeline(ctx, tap, []backend.Item{{Addr: "a", Value: []byte("xy")}}, reads)
+			if err != nil || len(lists) != len(reads) {
+				t.Fatalf("Pipeline through the tap = %q, %v", lists, err)
+			}
+			for i, addrs := range reads {
+				for j, a := range addrs {
+					if got := lists[i][j]; (a == "a") != (string(got) == "xy") || a == "b" && got != nil {
+						t.Fatalf("Pipeline through the tap read %q as %q", a, got)
+					}
+				}
+			}
+			recs := log.Records()
+			if len(recs) != 1+len(reads) || recs[0].Op != OpWrite {
+				t.Fatalf("one call %v: logged %+v; want the write, then the reads", one, recs)
+			}
+			for i, addrs := range reads {
+				if recs[1+i].Op != OpRead || !reflect.DeepEqual(recs[1+i].Addrs, addrs) {
+					t.Fatalf("one call %v: logged %+v; want the reads in order", one, recs)
+				}
+			}
+			if c := tap.Counters(); c.Writes != 1 || c.Reads != uint64(len(reads)) {
+				t.Fatalf("counters %+v; want one write and %d reads", c, len(reads))
+			}
+			if one && l.calls != 1 {
+				t.Fatalf("the backend got %d Pipeline calls, want 1", l.calls)
+			}
 		}
 	}
 }

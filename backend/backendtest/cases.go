@@ -50,15 +50,17 @@ func testWriteRead(t *testing.T, open Open) {
 	}
 }
 
-// testWriteThenRead: backend.WriteRead applies its Write before its Read,
-// whether the backend does both in one round trip or not.
+// testWriteThenRead: backend.Pipeline with one address list applies its
+// Write before its Read, whether the backend does both in one round trip
+// or not.
 func testWriteThenRead(t *testing.T, open Open) {
 	b := open(t)
 	write(t, b, item("a", "old"), item("b", "old"))
-	vals, err := backend.WriteRead(t.Context(), b, []backend.Item{item("a", "new"), item("c", "new")}, []string{"c", "b", "a", "d"})
+	lists, err := backend.Pipeline(t.Context(), b, []backend.Item{item("a", "new"), item("c", "new")}, [][]string{{"c", "b", "a", "d"}})
 	if err != nil {
 		t.Fatal(err)
 	}
+	vals := lists[0]
 	checkValue(t, "c", vals[0], []byte("new"))
 	checkValue(t, "b", vals[1], []byte("old"))
 	checkValue(t, "a", vals[2], []byte("new"))

@@ -196,30 +196,6 @@ func msetArgs(items []backend.Item) []any {
 	return args
 }
 
-// WriteRead implements backend.WriteReader: MSET and MGET pipelined on
-// one connection, which Redis runs in that order.
-func (b *Backend) WriteRead(ctx context.Context, items []backend.Item, addrs []string) ([][]byte, error) {
-	if len(items) == 0 || len(addrs) == 0 {
-		if err := b.Write(ctx, items); err != nil {
-			return nil, err
-		}
-		return b.Read(ctx, addrs)
-	}
-	if err := b.check(); err != nil {
-		return nil, err
-	}
-	var mget *goredis.SliceCmd
-	_, err := b.client.Pipelined(ctx, func(p goredis.Pipeliner) error {
-		p.MSet(ctx, msetArgs(items)...)
-		mget = p.MGet(ctx, addrs...)
-		return nil
-	})
-	if err != nil {
-		return nil, wrap("MSET and MGET", err)
-	}
-	return values(mget.Val(), addrs)
-}
-
 // Pipeline implements backend.Pipeliner: MSET (when there are items) and
 // one MGET per address list pipelined on one connection, which Redis runs
 // in that order.

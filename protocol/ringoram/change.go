@@ -66,7 +66,7 @@ func (t *Tree) Apply(c Change) error {
 // Write fails the operation and changes nothing. With one, the operation
 // is committed once the hook returns (a crash would redo it), and returns
 // at once: its Write goes to storage with the tree's next Read, in one
-// round trip that applies the Write first (backend.WriteRead), or on its
+// round trip that applies the Write first (backend.Pipeline), or on its
 // own at Flush, whichever comes first.
 func (t *Tree) writeChange(ctx context.Context, ws []bucketWrite, c Change) error {
 	items, err := t.encode(ws)
