@@ -2,11 +2,9 @@ package ringoram
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"runtime"
 	"sync"
-	"time"
 
 	"github.com/oblivkv/oblivkv/backend"
 	"github.com/oblivkv/oblivkv/protocol/tree"
@@ -78,40 +76,17 @@ func (t *Tree) readLists(ctx context.Context, lists [][]string) ([][][]byte, err
 	return vals, nil
 }
 
-// Pauses between two attempts of a slot Read that storage failed.
-const (
-	firstRetry = time.Millisecond
-	maxRetry   = time.Second
-)
-
-// readAgain reads the address lists (readLists), and while storage fails the Read (a transport
-// error, not a tampered answer) issues the identical Read again, until it
-// succeeds, ctx ends or the Tree is abandoned. Treebeard Sec. 5.3.3: a
-// Read of slots may have reached storage even when it failed, so the
-// slots it chose are spent; an operation that chose again would read a
-// wanted block's slot a second time beside fresh dummies, and storage
-// would see which slot did not change. Read again unchanged, it learns
-// only that a Read failed.
+// readAgain reads the address lists (readLists), and while storage
+// fails the Read issues the identical Read again (tree.ReadAgain), until
+// it succeeds, ctx ends or the Tree is abandoned: a Read of slots may have
+// reached storage, so the slots it chose are spent.
 func (t *Tree) readAgain(ctx context.Context, lists [][]string) ([][][]byte, error) {
-	wait := firstRetry
-	for {
-		vals, err := t.readLists(ctx, lists)
-		if err == nil || errors.Is(err, seal.ErrTampered) || errors.Is(err, backend.ErrClosed) {
-			return vals, err
-		}
-		timer := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			timer.Stop()
-			return nil, err
-		case <-t.abandon:
-			timer.Stop()
-			return nil, err
-		case <-timer.C:
-		}
-		t.stats.ReadRetries++
-		wait = min(2*wait, maxRetry)
-	}
+	var vals [][][]byte
+	err := tree.ReadAgain(ctx, t.abandon, func() { t.stats.ReadRetries++ }, func() (err error) {
+		vals, err = t.readLists(ctx, lists)
+		return err
+	})
+	return vals, err
 }
 
 // readMeta returns the metadata of buckets: from the Tree's trusted copy

@@ -4,12 +4,10 @@ import (
 	"bytes"
 	"context"
 	crand "crypto/rand"
-	"errors"
 	"fmt"
 	"math/rand/v2"
 	"slices"
 	"sync"
-	"time"
 
 	"github.com/oblivkv/oblivkv/backend"
 	"github.com/oblivkv/oblivkv/internal/durable"
@@ -230,15 +228,8 @@ func (s *store) plan(r *request) {
 	r.planLSN = s.log.Append(readDelta(r.plan, p))
 }
 
-// Pauses between two attempts of a path read that storage failed.
-const (
-	firstRetry = time.Millisecond
-	maxRetry   = time.Second
-)
-
 // readPlanned reads r's path once its plan is durable, and while storage
-// fails the read (a transport error: not tampering, not a closed
-// backend) issues the identical read again. A read that may have reached
+// fails the read issues the identical read again (tree.ReadAgain). A read that may have reached
 // storage is never left for the block's next access to repeat: that
 // access would read the same path, and storage would link the two (the
 // argument of Treebeard Sec. 5.3.3, for one path). A crash, or a store
@@ -247,18 +238,17 @@ func (s *store) readPlanned(ctx context.Context, r *request) ([][]tree.Block, []
 	if err := s.log.Sync(r.planLSN); err != nil {
 		return nil, nil, fmt.Errorf("taostore: journal: %w", err)
 	}
-	wait := firstRetry
-	for {
-		fetched, versions, err := s.readPath(ctx, r.leaf)
-		if err == nil || errors.Is(err, kv.ErrTampered) || errors.Is(err, seal.ErrTampered) || errors.Is(err, backend.ErrClosed) {
-			return fetched, versions, err
-		}
-		time.Sleep(wait)
-		wait = min(2*wait, maxRetry)
+	var fetched [][]tree.Block
+	var versions []uint64
+	err := tree.ReadAgain(ctx, nil, func() {
 		s.mu.Lock()
 		s.counters.readRetries++
 		s.mu.Unlock()
-	}
+	}, func() (err error) {
+		fetched, versions, err = s.readPath(ctx, r.leaf)
+		return err
+	})
+	return fetched, versions, err
 }
 
 // readPath reads the stored levels of leaf's path in one backend call and
