@@ -107,15 +107,6 @@ func majority(n int, p float64) float64 {
 	return mathext.RegIncBeta(float64(m), float64(n-m+1), p)
 }
 
-// addressCounts returns how many calls of records touched each address.
-func addressCounts(records []observe.Record) []int {
-	var out []int
-	for _, ac := range audit.RankAddresses(records, 0) {
-		out = append(out, ac.Count)
-	}
-	return out
-}
-
 // unitCounts returns how many calls of records touched each unit of
 // storage, unit(addr) naming an address's unit: a call touching several
 // addresses of one unit counts once.
@@ -147,10 +138,13 @@ func unitCounts(records []observe.Record, unit func(string) string) []int {
 // unit.
 func storageUnit(protocol string) func(string) string {
 	if protocol != "treebeard" {
-		return func(a string) string { return a }
+		return sameAddress
 	}
 	return treebeardBucket
 }
+
+// sameAddress makes each address its own unit.
+func sameAddress(addr string) string { return addr }
 
 // treebeardBucket names the tree and bucket of a Treebeard slot or
 // metadata address, and any other address by itself.

@@ -69,7 +69,7 @@ func Audit(ctx context.Context, cfg Config) (*Result, error) {
 
 // analyse adds the checks and plots of one run.
 func (res *Result) analyse(cfg Config, r *Run) error {
-	res.plot("access", r.Workload, log2Bins(addressCounts(r.Records)))
+	res.plot("access", r.Workload, log2Bins(unitCounts(r.Records, sameAddress)))
 	res.Checks = append(res.Checks, answered(r))
 	if r.Workload == "zipf" {
 		a := attack(r)
