@@ -156,12 +156,8 @@ func parseTree(records []observe.Record, l ringoram.Layout, z int) ([]TreeOp, er
 // at least one). An eviction's Read, Z slots of each bucket, has no second
 // part.
 func splitShuffle(read []SlotRef, z int) (path, shuffle []SlotRef) {
-	per := map[uint64]int{}
-	for _, r := range read {
-		per[r.Bucket]++
-	}
 	n := 0
-	for _, c := range per {
+	for _, c := range slotsPerBucket(read) {
 		if c > z {
 			c -= z
 		}
@@ -220,16 +216,21 @@ func parseOp(reads []observe.Record, write observe.Record, l ringoram.Layout, z 
 // path crossing a bucket, fewer than z of most (with z = 1 the two look
 // alike, and rewritesAll tells them apart).
 func zEach(read []SlotRef, z int) bool {
-	per := map[uint64]int{}
-	for _, r := range read {
-		per[r.Bucket]++
-	}
-	for _, n := range per {
+	for _, n := range slotsPerBucket(read) {
 		if n != z {
 			return false
 		}
 	}
 	return true
+}
+
+// slotsPerBucket counts a Read's slots by bucket.
+func slotsPerBucket(read []SlotRef) map[uint64]int {
+	per := map[uint64]int{}
+	for _, r := range read {
+		per[r.Bucket]++
+	}
+	return per
 }
 
 // rewritesAll reports whether a Write's slots cover every bucket of union,
