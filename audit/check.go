@@ -33,6 +33,8 @@ type Check struct {
 	P float64
 	// Detail says what was measured, for logs and reports.
 	Detail string
+
+	dof int // a chi-square check's degrees of freedom
 }
 
 // Pass reports whether the statistic is within its critical value.
@@ -83,7 +85,7 @@ func chiSquareCheck(name string, stat float64, dof int, detail string) Check {
 	if dof < 1 {
 		return Check{Name: name, Critical: math.Inf(1), P: 1, Detail: "too few samples to test: " + detail}
 	}
-	return Check{Name: name, Stat: stat, Critical: ChiSquareCritical(dof, Significance),
+	return Check{Name: name, Stat: stat, Critical: ChiSquareCritical(dof, Significance), dof: dof,
 		P: ChiSquareP(stat, dof), Detail: fmt.Sprintf("chi-square, %d degrees of freedom; %s", dof, detail)}
 }
 

@@ -1,0 +1,221 @@
+package audit
+
+import (
+	"fmt"
+	"math"
+)
+
+// FollowKey checks where one key's block is found across its consecutive
+// accesses. Each walk is one key followed through a run: the positions
+// (tree and leaf, partition, physical address, place in a batch, each
+// numbered in [0, positions)) at which storage saw the key's block
+// accessed, in the order of the key's accesses. Which call was which
+// key's is ground truth from the protocol's trace; the positions are
+// what the Tap shows. A protocol that moves a block to a fresh random
+// position at every access gives positions uniform and each independent
+// of the one before, whatever the key and however often it is asked for.
+// Three checks:
+//
+//   - uniform positions: every position of every walk, in bins
+//     equal-width bins (Uniform);
+//   - consecutive positions independent: the bins x bins table of each
+//     position against the next of the same key (Independent; on the
+//     overlapping pairs of a walk this is the test of a first-order
+//     Markov chain against independent draws);
+//   - same position again: consecutive positions of one key that are
+//     equal, against the pairs/positions that chance gives (Excess).
+//
+// A position derived from the key fails the last two under keys asked
+// for a few times each, and the first under a hot key; one derived from
+// the previous position fails the second.
+func FollowKey(name string, walks [][]int, positions, bins int) []Check {
+	counts := make([]int, bins)
+	table := make([][]int, bins)
+	for i := range table {
+		table[i] = make([]int, bins)
+	}
+	bin := func(p int) int { return p * bins / positions }
+	pairs, same := 0, 0
+	for _, w := range walks {
+		for i, p := range w {
+			counts[bin(p)]++
+			if i == 0 {
+				continue
+			}
+			table[bin(w[i-1])][bin(p)]++
+			pairs++
+			if p == w[i-1] {
+				same++
+			}
+		}
+	}
+	uniform := Uniform(name+": positions of one key uniform", counts)
+	withPower(&uniform, sum(counts))
+	independent := Independent(name+": consecutive positions of one key independent", table)
+	withPower(&independent, pairs)
+	return []Check{uniform, independent,
+		Excess(name+": same position again", same, float64(pairs)/float64(positions),
+			fmt.Sprintf("%d of %d consecutive accesses of one key at the position before (%d positions, %d keys)", same, pairs, positions, len(walks)))}
+}
+
+// Placement is where one real block landed in a unit written whole (a
+// level, a bucket, a batch write-back) and where it stood in the order
+// the unit's real blocks were gathered (read, requested, evicted).
+type Placement struct {
+	Slot, Slots  int // the slot it landed in, of the unit's Slots
+	Gathered, Of int // its place in the gathering order, of the unit's Of real blocks
+}
+
+// Placements checks that a permuted unit hides where its real blocks sit:
+// the slot a real block lands in is uniform over the unit's slots (Fit,
+// in bins equal-width bins of each unit's slots), and independent of its
+// place in the order the blocks were gathered (Independent, both in bins
+// bins; units with one real block have no order and are left out). A
+// unit written unpermuted, or permuted only among its first slots,
+// fails the first; one written in gathering order fails the second.
+func Placements(name string, ps []Placement, bins int) []Check {
+	observed, expected := make([]int, bins), make([]float64, bins)
+	table := make([][]int, bins)
+	for i := range table {
+		table[i] = make([]int, bins)
+	}
+	pairs := 0
+	for _, p := range ps {
+		slot := p.Slot * bins / p.Slots
+		observed[slot]++
+		addUniform(expected, p.Slots)
+		if p.Of > 1 {
+			table[p.Gathered*bins/p.Of][slot]++
+			pairs++
+		}
+	}
+	independent := Independent(name+": slot independent of gathering order", table)
+	withPower(&independent, pairs)
+	return []Check{Fit(name+": slots real blocks land in uniform", observed, expected), independent}
+}
+
+// Choice is one slot a read chose among the slots of a unit it had not
+// read yet: the chosen slot's Rank among the Unread ones, in slot order.
+type Choice struct{ Rank, Unread int }
+
+// Choices checks that reads choose uniformly among the unread slots of a
+// unit: the rank of each choice, in bins equal-width bins of its Unread,
+// against the uniform choice (Fit). A read that takes the first unread
+// dummy, or that prefers some slots, fails it. Choices with one slot
+// left carry no information and are left out.
+func Choices(name string, cs []Choice, bins int) Check {
+	observed, expected := make([]int, bins), make([]float64, bins)
+	for _, c := range cs {
+		if c.Unread < 2 {
+			continue
+		}
+		observed[c.Rank*bins/c.Unread]++
+		addUniform(expected, c.Unread)
+	}
+	return Fit(name, observed, expected)
+}
+
+// addUniform adds to expected, in len(expected) equal-width bins of n
+// slots, the probability of each bin under a uniform choice of one slot.
+func addUniform(expected []float64, n int) {
+	bins := len(expected)
+	for j := range n {
+		expected[j*bins/n] += 1 / float64(n)
+	}
+}
+
+// Fit tests observed counts against the counts expected of them (with
+// the same total): Pearson's chi-square goodness of fit, after pooling
+// each run of neighbouring cells until it expects at least five samples
+// (a remainder joins the last pooled cell). Its detail states the test's
+// power (withPower).
+func Fit(name string, observed []int, expected []float64) Check {
+	var po []int
+	var pe []float64
+	o, e := 0, 0.0
+	for i := range observed {
+		o, e = o+observed[i], e+expected[i]
+		if e >= 5 {
+			po, pe = append(po, o), append(pe, e)
+			o, e = 0, 0
+		}
+	}
+	if len(po) > 0 {
+		po[len(po)-1] += o
+		pe[len(pe)-1] += e
+	}
+	stat := 0.0
+	for i := range po {
+		d := float64(po[i]) - pe[i]
+		stat += d * d / pe[i]
+	}
+	c := chiSquareCheck(name, stat, len(po)-1, fmt.Sprintf("%d samples over %d pooled cells", sum(observed), len(po)))
+	withPower(&c, sum(observed))
+	return c
+}
+
+// PowerLevel is the power every statistical check of this file states:
+// the effect it names is caught with at least this probability.
+const PowerLevel = 0.99
+
+// withPower appends to c's detail the smallest effect its test catches
+// with probability PowerLevel at Significance from n samples, as Cohen's
+// w (the root of the summed squared differences of the cells'
+// probabilities from those expected, each over the expected one; the
+// test's statistic grows as n w^2).
+func withPower(c *Check, n int) {
+	if c.dof < 1 || n == 0 {
+		return
+	}
+	c.Detail += fmt.Sprintf("; power %.2f against an effect w >= %.3g", PowerLevel, MinEffect(n, c.dof))
+}
+
+// MinEffect is the smallest effect size w that a chi-square test with dof
+// degrees of freedom on n samples detects at Significance with
+// probability PowerLevel: the w whose noncentrality n w^2 gives a
+// noncentral chi-square above the critical value with that probability.
+func MinEffect(n, dof int) float64 {
+	lo, hi := 0.0, 1.0
+	for Power(dof, hi) < PowerLevel {
+		hi *= 2
+	}
+	for range 60 {
+		mid := (lo + hi) / 2
+		if Power(dof, mid) < PowerLevel {
+			lo = mid
+		} else {
+			hi = mid
+		}
+	}
+	return math.Sqrt(hi / float64(n))
+}
+
+// Power is the probability that a chi-square test with dof degrees of
+// freedom rejects at Significance when its statistic is noncentral
+// chi-square with noncentrality lambda (what an effect w on n samples
+// gives with lambda = n w^2).
+func Power(dof int, lambda float64) float64 {
+	return NoncentralP(ChiSquareCritical(dof, Significance), dof, lambda)
+}
+
+// NoncentralP is the probability that a noncentral chi-square variable
+// with dof degrees of freedom and noncentrality lambda is at least stat:
+// the Poisson(lambda/2) mixture of central chi-square tails with dof+2j
+// degrees of freedom.
+func NoncentralP(stat float64, dof int, lambda float64) float64 {
+	half := lambda / 2
+	last := int(half + 12*math.Sqrt(half) + 30)
+	p := 0.0
+	for j := 0; j <= last; j++ {
+		lg, _ := math.Lgamma(float64(j) + 1)
+		w := math.Exp(-half + float64(j)*math.Log(half) - lg)
+		if half == 0 {
+			w = 0
+			if j == 0 {
+				w = 1
+			}
+		}
+		p += w * ChiSquareP(stat, dof+2*j)
+	}
+	return min(p, 1)
+}
