@@ -1,9 +1,14 @@
 package resp
 
 import (
+	"bufio"
+	"fmt"
+	"io"
+	"net"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -62,6 +67,80 @@ func TestNoPasswordOnlyPingAuthHelloQuit(t *testing.T) {
 	if err := c.Set(ctx, "k", "v", 0).Err(); errText(err) != errNoAuth {
 		t.Fatalf("go-redis SET without a password: %v, want %q", err, errNoAuth)
 	}
+}
+
+// openBeforeAuth are the commands a connection may run before it
+// authenticates.
+var openBeforeAuth = []string{"ping", "auth", "hello", "quit"}
+
+// TestAuthGateCoversEveryCommand takes every command of the server's table
+// (so a new command is covered without editing the test), with as many
+// arguments as its arity asks: before authentication each one but PING,
+// AUTH, HELLO and QUIT is answered NOAUTH, and for a read-only user each
+// write command is answered NOPERM, and none reaches the store.
+func TestAuthGateCoversEveryCommand(t *testing.T) {
+	env := startAuthServer(t)
+	anonymous := newReplies(t, env)
+	readOnlyUser := newReplies(t, env)
+	if got := readOnlyUser.send("auth", "reports", "numbers"); got != "+OK" {
+		t.Fatalf("AUTH reports: %q", got)
+	}
+	for _, name := range CommandNames() {
+		args := requestOf(commands[name])
+		if !slices.Contains(openBeforeAuth, name) {
+			if got := anonymous.send(args...); got != "-"+errNoAuth {
+				t.Errorf("%v before AUTH: %q, want NOAUTH", args, got)
+			}
+		}
+		if slices.Contains(writes, name) {
+			want := "-NOPERM User reports has no permissions to run the '" + name + "' command"
+			if got := readOnlyUser.send(args...); got != want {
+				t.Errorf("%v by a read-only user: %q, want %q", args, got, want)
+			}
+		}
+	}
+	if st := env.store.Stats(); st.Ops() != 0 || st.Keys != 0 {
+		t.Fatalf("a refused command reached the store: %+v", st)
+	}
+}
+
+// requestOf returns cmd's name and as many arguments as its arity asks.
+func requestOf(cmd *command) []string {
+	args := []string{cmd.name}
+	for i := 1; i < max(cmd.arity, -cmd.arity); i++ {
+		args = append(args, fmt.Sprint("a", i))
+	}
+	return args
+}
+
+// replies sends requests on one connection and reads the first line of
+// each reply.
+type replies struct {
+	t  *testing.T
+	nc net.Conn
+	r  *bufio.Reader
+}
+
+func newReplies(t *testing.T, env *testEnv) *replies {
+	nc := env.dial(t)
+	return &replies{t: t, nc: nc, r: bufio.NewReader(nc)}
+}
+
+func (c *replies) send(args ...string) string {
+	c.t.Helper()
+	req := fmt.Sprintf("*%d\r\n", len(args))
+	for _, a := range args {
+		req += fmt.Sprintf("$%d\r\n%s\r\n", len(a), a)
+	}
+	c.nc.SetDeadline(time.Now().Add(5 * time.Second))
+	if _, err := io.WriteString(c.nc, req); err != nil {
+		c.t.Fatal(err)
+	}
+	line, err := c.r.ReadString('\n')
+	if err != nil {
+		c.t.Fatalf("sent %v: %v", args, err)
+	}
+	return strings.TrimSuffix(line, "\r\n")
 }
 
 // TestWrongPassword checks AUTH's and HELLO's answer to a wrong password
