@@ -34,6 +34,10 @@ const (
 	// so many batches: its anchor write then tells storage how much the
 	// clients wrote.
 	leakCheckpointByRecords
+	// leakFixedSeed: a store opened without a test seed begins its random
+	// choices at a constant seed instead of random.Fresh's, so every
+	// store makes the same choices and storage can predict them.
+	leakFixedSeed
 )
 
 // inPlace is leakWriteBackInPlace's permutation of n elements: none moves.

@@ -33,6 +33,8 @@ type Options struct {
 	ticks <-chan chan struct{}
 	// leak, tests only, injects a flaw on purpose (leak.go).
 	leak leak
+	// seed, tests only: makes the store's random choices reproducible.
+	seed *[32]byte
 }
 
 // Clock drives a store's batches in place of its ticker (WithClock).

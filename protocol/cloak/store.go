@@ -3,7 +3,6 @@ package cloak
 import (
 	"container/list"
 	"context"
-	crand "crypto/rand"
 	"encoding/binary"
 	"fmt"
 	"math/rand/v2"
@@ -13,6 +12,7 @@ import (
 	"github.com/oblivkv/oblivkv/backend"
 	"github.com/oblivkv/oblivkv/internal/durable"
 	"github.com/oblivkv/oblivkv/kv"
+	"github.com/oblivkv/oblivkv/random"
 	"github.com/oblivkv/oblivkv/seal"
 )
 
@@ -127,13 +127,19 @@ func open(ctx context.Context, env kv.Env) (*store, error) {
 	if err != nil {
 		return nil, err
 	}
-	var seed [32]byte
-	if _, err := crand.Read(seed[:]); err != nil {
-		return nil, fmt.Errorf("cloak: seeding: %w", err)
+	seed, err := random.Fresh()
+	if err != nil {
+		return nil, fmt.Errorf("cloak: %w", err)
+	}
+	if opts.leak == leakFixedSeed {
+		seed = random.Seed{}
+	}
+	if opts.seed != nil {
+		seed = *opts.seed
 	}
 	s := &store{b: env.Backend, keys: env.Keys, opts: opts, budgets: budgets, capacity: env.Capacity, valueSize: env.ValueSize,
 		log: durable.New(env.Journal, env.Backend, env.Keys), checkpointEvery: CheckpointBatches,
-		committed: make(chan struct{}), rng: rand.New(rand.NewChaCha8(seed)), cache: newLRU(opts.Cache),
+		committed: make(chan struct{}), rng: rand.New(random.New(seed)), cache: newLRU(opts.Cache),
 		pending: map[string]*entry{}, queues: map[uint64][]string{}, stop: make(chan struct{}), loopDone: make(chan struct{})}
 	if opts.leak == leakEarlyWhenFull {
 		s.early = make(chan struct{}, 1)

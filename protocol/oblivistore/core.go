@@ -2,7 +2,6 @@ package oblivistore
 
 import (
 	"bytes"
-	"crypto/sha256"
 	"encoding/gob"
 	"errors"
 	"fmt"
@@ -11,6 +10,7 @@ import (
 	"slices"
 
 	"github.com/oblivkv/oblivkv/kv"
+	"github.com/oblivkv/oblivkv/random"
 )
 
 // OpKind is a client operation: a kv mutation, applied to the key's block
@@ -162,8 +162,8 @@ func NewCore(n int, o Options, seed [32]byte) *Core {
 
 // seed derives both sources from seed.
 func (c *Core) seed(seed [32]byte) {
-	c.pubSrc = rand.NewChaCha8(sha256.Sum256(append([]byte("oblivistore/pub"), seed[:]...)))
-	c.secSrc = rand.NewChaCha8(sha256.Sum256(append([]byte("oblivistore/sec"), seed[:]...)))
+	c.pubSrc = random.Labeled(seed, "oblivistore/pub")
+	c.secSrc = random.Labeled(seed, "oblivistore/sec")
 	c.pub, c.sec = rand.New(c.pubSrc), rand.New(c.secSrc)
 }
 

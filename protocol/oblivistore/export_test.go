@@ -33,6 +33,13 @@ var Leaks = map[string]leak{
 	"read stops at the real level": leakStopsAtReal,
 }
 
+// Leak is an injected flaw (leak.go).
+type Leak = leak
+
+// LeakFixedSeed is the leak of the fresh-choices test, which no audit of
+// one store's view can see.
+const LeakFixedSeed = leakFixedSeed
+
 // WithLeak injects a leak.
 func WithLeak(o Options, l leak) Options { o.leak = l; return o }
 

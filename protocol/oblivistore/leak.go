@@ -17,6 +17,10 @@ const (
 	// leakStopsAtReal: a partition read stops at the level holding the
 	// block, so storage sees at which level it was.
 	leakStopsAtReal
+	// leakFixedSeed: a store opened without a test seed begins its random
+	// choices at a constant seed instead of random.Fresh's, so every
+	// store makes the same choices and storage can predict them.
+	leakFixedSeed
 )
 
 // envLeak returns l: the protocol as given. Only in builds with the

@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 
 	"github.com/oblivkv/oblivkv/kv"
+	"github.com/oblivkv/oblivkv/random"
 )
 
 // Snapshot encodes the core's whole state, its random source included.
@@ -32,8 +33,10 @@ func Restore(b []byte) (*Core, error) {
 	if err := gob.NewDecoder(bytes.NewReader(b)).Decode(&c.st); err != nil {
 		return nil, fmt.Errorf("oblivistore: decoding the state: %w", err)
 	}
-	c.pubSrc, c.secSrc = &rand.ChaCha8{}, &rand.ChaCha8{}
-	if err := errors.Join(c.pubSrc.UnmarshalBinary(c.st.Pub), c.secSrc.UnmarshalBinary(c.st.Sec)); err != nil {
+	var errPub, errSec error
+	c.pubSrc, errPub = random.Restore(c.st.Pub)
+	c.secSrc, errSec = random.Restore(c.st.Sec)
+	if err := errors.Join(errPub, errSec); err != nil {
 		return nil, fmt.Errorf("oblivistore: decoding the random sources: %w", err)
 	}
 	c.st.Pub, c.st.Sec = nil, nil

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"cmp"
 	"context"
-	crand "crypto/rand"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -19,6 +18,7 @@ import (
 	"github.com/oblivkv/oblivkv/backend"
 	"github.com/oblivkv/oblivkv/internal/durable"
 	"github.com/oblivkv/oblivkv/kv"
+	"github.com/oblivkv/oblivkv/random"
 	"github.com/oblivkv/oblivkv/seal"
 )
 
@@ -107,15 +107,22 @@ func open(ctx context.Context, env kv.Env) (*store, error) {
 		calls: map[uint64]*call{}, opts: opts}
 	s.log.SetEvery(checkpointEvery)
 	if env.Fresh {
-		s.core = NewCore(env.Capacity, opts, seedOf(opts))
+		seed, err := seedOf(opts)
+		if err != nil {
+			return nil, err
+		}
+		s.core = NewCore(env.Capacity, opts, seed)
 		if err := s.checkpoint(ctx, s.log.Create); err != nil {
 			return nil, err
 		}
 	} else if err := s.recover(ctx, opts, env.Capacity); err != nil {
 		return nil, err
 	}
-	fresh := seedOf(opts)
-	if err := s.input(ctx, Input{Reseed: &fresh}); err != nil {
+	fresh, err := seedOf(opts)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.input(ctx, Input{Reseed: (*[32]byte)(&fresh)}); err != nil {
 		return nil, err
 	}
 	s.publish()
@@ -124,13 +131,18 @@ func open(ctx context.Context, env kv.Env) (*store, error) {
 }
 
 // seedOf is a fresh random seed, or the tests' fixed one.
-func seedOf(o Options) [32]byte {
+func seedOf(o Options) (random.Seed, error) {
 	if o.seed != nil {
-		return *o.seed
+		return *o.seed, nil
 	}
-	var seed [32]byte
-	crand.Read(seed[:])
-	return seed
+	seed, err := random.Fresh()
+	if err != nil {
+		return seed, fmt.Errorf("oblivistore: %w", err)
+	}
+	if o.leak == leakFixedSeed {
+		seed = random.Seed{}
+	}
+	return seed, nil
 }
 
 // JournalsEveryWrite reports that recovery rebuilds and redoes every

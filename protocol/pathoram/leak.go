@@ -34,6 +34,10 @@ const (
 	// after its path read, so the block stays on the path storage saw read,
 	// and the next access to it reads that path again.
 	leakRecoveryForgetsReads
+	// leakFixedSeed: a store opened without a test seed begins its random
+	// choices at a constant seed instead of random.Fresh's, so every
+	// store makes the same choices and storage can predict them.
+	leakFixedSeed
 )
 
 // checkPositions is leakRecoveryChecksPositions' read of the path of

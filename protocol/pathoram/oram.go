@@ -8,6 +8,7 @@ import (
 
 	"github.com/oblivkv/oblivkv/kv"
 	"github.com/oblivkv/oblivkv/protocol/tree"
+	"github.com/oblivkv/oblivkv/random"
 )
 
 // paths is the untrusted side of the ORAM as one access sees it: read the
@@ -74,8 +75,8 @@ type oram struct {
 	contents [][]tree.Block
 }
 
-func newORAM(g tree.Geometry, z, capacity, valueSize int, io paths, seed [32]byte) *oram {
-	return &oram{g: g, z: z, capacity: capacity, valueSize: valueSize, io: io, rng: rand.NewChaCha8(seed),
+func newORAM(g tree.Geometry, z, capacity, valueSize int, io paths, seed random.Seed) *oram {
+	return &oram{g: g, z: z, capacity: capacity, valueSize: valueSize, io: io, rng: random.New(seed),
 		flusher: tree.NewFlusher(g, z), pos: map[tree.BlockID]uint64{},
 		contents: make([][]tree.Block, g.L+1)}
 }

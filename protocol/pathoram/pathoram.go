@@ -47,7 +47,6 @@ package pathoram
 
 import (
 	"context"
-	"crypto/rand"
 	"errors"
 	"fmt"
 	"sync"
@@ -57,6 +56,7 @@ import (
 	"github.com/oblivkv/oblivkv/internal/durable"
 	"github.com/oblivkv/oblivkv/kv"
 	"github.com/oblivkv/oblivkv/protocol/tree"
+	"github.com/oblivkv/oblivkv/random"
 	"github.com/oblivkv/oblivkv/seal"
 )
 
@@ -140,15 +140,18 @@ func open(ctx context.Context, env kv.Env) (kv.Store, error) {
 	log := durable.New(env.Journal, env.Backend, env.Keys)
 	r := &remote{b: env.Backend, layout: tree.Layout{Prefix: treePrefix}, codec: codec, log: log,
 		batchBytes: opts.BatchBytes, versions: make([]uint64, g.Buckets()), leak: opts.leak}
-	seed := opts.seed
-	if seed == nil {
-		seed = new([32]byte)
-		if _, err := rand.Read(seed[:]); err != nil {
-			return nil, fmt.Errorf("pathoram: seeding leaf choices: %w", err)
-		}
+	seed, err := random.Fresh()
+	if err != nil {
+		return nil, fmt.Errorf("pathoram: %w", err)
+	}
+	if opts.leak == leakFixedSeed {
+		seed = random.Seed{}
+	}
+	if opts.seed != nil {
+		seed = *opts.seed
 	}
 	s := &store{keys: env.Keys, b: env.Backend, opts: opts, codec: codec, remote: r, log: log,
-		o: newORAM(g, opts.Z, env.Capacity, env.ValueSize, r, *seed)}
+		o: newORAM(g, opts.Z, env.Capacity, env.ValueSize, r, seed)}
 	s.o.leak = opts.leak
 	if env.Fresh {
 		// A fresh tree of dummy buckets, written in large batches, then

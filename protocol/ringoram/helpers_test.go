@@ -12,6 +12,7 @@ import (
 	"github.com/oblivkv/oblivkv/kvtest"
 	"github.com/oblivkv/oblivkv/observe"
 	"github.com/oblivkv/oblivkv/protocol/tree"
+	"github.com/oblivkv/oblivkv/random"
 )
 
 // testLayout is the layout of every test tree.
@@ -47,7 +48,7 @@ func newTopFixture(t testing.TB, L int, p Params, seed uint64, top int, lk leak)
 	m, log := mem.New(), &observe.MemoryLog{}
 	cfg := Config{
 		Backend: observe.NewTap(m, log), Keys: kvtest.NewKeys(t), Geometry: tree.Geometry{L: L},
-		Params: p, Layout: testLayout, ValueSize: 32, Rand: rand.New(rand.NewPCG(seed, 1)), CachedLevels: top,
+		Params: p, Layout: testLayout, ValueSize: 32, Seed: &random.Seed{byte(seed), byte(seed >> 8), 1}, CachedLevels: top,
 	}
 	tr, err := NewTree(cfg)
 	if err != nil {

@@ -2,10 +2,11 @@ package ringoram
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"math/rand/v2"
 	"slices"
+
+	"github.com/oblivkv/oblivkv/random"
 )
 
 // Plan is what an operation will read, handed to Config.ReadAhead before
@@ -47,19 +48,11 @@ func (t *Tree) begin(ctx context.Context, p Plan) error {
 		}
 		p.Seed = r.Seed
 	} else {
-		p.Seed = drawSeed(t.seeds)
+		p.Seed = random.Draw(t.seeds)
 	}
-	t.rng = rand.New(rand.NewChaCha8(p.Seed))
+	t.rng = rand.New(random.New(p.Seed))
 	if t.readAhead == nil {
 		return nil
 	}
 	return t.readAhead(ctx, p)
-}
-
-// drawSeed draws a ChaCha8 seed from r.
-func drawSeed(r *rand.Rand) (seed [32]byte) {
-	for i := 0; i < len(seed); i += 8 {
-		binary.LittleEndian.PutUint64(seed[i:], r.Uint64())
-	}
-	return seed
 }

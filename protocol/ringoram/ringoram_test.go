@@ -74,9 +74,9 @@ func TestNewTreeValidates(t *testing.T) {
 		}
 	}
 	cfg := f.cfg
-	cfg.Params, cfg.Rand = Params{Z: 4, S: 60}, nil
+	cfg.Params, cfg.Seed = Params{Z: 4, S: 60}, nil
 	if _, err := NewTree(cfg); err != nil {
-		t.Errorf("NewTree(Z+S = 64, no Rand): %v", err)
+		t.Errorf("NewTree(Z+S = 64, no Seed): %v", err)
 	}
 	if len(f.log.Records()) != 0 {
 		t.Error("NewTree made backend calls")
@@ -673,7 +673,7 @@ func TestStateRestore(t *testing.T) {
 	st := roundTripGob(t, f.tr.State())
 
 	cfg := f.cfg
-	cfg.Rand = nil
+	cfg.Seed = nil
 	reopened, err := NewTree(cfg)
 	if err != nil {
 		t.Fatal(err)

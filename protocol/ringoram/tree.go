@@ -2,7 +2,6 @@ package ringoram
 
 import (
 	"cmp"
-	crand "crypto/rand"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -11,6 +10,7 @@ import (
 
 	"github.com/oblivkv/oblivkv/backend"
 	"github.com/oblivkv/oblivkv/protocol/tree"
+	"github.com/oblivkv/oblivkv/random"
 	"github.com/oblivkv/oblivkv/seal"
 )
 
@@ -58,7 +58,7 @@ type Config struct {
 	// MaxCachedLevels; a tree of height L holds at most L, so its leaves'
 	// level stays on storage.
 	CachedLevels int
-	Rand         *rand.Rand // the seeds of slot choices and permutations; nil: seeded from crypto/rand
+	Seed         *random.Seed // where slot choices and permutations begin; nil: random.Fresh
 	// ReadAhead, if set, sees every multi-path read's and eviction's Plan
 	// before it reads a slot.
 	ReadAhead ReadAhead
@@ -75,8 +75,8 @@ type Tree struct {
 	p     Params
 	l     Layout
 	codec *tree.Codec
-	seeds *rand.Rand // draws each operation's Plan.Seed
-	rng   *rand.Rand // the operation in progress's choices
+	seeds *rand.ChaCha8 // draws each operation's Plan.Seed
+	rng   *rand.Rand    // the operation in progress's choices
 
 	versions  []uint64                  // per bucket: the metadata version storage must hold
 	cache     metaCache                 // the buckets' metadata as last written or read
@@ -142,17 +142,19 @@ func NewTree(cfg Config) (*Tree, error) {
 	case cfg.CachedLevels < 0 || cfg.CachedLevels > MaxCachedLevels:
 		return nil, fmt.Errorf("ringoram: %d top levels in memory outside 0..%d", cfg.CachedLevels, MaxCachedLevels)
 	}
-	rng := cfg.Rand
-	if rng == nil {
-		var seed [32]byte
-		crand.Read(seed[:])
-		rng = rand.New(rand.NewChaCha8(seed))
+	if cfg.Seed == nil {
+		seed, err := random.Fresh()
+		if err != nil {
+			return nil, fmt.Errorf("ringoram: %w", err)
+		}
+		cfg.Seed = &seed
 	}
+	seeds := random.New(*cfg.Seed)
 	return &Tree{
 		b: cfg.Backend, keys: cfg.Keys, g: cfg.Geometry, p: cfg.Params, l: cfg.Layout,
 		codec:      tree.NewCodec(cfg.Keys, cfg.Params.slots(), cfg.ValueSize),
-		seeds:      rng,
-		rng:        rand.New(rand.NewChaCha8(drawSeed(rng))),
+		seeds:      seeds,
+		rng:        rand.New(random.New(random.Draw(seeds))),
 		readAhead:  cfg.ReadAhead,
 		versions:   make([]uint64, cfg.Geometry.Buckets()),
 		cache:      newMetaCache(cfg.Geometry.Buckets(), cfg.Params.Z),

@@ -47,6 +47,7 @@ const (
 
 	LeakRecoveryChecksPositions = leakRecoveryChecksPositions
 	LeakRecoveryForgetsReads    = leakRecoveryForgetsReads
+	LeakFixedSeed               = leakFixedSeed
 )
 
 // WithLeak returns o with leak l injected.

@@ -47,6 +47,10 @@ const (
 	// short, so a block whose real read storage served stays on that path,
 	// and its next access reads it again.
 	leakRecoveryForgetsReads
+	// leakFixedSeed: a store opened without a test seed begins its random
+	// choices at a constant seed instead of random.Fresh's, so every
+	// store makes the same choices and storage can predict them.
+	leakFixedSeed
 )
 
 // checkPositions is leakRecoveryChecksPositions' read of the path of

@@ -3,7 +3,6 @@ package taostore
 import (
 	"bytes"
 	"context"
-	crand "crypto/rand"
 	"fmt"
 	"math/rand/v2"
 	"slices"
@@ -13,6 +12,7 @@ import (
 	"github.com/oblivkv/oblivkv/internal/durable"
 	"github.com/oblivkv/oblivkv/kv"
 	"github.com/oblivkv/oblivkv/protocol/tree"
+	"github.com/oblivkv/oblivkv/random"
 	"github.com/oblivkv/oblivkv/seal"
 )
 
@@ -91,16 +91,19 @@ func open(ctx context.Context, env kv.Env) (*store, error) {
 	if err := opts.validate(geo.L + 1); err != nil {
 		return nil, err
 	}
-	seed := opts.seed
-	if seed == nil {
-		seed = new([32]byte)
-		if _, err := crand.Read(seed[:]); err != nil {
-			return nil, fmt.Errorf("taostore: seeding leaf choices: %w", err)
-		}
+	seed, err := random.Fresh()
+	if err != nil {
+		return nil, fmt.Errorf("taostore: %w", err)
+	}
+	if opts.leak == leakFixedSeed {
+		seed = random.Seed{}
+	}
+	if opts.seed != nil {
+		seed = *opts.seed
 	}
 	s := &store{b: env.Backend, keys: env.Keys, geo: geo, opts: opts, capacity: env.Capacity, valueSize: env.ValueSize,
 		codec: tree.NewCodec(env.Keys, opts.Z, env.ValueSize), layout: tree.Layout{Prefix: BucketPrefix},
-		rng: rand.New(rand.NewChaCha8(*seed)), pos: map[tree.BlockID]uint64{},
+		rng: rand.New(random.New(seed)), pos: map[tree.BlockID]uint64{},
 		stash: map[tree.BlockID][]byte{}, sub: newSubtree(geo, opts.CachedLevels),
 		reqs: map[tree.BlockID][]*request{}, acked: make([]uint64, geo.Buckets()), unfinished: map[uint64]plannedPath{},
 		flusher: tree.NewFlusher(geo, opts.Z), seq: sequencer{released: opts.released, leak: opts.leak},

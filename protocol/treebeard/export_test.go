@@ -45,6 +45,7 @@ const (
 	LeakRecoveryForgetsEvictions = leakRecoveryForgetsEvictions
 	LeakRecoveryChecksPositions  = leakRecoveryChecksPositions
 	LeakRecoveryForgetsPlans     = leakRecoveryForgetsPlans
+	LeakFixedSeed                = leakFixedSeed
 )
 
 // WithLeak returns o with leak l injected.

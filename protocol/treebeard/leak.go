@@ -45,6 +45,10 @@ const (
 	// a crash cut short after it read, so the blocks it wanted are read
 	// again with freshly chosen dummies beside their own slots.
 	leakRecoveryForgetsPlans
+	// leakFixedSeed: a store opened without a test seed begins its random
+	// choices at a constant seed instead of random.Fresh's, so every
+	// store makes the same choices and storage can predict them.
+	leakFixedSeed
 )
 
 // checkPositions is leakRecoveryChecksPositions' read of the path of

@@ -10,6 +10,7 @@ import (
 	"github.com/oblivkv/oblivkv/kv"
 	"github.com/oblivkv/oblivkv/protocol/ringoram"
 	"github.com/oblivkv/oblivkv/protocol/tree"
+	"github.com/oblivkv/oblivkv/random"
 )
 
 // stashCore is a Stash shard's logic as a deterministic state machine: the
@@ -382,7 +383,7 @@ func (c *stashCore) restore(snap stashSnapshot) error {
 
 // reseed draws the shard's positions from seed from now on.
 func (c *stashCore) reseed(seed [32]byte) {
-	c.src = rand.NewChaCha8(seed)
+	c.src = random.New(seed)
 	c.rng = rand.New(c.src)
 }
 

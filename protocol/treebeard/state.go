@@ -14,6 +14,7 @@ import (
 	"github.com/oblivkv/oblivkv/kv"
 	"github.com/oblivkv/oblivkv/protocol/ringoram"
 	"github.com/oblivkv/oblivkv/protocol/tree"
+	"github.com/oblivkv/oblivkv/random"
 )
 
 // state is a checkpoint: what the trusted layers keep. The position map and
@@ -49,11 +50,11 @@ func (s *store) Load(ctx context.Context, items iter.Seq2[string, []byte]) (int,
 	for t := range placed {
 		placed[t] = make([][]ringoram.Block, s.geo.Buckets())
 	}
-	rng, err := newRandSource(s.opts.seed)
+	seeds, err := newSeeds(s.opts)
 	if err != nil {
 		return 0, err
 	}
-	r := rand.New(rng())
+	r := rand.New(random.New(seeds()))
 	all := ShardBlocks{Pos: map[tree.BlockID]Position{}, Stash: map[tree.BlockID][]byte{}}
 	for id, v := range values {
 		p := Position{Tree: r.IntN(len(s.workers)), Leaf: r.Uint64N(s.geo.Leaves())}

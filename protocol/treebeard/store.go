@@ -4,10 +4,8 @@ import (
 	"bytes"
 	"cmp"
 	"context"
-	crand "crypto/rand"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -17,6 +15,7 @@ import (
 	"github.com/oblivkv/oblivkv/kv"
 	"github.com/oblivkv/oblivkv/protocol/ringoram"
 	"github.com/oblivkv/oblivkv/protocol/tree"
+	"github.com/oblivkv/oblivkv/random"
 	"github.com/oblivkv/oblivkv/seal"
 )
 
@@ -98,14 +97,14 @@ func open(ctx context.Context, env kv.Env) (*store, error) {
 func build(env kv.Env, opts Options, log *durable.Log) (*store, error) {
 	s := &store{b: env.Backend, keys: env.Keys, opts: opts, valueSize: env.ValueSize, net: newNetState(), adminNet: newNetState(),
 		geo: geometry(env.Capacity, opts.Trees, opts.Z), quota: &quota{capacity: int64(env.Capacity)}}
-	rng, err := newRandSource(opts.seed)
+	seeds, err := newSeeds(opts)
 	if err != nil {
 		return nil, err
 	}
 	s.log = log
 	net := cmp.Or[transport](opts.transport, directCall{})
 	for i := range opts.StashShards {
-		core := newStashCore(opts.Trees, s.geo, s.quota, env.ValueSize, seedFrom(rng()))
+		core := newStashCore(opts.Trees, s.geo, s.quota, env.ValueSize, seeds())
 		core.leak = opts.leak
 		s.stashes = append(s.stashes, newStash(i, core, s.log, s.net))
 	}
@@ -128,7 +127,7 @@ func build(env kv.Env, opts Options, log *durable.Log) (*store, error) {
 		var err error
 		w.tree, err = ringoram.NewTree(ringoram.Config{Backend: env.Backend, Keys: env.Keys, Geometry: s.geo,
 			Params: ringoram.Params{Z: opts.Z, S: opts.S}, Layout: ringoram.Layout{Prefix: TreePrefix(t)},
-			ValueSize: env.ValueSize, CachedLevels: cachedLevels(opts.CachedLevels, s.geo.L), Rand: rand.New(rng()),
+			ValueSize: env.ValueSize, CachedLevels: cachedLevels(opts.CachedLevels, s.geo.L), Seed: new(seeds()),
 			ReadAhead: w.readAhead, WriteAhead: w.writeAhead})
 		if err != nil {
 			return nil, fmt.Errorf("treebeard: %w", err)
@@ -153,27 +152,21 @@ func build(env kv.Env, opts Options, log *durable.Log) (*store, error) {
 	return s, nil
 }
 
-// newRandSource returns a maker of independent random sources: from seed
-// (tests) or from crypto/rand.
-func newRandSource(seed *[32]byte) (func() *rand.ChaCha8, error) {
-	var root [32]byte
-	if seed != nil {
-		root = *seed
-	} else if _, err := crand.Read(root[:]); err != nil {
-		return nil, fmt.Errorf("treebeard: seeding: %w", err)
+// newSeeds returns a maker of independent seeds, all drawn from one root:
+// random.Fresh, or the seed of o (tests).
+func newSeeds(o Options) (func() random.Seed, error) {
+	root, err := random.Fresh()
+	if err != nil {
+		return nil, fmt.Errorf("treebeard: %w", err)
 	}
-	parent := rand.NewChaCha8(root)
-	return func() *rand.ChaCha8 {
-		var s [32]byte
-		parent.Read(s[:]) // never fails
-		return rand.NewChaCha8(s)
-	}, nil
-}
-
-// seedFrom draws a seed from src.
-func seedFrom(src *rand.ChaCha8) (seed [32]byte) {
-	src.Read(seed[:]) // never fails
-	return seed
+	if o.leak == leakFixedSeed {
+		root = random.Seed{}
+	}
+	if o.seed != nil {
+		root = *o.seed
+	}
+	parent := random.New(root)
+	return func() random.Seed { return random.Draw(parent) }, nil
 }
 
 func (s *store) start() {

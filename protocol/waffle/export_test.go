@@ -23,7 +23,14 @@ const (
 	LeakDummiesWrittenFirst = leakDummiesWrittenFirst
 	LeakFixedFill           = leakFixedFill
 	LeakRandomFakes         = leakRandomFakes
+	LeakFixedSeed           = leakFixedSeed
 )
+
+// WithSeed returns o with reproducible random choices.
+func WithSeed(o Options, seed [32]byte) Options {
+	o.seed = &seed
+	return o
+}
 
 // WithLeak returns o with leak l injected.
 func WithLeak(o Options, l Leak) Options {

@@ -31,6 +31,10 @@ const (
 	// instead of the least recently accessed (Waffle Sec. 4, Challenge 2),
 	// so some stay unread far beyond Theorem 7.1's alpha.
 	leakRandomFakes
+	// leakFixedSeed: a store opened without a test seed begins its random
+	// choices at a constant seed instead of random.Fresh's, so every
+	// store makes the same choices and storage can predict them.
+	leakFixedSeed
 )
 
 // popRandom is leakRandomFakes' pick: it removes a random object on

@@ -30,6 +30,8 @@ type Options struct {
 	trace func(ts uint64, read, written []ref)
 	// leak injects a flaw (tests only, see leak.go); zero is none.
 	leak leak
+	// seed, tests only: makes the store's random choices reproducible.
+	seed *[32]byte
 }
 
 // The paper's parameters (Sec. 8, N = 1M): B=2500, R=1000, f_D=500 and a

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"container/list"
 	"context"
-	crand "crypto/rand"
 	"encoding/binary"
 	"fmt"
 	"math/rand/v2"
@@ -15,6 +14,7 @@ import (
 	"github.com/oblivkv/oblivkv/backend"
 	"github.com/oblivkv/oblivkv/internal/durable"
 	"github.com/oblivkv/oblivkv/kv"
+	"github.com/oblivkv/oblivkv/random"
 	"github.com/oblivkv/oblivkv/seal"
 )
 
@@ -123,14 +123,20 @@ func open(ctx context.Context, env kv.Env) (*store, error) {
 	if err := opts.validate(env.Capacity); err != nil {
 		return nil, err
 	}
-	var seed [32]byte
-	if _, err := crand.Read(seed[:]); err != nil {
-		return nil, fmt.Errorf("waffle: seeding: %w", err)
+	seed, err := random.Fresh()
+	if err != nil {
+		return nil, fmt.Errorf("waffle: %w", err)
+	}
+	if opts.leak == leakFixedSeed {
+		seed = random.Seed{}
+	}
+	if opts.seed != nil {
+		seed = *opts.seed
 	}
 	s := &store{b: env.Backend, keys: env.Keys, opts: opts, capacity: env.Capacity, valueSize: env.ValueSize,
 		log:  durable.New(env.Journal, env.Backend, env.Keys),
 		reqs: make(chan *request), stop: make(chan struct{}), loopDone: make(chan struct{}),
-		rng: rand.New(rand.NewChaCha8(seed)), objs: map[ref]*object{}, cache: list.New(),
+		rng: rand.New(random.New(seed)), objs: map[ref]*object{}, cache: list.New(),
 		plain: make([]byte, 4+env.ValueSize)}
 	if env.Fresh {
 		// The initial layout, then the journal's first checkpoint.

@@ -1,0 +1,65 @@
+package cloak_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/oblivkv/oblivkv/kv"
+	"github.com/oblivkv/oblivkv/kvtest"
+	"github.com/oblivkv/oblivkv/protocol/cloak"
+)
+
+// TestFreshChoices: two stores given one test seed show storage the same
+// choices, two with default options different ones; a store whose
+// production seed is constant (leakFixedSeed) fails it.
+func TestFreshChoices(t *testing.T) {
+	kvtest.CheckFreshChoices(t, choices(cloak.NoLeak))
+	t.Run("fixed seed (leak)", func(t *testing.T) {
+		if err := kvtest.FreshChoices(t, choices(cloak.LeakFixedSeed)); err == nil {
+			t.Error("two default stores with a constant seed passed")
+		} else {
+			t.Log(err)
+		}
+	})
+}
+
+// choices runs the requests one at a time on a store whose batches run
+// on a fake clock: while a request is in flight, a tick whenever a key
+// waits for a batch, and after it, ticks until none waits, so that every
+// run sends the same batches.
+func choices(lk cloak.Leak) kvtest.Choices {
+	var clock cloak.FakeClock
+	return kvtest.Choices{
+		Protocol: "cloak",
+		Options: func(seed *[32]byte) any {
+			clock = make(cloak.FakeClock)
+			o := cloak.WithLeak(cloak.WithClock(cloak.Options{}, clock), lk)
+			if seed != nil {
+				o = cloak.WithSeed(o, *seed)
+			}
+			return o
+		},
+		Drive: func(t *testing.T, s kv.Store) {
+			pending := func() bool { return kvtest.Stat(t, s.Stats(), "pending_keys") > 0 }
+			kvtest.SerialWorkload(t, s, func(op func() error) error {
+				done := make(chan error, 1)
+				go func() { done <- op() }()
+				for {
+					select {
+					case err := <-done:
+						for pending() {
+							clock.Tick()
+						}
+						return err
+					default:
+					}
+					if pending() {
+						clock.Tick()
+					} else {
+						time.Sleep(100 * time.Microsecond)
+					}
+				}
+			})
+		},
+	}
+}

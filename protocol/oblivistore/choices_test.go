@@ -1,0 +1,34 @@
+package oblivistore_test
+
+import (
+	"testing"
+
+	"github.com/oblivkv/oblivkv/kvtest"
+	"github.com/oblivkv/oblivkv/protocol/oblivistore"
+)
+
+// TestFreshChoices: two stores given one test seed show storage the same
+// choices, two with default options different ones; a store whose
+// production seed is constant (leakFixedSeed) fails it.
+func TestFreshChoices(t *testing.T) {
+	kvtest.CheckFreshChoices(t, choices(0))
+	t.Run("fixed seed (leak)", func(t *testing.T) {
+		if err := kvtest.FreshChoices(t, choices(oblivistore.LeakFixedSeed)); err == nil {
+			t.Error("two default stores with a constant seed passed")
+		} else {
+			t.Log(err)
+		}
+	})
+}
+
+// choices issues the driver's backend calls one at a time, in the
+// core's order.
+func choices(lk oblivistore.Leak) kvtest.Choices {
+	return kvtest.Choices{Protocol: "oblivistore", Options: func(seed *[32]byte) any {
+		o := oblivistore.WithLeak(oblivistore.Serial(oblivistore.Options{}), lk)
+		if seed != nil {
+			o = oblivistore.WithSeed(o, *seed)
+		}
+		return o
+	}}
+}

@@ -1,0 +1,32 @@
+package taostore_test
+
+import (
+	"testing"
+
+	"github.com/oblivkv/oblivkv/kvtest"
+	"github.com/oblivkv/oblivkv/protocol/taostore"
+)
+
+// TestFreshChoices: two stores given one test seed show storage the same
+// choices, two with default options different ones; a store whose
+// production seed is constant (leakFixedSeed) fails it.
+func TestFreshChoices(t *testing.T) {
+	kvtest.CheckFreshChoices(t, choices(taostore.NoLeak))
+	t.Run("fixed seed (leak)", func(t *testing.T) {
+		if err := kvtest.FreshChoices(t, choices(taostore.LeakFixedSeed)); err == nil {
+			t.Error("two default stores with a constant seed passed")
+		} else {
+			t.Log(err)
+		}
+	})
+}
+
+func choices(lk taostore.Leak) kvtest.Choices {
+	return kvtest.Choices{Protocol: "taostore", Options: func(seed *[32]byte) any {
+		o := taostore.WithLeak(taostore.Options{}, lk)
+		if seed != nil {
+			o = taostore.Seeded(o, seed[0])
+		}
+		return o
+	}}
+}

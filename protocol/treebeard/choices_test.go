@@ -1,0 +1,32 @@
+package treebeard_test
+
+import (
+	"testing"
+
+	"github.com/oblivkv/oblivkv/kvtest"
+	"github.com/oblivkv/oblivkv/protocol/treebeard"
+)
+
+// TestFreshChoices: two stores given one test seed show storage the same
+// choices, two with default options different ones; a store whose
+// production seed is constant (leakFixedSeed) fails it.
+func TestFreshChoices(t *testing.T) {
+	kvtest.CheckFreshChoices(t, choices(0))
+	t.Run("fixed seed (leak)", func(t *testing.T) {
+		if err := kvtest.FreshChoices(t, choices(treebeard.LeakFixedSeed)); err == nil {
+			t.Error("two default stores with a constant seed passed")
+		} else {
+			t.Log(err)
+		}
+	})
+}
+
+func choices(lk treebeard.Leak) kvtest.Choices {
+	return kvtest.Choices{Protocol: "treebeard", Options: func(seed *[32]byte) any {
+		o := treebeard.WithLeak(treebeard.Options{}, lk)
+		if seed != nil {
+			o = treebeard.Seeded(o, seed[0])
+		}
+		return o
+	}}
+}

@@ -1,0 +1,32 @@
+package waffle_test
+
+import (
+	"testing"
+
+	"github.com/oblivkv/oblivkv/kvtest"
+	"github.com/oblivkv/oblivkv/protocol/waffle"
+)
+
+// TestFreshChoices: two stores given one test seed show storage the same
+// choices, two with default options different ones; a store whose
+// production seed is constant (leakFixedSeed) fails it.
+func TestFreshChoices(t *testing.T) {
+	kvtest.CheckFreshChoices(t, choices(waffle.NoLeak))
+	t.Run("fixed seed (leak)", func(t *testing.T) {
+		if err := kvtest.FreshChoices(t, choices(waffle.LeakFixedSeed)); err == nil {
+			t.Error("two default stores with a constant seed passed")
+		} else {
+			t.Log(err)
+		}
+	})
+}
+
+func choices(lk waffle.Leak) kvtest.Choices {
+	return kvtest.Choices{Protocol: "waffle", Options: func(seed *[32]byte) any {
+		o := waffle.WithLeak(waffle.Options{}, lk)
+		if seed != nil {
+			o = waffle.WithSeed(o, *seed)
+		}
+		return o
+	}}
+}
