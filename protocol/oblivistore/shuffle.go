@@ -67,7 +67,7 @@ func (s *Server) cacheIns(c *Core, j *Job, bypass bool) bool {
 	for _, l := range j.Marked {
 		lv := &s.Parts[j.P].Levels[l]
 		for lv.Unread > 0 && (s.IO > 0 || bypass) {
-			read = append(read, Slot{P: j.P, L: l, S: lv.nextUnread()})
+			read = append(read, Slot{P: j.P, L: l, S: lv.nextUnread(c.sec)})
 			s.IO--
 		}
 	}
