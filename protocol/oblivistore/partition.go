@@ -181,14 +181,27 @@ func (lv *Level) markRead(s int32) {
 	lv.Unread--
 }
 
-// nextDummy marks and returns the next unread dummy slot, or -1 when the
-// level's dummies are used up.
+// nextDummy marks and returns the next unread dummy slot in the level's
+// random dummy order (Table I: "the next dummy block from a
+// pseudo-random location"), or -1 when the level's dummies are used up.
 func (lv *Level) nextDummy() int32 {
 	for ; lv.NextDummy < int32(len(lv.Dummies)); lv.NextDummy++ {
 		if s := lv.Dummies[lv.NextDummy]; !lv.Read[s] {
 			lv.NextDummy++
 			lv.markRead(s)
 			return s
+		}
+	}
+	return -1
+}
+
+// firstDummy marks and returns the lowest unread dummy slot, or -1: the
+// dummy read of leakDummiesInOrder.
+func (lv *Level) firstDummy() int32 {
+	for s, real := range lv.Real {
+		if !real && !lv.Read[s] {
+			lv.markRead(int32(s))
+			return int32(s)
 		}
 	}
 	return -1
@@ -246,8 +259,8 @@ func (s *Server) read(c *Core, m PartitionRead) error {
 	c.sendFront(FrontMsg{Started: &ReadStarted{Seq: m.Seq, NonEarly: nonEarly}})
 	s.Pending[m.Seq] = pr
 	if len(slots) == 0 {
-		if c.readIssued != nil {
-			c.readIssued(m.P, nil, true)
+		if c.trace.Read != nil {
+			c.trace.Read(m.P, nil, m.Seq)
 		}
 		pr.ReadsDone = true
 	} else {
@@ -323,8 +336,9 @@ func (s *Server) readLevel(c *Core, p int32, l int8, target *Slot) (slot int32, 
 		}
 		return x, x >= 0
 	}
-	if x := lv.nextDummy(); x >= 0 {
+	if x := s.dummy(lv); x >= 0 {
 		s.Counters.DummyReads++
+		c.traceDummy(lv, x)
 		return x, false
 	}
 	// The level's dummies are used up (it was read more often than it
@@ -337,6 +351,14 @@ func (s *Server) readLevel(c *Core, p int32, l int8, target *Slot) (slot int32, 
 		s.Counters.DummyReads++
 	}
 	return x, false
+}
+
+// dummy marks and returns the slot a dummy cache-in of lv takes, or -1.
+func (s *Server) dummy(lv *Level) int32 {
+	if s.Opts.Leak == leakDummiesInOrder {
+		return lv.firstDummy()
+	}
+	return lv.nextDummy()
 }
 
 // finish reports a request's partition read complete once its slots are
@@ -368,8 +390,8 @@ func (s *Server) emitRead(c *Core, slots []Slot, seq uint64) uint64 {
 	}
 	s.Reads[io.ID] = io
 	s.ReadOwner[io.ID] = seq
-	if c.readIssued != nil {
-		c.readIssued(slots[0].P, slots, seq != 0)
+	if c.trace.Read != nil {
+		c.trace.Read(slots[0].P, slots, seq)
 	}
 	c.out = append(c.out, Output{Read: io})
 	return io.ID
