@@ -69,29 +69,35 @@ type Placement struct {
 // Placements checks that a permuted unit hides where its real blocks sit:
 // the slot a real block lands in is uniform over the unit's slots (Fit,
 // in bins equal-width bins of each unit's slots), and independent of its
-// place in the order the blocks were gathered (Independent, both in bins
-// bins; units with one real block have no order and are left out). A
-// unit written unpermuted, or permuted only among its first slots,
-// fails the first; one written in gathering order fails the second.
+// place in the order the blocks were gathered: in each of bins bins of
+// the gathering order, the slots are uniform over their units' slots
+// (FitGroups; units with one real block have no order and are left
+// out). The second is stratified rather than a test of independence of
+// one gathering x slot table, because units of different sizes reach
+// different bins (a unit of 4 slots never lands in an odd one of 8
+// bins, one of 2 real blocks never reaches an odd row), which correlates
+// rows with columns when they are pooled, however well each unit is
+// permuted. A unit written unpermuted, or permuted only among its first
+// slots, fails the first; one written in gathering order fails the
+// second.
 func Placements(name string, ps []Placement, bins int) []Check {
 	observed, expected := make([]int, bins), make([]float64, bins)
-	table := make([][]int, bins)
-	for i := range table {
-		table[i] = make([]int, bins)
+	byOrder, byOrderExpected := make([][]int, bins), make([][]float64, bins)
+	for i := range byOrder {
+		byOrder[i], byOrderExpected[i] = make([]int, bins), make([]float64, bins)
 	}
-	pairs := 0
 	for _, p := range ps {
 		slot := p.Slot * bins / p.Slots
 		observed[slot]++
 		addUniform(expected, p.Slots)
 		if p.Of > 1 {
-			table[p.Gathered*bins/p.Of][slot]++
-			pairs++
+			g := p.Gathered * bins / p.Of
+			byOrder[g][slot]++
+			addUniform(byOrderExpected[g], p.Slots)
 		}
 	}
-	independent := Independent(name+": slot independent of gathering order", table)
-	withPower(&independent, pairs)
-	return []Check{Fit(name+": slots real blocks land in uniform", observed, expected), independent}
+	return []Check{Fit(name+": slots real blocks land in uniform", observed, expected),
+		FitGroups(name+": slot independent of gathering order", byOrder, byOrderExpected)}
 }
 
 // Choice is one slot a read chose among the slots of a unit it had not
@@ -104,15 +110,27 @@ type Choice struct{ Rank, Unread int }
 // dummy, or that prefers some slots, fails it. Choices with one slot
 // left carry no information and are left out.
 func Choices(name string, cs []Choice, bins int) Check {
-	observed, expected := make([]int, bins), make([]float64, bins)
-	for _, c := range cs {
-		if c.Unread < 2 {
-			continue
+	return ChoicesByGroup(name, [][]Choice{cs}, bins)
+}
+
+// ChoicesByGroup is Choices over groups of choices told apart by what
+// was known before each choice (the unit's size, the kind of call):
+// each group's ranks against the uniform choice, summed (FitGroups), so
+// that a group that prefers low ranks cannot hide behind one that
+// prefers high ones, as they can when pooled.
+func ChoicesByGroup(name string, groups [][]Choice, bins int) Check {
+	observed, expected := make([][]int, len(groups)), make([][]float64, len(groups))
+	for i, cs := range groups {
+		observed[i], expected[i] = make([]int, bins), make([]float64, bins)
+		for _, c := range cs {
+			if c.Unread < 2 {
+				continue
+			}
+			observed[i][c.Rank*bins/c.Unread]++
+			addUniform(expected[i], c.Unread)
 		}
-		observed[c.Rank*bins/c.Unread]++
-		addUniform(expected, c.Unread)
 	}
-	return Fit(name, observed, expected)
+	return FitGroups(name, observed, expected)
 }
 
 // addUniform adds to expected, in len(expected) equal-width bins of n
@@ -130,6 +148,39 @@ func addUniform(expected []float64, n int) {
 // (a remainder joins the last pooled cell). Its detail states the test's
 // power (withPower).
 func Fit(name string, observed []int, expected []float64) Check {
+	return FitGroups(name, [][]int{observed}, [][]float64{expected})
+}
+
+// FitGroups is Fit over groups of counts, each with the same total as
+// the counts expected of it: the sum of the groups' Pearson statistics,
+// each after pooling as Fit does, with the sum of their degrees of
+// freedom (a stratified goodness of fit).
+func FitGroups(name string, observed [][]int, expected [][]float64) Check {
+	stat, dof, n, cells := 0.0, 0, 0, 0
+	for i := range observed {
+		po, pe := poolExpected(observed[i], expected[i])
+		for j := range po {
+			d := float64(po[j]) - pe[j]
+			stat += d * d / pe[j]
+		}
+		if len(po) > 0 {
+			dof += len(po) - 1
+		}
+		n += sum(observed[i])
+		cells += len(po)
+	}
+	detail := fmt.Sprintf("%d samples over %d pooled cells", n, cells)
+	if len(observed) > 1 {
+		detail += fmt.Sprintf(" in %d groups", len(observed))
+	}
+	c := chiSquareCheck(name, stat, dof, detail)
+	withPower(&c, n)
+	return c
+}
+
+// poolExpected pools each run of neighbouring cells until it expects at
+// least five samples; a remainder joins the last pooled cell.
+func poolExpected(observed []int, expected []float64) ([]int, []float64) {
 	var po []int
 	var pe []float64
 	o, e := 0, 0.0
@@ -144,14 +195,7 @@ func Fit(name string, observed []int, expected []float64) Check {
 		po[len(po)-1] += o
 		pe[len(pe)-1] += e
 	}
-	stat := 0.0
-	for i := range po {
-		d := float64(po[i]) - pe[i]
-		stat += d * d / pe[i]
-	}
-	c := chiSquareCheck(name, stat, len(po)-1, fmt.Sprintf("%d samples over %d pooled cells", sum(observed), len(po)))
-	withPower(&c, sum(observed))
-	return c
+	return po, pe
 }
 
 // PowerLevel is the power every statistical check of this file states:

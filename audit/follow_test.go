@@ -74,9 +74,27 @@ func units(units, slots, reals int, place func(r *rand.Rand, slots, reals int) [
 	return out
 }
 
-// Placements pass a random permutation and fail decisively a unit written
-// with its real blocks first, and one whose real blocks take random slots
-// in the order they were gathered.
+// mixedUnits writes units of 4, 8 and 256 slots, a few real blocks in
+// the small ones and 32 in the large ones, as a hierarchy of levels
+// does, each permuted at random.
+func mixedUnits() []Placement {
+	r := rand.New(rand.NewPCG(13, 14))
+	var out []Placement
+	for range 3000 {
+		slots := []int{4, 4, 8, 256}[r.IntN(4)]
+		reals := min(slots/2, 32)
+		for g, s := range r.Perm(slots)[:reals] {
+			out = append(out, Placement{Slot: s, Slots: slots, Gathered: g, Of: reals})
+		}
+	}
+	return out
+}
+
+// Placements pass a random permutation, of units of one size or of many,
+// and fail decisively a unit written with its real blocks first, and one
+// whose real blocks take random slots in the order they were gathered.
+// (The units of many sizes failed a test of independence of one
+// gathering x slot table, p = 1e-96.)
 func TestPlacements(t *testing.T) {
 	permuted := func(r *rand.Rand, slots, reals int) []int { return r.Perm(slots)[:reals] }
 	first := func(_ *rand.Rand, _, reals int) []int {
@@ -100,16 +118,17 @@ func TestPlacements(t *testing.T) {
 		return out
 	}
 	for _, tc := range []struct {
-		name  string
-		place func(r *rand.Rand, slots, reals int) []int
-		fails string // the check that must fail decisively (others may too); "" for none
+		name       string
+		placements []Placement
+		fails      string // the check that must fail decisively (others may too); "" for none
 	}{
-		{"permuted", permuted, ""},
-		{"real blocks first", first, "uniform"},
-		{"in gathering order", sorted, "independent"},
+		{"permuted", units(300, 16, 8, permuted), ""},
+		{"permuted, units of many sizes", mixedUnits(), ""},
+		{"real blocks first", units(300, 16, 8, first), "uniform"},
+		{"in gathering order", units(300, 16, 8, sorted), "independent"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			checks := Placements(tc.name, units(300, 16, 8, tc.place), 8)
+			checks := Placements(tc.name, tc.placements, 8)
 			for i, c := range checks {
 				t.Log(c)
 				switch {
@@ -143,6 +162,30 @@ func TestChoices(t *testing.T) {
 	}
 	if c := Choices("first", first, 8); !c.Decisive() {
 		t.Errorf("a choice of the first unread slot one time in four passes: %v", c)
+	}
+}
+
+// ChoicesByGroup passes uniform choices in groups, and fails decisively
+// two groups, one that prefers the lower half of the unread slots and
+// one the upper half, which pooled pass Choices.
+func TestChoicesByGroup(t *testing.T) {
+	r := rand.New(rand.NewPCG(15, 16))
+	var uniform, skewed [2][]Choice
+	for range 4000 {
+		for g := range 2 {
+			const unread = 16
+			uniform[g] = append(uniform[g], Choice{Rank: r.IntN(unread), Unread: unread})
+			skewed[g] = append(skewed[g], Choice{Rank: g*unread/2 + r.IntN(unread/2), Unread: unread})
+		}
+	}
+	if c := ChoicesByGroup("uniform", uniform[:], 8); !c.Pass() {
+		t.Errorf("uniform choices fail: %v", c)
+	}
+	if c := Choices("skewed, pooled", append(skewed[0], skewed[1]...), 8); !c.Pass() {
+		t.Errorf("the pooled groups were meant to pass: %v", c)
+	}
+	if c := ChoicesByGroup("skewed", skewed[:], 8); !c.Decisive() {
+		t.Errorf("groups preferring opposite halves pass: %v", c)
 	}
 }
 

@@ -311,3 +311,84 @@ func TapPartitionCalls(records []observe.Record, prefix string) ([]PartitionCall
 	}
 	return calls, nil
 }
+
+// UnreadSlotChoices is storage's view of the slot every read takes: its
+// rank, in slot order, among the slots of its level not read since the
+// level was last written, and how many those are. In ObliviStore each is
+// uniform given everything storage saw before, whatever the read: a
+// level is a random permutation of its blocks (Sec. V-C, Fig. 7), a real
+// read takes its block's slot, a dummy read the next of the level's
+// dummies in a random order (Fig. 6, Table I), and a level being read
+// out (early and shuffling cache-ins) is read in a random order. No
+// choice looks at slot numbers, so any two unread slots are alike to
+// storage, and calls in flight together may reach it in any order.
+//
+// The choices come in groups, by level and by whether the call reads one
+// slot of the level (a request's read or an early cache-in) or several
+// (shuffling cache-ins): group 2*l for one, 2*l+1 for several. Both are
+// fixed before a slot is chosen, and ChoicesByGroup tests each group, for
+// pooled they hide what matters: every slot of a level is read once
+// between two writes, so a level written with its real blocks first,
+// whose real reads take low ranks and dummy reads high ones, can
+// balance to a uniform histogram. Reads of a slot already read, or of a
+// level never written, are left out: SlotsReadOnce reports them.
+func UnreadSlotChoices(calls []PartitionCall) [][]Choice {
+	type level struct{ p, l int }
+	levels := map[level]*readSlots{}
+	var groups [][]Choice
+	for _, c := range calls {
+		if c.Write {
+			for l := range byLevel(c.Slots) {
+				levels[level{c.P, l}] = newReadSlots(levelSlots(l))
+			}
+			continue
+		}
+		perLevel := byLevel(c.Slots)
+		for _, ls := range c.Slots {
+			r := levels[level{c.P, ls.L}]
+			if r == nil || ls.S >= len(r.read) || r.read[ls.S] {
+				continue
+			}
+			g := 2 * ls.L
+			if len(perLevel[ls.L]) > 1 {
+				g++
+			}
+			for len(groups) <= g {
+				groups = append(groups, nil)
+			}
+			groups[g] = append(groups[g], Choice{Rank: ls.S - r.readBelow(ls.S), Unread: len(r.read) - r.count})
+			r.add(ls.S)
+		}
+	}
+	return groups
+}
+
+// readSlots are the slots of a level read since it was written, also
+// counted in a Fenwick tree, so that the slots read below a slot take
+// logarithmic time to count.
+type readSlots struct {
+	read  []bool
+	tree  []int // tree[i] counts the read slots in (i - i&-i, i], 1-based
+	count int
+}
+
+func newReadSlots(n int) *readSlots {
+	return &readSlots{read: make([]bool, n), tree: make([]int, n+1)}
+}
+
+func (r *readSlots) add(s int) {
+	r.read[s] = true
+	r.count++
+	for i := s + 1; i < len(r.tree); i += i & -i {
+		r.tree[i]++
+	}
+}
+
+// readBelow counts the read slots below s.
+func (r *readSlots) readBelow(s int) int {
+	n := 0
+	for i := s; i > 0; i -= i & -i {
+		n += r.tree[i]
+	}
+	return n
+}

@@ -1,9 +1,12 @@
 package oblivistore_test
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"maps"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -26,7 +29,7 @@ import (
 //   - hot: every other request on one key, Gets and Puts;
 //   - uniform: keys spread over the whole capacity.
 //
-// On each log, three checks:
+// On each log, three checks of what is read (auditLog.checks):
 //
 //   - slots read once (exact, audit.SlotsReadOnce): no slot is read twice
 //     between two writes of its level, every write writes whole levels;
@@ -34,7 +37,11 @@ import (
 //     one slot of every level of its partition that can be read, and
 //     nothing else;
 //   - uniform partitions: the partitions requests read pass a chi-square
-//     test of uniformity at audit.Significance.
+//     test of uniformity at audit.Significance;
+//
+// and the checks of where blocks go (auditLog.positionChecks), with the
+// trusted side's word (oblivistore.Trace) on which read is which key's
+// and which slot is real, and one from the Tap alone.
 //
 // Across workloads, the partitions read under the hot key and under
 // uniform keys are one distribution (audit.Homogeneous).
@@ -57,28 +64,28 @@ var workloads = map[string]workload{
 	"uniform": func(r *rand.Rand) string { return fmt.Sprint("k", r.IntN(auditCapacity)) },
 }
 
-// auditLog is one audited run: the calls storage saw, the requests made.
+// auditLog is one audited run: the calls storage saw, the requests made,
+// and what the trusted side says of them.
 type auditLog struct {
 	calls    []audit.PartitionCall
 	requests int
 	parts    int
+	// walks follow each key: the partitions its request reads read, in
+	// order (a read of no slot, which storage never sees, left out).
+	walks [][]int
+	// placements are where the real blocks of every level written landed.
+	placements []audit.Placement
+	// dummies are the dummy cache-ins' choices among their levels'
+	// unread dummy slots.
+	dummies []audit.Choice
 }
 
-// runAudit runs auditRequests requests of w on a loaded store with opts
-// and returns what storage saw.
+// runAudit runs requests requests of w on a loaded store with opts and
+// returns what storage saw and what the trace told of it.
 func runAudit(t *testing.T, opts oblivistore.Options, w workload, requests int) auditLog {
 	t.Helper()
-	var mu sync.Mutex
-	var issued []audit.IssuedRead
-	opts = oblivistore.WithReadLog(oblivistore.Serial(opts), func(p int32, slots []oblivistore.Slot, request bool) {
-		addrs := make([]string, len(slots))
-		for i, x := range slots {
-			addrs[i] = oblivistore.SlotAddr(x)
-		}
-		mu.Lock()
-		issued = append(issued, audit.IssuedRead{P: int(p), Addrs: addrs, Request: request})
-		mu.Unlock()
-	})
+	rec := &recorder{keys: map[uint64]string{}}
+	opts = oblivistore.WithTrace(oblivistore.Serial(opts), rec.trace())
 	log := &observe.MemoryLog{}
 	s, err := kv.Open(t.Context(), kv.Config{Protocol: "oblivistore", Backend: mem.New(), Keys: kvtest.NewKeys(t),
 		Capacity: auditCapacity, ValueSize: 16, Options: opts, TapLog: log})
@@ -102,11 +109,89 @@ func runAudit(t *testing.T, opts oblivistore.Options, w workload, requests int) 
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
-	calls, err := audit.ParsePartitionCalls(log.Records(), oblivistore.SlotPrefix, issued)
+	calls, err := audit.ParsePartitionCalls(log.Records(), oblivistore.SlotPrefix, rec.issued)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return auditLog{calls: calls, requests: requests, parts: parts}
+	walks, err := rec.walks(calls)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return auditLog{calls: calls, requests: requests, parts: parts, walks: walks, placements: rec.placements, dummies: rec.dummies}
+}
+
+// recorder gathers what the trace tells of a run.
+type recorder struct {
+	mu     sync.Mutex
+	issued []audit.IssuedRead
+	seqs   []uint64          // the request of each request read issued, in order
+	keys   map[uint64]string // each admitted request's key
+	// placements and dummies are as in auditLog.
+	placements []audit.Placement
+	dummies    []audit.Choice
+}
+
+func (r *recorder) trace() oblivistore.Trace {
+	return oblivistore.Trace{
+		Read: func(p int32, slots []oblivistore.Slot, seq uint64) {
+			addrs := make([]string, len(slots))
+			for i, x := range slots {
+				addrs[i] = oblivistore.SlotAddr(x)
+			}
+			r.mu.Lock()
+			defer r.mu.Unlock()
+			r.issued = append(r.issued, audit.IssuedRead{P: int(p), Addrs: addrs, Request: seq != 0})
+			if seq != 0 {
+				r.seqs = append(r.seqs, seq)
+			}
+		},
+		Admitted: func(seq uint64, key string) {
+			r.mu.Lock()
+			defer r.mu.Unlock()
+			r.keys[seq] = key
+		},
+		Placed: func(_ int32, l int8, reals []int32) {
+			r.mu.Lock()
+			defer r.mu.Unlock()
+			for g, x := range reals {
+				r.placements = append(r.placements, audit.Placement{Slot: int(x), Slots: 2 << l, Gathered: g, Of: len(reals)})
+			}
+		},
+		DummyRead: func(rank, unread int) {
+			r.mu.Lock()
+			defer r.mu.Unlock()
+			r.dummies = append(r.dummies, audit.Choice{Rank: rank, Unread: unread})
+		},
+	}
+}
+
+// walks follows every key through calls: the partitions of its request
+// reads, as storage saw them. ParsePartitionCalls keeps the issued reads'
+// order, so the i-th request read of calls is the i-th issued.
+func (r *recorder) walks(calls []audit.PartitionCall) ([][]int, error) {
+	byKey := map[string][]int{}
+	i := 0
+	for _, c := range calls {
+		if !c.Request {
+			continue
+		}
+		if i == len(r.seqs) {
+			return nil, fmt.Errorf("more request reads on the log than the core issued (%d)", len(r.seqs))
+		}
+		key, ok := r.keys[r.seqs[i]]
+		if !ok {
+			return nil, fmt.Errorf("request read %d is for request %d, never admitted", i, r.seqs[i])
+		}
+		i++
+		if len(c.Slots) > 0 {
+			byKey[key] = append(byKey[key], c.P)
+		}
+	}
+	walks := make([][]int, 0, len(byKey))
+	for _, key := range slices.Sorted(maps.Keys(byKey)) {
+		walks = append(walks, byKey[key])
+	}
+	return walks, nil
 }
 
 // drive issues requests of w from auditClients clients.
@@ -143,35 +228,143 @@ func (l auditLog) checks(name string) []audit.Check {
 	}
 }
 
+// positionBins is how many bins the position checks group positions,
+// slots and ranks into.
+const positionBins = 8
+
+// The names the position checks end with.
+const (
+	dummyChoices  = "dummy cache-ins uniform among the level's unread dummies"
+	unreadChoices = "slots read uniform among the level's unread slots (Tap alone)"
+)
+
+// positionChecks are the audits of where blocks go:
+//
+//   - following one key (audit.FollowKey): the partitions a key's block
+//     is read from across its accesses are uniform, each independent of
+//     the one before and no more often the same again than chance (each
+//     access reassigns the block to a fresh random partition, Sec.
+//     III-A); the trace says which request read is which key's;
+//   - placements (audit.Placements): the slot each real block lands in
+//     when a level is written is uniform over the level's slots and
+//     independent of the order the blocks were gathered (Fig. 7, step
+//     3, "Permute"); the trace says which slots are real;
+//   - dummy choices (audit.Choices): a dummy cache-in takes a slot
+//     uniform among its level's unread dummy slots (Table I); the trace
+//     says which are dummies;
+//   - from the Tap alone (audit.UnreadSlotChoices): every slot read is
+//     uniform among the slots of its level not read since the level was
+//     written, by level and by one slot of the level per call or several
+//     (audit.ChoicesByGroup), the check `oblivkv audit` can make.
+func (l auditLog) positionChecks(name string) []audit.Check {
+	checks := audit.FollowKey(name, l.walks, l.parts, positionBins)
+	checks = append(checks, audit.Placements(name, l.placements, positionBins)...)
+	return append(checks,
+		audit.Choices(name+": "+dummyChoices, l.dummies, positionBins),
+		audit.ChoicesByGroup(name+": "+unreadChoices, audit.UnreadSlotChoices(l.calls), positionBins))
+}
+
+// passAll fails t on every check that does not pass.
+func passAll(t *testing.T, checks []audit.Check) {
+	t.Helper()
+	for _, c := range checks {
+		t.Log(c)
+		if !c.Pass() {
+			t.Error(c)
+		}
+	}
+}
+
 func auditSeed(i byte) [32]byte { return [32]byte{i} }
 
 func TestAudit(t *testing.T) {
 	logs := map[string]auditLog{}
 	for _, name := range []string{"hot", "uniform"} {
 		logs[name] = runAudit(t, oblivistore.WithSeed(oblivistore.Options{}, auditSeed(1)), workloads[name], auditRequests)
-		for _, c := range logs[name].checks(name) {
-			t.Log(c)
-			if !c.Pass() {
-				t.Error(c)
-			}
-		}
+		passAll(t, append(logs[name].checks(name), logs[name].positionChecks(name)...))
 	}
-	c := audit.Homogeneous("partitions, hot against uniform", audit.PartitionCounts(logs["hot"].calls, logs["hot"].parts),
-		audit.PartitionCounts(logs["uniform"].calls, logs["uniform"].parts))
-	t.Log(c)
-	if !c.Pass() {
-		t.Error(c)
-	}
+	passAll(t, []audit.Check{audit.Homogeneous("partitions, hot against uniform", audit.PartitionCounts(logs["hot"].calls, logs["hot"].parts),
+		audit.PartitionCounts(logs["uniform"].calls, logs["uniform"].parts))})
 }
 
-// TestAuditCatchesLeaks: each injected leak fails one of the checks of
-// TestAudit decisively on the hot workload.
+// longLogs are clean runs of the hot and uniform workloads at simOptions
+// (a fractional eviction rate and a throttled shuffler, so that early
+// cache-ins and blocked admissions happen), four times as long as
+// TestAudit's: TestAuditAtOtherOptions audits them and
+// TestAuditRejectsDoctoredLogs doctors one. They are made once for both.
+var longLogs struct {
+	sync.Once
+	logs map[string]auditLog
+}
+
+func otherLogs(t *testing.T) map[string]auditLog {
+	longLogs.Do(func() {
+		logs := map[string]auditLog{}
+		for name, seed := range map[string]byte{"uniform": 3, "hot": 4} {
+			logs[name] = runAudit(t, oblivistore.WithSeed(simOptions, auditSeed(seed)), workloads[name], 4*auditRequests)
+		}
+		longLogs.logs = logs
+	})
+	if longLogs.logs == nil {
+		t.Fatal("the runs at simOptions failed in an earlier test")
+	}
+	return longLogs.logs
+}
+
+// TestAuditAtOtherOptions: every check of TestAudit passes at simOptions.
+func TestAuditAtOtherOptions(t *testing.T) {
+	logs := otherLogs(t)
+	for _, name := range []string{"hot", "uniform"} {
+		passAll(t, append(logs[name].checks(name), logs[name].positionChecks(name)...))
+	}
+	passAll(t, []audit.Check{audit.Homogeneous("partitions, hot against uniform", audit.PartitionCounts(logs["hot"].calls, logs["hot"].parts),
+		audit.PartitionCounts(logs["uniform"].calls, logs["uniform"].parts))})
+}
+
+// leakCases are the leaks the first checks miss: the workload that shows
+// it (a keyed partition makes a hot key's partition fail "uniform
+// partitions", but under uniform keys nothing but following a key shows
+// it) and the position checks that must fail on it decisively.
+var leakCases = map[string]struct {
+	workload string
+	caughtBy []string
+}{
+	"keyed partition":          {"uniform", []string{"consecutive positions of one key independent", "same position again"}},
+	"level written unpermuted": {"hot", []string{"slots real blocks land in uniform", "slot independent of gathering order", unreadChoices}},
+	"dummies read in order":    {"hot", []string{dummyChoices, unreadChoices}},
+}
+
+// TestAuditCatchesLeaks: each injected leak fails a check decisively:
+// the first ones one of the checks of what is read on the hot workload;
+// those of leakCases, which the first checks miss (logged), the position
+// checks named there on the workload named there.
 func TestAuditCatchesLeaks(t *testing.T) {
 	for name, leak := range oblivistore.Leaks {
 		t.Run(name, func(t *testing.T) {
-			l := runAudit(t, oblivistore.WithLeak(oblivistore.WithSeed(oblivistore.Options{}, auditSeed(2)), leak), workloads["hot"], auditRequests)
-			if !anyDecisive(t, l.checks(name)) {
-				t.Errorf("no check fails decisively on the leak %q", name)
+			lc, positional := leakCases[name]
+			w := cmp.Or(lc.workload, "hot")
+			l := runAudit(t, oblivistore.WithLeak(oblivistore.WithSeed(oblivistore.Options{}, auditSeed(2)), leak), workloads[w], auditRequests)
+			if !positional {
+				if !anyDecisive(t, l.checks(name)) {
+					t.Errorf("no check fails decisively on the leak %q", name)
+				}
+				return
+			}
+			for _, c := range l.checks(w) {
+				t.Logf("first check: %v", c)
+			}
+			checks := l.positionChecks(w)
+			for _, c := range checks {
+				t.Logf("position check: %v", c)
+			}
+			for _, want := range lc.caughtBy {
+				i := slices.IndexFunc(checks, func(c audit.Check) bool { return strings.HasSuffix(c.Name, want) })
+				switch {
+				case i < 0:
+					t.Fatalf("no check %q", want)
+				case !checks[i].Decisive():
+					t.Errorf("not failed decisively: %v", checks[i])
+				}
 			}
 		})
 	}
@@ -194,7 +387,8 @@ func anyDecisive(t *testing.T, checks []audit.Check) bool {
 // longer than TestAudit's, so that doubling one partition of 32 fails the
 // statistical checks decisively.
 func TestAuditRejectsDoctoredLogs(t *testing.T) {
-	l := runAudit(t, oblivistore.WithSeed(oblivistore.Options{}, auditSeed(3)), workloads["uniform"], 4*auditRequests)
+	logs := otherLogs(t)
+	l := logs["uniform"]
 	var doctored []audit.PartitionCall
 	for _, c := range l.calls {
 		doctored = append(doctored, c)
@@ -209,7 +403,7 @@ func TestAuditRejectsDoctoredLogs(t *testing.T) {
 			t.Errorf("%s: not rejected decisively", c.Name)
 		}
 	}
-	honest := runAudit(t, oblivistore.WithSeed(oblivistore.Options{}, auditSeed(4)), workloads["hot"], 4*auditRequests)
+	honest := logs["hot"]
 	c := audit.Homogeneous("doctored against honest", audit.PartitionCounts(doctored, l.parts), audit.PartitionCounts(honest.calls, honest.parts))
 	t.Log(c)
 	if !c.Decisive() {
@@ -270,8 +464,12 @@ func TestSemaphoresSimulated(t *testing.T) {
 }
 
 // TestSemaphoreAuditCatchesLeaks: the simulator fails to reproduce the
-// semaphores of a run with an injected leak, and of a run whose log of
-// partitions is doctored so that one partition is read twice as often.
+// semaphores of a run with an injected leak that changes what the
+// scheduler does, and of a run whose log of partitions is doctored so
+// that one partition is read twice as often. A leak of secret choices
+// only (oblivistore.Unscheduled) leaves the scheduler as it was: the
+// simulator must reproduce its run, which shows the leak is one the
+// semaphore audit cannot see, not one it misses.
 func TestSemaphoreAuditCatchesLeaks(t *testing.T) {
 	seed := auditSeed(6)
 	accesses := scheduled("hot", rand.New(rand.NewPCG(7, 7)))
@@ -281,7 +479,12 @@ func TestSemaphoreAuditCatchesLeaks(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if sims, err := oblivistore.Simulate(simCapacity, simOptions, seed, run); err == nil && firstDifference(run.Sems, sims) < 0 {
+			sims, err := oblivistore.Simulate(simCapacity, simOptions, seed, run)
+			reproduced := err == nil && firstDifference(run.Sems, sims) < 0
+			switch {
+			case oblivistore.Unscheduled[name] && !reproduced:
+				t.Errorf("the simulator did not reproduce the semaphores of a run whose leak %q changes only secret choices (%v)", name, err)
+			case !oblivistore.Unscheduled[name] && reproduced:
 				t.Errorf("the simulator reproduced the semaphores of a run with the leak %q", name)
 			}
 		})

@@ -141,8 +141,8 @@ type Core struct {
 	toParts  []PartitionMsg
 	toFront  []FrontMsg
 	shuffled bool // the shuffler moved on the last Progress
-	// readIssued is Options.readIssued (tests only).
-	readIssued func(p int32, slots []Slot, request bool)
+	// trace is Options.trace (tests only).
+	trace trace
 	// wire is Options.wire (tests only).
 	wire bool
 	// forced, tests only, replaces the partitions that accesses to keys
@@ -226,7 +226,7 @@ func (c *Core) progress() error {
 
 // setHooks takes the test-only options.
 func (c *Core) setHooks(o Options) {
-	c.readIssued, c.wire = o.readIssued, o.wire
+	c.trace, c.wire = o.trace, o.wire
 }
 
 // route delivers the queued messages, in order, until none is left.

@@ -2,6 +2,7 @@ package oblivistore
 
 import (
 	"cmp"
+	"hash/fnv"
 	"math"
 
 	"github.com/oblivkv/oblivkv/kv"
@@ -112,6 +113,7 @@ func (f *Front) admit(c *Core) bool {
 		f.Early -= f.Levels
 		f.Evictions -= int64(r.Evictions)
 		f.Active = append(f.Active, r)
+		c.traceAdmitted(r)
 		fake := c.publicPart()
 		if len(c.forced) > 0 {
 			fake, c.forced = c.forced[0], c.forced[1:]
@@ -139,7 +141,7 @@ func (f *Front) locate(c *Core, r *Req, fake int32) PartitionRead {
 		if f.Opts.Leak == leakRepeatReadsReal && h.Src != 0 { // read from storage, not a new key
 			read.P, read.Key, read.Has = h.From, r.Key, true
 		}
-		h.Part = c.randomPart()
+		h.Part = f.assign(c, r.Key)
 		h.Refs++
 		r.HasKey = true
 		return read
@@ -163,9 +165,21 @@ func (f *Front) locate(c *Core, r *Req, fake int32) PartitionRead {
 
 // hold puts the key's block in trusted memory under a fresh partition.
 func (f *Front) hold(c *Core, r *Req, h *Held) {
-	h.Part, h.Refs, h.Queued = c.randomPart(), 1, -1
+	h.Part, h.Refs, h.Queued = f.assign(c, r.Key), 1, -1
 	f.Mem[r.Key] = h
 	r.HasKey = true
+}
+
+// assign draws the partition an accessed block is assigned to: a fresh
+// random one (Sec. III-A), or under leakKeyedPartition one derived from
+// its key.
+func (f *Front) assign(c *Core, key string) int32 {
+	if f.Opts.Leak == leakKeyedPartition {
+		h := fnv.New32a()
+		h.Write([]byte(key))
+		return int32(h.Sum32() % uint32(f.Partitions))
+	}
+	return c.randomPart()
 }
 
 // handle takes a message from the partitions.

@@ -17,6 +17,18 @@ const (
 	// leakStopsAtReal: a partition read stops at the level holding the
 	// block, so storage sees at which level it was.
 	leakStopsAtReal
+	// leakKeyedPartition: the partition a block is assigned to at each
+	// access is derived from its key instead of drawn afresh, so every
+	// access of a key after its first reads the same partition.
+	leakKeyedPartition
+	// leakLevelUnpermuted: the shuffler writes a level's real blocks in
+	// the order it gathered them, in the level's first slots, instead of
+	// permuting them with the dummies.
+	leakLevelUnpermuted
+	// leakDummiesInOrder: a dummy cache-in reads the level's lowest
+	// unread dummy slot instead of the next in the level's random dummy
+	// order.
+	leakDummiesInOrder
 	// leakFixedSeed: a store opened without a test seed begins its random
 	// choices at a constant seed instead of random.Fresh's, so every
 	// store makes the same choices and storage can predict them.

@@ -12,6 +12,9 @@ func init() {
 			"repeat_reads_real": leakRepeatReadsReal,
 			"skips_empty_reads": leakSkipsEmptyReads,
 			"stops_at_real":     leakStopsAtReal,
+			"keyed_partition":   leakKeyedPartition,
+			"level_unpermuted":  leakLevelUnpermuted,
+			"dummies_in_order":  leakDummiesInOrder,
 		})
 	}
 }

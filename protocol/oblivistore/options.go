@@ -41,10 +41,9 @@ type Options struct {
 	valueSize int
 	seed      *[32]byte // tests only: makes every choice reproducible
 	leak      leak      // tests only: a flaw injected to show an audit catches it
-	// readIssued, tests only, sees every read the core issues, of
-	// partition p, and whether it is a request's partition read (else a
-	// shuffling cache-in); a request's read of no slot too.
-	readIssued func(p int32, slots []Slot, request bool)
+	// trace, tests only, tells a test what the trusted side knows of a
+	// run (trace.go).
+	trace trace
 	// wire, tests only, makes every message between the front and the
 	// partitions cross as gob bytes, as it would between machines.
 	wire bool

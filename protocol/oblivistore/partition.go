@@ -1,5 +1,7 @@
 package oblivistore
 
+import "math/rand/v2"
+
 // Server is the partitions: their levels, the second level of the
 // position map (each block's level and slot), the storage cache, the
 // partition reader (Fig. 6) and the background shuffler (Fig. 7, in
@@ -104,10 +106,14 @@ type Level struct {
 	Dummies   []int32
 	NextDummy int32
 	// Read flags the slots read since the level was written; Unread
-	// counts the others, and Scan is the lowest slot that may be unread.
+	// counts the others.
 	Read   []bool
 	Unread int32
-	Scan   int32
+	// ReadOut is the order in which the level's slots are read out (by
+	// early and shuffling cache-ins, or once its dummies are used up),
+	// drawn when the read-out begins; Scan is the next place in it.
+	ReadOut []int32
+	Scan    int32
 	// Cached is the storage cache: real blocks read early or by the
 	// shuffler, still belonging to this level, by slot.
 	Cached map[int32][]byte
@@ -132,11 +138,27 @@ func newServer(g geometry, o Options) Server {
 	return s
 }
 
-// nextUnread marks and returns the lowest unread slot, or -1.
-func (lv *Level) nextUnread() int32 {
-	for ; lv.Scan < int32(len(lv.Read)); lv.Scan++ {
-		if !lv.Read[lv.Scan] {
-			s := lv.Scan
+// nextUnread marks and returns an unread slot, or -1: the next in the
+// read-out order, a random order of the slots unread when the read-out
+// began. The paper leaves the order of early and shuffling cache-ins
+// open ("a previously unread block", Table I; Fig. 7, step 2); a random
+// one makes every read of a level, of whatever kind, take a slot uniform
+// among those storage has not seen read since the level was written, as
+// dummy and real reads do (audit.UnreadSlotChoices checks it from the
+// Tap). Slot order would be as safe, the layout being random, but then
+// storage's view could not be checked: a read-out in slot order looks
+// like the reads of a level written unpermuted.
+func (lv *Level) nextUnread(r *rand.Rand) int32 {
+	if lv.Unread == 0 {
+		return -1
+	}
+	if lv.ReadOut == nil {
+		lv.ReadOut, lv.Scan = lv.unreadSlots(), 0
+		r.Shuffle(len(lv.ReadOut), func(a, b int) { lv.ReadOut[a], lv.ReadOut[b] = lv.ReadOut[b], lv.ReadOut[a] })
+	}
+	for ; lv.Scan < int32(len(lv.ReadOut)); lv.Scan++ {
+		if s := lv.ReadOut[lv.Scan]; !lv.Read[s] {
+			lv.Scan++
 			lv.markRead(s)
 			return s
 		}
@@ -144,19 +166,42 @@ func (lv *Level) nextUnread() int32 {
 	return -1
 }
 
+func (lv *Level) unreadSlots() []int32 {
+	out := make([]int32, 0, lv.Unread)
+	for s, read := range lv.Read {
+		if !read {
+			out = append(out, int32(s))
+		}
+	}
+	return out
+}
+
 func (lv *Level) markRead(s int32) {
 	lv.Read[s] = true
 	lv.Unread--
 }
 
-// nextDummy marks and returns the next unread dummy slot, or -1 when the
-// level's dummies are used up.
+// nextDummy marks and returns the next unread dummy slot in the level's
+// random dummy order (Table I: "the next dummy block from a
+// pseudo-random location"), or -1 when the level's dummies are used up.
 func (lv *Level) nextDummy() int32 {
 	for ; lv.NextDummy < int32(len(lv.Dummies)); lv.NextDummy++ {
 		if s := lv.Dummies[lv.NextDummy]; !lv.Read[s] {
 			lv.NextDummy++
 			lv.markRead(s)
 			return s
+		}
+	}
+	return -1
+}
+
+// firstDummy marks and returns the lowest unread dummy slot, or -1: the
+// dummy read of leakDummiesInOrder.
+func (lv *Level) firstDummy() int32 {
+	for s, real := range lv.Real {
+		if !real && !lv.Read[s] {
+			lv.markRead(int32(s))
+			return int32(s)
 		}
 	}
 	return -1
@@ -202,7 +247,7 @@ func (s *Server) read(c *Core, m PartitionRead) error {
 			nonEarly++
 			continue
 		}
-		x, early := s.readLevel(m.P, int8(l), target)
+		x, early := s.readLevel(c, m.P, int8(l), target)
 		if !early {
 			nonEarly++
 		}
@@ -214,8 +259,8 @@ func (s *Server) read(c *Core, m PartitionRead) error {
 	c.sendFront(FrontMsg{Started: &ReadStarted{Seq: m.Seq, NonEarly: nonEarly}})
 	s.Pending[m.Seq] = pr
 	if len(slots) == 0 {
-		if c.readIssued != nil {
-			c.readIssued(m.P, nil, true)
+		if c.trace.Read != nil {
+			c.trace.Read(m.P, nil, m.Seq)
 		}
 		pr.ReadsDone = true
 	} else {
@@ -271,7 +316,7 @@ func (s *Server) take(c *Core, m PartitionRead, pr *PendingRead) (*Slot, error) 
 
 // readLevel picks the slot of level l a partition read takes, or -1, and
 // whether it is an early cache-in.
-func (s *Server) readLevel(p int32, l int8, target *Slot) (slot int32, early bool) {
+func (s *Server) readLevel(c *Core, p int32, l int8, target *Slot) (slot int32, early bool) {
 	lv := &s.Parts[p].Levels[l]
 	if !lv.Filled {
 		return -1, false
@@ -284,27 +329,36 @@ func (s *Server) readLevel(p int32, l int8, target *Slot) (slot int32, early boo
 		return target.S, false
 	}
 	if lv.Marked {
-		x := lv.nextUnread()
+		x := lv.nextUnread(c.sec)
 		if x >= 0 {
 			lv.Early++
 			s.Counters.EarlyReads++
 		}
 		return x, x >= 0
 	}
-	if x := lv.nextDummy(); x >= 0 {
+	if x := s.dummy(lv); x >= 0 {
 		s.Counters.DummyReads++
+		c.traceDummy(lv, x)
 		return x, false
 	}
 	// The level's dummies are used up (it was read more often than it
-	// has dummies before its reshuffle): read the lowest unread slot; a
-	// real block read this way waits in the storage cache like an early
-	// cache-in. Whether this happens depends only on how often the level
-	// was read, which storage sees.
-	x := lv.nextUnread()
+	// has dummies before its reshuffle): read it out; a real block read
+	// this way waits in the storage cache like an early cache-in. Whether
+	// this happens depends only on how often the level was read, which
+	// storage sees.
+	x := lv.nextUnread(c.sec)
 	if x >= 0 {
 		s.Counters.DummyReads++
 	}
 	return x, false
+}
+
+// dummy marks and returns the slot a dummy cache-in of lv takes, or -1.
+func (s *Server) dummy(lv *Level) int32 {
+	if s.Opts.Leak == leakDummiesInOrder {
+		return lv.firstDummy()
+	}
+	return lv.nextDummy()
 }
 
 // finish reports a request's partition read complete once its slots are
@@ -336,8 +390,8 @@ func (s *Server) emitRead(c *Core, slots []Slot, seq uint64) uint64 {
 	}
 	s.Reads[io.ID] = io
 	s.ReadOwner[io.ID] = seq
-	if c.readIssued != nil {
-		c.readIssued(slots[0].P, slots, seq != 0)
+	if c.trace.Read != nil {
+		c.trace.Read(slots[0].P, slots, seq)
 	}
 	c.out = append(c.out, Output{Read: io})
 	return io.ID

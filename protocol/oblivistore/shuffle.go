@@ -67,7 +67,7 @@ func (s *Server) cacheIns(c *Core, j *Job, bypass bool) bool {
 	for _, l := range j.Marked {
 		lv := &s.Parts[j.P].Levels[l]
 		for lv.Unread > 0 && (s.IO > 0 || bypass) {
-			read = append(read, Slot{P: j.P, L: l, S: lv.nextUnread()})
+			read = append(read, Slot{P: j.P, L: l, S: lv.nextUnread(c.sec)})
 			s.IO--
 		}
 	}
@@ -211,7 +211,10 @@ func (s *Server) blocks(c *Core, m Blocks) error {
 		return err
 	}
 	blocks = append(blocks, m.Entries...)
-	c.sec.Shuffle(len(blocks), func(a, b int) { blocks[a], blocks[b] = blocks[b], blocks[a] })
+	gathered := c.gatheringOrder(blocks)
+	if s.Opts.Leak != leakLevelUnpermuted {
+		c.sec.Shuffle(len(blocks), func(a, b int) { blocks[a], blocks[b] = blocks[b], blocks[a] })
+	}
 	var room int
 	for _, l := range j.Dest {
 		room += 1 << l
@@ -226,6 +229,7 @@ func (s *Server) blocks(c *Core, m Blocks) error {
 		l := j.Dest[i]
 		k := min(1<<l, len(blocks))
 		j.NewLevels[i] = s.writeLevel(c, j, l, blocks[:k], io)
+		c.tracePlaced(j.P, l, &j.NewLevels[i], gathered)
 		blocks = blocks[k:]
 	}
 	j.Fetching, j.Computed, j.WriteID = false, true, io.ID
@@ -263,7 +267,7 @@ func (s *Server) levelBlocks(j *Job) ([]Entry, error) {
 // the rest, stages the blocks and appends the level's slots to io.
 func (s *Server) writeLevel(c *Core, j *Job, l int8, blocks []Entry, io *WriteIO) Level {
 	m := slots(int(l))
-	perm := c.sec.Perm(m)
+	perm := s.layout(c, m, len(blocks))
 	lv := Level{Filled: true, Nonce: c.sec.Uint64(), Real: make([]bool, m), Keys: make([]string, m),
 		Read: make([]bool, m), Unread: int32(m)}
 	for i, b := range blocks {
@@ -286,6 +290,28 @@ func (s *Server) writeLevel(c *Core, j *Job, l int8, blocks []Entry, io *WriteIO
 		io.Blocks = append(io.Blocks, b)
 	}
 	return lv
+}
+
+// layout returns the slots of a level of m slots that its k real blocks
+// take, in order, then its dummy slots in the order dummy cache-ins read
+// them: one random permutation (Fig. 7, step 3, "Permute"). Under
+// leakLevelUnpermuted the real blocks take the first k slots in the
+// order they came; the dummies are still read in a random order.
+func (s *Server) layout(c *Core, m, k int) []int {
+	perm := c.sec.Perm(m)
+	if s.Opts.Leak != leakLevelUnpermuted {
+		return perm
+	}
+	out := make([]int, 0, m)
+	for x := range k {
+		out = append(out, x)
+	}
+	for _, x := range perm {
+		if x >= k {
+			out = append(out, x)
+		}
+	}
+	return out
 }
 
 // writeDone installs a job's levels once storage holds them: the marked

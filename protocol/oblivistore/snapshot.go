@@ -143,6 +143,7 @@ func (s *Server) load(c *Core, per [][]Entry) ([]*WriteIO, error) {
 		j := &Job{P: int32(p), Staged: map[string][]byte{}}
 		io := &WriteIO{}
 		part.Levels[top] = s.writeLevel(c, j, top, blocks, io)
+		c.tracePlaced(int32(p), top, &part.Levels[top], c.gatheringOrder(blocks))
 		for k := range j.Staged {
 			loc := s.Where[k]
 			loc.Where = inLevel
