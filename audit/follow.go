@@ -23,12 +23,19 @@ import (
 //     overlapping pairs of a walk this is the test of a first-order
 //     Markov chain against independent draws);
 //   - same position again: consecutive positions of one key that are
-//     equal, against the pairs/positions that chance gives (Excess).
+//     equal, against the pairs/positions that chance gives (Excess);
+//   - same successor again: of the pairs of steps (a position and the
+//     next of the same key) that leave one position, those that go on
+//     to one position, against pairs/positions (Excess). It sees what
+//     the binned table cannot: a next position that is any function of
+//     the one before, however well that function mixes the bins.
 //
-// A position derived from the key fails the last two under keys asked
-// for a few times each, and the first under a hot key; one derived from
-// the previous position fails the second.
+// A position derived from the key fails the last three under keys asked
+// for three times or more each, and all but the second under a hot key;
+// one derived from the previous position fails the last, and the second
+// as well when the function keeps bins close.
 func FollowKey(name string, walks [][]int, positions, bins int) []Check {
+	name += ": "
 	counts := make([]int, bins)
 	table := make([][]int, bins)
 	for i := range table {
@@ -49,13 +56,49 @@ func FollowKey(name string, walks [][]int, positions, bins int) []Check {
 			}
 		}
 	}
-	uniform := Uniform(name+": positions of one key uniform", counts)
+	uniform := Uniform(name+FollowUniform, counts)
 	withPower(&uniform, sum(counts))
-	independent := Independent(name+": consecutive positions of one key independent", table)
+	independent := Independent(name+FollowIndependent, table)
 	withPower(&independent, pairs)
 	return []Check{uniform, independent,
-		Excess(name+": same position again", same, float64(pairs)/float64(positions),
-			fmt.Sprintf("%d of %d consecutive accesses of one key at the position before (%d positions, %d keys)", same, pairs, positions, len(walks)))}
+		Excess(name+FollowSamePosition, same, float64(pairs)/float64(positions),
+			fmt.Sprintf("%d of %d consecutive accesses of one key at the position before (%d positions, %d keys)", same, pairs, positions, len(walks))),
+		sameSuccessor(name+FollowSameSuccessor, walks, positions)}
+}
+
+// FollowKey's checks, in the order it returns them: each is named by the
+// caller's name, a colon and one of these.
+const (
+	FollowUniform       = "positions of one key uniform"
+	FollowIndependent   = "consecutive positions of one key independent"
+	FollowSamePosition  = "same position again"
+	FollowSameSuccessor = "same successor again"
+)
+
+// sameSuccessor counts, among the pairs of steps of walks (a position and
+// the next of the same walk) that leave one position, the pairs whose
+// next positions are equal. When every next position is fresh, the later
+// step of a pair goes on to the earlier one's next with probability
+// 1/positions, whatever came before, so the count is close to Poisson
+// with mean pairs/positions (Excess).
+func sameSuccessor(name string, walks [][]int, positions int) Check {
+	from := map[int]int{}     // position -> steps leaving it
+	steps := map[[2]int]int{} // (position, next) -> steps
+	for _, w := range walks {
+		for i := 1; i < len(w); i++ {
+			from[w[i-1]]++
+			steps[[2]int{w[i-1], w[i]}]++
+		}
+	}
+	pairs, same := 0, 0
+	for _, n := range from {
+		pairs += n * (n - 1) / 2
+	}
+	for _, n := range steps {
+		same += n * (n - 1) / 2
+	}
+	return Excess(name, same, float64(pairs)/float64(positions),
+		fmt.Sprintf("%d of %d pairs of steps from one position go on to one position (%d positions)", same, pairs, positions))
 }
 
 // Placement is where one real block landed in a unit written whole (a

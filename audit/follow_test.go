@@ -23,12 +23,18 @@ func walks(keys, accesses, positions int, next func(r *rand.Rand, key, prev int)
 
 // FollowKey passes blocks moved to fresh random positions, under a hot key
 // and under many keys, and fails decisively a position derived from the
-// key and one derived from the position before.
+// key and one derived from the position before, by a step that keeps
+// bins close or by one that mixes them.
 func TestFollowKey(t *testing.T) {
 	const positions = 1 << 12
 	fresh := func(r *rand.Rand, _, _ int) int { return r.IntN(positions) }
 	keyed := func(_ *rand.Rand, k, _ int) int { return (k * 2654435761) % positions }
 	chained := func(_ *rand.Rand, _, p int) int { return (p*5 + 1) % positions }
+	// A step of a full-period linear congruential generator: it mixes the
+	// bins, so only the successors show it.
+	mixed := func(_ *rand.Rand, _, p int) int {
+		return int((uint64(p)*6364136223846793005 + 1442695040888963407) % positions)
+	}
 	for _, tc := range []struct {
 		name     string
 		walks    [][]int
@@ -39,6 +45,7 @@ func TestFollowKey(t *testing.T) {
 		{"keyed, hot key", walks(1, 3000, positions, keyed), 2},
 		{"keyed, many keys", walks(1000, 4, positions, keyed), 2},
 		{"from the previous position", walks(1000, 4, positions, chained), 1},
+		{"from the previous position, mixed", walks(1000, 4, positions, mixed), 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			decisive := 0

@@ -3,10 +3,12 @@ package audit
 import (
 	"cmp"
 	"fmt"
+	"maps"
 	"slices"
 	"time"
 
 	"github.com/oblivkv/oblivkv/observe"
+	"github.com/oblivkv/oblivkv/protocol/tree"
 )
 
 // PathRead is one path read of a tree ORAM as storage saw it: the leaf
@@ -47,4 +49,64 @@ func SamePath(name string, reads []PathRead, leaves uint64) Check {
 	}
 	return Excess(name, same, float64(pairs)/float64(leaves),
 		fmt.Sprintf("%d of %d pairs of path reads in flight together or consecutive read one path (%d leaves)", same, pairs, leaves))
+}
+
+// TracedRead is one path read of a tree ORAM as its trusted side planned
+// it (ground truth from a test hook): the leaf whose path it reads, the
+// block it is for, and whether it is the block's real read (of the path
+// the position map gives the block, or of a fresh random path for a block
+// not stored) rather than a fake read of a random path.
+type TracedRead struct {
+	Leaf  uint64
+	Block tree.BlockID
+	Real  bool
+}
+
+// RealReadWalks follows every block through its real reads, for
+// FollowKey: one walk per block, the leaves storage saw its real reads
+// read, in the order they were planned. traced is every path read the
+// trusted side planned, in order, and reads every path read storage saw.
+// Each leaf's planned reads are matched in order to storage's reads of
+// that leaf in the order they began (reads in flight together may be
+// matched either way round: they read the same path). It also returns
+// what the trace and storage's view disagree on: a leaf read other than
+// as often as planned.
+func RealReadWalks(traced []TracedRead, reads []PathRead) ([][]int, []string) {
+	rs := slices.Clone(reads)
+	slices.SortStableFunc(rs, func(a, b PathRead) int { return cmp.Compare(a.Start, b.Start) })
+	seen := map[uint64][]PathRead{} // leaf -> storage's reads of it not matched yet
+	for _, r := range rs {
+		seen[r.Leaf] = append(seen[r.Leaf], r)
+	}
+	var walks [][]int
+	walk := map[tree.BlockID]int{} // block -> its walk
+	missing := map[uint64]int{}    // leaf -> planned reads storage did not see
+	for _, t := range traced {
+		if len(seen[t.Leaf]) == 0 {
+			missing[t.Leaf]++
+			continue
+		}
+		r := seen[t.Leaf][0]
+		seen[t.Leaf] = seen[t.Leaf][1:]
+		if !t.Real {
+			continue
+		}
+		w, ok := walk[t.Block]
+		if !ok {
+			w = len(walks)
+			walk[t.Block] = w
+			walks = append(walks, nil)
+		}
+		walks[w] = append(walks[w], int(r.Leaf))
+	}
+	var violations []string
+	for _, leaf := range slices.Sorted(maps.Keys(missing)) {
+		violations = append(violations, fmt.Sprintf("leaf %d: %d planned reads that storage did not see", leaf, missing[leaf]))
+	}
+	for _, leaf := range slices.Sorted(maps.Keys(seen)) {
+		if n := len(seen[leaf]); n > 0 {
+			violations = append(violations, fmt.Sprintf("leaf %d: %d reads storage saw that were not planned", leaf, n))
+		}
+	}
+	return walks, violations
 }

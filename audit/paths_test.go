@@ -2,8 +2,11 @@ package audit
 
 import (
 	"math/rand/v2"
+	"reflect"
 	"testing"
 	"time"
+
+	"github.com/oblivkv/oblivkv/protocol/tree"
 )
 
 // concurrentReads returns n path reads of a tree of leaves leaves, eight
@@ -50,5 +53,25 @@ func TestSamePath(t *testing.T) {
 		} else {
 			t.Log(c)
 		}
+	}
+}
+
+// RealReadWalks follows each block through its real reads, leaving out
+// fake reads, matches reads in flight together by leaf whatever order they
+// began in, and reports a planned read storage did not see and a read it
+// saw that was not planned.
+func TestRealReadWalks(t *testing.T) {
+	a, b := tree.BlockID{1}, tree.BlockID{2}
+	traced := []TracedRead{{5, a, true}, {7, b, true}, {9, a, false}, {6, a, true}, {5, b, true}}
+	// Storage began the reads of leaves 7 and 9 before that of leaf 5.
+	reads := concurrentReads(5, func(i int) uint64 { return [...]uint64{7, 9, 5, 6, 5}[i] })
+	walks, violations := RealReadWalks(traced, reads)
+	if want := [][]int{{5, 6}, {7, 5}}; !reflect.DeepEqual(walks, want) || len(violations) > 0 {
+		t.Errorf("walks %v, violations %q; want %v and none", walks, violations, want)
+	}
+	reads[3].Leaf = 8 // storage saw leaf 8 read where leaf 6 was planned
+	_, violations = RealReadWalks(traced, reads)
+	if len(violations) != 2 {
+		t.Errorf("a read of another leaf than planned: violations %q; want one for each leaf", violations)
 	}
 }

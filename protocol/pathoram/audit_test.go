@@ -17,17 +17,21 @@ import (
 	"github.com/oblivkv/oblivkv/kvtest"
 	"github.com/oblivkv/oblivkv/observe"
 	"github.com/oblivkv/oblivkv/protocol/tree"
+	"github.com/oblivkv/oblivkv/seal"
 )
 
 // The obliviousness audits: pathoram's backend calls must look the same
-// whatever the workload. Four workloads of auditOps accesses each run on
+// whatever the workload. Five workloads of auditOps accesses each run on
 // stores with the adversary's view logged:
 //
 //   - hot: one key, read and overwritten over and over;
 //   - uniform: reads and overwrites of keys drawn uniformly from 512;
 //   - mix: gets of missing keys, puts of new keys, deletes of existing and
 //     of missing keys, in turn;
-//   - missing: gets and deletes of one key that never exists.
+//   - missing: gets and deletes of one key that never exists;
+//   - spread: every other access a put of one of 500 new keys, each put
+//     three times, 1,000 accesses apart; the others gets of keys never
+//     stored.
 //
 // On each log, three checks (each workload's own) and one across them:
 //
@@ -40,10 +44,24 @@ import (
 //     than random leaves do (audit.SamePath): a block is remapped at
 //     every access, and a missing key reads a fresh random path;
 //   - equal shapes (exact, across workloads): the sequence of operations
-//     and sizes is identical in the four logs.
+//     and sizes is identical in the five logs.
+//
+// Then each key is followed across its accesses (audit.FollowKey, in
+// followBins bins of leaves): the leaves storage saw each key's accesses
+// read, which access was which key's from the store's trace
+// (Options.traced; audit.RealReadWalks matches it to storage's reads,
+// and any disagreement fails the trace check). Sec. IV-A step 1 moves the
+// block to a fresh random leaf at every access, so one key's leaves are
+// uniform, each independent of the one before, rarely the one before,
+// and never a function of it. The checks above see a leaf derived from
+// the key only where keys are read there often (the hot key; uniform,
+// about six reads of each of 512 keys), not where they are read there
+// twice among other reads (spread); and a leaf derived from the previous
+// one by a permutation of the leaves nowhere.
 const (
-	auditOps  = 3000 // at 1024 leaves, about 47 reads per bin
-	auditBins = 64
+	auditOps   = 3000 // at 1024 leaves, about 47 reads per bin
+	auditBins  = 64
+	followBins = 8 // 64 cells of the pair table: about 45 pairs each on the hot key
 )
 
 type workload struct {
@@ -88,6 +106,13 @@ var workloads = []workload{
 		}
 		return f.s.Delete(f.t.Context(), "absent")
 	}},
+	{"spread", func(*fixture) {}, func(f *fixture, _ *rand.Rand, i int) error {
+		if i%2 == 0 {
+			_, _, err := f.s.Get(f.t.Context(), fmt.Sprint("never", i))
+			return err
+		}
+		return f.s.Put(f.t.Context(), fmt.Sprint("s", i/2%500), []byte(fmt.Sprint(i)))
+	}},
 }
 
 func preload512(f *fixture) {
@@ -111,6 +136,7 @@ var (
 // auditRun is one workload's log and its checks.
 type auditRun struct {
 	shape  []string // operation and sizes of every call
+	reads  []audit.PathRead
 	checks map[string]audit.Check
 }
 
@@ -119,24 +145,57 @@ const (
 	checkShape   = "shape"
 	checkUniform = "uniform leaves"
 	checkSame    = "same path"
+	checkTrace   = "trace agrees"
 )
+
+// followChecks are audit.FollowKey's checks, in its order.
+var followChecks = []string{audit.FollowUniform, audit.FollowIndependent, audit.FollowSamePosition, audit.FollowSameSuccessor}
+
+// allChecks are the checks of runAudit.
+var allChecks = append([]string{checkShape, checkUniform, checkSame, checkTrace}, followChecks...)
 
 // runAudit runs workload w at parameters p, with leak injected, and
 // checks its log.
 func runAudit(t *testing.T, p auditParams, w workload, lk leak, seed byte) auditRun {
 	t.Helper()
+	var traced []audit.TracedRead
 	opts := p.opts
 	opts.seed, opts.leak = seeded(seed).seed, lk
-	f := newFixture(t, p.capacity, 32, opts)
+	opts.traced = func(leaf uint64, id tree.BlockID) {
+		traced = append(traced, audit.TracedRead{Leaf: leaf, Block: id, Real: true})
+	}
+	f := unopenedFixture(t, p.capacity, 32, opts)
+	f.keys = seededKeys(t, seed) // reproducible block IDs, and so leaves derived from them
+	f.cfg.NoFsync = true         // storage sees the same calls; thousands of fsyncs would only slow the audit
+	f.s = f.open(nil)
 	w.setup(f)
 	f.log.Reset()
+	traced = nil
 	r := rand.New(rand.NewPCG(uint64(seed), 9))
 	for i := range auditOps {
 		if err := w.op(f, r, i); err != nil {
 			t.Fatalf("%s, op %d: %v", w.name, i, err)
 		}
 	}
-	return checkAccesses(f, w, f.log.Records())
+	run := checkAccesses(f, w, f.log.Records())
+	walks, disagree := audit.RealReadWalks(traced, run.reads)
+	run.checks[checkTrace] = audit.Exact(w.name+": the trace's path reads are storage's", disagree)
+	for i, c := range audit.FollowKey(w.name, walks, int(f.geometry().Leaves()), followBins) {
+		run.checks[followChecks[i]] = c
+	}
+	return run
+}
+
+// seededKeys returns keys derived from a master key made of seed: the
+// block IDs, and so a leaf derived from one, are reproducible.
+func seededKeys(t *testing.T, seed byte) *seal.Keys {
+	master := make([]byte, seal.MasterKeySize)
+	master[0] = seed
+	keys, err := seal.NewKeys(master)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return keys
 }
 
 // checkAccesses runs the audit's checks on recs, the log of workload w.
@@ -147,7 +206,7 @@ func checkAccesses(f *fixture, w workload, recs []observe.Record) auditRun {
 	for i, r := range reads {
 		leaves[i] = r.Leaf
 	}
-	return auditRun{shape: shapeOf(recs), checks: map[string]audit.Check{
+	return auditRun{shape: shapeOf(recs), reads: reads, checks: map[string]audit.Check{
 		checkShape:   audit.Exact(w.name+": one read and one write of a path per access", violations),
 		checkUniform: audit.Uniform(w.name+": leaves read", audit.Bin(leaves, g.Leaves(), auditBins)),
 		checkSame:    audit.SamePath(w.name+": consecutive reads of one path", reads, g.Leaves()),
@@ -245,7 +304,7 @@ func TestObliviousAudit(t *testing.T) {
 			var shapes [][]string
 			for wi, w := range workloads {
 				run := runAudit(t, p, w, noLeak, byte(wi+1))
-				for _, name := range []string{checkShape, checkUniform, checkSame} {
+				for _, name := range allChecks {
 					c := run.checks[name]
 					t.Log(c)
 					if !c.Pass() {
@@ -299,29 +358,43 @@ func TestRecoveryAuditCatchesLeak(t *testing.T) {
 }
 
 // leakCases are the leaks injected into pathoram, each with the workload
-// that exposes it and the check that must fail on it.
+// that exposes it, the check that must fail on it and the checks it
+// escapes there: those that pass, for whom the failing check is needed.
 var leakCases = []struct {
 	name     string
 	leak     leak
 	workload string
 	check    string
+	escapes  []string
 }{
-	{"get keeps leaf", leakGetKeepsLeaf, "hot", checkSame},
-	{"missing key's leaf from its ID", leakMissingKeyedLeaf, "missing", checkSame},
-	{"unchanged buckets not written", leakUnchangedNotWritten, "uniform", checkShape},
+	{"get keeps leaf", leakGetKeepsLeaf, "hot", checkSame, nil},
+	{"missing key's leaf from its ID", leakMissingKeyedLeaf, "missing", checkSame, nil},
+	{"unchanged buckets not written", leakUnchangedNotWritten, "uniform", checkShape, nil},
+	{"remap to a leaf from the key", leakKeyedRemap, "spread", audit.FollowSamePosition, []string{checkShape, checkUniform, checkSame}},
+	{"remap to a leaf from the previous leaf", leakChainedRemap, "hot", audit.FollowSameSuccessor,
+		[]string{checkShape, checkUniform, checkSame, audit.FollowUniform, audit.FollowIndependent, audit.FollowSamePosition}},
 }
 
 // TestAuditsCatchLeaks injects each leak of leakCases at the default
 // parameters and requires its check to fail decisively (an exact
-// violation, or a p-value below audit.DecisiveP).
+// violation, or a p-value below audit.DecisiveP), and the checks it
+// escapes to pass.
 func TestAuditsCatchLeaks(t *testing.T) {
 	for _, lc := range leakCases {
 		t.Run(lc.name, func(t *testing.T) {
 			i := slices.IndexFunc(workloads, func(w workload) bool { return w.name == lc.workload })
-			c := runAudit(t, defaultParams, workloads[i], lc.leak, 1).checks[lc.check]
+			run := runAudit(t, defaultParams, workloads[i], lc.leak, 1)
+			c := run.checks[lc.check]
 			t.Log(c)
 			if !c.Decisive() {
 				t.Fatalf("leak %q: %v; want a decisive failure", lc.name, c)
+			}
+			for _, name := range lc.escapes {
+				if e := run.checks[name]; !e.Pass() {
+					t.Errorf("leak %q fails %v, which leakCases says it escapes", lc.name, e)
+				} else {
+					t.Logf("escapes %v", e)
+				}
 			}
 		})
 	}

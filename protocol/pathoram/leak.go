@@ -34,6 +34,15 @@ const (
 	// after its path read, so the block stays on the path storage saw read,
 	// and the next access to it reads that path again.
 	leakRecoveryForgetsReads
+	// leakKeyedRemap: an access moves its block to a leaf derived from
+	// the block's ID instead of a fresh random one, so every access to
+	// the key after the first reads one path.
+	leakKeyedRemap
+	// leakChainedRemap: an access moves its block to a leaf derived from
+	// the leaf it was read from (one step of a linear congruential
+	// generator, as if the old leaf seeded it), so the leaves of one
+	// key's accesses follow a fixed chain through every leaf.
+	leakChainedRemap
 	// leakFixedSeed: a store opened without a test seed begins its random
 	// choices at a constant seed instead of random.Fresh's, so every
 	// store makes the same choices and storage can predict them.
@@ -54,6 +63,22 @@ func (s *store) checkPositions(ctx context.Context) error {
 // keyedLeaf is leakMissingKeyedLeaf's leaf for a block.
 func (o *oram) keyedLeaf(id tree.BlockID) uint64 {
 	return binary.BigEndian.Uint64(id[:8]) & (o.g.Leaves() - 1)
+}
+
+// leakedRemap is the leaf leakKeyedRemap or leakChainedRemap moves block
+// id to after an access that read prev's path.
+func (o *oram) leakedRemap(id tree.BlockID, prev uint64) uint64 {
+	if o.leak == leakKeyedRemap {
+		return o.keyedLeaf(id)
+	}
+	return chainedLeaf(prev, o.g.Leaves())
+}
+
+// chainedLeaf is leakChainedRemap's leaf after prev, of leaves (a power of
+// two): a full-period linear congruential step, so the chain visits every
+// leaf and never stays.
+func chainedLeaf(prev, leaves uint64) uint64 {
+	return (prev*6364136223846793005 + 1442695040888963407) & (leaves - 1)
 }
 
 // changedOnly is leakUnchangedNotWritten: of path and contents, the

@@ -12,6 +12,8 @@ func init() {
 			"get_keeps_leaf":        leakGetKeepsLeaf,
 			"missing_keyed_leaf":    leakMissingKeyedLeaf,
 			"unchanged_not_written": leakUnchangedNotWritten,
+			"keyed_remap":           leakKeyedRemap,
+			"chained_remap":         leakChainedRemap,
 		})
 	}
 }

@@ -56,7 +56,8 @@ type oram struct {
 	io        paths
 	rng       *rand.ChaCha8
 	flusher   *tree.Flusher
-	leak      leak // tests only (leak.go)
+	leak      leak                               // tests only (leak.go)
+	traced    func(leaf uint64, id tree.BlockID) // tests only: every path read planned (Options.traced)
 
 	pos      map[tree.BlockID]uint64 // block -> assigned leaf
 	stash    []entry
@@ -133,6 +134,9 @@ func (o *oram) run(ctx context.Context, p plannedRead, m kv.Mutation) (result, e
 		return result{}, err
 	}
 	o.unfinished = &p
+	if o.traced != nil {
+		o.traced(p.leaf, p.id)
+	}
 	_, known := o.pos[p.id]
 	o.path = o.g.Path(p.leaf, o.path)
 	buckets, err := o.io.readPath(ctx, o.path)
@@ -141,7 +145,7 @@ func (o *oram) run(ctx context.Context, p plannedRead, m kv.Mutation) (result, e
 	}
 	o.gather(buckets)
 	defer func() { clear(o.work) }()
-	res, err := o.apply(p.id, known, m)
+	res, err := o.apply(p, known, m)
 	if err != nil {
 		return result{}, err
 	}
@@ -171,10 +175,11 @@ func (o *oram) gather(buckets [][]tree.Block) {
 	}
 }
 
-// apply runs the mutation on the working set and, if the block exists
-// afterwards, assigns it a fresh uniformly random leaf (Sec. IV-A step 1).
-// It changes nothing when it fails.
-func (o *oram) apply(id tree.BlockID, known bool, m kv.Mutation) (result, error) {
+// apply runs the mutation on the working set of p's access and, if the
+// block exists afterwards, assigns it a fresh uniformly random leaf (Sec.
+// IV-A step 1). It changes nothing when it fails.
+func (o *oram) apply(p plannedRead, known bool, m kv.Mutation) (result, error) {
+	id := p.id
 	i := o.find(id)
 	if known && i < 0 {
 		return result{}, fmt.Errorf("%w: block is neither on its path nor in the stash", kv.ErrTampered)
@@ -201,6 +206,9 @@ func (o *oram) apply(id tree.BlockID, known bool, m kv.Mutation) (result, error)
 	}
 	if i >= 0 && !(o.leak == leakGetKeepsLeaf && m.Op == kv.MutRead) {
 		leaf := o.randomLeaf()
+		if o.leak == leakKeyedRemap || o.leak == leakChainedRemap {
+			leaf = o.leakedRemap(id, p.leaf)
+		}
 		o.pos[id] = leaf
 		o.work[i].leaf = leaf
 	}

@@ -82,6 +82,10 @@ type Options struct {
 
 	seed *[32]byte // tests only: makes leaf choices reproducible
 	leak leak      // tests only: a flaw injected to show an audit catches it (leak.go)
+	// traced, tests only, is told the leaf and block of every access's
+	// path read, in order, before it is issued: the ground truth of which
+	// read was which key's.
+	traced func(leaf uint64, id tree.BlockID)
 }
 
 // DefaultZ is the default number of slots per bucket.
@@ -152,7 +156,7 @@ func open(ctx context.Context, env kv.Env) (kv.Store, error) {
 	}
 	s := &store{keys: env.Keys, b: env.Backend, opts: opts, codec: codec, remote: r, log: log,
 		o: newORAM(g, opts.Z, env.Capacity, env.ValueSize, r, seed)}
-	s.o.leak = opts.leak
+	s.o.leak, s.o.traced = opts.leak, opts.traced
 	if env.Fresh {
 		// A fresh tree of dummy buckets, written in large batches, then
 		// the journal's first checkpoint.

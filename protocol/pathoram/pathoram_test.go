@@ -59,9 +59,16 @@ func seeded(seed byte) Options {
 
 func newFixture(t *testing.T, capacity, valueSize int, opts Options) *fixture {
 	t.Helper()
+	f := unopenedFixture(t, capacity, valueSize, opts)
+	f.s = f.open(nil)
+	return f
+}
+
+// unopenedFixture is newFixture before its store is opened, for a test to
+// change its config first.
+func unopenedFixture(t *testing.T, capacity, valueSize int, opts Options) *fixture {
 	f := &fixture{t: t, mem: mem.New(), keys: kvtest.NewKeys(t), log: &observe.MemoryLog{}, journal: t.TempDir()}
 	f.cfg = kv.Config{Protocol: "pathoram", Capacity: capacity, ValueSize: valueSize, Options: opts}
-	f.s = f.open(nil)
 	return f
 }
 

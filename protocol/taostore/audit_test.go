@@ -21,6 +21,7 @@ import (
 	"github.com/oblivkv/oblivkv/observe"
 	"github.com/oblivkv/oblivkv/protocol/taostore"
 	"github.com/oblivkv/oblivkv/protocol/tree"
+	"github.com/oblivkv/oblivkv/seal"
 )
 
 // The obliviousness audits: taostore's backend calls must look the same
@@ -32,7 +33,9 @@ import (
 //   - uniform: keys spread over the whole capacity, concurrent clients;
 //   - serial hot: one key, one client, every request a real read;
 //   - serial missing: Gets and Deletes of a key that never exists, one
-//     client.
+//     client;
+//   - serial spread: Gets of keys never stored, and Puts of spreadKeys
+//     keys, each put three times, far apart, in turn, one client.
 //
 // On each log, five checks:
 //
@@ -55,11 +58,29 @@ import (
 // Across workloads, the leaves read under the hot key and under uniform
 // keys are one distribution (audit.Homogeneous). The Sequencer is audited
 // apart, by the CURIOUS attack (TestSequencerDefeatsCURIOUS).
+//
+// Then each key is followed across its real reads (audit.FollowKey, in
+// followBins bins of leaves): the leaves storage saw each key's real
+// reads read, which read was which key's real one from the store's trace
+// (taostore.Traced; only the first of concurrent requests for a block
+// reads its real path, Sec. IV-B step 1, and the fake reads of the others
+// are left out), matched to storage's reads by audit.RealReadWalks, any
+// disagreement failing the trace check. A block answered moves to a fresh
+// random leaf (Sec. IV-B step 2, ANSWER-REQUEST), so one key's real reads
+// are uniform, each independent of the one before, rarely the one before,
+// and never a function of it. The checks above see a leaf derived from
+// the key only where the key is read there often (the hot keys), barely
+// where each of half the keys is read there three times (uniform), not
+// where each key is read there twice among other reads (serial spread);
+// and a leaf derived from the previous one by a permutation of the leaves
+// nowhere.
 const (
 	auditCapacity = 1024 // 2^10 leaves, 11 levels
 	auditRequests = 4096 // 64 reads per bin of leaves
 	auditClients  = 8
 	auditBins     = 64
+	followBins    = 8 // 64 cells of the pair table
+	spreadKeys    = auditRequests / 6
 )
 
 // auditParams is one parameter set the audits run at.
@@ -105,6 +126,13 @@ var workloads = []workload{
 		}
 		return s.Delete(ctx, "absent")
 	}},
+	{"serial spread", 1, func(ctx context.Context, s kv.Store, i int) error {
+		if i%2 == 0 {
+			_, _, err := s.Get(ctx, fmt.Sprint("never-", i))
+			return err
+		}
+		return s.Put(ctx, fmt.Sprint("spread-", i/2%spreadKeys), []byte("v"))
+	}},
 }
 
 func workloadNamed(name string) workload {
@@ -141,9 +169,13 @@ const (
 	checkSame     = "same path"
 	checkWBShape  = "write-back shape"
 	checkSchedule = "write-back schedule"
+	checkTrace    = "trace agrees"
 )
 
-var checkNames = []string{checkShape, checkUniform, checkSame, checkWBShape, checkSchedule}
+// followChecks are audit.FollowKey's checks, in its order.
+var followChecks = []string{audit.FollowUniform, audit.FollowIndependent, audit.FollowSamePosition, audit.FollowSameSuccessor}
+
+var checkNames = append([]string{checkShape, checkUniform, checkSame, checkWBShape, checkSchedule, checkTrace}, followChecks...)
 
 // auditRun is one workload's view and its checks.
 type auditRun struct {
@@ -156,7 +188,7 @@ type auditRun struct {
 // checks the calls of the workload, the write-backs it started included.
 func runAudit(t *testing.T, p auditParams, w workload, lk taostore.Leak, seed byte) auditRun {
 	t.Helper()
-	records, stats := runLogged(t, p, w, lk, seed)
+	records, stats, traced := runLogged(t, p, w, lk, seed)
 	v := audit.ParseTaoStore(records, tree.NewGeometry(auditCapacity), p.opts.CachedLevels)
 	if len(v.Reads) != auditRequests {
 		v.Shape = append(v.Shape, fmt.Sprintf("%d path reads for %d requests", len(v.Reads), auditRequests))
@@ -175,18 +207,26 @@ func runAudit(t *testing.T, p auditParams, w workload, lk taostore.Leak, seed by
 		checkWBShape:  audit.Exact(w.name+": write-backs are whole stored paths", v.WBShape),
 		checkSchedule: audit.WriteBackSchedule(w.name+": a write-back of the paths every K path reads", v.Reads, v.WriteBacks, p.k()),
 	}
+	walks, disagree := audit.RealReadWalks(traced, v.Reads)
+	run.checks[checkTrace] = audit.Exact(w.name+": the trace's path reads are storage's", disagree)
+	for i, c := range audit.FollowKey(w.name, walks, int(geo.Leaves()), followBins) {
+		run.checks[followChecks[i]] = c
+	}
 	return run
 }
 
 // runLogged runs workload w on a fresh store at parameters p with leak lk
-// injected, closes it, and returns the workload's calls and the store's
-// statistics before Close.
-func runLogged(t *testing.T, p auditParams, w workload, lk taostore.Leak, seed byte) ([]observe.Record, kv.Stats) {
+// injected, closes it, and returns the workload's calls, the store's
+// statistics before Close and its trace of the path reads it planned.
+func runLogged(t *testing.T, p auditParams, w workload, lk taostore.Leak, seed byte) ([]observe.Record, kv.Stats, []audit.TracedRead) {
 	t.Helper()
 	log := &observe.MemoryLog{}
+	var traced []audit.TracedRead // appended under the store's lock, read after Close
+	opts := taostore.Traced(taostore.WithLeak(taostore.Seeded(p.opts, seed), lk), func(leaf uint64, id tree.BlockID, real bool) {
+		traced = append(traced, audit.TracedRead{Leaf: leaf, Block: id, Real: real})
+	})
 	s, err := kv.Open(t.Context(), kv.Config{Protocol: "taostore", Backend: mem.New(),
-		Keys: kvtest.NewKeys(t), Capacity: auditCapacity, ValueSize: 64, TapLog: log,
-		Options: taostore.WithLeak(taostore.Seeded(p.opts, seed), lk)})
+		Keys: seededKeys(t, seed), Capacity: auditCapacity, ValueSize: 64, TapLog: log, Options: opts})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -196,7 +236,19 @@ func runLogged(t *testing.T, p auditParams, w workload, lk taostore.Leak, seed b
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
-	return workloadCalls(t, log.Records()), stats
+	return workloadCalls(t, log.Records()), stats, traced
+}
+
+// seededKeys returns keys derived from a master key made of seed: the
+// block IDs, and so a leaf derived from one, are reproducible.
+func seededKeys(t *testing.T, seed byte) *seal.Keys {
+	master := make([]byte, seal.MasterKeySize)
+	master[0] = seed
+	keys, err := seal.NewKeys(master)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return keys
 }
 
 // runRecovered runs workload w at parameters p with leak lk injected on a
@@ -381,16 +433,29 @@ var leakCases = []struct {
 	{"missing key's leaf from its ID", taostore.LeakMissingKeyedLeaf, viewCheck("serial missing", checkSame)},
 	{"put writes back at once", taostore.LeakPutWritesBack, viewCheck("uniform", checkSchedule)},
 	{"unchanged buckets not written", taostore.LeakUnchangedNotWritten, viewCheck("uniform", checkWBShape)},
+	{"remap to a leaf from the key", taostore.LeakKeyedRemap, viewCheck("serial spread", audit.FollowSamePosition,
+		checkShape, checkUniform, checkSame, checkWBShape, checkSchedule)},
+	{"remap to a leaf from the previous leaf", taostore.LeakChainedRemap, viewCheck("hot", audit.FollowSameSuccessor,
+		checkShape, checkUniform, checkSame, checkWBShape, checkSchedule, audit.FollowUniform, audit.FollowIndependent, audit.FollowSamePosition)},
 	{"replies out of order", taostore.LeakUnorderedReplies, func(t *testing.T, lk taostore.Leak) audit.Check {
 		return curious(t, taostore.WithLeak(defaultParams.opts, lk), "distinct")
 	}},
 }
 
 // viewCheck is the audit that runs a workload at the default parameters
-// and returns one check of its view.
-func viewCheck(workload, check string) func(*testing.T, taostore.Leak) audit.Check {
+// and returns one check of its view. The leak must pass the checks it
+// escapes: those that do not see it there, for whom check is needed.
+func viewCheck(workload, check string, escapes ...string) func(*testing.T, taostore.Leak) audit.Check {
 	return func(t *testing.T, lk taostore.Leak) audit.Check {
-		return runAudit(t, defaultParams, workloadNamed(workload), lk, 1).checks[check]
+		run := runAudit(t, defaultParams, workloadNamed(workload), lk, 1)
+		for _, name := range escapes {
+			if c := run.checks[name]; !c.Pass() {
+				t.Errorf("the leak fails %v, which it should escape", c)
+			} else {
+				t.Logf("escapes %v", c)
+			}
+		}
+		return run.checks[check]
 	}
 }
 

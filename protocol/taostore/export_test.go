@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/oblivkv/oblivkv/kv"
+	"github.com/oblivkv/oblivkv/protocol/tree"
 )
 
 // Seeded returns o with reproducible leaf choices, for audits with fixed
@@ -32,6 +33,14 @@ func Handled(o Options, fn func(arrival uint64)) Options {
 	return o
 }
 
+// Traced returns o reporting, under the store's lock, every path read
+// planned, in order, before it is issued: its leaf, its block, and
+// whether it is the block's real read.
+func Traced(o Options, fn func(leaf uint64, id tree.BlockID, real bool)) Options {
+	o.traced = fn
+	return o
+}
+
 // Leak is leak for the external tests.
 type Leak = leak
 
@@ -44,6 +53,8 @@ const (
 	LeakPutWritesBack       = leakPutWritesBack
 	LeakUnchangedNotWritten = leakUnchangedNotWritten
 	LeakUnorderedReplies    = leakUnorderedReplies
+	LeakKeyedRemap          = leakKeyedRemap
+	LeakChainedRemap        = leakChainedRemap
 
 	LeakRecoveryChecksPositions = leakRecoveryChecksPositions
 	LeakRecoveryForgetsReads    = leakRecoveryForgetsReads

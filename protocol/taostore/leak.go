@@ -47,6 +47,15 @@ const (
 	// short, so a block whose real read storage served stays on that path,
 	// and its next access reads it again.
 	leakRecoveryForgetsReads
+	// leakKeyedRemap: a block answered moves to a leaf derived from its
+	// ID instead of a fresh random one, so every real read of the key
+	// after the first reads one path.
+	leakKeyedRemap
+	// leakChainedRemap: a block answered moves to a leaf derived from the
+	// leaf of its real read (one step of a linear congruential generator,
+	// as if the old leaf seeded it), so the leaves of one key's real reads
+	// follow a fixed chain through every leaf.
+	leakChainedRemap
 	// leakFixedSeed: a store opened without a test seed begins its random
 	// choices at a constant seed instead of random.Fresh's, so every
 	// store makes the same choices and storage can predict them.
@@ -67,6 +76,22 @@ func (s *store) checkPositions(ctx context.Context) error {
 // keyedLeaf is leakMissingKeyedLeaf's leaf for a block.
 func (s *store) keyedLeaf(id tree.BlockID) uint64 {
 	return binary.BigEndian.Uint64(id[:8]) & (s.geo.Leaves() - 1)
+}
+
+// leakedRemap is the leaf leakKeyedRemap or leakChainedRemap moves block
+// id to after its real read of prev's path.
+func (s *store) leakedRemap(id tree.BlockID, prev uint64) uint64 {
+	if s.opts.leak == leakKeyedRemap {
+		return s.keyedLeaf(id)
+	}
+	return chainedLeaf(prev, s.geo.Leaves())
+}
+
+// chainedLeaf is leakChainedRemap's leaf after prev, of leaves (a power of
+// two): a full-period linear congruential step, so the chain visits every
+// leaf and never stays.
+func chainedLeaf(prev, leaves uint64) uint64 {
+	return (prev*6364136223846793005 + 1442695040888963407) & (leaves - 1)
 }
 
 // rememberFetched is leakUnchangedNotWritten's record of what storage

@@ -15,6 +15,8 @@ func init() {
 			"put_writes_back":        leakPutWritesBack,
 			"unchanged_not_written":  leakUnchangedNotWritten,
 			"unordered_replies":      leakUnorderedReplies,
+			"keyed_remap":            leakKeyedRemap,
+			"chained_remap":          leakChainedRemap,
 		})
 	}
 }

@@ -1,6 +1,10 @@
 package taostore
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/oblivkv/oblivkv/protocol/tree"
+)
 
 // Options are TaoStore's parameters. Zero fields take the paper's defaults.
 type Options struct {
@@ -17,6 +21,10 @@ type Options struct {
 	released func(arrival uint64) // tests only: the Sequencer's releases, in order
 	handled  func(arrival uint64) // tests only: each request whose path read was handled, after the Sequencer's releases
 	leak     leak                 // tests only: a flaw injected to show an audit catches it
+	// traced, tests only, is told every path read planned, in order,
+	// before it is issued: its leaf, its block and whether it is the
+	// block's real read, the ground truth of which read was which key's.
+	traced func(leaf uint64, id tree.BlockID, real bool)
 }
 
 // Defaults from the paper's evaluation (Sec. V-B).

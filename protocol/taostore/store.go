@@ -229,6 +229,9 @@ func (s *store) plan(r *request) {
 	}
 	s.unfinished[r.plan] = p
 	r.planLSN = s.log.Append(readDelta(r.plan, p))
+	if s.opts.traced != nil {
+		s.opts.traced(r.leaf, r.id, r.real)
+	}
 }
 
 // readPlanned reads r's path once its plan is durable, and while storage
@@ -417,6 +420,9 @@ func (s *store) answer(r *request) {
 	s.pos[r.id] = s.randomLeaf()
 	if s.opts.leak == leakGetKeepsLeaf && r.m.Op == kv.MutRead {
 		s.pos[r.id] = r.leaf
+	}
+	if s.opts.leak == leakKeyedRemap || s.opts.leak == leakChainedRemap {
+		s.pos[r.id] = s.leakedRemap(r.id, r.leaf)
 	}
 	s.stash[r.id] = val
 }
