@@ -43,6 +43,7 @@ const (
 	pathoramBins = 32
 	taostoreBins = 32
 	positionBins = 5
+	followBins   = 8 // an 8x8 table of consecutive positions
 	// cloakStreak is how many consecutive batches reading one address
 	// count as one run (protocol/cloak's audit uses the same).
 	cloakStreak = 10
@@ -133,8 +134,9 @@ func exactErr(name string, err error) audit.Check {
 }
 
 // pathoramChecks are pathoram's audits: every access a Read and a Write
-// of one whole path, leaves uniform, and consecutive accesses on one
-// path no more often than random leaves give (audit.SamePath).
+// of one whole path, leaves uniform, consecutive accesses on one path no
+// more often than random leaves give (audit.SamePath), and under the hot
+// key, the key followed across its accesses (hotKeyWalk).
 func pathoramChecks(_ Config, r *Run) ([]audit.Check, map[string][]int, map[string][]int, error) {
 	levels, err := stat(r.Stats, "tree_levels")
 	if err != nil {
@@ -148,11 +150,32 @@ func pathoramChecks(_ Config, r *Run) ([]audit.Check, map[string][]int, map[stri
 	reads, violations := audit.PathAccesses(g, tree.Layout{Prefix: audit.PathORAMPrefix}, int(size), r.Records)
 	bins := leafBinsOf(reads, g, pathoramBins)
 	n := r.Workload + ": "
-	return []audit.Check{
+	checks := []audit.Check{
 		audit.Exact(n+"one read and one write of a path per access", violations),
 		audit.Uniform(n+"leaves read", bins),
 		audit.SamePath(n+"consecutive reads of one path", reads, g.Leaves()),
-	}, map[string][]int{"leaf": bins}, map[string][]int{"leaves read": bins}, nil
+	}
+	checks = append(checks, hotKeyWalk(r, reads, g)...)
+	return checks, map[string][]int{"leaf": bins}, map[string][]int{"leaves read": bins}, nil
+}
+
+// hotKeyWalk follows the hot key across its accesses (audit.FollowKey)
+// on the hotkey workload of a tree ORAM: every path read is the hot key's
+// real read or a fake read of a random leaf, each leaf fresh and
+// independent of what storage saw before, so the leaves in the order
+// storage saw them are one walk that must look like independent uniform
+// draws. A leaf a block moves to that follows from the one it left fails
+// "same successor again". Other workloads have no one key to follow from
+// storage's view.
+func hotKeyWalk(r *Run, reads []audit.PathRead, g tree.Geometry) []audit.Check {
+	if r.Workload != "hotkey" {
+		return nil
+	}
+	walk := make([]int, len(reads))
+	for i, p := range reads {
+		walk[i] = int(p.Leaf)
+	}
+	return audit.FollowKey(r.Workload, [][]int{walk}, int(g.Leaves()), followBins)
 }
 
 func leafBinsOf(reads []audit.PathRead, g tree.Geometry, bins int) []int {
@@ -168,9 +191,10 @@ func leafBinsOf(reads []audit.PathRead, g tree.Geometry, bins int) []int {
 // one read of the stored levels of a path per request, buckets of one
 // size; leaves uniform; path reads in flight together or consecutive on
 // one path no more often than random leaves give (audit.SamePath);
-// write-backs of whole stored paths; and TaORAM's write-back schedule,
-// one write-back of k paths every k path reads (TaoStore Sec. IV-B step
-// 3, audit.WriteBackSchedule). The calls are those before the store's
+// write-backs of whole stored paths; TaORAM's write-back schedule, one
+// write-back of k paths every k path reads (TaoStore Sec. IV-B step 3,
+// audit.WriteBackSchedule); and under the hot key, the key followed
+// across its accesses (hotKeyWalk). The calls are those before the store's
 // Close, and the write-backs in flight then, which Close waits for before
 // it writes the whole subtree back in its last call.
 func taostoreChecks(cfg Config, r *Run) ([]audit.Check, map[string][]int, map[string][]int, error) {
@@ -193,13 +217,15 @@ func taostoreChecks(cfg Config, r *Run) ([]audit.Check, map[string][]int, map[st
 	}
 	bins := leafBinsOf(v.Reads, g, taostoreBins)
 	n := r.Workload + ": "
-	return []audit.Check{
+	checks := []audit.Check{
 		audit.Exact(n+"one path read per request, buckets of one size", v.Shape),
 		audit.Uniform(n+"leaves read", bins),
 		audit.SamePath(n+"path reads in flight together or consecutive", v.Reads, g.Leaves()),
 		audit.Exact(n+"write-backs are whole stored paths", v.WBShape),
 		audit.WriteBackSchedule(n+"a write-back of the paths every K path reads", v.Reads, v.WriteBacks, o.WithDefaults().K),
-	}, map[string][]int{"leaf": bins}, map[string][]int{"leaves read": bins}, nil
+	}
+	checks = append(checks, hotKeyWalk(r, v.Reads, g)...)
+	return checks, map[string][]int{"leaf": bins}, map[string][]int{"leaves read": bins}, nil
 }
 
 // waffleChecks are Waffle's alpha (Theorem 7.1's bound, Waffle Sec. 7),
@@ -286,8 +312,10 @@ func setCounts(records []observe.Record, budgets []int) []int {
 // oblivistoreChecks are ObliviStore's audits that the Tap alone
 // supports: no slot read twice between two writes of its level, every
 // write of whole levels (audit.SlotsReadOnce, the hierarchical ORAM's
-// rule, ObliviStore Sec. III-B); and, across workloads, how many slots
-// a read takes. The test's other checks (every request reads one slot of
+// rule, ObliviStore Sec. III-B); every slot read uniform among its
+// level's slots not read since the level was written
+// (audit.UnreadSlotChoices: a level written unpermuted, or dummies read
+// in order, fail it); and, across workloads, how many slots a read takes. The test's other checks (every request reads one slot of
 // every readable level, partitions uniform) need the proxy's word on
 // which reads are requests' (audit.TapPartitionCalls says why).
 func oblivistoreChecks(_ Config, r *Run) ([]audit.Check, map[string][]int, map[string][]int, error) {
@@ -305,7 +333,10 @@ func oblivistoreChecks(_ Config, r *Run) ([]audit.Check, map[string][]int, map[s
 			slots[len(c.Slots)]++
 		}
 	}
-	return []audit.Check{audit.SlotsReadOnce(n+"slots read once", calls)}, nil, map[string][]int{"slots per read": slots}, nil
+	return []audit.Check{
+		audit.SlotsReadOnce(n+"slots read once", calls),
+		audit.ChoicesByGroup(n+"slots read uniform among the unread", audit.UnreadSlotChoices(calls), followBins),
+	}, nil, map[string][]int{"slots per read": slots}, nil
 }
 
 // log2Bins folds counts into bins by their bit length: 0, 1, 2-3, 4-7...

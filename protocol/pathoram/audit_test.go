@@ -17,7 +17,6 @@ import (
 	"github.com/oblivkv/oblivkv/kvtest"
 	"github.com/oblivkv/oblivkv/observe"
 	"github.com/oblivkv/oblivkv/protocol/tree"
-	"github.com/oblivkv/oblivkv/seal"
 )
 
 // The obliviousness audits: pathoram's backend calls must look the same
@@ -165,8 +164,8 @@ func runAudit(t *testing.T, p auditParams, w workload, lk leak, seed byte) audit
 		traced = append(traced, audit.TracedRead{Leaf: leaf, Block: id, Real: true})
 	}
 	f := unopenedFixture(t, p.capacity, 32, opts)
-	f.keys = seededKeys(t, seed) // reproducible block IDs, and so leaves derived from them
-	f.cfg.NoFsync = true         // storage sees the same calls; thousands of fsyncs would only slow the audit
+	f.keys = kvtest.SeededKeys(t, seed) // reproducible block IDs, and so leaves derived from them
+	f.cfg.NoFsync = true                // storage sees the same calls; thousands of fsyncs would only slow the audit
 	f.s = f.open(nil)
 	w.setup(f)
 	f.log.Reset()
@@ -184,18 +183,6 @@ func runAudit(t *testing.T, p auditParams, w workload, lk leak, seed byte) audit
 		run.checks[followChecks[i]] = c
 	}
 	return run
-}
-
-// seededKeys returns keys derived from a master key made of seed: the
-// block IDs, and so a leaf derived from one, are reproducible.
-func seededKeys(t *testing.T, seed byte) *seal.Keys {
-	master := make([]byte, seal.MasterKeySize)
-	master[0] = seed
-	keys, err := seal.NewKeys(master)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return keys
 }
 
 // checkAccesses runs the audit's checks on recs, the log of workload w.

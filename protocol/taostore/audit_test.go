@@ -21,7 +21,6 @@ import (
 	"github.com/oblivkv/oblivkv/observe"
 	"github.com/oblivkv/oblivkv/protocol/taostore"
 	"github.com/oblivkv/oblivkv/protocol/tree"
-	"github.com/oblivkv/oblivkv/seal"
 )
 
 // The obliviousness audits: taostore's backend calls must look the same
@@ -226,7 +225,7 @@ func runLogged(t *testing.T, p auditParams, w workload, lk taostore.Leak, seed b
 		traced = append(traced, audit.TracedRead{Leaf: leaf, Block: id, Real: real})
 	})
 	s, err := kv.Open(t.Context(), kv.Config{Protocol: "taostore", Backend: mem.New(),
-		Keys: seededKeys(t, seed), Capacity: auditCapacity, ValueSize: 64, TapLog: log, Options: opts})
+		Keys: kvtest.SeededKeys(t, seed), Capacity: auditCapacity, ValueSize: 64, TapLog: log, Options: opts})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -237,18 +236,6 @@ func runLogged(t *testing.T, p auditParams, w workload, lk taostore.Leak, seed b
 		t.Fatal(err)
 	}
 	return workloadCalls(t, log.Records()), stats, traced
-}
-
-// seededKeys returns keys derived from a master key made of seed: the
-// block IDs, and so a leaf derived from one, are reproducible.
-func seededKeys(t *testing.T, seed byte) *seal.Keys {
-	master := make([]byte, seal.MasterKeySize)
-	master[0] = seed
-	keys, err := seal.NewKeys(master)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return keys
 }
 
 // runRecovered runs workload w at parameters p with leak lk injected on a
