@@ -92,12 +92,16 @@ var leakCases = []leakCase{
 	{"pathoram", "get_keeps_leaf", hotkey, "hotkey: consecutive reads of one path"},
 	{"pathoram", "missing_keyed_leaf", missing, "missing: consecutive reads of one path"},
 	{"pathoram", "unchanged_not_written", uniform, "uniform: one read and one write of a path per access"},
+	{"pathoram", "keyed_remap", hotkey, "hotkey: consecutive reads of one path"},
+	{"pathoram", "chained_remap", hotkey, "hotkey: same successor again"},
 	{"taostore", "repeat_reads_real_path", hotkey, "hotkey: path reads in flight together or consecutive"},
 	{"taostore", "get_keeps_leaf", hotkey, "hotkey: path reads in flight together or consecutive"},
 	{"taostore", "missing_keyed_leaf", missing, "missing: path reads in flight together or consecutive"},
 	{"taostore", "put_writes_back", uniform, "uniform: a write-back of the paths every K path reads"},
 	{"taostore", "unchanged_not_written", uniform, "uniform: write-backs are whole stored paths"},
 	{"taostore", "unordered_replies", uniform, "replies leave in arrival order while storage holds a read back (CURIOUS)"},
+	{"taostore", "keyed_remap", hotkey, "hotkey: path reads in flight together or consecutive"},
+	{"taostore", "chained_remap", hotkey, "hotkey: same successor again"},
 	{"waffle", "real_keeps_id", uniform, "uniform: every id written once, read at most once"},
 	{"waffle", "read_in_plan_order", uniform, "uniform: read position and age"},
 	{"waffle", "dummies_written_first", uniform, "uniform: write position and age"},
@@ -112,6 +116,9 @@ var leakCases = []leakCase{
 	{"oblivistore", "repeat_reads_real", hotkey, "hotkey: slots read once"},
 	{"oblivistore", "skips_empty_reads", missing, "missing against uniform: slots per read"},
 	{"oblivistore", "stops_at_real", missing, "missing against uniform: slots per read"},
+	{"oblivistore", "keyed_partition", []string{"--workloads", "uniform,hotkey"}, "hotkey against uniform: slots per read"},
+	{"oblivistore", "level_unpermuted", uniform, "uniform: slots read uniform among the unread"},
+	{"oblivistore", "dummies_in_order", uniform, "uniform: slots read uniform among the unread"},
 }
 
 // cleanArgs are the clean runs: for each protocol every workload its
