@@ -38,7 +38,12 @@ import (
 // So a key is followed twice, through its places in the Reads that read
 // it and through its places in the Writes that wrote it back
 // (audit.FollowKey, in followBins bins; the hot key, read once a batch,
-// in hotFollowBins, so that cells expect about six pairs). The walks are
+// in hotFollowBins, so that cells expect about six pairs). Where every
+// key is followed, a batch's places are all taken but the few of free
+// addresses, so the uniform part counts about beta/bins in each bin every
+// batch (a statistic near 0 when bins divides beta) and tests little:
+// there the other two parts carry the test, and the hot key's walk the
+// uniform one. The walks are
 // kept apart: interleaved, a place derived from the key would show only
 // as pairs of a Read and a Write place, which are independent even then.
 // And the elements of a batch's real queries land at places of its Write

@@ -39,8 +39,11 @@ import (
 // hot key is not followed alone, as in the other protocols' audits,
 // because it stays in the cache (every real object read enters it, and a cached key is served
 // without storage), so storage sees nothing of it to follow; under Zipf
-// the popular keys are followed as often as they leave the cache. The
-// walks are kept apart: interleaved, a place derived from the key would
+// the popular keys are followed as often as they leave the cache. Most
+// places of every batch belong to some key followed, so the uniform part
+// of the places counts about B/positionBins in each bin every batch and
+// tests little (a statistic near 0): the other two parts carry the test,
+// and the uniform part the ids'. The walks are kept apart: interleaved, a place derived from the key would
 // show only as pairs of a Read and a Write place, which are independent
 // even then.
 //
