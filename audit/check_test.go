@@ -128,6 +128,9 @@ func TestIndependentKnown(t *testing.T) {
 	if math.Abs(c.Stat-20) > 1e-9 || math.Abs(c.Critical-ChiSquareCritical(1, Significance)) > 1e-9 {
 		t.Fatalf("%v; want statistic 20 with 1 degree of freedom", c)
 	}
+	if c := Independent("empty", [][]int{{0, 0}, {0, 0}}); c.Applicable() {
+		t.Fatalf("%v; an empty table tests nothing", c)
+	}
 }
 
 // Excess's tail is the Poisson tail: P(X >= 1) = 1 - e^-lambda, and the

@@ -18,6 +18,7 @@ type batch struct {
 	perm  []int            // the element read from addrs[i] goes to addrs[perm[i]]
 	sent  map[uint32]value // the writes it applies, by address read
 	real  int              // addresses read for a client's request
+	trace *batchTrace      // tests only: what Options.trace receives (trace.go)
 }
 
 // runBatch forms, sends and commits one batch. The reads waiting on it are
@@ -80,6 +81,9 @@ func (s *store) runBatch(ctx context.Context) {
 	s.retry = nil
 	s.journalCommit(b, elems)
 	s.commit(b, elems)
+	if b.trace != nil {
+		s.opts.trace(*b.trace)
+	}
 	s.sinceCheckpoint++
 	due := s.log.Durable() && s.sinceCheckpoint >= s.checkpointEvery
 	if s.opts.leak == leakCheckpointByRecords {
@@ -123,15 +127,54 @@ func (s *store) choose() (*batch, error) {
 			delete(s.queues, set)
 		}
 	}
-	s.rng.Shuffle(len(b.addrs), func(i, j int) {
-		b.addrs[i], b.addrs[j] = b.addrs[j], b.addrs[i]
-		b.from[i], b.from[j] = b.from[j], b.from[i]
-	})
-	b.perm = s.rng.Perm(len(b.addrs))
-	if s.opts.leak == leakWriteBackInPlace {
-		b.perm = inPlace(len(b.addrs))
+	order := s.readOrder(b.addrs)
+	b.addrs, b.from = reorder(b.addrs, order), reorder(b.from, order)
+	b.perm = s.writeOrder(b.addrs, order)
+	if s.opts.trace != nil {
+		b.trace = s.traceOf(b, order)
 	}
 	return b, nil
+}
+
+// readOrder is the order of the batch's Read: order[j] is the place, in
+// the order choose took them, of the j-th address the Read lists. It is a
+// fresh random permutation (Cloak Sec. 5.1 needs the batch's addresses
+// indistinguishable but for their sets), so a key's place in the Read is
+// uniform over the batch and independent of its place at every other
+// access.
+func (s *store) readOrder(taken []uint32) []int {
+	if s.opts.leak == leakKeyedReadOrder {
+		return s.byKeyedHash(taken)
+	}
+	return s.rng.Perm(len(taken))
+}
+
+// writeOrder is the batch's write-back permutation (Cloak Sec. 4.1,
+// StorageReadWrite (iii)): the element read from addrs[i] is written to
+// addrs[perm[i]], the perm[i]-th address of the Write. A fresh random
+// permutation: where a key's element lands is uniform over the batch,
+// independent of its place in the Read, of its place at every other
+// access and of the order choose took the batch's addresses in (order,
+// as readOrder gives it).
+func (s *store) writeOrder(addrs []uint32, order []int) []int {
+	switch s.opts.leak {
+	case leakWriteBackInPlace:
+		return inPlace(len(addrs))
+	case leakKeyedWriteBack:
+		return rankOf(s.byKeyedHash(addrs))
+	case leakRealsInTakeOrder:
+		return s.realsInTakeOrder(addrs, order)
+	}
+	return s.rng.Perm(len(addrs))
+}
+
+// reorder returns xs listed in order: its j-th element is xs[order[j]].
+func reorder[T any](xs []T, order []int) []T {
+	out := make([]T, len(xs))
+	for j, i := range order {
+		out[j] = xs[i]
+	}
+	return out
 }
 
 // take adds address a to batch b and hands it the requests waiting on its

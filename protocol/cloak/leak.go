@@ -1,5 +1,11 @@
 package cloak
 
+import (
+	"cmp"
+	"encoding/binary"
+	"slices"
+)
+
 // leak is a flaw injected on purpose, to show that an audit catches it
 // (audit_test.go). Only this package's tests set Options.leak; the zero
 // value, noLeak, is the protocol as specified, and nothing outside the
@@ -34,6 +40,23 @@ const (
 	// so many batches: its anchor write then tells storage how much the
 	// clients wrote.
 	leakCheckpointByRecords
+	// leakKeyedReadOrder: the Read lists the batch's addresses ordered by
+	// a keyed hash of the keys they hold (the store's PRF, which storage
+	// cannot compute) in place of a fresh random order, as if a secret
+	// order were as good as a random one. A key then sits at about the
+	// same place of every Read that reads it.
+	leakKeyedReadOrder
+	// leakKeyedWriteBack: the write-back permutation orders the batch's
+	// elements by a keyed hash of their keys, a deterministic shuffle that
+	// storage cannot compute: a key's element lands at about the same
+	// place of every Write.
+	leakKeyedWriteBack
+	// leakRealsInTakeOrder: the write-back draws a random permutation but
+	// gives the elements of the batch's real queries its places for them
+	// in increasing order, in the order choose took them (set by set, each
+	// set's queue in arrival order), as if only which places they held
+	// mattered.
+	leakRealsInTakeOrder
 	// leakFixedSeed: a store opened without a test seed begins its random
 	// choices at a constant seed instead of random.Fresh's, so every
 	// store makes the same choices and storage can predict them.
@@ -45,6 +68,52 @@ func inPlace(n int) []int {
 	perm := make([]int, n)
 	for i := range perm {
 		perm[i] = i
+	}
+	return perm
+}
+
+// byKeyedHash is the order of leakKeyedReadOrder and
+// leakKeyedWriteBack: the indexes of addrs ordered by a keyed hash of the
+// key each address holds (addresses that hold none, and equal hashes, in
+// a random order).
+func (s *store) byKeyedHash(addrs []uint32) []int {
+	hash := make([]uint64, len(addrs))
+	for i, a := range addrs {
+		h := s.keys.PRF([]byte("cloak/order"), []byte(s.slots[a].key))
+		hash[i] = binary.BigEndian.Uint64(h[:])
+	}
+	order := s.rng.Perm(len(addrs))
+	slices.SortStableFunc(order, func(i, j int) int { return cmp.Compare(hash[i], hash[j]) })
+	return order
+}
+
+// rankOf is leakKeyedWriteBack's permutation: element order[r] goes to
+// place r.
+func rankOf(order []int) []int {
+	perm := make([]int, len(order))
+	for r, i := range order {
+		perm[i] = r
+	}
+	return perm
+}
+
+// realsInTakeOrder is leakRealsInTakeOrder's permutation of addrs, listed
+// in the Read's order (order[j] is the j-th address's place in the order
+// choose took them): a random permutation whose places for the real
+// queries' elements are handed out again, in increasing order, in the
+// order choose took those addresses.
+func (s *store) realsInTakeOrder(addrs []uint32, order []int) []int {
+	perm := s.rng.Perm(len(addrs))
+	var reals, places []int
+	for j, a := range addrs {
+		if s.takenForRequest(a) {
+			reals, places = append(reals, j), append(places, perm[j])
+		}
+	}
+	slices.SortFunc(reals, func(i, j int) int { return cmp.Compare(order[i], order[j]) })
+	slices.Sort(places)
+	for k, j := range reals {
+		perm[j] = places[k]
 	}
 	return perm
 }

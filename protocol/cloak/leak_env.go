@@ -15,6 +15,8 @@ func init() {
 			"early_when_full":       leakEarlyWhenFull,
 			"drain_queue":           leakDrainQueue,
 			"checkpoint_by_records": leakCheckpointByRecords,
+			"keyed_read_order":      leakKeyedReadOrder,
+			"keyed_write_back":      leakKeyedWriteBack,
 		})
 	}
 }

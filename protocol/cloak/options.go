@@ -33,6 +33,10 @@ type Options struct {
 	ticks <-chan chan struct{}
 	// leak, tests only, injects a flaw on purpose (leak.go).
 	leak leak
+	// trace, tests only (export_test.go), receives every batch that
+	// commits, as trace.go describes it: the ground truth of the audits
+	// that follow one key and place a batch's real elements.
+	trace func(batchTrace)
 	// seed, tests only: makes the store's random choices reproducible.
 	seed *[32]byte
 }

@@ -79,24 +79,27 @@ func objName(r waffle.Ref) string {
 	return "key:" + r.Key
 }
 
-// tracer turns the proxy's trace into the events of audit.WaffleBeta,
-// one list for real objects and one for dummies, and counts the storage
-// reads of every key.
+// tracer keeps the proxy's trace of every batch, turns it into the
+// events of audit.WaffleBeta, one list for real objects and one for
+// dummies, and counts the storage reads of every key.
 type tracer struct {
 	mu              sync.Mutex
+	traced          []waffle.TracedBatch
 	realEv, dummyEv []audit.WaffleEvent
 	readsByKey      map[string]int
 	lastTS          uint64
 	err             error // a jump in the batch timestamps
 }
 
-func (tr *tracer) batch(ts uint64, read, written []waffle.Ref) {
+func (tr *tracer) batch(b waffle.TracedBatch) {
 	tr.mu.Lock()
 	defer tr.mu.Unlock()
+	ts, read, written := b.TS, b.Read, b.Written
 	if tr.lastTS != 0 && ts != tr.lastTS+1 && tr.err == nil {
 		tr.err = fmt.Errorf("batch timestamps jump from %d to %d", tr.lastTS, ts)
 	}
 	tr.lastTS = ts
+	tr.traced = append(tr.traced, b)
 	var re, de audit.WaffleEvent
 	for _, r := range read {
 		if r.Dummy {

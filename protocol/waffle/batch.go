@@ -30,6 +30,10 @@ type read struct {
 	val  []byte // its value, once fetched
 }
 
+// queried reports whether the object is read for a client's request: a
+// real query (chooseReads lists them first, in plan order).
+func (r read) queried() bool { return r.kind == readReal || r.kind == readConsumed }
+
 // rewritten reports whether the object read goes back to storage in the
 // same batch, re-encrypted under a fresh id: a dummy, unless a new key
 // takes its place. Every other object read enters the cache.
@@ -81,7 +85,7 @@ func (s *store) prepare(batch []*request) (*prepared, error) {
 		p.pk.restore()
 		return nil, err
 	}
-	p.reads, p.order = reads, s.readOrder(len(reads))
+	p.reads, p.order = reads, s.readOrder(reads)
 	in := &intent{ts: s.ts + 1, refs: make([]ref, len(reads))}
 	for j, i := range p.order {
 		in.refs[j] = reads[i].ref
@@ -136,8 +140,8 @@ func (s *store) run(ctx context.Context, p *prepared, chain bool) (next *prepare
 	if err != nil {
 		return undo(err)
 	}
-	writes := s.writes(p.reads, victims, ts)
-	traced := s.traceBatch(ts, p.reads, victims)
+	writes, written := s.writes(p.reads, victims, ts)
+	traced := s.traceBatch(ts, p, victims, written)
 	ch := s.commit(p.plans, p.reads, victims, ts)
 	s.nReal = p.n
 	if len(s.reals) > 2*p.n+64 {
@@ -435,13 +439,20 @@ func (s *store) fetch(ctx context.Context, reads []read, order []int) ([]string,
 	return addrs, nil
 }
 
-// readOrder is the order in which fetch lists a batch's n reads: a random
-// permutation of 0..n-1.
-func (s *store) readOrder(n int) []int {
-	if s.opts.leak == leakReadInPlanOrder {
-		return identity(n)
+// readOrder is the order in which fetch lists a batch's reads: a random
+// permutation of their indexes, fresh every batch, so an object's place
+// in the Read is uniform and independent of its place at every other
+// access (Waffle Sec. 5.1: the batch is one access, whatever its order).
+func (s *store) readOrder(reads []read) []int {
+	switch s.opts.leak {
+	case leakReadInPlanOrder:
+		return identity(len(reads))
+	case leakKeyedReadOrder:
+		return s.byKeyedHash(len(reads), func(i int) ref { return reads[i].ref })
+	case leakRealsInPlanOrder:
+		return s.realsInPlanOrder(reads)
 	}
-	return s.rng.Perm(n)
+	return s.rng.Perm(len(reads))
 }
 
 // identity is the order 0..n-1.
@@ -457,23 +468,43 @@ func identity(n int) []int {
 // re-encrypted under fresh ids, and for every other object read, which
 // enters the cache, the least recently used cache entry the batch does not
 // touch (victims), listed in a random order (as fetch does, so that a
-// place in the Write does not mark the dummies). The Delete of the objects
-// read follows it, listing them in the order of the Read.
-func (s *store) writes(reads []read, victims []*list.Element, ts uint64) []backend.Item {
-	writes := make([]backend.Item, 0, len(reads))
+// place in the Write does not mark the dummies, nor follows the order the
+// cache evicted the victims in, and an object's place is independent of
+// its place at every other access). The Delete of the objects read
+// follows it, listing them in the order of the Read. order[j] is the
+// j-th item's index among the dummies read, in the order of reads, then
+// the victims, in order.
+func (s *store) writes(reads []read, victims []*list.Element, ts uint64) (listed []backend.Item, order []int) {
+	items, refs := make([]backend.Item, 0, len(reads)), make([]ref, 0, len(reads))
 	for _, rd := range reads {
 		if rd.rewritten() {
-			writes = append(writes, s.item(rd.ref, ts, nil))
+			items, refs = append(items, s.item(rd.ref, ts, nil)), append(refs, rd.ref)
 		}
 	}
 	for _, e := range victims {
 		c := e.Value.(*cached)
-		writes = append(writes, s.item(c.ref, s.objs[c.ref].ts, c.val))
+		items, refs = append(items, s.item(c.ref, s.objs[c.ref].ts, c.val)), append(refs, c.ref)
 	}
-	if s.opts.leak != leakDummiesWrittenFirst {
-		s.rng.Shuffle(len(writes), func(i, j int) { writes[i], writes[j] = writes[j], writes[i] })
+	order = s.writeOrder(refs, len(refs)-len(victims))
+	listed = make([]backend.Item, len(items))
+	for j, i := range order {
+		listed[j] = items[i]
 	}
-	return writes
+	return listed, order
+}
+
+// writeOrder is the order of a Write of objects refs, the first dummies
+// of them the dummies read: a random permutation (writes).
+func (s *store) writeOrder(refs []ref, dummies int) []int {
+	switch s.opts.leak {
+	case leakDummiesWrittenFirst:
+		return identity(len(refs))
+	case leakKeyedWriteOrder:
+		return s.byKeyedHash(len(refs), func(i int) ref { return refs[i] })
+	case leakVictimsInEvictionOrder:
+		return s.victimsInEvictionOrder(refs, dummies)
+	}
+	return s.rng.Perm(len(refs))
 }
 
 // victims chooses the cache entries to evict: one per object read that
@@ -505,26 +536,6 @@ func (s *store) victims(plans []keyPlan, reads []read) ([]*list.Element, error) 
 		return nil, errors.New("waffle: internal error: the cache cannot hold the batch")
 	}
 	return victims, nil
-}
-
-// traceBatch returns the report of a batch to opts.trace (tests only),
-// to be made once its Write succeeded: the B objects read, then the B
-// written, each in the proxy's order (not storage's).
-func (s *store) traceBatch(ts uint64, reads []read, victims []*list.Element) func() {
-	if s.opts.trace == nil {
-		return func() {}
-	}
-	var rd, wr []ref
-	for _, r := range reads {
-		rd = append(rd, r.ref)
-		if r.rewritten() {
-			wr = append(wr, r.ref)
-		}
-	}
-	for _, e := range victims {
-		wr = append(wr, e.Value.(*cached).ref)
-	}
-	return func() { s.opts.trace(ts, rd, wr) }
 }
 
 // commit applies a batch whose Read succeeded to the proxy's state: the

@@ -3,11 +3,13 @@ package waffle
 // Ref names a logical object: a key, or a dummy (Key is then its id).
 type Ref = ref
 
+// TracedBatch is a batch as a traced store reports it (trace.go).
+type TracedBatch = batchTrace
+
 // Traced returns o reporting every batch to fn, after the batch's backend
-// calls succeeded: its timestamp, the B objects it read from storage and
-// the B it wrote (re-encrypted dummies and cache victims). fn is called
-// from the batching goroutine, one batch at a time.
-func Traced(o Options, fn func(ts uint64, read, written []Ref)) Options {
+// calls succeeded. fn is called from the batching goroutine, one batch at
+// a time.
+func Traced(o Options, fn func(TracedBatch)) Options {
 	o.trace = fn
 	return o
 }
@@ -17,13 +19,18 @@ type Leak = leak
 
 // The injectable leaks (leak.go).
 const (
-	NoLeak                  = noLeak
-	LeakRealKeepsID         = leakRealKeepsID
-	LeakReadInPlanOrder     = leakReadInPlanOrder
-	LeakDummiesWrittenFirst = leakDummiesWrittenFirst
-	LeakFixedFill           = leakFixedFill
-	LeakRandomFakes         = leakRandomFakes
-	LeakFixedSeed           = leakFixedSeed
+	NoLeak                     = noLeak
+	LeakRealKeepsID            = leakRealKeepsID
+	LeakReadInPlanOrder        = leakReadInPlanOrder
+	LeakDummiesWrittenFirst    = leakDummiesWrittenFirst
+	LeakFixedFill              = leakFixedFill
+	LeakRandomFakes            = leakRandomFakes
+	LeakKeyedReadOrder         = leakKeyedReadOrder
+	LeakKeyedWriteOrder        = leakKeyedWriteOrder
+	LeakVictimsInEvictionOrder = leakVictimsInEvictionOrder
+	LeakRealsInPlanOrder       = leakRealsInPlanOrder
+	LeakKeyedIDPrefix          = leakKeyedIDPrefix
+	LeakFixedSeed              = leakFixedSeed
 )
 
 // WithSeed returns o with reproducible random choices.

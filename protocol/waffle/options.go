@@ -25,9 +25,9 @@ type Options struct {
 	Timeout time.Duration `opt:"Closes a batch when fewer than R requests wait; the free slots become fake queries." default:"2ms"`
 
 	// trace, when set (tests only, see export_test.go), receives each
-	// batch's timestamp and the objects it read from and wrote to storage
-	// (see store.traceBatch).
-	trace func(ts uint64, read, written []ref)
+	// batch as trace.go describes it: the objects it read from and wrote
+	// to storage, in the order of its Read and of its Write.
+	trace func(batchTrace)
 	// leak injects a flaw (tests only, see leak.go); zero is none.
 	leak leak
 	// seed, tests only: makes the store's random choices reproducible.

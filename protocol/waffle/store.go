@@ -165,6 +165,9 @@ func (s *store) addr(rf ref, ts uint64) string {
 	if rf.Dummy {
 		dom = domainDummy
 	}
+	if s.opts.leak == leakKeyedIDPrefix {
+		return keyedIDPrefix(s.keys.PRF(dom, []byte(rf.Key)), ts)
+	}
 	id := s.keys.PRF(dom, []byte(rf.Key), binary.BigEndian.AppendUint64(nil, ts))
 	return ObjectPrefix + string(id[:])
 }
