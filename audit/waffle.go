@@ -376,3 +376,35 @@ func shortID(addr string) string {
 	id := strings.TrimPrefix(addr, WaffleObjectPrefix)
 	return fmt.Sprintf("%x", id[:min(len(id), 8)])
 }
+
+// idPrefixBytes is how much of two ids WaffleIDPrefixes compares.
+const idPrefixBytes = 4
+
+// WaffleIDPrefixes checks that Waffle's storage ids look like fresh PRF
+// outputs (Waffle Sec. 5: an object's id is PRF(key, timestamp)): the
+// pairs of distinct ids written in records that share their first
+// idPrefixBytes bytes, against the C(n, 2)/2^32 pairs random ids give
+// (Excess). An id that keeps part of the key's PRF from one access to the
+// next, with only the rest fresh, gives every key's ids one prefix.
+func WaffleIDPrefixes(name string, records []observe.Record) Check {
+	ids := map[string]bool{}
+	for _, rec := range records {
+		if rec.Op != observe.OpWrite {
+			continue
+		}
+		for _, a := range objectAddrs(rec.Addrs) {
+			ids[strings.TrimPrefix(a, WaffleObjectPrefix)] = true
+		}
+	}
+	byPrefix := map[string]int{}
+	for id := range ids {
+		byPrefix[id[:min(len(id), idPrefixBytes)]]++
+	}
+	pairs := 0
+	for _, n := range byPrefix {
+		pairs += n * (n - 1) / 2
+	}
+	n := float64(len(ids))
+	return Excess(name, pairs, n*(n-1)/2/math.Exp2(8*idPrefixBytes),
+		fmt.Sprintf("%d pairs of the %d ids written share their first %d bytes", pairs, len(ids), idPrefixBytes))
+}

@@ -1,6 +1,8 @@
 package audit
 
 import (
+	"encoding/binary"
+	"math/rand/v2"
 	"reflect"
 	"testing"
 
@@ -164,5 +166,26 @@ func TestWaffleAlphaBound(t *testing.T) {
 		if int(c.Stat) != tc.violations || c.Pass() != (tc.violations == 0) {
 			t.Errorf("bound %d: %v; want %d violations", tc.bound, c, tc.violations)
 		}
+	}
+}
+
+// WaffleIDPrefixes passes 20,000 random ids and fails decisively ids whose
+// first half is fixed per key (100 keys) and whose rest is fresh.
+func TestWaffleIDPrefixes(t *testing.T) {
+	r := rand.New(rand.NewPCG(3, 5))
+	id := func(prefix uint64) string {
+		b := binary.BigEndian.AppendUint64(nil, prefix)
+		return WaffleObjectPrefix + string(binary.BigEndian.AppendUint64(b, r.Uint64()))
+	}
+	var fresh, keyed []string
+	for i := range 20000 {
+		fresh = append(fresh, id(r.Uint64()))
+		keyed = append(keyed, id(uint64(i%100)*0x9e3779b97f4a7c15))
+	}
+	if c := WaffleIDPrefixes("fresh", []observe.Record{rec(observe.OpWrite, fresh...)}); !c.Pass() {
+		t.Errorf("random ids: %v", c)
+	}
+	if c := WaffleIDPrefixes("keyed", []observe.Record{rec(observe.OpWrite, keyed...)}); !c.Decisive() {
+		t.Errorf("ids keyed in part: %v", c)
 	}
 }

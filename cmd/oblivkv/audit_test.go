@@ -80,6 +80,9 @@ var (
 	missing         = []string{"--workloads", "uniform,missing"}
 	cloakPending    = []string{"--workloads", "uniform", "--clients", "32", "--opt", "s=0.8", "--opt", "pending=16"}
 	treebeardBursts = []string{"--workloads", "uniform,bursts"}
+	// cloakLong are the 20,000 requests that make cloak's keyed orders
+	// fail decisively (at the default 1,500 they fail, not decisively).
+	cloakLong = []string{"--workloads", "hotkey", "--ops", "20000"}
 )
 
 // leakCases are every leak the protocols' audit tests inject into a
@@ -107,12 +110,16 @@ var leakCases = []leakCase{
 	{"waffle", "dummies_written_first", uniform, "uniform: write position and age"},
 	{"waffle", "fixed_fill", []string{"--workloads", "zipf"}, "zipf: B = 5 addresses per batch call"},
 	{"waffle", "random_fakes", uniform, "uniform: Theorem 7.1's alpha"},
+	{"waffle", "victims_in_eviction_order", []string{"--workloads", "zipf"}, "zipf: write position and age"},
+	{"waffle", "keyed_id_prefix", uniform, "uniform: ids sharing their first bytes"},
 	{"cloak", "write_back_in_place", hotkey, "hotkey: one address read by consecutive batches"},
 	{"cloak", "public_tie_order", hotkey, "hotkey: write position and age"},
 	{"cloak", "skip_idle", uniform, "uniform: one batch per tick"},
 	{"cloak", "early_when_full", cloakPending, "uniform: one batch per tick"},
 	{"cloak", "drain_queue", uniform, "uniform: b_d addresses from every set d, written back as read"},
 	{"cloak", "checkpoint_by_records", uniform, "uniform: a checkpoint every 100 batches"},
+	{"cloak", "keyed_write_back", cloakLong, "hotkey: write position and age"},
+	{"cloak", "keyed_read_order", cloakLong, "hotkey: read position and age"},
 	{"oblivistore", "repeat_reads_real", hotkey, "hotkey: slots read once"},
 	{"oblivistore", "skips_empty_reads", missing, "missing against uniform: slots per read"},
 	{"oblivistore", "stops_at_real", missing, "missing against uniform: slots per read"},
@@ -128,7 +135,7 @@ var cleanArgs = map[string][][]string{
 	"pathoram":    {{"--workloads", "uniform,hotkey,missing"}},
 	"taostore":    {{"--workloads", "uniform,hotkey,missing"}},
 	"waffle":      {{"--workloads", "zipf,uniform"}},
-	"cloak":       {{"--workloads", "uniform,hotkey"}, cloakPending},
+	"cloak":       {{"--workloads", "uniform,hotkey"}, cloakPending, cloakLong},
 	"oblivistore": {{"--workloads", "uniform,hotkey,missing"}},
 }
 

@@ -229,7 +229,7 @@ func taostoreChecks(cfg Config, r *Run) ([]audit.Check, map[string][]int, map[st
 }
 
 // waffleChecks are Waffle's alpha (Theorem 7.1's bound, Waffle Sec. 7),
-// fresh ids, B addresses per batch call (Sec. 6.2: f_R = B-r-f_D fills
+// fresh ids, ids that share no more prefixes than random ones, B addresses per batch call (Sec. 6.2: f_R = B-r-f_D fills
 // every batch), and the positions of ids in batch calls.
 func waffleChecks(cfg Config, r *Run) ([]audit.Check, map[string][]int, map[string][]int, error) {
 	o, err := kv.OptionsOf[waffle.Options](cfg.Protocol, cfg.Options)
@@ -240,6 +240,7 @@ func waffleChecks(cfg Config, r *Run) ([]audit.Check, map[string][]int, map[stri
 	n := r.Workload + ": "
 	checks := []audit.Check{
 		audit.WaffleFreshIDs(n+"every id written once, read at most once", r.All),
+		audit.WaffleIDPrefixes(n+"ids sharing their first bytes", r.All),
 		audit.Sizes(fmt.Sprintf("%sB = %d addresses per batch call", n, b), r.Records, isWaffleObjectCall, b),
 	}
 	checks = append(checks, audit.PositionChecks(r.Workload, audit.BatchLinks(r.All, audit.WaffleObjectPrefix), positionBins)...)
