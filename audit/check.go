@@ -184,7 +184,7 @@ func Independent(name string, table [][]int) Check {
 			stat += (o - e) * (o - e) / e
 		}
 	}
-	dof := (nonzero(rows) - 1) * (nonzero(cols) - 1)
+	dof := max(nonzero(rows)-1, 0) * max(nonzero(cols)-1, 0) // an empty table has none, not (-1)(-1)
 	return chiSquareCheck(name, stat, dof, fmt.Sprintf("%d samples in a %dx%d table", int(total), len(rows), len(cols)))
 }
 
