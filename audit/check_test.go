@@ -133,6 +133,16 @@ func TestIndependentKnown(t *testing.T) {
 	}
 }
 
+// A table with no samples, or with one row or one column holding them
+// all, tests nothing: it is not applicable.
+func TestIndependentEmpty(t *testing.T) {
+	for _, table := range [][][]int{{{0, 0}, {0, 0}}, {{3, 4}, {0, 0}}, {{0, 5}, {0, 7}}} {
+		if c := Independent("degenerate", table); c.Applicable() {
+			t.Errorf("%v: %v; want not applicable", table, c)
+		}
+	}
+}
+
 // Excess's tail is the Poisson tail: P(X >= 1) = 1 - e^-lambda, and the
 // critical count is the last whose tail is above Significance.
 func TestExcess(t *testing.T) {

@@ -3,6 +3,7 @@ package audit
 import (
 	"fmt"
 	"math"
+	"math/bits"
 	"slices"
 	"strings"
 
@@ -77,7 +78,7 @@ func TreebeardViews(records []observe.Record, trees, z int) ([][]TreeOp, error) 
 	}
 	out := make([][]TreeOp, trees)
 	for t, recs := range per {
-		if out[t], err = parseTree(recs, ringoram.Layout{Prefix: TreebeardPrefix(t)}, z); err != nil {
+		if out[t], err = TreeView(recs, ringoram.Layout{Prefix: TreebeardPrefix(t)}, z); err != nil {
 			return nil, fmt.Errorf("tree %d: %w", t, err)
 		}
 	}
@@ -124,9 +125,11 @@ func isAnchorWrite(r observe.Record) bool {
 	return r.Op == observe.OpWrite && len(r.Addrs) == 1 && r.Addrs[0] == durable.AnchorAddr
 }
 
-// parseTree groups a tree's calls into operations (Reads, then the Write
-// that ends them) and parses each.
-func parseTree(records []observe.Record, l ringoram.Layout, z int) ([]TreeOp, error) {
+// TreeView returns the operations of one Ring ORAM tree (package
+// ringoram) laid out by l, with z real blocks per bucket, as storage saw
+// them: records, its calls only, grouped into operations (Reads, then the
+// Write that ends them), each parsed. TreebeardViews is every tree's.
+func TreeView(records []observe.Record, l ringoram.Layout, z int) ([]TreeOp, error) {
 	var ops []TreeOp
 	var reads []observe.Record
 	for _, r := range records {
@@ -581,6 +584,52 @@ func TreebeardSlotOffsets(perTree [][]TreeOp, slots int) []int {
 			if op.Kind == TreePathRead {
 				for _, r := range op.SlotReads[0] {
 					out[r.Slot]++
+				}
+			}
+		}
+	}
+	return out
+}
+
+// TreebeardChoices returns, from storage's view alone, every slot the
+// path reads of perTree read (the first part of each multi-path read's
+// slot Read), as a Choice among the slots of its bucket not read since
+// the bucket was last written whole; a bucket has slots slots (Z+S). The
+// views must start where every bucket was just written whole (after a
+// load or Init). Ring ORAM, as Treebeard Sec. 2 describes it, writes a
+// bucket's real blocks to uniformly random slots (the permuted buckets
+// invariant), and a path read (Step 2; Sec. 5.3.1 for several paths)
+// takes of each bucket the slot of a block it wants there or else a
+// uniformly random unread dummy. Neither choice depends on where the blocks lie, so
+// whatever storage saw before, the bucket's unread slots hold its unread
+// real blocks (stale copies too) and dummies in a uniformly random
+// arrangement, and the slot a read takes is uniform among them, real or
+// dummy alike. Several slots of one bucket in one read (up to Z) are a
+// uniform subset: each is a Choice among the same unread slots, which
+// makes Choices a little conservative. A read that takes dummies in
+// slot order, or a bucket that puts real blocks in fixed slots, fails
+// Choices on this. Early reshuffles' and evictions' reads only mark
+// slots read.
+func TreebeardChoices(perTree [][]TreeOp, slots int) []Choice {
+	var out []Choice
+	all := uint64(1)<<slots - 1
+	for _, ops := range perTree {
+		read := map[uint64]uint64{} // per bucket: the slots read since it was last written whole
+		for _, op := range ops {
+			if op.Kind == TreePathRead {
+				for _, r := range op.SlotReads[0] {
+					unread := all &^ read[r.Bucket]
+					out = append(out, Choice{Rank: bits.OnesCount64(unread & (1<<r.Slot - 1)), Unread: bits.OnesCount64(unread)})
+				}
+			}
+			for _, reads := range append(slices.Clone(op.SlotReads), op.EvictReads) {
+				for _, r := range reads {
+					read[r.Bucket] |= 1 << r.Slot
+				}
+			}
+			for b, mask := range op.WroteSlots {
+				if mask == all {
+					delete(read, b)
 				}
 			}
 		}

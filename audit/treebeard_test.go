@@ -1,6 +1,7 @@
 package audit
 
 import (
+	"slices"
 	"testing"
 
 	"github.com/oblivkv/oblivkv/observe"
@@ -56,5 +57,31 @@ func TestTreeOpKind(t *testing.T) {
 				t.Fatalf("parsed %+v; want one %v", ops[0], c.want)
 			}
 		})
+	}
+}
+
+// TestTreebeardChoices checks the ranks storage's view gives the slots
+// path reads take: among the slots of their bucket unread since it was
+// last written whole, several of one bucket in one read among the same
+// ones; reads of an eviction count as reads, a whole rewrite makes every
+// slot unread again, a partial one does not.
+func TestTreebeardChoices(t *testing.T) {
+	const slots = 4 // Z=1, S=3
+	path := func(reads ...SlotRef) TreeOp {
+		return TreeOp{Kind: TreePathRead, SlotReads: [][]SlotRef{reads}, WroteSlots: map[uint64]uint64{}}
+	}
+	partial := path(SlotRef{1, 0}, SlotRef{2, 3})
+	partial.WroteSlots[2] = 1
+	eviction := TreeOp{Kind: TreeEviction, SlotReads: [][]SlotRef{{{1, 1}}}, WroteSlots: map[uint64]uint64{1: 1<<slots - 1}}
+	ops := []TreeOp{
+		path(SlotRef{1, 2}),
+		partial,
+		eviction,
+		path(SlotRef{1, 1}, SlotRef{2, 0}),
+		path(SlotRef{2, 1}, SlotRef{2, 2}),
+	}
+	want := []Choice{{2, 4}, {0, 3}, {3, 4}, {1, 4}, {0, 3}, {0, 2}, {1, 2}}
+	if got := TreebeardChoices([][]TreeOp{ops}, slots); !slices.Equal(got, want) {
+		t.Fatalf("choices %v; want %v", got, want)
 	}
 }

@@ -3,6 +3,7 @@ package ringoram
 import (
 	"context"
 	"fmt"
+	"math/bits"
 	"math/rand/v2"
 	"slices"
 	"testing"
@@ -30,6 +31,9 @@ type fixture struct {
 	r    *rand.Rand
 	aud  *auditor
 	seen int // records already audited
+	// truth, when set, collects the trusted metadata's account of each
+	// operation's slots (note).
+	truth *slotTruth
 }
 
 func newFixture(t testing.TB, L int, p Params, seed uint64) *fixture {
@@ -83,6 +87,8 @@ func (f *fixture) init(placed [][]Block) {
 // read runs ReadPaths and audits its calls.
 func (f *fixture) read(reqs ...PathRead) []ReadResult {
 	f.t.Helper()
+	leaves := leavesOf(reqs)
+	before := f.metasBefore(leaves)
 	res, err := f.tr.ReadPaths(f.ctx, reqs)
 	if err == nil {
 		err = f.tr.Flush(f.ctx) // the Write, held for the next Read with a write-ahead hook
@@ -90,21 +96,28 @@ func (f *fixture) read(reqs ...PathRead) []ReadResult {
 	if err != nil {
 		f.t.Fatal(err)
 	}
+	if err := f.aud.readPaths(f.fresh(), leaves); err != nil {
+		f.t.Fatal(err)
+	}
+	f.note(before)
+	return res
+}
+
+// leavesOf returns the leaf of each request.
+func leavesOf(reqs []PathRead) []uint64 {
 	leaves := make([]uint64, len(reqs))
 	for i, r := range reqs {
 		leaves[i] = r.Leaf
 	}
-	if err := f.aud.readPaths(f.fresh(), leaves); err != nil {
-		f.t.Fatal(err)
-	}
-	return res
+	return leaves
 }
 
 // readEvict runs ReadEvict of reqs and an eviction of k paths, and
 // audits its calls.
 func (f *fixture) readEvict(k int, blocks []Block, reqs ...PathRead) ([]ReadResult, []int64) {
 	f.t.Helper()
-	evicted := f.tr.EvictionLeaves(k)
+	evicted, leaves := f.tr.EvictionLeaves(k), leavesOf(reqs)
+	before := f.metasBefore(leaves)
 	res, where, err := f.tr.ReadEvict(f.ctx, reqs, k, blocks)
 	if err == nil {
 		err = f.tr.Flush(f.ctx)
@@ -112,13 +125,10 @@ func (f *fixture) readEvict(k int, blocks []Block, reqs ...PathRead) ([]ReadResu
 	if err != nil {
 		f.t.Fatal(err)
 	}
-	leaves := make([]uint64, len(reqs))
-	for i, r := range reqs {
-		leaves[i] = r.Leaf
-	}
 	if err := f.aud.access(f.fresh(), leaves, evicted); err != nil {
 		f.t.Fatal(err)
 	}
+	f.note(before)
 	return res, where
 }
 
@@ -136,7 +146,74 @@ func (f *fixture) evict(k int, blocks []Block) []int64 {
 	if err := f.aud.evict(f.fresh(), leaves); err != nil {
 		f.t.Fatal(err)
 	}
+	f.note(nil)
 	return where
+}
+
+// slotTruth is the trusted metadata's account of a run's slots, for the
+// audits of where real blocks land and which dummies reads take
+// (TestSlotOffsets): every real block a rewrite placed, and every dummy a
+// path read took.
+type slotTruth struct {
+	placed []Placed
+	chose  []Chose
+}
+
+// metasBefore returns, when f collects a slotTruth, the metadata of the
+// buckets a read of leaves will read, as the Tree holds it (or storage,
+// for a bucket whose metadata it has no copy of).
+func (f *fixture) metasBefore(leaves []uint64) map[uint64]meta {
+	if f.truth == nil {
+		return nil
+	}
+	out := map[uint64]meta{}
+	for _, b := range f.aud.union(leaves) {
+		out[b] = f.metaOf(b)
+	}
+	return out
+}
+
+// metaOf returns bucket's metadata as the Tree holds it, or as storage
+// does when the Tree has no copy.
+func (f *fixture) metaOf(bucket uint64) meta {
+	m := f.tr.newMetas(1)[0]
+	if f.tr.cache.get(&m, bucket, f.cfg.Params, f.cfg.Geometry) {
+		return m
+	}
+	return f.peek(bucket)
+}
+
+// note adds to f.truth, if set, what the operation just audited did by
+// the trusted metadata: each slot its path read took that before (the
+// metadata before it) listed as a valid dummy, as a Chose among those
+// dummies, and each real block a bucket it rewrote now lists, as a
+// Placed in the order the rewrite took the blocks (its entries').
+func (f *fixture) note(before map[uint64]meta) {
+	if f.truth == nil {
+		return
+	}
+	for _, addr := range f.aud.pathSlots {
+		b, s, _ := f.cfg.Layout.ParseSlot(addr)
+		m := before[b]
+		dummies := m.Valid &^ m.realMask()
+		if dummies&(1<<s) == 0 { // the slot of a block a request wants
+			continue
+		}
+		f.truth.chose = append(f.truth.chose, Chose{Rank: bits.OnesCount64(dummies & (1<<s - 1)), Unread: bits.OnesCount64(dummies)})
+	}
+	for _, b := range f.aud.rewritten {
+		m := f.metaOf(b)
+		n := 0
+		for n < len(m.Entries) && m.Entries[n].Present {
+			n++
+		}
+		for g, e := range m.Entries[:n] {
+			f.truth.placed = append(f.truth.placed, Placed{Slot: int(e.Slot), Slots: f.cfg.Params.slots(), Gathered: g, Of: n})
+		}
+		if slices.ContainsFunc(m.Entries[n:], func(e entry) bool { return e.Present }) {
+			f.t.Fatalf("bucket %d rewritten with real entries after an empty one", b)
+		}
+	}
 }
 
 // restart replaces the Tree by one restored from its state, as a clean
@@ -278,6 +355,10 @@ type auditor struct {
 	count    map[uint64]int    // per bucket: slots read by path reads since the last full rewrite
 	offsets  []int             // per slot index: how often a path read read it
 	known    map[uint64]bool   // buckets whose metadata the Tree has a copy of (metaCache)
+	// Of the last operation checked: the slots its path read took (not
+	// its reshuffles'), and the buckets its Write rewrote whole.
+	pathSlots []string
+	rewritten []uint64
 }
 
 func newAuditor(l Layout, g tree.Geometry, p Params, slotSize int) *auditor {
@@ -324,6 +405,7 @@ func (a *auditor) readPaths(recs []observe.Record, leaves []uint64) error {
 // reshuffle and not evicted; for an eviction, ONE Read of Z slots of each
 // bucket of its union; and the Write.
 func (a *auditor) access(recs []observe.Record, leaves, evicted []uint64) error {
+	a.pathSlots, a.rewritten = nil, nil
 	read, evict := a.union(leaves), a.union(evicted)
 	union := slices.Compact(slices.Sorted(slices.Values(slices.Concat(read, evict))))
 	recs, err := a.metaRead(recs, union)
@@ -379,6 +461,7 @@ func (a *auditor) pathRead(r observe.Record, leaves, read, evict []uint64) ([]ui
 		_, s, _ := a.l.ParseSlot(addr)
 		a.offsets[s]++
 	}
+	a.pathSlots = path.Addrs
 	var due []uint64
 	for i, b := range read {
 		a.count[b] += per[i]
@@ -525,6 +608,7 @@ func (a *auditor) rewrite(r observe.Record, union, full []uint64) error {
 		delete(a.read, b)
 		delete(a.count, b)
 	}
+	a.rewritten = full
 	return nil
 }
 

@@ -13,4 +13,9 @@ const (
 	// buckets invariant), so a path read's slot offset tells a real block
 	// from a dummy.
 	leakRealsInFirstSlots
+	// leakDummiesInOrder: a path read takes a bucket's lowest unread
+	// dummy slot instead of a uniformly random one, so a read of any
+	// other slot is a real block's, and the slots reads skip hold real
+	// blocks.
+	leakDummiesInOrder
 )

@@ -49,17 +49,19 @@ func TestRandomized(t *testing.T) {
 			if testing.Short() {
 				ops /= 5
 			}
-			randomized(t, tc.p, tc.top, ops, 120, noLeak)
+			randomized(t, tc.p, tc.top, ops, 120, noLeak, nil)
 		})
 	}
 }
 
 // randomized loads n random blocks into a tree of 9 levels, top of them
 // held in memory, with lk injected, runs ops random operations on it
-// (multi-path reads, evictions, superseded blocks) against the model, and
-// returns the fixture.
-func randomized(t *testing.T, p Params, top, ops, n int, lk leak) *fixture {
+// (multi-path reads, evictions, superseded blocks) against the model,
+// collecting truth when it is set (fixture.note), and returns the
+// fixture.
+func randomized(t *testing.T, p Params, top, ops, n int, lk leak, truth *slotTruth) *fixture {
 	f := newTopFixture(t, 8, p, 14, top, lk)
+	f.truth = truth
 	blocks := f.load(n)
 	m := model{leaf: map[tree.BlockID]uint64{}, value: map[tree.BlockID][]byte{}, bucket: map[tree.BlockID]uint64{}, stash: map[tree.BlockID]bool{}}
 	var ids []tree.BlockID

@@ -96,7 +96,12 @@ func (t *Tree) pathSlots(reqs []PathRead, union []uint64, metas []meta, claimed 
 			taken |= 1 << so.slot
 		}
 		for n := len(w); n < min(crossing[i], t.p.Z); n++ {
-			taken |= 1 << randomBit(t.rng, m.Valid&^m.realMask()&^taken)
+			dummies := m.Valid &^ m.realMask() &^ taken
+			d := randomBit(t.rng, dummies)
+			if t.leak == leakDummiesInOrder {
+				d = uint8(bits.TrailingZeros64(dummies))
+			}
+			taken |= 1 << d
 		}
 		for ; taken != 0; taken &= taken - 1 {
 			slot := uint8(bits.TrailingZeros64(taken))

@@ -1,6 +1,7 @@
 package treebeard_test
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -584,8 +585,8 @@ func evictionCount(name string, a audited) audit.Check {
 	return audit.TreebeardEvictionCount(name, paths, a.requests, a.opts.Trees, a.opts.A, a.opts.K)
 }
 
-// statChecks are audits (c), (f), (g), (h), (i) and (j) on the runs of
-// workloadNames (those present):
+// statChecks are audits (c), (f), (g), (h), (i), (j), (k) and (l) on the
+// runs of workloadNames (those present):
 //
 //	(c) the trees and the (tree, leaf bin) cells read are uniform, over
 //	    the trees and over the trees*auditBins cells;
@@ -599,7 +600,21 @@ func evictionCount(name string, a audited) audit.Check {
 //	    repeated keys;
 //	(i) the slot offsets path reads fetch are uniform over the Z+S
 //	    slots of a bucket;
-//	(j) one multi-path read per tree and epoch (audit.TreebeardReadsPerEpoch).
+//	(j) one multi-path read per tree and epoch (audit.TreebeardReadsPerEpoch);
+//	(k) under a hot key, uniform keys and Zipf, one key's block followed
+//	    across its real path reads (followChecks): its positions uniform,
+//	    each independent of the one before, and the same position again
+//	    no more often than chance (Treebeard Sec. 3's random tree and
+//	    random path invariants: every access moves the block to a fresh
+//	    random tree and leaf). A hot key's block, changed in every epoch,
+//	    never leaves the stash (an eviction takes no block whose latest
+//	    change is not journaled yet), so storage sees its position once,
+//	    at its first real read, and the hot key's checks have next to
+//	    nothing to test while the protocol keeps it there;
+//	(l) every slot a path read takes is uniform among the slots of its
+//	    bucket not read since the bucket was last written
+//	    (audit.TreebeardChoices, from storage's view alone: Ring ORAM's
+//	    permuted buckets and random dummies).
 //
 // Every statistical check rejects at audit.Significance.
 func statChecks(runs map[string]audited) []audit.Check {
@@ -612,12 +627,17 @@ func statChecks(runs map[string]audited) []audit.Check {
 	}
 	for _, n := range names {
 		a := runs[n]
+		slots := a.opts.Z + a.opts.S
 		out = append(out,
 			audit.Uniform(n+": trees read", audit.SumRows(a.cells, a.opts.Trees)),
 			audit.Uniform(n+": (tree, leaf bin) cells read", a.cells),
 			evictionCount(n, a),
-			audit.Uniform(n+": slot offsets of path reads", audit.TreebeardSlotOffsets(a.ops, a.opts.Z+a.opts.S)),
-			audit.TreebeardReadsPerEpoch(n, a.ops, a.rounds))
+			audit.Uniform(n+": slot offsets of path reads", audit.TreebeardSlotOffsets(a.ops, slots)),
+			audit.TreebeardReadsPerEpoch(n, a.ops, a.rounds),
+			audit.Choices(n+": slots path reads take, among their buckets' unread ones", audit.TreebeardChoices(a.ops, slots), slots))
+		if n == "hot" || n == "uniform" || n == "zipf" {
+			out = append(out, followChecks(n, a)...)
+		}
 	}
 	for i, x := range names {
 		for _, y := range names[i+1:] {
@@ -629,6 +649,97 @@ func statChecks(runs map[string]audited) []audit.Check {
 		}
 	}
 	return out
+}
+
+// followChecks is audit (k) on a run: audit.FollowKey on keyWalks, over
+// the trees*leaves positions numbered tree by tree, in followBins bins.
+func followChecks(name string, a audited) []audit.Check {
+	walks, err := keyWalks(a)
+	if err != nil {
+		return []audit.Check{audit.Exact(name+": one key followed", []string{err.Error()})}
+	}
+	positions := a.opts.Trees * int(a.geo.Leaves())
+	return audit.FollowKey(name, walks, positions, followBins(walks, positions))
+}
+
+// realRead is one real path read as storage saw it: the Tap sequence
+// number of its multi-path read, the block it fetched (from the trace)
+// and its position.
+type realRead struct {
+	seq   uint64
+	block tree.BlockID
+	pos   int
+}
+
+// keyWalks follows every block through a run (audit.FollowKey): the
+// positions of each block's real path reads, in Tap order, numbered tree
+// by tree (tree*leaves + leaf). The trace says which path of a
+// multi-path read was which block's real read (tree t's i-th traced read
+// is its i-th multi-path read on storage, audit (b)); the position is the
+// tree storage saw read and the leaf bucket of that path, which storage
+// saw the multi-path read take a slot of. Fake reads and accesses
+// answered from the stash show storage nothing of the block's position
+// and are left out, so consecutive positions of a walk are those of one
+// block's consecutive real reads, between which it was moved at least
+// once.
+func keyWalks(a audited) ([][]int, error) {
+	var reads []realRead
+	for t, evs := range treeEvents(a.events, a.opts.Trees) {
+		var ops []audit.TreeOp
+		for _, op := range a.ops[t] {
+			if op.Kind == audit.TreePathRead {
+				ops = append(ops, op)
+			}
+		}
+		evs = slices.DeleteFunc(evs, func(e treebeard.TraceEvent) bool { return e.Kind != treebeard.TraceRead })
+		if len(ops) != len(evs) {
+			return nil, fmt.Errorf("tree %d: %d multi-path reads on storage, %d traced", t, len(ops), len(evs))
+		}
+		for i, e := range evs {
+			for j, id := range e.Wants {
+				if id == (tree.BlockID{}) {
+					continue
+				}
+				leaf := e.Leaves[j]
+				if _, ok := slices.BinarySearch(ops[i].Union, a.geo.BucketAt(leaf, a.geo.L)); !ok {
+					return nil, fmt.Errorf("call %d: tree %d's real read of leaf %d, whose leaf bucket storage did not see read", ops[i].Seq, t, leaf)
+				}
+				reads = append(reads, realRead{seq: ops[i].Seq, block: id, pos: t*int(a.geo.Leaves()) + int(leaf)})
+			}
+		}
+	}
+	slices.SortStableFunc(reads, func(x, y realRead) int { return cmp.Compare(x.seq, y.seq) })
+	walk := map[tree.BlockID]int{}
+	var walks [][]int
+	for _, r := range reads {
+		i, ok := walk[r.block]
+		if !ok {
+			i = len(walks)
+			walk[r.block] = i
+			walks = append(walks, nil)
+		}
+		walks[i] = append(walks[i], r.pos)
+	}
+	return walks, nil
+}
+
+// followBins is the number of position bins audit.FollowKey uses on
+// walks over positions positions: the most, a power of two, at which the
+// bins x bins table of consecutive positions expects at least 5 pairs a
+// cell (the chi-square approximation's rule), and at least 2. Trees and
+// leaves are powers of two, so with positions numbered tree by tree a
+// bin holds a range of leaves of one tree, or whole trees, and a block
+// kept in its tree shows in the table.
+func followBins(walks [][]int, positions int) int {
+	pairs := 0
+	for _, w := range walks {
+		pairs += max(len(w)-1, 0)
+	}
+	bins := 2
+	for bins*2 <= positions && pairs >= 5*(bins*2)*(bins*2) {
+		bins *= 2
+	}
+	return bins
 }
 
 // auditAll runs the named workloads with opts and seed, crashed and
@@ -732,8 +843,10 @@ func exercised(t *testing.T, opts treebeard.Options, runs map[string]audited) {
 
 // leakCases are the leaks injected into treebeard, each with the
 // workloads that expose it and the check (by name, from statChecks) that
-// must fail on it. A leak injected into the Ring ORAM trees (a real
-// block's slot) is ringoram's TestSlotOffsets.
+// must fail on it. The leaks injected into the Ring ORAM trees (a real
+// block's slot, a dummy's) are ringoram's TestSlotOffsets: ringoram lets
+// treebeard inject one only in builds with the oblivkv_leaks tag
+// (leakDummiesInOrder).
 var leakCases = []struct {
 	name      string
 	leak      treebeard.Leak
@@ -744,6 +857,8 @@ var leakCases = []struct {
 	{"missing key's position from its ID", treebeard.LeakMissingKeyedPosition, []string{"missing", "uniform"}, "missing against uniform: distinct paths per multi-path read"},
 	{"eviction counts real reads only", treebeard.LeakEvictOnRealReads, []string{"hot"}, "hot: k paths evicted per A path reads"},
 	{"shard parts read as they arrive", treebeard.LeakEagerShardParts, []string{"uniform"}, "uniform: one multi-path read per tree and epoch"},
+	{"moved to a position from its ID", treebeard.LeakKeyedRemap, []string{"uniform"}, "uniform: consecutive positions of one key independent"},
+	{"moved within its tree", treebeard.LeakRemapKeepsTree, []string{"uniform"}, "uniform: consecutive positions of one key independent"},
 }
 
 // paperOptions are the paper's parameters where the defaults differ
@@ -825,7 +940,7 @@ func cloneRecords(records []observe.Record) []observe.Record {
 func cloneEvents(events []treebeard.TraceEvent) []treebeard.TraceEvent {
 	out := make([]treebeard.TraceEvent, len(events))
 	for i, e := range events {
-		e.Leaves, e.Epochs = slices.Clone(e.Leaves), slices.Clone(e.Epochs)
+		e.Leaves, e.Epochs, e.Wants = slices.Clone(e.Leaves), slices.Clone(e.Epochs), slices.Clone(e.Wants)
 		out[i] = e
 	}
 	return out

@@ -41,6 +41,8 @@ const (
 	LeakMissingKeyedPosition = leakMissingKeyedPosition
 	LeakEvictOnRealReads     = leakEvictOnRealReads
 	LeakEagerShardParts      = leakEagerShardParts
+	LeakKeyedRemap           = leakKeyedRemap
+	LeakRemapKeepsTree       = leakRemapKeepsTree
 
 	LeakRecoveryForgetsEvictions = leakRecoveryForgetsEvictions
 	LeakRecoveryChecksPositions  = leakRecoveryChecksPositions

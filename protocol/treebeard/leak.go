@@ -45,6 +45,20 @@ const (
 	// a crash cut short after it read, so the blocks it wanted are read
 	// again with freshly chosen dummies beside their own slots.
 	leakRecoveryForgetsPlans
+	// leakKeyedRemap: an access moves its block to a tree and leaf derived
+	// from the block's ID instead of fresh random ones, so a block is
+	// found at one position access after access.
+	leakKeyedRemap
+	// leakRemapKeepsTree: an access moves its block to a fresh random leaf
+	// of the tree it was in, instead of a random tree too (the random
+	// tree invariant, Sec. 3), so a block never leaves its tree.
+	leakRemapKeepsTree
+	// leakDummiesInOrder: the trees' path reads take the lowest unread
+	// dummy of each bucket instead of a random one (ringoram's
+	// leakDummiesInOrder). Package ringoram offers no way to inject it
+	// but in builds with the oblivkv_leaks tag, so only OBLIVKV_LEAK can
+	// choose it (leak_env.go); ringoram's own tests show its audit.
+	leakDummiesInOrder
 	// leakFixedSeed: a store opened without a test seed begins its random
 	// choices at a constant seed instead of random.Fresh's, so every
 	// store makes the same choices and storage can predict them.
@@ -68,11 +82,17 @@ func (s *store) checkPositions(ctx context.Context) error {
 	return nil
 }
 
-// keyedPosition is leakMissingKeyedPosition's position of a block.
+// keyedPosition is the position of a block leakMissingKeyedPosition and
+// leakKeyedRemap derive from its ID.
 func (c *stashCore) keyedPosition(id tree.BlockID) Position {
 	v := binary.BigEndian.Uint64(id[8:])
 	return Position{Tree: int(v % uint64(c.trees)), Leaf: (v / uint64(c.trees)) % c.geo.Leaves()}
 }
+
+// injectTreeLeak injects into a tree the leak of package ringoram that l
+// stands for: none. Only in builds with the oblivkv_leaks tag,
+// leak_env.go replaces it (leakDummiesInOrder).
+var injectTreeLeak = func(l leak, t *ringoram.Tree) {}
 
 // envLeak returns l: the protocol as given. Only in builds with the
 // oblivkv_leaks tag, leak_env.go replaces it with the leak the

@@ -2,7 +2,10 @@
 
 package treebeard
 
-import "github.com/oblivkv/oblivkv/internal/leakenv"
+import (
+	"github.com/oblivkv/oblivkv/internal/leakenv"
+	"github.com/oblivkv/oblivkv/protocol/ringoram"
+)
 
 // The leaks OBLIVKV_LEAK may choose, in a build with the oblivkv_leaks
 // tag only.
@@ -13,6 +16,12 @@ func init() {
 			"missing_keyed_position": leakMissingKeyedPosition,
 			"evict_on_real_reads":    leakEvictOnRealReads,
 			"eager_shard_parts":      leakEagerShardParts,
+			"dummies_in_order":       leakDummiesInOrder,
 		})
+	}
+	injectTreeLeak = func(l leak, t *ringoram.Tree) {
+		if l == leakDummiesInOrder {
+			ringoram.InjectDummiesInOrder(t)
+		}
 	}
 }

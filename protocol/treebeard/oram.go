@@ -373,12 +373,13 @@ func (w *treeWorker) readEvict(ctx context.Context, reads []ringoram.PathRead, c
 	return results, placed, ev, err
 }
 
-// traceRead reports a multi-path read of jobs: each path and its epoch.
+// traceRead reports a multi-path read of jobs: each path, its epoch and
+// the block it fetches.
 func (w *treeWorker) traceRead(jobs []*readJob) {
 	ev := traceEvent{Kind: traceRead, Tree: w.id}
 	for _, j := range jobs {
 		for _, r := range j.reads {
-			ev.Leaves, ev.Epochs = append(ev.Leaves, r.Leaf), append(ev.Epochs, j.epoch)
+			ev.Leaves, ev.Epochs, ev.Wants = append(ev.Leaves, r.Leaf), append(ev.Epochs, j.epoch), append(ev.Wants, r.Want)
 		}
 	}
 	w.trace(ev)

@@ -117,6 +117,19 @@ func (c *stashCore) randomPosition() Position {
 	return Position{Tree: c.rng.IntN(c.trees), Leaf: c.rng.Uint64N(c.geo.Leaves())}
 }
 
+// moveFrom returns the position a block found at from moves to at an
+// access: a fresh random tree and leaf, whatever the block and wherever it
+// was (randomPosition).
+func (c *stashCore) moveFrom(id tree.BlockID, from Position) Position {
+	switch c.leak {
+	case leakKeyedRemap:
+		return c.keyedPosition(id)
+	case leakRemapKeepsTree:
+		return Position{Tree: from.Tree, Leaf: c.rng.Uint64N(c.geo.Leaves())}
+	}
+	return c.randomPosition()
+}
+
 // plan runs the start of an epoch (Treebeard Sec. 5.2.1): one path read
 // per request. The first request of a block not in the stash reads the
 // block's real path; repeats and blocks already stashed read a random path
@@ -156,7 +169,7 @@ func (c *stashCore) plan(epoch uint64, batch []Request) epochPlan {
 				fakeAt(c.randomPosition())
 				continue
 			}
-			c.inflight[r.ID] = &inflight{from: at, to: c.randomPosition(), queue: []queued{{req: r, to: to}}}
+			c.inflight[r.ID] = &inflight{from: at, to: c.moveFrom(r.ID, at), queue: []queued{{req: r, to: to}}}
 			p.Reads[at.Tree] = append(p.Reads[at.Tree], ringoram.PathRead{Leaf: at.Leaf, Want: r.ID, Real: true})
 			c.stats.realReads++
 		}
@@ -176,7 +189,7 @@ func (c *stashCore) applyStashed(r Request, b *stashed) Reply {
 		return rep
 	}
 	b.value, b.unjournaled = val, true
-	c.pos[r.ID] = c.randomPosition()
+	c.pos[r.ID] = c.moveFrom(r.ID, c.pos[r.ID])
 	return rep
 }
 

@@ -132,6 +132,7 @@ func build(env kv.Env, opts Options, log *durable.Log) (*store, error) {
 		if err != nil {
 			return nil, fmt.Errorf("treebeard: %w", err)
 		}
+		injectTreeLeak(opts.leak, w.tree)
 		owner := orams[t%len(orams)]
 		owner.workers[t] = w
 		s.workers = append(s.workers, w)

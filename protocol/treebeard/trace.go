@@ -1,5 +1,7 @@
 package treebeard
 
+import "github.com/oblivkv/oblivkv/protocol/tree"
+
 // traceKind names what a traceEvent records.
 type traceKind uint8
 
@@ -18,4 +20,7 @@ type traceEvent struct {
 	Tree     int      // traceRead, traceEvict
 	Leaves   []uint64 // traceRead: the paths read; traceEvict: the paths evicted
 	Epochs   []uint64 // traceRead: the epoch of each path read
+	// Wants is, for traceRead, the block each path read fetches: the
+	// block of a real read, the zero ID for a fake one (plan).
+	Wants []tree.BlockID
 }
