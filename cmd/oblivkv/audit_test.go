@@ -92,6 +92,7 @@ var leakCases = []leakCase{
 	{"treebeard", "missing_keyed_position", missing, "missing against uniform: distinct paths per multi-path read"},
 	{"treebeard", "evict_on_real_reads", hotkey, "hotkey: k paths evicted per A path reads"},
 	{"treebeard", "eager_shard_parts", uniform, "uniform: one multi-path read per tree and epoch"},
+	{"treebeard", "dummies_in_order", uniform, "uniform: slots path reads take, among their buckets' unread ones"},
 	{"pathoram", "get_keeps_leaf", hotkey, "hotkey: consecutive reads of one path"},
 	{"pathoram", "missing_keyed_leaf", missing, "missing: consecutive reads of one path"},
 	{"pathoram", "unchanged_not_written", uniform, "uniform: one read and one write of a path per access"},

@@ -69,8 +69,8 @@ func answered(r *Run) audit.Check {
 		r.Unanswered, len(r.Requests), r.Stalled)})
 }
 
-// treebeardChecks are Treebeard's audits (b), (c), (d), (e), (g), (i) and
-// (j) of protocol/treebeard's audit test, from the Tap alone and the
+// treebeardChecks are Treebeard's audits (b), (c), (d), (e), (g), (i), (j)
+// and (l) of protocol/treebeard's audit test, from the Tap alone and the
 // public parameters: see audit/treebeard.go. The run ends each epoch
 // itself (pace.go), so (j), one multi-path read per tree and epoch, and
 // the distinct paths per multi-path read, compared across workloads,
@@ -120,6 +120,7 @@ func treebeardChecks(cfg Config, r *Run) ([]audit.Check, map[string][]int, map[s
 		audit.Uniform(n+"trees read", audit.SumRows(cells, trees)),
 		audit.Uniform(n+"(tree, leaf bin) cells read", cells),
 		audit.Uniform(n+"slot offsets of path reads", audit.TreebeardSlotOffsets(ops, z+s)),
+		audit.Choices(n+"slots path reads take, among their buckets' unread ones", audit.TreebeardChoices(ops, z+s), z+s),
 		audit.TreebeardSameLeaf(n+"paths of one multi-path read on one leaf", geo, z, ops),
 	}
 	compared := map[string][]int{"leaves read": cells, "distinct paths per multi-path read": audit.TreebeardDistinctLeaves(geo, ops).Counts}
