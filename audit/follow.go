@@ -14,7 +14,7 @@ import (
 // what the Tap shows. A protocol that moves a block to a fresh random
 // position at every access gives positions uniform and each independent
 // of the one before, whatever the key and however often it is asked for.
-// Three checks:
+// Four checks:
 //
 //   - uniform positions: every position of every walk, in bins
 //     equal-width bins (Uniform);
