@@ -25,7 +25,7 @@ type CloakResult struct {
 	Starts []time.Duration
 }
 
-// CloakBudgets checks Cloak's budgets (seed 002, Sec. 4) from a tap log
+// CloakBudgets checks Cloak's budgets (Cloak Sec. 4) from a tap log
 // alone, as the storage operator can: every Write of physical addresses
 // forms a new reuse-distance set (the initial layout writes one set per
 // Write, oldest first), so an address read when w Writes have been seen
@@ -115,7 +115,7 @@ func checkBudgets(addrs []string, written map[string]int, writes int, budgets []
 // against what Cloak's budgets give by chance (Excess). A batch writes
 // its beta addresses back as the newest set, from which the next batch
 // reads exactly b_1 = budgets[0]; as the elements were permuted at random
-// (seed 002, Sec. 5.1), which b_1 they are is independent of the
+// (Cloak Sec. 5.1), which b_1 they are is independent of the
 // requests, so an address read by one batch is read by the next with
 // probability p = b_1/beta, and a run of consecutive batches reading it
 // lasts r batches or more with probability p^(r-1). The statistic counts

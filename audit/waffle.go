@@ -108,7 +108,7 @@ type AlphaResult struct {
 }
 
 // WaffleAlpha measures, from a tap log alone (what the storage operator
-// sees), the alpha of Definition 1 in seed 001, Sec. 5.1: the number of
+// sees), the alpha of Definition 1 of Waffle Sec. 5.1: the number of
 // server accesses between the write of a storage id and its read. Waffle
 // accesses storage in batches (one Read, one Write, one Delete each), so,
 // as Sec. 5.1 says for batched proxies, accesses are counted in batches.
@@ -255,7 +255,7 @@ type BetaResult struct {
 	Reread int
 }
 
-// WaffleBeta measures the beta of Definition 1 in seed 001, Sec. 5.1 from
+// WaffleBeta measures the beta of Definition 1 of Waffle Sec. 5.1 from
 // the proxy's record of which logical objects each batch read and wrote
 // (events[i] is batch i): for every read of an object in batch r followed
 // by its next write in batch w, beta = w - r. Theorem 7.2 bounds it below

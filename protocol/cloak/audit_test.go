@@ -22,7 +22,7 @@ import (
 	"github.com/oblivkv/oblivkv/protocol/cloak"
 )
 
-// The obliviousness audits (seed 002, Secs. 4 and 5.1): what storage sees
+// The obliviousness audits (Cloak Secs. 4 and 5.1): what storage sees
 // of Cloak must not depend on the requests. A store of auditN keys runs
 // over a Tap with its batches driven by a fake clock; auditClients
 // clients (half gets, half puts) run for auditBusy ticks, the clock ticks

@@ -6,7 +6,7 @@ import (
 	"time"
 )
 
-// Options are Cloak's parameters (seed 002, Secs. 4, 6 and 7.1). Zero
+// Options are Cloak's parameters (Cloak Secs. 4, 6 and 7.1). Zero
 // fields take defaults scaled to the store's capacity N (see withDefaults).
 type Options struct {
 	// B1 is b_1, the budget of the most recent reuse-distance set; with S

@@ -1,4 +1,4 @@
-// Package oblivistore implements ObliviStore (seed 004), an asynchronous
+// Package oblivistore implements ObliviStore, an asynchronous
 // partition ORAM: the partitioning framework of Stefanov, Shi and Song
 // with hierarchical partitions, a background shuffler and oblivious
 // scheduling.

@@ -229,8 +229,9 @@ func (s *Server) handle(c *Core, m PartitionMsg) error {
 // read is ReadPartition (Fig. 6): one slot of every readable level of the
 // partition, the wanted block's own slot where it is unread, a fake read
 // elsewhere. Which slot a fake read takes depends only on the level's
-// public state: an early cache-in (the lowest unread slot) when the level
-// is marked for shuffling, else the next dummy. Each read adds to the
+// public state: an early cache-in (the next slot of the level's random
+// read-out order) when the level is marked for shuffling, else the next
+// dummy. Each read adds to the
 // shuffling I/O semaphore.
 func (s *Server) read(c *Core, m PartitionRead) error {
 	s.IO = min(s.IO+s.Opts.ShuffleIOPerAccess, s.Opts.ShuffleIOAhead)

@@ -1,6 +1,6 @@
 // Package pathoram implements sequential Path ORAM, registered with kv as
 // "pathoram": the classic reference point for every tree ORAM, exactly as
-// reviewed in the TaoStore paper (seed 003, Sec. IV-A).
+// reviewed in the TaoStore paper. What follows is TaoStore Sec. IV-A.
 //
 // Storage is a complete binary tree with at least Capacity leaves
 // (tree.NewGeometry) of buckets of Z slots (default 4). Every access, of

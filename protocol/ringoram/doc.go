@@ -1,5 +1,5 @@
 // Package ringoram is one Ring ORAM storage tree (Ren et al.), as Treebeard
-// uses it (Treebeard, seed 000, Sec. 2 and Sec. 5.3): buckets of Z+S
+// uses it (Treebeard Sec. 2 and Sec. 5.3): buckets of Z+S
 // slots (the paper sets Z=1), each slot its own backend address, with a
 // sealed metadata record per bucket stored beside its slots. A path read
 // fetches one slot per bucket, early reshuffles rewrite a bucket after S

@@ -1,4 +1,4 @@
-// Package treebeard implements Treebeard (seed 000): Ring ORAM spread
+// Package treebeard implements Treebeard: Ring ORAM spread
 // over several storage trees and three layers of trusted processes,
 // here wired in one process.
 //

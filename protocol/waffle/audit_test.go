@@ -21,7 +21,7 @@ import (
 	"github.com/oblivkv/oblivkv/protocol/waffle"
 )
 
-// The alpha/beta audit (seed 001, Sec. 8.3) at a modest size: N = 2048,
+// The alpha/beta audit (Waffle Sec. 8.3) at a modest size: N = 2048,
 // B:R:f_D = 40:8:8 (f_R = 24), C = 200 = 5(B-f_D+R), and the default D =
 // 683, which matches the two terms of Theorem 7.1: alpha = ceil(max(2047/24,
 // 683/8)) = 86; Theorem 7.2 gives beta = 4.
@@ -271,7 +271,7 @@ func analyse(t *testing.T, records []observe.Record, tr *tracer, keys []string) 
 }
 
 // TestAlphaBetaUniform checks Theorems 7.1 and 7.2 on a Zipf 0.99 and a
-// uniform workload (seed 001, Sec. 8.3, Table 2 and Fig. 4): alpha, from
+// uniform workload (Waffle Sec. 8.3, Table 2 and Fig. 4): alpha, from
 // the tap log alone, never exceeds TheoreticalAlpha (and no id still on
 // storage at the end is older); beta, from the proxy's trace of real
 // objects, is never below TheoreticalBeta; and the adversary-visible alpha

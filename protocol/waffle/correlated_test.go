@@ -14,7 +14,7 @@ import (
 	"github.com/oblivkv/oblivkv/protocol/waffle"
 )
 
-// The correlated-query experiment of seed 001, Sec. 8.3.2: N = 500 keys,
+// The correlated-query experiment of Waffle Sec. 8.3.2: N = 500 keys,
 // B = 100, f_D = 20, D = 200, R = 20 and 40, clients replaying a
 // correlated trace, against the same trace shuffled (the paper's
 // "randomizing the correlated queries trace"). The paper replays IHOP's

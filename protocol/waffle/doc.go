@@ -1,6 +1,6 @@
-// Package waffle implements Waffle (seed 001, Secs. 4-7), an online
-// oblivious datastore against a passive persistent adversary, registered
-// as "waffle".
+// Package waffle implements Waffle, an online oblivious datastore
+// against a passive persistent adversary (the Waffle paper, Secs. 4-7),
+// registered as "waffle".
 //
 // Requests are gathered into batches of at most R (closed early by
 // Options.Timeout) and served by Algorithm 1, one batch at a time:

@@ -6,7 +6,7 @@ import (
 	"time"
 )
 
-// Options are Waffle's parameters (seed 001, Table 1). Zero fields take
+// Options are Waffle's parameters (Waffle, Table 1). Zero fields take
 // defaults scaled to the store's capacity N (see WithDefaults).
 type Options struct {
 	// B is the batch size: the number of objects read (and written) per

@@ -12,7 +12,7 @@ import (
 	"github.com/oblivkv/oblivkv/protocol/waffle"
 )
 
-// Table 2 of seed 001 (Sec. 8.3.1) at N = 2^16: the paper's high, medium
+// Table 2 of the Waffle paper (Sec. 8.3.1) at N = 2^16: the paper's high, medium
 // and low security rows, at N = 1M, with B, R, f_D and D scaled by N/1M
 // and C kept as a share of N, so both theorems give the paper's values:
 //
