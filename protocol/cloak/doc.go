@@ -1,6 +1,6 @@
 // Package cloak implements Cloak, an oblivious store whose storage
-// accesses follow a fixed temporal distribution (the Cloak paper, Secs.
-// 3-6), registered as "cloak". The adversary may inject queries and sees every
+// accesses follow a fixed temporal distribution, registered as "cloak".
+// It follows Cloak Secs. 3-6. The adversary may inject queries and sees every
 // storage call, but not the traffic between clients and the proxy nor its
 // timing.
 //

@@ -1,7 +1,8 @@
-// Package ringoram is one Ring ORAM storage tree (Ren et al.), as Treebeard
-// uses it (Treebeard Sec. 2 and Sec. 5.3): buckets of Z+S
-// slots (the paper sets Z=1), each slot its own backend address, with a
-// sealed metadata record per bucket stored beside its slots. A path read
+// Package ringoram is one Ring ORAM storage tree, as Treebeard uses it:
+// buckets of Z+S slots (the paper sets Z=1), each slot its own backend
+// address, with a sealed metadata record per bucket stored beside its
+// slots. It is the Ring ORAM of Ren and others, as Treebeard Sec. 2 and
+// Sec. 5.3 describe it. A path read
 // fetches one slot per bucket, early reshuffles rewrite a bucket after S
 // reads (once fewer than Z of its dummies are left), and evictions
 // rewrite k paths at a time in reverse-lexicographic order, moving every

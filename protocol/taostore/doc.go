@@ -1,7 +1,7 @@
-// Package taostore implements TaoStore's asynchronous ORAM, TaORAM (seed
-// 003, Sec. IV): concurrent, asynchronous Path ORAM through a trusted
-// proxy, secure when the network between proxy and storage is asynchronous
-// and the adversary sees when replies leave the proxy.
+// Package taostore implements TaoStore's asynchronous ORAM, TaORAM:
+// concurrent, asynchronous Path ORAM through a trusted proxy, secure when
+// the network between proxy and storage is asynchronous and the adversary
+// sees when replies leave the proxy. It follows TaoStore Sec. IV.
 //
 // The package owns the Processor and the Sequencer of the paper (Fig. 4):
 //

@@ -1,6 +1,6 @@
 // Package waffle implements Waffle, an online oblivious datastore
-// against a passive persistent adversary (the Waffle paper, Secs. 4-7),
-// registered as "waffle".
+// against a passive persistent adversary, registered as "waffle". It
+// follows Waffle Secs. 4-7.
 //
 // Requests are gathered into batches of at most R (closed early by
 // Options.Timeout) and served by Algorithm 1, one batch at a time:
