@@ -37,11 +37,20 @@ const ChoicesRequests = 32
 // what is compared are deterministic, so that a difference below comes
 // from the seed alone; two stores with default options must show
 // different ones, so a default store's seed is not fixed. Every store has
-// the same sealing keys.
-func CheckFreshChoices(t *testing.T, c Choices) {
+// the same sealing keys. Then, in a subtest, the same with fixed: c with
+// a leak that makes the default seed a constant, which must fail, so the
+// check is shown to catch it.
+func CheckFreshChoices(t *testing.T, c, fixed Choices) {
 	if err := FreshChoices(t, c); err != nil {
 		t.Error(err)
 	}
+	t.Run("fixed seed (leak)", func(t *testing.T) {
+		err := FreshChoices(t, fixed)
+		if err == nil {
+			t.Fatal("two default stores whose seed is a constant passed")
+		}
+		t.Log(err)
+	})
 }
 
 // FreshChoices is CheckFreshChoices returning what went wrong with the

@@ -3,8 +3,9 @@
 // Fresh, the one function that reads crypto/rand for them, and the ChaCha8
 // generators that descend from the seed it returns.
 //
-// A store calls Fresh once when it opens and derives every generator it
-// uses from that seed with New, Draw and Labeled, so that a journal or a
+// A store calls Fresh once when it opens (through Root, which takes a
+// test's seed instead where a test set one) and derives every generator
+// it uses from that seed with New, Draw and Labeled, so that a journal or a
 // log can replay its choices and no two stores share them. math/rand/v2's
 // ChaCha8 does the drawing (fast, its state saved by MarshalBinary); what
 // this package adds is one place where seeds begin, to which a test holds
@@ -35,6 +36,15 @@ func Fresh() (Seed, error) {
 		return s, fmt.Errorf("random: reading crypto/rand: %w", err)
 	}
 	return s, nil
+}
+
+// Root returns the seed a store's choices begin at: test, where a test
+// set one through the protocol's test-only option, or else Fresh's.
+func Root(test *[32]byte) (Seed, error) {
+	if test != nil {
+		return *test, nil
+	}
+	return Fresh()
 }
 
 // New returns the generator that begins at s.

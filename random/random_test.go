@@ -31,6 +31,12 @@ func TestSeeds(t *testing.T) {
 			t.Fatalf("a derived generator repeats its parent's first draw %x", first)
 		}
 	}
+	if r, _ := Root((*[32]byte)(&a)); r != a {
+		t.Fatal("Root of a test seed is not that seed")
+	}
+	if r, _ := Root(nil); r == a || r == b || r == (Seed{}) {
+		t.Fatalf("Root without a test seed returned %x, not a fresh one", r)
+	}
 	if Labeled(a, "x").Uint64() != Labeled(a, "x").Uint64() {
 		t.Fatal("one label of one seed began two different generators")
 	}

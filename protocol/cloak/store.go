@@ -127,15 +127,12 @@ func open(ctx context.Context, env kv.Env) (*store, error) {
 	if err != nil {
 		return nil, err
 	}
-	seed, err := random.Fresh()
+	seed, err := random.Root(opts.seed)
 	if err != nil {
 		return nil, fmt.Errorf("cloak: %w", err)
 	}
 	if opts.leak == leakFixedSeed {
 		seed = random.Seed{}
-	}
-	if opts.seed != nil {
-		seed = *opts.seed
 	}
 	s := &store{b: env.Backend, keys: env.Keys, opts: opts, budgets: budgets, capacity: env.Capacity, valueSize: env.ValueSize,
 		log: durable.New(env.Journal, env.Backend, env.Keys), checkpointEvery: CheckpointBatches,

@@ -132,10 +132,7 @@ func open(ctx context.Context, env kv.Env) (*store, error) {
 
 // seedOf is a fresh random seed, or the tests' fixed one.
 func seedOf(o Options) (random.Seed, error) {
-	if o.seed != nil {
-		return *o.seed, nil
-	}
-	seed, err := random.Fresh()
+	seed, err := random.Root(o.seed)
 	if err != nil {
 		return seed, fmt.Errorf("oblivistore: %w", err)
 	}

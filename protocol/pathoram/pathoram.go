@@ -144,15 +144,12 @@ func open(ctx context.Context, env kv.Env) (kv.Store, error) {
 	log := durable.New(env.Journal, env.Backend, env.Keys)
 	r := &remote{b: env.Backend, layout: tree.Layout{Prefix: treePrefix}, codec: codec, log: log,
 		batchBytes: opts.BatchBytes, versions: make([]uint64, g.Buckets()), leak: opts.leak}
-	seed, err := random.Fresh()
+	seed, err := random.Root(opts.seed)
 	if err != nil {
 		return nil, fmt.Errorf("pathoram: %w", err)
 	}
 	if opts.leak == leakFixedSeed {
 		seed = random.Seed{}
-	}
-	if opts.seed != nil {
-		seed = *opts.seed
 	}
 	s := &store{keys: env.Keys, b: env.Backend, opts: opts, codec: codec, remote: r, log: log,
 		o: newORAM(g, opts.Z, env.Capacity, env.ValueSize, r, seed)}

@@ -91,15 +91,12 @@ func open(ctx context.Context, env kv.Env) (*store, error) {
 	if err := opts.validate(geo.L + 1); err != nil {
 		return nil, err
 	}
-	seed, err := random.Fresh()
+	seed, err := random.Root(opts.seed)
 	if err != nil {
 		return nil, fmt.Errorf("taostore: %w", err)
 	}
 	if opts.leak == leakFixedSeed {
 		seed = random.Seed{}
-	}
-	if opts.seed != nil {
-		seed = *opts.seed
 	}
 	s := &store{b: env.Backend, keys: env.Keys, geo: geo, opts: opts, capacity: env.Capacity, valueSize: env.ValueSize,
 		codec: tree.NewCodec(env.Keys, opts.Z, env.ValueSize), layout: tree.Layout{Prefix: BucketPrefix},

@@ -156,15 +156,12 @@ func build(env kv.Env, opts Options, log *durable.Log) (*store, error) {
 // newSeeds returns a maker of independent seeds, all drawn from one root:
 // random.Fresh, or the seed of o (tests).
 func newSeeds(o Options) (func() random.Seed, error) {
-	root, err := random.Fresh()
+	root, err := random.Root(o.seed)
 	if err != nil {
 		return nil, fmt.Errorf("treebeard: %w", err)
 	}
 	if o.leak == leakFixedSeed {
 		root = random.Seed{}
-	}
-	if o.seed != nil {
-		root = *o.seed
 	}
 	parent := random.New(root)
 	return func() random.Seed { return random.Draw(parent) }, nil
