@@ -69,6 +69,7 @@ const (
 	LeakEarlyWhenFull       = leakEarlyWhenFull
 	LeakDrainQueue          = leakDrainQueue
 	LeakCheckpointByRecords = leakCheckpointByRecords
+	LeakUnversionedSeal     = leakUnversionedSeal
 )
 
 // WithLeak returns o with leak l injected.

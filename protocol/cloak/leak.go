@@ -34,6 +34,11 @@ const (
 	// so many batches: its anchor write then tells storage how much the
 	// clients wrote.
 	leakCheckpointByRecords
+	// leakUnversionedSeal: an element's seal binds its address but not
+	// the batch that wrote it, as if re-encryption alone made it fresh:
+	// storage can put back an element an earlier batch wrote at that
+	// address, and the store takes it for the current one.
+	leakUnversionedSeal
 )
 
 // inPlace is leakWriteBackInPlace's permutation of n elements: none moves.
