@@ -50,6 +50,9 @@ const (
 	minRounds    = 2
 	maxRounds    = 200
 	reportRounds = 4
+	// unreadRounds bounds the rounds of Gets before the tampering that
+	// wait for an item the store has yet to read (newTamperRig).
+	unreadRounds = 8
 	// callWait bounds the wait for the store's next call to storage: far
 	// longer than any protocol's batch interval. callPoll is how often the
 	// wait looks.
@@ -198,15 +201,25 @@ func newTamperRig(h *harness) *tamperRig {
 	r.old[last] = r.want[last]
 	delete(r.want, last)
 	r.gone = append(r.gone, last)
-	for i := 0; i == 0 || !r.changed(); i++ {
-		// A protocol that writes back late (TaoStore every K paths) may
-		// not yet have written over the copy's items.
+	// A protocol that writes back late (TaoStore every K paths) may not
+	// yet have written over the copy's items, and one that reads each item
+	// once (ObliviStore) may have read every item it wrote over them: the
+	// keys are read again until storage holds a newer item the store has
+	// yet to read, or for unreadRounds once it holds a newer one (a store
+	// that reads an item at every access of its key reads them all).
+	for i, since := 0, -1; ; i++ {
 		if i == maxRounds {
-			h.t.Fatalf("after %d rounds of Gets of every key, storage still holds what it held before the keys were overwritten", i)
+			h.t.Fatalf("after %d rounds of Gets of every key, storage still holds the copy's items", i)
 		}
 		r.want.check(h.t, s, r.gone...)
+		changed, unread := r.replayable()
+		if changed && since < 0 {
+			since = i
+		}
+		if unread || changed && i-since >= unreadRounds {
+			return r
+		}
 	}
-	return r
 }
 
 func (r *tamperRig) put(key string, val []byte) {
@@ -217,17 +230,20 @@ func (r *tamperRig) put(key string, val []byte) {
 	r.want[key] = val
 }
 
-// changed reports whether storage holds another item than the copy at
-// some address of the copy.
-func (r *tamperRig) changed() bool {
-	changed := false
+// replayable reports whether storage holds, at some address of the copy,
+// another item than the copy (or none), and whether one of them is an
+// item the store has yet to read (unread; with Config.FreshAddresses, any).
+func (r *tamperRig) replayable() (changed, unread bool) {
 	r.l.edit(func(b backend.Backend) {
-		now := r.items(b)
+		now, hist := r.items(b), histories(r.l.log.Records())
 		for a, v := range r.snap {
-			changed = changed || !bytes.Equal(now[a], v)
+			if !bytes.Equal(now[a], v) {
+				changed = true
+				unread = unread || r.h.cfg.FreshAddresses || !hist[a].read
+			}
 		}
 	})
-	return changed
+	return changed, unread
 }
 
 // items returns what storage holds, but for what a running store does not
