@@ -169,7 +169,7 @@ func addr(a uint32) string {
 
 // ad binds a sealed element to its address and the batch that wrote it,
 // the batch id the position map keeps for every physical address (Cloak
-// Sec. 4, Figure 1): storage can neither move an element to another
+// Sec. 4.1 and Table 1): storage can neither move an element to another
 // address nor put back an older element at its own (seal.ErrTampered).
 func (s *store) ad(a uint32, batchID uint64) []byte {
 	if s.opts.leak == leakUnversionedSeal {
