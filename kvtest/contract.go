@@ -49,6 +49,8 @@ func RunContract(t *testing.T, cfg Config, st Storage) {
 		{"LoadOverCapacity", testLoadOverCapacity},
 		{"TamperFlip", testTamperFlip},
 		{"TamperSwap", testTamperSwap},
+		{"TamperReplay", testTamperReplay},
+		{"TamperMove", testTamperMove},
 		{"Concurrent", testConcurrent},
 		{"Mutations", testMutations},
 		{"MutationErrors", testMutationErrors},
@@ -66,12 +68,15 @@ func RunContract(t *testing.T, cfg Config, st Storage) {
 }
 
 // applies reports whether a contract subtest concerns the protocol: the
-// load tests need a bulk loader, the tamper tests integrity. Subtests that
+// load tests need a bulk loader, the tamper tests integrity (and the
+// replay test a version bound into each seal). Subtests that
 // do not apply are not run at all, rather than skipped.
 func (c Config) applies(name string) bool {
 	switch {
 	case strings.HasPrefix(name, "Load"):
 		return !c.NoLoader
+	case name == "TamperReplay":
+		return c.Integrity && !c.NoFreshness
 	case strings.HasPrefix(name, "Tamper"):
 		return c.Integrity
 	case strings.HasPrefix(name, "Durable"):

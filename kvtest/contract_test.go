@@ -3,7 +3,9 @@ package kvtest_test
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"encoding/hex"
+	"fmt"
 	"iter"
 	"os"
 	"os/exec"
@@ -31,8 +33,8 @@ func init() {
 // openRef opens a refStore; env.Options, a string, names the bug it has.
 func openRef(ctx context.Context, env kv.Env) (kv.Store, error) {
 	bug, _ := env.Options.(string)
-	s := &refStore{b: env.Backend, keys: env.Keys, capacity: env.Capacity,
-		maxKey: env.MaxKeySize, bug: bug, index: map[string]bool{}, cache: map[string][]byte{}}
+	s := &refStore{b: env.Backend, keys: env.Keys, capacity: env.Capacity, maxKey: env.MaxKeySize, bug: bug,
+		index: map[string]bool{}, versions: map[string]uint64{}, cache: map[string][]byte{}}
 	if env.Fresh || bug == "forget" {
 		return s, nil
 	}
@@ -49,7 +51,12 @@ type refStore struct {
 
 	mu    sync.Mutex
 	index map[string]bool
-	cache map[string][]byte // only with bug "alias"
+	// versions is the version each address was last written or deleted
+	// with, kept while the store runs (a reopened store learns an
+	// address's version from its first read): an older item put back
+	// fails to open.
+	versions map[string]uint64
+	cache    map[string][]byte // only with bug "alias"
 }
 
 func (s *refStore) addr(key string) string {
@@ -60,21 +67,44 @@ func (s *refStore) addr(key string) string {
 	return "r/" + hex.EncodeToString(id[:])
 }
 
+// ad is the associated data of the item at addr of version v.
+func (s *refStore) ad(addr string, v uint64) []byte {
+	switch s.bug {
+	case "unversioned": // storage can put back an older item
+		v = 0
+	case "unbound": // storage can move an item to another address
+		addr = ""
+	}
+	return binary.BigEndian.AppendUint64([]byte(addr), v)
+}
+
+// encode returns the item at addr holding val, under its next version: the
+// version, then val sealed.
 func (s *refStore) encode(addr string, val []byte) []byte {
+	s.versions[addr]++
+	v := s.versions[addr]
 	switch s.bug {
 	case "noseal":
 		return append([]byte{}, val...)
 	case "trimzeros":
 		val = bytes.TrimRight(val, "\x00")
 	}
-	return s.keys.Seal(nil, []byte(addr), val)
+	return s.keys.Seal(binary.BigEndian.AppendUint64(nil, v), s.ad(addr, v), val)
 }
 
 func (s *refStore) decode(addr string, b []byte) ([]byte, error) {
 	if s.bug == "noseal" {
 		return b, nil
 	}
-	return s.keys.Open(nil, []byte(addr), b)
+	if len(b) < 8 {
+		return nil, kv.ErrTampered
+	}
+	v := binary.BigEndian.Uint64(b)
+	if want, ok := s.versions[addr]; ok && v != want && s.bug != "unversioned" {
+		return nil, fmt.Errorf("%w: version %d, want %d", kv.ErrTampered, v, want)
+	}
+	s.versions[addr] = v
+	return s.keys.Open(nil, s.ad(addr, v), b[8:])
 }
 
 func (s *refStore) Get(ctx context.Context, key string) ([]byte, bool, error) {
@@ -131,6 +161,7 @@ func (s *refStore) Delete(ctx context.Context, key string) error {
 		return err
 	}
 	delete(s.cache, a)
+	s.versions[a]++ // an item put back after the delete is older
 	if s.bug != "leakdelete" {
 		delete(s.index, a)
 	}
@@ -185,7 +216,9 @@ func TestLinearizableReference(t *testing.T) {
 var brokenWant = map[string][]string{
 	"nocap":        {"Capacity"},
 	"alias":        {"NoAliasing"},
-	"noseal":       {"TamperFlip", "TamperSwap"},
+	"noseal":       {"TamperFlip", "TamperSwap", "TamperReplay", "TamperMove"},
+	"unversioned":  {"TamperReplay"},
+	"unbound":      {"TamperSwap", "TamperMove"},
 	"forget":       {"Restart"},
 	"leakdelete":   {"Capacity", "Delete"},
 	"trimzeros":    {"BinaryKeysValues"},

@@ -54,6 +54,11 @@ type Config struct {
 	// Integrity is true when the protocol authenticates what it stores, so
 	// tampered storage must yield kv.ErrTampered (every protocol but plain).
 	Integrity bool
+	// NoFreshness is true when the protocol binds each item to its address
+	// alone and keeps no version of it (encrypted, the strawman that
+	// defeats no adversary): an older item put back at its own address
+	// authenticates, and the TamperReplay case does not apply.
+	NoFreshness bool
 	// Durable is true when the protocol journals its trusted state
 	// (internal/durable): storage rolled back behind the journal is then
 	// refused at open (the DurableRollback test).
@@ -62,6 +67,27 @@ type Config struct {
 	// reports none); the load tests then do not run. By default a loader is
 	// required.
 	NoLoader bool
+	// FreshAddresses is true when the protocol never writes an address it
+	// wrote before and deletes every address it reads (Waffle's ids,
+	// prf(key, timestamp)): an older item put back at its own address is
+	// then never read again, and the TamperReplay case puts older items
+	// over the addresses written since as well.
+	FreshAddresses bool
+	// AddrKind, if set, names the kind of a storage address, for a
+	// protocol whose seal binds a part of the address on its own as well
+	// as the whole (a Ring ORAM slot's index in its bucket): the
+	// TamperMove case moves items only between addresses of one kind, so
+	// that the part bound on its own stays the same and only the whole
+	// address tells them apart. nil: every address is of one kind (items
+	// are told apart by their value length in any case).
+	AddrKind func(addr string) string
+	// Cached, if set, tells the addresses whose items a running store
+	// keeps a trusted copy of and never reads back until it is reopened
+	// (Ring ORAM's bucket metadata): storage changing them while the store
+	// runs changes nothing it reads, so the TamperReplay and TamperMove
+	// cases leave them alone (TamperFlip and TamperSwap, which reopen the
+	// store, cover them).
+	Cached func(addr string) bool
 	// Open replaces kv.Open, e.g. to wire a cluster in one process. It must
 	// honour every field of kv.Config that the suite sets.
 	Open func(ctx context.Context, cfg kv.Config) (kv.Store, error)
@@ -164,13 +190,14 @@ func OpenStore(t *testing.T, cfg Config, st Storage) kv.Store {
 type harness struct {
 	t       *testing.T
 	cfg     Config
+	st      Storage
 	open    func() (backend.Backend, error)
 	keys    *seal.Keys
 	journal string
 }
 
 func newHarness(t *testing.T, cfg Config, st Storage) *harness {
-	return &harness{t: t, cfg: cfg, open: st.New(t), keys: NewKeys(t), journal: t.TempDir()}
+	return &harness{t: t, cfg: cfg, st: st, open: st.New(t), keys: NewKeys(t), journal: t.TempDir()}
 }
 
 // tryOpen opens a store on a new handle; mod may change the kv.Config. A

@@ -2,10 +2,12 @@ package cloak
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 
 	"github.com/oblivkv/oblivkv/backend"
+	"github.com/oblivkv/oblivkv/kv"
 )
 
 // batch is one batch of Algorithm 2 (lines 22-35): exactly b_d addresses
@@ -74,6 +76,13 @@ func (s *store) runBatch(ctx context.Context) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if errors.Is(err, kv.ErrTampered) {
+		// Storage served an element that does not open under its
+		// address and batch: sending the batch again reads it again.
+		// The store stops, so every request learns of the tampering,
+		// those its cache or pending writes would answer included.
+		s.halt(err)
+	}
 	if err != nil {
 		s.fail(b, err)
 		return

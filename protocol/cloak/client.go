@@ -280,11 +280,23 @@ func (s *store) syncTo(lsn uint64) error {
 	return err
 }
 
-// halt stops the store after a journal failure; s.mu is held.
+// halt stops the store after a journal failure or tampered storage: no
+// batch runs after it, so the reads waiting for one are answered with the
+// error, and the requests waiting for a batch to commit are woken to see
+// the store stopped; s.mu is held.
 func (s *store) halt(err error) {
-	if s.broken == nil {
-		s.broken = fmt.Errorf("cloak: store stopped: %w", err)
+	if s.broken != nil {
+		return
 	}
+	s.broken = fmt.Errorf("cloak: store stopped: %w", err)
+	for _, e := range s.pending {
+		for _, r := range e.reads {
+			r <- result{err: s.broken}
+		}
+		e.reads = nil
+	}
+	close(s.committed)
+	s.committed = make(chan struct{})
 }
 
 func (s *store) await(ctx context.Context, c chan struct{}) error {

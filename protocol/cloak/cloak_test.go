@@ -18,8 +18,13 @@ func TestMain(m *testing.M) { kvtest.Main(m) }
 // fast batches every 500us, so tests need not wait 20 ms per batch.
 var fast = cloak.Options{Delta: 500 * time.Microsecond}
 
+// contractConfig is the contract suite's configuration of stores of o.
+func contractConfig(o cloak.Options) kvtest.Config {
+	return kvtest.Config{Protocol: "cloak", Integrity: true, Durable: true, Options: o}
+}
+
 func TestContract(t *testing.T) {
-	cfg := kvtest.Config{Protocol: "cloak", Integrity: true, Durable: true, Options: fast}
+	cfg := contractConfig(fast)
 	for _, st := range kvtest.Storages(t) {
 		t.Run(st.Name, func(t *testing.T) { kvtest.RunContract(t, cfg, st) })
 	}

@@ -73,6 +73,7 @@ const (
 	LeakKeyedWriteBack      = leakKeyedWriteBack
 	LeakRealsInTakeOrder    = leakRealsInTakeOrder
 	LeakFixedSeed           = leakFixedSeed
+	LeakUnversionedSeal     = leakUnversionedSeal
 )
 
 // WithSeed returns o with reproducible random choices.

@@ -61,6 +61,11 @@ const (
 	// choices at a constant seed instead of random.Fresh's, so every
 	// store makes the same choices and storage can predict them.
 	leakFixedSeed
+	// leakUnversionedSeal: an element's seal binds its address but not
+	// the batch that wrote it, as if re-encryption alone made it fresh:
+	// storage can put back an element an earlier batch wrote at that
+	// address, and the store takes it for the current one.
+	leakUnversionedSeal
 )
 
 // inPlace is leakWriteBackInPlace's permutation of n elements: none moves.

@@ -171,8 +171,13 @@ func addr(a uint32) string {
 }
 
 // ad binds a sealed element to its address and the batch that wrote it,
-// so storage cannot replay an older element (seal.ErrTampered).
-func ad(a uint32, batchID uint64) []byte {
+// the batch id the position map keeps for every physical address (Cloak
+// Sec. 4.1 and Table 1): storage can neither move an element to another
+// address nor put back an older element at its own (seal.ErrTampered).
+func (s *store) ad(a uint32, batchID uint64) []byte {
+	if s.opts.leak == leakUnversionedSeal {
+		batchID = 0
+	}
 	return binary.BigEndian.AppendUint64([]byte(addr(a)), batchID)
 }
 
@@ -187,14 +192,14 @@ func (s *store) sealElement(a uint32, id uint64, v value, plain []byte) []byte {
 	}
 	binary.BigEndian.PutUint32(plain, n)
 	clear(plain[4+copy(plain[4:], v.val):])
-	return s.keys.Seal(nil, ad(a, id), plain)
+	return s.keys.Seal(nil, s.ad(a, id), plain)
 }
 
 func (s *store) openElement(a uint32, id uint64, sealed []byte) (value, error) {
 	if sealed == nil {
 		return value{}, fmt.Errorf("%w: address %d is missing", kv.ErrTampered, a)
 	}
-	plain, err := s.keys.Open(nil, ad(a, id), sealed)
+	plain, err := s.keys.Open(nil, s.ad(a, id), sealed)
 	if err != nil {
 		return value{}, fmt.Errorf("cloak: address %d: %w", a, err)
 	}

@@ -34,6 +34,7 @@ type Codec struct {
 	plainSize int
 	slotSize  int
 	plains    sync.Pool // *[]byte of plainSize: a bucket encoding's slot plaintext
+	leak      leak      // tests only (leak.go)
 }
 
 // NewCodec returns a Codec for buckets of slots slots holding values of at
@@ -44,7 +45,7 @@ func NewCodec(keys *seal.Keys, slots, valueSize int) *Codec {
 	}
 	plain := slotHeader + valueSize
 	c := &Codec{keys: keys, slots: slots, valueSize: valueSize,
-		plainSize: plain, slotSize: plain + keys.Overhead()}
+		plainSize: plain, slotSize: plain + keys.Overhead(), leak: leak(injected.Load())}
 	c.plains.New = func() any {
 		b := make([]byte, plain)
 		return &b
@@ -64,7 +65,10 @@ func (c *Codec) BucketSize() int { return c.slots * c.slotSize }
 // ad returns the associated data of a bucket's slots with room for the
 // slot index, which setSlot fills in: version, slot, address. The address
 // comes last, so the fixed-size fields cannot be confused with it.
-func ad(addr string, version uint64) []byte {
+func (c *Codec) ad(addr string, version uint64) []byte {
+	if c.leak == leakUnboundAddress {
+		addr = ""
+	}
 	b := make([]byte, 12, 12+len(addr))
 	binary.BigEndian.PutUint64(b, version)
 	return append(b, addr...)
@@ -80,7 +84,7 @@ func (c *Codec) EncodeBucket(addr string, version uint64, blocks []Block) ([]byt
 		return nil, fmt.Errorf("tree: %d blocks for a bucket of %d slots", len(blocks), c.slots)
 	}
 	out := make([]byte, 0, c.BucketSize())
-	a, plain := ad(addr, version), c.plains.Get().(*[]byte)
+	a, plain := c.ad(addr, version), c.plains.Get().(*[]byte)
 	defer c.plains.Put(plain)
 	for i := range c.slots {
 		var b *Block
@@ -103,7 +107,7 @@ func (c *Codec) EncodeSlots(dst []byte, addr string, version uint64, slots []*Bl
 	if len(slots) != c.slots {
 		return dst, fmt.Errorf("tree: %d slots for a bucket of %d slots", len(slots), c.slots)
 	}
-	a, plain := ad(addr, version), c.plains.Get().(*[]byte)
+	a, plain := c.ad(addr, version), c.plains.Get().(*[]byte)
 	defer c.plains.Put(plain)
 	for i, b := range slots {
 		var err error
@@ -139,7 +143,7 @@ func (c *Codec) DecodeBucket(addr string, version uint64, data []byte) ([]Block,
 	if len(data) != c.BucketSize() {
 		return nil, fmt.Errorf("%w: bucket %q is %d bytes, want %d", seal.ErrTampered, addr, len(data), c.BucketSize())
 	}
-	a := ad(addr, version)
+	a := c.ad(addr, version)
 	dst := make([]Block, 0, c.slots)
 	plain := make([]byte, 0, c.slots*c.plainSize)
 	for i := range c.slots {
@@ -164,7 +168,7 @@ func (c *Codec) DecodeSlot(addr string, version uint64, slot int, data []byte) (
 	if len(data) != c.slotSize {
 		return Block{}, false, fmt.Errorf("%w: slot is %d bytes, want %d", seal.ErrTampered, len(data), c.slotSize)
 	}
-	return c.openSlot(nil, ad(addr, version), slot, data)
+	return c.openSlot(nil, c.ad(addr, version), slot, data)
 }
 
 // openSlot opens data into dst (which must have room for plainSize bytes

@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -30,6 +32,39 @@ func init() {
 
 // TreePrefix returns the prefix of every storage address of tree t.
 func TreePrefix(t int) string { return fmt.Sprintf("tb/%d/", t) }
+
+// IsMetaAddr reports whether addr is the address of a bucket's metadata in
+// one of the trees.
+func IsMetaAddr(addr string) bool {
+	l, ok := treeLayout(addr)
+	if ok {
+		_, ok = l.ParseMeta(addr)
+	}
+	return ok
+}
+
+// SlotIndex returns the index in its bucket of the slot whose address addr
+// is, and false for any other address.
+func SlotIndex(addr string) (int, bool) {
+	l, ok := treeLayout(addr)
+	if !ok {
+		return 0, false
+	}
+	_, slot, ok := l.ParseSlot(addr)
+	return slot, ok
+}
+
+// treeLayout returns the layout of the tree whose prefix addr begins with,
+// and false when it begins with no tree's.
+func treeLayout(addr string) (ringoram.Layout, bool) {
+	rest, ok := strings.CutPrefix(addr, "tb/")
+	t, _, cut := strings.Cut(rest, "/")
+	n, err := strconv.Atoi(t)
+	if !ok || !cut || err != nil || n < 0 || TreePrefix(n) != "tb/"+t+"/" {
+		return ringoram.Layout{}, false
+	}
+	return ringoram.Layout{Prefix: TreePrefix(n)}, true
+}
 
 // store wires the three layers in one process: Routers in front, Stash
 // shards in the middle, ORAM shards owning the trees, talking through the

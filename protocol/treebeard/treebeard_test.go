@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -18,9 +19,46 @@ import (
 	"github.com/oblivkv/oblivkv/protocol/treebeard"
 )
 
-var cfg = kvtest.Config{Protocol: "treebeard", Integrity: true, Durable: true}
+// In a running store the trees keep every bucket's metadata in trusted
+// memory and read it back only when recovering, so the contract's tamper
+// cases on a running store leave it alone; a slot's seal binds its index
+// in its bucket on its own (tree.Codec), so they move a slot only to the
+// same index of another bucket, where only the bucket's address in the
+// seal tells the two apart.
+var cfg = kvtest.Config{Protocol: "treebeard", Integrity: true, Durable: true,
+	Cached: treebeard.IsMetaAddr, AddrKind: slotKind}
+
+func slotKind(addr string) string {
+	i, _ := treebeard.SlotIndex(addr)
+	return strconv.Itoa(i)
+}
 
 func TestMain(m *testing.M) { kvtest.Main(m) }
+
+// TestAddressKinds: IsMetaAddr and SlotIndex tell a tree's metadata and
+// slot addresses, in any tree, and nothing else.
+func TestAddressKinds(t *testing.T) {
+	for _, tr := range []int{0, 7, 12} {
+		l := ringoram.Layout{Prefix: treebeard.TreePrefix(tr)}
+		if m := l.MetaAddr(5); !treebeard.IsMetaAddr(m) {
+			t.Errorf("IsMetaAddr(%q) = false", m)
+		}
+		if a := l.SlotAddr(5, 9); treebeard.IsMetaAddr(a) {
+			t.Errorf("IsMetaAddr(%q) = true for a slot", a)
+		}
+		if i, ok := treebeard.SlotIndex(l.SlotAddr(5, 9)); !ok || i != 9 {
+			t.Errorf("SlotIndex(slot 9 of bucket 5 of tree %d) = %d, %v", tr, i, ok)
+		}
+		if _, ok := treebeard.SlotIndex(l.MetaAddr(5)); ok {
+			t.Errorf("SlotIndex of tree %d's metadata address: ok", tr)
+		}
+	}
+	for _, a := range []string{"meta/store", "tb/", "tb/x/m\x00", "tb/m\x00\x00\x00\x00\x00\x00\x00\x01", "tb/01/m\x00\x00\x00\x00\x00\x00\x00\x01", "po/\x00\x00\x00\x00\x00\x00\x00\x01"} {
+		if _, ok := treebeard.SlotIndex(a); ok || treebeard.IsMetaAddr(a) {
+			t.Errorf("%q taken for a tree's address", a)
+		}
+	}
+}
 
 // Small evictions (A=2, K=3) make blocks move between stash and trees
 // within the contract's few operations.
@@ -31,8 +69,12 @@ var busy = treebeard.Options{A: 2, K: 3, Epoch: 200 * time.Microsecond}
 var wide = treebeard.Options{Z: 2, S: 3, A: 2, K: 3, Epoch: 200 * time.Microsecond}
 
 func TestContract(t *testing.T) {
-	for _, c := range []kvtest.Config{cfg, {Protocol: "treebeard", Integrity: true, Durable: true, Options: busy},
-		{Protocol: "treebeard", Integrity: true, Durable: true, Options: wide}} {
+	withOptions := func(o treebeard.Options) kvtest.Config {
+		c := cfg
+		c.Options = o
+		return c
+	}
+	for _, c := range []kvtest.Config{cfg, withOptions(busy), withOptions(wide)} {
 		for _, st := range kvtest.Storages(t) {
 			t.Run(st.Name, func(t *testing.T) { kvtest.RunContract(t, c, st) })
 		}
