@@ -262,13 +262,15 @@ func withPower(c *Check, n int) {
 // probability PowerLevel: the w whose noncentrality n w^2 gives a
 // noncentral chi-square above the critical value with that probability.
 func MinEffect(n, dof int) float64 {
+	crit := ChiSquareCritical(dof, Significance)
+	power := func(lambda float64) float64 { return NoncentralP(crit, dof, lambda) }
 	lo, hi := 0.0, 1.0
-	for Power(dof, hi) < PowerLevel {
-		hi *= 2
+	for power(hi) < PowerLevel {
+		lo, hi = hi, 2*hi
 	}
-	for range 60 {
+	for hi-lo > 1e-4*hi { // w to within 0.005%, far finer than it is shown
 		mid := (lo + hi) / 2
-		if Power(dof, mid) < PowerLevel {
+		if power(mid) < PowerLevel {
 			lo = mid
 		} else {
 			hi = mid
