@@ -1,6 +1,6 @@
 // Package audit judges a protocol from the adversary's view alone: the
 // records of an observe.Tap. It holds the analyses the obliviousness tests,
-// `oblivkv tap` and `oblivkv audit` (internal/auditrun) share: the parsers
+// `oblivkv tap` and `oblivkv audit` (cmd/oblivkv/internal/auditrun) share: the parsers
 // of treebeard's and pathoram's storage views, the frequency-analysis attack that breaks
 // "encryption alone", and the checks each protocol's audits make, each a
 // Check with its statistic, its critical value and its p-value. A

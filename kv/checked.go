@@ -9,7 +9,6 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"github.com/oblivkv/oblivkv/internal/journal"
 	"github.com/oblivkv/oblivkv/observe"
 )
 
@@ -18,7 +17,7 @@ import (
 type checked struct {
 	inner      Store
 	tap        *observe.Tap
-	journal    *journal.Journal // closed after inner, if any
+	journal    Journal // closed after inner, if any
 	protocol   string
 	capacity   int
 	valueSize  int

@@ -26,6 +26,7 @@ import (
 	"errors"
 	"iter"
 
+	"github.com/oblivkv/oblivkv/internal/durable"
 	"github.com/oblivkv/oblivkv/observe"
 	"github.com/oblivkv/oblivkv/seal"
 )
@@ -87,7 +88,7 @@ var (
 	// ErrRollback reports storage older than the proxy's trusted state:
 	// restored from an older copy, or it lost acknowledged writes. Such a
 	// store is refused at open, never served.
-	ErrRollback = errors.New("storage is older than the proxy's trusted state (restored from an older copy, or it lost acknowledged writes)")
+	ErrRollback = durable.ErrRollback
 )
 
 // Stats is a snapshot of a store's counters.

@@ -7,7 +7,7 @@ import (
 	"fmt"
 
 	"github.com/oblivkv/oblivkv/backend"
-	"github.com/oblivkv/oblivkv/internal/journal"
+	"github.com/oblivkv/oblivkv/internal/durable"
 	"github.com/oblivkv/oblivkv/observe"
 	"github.com/oblivkv/oblivkv/seal"
 )
@@ -42,19 +42,21 @@ type Config struct {
 	Options any
 	// OptionSettings are the same options in a canonical, protocol
 	// independent form: option name to value, the defaults left out
-	// (internal/setup.Settings makes it from Options). A new store records
-	// them in its metadata, and Describe returns them. Opening an existing
+	// (kv/options.Settings makes it from Options). A new store records them
+	// in its metadata, and Describe returns them. Opening an existing
 	// store that recorded some, a non-nil OptionSettings must equal them
 	// (ErrMismatch otherwise). nil: none recorded, none checked.
 	OptionSettings map[string]string
-	// JournalDir is the directory, on the proxy's own trusted disk, where
-	// the store journals its trusted state (internal/journal). Empty: the
+	// OpenJournal opens, under Keys, the journal on the proxy's own
+	// trusted disk that keeps the store's trusted state durable
+	// (internal/durable/journal.Opener). Open calls it once storage's
+	// metadata matches, so a refused Open leaves the journal as it was,
+	// and the Store closes the journal after the protocol. nil: the
 	// state lives in memory only, so the store can be used but not
 	// reopened, and a crash loses it.
-	JournalDir string
-	// NoFsync commits the journal without fsync (the --fsync none
-	// policy): a process crash loses nothing acknowledged, a power loss
-	// may lose the last moments.
+	OpenJournal func(*seal.Keys) (Journal, error)
+	// NoFsync says the journal commits without fsync (the --fsync none
+	// policy): storage then keeps its own fsync of every write.
 	NoFsync bool
 }
 
@@ -69,10 +71,16 @@ type Env struct {
 	// Fresh is true when the backend holds no store yet: the protocol
 	// builds its initial layout; otherwise it recovers its saved state.
 	Fresh bool
-	// Journal keeps the store's trusted state durable (nil: Config had no
-	// JournalDir). Open closes it after the store's Close.
-	Journal *journal.Journal
+	// Journal keeps the store's trusted state durable (nil: Config had
+	// no OpenJournal). The Store closes it after the protocol's Close.
+	Journal Journal
 }
+
+// Journal is a store's trusted log on the proxy's disk (package
+// internal/durable drives it; internal/durable/journal keeps one in
+// files). Only the command's set-up chooses the implementation, so the
+// API carries none of a storage engine.
+type Journal = durable.Journal
 
 // Factory opens one protocol's store.
 type Factory func(ctx context.Context, env Env) (Store, error)
@@ -115,10 +123,10 @@ func Open(ctx context.Context, cfg Config) (Store, error) {
 	}
 	env := Env{Backend: tap, Keys: cfg.Keys, Capacity: cfg.Capacity, ValueSize: cfg.ValueSize,
 		MaxKeySize: cfg.MaxKeySize, Options: cfg.Options, Fresh: fresh}
-	if cfg.JournalDir != "" {
-		if env.Journal, err = journal.Open(cfg.JournalDir, cfg.Keys, journal.Options{NoSync: cfg.NoFsync}); err != nil {
-			if errors.Is(err, journal.ErrWrongKey) {
-				err = fmt.Errorf("%w: the journal in %s is sealed under another key", ErrWrongKey, cfg.JournalDir)
+	if cfg.OpenJournal != nil {
+		if env.Journal, err = cfg.OpenJournal(cfg.Keys); err != nil {
+			if errors.Is(err, durable.ErrWrongKey) {
+				err = fmt.Errorf("%w: %w", ErrWrongKey, err)
 			}
 			return nil, err
 		}
@@ -130,7 +138,6 @@ func Open(ctx context.Context, cfg Config) (Store, error) {
 		}
 		return nil, fmt.Errorf("kv: opening %s: %w", cfg.Protocol, err)
 	}
-
 	if fresh {
 		// The metadata record commits the new store: written only after the
 		// protocol built its initial layout.

@@ -75,7 +75,7 @@ type Info struct {
 	// address.
 	Backend string
 	// Options are the protocol's options as the store records them
-	// (setup.SettingArgs, space-separated), e.g. "Epoch=2ms Trees=8";
+	// (options.Args, space-separated), e.g. "Epoch=2ms Trees=8";
 	// empty for the defaults.
 	Options string
 }

@@ -9,7 +9,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/oblivkv/oblivkv/internal/redistest"
+	"github.com/oblivkv/oblivkv/internal/testsupport/redistest"
 	"github.com/oblivkv/oblivkv/kv"
 )
 

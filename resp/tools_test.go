@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/oblivkv/oblivkv/internal/redistest"
+	"github.com/oblivkv/oblivkv/internal/testsupport/redistest"
 	"github.com/oblivkv/oblivkv/kv"
 )
 

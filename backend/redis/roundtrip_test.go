@@ -8,7 +8,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/oblivkv/oblivkv/backend"
-	"github.com/oblivkv/oblivkv/internal/redistest"
+	"github.com/oblivkv/oblivkv/internal/testsupport/redistest"
 )
 
 // commandLog is a go-redis hook that records the name of every command sent.

@@ -10,7 +10,7 @@ import (
 	"github.com/oblivkv/oblivkv/backend"
 	"github.com/oblivkv/oblivkv/backend/backendtest"
 	"github.com/oblivkv/oblivkv/backend/redis"
-	"github.com/oblivkv/oblivkv/internal/redistest"
+	"github.com/oblivkv/oblivkv/internal/testsupport/redistest"
 )
 
 // TestConformanceOverTLS runs the backend contract against a redis-server

@@ -7,8 +7,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/oblivkv/oblivkv/internal/auditrun"
-	"github.com/oblivkv/oblivkv/internal/setup"
+	"github.com/oblivkv/oblivkv/cmd/oblivkv/internal/auditrun"
+	"github.com/oblivkv/oblivkv/kv/options"
 )
 
 // errAuditFailed is returned when a check fails: the command exits 1
@@ -35,7 +35,7 @@ SVG plots (--report), and exits 1 when a check fails.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			var err error
-			if cfg.Options, err = setup.ProtocolOptions(cfg.Protocol, opts); err != nil {
+			if cfg.Options, err = options.Parse(cfg.Protocol, opts); err != nil {
 				return err
 			}
 			res, err := auditrun.Audit(cmd.Context(), cfg)

@@ -13,12 +13,12 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/oblivkv/oblivkv/internal/auditrun"
+	"github.com/oblivkv/oblivkv/cmd/oblivkv/internal/auditrun"
 )
 
 // leakyBinary builds oblivkv with the oblivkv_leaks tag, in which the
 // OBLIVKV_LEAK variable injects one of a protocol's leaks
-// (internal/leakenv).
+// (internal/testsupport/leakenv).
 func leakyBinary(t *testing.T) string {
 	t.Helper()
 	bin := filepath.Join(t.TempDir(), "oblivkv-leaks")

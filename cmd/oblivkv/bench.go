@@ -22,8 +22,9 @@ import (
 
 	"github.com/oblivkv/oblivkv/bench"
 	"github.com/oblivkv/oblivkv/bench/workload"
-	"github.com/oblivkv/oblivkv/internal/setup"
+	"github.com/oblivkv/oblivkv/cmd/oblivkv/internal/setup"
 	"github.com/oblivkv/oblivkv/kv"
+	"github.com/oblivkv/oblivkv/kv/options"
 )
 
 // benchFlags are the flags of `oblivkv bench`.
@@ -143,17 +144,17 @@ func runBench(cmd *cobra.Command, f benchFlags) error {
 	}
 	ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	options, err := setup.ProtocolOptionsEach(protocols, f.opts)
+	given, err := options.ParseEach(protocols, f.opts)
 	if err != nil {
 		return err
 	}
-	open, cleanup, err := f.opener(options, cfg.Records)
+	open, cleanup, err := f.opener(given, cfg.Records)
 	if err != nil {
 		return err
 	}
 	fmt.Fprintln(cmd.OutOrStdout(), bench.Describe(cfg))
 	if len(f.opts) > 0 {
-		fmt.Fprintf(cmd.OutOrStdout(), "protocol options: %s\n", describeOptions(protocols, options))
+		fmt.Fprintf(cmd.OutOrStdout(), "protocol options: %s\n", describeOptions(protocols, given))
 	}
 	results, runErr := bench.Run(ctx, cfg, protocols, open)
 	err = errors.Join(runErr, cleanup(), report(cmd.OutOrStdout(), f, results))
@@ -195,11 +196,11 @@ func collect[T any](visit func(func(T))) []T {
 
 // describeOptions names the protocols given options and each one's
 // Options, non-zero fields only (zero means the protocol's default).
-func describeOptions(protocols []string, options map[string]any) string {
+func describeOptions(protocols []string, given map[string]any) string {
 	var parts []string
 	for _, p := range protocols {
-		if o, ok := options[p]; ok {
-			parts = append(parts, p+" "+setup.FormatOptions(o))
+		if o, ok := given[p]; ok {
+			parts = append(parts, p+" "+options.Format(o))
 		}
 	}
 	return strings.Join(parts, "; ")

@@ -18,7 +18,7 @@ import (
 	"github.com/oblivkv/oblivkv/bench"
 	"github.com/oblivkv/oblivkv/bench/workload"
 	"github.com/oblivkv/oblivkv/kv"
-	"github.com/oblivkv/oblivkv/kvtest"
+	"github.com/oblivkv/oblivkv/kv/kvtest"
 	"github.com/oblivkv/oblivkv/resp"
 )
 

@@ -16,9 +16,9 @@ import (
 	"github.com/anishathalye/porcupine"
 	goredis "github.com/redis/go-redis/v9"
 
-	"github.com/oblivkv/oblivkv/internal/redistest"
+	"github.com/oblivkv/oblivkv/internal/testsupport/redistest"
 	"github.com/oblivkv/oblivkv/kv"
-	"github.com/oblivkv/oblivkv/kvtest"
+	"github.com/oblivkv/oblivkv/kv/kvtest"
 )
 
 // durableProtocols journal their trusted state: a kill -9 loses nothing

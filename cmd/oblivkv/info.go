@@ -7,8 +7,9 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/oblivkv/oblivkv/internal/setup"
+	"github.com/oblivkv/oblivkv/cmd/oblivkv/internal/setup"
 	"github.com/oblivkv/oblivkv/kv"
+	"github.com/oblivkv/oblivkv/kv/options"
 )
 
 func newInfoCmd() *cobra.Command {
@@ -38,13 +39,13 @@ locked).`,
 }
 
 func printInfo(w io.Writer, opts setup.Options, d setup.Description) {
-	options, fingerprint := "none (the protocol's defaults)", kv.OptionsFingerprint(d.Protocol, d.Settings)
+	shown, fingerprint := "none (the protocol's defaults)", kv.OptionsFingerprint(d.Protocol, d.Settings)
 	switch {
 	case d.Settings == nil:
-		options = "not recorded (created by an older build: give them with --opt at every start)"
+		shown = "not recorded (created by an older build: give them with --opt at every start)"
 		fingerprint = "none (options not recorded)"
 	case len(d.Settings) > 0:
-		options = strings.Join(setup.SettingArgs(d.Settings), " ")
+		shown = strings.Join(options.Args(d.Settings), " ")
 	}
 	fmt.Fprintf(w, "data_dir:      %s\n", opts.DataDir)
 	fmt.Fprintf(w, "backend:       %s\n", backendKind(opts.Backend))
@@ -52,7 +53,7 @@ func printInfo(w io.Writer, opts setup.Options, d setup.Description) {
 	fmt.Fprintf(w, "capacity:      %d\n", d.Capacity)
 	fmt.Fprintf(w, "value_size:    %d\n", d.ValueSize)
 	fmt.Fprintf(w, "max_key_size:  %d\n", d.MaxKeySize)
-	fmt.Fprintf(w, "options:       %s\n", options)
+	fmt.Fprintf(w, "options:       %s\n", shown)
 	fmt.Fprintf(w, "fingerprint:   %s\n", fingerprint)
 	fmt.Fprintf(w, "store_bytes:   %d\n", d.StoreBytes)
 	fmt.Fprintf(w, "journal_bytes: %d\n", d.JournalBytes)

@@ -7,8 +7,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/oblivkv/oblivkv/internal/setup"
 	"github.com/oblivkv/oblivkv/kv"
+	"github.com/oblivkv/oblivkv/kv/options"
 )
 
 func newOptionsCmd() *cobra.Command {
@@ -46,7 +46,7 @@ func printOptions(w io.Writer, protocols []string) error {
 			fmt.Fprintln(tw)
 		}
 		fmt.Fprintf(tw, "%s: %s\n", name, p.Summary)
-		list := setup.OptionList(name)
+		list := options.List(name)
 		if len(list) == 0 {
 			fmt.Fprintln(tw, "  no options")
 			continue

@@ -6,8 +6,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/oblivkv/oblivkv/internal/setup"
 	"github.com/oblivkv/oblivkv/kv"
+	"github.com/oblivkv/oblivkv/kv/options"
 )
 
 // runOptions runs `oblivkv options args...` in process.
@@ -32,7 +32,7 @@ func TestOptionsCommand(t *testing.T) {
 		if !strings.Contains(out, name+": "+p.Summary+"\n") {
 			t.Errorf("protocol %s's summary missing from %s", name, out)
 		}
-		for _, o := range setup.OptionList(name) {
+		for _, o := range options.List(name) {
 			if !containsFields(out, o.Name, o.Type, o.Default, o.Doc) {
 				t.Errorf("option %s of %s (%+v) missing from %s", o.Name, name, o, out)
 			}
@@ -75,7 +75,7 @@ func TestOperationsListsOptions(t *testing.T) {
 	}
 	documented := optionsTable(t, string(text))
 	for _, name := range kv.Protocols() {
-		for _, o := range setup.OptionList(name) {
+		for _, o := range options.List(name) {
 			def, ok := documented[name+" "+o.Name]
 			delete(documented, name+" "+o.Name)
 			switch {

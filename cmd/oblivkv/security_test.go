@@ -13,8 +13,8 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/oblivkv/oblivkv/auth"
-	"github.com/oblivkv/oblivkv/internal/redistest"
-	"github.com/oblivkv/oblivkv/internal/testcerts"
+	"github.com/oblivkv/oblivkv/internal/testsupport/redistest"
+	"github.com/oblivkv/oblivkv/internal/testsupport/testcerts"
 )
 
 // passwdLines runs `oblivkv passwd` for each user, the password on stdin,

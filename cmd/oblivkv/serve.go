@@ -18,8 +18,9 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/oblivkv/oblivkv/auth"
-	"github.com/oblivkv/oblivkv/internal/setup"
+	"github.com/oblivkv/oblivkv/cmd/oblivkv/internal/setup"
 	"github.com/oblivkv/oblivkv/kv"
+	"github.com/oblivkv/oblivkv/kv/options"
 	"github.com/oblivkv/oblivkv/metrics"
 	"github.com/oblivkv/oblivkv/resp"
 )
@@ -167,7 +168,7 @@ func serve(ctx context.Context, opts setup.Options, f serveFlags) error {
 	attrs := []any{"listen", ln.Addr().String(), "protocol", stats.Protocol,
 		"backend", backendKind(opts.Backend), "data_dir", opts.DataDir, "new_store", opened.Fresh,
 		"capacity", stats.Capacity, "value_size", stats.ValueSize, "keys", stats.Keys}
-	options := strings.Join(setup.SettingArgs(opened.Settings), " ")
+	options := strings.Join(options.Args(opened.Settings), " ")
 	if options != "" {
 		attrs = append(attrs, "options", options)
 	}

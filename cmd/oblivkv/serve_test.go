@@ -17,7 +17,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/oblivkv/oblivkv/backend/disk"
-	"github.com/oblivkv/oblivkv/internal/setup"
+	"github.com/oblivkv/oblivkv/cmd/oblivkv/internal/setup"
 	"github.com/oblivkv/oblivkv/kv"
 )
 

@@ -1,5 +1,5 @@
 // Package durable is the write-ahead discipline a protocol follows to
-// survive a crash: every state transition is journaled (internal/journal),
+// survive a crash: every state transition is journaled (internal/durable/journal),
 // with the backend writes it plans, before those writes are issued and
 // before any client is answered; recovery loads the last checkpoint,
 // replays the transitions after it and redoes their backend writes in
@@ -34,9 +34,7 @@ import (
 	"sync/atomic"
 
 	"github.com/oblivkv/oblivkv/backend"
-	"github.com/oblivkv/oblivkv/internal/delta"
-	"github.com/oblivkv/oblivkv/internal/journal"
-	"github.com/oblivkv/oblivkv/kv"
+	"github.com/oblivkv/oblivkv/internal/durable/delta"
 	"github.com/oblivkv/oblivkv/seal"
 )
 
@@ -57,21 +55,64 @@ type Op struct {
 
 // Errors of recovery.
 var (
-	// ErrRollback reports storage older than the proxy's trusted state.
-	ErrRollback = kv.ErrRollback
+	// ErrRollback reports storage older than the proxy's trusted state:
+	// restored from an older copy, or it lost acknowledged writes. Such a
+	// store is refused at open, never served (kv.ErrRollback is this).
+	ErrRollback = errors.New("storage is older than the proxy's trusted state (restored from an older copy, or it lost acknowledged writes)")
 	// ErrLost reports a store whose journal is gone.
 	ErrLost = errors.New("the store's journal is missing or empty: its trusted state is lost")
 	// ErrForeign reports a journal that holds another store's state.
 	ErrForeign = errors.New("the storage holds no store, but the journal holds one's state")
+	// ErrWrongKey reports a journal sealed under other keys.
+	ErrWrongKey = errors.New("the journal is sealed under another key (wrong key file?)")
 	// ErrNoJournal reports an existing store opened without a journal.
 	ErrNoJournal = errors.New("the store needs its journal to be reopened, and none was given")
 )
+
+// Journal is the trusted, append-only log a Log keeps its records and
+// checkpoints in, on the proxy's side of the Tap. Package journal keeps
+// one in files on the proxy's disk; kv carries it to a protocol without
+// knowing which.
+type Journal interface {
+	// Append adds a record and returns its LSN (from 1, consecutive); it
+	// is durable once Sync(lsn) returns, and records are durable in order.
+	Append(data []byte) uint64
+	// Sync waits until every record up to lsn is durable.
+	Sync(lsn uint64) error
+	// Last returns the LSN of the last record appended (0: none ever).
+	Last() uint64
+	// Recovered hands over, once, what the journal held when opened: the
+	// latest checkpoint (nil when none, at = 0) and the records after it.
+	Recovered() (checkpoint []byte, at uint64, records []Record)
+	// Checkpoint replaces the records up to at by state, once they are
+	// durable.
+	Checkpoint(ctx context.Context, state []byte, at uint64) error
+	// Stats returns the journal's counters since it was opened.
+	Stats() JournalStats
+	// Close releases the journal.
+	Close() error
+}
+
+// Record is one record of a Journal.
+type Record struct {
+	LSN  uint64
+	Data []byte
+}
+
+// JournalStats count a journal's work since it was opened.
+type JournalStats struct {
+	Records     uint64 // records appended
+	Groups      uint64 // group writes
+	Fsyncs      uint64 // fsyncs of the log (one per group, none without fsync)
+	Bytes       uint64 // bytes written to the log
+	Checkpoints uint64 // checkpoints written
+}
 
 // Log is one store's write-ahead log, safe for concurrent use. A nil
 // journal makes it a log that keeps nothing: the store works, and cannot
 // be reopened.
 type Log struct {
-	j     *journal.Journal
+	j     Journal
 	b     backend.Backend
 	keys  *seal.Keys
 	every uint64
@@ -79,7 +120,7 @@ type Log struct {
 }
 
 // New returns the log of a store over b, journaled in j (nil: none).
-func New(j *journal.Journal, b backend.Backend, keys *seal.Keys) *Log {
+func New(j Journal, b backend.Backend, keys *seal.Keys) *Log {
 	return &Log{j: j, b: b, keys: keys, every: DefaultEvery}
 }
 

@@ -1,37 +1,17 @@
-package durable
+package durable_test
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"testing"
 
 	"github.com/oblivkv/oblivkv/backend"
 	"github.com/oblivkv/oblivkv/backend/mem"
-	"github.com/oblivkv/oblivkv/internal/journal"
-	"github.com/oblivkv/oblivkv/kv"
-	"github.com/oblivkv/oblivkv/kvtest"
+	"github.com/oblivkv/oblivkv/internal/durable"
+	"github.com/oblivkv/oblivkv/internal/durable/journal"
+	"github.com/oblivkv/oblivkv/kv/kvtest"
 	"github.com/oblivkv/oblivkv/seal"
 )
-
-// A record's delta and operations come back as they went in, and
-// truncated or padded records are refused.
-func TestRecordFormat(t *testing.T) {
-	ops := []Op{
-		{Items: []backend.Item{{Addr: "a", Value: []byte("1")}, {Addr: "b", Value: nil}}},
-		{Addrs: []string{"d", "e"}},
-	}
-	b := encode([]byte("delta"), ops)
-	delta, got, err := decode(b)
-	if err != nil || string(delta) != "delta" || fmt.Sprint(got) != fmt.Sprint(ops) {
-		t.Fatalf("decode = %q, %v, %v; want %q, %v", delta, got, err, "delta", ops)
-	}
-	for _, bad := range [][]byte{b[:len(b)-1], append(bytes.Clone(b), 0), {}} {
-		if _, _, err := decode(bad); err == nil {
-			t.Errorf("decode of %d malformed bytes succeeded", len(bad))
-		}
-	}
-}
 
 // fixture is a log over memory storage and a journal in a directory.
 type fixture struct {
@@ -40,7 +20,7 @@ type fixture struct {
 	dir  string
 	keys *seal.Keys
 	j    *journal.Journal
-	log  *Log
+	log  *durable.Log
 }
 
 func newFixture(t *testing.T) *fixture {
@@ -60,7 +40,7 @@ func (f *fixture) reopen() {
 		f.t.Fatal(err)
 	}
 	f.t.Cleanup(j.Crash)
-	f.j, f.log = j, New(j, f.b, f.keys)
+	f.j, f.log = j, durable.New(j, f.b, f.keys)
 }
 
 // Creation writes the checkpoint at 0 and the anchor; records after it are
@@ -72,7 +52,7 @@ func TestRecoverAndRedo(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i := range 3 {
-		op := Op{Items: []backend.Item{{Addr: "x", Value: fmt.Append(nil, i)}}}
+		op := durable.Op{Items: []backend.Item{{Addr: "x", Value: fmt.Append(nil, i)}}}
 		if _, err := f.log.Commit(fmt.Append(nil, "d", i), op); err != nil {
 			t.Fatal(err)
 		}
@@ -94,38 +74,38 @@ func TestRecoverAndRedo(t *testing.T) {
 }
 
 // Storage whose anchor is older than the checkpoint (an older copy put
-// back), or newer than the journal, is refused with kv.ErrRollback; a
-// store with no checkpoint is ErrLost; a new store over a journal with a
-// store's state is ErrForeign.
+// back), or newer than the journal, is refused with durable.ErrRollback; a
+// store with no checkpoint is durable.ErrLost; a new store over a journal with a
+// store's state is durable.ErrForeign.
 func TestRefusals(t *testing.T) {
 	ctx := t.Context()
 	f := newFixture(t)
-	if _, err := f.log.Recover(ctx); !errors.Is(err, ErrLost) {
-		t.Fatalf("Recover of an empty journal: %v; want ErrLost", err)
+	if _, err := f.log.Recover(ctx); !errors.Is(err, durable.ErrLost) {
+		t.Fatalf("Recover of an empty journal: %v; want durable.ErrLost", err)
 	}
 	f.reopen()
 	if err := f.log.Create(ctx, []byte("s0")); err != nil {
 		t.Fatal(err)
 	}
-	old, _ := f.b.Read(ctx, []string{AnchorAddr})
+	old, _ := f.b.Read(ctx, []string{durable.AnchorAddr})
 	f.log.Commit([]byte("d"))
 	if err := f.log.Checkpoint(ctx, []byte("s1"), f.log.Last()); err != nil {
 		t.Fatal(err)
 	}
-	f.b.Write(ctx, []backend.Item{{Addr: AnchorAddr, Value: old[0]}}) // the older copy
+	f.b.Write(ctx, []backend.Item{{Addr: durable.AnchorAddr, Value: old[0]}}) // the older copy
 	f.reopen()
-	if _, err := f.log.Recover(ctx); !errors.Is(err, kv.ErrRollback) {
-		t.Fatalf("Recover with an older anchor: %v; want kv.ErrRollback", err)
+	if _, err := f.log.Recover(ctx); !errors.Is(err, durable.ErrRollback) {
+		t.Fatalf("Recover with an older anchor: %v; want durable.ErrRollback", err)
 	} else {
 		t.Log(err)
 	}
 	f.reopen()
-	if err := f.log.Create(ctx, []byte("again")); !errors.Is(err, ErrForeign) {
-		t.Fatalf("Create over a journal holding a store: %v; want ErrForeign", err)
+	if err := f.log.Create(ctx, []byte("again")); !errors.Is(err, durable.ErrForeign) {
+		t.Fatalf("Create over a journal holding a store: %v; want durable.ErrForeign", err)
 	}
-	f.b.Delete(ctx, []string{AnchorAddr})
+	f.b.Delete(ctx, []string{durable.AnchorAddr})
 	f.reopen()
-	if _, err := f.log.Recover(ctx); !errors.Is(err, kv.ErrRollback) {
-		t.Fatalf("Recover with no anchor: %v; want kv.ErrRollback", err)
+	if _, err := f.log.Recover(ctx); !errors.Is(err, durable.ErrRollback) {
+		t.Fatalf("Recover with no anchor: %v; want durable.ErrRollback", err)
 	}
 }

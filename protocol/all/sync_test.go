@@ -4,7 +4,7 @@ import (
 	"testing"
 
 	"github.com/oblivkv/oblivkv/kv"
-	"github.com/oblivkv/oblivkv/kvtest"
+	"github.com/oblivkv/oblivkv/kv/kvtest"
 )
 
 // kv.Open lets storage skip the sync of each write (backend.DeferSync)
@@ -37,7 +37,7 @@ func TestStorageSyncDeferredOnlyWhenJournaled(t *testing.T) {
 		v := kvtest.NewVolatile()
 		cfg := kv.Config{Protocol: tc.protocol, Backend: v, Keys: keys, Capacity: 64, ValueSize: 16, NoFsync: tc.noFsync}
 		if tc.journal {
-			cfg.JournalDir = t.TempDir()
+			cfg.OpenJournal = kvtest.Journal(t.TempDir())
 		}
 		s, err := kv.Open(t.Context(), cfg)
 		if err != nil {

@@ -5,7 +5,7 @@ import (
 	"time"
 
 	"github.com/oblivkv/oblivkv/kv"
-	"github.com/oblivkv/oblivkv/kvtest"
+	"github.com/oblivkv/oblivkv/kv/kvtest"
 	"github.com/oblivkv/oblivkv/protocol/cloak"
 )
 

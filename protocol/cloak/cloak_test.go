@@ -9,7 +9,7 @@ import (
 	"github.com/oblivkv/oblivkv/backend/mem"
 	"github.com/oblivkv/oblivkv/internal/durable"
 	"github.com/oblivkv/oblivkv/kv"
-	"github.com/oblivkv/oblivkv/kvtest"
+	"github.com/oblivkv/oblivkv/kv/kvtest"
 	"github.com/oblivkv/oblivkv/protocol/cloak"
 )
 
@@ -96,7 +96,7 @@ func TestBadOptions(t *testing.T) {
 func TestRestart(t *testing.T) {
 	ctx := t.Context()
 	b, keys := mem.New(), kvtest.NewKeys(t)
-	cfg := kv.Config{Protocol: "cloak", Backend: b, Keys: keys, Capacity: 100, ValueSize: 8, JournalDir: t.TempDir(),
+	cfg := kv.Config{Protocol: "cloak", Backend: b, Keys: keys, Capacity: 100, ValueSize: 8, OpenJournal: kvtest.Journal(t.TempDir()),
 		Options: cloak.Options{Delta: time.Hour}}
 	s, err := kv.Open(ctx, cfg)
 	if err != nil {
@@ -126,7 +126,7 @@ func TestRestart(t *testing.T) {
 		t.Fatalf("open with other budgets: %v; want kv.ErrMismatch", err)
 	}
 	noJournal := cfg
-	noJournal.Options, noJournal.JournalDir = nil, ""
+	noJournal.Options, noJournal.OpenJournal = nil, nil
 	if _, err := kv.Open(ctx, noJournal); !errors.Is(err, durable.ErrNoJournal) {
 		t.Fatalf("open without the journal: %v; want durable.ErrNoJournal", err)
 	}

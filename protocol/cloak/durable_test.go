@@ -15,10 +15,10 @@ import (
 	"github.com/oblivkv/oblivkv/backend"
 	"github.com/oblivkv/oblivkv/backend/mem"
 	"github.com/oblivkv/oblivkv/internal/durable"
-	"github.com/oblivkv/oblivkv/internal/durable/durabletest"
-	"github.com/oblivkv/oblivkv/internal/journal"
+	"github.com/oblivkv/oblivkv/internal/durable/journal"
+	"github.com/oblivkv/oblivkv/internal/testsupport/durabletest"
 	"github.com/oblivkv/oblivkv/kv"
-	"github.com/oblivkv/oblivkv/kvtest"
+	"github.com/oblivkv/oblivkv/kv/kvtest"
 	"github.com/oblivkv/oblivkv/protocol/cloak"
 	"github.com/oblivkv/oblivkv/seal"
 )
@@ -484,7 +484,7 @@ func (m metaFails) Write(ctx context.Context, items []backend.Item) error {
 func TestCreationCutShort(t *testing.T) {
 	m := mem.New()
 	cfg := kv.Config{Protocol: "cloak", Backend: metaFails{m}, Keys: kvtest.NewKeys(t), Capacity: 64, ValueSize: 16,
-		MaxKeySize: 8, JournalDir: t.TempDir(), Options: cloak.Options{Delta: time.Millisecond}}
+		MaxKeySize: 8, OpenJournal: kvtest.Journal(t.TempDir()), Options: cloak.Options{Delta: time.Millisecond}}
 	if s, err := kv.Open(t.Context(), cfg); err == nil {
 		s.Close()
 		t.Fatal("a creation whose metadata write failed opened")

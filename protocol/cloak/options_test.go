@@ -3,7 +3,7 @@ package cloak
 import (
 	"testing"
 
-	"github.com/oblivkv/oblivkv/kvtest"
+	"github.com/oblivkv/oblivkv/kv/kvtest"
 )
 
 // TestDefaultTags: the defaults the Options tags state are those the

@@ -3,7 +3,7 @@ package oblivistore_test
 import (
 	"testing"
 
-	"github.com/oblivkv/oblivkv/kvtest"
+	"github.com/oblivkv/oblivkv/kv/kvtest"
 	"github.com/oblivkv/oblivkv/protocol/oblivistore"
 )
 

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"math"
 
-	"github.com/oblivkv/oblivkv/internal/delta"
+	"github.com/oblivkv/oblivkv/internal/durable/delta"
 	"github.com/oblivkv/oblivkv/kv"
 )
 

@@ -4,7 +4,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/oblivkv/oblivkv/kvtest"
+	"github.com/oblivkv/oblivkv/kv/kvtest"
 	"github.com/oblivkv/oblivkv/protocol/oblivistore"
 )
 

@@ -12,7 +12,7 @@ import (
 	"github.com/oblivkv/oblivkv/backend"
 	"github.com/oblivkv/oblivkv/backend/mem"
 	"github.com/oblivkv/oblivkv/kv"
-	"github.com/oblivkv/oblivkv/kvtest"
+	"github.com/oblivkv/oblivkv/kv/kvtest"
 )
 
 // tamperRig is a store of capacity 256 (16 partitions of levels 0..6)

@@ -6,7 +6,7 @@ import (
 
 	"github.com/oblivkv/oblivkv/backend/mem"
 	"github.com/oblivkv/oblivkv/kv"
-	"github.com/oblivkv/oblivkv/kvtest"
+	"github.com/oblivkv/oblivkv/kv/kvtest"
 )
 
 // BenchmarkAccess measures one access (a Get of a present key) of a store

@@ -3,7 +3,7 @@ package pathoram
 import (
 	"testing"
 
-	"github.com/oblivkv/oblivkv/kvtest"
+	"github.com/oblivkv/oblivkv/kv/kvtest"
 )
 
 // TestFreshChoices: two stores given one test seed show storage the same

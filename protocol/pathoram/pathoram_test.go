@@ -9,10 +9,10 @@ import (
 
 	"github.com/oblivkv/oblivkv/backend"
 	"github.com/oblivkv/oblivkv/backend/mem"
-	"github.com/oblivkv/oblivkv/internal/durable/durabletest"
-	"github.com/oblivkv/oblivkv/internal/journal"
+	"github.com/oblivkv/oblivkv/internal/durable/journal"
+	"github.com/oblivkv/oblivkv/internal/testsupport/durabletest"
 	"github.com/oblivkv/oblivkv/kv"
-	"github.com/oblivkv/oblivkv/kvtest"
+	"github.com/oblivkv/oblivkv/kv/kvtest"
 	"github.com/oblivkv/oblivkv/observe"
 	"github.com/oblivkv/oblivkv/protocol/tree"
 	"github.com/oblivkv/oblivkv/seal"
@@ -85,7 +85,10 @@ func (f *fixture) open(mod func(*kv.Config)) kv.Store {
 func (f *fixture) tryOpen(mod func(*kv.Config)) (kv.Store, error) {
 	f.mem.Reopen()
 	cfg := f.cfg
-	cfg.Backend, cfg.Keys, cfg.TapLog, cfg.JournalDir = f.mem, f.keys, f.log, f.journal
+	cfg.Backend, cfg.Keys, cfg.TapLog = f.mem, f.keys, f.log
+	if f.journal != "" {
+		cfg.OpenJournal = kvtest.Journal(f.journal)
+	}
 	if mod != nil {
 		mod(&cfg)
 	}

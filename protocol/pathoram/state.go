@@ -7,7 +7,7 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/oblivkv/oblivkv/internal/delta"
+	"github.com/oblivkv/oblivkv/internal/durable/delta"
 	"github.com/oblivkv/oblivkv/kv"
 	"github.com/oblivkv/oblivkv/protocol/tree"
 )

@@ -2,7 +2,7 @@
 
 package taostore
 
-import "github.com/oblivkv/oblivkv/internal/leakenv"
+import "github.com/oblivkv/oblivkv/internal/testsupport/leakenv"
 
 // The leaks OBLIVKV_LEAK may choose, in a build with the oblivkv_leaks
 // tag only.

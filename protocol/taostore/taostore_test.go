@@ -12,9 +12,9 @@ import (
 
 	"github.com/oblivkv/oblivkv/backend"
 	"github.com/oblivkv/oblivkv/backend/mem"
-	"github.com/oblivkv/oblivkv/internal/journal"
+	"github.com/oblivkv/oblivkv/internal/durable/journal"
 	"github.com/oblivkv/oblivkv/kv"
-	"github.com/oblivkv/oblivkv/kvtest"
+	"github.com/oblivkv/oblivkv/kv/kvtest"
 	"github.com/oblivkv/oblivkv/protocol/taostore"
 	"github.com/oblivkv/oblivkv/seal"
 )
@@ -60,7 +60,7 @@ func TestStaleWriteBackLoses(t *testing.T) {
 			t.Fatal(err)
 		}
 		s, err := kv.Open(t.Context(), kv.Config{Protocol: "taostore", Backend: b, Keys: keys,
-			Capacity: 64, ValueSize: 16, Options: taostore.Options{K: 1}, JournalDir: journal})
+			Capacity: 64, ValueSize: 16, Options: taostore.Options{K: 1}, OpenJournal: kvtest.Journal(journal)})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -117,7 +117,7 @@ func TestStaleWriteBackLoses(t *testing.T) {
 func TestReplayedBucketsDetected(t *testing.T) {
 	raw := mem.New()
 	cfg := kv.Config{Protocol: "taostore", Backend: raw, Keys: kvtest.NewKeys(t),
-		Capacity: 64, ValueSize: 16, Options: taostore.Options{K: 1}, JournalDir: t.TempDir()}
+		Capacity: 64, ValueSize: 16, Options: taostore.Options{K: 1}, OpenJournal: kvtest.Journal(t.TempDir())}
 	s, err := kv.Open(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -197,7 +197,7 @@ func TestReopenWithOtherLayout(t *testing.T) {
 	open := func(o taostore.Options) (kv.Store, error) {
 		b.Reopen()
 		return kv.Open(t.Context(), kv.Config{Protocol: "taostore", Backend: b, Keys: keys, Capacity: 64, ValueSize: 16,
-			Options: o, JournalDir: journal})
+			Options: o, OpenJournal: kvtest.Journal(journal)})
 	}
 	s, err := open(taostore.Options{CachedLevels: 2})
 	if err != nil {

@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"github.com/oblivkv/oblivkv/kv"
-	"github.com/oblivkv/oblivkv/kvtest"
+	"github.com/oblivkv/oblivkv/kv/kvtest"
 )
 
 func randomBlocks(r *rand.Rand, n, valueSize int) []Block {

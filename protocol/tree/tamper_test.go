@@ -4,7 +4,7 @@ import (
 	"strconv"
 	"testing"
 
-	"github.com/oblivkv/oblivkv/kvtest"
+	"github.com/oblivkv/oblivkv/kv/kvtest"
 	_ "github.com/oblivkv/oblivkv/protocol/pathoram"
 	_ "github.com/oblivkv/oblivkv/protocol/taostore"
 	"github.com/oblivkv/oblivkv/protocol/tree"

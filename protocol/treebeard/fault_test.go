@@ -9,7 +9,7 @@ import (
 
 	"github.com/oblivkv/oblivkv/backend/mem"
 	"github.com/oblivkv/oblivkv/kv"
-	"github.com/oblivkv/oblivkv/kvtest"
+	"github.com/oblivkv/oblivkv/kv/kvtest"
 	"github.com/oblivkv/oblivkv/observe"
 	"github.com/oblivkv/oblivkv/protocol/treebeard"
 )
@@ -28,7 +28,7 @@ func faultyStore(t *testing.T, o treebeard.Options, net *treebeard.FaultNet, fai
 	open := func(o treebeard.Options) kv.Store {
 		t.Helper()
 		s, err := kv.Open(t.Context(), kv.Config{Protocol: "treebeard", Backend: fb, Keys: keys, Capacity: 256, ValueSize: 32,
-			Options: o, JournalDir: journal, TapLog: log})
+			Options: o, OpenJournal: kvtest.Journal(journal), TapLog: log})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -3,7 +3,7 @@
 package treebeard
 
 import (
-	"github.com/oblivkv/oblivkv/internal/leakenv"
+	"github.com/oblivkv/oblivkv/internal/testsupport/leakenv"
 	"github.com/oblivkv/oblivkv/protocol/ringoram"
 )
 

@@ -13,7 +13,7 @@ import (
 	"github.com/oblivkv/oblivkv/backend"
 	"github.com/oblivkv/oblivkv/backend/mem"
 	"github.com/oblivkv/oblivkv/kv"
-	"github.com/oblivkv/oblivkv/kvtest"
+	"github.com/oblivkv/oblivkv/kv/kvtest"
 	"github.com/oblivkv/oblivkv/observe"
 	"github.com/oblivkv/oblivkv/protocol/ringoram"
 	"github.com/oblivkv/oblivkv/protocol/treebeard"
@@ -275,7 +275,7 @@ func madeWith(t *testing.T, capacity int, o treebeard.Options) func(treebeard.Op
 	open := func(o treebeard.Options) (kv.Store, error) {
 		b.Reopen()
 		return kv.Open(t.Context(), kv.Config{Protocol: "treebeard", Backend: b, Keys: keys, Capacity: capacity, ValueSize: 16,
-			Options: o, JournalDir: journal})
+			Options: o, OpenJournal: kvtest.Journal(journal)})
 	}
 	s, err := open(o)
 	if err != nil {

@@ -145,6 +145,6 @@ func keyedIDPrefix(prf [seal.PRFSize]byte, ts uint64) string {
 
 // envLeak returns l: the protocol as given. Only in builds with the
 // oblivkv_leaks tag, leak_env.go replaces it with the leak the
-// environment chooses (internal/leakenv), so a test can show `oblivkv
+// environment chooses (internal/testsupport/leakenv), so a test can show `oblivkv
 // audit` catching it.
 var envLeak = func(l leak) (leak, error) { return l, nil }

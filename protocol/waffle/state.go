@@ -11,7 +11,7 @@ import (
 	"iter"
 	"math"
 
-	"github.com/oblivkv/oblivkv/internal/delta"
+	"github.com/oblivkv/oblivkv/internal/durable/delta"
 	"github.com/oblivkv/oblivkv/kv"
 	"github.com/oblivkv/oblivkv/protocol/tree"
 )

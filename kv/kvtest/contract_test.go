@@ -18,7 +18,7 @@ import (
 
 	"github.com/oblivkv/oblivkv/backend"
 	"github.com/oblivkv/oblivkv/kv"
-	"github.com/oblivkv/oblivkv/kvtest"
+	"github.com/oblivkv/oblivkv/kv/kvtest"
 	"github.com/oblivkv/oblivkv/seal"
 )
 

@@ -7,7 +7,7 @@ import (
 	"net/url"
 	"testing"
 
-	"github.com/oblivkv/oblivkv/internal/testcerts"
+	"github.com/oblivkv/oblivkv/internal/testsupport/testcerts"
 )
 
 // TLSServer is a redis-server for one test that accepts only TLS

@@ -29,6 +29,7 @@ import (
 	"time"
 
 	"github.com/oblivkv/oblivkv/backend/mem"
+	"github.com/oblivkv/oblivkv/internal/durable/journal"
 	"github.com/oblivkv/oblivkv/kv"
 	"github.com/oblivkv/oblivkv/observe"
 	"github.com/oblivkv/oblivkv/seal"
@@ -173,11 +174,13 @@ func open(ctx context.Context, cfg Config, p pacing, log *observe.MemoryLog) (s 
 		ValueSize: 32, MaxKeySize: 32, TapLog: log, Options: p.options}
 	done = func() {}
 	if p.journal {
-		if kc.JournalDir, err = os.MkdirTemp("", "oblivkv-audit-"); err != nil {
+		dir, err := os.MkdirTemp("", "oblivkv-audit-")
+		if err != nil {
 			return nil, nil, err
 		}
-		kc.NoFsync = true // what storage sees needs no fsync
-		done = func() { os.RemoveAll(kc.JournalDir) }
+		done = func() { os.RemoveAll(dir) }
+		// What storage sees needs no fsync.
+		kc.OpenJournal, kc.NoFsync = journal.Opener(dir, journal.Options{NoSync: true}), true
 	}
 	if s, err = kv.Open(ctx, kc); err != nil {
 		done()

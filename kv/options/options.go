@@ -1,4 +1,13 @@
-package setup
+// Package options reads and writes a protocol's options as named
+// settings: --opt NAME=VALUE arguments turned into the protocol's Options
+// value by reflection over the zero Options its kv.Protocol descriptor
+// holds (Parse, ParseEach), their canonical form a store records (Settings:
+// an option at its constant default left out, and Args back), and their
+// listing with types, defaults and docs (List, for `oblivkv options`).
+//
+// It owns the rules of a setting's name and value. It must never import a
+// protocol package: the descriptor is its only view of one.
+package options
 
 import (
 	"errors"
@@ -23,12 +32,12 @@ func optionsOf(protocol string) (any, bool) {
 
 var durationType = reflect.TypeFor[time.Duration]()
 
-// OptionNames returns the names of the options ProtocolOptions accepts for
+// Names returns the names of the options ProtocolOptions accepts for
 // protocol: the exported int, float64 and time.Duration fields of its
 // Options, in declaration order (nil for a protocol without options).
-func OptionNames(protocol string) []string {
+func Names(protocol string) []string {
 	var names []string
-	for _, o := range OptionList(protocol) {
+	for _, o := range List(protocol) {
 		names = append(names, o.Name)
 	}
 	return names
@@ -49,7 +58,7 @@ func settable(f reflect.StructField) bool {
 // zero, which every protocol reads as its default. With no settings it
 // returns nil (the protocol's defaults). A protocol without options
 // rejects every setting.
-func ProtocolOptions(protocol string, opts []string) (any, error) {
+func Parse(protocol string, opts []string) (any, error) {
 	if len(opts) == 0 {
 		return nil, nil
 	}
@@ -68,7 +77,7 @@ func ProtocolOptions(protocol string, opts []string) (any, error) {
 		}
 		f, ok := field(v, name)
 		if !ok {
-			return nil, fmt.Errorf("%s has no option %q (its options: %s)", protocol, name, strings.Join(OptionNames(protocol), ", "))
+			return nil, fmt.Errorf("%s has no option %q (its options: %s)", protocol, name, strings.Join(Names(protocol), ", "))
 		}
 		if err := set(f, value); err != nil {
 			return nil, fmt.Errorf("%s option %s=%q: %w", protocol, name, value, err)
@@ -77,11 +86,11 @@ func ProtocolOptions(protocol string, opts []string) (any, error) {
 	return v.Interface(), nil
 }
 
-// ProtocolOptionsEach builds the Options of each of protocols from the
+// ParseEach builds the Options of each of protocols from the
 // same settings, as ProtocolOptions does, except that a setting goes only
 // to the protocols that have such an option; a setting no protocol has is
 // an error. Protocols given no setting are absent from the result.
-func ProtocolOptionsEach(protocols []string, opts []string) (map[string]any, error) {
+func ParseEach(protocols []string, opts []string) (map[string]any, error) {
 	mine := map[string][]string{}
 	for _, opt := range opts {
 		name, _, err := splitOption(opt)
@@ -90,14 +99,14 @@ func ProtocolOptionsEach(protocols []string, opts []string) (map[string]any, err
 		}
 		var takers []string
 		for _, p := range protocols {
-			if _, ok := OptionName(p, name); ok {
+			if _, ok := FieldName(p, name); ok {
 				takers = append(takers, p)
 				mine[p] = append(mine[p], opt)
 			}
 		}
 		if len(takers) == 0 {
 			if len(protocols) == 1 { // ProtocolOptions says why
-				_, err := ProtocolOptions(protocols[0], []string{opt})
+				_, err := Parse(protocols[0], []string{opt})
 				return nil, err
 			}
 			return nil, noTaker(protocols, name)
@@ -106,7 +115,7 @@ func ProtocolOptionsEach(protocols []string, opts []string) (map[string]any, err
 	out := map[string]any{}
 	for _, p := range protocols {
 		if o, ok := mine[p]; ok {
-			v, err := ProtocolOptions(p, o)
+			v, err := Parse(p, o)
 			if err != nil {
 				return nil, err
 			}
@@ -120,7 +129,7 @@ func noTaker(protocols []string, name string) error {
 	var valid []string
 	for _, p := range protocols {
 		names := "none"
-		if n := OptionNames(p); len(n) > 0 {
+		if n := Names(p); len(n) > 0 {
 			names = strings.Join(n, ", ")
 		}
 		valid = append(valid, p+": "+names)
@@ -177,10 +186,10 @@ func set(f reflect.Value, value string) error {
 	return nil
 }
 
-// FormatOptions writes the settable fields of an Options value that are
+// Format writes the settable fields of an Options value that are
 // not at their defaults (see Settings) as "Name=value" settings
 // ProtocolOptions reads back.
-func FormatOptions(options any) string {
+func Format(options any) string {
 	v, ok := optionsStruct(options)
 	if !ok {
 		return fmt.Sprint(options)
@@ -220,9 +229,9 @@ func optionsStruct(options any) (reflect.Value, bool) {
 	return v, v.Kind() == reflect.Struct
 }
 
-// SettingArgs turns Settings back into "Name=value" settings, sorted by
+// Args turns Settings back into "Name=value" settings, sorted by
 // name, for ProtocolOptions.
-func SettingArgs(settings map[string]string) []string {
+func Args(settings map[string]string) []string {
 	args := make([]string, 0, len(settings))
 	for _, name := range slices.Sorted(maps.Keys(settings)) {
 		args = append(args, name+"="+settings[name])
@@ -285,10 +294,10 @@ type Option struct {
 	Doc      string // the field's `opt` tag: what the option does
 }
 
-// OptionList returns the options ProtocolOptions accepts for protocol, in
+// List returns the options ProtocolOptions accepts for protocol, in
 // declaration order, with their types, defaults and docs (nil for a
 // protocol without options).
-func OptionList(protocol string) []Option {
+func List(protocol string) []Option {
 	zero, ok := optionsOf(protocol)
 	if !ok {
 		return nil
@@ -320,8 +329,8 @@ func typeName(t reflect.Type) string {
 
 // OptionName returns the field name of protocol's option name (matched as
 // ProtocolOptions matches it), and whether it has one.
-func OptionName(protocol, name string) (string, bool) {
-	for _, n := range OptionNames(protocol) {
+func FieldName(protocol, name string) (string, bool) {
+	for _, n := range Names(protocol) {
 		if normalise(n) == normalise(name) {
 			return n, true
 		}

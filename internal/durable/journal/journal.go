@@ -15,7 +15,7 @@
 // records whose Commit never returned. A bad record with good ones after it
 // is corruption of acknowledged work and fails Open instead.
 //
-// Checkpoints are written through internal/sealedstate into a pebble store
+// Checkpoints are written through internal/durable/sealedstate into a pebble store
 // (backend/disk) in the journal directory, in two slots used in turn, so a
 // crash while writing one leaves the other; segments whose records a
 // checkpoint covers are then deleted.
@@ -43,7 +43,8 @@ import (
 	"syscall"
 
 	"github.com/oblivkv/oblivkv/backend/disk"
-	"github.com/oblivkv/oblivkv/internal/sealedstate"
+	"github.com/oblivkv/oblivkv/internal/durable"
+	"github.com/oblivkv/oblivkv/internal/durable/sealedstate"
 	"github.com/oblivkv/oblivkv/seal"
 )
 
@@ -56,26 +57,18 @@ type Options struct {
 }
 
 // Stats count a journal's work since Open.
-type Stats struct {
-	Records     uint64 // records appended
-	Groups      uint64 // group writes
-	Fsyncs      uint64 // fsyncs of the log (one per group, none with NoSync)
-	Bytes       uint64 // bytes written to the log
-	Checkpoints uint64 // checkpoints written
-}
+type Stats = durable.JournalStats
 
 // Record is one record of the log.
-type Record struct {
-	LSN  uint64
-	Data []byte
-}
+type Record = durable.Record
 
 // ErrCorrupt reports a journal whose acknowledged records cannot be read
 // back: a bad record followed by good ones, or records missing between a
 // checkpoint and the log.
 var ErrCorrupt = errors.New("journal: corrupt")
 
-// Journal is an open journal. Its methods are safe for concurrent use.
+// Journal is an open journal, a durable.Journal. Its methods are safe for
+// concurrent use.
 type Journal struct {
 	dir    string
 	keys   *seal.Keys
@@ -137,6 +130,18 @@ func Open(dir string, keys *seal.Keys, o Options) (*Journal, error) {
 		return nil, err
 	}
 	return j, nil
+}
+
+// Opener returns what opens the journal in dir under a store's keys, for
+// kv.Config.OpenJournal.
+func Opener(dir string, o Options) func(*seal.Keys) (durable.Journal, error) {
+	return func(keys *seal.Keys) (durable.Journal, error) {
+		j, err := Open(dir, keys, o)
+		if err != nil {
+			return nil, err // never a typed nil
+		}
+		return j, nil
+	}
 }
 
 // lockDir takes the lock of a journal directory, so that two processes
@@ -409,7 +414,7 @@ func (j *Journal) release() error {
 func slotAddr(slot int) string { return fmt.Sprintf("checkpoint/%d", slot) }
 
 // ErrWrongKey reports a journal sealed under another key.
-var ErrWrongKey = errors.New("journal: sealed under another key (wrong key file?)")
+var ErrWrongKey = durable.ErrWrongKey
 
 // identFile holds a record sealed under the journal's key: Open checks it
 // before reading anything, so a wrong key is refused instead of every

@@ -4,7 +4,7 @@ import (
 	"reflect"
 	"testing"
 
-	"github.com/oblivkv/oblivkv/internal/setup"
+	"github.com/oblivkv/oblivkv/kv/options"
 )
 
 // CheckDefaultTags fails t where an option of protocol whose `default` tag
@@ -16,11 +16,11 @@ import (
 func CheckDefaultTags(t testing.TB, protocol string, resolved any) {
 	t.Helper()
 	got := reflect.ValueOf(resolved)
-	for _, o := range setup.OptionList(protocol) {
+	for _, o := range options.List(protocol) {
 		if !o.Constant {
 			continue
 		}
-		tagged, err := setup.ProtocolOptions(protocol, []string{o.Name + "=" + o.Default})
+		tagged, err := options.Parse(protocol, []string{o.Name + "=" + o.Default})
 		if err != nil {
 			t.Fatal(err)
 		}

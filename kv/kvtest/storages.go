@@ -7,7 +7,7 @@ import (
 	"github.com/oblivkv/oblivkv/backend"
 	"github.com/oblivkv/oblivkv/backend/disk"
 	"github.com/oblivkv/oblivkv/backend/redis"
-	"github.com/oblivkv/oblivkv/internal/redistest"
+	"github.com/oblivkv/oblivkv/internal/testsupport/redistest"
 )
 
 // Storages returns every storage the kits run on: mem, disk and redis (a
@@ -30,7 +30,7 @@ func Storages(t *testing.T) []Storage {
 func Main(m *testing.M) { redistest.Main(m) }
 
 // Redis is storage in a freshly flushed database of a redis-server shared
-// by the test binary (internal/redistest), reopened by connecting again.
+// by the test binary (internal/testsupport/redistest), reopened by connecting again.
 // Without redis-server installed the test fails, unless
 // OBLIVKV_SKIP_REDIS=1 makes it skip.
 func Redis() Storage {

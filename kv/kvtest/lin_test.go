@@ -15,7 +15,7 @@ import (
 	"github.com/anishathalye/porcupine"
 
 	"github.com/oblivkv/oblivkv/kv"
-	"github.com/oblivkv/oblivkv/kvtest"
+	"github.com/oblivkv/oblivkv/kv/kvtest"
 )
 
 // mapStore is a correct kv.Store: a map under a mutex. Its fault hooks

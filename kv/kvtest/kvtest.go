@@ -33,6 +33,7 @@ import (
 
 	"github.com/oblivkv/oblivkv/backend"
 	"github.com/oblivkv/oblivkv/backend/mem"
+	"github.com/oblivkv/oblivkv/internal/durable/journal"
 	"github.com/oblivkv/oblivkv/kv"
 	"github.com/oblivkv/oblivkv/seal"
 )
@@ -120,7 +121,13 @@ func (c Config) validate(t *testing.T) {
 
 func (c Config) kvConfig(b backend.Backend, keys *seal.Keys, journal string) kv.Config {
 	return kv.Config{Protocol: c.Protocol, Backend: b, Keys: keys, Capacity: c.Capacity,
-		ValueSize: c.ValueSize, MaxKeySize: c.MaxKeySize, Options: c.Options, JournalDir: journal}
+		ValueSize: c.ValueSize, MaxKeySize: c.MaxKeySize, Options: c.Options, OpenJournal: Journal(journal)}
+}
+
+// Journal opens the journal in dir for kv.Config.OpenJournal, as the
+// command's set-up does (internal/durable/journal).
+func Journal(dir string) func(*seal.Keys) (kv.Journal, error) {
+	return journal.Opener(dir, journal.Options{})
 }
 
 // Storage is untrusted storage a test runs on.

@@ -18,9 +18,9 @@ import (
 	"github.com/oblivkv/oblivkv/backend"
 	"github.com/oblivkv/oblivkv/backend/mem"
 	"github.com/oblivkv/oblivkv/internal/durable"
-	"github.com/oblivkv/oblivkv/internal/journal"
+	"github.com/oblivkv/oblivkv/internal/durable/journal"
 	"github.com/oblivkv/oblivkv/kv"
-	"github.com/oblivkv/oblivkv/kvtest"
+	"github.com/oblivkv/oblivkv/kv/kvtest"
 	"github.com/oblivkv/oblivkv/observe"
 )
 
@@ -94,7 +94,7 @@ func IsAnchorWrite(r observe.Record) bool {
 }
 
 // Crasher is what CutAfterRead stops: a journal whose Crash ends it as
-// the death of its process would (internal/journal.Journal).
+// the death of its process would (internal/durable/journal.Journal).
 type Crasher interface{ Crash() }
 
 // CutAfterRead is storage whose next Read, once armed, reaches storage

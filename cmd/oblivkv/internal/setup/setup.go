@@ -2,11 +2,9 @@
 // key file, emulated latency, tap file) into an open kv.Store. It is shared
 // by `oblivkv serve`, `oblivkv load` and `oblivkv bench`.
 //
-// It owns the options of a protocol as a deployment gives them: --opt
-// NAME=VALUE settings turned into the protocol's Options by reflection over
-// the zero Options of its kv.Protocol descriptor (setup imports no protocol
-// package), their canonical form that a store records (Settings, an option
-// at its default left out) and their listing (OptionList).
+// A protocol's options arrive as --opt NAME=VALUE settings, which package
+// kv/options turns into its Options; setup reconciles them with those a
+// store recorded. It imports no protocol package.
 //
 // It owns the data directory layout (DIR/key, the 0600 master key file, and
 // DIR/store, the embedded backend's files) and the rule that a key is only
@@ -31,7 +29,9 @@ import (
 	"github.com/oblivkv/oblivkv/backend/disk"
 	"github.com/oblivkv/oblivkv/backend/mem"
 	"github.com/oblivkv/oblivkv/backend/redis"
+	"github.com/oblivkv/oblivkv/internal/durable/journal"
 	"github.com/oblivkv/oblivkv/kv"
+	"github.com/oblivkv/oblivkv/kv/options"
 	"github.com/oblivkv/oblivkv/observe"
 	"github.com/oblivkv/oblivkv/seal"
 )
@@ -94,7 +94,7 @@ type Opened struct {
 func KeyFile(dataDir string) string { return filepath.Join(dataDir, "key") }
 
 // JournalDir returns the journal directory of a data directory, where a
-// store keeps its trusted state (internal/journal).
+// store keeps its trusted state (internal/durable/journal).
 func JournalDir(dataDir string) string { return filepath.Join(dataDir, "journal") }
 
 // Open opens the backend and the store described by opts. A protocol
@@ -126,7 +126,7 @@ func openStore(ctx context.Context, b backend.Backend, opts Options) (*Opened, e
 		if opts, err = resolve(opts); err != nil {
 			return nil, err
 		}
-		o.Settings = Settings(opts.ProtocolOptions)
+		o.Settings = options.Settings(opts.ProtocolOptions)
 	}
 	keys, err := o.loadKeys(exists)
 	if err != nil {
@@ -139,17 +139,19 @@ func openStore(ctx context.Context, b backend.Backend, opts Options) (*Opened, e
 	}
 	cfg := kv.Config{Protocol: opts.Protocol, Backend: b, Keys: keys, Capacity: opts.Capacity,
 		ValueSize: opts.ValueSize, Options: opts.ProtocolOptions, OptionSettings: o.Settings, NoFsync: opts.NoFsync}
-	if opts.Backend != "mem" && opts.DataDir != "" {
-		if err := makeDataDir(opts.DataDir); err != nil {
-			return nil, err
-		}
-		cfg.JournalDir = JournalDir(opts.DataDir)
-	}
 	if opts.TapFile != "" {
 		if o.tapLog, err = observe.CreateFileLog(opts.TapFile); err != nil {
 			return nil, err
 		}
 		cfg.TapLog = o.tapLog
+	}
+	if opts.Backend != "mem" && opts.DataDir != "" {
+		if err := makeDataDir(opts.DataDir); err != nil {
+			return nil, err
+		}
+		// The one place a store's journal gets its engine: files, and a
+		// pebble store of checkpoints.
+		cfg.OpenJournal = journal.Opener(JournalDir(opts.DataDir), journal.Options{NoSync: opts.NoFsync})
 	}
 	if o.Store, err = kv.Open(ctx, cfg); err != nil {
 		if o.tapLog != nil {
@@ -180,7 +182,7 @@ func resolve(opts Options) (Options, error) {
 		return opts, errors.New("setup: give ProtocolOptions or OptionArgs, not both")
 	}
 	var err error
-	opts.ProtocolOptions, err = ProtocolOptions(opts.Protocol, opts.OptionArgs)
+	opts.ProtocolOptions, err = options.Parse(opts.Protocol, opts.OptionArgs)
 	opts.OptionArgs = nil
 	return opts, err
 }
@@ -201,14 +203,14 @@ func (o *Opened) withStored(ctx context.Context, b backend.Backend, keys *seal.K
 	if opts, err = resolve(opts); err != nil {
 		return opts, err
 	}
-	o.Settings = Settings(opts.ProtocolOptions)
+	o.Settings = options.Settings(opts.ProtocolOptions)
 	// A store of an older build recorded no options: each start gives its
 	// own, as then. Another protocol: kv.Open refuses it.
 	if stored.OptionSettings == nil || opts.Protocol != stored.Protocol {
 		return opts, nil
 	}
 	o.Settings = overRecorded(stored.OptionSettings, opts.Protocol, given, o.Settings)
-	opts.ProtocolOptions, err = ProtocolOptions(opts.Protocol, SettingArgs(o.Settings))
+	opts.ProtocolOptions, err = options.Parse(opts.Protocol, options.Args(o.Settings))
 	return opts, err
 }
 
@@ -219,8 +221,8 @@ func (o *Opened) withStored(ctx context.Context, b backend.Backend, keys *seal.K
 func overRecorded(recorded map[string]string, protocol string, args []string, settings map[string]string) map[string]string {
 	out := maps.Clone(recorded)
 	for _, arg := range args {
-		name, _, _ := splitOption(arg) // resolve checked them
-		field, _ := OptionName(protocol, name)
+		name, _, _ := strings.Cut(arg, "=") // resolve checked them
+		field, _ := options.FieldName(protocol, strings.TrimSpace(name))
 		delete(out, field)
 	}
 	maps.Copy(out, settings)

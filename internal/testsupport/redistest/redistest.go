@@ -42,7 +42,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/oblivkv/oblivkv/internal/testcerts"
+	"github.com/oblivkv/oblivkv/internal/testsupport/testcerts"
 )
 
 // SkipEnv is the environment variable that, set to "1", makes tests skip
