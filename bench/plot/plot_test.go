@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"encoding/xml"
 	"io"
+	"math"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -134,4 +136,53 @@ func TestFormat(t *testing.T) {
 			t.Errorf("format(%v) = %q, want %q", v, got, want)
 		}
 	}
+}
+
+// TestLabelsAreNumbers reads a chart's figures as a person reads them:
+// every tick of the value axis and every value written above a bar is a
+// number (with a k, M or G suffix), the bar's value to three significant
+// digits, on linear and log scales, and nothing shows a formatting error
+// (%!).
+func TestLabelsAreNumbers(t *testing.T) {
+	values := []float64{0, 0.000421, 0.5, 7, 12.34, 999, 1024, 56789, 1.05e6, 3.2e9}
+	for _, scale := range []Scale{Auto, Linear, Log} {
+		c := Chart{Title: "figures", YLabel: "units", Scale: scale}
+		for i, v := range values {
+			c.Groups = append(c.Groups, Group{Label: strconv.Itoa(i), Bars: []Bar{{Value: v}}})
+		}
+		svg := render(t, c)
+		if bytes.Contains(svg, []byte("%!")) {
+			t.Fatalf("scale %d: a formatting error:\n%s", scale, svg)
+		}
+		p := parse(t, svg)
+		if len(p.texts["tick"]) < 2 {
+			t.Errorf("scale %d: ticks %q", scale, p.texts["tick"])
+		}
+		for _, tick := range p.texts["tick"] {
+			if _, err := parseFormatted(tick); err != nil {
+				t.Errorf("scale %d: tick %q: %v", scale, tick, err)
+			}
+		}
+		if len(p.texts["value"]) != len(values) {
+			t.Fatalf("scale %d: values %q", scale, p.texts["value"])
+		}
+		for i, s := range p.texts["value"] {
+			got, err := parseFormatted(s)
+			if want := values[i]; err != nil || math.Abs(got-want) > 0.005*want {
+				t.Errorf("scale %d: bar %v written %q (%v)", scale, want, s, err)
+			}
+		}
+	}
+}
+
+// parseFormatted reads a number written by format: digits and an optional
+// k, M or G suffix.
+func parseFormatted(s string) (float64, error) {
+	scale := map[byte]float64{'k': 1e3, 'M': 1e6, 'G': 1e9}
+	m := 1.0
+	if n := len(s); n > 0 && scale[s[n-1]] != 0 {
+		m, s = scale[s[n-1]], s[:n-1]
+	}
+	v, err := strconv.ParseFloat(s, 64)
+	return v * m, err
 }

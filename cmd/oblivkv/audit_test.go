@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
 	"encoding/xml"
 	"errors"
@@ -192,8 +193,9 @@ func failedChecks(res auditrun.JSONResult) []auditrun.JSONCheck {
 
 // checkReport parses the report's index.html and every SVG it shows as
 // XML, and requires the plots the result calls for: the address
-// histogram and the leaf histogram, with a bar per workload, and a row
-// per check.
+// histogram and the leaf histogram, with a bar per workload, a row per
+// check, and no formatting error (%!) in any file. (auditrun's
+// TestReportShowsNumbers reads the cells.)
 func checkReport(t *testing.T, dir string, res auditrun.JSONResult) {
 	t.Helper()
 	page := parseXML(t, filepath.Join(dir, "index.html"))
@@ -242,15 +244,18 @@ func (d xmlDoc) attrs(elem, attr string) []string {
 	return out
 }
 
-// parseXML reads path as well-formed XML, failing t if it is not.
+// parseXML reads path as well-formed XML with no formatting error (%!),
+// failing t if it is not.
 func parseXML(t *testing.T, path string) xmlDoc {
 	t.Helper()
-	f, err := os.Open(path)
+	b, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer f.Close()
-	dec := xml.NewDecoder(f)
+	if i := bytes.Index(b, []byte("%!")); i >= 0 {
+		t.Errorf("%s shows a formatting error: %q", path, b[i:min(i+40, len(b))])
+	}
+	dec := xml.NewDecoder(bytes.NewReader(b))
 	var d xmlDoc
 	for {
 		tok, err := dec.Token()

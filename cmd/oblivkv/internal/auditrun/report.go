@@ -114,13 +114,35 @@ func sumRange(h []int, from, to int) int {
 
 type pageData struct {
 	R      JSONResult
+	Rows   []checkRow
 	Failed int
 	Plots  []string
 	Attack string
 }
 
+// checkRow is one row of the report's table of checks, its figures
+// written as a reader reads them.
+type checkRow struct {
+	Name, Stat, Critical, P, Detail string
+	Pass                            bool
+}
+
+func checkRows(checks []JSONCheck) []checkRow {
+	rows := make([]checkRow, len(checks))
+	for i, c := range checks {
+		critical := "n/a" // too few samples to test anything: a null in the JSON
+		if c.Critical != nil {
+			critical = fmt.Sprintf("%.4g", *c.Critical)
+		}
+		rows[i] = checkRow{Name: c.Name, Stat: fmt.Sprintf("%.4g", c.Stat), Critical: critical,
+			P: fmt.Sprintf("%.3g", c.P), Detail: c.Detail, Pass: c.Pass}
+	}
+	return rows
+}
+
 func (res *Result) page(files []string) pageData {
 	d := pageData{R: res.JSON(), Failed: len(res.Failed()), Plots: files}
+	d.Rows = checkRows(d.R.Checks)
 	if a := res.Attack; a != nil {
 		d.Attack = fmt.Sprintf("%.1f%% of the top %d keys recovered (chance %.1f%%, bound %.1f%%)",
 			100*a.Accuracy, len(a.Named), 100*a.Chance, 100*a.Bound)
@@ -142,7 +164,7 @@ img{max-width:100%;border:1px solid #eee;margin:8px 0}
 {{if .Attack}}<h2>Frequency attack</h2><p id="attack">{{.Attack}}</p>{{end}}
 <h2>Checks</h2>
 <table id="checks"><tr><th>check</th><th>verdict</th><th>statistic</th><th>critical</th><th>p</th><th>detail</th></tr>
-{{range .R.Checks}}<tr><td>{{.Name}}</td><td class="{{if .Pass}}pass{{else}}fail{{end}}">{{if .Pass}}pass{{else}}FAIL{{end}}</td><td class="num">{{printf "%.4g" .Stat}}</td><td class="num">{{with .Critical}}{{printf "%.4g" .}}{{else}}n/a{{end}}</td><td class="num">{{printf "%.3g" .P}}</td><td>{{.Detail}}</td></tr>
+{{range .Rows}}<tr><td>{{.Name}}</td><td class="{{if .Pass}}pass{{else}}fail{{end}}">{{if .Pass}}pass{{else}}FAIL{{end}}</td><td class="num">{{.Stat}}</td><td class="num">{{.Critical}}</td><td class="num">{{.P}}</td><td>{{.Detail}}</td></tr>
 {{end}}</table>
 <h2>Plots</h2>
 {{range .Plots}}<div><img src="{{.}}" alt="{{.}}"/></div>
