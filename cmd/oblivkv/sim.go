@@ -21,31 +21,31 @@ func newSimCmd() *cobra.Command {
 seeded simulation of the code the protocols use (no storage, no server).`,
 		Args: cobra.NoArgs,
 	}
-	cmd.AddCommand(newSimTable1Cmd())
+	cmd.AddCommand(newSimMultipathCmd())
 	return cmd
 }
 
-// paperTable1 holds Treebeard's Table 1 (Sec. 7.4), buckets fetched per
-// request on a tree of 2^20 paths, keyed by the batch size the value
-// belongs to. The paper prints 15.46 under "B=5"; it is the value of batch
+// paperBucketsPerRequest holds Treebeard's Table 1 (Sec. 7.4), buckets
+// fetched per request on a tree of 2^20 paths, keyed by the batch size the
+// value belongs to. The paper prints 15.46 under "B=5"; it is the value of batch
 // 50 (batch 5 gives 18.74), so it is keyed by 50 here and batch 5 shows it
 // with a note.
-var paperTable1 = map[int]float64{1: 21.00, 50: 15.46, 100: 14.46, 500: 12.14, 2000: 10.14}
+var paperBucketsPerRequest = map[int]float64{1: 21.00, 50: 15.46, 100: 14.46, 500: 12.14, 2000: 10.14}
 
-// paperTable1Levels is the tree of Table 1: 2^20 leaves.
-const paperTable1Levels = 20
+// paperLeavesLog is the tree of Treebeard's Table 1: 2^20 leaves.
+const paperLeavesLog = 20
 
-type simTable1Flags struct {
+type simMultipathFlags struct {
 	leavesLog, requests int
 	batches             string
 	seed                uint64
 }
 
-func newSimTable1Cmd() *cobra.Command {
-	var f simTable1Flags
+func newSimMultipathCmd() *cobra.Command {
+	var f simMultipathFlags
 	cmd := &cobra.Command{
-		Use:   "table1",
-		Short: "Treebeard Table 1: buckets fetched per request by multi-path reads",
+		Use:   "multipath",
+		Short: "Buckets fetched per request by multi-path reads (Treebeard Table 1)",
 		Long: `Reproduce Table 1 of Treebeard (Sec. 7.4 "Bandwidth Analysis"): the average
 number of buckets fetched per client request when a batch of B read-path
 requests is served by one multi-path read (Sec. 5.3.1), which fetches every
@@ -75,11 +75,11 @@ B = 50: batch 5 gives 18.74. See docs/protocols.md.`,
 			if err != nil {
 				return err
 			}
-			return runSimTable1(cmd.OutOrStdout(), tree.Geometry{L: f.leavesLog}, f.requests, batches, f.seed)
+			return runSimMultipath(cmd.OutOrStdout(), tree.Geometry{L: f.leavesLog}, f.requests, batches, f.seed)
 		},
 	}
 	fs := cmd.Flags()
-	fs.IntVar(&f.leavesLog, "leaves-log", paperTable1Levels, "the tree has 2^N leaves (N+1 levels); the paper's is 20")
+	fs.IntVar(&f.leavesLog, "leaves-log", paperLeavesLog, "the tree has 2^N leaves (N+1 levels); the paper's is 20")
 	fs.IntVar(&f.requests, "requests", 10000, "requests simulated per batch size")
 	fs.StringVar(&f.batches, "batches", "1,5,50,100,500,2000", "comma-separated batch sizes (paths per multi-path read)")
 	fs.Uint64Var(&f.seed, "seed", 1, "seed of the random leaves")
@@ -99,8 +99,8 @@ func parseBatches(s string) ([]int, error) {
 	return batches, nil
 }
 
-func runSimTable1(w io.Writer, g tree.Geometry, requests int, batches []int, seed uint64) error {
-	fmt.Fprintf(w, "Treebeard Table 1: buckets fetched per request, tree of 2^%d leaves (%d levels), %d requests per batch size, seed %d\n\n",
+func runSimMultipath(w io.Writer, g tree.Geometry, requests int, batches []int, seed uint64) error {
+	fmt.Fprintf(w, "Multi-path reads, buckets fetched per request (Treebeard Table 1): tree of 2^%d leaves (%d levels), %d requests per batch size, seed %d\n\n",
 		g.L, g.L+1, requests, seed)
 	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "BATCH\tSIMULATED\tCLOSED FORM\tSIM VS CLOSED\tPAPER\tSIM VS PAPER\t")
@@ -115,7 +115,7 @@ func runSimTable1(w io.Writer, g tree.Geometry, requests int, batches []int, see
 			short = true
 		}
 		paper, vsPaper := "-", "-"
-		if g.L == paperTable1Levels {
+		if g.L == paperLeavesLog {
 			var note string
 			paper, vsPaper, note = paperColumns(g, b, sim, cf)
 			if note != "" {
@@ -143,7 +143,7 @@ func runSimTable1(w io.Writer, g tree.Geometry, requests int, batches []int, see
 // value, sim's deviation from it ("-" and "-" where the paper has none),
 // and a note when the paper prints the value under another batch size.
 func paperColumns(g tree.Geometry, b int, sim, cf float64) (paper, vsPaper, note string) {
-	p50 := paperTable1[50]
+	p50 := paperBucketsPerRequest[50]
 	switch b {
 	case 5: // the value the paper prints under B=5
 		return fmt.Sprintf("%.2f†", p50), deviation(sim, p50) + "†",
@@ -152,7 +152,7 @@ func paperColumns(g tree.Geometry, b int, sim, cf float64) (paper, vsPaper, note
 	case 50:
 		return fmt.Sprintf("%.2f‡", p50), deviation(sim, p50), "‡ printed under \"B=5\" in the paper; it is this batch's value."
 	}
-	if p, ok := paperTable1[b]; ok {
+	if p, ok := paperBucketsPerRequest[b]; ok {
 		return fmt.Sprintf("%.2f", p), deviation(sim, p), ""
 	}
 	return "-", "-", ""

@@ -23,7 +23,7 @@ func runSimCmd(t *testing.T, args ...string) (string, error) {
 	return out.String(), err
 }
 
-// simRows returns the table rows of `sim table1` output keyed by batch.
+// simRows returns the table rows of `sim multipath` output keyed by batch.
 func simRows(t *testing.T, out string) map[int][]string {
 	t.Helper()
 	rows := map[int][]string{}
@@ -39,9 +39,9 @@ func simRows(t *testing.T, out string) map[int][]string {
 	return rows
 }
 
-func TestSimTable1Command(t *testing.T) {
+func TestSimMultipath(t *testing.T) {
 	const levels = 12
-	args := []string{"table1", "--leaves-log", strconv.Itoa(levels), "--requests", "60000", "--batches", "1, 5,50,300", "--seed", "3"}
+	args := []string{"multipath", "--leaves-log", strconv.Itoa(levels), "--requests", "60000", "--batches", "1, 5,50,300", "--seed", "3"}
 	out, err := runSimCmd(t, args...)
 	if err != nil {
 		t.Fatalf("%v\n%s", err, out)
@@ -86,8 +86,8 @@ func TestSimTable1Command(t *testing.T) {
 
 // On the paper's tree the paper's values appear, and batch 5 carries the
 // note that the paper's "B=5" value belongs to batch 50.
-func TestSimTable1PaperColumns(t *testing.T) {
-	out, err := runSimCmd(t, "table1", "--requests", "3000", "--batches", "5,50,100,7")
+func TestSimMultipathPaperColumns(t *testing.T) {
+	out, err := runSimCmd(t, "multipath", "--requests", "3000", "--batches", "5,50,100,7")
 	if err != nil {
 		t.Fatalf("%v\n%s", err, out)
 	}
@@ -111,14 +111,14 @@ func TestSimTable1PaperColumns(t *testing.T) {
 	}
 }
 
-func TestSimTable1BadFlags(t *testing.T) {
+func TestSimMultipathBadFlags(t *testing.T) {
 	for _, args := range [][]string{
-		{"table1", "--batches", "1,0"},
-		{"table1", "--batches", "1,x"},
-		{"table1", "--batches", ""},
-		{"table1", "--requests", "0"},
-		{"table1", "--leaves-log", "0"},
-		{"table1", "--leaves-log", "99"},
+		{"multipath", "--batches", "1,0"},
+		{"multipath", "--batches", "1,x"},
+		{"multipath", "--batches", ""},
+		{"multipath", "--requests", "0"},
+		{"multipath", "--leaves-log", "0"},
+		{"multipath", "--leaves-log", "99"},
 	} {
 		if out, err := runSimCmd(t, args...); err == nil {
 			t.Errorf("%q: no error\n%s", args, out)

@@ -277,7 +277,10 @@ func passAll(t *testing.T, checks []audit.Check) {
 
 func auditSeed(i byte) [32]byte { return [32]byte{i} }
 
-func TestAudit(t *testing.T) {
+// TestObliviousAudit runs the hot and uniform workloads at the default
+// options: each passes every check, and the two workloads' partition
+// counts are alike.
+func TestObliviousAudit(t *testing.T) {
 	logs := map[string]auditLog{}
 	for _, name := range []string{"hot", "uniform"} {
 		logs[name] = runAudit(t, oblivistore.WithSeed(oblivistore.Options{}, auditSeed(1)), workloads[name], auditRequests)
@@ -290,7 +293,7 @@ func TestAudit(t *testing.T) {
 // longLogs are clean runs of the hot and uniform workloads at simOptions
 // (a fractional eviction rate and a throttled shuffler, so that early
 // cache-ins and blocked admissions happen), four times as long as
-// TestAudit's: TestAuditAtOtherOptions audits them and
+// TestObliviousAudit's: TestAuditAtOtherOptions audits them and
 // TestAuditRejectsDoctoredLogs doctors one. They are made once for both.
 var longLogs struct {
 	sync.Once
@@ -311,7 +314,7 @@ func otherLogs(t *testing.T) map[string]auditLog {
 	return longLogs.logs
 }
 
-// TestAuditAtOtherOptions: every check of TestAudit passes at simOptions.
+// TestAuditAtOtherOptions: every check of TestObliviousAudit passes at simOptions.
 func TestAuditAtOtherOptions(t *testing.T) {
 	logs := otherLogs(t)
 	for _, name := range []string{"hot", "uniform"} {
@@ -384,8 +387,8 @@ func anyDecisive(t *testing.T, checks []audit.Check) bool {
 // TestAuditRejectsDoctoredLogs: a log in which one partition is read
 // twice as often (each of its request reads repeated) fails every check,
 // and the two-sample test against an honest log. The logs are four times
-// longer than TestAudit's, so that doubling one partition of 32 fails the
-// statistical checks decisively.
+// longer than TestObliviousAudit's, so that doubling one partition of 32
+// fails the statistical checks decisively.
 func TestAuditRejectsDoctoredLogs(t *testing.T) {
 	logs := otherLogs(t)
 	l := logs["uniform"]

@@ -120,7 +120,7 @@ func TestMultiPathCostMatchesExpectation(t *testing.T) {
 // the paper's other columns (100, 500, 2000), so we check the paper's
 // 15.46 against batch 50 and batch 5 against the closed form, and check
 // that batch 5 is nowhere near 15.46.
-func TestMultiPathCostTable1(t *testing.T) {
+func TestMultiPathCostMatchesPaper(t *testing.T) {
 	start := time.Now()
 	g := Geometry{L: 20}
 	const requests = 10000
@@ -155,5 +155,5 @@ func TestMultiPathCostTable1(t *testing.T) {
 
 	// Ten full-size runs take a few tens of milliseconds (logged, not
 	// asserted: timing depends on the machine and the race detector).
-	t.Logf("Table 1 simulation: %v", time.Since(start))
+	t.Logf("Treebeard Table 1 simulation: %v", time.Since(start))
 }

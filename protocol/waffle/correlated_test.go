@@ -126,8 +126,8 @@ func TestCorrelatedQueries(t *testing.T) {
 				}
 			}
 			ca, sa := runs["correlated"].alpha, runs["shuffled"].alpha
-			tv, bins := alphaHistogramDistance(ca, sa, table2Bins)
-			paperDiff := paperHistogramDifference(ca, sa, table2Bins)
+			tv, bins := alphaHistogramDistance(ca, sa, histogramBins)
+			paperDiff := paperHistogramDifference(ca, sa, histogramBins)
 			t.Logf("R=%d: alpha histograms, correlated vs shuffled: total variation %.4f in %d bins; the paper's mean difference per bin %.4f of requests",
 				o.R, tv, bins, paperDiff)
 			if tv > c.maxTV || math.IsNaN(tv) {

@@ -12,9 +12,10 @@ import (
 	"github.com/oblivkv/oblivkv/protocol/waffle"
 )
 
-// Table 2 of the Waffle paper (Sec. 8.3.1) at N = 2^16: the paper's high, medium
-// and low security rows, at N = 1M, with B, R, f_D and D scaled by N/1M
-// and C kept as a share of N, so both theorems give the paper's values:
+// The security levels of Waffle's Table 2 (Sec. 8.3.1) at N = 2^16: the
+// paper's high, medium and low security rows, at N = 1M, with B, R, f_D
+// and D scaled by N/1M and C kept as a share of N, so both theorems give
+// the paper's values:
 //
 //	row     B    R    f_D  C       D      alpha  beta   (paper, N = 1M)
 //	high    655  2    257  64881   262    166    161    (165, 161)
@@ -23,43 +24,43 @@ import (
 //
 // The low row keeps the paper's f_R = 1 (R = B - f_D - 1).
 //
-// By default each row runs a fixed number of batches (table2Batches); with
-// WAFFLE_TABLE2=paper each row serves the paper's 2.5M requests scaled by
+// By default each row runs a fixed number of batches (its batches); with
+// WAFFLE_SECURITY_LEVELS=paper each row serves the paper's 2.5M requests scaled by
 // N/1M (about 164k), which takes the high row (two requests per batch of
 // 655) several minutes.
 
-const table2N = 1 << 16
+const levelsN = 1 << 16
 
-type table2Row struct {
+type securityLevel struct {
 	name    string
 	opts    waffle.Options
 	batches int // default run
 	// maxTV is the largest total variation distance allowed between the
-	// alpha histograms of skewed and uniform input, in table2Bins bins,
+	// alpha histograms of skewed and uniform input, in histogramBins bins,
 	// and maxPaperDiff the largest paperHistogramDifference in 100 bins
 	// (0: reported only; the paper calls the low row not oblivious).
 	maxTV, maxPaperDiff float64
 }
 
-// table2Bins is the number of equal bins, over the range of alpha observed
+// histogramBins is the number of equal bins, over the range of alpha observed
 // in either run, in which the two histograms are compared.
-const table2Bins = 20
+const histogramBins = 20
 
-func scaled(x float64) int { return max(1, int(math.Round(x*table2N/1e6))) }
+func scaled(x float64) int { return max(1, int(math.Round(x*levelsN/1e6))) }
 
-func table2Rows() []table2Row {
-	medium := waffle.Options{B: scaled(2500), R: scaled(1000), FD: scaled(500), C: int(math.Ceil(0.02 * table2N)), D: scaled(350000)}
+func securityLevels() []securityLevel {
+	medium := waffle.Options{B: scaled(2500), R: scaled(1000), FD: scaled(500), C: int(math.Ceil(0.02 * levelsN)), D: scaled(350000)}
 	low := medium
 	low.R = low.B - low.FD - 1
-	return []table2Row{
-		{"high", waffle.Options{B: scaled(10000), R: scaled(25), FD: scaled(3914), C: int(math.Ceil(0.99 * table2N)), D: scaled(4000)}, 600, 0.02, 0.015},
+	return []securityLevel{
+		{"high", waffle.Options{B: scaled(10000), R: scaled(25), FD: scaled(3914), C: int(math.Ceil(0.99 * levelsN)), D: scaled(4000)}, 600, 0.02, 0.015},
 		{"medium", medium, 2500, 0.5, 0.015},
 		{"low", low, 1500, 0, 0},
 	}
 }
 
-// TestTable2 reproduces Table 2 at N = 2^16 on the mem backend: for every
-// row and for Zipf 0.99 and uniform input, observed max alpha (from the
+// TestAlphaBetaAtSecurityLevels reproduces Waffle's Table 2 at N = 2^16 on
+// the mem backend: for every row and for Zipf 0.99 and uniform input, observed max alpha (from the
 // tap log) is at most Theorem 7.1's and observed min beta (from the
 // proxy's trace) at least Theorem 7.2's, and for the high and medium rows
 // the adversary-visible alpha histograms of the two inputs differ in at
@@ -68,21 +69,21 @@ func table2Rows() []table2Row {
 // 0.0000; medium 0.44 and 0.0089 (the paper reports about 1% in its
 // measure; the total variation is the share of requests that differ).
 // Throughput is logged (meaningful only without -race).
-func TestTable2(t *testing.T) {
-	paper := os.Getenv("WAFFLE_TABLE2") == "paper"
+func TestAlphaBetaAtSecurityLevels(t *testing.T) {
+	paper := os.Getenv("WAFFLE_SECURITY_LEVELS") == "paper"
 	var table strings.Builder
 	fmt.Fprintf(&table, "\n| row | input | B | R | f_D | C | D | theory alpha | max alpha | theory beta | min beta | batches | ops/s |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
-	for _, row := range table2Rows() {
+	for _, row := range securityLevels() {
 		t.Run(row.name, func(t *testing.T) {
 			o := row.opts
 			o.Timeout = time.Millisecond
-			alphaBound, betaBound := int(waffle.TheoreticalAlpha(o, table2N)), int(waffle.TheoreticalBeta(o, table2N))
-			setup := auditSetup{n: table2N, batches: row.batches, clients: 2 * o.R, valueSize: 1024, opts: o}
+			alphaBound, betaBound := int(waffle.TheoreticalAlpha(o, levelsN)), int(waffle.TheoreticalBeta(o, levelsN))
+			setup := auditSetup{n: levelsN, batches: row.batches, clients: 2 * o.R, valueSize: 1024, opts: o}
 			if paper {
-				setup.batches = int(math.Ceil(2.5e6 * table2N / 1e6 / float64(o.R)))
+				setup.batches = int(math.Ceil(2.5e6 * levelsN / 1e6 / float64(o.R)))
 			}
 			runs := map[string]auditRun{}
-			for _, in := range auditWorkloads(t, table2N) {
+			for _, in := range auditWorkloads(t, levelsN) {
 				run := runAudit(t, setup, in.next)
 				runs[in.name] = run
 				a, b := run.alpha, run.beta
@@ -96,10 +97,10 @@ func TestTable2(t *testing.T) {
 				}
 			}
 			za, ua := runs["zipf0.99"].alpha, runs["uniform"].alpha
-			tv, _ := alphaHistogramDistance(za, ua, table2Bins)
+			tv, _ := alphaHistogramDistance(za, ua, histogramBins)
 			paperDiff := paperHistogramDifference(za, ua, 100)
 			t.Logf("alpha histograms, zipf0.99 vs uniform: total variation %.4f in %d bins; the paper's mean difference per bin %.4f of requests in 100 bins",
-				tv, table2Bins, paperDiff)
+				tv, histogramBins, paperDiff)
 			if row.maxTV > 0 && tv > row.maxTV {
 				t.Errorf("alpha histograms of skewed and uniform input differ in %.1f%% of requests; want at most %.0f%%", 100*tv, 100*row.maxTV)
 			}
