@@ -14,16 +14,21 @@ func WithLatency(b Backend, d time.Duration) Backend {
 	if d <= 0 {
 		return b
 	}
-	return &latency{Backend: b, d: d}
+	return &latency{Backend: b, d: d, sleep: sleep}
 }
 
 type latency struct {
 	Backend
 	d time.Duration
+	// sleep waits: the package's sleep, or a test's fake clock.
+	sleep func(ctx context.Context, d time.Duration) error
 }
 
-func (l *latency) wait(ctx context.Context) error {
-	t := time.NewTimer(l.d)
+func (l *latency) wait(ctx context.Context) error { return l.sleep(ctx, l.d) }
+
+// sleep waits d, or until ctx is done.
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
 	case <-t.C:

@@ -75,6 +75,7 @@ func crashRun(t *testing.T, args []string) {
 		res kvtest.LinResult
 		err error
 	}
+	seed := kvtest.Seed(t) // the operation mix and the moments of the kills
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
 	done := make(chan outcome, 1)
@@ -82,7 +83,7 @@ func crashRun(t *testing.T, args []string) {
 		// The pause keeps the history of the fastest protocol (cloak,
 		// answering from its cache) small enough for porcupine.
 		res, err := kvtest.Linearizable(ctx, store, kvtest.LinOptions{Clients: 16, AllowErrors: true, FinalReads: true,
-			Keys: 16, HotFraction: 0.2, Pause: 2 * time.Millisecond, MutationFraction: 0.4, RESPResults: true,
+			Keys: 16, HotFraction: 0.2, Pause: 2 * time.Millisecond, MutationFraction: 0.4, RESPResults: true, Seed: seed,
 			Until: func() bool {
 				last := lastRestart.Load()
 				// go-redis fails fast for up to a second after failed dials
@@ -92,7 +93,7 @@ func crashRun(t *testing.T, args []string) {
 			}})
 		done <- outcome{res, err}
 	}()
-	r := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 1))
+	r := rand.New(rand.NewPCG(seed, kvtest.ScheduleStream))
 	for i := range crashKills {
 		time.Sleep(time.Duration(200+r.IntN(400)) * time.Millisecond)
 		if err := srv.cmd.Process.Kill(); err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -13,18 +14,23 @@ import (
 // Jittered wraps a storage so every Read, Write and WriteVersioned is
 // delayed by a random 0 to max: replies come back in another order than
 // the calls went out, as on an asynchronous network, and a protocol's
-// concurrent parts interleave differently on every run.
+// concurrent parts interleave differently on every run. The delays of
+// each opening are drawn from the test's Seed (logged; fixed by
+// OBLIVKV_TEST_SEED), so a run's delays can be replayed; the interleaving
+// is still the scheduler's.
 func Jittered(st Storage, max time.Duration) Storage {
 	next := st.New
 	st.Name = "jitter-" + st.Name
 	st.New = func(t *testing.T) func() (backend.Backend, error) {
-		open := next(t)
+		open, seed := next(t), Seed(t)
+		var opens atomic.Uint64
 		return func() (backend.Backend, error) {
 			b, err := open()
 			if err != nil {
 				return nil, err
 			}
-			return &jitter{Backend: b, max: max, rng: rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 7))}, nil
+			rng := rand.New(rand.NewPCG(seed, jitterStream+opens.Add(1)-1))
+			return &jitter{Backend: b, max: max, rng: rng}, nil
 		}
 	}
 	return st

@@ -301,3 +301,16 @@ func TestSeedReproducesTheOperations(t *testing.T) {
 		t.Error("seeds 11 and 12 issued the same operations")
 	}
 }
+
+// TestSeedFromEnvironment: OBLIVKV_TEST_SEED fixes Seed; without it two
+// seeds differ.
+func TestSeedFromEnvironment(t *testing.T) {
+	t.Setenv(kvtest.SeedEnv, "12345")
+	if got := kvtest.Seed(t); got != 12345 {
+		t.Errorf("Seed with %s=12345: %d", kvtest.SeedEnv, got)
+	}
+	t.Setenv(kvtest.SeedEnv, "")
+	if a, b := kvtest.Seed(t), kvtest.Seed(t); a == 0 || a == b {
+		t.Errorf("two random seeds: %d and %d", a, b)
+	}
+}

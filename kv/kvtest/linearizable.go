@@ -43,7 +43,8 @@ type LinOptions struct {
 	// shows, for a store reached over RESP: INCRBY's new value, APPEND's
 	// new length, SETNX's whether it set, or the error that rejected it.
 	RESPResults bool
-	// Seed makes the operation mix reproducible; 0 picks a random seed,
+	// Seed makes the operation mix reproducible; 0 picks a random seed
+	// (CheckLinearizable: the test's Seed, which OBLIVKV_TEST_SEED fixes),
 	// which is logged (the interleaving is up to the scheduler).
 	Seed uint64
 	// Timeout bounds the porcupine check (default 60s); a check that times
@@ -117,6 +118,9 @@ type LinResult struct {
 // porcupine's visualization and reports its path.
 func CheckLinearizable(t *testing.T, s kv.Store, opts LinOptions) {
 	t.Helper()
+	if opts.Seed == 0 {
+		opts.Seed = Seed(t)
+	}
 	r, err := Linearizable(t.Context(), s, opts)
 	if err != nil {
 		t.Fatalf("linearizability check (seed %d): %v", r.Seed, err)
