@@ -105,22 +105,23 @@ func checkHighWaterCell(t *testing.T, r Result, cell string) {
 	}
 }
 
-// markdownTable returns the header cells and the rows' cells of the first
-// table in md.
+// markdownTable returns the header cells and the rows' cells of the table
+// in md, its only lines that begin with "| " (the second, the alignment
+// row, left out).
 func markdownTable(md string) (header []string, rows [][]string) {
+	var lines []string
 	for line := range strings.SplitSeq(md, "\n") {
-		if !strings.HasPrefix(line, "| ") {
-			continue
-		}
-		cells := strings.Split(strings.Trim(line, "| "), " | ")
-		switch {
-		case header == nil:
-			header = cells
-		case !strings.HasPrefix(cells[0], "---"):
-			rows = append(rows, cells)
+		if strings.HasPrefix(line, "| ") {
+			lines = append(lines, strings.Trim(line, "| "))
 		}
 	}
-	return header, rows
+	if len(lines) < 2 {
+		return nil, nil
+	}
+	for _, line := range append(lines[:1:1], lines[2:]...) {
+		rows = append(rows, strings.Split(line, " | "))
+	}
+	return rows[0], rows[1:]
 }
 
 // svgValues returns the texts written above an SVG chart's bars.

@@ -3,8 +3,6 @@ package auditrun
 import (
 	"bytes"
 	"encoding/json"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -88,14 +86,7 @@ func TestUntestableCheckNotApplicable(t *testing.T) {
 	if c := back.Checks; c[0].Critical != nil || c[1].Critical == nil || *c[1].Critical <= 0 || !strings.Contains(buf.String(), `"critical": null`) {
 		t.Errorf("JSON: %s", buf.String())
 	}
-	dir := t.TempDir()
-	if _, err := res.WriteReport(dir); err != nil {
-		t.Fatal(err)
-	}
-	page, err := os.ReadFile(filepath.Join(dir, "index.html"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	page := writtenPage(t, res)
 	if !strings.Contains(string(page), `<td class="num">n/a</td>`) || strings.Contains(string(page), "e+308") {
 		t.Errorf("report:\n%s", page)
 	}

@@ -25,14 +25,7 @@ func TestReportShowsNumbers(t *testing.T) {
 		audit.Uniform("too few", []int{3}),
 		audit.Exact("exact", []string{"one violation"}),
 	}}
-	dir := t.TempDir()
-	if _, err := res.WriteReport(dir); err != nil {
-		t.Fatal(err)
-	}
-	page, err := os.ReadFile(filepath.Join(dir, "index.html"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	page := writtenPage(t, res)
 	for _, bad := range []string{"%!", "<nil>"} {
 		if bytes.Contains(page, []byte(bad)) {
 			t.Errorf("the report shows %q:\n%s", bad, page)
@@ -66,6 +59,21 @@ func TestReportShowsNumbers(t *testing.T) {
 		}
 		shownAs(t, c.Name+" critical", cell("critical"), *c.Critical, 4)
 	}
+}
+
+// writtenPage writes res's report into a temporary directory and returns
+// its index.html.
+func writtenPage(t *testing.T, res *Result) []byte {
+	t.Helper()
+	dir := t.TempDir()
+	if _, err := res.WriteReport(dir); err != nil {
+		t.Fatal(err)
+	}
+	page, err := os.ReadFile(filepath.Join(dir, "index.html"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return page
 }
 
 // shownAs fails t unless cell is a number that rounds want to digits
