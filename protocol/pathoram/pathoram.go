@@ -125,6 +125,9 @@ type store struct {
 	mu     sync.Mutex // one access at a time
 	o      *oram
 	remote *remote
+	// loadCut: the last record replayed began a bulk load, never
+	// checkpointed (recover writes the tree afresh).
+	loadCut bool
 
 	// Copies of the counters for Stats, which never waits for an access.
 	keyCount, stashSize, stashMax atomic.Int64

@@ -62,6 +62,10 @@ type store struct {
 	acked      []uint64 // per bucket: newest version storage acknowledged
 	counters   counters
 
+	// loadCut: the last record replayed began a bulk load, never
+	// checkpointed (recover writes the tree afresh).
+	loadCut bool
+
 	onStorage map[uint64][]tree.Block // leakUnchangedNotWritten: what storage holds, as far as the proxy knows
 
 	// Scratch space of flush, reused under mu.

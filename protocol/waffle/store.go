@@ -140,7 +140,7 @@ func open(ctx context.Context, env kv.Env) (*store, error) {
 		err = s.writeInitial(ctx)
 		var st []byte
 		if err == nil && s.log.Durable() {
-			if st, err = s.encodeState(); err == nil {
+			if st, err = s.Snapshot(); err == nil {
 				err = s.log.Create(ctx, st)
 			}
 		}
