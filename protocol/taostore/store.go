@@ -31,6 +31,8 @@ const BucketPrefix = "tao/b/"
 func errFull(capacity int) error { return fmt.Errorf("%w: %d keys", kv.ErrFull, capacity) }
 
 type store struct {
+	kv.ByUpdate // Get, Put and Delete: Updates of the store itself
+
 	b         backend.Backend
 	keys      *seal.Keys
 	geo       tree.Geometry
@@ -110,6 +112,7 @@ func open(ctx context.Context, env kv.Env) (*store, error) {
 		flusher: tree.NewFlusher(geo, opts.Z), seq: sequencer{released: opts.released, leak: opts.leak},
 		inflight: map[uint64]bool{}}
 	s.landed = sync.NewCond(&s.mu)
+	s.ByUpdate = kv.ByUpdate{Updater: s}
 	s.log = durable.New(env.Journal, env.Backend, env.Keys)
 	if !env.Fresh {
 		return s, s.recover(ctx)
@@ -130,21 +133,6 @@ func (s *store) randomLeaf() uint64 { return s.rng.Uint64N(s.geo.Leaves()) }
 // tree.IDOf (which adds a domain), because stores already written hold
 // blocks and position maps under these identifiers.
 func (s *store) blockID(key string) tree.BlockID { return s.keys.PRF([]byte(key)) }
-
-func (s *store) Get(ctx context.Context, key string) ([]byte, bool, error) {
-	r, err := s.Update(ctx, key, kv.Mutation{Op: kv.MutRead})
-	return r.Old, r.Found, err
-}
-
-func (s *store) Put(ctx context.Context, key string, val []byte) error {
-	_, err := s.Update(ctx, key, kv.Mutation{Op: kv.MutSet, Arg: val})
-	return err
-}
-
-func (s *store) Delete(ctx context.Context, key string) error {
-	_, err := s.Update(ctx, key, kv.Mutation{Op: kv.MutDelete})
-	return err
-}
 
 // Update implements kv.Updater: the mutation runs when its block is in
 // the proxy (ANSWER-REQUEST), so every kind is one request, as a Get is.

@@ -67,6 +67,8 @@ type counters struct {
 }
 
 type store struct {
+	kv.ByUpdate // Get, Put and Delete: Updates of the store itself
+
 	b         backend.Backend
 	keys      *seal.Keys
 	opts      Options
@@ -135,6 +137,7 @@ func open(ctx context.Context, env kv.Env) (*store, error) {
 		reqs: make(chan *request), stop: make(chan struct{}), loopDone: make(chan struct{}),
 		rng: rand.New(random.New(seed)), objs: map[ref]*object{}, cache: list.New(),
 		plain: make([]byte, 4+env.ValueSize)}
+	s.ByUpdate = kv.ByUpdate{Updater: s}
 	if env.Fresh {
 		// The initial layout, then the journal's first checkpoint.
 		err = s.writeInitial(ctx)
@@ -221,21 +224,6 @@ func newDummy(rng *rand.Rand, objs map[ref]*object) ref {
 func hasRef(objs map[ref]*object, rf ref) bool {
 	_, ok := objs[rf]
 	return ok
-}
-
-func (s *store) Get(ctx context.Context, key string) ([]byte, bool, error) {
-	r, err := s.Update(ctx, key, kv.Mutation{Op: kv.MutRead})
-	return r.Old, r.Found, err
-}
-
-func (s *store) Put(ctx context.Context, key string, val []byte) error {
-	_, err := s.Update(ctx, key, kv.Mutation{Op: kv.MutSet, Arg: val})
-	return err
-}
-
-func (s *store) Delete(ctx context.Context, key string) error {
-	_, err := s.Update(ctx, key, kv.Mutation{Op: kv.MutDelete})
-	return err
 }
 
 // Update implements kv.Updater: the mutation is one request of a batch,
