@@ -13,7 +13,6 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/oblivkv/oblivkv/backend"
 	"github.com/oblivkv/oblivkv/internal/durable"
@@ -38,13 +37,6 @@ const SlotPrefix = "os/"
 // Inputs are small and a checkpoint holds the position map, so they are
 // spaced further apart than durable's default.
 const checkpointEvery = 20_000
-
-// retryPause is the first pause before a failed backend call is retried;
-// it doubles up to retryPauseMax.
-const (
-	retryPause    = time.Millisecond
-	retryPauseMax = time.Second
-)
 
 // call is a client request waiting for its reply.
 type call struct {
@@ -395,7 +387,8 @@ func (s *store) release(o Output) {
 		})
 	case o.Write != nil:
 		s.issue(func() event {
-			err := s.retry(func() error { return s.b.Write(context.Background(), s.sealWrite(o.Write)) })
+			ctx := context.Background()
+			err := s.retry(ctx, func() error { return s.b.Write(ctx, s.sealWrite(o.Write)) })
 			return event{in: Input{Write: &WriteDone{ID: o.Write.ID}}, fatal: err}
 		})
 	}
@@ -437,22 +430,9 @@ func (s *store) resultOf(r *Reply) result {
 }
 
 // retry runs a backend call until it succeeds, the store closes or
-// storage is found tampered with. A retried call is the same call again:
-// storage learns only that the first one failed.
-func (s *store) retry(f func() error) error {
-	pause := retryPause
-	for {
-		err := f()
-		if err == nil || errors.Is(err, kv.ErrTampered) || errors.Is(err, backend.ErrClosed) {
-			return err
-		}
-		select {
-		case <-time.After(pause):
-		case <-s.done:
-			return err
-		}
-		pause = min(2*pause, retryPauseMax)
-	}
+// storage is found tampered with (backend.Retry).
+func (s *store) retry(ctx context.Context, call func() error) error {
+	return backend.Retry(ctx, s.done, nil, call)
 }
 
 // slotAddr is the storage address of slot x.
@@ -497,7 +477,7 @@ func (s *store) read(ctx context.Context, r *ReadIO) ([]Block, error) {
 		addrs[i] = slotAddr(x)
 	}
 	var vals [][]byte
-	if err := s.retry(func() (err error) { vals, err = s.b.Read(ctx, addrs); return err }); err != nil {
+	if err := s.retry(ctx, func() (err error) { vals, err = s.b.Read(ctx, addrs); return err }); err != nil {
 		return nil, err
 	}
 	blocks := make([]Block, len(vals))

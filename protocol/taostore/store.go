@@ -224,7 +224,7 @@ func (s *store) plan(r *request) {
 }
 
 // readPlanned reads r's path once its plan is durable, and while storage
-// fails the read issues the identical read again (tree.ReadAgain). A read that may have reached
+// fails the read issues the identical read again (backend.Retry). A read that may have reached
 // storage is never left for the block's next access to repeat: that
 // access would read the same path, and storage would link the two (the
 // argument of Treebeard Sec. 5.3.3, for one path). A crash, or a store
@@ -235,7 +235,7 @@ func (s *store) readPlanned(ctx context.Context, r *request) ([][]tree.Block, []
 	}
 	var fetched [][]tree.Block
 	var versions []uint64
-	err := tree.ReadAgain(ctx, nil, func() {
+	err := backend.Retry(ctx, nil, func() {
 		s.mu.Lock()
 		s.counters.readRetries++
 		s.mu.Unlock()
