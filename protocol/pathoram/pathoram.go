@@ -216,10 +216,10 @@ func (s *store) JournalsEveryWrite() bool { return s.log.Durable() }
 // bucket_bytes (one sealed bucket).
 func (s *store) Stats() kv.Stats {
 	return kv.Stats{Keys: s.keyCount.Load(), Extra: []kv.Stat{
-		{Name: "stash_size", Value: float64(s.stashSize.Load())},
-		{Name: "stash_max", Value: float64(s.stashMax.Load())},
-		{Name: "tree_levels", Value: float64(s.o.g.L + 1)},
-		{Name: "bucket_bytes", Value: float64(s.codec.BucketSize())},
+		{Name: kv.StatStashSize, Value: float64(s.stashSize.Load())},
+		{Name: kv.StatStashMax, Value: float64(s.stashMax.Load())},
+		{Name: kv.StatTreeLevels, Value: float64(s.o.g.L + 1)},
+		{Name: kv.StatBucketBytes, Value: float64(s.codec.BucketSize())},
 	}}
 }
 

@@ -287,18 +287,18 @@ func (s *store) Stats() kv.Stats {
 	defer s.mu.Unlock()
 	c := s.counters
 	return kv.Stats{Keys: int64(len(s.pos)), Extra: []kv.Stat{
-		{Name: "tree_levels", Value: float64(s.geo.L + 1)},
-		{Name: "z", Value: float64(s.opts.Z)},
-		{Name: "k", Value: float64(s.opts.K)},
-		{Name: "stash_size", Value: float64(len(s.stash))},
-		{Name: "stash_max", Value: float64(c.stashMax)},
-		{Name: "subtree_nodes", Value: float64(len(s.sub.nodes))},
-		{Name: "subtree_max", Value: float64(s.sub.max)},
-		{Name: "real_reads", Value: float64(c.realReads)},
-		{Name: "fake_reads", Value: float64(c.fakeReads)},
-		{Name: "write_backs", Value: float64(c.writeBacks)},
-		{Name: "stale_buckets", Value: float64(c.staleBuckets)},
-		{Name: "write_back_errors", Value: float64(c.writeBackErrors)},
-		{Name: "read_retries", Value: float64(c.readRetries)},
+		{Name: kv.StatTreeLevels, Value: float64(s.geo.L + 1)},
+		{Name: kv.StatBucketZ, Value: float64(s.opts.Z)},
+		{Name: kv.StatWriteBackThreshold, Value: float64(s.opts.K)},
+		{Name: kv.StatStashSize, Value: float64(len(s.stash))},
+		{Name: kv.StatStashMax, Value: float64(c.stashMax)},
+		{Name: kv.StatSubtreeNodes, Value: float64(len(s.sub.nodes))},
+		{Name: kv.StatSubtreeMax, Value: float64(s.sub.max)},
+		{Name: kv.StatRealReads, Value: float64(c.realReads)},
+		{Name: kv.StatFakeReads, Value: float64(c.fakeReads)},
+		{Name: kv.StatWriteBacks, Value: float64(c.writeBacks)},
+		{Name: kv.StatStaleBuckets, Value: float64(c.staleBuckets)},
+		{Name: kv.StatWriteBackErrors, Value: float64(c.writeBackErrors)},
+		{Name: kv.StatReadRetries, Value: float64(c.readRetries)},
 	}}
 }

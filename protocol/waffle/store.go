@@ -363,19 +363,19 @@ func (s *store) Stats() kv.Stats {
 	st := s.stats.Load()
 	c := st.counters
 	return kv.Stats{Keys: int64(st.keys), Extra: []kv.Stat{
-		{Name: "b", Value: float64(s.opts.B)},
-		{Name: "r", Value: float64(s.opts.R)},
-		{Name: "f_d", Value: float64(s.opts.FD)},
-		{Name: "d", Value: float64(s.opts.D)},
-		{Name: "c", Value: float64(s.opts.C)},
-		{Name: "batches", Value: float64(c.Batches)},
-		{Name: "cache_size", Value: float64(st.realCached)},
-		{Name: "real_queries", Value: float64(c.RealQueries)},
-		{Name: "fake_real", Value: float64(c.FakeReal)},
-		{Name: "fake_dummy", Value: float64(c.FakeDummy)},
-		{Name: "delete_errors", Value: float64(c.DeleteErrors)},
-		{Name: "checkpoint_errors", Value: float64(s.checkpointErrors.Load())},
-		{Name: "theoretical_alpha", Value: TheoreticalAlpha(s.opts, s.capacity)},
-		{Name: "theoretical_beta", Value: TheoreticalBeta(s.opts, s.capacity)},
+		{Name: kv.StatWaffleB, Value: float64(s.opts.B)},
+		{Name: kv.StatWaffleR, Value: float64(s.opts.R)},
+		{Name: kv.StatWaffleFD, Value: float64(s.opts.FD)},
+		{Name: kv.StatWaffleD, Value: float64(s.opts.D)},
+		{Name: kv.StatWaffleC, Value: float64(s.opts.C)},
+		{Name: kv.StatBatches, Value: float64(c.Batches)},
+		{Name: kv.StatCacheSize, Value: float64(st.realCached)},
+		{Name: kv.StatRealQueries, Value: float64(c.RealQueries)},
+		{Name: kv.StatFakeReal, Value: float64(c.FakeReal)},
+		{Name: kv.StatFakeDummy, Value: float64(c.FakeDummy)},
+		{Name: kv.StatDeleteErrors, Value: float64(c.DeleteErrors)},
+		{Name: kv.StatCheckpointErrors, Value: float64(s.checkpointErrors.Load())},
+		{Name: kv.StatTheoreticalAlpha, Value: TheoreticalAlpha(s.opts, s.capacity)},
+		{Name: kv.StatTheoreticalBeta, Value: TheoreticalBeta(s.opts, s.capacity)},
 	}}
 }
