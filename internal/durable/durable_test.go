@@ -70,6 +70,18 @@ func (m *machine) Snapshot() ([]byte, error) { return []byte(strings.Join(m.stat
 
 var errBadRecord = errors.New("a record the machine refuses")
 
+// crashed returns a fixture whose store was created with state "empty",
+// then committed n records (commitWrites) before a crash.
+func crashed(t *testing.T, n int) *fixture {
+	f := newFixture(t)
+	if err := f.log.Create(t.Context(), []byte("empty")); err != nil {
+		t.Fatal(err)
+	}
+	commitWrites(f, n)
+	f.reopen()
+	return f
+}
+
 // commitWrites commits records d0, d1, ... each planning a write of its
 // number at "x"; the writes never reach storage, as a crash takes them.
 func commitWrites(f *fixture, n int) {
@@ -86,13 +98,7 @@ func commitWrites(f *fixture, n int) {
 // machine from it, applies the records after it in order and writes
 // again what they planned, in order.
 func TestReplay(t *testing.T) {
-	f := newFixture(t)
-	ctx := t.Context()
-	if err := f.log.Create(ctx, []byte("empty")); err != nil {
-		t.Fatal(err)
-	}
-	commitWrites(f, 3)
-	f.reopen()
+	f, ctx := crashed(t, 3), t.Context()
 	m := &machine{}
 	n, err := f.log.Replay(ctx, m)
 	if err != nil {
@@ -109,13 +115,7 @@ func TestReplay(t *testing.T) {
 // A record the machine cannot apply stops Replay with an error naming
 // the record's place after the checkpoint, and nothing is written again.
 func TestReplayNamesTheRecord(t *testing.T) {
-	f := newFixture(t)
-	ctx := t.Context()
-	if err := f.log.Create(ctx, []byte("empty")); err != nil {
-		t.Fatal(err)
-	}
-	commitWrites(f, 3)
-	f.reopen()
+	f, ctx := crashed(t, 3), t.Context()
 	n, err := f.log.Replay(ctx, &machine{failOn: "d1"})
 	if !errors.Is(err, errBadRecord) || !strings.Contains(err.Error(), "journal record 2 after the checkpoint") || n != 1 {
 		t.Fatalf("Replay = %d, %v; want 1 and %v naming journal record 2", n, err, errBadRecord)
@@ -128,13 +128,7 @@ func TestReplayNamesTheRecord(t *testing.T) {
 // CheckpointOf replaces the journal by the machine's snapshot: the next
 // Replay restores it and applies only the records after it.
 func TestCheckpointOf(t *testing.T) {
-	f := newFixture(t)
-	ctx := t.Context()
-	if err := f.log.Create(ctx, []byte("empty")); err != nil {
-		t.Fatal(err)
-	}
-	commitWrites(f, 2)
-	f.reopen()
+	f, ctx := crashed(t, 2), t.Context()
 	m := &machine{}
 	if _, err := f.log.Replay(ctx, m); err != nil {
 		t.Fatal(err)
