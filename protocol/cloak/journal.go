@@ -27,8 +27,8 @@ import (
 //   - recBatch, a new batch: its id, its addresses in the order of its Read
 //     and its permutation. Made durable before its Read is issued.
 //   - recWriteBack, a batch's write-back: its id, and the sealed elements
-//     of its Write for durable.Redo. Made durable before the Write is
-//     issued.
+//     of its Write for durable.Log.Replay to redo. Made durable before the
+//     Write is issued.
 //   - recCommit, a batch's commit once storage took its Write: its id and
 //     which of its elements are absent (the addresses the commit frees).
 //     It is not waited for: any later record's fsync carries it, and
@@ -243,7 +243,7 @@ func (s *store) restoreBatch(id uint64, addrs []uint32, perm []int, nReal int) (
 }
 
 // replayWriteBack checks a write-back record: it is the batch in flight's
-// (durable.Redo issues its Write).
+// (durable.Log.Replay redoes its Write).
 func (s *store) replayWriteBack(d *delta.Decoder) error {
 	id := d.Uvarint()
 	if err := d.Done(); err != nil {
