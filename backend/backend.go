@@ -1,5 +1,6 @@
 // Package backend defines the untrusted storage interface every protocol
-// talks to, and the small wrappers that apply to any backend.
+// talks to, the small wrappers that apply to any backend, and Retry, how
+// a protocol runs again a call storage failed.
 //
 // Everything below this interface belongs to the adversary: the sequence of
 // calls made on a Backend (which addresses, which operation, how many bytes,

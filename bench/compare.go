@@ -32,12 +32,11 @@ const (
 // are left out, and so are end-of-run sizes that say nothing of a bound
 // (oblivistore's storage_cache, cloak's pending_keys).
 var highWaterStats = []struct{ name, meaning string }{
-	{"stash_max", "stash high-water mark, blocks (pathoram, taostore)"},
-	{"stash_max_shard", "largest stash shard's high-water mark, blocks (treebeard)"},
-	{"subtree_max", "subtree high-water mark, buckets (taostore)"},
-	{"eviction_cache_max", "eviction cache high-water mark, blocks (oblivistore)"},
-	{"shuffling_buffer_max", "shuffling buffer high-water mark, blocks (oblivistore)"},
-	{"cache_size", "records cached at the end of the run (waffle)"},
+	{kv.StatStashMax, "stash high-water mark, blocks (pathoram, taostore; treebeard: its largest shard's)"},
+	{kv.StatSubtreeMax, "subtree high-water mark, buckets (taostore)"},
+	{kv.StatEvictionCacheMax, "eviction cache high-water mark, blocks (oblivistore)"},
+	{kv.StatShufflingBufferMax, "shuffling buffer high-water mark, blocks (oblivistore)"},
+	{kv.StatCacheSize, "records cached at the end of the run (waffle)"},
 }
 
 // highWater returns r's counters that are high-water marks or cache

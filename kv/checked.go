@@ -150,10 +150,10 @@ func (c *checked) Stats() Stats {
 	if c.journal != nil {
 		js := c.journal.Stats()
 		s.Extra = append(s.Extra,
-			Stat{Name: "journal_records", Value: float64(js.Records)},
-			Stat{Name: "journal_bytes", Value: float64(js.Bytes)},
-			Stat{Name: "journal_fsyncs", Value: float64(js.Fsyncs)},
-			Stat{Name: "journal_checkpoints", Value: float64(js.Checkpoints)})
+			Stat{Name: StatJournalRecords, Value: float64(js.Records)},
+			Stat{Name: StatJournalBytes, Value: float64(js.Bytes)},
+			Stat{Name: StatJournalFsyncs, Value: float64(js.Fsyncs)},
+			Stat{Name: StatJournalCheckpoints, Value: float64(js.Checkpoints)})
 	}
 	return s
 }

@@ -132,6 +132,29 @@ type Updater interface {
 	Update(ctx context.Context, key string, m Mutation) (Result, error)
 }
 
+// ByUpdate is the Get, Put and Delete of a protocol whose every access is
+// an Update: a Get is a MutRead, a Put a MutSet, a Delete a MutDelete. A
+// protocol's store embeds it, set to the store itself.
+type ByUpdate struct{ Updater }
+
+// Get implements Store.Get as an Update with MutRead.
+func (u ByUpdate) Get(ctx context.Context, key string) ([]byte, bool, error) {
+	r, err := u.Update(ctx, key, Mutation{Op: MutRead})
+	return r.Old, r.Found, err
+}
+
+// Put implements Store.Put as an Update with MutSet.
+func (u ByUpdate) Put(ctx context.Context, key string, val []byte) error {
+	_, err := u.Update(ctx, key, Mutation{Op: MutSet, Arg: val})
+	return err
+}
+
+// Delete implements Store.Delete as an Update with MutDelete.
+func (u ByUpdate) Delete(ctx context.Context, key string) error {
+	_, err := u.Update(ctx, key, Mutation{Op: MutDelete})
+	return err
+}
+
 // Apply computes what m does to a key whose value is old (found: the key
 // exists), in a store whose values hold at most valueSize bytes: the
 // value the key holds afterwards (next, which may share memory with m.Arg

@@ -1,10 +1,51 @@
 package kv
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"testing"
 )
+
+// updates is an Updater that records the mutations it is given and
+// answers every one with its result.
+type updates struct {
+	got    []Mutation
+	result Result
+	err    error
+}
+
+func (u *updates) Update(_ context.Context, key string, m Mutation) (Result, error) {
+	if key != "k" {
+		return Result{}, fmt.Errorf("Update of key %q; want %q", key, "k")
+	}
+	u.got = append(u.got, m)
+	return u.result, u.err
+}
+
+// ByUpdate's Get, Put and Delete are one Update each, of MutRead, MutSet
+// (of the value given) and MutDelete, and hand back its result and error.
+func TestByUpdate(t *testing.T) {
+	ctx, errStorage := t.Context(), errors.New("storage failed")
+	u := &updates{result: Result{Found: true, Old: []byte("old")}}
+	s := ByUpdate{u}
+	if v, ok, err := s.Get(ctx, "k"); string(v) != "old" || !ok || err != nil {
+		t.Errorf("Get = %q, %v, %v; want the Update's %q, true, nil", v, ok, err, "old")
+	}
+	if err := s.Put(ctx, "k", []byte("new")); err != nil {
+		t.Errorf("Put: %v", err)
+	}
+	u.err = errStorage
+	if err := s.Delete(ctx, "k"); !errors.Is(err, errStorage) {
+		t.Errorf("Delete = %v; want the Update's error", err)
+	}
+	ops := []MutationOp{MutRead, MutSet, MutDelete}
+	if len(u.got) != len(ops) || !slices.EqualFunc(u.got, ops, func(m Mutation, op MutationOp) bool { return m.Op == op }) ||
+		string(u.got[1].Arg) != "new" {
+		t.Fatalf("Updates %+v; want one each of %v, the MutSet of %q", u.got, ops, "new")
+	}
+}
 
 func TestApply(t *testing.T) {
 	tests := []struct {

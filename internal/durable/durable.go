@@ -1,9 +1,10 @@
 // Package durable is the write-ahead discipline a protocol follows to
 // survive a crash: every state transition is journaled (internal/durable/journal),
 // with the backend writes it plans, before those writes are issued and
-// before any client is answered; recovery loads the last checkpoint,
-// replays the transitions after it and redoes their backend writes in
-// order; a checkpoint of the protocol's whole state replaces the journal
+// before any client is answered; recovery (Replay) restores the
+// protocol's state (its Machine) from the last checkpoint, applies the
+// transitions after it and redoes their backend writes in order; a
+// checkpoint of the protocol's whole state replaces the journal
 // every so many transitions.
 //
 // A transition's record holds the protocol's own description of the
@@ -215,47 +216,45 @@ func (l *Log) Create(ctx context.Context, state []byte) error {
 	return l.Checkpoint(ctx, state, l.j.Last())
 }
 
-// Recovery is what a store recovers: the state of its last checkpoint and
+// recovery is what a store recovers: the state of its last checkpoint and
 // the transitions after it.
-type Recovery struct {
-	State  []byte   // the checkpoint's state
-	Deltas [][]byte // the protocol's deltas of the records after it, in order
+type recovery struct {
+	state  []byte   // the checkpoint's state
+	deltas [][]byte // the protocol's deltas of the records after it, in order
 	ops    []Op
-	at     uint64
 }
 
-// Recover reads the store's checkpoint and the records after it, and
+// recover reads the store's checkpoint and the records after it, and
 // checks the anchor on storage: ErrLost without a checkpoint, ErrRollback
 // when storage's anchor is older than the checkpoint (or newer than the
-// journal). The protocol restores State, applies Deltas in order, then
-// calls Redo.
-func (l *Log) Recover(ctx context.Context) (Recovery, error) {
+// journal).
+func (l *Log) recover(ctx context.Context) (recovery, error) {
 	if l.j == nil {
-		return Recovery{}, ErrNoJournal
+		return recovery{}, ErrNoJournal
 	}
 	cp, at, recs := l.j.Recovered()
 	if cp == nil {
-		return Recovery{}, ErrLost
+		return recovery{}, ErrLost
 	}
 	if err := l.checkAnchor(ctx, at, l.j.Last()); err != nil {
-		return Recovery{}, err
+		return recovery{}, err
 	}
-	r := Recovery{State: cp, at: at}
+	r := recovery{state: cp}
 	for _, rec := range recs {
 		delta, ops, err := decode(rec.Data)
 		if err != nil {
-			return Recovery{}, fmt.Errorf("durable: record %d: %w", rec.LSN, err)
+			return recovery{}, fmt.Errorf("durable: record %d: %w", rec.LSN, err)
 		}
-		r.Deltas = append(r.Deltas, delta)
+		r.deltas = append(r.deltas, delta)
 		r.ops = append(r.ops, ops...)
 	}
 	l.since.Store(uint64(len(recs)))
 	return r, nil
 }
 
-// Redo issues, in order, every backend operation the recovered records
+// redo issues, in order, every backend operation the recovered records
 // planned.
-func (l *Log) Redo(ctx context.Context, r Recovery) error {
+func (l *Log) redo(ctx context.Context, r recovery) error {
 	for i, op := range r.ops {
 		var err error
 		switch {

@@ -3,6 +3,8 @@ package durable_test
 import (
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"testing"
 
 	"github.com/oblivkv/oblivkv/backend"
@@ -43,44 +45,113 @@ func (f *fixture) reopen() {
 	f.j, f.log = j, durable.New(j, f.b, f.keys)
 }
 
-// Creation writes the checkpoint at 0 and the anchor; records after it are
-// recovered with their operations, which Redo writes again in order.
-func TestRecoverAndRedo(t *testing.T) {
+// machine is a durable.Machine whose state is the snapshot it was
+// restored from and the records applied since; it fails to apply the
+// record failOn.
+type machine struct {
+	state  []string
+	failOn string
+}
+
+func (m *machine) Restore(snapshot []byte) error {
+	m.state = []string{string(snapshot)}
+	return nil
+}
+
+func (m *machine) Apply(record []byte) error {
+	if string(record) == m.failOn {
+		return errBadRecord
+	}
+	m.state = append(m.state, string(record))
+	return nil
+}
+
+func (m *machine) Snapshot() ([]byte, error) { return []byte(strings.Join(m.state, ",")), nil }
+
+var errBadRecord = errors.New("a record the machine refuses")
+
+// crashed returns a fixture whose store was created with state "empty",
+// then committed n records (commitWrites) before a crash.
+func crashed(t *testing.T, n int) *fixture {
 	f := newFixture(t)
-	ctx := t.Context()
-	if err := f.log.Create(ctx, []byte("empty")); err != nil {
+	if err := f.log.Create(t.Context(), []byte("empty")); err != nil {
 		t.Fatal(err)
 	}
-	for i := range 3 {
+	commitWrites(f, n)
+	f.reopen()
+	return f
+}
+
+// commitWrites commits records d0, d1, ... each planning a write of its
+// number at "x"; the writes never reach storage, as a crash takes them.
+func commitWrites(f *fixture, n int) {
+	f.t.Helper()
+	for i := range n {
 		op := durable.Op{Items: []backend.Item{{Addr: "x", Value: fmt.Append(nil, i)}}}
 		if _, err := f.log.Commit(fmt.Append(nil, "d", i), op); err != nil {
-			t.Fatal(err)
+			f.t.Fatal(err)
 		}
-	} // the writes themselves never reach storage: the crash takes them
-	f.reopen()
-	r, err := f.log.Recover(ctx)
+	}
+}
+
+// Creation writes the checkpoint at 0 and the anchor; Replay restores the
+// machine from it, applies the records after it in order and writes
+// again what they planned, in order.
+func TestReplay(t *testing.T) {
+	f, ctx := crashed(t, 3), t.Context()
+	m := &machine{}
+	n, err := f.log.Replay(ctx, m)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if string(r.State) != "empty" || fmt.Sprint(r.Deltas) != fmt.Sprint([][]byte{[]byte("d0"), []byte("d1"), []byte("d2")}) {
-		t.Fatalf("recovered %q and %q", r.State, r.Deltas)
-	}
-	if err := f.log.Redo(ctx, r); err != nil {
-		t.Fatal(err)
+	if want := []string{"empty", "d0", "d1", "d2"}; n != 3 || !slices.Equal(m.state, want) {
+		t.Fatalf("Replay applied %d records, leaving %q; want 3, leaving %q", n, m.state, want)
 	}
 	if v, _ := f.b.Read(ctx, []string{"x"}); string(v[0]) != "2" {
-		t.Fatalf("after Redo storage holds %q; want the last write, %q", v[0], "2")
+		t.Fatalf("after Replay storage holds %q; want the last write, %q", v[0], "2")
+	}
+}
+
+// A record the machine cannot apply stops Replay with an error naming
+// the record's place after the checkpoint, and nothing is written again.
+func TestReplayNamesTheRecord(t *testing.T) {
+	f, ctx := crashed(t, 3), t.Context()
+	n, err := f.log.Replay(ctx, &machine{failOn: "d1"})
+	if !errors.Is(err, errBadRecord) || !strings.Contains(err.Error(), "journal record 2 after the checkpoint") || n != 1 {
+		t.Fatalf("Replay = %d, %v; want 1 and %v naming journal record 2", n, err, errBadRecord)
+	}
+	if v, _ := f.b.Read(ctx, []string{"x"}); v[0] != nil {
+		t.Fatalf("a failed Replay wrote %q to storage", v[0])
+	}
+}
+
+// CheckpointOf replaces the journal by the machine's snapshot: the next
+// Replay restores it and applies only the records after it.
+func TestCheckpointOf(t *testing.T) {
+	f, ctx := crashed(t, 2), t.Context()
+	m := &machine{}
+	if _, err := f.log.Replay(ctx, m); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.log.CheckpointOf(ctx, m); err != nil {
+		t.Fatal(err)
+	}
+	commitWrites(f, 1)
+	f.reopen()
+	again := &machine{}
+	if n, err := f.log.Replay(ctx, again); err != nil || n != 1 || !slices.Equal(again.state, []string{"empty,d0,d1", "d0"}) {
+		t.Fatalf("Replay after CheckpointOf = %d, %v, leaving %q; want 1 record on the snapshot", n, err, again.state)
 	}
 }
 
 // Storage whose anchor is older than the checkpoint (an older copy put
-// back), or newer than the journal, is refused with durable.ErrRollback; a
+// back), or newer than the journal, is refused by Replay with durable.ErrRollback; a
 // store with no checkpoint is durable.ErrLost; a new store over a journal with a
 // store's state is durable.ErrForeign.
 func TestRefusals(t *testing.T) {
 	ctx := t.Context()
 	f := newFixture(t)
-	if _, err := f.log.Recover(ctx); !errors.Is(err, durable.ErrLost) {
+	if _, err := f.log.Replay(ctx, &machine{}); !errors.Is(err, durable.ErrLost) {
 		t.Fatalf("Recover of an empty journal: %v; want durable.ErrLost", err)
 	}
 	f.reopen()
@@ -94,7 +165,7 @@ func TestRefusals(t *testing.T) {
 	}
 	f.b.Write(ctx, []backend.Item{{Addr: durable.AnchorAddr, Value: old[0]}}) // the older copy
 	f.reopen()
-	if _, err := f.log.Recover(ctx); !errors.Is(err, durable.ErrRollback) {
+	if _, err := f.log.Replay(ctx, &machine{}); !errors.Is(err, durable.ErrRollback) {
 		t.Fatalf("Recover with an older anchor: %v; want durable.ErrRollback", err)
 	} else {
 		t.Log(err)
@@ -105,7 +176,7 @@ func TestRefusals(t *testing.T) {
 	}
 	f.b.Delete(ctx, []string{durable.AnchorAddr})
 	f.reopen()
-	if _, err := f.log.Recover(ctx); !errors.Is(err, durable.ErrRollback) {
+	if _, err := f.log.Replay(ctx, &machine{}); !errors.Is(err, durable.ErrRollback) {
 		t.Fatalf("Recover with no anchor: %v; want durable.ErrRollback", err)
 	}
 }

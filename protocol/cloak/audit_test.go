@@ -15,6 +15,7 @@ import (
 	"github.com/oblivkv/oblivkv/audit"
 	"github.com/oblivkv/oblivkv/backend/mem"
 	"github.com/oblivkv/oblivkv/bench/workload"
+	"github.com/oblivkv/oblivkv/internal/durable"
 	"github.com/oblivkv/oblivkv/internal/durable/journal"
 	"github.com/oblivkv/oblivkv/kv"
 	"github.com/oblivkv/oblivkv/kv/kvtest"
@@ -191,13 +192,14 @@ func runAudit(t *testing.T, p auditParams, w auditWorkload, lk cloak.Leak) audit
 	var log observe.MemoryLog
 	clock := make(cloak.FakeClock)
 	keys := kvtest.NewKeys(t)
-	var j *journal.Journal
+	var j durable.Journal // none unless p.durable: a nil interface, never a nil *journal.Journal
 	if p.durable {
-		var err error
-		if j, err = journal.Open(t.TempDir(), keys, journal.Options{NoSync: true}); err != nil { // what storage sees needs no fsync
+		dj, err := journal.Open(t.TempDir(), keys, journal.Options{NoSync: true}) // what storage sees needs no fsync
+		if err != nil {
 			t.Fatal(err)
 		}
-		defer j.Close()
+		defer dj.Close()
+		j = dj
 	}
 	var tr tracer
 	s, err := cloak.OpenRaw(ctx, kv.Env{Backend: observe.NewTap(mem.New(), &log), Keys: keys, Journal: j,

@@ -112,15 +112,15 @@ func TestWriteBackReportedFailed(t *testing.T) {
 	}
 	g.lie.Store(true)
 	cloak.RunBatch(s)
-	if n := kvtest.Stat(t, s.Stats(), "failed_batches"); n != 1 {
-		t.Fatalf("failed_batches = %v after a write-back reported failed; want 1", n)
+	if n := kvtest.Stat(t, s.Stats(), kv.StatBatchErrors); n != 1 {
+		t.Fatalf("batch_errors = %v after a write-back reported failed; want 1", n)
 	}
 	drain(t, s)
 	for range 20 {
 		cloak.RunBatch(s)
 	}
-	if n := kvtest.Stat(t, s.Stats(), "failed_batches"); n != 1 {
-		t.Fatalf("failed_batches = %v; want 1: the batch sent again did not recognise its own write-back", n)
+	if n := kvtest.Stat(t, s.Stats(), kv.StatBatchErrors); n != 1 {
+		t.Fatalf("batch_errors = %v; want 1: the batch sent again did not recognise its own write-back", n)
 	}
 	for k, v := range want {
 		if got := getByBatches(t, s, k); got != v {

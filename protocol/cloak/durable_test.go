@@ -330,7 +330,7 @@ func TestCrashRecovers(t *testing.T) {
 	if n := c.checkpoints - (c.opens - 1); n < 5 {
 		t.Errorf("%d checkpoints after batches; want several", n)
 	}
-	if n := kvtest.Stat(t, c.s.Stats(), "failed_batches"); n == 0 {
+	if n := kvtest.Stat(t, c.s.Stats(), kv.StatBatchErrors); n == 0 {
 		t.Error("no batch failed: the faults missed")
 	}
 }

@@ -27,8 +27,8 @@ import (
 //   - recBatch, a new batch: its id, its addresses in the order of its Read
 //     and its permutation. Made durable before its Read is issued.
 //   - recWriteBack, a batch's write-back: its id, and the sealed elements
-//     of its Write for durable.Redo. Made durable before the Write is
-//     issued.
+//     of its Write for durable.Log.Replay to redo. Made durable before the
+//     Write is issued.
 //   - recCommit, a batch's commit once storage took its Write: its id and
 //     which of its elements are absent (the addresses the commit frees).
 //     It is not waited for: any later record's fsync carries it, and
@@ -129,26 +129,31 @@ func (s *store) journalCommit(b *batch, elems []value) {
 	s.log.Append(append(r, absent...))
 }
 
-// replay applies one journal record to the state recovered so far: the
-// same changes the proxy made when it appended the record, without the
-// answers to clients. A batch without its commit yet is s.retry. It
-// reports whether the record began a bulk load.
-func (s *store) replay(rec []byte) (load bool, err error) {
+// Apply implements durable.Machine: it applies one journal record to the
+// state recovered so far, the same changes the proxy made when it
+// appended the record, without the answers to clients. A batch without
+// its commit yet is s.retry. A record that begins a bulk load sets
+// s.loadCut; none may follow it, since a checkpoint ends the load.
+func (s *store) Apply(rec []byte) error {
+	if s.loadCut {
+		return fmt.Errorf("%w: a record follows a bulk load never checkpointed", errMalformed)
+	}
 	d := delta.NewDecoder(rec)
 	switch d.Byte() {
 	case recWrite:
-		return false, s.replayWrite(d)
+		return s.replayWrite(d)
 	case recBatch:
-		return false, s.replayBatch(d)
+		return s.replayBatch(d)
 	case recCommit:
-		return false, s.replayCommit(d)
+		return s.replayCommit(d)
 	case recLoad:
-		return true, d.Done()
+		s.loadCut = true
+		return d.Done()
 	case recWriteBack:
-		return false, s.replayWriteBack(d)
+		return s.replayWriteBack(d)
 	}
 	d.Check(false, "record kind")
-	return false, d.Err()
+	return d.Err()
 }
 
 func (s *store) replayWrite(d *delta.Decoder) error {
@@ -238,7 +243,7 @@ func (s *store) restoreBatch(id uint64, addrs []uint32, perm []int, nReal int) (
 }
 
 // replayWriteBack checks a write-back record: it is the batch in flight's
-// (durable.Redo issues its Write).
+// (durable.Log.Replay redoes its Write).
 func (s *store) replayWriteBack(d *delta.Decoder) error {
 	id := d.Uvarint()
 	if err := d.Done(); err != nil {
@@ -278,32 +283,17 @@ func (s *store) replayCommit(d *delta.Decoder) error {
 	return nil
 }
 
-// recover rebuilds the proxy's state from the journal: the last
-// checkpoint, then the records after it. A batch left without its commit
-// is sent again at the first tick. A bulk load cut short leaves an empty
-// store, its layout written afresh. It ends with a checkpoint, so the next
-// crash replays nothing of this one.
+// recover rebuilds the proxy's state from the journal
+// (durable.Log.Replay): the last checkpoint, then the records after it. A
+// batch left without its commit is sent again at the first tick. A bulk
+// load cut short leaves an empty store, its layout written afresh. It
+// ends with a checkpoint, so the next crash replays nothing of this one.
 func (s *store) recover(ctx context.Context) error {
-	rec, err := s.log.Recover(ctx)
-	if err != nil {
+	if _, err := s.log.Replay(ctx, s); err != nil {
 		return fmt.Errorf("cloak: %w", err)
 	}
-	if err := s.decodeState(rec.State); err != nil {
-		return err
-	}
-	load := false
-	for i, delta := range rec.Deltas {
-		if load {
-			return fmt.Errorf("%w: journal record %d follows a bulk load never checkpointed", errMalformed, i+1)
-		}
-		if load, err = s.replay(delta); err != nil {
-			return fmt.Errorf("cloak: journal record %d after the checkpoint: %w", i+1, err)
-		}
-	}
-	if err := s.log.Redo(ctx, rec); err != nil {
-		return fmt.Errorf("cloak: %w", err)
-	}
-	if load {
+	if s.loadCut {
+		s.loadCut = false
 		if err := s.layout(ctx, nil); err != nil {
 			return fmt.Errorf("cloak: rewriting the layout of an interrupted bulk load: %w", err)
 		}
@@ -318,19 +308,15 @@ func (s *store) checkpoint(ctx context.Context) error {
 	if !s.log.Durable() {
 		return nil
 	}
-	st, err := s.encodeState()
-	if err == nil {
-		err = s.log.Checkpoint(ctx, st, s.log.Last())
-	}
-	if err != nil {
+	if err := s.log.CheckpointOf(ctx, s); err != nil {
 		return fmt.Errorf("cloak: %w", err)
 	}
 	s.sinceCheckpoint = 0
 	return nil
 }
 
-// encodeState serialises the state (a checkpoint's content).
-func (s *store) encodeState() ([]byte, error) {
+// Snapshot implements durable.Machine: the state, a checkpoint's content.
+func (s *store) Snapshot() ([]byte, error) {
 	st := state{Budgets: s.budgets, Next: s.next, Clock: s.clock, Free: s.free, Live: s.live, Counters: s.counters}
 	st.Slots = make([]slotState, len(s.slots))
 	for a, sl := range s.slots {
@@ -369,11 +355,11 @@ func (s *store) encodeState() ([]byte, error) {
 	return buf.Bytes(), nil
 }
 
-// decodeState installs a checkpoint's state after checking it against
-// the store's budgets.
-func (s *store) decodeState(plain []byte) error {
+// Restore implements durable.Machine: it installs a checkpoint's state
+// after checking it against the store's budgets.
+func (s *store) Restore(plain []byte) error {
 	if !bytes.HasPrefix(plain, []byte(checkpointMagic)) {
-		return fmt.Errorf("cloak: the checkpoint has an unknown format")
+		return fmt.Errorf("the checkpoint has an unknown format")
 	}
 	var st state
 	if err := gob.NewDecoder(bytes.NewReader(plain[len(checkpointMagic):])).Decode(&st); err != nil {

@@ -105,6 +105,9 @@ type store struct {
 	// sinceCheckpoint counts the batches committed since the last
 	// checkpoint.
 	sinceCheckpoint int
+	// loadCut: a record replayed began a bulk load, never checkpointed
+	// (recover writes the layout afresh).
+	loadCut bool
 	// broken, once set, fails every request: the journal failed, or a bulk
 	// load left storage matching no state, and the proxy's state can no
 	// longer be made durable.
@@ -146,7 +149,7 @@ func open(ctx context.Context, env kv.Env) (*store, error) {
 		var st []byte
 		err = s.layout(ctx, nil)
 		if err == nil {
-			st, err = s.encodeState()
+			st, err = s.Snapshot()
 		}
 		if err == nil {
 			err = s.log.Create(ctx, st)

@@ -197,11 +197,11 @@ func planRecovery(t *testing.T, dir string, keys *seal.Keys, b backend.Backend) 
 		t.Fatal(err)
 	}
 	defer j.Close()
-	rec, err := durable.New(j, b, keys).Recover(t.Context())
-	if err != nil {
+	var rec recorded
+	if _, err := durable.New(j, b, keys).Replay(t.Context(), &rec); err != nil {
 		t.Fatal(err)
 	}
-	c, err := Restore(rec.State)
+	c, err := Restore(rec.state)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -211,7 +211,7 @@ func planRecovery(t *testing.T, dir string, keys *seal.Keys, b backend.Backend) 
 			redo[o.Write.ID] = o.Write
 		}
 	}
-	for i, d := range rec.Deltas {
+	for i, d := range rec.records {
 		in, err := decodeInput(d)
 		if err != nil {
 			t.Fatalf("record %d: %v", i+1, err)
@@ -241,6 +241,17 @@ func planRecovery(t *testing.T, dir string, keys *seal.Keys, b backend.Backend) 
 	}
 	return p
 }
+
+// recorded is a durable.Machine that only keeps the checkpoint and the
+// records after it, for planRecovery to replay on its own.
+type recorded struct {
+	state   []byte
+	records [][]byte
+}
+
+func (r *recorded) Restore(snapshot []byte) error { r.state = snapshot; return nil }
+func (r *recorded) Apply(record []byte) error     { r.records = append(r.records, record); return nil }
+func (r *recorded) Snapshot() ([]byte, error)     { return r.state, nil }
 
 // slotAddrs returns the storage addresses of slots.
 func slotAddrs(slots []Slot) []string {

@@ -13,7 +13,6 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/oblivkv/oblivkv/backend"
 	"github.com/oblivkv/oblivkv/internal/durable"
@@ -38,13 +37,6 @@ const SlotPrefix = "os/"
 // Inputs are small and a checkpoint holds the position map, so they are
 // spaced further apart than durable's default.
 const checkpointEvery = 20_000
-
-// retryPause is the first pause before a failed backend call is retried;
-// it doubles up to retryPauseMax.
-const (
-	retryPause    = time.Millisecond
-	retryPauseMax = time.Second
-)
 
 // call is a client request waiting for its reply.
 type call struct {
@@ -112,10 +104,10 @@ func open(ctx context.Context, env kv.Env) (*store, error) {
 			return nil, err
 		}
 		s.core = NewCore(env.Capacity, opts, seed)
-		if err := s.checkpoint(ctx, s.log.Create); err != nil {
+		if err := s.create(ctx); err != nil {
 			return nil, err
 		}
-	} else if err := s.recover(ctx, opts, env.Capacity); err != nil {
+	} else if err := s.recover(ctx, env.Capacity); err != nil {
 		return nil, err
 	}
 	fresh, err := seedOf(opts)
@@ -164,9 +156,8 @@ func (s *store) input(ctx context.Context, in Input) error {
 	return nil
 }
 
-// checkpoint hands the core's snapshot, at the journal's last record, to
-// save (durable.Log's Create or a checkpoint).
-func (s *store) checkpoint(ctx context.Context, save func(context.Context, []byte) error) error {
+// create starts the journal of a new store with the core's snapshot.
+func (s *store) create(ctx context.Context) error {
 	if !s.log.Durable() {
 		return nil
 	}
@@ -174,60 +165,85 @@ func (s *store) checkpoint(ctx context.Context, save func(context.Context, []byt
 	if err != nil {
 		return err
 	}
-	return save(ctx, st)
+	return s.log.Create(ctx, st)
 }
 
-func (s *store) checkpointNow(ctx context.Context) error {
-	return s.checkpoint(ctx, func(ctx context.Context, st []byte) error {
-		return s.log.Checkpoint(ctx, st, s.log.Last())
-	})
-}
+// checkpointNow replaces the journal by the core's snapshot, on the loop
+// (or before it runs).
+func (s *store) checkpointNow(ctx context.Context) error { return s.log.CheckpointOf(ctx, s.core) }
 
 // recover restores the last checkpoint, replays the inputs journaled
-// after it, redoes every write they caused (storage may have lost writes
-// it acknowledged since the checkpoint: kv defers its syncs) and reissues
-// the I/O left outstanding. Storage sees again only reads and writes it
-// saw before, or would have.
-func (s *store) recover(ctx context.Context, opts Options, n int) error {
-	rec, err := s.log.Recover(ctx)
-	if err != nil {
-		return err
+// after it (durable.Log.Replay, driving a replay), redoes every write they
+// caused (storage may have lost writes it acknowledged since the
+// checkpoint: kv defers its syncs) and reissues the I/O left outstanding.
+// Storage sees again only reads and writes it saw before, or would have.
+func (s *store) recover(ctx context.Context, n int) error {
+	r := &replay{opts: s.opts, n: n}
+	if _, err := s.log.Replay(ctx, r); err != nil {
+		return fmt.Errorf("oblivistore: %w", err)
 	}
-	if s.core, err = Restore(rec.State); err != nil {
-		return err
-	}
-	s.core.st.Front.Opts.ValueSize = opts.valueSize // a state from before mutations has none
-	if err := s.core.checkOptions(opts, n); err != nil {
-		return err
-	}
-	s.core.setHooks(opts)
-	redo := map[uint64]*WriteIO{}
-	for _, o := range s.core.Outstanding() {
-		if o.Write != nil {
-			redo[o.Write.ID] = o.Write
-		}
-	}
-	for i, rec := range rec.Deltas {
-		in, err := decodeInput(rec)
-		if err != nil {
-			return fmt.Errorf("oblivistore: journal record %d after the checkpoint: %w", i+1, err)
-		}
-		outs, err := s.core.Step(in)
-		if err != nil {
-			return fmt.Errorf("oblivistore: replaying journal record %d: %w", i+1, err)
-		}
-		for _, o := range outs {
-			if o.Write != nil {
-				redo[o.Write.ID] = o.Write
-			}
-		}
-	}
-	for _, w := range sortedWrites(redo) {
+	s.core = r.core
+	for _, w := range sortedWrites(r.redo) {
 		if err := s.b.Write(ctx, s.sealWrite(w)); err != nil {
 			return fmt.Errorf("oblivistore: redoing write %d: %w", w.ID, err)
 		}
 	}
 	return s.resume(ctx)
+}
+
+// replay is the durable.Machine that recovers a store's core: the core of
+// the checkpoint, stepped again through each input journaled after it. It
+// keeps every write the core asked for since the checkpoint, outstanding
+// in it or output by an input replayed, for recover to issue again.
+type replay struct {
+	opts Options
+	n    int // the store's capacity
+	core *Core
+	redo map[uint64]*WriteIO // by ID
+}
+
+// Restore implements durable.Machine: it restores the core of a
+// checkpoint, checked against the store's options.
+func (r *replay) Restore(snapshot []byte) error {
+	core, err := Restore(snapshot)
+	if err != nil {
+		return err
+	}
+	core.st.Front.Opts.ValueSize = r.opts.valueSize // a state from before mutations has none
+	if err := core.checkOptions(r.opts, r.n); err != nil {
+		return err
+	}
+	core.setHooks(r.opts)
+	r.core, r.redo = core, map[uint64]*WriteIO{}
+	r.keepWrites(core.Outstanding())
+	return nil
+}
+
+// Apply implements durable.Machine: it steps the core through a
+// journaled input.
+func (r *replay) Apply(record []byte) error {
+	in, err := decodeInput(record)
+	if err != nil {
+		return err
+	}
+	outs, err := r.core.Step(in)
+	if err != nil {
+		return err
+	}
+	r.keepWrites(outs)
+	return nil
+}
+
+// Snapshot implements durable.Machine: the core's.
+func (r *replay) Snapshot() ([]byte, error) { return r.core.Snapshot() }
+
+// keepWrites keeps the writes among outs for recover.
+func (r *replay) keepWrites(outs []Output) {
+	for _, o := range outs {
+		if o.Write != nil {
+			r.redo[o.Write.ID] = o.Write
+		}
+	}
 }
 
 // resume completes the writes just redone and reissues the reads left
@@ -371,7 +387,8 @@ func (s *store) release(o Output) {
 		})
 	case o.Write != nil:
 		s.issue(func() event {
-			err := s.retry(func() error { return s.b.Write(context.Background(), s.sealWrite(o.Write)) })
+			ctx := context.Background()
+			err := s.retry(ctx, func() error { return s.b.Write(ctx, s.sealWrite(o.Write)) })
 			return event{in: Input{Write: &WriteDone{ID: o.Write.ID}}, fatal: err}
 		})
 	}
@@ -413,22 +430,9 @@ func (s *store) resultOf(r *Reply) result {
 }
 
 // retry runs a backend call until it succeeds, the store closes or
-// storage is found tampered with. A retried call is the same call again:
-// storage learns only that the first one failed.
-func (s *store) retry(f func() error) error {
-	pause := retryPause
-	for {
-		err := f()
-		if err == nil || errors.Is(err, kv.ErrTampered) || errors.Is(err, backend.ErrClosed) {
-			return err
-		}
-		select {
-		case <-time.After(pause):
-		case <-s.done:
-			return err
-		}
-		pause = min(2*pause, retryPauseMax)
-	}
+// storage is found tampered with (backend.Retry).
+func (s *store) retry(ctx context.Context, call func() error) error {
+	return backend.Retry(ctx, s.done, nil, call)
 }
 
 // slotAddr is the storage address of slot x.
@@ -473,7 +477,7 @@ func (s *store) read(ctx context.Context, r *ReadIO) ([]Block, error) {
 		addrs[i] = slotAddr(x)
 	}
 	var vals [][]byte
-	if err := s.retry(func() (err error) { vals, err = s.b.Read(ctx, addrs); return err }); err != nil {
+	if err := s.retry(ctx, func() (err error) { vals, err = s.b.Read(ctx, addrs); return err }); err != nil {
 		return nil, err
 	}
 	blocks := make([]Block, len(vals))

@@ -116,6 +116,8 @@ func optionsOf(v any) (Options, error) {
 const treePrefix = "po/"
 
 type store struct {
+	kv.ByUpdate // Get, Put and Delete: Updates of the store itself
+
 	keys  *seal.Keys
 	b     backend.Backend
 	opts  Options
@@ -125,6 +127,9 @@ type store struct {
 	mu     sync.Mutex // one access at a time
 	o      *oram
 	remote *remote
+	// loadCut: the last record replayed began a bulk load, never
+	// checkpointed (recover writes the tree afresh).
+	loadCut bool
 
 	// Copies of the counters for Stats, which never waits for an access.
 	keyCount, stashSize, stashMax atomic.Int64
@@ -154,6 +159,7 @@ func open(ctx context.Context, env kv.Env) (kv.Store, error) {
 	s := &store{keys: env.Keys, b: env.Backend, opts: opts, codec: codec, remote: r, log: log,
 		o: newORAM(g, opts.Z, env.Capacity, env.ValueSize, r, seed)}
 	s.o.leak, s.o.traced = opts.leak, opts.traced
+	s.ByUpdate = kv.ByUpdate{Updater: s}
 	if env.Fresh {
 		// A fresh tree of dummy buckets, written in large batches, then
 		// the journal's first checkpoint.
@@ -179,7 +185,10 @@ func (s *store) publish() {
 	s.stashMax.Store(int64(s.o.stashMax))
 }
 
-func (s *store) do(ctx context.Context, key string, m kv.Mutation) (kv.Result, error) {
+// Update implements kv.Updater: every mutation is one access, as a Get is
+// (kv.ByUpdate). A new key in a full store still costs a full access, then
+// fails with kv.ErrFull.
+func (s *store) Update(ctx context.Context, key string, m kv.Mutation) (kv.Result, error) {
 	id := tree.IDOf(s.keys, key)
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -197,30 +206,6 @@ func (s *store) do(ctx context.Context, key string, m kv.Mutation) (kv.Result, e
 	return res.Result, res.rejected
 }
 
-// Get implements kv.Store.
-func (s *store) Get(ctx context.Context, key string) ([]byte, bool, error) {
-	res, err := s.do(ctx, key, kv.Mutation{Op: kv.MutRead})
-	return res.Old, res.Found, err
-}
-
-// Put implements kv.Store. A new key in a full store still costs a full
-// access, then fails with kv.ErrFull.
-func (s *store) Put(ctx context.Context, key string, val []byte) error {
-	_, err := s.do(ctx, key, kv.Mutation{Op: kv.MutSet, Arg: val})
-	return err
-}
-
-// Delete implements kv.Store.
-func (s *store) Delete(ctx context.Context, key string) error {
-	_, err := s.do(ctx, key, kv.Mutation{Op: kv.MutDelete})
-	return err
-}
-
-// Update implements kv.Updater: every mutation is one access, as a Get is.
-func (s *store) Update(ctx context.Context, key string, m kv.Mutation) (kv.Result, error) {
-	return s.do(ctx, key, m)
-}
-
 // JournalsEveryWrite implements kv.WriteJournaler: every backend write
 // is journaled, with its data, before it is issued.
 func (s *store) JournalsEveryWrite() bool { return s.log.Durable() }
@@ -231,10 +216,10 @@ func (s *store) JournalsEveryWrite() bool { return s.log.Durable() }
 // bucket_bytes (one sealed bucket).
 func (s *store) Stats() kv.Stats {
 	return kv.Stats{Keys: s.keyCount.Load(), Extra: []kv.Stat{
-		{Name: "stash_size", Value: float64(s.stashSize.Load())},
-		{Name: "stash_max", Value: float64(s.stashMax.Load())},
-		{Name: "tree_levels", Value: float64(s.o.g.L + 1)},
-		{Name: "bucket_bytes", Value: float64(s.codec.BucketSize())},
+		{Name: kv.StatStashSize, Value: float64(s.stashSize.Load())},
+		{Name: kv.StatStashMax, Value: float64(s.stashMax.Load())},
+		{Name: kv.StatTreeLevels, Value: float64(s.o.g.L + 1)},
+		{Name: kv.StatBucketBytes, Value: float64(s.codec.BucketSize())},
 	}}
 }
 

@@ -47,31 +47,33 @@ func (o *oram) journalDelta(leaf uint64, id tree.BlockID) []byte {
 	return b
 }
 
-// replay applies a journaled delta to the state; it reports whether the
-// delta was the start of a bulk load that never checkpointed (the tree
-// must then be written afresh).
-func (s *store) replay(rec []byte) (load bool, err error) {
+// Apply implements durable.Machine: it applies a journaled delta to the
+// state. s.loadCut tells whether the delta began a bulk load: if it is
+// the last, no checkpoint ended the load, and the tree must be written
+// afresh.
+func (s *store) Apply(rec []byte) error {
 	o, r := s.o, s.remote
 	if len(rec) == 0 {
-		return false, fmt.Errorf("%w: empty journal delta", errMalformed)
+		return fmt.Errorf("%w: empty journal delta", errMalformed)
 	}
 	d := delta.NewDecoder(rec[1:])
+	s.loadCut = rec[0] == deltaLoad
 	switch rec[0] {
 	case deltaLoad:
 		o.unfinished = nil
-		return true, nil
+		return nil
 	case deltaRead:
 		p := plannedRead{id: readID(d), leaf: d.Uvarint()}
 		d.Check(p.leaf < o.g.Leaves(), "leaf")
 		if err := d.Done(); err != nil {
-			return false, err
+			return err
 		}
 		o.unfinished = &p
-		return false, nil
+		return nil
 	case deltaAccess:
 		o.unfinished = nil
 	default:
-		return false, fmt.Errorf("%w: journal delta of kind %d", errMalformed, rec[0])
+		return fmt.Errorf("%w: journal delta of kind %d", errMalformed, rec[0])
 	}
 	id, leaf := readID(d), d.Uvarint()
 	d.Check(leaf < o.g.Leaves(), "leaf")
@@ -88,7 +90,7 @@ func (s *store) replay(rec []byte) (load bool, err error) {
 		stash = append(stash, e)
 	}
 	if err := d.Done(); err != nil {
-		return false, err
+		return err
 	}
 	if present {
 		o.pos[id] = newLeaf
@@ -99,14 +101,14 @@ func (s *store) replay(rec []byte) (load bool, err error) {
 		var ok bool
 		stash[i].leaf, ok = o.pos[stash[i].id]
 		if !ok {
-			return false, fmt.Errorf("%w: a stashed block without a position", errMalformed)
+			return fmt.Errorf("%w: a stashed block without a position", errMalformed)
 		}
 	}
 	for _, b := range o.g.Path(leaf, nil) {
 		r.versions[b]++
 	}
 	o.stash, o.stashMax = stash, max(o.stashMax, len(stash))
-	return false, nil
+	return nil
 }
 
 // checkpoint replaces the journal by the state, once the unfinished
@@ -119,29 +121,17 @@ func (s *store) checkpoint(ctx context.Context) error {
 	if err := s.remote.settle(ctx); err != nil {
 		return err
 	}
-	return s.log.Checkpoint(ctx, s.encodeState(), s.log.Last())
+	return s.log.CheckpointOf(ctx, s)
 }
 
-// recover rebuilds the trusted state from the journal: the last
-// checkpoint, the accesses after it, and their write-backs redone; a bulk
-// load cut short leaves an empty store, its tree written afresh. It ends
-// with a checkpoint, which first finishes an access cut short after its
-// read was planned, so the next crash replays nothing of this one.
+// recover rebuilds the trusted state from the journal (durable.Log.Replay):
+// the last checkpoint, the accesses after it, and their write-backs
+// redone; a bulk load cut short leaves an empty store, its tree written
+// afresh. It ends with a checkpoint, which first finishes an access cut
+// short after its read was planned, so the next crash replays nothing of
+// this one.
 func (s *store) recover(ctx context.Context) error {
-	rec, err := s.log.Recover(ctx)
-	if err != nil {
-		return fmt.Errorf("pathoram: %w", err)
-	}
-	if err := s.decodeState(rec.State); err != nil {
-		return err
-	}
-	load := false
-	for i, delta := range rec.Deltas {
-		if load, err = s.replay(delta); err != nil {
-			return fmt.Errorf("pathoram: journal record %d after the checkpoint: %w", i+1, err)
-		}
-	}
-	if err := s.log.Redo(ctx, rec); err != nil {
+	if _, err := s.log.Replay(ctx, s); err != nil {
 		return fmt.Errorf("pathoram: %w", err)
 	}
 	if s.opts.leak == leakRecoveryChecksPositions {
@@ -152,15 +142,19 @@ func (s *store) recover(ctx context.Context) error {
 	if s.opts.leak == leakRecoveryForgetsReads {
 		s.o.unfinished = nil
 	}
-	if load {
+	if s.loadCut {
 		o := s.o
 		o.pos, o.stash = map[tree.BlockID]uint64{}, nil
 		if err := s.remote.writeTree(ctx, func(uint64) []tree.Block { return nil }); err != nil {
 			return fmt.Errorf("pathoram: rewriting the tree of an interrupted bulk load: %w", err)
 		}
+		s.loadCut = false
 	}
 	return s.checkpoint(ctx)
 }
+
+// Snapshot implements durable.Machine: the state (encodeState).
+func (s *store) Snapshot() ([]byte, error) { return s.encodeState(), nil }
 
 // encodeState serialises the trusted state, a checkpoint's content:
 // parameters, position map, stash, stash high-water mark and bucket
@@ -189,11 +183,11 @@ func (s *store) encodeState() []byte {
 	return b
 }
 
-// decodeState installs an encoded state after checking it against the
-// store's parameters.
-func (s *store) decodeState(plain []byte) error {
+// Restore implements durable.Machine: it installs an encoded state after
+// checking it against the store's parameters.
+func (s *store) Restore(plain []byte) error {
 	if !bytes.HasPrefix(plain, []byte(stateMagic)) {
-		return fmt.Errorf("pathoram: checkpoint has an unknown format")
+		return fmt.Errorf("checkpoint has an unknown format")
 	}
 	d := delta.NewDecoder(plain[len(stateMagic):])
 	o, r := s.o, s.remote
@@ -201,7 +195,7 @@ func (s *store) decodeState(plain []byte) error {
 	// A mismatch of L or the value size is caught by kv's metadata record
 	// (capacity, value size) before this; Z is pathoram's own.
 	if !d.Failed() && (L != uint64(o.g.L) || vs != uint64(s.codec.ValueSize())) {
-		return fmt.Errorf("pathoram: checkpoint is of a tree of %d levels and %d-byte values; this store has %d and %d",
+		return fmt.Errorf("checkpoint is of a tree of %d levels and %d-byte values; this store has %d and %d",
 			L, vs, o.g.L, s.codec.ValueSize())
 	}
 	if !d.Failed() && z != uint64(o.z) {

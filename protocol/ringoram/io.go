@@ -77,12 +77,12 @@ func (t *Tree) readLists(ctx context.Context, lists [][]string) ([][][]byte, err
 }
 
 // readAgain reads the address lists (readLists), and while storage
-// fails the Read issues the identical Read again (tree.ReadAgain), until
+// fails the Read issues the identical Read again (backend.Retry), until
 // it succeeds, ctx ends or the Tree is abandoned: a Read of slots may have
 // reached storage, so the slots it chose are spent.
 func (t *Tree) readAgain(ctx context.Context, lists [][]string) ([][][]byte, error) {
 	var vals [][][]byte
-	err := tree.ReadAgain(ctx, t.abandon, func() { t.stats.ReadRetries++ }, func() (err error) {
+	err := backend.Retry(ctx, t.abandon, func() { t.stats.ReadRetries++ }, func() (err error) {
 		vals, err = t.readLists(ctx, lists)
 		return err
 	})

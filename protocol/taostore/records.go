@@ -82,11 +82,15 @@ func appendBlock(b []byte, blk tree.Block) []byte {
 
 var errMalformed = errors.New("taostore: malformed journal record")
 
-// replay applies a record's delta to the state; it reports whether the
-// record began a bulk load (the tree must then be written afresh).
-func (s *store) replay(rec []byte) (load bool, err error) {
+// Apply implements durable.Machine: it applies a record's delta to the
+// state. s.loadCut tells whether the record began a bulk load: if it is
+// the last, no checkpoint ended the load, and the tree must be written
+// afresh.
+func (s *store) Apply(rec []byte) error {
 	d := delta.NewDecoder(rec)
-	switch kind := d.Byte(); kind {
+	kind := d.Byte()
+	s.loadCut = kind == deltaLoad
+	switch kind {
 	case deltaPath:
 		s.replayPath(d)
 	case deltaWriteBack:
@@ -97,16 +101,15 @@ func (s *store) replay(rec []byte) (load bool, err error) {
 		}
 	case deltaLoad:
 		s.version = max(s.version, d.Uvarint())
-		load = true
 	case deltaRead:
 		s.replayRead(d)
 	default:
 		d.Check(d.Failed(), fmt.Sprint("a delta of kind ", kind))
 	}
 	if err := d.Done(); err != nil {
-		return false, fmt.Errorf("%w: %w", errMalformed, err)
+		return fmt.Errorf("%w: %w", errMalformed, err)
 	}
-	return load, nil
+	return nil
 }
 
 // readWriteBack reads a write-back's record: its version and buckets.

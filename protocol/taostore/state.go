@@ -157,39 +157,45 @@ func (s *store) checkpointLocked(ctx context.Context) error {
 	return s.log.Checkpoint(ctx, st, at)
 }
 
-// encodeState returns the state as a checkpoint holds it, and the last
-// journal record it includes, once the write-backs journaled up to that
-// record have been issued.
+// encodeState returns the state as a checkpoint holds it (Snapshot), and
+// the last journal record it includes, once the write-backs journaled up
+// to that record have been issued.
 func (s *store) encodeState() ([]byte, uint64, error) {
 	s.mu.Lock()
+	defer s.mu.Unlock()
 	s.awaitWriteBacks(s.version)
 	at := s.log.Last()
+	st, err := s.Snapshot()
+	return st, at, err
+}
+
+// Snapshot implements durable.Machine: the state but the requests in
+// flight. s.mu is held, so the maps are encoded as they are.
+func (s *store) Snapshot() ([]byte, error) {
 	st := state{Z: s.opts.Z, CachedLevels: s.opts.CachedLevels, Pos: s.pos, Stash: s.stash,
 		Nodes: map[uint64][]tree.Block{}, Version: s.version, Acked: s.acked, Unfinished: s.unfinished, NextPlan: s.nextPlan}
 	for b, n := range s.sub.nodes {
 		st.Nodes[b] = n.blocks
 	}
 	var buf bytes.Buffer
-	err := gob.NewEncoder(&buf).Encode(st) // under s.mu: the maps as they are
-	s.mu.Unlock()
-	if err != nil {
-		return nil, 0, fmt.Errorf("taostore: encoding a checkpoint: %w", err)
+	if err := gob.NewEncoder(&buf).Encode(st); err != nil {
+		return nil, fmt.Errorf("taostore: encoding a checkpoint: %w", err)
 	}
-	return buf.Bytes(), at, nil
+	return buf.Bytes(), nil
 }
 
-// restore installs a checkpoint.
-func (s *store) restore(b []byte) error {
+// Restore implements durable.Machine: it installs a checkpoint.
+func (s *store) Restore(b []byte) error {
 	var st state
 	if err := gob.NewDecoder(bytes.NewReader(b)).Decode(&st); err != nil {
-		return fmt.Errorf("%w: taostore: decoding the checkpoint: %v", kv.ErrTampered, err)
+		return fmt.Errorf("%w: decoding the checkpoint: %v", kv.ErrTampered, err)
 	}
 	if st.Z != s.opts.Z || st.CachedLevels != s.opts.CachedLevels {
 		return fmt.Errorf("%w: the store was written with Z=%d CachedLevels=%d, the options ask for Z=%d CachedLevels=%d",
 			kv.ErrMismatch, st.Z, st.CachedLevels, s.opts.Z, s.opts.CachedLevels)
 	}
 	if len(st.Acked) != len(s.acked) {
-		return fmt.Errorf("%w: taostore: the checkpoint is of a tree of %d buckets", kv.ErrMismatch, len(st.Acked))
+		return fmt.Errorf("%w: the checkpoint is of a tree of %d buckets", kv.ErrMismatch, len(st.Acked))
 	}
 	s.pos, s.stash, s.version, s.acked = cmpNonNil(st.Pos, s.pos), cmpNonNil(st.Stash, s.stash), st.Version, st.Acked
 	s.unfinished, s.nextPlan = cmpNonNil(st.Unfinished, s.unfinished), st.NextPlan
@@ -206,33 +212,24 @@ func cmpNonNil[M ~map[K]V, K comparable, V any](m, fallback M) M {
 	return m
 }
 
-// recover rebuilds the trusted state from the journal: the checkpoint,
-// then each path processed since (its buckets as the flush left them, the
-// answered block's position, the stash) and each write-back (its version),
-// in order; then the whole subtree, every bucket changed since the
-// checkpoint, is written back, which redoes any write-back storage lost,
-// before a new checkpoint. A bulk load cut short leaves an empty
-// tree, written afresh.
+// recover rebuilds the trusted state from the journal (durable.Log.Replay):
+// the checkpoint, then each path processed since (its buckets as the
+// flush left them, the answered block's position, the stash) and each
+// write-back (its version), in order; then the whole subtree, every
+// bucket changed since the checkpoint, is written back, which redoes any
+// write-back storage lost, before a new checkpoint. A bulk load cut short
+// leaves an empty tree, written afresh.
 func (s *store) recover(ctx context.Context) error {
-	rec, err := s.log.Recover(ctx)
-	if err != nil {
+	if _, err := s.log.Replay(ctx, s); err != nil {
 		return fmt.Errorf("taostore: %w", err)
-	}
-	if err := s.restore(rec.State); err != nil {
-		return err
-	}
-	load := false
-	for i, delta := range rec.Deltas {
-		if load, err = s.replay(delta); err != nil {
-			return fmt.Errorf("taostore: journal record %d after the checkpoint: %w", i+1, err)
-		}
 	}
 	if s.opts.leak == leakRecoveryChecksPositions {
 		if err := s.checkPositions(ctx); err != nil {
 			return err
 		}
 	}
-	if load {
+	if s.loadCut {
+		s.loadCut = false
 		s.pos, s.stash = map[tree.BlockID]uint64{}, map[tree.BlockID][]byte{}
 		s.sub = newSubtree(s.geo, s.opts.CachedLevels)
 		s.unfinished = map[uint64]plannedPath{}
@@ -290,18 +287,18 @@ func (s *store) Stats() kv.Stats {
 	defer s.mu.Unlock()
 	c := s.counters
 	return kv.Stats{Keys: int64(len(s.pos)), Extra: []kv.Stat{
-		{Name: "tree_levels", Value: float64(s.geo.L + 1)},
-		{Name: "z", Value: float64(s.opts.Z)},
-		{Name: "k", Value: float64(s.opts.K)},
-		{Name: "stash_size", Value: float64(len(s.stash))},
-		{Name: "stash_max", Value: float64(c.stashMax)},
-		{Name: "subtree_nodes", Value: float64(len(s.sub.nodes))},
-		{Name: "subtree_max", Value: float64(s.sub.max)},
-		{Name: "real_reads", Value: float64(c.realReads)},
-		{Name: "fake_reads", Value: float64(c.fakeReads)},
-		{Name: "write_backs", Value: float64(c.writeBacks)},
-		{Name: "stale_buckets", Value: float64(c.staleBuckets)},
-		{Name: "write_back_errors", Value: float64(c.writeBackErrors)},
-		{Name: "read_retries", Value: float64(c.readRetries)},
+		{Name: kv.StatTreeLevels, Value: float64(s.geo.L + 1)},
+		{Name: kv.StatBucketZ, Value: float64(s.opts.Z)},
+		{Name: kv.StatWriteBackThreshold, Value: float64(s.opts.K)},
+		{Name: kv.StatStashSize, Value: float64(len(s.stash))},
+		{Name: kv.StatStashMax, Value: float64(c.stashMax)},
+		{Name: kv.StatSubtreeNodes, Value: float64(len(s.sub.nodes))},
+		{Name: kv.StatSubtreeMax, Value: float64(s.sub.max)},
+		{Name: kv.StatRealReads, Value: float64(c.realReads)},
+		{Name: kv.StatFakeReads, Value: float64(c.fakeReads)},
+		{Name: kv.StatWriteBacks, Value: float64(c.writeBacks)},
+		{Name: kv.StatStaleBuckets, Value: float64(c.staleBuckets)},
+		{Name: kv.StatWriteBackErrors, Value: float64(c.writeBackErrors)},
+		{Name: kv.StatReadRetries, Value: float64(c.readRetries)},
 	}}
 }

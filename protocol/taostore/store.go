@@ -31,6 +31,8 @@ const BucketPrefix = "tao/b/"
 func errFull(capacity int) error { return fmt.Errorf("%w: %d keys", kv.ErrFull, capacity) }
 
 type store struct {
+	kv.ByUpdate // Get, Put and Delete: Updates of the store itself
+
 	b         backend.Backend
 	keys      *seal.Keys
 	geo       tree.Geometry
@@ -61,6 +63,10 @@ type store struct {
 	version    uint64   // version of the last write-back
 	acked      []uint64 // per bucket: newest version storage acknowledged
 	counters   counters
+
+	// loadCut: the last record replayed began a bulk load, never
+	// checkpointed (recover writes the tree afresh).
+	loadCut bool
 
 	onStorage map[uint64][]tree.Block // leakUnchangedNotWritten: what storage holds, as far as the proxy knows
 
@@ -106,6 +112,7 @@ func open(ctx context.Context, env kv.Env) (*store, error) {
 		flusher: tree.NewFlusher(geo, opts.Z), seq: sequencer{released: opts.released, leak: opts.leak},
 		inflight: map[uint64]bool{}}
 	s.landed = sync.NewCond(&s.mu)
+	s.ByUpdate = kv.ByUpdate{Updater: s}
 	s.log = durable.New(env.Journal, env.Backend, env.Keys)
 	if !env.Fresh {
 		return s, s.recover(ctx)
@@ -126,21 +133,6 @@ func (s *store) randomLeaf() uint64 { return s.rng.Uint64N(s.geo.Leaves()) }
 // tree.IDOf (which adds a domain), because stores already written hold
 // blocks and position maps under these identifiers.
 func (s *store) blockID(key string) tree.BlockID { return s.keys.PRF([]byte(key)) }
-
-func (s *store) Get(ctx context.Context, key string) ([]byte, bool, error) {
-	r, err := s.Update(ctx, key, kv.Mutation{Op: kv.MutRead})
-	return r.Old, r.Found, err
-}
-
-func (s *store) Put(ctx context.Context, key string, val []byte) error {
-	_, err := s.Update(ctx, key, kv.Mutation{Op: kv.MutSet, Arg: val})
-	return err
-}
-
-func (s *store) Delete(ctx context.Context, key string) error {
-	_, err := s.Update(ctx, key, kv.Mutation{Op: kv.MutDelete})
-	return err
-}
 
 // Update implements kv.Updater: the mutation runs when its block is in
 // the proxy (ANSWER-REQUEST), so every kind is one request, as a Get is.
@@ -232,7 +224,7 @@ func (s *store) plan(r *request) {
 }
 
 // readPlanned reads r's path once its plan is durable, and while storage
-// fails the read issues the identical read again (tree.ReadAgain). A read that may have reached
+// fails the read issues the identical read again (backend.Retry). A read that may have reached
 // storage is never left for the block's next access to repeat: that
 // access would read the same path, and storage would link the two (the
 // argument of Treebeard Sec. 5.3.3, for one path). A crash, or a store
@@ -243,7 +235,7 @@ func (s *store) readPlanned(ctx context.Context, r *request) ([][]tree.Block, []
 	}
 	var fetched [][]tree.Block
 	var versions []uint64
-	err := tree.ReadAgain(ctx, nil, func() {
+	err := backend.Retry(ctx, nil, func() {
 		s.mu.Lock()
 		s.counters.readRetries++
 		s.mu.Unlock()

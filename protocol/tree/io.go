@@ -2,9 +2,7 @@ package tree
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"time"
 
 	"github.com/oblivkv/oblivkv/backend"
 	"github.com/oblivkv/oblivkv/seal"
@@ -114,53 +112,4 @@ func (w *BatchWriter) Flush(ctx context.Context) error {
 	clear(w.items)
 	w.items, w.size = w.items[:0], 0
 	return err
-}
-
-// Pauses between two attempts of a Read that storage failed.
-const (
-	firstRetry = time.Millisecond
-	maxRetry   = time.Second
-)
-
-// ReadAgain calls read, and while it fails with a transport error (not
-// tampering, not a closed backend) calls it again, unchanged, pausing
-// from 1 ms doubling to 1 s, until it succeeds, ctx ends or stop (which
-// may be nil) is closed; retried is called before each new attempt. It
-// returns read's last error. A Read of a tree may have reached storage
-// even when it failed, so what it read is spent: a protocol that chose
-// again would read a wanted block's place a second time beside fresh
-// choices, and storage would link the two (Treebeard Sec. 5.3.3). Read
-// again unchanged, it learns only that a Read failed.
-func ReadAgain(ctx context.Context, stop <-chan struct{}, retried func(), read func() error) error {
-	wait := firstRetry
-	for {
-		err := read()
-		if err == nil || errors.Is(err, seal.ErrTampered) || errors.Is(err, backend.ErrClosed) || stopped(ctx, stop) {
-			return err
-		}
-		timer := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			timer.Stop()
-			return err
-		case <-stop:
-			timer.Stop()
-			return err
-		case <-timer.C:
-		}
-		retried()
-		wait = min(2*wait, maxRetry)
-	}
-}
-
-// stopped reports whether ctx has ended or stop is closed.
-func stopped(ctx context.Context, stop <-chan struct{}) bool {
-	select {
-	case <-ctx.Done():
-		return true
-	case <-stop:
-		return true
-	default:
-		return false
-	}
 }

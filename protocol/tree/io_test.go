@@ -10,7 +10,6 @@ import (
 	"github.com/oblivkv/oblivkv/kv"
 	"github.com/oblivkv/oblivkv/kv/kvtest"
 	"github.com/oblivkv/oblivkv/observe"
-	"github.com/oblivkv/oblivkv/seal"
 )
 
 func tapped() (*observe.Tap, *observe.MemoryLog) {
@@ -96,43 +95,5 @@ func TestBatchWriter(t *testing.T) {
 	// 100 bytes per item, 1000 per batch: batches of 10, 10 and 5.
 	if len(recs) != 3 || n != 25 || len(recs[0].Addrs) != 10 || len(recs[2].Addrs) != 5 {
 		t.Fatalf("%d writes of %d items in all; want batches of 10, 10, 5", len(recs), n)
-	}
-}
-
-// TestReadAgain: a Read failing with a transport error is issued again
-// until it succeeds; tampering, a closed backend and a closed stop end it
-// at once with the Read's error.
-func TestReadAgain(t *testing.T) {
-	transport := errors.New("connection reset")
-	for _, c := range []struct {
-		name    string
-		errs    []error // the Read's answers, in turn (then success)
-		stop    bool
-		calls   int
-		retries int
-		want    error
-	}{
-		{"transport errors", []error{transport, transport}, false, 3, 2, nil},
-		{"tampered", []error{seal.ErrTampered}, false, 1, 0, seal.ErrTampered},
-		{"closed", []error{transport, backend.ErrClosed}, false, 2, 1, backend.ErrClosed},
-		{"stopped", []error{transport}, true, 1, 0, transport},
-	} {
-		t.Run(c.name, func(t *testing.T) {
-			stop := make(chan struct{})
-			if c.stop {
-				close(stop)
-			}
-			calls, retries := 0, 0
-			err := ReadAgain(t.Context(), stop, func() { retries++ }, func() error {
-				calls++
-				if calls <= len(c.errs) {
-					return c.errs[calls-1]
-				}
-				return nil
-			})
-			if !errors.Is(err, c.want) || err != nil && c.want == nil || calls != c.calls || retries != c.retries {
-				t.Fatalf("ReadAgain = %v after %d calls, %d retries; want %v after %d, %d", err, calls, retries, c.want, c.calls, c.retries)
-			}
-		})
 	}
 }

@@ -23,7 +23,7 @@ import (
 // scrambled zipfian) or taken in round robin (one counter shared by every
 // client, so every key is requested once per N requests). Stats are
 // sampled periodically: stash_size (blocks in all shards now) and
-// stash_max_shard (the largest one shard has been so far).
+// stash_max (the largest one shard has been so far).
 
 // soakEnv enables the long runs:
 //
@@ -35,7 +35,7 @@ type stashSample struct {
 	At       time.Duration
 	Done     int64 // requests answered so far
 	Size     int   // blocks in all Stash shards now (stash_size)
-	MaxShard int   // the largest one shard has been so far (stash_max_shard)
+	MaxShard int   // the largest one shard has been so far (stash_max)
 }
 
 // stashRun is what one stash measurement saw.
@@ -43,7 +43,7 @@ type stashRun struct {
 	Samples  []stashSample
 	Took     time.Duration
 	Peak     int     // the largest total sampled
-	MaxShard int     // stash_max_shard at the end: the high-water mark of one shard
+	MaxShard int     // stash_max at the end: the high-water mark of one shard
 	Steady   float64 // mean total over the second half of the requests
 	Shards   int
 	Stats    kv.Stats
@@ -102,7 +102,7 @@ func measureStash(t *testing.T, n, requests, clients int, dist string, period ti
 	sample := func() {
 		st := s.Stats()
 		sm := stashSample{At: time.Since(start), Done: done.Load(),
-			Size: int(kvtest.Stat(t, st, "stash_size")), MaxShard: int(kvtest.Stat(t, st, "stash_max_shard"))}
+			Size: int(kvtest.Stat(t, st, "stash_size")), MaxShard: int(kvtest.Stat(t, st, kv.StatStashMax))}
 		run.Samples = append(run.Samples, sm)
 		run.Peak = max(run.Peak, sm.Size)
 	}
@@ -148,7 +148,7 @@ func measureStash(t *testing.T, n, requests, clients int, dist string, period ti
 	sample()
 	run.Took = time.Since(start)
 	run.Stats = s.Stats()
-	run.MaxShard = int(kvtest.Stat(t, run.Stats, "stash_max_shard"))
+	run.MaxShard = int(kvtest.Stat(t, run.Stats, kv.StatStashMax))
 	run.Shards = int(kvtest.Stat(t, run.Stats, "stash_shards"))
 	m := 0
 	for _, sm := range run.Samples {

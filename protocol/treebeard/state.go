@@ -81,10 +81,11 @@ func (s *store) Load(ctx context.Context, items iter.Seq2[string, []byte]) (int,
 	return len(values), nil
 }
 
-// encodeState returns the trusted state as a checkpoint holds it.
-func (s *store) encodeState() []byte { return s.encodeStateAs(s.initialised.Load()) }
+// Snapshot returns the trusted state as a checkpoint holds it, for
+// durable.Log.CheckpointOf.
+func (s *store) Snapshot() ([]byte, error) { return s.encodeStateAs(s.initialised.Load()), nil }
 
-// encodeStateAs is encodeState with the trees written (initialised) or not.
+// encodeStateAs is Snapshot with the trees written (initialised) or not.
 func (s *store) encodeStateAs(initialised bool) []byte {
 	st := state{Initialised: initialised, Pos: map[tree.BlockID]Position{}, Stash: map[tree.BlockID][]byte{}}
 	for _, a := range s.shardAdmins {
@@ -131,32 +132,43 @@ func (s *store) checkpointNow(ctx context.Context) error {
 	for _, w := range s.workers {
 		w.waitIdle()
 	}
-	return s.log.Checkpoint(ctx, s.encodeState(), s.log.Last())
+	return s.log.CheckpointOf(ctx, s)
 }
 
-// recover rebuilds the trusted state from the journal: the checkpoint,
-// then every record after it in order (the blocks of each epoch, each
-// tree operation's Change and the blocks it took, each eviction's end),
-// an eviction whose end is missing settled, and the trees' writes issued
-// again; a bulk load cut short leaves an empty store whose trees are
-// written afresh; an operation a crash cut short after its plan was
-// journaled is issued again identically (treeWorker.resume); evictions a
-// tree owes run; then a checkpoint.
 // reopen builds the layers of an existing store and recovers its state
-// from log. The layout its trees were written with is in its checkpoint:
-// Trees, Z, S and CachedLevels left to their defaults take it from there,
-// so a store made when the defaults were others opens as it was made.
+// from log (durable.Log.Replay, driving a reopening), then finishes what
+// the journal left unfinished (recover).
 func reopen(ctx context.Context, env kv.Env, given, opts Options, log *durable.Log) (*store, error) {
-	rec, err := log.Recover(ctx)
-	if err != nil {
+	r := &reopening{env: env, given: given, opts: opts, log: log}
+	if _, err := log.Replay(ctx, r); err != nil {
 		return nil, fmt.Errorf("treebeard: %w", err)
 	}
+	return r.s, r.s.recover(ctx, r.rp)
+}
+
+// reopening is the durable.Machine of a store being reopened. The layout
+// its trees were written with is in its checkpoint, so Restore builds the
+// layers: Trees, Z, S and CachedLevels left to their defaults take it from
+// there, so a store made when the defaults were others opens as it was
+// made. Apply replays a record into the layers (replayer).
+type reopening struct {
+	env         kv.Env
+	given, opts Options
+	log         *durable.Log
+	s           *store    // built by Restore
+	rp          *replayer // replays the records after the checkpoint into s
+}
+
+// Restore implements durable.Machine: it builds the layers the checkpoint
+// was written with and restores their state.
+func (r *reopening) Restore(b []byte) error {
 	var st state
-	if err := gob.NewDecoder(bytes.NewReader(rec.State)).Decode(&st); err != nil {
-		return nil, fmt.Errorf("%w: treebeard: decoding the checkpoint: %v", kv.ErrTampered, err)
+	if err := gob.NewDecoder(bytes.NewReader(b)).Decode(&st); err != nil {
+		return fmt.Errorf("%w: decoding the checkpoint: %v", kv.ErrTampered, err)
 	}
+	opts := r.opts
 	if len(st.Trees) > 0 {
-		made := st.Trees[0].Tree
+		made, given := st.Trees[0].Tree, r.given
 		given.Trees = cmp.Or(given.Trees, len(st.Trees))
 		given.Z, given.S = cmp.Or(given.Z, made.Z), cmp.Or(given.S, made.S)
 		if given.CachedLevels == 0 {
@@ -164,32 +176,33 @@ func reopen(ctx context.Context, env kv.Env, given, opts Options, log *durable.L
 		}
 		opts = given.WithDefaults()
 		if err := opts.validate(); err != nil {
-			return nil, fmt.Errorf("%w: %v", kv.ErrMismatch, err)
+			return fmt.Errorf("%w: %v", kv.ErrMismatch, err)
 		}
 	}
-	s, err := build(env, opts, log)
+	s, err := build(r.env, opts, r.log)
 	if err != nil {
-		return nil, err
-	}
-	return s, s.recover(ctx, rec, st)
-}
-
-// recover restores the checkpoint st and replays the records of rec
-// after it.
-func (s *store) recover(ctx context.Context, rec durable.Recovery, st state) error {
-	if err := s.restore(st); err != nil {
 		return err
 	}
-	rp := &replayer{s: s, pending: map[int][]ringoram.Placement{}, plans: map[int]ringoram.Plan{}}
-	for i, d := range rec.Deltas {
-		if err := rp.apply(d); err != nil {
-			return fmt.Errorf("treebeard: journal record %d after the checkpoint: %w", i+1, err)
-		}
-	}
+	r.s, r.rp = s, &replayer{s: s, pending: map[int][]ringoram.Placement{}, plans: map[int]ringoram.Plan{}}
+	return s.restore(st)
+}
+
+// Apply implements durable.Machine: it replays a record into the layers.
+func (r *reopening) Apply(rec []byte) error { return r.rp.apply(rec) }
+
+// Snapshot implements durable.Machine: the state of the store reopened.
+func (r *reopening) Snapshot() ([]byte, error) { return r.s.Snapshot() }
+
+// recover finishes a recovery once the checkpoint is restored, every
+// record after it replayed (the blocks of each epoch, each tree
+// operation's Change and the blocks it took, each eviction's end) and the
+// trees' writes issued again: an eviction whose end is missing is
+// settled; a bulk load cut short leaves an empty store whose trees are
+// written afresh; an operation a crash cut short after its plan was
+// journaled is issued again identically (treeWorker.resume); evictions a
+// tree owes run; then a checkpoint.
+func (s *store) recover(ctx context.Context, rp *replayer) error {
 	rp.finish()
-	if err := s.log.Redo(ctx, rec); err != nil {
-		return fmt.Errorf("treebeard: %w", err)
-	}
 	if s.opts.leak == leakRecoveryChecksPositions {
 		if err := s.checkPositions(ctx); err != nil {
 			return err
@@ -220,7 +233,7 @@ func (s *store) recover(ctx context.Context, rec durable.Recovery, st state) err
 			}
 		}
 	}
-	return s.log.Checkpoint(ctx, s.encodeState(), s.log.Last())
+	return s.log.CheckpointOf(ctx, s)
 }
 
 func (s *store) restore(st state) error {
@@ -287,32 +300,32 @@ func (s *store) Stats() kv.Stats {
 		perPath = float64(t.BucketsRead) / float64(t.PathReads)
 	}
 	return kv.Stats{Keys: s.quota.used.Load(), Extra: []kv.Stat{
-		{Name: "trees", Value: float64(len(s.workers))},
-		{Name: "tree_levels", Value: float64(s.geo.L + 1)},
-		{Name: "bucket_z", Value: float64(s.opts.Z)},
-		{Name: "bucket_s", Value: float64(s.opts.S)},
-		{Name: "cached_levels", Value: float64(cachedLevels(s.opts.CachedLevels, s.geo.L))},
-		{Name: "cached_blocks", Value: float64(t.CachedBlocks)},
-		{Name: "cached_hits", Value: float64(t.CachedHits)},
-		{Name: "stash_shards", Value: float64(len(s.stashes))},
-		{Name: "stash_size", Value: float64(sum.StashSize)},
-		{Name: "stash_max_shard", Value: float64(sum.StashMax)},
-		{Name: "real_reads", Value: float64(sum.RealReads)},
-		{Name: "fake_reads", Value: float64(sum.FakeReads)},
-		{Name: "stash_hits", Value: float64(sum.StashHits)},
-		{Name: "path_reads", Value: float64(t.PathReads)},
-		{Name: "multi_path_reads", Value: float64(t.MultiReads)},
-		{Name: "buckets_per_path", Value: perPath},
-		{Name: "reshuffles", Value: float64(t.Reshuffles)},
-		{Name: "evictions", Value: float64(t.Evictions)},
-		{Name: "evicted_paths", Value: float64(t.EvictedPaths)},
-		{Name: "read_errors", Value: float64(sum.ReadErrors)},
-		{Name: "read_retries", Value: float64(t.ReadRetries)},
-		{Name: "metadata_reads", Value: float64(t.MetaReads)},
-		{Name: "eviction_errors", Value: float64(sum.EvictionErrors)},
-		{Name: "messages_resent", Value: float64(s.net.resent.Load() + s.adminNet.resent.Load())},
-		{Name: "message_copies", Value: float64(sum.Copies)},
-		{Name: "replies_held", Value: float64(sum.Held)},
+		{Name: kv.StatTrees, Value: float64(len(s.workers))},
+		{Name: kv.StatTreeLevels, Value: float64(s.geo.L + 1)},
+		{Name: kv.StatBucketZ, Value: float64(s.opts.Z)},
+		{Name: kv.StatBucketS, Value: float64(s.opts.S)},
+		{Name: kv.StatCachedLevels, Value: float64(cachedLevels(s.opts.CachedLevels, s.geo.L))},
+		{Name: kv.StatCachedBlocks, Value: float64(t.CachedBlocks)},
+		{Name: kv.StatCacheHits, Value: float64(t.CachedHits)},
+		{Name: kv.StatStashShards, Value: float64(len(s.stashes))},
+		{Name: kv.StatStashSize, Value: float64(sum.StashSize)},
+		{Name: kv.StatStashMax, Value: float64(sum.StashMax)},
+		{Name: kv.StatRealReads, Value: float64(sum.RealReads)},
+		{Name: kv.StatFakeReads, Value: float64(sum.FakeReads)},
+		{Name: kv.StatStashHits, Value: float64(sum.StashHits)},
+		{Name: kv.StatPathReads, Value: float64(t.PathReads)},
+		{Name: kv.StatMultiPathReads, Value: float64(t.MultiReads)},
+		{Name: kv.StatBucketsPerPath, Value: perPath},
+		{Name: kv.StatReshuffles, Value: float64(t.Reshuffles)},
+		{Name: kv.StatEvictions, Value: float64(t.Evictions)},
+		{Name: kv.StatEvictedPaths, Value: float64(t.EvictedPaths)},
+		{Name: kv.StatReadErrors, Value: float64(sum.ReadErrors)},
+		{Name: kv.StatReadRetries, Value: float64(t.ReadRetries)},
+		{Name: kv.StatMetadataReads, Value: float64(t.MetaReads)},
+		{Name: kv.StatEvictionErrors, Value: float64(sum.EvictionErrors)},
+		{Name: kv.StatMessagesResent, Value: float64(s.net.resent.Load() + s.adminNet.resent.Load())},
+		{Name: kv.StatMessageCopies, Value: float64(sum.Copies)},
+		{Name: kv.StatRepliesHeld, Value: float64(sum.Held)},
 	}}
 }
 

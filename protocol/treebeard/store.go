@@ -314,7 +314,7 @@ func (s *store) Close() error {
 	}
 	s.checkpointing.Lock()
 	defer s.checkpointing.Unlock()
-	err := s.log.Checkpoint(context.Background(), s.encodeState(), s.log.Last())
+	err := s.log.CheckpointOf(context.Background(), s)
 	return errors.Join(err, s.b.Close())
 }
 

@@ -136,7 +136,7 @@ func (f *flaky) Delete(ctx context.Context, addrs []string) error {
 func stateOf(t *testing.T, s *store) state {
 	t.Helper()
 	s.mu.Lock()
-	b, err := s.encodeState()
+	b, err := s.Snapshot()
 	s.mu.Unlock()
 	if err != nil {
 		t.Fatal(err)

@@ -124,13 +124,9 @@ func appendObject(b []byte, o *object) []byte {
 	return binary.AppendUvarint(binary.AppendUvarint(binary.AppendUvarint(b, o.ts), o.order), o.tie)
 }
 
-// replayState is what replay carries from one record to the next.
-type replayState struct {
-	unread *intent // a batch's reads journaled, and no batch after them
-}
-
-// replay applies a journaled delta to the state.
-func (s *store) replay(rec []byte, rs *replayState) error {
+// Apply implements durable.Machine: it applies a journaled delta to the
+// state. An intent is s.unread until its batch's delta follows.
+func (s *store) Apply(rec []byte) error {
 	d := delta.NewDecoder(rec)
 	switch kind := d.Byte(); kind {
 	case deltaIntent:
@@ -138,16 +134,16 @@ func (s *store) replay(rec []byte, rs *replayState) error {
 		for n := d.Count(); n > 0 && !d.Failed(); n-- {
 			in.refs = append(in.refs, readRef(d))
 		}
-		d.Check(in.ts == s.ts+1 && rs.unread == nil, "batch out of sequence")
+		d.Check(in.ts == s.ts+1 && s.unread == nil, "batch out of sequence")
 		if err := d.Done(); err != nil {
 			return err
 		}
-		rs.unread = in
+		s.unread = in
 	case deltaBatch:
-		return s.replayBatch(d, rs)
+		return s.replayBatch(d)
 	case deltaLoad:
 		ts := d.Uvarint()
-		d.Check(ts == s.ts+1 && rs.unread == nil, "load out of sequence")
+		d.Check(ts == s.ts+1 && s.unread == nil, "load out of sequence")
 		if err := d.Done(); err != nil {
 			return err
 		}
@@ -159,9 +155,9 @@ func (s *store) replay(rec []byte, rs *replayState) error {
 }
 
 // replayBatch applies a batch's delta (batchDelta).
-func (s *store) replayBatch(d *delta.Decoder, rs *replayState) error {
+func (s *store) replayBatch(d *delta.Decoder) error {
 	ts := d.Uvarint()
-	d.Check(ts == s.ts+1 && (rs.unread == nil || rs.unread.ts == ts), "batch out of sequence")
+	d.Check(ts == s.ts+1 && (s.unread == nil || s.unread.ts == ts), "batch out of sequence")
 	reset := d.Bool()
 	var c counters
 	for _, v := range []*uint64{&c.Batches, &c.RealQueries, &c.FakeReal, &c.FakeDummy, &c.DeleteErrors} {
@@ -236,7 +232,7 @@ func (s *store) replayBatch(d *delta.Decoder, rs *replayState) error {
 			}
 		}
 	}
-	rs.unread = nil
+	s.unread = nil
 	return nil
 }
 
@@ -246,53 +242,32 @@ func (s *store) checkpoint(ctx context.Context) error {
 	if err := s.catchUp(ctx); err != nil {
 		return err
 	}
-	if !s.log.Durable() {
-		return nil
-	}
-	st, err := s.encodeState()
-	if err != nil {
-		return err
-	}
-	return s.log.Checkpoint(ctx, st, s.log.Last())
+	return s.log.CheckpointOf(ctx, s)
 }
 
-// recover rebuilds the proxy's state from the journal: the last
-// checkpoint, then the records after it, whose Writes and Deletes are
-// issued again in order. A batch whose reads were journaled without the
-// batch is then run again on the same reads, with no requests (catchUp).
-// It ends with a checkpoint, so the next crash replays nothing of this
-// one.
+// recover rebuilds the proxy's state from the journal
+// (durable.Log.Replay): the last checkpoint, then the records after it,
+// whose Writes and Deletes are issued again in order. A bulk load's
+// previous layout, which the load may not have finished deleting, is
+// deleted again. A batch whose reads were journaled without the batch is
+// then run again on the same reads, with no requests (catchUp). It ends
+// with a checkpoint, so the next crash replays nothing of this one.
 func (s *store) recover(ctx context.Context) error {
-	rec, err := s.log.Recover(ctx)
+	applied, err := s.log.Replay(ctx, s)
 	if err != nil {
 		return fmt.Errorf("waffle: %w", err)
 	}
-	if err := s.decodeState(rec.State); err != nil {
+	if err := s.installed(); err != nil {
 		return err
 	}
 	garbage := len(s.garbage) > 0
 	if garbage {
-		// A bulk load's previous layout, which the load may not have
-		// finished deleting.
 		if err := s.deleteChunks(ctx, s.garbage); err != nil {
 			return fmt.Errorf("waffle: deleting the layout a bulk load replaced: %w", err)
 		}
 		s.garbage = nil
 	}
-	var rs replayState
-	for i, d := range rec.Deltas {
-		if err := s.replay(d, &rs); err != nil {
-			return fmt.Errorf("waffle: journal record %d after the checkpoint: %w", i+1, err)
-		}
-	}
-	if err := s.installed(); err != nil {
-		return err
-	}
-	if err := s.log.Redo(ctx, rec); err != nil {
-		return fmt.Errorf("waffle: %w", err)
-	}
-	s.unread = rs.unread
-	if len(rec.Deltas) == 0 && !garbage {
+	if applied == 0 && !garbage {
 		return nil // the checkpoint is the state
 	}
 	if err := s.checkpoint(ctx); err != nil {
@@ -301,8 +276,9 @@ func (s *store) recover(ctx context.Context) error {
 	return nil
 }
 
-// encodeState serialises the proxy's state, a checkpoint's content.
-func (s *store) encodeState() ([]byte, error) {
+// Snapshot implements durable.Machine: the proxy's state, a checkpoint's
+// content.
+func (s *store) Snapshot() ([]byte, error) {
 	st := state{Params: s.opts.params(), TS: s.ts, LastReset: s.lastReset, Counters: s.counters, Garbage: s.garbage,
 		Objects: make([]objectState, 0, len(s.objs)), Cache: make([]cacheState, 0, s.cache.Len())}
 	for rf, o := range s.objs {
@@ -320,9 +296,9 @@ func (s *store) encodeState() ([]byte, error) {
 	return buf.Bytes(), nil
 }
 
-// decodeState installs a checkpoint's state after checking it against the
-// store's options.
-func (s *store) decodeState(plain []byte) error {
+// Restore implements durable.Machine: it installs a checkpoint's state
+// after checking it against the store's options.
+func (s *store) Restore(plain []byte) error {
 	rest, ok := bytes.CutPrefix(plain, []byte(stateMagic))
 	if !ok {
 		return fmt.Errorf("%w: the checkpoint has an unknown format", errMalformed)
@@ -414,7 +390,7 @@ func (s *store) Load(ctx context.Context, items iter.Seq2[string, []byte]) (int,
 	}
 	if s.log.Durable() {
 		s.garbage = old
-		st, err := s.encodeState()
+		st, err := s.Snapshot()
 		if err == nil {
 			err = s.log.Checkpoint(ctx, st, begin)
 		}

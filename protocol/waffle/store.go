@@ -67,6 +67,8 @@ type counters struct {
 }
 
 type store struct {
+	kv.ByUpdate // Get, Put and Delete: Updates of the store itself
+
 	b         backend.Backend
 	keys      *seal.Keys
 	opts      Options
@@ -135,12 +137,13 @@ func open(ctx context.Context, env kv.Env) (*store, error) {
 		reqs: make(chan *request), stop: make(chan struct{}), loopDone: make(chan struct{}),
 		rng: rand.New(random.New(seed)), objs: map[ref]*object{}, cache: list.New(),
 		plain: make([]byte, 4+env.ValueSize)}
+	s.ByUpdate = kv.ByUpdate{Updater: s}
 	if env.Fresh {
 		// The initial layout, then the journal's first checkpoint.
 		err = s.writeInitial(ctx)
 		var st []byte
 		if err == nil && s.log.Durable() {
-			if st, err = s.encodeState(); err == nil {
+			if st, err = s.Snapshot(); err == nil {
 				err = s.log.Create(ctx, st)
 			}
 		}
@@ -221,21 +224,6 @@ func newDummy(rng *rand.Rand, objs map[ref]*object) ref {
 func hasRef(objs map[ref]*object, rf ref) bool {
 	_, ok := objs[rf]
 	return ok
-}
-
-func (s *store) Get(ctx context.Context, key string) ([]byte, bool, error) {
-	r, err := s.Update(ctx, key, kv.Mutation{Op: kv.MutRead})
-	return r.Old, r.Found, err
-}
-
-func (s *store) Put(ctx context.Context, key string, val []byte) error {
-	_, err := s.Update(ctx, key, kv.Mutation{Op: kv.MutSet, Arg: val})
-	return err
-}
-
-func (s *store) Delete(ctx context.Context, key string) error {
-	_, err := s.Update(ctx, key, kv.Mutation{Op: kv.MutDelete})
-	return err
 }
 
 // Update implements kv.Updater: the mutation is one request of a batch,
@@ -375,19 +363,19 @@ func (s *store) Stats() kv.Stats {
 	st := s.stats.Load()
 	c := st.counters
 	return kv.Stats{Keys: int64(st.keys), Extra: []kv.Stat{
-		{Name: "b", Value: float64(s.opts.B)},
-		{Name: "r", Value: float64(s.opts.R)},
-		{Name: "f_d", Value: float64(s.opts.FD)},
-		{Name: "d", Value: float64(s.opts.D)},
-		{Name: "c", Value: float64(s.opts.C)},
-		{Name: "batches", Value: float64(c.Batches)},
-		{Name: "cache_size", Value: float64(st.realCached)},
-		{Name: "real_queries", Value: float64(c.RealQueries)},
-		{Name: "fake_real", Value: float64(c.FakeReal)},
-		{Name: "fake_dummy", Value: float64(c.FakeDummy)},
-		{Name: "delete_errors", Value: float64(c.DeleteErrors)},
-		{Name: "checkpoint_errors", Value: float64(s.checkpointErrors.Load())},
-		{Name: "theoretical_alpha", Value: TheoreticalAlpha(s.opts, s.capacity)},
-		{Name: "theoretical_beta", Value: TheoreticalBeta(s.opts, s.capacity)},
+		{Name: kv.StatWaffleB, Value: float64(s.opts.B)},
+		{Name: kv.StatWaffleR, Value: float64(s.opts.R)},
+		{Name: kv.StatWaffleFD, Value: float64(s.opts.FD)},
+		{Name: kv.StatWaffleD, Value: float64(s.opts.D)},
+		{Name: kv.StatWaffleC, Value: float64(s.opts.C)},
+		{Name: kv.StatBatches, Value: float64(c.Batches)},
+		{Name: kv.StatCacheSize, Value: float64(st.realCached)},
+		{Name: kv.StatRealQueries, Value: float64(c.RealQueries)},
+		{Name: kv.StatFakeReal, Value: float64(c.FakeReal)},
+		{Name: kv.StatFakeDummy, Value: float64(c.FakeDummy)},
+		{Name: kv.StatDeleteErrors, Value: float64(c.DeleteErrors)},
+		{Name: kv.StatCheckpointErrors, Value: float64(s.checkpointErrors.Load())},
+		{Name: kv.StatTheoreticalAlpha, Value: TheoreticalAlpha(s.opts, s.capacity)},
+		{Name: kv.StatTheoreticalBeta, Value: TheoreticalBeta(s.opts, s.capacity)},
 	}}
 }
