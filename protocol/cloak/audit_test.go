@@ -200,8 +200,10 @@ func runAudit(t *testing.T, p auditParams, w auditWorkload, lk cloak.Leak) audit
 		defer j.Close()
 	}
 	var tr tracer
+	opts := cloak.WithClock(p.opts, clock)
+	opts.TestingKnobs.Leak, opts.TestingKnobs.Trace = lk, tr.batch
 	s, err := cloak.OpenRaw(ctx, kv.Env{Backend: observe.NewTap(mem.New(), &log), Keys: keys, Journal: j,
-		Capacity: auditN, ValueSize: 16, MaxKeySize: 64, Fresh: true, Options: cloak.Traced(cloak.WithLeak(cloak.WithClock(p.opts, clock), lk), tr.batch)})
+		Capacity: auditN, ValueSize: 16, MaxKeySize: 64, Fresh: true, Options: opts})
 	if err != nil {
 		t.Fatal(err)
 	}

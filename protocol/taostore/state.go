@@ -227,7 +227,7 @@ func (s *store) recover(ctx context.Context) error {
 			return fmt.Errorf("taostore: journal record %d after the checkpoint: %w", i+1, err)
 		}
 	}
-	if s.opts.leak == leakRecoveryChecksPositions {
+	if s.opts.TestingKnobs.Leak == leakRecoveryChecksPositions {
 		if err := s.checkPositions(ctx); err != nil {
 			return err
 		}
@@ -240,7 +240,7 @@ func (s *store) recover(ctx context.Context) error {
 			return fmt.Errorf("taostore: rewriting the tree of an interrupted bulk load: %w", err)
 		}
 	}
-	if s.opts.leak == leakRecoveryForgetsReads {
+	if s.opts.TestingKnobs.Leak == leakRecoveryForgetsReads {
 		clear(s.unfinished)
 	}
 	if err := s.finishUnfinished(ctx); err != nil {

@@ -162,8 +162,8 @@ func reopen(ctx context.Context, env kv.Env, given, opts Options, log *durable.L
 		if given.CachedLevels == 0 {
 			given.CachedLevels = cmp.Or(made.CachedLevels, -1) // -1: none
 		}
-		opts = given.WithDefaults()
-		if err := opts.validate(); err != nil {
+		opts = given.EnsureDefaults(env.Capacity)
+		if err := opts.Validate(env.Capacity); err != nil {
 			return nil, fmt.Errorf("%w: %v", kv.ErrMismatch, err)
 		}
 	}
@@ -190,7 +190,7 @@ func (s *store) recover(ctx context.Context, rec durable.Recovery, st state) err
 	if err := s.log.Redo(ctx, rec); err != nil {
 		return fmt.Errorf("treebeard: %w", err)
 	}
-	if s.opts.leak == leakRecoveryChecksPositions {
+	if s.opts.TestingKnobs.Leak == leakRecoveryChecksPositions {
 		if err := s.checkPositions(ctx); err != nil {
 			return err
 		}
@@ -209,7 +209,7 @@ func (s *store) recover(ctx context.Context, rec durable.Recovery, st state) err
 	if s.initialised.Load() {
 		for t, w := range s.workers {
 			owed := w.core.served(0)
-			if p, ok := rp.plans[t]; ok && s.opts.leak != leakRecoveryForgetsPlans {
+			if p, ok := rp.plans[t]; ok && s.opts.TestingKnobs.Leak != leakRecoveryForgetsPlans {
 				if err := w.resume(ctx, p, s.stashTaken); err != nil {
 					return fmt.Errorf("treebeard: tree %d: the operation a crash cut short, issued again: %w", t, err)
 				}
