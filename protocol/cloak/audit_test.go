@@ -190,20 +190,20 @@ func runAudit(t *testing.T, p auditParams, w auditWorkload, lk cloak.Leak) audit
 	ctx := t.Context()
 	var log observe.MemoryLog
 	clock := make(cloak.FakeClock)
-	keys := kvtest.NewKeys(t)
-	var j *journal.Journal
-	if p.durable {
-		var err error
-		if j, err = journal.Open(t.TempDir(), keys, journal.Options{NoSync: true}); err != nil { // what storage sees needs no fsync
-			t.Fatal(err)
-		}
-		defer j.Close()
-	}
 	var tr tracer
 	opts := cloak.WithClock(p.opts, clock)
 	opts.TestingKnobs.Leak, opts.TestingKnobs.Trace = lk, tr.batch
-	s, err := cloak.OpenRaw(ctx, kv.Env{Backend: observe.NewTap(mem.New(), &log), Keys: keys, Journal: j,
-		Capacity: auditN, ValueSize: 16, MaxKeySize: 64, Fresh: true, Options: opts})
+	env := kv.Env{Backend: observe.NewTap(mem.New(), &log), Keys: kvtest.NewKeys(t),
+		Capacity: auditN, ValueSize: 16, MaxKeySize: 64, Fresh: true, Options: opts}
+	if p.durable {
+		j, err := journal.Open(t.TempDir(), env.Keys, journal.Options{NoSync: true}) // what storage sees needs no fsync
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer j.Close()
+		env.Journal = j // only then: a nil *journal.Journal is no nil kv.Journal
+	}
+	s, err := cloak.OpenRaw(ctx, env)
 	if err != nil {
 		t.Fatal(err)
 	}
