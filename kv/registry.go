@@ -26,7 +26,9 @@ type Protocol struct {
 	// deployment can set by name; each carries an `opt` tag (one sentence
 	// saying what it does) and a `default` tag (its default, either as a
 	// value an option setting parses, or a description such as
-	// "ceil(sqrt(N))" for a default that depends on the store).
+	// "ceil(sqrt(N))" for a default that depends on the store). The type
+	// has the methods of kv.Options (EnsureDefaults, Validate), and its
+	// hooks for tests, which are no options, in a TestingKnobs field.
 	Options any
 }
 

@@ -5,6 +5,10 @@
 // an option at its constant default left out, and Args back), and their
 // listing with types, defaults and docs (List, for `oblivkv options`).
 //
+// An option is an exported int, float64 or time.Duration field of Options
+// itself; an Options' TestingKnobs (the hooks of tests) is none, so
+// nothing here sets, lists or records it.
+//
 // It owns the rules of a setting's name and value. It must never import a
 // protocol package: the descriptor is its only view of one.
 package options
@@ -32,7 +36,7 @@ func optionsOf(protocol string) (any, bool) {
 
 var durationType = reflect.TypeFor[time.Duration]()
 
-// Names returns the names of the options ProtocolOptions accepts for
+// Names returns the names of the options Parse accepts for
 // protocol: the exported int, float64 and time.Duration fields of its
 // Options, in declaration order (nil for a protocol without options).
 func Names(protocol string) []string {
@@ -50,7 +54,7 @@ func settable(f reflect.StructField) bool {
 	return f.IsExported() && (f.Type == durationType || k == reflect.Int || k == reflect.Float64)
 }
 
-// ProtocolOptions builds protocol's Options value from "name=value"
+// Parse builds protocol's Options value from "name=value"
 // settings, for kv.Config.Options. Names are its Options' exported fields,
 // matched ignoring case, '-' and '_' (cachedlevels, cached-levels and
 // CachedLevels are one field); int fields take decimal integers, float64
@@ -87,7 +91,7 @@ func Parse(protocol string, opts []string) (any, error) {
 }
 
 // ParseEach builds the Options of each of protocols from the
-// same settings, as ProtocolOptions does, except that a setting goes only
+// same settings, as Parse does, except that a setting goes only
 // to the protocols that have such an option; a setting no protocol has is
 // an error. Protocols given no setting are absent from the result.
 func ParseEach(protocols []string, opts []string) (map[string]any, error) {
@@ -105,7 +109,7 @@ func ParseEach(protocols []string, opts []string) (map[string]any, error) {
 			}
 		}
 		if len(takers) == 0 {
-			if len(protocols) == 1 { // ProtocolOptions says why
+			if len(protocols) == 1 { // Parse says why
 				_, err := Parse(protocols[0], []string{opt})
 				return nil, err
 			}
@@ -188,7 +192,7 @@ func set(f reflect.Value, value string) error {
 
 // Format writes the settable fields of an Options value that are
 // not at their defaults (see Settings) as "Name=value" settings
-// ProtocolOptions reads back.
+// Parse reads back.
 func Format(options any) string {
 	v, ok := optionsStruct(options)
 	if !ok {
@@ -203,7 +207,7 @@ func Format(options any) string {
 
 // Settings returns the settable fields of an Options value (a value or a
 // pointer; nil: none) that are not at their defaults, as a map of field
-// name to value in the form ProtocolOptions reads back: the canonical,
+// name to value in the form Parse reads back: the canonical,
 // protocol-independent form of options that kv records with a store
 // (kv.Config.OptionSettings). A field is at its default when it is zero,
 // or when it holds the constant its `default` tag names (Epoch=1ms for
@@ -230,7 +234,7 @@ func optionsStruct(options any) (reflect.Value, bool) {
 }
 
 // Args turns Settings back into "Name=value" settings, sorted by
-// name, for ProtocolOptions.
+// name, for Parse.
 func Args(settings map[string]string) []string {
 	args := make([]string, 0, len(settings))
 	for _, name := range slices.Sorted(maps.Keys(settings)) {
@@ -294,7 +298,7 @@ type Option struct {
 	Doc      string // the field's `opt` tag: what the option does
 }
 
-// List returns the options ProtocolOptions accepts for protocol, in
+// List returns the options Parse accepts for protocol, in
 // declaration order, with their types, defaults and docs (nil for a
 // protocol without options).
 func List(protocol string) []Option {
@@ -327,8 +331,8 @@ func typeName(t reflect.Type) string {
 	return "integer"
 }
 
-// OptionName returns the field name of protocol's option name (matched as
-// ProtocolOptions matches it), and whether it has one.
+// FieldName returns the field name of protocol's option name (matched as
+// Parse matches it), and whether it has one.
 func FieldName(protocol, name string) (string, bool) {
 	for _, n := range Names(protocol) {
 		if normalise(n) == normalise(name) {

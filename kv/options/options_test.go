@@ -139,10 +139,11 @@ func TestDescriptorsComplete(t *testing.T) {
 		}
 		typ := reflect.TypeOf(p.Options)
 		for i := range typ.NumField() {
-			if f := typ.Field(i); f.IsExported() && !settable(f) {
+			if f := typ.Field(i); f.IsExported() && !settable(f) && !isKnobs(f) {
 				t.Errorf("protocol %s: exported Options field %s (%s) cannot be set by --opt", name, f.Name, f.Type)
 			}
 		}
+		checkShape(t, name, typ)
 		list := List(name)
 		if len(list) == 0 {
 			t.Errorf("protocol %s has Options but no settable option", name)
@@ -153,6 +154,79 @@ func TestDescriptorsComplete(t *testing.T) {
 			}
 		}
 	}
+}
+
+// isKnobs reports whether f is an Options' TestingKnobs: a struct of
+// hooks for tests.
+func isKnobs(f reflect.StructField) bool {
+	return f.Name == "TestingKnobs" && f.Type.Kind() == reflect.Struct
+}
+
+// checkShape fails t unless protocol's Options type typ has the methods
+// of kv.Options: EnsureDefaults(int) typ and Validate(int) error.
+func checkShape(t *testing.T, protocol string, typ reflect.Type) {
+	t.Helper()
+	want := map[string]reflect.Type{
+		"EnsureDefaults": reflect.FuncOf([]reflect.Type{typ, reflect.TypeFor[int]()}, []reflect.Type{typ}, false),
+		"Validate":       reflect.FuncOf([]reflect.Type{typ, reflect.TypeFor[int]()}, []reflect.Type{reflect.TypeFor[error]()}, false),
+	}
+	for name, sig := range want {
+		if m, ok := typ.MethodByName(name); !ok || m.Type != sig {
+			t.Errorf("protocol %s: Options has no method %s of type %v", protocol, name, sig)
+		}
+	}
+}
+
+// TestTestingKnobsAreNoOptions: no protocol's TestingKnobs can be set by
+// name, and knobs set leave the settings a store records, and so its
+// fingerprint, as they were.
+func TestTestingKnobsAreNoOptions(t *testing.T) {
+	for _, name := range kv.Protocols() {
+		p, _ := kv.Lookup(name)
+		if p.Options == nil {
+			continue
+		}
+		f, ok := reflect.TypeOf(p.Options).FieldByName("TestingKnobs")
+		if !ok || !isKnobs(f) {
+			t.Errorf("protocol %s: Options has no TestingKnobs struct", name)
+			continue
+		}
+		if _, err := Parse(name, []string{"TestingKnobs=1"}); err == nil {
+			t.Errorf("protocol %s: --opt TestingKnobs=1 accepted", name)
+		}
+		if slices.Contains(Names(name), "TestingKnobs") {
+			t.Errorf("protocol %s: TestingKnobs listed as an option", name)
+		}
+		o := reflect.New(reflect.TypeOf(p.Options)).Elem()
+		if setKnobs(o.FieldByName("TestingKnobs")) == 0 {
+			t.Errorf("protocol %s: TestingKnobs has no pointer, integer or bool knob to set", name)
+		}
+		if got := Settings(o.Interface()); len(got) != 0 {
+			t.Errorf("protocol %s: knobs set give settings %v; want none", name, got)
+		}
+	}
+}
+
+// setKnobs sets every pointer, integer and bool field of knobs to a value
+// other than zero and returns how many it set.
+func setKnobs(knobs reflect.Value) int {
+	set := 0
+	for i := range knobs.NumField() {
+		switch f := knobs.Field(i); f.Kind() {
+		case reflect.Pointer:
+			f.Set(reflect.New(f.Type().Elem()))
+		case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
+			f.SetInt(1)
+		case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+			f.SetUint(1)
+		case reflect.Bool:
+			f.SetBool(true)
+		default:
+			continue
+		}
+		set++
+	}
+	return set
 }
 
 // TestOptionList: types, defaults and whether a default is a constant

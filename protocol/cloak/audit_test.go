@@ -15,7 +15,6 @@ import (
 	"github.com/oblivkv/oblivkv/audit"
 	"github.com/oblivkv/oblivkv/backend/mem"
 	"github.com/oblivkv/oblivkv/bench/workload"
-	"github.com/oblivkv/oblivkv/internal/durable"
 	"github.com/oblivkv/oblivkv/internal/durable/journal"
 	"github.com/oblivkv/oblivkv/kv"
 	"github.com/oblivkv/oblivkv/kv/kvtest"
@@ -191,19 +190,20 @@ func runAudit(t *testing.T, p auditParams, w auditWorkload, lk cloak.Leak) audit
 	ctx := t.Context()
 	var log observe.MemoryLog
 	clock := make(cloak.FakeClock)
-	keys := kvtest.NewKeys(t)
-	var j durable.Journal // none unless p.durable: a nil interface, never a nil *journal.Journal
+	var tr tracer
+	opts := cloak.WithClock(p.opts, clock)
+	opts.TestingKnobs.Leak, opts.TestingKnobs.Trace = lk, tr.batch
+	env := kv.Env{Backend: observe.NewTap(mem.New(), &log), Keys: kvtest.NewKeys(t),
+		Capacity: auditN, ValueSize: 16, MaxKeySize: 64, Fresh: true, Options: opts}
 	if p.durable {
-		dj, err := journal.Open(t.TempDir(), keys, journal.Options{NoSync: true}) // what storage sees needs no fsync
+		j, err := journal.Open(t.TempDir(), env.Keys, journal.Options{NoSync: true}) // what storage sees needs no fsync
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer dj.Close()
-		j = dj
+		defer j.Close()
+		env.Journal = j // only then: a nil *journal.Journal is no nil kv.Journal
 	}
-	var tr tracer
-	s, err := cloak.OpenRaw(ctx, kv.Env{Backend: observe.NewTap(mem.New(), &log), Keys: keys, Journal: j,
-		Capacity: auditN, ValueSize: 16, MaxKeySize: 64, Fresh: true, Options: cloak.Traced(cloak.WithLeak(cloak.WithClock(p.opts, clock), lk), tr.batch)})
+	s, err := cloak.OpenRaw(ctx, env)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -20,7 +20,7 @@ type batch struct {
 	perm  []int            // the element read from addrs[i] goes to addrs[perm[i]]
 	sent  map[uint32]value // the writes it applies, by address read
 	real  int              // addresses read for a client's request
-	trace *batchTrace      // tests only: what Options.trace receives (trace.go)
+	trace *batchTrace      // tests only: what TestingKnobs.Trace receives (trace.go)
 }
 
 // runBatch forms, sends and commits one batch. The reads waiting on it are
@@ -91,11 +91,11 @@ func (s *store) runBatch(ctx context.Context) {
 	s.journalCommit(b, elems)
 	s.commit(b, elems)
 	if b.trace != nil {
-		s.opts.trace(*b.trace)
+		s.opts.TestingKnobs.Trace(*b.trace)
 	}
 	s.sinceCheckpoint++
 	due := s.log.Durable() && s.sinceCheckpoint >= s.checkpointEvery
-	if s.opts.leak == leakCheckpointByRecords {
+	if s.opts.TestingKnobs.Leak == leakCheckpointByRecords {
 		due = s.log.Due()
 	}
 	if due {
@@ -126,7 +126,7 @@ func (s *store) choose() (*batch, error) {
 		if err := s.takeDummies(b, s.sets[set], budget-n); err != nil {
 			return nil, fmt.Errorf("cloak: internal error: set %d (reuse distance %d): %w", set, d+1, err)
 		}
-		if s.opts.leak == leakDrainQueue {
+		if s.opts.TestingKnobs.Leak == leakDrainQueue {
 			s.drain(b, q[n:])
 		}
 		rest := slices.DeleteFunc(q[n:], func(k string) bool { return s.slots[s.where[k]].inflight })
@@ -139,7 +139,7 @@ func (s *store) choose() (*batch, error) {
 	order := s.readOrder(b.addrs)
 	b.addrs, b.from = reorder(b.addrs, order), reorder(b.from, order)
 	b.perm = s.writeOrder(b.addrs, order)
-	if s.opts.trace != nil {
+	if s.opts.TestingKnobs.Trace != nil {
 		b.trace = s.traceOf(b, order)
 	}
 	return b, nil
@@ -152,7 +152,7 @@ func (s *store) choose() (*batch, error) {
 // uniform over the batch and independent of its place at every other
 // access.
 func (s *store) readOrder(taken []uint32) []int {
-	if s.opts.leak == leakKeyedReadOrder {
+	if s.opts.TestingKnobs.Leak == leakKeyedReadOrder {
 		return s.byKeyedHash(taken)
 	}
 	return s.rng.Perm(len(taken))
@@ -166,7 +166,7 @@ func (s *store) readOrder(taken []uint32) []int {
 // access and of the order choose took the batch's addresses in (order,
 // as readOrder gives it).
 func (s *store) writeOrder(addrs []uint32, order []int) []int {
-	switch s.opts.leak {
+	switch s.opts.TestingKnobs.Leak {
 	case leakWriteBackInPlace:
 		return inPlace(len(addrs))
 	case leakKeyedWriteBack:
@@ -226,7 +226,7 @@ func (s *store) takeDummies(b *batch, members []uint32, k int) error {
 	}
 	s.scratch = cand
 	if k > len(cand) {
-		if s.opts.leak != leakDrainQueue {
+		if s.opts.TestingKnobs.Leak != leakDrainQueue {
 			return fmt.Errorf("%d addresses left for a budget of %d", len(cand), k)
 		}
 		k = len(cand) // a set drained before runs short
@@ -473,7 +473,7 @@ func (s *store) freed(key string, v value) bool {
 // takeDummies breaks ties by it.
 func (s *store) secretOrder(addrs []uint32) []uint32 {
 	members := slices.Clone(addrs)
-	if s.opts.leak == leakPublicTieOrder {
+	if s.opts.TestingKnobs.Leak == leakPublicTieOrder {
 		return members
 	}
 	s.rng.Shuffle(len(members), func(i, j int) { members[i], members[j] = members[j], members[i] })

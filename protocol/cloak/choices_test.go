@@ -26,11 +26,8 @@ func choices(lk cloak.Leak) kvtest.Choices {
 		Protocol: "cloak",
 		Options: func(seed *[32]byte) any {
 			clock = make(cloak.FakeClock)
-			o := cloak.WithLeak(cloak.WithClock(cloak.Options{}, clock), lk)
-			if seed != nil {
-				o = cloak.WithSeed(o, *seed)
-			}
-			return o
+			o := cloak.Options{TestingKnobs: cloak.TestingKnobs{Seed: seed, Leak: lk}}
+			return cloak.WithClock(o, clock)
 		},
 		Drive: func(t *testing.T, s kv.Store) {
 			pending := func() bool { return kvtest.Stat(t, s.Stats(), "pending_keys") > 0 }

@@ -198,7 +198,7 @@ func (s *store) full() chan struct{} {
 	if len(s.pending) < s.opts.Pending {
 		return nil
 	}
-	if s.opts.leak == leakEarlyWhenFull {
+	if s.opts.TestingKnobs.Leak == leakEarlyWhenFull {
 		s.askEarly()
 	}
 	s.counters.Backpressure++

@@ -76,24 +76,5 @@ const (
 	LeakUnversionedSeal     = leakUnversionedSeal
 )
 
-// WithSeed returns o with reproducible random choices.
-func WithSeed(o Options, seed [32]byte) Options {
-	o.seed = &seed
-	return o
-}
-
 // TracedBatch is a batch as a traced store reports it (trace.go).
 type TracedBatch = batchTrace
-
-// Traced returns o reporting every batch that commits to fn, with the
-// store's lock held (fn must not call the store).
-func Traced(o Options, fn func(TracedBatch)) Options {
-	o.trace = fn
-	return o
-}
-
-// WithLeak returns o with leak l injected.
-func WithLeak(o Options, l Leak) Options {
-	o.leak = l
-	return o
-}

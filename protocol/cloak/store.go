@@ -119,29 +119,26 @@ type store struct {
 }
 
 func open(ctx context.Context, env kv.Env) (*store, error) {
-	opts, err := kv.OptionsOf[Options]("cloak", env.Options)
+	opts, err := kv.ResolveOptions[Options]("cloak", env)
 	if err != nil {
 		return nil, err
 	}
-	if opts.leak, err = envLeak(opts.leak); err != nil { // a leak only in oblivkv_leaks builds (leak.go)
+	if opts.TestingKnobs.Leak, err = envLeak(opts.TestingKnobs.Leak); err != nil { // a leak only in oblivkv_leaks builds (leak.go)
 		return nil, err
 	}
-	opts, budgets, err := opts.withDefaults(env.Capacity)
-	if err != nil {
-		return nil, err
-	}
-	seed, err := random.Root(opts.seed)
+	budgets := Budgets(env.Capacity, opts.B1, opts.S)
+	seed, err := random.Root(opts.TestingKnobs.Seed)
 	if err != nil {
 		return nil, fmt.Errorf("cloak: %w", err)
 	}
-	if opts.leak == leakFixedSeed {
+	if opts.TestingKnobs.Leak == leakFixedSeed {
 		seed = random.Seed{}
 	}
 	s := &store{b: env.Backend, keys: env.Keys, opts: opts, budgets: budgets, capacity: env.Capacity, valueSize: env.ValueSize,
 		log: durable.New(env.Journal, env.Backend, env.Keys), checkpointEvery: CheckpointBatches,
 		committed: make(chan struct{}), rng: rand.New(random.New(seed)), cache: newLRU(opts.Cache),
 		pending: map[string]*entry{}, queues: map[uint64][]string{}, stop: make(chan struct{}), loopDone: make(chan struct{})}
-	if opts.leak == leakEarlyWhenFull {
+	if opts.TestingKnobs.Leak == leakEarlyWhenFull {
 		s.early = make(chan struct{}, 1)
 	}
 	if env.Fresh {
@@ -178,7 +175,7 @@ func addr(a uint32) string {
 // Sec. 4.1 and Table 1): storage can neither move an element to another
 // address nor put back an older element at its own (seal.ErrTampered).
 func (s *store) ad(a uint32, batchID uint64) []byte {
-	if s.opts.leak == leakUnversionedSeal {
+	if s.opts.TestingKnobs.Leak == leakUnversionedSeal {
 		batchID = 0
 	}
 	return binary.BigEndian.AppendUint64([]byte(addr(a)), batchID)
@@ -292,7 +289,7 @@ func (s *store) loop() {
 
 // tick sends the batch of one tick, busy or idle.
 func (s *store) tick() {
-	if s.opts.leak == leakSkipIdle && s.idle() {
+	if s.opts.TestingKnobs.Leak == leakSkipIdle && s.idle() {
 		return
 	}
 	s.runBatch(context.Background())

@@ -25,7 +25,9 @@ func TestReplayCatchesUnversionedSeal(t *testing.T) {
 			t.Errorf("as the protocol is: %v", err)
 		}
 	}
-	for _, r := range kvtest.TamperReplay(t, contractConfig(cloak.WithLeak(uncached, cloak.LeakUnversionedSeal)), kvtest.Mem()) {
+	leaky := uncached
+	leaky.TestingKnobs.Leak = cloak.LeakUnversionedSeal
+	for _, r := range kvtest.TamperReplay(t, contractConfig(leaky), kvtest.Mem()) {
 		t.Logf("unversioned seal: %s: the store read %d of them; %d of %d Gets reported kv.ErrTampered; %d went wrong, e.g. %v",
 			r.What, r.Read, r.Detected, r.Gets, len(r.Wrong), r.Wrong[:min(1, len(r.Wrong))])
 		if r.Read == 0 || r.Detected > 0 {

@@ -1,6 +1,6 @@
 package cloak
 
-// batchTrace is what a traced store (Options.trace, set only by this
+// batchTrace is what a traced store (TestingKnobs.Trace, set only by this
 // package's tests) reports of every batch that commits: ground truth the
 // Tap does not show, for the audits that follow one key across its
 // accesses and that check where a batch's real elements land in its

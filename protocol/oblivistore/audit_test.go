@@ -80,12 +80,14 @@ type auditLog struct {
 	dummies []audit.Choice
 }
 
-// runAudit runs requests requests of w on a loaded store with opts and
-// returns what storage saw and what the trace told of it.
-func runAudit(t *testing.T, opts oblivistore.Options, w workload, requests int) auditLog {
+// runAudit runs requests requests of w on a loaded store with opts, its
+// choices seeded by auditSeed(seed), and returns what storage saw and what
+// the trace told of it.
+func runAudit(t *testing.T, opts oblivistore.Options, seed byte, w workload, requests int) auditLog {
 	t.Helper()
 	rec := &recorder{keys: map[uint64]string{}}
-	opts = oblivistore.WithTrace(oblivistore.Serial(opts), rec.trace())
+	seeded := auditSeed(seed)
+	opts.TestingKnobs.Seed, opts.TestingKnobs.Trace, opts.TestingKnobs.SerialIO = &seeded, rec.trace(), true
 	log := &observe.MemoryLog{}
 	s, err := kv.Open(t.Context(), kv.Config{Protocol: "oblivistore", Backend: mem.New(), Keys: kvtest.NewKeys(t),
 		Capacity: auditCapacity, ValueSize: 16, Options: opts, TapLog: log})
@@ -283,7 +285,7 @@ func auditSeed(i byte) [32]byte { return [32]byte{i} }
 func TestObliviousAudit(t *testing.T) {
 	logs := map[string]auditLog{}
 	for _, name := range []string{"hot", "uniform"} {
-		logs[name] = runAudit(t, oblivistore.WithSeed(oblivistore.Options{}, auditSeed(1)), workloads[name], auditRequests)
+		logs[name] = runAudit(t, oblivistore.Options{}, 1, workloads[name], auditRequests)
 		passAll(t, append(logs[name].checks(name), logs[name].positionChecks(name)...))
 	}
 	passAll(t, []audit.Check{audit.Homogeneous("partitions, hot against uniform", audit.PartitionCounts(logs["hot"].calls, logs["hot"].parts),
@@ -304,7 +306,7 @@ func otherLogs(t *testing.T) map[string]auditLog {
 	longLogs.Do(func() {
 		logs := map[string]auditLog{}
 		for name, seed := range map[string]byte{"uniform": 3, "hot": 4} {
-			logs[name] = runAudit(t, oblivistore.WithSeed(simOptions, auditSeed(seed)), workloads[name], 4*auditRequests)
+			logs[name] = runAudit(t, simOptions, seed, workloads[name], 4*auditRequests)
 		}
 		longLogs.logs = logs
 	})
@@ -346,7 +348,8 @@ func TestAuditCatchesLeaks(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			lc, positional := leakCases[name]
 			w := cmp.Or(lc.workload, "hot")
-			l := runAudit(t, oblivistore.WithLeak(oblivistore.WithSeed(oblivistore.Options{}, auditSeed(2)), leak), workloads[w], auditRequests)
+			leaky := oblivistore.Options{TestingKnobs: oblivistore.TestingKnobs{Leak: leak}}
+			l := runAudit(t, leaky, 2, workloads[w], auditRequests)
 			if !positional {
 				if !anyDecisive(t, l.checks(name)) {
 					t.Errorf("no check fails decisively on the leak %q", name)
@@ -478,7 +481,9 @@ func TestSemaphoreAuditCatchesLeaks(t *testing.T) {
 	accesses := scheduled("hot", rand.New(rand.NewPCG(7, 7)))
 	for name, leak := range oblivistore.Leaks {
 		t.Run(name, func(t *testing.T) {
-			run, err := oblivistore.Schedule(simCapacity, oblivistore.WithLeak(simOptions, leak), seed, simCapacity, accesses, simTicks)
+			leaky := simOptions
+			leaky.TestingKnobs.Leak = leak
+			run, err := oblivistore.Schedule(simCapacity, leaky, seed, simCapacity, accesses, simTicks)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -18,10 +18,6 @@ func TestFreshChoices(t *testing.T) {
 // core's order.
 func choices(lk oblivistore.Leak) kvtest.Choices {
 	return kvtest.Choices{Protocol: "oblivistore", Options: func(seed *[32]byte) any {
-		o := oblivistore.WithLeak(oblivistore.Serial(oblivistore.Options{}), lk)
-		if seed != nil {
-			o = oblivistore.WithSeed(o, *seed)
-		}
-		return o
+		return oblivistore.Options{TestingKnobs: oblivistore.TestingKnobs{Seed: seed, Leak: lk, SerialIO: true}}
 	}}
 }

@@ -141,9 +141,9 @@ type Core struct {
 	toParts  []PartitionMsg
 	toFront  []FrontMsg
 	shuffled bool // the shuffler moved on the last Progress
-	// trace is Options.trace (tests only).
+	// trace is TestingKnobs.Trace (tests only).
 	trace trace
-	// wire is Options.wire (tests only).
+	// wire is TestingKnobs.Wire (tests only).
 	wire bool
 	// forced, tests only, replaces the partitions that accesses to keys
 	// not on storage read, in order: a simulator replays the partitions
@@ -226,7 +226,7 @@ func (c *Core) progress() error {
 
 // setHooks takes the test-only options.
 func (c *Core) setHooks(o Options) {
-	c.trace, c.wire = o.trace, o.wire
+	c.trace, c.wire = o.TestingKnobs.Trace, o.TestingKnobs.Wire
 }
 
 // route delivers the queued messages, in order, until none is left.
@@ -258,7 +258,7 @@ func deliver[M any](c *Core, q *[]M, handle func(*Core, M) error) error {
 	return nil
 }
 
-// crossed returns m as it arrives on the other side: under Options.wire,
+// crossed returns m as it arrives on the other side: under TestingKnobs.Wire,
 // a fresh value decoded from m's gob encoding, sharing no memory with it.
 func crossed[M any](c *Core, m M) (M, error) {
 	if !c.wire {

@@ -9,22 +9,8 @@ import (
 
 var SlotAddr = slotAddr
 
-// WithSeed makes every random choice of a store reproducible.
-func WithSeed(o Options, seed [32]byte) Options { o.seed = &seed; return o }
-
 // Trace is what the core tells a test of a run (trace.go).
 type Trace = trace
-
-// WithTrace makes the core report what t asks for.
-func WithTrace(o Options, t Trace) Options { o.trace = t; return o }
-
-// Wire makes every message between the front and the partitions cross as
-// gob bytes.
-func Wire(o Options) Options { o.wire = true; return o }
-
-// Serial makes the driver issue backend calls one at a time, in the
-// core's order.
-func Serial(o Options) Options { o.serialIO = true; return o }
 
 // Leaks are the flaws tests inject to show an audit catches them.
 var Leaks = map[string]leak{
@@ -53,9 +39,6 @@ type Leak = leak
 // one store's view can see.
 const LeakFixedSeed = leakFixedSeed
 
-// WithLeak injects a leak.
-func WithLeak(o Options, l leak) Options { o.leak = l; return o }
-
 // Access is one access of a scheduled run.
 type Access struct {
 	Op  OpKind
@@ -80,9 +63,9 @@ type Run struct {
 // i, and every read and write completes delay ticks after it is issued,
 // in issue order. Storage is a map of the blocks written.
 func Schedule(n int, o Options, seed [32]byte, load int, accesses []Access, delay int) (Run, error) {
-	o = o.withDefaults(n)
+	o = o.EnsureDefaults(n)
 	var run Run
-	o.trace.Read = func(p int32, _ []Slot, seq uint64) {
+	o.TestingKnobs.Trace.Read = func(p int32, _ []Slot, seq uint64) {
 		if seq != 0 {
 			run.Partitions = append(run.Partitions, p)
 		}
@@ -208,8 +191,8 @@ func public(in Input) Input {
 // run's when the scheduler's every semaphore change depends only on
 // public information (Invariant 1).
 func Simulate(n int, o Options, seed [32]byte, run Run) ([]Semaphores, error) {
-	o = o.withDefaults(n)
-	o.leak = leakNone
+	o = o.EnsureDefaults(n)
+	o.TestingKnobs.Leak = leakNone
 	c := NewCore(n, o, seed)
 	c.forced = slices.Clone(run.Partitions)
 	if _, _, err := c.Load(func(func(string, []byte) bool) {}); err != nil {

@@ -79,7 +79,7 @@ type Req struct {
 func newFront(n int, g geometry, o Options) Front {
 	return Front{
 		Opts: frontOptions{EvictionRate: o.EvictionRate, EarlyCacheIns: int64(o.EarlyCacheIns),
-			EvictionsAhead: int64(o.EvictionsAhead), Leak: o.leak, ValueSize: cmp.Or(o.valueSize, math.MaxInt)},
+			EvictionsAhead: int64(o.EvictionsAhead), Leak: o.TestingKnobs.Leak, ValueSize: cmp.Or(o.valueSize, math.MaxInt)},
 		Partitions: g.Partitions, Levels: int64(g.Top + 1), Capacity: n,
 		Pos: map[string]int32{}, Mem: map[string]*Held{}, Queues: make([][]string, g.Partitions),
 		Early: int64(o.EarlyCacheIns), Evictions: int64(o.EvictionsAhead),

@@ -1,7 +1,10 @@
 package oblivistore
 
-// leak is a flaw injected on purpose, by tests only, to show that an
-// audit catches it.
+// leak is a flaw injected on purpose, to show that an audit catches it
+// (audit_test.go). Tests set it as Options.TestingKnobs.Leak, and the
+// oblivkv_leaks build from the environment (leak_env.go); the zero value,
+// leakNone, is the protocol as specified. The type is unexported: outside
+// the package, only tests name another, through export_test.go.
 type leak uint8
 
 const (

@@ -134,8 +134,8 @@ func coreBoundsEveryStep(t *testing.T, n int, o Options, bind bool) {
 	if testing.Short() {
 		accesses = n
 	}
-	o = o.withDefaults(n)
-	if err := o.validate(n); err != nil {
+	o = o.EnsureDefaults(n)
+	if err := o.Validate(n); err != nil {
 		t.Fatal(err)
 	}
 	c := NewCore(n, o, [32]byte{7})

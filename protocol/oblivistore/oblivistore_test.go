@@ -24,10 +24,10 @@ func TestContract(t *testing.T) {
 // linearizable: nothing but the messages' plain values passes between
 // them.
 func TestMessagesCrossAsBytes(t *testing.T) {
-	wire := kvtest.Config{Protocol: "oblivistore", Integrity: true, Durable: true, Options: oblivistore.Wire(oblivistore.Options{})}
+	wire := kvtest.Config{Protocol: "oblivistore", Integrity: true, Durable: true, Options: oblivistore.Options{TestingKnobs: oblivistore.TestingKnobs{Wire: true}}}
 	kvtest.RunContract(t, wire, kvtest.Mem())
 	lin := wire
-	lin.Options = oblivistore.Wire(oblivistore.Options{EvictionRate: 1.5})
+	lin.Options = oblivistore.Options{EvictionRate: 1.5, TestingKnobs: oblivistore.TestingKnobs{Wire: true}}
 	kvtest.CheckLinearizable(t, kvtest.OpenStore(t, lin, kvtest.Mem()), kvtest.LinOptions{Clients: 16, OpsPerClient: 150, DeleteFraction: 0.15})
 }
 

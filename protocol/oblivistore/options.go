@@ -5,52 +5,62 @@ import (
 	"math"
 )
 
-// Options are ObliviStore's parameters. Zero fields take the defaults
-// below, scaled to the store's capacity N.
+// Options are ObliviStore's parameters. A zero field takes the default its
+// `default` tag states, most scaled to the store's capacity N.
 type Options struct {
-	// Partitions is the number of partitions (default ceil(sqrt(N)), as in
-	// the partitioning framework of Sec. III-A).
+	// Partitions is the number of partitions, as in the partitioning
+	// framework of Sec. III-A.
 	Partitions int `opt:"Partitions the blocks are spread over, each a hierarchy of levels shuffled on its own." default:"ceil(sqrt(N))"`
-	// EvictionRate is nu, the evictions scheduled per access (default 2,
-	// Sec. III-A; fractional rates schedule floor(nu) evictions and one
-	// more with probability nu - floor(nu)).
+	// EvictionRate is nu, the evictions scheduled per access (Sec.
+	// III-A); a fractional rate schedules floor(nu) evictions and one more
+	// with probability nu - floor(nu).
 	EvictionRate float64 `opt:"nu, evictions scheduled per access, from 1 to 16; a fraction schedules one more with that probability." default:"2"`
 	// EarlyCacheIns bounds the early cache-ins held in the storage cache
-	// (the early cache-in semaphore of Sec. V-D; default 4*sqrt(N)).
+	// (the early cache-in semaphore of Sec. V-D).
 	EarlyCacheIns int `opt:"Early cache-ins the storage cache may hold (the early cache-in semaphore)." default:"max(4*ceil(sqrt(N)), 4*levels)"`
 	// ShufflingBuffer bounds the blocks the shuffling buffer may hold (the
-	// shuffling buffer semaphore; default four times the largest
-	// shuffle's write, at least the largest shuffle's write).
+	// shuffling buffer semaphore), at least the largest shuffle's write.
 	ShufflingBuffer int `opt:"Blocks the shuffling buffer may hold (the shuffling buffer semaphore)." default:"4 times the largest shuffle's write"`
 	// EvictionsAhead bounds how many scheduled evictions accesses may run
-	// ahead of the shuffler (the eviction semaphore; default 2 per
-	// partition).
+	// ahead of the shuffler (the eviction semaphore).
 	EvictionsAhead int `opt:"Scheduled evictions accesses may run ahead of the shuffler (the eviction semaphore)." default:"2*Partitions"`
 	// ShuffleIOPerAccess is the shuffling I/O (blocks read or written)
-	// each access allows the shuffler (the shuffling I/O semaphore;
-	// default 8*nu*(levels), twice the shuffler's amortized need).
+	// each access allows the shuffler (the shuffling I/O semaphore); the
+	// default tag's is twice the shuffler's amortized need.
 	ShuffleIOPerAccess int `opt:"Blocks of shuffling I/O each access allows the shuffler (the shuffling I/O semaphore)." default:"ceil(8*EvictionRate*levels)"`
 	// ShuffleIOAhead caps the shuffling I/O semaphore: how far the
-	// shuffler may run ahead of accesses (default twice the largest
-	// shuffle's write, at least the largest shuffle's write).
+	// shuffler may run ahead of accesses, at least the largest shuffle's
+	// write.
 	ShuffleIOAhead int `opt:"How far the shuffler may run ahead of accesses (the shuffling I/O semaphore's cap)." default:"2 times the largest shuffle's write"`
 
+	// TestingKnobs are hooks for tests, never options.
+	TestingKnobs TestingKnobs
 	// valueSize is the store's value size, the largest value a mutation
 	// may leave (set by the store, not an option; 0, for a core driven by
 	// hand: no limit).
 	valueSize int
-	seed      *[32]byte // tests only: makes every choice reproducible
-	leak      leak      // tests only: a flaw injected to show an audit catches it
-	// trace, tests only, tells a test what the trusted side knows of a
-	// run (trace.go).
-	trace trace
-	// wire, tests only, makes every message between the front and the
-	// partitions cross as gob bytes, as it would between machines.
-	wire bool
-	// serialIO, tests only, makes the driver issue backend calls one at a
-	// time in the order the core emits them, and feed their completions
-	// back in that order: storage then sees exactly the core's order.
-	serialIO bool
+}
+
+// TestingKnobs are hooks for tests. They are no options: kv/options sets
+// only the int, float64 and time.Duration fields of Options itself, so
+// --opt cannot reach them, and a store never records them.
+type TestingKnobs struct {
+	// Seed, when set, makes every random choice reproducible.
+	Seed *[32]byte
+	// Leak injects a flaw on purpose, to show that an audit catches it
+	// (leak.go); zero is the protocol as specified. Outside this package
+	// only tests name a leak (through export_test.go); the oblivkv_leaks
+	// build chooses one from the environment (leak_env.go).
+	Leak leak
+	// Trace tells a test what the trusted side knows of a run (trace.go).
+	Trace trace
+	// Wire makes every message between the front and the partitions cross
+	// as gob bytes, as it would between machines.
+	Wire bool
+	// SerialIO makes the driver issue backend calls one at a time in the
+	// order the core emits them, and feed their completions back in that
+	// order: storage then sees exactly the core's order.
+	SerialIO bool
 }
 
 // Defaults that do not scale with N.
@@ -90,7 +100,9 @@ func topLevel(n, p int) int {
 	return int(math.Ceil(math.Log2(need)))
 }
 
-func (o Options) withDefaults(n int) Options {
+// EnsureDefaults returns o with its zero fields at their defaults for a
+// store of capacity n.
+func (o Options) EnsureDefaults(n int) Options {
 	if o.Partitions == 0 {
 		o.Partitions = int(math.Ceil(math.Sqrt(float64(n))))
 	}
@@ -119,7 +131,8 @@ func (o Options) withDefaults(n int) Options {
 // maxShuffleWrite bounds the slots one shuffle writes: every level.
 func maxShuffleWrite(top int) int { return slots(top+1) - 2 }
 
-func (o Options) validate(n int) error {
+// Validate reports options a store of capacity n cannot run with.
+func (o Options) Validate(n int) error {
 	levels := topLevel(n, max(o.Partitions, 1)) + 1
 	switch {
 	case o.Partitions < 1 || o.Partitions > n:

@@ -127,7 +127,7 @@ type Level struct {
 func newServer(g geometry, o Options) Server {
 	s := Server{Geo: g,
 		Opts: serverOptions{ShufflingBuffer: int64(o.ShufflingBuffer), ShuffleIOPerAccess: int64(o.ShuffleIOPerAccess),
-			ShuffleIOAhead: int64(o.ShuffleIOAhead), Leak: o.leak},
+			ShuffleIOAhead: int64(o.ShuffleIOAhead), Leak: o.TestingKnobs.Leak},
 		Parts: make([]Partition, g.Partitions), Where: map[string]Loc{},
 		Reads: map[uint64]*ReadIO{}, ReadOwner: map[uint64]uint64{}, Writes: map[uint64]*WriteIO{},
 		Pending: map[uint64]*PendingRead{}, Waiters: map[Slot]uint64{}, Reread: map[string]Slot{},

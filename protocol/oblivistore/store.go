@@ -72,7 +72,7 @@ type store struct {
 	done    chan struct{} // closed when the loop has ended
 
 	calls  map[uint64]*call // by sequence number; loop only
-	serial []event          // completions queued under Options.serialIO; loop only
+	serial []event          // completions queued under TestingKnobs.SerialIO; loop only
 	broken error            // loop only
 	ios    sync.WaitGroup   // backend calls in flight
 
@@ -81,18 +81,14 @@ type store struct {
 }
 
 func open(ctx context.Context, env kv.Env) (*store, error) {
-	opts, err := kv.OptionsOf[Options]("oblivistore", env.Options)
+	opts, err := kv.ResolveOptions[Options]("oblivistore", env)
 	if err != nil {
 		return nil, err
 	}
-	if opts.leak, err = envLeak(opts.leak); err != nil { // a leak only in oblivkv_leaks builds (leak.go)
+	if opts.TestingKnobs.Leak, err = envLeak(opts.TestingKnobs.Leak); err != nil { // a leak only in oblivkv_leaks builds (leak.go)
 		return nil, err
 	}
-	opts = opts.withDefaults(env.Capacity)
 	opts.valueSize = env.ValueSize
-	if err := opts.validate(env.Capacity); err != nil {
-		return nil, err
-	}
 	s := &store{b: env.Backend, keys: env.Keys, valueSize: env.ValueSize,
 		log:    durable.New(env.Journal, env.Backend, env.Keys),
 		events: make(chan event, 1024), closing: make(chan struct{}), done: make(chan struct{}),
@@ -124,11 +120,11 @@ func open(ctx context.Context, env kv.Env) (*store, error) {
 
 // seedOf is a fresh random seed, or the tests' fixed one.
 func seedOf(o Options) (random.Seed, error) {
-	seed, err := random.Root(o.seed)
+	seed, err := random.Root(o.TestingKnobs.Seed)
 	if err != nil {
 		return seed, fmt.Errorf("oblivistore: %w", err)
 	}
-	if o.leak == leakFixedSeed {
+	if o.TestingKnobs.Leak == leakFixedSeed {
 		seed = random.Seed{}
 	}
 	return seed, nil
@@ -395,10 +391,10 @@ func (s *store) release(o Output) {
 }
 
 // issue runs a backend call on its own goroutine and hands its completion
-// to the loop; under Options.serialIO it runs it at once and queues the
+// to the loop; under TestingKnobs.SerialIO it runs it at once and queues the
 // completion for the loop's next batch.
 func (s *store) issue(call func() event) {
-	if s.opts.serialIO {
+	if s.opts.TestingKnobs.SerialIO {
 		s.serial = append(s.serial, call())
 		return
 	}

@@ -30,7 +30,7 @@ func newTamperRig(t *testing.T) *tamperRig {
 	r := &tamperRig{t: t, b: mem.New(), model: map[string]string{}, rng: rand.New(rand.NewPCG(1, 1))}
 	seed := [32]byte{4, 2}
 	s, err := open(t.Context(), kv.Env{Backend: r.b, Keys: kvtest.NewKeys(t), Capacity: 256, ValueSize: 16, Fresh: true,
-		Options: Options{seed: &seed}})
+		Options: Options{TestingKnobs: TestingKnobs{Seed: &seed}}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -48,7 +48,7 @@ import (
 // Then each key is followed across its accesses (audit.FollowKey, in
 // followBins bins of leaves): the leaves storage saw each key's accesses
 // read, which access was which key's from the store's trace
-// (Options.traced; audit.RealReadWalks matches it to storage's reads,
+// (TestingKnobs.Trace; audit.RealReadWalks matches it to storage's reads,
 // and any disagreement fails the trace check). Sec. IV-A step 1 moves the
 // block to a fresh random leaf at every access, so one key's leaves are
 // uniform, each independent of the one before, rarely the one before,
@@ -159,10 +159,9 @@ func runAudit(t *testing.T, p auditParams, w workload, lk leak, seed byte) audit
 	t.Helper()
 	var traced []audit.TracedRead
 	opts := p.opts
-	opts.seed, opts.leak = seeded(seed).seed, lk
-	opts.traced = func(leaf uint64, id tree.BlockID) {
+	opts.TestingKnobs = TestingKnobs{Seed: &[32]byte{seed}, Leak: lk, Trace: func(leaf uint64, id tree.BlockID) {
 		traced = append(traced, audit.TracedRead{Leaf: leaf, Block: id, Real: true})
-	}
+	}}
 	f := unopenedFixture(t, p.capacity, 32, opts)
 	f.keys = kvtest.SeededKeys(t, seed) // reproducible block IDs, and so leaves derived from them
 	f.cfg.NoFsync = true                // storage sees the same calls; thousands of fsyncs would only slow the audit
@@ -220,7 +219,7 @@ func runRecoveredAudit(t *testing.T, p auditParams, w workload, lk leak, seed by
 			t.Fatal(err)
 		}
 		opts := p.opts
-		opts.seed, opts.leak = seeded(seed).seed, lk
+		opts.TestingKnobs = TestingKnobs{Seed: &[32]byte{seed}, Leak: lk}
 		f.cfg.Options = opts
 		if f.s, err = open(t.Context(), kv.Env{Backend: storage, Keys: f.keys, Capacity: p.capacity,
 			ValueSize: f.cfg.ValueSize, Fresh: fresh, Journal: j, Options: opts}); err != nil {

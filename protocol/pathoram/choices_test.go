@@ -11,7 +11,7 @@ import (
 // production seed is constant (leakFixedSeed) fails it.
 func TestFreshChoices(t *testing.T) {
 	choices := func(lk leak) kvtest.Choices {
-		return kvtest.Choices{Protocol: "pathoram", Options: func(seed *[32]byte) any { return Options{seed: seed, leak: lk} }}
+		return kvtest.Choices{Protocol: "pathoram", Options: func(seed *[32]byte) any { return Options{TestingKnobs: TestingKnobs{Seed: seed, Leak: lk}} }}
 	}
 	kvtest.CheckFreshChoices(t, choices(noLeak), choices(leakFixedSeed))
 }

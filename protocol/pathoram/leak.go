@@ -10,9 +10,10 @@ import (
 )
 
 // leak is a flaw injected on purpose, to show that an audit catches it
-// (audit_test.go). Only this package's tests set Options.leak; the zero
-// value, noLeak, is the protocol as specified, and nothing outside the
-// package can choose another.
+// (audit_test.go). Tests set it as Options.TestingKnobs.Leak, and the
+// oblivkv_leaks build from the environment (leak_env.go); the zero value,
+// noLeak, is the protocol as specified. The type is unexported: outside
+// the package, only tests name another, through export_test.go.
 type leak uint8
 
 const (

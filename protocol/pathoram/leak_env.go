@@ -7,13 +7,11 @@ import "github.com/oblivkv/oblivkv/internal/testsupport/leakenv"
 // The leaks OBLIVKV_LEAK may choose, in a build with the oblivkv_leaks
 // tag only.
 func init() {
-	envLeak = func(l leak) (leak, error) {
-		return leakenv.Pick("pathoram", l, map[string]leak{
-			"get_keeps_leaf":        leakGetKeepsLeaf,
-			"missing_keyed_leaf":    leakMissingKeyedLeaf,
-			"unchanged_not_written": leakUnchangedNotWritten,
-			"keyed_remap":           leakKeyedRemap,
-			"chained_remap":         leakChainedRemap,
-		})
-	}
+	envLeak = leakenv.Hook("pathoram", map[string]leak{
+		"get_keeps_leaf":        leakGetKeepsLeaf,
+		"missing_keyed_leaf":    leakMissingKeyedLeaf,
+		"unchanged_not_written": leakUnchangedNotWritten,
+		"keyed_remap":           leakKeyedRemap,
+		"chained_remap":         leakChainedRemap,
+	})
 }

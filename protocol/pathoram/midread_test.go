@@ -23,7 +23,7 @@ func TestCrashMidReadFinished(t *testing.T) {
 	for name, lk := range map[string]leak{"finished": noLeak, "dropped (leak)": leakRecoveryForgetsReads} {
 		t.Run(name, func(t *testing.T) {
 			err := durabletest.CrashMidRead(t, treePrefix, func(env kv.Env) (kv.Store, error) {
-				env.Options = Options{seed: seeded(7).seed, leak: lk}
+				env.Options = Options{TestingKnobs: TestingKnobs{Seed: &[32]byte{7}, Leak: lk}}
 				return open(t.Context(), env)
 			}).Check()
 			t.Logf("view: %v", err)

@@ -57,7 +57,7 @@ type oram struct {
 	rng       *rand.ChaCha8
 	flusher   *tree.Flusher
 	leak      leak                               // tests only (leak.go)
-	traced    func(leaf uint64, id tree.BlockID) // tests only: every path read planned (Options.traced)
+	traced    func(leaf uint64, id tree.BlockID) // tests only: every path read planned (TestingKnobs.Trace)
 
 	pos      map[tree.BlockID]uint64 // block -> assigned leaf
 	stash    []entry

@@ -69,49 +69,6 @@ func init() {
 	})
 }
 
-// Options are pathoram's parameters, passed as kv.Config.Options (an
-// Options or *Options; nil means the defaults).
-type Options struct {
-	// Z is the number of block slots per bucket (default 4, as in the
-	// paper, Sec. IV-A). A store must be reopened with the Z it was
-	// created with.
-	Z int `opt:"Block slots per bucket." default:"4"`
-	// BatchBytes bounds one backend write when the whole tree is written
-	// (initialisation, bulk load; default 4 MiB).
-	BatchBytes int `opt:"Largest backend write when the whole tree is written (initialisation, bulk load)." default:"4194304"`
-
-	seed *[32]byte // tests only: makes leaf choices reproducible
-	leak leak      // tests only: a flaw injected to show an audit catches it (leak.go)
-	// traced, tests only, is told the leaf and block of every access's
-	// path read, in order, before it is issued: the ground truth of which
-	// read was which key's.
-	traced func(leaf uint64, id tree.BlockID)
-}
-
-// DefaultZ is the default number of slots per bucket.
-const DefaultZ = 4
-
-// maxZ bounds Z: beyond it Path ORAM makes little sense and a bucket's
-// slot count would overflow the state format's checks.
-const maxZ = 255
-
-func optionsOf(v any) (Options, error) {
-	o, err := kv.OptionsOf[Options]("pathoram", v)
-	if err != nil {
-		return o, err
-	}
-	if o.Z == 0 {
-		o.Z = DefaultZ
-	}
-	if o.BatchBytes <= 0 {
-		o.BatchBytes = tree.DefaultBatchBytes
-	}
-	if o.Z < 1 || o.Z > maxZ {
-		return o, fmt.Errorf("pathoram: Z must be between 1 and %d, got %d", maxZ, o.Z)
-	}
-	return o, nil
-}
-
 // treePrefix begins the address of every bucket (then 8 bytes).
 const treePrefix = "po/"
 
@@ -137,28 +94,28 @@ type store struct {
 
 // open is pathoram's kv.Factory.
 func open(ctx context.Context, env kv.Env) (kv.Store, error) {
-	opts, err := optionsOf(env.Options)
+	opts, err := kv.ResolveOptions[Options]("pathoram", env)
 	if err != nil {
 		return nil, err
 	}
-	if opts.leak, err = envLeak(opts.leak); err != nil { // a leak only in oblivkv_leaks builds (leak.go)
+	if opts.TestingKnobs.Leak, err = envLeak(opts.TestingKnobs.Leak); err != nil { // a leak only in oblivkv_leaks builds (leak.go)
 		return nil, err
 	}
 	g := tree.NewGeometry(env.Capacity)
 	codec := tree.NewCodec(env.Keys, opts.Z, env.ValueSize)
 	log := durable.New(env.Journal, env.Backend, env.Keys)
 	r := &remote{b: env.Backend, layout: tree.Layout{Prefix: treePrefix}, codec: codec, log: log,
-		batchBytes: opts.BatchBytes, versions: make([]uint64, g.Buckets()), leak: opts.leak}
-	seed, err := random.Root(opts.seed)
+		batchBytes: opts.BatchBytes, versions: make([]uint64, g.Buckets()), leak: opts.TestingKnobs.Leak}
+	seed, err := random.Root(opts.TestingKnobs.Seed)
 	if err != nil {
 		return nil, fmt.Errorf("pathoram: %w", err)
 	}
-	if opts.leak == leakFixedSeed {
+	if opts.TestingKnobs.Leak == leakFixedSeed {
 		seed = random.Seed{}
 	}
 	s := &store{keys: env.Keys, b: env.Backend, opts: opts, codec: codec, remote: r, log: log,
 		o: newORAM(g, opts.Z, env.Capacity, env.ValueSize, r, seed)}
-	s.o.leak, s.o.traced = opts.leak, opts.traced
+	s.o.leak, s.o.traced = opts.TestingKnobs.Leak, opts.TestingKnobs.Trace
 	s.ByUpdate = kv.ByUpdate{Updater: s}
 	if env.Fresh {
 		// A fresh tree of dummy buckets, written in large batches, then

@@ -51,12 +51,6 @@ type fixture struct {
 	s       kv.Store
 }
 
-func seeded(seed byte) Options {
-	var s [32]byte
-	s[0] = seed
-	return Options{seed: &s}
-}
-
 func newFixture(t *testing.T, capacity, valueSize int, opts Options) *fixture {
 	t.Helper()
 	f := unopenedFixture(t, capacity, valueSize, opts)
@@ -201,12 +195,12 @@ func TestFreshTreeBatched(t *testing.T) {
 
 func TestOptions(t *testing.T) {
 	for _, bad := range []any{Options{Z: -1}, Options{Z: maxZ + 1}, "Z=4", 4} {
-		if _, err := optionsOf(bad); err == nil {
+		if _, err := kv.ResolveOptions[Options]("pathoram", kv.Env{Options: bad, Capacity: 16}); err == nil {
 			t.Errorf("options %#v accepted", bad)
 		}
 	}
 	for _, ok := range []any{nil, Options{}, &Options{}, (*Options)(nil)} {
-		o, err := optionsOf(ok)
+		o, err := kv.ResolveOptions[Options]("pathoram", kv.Env{Options: ok, Capacity: 16})
 		if err != nil || o.Z != DefaultZ || o.BatchBytes != tree.DefaultBatchBytes {
 			t.Errorf("options %#v: %+v, %v; want the defaults", ok, o, err)
 		}

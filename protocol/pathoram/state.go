@@ -134,12 +134,12 @@ func (s *store) recover(ctx context.Context) error {
 	if _, err := s.log.Replay(ctx, s); err != nil {
 		return fmt.Errorf("pathoram: %w", err)
 	}
-	if s.opts.leak == leakRecoveryChecksPositions {
+	if s.opts.TestingKnobs.Leak == leakRecoveryChecksPositions {
 		if err := s.checkPositions(ctx); err != nil {
 			return err
 		}
 	}
-	if s.opts.leak == leakRecoveryForgetsReads {
+	if s.opts.TestingKnobs.Leak == leakRecoveryForgetsReads {
 		s.o.unfinished = nil
 	}
 	if s.loadCut {

@@ -221,9 +221,10 @@ func runLogged(t *testing.T, p auditParams, w workload, lk taostore.Leak, seed b
 	t.Helper()
 	log := &observe.MemoryLog{}
 	var traced []audit.TracedRead // appended under the store's lock, read after Close
-	opts := taostore.Traced(taostore.WithLeak(taostore.Seeded(p.opts, seed), lk), func(leaf uint64, id tree.BlockID, real bool) {
+	opts := p.opts
+	opts.TestingKnobs = taostore.TestingKnobs{Seed: &[32]byte{seed}, Leak: lk, Trace: func(leaf uint64, id tree.BlockID, real bool) {
 		traced = append(traced, audit.TracedRead{Leaf: leaf, Block: id, Real: real})
-	})
+	}}
 	s, err := kv.Open(t.Context(), kv.Config{Protocol: "taostore", Backend: mem.New(),
 		Keys: kvtest.SeededKeys(t, seed), Capacity: auditCapacity, ValueSize: 64, TapLog: log, Options: opts})
 	if err != nil {
@@ -257,8 +258,10 @@ func runRecovered(t *testing.T, p auditParams, w workload, lk taostore.Leak, see
 		if j, err = journal.Open(dir, keys, journal.Options{NoSync: true}); err != nil {
 			t.Fatal(err)
 		}
+		opts := p.opts
+		opts.TestingKnobs = taostore.TestingKnobs{Seed: &[32]byte{seed}, Leak: lk}
 		s, err := taostore.OpenRaw(t.Context(), kv.Env{Backend: storage, Keys: keys, Capacity: auditCapacity,
-			ValueSize: 64, Fresh: fresh, Journal: j, Options: taostore.WithLeak(taostore.Seeded(p.opts, seed), lk)})
+			ValueSize: 64, Fresh: fresh, Journal: j, Options: opts})
 		if err != nil {
 			j.Crash()
 			t.Fatal(err)
@@ -425,7 +428,9 @@ var leakCases = []struct {
 	{"remap to a leaf from the previous leaf", taostore.LeakChainedRemap, viewCheck("hot", audit.FollowSameSuccessor,
 		checkShape, checkUniform, checkSame, checkWBShape, checkSchedule, audit.FollowUniform, audit.FollowIndependent, audit.FollowSamePosition)},
 	{"replies out of order", taostore.LeakUnorderedReplies, func(t *testing.T, lk taostore.Leak) audit.Check {
-		return curious(t, taostore.WithLeak(defaultParams.opts, lk), "distinct")
+		o := defaultParams.opts
+		o.TestingKnobs.Leak = lk
+		return curious(t, o, "distinct")
 	}},
 }
 
@@ -493,13 +498,15 @@ func curious(t *testing.T, o taostore.Options, second string) audit.Check {
 	var released []uint64 // arrival numbers, as replies leave (under the store's lock)
 	var relMu sync.Mutex
 	handled := make(chan uint64, 8)
-	o = taostore.Released(o, func(a uint64) {
+	o.TestingKnobs.Seed = &[32]byte{42}
+	o.TestingKnobs.Released = func(a uint64) {
 		relMu.Lock()
 		released = append(released, a)
 		relMu.Unlock()
-	})
+	}
+	o.TestingKnobs.Handled = func(a uint64) { handled <- a }
 	s, err := kv.Open(t.Context(), kv.Config{Protocol: "taostore", Backend: g, Keys: kvtest.NewKeys(t),
-		Capacity: auditCapacity, ValueSize: 64, Options: taostore.Handled(taostore.Seeded(o, 42), func(a uint64) { handled <- a })})
+		Capacity: auditCapacity, ValueSize: 64, Options: o})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,10 +16,6 @@ func TestFreshChoices(t *testing.T) {
 
 func choices(lk taostore.Leak) kvtest.Choices {
 	return kvtest.Choices{Protocol: "taostore", Options: func(seed *[32]byte) any {
-		o := taostore.WithLeak(taostore.Options{}, lk)
-		if seed != nil {
-			o = taostore.Seeded(o, seed[0])
-		}
-		return o
+		return taostore.Options{TestingKnobs: taostore.TestingKnobs{Seed: seed, Leak: lk}}
 	}}
 }

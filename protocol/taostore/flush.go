@@ -49,7 +49,7 @@ func (s *store) flush(leaf uint64) {
 func (s *store) startWriteBack(leaves []uint64) {
 	buckets := s.storedBuckets(leaves)
 	contents, start := s.sub.snapshot(buckets)
-	if s.opts.leak == leakUnchangedNotWritten {
+	if s.opts.TestingKnobs.Leak == leakUnchangedNotWritten {
 		buckets, contents = s.changedOnly(buckets, contents)
 	}
 	s.version++

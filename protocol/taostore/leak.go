@@ -10,9 +10,10 @@ import (
 )
 
 // leak is a flaw injected on purpose, to show that an audit catches it
-// (audit_test.go). Only this package's tests set Options.leak; the zero
-// value, noLeak, is the protocol as specified, and nothing outside the
-// package can choose another.
+// (audit_test.go). Tests set it as Options.TestingKnobs.Leak, and the
+// oblivkv_leaks build from the environment (leak_env.go); the zero value,
+// noLeak, is the protocol as specified. The type is unexported: outside
+// the package, only tests name another, through export_test.go.
 type leak uint8
 
 const (
@@ -81,7 +82,7 @@ func (s *store) keyedLeaf(id tree.BlockID) uint64 {
 // leakedRemap is the leaf leakKeyedRemap or leakChainedRemap moves block
 // id to after its real read of prev's path.
 func (s *store) leakedRemap(id tree.BlockID, prev uint64) uint64 {
-	if s.opts.leak == leakKeyedRemap {
+	if s.opts.TestingKnobs.Leak == leakKeyedRemap {
 		return s.keyedLeaf(id)
 	}
 	return chainedLeaf(prev, s.geo.Leaves())

@@ -24,7 +24,7 @@ func TestCrashMidReadFinished(t *testing.T) {
 	for name, lk := range map[string]taostore.Leak{"finished": taostore.NoLeak, "dropped (leak)": taostore.LeakRecoveryForgetsReads} {
 		t.Run(name, func(t *testing.T) {
 			err := durabletest.CrashMidRead(t, taostore.BucketPrefix, func(env kv.Env) (kv.Store, error) {
-				env.Options = taostore.WithLeak(taostore.Seeded(taostore.Options{}, 7), lk)
+				env.Options = taostore.Options{TestingKnobs: taostore.TestingKnobs{Seed: &[32]byte{7}, Leak: lk}}
 				return taostore.OpenRaw(t.Context(), env)
 			}).Check()
 			t.Logf("view: %v", err)
@@ -48,7 +48,7 @@ func treeReads(recs []observe.Record) []observe.Record {
 func TestFailedReadRetried(t *testing.T) {
 	b, log := &durabletest.CutAfterRead{Backend: mem.New()}, &observe.MemoryLog{}
 	s, err := kv.Open(t.Context(), kv.Config{Protocol: "taostore", Backend: b, Keys: kvtest.NewKeys(t),
-		Capacity: 256, ValueSize: 16, TapLog: log, Options: taostore.Seeded(taostore.Options{}, 9)})
+		Capacity: 256, ValueSize: 16, TapLog: log, Options: taostore.Options{TestingKnobs: taostore.TestingKnobs{Seed: &[32]byte{9}}}})
 	if err != nil {
 		t.Fatal(err)
 	}

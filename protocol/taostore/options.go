@@ -6,25 +6,45 @@ import (
 	"github.com/oblivkv/oblivkv/protocol/tree"
 )
 
-// Options are TaoStore's parameters. Zero fields take the paper's defaults.
+// Options are TaoStore's parameters. A zero field takes the default its
+// `default` tag states: the paper's (Sec. V-B).
 type Options struct {
-	// Z is the number of blocks per bucket (default 4, Sec. V-B).
+	// Z is the number of blocks per bucket (Sec. V-B).
 	Z int `opt:"Blocks per bucket." default:"4"`
 	// K is the write-back threshold: the number of flushed paths after
-	// which they are written back (default 40, Sec. V-B).
+	// which they are written back (Sec. V-B).
 	K int `opt:"Write-back threshold: flushed paths after which they are written back." default:"40"`
 	// CachedLevels is the number of top tree levels kept in proxy memory
-	// and never sent to storage (Sec. IV-D; default 0: none).
+	// and never sent to storage (Sec. IV-D); zero: none.
 	CachedLevels int `opt:"Top tree levels kept in proxy memory and never sent to storage." default:"0"`
 
-	seed     *[32]byte            // tests only: makes leaf choices reproducible
-	released func(arrival uint64) // tests only: the Sequencer's releases, in order
-	handled  func(arrival uint64) // tests only: each request whose path read was handled, after the Sequencer's releases
-	leak     leak                 // tests only: a flaw injected to show an audit catches it
-	// traced, tests only, is told every path read planned, in order,
-	// before it is issued: its leaf, its block and whether it is the
-	// block's real read, the ground truth of which read was which key's.
-	traced func(leaf uint64, id tree.BlockID, real bool)
+	// TestingKnobs are hooks for tests, never options.
+	TestingKnobs TestingKnobs
+}
+
+// TestingKnobs are hooks for tests. They are no options: kv/options sets
+// only the int, float64 and time.Duration fields of Options itself, so
+// --opt cannot reach them, and a store never records them. The hooks are
+// called under the store's lock.
+type TestingKnobs struct {
+	// Seed, when set, makes the leaf choices reproducible.
+	Seed *[32]byte
+	// Leak injects a flaw on purpose, to show that an audit catches it
+	// (leak.go); zero is the protocol as specified. Outside this package
+	// only tests name a leak (through export_test.go); the oblivkv_leaks
+	// build chooses one from the environment (leak_env.go).
+	Leak leak
+	// Released is told the arrival number (0 for the first request) of
+	// every reply the Sequencer lets out, in the order it lets them out.
+	Released func(arrival uint64)
+	// Handled is told the arrival number of every request whose path read
+	// the Processor has handled (answered if it could, flushed, maybe
+	// written back), once the Sequencer has let out the replies it could.
+	Handled func(arrival uint64)
+	// Trace is told every path read planned, in order, before it is
+	// issued: its leaf, its block and whether it is the block's real
+	// read, the ground truth of which read was which key's.
+	Trace func(leaf uint64, id tree.BlockID, real bool)
 }
 
 // Defaults from the paper's evaluation (Sec. V-B).
@@ -33,10 +53,10 @@ const (
 	DefaultK = 40
 )
 
-// WithDefaults returns o with its zero fields at the defaults: the public
-// parameters the store runs with, which an audit checks storage's view
-// against.
-func (o Options) WithDefaults() Options {
+// EnsureDefaults returns o with its zero fields at their defaults, which
+// do not depend on the capacity: the public parameters the store runs
+// with, which an audit checks storage's view against.
+func (o Options) EnsureDefaults(int) Options {
 	if o.Z == 0 {
 		o.Z = DefaultZ
 	}
@@ -46,7 +66,9 @@ func (o Options) WithDefaults() Options {
 	return o
 }
 
-func (o Options) validate(levels int) error {
+// Validate reports options a store of capacity n cannot run with.
+func (o Options) Validate(n int) error {
+	levels := tree.NewGeometry(n).L + 1
 	switch {
 	case o.Z < 1 || o.Z > 64:
 		return fmt.Errorf("taostore: Z must be between 1 and 64, got %d", o.Z)

@@ -223,7 +223,7 @@ func (s *store) recover(ctx context.Context) error {
 	if _, err := s.log.Replay(ctx, s); err != nil {
 		return fmt.Errorf("taostore: %w", err)
 	}
-	if s.opts.leak == leakRecoveryChecksPositions {
+	if s.opts.TestingKnobs.Leak == leakRecoveryChecksPositions {
 		if err := s.checkPositions(ctx); err != nil {
 			return err
 		}
@@ -237,7 +237,7 @@ func (s *store) recover(ctx context.Context) error {
 			return fmt.Errorf("taostore: rewriting the tree of an interrupted bulk load: %w", err)
 		}
 	}
-	if s.opts.leak == leakRecoveryForgetsReads {
+	if s.opts.TestingKnobs.Leak == leakRecoveryForgetsReads {
 		clear(s.unfinished)
 	}
 	if err := s.finishUnfinished(ctx); err != nil {

@@ -85,23 +85,19 @@ type counters struct {
 }
 
 func open(ctx context.Context, env kv.Env) (*store, error) {
-	opts, err := kv.OptionsOf[Options]("taostore", env.Options)
+	opts, err := kv.ResolveOptions[Options]("taostore", env)
 	if err != nil {
 		return nil, err
 	}
-	if opts.leak, err = envLeak(opts.leak); err != nil { // a leak only in oblivkv_leaks builds (leak.go)
+	if opts.TestingKnobs.Leak, err = envLeak(opts.TestingKnobs.Leak); err != nil { // a leak only in oblivkv_leaks builds (leak.go)
 		return nil, err
 	}
-	opts = opts.WithDefaults()
 	geo := tree.NewGeometry(env.Capacity)
-	if err := opts.validate(geo.L + 1); err != nil {
-		return nil, err
-	}
-	seed, err := random.Root(opts.seed)
+	seed, err := random.Root(opts.TestingKnobs.Seed)
 	if err != nil {
 		return nil, fmt.Errorf("taostore: %w", err)
 	}
-	if opts.leak == leakFixedSeed {
+	if opts.TestingKnobs.Leak == leakFixedSeed {
 		seed = random.Seed{}
 	}
 	s := &store{b: env.Backend, keys: env.Keys, geo: geo, opts: opts, capacity: env.Capacity, valueSize: env.ValueSize,
@@ -109,7 +105,7 @@ func open(ctx context.Context, env kv.Env) (*store, error) {
 		rng: rand.New(random.New(seed)), pos: map[tree.BlockID]uint64{},
 		stash: map[tree.BlockID][]byte{}, sub: newSubtree(geo, opts.CachedLevels),
 		reqs: map[tree.BlockID][]*request{}, acked: make([]uint64, geo.Buckets()), unfinished: map[uint64]plannedPath{},
-		flusher: tree.NewFlusher(geo, opts.Z), seq: sequencer{released: opts.released, leak: opts.leak},
+		flusher: tree.NewFlusher(geo, opts.Z), seq: sequencer{released: opts.TestingKnobs.Released, leak: opts.TestingKnobs.Leak},
 		inflight: map[uint64]bool{}}
 	s.landed = sync.NewCond(&s.mu)
 	s.ByUpdate = kv.ByUpdate{Updater: s}
@@ -178,7 +174,7 @@ func (s *store) arrive(r *request) error {
 		leaf, ok := s.pos[r.id]
 		switch {
 		case ok:
-		case s.opts.leak == leakMissingKeyedLeaf:
+		case s.opts.TestingKnobs.Leak == leakMissingKeyedLeaf:
 			leaf = s.keyedLeaf(r.id)
 		default: // a missing block reads a random path, like any other
 			leaf = s.randomLeaf()
@@ -187,7 +183,7 @@ func (s *store) arrive(r *request) error {
 		s.counters.realReads++
 	} else {
 		r.leaf = s.randomLeaf()
-		if leaf, ok := s.pos[r.id]; ok && s.opts.leak == leakRepeatReadsRealPath {
+		if leaf, ok := s.pos[r.id]; ok && s.opts.TestingKnobs.Leak == leakRepeatReadsRealPath {
 			r.leaf = leaf
 		}
 		s.counters.fakeReads++
@@ -218,8 +214,8 @@ func (s *store) plan(r *request) {
 	}
 	s.unfinished[r.plan] = p
 	r.planLSN = s.log.Append(readDelta(r.plan, p))
-	if s.opts.traced != nil {
-		s.opts.traced(r.leaf, r.id, r.real)
+	if s.opts.TestingKnobs.Trace != nil {
+		s.opts.TestingKnobs.Trace(r.leaf, r.id, r.real)
 	}
 }
 
@@ -306,8 +302,8 @@ func (s *store) pathReturned(r *request, fetched [][]tree.Block, versions []uint
 	}
 	s.seq.durable = max(s.seq.durable, lsn)
 	s.seq.release()
-	if s.opts.handled != nil {
-		s.opts.handled(r.arrival)
+	if s.opts.TestingKnobs.Handled != nil {
+		s.opts.TestingKnobs.Handled(r.arrival)
 	}
 	s.mu.Unlock()
 	if err == nil && s.log.Due() && s.checkpointing.TryLock() {
@@ -336,7 +332,7 @@ func (s *store) process(r *request, fetched [][]tree.Block, versions []uint64, e
 		s.failed(r, err)
 		return 0
 	}
-	if s.opts.leak == leakUnchangedNotWritten {
+	if s.opts.TestingKnobs.Leak == leakUnchangedNotWritten {
 		s.rememberFetched(r.leaf, fetched)
 	}
 	delete(s.unfinished, r.plan)
@@ -353,7 +349,7 @@ func (s *store) process(r *request, fetched [][]tree.Block, versions []uint64, e
 	}
 	r.lsn = max(r.lsn, lsn)
 	s.flushed = append(s.flushed, r.leaf)
-	if len(s.flushed) >= s.opts.K || s.opts.leak == leakPutWritesBack && r.m.Op == kv.MutSet {
+	if len(s.flushed) >= s.opts.K || s.opts.TestingKnobs.Leak == leakPutWritesBack && r.m.Op == kv.MutSet {
 		s.startWriteBack(s.flushed)
 		s.flushed = nil
 	}
@@ -407,10 +403,10 @@ func (s *store) answer(r *request) {
 		return
 	}
 	s.pos[r.id] = s.randomLeaf()
-	if s.opts.leak == leakGetKeepsLeaf && r.m.Op == kv.MutRead {
+	if s.opts.TestingKnobs.Leak == leakGetKeepsLeaf && r.m.Op == kv.MutRead {
 		s.pos[r.id] = r.leaf
 	}
-	if s.opts.leak == leakKeyedRemap || s.opts.leak == leakChainedRemap {
+	if s.opts.TestingKnobs.Leak == leakKeyedRemap || s.opts.TestingKnobs.Leak == leakChainedRemap {
 		s.pos[r.id] = s.leakedRemap(r.id, r.leaf)
 	}
 	s.stash[r.id] = val

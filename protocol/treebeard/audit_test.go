@@ -178,8 +178,9 @@ func runAuditCrashing(t *testing.T, opts treebeard.Options, seed byte, keys []ui
 			t.Fatal(err)
 		}
 		o, epochs := treebeard.ManualEpochs(opts)
+		o.TestingKnobs.Seed, o.TestingKnobs.Trace = &[32]byte{seed}, tr.add
 		s, err := treebeard.OpenRaw(ctx, kv.Env{Backend: storage, Keys: sk, Capacity: auditCapacity, ValueSize: 32,
-			Fresh: fresh, Journal: j, Options: treebeard.Traced(treebeard.Seeded(o, seed), tr.add)})
+			Fresh: fresh, Journal: j, Options: o})
 		if err != nil {
 			j.Crash()
 			t.Fatal(err)
@@ -265,7 +266,7 @@ func runAuditCrashing(t *testing.T, opts treebeard.Options, seed byte, keys []ui
 			return len(recovery) > 0 && r.Seq >= recovery[0].Seq && r.Seq <= recovery[len(recovery)-1].Seq
 		})
 	}
-	run.opts = opts.WithDefaults()
+	run.opts = opts.EnsureDefaults(auditCapacity)
 	run.geo = tree.Geometry{L: int(kvtest.Stat(t, run.stats, "tree_levels")) - 1}
 	run.cached = int(kvtest.Stat(t, run.stats, "cached_levels"))
 	if got := int(kvtest.Stat(t, run.stats, "trees")); got != run.opts.Trees {
@@ -879,7 +880,8 @@ func TestAuditsCatchLeaks(t *testing.T) {
 // catchLeak runs the workloads with leak injected into base and requires
 // check to fail decisively.
 func catchLeak(t *testing.T, base treebeard.Options, leak treebeard.Leak, workloads []string, check string) {
-	opts := treebeard.WithLeak(base, leak)
+	opts := base
+	opts.TestingKnobs.Leak = leak
 	runs := map[string]audited{}
 	loads := auditWorkloads(t)
 	for _, w := range workloads {
@@ -914,7 +916,7 @@ func TestRecoveryAuditCatchesLeaks(t *testing.T) {
 		{"checks positions", treebeard.LeakRecoveryChecksPositions, "recovery: "},
 	} {
 		t.Run(lc.name, func(t *testing.T) {
-			opts := treebeard.WithLeak(treebeard.Options{}, lc.leak)
+			opts := treebeard.Options{TestingKnobs: treebeard.TestingKnobs{Leak: lc.leak}}
 			_, err := checkRun(runAuditCrashing(t, opts, 11, auditWorkloads(t)["uniform"], auditRounds/2))
 			if err == nil || !strings.Contains(err.Error(), lc.want) {
 				t.Fatalf("leak %q: %v; want a failure of %s", lc.name, err, lc.want)

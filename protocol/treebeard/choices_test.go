@@ -16,10 +16,6 @@ func TestFreshChoices(t *testing.T) {
 
 func choices(lk treebeard.Leak) kvtest.Choices {
 	return kvtest.Choices{Protocol: "treebeard", Options: func(seed *[32]byte) any {
-		o := treebeard.WithLeak(treebeard.Options{}, lk)
-		if seed != nil {
-			o = treebeard.Seeded(o, seed[0])
-		}
-		return o
+		return treebeard.Options{TestingKnobs: treebeard.TestingKnobs{Seed: seed, Leak: lk}}
 	}}
 }

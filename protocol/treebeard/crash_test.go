@@ -184,7 +184,9 @@ func TestCrashMidReadResumed(t *testing.T) {
 	} {
 		for name, lk := range map[string]treebeard.Leak{"resumed": 0, "plan ignored (leak)": treebeard.LeakRecoveryForgetsPlans} {
 			t.Run(c.name+"/"+name, func(t *testing.T) {
-				err := crashMidRead(t, treebeard.WithLeak(c.o, lk), c.skip, lk == 0)
+				o := c.o
+				o.TestingKnobs.Leak = lk
+				err := crashMidRead(t, o, c.skip, lk == 0)
 				if (err != nil) != (lk != 0) {
 					t.Fatalf("recovery view: %v", err)
 				}

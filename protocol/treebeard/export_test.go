@@ -6,15 +6,6 @@ import (
 	"github.com/oblivkv/oblivkv/kv"
 )
 
-// Seeded returns o with reproducible tree, leaf and slot choices, for
-// audits with fixed seeds.
-func Seeded(o Options, seed byte) Options {
-	var s [32]byte
-	s[0] = seed
-	o.seed = &s
-	return o
-}
-
 // TraceEvent is traceEvent for the external tests.
 type TraceEvent = traceEvent
 
@@ -24,13 +15,6 @@ const (
 	TraceRead  = traceRead
 	TraceEvict = traceEvict
 )
-
-// Traced returns o reporting what the trusted layers do to fn (called
-// from many goroutines).
-func Traced(o Options, fn func(TraceEvent)) Options {
-	o.trace = fn
-	return o
-}
 
 // Leak is an injected flaw (leak.go), for the audits' leak tests.
 type Leak = leak
@@ -49,12 +33,6 @@ const (
 	LeakRecoveryForgetsPlans     = leakRecoveryForgetsPlans
 	LeakFixedSeed                = leakFixedSeed
 )
-
-// WithLeak returns o with leak l injected.
-func WithLeak(o Options, l Leak) Options {
-	o.leak = l
-	return o
-}
 
 // Epochs ends the epochs of a store opened with ManualEpochs.
 type Epochs struct{ c *EpochControl }

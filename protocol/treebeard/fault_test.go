@@ -34,7 +34,7 @@ func faultyStore(t *testing.T, o treebeard.Options, net *treebeard.FaultNet, fai
 		}
 		return s
 	}
-	o = treebeard.WithTransport(o, net)
+	o.TestingKnobs.Transport = net
 	reopen := func() kv.Store {
 		b.Reopen()
 		return open(o)
@@ -184,7 +184,7 @@ func TestPartitionedLayer(t *testing.T) {
 // and the store then serves every earlier write.
 func TestMissingPart(t *testing.T) {
 	net := treebeard.NewFaultNet(treebeard.Faults{}, 3)
-	o := treebeard.WithPartTimeout(treebeard.Options{StashShards: 2, Epoch: 5 * time.Millisecond}, 50*time.Millisecond)
+	o := treebeard.Options{StashShards: 2, Epoch: 5 * time.Millisecond, TestingKnobs: treebeard.TestingKnobs{PartTimeout: 50 * time.Millisecond}}
 	s, reopen := faultyStore(t, o, net, 0, &observe.MemoryLog{})
 	model := kvtest.Model{}
 	for i := range 16 {

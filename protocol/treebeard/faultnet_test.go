@@ -78,19 +78,6 @@ func (n *FaultNet) Stats() FaultStats {
 	return n.stats
 }
 
-// WithTransport returns o with its layers talking through n.
-func WithTransport(o Options, n *FaultNet) Options {
-	o.transport = n
-	return o
-}
-
-// WithPartTimeout returns o with trees giving up an epoch whose last part
-// has not come after d.
-func WithPartTimeout(o Options, d time.Duration) Options {
-	o.partTimeout = d
-	return o
-}
-
 func (n *FaultNet) stash(to int, h StashShard) StashShard {
 	return netEnd{n: n, to: Endpoint{LayerStash, to}, stash: h}
 }

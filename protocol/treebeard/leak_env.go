@@ -10,15 +10,13 @@ import (
 // The leaks OBLIVKV_LEAK may choose, in a build with the oblivkv_leaks
 // tag only.
 func init() {
-	envLeak = func(l leak) (leak, error) {
-		return leakenv.Pick("treebeard", l, map[string]leak{
-			"repeat_reads_real_path": leakRepeatReadsRealPath,
-			"missing_keyed_position": leakMissingKeyedPosition,
-			"evict_on_real_reads":    leakEvictOnRealReads,
-			"eager_shard_parts":      leakEagerShardParts,
-			"dummies_in_order":       leakDummiesInOrder,
-		})
-	}
+	envLeak = leakenv.Hook("treebeard", map[string]leak{
+		"repeat_reads_real_path": leakRepeatReadsRealPath,
+		"missing_keyed_position": leakMissingKeyedPosition,
+		"evict_on_real_reads":    leakEvictOnRealReads,
+		"eager_shard_parts":      leakEagerShardParts,
+		"dummies_in_order":       leakDummiesInOrder,
+	})
 	injectTreeLeak = func(l leak, t *ringoram.Tree) {
 		if l == leakDummiesInOrder {
 			ringoram.InjectDummiesInOrder(t)

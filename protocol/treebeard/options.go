@@ -8,66 +8,76 @@ import (
 	"github.com/oblivkv/oblivkv/protocol/tree"
 )
 
-// Options are Treebeard's parameters. Zero fields take the defaults below:
-// for the bucket shape, the eviction rate and the levels held in memory,
-// the least backend bytes per request in a sweep over Z, S, A, k and the
-// cached levels that kept the stash within the bound of the stash tests
-// (docs/protocols.md, "Treebeard: parameters"): Z=4, S=10, A=20, k=5 and
-// the top levels of each tree in memory, where the paper has Z=1, S=6,
-// A=100, k=200 and every bucket on storage (PaperOptions); the paper's
-// 1 ms epochs; and, for the layer sizes, what suits one process on a
-// small machine.
+// Options are Treebeard's parameters. A zero field takes the default its
+// `default` tag states: for the bucket shape, the eviction rate and the
+// levels held in memory, the least backend bytes per request in a sweep
+// over Z, S, A, k and the cached levels that kept the stash within the
+// bound of the stash tests (docs/protocols.md, "Treebeard: parameters"),
+// where the paper has Z=1, S=6, A=100, k=200 and every bucket on storage
+// (PaperOptions); the paper's epochs; and, for the layer sizes, what suits
+// one process on a small machine.
 type Options struct {
-	// Routers is the number of Router instances requests are spread over
-	// (default 1).
+	// Routers is the number of Router instances requests are spread over.
 	Routers int `opt:"Router instances requests are spread over." default:"1"`
-	// StashShards is the number of Stash shards keys are hashed to
-	// (default 2).
+	// StashShards is the number of Stash shards keys are hashed to.
 	StashShards int `opt:"Stash shards keys are hashed to." default:"2"`
-	// ORAMShards is the number of ORAM shards; tree t belongs to shard
-	// t mod ORAMShards (default 2, at most Trees).
+	// ORAMShards is the number of ORAM shards, at most Trees; tree t
+	// belongs to shard t mod ORAMShards.
 	ORAMShards int `opt:"ORAM shards; tree t belongs to shard t mod ORAMShards." default:"min(2, Trees)"`
-	// Trees is the number of storage trees (default 4).
+	// Trees is the number of storage trees.
 	Trees int `opt:"Storage trees." default:"8"`
-	// Z is the number of real blocks per bucket (default 4; the paper's
-	// setting is 1, Sec. 5.3.1). With Z > 1 a multi-path read takes up to Z
-	// slots of a bucket many of its paths cross (package ringoram), and
-	// the trees have proportionally fewer leaves.
+	// Z is the number of real blocks per bucket (the paper's setting is 1,
+	// Sec. 5.3.1). With Z > 1 a multi-path read takes up to Z slots of a
+	// bucket many of its paths cross (package ringoram), and the trees
+	// have proportionally fewer leaves.
 	Z int `opt:"Real blocks per bucket (the paper has 1)." default:"4"`
-	// S is the number of dummy slots per bucket (default 10, at least Z);
-	// a bucket is reshuffled once fewer than Z of them are unread.
+	// S is the number of dummy slots per bucket, at least Z; a bucket is
+	// reshuffled once fewer than Z of them are unread.
 	S int `opt:"Dummy slots per bucket, at least Z; a bucket is reshuffled once fewer than Z of them are unread." default:"10"`
 	// A is the number of path reads of a tree after which k of its paths
-	// are evicted (default 20).
+	// are evicted.
 	A int `opt:"Path reads of a tree after which K of its paths are evicted." default:"20"`
-	// K is the number of paths evicted every A reads of a tree (default
-	// 5).
+	// K is the number of paths evicted every A reads of a tree.
 	K int `opt:"Paths evicted every A reads of a tree." default:"5"`
 	// CachedLevels is how many levels of each tree, from the root, its ORAM
 	// shard holds in trusted memory instead of on storage (package
 	// ringoram), at most ringoram.MaxCachedLevels and never a tree's
-	// leaves; negative: none, as in the paper. The default, for trees of
-	// height L (L+1 levels), is min(DefaultCachedLevels, L-3): at most 1,023
-	// buckets a tree, and at most a sixteenth of its buckets, so the four
-	// deepest levels are always on storage.
+	// leaves; negative: none, as in the paper. Zero takes the default
+	// tag's formula of each tree's height when the store is built
+	// (cachedLevels): at most 1,023 buckets a tree, and at most a
+	// sixteenth of its buckets, so the four deepest levels are always on
+	// storage.
 	CachedLevels int `opt:"Levels of each tree, from the root, held in trusted memory instead of on storage; negative: none, as in the paper." default:"min(10, tree height - 3)"`
 	// Epoch is how long a Router collects requests before forwarding them
-	// (default 1 ms; negative: forward every request at once).
+	// (the paper's epoch); negative: forward every request at once.
 	Epoch time.Duration `opt:"How long a Router collects requests before forwarding them; negative: forward every request at once." default:"1ms"`
 
-	seed  *[32]byte        // tests only: reproducible tree, leaf and slot choices
-	trace func(traceEvent) // tests only: what the trusted layers did
-	leak  leak             // tests only: a flaw injected to show an audit catches it (leak.go)
+	// TestingKnobs are hooks for tests, never options.
+	TestingKnobs TestingKnobs
 	// epochs, when set, takes the Routers' epochs off the clock
 	// (WithEpochControl).
 	epochs *EpochControl
-	// transport, when set (tests only), carries the layers' messages
-	// instead of direct calls: the tests' one loses, copies, delays and
-	// reorders them.
-	transport transport
-	// partTimeout is how long a tree holds the parts of an epoch waiting
-	// for its last one (default defaultPartTimeout; tests set less).
-	partTimeout time.Duration
+}
+
+// TestingKnobs are hooks for tests. They are no options: kv/options sets
+// only the int, float64 and time.Duration fields of Options itself, so
+// --opt cannot reach them, and a store never records them.
+type TestingKnobs struct {
+	// Seed, when set, makes the tree, leaf and slot choices reproducible.
+	Seed *[32]byte
+	// Leak injects a flaw on purpose, to show that an audit catches it
+	// (leak.go); zero is the protocol as specified. Outside this package
+	// only tests name a leak (through export_test.go); the oblivkv_leaks
+	// build chooses one from the environment (leak_env.go).
+	Leak leak
+	// Trace is told what the trusted layers do (from many goroutines).
+	Trace func(traceEvent)
+	// Transport, when set, carries the layers' messages instead of direct
+	// calls: the tests' one loses, copies, delays and reorders them.
+	Transport transport
+	// PartTimeout, when set, is how long a tree holds the parts of an
+	// epoch waiting for its last one, instead of defaultPartTimeout.
+	PartTimeout time.Duration
 }
 
 // WithEpochControl returns o with the Routers' epochs off the clock: an
@@ -111,10 +121,11 @@ func PaperOptions() Options {
 	return Options{Z: ringoram.PaperZ, S: ringoram.PaperS, A: 100, K: 200, CachedLevels: -1}
 }
 
-// WithDefaults returns o with its zero fields at the defaults: the public
-// parameters the store runs with, which an audit checks storage's view
-// against.
-func (o Options) WithDefaults() Options {
+// EnsureDefaults returns o with its zero fields at their defaults, which
+// do not depend on the capacity (but for CachedLevels, which stays zero):
+// the public parameters the store runs with, which an audit checks
+// storage's view against.
+func (o Options) EnsureDefaults(int) Options {
 	set := func(v *int, d int) {
 		if *v == 0 {
 			*v = d
@@ -134,7 +145,8 @@ func (o Options) WithDefaults() Options {
 	return o
 }
 
-func (o Options) validate() error {
+// Validate reports options a store cannot run with, at any capacity.
+func (o Options) Validate(int) error {
 	switch {
 	case o.Routers < 1 || o.StashShards < 1 || o.Trees < 1:
 		return fmt.Errorf("treebeard: Routers, StashShards and Trees must be at least 1 (got %d, %d, %d)", o.Routers, o.StashShards, o.Trees)

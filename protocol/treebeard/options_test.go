@@ -6,8 +6,8 @@ import (
 	"github.com/oblivkv/oblivkv/kv/kvtest"
 )
 
-// TestDefaultTags: the defaults the Options tags state are those the
-// protocol applies.
+// TestDefaultTags: each default is stated once, in its tag, and is the one
+// the protocol applies.
 func TestDefaultTags(t *testing.T) {
-	kvtest.CheckDefaultTags(t, "treebeard", Options{}.WithDefaults())
+	kvtest.CheckDefaultTags[Options](t, "treebeard")
 }

@@ -190,7 +190,7 @@ func (rp *replayer) tree(d *delta.Decoder) {
 	}
 	w := rp.s.workers[t]
 	delete(rp.plans, int(t)) // the operation committed
-	if rp.s.opts.leak == leakRecoveryForgetsEvictions {
+	if rp.s.opts.TestingKnobs.Leak == leakRecoveryForgetsEvictions {
 		c.Evicted = 0
 	}
 	if err := w.tree.Apply(c); err != nil {

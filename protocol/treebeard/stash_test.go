@@ -58,7 +58,7 @@ func measureStash(t *testing.T, n, requests, clients int, dist string, period ti
 	ctx := t.Context()
 	const valueSize = 64
 	s, err := kv.Open(ctx, kv.Config{Protocol: "treebeard", Backend: mem.New(), Keys: kvtest.NewKeys(t),
-		Capacity: n, ValueSize: valueSize, Options: treebeard.Seeded(treebeard.Options{}, 7)})
+		Capacity: n, ValueSize: valueSize, Options: treebeard.Options{TestingKnobs: treebeard.TestingKnobs{Seed: &[32]byte{7}}}})
 	if err != nil {
 		t.Fatal(err)
 	}

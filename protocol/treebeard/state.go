@@ -174,8 +174,8 @@ func (r *reopening) Restore(b []byte) error {
 		if given.CachedLevels == 0 {
 			given.CachedLevels = cmp.Or(made.CachedLevels, -1) // -1: none
 		}
-		opts = given.WithDefaults()
-		if err := opts.validate(); err != nil {
+		opts = given.EnsureDefaults(r.env.Capacity)
+		if err := opts.Validate(r.env.Capacity); err != nil {
 			return fmt.Errorf("%w: %v", kv.ErrMismatch, err)
 		}
 	}
@@ -203,7 +203,7 @@ func (r *reopening) Snapshot() ([]byte, error) { return r.s.Snapshot() }
 // tree owes run; then a checkpoint.
 func (s *store) recover(ctx context.Context, rp *replayer) error {
 	rp.finish()
-	if s.opts.leak == leakRecoveryChecksPositions {
+	if s.opts.TestingKnobs.Leak == leakRecoveryChecksPositions {
 		if err := s.checkPositions(ctx); err != nil {
 			return err
 		}
@@ -222,7 +222,7 @@ func (s *store) recover(ctx context.Context, rp *replayer) error {
 	if s.initialised.Load() {
 		for t, w := range s.workers {
 			owed := w.core.served(0)
-			if p, ok := rp.plans[t]; ok && s.opts.leak != leakRecoveryForgetsPlans {
+			if p, ok := rp.plans[t]; ok && s.opts.TestingKnobs.Leak != leakRecoveryForgetsPlans {
 				if err := w.resume(ctx, p, s.stashTaken); err != nil {
 					return fmt.Errorf("treebeard: tree %d: the operation a crash cut short, issued again: %w", t, err)
 				}

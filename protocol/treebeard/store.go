@@ -104,12 +104,12 @@ func open(ctx context.Context, env kv.Env) (*store, error) {
 	if err != nil {
 		return nil, err
 	}
-	if opts.leak, err = envLeak(opts.leak); err != nil { // a leak only in oblivkv_leaks builds (leak.go)
+	if opts.TestingKnobs.Leak, err = envLeak(opts.TestingKnobs.Leak); err != nil { // a leak only in oblivkv_leaks builds (leak.go)
 		return nil, err
 	}
 	given := opts
-	opts = opts.WithDefaults()
-	if err := opts.validate(); err != nil {
+	opts = opts.EnsureDefaults(env.Capacity)
+	if err := opts.Validate(env.Capacity); err != nil {
 		return nil, err
 	}
 	log := durable.New(env.Journal, env.Backend, env.Keys)
@@ -137,10 +137,10 @@ func build(env kv.Env, opts Options, log *durable.Log) (*store, error) {
 		return nil, err
 	}
 	s.log = log
-	net := cmp.Or[transport](opts.transport, directCall{})
+	net := cmp.Or[transport](opts.TestingKnobs.Transport, directCall{})
 	for i := range opts.StashShards {
 		core := newStashCore(opts.Trees, s.geo, s.quota, env.ValueSize, seeds())
-		core.leak = opts.leak
+		core.leak = opts.TestingKnobs.Leak
 		s.stashes = append(s.stashes, newStash(i, core, s.log, s.net))
 	}
 	sources := make([]EvictionSource, len(s.stashes))
@@ -156,8 +156,8 @@ func build(env kv.Env, opts Options, log *durable.Log) (*store, error) {
 	readers := make([]PathReader, opts.Trees)
 	for t := range opts.Trees {
 		core := newTreeCore(len(s.stashes), opts.A, opts.K)
-		core.leak = opts.leak
-		w := newTreeWorker(t, core, s.net, cmp.Or(opts.partTimeout, defaultPartTimeout), opts.trace)
+		core.leak = opts.TestingKnobs.Leak
+		w := newTreeWorker(t, core, s.net, cmp.Or(opts.TestingKnobs.PartTimeout, defaultPartTimeout), opts.TestingKnobs.Trace)
 		w.stashes, w.log = sources, s.log
 		var err error
 		w.tree, err = ringoram.NewTree(ringoram.Config{Backend: env.Backend, Keys: env.Keys, Geometry: s.geo,
@@ -167,7 +167,7 @@ func build(env kv.Env, opts Options, log *durable.Log) (*store, error) {
 		if err != nil {
 			return nil, fmt.Errorf("treebeard: %w", err)
 		}
-		injectTreeLeak(opts.leak, w.tree)
+		injectTreeLeak(opts.TestingKnobs.Leak, w.tree)
 		owner := orams[t%len(orams)]
 		owner.workers[t] = w
 		s.workers = append(s.workers, w)
@@ -178,7 +178,7 @@ func build(env kv.Env, opts Options, log *durable.Log) (*store, error) {
 		st.connect(readers)
 	}
 	for i := range opts.Routers {
-		r := newRouter(i, opts.Epoch, shards, s.net, opts.trace)
+		r := newRouter(i, opts.Epoch, shards, s.net, opts.TestingKnobs.Trace)
 		r.manual = opts.epochs != nil
 		s.routers = append(s.routers, r)
 	}
@@ -191,11 +191,11 @@ func build(env kv.Env, opts Options, log *durable.Log) (*store, error) {
 // newSeeds returns a maker of independent seeds, all drawn from one root:
 // random.Fresh, or the seed of o (tests).
 func newSeeds(o Options) (func() random.Seed, error) {
-	root, err := random.Root(o.seed)
+	root, err := random.Root(o.TestingKnobs.Seed)
 	if err != nil {
 		return nil, fmt.Errorf("treebeard: %w", err)
 	}
-	if o.leak == leakFixedSeed {
+	if o.TestingKnobs.Leak == leakFixedSeed {
 		root = random.Seed{}
 	}
 	parent := random.New(root)

@@ -135,9 +135,10 @@ func TestWriteDuringEvictionSurvives(t *testing.T) {
 	// eviction. A=4: the fourth path read triggers one. Z=1, S=6: no
 	// bucket is reshuffled before it, so the first Write of several
 	// buckets' slots is the eviction's.
-	opts := treebeard.Options{Trees: 1, ORAMShards: 1, StashShards: 1, Z: 1, S: 6, A: 4, K: 8, Epoch: -1}
+	opts := treebeard.Options{Trees: 1, ORAMShards: 1, StashShards: 1, Z: 1, S: 6, A: 4, K: 8, Epoch: -1,
+		TestingKnobs: treebeard.TestingKnobs{Seed: &[32]byte{1}}}
 	s, err := kv.Open(t.Context(), kv.Config{Protocol: "treebeard", Backend: g, Keys: kvtest.NewKeys(t),
-		Capacity: 64, ValueSize: 32, Options: treebeard.Seeded(opts, 1)})
+		Capacity: 64, ValueSize: 32, Options: opts})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -190,8 +190,10 @@ func runStore(t *testing.T, setup auditSetup, next func(r *rand.Rand) uint64) st
 	}
 	tr := &tracer{readsByKey: map[string]int{}}
 	var log observe.MemoryLog
+	opts := setup.opts
+	opts.TestingKnobs.Trace = tr.batch
 	s, err := kv.Open(ctx, kv.Config{Protocol: "waffle", Backend: mem.New(), Keys: kvtest.NewKeys(t),
-		Capacity: setup.n, ValueSize: setup.valueSize, Options: waffle.Traced(setup.opts, tr.batch), TapLog: &log})
+		Capacity: setup.n, ValueSize: setup.valueSize, Options: opts, TapLog: &log})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -341,7 +341,7 @@ func (s *store) chooseReads(plans []keyPlan, pk *picker) ([]read, error) {
 		reads = append(reads, rd)
 	}
 	want := s.opts.B
-	if s.opts.leak == leakFixedFill {
+	if s.opts.TestingKnobs.Leak == leakFixedFill {
 		want = len(reads) + s.opts.B - s.opts.R - s.opts.FD
 	}
 	for len(reads) < want {
@@ -395,7 +395,7 @@ func (p *picker) pick(dummy bool, kind readKind) (read, bool) {
 // pop removes from one kind's index, and returns, the least recently
 // accessed object on storage.
 func (p *picker) pop(dummy bool) (ref, bool) {
-	if p.s.opts.leak == leakRandomFakes {
+	if p.s.opts.TestingKnobs.Leak == leakRandomFakes {
 		return p.s.popRandom(dummy)
 	}
 	rf, ok := p.s.head(dummy)
@@ -444,7 +444,7 @@ func (s *store) fetch(ctx context.Context, reads []read, order []int) ([]string,
 // in the Read is uniform and independent of its place at every other
 // access (Waffle Sec. 5.1: the batch is one access, whatever its order).
 func (s *store) readOrder(reads []read) []int {
-	switch s.opts.leak {
+	switch s.opts.TestingKnobs.Leak {
 	case leakReadInPlanOrder:
 		return identity(len(reads))
 	case leakKeyedReadOrder:
@@ -496,7 +496,7 @@ func (s *store) writes(reads []read, victims []*list.Element, ts uint64) (listed
 // writeOrder is the order of a Write of objects refs, the first dummies
 // of them the dummies read: a random permutation (writes).
 func (s *store) writeOrder(refs []ref, dummies int) []int {
-	switch s.opts.leak {
+	switch s.opts.TestingKnobs.Leak {
 	case leakDummiesWrittenFirst:
 		return identity(len(refs))
 	case leakKeyedWriteOrder:
@@ -562,7 +562,7 @@ func (s *store) commit(plans []keyPlan, reads []read, victims []*list.Element, t
 		ch.stored = append(ch.stored, c.ref)
 	}
 	for _, rd := range reads {
-		if !(s.opts.leak == leakRealKeepsID && rd.kind == readReal) {
+		if !(s.opts.TestingKnobs.Leak == leakRealKeepsID && rd.kind == readReal) {
 			rd.obj.ts = ts
 		}
 		rd.obj.order, rd.obj.tie = ts, 0

@@ -16,10 +16,6 @@ func TestFreshChoices(t *testing.T) {
 
 func choices(lk waffle.Leak) kvtest.Choices {
 	return kvtest.Choices{Protocol: "waffle", Options: func(seed *[32]byte) any {
-		o := waffle.WithLeak(waffle.Options{}, lk)
-		if seed != nil {
-			o = waffle.WithSeed(o, *seed)
-		}
-		return o
+		return waffle.Options{TestingKnobs: waffle.TestingKnobs{Seed: seed, Leak: lk}}
 	}}
 }

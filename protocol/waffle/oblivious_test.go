@@ -81,7 +81,7 @@ var checkNames = []string{checkFreshIDs, checkAlpha, checkSizes, checkReadPos, c
 // holds too few links for the position checks to have power.
 func obliviousChecks(t *testing.T, w string, setup auditSetup, raw storeRun) map[string]audit.Check {
 	t.Helper()
-	opts := setup.opts.WithDefaults(setup.n)
+	opts := setup.opts.EnsureDefaults(setup.n)
 	batches := raw.records[raw.loaded:]
 	checks := map[string]audit.Check{
 		checkFreshIDs: audit.WaffleFreshIDs(w+": every id written once, read at most once", raw.records),
@@ -188,7 +188,7 @@ func TestAuditsCatchLeaks(t *testing.T) {
 		t.Run(lc.name, func(t *testing.T) {
 			i := slices.IndexFunc(workloads, func(w auditWorkload) bool { return w.name == lc.workload })
 			leaky := setup
-			leaky.opts = waffle.WithLeak(setup.opts, lc.leak)
+			leaky.opts.TestingKnobs.Leak = lc.leak
 			checks := obliviousChecks(t, lc.workload, leaky, runStore(t, leaky, workloads[i].next))
 			for _, name := range checkNames {
 				if name != lc.check {

@@ -6,8 +6,9 @@ import (
 	"time"
 )
 
-// Options are Waffle's parameters (Waffle, Table 1). Zero fields take
-// defaults scaled to the store's capacity N (see WithDefaults).
+// Options are Waffle's parameters (Waffle, Table 1). A zero field takes the
+// default its `default` tag states, scaled to the store's capacity N (see
+// EnsureDefaults).
 type Options struct {
 	// B is the batch size: the number of objects read (and written) per
 	// batch.
@@ -21,17 +22,29 @@ type Options struct {
 	// C is the cache size, in objects.
 	C int `opt:"Cache size, in objects." default:"max(ceil(2% of N), B-FD+R)"`
 	// Timeout closes a batch when fewer than R requests are waiting; the
-	// free slots become fake queries on real objects (default 2ms).
+	// free slots become fake queries on real objects.
 	Timeout time.Duration `opt:"Closes a batch when fewer than R requests wait; the free slots become fake queries." default:"2ms"`
 
-	// trace, when set (tests only, see export_test.go), receives each
-	// batch as trace.go describes it: the objects it read from and wrote
-	// to storage, in the order of its Read and of its Write.
-	trace func(batchTrace)
-	// leak injects a flaw (tests only, see leak.go); zero is none.
-	leak leak
-	// seed, tests only: makes the store's random choices reproducible.
-	seed *[32]byte
+	// TestingKnobs are hooks for tests, never options.
+	TestingKnobs TestingKnobs
+}
+
+// TestingKnobs are hooks for tests. They are no options: kv/options sets
+// only the int, float64 and time.Duration fields of Options itself, so
+// --opt cannot reach them, and a store never records them.
+type TestingKnobs struct {
+	// Seed, when set, makes the store's random choices reproducible.
+	Seed *[32]byte
+	// Leak injects a flaw on purpose, to show that an audit catches it
+	// (leak.go); zero is the protocol as specified. Outside this package
+	// only tests name a leak (through export_test.go); the oblivkv_leaks
+	// build chooses one from the environment (leak_env.go).
+	Leak leak
+	// Trace receives each batch as trace.go describes it, after the
+	// batch's backend calls succeeded, from the batching goroutine: the
+	// objects it read from and wrote to storage, in the order of its Read
+	// and of its Write.
+	Trace func(batchTrace)
 }
 
 // The paper's parameters (Sec. 8, N = 1M): B=2500, R=1000, f_D=500 and a
@@ -42,9 +55,9 @@ const (
 	DefaultTimeout = 2 * time.Millisecond
 )
 
-// WithDefaults returns o with its zero fields at the defaults for a store
-// of capacity n: the public parameters the store runs with, which an
-// audit checks storage's view against.
+// EnsureDefaults returns o with its zero fields at their defaults for a
+// store of capacity n: the public parameters the store runs with, which
+// an audit checks storage's view against.
 //
 // Scaling rule: k = clamp(round(n*500/1M), 1, 500) and, keeping the paper's
 // ratios, B = 5k, R = 2k, f_D = k (so f_R = B-R-f_D >= 2k >= 2; at n >= 1M
@@ -56,7 +69,7 @@ const (
 //     (the two terms of Theorem 7.1 match), raised to C + B - n when that
 //     is larger, so that a full store keeps at least B objects on storage
 //     outside the cache (B <= n + D - C).
-func (o Options) WithDefaults(n int) Options {
+func (o Options) EnsureDefaults(n int) Options {
 	k := min(max(int(math.Round(float64(n)*paperK/paperN)), 1), paperK)
 	if o.B == 0 {
 		o.B = 5 * k
@@ -82,9 +95,9 @@ func (o Options) WithDefaults(n int) Options {
 	return o
 }
 
-// validate rejects the combinations Algorithm 1 cannot run with, for a
+// Validate reports the combinations Algorithm 1 cannot run with, for a
 // store of capacity n.
-func (o Options) validate(n int) error {
+func (o Options) Validate(n int) error {
 	switch {
 	case o.B < 1 || o.R < 1 || o.FD < 0 || o.D < 0 || o.C < 0:
 		return fmt.Errorf("waffle: B and R must be at least 1 and f_D, D, C at least 0, got B=%d R=%d f_D=%d D=%d C=%d", o.B, o.R, o.FD, o.D, o.C)
@@ -111,7 +124,7 @@ func (o Options) validate(n int) error {
 // with fewer keys the spare capacity is held by extra dummies and the
 // dummy term grows to (N+D-keys)/f_D (Sec. 6.2, inserts and deletes).
 func TheoreticalAlpha(opts Options, n int) float64 {
-	o := opts.WithDefaults(n)
+	o := opts.EnsureDefaults(n)
 	reals := float64(n-1) / float64(o.B-o.R-o.FD)
 	dummies := 0.0
 	switch {
@@ -127,6 +140,6 @@ func TheoreticalAlpha(opts Options, n int) float64 {
 // object read from storage is written back no earlier than beta batches
 // later, beta = floor(C/(B-f_D+R) - 1).
 func TheoreticalBeta(opts Options, n int) float64 {
-	o := opts.WithDefaults(n)
+	o := opts.EnsureDefaults(n)
 	return math.Floor(float64(o.C)/float64(o.B-o.FD+o.R) - 1)
 }

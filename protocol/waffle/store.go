@@ -114,22 +114,18 @@ type store struct {
 }
 
 func open(ctx context.Context, env kv.Env) (*store, error) {
-	opts, err := kv.OptionsOf[Options]("waffle", env.Options)
+	opts, err := kv.ResolveOptions[Options]("waffle", env)
 	if err != nil {
 		return nil, err
 	}
-	if opts.leak, err = envLeak(opts.leak); err != nil { // a leak only in oblivkv_leaks builds (leak.go)
+	if opts.TestingKnobs.Leak, err = envLeak(opts.TestingKnobs.Leak); err != nil { // a leak only in oblivkv_leaks builds (leak.go)
 		return nil, err
 	}
-	opts = opts.WithDefaults(env.Capacity)
-	if err := opts.validate(env.Capacity); err != nil {
-		return nil, err
-	}
-	seed, err := random.Root(opts.seed)
+	seed, err := random.Root(opts.TestingKnobs.Seed)
 	if err != nil {
 		return nil, fmt.Errorf("waffle: %w", err)
 	}
-	if opts.leak == leakFixedSeed {
+	if opts.TestingKnobs.Leak == leakFixedSeed {
 		seed = random.Seed{}
 	}
 	s := &store{b: env.Backend, keys: env.Keys, opts: opts, capacity: env.Capacity, valueSize: env.ValueSize,
@@ -165,7 +161,7 @@ func (s *store) addr(rf ref, ts uint64) string {
 	if rf.Dummy {
 		dom = domainDummy
 	}
-	if s.opts.leak == leakKeyedIDPrefix {
+	if s.opts.TestingKnobs.Leak == leakKeyedIDPrefix {
 		return keyedIDPrefix(s.keys.PRF(dom, []byte(rf.Key)), ts)
 	}
 	id := s.keys.PRF(dom, []byte(rf.Key), binary.BigEndian.AppendUint64(nil, ts))

@@ -2,7 +2,7 @@ package waffle
 
 import "container/list"
 
-// batchTrace is what a traced store (Options.trace, set only by this
+// batchTrace is what a traced store (TestingKnobs.Trace, set only by this
 // package's tests) reports of every batch, once its Write succeeded:
 // ground truth the Tap does not show, for the audits of alpha and beta
 // and for those that follow one key across its accesses and place a
@@ -21,12 +21,12 @@ type batchTrace struct {
 	Evicted []int
 }
 
-// traceBatch returns the report of batch p to opts.trace, to be made once
+// traceBatch returns the report of batch p to opts.TestingKnobs.Trace, to be made once
 // its Write succeeded: victims are its cache victims, and written[j] the
 // index of the Write's j-th item among the dummies re-encrypted, then the
 // victims (writes).
 func (s *store) traceBatch(ts uint64, p *prepared, victims []*list.Element, written []int) func() {
-	if s.opts.trace == nil {
+	if s.opts.TestingKnobs.Trace == nil {
 		return func() {}
 	}
 	t := batchTrace{TS: ts}
@@ -50,5 +50,5 @@ func (s *store) traceBatch(ts uint64, p *prepared, victims []*list.Element, writ
 		t.Written = append(t.Written, victims[k-len(dummies)].Value.(*cached).ref)
 		t.Evicted = append(t.Evicted, k-len(dummies))
 	}
-	return func() { s.opts.trace(t) }
+	return func() { s.opts.TestingKnobs.Trace(t) }
 }

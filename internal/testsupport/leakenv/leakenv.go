@@ -18,10 +18,17 @@ import (
 // treebeard/evict_on_real_reads.
 const Var = "OBLIVKV_LEAK"
 
-// Pick returns the leak of names that Var chooses for protocol, or
-// current when Var is unset or names another protocol. A name protocol
-// does not have is an error listing those it has.
-func Pick[L any](protocol string, current L, names map[string]L) (L, error) {
+// Hook returns the function a protocol's open calls on the leak its
+// Options' TestingKnobs give (its envLeak), which each protocol's
+// leak_env.go installs with its table of names: it returns the leak of
+// names that Var chooses for protocol, or the leak given when Var is
+// unset or names another protocol. A name protocol does not have is an
+// error listing those it has.
+func Hook[L any](protocol string, names map[string]L) func(L) (L, error) {
+	return func(current L) (L, error) { return pick(protocol, current, names) }
+}
+
+func pick[L any](protocol string, current L, names map[string]L) (L, error) {
 	p, name, _ := strings.Cut(os.Getenv(Var), "/")
 	if p != protocol {
 		return current, nil

@@ -89,7 +89,7 @@ func treebeardChecks(cfg Config, r *Run) ([]audit.Check, map[string][]int, map[s
 		return nil, nil, nil, err
 	}
 	geo := tree.Geometry{L: int(levels) - 1}
-	o = o.WithDefaults()
+	o = o.EnsureDefaults(cfg.Records)
 	trees, z, s, a, k := o.Trees, o.Z, o.S, o.A, o.K
 	n := r.Workload + ": "
 	ops, err := audit.TreebeardViews(r.Records, trees, z)
@@ -223,7 +223,7 @@ func taostoreChecks(cfg Config, r *Run) ([]audit.Check, map[string][]int, map[st
 		audit.Uniform(n+"leaves read", bins),
 		audit.SamePath(n+"path reads in flight together or consecutive", v.Reads, g.Leaves()),
 		audit.Exact(n+"write-backs are whole stored paths", v.WBShape),
-		audit.WriteBackSchedule(n+"a write-back of the paths every K path reads", v.Reads, v.WriteBacks, o.WithDefaults().K),
+		audit.WriteBackSchedule(n+"a write-back of the paths every K path reads", v.Reads, v.WriteBacks, o.EnsureDefaults(cfg.Records).K),
 	}
 	checks = append(checks, hotKeyWalk(r, v.Reads, g)...)
 	return checks, map[string][]int{"leaf": bins}, map[string][]int{"leaves read": bins}, nil
@@ -237,7 +237,7 @@ func waffleChecks(cfg Config, r *Run) ([]audit.Check, map[string][]int, map[stri
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	b := o.WithDefaults(cfg.Records).B
+	b := o.EnsureDefaults(cfg.Records).B
 	n := r.Workload + ": "
 	checks := []audit.Check{
 		audit.WaffleFreshIDs(n+"every id written once, read at most once", r.All),
