@@ -66,6 +66,7 @@ func init() {
 		Summary: "classic sequential Path ORAM, one request at a time (TaoStore Sec. IV-A): the reference point",
 		Open:    open,
 		Options: Options{},
+		Audit:   auditSpec,
 	})
 }
 

@@ -17,9 +17,12 @@ import (
 )
 
 // oblivious are the registered protocols that promise to hide access
-// patterns: all but the baselines.
+// patterns: all but the insecure baselines.
 func oblivious() []string {
-	return slices.DeleteFunc(kv.Protocols(), func(p string) bool { return p == "plain" || p == "encrypted" })
+	return slices.DeleteFunc(kv.Protocols(), func(name string) bool {
+		p, _ := kv.Lookup(name)
+		return p.Insecure()
+	})
 }
 
 // TestAttackerRecoversEncrypted shows the frequency attacker breaking

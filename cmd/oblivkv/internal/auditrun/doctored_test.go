@@ -87,15 +87,15 @@ func TestStructuralChecksRejectDoctoredLogs(t *testing.T) {
 // name holds check.
 func find(t *testing.T, cfg Config, r *Run, check string) (audit.Check, bool) {
 	t.Helper()
-	checks, _, _, err := analyses[cfg.Protocol](cfg, r)
+	a, err := specOf(cfg.Protocol).Analyse(r.view(cfg))
 	if err != nil {
 		t.Fatal(err)
 	}
-	i := slices.IndexFunc(checks, func(c audit.Check) bool { return strings.Contains(c.Name, check) })
+	i := slices.IndexFunc(a.Checks, func(c audit.Check) bool { return strings.Contains(c.Name, check) })
 	if i < 0 {
-		t.Fatalf("no check %q among %d", check, len(checks))
+		t.Fatalf("no check %q among %d", check, len(a.Checks))
 	}
-	return checks[i], true
+	return a.Checks[i], true
 }
 
 func cloneRecords(rs []observe.Record) []observe.Record {
