@@ -191,13 +191,14 @@ func runAudit(t *testing.T, p auditParams, w auditWorkload, lk cloak.Leak) audit
 	var log observe.MemoryLog
 	clock := make(cloak.FakeClock)
 	keys := kvtest.NewKeys(t)
-	var j *journal.Journal
+	var j kv.Journal // nil unless durable (a nil *journal.Journal in it would not be nil)
 	if p.durable {
-		var err error
-		if j, err = journal.Open(t.TempDir(), keys, journal.Options{NoSync: true}); err != nil { // what storage sees needs no fsync
+		dj, err := journal.Open(t.TempDir(), keys, journal.Options{NoSync: true}) // what storage sees needs no fsync
+		if err != nil {
 			t.Fatal(err)
 		}
-		defer j.Close()
+		defer dj.Close()
+		j = dj
 	}
 	var tr tracer
 	s, err := cloak.OpenRaw(ctx, kv.Env{Backend: observe.NewTap(mem.New(), &log), Keys: keys, Journal: j,

@@ -11,7 +11,7 @@ import (
 var auditSpec = &auditspec.Spec{
 	Prefixes: []string{treePrefix},
 	Analyse:  analyse,
-	Plots:    map[string]auditspec.Plot{"leaf": {Title: "Leaves read (leaf bins)", YLabel: "path reads"}},
+	Plots:    map[string]auditspec.Plot{"leaf": tree.LeafPlot},
 }
 
 // leafBins is the number of bins of the leaves read that the audit tests
@@ -25,7 +25,7 @@ const leafBins = 32
 // (audit.SamePath), and under the hot key, the key followed across its
 // accesses (tree.HotKeyWalk).
 func analyse(r auditspec.Run) (auditspec.Analysis, error) {
-	levels, err := r.Stat("tree_levels")
+	g, err := tree.RunGeometry(r)
 	if err != nil {
 		return auditspec.Analysis{}, err
 	}
@@ -33,7 +33,6 @@ func analyse(r auditspec.Run) (auditspec.Analysis, error) {
 	if err != nil {
 		return auditspec.Analysis{}, err
 	}
-	g := tree.Geometry{L: int(levels) - 1}
 	reads, violations := pathAccesses(g, tree.Layout{Prefix: treePrefix}, int(size), r.Records)
 	bins := tree.LeafBins(reads, g, leafBins)
 	n := r.Workload + ": "

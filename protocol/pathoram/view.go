@@ -11,7 +11,7 @@ import (
 )
 
 // pathAccesses parses the log of a sequential Path ORAM (TaoStore Sec.
-// IV-A, the pathoram protocol) whose buckets are addresses of layout: it
+// IV-A, this package) whose buckets are addresses of layout: it
 // returns the path read of every Read of a whole root-to-leaf path, and
 // the violations of the access shape: a Read of a path, then a Write of
 // the same addresses, every bucket of bucketSize bytes. Checkpoints'

@@ -18,7 +18,7 @@ var auditSpec = &auditspec.Spec{
 	Prefixes: []string{BucketPrefix},
 	Analyse:  analyse,
 	Active:   []func(context.Context, auditspec.Active) (audit.Check, error){curious},
-	Plots:    map[string]auditspec.Plot{"leaf": {Title: "Leaves read (leaf bins)", YLabel: "path reads"}},
+	Plots:    map[string]auditspec.Plot{"leaf": tree.LeafPlot},
 }
 
 // leafBins is the number of bins of the leaves read that the audit tests
@@ -38,7 +38,7 @@ const leafBins = 32
 // Close, and the write-backs in flight then, which Close waits for
 // before it writes the whole subtree back in its last call.
 func analyse(r auditspec.Run) (auditspec.Analysis, error) {
-	levels, err := r.Stat("tree_levels")
+	g, err := tree.RunGeometry(r)
 	if err != nil {
 		return auditspec.Analysis{}, err
 	}
@@ -46,7 +46,6 @@ func analyse(r auditspec.Run) (auditspec.Analysis, error) {
 	if err != nil {
 		return auditspec.Analysis{}, err
 	}
-	g := tree.Geometry{L: int(levels) - 1}
 	calls := r.Records
 	if len(calls) > 0 && calls[len(calls)-1].Op == observe.OpWrite {
 		calls = calls[:len(calls)-1] // Close's subtree write

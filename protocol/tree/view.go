@@ -38,3 +38,14 @@ func HotKeyWalk(r auditspec.Run, reads []audit.PathRead, g Geometry) []audit.Che
 	}
 	return audit.FollowKey(r.Workload, [][]int{walk}, int(g.Leaves()), followBins)
 }
+
+// LeafPlot titles the histogram of the leaves read, in bins, that the
+// audit of a tree ORAM plots.
+var LeafPlot = auditspec.Plot{Title: "Leaves read (leaf bins)", YLabel: "path reads"}
+
+// RunGeometry returns the geometry of the tree of an audited run's store,
+// whose levels it reports (the tree_levels statistic).
+func RunGeometry(r auditspec.Run) (Geometry, error) {
+	levels, err := r.Stat("tree_levels")
+	return Geometry{L: int(levels) - 1}, err
+}

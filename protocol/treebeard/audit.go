@@ -77,7 +77,7 @@ func bucketUnit(addr string) string {
 // multi-path read per tree and epoch, and the distinct paths per
 // multi-path read, compared across workloads, apply as in the test.
 func analyse(r auditspec.Run) (auditspec.Analysis, error) {
-	levels, err := r.Stat("tree_levels")
+	geo, err := tree.RunGeometry(r)
 	if err != nil {
 		return auditspec.Analysis{}, err
 	}
@@ -89,7 +89,6 @@ func analyse(r auditspec.Run) (auditspec.Analysis, error) {
 	if err != nil {
 		return auditspec.Analysis{}, err
 	}
-	geo := tree.Geometry{L: int(levels) - 1}
 	o = o.WithDefaults()
 	n := r.Workload + ": "
 	ops, err := Views(r.Records, o.Trees, o.Z)

@@ -63,9 +63,6 @@ func splitTrees(records []observe.Record, trees int) ([][]observe.Record, error)
 	return out, nil
 }
 
-// durable.IsAnchorWrite reports whether r is a checkpoint's anchor write
-// (internal/durable): the one call of a journaled store outside its
-
 // SlotSizes is part of Treebeard's audit (b): every slot storage
 // stores or returns has one size and every metadata record another, so
 // sizes tell real blocks from dummies no more than addresses do.

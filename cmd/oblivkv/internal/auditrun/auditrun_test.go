@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/oblivkv/oblivkv/audit"
+	"github.com/oblivkv/oblivkv/internal/durable"
 
 	"github.com/oblivkv/oblivkv/kv"
 	_ "github.com/oblivkv/oblivkv/protocol/all"
@@ -101,5 +102,25 @@ func TestUntestableCheckNotApplicable(t *testing.T) {
 	}
 	if !strings.Contains(string(page), `<td class="num">n/a</td>`) || strings.Contains(string(page), "e+308") {
 		t.Errorf("report:\n%s", page)
+	}
+}
+
+// TestAddressesUnderPrefixes: every address a run of each registered
+// protocol touches begins with a prefix its registration names
+// (auditspec.Spec.Prefixes), kv's metadata record and the journal's
+// anchor aside.
+func TestAddressesUnderPrefixes(t *testing.T) {
+	for _, p := range kv.Protocols() {
+		t.Run(p, func(t *testing.T) {
+			r := runUniform(t, Config{Protocol: p, Workloads: []string{"uniform"}, Ops: 200, Seed: 1}.withDefaults())
+			prefixes := specOf(p).Prefixes
+			for _, rec := range r.All {
+				for _, a := range rec.Addrs {
+					if a != kv.MetaAddr && a != durable.AnchorAddr && !slices.ContainsFunc(prefixes, func(pre string) bool { return strings.HasPrefix(a, pre) }) {
+						t.Fatalf("call %d (%v) touches %q, under none of the prefixes %q", rec.Seq, rec.Op, a, prefixes)
+					}
+				}
+			}
+		})
 	}
 }

@@ -59,14 +59,7 @@ func TestStructuralChecksRejectDoctoredLogs(t *testing.T) {
 	for _, d := range doctorings {
 		t.Run(d.protocol+"/"+d.name, func(t *testing.T) {
 			cfg := Config{Protocol: d.protocol, Workloads: []string{"uniform"}, Ops: 600, Seed: 3}.withDefaults()
-			keys, err := keysOf("uniform", cfg.Records, cfg.Ops, cfg.Clients, cfg.Seed)
-			if err != nil {
-				t.Fatal(err)
-			}
-			r, err := run(t.Context(), cfg, "uniform", keys)
-			if err != nil {
-				t.Fatal(err)
-			}
+			r := runUniform(t, cfg)
 			if c, ok := find(t, cfg, r, d.check); !ok || !c.Pass() {
 				t.Fatalf("clean log: %v", c)
 			}
@@ -81,6 +74,20 @@ func TestStructuralChecksRejectDoctoredLogs(t *testing.T) {
 			}
 		})
 	}
+}
+
+// runUniform runs cfg's protocol once on the uniform workload.
+func runUniform(t *testing.T, cfg Config) *Run {
+	t.Helper()
+	keys, err := keysOf("uniform", cfg.Records, cfg.Ops, cfg.Clients, cfg.Seed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := run(t.Context(), cfg, "uniform", keys)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
 }
 
 // find runs the protocol's analysis on r and returns the check whose
