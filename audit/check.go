@@ -6,6 +6,8 @@ import (
 	"strings"
 
 	"gonum.org/v1/gonum/mathext"
+
+	"github.com/oblivkv/oblivkv/audit/auditspec"
 )
 
 // Significance is the false-alarm rate of every statistical check: a
@@ -14,56 +16,15 @@ import (
 // such checks on protocols that must pass them all.
 const Significance = 1e-5
 
-// DecisiveP is how clearly an injected leak must fail a statistical check:
-// its p-value must be at most this, seven orders of magnitude below
-// Significance, so that the leak fails by a wide margin and not at the
-// edge of the critical value.
-const DecisiveP = 1e-12
+// DecisiveP is how clearly an injected leak must fail a statistical check
+// (auditspec.DecisiveP: its p-value at most this, seven orders of
+// magnitude below Significance).
+const DecisiveP = auditspec.DecisiveP
 
-// Check is the verdict of one audit check on an adversary's view: a
-// statistic, and the largest value a protocol that hides what the check
-// looks for shows (with probability 1-Significance for a statistical
-// check, always for an exact one).
-type Check struct {
-	Name     string
-	Stat     float64
-	Critical float64
-	// P is the probability of a statistic at least Stat when nothing
-	// leaks: the p-value of a statistical check; 1 or 0 for an exact one.
-	P float64
-	// Detail says what was measured, for logs and reports.
-	Detail string
-
-	dof int // a chi-square check's degrees of freedom
-}
-
-// Pass reports whether the statistic is within its critical value.
-func (c Check) Pass() bool { return c.Stat <= c.Critical }
-
-// Decisive reports whether the check fails far from its threshold: with a
-// p-value of at most DecisiveP (an exact check that fails always does).
-func (c Check) Decisive() bool { return !c.Pass() && c.P <= DecisiveP }
-
-// Applicable reports whether the check tested anything: a statistical
-// check with too few samples has an infinite critical value, which no
-// statistic exceeds, and is shown as not applicable.
-func (c Check) Applicable() bool { return !math.IsInf(c.Critical, 1) }
-
-func (c Check) String() string {
-	verdict := "pass"
-	if !c.Pass() {
-		verdict = "FAIL"
-	}
-	critical := fmt.Sprintf("%.4g", c.Critical)
-	if !c.Applicable() {
-		critical = "n/a"
-	}
-	s := fmt.Sprintf("%s: %s, statistic %.4g (critical %s, p = %.3g)", c.Name, verdict, c.Stat, critical, c.P)
-	if c.Detail != "" {
-		s += "; " + c.Detail
-	}
-	return s
-}
+// Check is the verdict of one check (auditspec.Check: a statistic, its
+// critical value and its p-value), the type a protocol's registered
+// analysis returns.
+type Check = auditspec.Check
 
 // Exact is the check of an exact rule: its statistic is the number of
 // violations, and it passes only with none.
@@ -79,13 +40,22 @@ func Exact(name string, violations []string) Check {
 	return c
 }
 
+// ExactErr is Exact with err's message as its one violation, none when
+// err is nil: the check of a rule a parser or checker reports as an error.
+func ExactErr(name string, err error) Check {
+	if err != nil {
+		return Exact(name, []string{err.Error()})
+	}
+	return Exact(name, nil)
+}
+
 // chiSquareCheck is the check of a chi-square statistic with dof degrees
 // of freedom.
 func chiSquareCheck(name string, stat float64, dof int, detail string) Check {
 	if dof < 1 {
 		return Check{Name: name, Critical: math.Inf(1), P: 1, Detail: "too few samples to test: " + detail}
 	}
-	return Check{Name: name, Stat: stat, Critical: ChiSquareCritical(dof, Significance), dof: dof,
+	return Check{Name: name, Stat: stat, Critical: ChiSquareCritical(dof, Significance),
 		P: ChiSquareP(stat, dof), Detail: fmt.Sprintf("chi-square, %d degrees of freedom; %s", dof, detail)}
 }
 
@@ -102,8 +72,14 @@ func ChiSquareP(stat float64, dof int) float64 {
 // Pearson's chi-square with len(counts)-1 degrees of freedom. Each cell
 // should expect five samples or more.
 func Uniform(name string, counts []int) Check {
+	c, _ := uniform(name, counts)
+	return c
+}
+
+// uniform is Uniform, and the test's degrees of freedom.
+func uniform(name string, counts []int) (Check, int) {
 	stat, dof := ChiSquareUniform(counts)
-	return chiSquareCheck(name, stat, dof, fmt.Sprintf("%d samples over %d cells", sum(counts), len(counts)))
+	return chiSquareCheck(name, stat, dof, fmt.Sprintf("%d samples over %d cells", sum(counts), len(counts))), dof
 }
 
 // minPooled is the fewest samples of both histograms together that
@@ -158,6 +134,12 @@ func pool(a, b []int) ([]int, []int) {
 // hold samples. Bins should be chosen so that cells expect five samples
 // or more.
 func Independent(name string, table [][]int) Check {
+	c, _ := independent(name, table)
+	return c
+}
+
+// independent is Independent, and the test's degrees of freedom.
+func independent(name string, table [][]int) (Check, int) {
 	rows, cols := make([]float64, len(table)), []float64(nil)
 	total := 0.0
 	for i, row := range table {
@@ -185,7 +167,7 @@ func Independent(name string, table [][]int) Check {
 		}
 	}
 	dof := max(nonzero(rows)-1, 0) * max(nonzero(cols)-1, 0) // an empty table tests nothing
-	return chiSquareCheck(name, stat, dof, fmt.Sprintf("%d samples in a %dx%d table", int(total), len(rows), len(cols)))
+	return chiSquareCheck(name, stat, dof, fmt.Sprintf("%d samples in a %dx%d table", int(total), len(rows), len(cols))), dof
 }
 
 // Excess tests a count of chance events against the number expected when

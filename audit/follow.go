@@ -56,11 +56,11 @@ func FollowKey(name string, walks [][]int, positions, bins int) []Check {
 			}
 		}
 	}
-	uniform := Uniform(name+FollowUniform, counts)
-	withPower(&uniform, sum(counts))
-	independent := Independent(name+FollowIndependent, table)
-	withPower(&independent, pairs)
-	return []Check{uniform, independent,
+	u, udof := uniform(name+FollowUniform, counts)
+	withPower(&u, sum(counts), udof)
+	ind, idof := independent(name+FollowIndependent, table)
+	withPower(&ind, pairs, idof)
+	return []Check{u, ind,
 		Excess(name+FollowSamePosition, same, float64(pairs)/float64(positions),
 			fmt.Sprintf("%d of %d consecutive accesses of one key at the position before (%d positions, %d keys)", same, pairs, positions, len(walks))),
 		sameSuccessor(name+FollowSameSuccessor, walks, positions)}
@@ -217,7 +217,7 @@ func FitGroups(name string, observed [][]int, expected [][]float64) Check {
 		detail += fmt.Sprintf(" in %d groups", len(observed))
 	}
 	c := chiSquareCheck(name, stat, dof, detail)
-	withPower(&c, n)
+	withPower(&c, n, dof)
 	return c
 }
 
@@ -245,16 +245,17 @@ func poolExpected(observed []int, expected []float64) ([]int, []float64) {
 // the effect it names is caught with at least this probability.
 const PowerLevel = 0.99
 
-// withPower appends to c's detail the smallest effect its test catches
-// with probability PowerLevel at Significance from n samples, as Cohen's
+// withPower appends to c's detail the smallest effect its test, of dof
+// degrees of freedom, catches with probability PowerLevel at Significance
+// from n samples, as Cohen's
 // w (the root of the summed squared differences of the cells'
 // probabilities from those expected, each over the expected one; the
 // test's statistic grows as n w^2).
-func withPower(c *Check, n int) {
-	if c.dof < 1 || n == 0 {
+func withPower(c *Check, n, dof int) {
+	if dof < 1 || n == 0 {
 		return
 	}
-	c.Detail += fmt.Sprintf("; power %.2f against an effect w >= %.3g", PowerLevel, MinEffect(n, c.dof))
+	c.Detail += fmt.Sprintf("; power %.2f against an effect w >= %.3g", PowerLevel, MinEffect(n, dof))
 }
 
 // MinEffect is the smallest effect size w that a chi-square test with dof

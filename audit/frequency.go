@@ -1,18 +1,27 @@
 // Package audit judges a protocol from the adversary's view alone: the
-// records of an observe.Tap. It holds the analyses the obliviousness tests,
-// `oblivkv tap` and `oblivkv audit` (cmd/oblivkv/internal/auditrun) share: the parsers
-// of treebeard's and pathoram's storage views, the frequency-analysis attack that breaks
-// "encryption alone", and the checks each protocol's audits make, each a
-// Check with its statistic, its critical value and its p-value. A
-// statistical check rejects a protocol at p = Significance; an injected
-// leak must fail one at p = DecisiveP or below, far from the threshold.
+// records of an observe.Tap. It holds the statistics and the generic
+// checks that the obliviousness tests, `oblivkv tap` and `oblivkv audit`
+// (cmd/oblivkv/internal/auditrun) share: the frequency-analysis attack
+// that breaks "encryption alone", chi-square tests of uniformity,
+// homogeneity, independence and goodness of fit with their stated power,
+// Poisson excess counts, one key followed across its accesses, where
+// blocks land and which slots reads choose, positions in batch calls and
+// path reads that coincide, each a Check (auditspec.Check) with its
+// statistic, its critical value and its p-value. A statistical check
+// rejects a protocol at p = Significance; an injected leak must fail one
+// at p = DecisiveP or below, far from the threshold.
+//
+// A protocol's own view of storage (the parser of its calls and the
+// structural checks of its paper) lives in the protocol's package, which
+// registers it for `oblivkv audit` (kv.Protocol.Audit) and builds its
+// checks from these. The package sits below every protocol: it must never
+// import one or name one.
 //
 // Everything here works on what the storage operator sees (addresses, ops,
 // sizes, timing). It must never take plaintext, keys or protocol state as
 // input, except as the attacker's stated prior knowledge (such as the key
-// popularity ranking), as ground truth for scoring an attack, or where a
-// paper defines a guarantee on the proxy's own record (Waffle's beta:
-// WaffleBeta takes the objects each batch read and wrote, by opaque name).
+// popularity ranking) or as ground truth for scoring an attack (which key
+// a traced read was for, TracedRead).
 package audit
 
 import (

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/oblivkv/oblivkv/observe"
-	"github.com/oblivkv/oblivkv/protocol/tree"
 )
 
 // PathRead is one path read of a tree ORAM as storage saw it: the leaf
@@ -53,12 +52,13 @@ func SamePath(name string, reads []PathRead, leaves uint64) Check {
 
 // TracedRead is one path read of a tree ORAM as its trusted side planned
 // it (ground truth from a test hook): the leaf whose path it reads, the
-// block it is for, and whether it is the block's real read (of the path
-// the position map gives the block, or of a fresh random path for a block
-// not stored) rather than a fake read of a random path.
+// block it is for (by an opaque name, such as its block ID's bytes), and
+// whether it is the block's real read (of the path the position map gives
+// the block, or of a fresh random path for a block not stored) rather than
+// a fake read of a random path.
 type TracedRead struct {
 	Leaf  uint64
-	Block tree.BlockID
+	Block string
 	Real  bool
 }
 
@@ -79,8 +79,8 @@ func RealReadWalks(traced []TracedRead, reads []PathRead) ([][]int, []string) {
 		seen[r.Leaf] = append(seen[r.Leaf], r)
 	}
 	var walks [][]int
-	walk := map[tree.BlockID]int{} // block -> its walk
-	missing := map[uint64]int{}    // leaf -> planned reads storage did not see
+	walk := map[string]int{}    // block -> its walk
+	missing := map[uint64]int{} // leaf -> planned reads storage did not see
 	for _, t := range traced {
 		if len(seen[t.Leaf]) == 0 {
 			missing[t.Leaf]++

@@ -5,8 +5,6 @@ import (
 	"reflect"
 	"testing"
 	"time"
-
-	"github.com/oblivkv/oblivkv/protocol/tree"
 )
 
 // concurrentReads returns n path reads of a tree of leaves leaves, eight
@@ -61,7 +59,7 @@ func TestSamePath(t *testing.T) {
 // began in, and reports a planned read storage did not see and a read it
 // saw that was not planned.
 func TestRealReadWalks(t *testing.T) {
-	a, b := tree.BlockID{1}, tree.BlockID{2}
+	a, b := "block a", "block b"
 	traced := []TracedRead{{5, a, true}, {7, b, true}, {9, a, false}, {6, a, true}, {5, b, true}}
 	// Storage began the reads of leaves 7 and 9 before that of leaf 5.
 	reads := concurrentReads(5, func(i int) uint64 { return [...]uint64{7, 9, 5, 6, 5}[i] })

@@ -36,3 +36,14 @@ func Bin(values []uint64, n uint64, bins int) []int {
 	}
 	return out
 }
+
+// SumRows sums cells in rows of len(cells)/rows: the reads per tree of a
+// histogram of (tree, leaf bin) cells, say.
+func SumRows(cells []int, rows int) []int {
+	out := make([]int, rows)
+	per := len(cells) / rows
+	for i, c := range cells {
+		out[i/per] += c
+	}
+	return out
+}

@@ -8,11 +8,13 @@ import (
 	"reflect"
 	"slices"
 	"sync"
+
+	"github.com/oblivkv/oblivkv/audit/auditspec"
 )
 
 // Protocol describes one protocol: the one record the rest of the program
-// (Open, the command line's --opt and its option listing, `oblivkv info`)
-// reads about it.
+// (Open, the command line's --opt and its option listing, `oblivkv info`,
+// bench --compare and `oblivkv audit`) reads about it.
 type Protocol struct {
 	// Name is what Config.Protocol and --protocol call it, e.g. "treebeard".
 	Name string
@@ -30,7 +32,38 @@ type Protocol struct {
 	// has the methods of kv.Options (EnsureDefaults, Validate), and its
 	// hooks for tests, which are no options, in a TestingKnobs field.
 	Options any
+	// Hides is what the protocol hides from storage: every oblivious
+	// protocol hides which key is accessed (the zero value); an insecure
+	// baseline hides less. bench --compare runs the protocols that hide
+	// least first, the first of them the reference of its ratios, and the
+	// audit runs enough requests on an insecure baseline for its attacker
+	// to rank the popular keys.
+	Hides Hides
+	// Audit is the protocol's registration with `oblivkv audit`: its
+	// address prefixes, how the audit drives its clock, its own checks of
+	// storage's view (nil: none, only the audit's generic ones).
+	Audit *auditspec.Spec
 }
+
+// Hides says what a protocol hides from storage.
+type Hides int
+
+// What a protocol hides, from most to least.
+const (
+	// HidesAccesses: which key is accessed, how often and when, as well
+	// as keys and values: every oblivious protocol.
+	HidesAccesses Hides = iota
+	// HidesContents: keys and values, not which key is accessed, how
+	// often or when (the encrypted baseline).
+	HidesContents
+	// HidesNothing: keys and values are stored as given (the plain
+	// baseline).
+	HidesNothing
+)
+
+// Insecure reports whether p is an insecure baseline: one that does not
+// hide which key is accessed.
+func (p Protocol) Insecure() bool { return p.Hides != HidesAccesses }
 
 var (
 	registryMu sync.RWMutex

@@ -27,11 +27,12 @@ func newAuditCmd() *cobra.Command {
 storage saw: a frequency-analysis attacker that knows the key popularity
 ranking, scored against chance; each workload against uniform on every
 observable (two-sample chi-square tests); and the protocol's own structural
-checks (every oblivious protocol). Treebeard's epochs and Cloak's batches
-run on clocks the audit drives, so storage's view does not depend on how
-loaded the machine is. docs/testing.md says what each
-check means. Prints a summary, writes JSON (--json) and an HTML report with
-SVG plots (--report), and exits 1 when a check fails.`,
+checks (every oblivious protocol). A protocol that paces itself by a clock
+(treebeard's epochs, cloak's batches) runs on one the audit drives, so
+storage's view does not depend on how loaded the machine is.
+docs/testing.md says what each check means. Prints a summary, writes JSON
+(--json) and an HTML report with SVG plots (--report), and exits 1 when a
+check fails.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			var err error
@@ -56,8 +57,8 @@ SVG plots (--report), and exits 1 when a check fails.`,
 	f.StringVar(&cfg.Protocol, "protocol", "", "protocol to audit (required)")
 	f.StringSliceVar(&cfg.Workloads, "workloads", auditrun.DefaultWorkloads, "workloads to run, of zipf, uniform, hotkey, missing (a key never loaded) and bursts (a round of requests for one key, another every round)")
 	f.IntVar(&cfg.Records, "records", 1024, "keys loaded (also the store's capacity)")
-	f.IntVar(&cfg.Ops, "ops", 0, "requests per workload (0: the protocol's default, 40000 for the baselines, 1500 for cloak, 3000 otherwise)")
-	f.IntVar(&cfg.Clients, "clients", 8, "concurrent clients (treebeard and cloak: requests per round)")
+	f.IntVar(&cfg.Ops, "ops", 0, "requests per workload (0: the protocol's default, 40000 for the insecure baselines, 3000 unless the protocol registers another)")
+	f.IntVar(&cfg.Clients, "clients", 8, "concurrent clients (for a protocol whose clock the audit drives: requests per round)")
 	f.DurationVar(&cfg.Timeout, "timeout", auditrun.DefaultTimeout, "bound on each workload's requests: a run still waiting then is cut off and fails")
 	f.Uint64Var(&cfg.Seed, "seed", 1, "seed of the workloads")
 	f.StringVar(&jsonPath, "json", "", "write the result as JSON to this file")

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -96,7 +97,7 @@ Reports: a table on stdout; --json FILE and --csv FILE with every figure.
 (results.md) and CSV (results.csv), SVG bar charts of throughput, p99
 latency, backend bytes per operation and the protocols' stash and cache
 high-water marks, and index.md linking them. --compare runs every registered
-protocol (the baselines plain and encrypted first) unless --protocols or
+protocol (the insecure baselines first) unless --protocols or
 --protocol narrows it, and needs --out.
 The table has a util column (batch utilisation: the share of batch slots
 that carried real requests) when a protocol of the run reports it.
@@ -105,7 +106,7 @@ See docs/benchmarks.md for what each figure means.`,
 		RunE: func(cmd *cobra.Command, _ []string) error { return runBench(cmd, f) },
 	}
 	fs := cmd.Flags()
-	fs.StringVar(&f.protocols, "protocols", "plain,encrypted", "comma-separated protocols to run one after another")
+	fs.StringVar(&f.protocols, "protocols", strings.Join(baselines(), ","), "comma-separated protocols to run one after another")
 	fs.StringVar(&f.protocol, "protocol", "", "a single protocol (same as --protocols NAME)")
 	fs.StringVar(&f.workload, "workload", "A", "YCSB workload: "+strings.Join(workload.Mixes(), ", "))
 	fs.StringVar(&f.dist, "distribution", "zipfian", "key distribution: "+strings.Join(workload.Distributions(), ", "))
@@ -242,25 +243,26 @@ func (f benchFlags) protocolList(cmd *cobra.Command) ([]string, error) {
 	return out, nil
 }
 
-// baselines are the insecure protocols --compare runs first, plain the
-// reference of the ratio column.
-var baselines = []string{"plain", "encrypted"}
-
-// compareOrder puts the baselines among names first, then the others in
-// their order.
+// compareOrder orders names as --compare runs them: the protocols that
+// hide least first (kv.Protocol.Hides: the insecure baselines, the first
+// of them the reference of the ratio column), each kind in the order of
+// names.
 func compareOrder(names []string) []string {
-	var out []string
-	for _, b := range baselines {
-		if slices.Contains(names, b) {
-			out = append(out, b)
-		}
-	}
-	for _, n := range names {
-		if !slices.Contains(baselines, n) {
-			out = append(out, n)
-		}
-	}
+	out := slices.Clone(names)
+	slices.SortStableFunc(out, func(a, b string) int { return cmp.Compare(hides(b), hides(a)) })
 	return out
+}
+
+// baselines are the insecure baselines, in the order --compare runs them:
+// what bench runs by default.
+func baselines() []string {
+	return slices.DeleteFunc(compareOrder(kv.Protocols()), func(name string) bool { return hides(name) == kv.HidesAccesses })
+}
+
+// hides is what the protocol registered as name hides.
+func hides(name string) kv.Hides {
+	p, _ := kv.Lookup(name)
+	return p.Hides
 }
 
 // config builds the benchmark configuration from the flags.

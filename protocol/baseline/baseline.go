@@ -23,6 +23,7 @@ import (
 	"iter"
 	"sync"
 
+	"github.com/oblivkv/oblivkv/audit/auditspec"
 	"github.com/oblivkv/oblivkv/backend"
 	"github.com/oblivkv/oblivkv/kv"
 	"github.com/oblivkv/oblivkv/seal"
@@ -35,6 +36,8 @@ func init() {
 		Open: func(ctx context.Context, env kv.Env) (kv.Store, error) {
 			return open(ctx, env, plainCodec{})
 		},
+		Hides: kv.HidesNothing,
+		Audit: &auditspec.Spec{Prefixes: []string{plainCodec{}.prefix()}},
 	})
 	kv.Register(kv.Protocol{
 		Name:    "encrypted",
@@ -42,6 +45,8 @@ func init() {
 		Open: func(ctx context.Context, env kv.Env) (kv.Store, error) {
 			return open(ctx, env, encryptedCodec{keys: env.Keys})
 		},
+		Hides: kv.HidesContents,
+		Audit: &auditspec.Spec{Prefixes: []string{encryptedCodec{}.prefix()}},
 	})
 }
 

@@ -30,12 +30,12 @@ import (
 // Three workloads: temporal (Sec. 7.1's generator, s = 1), uniform, and
 // one hot key. On each log:
 //
-//   - budgets (exact, audit.CloakBudgets): every batch, busy or idle,
+//   - budgets (exact, cloak.ViewBatches): every batch, busy or idle,
 //     takes exactly b_d addresses from every set d and writes back the
 //     addresses it read;
 //   - schedule (exact, audit.OneBatchPerTick): every tick starts exactly
 //     one batch;
-//   - streaks (audit.CloakStreaks): runs of one address read by
+//   - streaks (cloak.Streaks): runs of one address read by
 //     streakLength batches in a row are no more than the budgets give by
 //     chance;
 //   - positions (audit.PositionChecks, positionBins bins): an address's
@@ -242,7 +242,7 @@ func runAudit(t *testing.T, p auditParams, w auditWorkload, lk cloak.Leak) audit
 	records := log.Records()
 	run := auditRun{checks: auditChecks(t, w.name, records, marks, p.budgets), recovered: attack(t, s, records, w.popularity)}
 	if p.durable {
-		run.checks[checkAnchors] = audit.CloakCheckpoints(w.name, records, auditCheckpointEvery)
+		run.checks[checkAnchors] = cloak.Checkpoints(w.name, records, auditCheckpointEvery)
 	}
 	for _, c := range followChecks(t, w.name, records, tr.all(), w.follow) {
 		run.checks[strings.TrimPrefix(c.Name, w.name+": ")] = c
@@ -317,18 +317,18 @@ func (c *clients) waitReady(t *testing.T, s kv.Store) {
 // are the log's length at each tick.
 func auditChecks(t *testing.T, name string, records []observe.Record, marks []int, budgets []int) map[string]audit.Check {
 	t.Helper()
-	res, err := audit.CloakBudgets(records, budgets)
+	res, err := cloak.ViewBatches(records, budgets)
 	if err != nil {
 		t.Fatal(err)
 	}
 	isBatch := func(r observe.Record) bool {
-		return r.Op == observe.OpRead && len(r.Addrs) > 0 && strings.HasPrefix(r.Addrs[0], audit.CloakAddrPrefix)
+		return r.Op == observe.OpRead && len(r.Addrs) > 0 && strings.HasPrefix(r.Addrs[0], cloak.AddrPrefix)
 	}
-	pos := audit.PositionChecks(name, audit.BatchLinks(records, audit.CloakAddrPrefix), positionBins)
+	pos := audit.PositionChecks(name, audit.BatchLinks(records, cloak.AddrPrefix), positionBins)
 	return map[string]audit.Check{
 		checkBudgets:   audit.Exact(name+": b_d addresses from every set d, written back as read", res.Violations),
 		checkSchedule:  audit.OneBatchPerTick(name+": one batch per tick", records, isBatch, marks),
-		checkStreaks:   audit.CloakStreaks(name+": one address read by consecutive batches", records, budgets, streakLength),
+		checkStreaks:   cloak.Streaks(name+": one address read by consecutive batches", records, budgets, streakLength),
 		checkReadAge:   pos[0],
 		checkWriteAge:  pos[1],
 		checkReadWrite: pos[2],
@@ -341,7 +341,7 @@ func attack(t *testing.T, s kv.Store, records []observe.Record, popularity []int
 	t.Helper()
 	var reads []observe.Record
 	for _, r := range records {
-		if r.Op == observe.OpRead && len(r.Addrs) > 0 && strings.HasPrefix(r.Addrs[0], audit.CloakAddrPrefix) {
+		if r.Op == observe.OpRead && len(r.Addrs) > 0 && strings.HasPrefix(r.Addrs[0], cloak.AddrPrefix) {
 			reads = append(reads, r)
 		}
 	}
@@ -359,9 +359,6 @@ func attack(t *testing.T, s kv.Store, records []observe.Record, popularity []int
 // and at otherParams; every check passes on each, and the attacker
 // recovers at most maxRecovered of the top 100 keys.
 func TestObliviousAudit(t *testing.T) {
-	if cloak.AddrPrefix != audit.CloakAddrPrefix {
-		t.Fatalf("audit.CloakAddrPrefix %q != cloak.AddrPrefix %q", audit.CloakAddrPrefix, cloak.AddrPrefix)
-	}
 	ws, err := auditWorkloads()
 	if err != nil {
 		t.Fatal(err)

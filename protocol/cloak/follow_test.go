@@ -108,7 +108,7 @@ func (tr *tracer) all() []cloak.TracedBatch {
 func batchCalls(t *testing.T, records []observe.Record) (reads, writes [][]string) {
 	t.Helper()
 	for _, r := range records {
-		if r.Err || len(r.Addrs) == 0 || !strings.HasPrefix(r.Addrs[0], audit.CloakAddrPrefix) {
+		if r.Err || len(r.Addrs) == 0 || !strings.HasPrefix(r.Addrs[0], cloak.AddrPrefix) {
 			continue
 		}
 		switch {

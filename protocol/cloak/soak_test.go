@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/oblivkv/oblivkv/audit"
 	"github.com/oblivkv/oblivkv/backend/mem"
 	"github.com/oblivkv/oblivkv/internal/durable/journal"
 	"github.com/oblivkv/oblivkv/kv"
@@ -50,7 +49,7 @@ func TestSoakBudgetAudit(t *testing.T) {
 	for _, w := range ws {
 		t.Run(w.name, func(t *testing.T) {
 			records, recovered, util := runSoak(t, w)
-			res, err := audit.CloakBudgets(records, defaultParams.budgets)
+			res, err := cloak.ViewBatches(records, defaultParams.budgets)
 			if err != nil {
 				t.Fatal(err)
 			}

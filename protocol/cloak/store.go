@@ -18,12 +18,16 @@ import (
 
 func init() {
 	kv.Register(kv.Protocol{
-		Name:    "cloak",
+		Name:    protocolName,
 		Summary: "Cloak: fixed-size batches at a fixed rate, shaped to a fixed temporal access distribution; defeats injected queries",
 		Open:    kv.FactoryOf(open),
 		Options: Options{},
+		Audit:   auditSpec,
 	})
 }
+
+// protocolName is the name Cloak is registered under.
+const protocolName = "cloak"
 
 // AddrPrefix begins the storage address of every physical address; its
 // index follows as 4 big-endian bytes.

@@ -31,9 +31,9 @@ import (
 //
 // On each log, three checks of what is read (auditLog.checks):
 //
-//   - slots read once (exact, audit.SlotsReadOnce): no slot is read twice
+//   - slots read once (exact, oblivistore.SlotsReadOnce): no slot is read twice
 //     between two writes of its level, every write writes whole levels;
-//   - levels read once (exact, audit.LevelsReadOnce): every request reads
+//   - levels read once (exact, oblivistore.LevelsReadOnce): every request reads
 //     one slot of every level of its partition that can be read, and
 //     nothing else;
 //   - uniform partitions: the partitions requests read pass a chi-square
@@ -67,7 +67,7 @@ var workloads = map[string]workload{
 // auditLog is one audited run: the calls storage saw, the requests made,
 // and what the trusted side says of them.
 type auditLog struct {
-	calls    []audit.PartitionCall
+	calls    []oblivistore.PartitionCall
 	requests int
 	parts    int
 	// walks follow each key: the partitions its request reads read, in
@@ -111,7 +111,7 @@ func runAudit(t *testing.T, opts oblivistore.Options, seed byte, w workload, req
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
-	calls, err := audit.ParsePartitionCalls(log.Records(), oblivistore.SlotPrefix, rec.issued)
+	calls, err := oblivistore.ParsePartitionCalls(log.Records(), oblivistore.SlotPrefix, rec.issued)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -125,7 +125,7 @@ func runAudit(t *testing.T, opts oblivistore.Options, seed byte, w workload, req
 // recorder gathers what the trace tells of a run.
 type recorder struct {
 	mu     sync.Mutex
-	issued []audit.IssuedRead
+	issued []oblivistore.IssuedRead
 	seqs   []uint64          // the request of each request read issued, in order
 	keys   map[uint64]string // each admitted request's key
 	// placements and dummies are as in auditLog.
@@ -142,7 +142,7 @@ func (r *recorder) trace() oblivistore.Trace {
 			}
 			r.mu.Lock()
 			defer r.mu.Unlock()
-			r.issued = append(r.issued, audit.IssuedRead{P: int(p), Addrs: addrs, Request: seq != 0})
+			r.issued = append(r.issued, oblivistore.IssuedRead{P: int(p), Addrs: addrs, Request: seq != 0})
 			if seq != 0 {
 				r.seqs = append(r.seqs, seq)
 			}
@@ -170,7 +170,7 @@ func (r *recorder) trace() oblivistore.Trace {
 // walks follows every key through calls: the partitions of its request
 // reads, as storage saw them. ParsePartitionCalls keeps the issued reads'
 // order, so the i-th request read of calls is the i-th issued.
-func (r *recorder) walks(calls []audit.PartitionCall) ([][]int, error) {
+func (r *recorder) walks(calls []oblivistore.PartitionCall) ([][]int, error) {
 	byKey := map[string][]int{}
 	i := 0
 	for _, c := range calls {
@@ -224,9 +224,9 @@ func drive(t *testing.T, s kv.Store, w workload, requests int) {
 
 func (l auditLog) checks(name string) []audit.Check {
 	return []audit.Check{
-		audit.SlotsReadOnce(name+": slots read once", l.calls),
-		audit.LevelsReadOnce(name+": levels read once", l.calls, l.requests),
-		audit.Uniform(name+": uniform partitions", audit.PartitionCounts(l.calls, l.parts)),
+		oblivistore.SlotsReadOnce(name+": slots read once", l.calls),
+		oblivistore.LevelsReadOnce(name+": levels read once", l.calls, l.requests),
+		audit.Uniform(name+": uniform partitions", oblivistore.PartitionCounts(l.calls, l.parts)),
 	}
 }
 
@@ -254,7 +254,7 @@ const (
 //   - dummy choices (audit.Choices): a dummy cache-in takes a slot
 //     uniform among its level's unread dummy slots (Table I); the trace
 //     says which are dummies;
-//   - from the Tap alone (audit.UnreadSlotChoices): every slot read is
+//   - from the Tap alone (oblivistore.UnreadSlotChoices): every slot read is
 //     uniform among the slots of its level not read since the level was
 //     written, by level and by one slot of the level per call or several
 //     (audit.ChoicesByGroup), the check `oblivkv audit` can make.
@@ -263,7 +263,7 @@ func (l auditLog) positionChecks(name string) []audit.Check {
 	checks = append(checks, audit.Placements(name, l.placements, positionBins)...)
 	return append(checks,
 		audit.Choices(name+": "+dummyChoices, l.dummies, positionBins),
-		audit.ChoicesByGroup(name+": "+unreadChoices, audit.UnreadSlotChoices(l.calls), positionBins))
+		audit.ChoicesByGroup(name+": "+unreadChoices, oblivistore.UnreadSlotChoices(l.calls), positionBins))
 }
 
 // passAll fails t on every check that does not pass.
@@ -288,8 +288,8 @@ func TestObliviousAudit(t *testing.T) {
 		logs[name] = runAudit(t, oblivistore.Options{}, 1, workloads[name], auditRequests)
 		passAll(t, append(logs[name].checks(name), logs[name].positionChecks(name)...))
 	}
-	passAll(t, []audit.Check{audit.Homogeneous("partitions, hot against uniform", audit.PartitionCounts(logs["hot"].calls, logs["hot"].parts),
-		audit.PartitionCounts(logs["uniform"].calls, logs["uniform"].parts))})
+	passAll(t, []audit.Check{audit.Homogeneous("partitions, hot against uniform", oblivistore.PartitionCounts(logs["hot"].calls, logs["hot"].parts),
+		oblivistore.PartitionCounts(logs["uniform"].calls, logs["uniform"].parts))})
 }
 
 // longLogs are clean runs of the hot and uniform workloads at simOptions
@@ -322,8 +322,8 @@ func TestAuditAtOtherOptions(t *testing.T) {
 	for _, name := range []string{"hot", "uniform"} {
 		passAll(t, append(logs[name].checks(name), logs[name].positionChecks(name)...))
 	}
-	passAll(t, []audit.Check{audit.Homogeneous("partitions, hot against uniform", audit.PartitionCounts(logs["hot"].calls, logs["hot"].parts),
-		audit.PartitionCounts(logs["uniform"].calls, logs["uniform"].parts))})
+	passAll(t, []audit.Check{audit.Homogeneous("partitions, hot against uniform", oblivistore.PartitionCounts(logs["hot"].calls, logs["hot"].parts),
+		oblivistore.PartitionCounts(logs["uniform"].calls, logs["uniform"].parts))})
 }
 
 // leakCases are the leaks the first checks miss: the workload that shows
@@ -395,7 +395,7 @@ func anyDecisive(t *testing.T, checks []audit.Check) bool {
 func TestAuditRejectsDoctoredLogs(t *testing.T) {
 	logs := otherLogs(t)
 	l := logs["uniform"]
-	var doctored []audit.PartitionCall
+	var doctored []oblivistore.PartitionCall
 	for _, c := range l.calls {
 		doctored = append(doctored, c)
 		if c.Request && c.P == 0 {
@@ -410,7 +410,7 @@ func TestAuditRejectsDoctoredLogs(t *testing.T) {
 		}
 	}
 	honest := logs["hot"]
-	c := audit.Homogeneous("doctored against honest", audit.PartitionCounts(doctored, l.parts), audit.PartitionCounts(honest.calls, honest.parts))
+	c := audit.Homogeneous("doctored against honest", oblivistore.PartitionCounts(doctored, l.parts), oblivistore.PartitionCounts(honest.calls, honest.parts))
 	t.Log(c)
 	if !c.Decisive() {
 		t.Errorf("two-sample test: not rejected decisively")

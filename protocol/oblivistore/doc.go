@@ -36,6 +36,10 @@
 // other: later ones read fake, and replies leave in arrival order (the
 // leak of TaoStore Sec. II-B). docs/protocols.md lists every departure.
 //
+// It also owns storage's view of its partitions (view.go: partition calls,
+// slots read once, levels read once, slot choices) and its registration
+// with `oblivkv audit` (audit.go).
+//
 // It must never let a backend call, its timing or a semaphore depend on
 // which keys are asked for, whether they exist or whether they repeat,
 // and never answer with data that did not open under its slot's address

@@ -144,7 +144,7 @@ func newServer(g geometry, o Options) Server {
 // open ("a previously unread block", Table I; Fig. 7, step 2); a random
 // one makes every read of a level, of whatever kind, take a slot uniform
 // among those storage has not seen read since the level was written, as
-// dummy and real reads do (audit.UnreadSlotChoices checks it from the
+// dummy and real reads do (UnreadSlotChoices checks it from the
 // Tap). Slot order would be as safe, the layout being random, but then
 // storage's view could not be checked: a read-out in slot order looks
 // like the reads of a level written unpermuted.

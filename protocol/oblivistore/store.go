@@ -27,6 +27,7 @@ func init() {
 		Summary: "ObliviStore: partition ORAM with background shuffling and oblivious scheduling; hides which key is accessed from an active adversary",
 		Open:    kv.FactoryOf(open),
 		Options: Options{},
+		Audit:   auditSpec,
 	})
 }
 

@@ -11,6 +11,7 @@ import (
 	"github.com/oblivkv/oblivkv/audit"
 	"github.com/oblivkv/oblivkv/backend"
 	"github.com/oblivkv/oblivkv/backend/mem"
+	"github.com/oblivkv/oblivkv/internal/durable"
 	"github.com/oblivkv/oblivkv/internal/durable/journal"
 	"github.com/oblivkv/oblivkv/internal/testsupport/durabletest"
 	"github.com/oblivkv/oblivkv/kv"
@@ -160,7 +161,7 @@ func runAudit(t *testing.T, p auditParams, w workload, lk leak, seed byte) audit
 	var traced []audit.TracedRead
 	opts := p.opts
 	opts.TestingKnobs = TestingKnobs{Seed: &[32]byte{seed}, Leak: lk, Trace: func(leaf uint64, id tree.BlockID) {
-		traced = append(traced, audit.TracedRead{Leaf: leaf, Block: id, Real: true})
+		traced = append(traced, audit.TracedRead{Leaf: leaf, Block: string(id[:]), Real: true})
 	}}
 	f := unopenedFixture(t, p.capacity, 32, opts)
 	f.keys = kvtest.SeededKeys(t, seed) // reproducible block IDs, and so leaves derived from them
@@ -187,7 +188,7 @@ func runAudit(t *testing.T, p auditParams, w workload, lk leak, seed byte) audit
 // checkAccesses runs the audit's checks on recs, the log of workload w.
 func checkAccesses(f *fixture, w workload, recs []observe.Record) auditRun {
 	g := f.geometry()
-	reads, violations := audit.PathAccesses(g, tree.Layout{Prefix: treePrefix}, f.bucketSize(), recs)
+	reads, violations := pathAccesses(g, tree.Layout{Prefix: treePrefix}, f.bucketSize(), recs)
 	leaves := make([]uint64, len(reads))
 	for i, r := range reads {
 		leaves[i] = r.Leaf
@@ -272,7 +273,7 @@ func runRecoveredAudit(t *testing.T, p auditParams, w workload, lk leak, seed by
 func shapeOf(recs []observe.Record) []string {
 	var out []string
 	for _, r := range recs {
-		if !durabletest.IsAnchorWrite(r) {
+		if !durable.IsAnchorWrite(r) {
 			out = append(out, fmt.Sprint(r.Op, r.Sizes))
 		}
 	}
@@ -282,9 +283,6 @@ func shapeOf(recs []observe.Record) []string {
 // TestObliviousAudit runs the four workloads at the default parameters
 // and at Z=2 with 2048 leaves; every check passes on each.
 func TestObliviousAudit(t *testing.T) {
-	if treePrefix != audit.PathORAMPrefix {
-		t.Fatalf("audit.PathORAMPrefix %q != pathoram's %q", audit.PathORAMPrefix, treePrefix)
-	}
 	for _, p := range []auditParams{defaultParams, otherParams} {
 		t.Run(p.name, func(t *testing.T) {
 			var shapes [][]string

@@ -17,9 +17,10 @@
 // version per bucket. Every bucket is sealed bound to its address, slot
 // and version (tree.Codec), so storage that flips bits, moves, deletes or
 // replays an older copy of a bucket yields kv.ErrTampered, never wrong or
-// stale data. It must never make an access whose backend calls depend on
-// the operation, the key or whether the key exists, and never treat a
-// missing bucket as empty.
+// stale data. It also owns storage's view of the tree (view.go) and its
+// registration with `oblivkv audit` (audit.go). It must never make an
+// access whose backend calls depend on the operation, the key or whether
+// the key exists, and never treat a missing bucket as empty.
 //
 // # Restart and crashes
 //
@@ -66,6 +67,7 @@ func init() {
 		Summary: "classic sequential Path ORAM, one request at a time (TaoStore Sec. IV-A): the reference point",
 		Open:    open,
 		Options: Options{},
+		Audit:   auditSpec,
 	})
 }
 

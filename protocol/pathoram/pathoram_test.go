@@ -9,8 +9,8 @@ import (
 
 	"github.com/oblivkv/oblivkv/backend"
 	"github.com/oblivkv/oblivkv/backend/mem"
+	"github.com/oblivkv/oblivkv/internal/durable"
 	"github.com/oblivkv/oblivkv/internal/durable/journal"
-	"github.com/oblivkv/oblivkv/internal/testsupport/durabletest"
 	"github.com/oblivkv/oblivkv/kv"
 	"github.com/oblivkv/oblivkv/kv/kvtest"
 	"github.com/oblivkv/oblivkv/observe"
@@ -171,7 +171,7 @@ func TestFreshTreeBatched(t *testing.T) {
 	seen := map[string]bool{}
 	writes := 0
 	for _, r := range f.log.Records() {
-		if r.Op != observe.OpWrite || r.Addrs[0] == kv.MetaAddr || durabletest.IsAnchorWrite(r) {
+		if r.Op != observe.OpWrite || r.Addrs[0] == kv.MetaAddr || durable.IsAnchorWrite(r) {
 			continue
 		}
 		writes++

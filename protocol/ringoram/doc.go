@@ -34,6 +34,10 @@
 // version the Tree checks. A missing, truncated, moved, flipped or
 // replayed record is an error wrapping seal.ErrTampered, never wrong data.
 //
+// The package also owns storage's view of a tree (view.go): its calls
+// parsed into multi-path reads and evictions (View), and the slots those
+// reads choose, for the audits of the protocols built on it.
+//
 // A Tree must never read two slots of one bucket in one path read, never
 // let a backend call depend on which block is wanted (the addresses of
 // every call depend only on the leaves, k and fresh random choices; a

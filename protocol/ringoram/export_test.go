@@ -25,9 +25,8 @@ type Placed struct{ Slot, Slots, Gathered, Of int }
 // valid dummies, in slot order (audit.Choice's fields).
 type Chose struct{ Rank, Unread int }
 
-// SlotRun is a randomized run for the audits of where slots lie, which
-// live in package ringoram_test so that they can use package audit
-// (which imports ringoram).
+// SlotRun is a randomized run for the audits of where slots lie
+// (slots_test.go, in package ringoram_test).
 type SlotRun struct {
 	Records []observe.Record // storage's view after the load (Init)
 	Offsets []int            // per slot index: how often path reads read it

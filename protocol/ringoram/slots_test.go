@@ -30,7 +30,7 @@ const (
 //     among the bucket's valid dummies (audit.Choices);
 //   - from storage's view alone, which slot each path read took:
 //     uniform among the slots of its bucket not read since the bucket was
-//     last written (audit.TreebeardChoices).
+//     last written (ringoram.Choices).
 func slotChecks(t *testing.T, p ringoram.Params, run ringoram.SlotRun) []audit.Check {
 	slots := p.Z + p.S
 	placed := make([]audit.Placement, len(run.Placed))
@@ -41,7 +41,7 @@ func slotChecks(t *testing.T, p ringoram.Params, run ringoram.SlotRun) []audit.C
 	for i, x := range run.Chose {
 		chose[i] = audit.Choice(x)
 	}
-	ops, err := audit.TreeView(run.Records, run.Layout, p.Z)
+	ops, err := ringoram.View(run.Records, run.Layout, p.Z)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -50,7 +50,7 @@ func slotChecks(t *testing.T, p ringoram.Params, run ringoram.SlotRun) []audit.C
 		audit.Placements("rewrites", placed, slots),
 		[]audit.Check{
 			audit.Choices(dummiesCheck, chose, slots),
-			audit.Choices(tapChoicesCheck, audit.TreebeardChoices([][]audit.TreeOp{ops}, slots), slots),
+			audit.Choices(tapChoicesCheck, ringoram.Choices([][]ringoram.Op{ops}, slots), slots),
 		})
 }
 

@@ -14,6 +14,7 @@ import (
 	"github.com/oblivkv/oblivkv/audit"
 	"github.com/oblivkv/oblivkv/backend"
 	"github.com/oblivkv/oblivkv/backend/mem"
+	"github.com/oblivkv/oblivkv/internal/durable"
 	"github.com/oblivkv/oblivkv/internal/durable/journal"
 	"github.com/oblivkv/oblivkv/internal/testsupport/durabletest"
 	"github.com/oblivkv/oblivkv/kv"
@@ -52,7 +53,7 @@ import (
 //     writes;
 //   - write-back schedule (exact): every K flushed paths, and nothing
 //     else, make one write-back of exactly those paths
-//     (audit.WriteBackSchedule).
+//     (taostore.WriteBackSchedule).
 //
 // Across workloads, the leaves read under the hot key and under uniform
 // keys are one distribution (audit.Homogeneous). The Sequencer is audited
@@ -188,7 +189,7 @@ type auditRun struct {
 func runAudit(t *testing.T, p auditParams, w workload, lk taostore.Leak, seed byte) auditRun {
 	t.Helper()
 	records, stats, traced := runLogged(t, p, w, lk, seed)
-	v := audit.ParseTaoStore(records, tree.NewGeometry(auditCapacity), p.opts.CachedLevels)
+	v := taostore.ParseView(records, tree.NewGeometry(auditCapacity), p.opts.CachedLevels)
 	if len(v.Reads) != auditRequests {
 		v.Shape = append(v.Shape, fmt.Sprintf("%d path reads for %d requests", len(v.Reads), auditRequests))
 	}
@@ -204,7 +205,7 @@ func runAudit(t *testing.T, p auditParams, w workload, lk taostore.Leak, seed by
 		checkUniform:  audit.Uniform(w.name+": leaves read", run.bins),
 		checkSame:     audit.SamePath(w.name+": path reads in flight together or consecutive", v.Reads, geo.Leaves()),
 		checkWBShape:  audit.Exact(w.name+": write-backs are whole stored paths", v.WBShape),
-		checkSchedule: audit.WriteBackSchedule(w.name+": a write-back of the paths every K path reads", v.Reads, v.WriteBacks, p.k()),
+		checkSchedule: taostore.WriteBackSchedule(w.name+": a write-back of the paths every K path reads", v.Reads, v.WriteBacks, p.k()),
 	}
 	walks, disagree := audit.RealReadWalks(traced, v.Reads)
 	run.checks[checkTrace] = audit.Exact(w.name+": the trace's path reads are storage's", disagree)
@@ -223,7 +224,7 @@ func runLogged(t *testing.T, p auditParams, w workload, lk taostore.Leak, seed b
 	var traced []audit.TracedRead // appended under the store's lock, read after Close
 	opts := p.opts
 	opts.TestingKnobs = taostore.TestingKnobs{Seed: &[32]byte{seed}, Leak: lk, Trace: func(leaf uint64, id tree.BlockID, real bool) {
-		traced = append(traced, audit.TracedRead{Leaf: leaf, Block: id, Real: real})
+		traced = append(traced, audit.TracedRead{Leaf: leaf, Block: string(id[:]), Real: real})
 	}}
 	s, err := kv.Open(t.Context(), kv.Config{Protocol: "taostore", Backend: mem.New(),
 		Keys: kvtest.SeededKeys(t, seed), Capacity: auditCapacity, ValueSize: 64, TapLog: log, Options: opts})
@@ -294,7 +295,7 @@ func runRecovered(t *testing.T, p auditParams, w workload, lk taostore.Leak, see
 			continue // the Reads are CheckRecoveryView's
 		}
 		for _, a := range r.Addrs {
-			if !seen[a] && !durabletest.IsAnchorWrite(r) {
+			if !seen[a] && !durable.IsAnchorWrite(r) {
 				viewErr = errors.Join(viewErr, fmt.Errorf("recovery: call %d writes %s, which storage had not seen", r.Seq, a))
 				break
 			}
@@ -303,7 +304,7 @@ func runRecovered(t *testing.T, p auditParams, w workload, lk taostore.Leak, see
 	// The checkpoints' anchor writes come every durable.DefaultEvery
 	// records and at Close: not the workload's.
 	noAnchors := func(recs []observe.Record) []observe.Record {
-		return slices.DeleteFunc(slices.Clone(recs), durabletest.IsAnchorWrite)
+		return slices.DeleteFunc(slices.Clone(recs), durable.IsAnchorWrite)
 	}
 	after := workloadCalls(t, noAnchors(log.Records()[len(before)+len(recovery):]))
 	return append(noAnchors(before), after...), viewErr
@@ -322,7 +323,7 @@ func TestRecoveredAudit(t *testing.T) {
 			if recovery != nil {
 				t.Error(recovery)
 			}
-			v := audit.ParseTaoStore(records, tree.NewGeometry(auditCapacity), defaultParams.opts.CachedLevels)
+			v := taostore.ParseView(records, tree.NewGeometry(auditCapacity), defaultParams.opts.CachedLevels)
 			if len(v.Reads) != auditRequests {
 				t.Errorf("%d path reads for %d requests", len(v.Reads), auditRequests)
 			}
@@ -367,14 +368,6 @@ func workloadCalls(t *testing.T, records []observe.Record) []observe.Record {
 		t.Fatal("no subtree write of Close at the end of the log")
 	}
 	return records[:len(records)-1]
-}
-
-// TestPrefixAgrees: package audit parses the trees at the protocol's
-// bucket addresses.
-func TestPrefixAgrees(t *testing.T) {
-	if audit.TaoStorePrefix != taostore.BucketPrefix {
-		t.Fatalf("audit.TaoStorePrefix %q != taostore.BucketPrefix %q", audit.TaoStorePrefix, taostore.BucketPrefix)
-	}
 }
 
 // TestObliviousAudit runs every workload at the default parameters and

@@ -45,6 +45,11 @@
 // block whose real read storage served never stays on that path for its
 // next access to read again.
 //
+// It also owns storage's view of TaoStore (view.go: path reads and
+// write-backs; schedule.go: TaORAM's write-back schedule) and its
+// registration with `oblivkv audit` (audit.go, with the CURIOUS check in
+// curious.go).
+//
 // It must never let a backend call depend on anything but the arrival of
 // requests and the network's schedule: no path, count or timing may depend
 // on which keys are asked for, whether they exist, or whether they repeat.

@@ -22,6 +22,7 @@ func init() {
 		Summary: "TaoStore: concurrent, asynchronous Path ORAM with a Sequencer; also hides response timing from an active adversary",
 		Open:    kv.FactoryOf(open),
 		Options: Options{},
+		Audit:   auditSpec,
 	})
 }
 

@@ -2,8 +2,10 @@
 // geometry of a complete binary tree of buckets (paths, levels, common
 // ancestors, reverse-lexicographic eviction order), block identifiers, the
 // sealed bucket format (Codec), bucket addresses on storage (Layout), the
-// batched reads and writes of sets of buckets, and the greedy flush that
-// places blocks as deep as possible on a path (Flusher).
+// batched reads and writes of sets of buckets, the greedy flush that
+// places blocks as deep as possible on a path (Flusher), and what their
+// audits share of storage's view (view.go: leaf bins, the hot key's
+// walk).
 //
 // Path ORAM (protocol/pathoram) and TaORAM (protocol/taostore) use buckets
 // of Z=4 slots on one tree, stored whole at Layout addresses. Ring ORAM

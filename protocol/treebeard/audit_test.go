@@ -275,17 +275,7 @@ func runAuditCrashing(t *testing.T, opts treebeard.Options, seed byte, keys []ui
 	return run
 }
 
-// ---- Storage's view, parsed by package audit (audit/treebeard.go) ----
-
-// TestAuditPrefixAgrees checks that package audit names treebeard's tree
-// prefixes as they are.
-func TestAuditPrefixAgrees(t *testing.T) {
-	for tr := range 3 {
-		if audit.TreebeardPrefix(tr) != treebeard.TreePrefix(tr) {
-			t.Fatalf("audit.TreebeardPrefix(%d) = %q, treebeard.TreePrefix %q", tr, audit.TreebeardPrefix(tr), treebeard.TreePrefix(tr))
-		}
-	}
-}
+// ---- Storage's view, parsed by view.go and package ringoram -----
 
 // treeEvents returns each tree's read and evict events, in order.
 func treeEvents(events []treebeard.TraceEvent, trees int) [][]treebeard.TraceEvent {
@@ -385,9 +375,9 @@ func checkSchedule(perTree [][]treebeard.TraceEvent, a, k int) error {
 // Read and Write cover both unions, its eviction's slot Read follows its
 // own, and its Write holds every slot of the eviction's buckets too.
 // Unions are of the buckets below the cached levels.
-func checkView(geo tree.Geometry, cached, z, s int, ops []audit.TreeOp, evs []treebeard.TraceEvent, metaReads int) error {
+func checkView(geo tree.Geometry, cached, z, s int, ops []ringoram.Op, evs []treebeard.TraceEvent, metaReads int) error {
 	readMeta := map[uint64]int{} // per bucket: metadata Reads so far
-	stored := func(leaves []uint64) []uint64 { return audit.TreebeardStored(geo, cached, geo.Union(leaves, nil)) }
+	stored := func(leaves []uint64) []uint64 { return treebeard.Stored(geo, cached, geo.Union(leaves, nil)) }
 	e := 0
 	for _, op := range ops {
 		if e >= len(evs) {
@@ -395,9 +385,9 @@ func checkView(geo tree.Geometry, cached, z, s int, ops []audit.TreeOp, evs []tr
 		}
 		ev := evs[e]
 		e++
-		want := audit.TreePathRead
+		want := ringoram.OpPathRead
 		if ev.Kind == treebeard.TraceEvict {
-			want = audit.TreeEviction
+			want = ringoram.OpEviction
 		}
 		if op.Kind != want {
 			return fmt.Errorf("call %d: storage saw a %v, the trace a %v", op.Seq, op.Kind, want)
@@ -410,7 +400,7 @@ func checkView(geo tree.Geometry, cached, z, s int, ops []audit.TreeOp, evs []tr
 			}
 			evict = stored(evs[e].Leaves)
 			e++
-			if err := audit.SlotsPerBucket("eviction slot Read", op.EvictReads, evict, func(uint64) int { return z }); err != nil {
+			if err := ringoram.SlotsPerBucket("eviction slot Read", op.EvictReads, evict, func(uint64) int { return z }); err != nil {
 				return fmt.Errorf("call %d: %w", op.Seq, err)
 			}
 		}
@@ -427,23 +417,23 @@ func checkView(geo tree.Geometry, cached, z, s int, ops []audit.TreeOp, evs []tr
 // checkOp checks one operation of checkView: a multi-path read or an
 // eviction of leaves (union: their buckets), with evict the buckets of
 // the eviction a multi-path read makes too.
-func checkOp(geo tree.Geometry, z, s int, op audit.TreeOp, leaves, union, evict []uint64, readMeta map[uint64]int, metaReads int) error {
+func checkOp(geo tree.Geometry, z, s int, op ringoram.Op, leaves, union, evict []uint64, readMeta map[uint64]int, metaReads int) error {
 	whole := slices.Compact(slices.Sorted(slices.Values(slices.Concat(union, evict))))
 	if err := metaFrom(op.Meta, whole, readMeta, metaReads); err != nil {
 		return err
 	}
 	perBucket := crossing(geo, leaves, z) // a path read: one slot per path, at most Z
-	if op.Kind == audit.TreeEviction {
+	if op.Kind == ringoram.OpEviction {
 		perBucket = func(uint64) int { return z } // ReadBucket: Z slots of each
 	}
-	if err := audit.SlotsPerBucket("slot Read", op.SlotReads[0], union, perBucket); err != nil {
+	if err := ringoram.SlotsPerBucket("slot Read", op.SlotReads[0], union, perBucket); err != nil {
 		return err
 	}
-	if err := audit.SameBuckets("metadata Write", op.WroteMeta, whole); err != nil {
+	if err := ringoram.SameBuckets("metadata Write", op.WroteMeta, whole); err != nil {
 		return err
 	}
 	rewritten := union // an eviction rewrites the whole union
-	if op.Kind == audit.TreePathRead {
+	if op.Kind == ringoram.OpPathRead {
 		rewritten = nil
 		if len(op.SlotReads) == 2 {
 			for _, r := range op.SlotReads[1] {
@@ -451,7 +441,7 @@ func checkOp(geo tree.Geometry, z, s int, op audit.TreeOp, leaves, union, evict 
 			}
 			slices.Sort(rewritten)
 			rewritten = slices.Compact(rewritten)
-			if err := audit.SlotsPerBucket("reshuffle Read", op.SlotReads[1], rewritten, func(uint64) int { return z }); err != nil {
+			if err := ringoram.SlotsPerBucket("reshuffle Read", op.SlotReads[1], rewritten, func(uint64) int { return z }); err != nil {
 				return err
 			}
 			if !subset(rewritten, union) || slices.ContainsFunc(rewritten, func(b uint64) bool { return subset([]uint64{b}, evict) }) {
@@ -512,7 +502,7 @@ func subset(a, b []uint64) bool {
 // by audits (a), (b), (d) and (e).
 type audited struct {
 	auditRun
-	ops   [][]audit.TreeOp
+	ops   [][]ringoram.Op
 	cells []int
 }
 
@@ -522,11 +512,11 @@ type audited struct {
 func checkRun(run auditRun) (audited, error) {
 	o := run.opts
 	a := audited{auditRun: run}
-	ops, err := audit.TreebeardViews(run.records, o.Trees, o.Z)
+	ops, err := treebeard.Views(run.records, o.Trees, o.Z)
 	if err != nil {
 		return a, fmt.Errorf("audit (b): %w", err)
 	}
-	a.ops, a.cells = ops, audit.TreebeardLeafCells(run.geo, ops, auditBins)
+	a.ops, a.cells = ops, treebeard.LeafCells(run.geo, ops, auditBins)
 	var errs []error
 	if run.recovery != nil {
 		errs = append(errs, fmt.Errorf("recovery: %w", run.recovery))
@@ -538,17 +528,17 @@ func checkRun(run auditRun) (audited, error) {
 	if err := checkSchedule(evs, o.A, o.K); err != nil {
 		errs = append(errs, fmt.Errorf("eviction schedule: %w", err))
 	}
-	if err := audit.TreebeardSizes(run.records, o.Trees); err != nil {
+	if err := treebeard.SlotSizes(run.records, o.Trees); err != nil {
 		errs = append(errs, fmt.Errorf("audit (b): %w", err))
 	}
 	for t := range o.Trees {
 		if err := checkView(run.geo, run.cached, o.Z, o.S, ops[t], evs[t], 1+run.crashes); err != nil {
 			errs = append(errs, fmt.Errorf("audit (b), tree %d: %w", t, err))
 		}
-		if err := audit.TreebeardEvictionOrder(run.geo, run.cached, o.K, ops[t], evictionSizes(evs[t])); err != nil {
+		if err := treebeard.EvictionOrder(run.geo, run.cached, o.K, ops[t], evictionSizes(evs[t])); err != nil {
 			errs = append(errs, fmt.Errorf("audit (d), tree %d: %w", t, err))
 		}
-		if err := audit.TreebeardReshuffles(o.Z, o.S, ops[t]); err != nil {
+		if err := treebeard.Reshuffles(o.Z, o.S, ops[t]); err != nil {
 			errs = append(errs, fmt.Errorf("audit (e), tree %d: %w", t, err))
 		}
 	}
@@ -557,14 +547,14 @@ func checkRun(run auditRun) (audited, error) {
 
 // countOps returns the number of multi-path reads, evictions and
 // reshuffled buckets storage saw.
-func countOps(perTree [][]audit.TreeOp) (reads, evictions, reshuffles int) {
+func countOps(perTree [][]ringoram.Op) (reads, evictions, reshuffles int) {
 	for _, ops := range perTree {
 		for _, op := range ops {
 			evict, evicts := op.Eviction()
 			if evicts {
 				evictions++
 			}
-			if op.Kind == audit.TreePathRead {
+			if op.Kind == ringoram.OpPathRead {
 				reads++
 				reshuffles += len(op.WroteSlots) - len(evict)
 			}
@@ -573,7 +563,7 @@ func countOps(perTree [][]audit.TreeOp) (reads, evictions, reshuffles int) {
 	return
 }
 
-// evictionCount is audit (g) (audit.TreebeardEvictionCount), with the
+// evictionCount is audit (g) (treebeard.EvictionCount), with the
 // paths of each eviction from the trace; audit (d) checks them against
 // storage.
 func evictionCount(name string, a audited) audit.Check {
@@ -583,7 +573,7 @@ func evictionCount(name string, a audited) audit.Check {
 			paths += len(e.Leaves)
 		}
 	}
-	return audit.TreebeardEvictionCount(name, paths, a.requests, a.opts.Trees, a.opts.A, a.opts.K)
+	return treebeard.EvictionCount(name, paths, a.requests, a.opts.Trees, a.opts.A, a.opts.K)
 }
 
 // statChecks are audits (c), (f), (g), (h), (i), (j), (k) and (l) on the
@@ -601,7 +591,7 @@ func evictionCount(name string, a audited) audit.Check {
 //	    repeated keys;
 //	(i) the slot offsets path reads fetch are uniform over the Z+S
 //	    slots of a bucket;
-//	(j) one multi-path read per tree and epoch (audit.TreebeardReadsPerEpoch);
+//	(j) one multi-path read per tree and epoch (treebeard.ReadsPerEpoch);
 //	(k) under a hot key, uniform keys and Zipf, one key's block followed
 //	    across its real path reads (followChecks): its positions uniform,
 //	    each independent of the one before, and the same position again
@@ -614,7 +604,7 @@ func evictionCount(name string, a audited) audit.Check {
 //	    nothing to test while the protocol keeps it there;
 //	(l) every slot a path read takes is uniform among the slots of its
 //	    bucket not read since the bucket was last written
-//	    (audit.TreebeardChoices, from storage's view alone: Ring ORAM's
+//	    (ringoram.Choices, from storage's view alone: Ring ORAM's
 //	    permuted buckets and random dummies).
 //
 // Every statistical check rejects at audit.Significance.
@@ -633,9 +623,9 @@ func statChecks(runs map[string]audited) []audit.Check {
 			audit.Uniform(n+": trees read", audit.SumRows(a.cells, a.opts.Trees)),
 			audit.Uniform(n+": (tree, leaf bin) cells read", a.cells),
 			evictionCount(n, a),
-			audit.Uniform(n+": slot offsets of path reads", audit.TreebeardSlotOffsets(a.ops, slots)),
-			audit.TreebeardReadsPerEpoch(n, a.ops, a.rounds),
-			audit.Choices(n+": slots path reads take, among their buckets' unread ones", audit.TreebeardChoices(a.ops, slots), slots))
+			audit.Uniform(n+": slot offsets of path reads", treebeard.SlotOffsets(a.ops, slots)),
+			treebeard.ReadsPerEpoch(n, a.ops, a.rounds),
+			audit.Choices(n+": slots path reads take, among their buckets' unread ones", ringoram.Choices(a.ops, slots), slots))
 		if n == "hot" || n == "uniform" || n == "zipf" {
 			out = append(out, followChecks(n, a)...)
 		}
@@ -646,7 +636,7 @@ func statChecks(runs map[string]audited) []audit.Check {
 		}
 		if u, ok := runs["uniform"]; ok && x != "uniform" {
 			out = append(out, audit.Homogeneous(x+" against uniform: distinct paths per multi-path read",
-				audit.TreebeardDistinctLeaves(runs[x].geo, runs[x].ops).Counts, audit.TreebeardDistinctLeaves(u.geo, u.ops).Counts))
+				treebeard.DistinctLeaves(runs[x].geo, runs[x].ops).Counts, treebeard.DistinctLeaves(u.geo, u.ops).Counts))
 		}
 	}
 	return out
@@ -686,9 +676,9 @@ type realRead struct {
 func keyWalks(a audited) ([][]int, error) {
 	var reads []realRead
 	for t, evs := range treeEvents(a.events, a.opts.Trees) {
-		var ops []audit.TreeOp
+		var ops []ringoram.Op
 		for _, op := range a.ops[t] {
-			if op.Kind == audit.TreePathRead {
+			if op.Kind == ringoram.OpPathRead {
 				ops = append(ops, op)
 			}
 		}
@@ -1007,8 +997,8 @@ func TestAuditCatchesViolations(t *testing.T) {
 	if len(evictions) < 3 || len(plain) == 0 || len(reshuffling) == 0 {
 		t.Fatalf("tree 0: %d evictions, %d plain reads, %d reads with reshuffles: too few to doctor", len(evictions), len(plain), len(reshuffling))
 	}
-	tree0 := func(records []observe.Record) []audit.TreeOp {
-		ops, err := audit.TreebeardViews(records, o.Trees, o.Z)
+	tree0 := func(records []observe.Record) []ringoram.Op {
+		ops, err := treebeard.Views(records, o.Trees, o.Z)
 		if err != nil {
 			t.Fatalf("doctored log does not parse: %v", err)
 		}
@@ -1075,7 +1065,7 @@ func TestAuditCatchesViolations(t *testing.T) {
 			records[x].Addrs, records[y].Addrs = records[y].Addrs, records[x].Addrs
 			records[x].Sizes, records[y].Sizes = records[y].Sizes, records[x].Sizes
 		}
-		expect(t, audit.TreebeardEvictionOrder(geo, run.cached, o.K, tree0(records), evictionSizes(evs[0])))
+		expect(t, treebeard.EvictionOrder(geo, run.cached, o.K, tree0(records), evictionSizes(evs[0])))
 	})
 	t.Run("d/an eviction's paths skipped", func(t *testing.T) {
 		// The first eviction never happened on storage: the second then
@@ -1084,10 +1074,10 @@ func TestAuditCatchesViolations(t *testing.T) {
 		for _, i := range slices.Backward(evictions[0]) {
 			records = slices.Delete(records, i, i+1)
 		}
-		expect(t, audit.TreebeardEvictionOrder(geo, run.cached, o.K, tree0(records), evictionSizes(evs[0])[1:]))
+		expect(t, treebeard.EvictionOrder(geo, run.cached, o.K, tree0(records), evictionSizes(evs[0])[1:]))
 	})
 	t.Run("d/clean", func(t *testing.T) {
-		if err := audit.TreebeardEvictionOrder(geo, run.cached, o.K, clean.ops[0], evictionSizes(evs[0])); err != nil {
+		if err := treebeard.EvictionOrder(geo, run.cached, o.K, clean.ops[0], evictionSizes(evs[0])); err != nil {
 			t.Fatal(err)
 		}
 	})
@@ -1102,7 +1092,7 @@ func TestAuditCatchesViolations(t *testing.T) {
 			}
 		}
 		w.Addrs, w.Sizes = addrs, sizes
-		expect(t, audit.TreebeardReshuffles(o.Z, o.S, tree0(records)))
+		expect(t, treebeard.Reshuffles(o.Z, o.S, tree0(records)))
 	})
 	t.Run("b/metadata read twice", func(t *testing.T) {
 		records := cloneRecords(run.records)
@@ -1136,6 +1126,6 @@ func TestAuditCatchesViolations(t *testing.T) {
 		for s := range o.Z + o.S {
 			w.Addrs, w.Sizes = append(w.Addrs, l.SlotAddr(root, s)), append(w.Sizes, 0)
 		}
-		expect(t, audit.TreebeardReshuffles(o.Z, o.S, tree0(records)))
+		expect(t, treebeard.Reshuffles(o.Z, o.S, tree0(records)))
 	})
 }

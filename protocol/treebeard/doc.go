@@ -85,6 +85,11 @@
 // Prepare or in a bulk load; a creation or a load cut short leaves a store
 // whose trees are written afresh.
 //
+// The package also owns storage's view of Treebeard (view.go: every
+// tree's operations, parsed with ringoram.View, and the audits of the
+// paper that storage's view alone supports) and its registration with
+// `oblivkv audit` (audit.go: the audit ends each epoch itself).
+//
 // It must never let a backend call depend on which keys are asked for,
 // whether they exist or repeat, or what they hold: per epoch, one path
 // read per forwarded request, each of a uniformly random tree and leaf.

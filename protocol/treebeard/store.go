@@ -23,15 +23,22 @@ import (
 
 func init() {
 	kv.Register(kv.Protocol{
-		Name:    "treebeard",
+		Name:    protocolName,
 		Summary: "Treebeard: Ring ORAM trees behind Routers and Stash shards, requests batched in epochs; hides which key is accessed from an active adversary (the default)",
 		Open:    kv.FactoryOf(open),
 		Options: Options{},
+		Audit:   auditSpec,
 	})
 }
 
+// protocolName is the name Treebeard is registered under.
+const protocolName = "treebeard"
+
+// treesPrefix begins every storage address of every tree.
+const treesPrefix = "tb/"
+
 // TreePrefix returns the prefix of every storage address of tree t.
-func TreePrefix(t int) string { return fmt.Sprintf("tb/%d/", t) }
+func TreePrefix(t int) string { return fmt.Sprintf("%s%d/", treesPrefix, t) }
 
 // IsMetaAddr reports whether addr is the address of a bucket's metadata in
 // one of the trees.
@@ -57,10 +64,10 @@ func SlotIndex(addr string) (int, bool) {
 // treeLayout returns the layout of the tree whose prefix addr begins with,
 // and false when it begins with no tree's.
 func treeLayout(addr string) (ringoram.Layout, bool) {
-	rest, ok := strings.CutPrefix(addr, "tb/")
+	rest, ok := strings.CutPrefix(addr, treesPrefix)
 	t, _, cut := strings.Cut(rest, "/")
 	n, err := strconv.Atoi(t)
-	if !ok || !cut || err != nil || n < 0 || TreePrefix(n) != "tb/"+t+"/" {
+	if !ok || !cut || err != nil || n < 0 || TreePrefix(n) != treesPrefix+t+"/" {
 		return ringoram.Layout{}, false
 	}
 	return ringoram.Layout{Prefix: TreePrefix(n)}, true

@@ -61,11 +61,11 @@ const maxAlphaTV = 0.10
 
 // auditRun is what one workload leaves for the analyses.
 type auditRun struct {
-	alpha       audit.AlphaResult
-	beta        audit.BetaResult // real objects only (Theorem 7.2)
-	dummyBeta   audit.BetaResult
-	realEvents  []audit.WaffleEvent
-	dummyEvents []audit.WaffleEvent
+	alpha       waffle.AlphaResult
+	beta        waffle.BetaResult // real objects only (Theorem 7.2)
+	dummyBeta   waffle.BetaResult
+	realEvents  []waffle.Event
+	dummyEvents []waffle.Event
 	records     []observe.Record
 	minReads    int     // fewest storage reads of any key
 	readShare   float64 // share of keys read from storage at least 3 times
@@ -80,12 +80,12 @@ func objName(r waffle.Ref) string {
 }
 
 // tracer keeps the proxy's trace of every batch, turns it into the
-// events of audit.WaffleBeta, one list for real objects and one for
+// events of waffle.Beta, one list for real objects and one for
 // dummies, and counts the storage reads of every key.
 type tracer struct {
 	mu              sync.Mutex
 	traced          []waffle.TracedBatch
-	realEv, dummyEv []audit.WaffleEvent
+	realEv, dummyEv []waffle.Event
 	readsByKey      map[string]int
 	lastTS          uint64
 	err             error // a jump in the batch timestamps
@@ -100,7 +100,7 @@ func (tr *tracer) batch(b waffle.TracedBatch) {
 	}
 	tr.lastTS = ts
 	tr.traced = append(tr.traced, b)
-	var re, de audit.WaffleEvent
+	var re, de waffle.Event
 	for _, r := range read {
 		if r.Dummy {
 			de.Read = append(de.Read, objName(r))
@@ -250,13 +250,13 @@ func analyse(t *testing.T, records []observe.Record, tr *tracer, keys []string) 
 	}
 	run := auditRun{records: records, realEvents: tr.realEv, dummyEvents: tr.dummyEv}
 	var err error
-	if run.alpha, err = audit.WaffleAlpha(records); err != nil {
+	if run.alpha, err = waffle.Alpha(records); err != nil {
 		t.Fatal(err)
 	}
 	if run.alpha.Batches != len(tr.realEv) {
 		t.Fatalf("the tap log holds %d batches, the proxy traced %d", run.alpha.Batches, len(tr.realEv))
 	}
-	run.beta, run.dummyBeta = audit.WaffleBeta(tr.realEv), audit.WaffleBeta(tr.dummyEv)
+	run.beta, run.dummyBeta = waffle.Beta(tr.realEv), waffle.Beta(tr.dummyEv)
 	run.minReads = -1
 	several := 0
 	for _, k := range keys {
@@ -279,9 +279,6 @@ func analyse(t *testing.T, records []observe.Record, tr *tracer, keys []string) 
 // objects, is never below TheoreticalBeta; and the adversary-visible alpha
 // histograms of the two workloads nearly coincide.
 func TestAlphaBetaUniform(t *testing.T) {
-	if waffle.ObjectPrefix != audit.WaffleObjectPrefix {
-		t.Fatalf("audit.WaffleObjectPrefix %q != waffle.ObjectPrefix %q", audit.WaffleObjectPrefix, waffle.ObjectPrefix)
-	}
 	alphaBound := int(waffle.TheoreticalAlpha(auditOpts, auditN))
 	betaBound := int(waffle.TheoreticalBeta(auditOpts, auditN))
 	if betaBound <= 0 {
@@ -324,7 +321,7 @@ func TestAlphaBetaUniform(t *testing.T) {
 	// object back too early.
 	t.Run("DoctoredLogFails", func(t *testing.T) {
 		recs := doctorDelayedRead(t, runs["uniform"].records, alphaBound)
-		a, err := audit.WaffleAlpha(recs)
+		a, err := waffle.Alpha(recs)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -334,7 +331,7 @@ func TestAlphaBetaUniform(t *testing.T) {
 	})
 	t.Run("DoctoredEventsFail", func(t *testing.T) {
 		ev := doctorEarlyWrite(t, runs["uniform"].realEvents, runs["uniform"].beta, betaBound)
-		if b := audit.WaffleBeta(ev); b.Min >= betaBound {
+		if b := waffle.Beta(ev); b.Min >= betaBound {
 			t.Fatalf("doctored events: min beta %d; want it reported below %d", b.Min, betaBound)
 		}
 	})
@@ -344,13 +341,13 @@ func TestAlphaBetaUniform(t *testing.T) {
 // fewer batches after its write is read instead bound+1 batches after it.
 func doctorDelayedRead(t *testing.T, recs []observe.Record, bound int) []observe.Record {
 	t.Helper()
-	a, err := audit.WaffleAlpha(recs)
+	a, err := waffle.Alpha(recs)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var readRecs []int // index in recs of batch i+1's Read
 	for i, r := range recs {
-		if r.Op == observe.OpRead && len(r.Addrs) > 0 && strings.HasPrefix(r.Addrs[0], audit.WaffleObjectPrefix) {
+		if r.Op == observe.OpRead && len(r.Addrs) > 0 && strings.HasPrefix(r.Addrs[0], waffle.ObjectPrefix) {
 			readRecs = append(readRecs, i)
 		}
 	}
@@ -382,13 +379,13 @@ func doctorDelayedRead(t *testing.T, recs []observe.Record, bound int) []observe
 
 // doctorEarlyWrite returns a copy of events in which one real object read
 // in batch r is also written in batch r+bound-1, before Theorem 7.2 allows.
-func doctorEarlyWrite(t *testing.T, events []audit.WaffleEvent, b audit.BetaResult, bound int) []audit.WaffleEvent {
+func doctorEarlyWrite(t *testing.T, events []waffle.Event, b waffle.BetaResult, bound int) []waffle.Event {
 	t.Helper()
 	if len(b.Samples) == 0 {
 		t.Fatal("no beta sample to doctor")
 	}
 	s := b.Samples[len(b.Samples)/2]
-	out := append([]audit.WaffleEvent(nil), events...)
+	out := append([]waffle.Event(nil), events...)
 	i := s.Read + bound - 1
 	out[i].Written = append(append([]string(nil), out[i].Written...), s.Object)
 	return out

@@ -70,8 +70,10 @@
 //
 // The package owns the proxy's state (cache, timestamps, ordered indexes,
 // dummies) and everything under "wf/" on storage: the objects under
-// ObjectPrefix. It must never let what storage sees depend on the requests
-// (every batch is the same three calls of B addresses), never read or
-// write a storage id twice, never store a logical key or an unsealed
-// value, and never answer from an object that fails to open.
+// ObjectPrefix, with storage's view of them (view.go: alpha, beta, fresh
+// ids) and its registration with `oblivkv audit` (audit.go). It must
+// never let what storage sees depend on the requests (every batch is the
+// same three calls of B addresses), never read or write a storage id
+// twice, never store a logical key or an unsealed value, and never
+// answer from an object that fails to open.
 package waffle

@@ -95,7 +95,7 @@ const (
 func objectCalls(records []observe.Record) (reads, writes [][]string) {
 	for _, r := range records {
 		switch {
-		case r.Err || !isObjectCall(r):
+		case r.Err || !waffle.IsObjectCall(r):
 		case r.Op == observe.OpRead:
 			reads = append(reads, r.Addrs)
 		case r.Op == observe.OpWrite:

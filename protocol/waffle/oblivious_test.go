@@ -21,11 +21,11 @@ import (
 // truth, those of follow_test.go: one key followed across its accesses,
 // and where a batch puts its real objects):
 //
-//   - fresh ids (exact, audit.WaffleFreshIDs): every storage id is
+//   - fresh ids (exact, waffle.FreshIDs): every storage id is
 //     written once and read at most once (Waffle Sec. 5);
-//   - id prefixes (audit.WaffleIDPrefixes): no more pairs of ids share
+//   - id prefixes (waffle.IDPrefixes): no more pairs of ids share
 //     their first bytes than random ids give;
-//   - alpha bound (exact, audit.WaffleAlphaBound): every id is read
+//   - alpha bound (exact, waffle.AlphaBound): every id is read
 //     within Theorem 7.1's alpha batches of its write;
 //   - batch sizes (exact, audit.Sizes): after the bulk load, every Read,
 //     Write and Delete of objects lists exactly B addresses;
@@ -84,12 +84,12 @@ func obliviousChecks(t *testing.T, w string, setup auditSetup, raw storeRun) map
 	opts := setup.opts.EnsureDefaults(setup.n)
 	batches := raw.records[raw.loaded:]
 	checks := map[string]audit.Check{
-		checkFreshIDs: audit.WaffleFreshIDs(w+": every id written once, read at most once", raw.records),
+		checkFreshIDs: waffle.FreshIDs(w+": every id written once, read at most once", raw.records),
 		checkAlpha:    alphaCheck(w+": Theorem 7.1's alpha", raw.records, int(waffle.TheoreticalAlpha(setup.opts, setup.n))),
-		checkSizes:    audit.Sizes(fmt.Sprintf("%s: B = %d addresses per batch call", w, opts.B), batches, isObjectCall, opts.B),
-		checkPrefixes: audit.WaffleIDPrefixes(w+": ids sharing their first bytes", raw.records),
+		checkSizes:    audit.Sizes(fmt.Sprintf("%s: B = %d addresses per batch call", w, opts.B), batches, waffle.IsObjectCall, opts.B),
+		checkPrefixes: waffle.IDPrefixes(w+": ids sharing their first bytes", raw.records),
 	}
-	links := audit.BatchLinks(batches, audit.WaffleObjectPrefix)
+	links := audit.BatchLinks(batches, waffle.ObjectPrefix)
 	if reads := opts.B * setup.batches; len(links) < reads/2 {
 		t.Fatalf("%s: %d links of reads to writes in %d batches; want at least %d", w, len(links), setup.batches, reads/2)
 	}
@@ -104,20 +104,15 @@ func obliviousChecks(t *testing.T, w string, setup auditSetup, raw storeRun) map
 	return checks
 }
 
-// alphaCheck is audit.WaffleAlphaBound on records; a log on which alpha is
+// alphaCheck is waffle.AlphaBound on records; a log on which alpha is
 // undefined (an id written or read twice, which the fresh ids check
 // reports) fails it.
 func alphaCheck(name string, records []observe.Record, bound int) audit.Check {
-	a, err := audit.WaffleAlpha(records)
+	a, err := waffle.Alpha(records)
 	if err != nil {
 		return audit.Exact(name, []string{"alpha undefined: an id is written or read twice"})
 	}
-	return audit.WaffleAlphaBound(name, a, bound)
-}
-
-// isObjectCall selects the Reads, Writes and Deletes of objects.
-func isObjectCall(r observe.Record) bool {
-	return r.Op != observe.OpScan && len(r.Addrs) > 0 && strings.HasPrefix(r.Addrs[0], audit.WaffleObjectPrefix)
+	return waffle.AlphaBound(name, a, bound)
 }
 
 // TestObliviousAudit runs both workloads at both parameter sets; every

@@ -117,7 +117,7 @@ func TestAlphaBetaAtSecurityLevels(t *testing.T) {
 // (bins of one batch when the range is smaller): the share of requests
 // whose alpha would have to change to turn one histogram into the other.
 // It returns the number of bins used too.
-func alphaHistogramDistance(a, b audit.AlphaResult, bins int) (float64, int) {
+func alphaHistogramDistance(a, b waffle.AlphaResult, bins int) (float64, int) {
 	span := max(a.Max, b.Max) + 1
 	width := max(1, int(math.Ceil(float64(span)/float64(bins))))
 	return audit.TotalVariation(a.Hist.Rebin(width), b.Hist.Rebin(width)), (span + width - 1) / width
@@ -129,7 +129,7 @@ func alphaHistogramDistance(a, b audit.AlphaResult, bins int) (float64, int) {
 // per bin, in at most bins equal bins. It is 2·TV divided by the number of
 // bins, so it shrinks as bins are added; it is reported next to the total
 // variation.
-func paperHistogramDifference(a, b audit.AlphaResult, bins int) float64 {
+func paperHistogramDifference(a, b waffle.AlphaResult, bins int) float64 {
 	tv, n := alphaHistogramDistance(a, b, bins)
 	return 2 * tv / float64(n)
 }

@@ -24,6 +24,7 @@ func init() {
 		Summary: "Waffle: fixed batches of real and fake queries with bounded alpha and beta; defeats a passive persistent adversary",
 		Open:    kv.FactoryOf(open),
 		Options: Options{},
+		Audit:   auditSpec,
 	})
 }
 

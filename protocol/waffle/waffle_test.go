@@ -10,7 +10,6 @@ import (
 
 	"github.com/oblivkv/oblivkv/backend/mem"
 	"github.com/oblivkv/oblivkv/internal/durable"
-	"github.com/oblivkv/oblivkv/internal/testsupport/durabletest"
 	"github.com/oblivkv/oblivkv/kv"
 	"github.com/oblivkv/oblivkv/kv/kvtest"
 	"github.com/oblivkv/oblivkv/observe"
@@ -98,7 +97,7 @@ func TestBatchShape(t *testing.T) {
 	wg.Wait()
 	var recs []observe.Record
 	for _, r := range log.Records() {
-		if !durabletest.IsAnchorWrite(r) {
+		if !durable.IsAnchorWrite(r) {
 			recs = append(recs, r)
 		}
 	}

@@ -77,20 +77,15 @@ func CheckRecoveryView(recovery []observe.Record) error {
 	if first.Op != observe.OpRead || !slices.Equal(first.Addrs, []string{durable.AnchorAddr}) {
 		return fmt.Errorf("recovery: first call %v of %v; want a read of the anchor", first.Op, first.Addrs)
 	}
-	if !IsAnchorWrite(last) {
+	if !durable.IsAnchorWrite(last) {
 		return fmt.Errorf("recovery: last call %v of %v; want the checkpoint's anchor", last.Op, last.Addrs)
 	}
 	for _, r := range recovery[1 : len(recovery)-1] {
-		if r.Op != observe.OpWrite || IsAnchorWrite(r) {
+		if r.Op != observe.OpWrite || durable.IsAnchorWrite(r) {
 			return fmt.Errorf("recovery: call %d is a %v of %d addresses; want only the journal's Writes", r.Seq, r.Op, len(r.Addrs))
 		}
 	}
 	return nil
-}
-
-// IsAnchorWrite reports whether r is a checkpoint's write of the anchor.
-func IsAnchorWrite(r observe.Record) bool {
-	return r.Op == observe.OpWrite && len(r.Addrs) == 1 && r.Addrs[0] == durable.AnchorAddr
 }
 
 // Crasher is what CutAfterRead stops: a journal whose Crash ends it as

@@ -2,13 +2,12 @@ package auditrun
 
 import (
 	"fmt"
-	"strings"
 
 	"gonum.org/v1/gonum/mathext"
 
 	"github.com/oblivkv/oblivkv/audit"
+	"github.com/oblivkv/oblivkv/audit/auditspec"
 	"github.com/oblivkv/oblivkv/observe"
-	"github.com/oblivkv/oblivkv/protocol/ringoram"
 )
 
 // AttackTop is how many of the most popular keys the attacker is scored on.
@@ -129,34 +128,15 @@ func unitCounts(records []observe.Record, unit func(string) string) []int {
 	return out
 }
 
-// storageUnit returns how the comparison of calls per address groups a
-// protocol's addresses: a Treebeard bucket's slots and metadata are one
-// unit, since an operation that touches one touches the others (its
-// rewrite holds them all), so counting them apart would count one
-// bucket's calls Z+S+1 times and make the test see differences several
-// times larger than they are. Every other protocol's address is its own
-// unit.
-func storageUnit(protocol string) func(string) string {
-	if protocol != "treebeard" {
-		return sameAddress
+// unitOf returns how the comparison of calls per unit of storage groups
+// the addresses of the protocol of spec: by its registration's Unit, or
+// each address its own unit.
+func unitOf(spec auditspec.Spec) func(string) string {
+	if spec.Unit != nil {
+		return spec.Unit
 	}
-	return treebeardBucket
+	return sameAddress
 }
 
 // sameAddress makes each address its own unit.
 func sameAddress(addr string) string { return addr }
-
-// treebeardBucket names the tree and bucket of a Treebeard slot or
-// metadata address, and any other address by itself.
-func treebeardBucket(addr string) string {
-	rest, ok := strings.CutPrefix(addr, "tb/")
-	i := strings.IndexByte(rest, '/')
-	if !ok || i < 0 {
-		return addr
-	}
-	l := ringoram.Layout{Prefix: addr[:len("tb/")+i+1]}
-	if b, _, ok := l.ParseSlot(addr); ok {
-		return l.MetaAddr(b)
-	}
-	return addr
-}

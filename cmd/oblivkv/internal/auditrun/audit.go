@@ -8,6 +8,8 @@ import (
 	"slices"
 
 	"github.com/oblivkv/oblivkv/audit"
+	"github.com/oblivkv/oblivkv/audit/auditspec"
+	"github.com/oblivkv/oblivkv/kv"
 )
 
 // Result is what an audit found.
@@ -20,7 +22,7 @@ type Result struct {
 	Checks []audit.Check
 	// Plots are histograms by name and workload: "access" (addresses by
 	// how many calls touched them, in bins 0, 1, 2-3, 4-7...), and the
-	// protocol's own ("leaf", "alpha", "set").
+	// protocol's own (auditspec.Analysis.Plots).
 	Plots map[string]map[string][]int
 	// Compared are the protocol's own observables compared across
 	// workloads: histograms by observable and workload.
@@ -57,14 +59,23 @@ func Audit(ctx context.Context, cfg Config) (*Result, error) {
 		}
 	}
 	res.compare()
-	if act, ok := active[cfg.Protocol]; ok {
-		c, err := act(ctx, cfg)
+	for _, act := range specOf(cfg.Protocol).Active {
+		c, err := act(ctx, auditspec.Active{Protocol: cfg.Protocol, Options: cfg.Options, Capacity: cfg.Records, Timeout: cfg.Timeout})
 		if err != nil {
 			return nil, err
 		}
 		res.Checks = append(res.Checks, c)
 	}
 	return res, nil
+}
+
+// specOf returns the audit registration of protocol (the zero Spec for a
+// protocol that registers none).
+func specOf(protocol string) auditspec.Spec {
+	if p, ok := kv.Lookup(protocol); ok && p.Audit != nil {
+		return *p.Audit
+	}
+	return auditspec.Spec{}
 }
 
 // analyse adds the checks and plots of one run.
@@ -76,25 +87,35 @@ func (res *Result) analyse(cfg Config, r *Run) error {
 		res.Attack = &a
 		res.Checks = append(res.Checks, a.Check)
 	}
-	own, ok := analyses[cfg.Protocol]
-	if !ok {
+	own := specOf(cfg.Protocol).Analyse
+	if own == nil {
 		return nil
 	}
-	checks, plots, compared, err := own(cfg, r)
+	a, err := own(r.view(cfg))
 	if err != nil {
 		return err
 	}
-	res.Checks = append(res.Checks, checks...)
-	for name, h := range plots {
+	res.Checks = append(res.Checks, a.Checks...)
+	for name, h := range a.Plots {
 		res.plot(name, r.Workload, h)
 	}
-	for name, h := range compared {
+	for name, h := range a.Compared {
 		add(res.Compared, name, r.Workload, h)
 	}
 	return nil
 }
 
 func (res *Result) plot(name, workload string, h []int) { add(res.Plots, name, workload, h) }
+
+// plotTitle returns the title and the y label of plot name: the audit's
+// own, or the protocol's (auditspec.Spec.Plots).
+func (res *Result) plotTitle(name string) [2]string {
+	if t, ok := plotTitles[name]; ok {
+		return t
+	}
+	p := specOf(res.Config.Protocol).Plots[name]
+	return [2]string{p.Title, p.YLabel}
+}
 
 func add(m map[string]map[string][]int, name, workload string, h []int) {
 	if m[name] == nil {
@@ -106,11 +127,12 @@ func add(m map[string]map[string][]int, name, workload string, h []int) {
 // compare adds the two-workload indistinguishability checks: every
 // workload against the first (uniform when it runs, the reference of
 // DESIGN section 6), on each observable: how many calls touched each
-// address, the bytes of each address in a call, and the leaves read
-// where the protocol's own checks count them. The first two compare the
-// first n calls of each log, n the shorter's length: storage sees the
-// runs over equal lengths (a run of cache hits ends sooner, which Cloak
-// and Waffle do not hide from the clients' side, only from storage).
+// unit of storage (auditspec.Spec.Unit), the bytes of each address in a
+// call, and those the protocol's own analysis compares (such as the
+// leaves read). The first two compare the first n calls of each log, n
+// the shorter's length: storage sees the runs over equal lengths (a run
+// of cache hits ends sooner, which a protocol that batches requests need
+// not hide from the clients' side, only from storage).
 func (res *Result) compare() {
 	if len(res.Runs) < 2 {
 		return
@@ -121,7 +143,7 @@ func (res *Result) compare() {
 			base = r
 		}
 	}
-	unit := storageUnit(res.Config.Protocol)
+	unit := unitOf(specOf(res.Config.Protocol))
 	for _, r := range res.Runs {
 		if r == base {
 			continue

@@ -9,15 +9,19 @@ import (
 	"time"
 
 	"github.com/oblivkv/oblivkv/audit"
+	"github.com/oblivkv/oblivkv/internal/durable"
 
 	"github.com/oblivkv/oblivkv/kv"
 	_ "github.com/oblivkv/oblivkv/protocol/all"
 )
 
 // oblivious are the registered protocols that promise to hide access
-// patterns: all but the baselines.
+// patterns: all but the insecure baselines.
 func oblivious() []string {
-	return slices.DeleteFunc(kv.Protocols(), func(p string) bool { return p == "plain" || p == "encrypted" })
+	return slices.DeleteFunc(kv.Protocols(), func(name string) bool {
+		p, _ := kv.Lookup(name)
+		return p.Insecure()
+	})
 }
 
 // TestAttackerRecoversEncrypted shows the frequency attacker breaking
@@ -89,5 +93,25 @@ func TestUntestableCheckNotApplicable(t *testing.T) {
 	page := writtenPage(t, res)
 	if !strings.Contains(string(page), `<td class="num">n/a</td>`) || strings.Contains(string(page), "e+308") {
 		t.Errorf("report:\n%s", page)
+	}
+}
+
+// TestAddressesUnderPrefixes: every address a run of each registered
+// protocol touches begins with a prefix its registration names
+// (auditspec.Spec.Prefixes), kv's metadata record and the journal's
+// anchor aside.
+func TestAddressesUnderPrefixes(t *testing.T) {
+	for _, p := range kv.Protocols() {
+		t.Run(p, func(t *testing.T) {
+			r := runUniform(t, Config{Protocol: p, Workloads: []string{"uniform"}, Ops: 200, Seed: 1}.withDefaults())
+			prefixes := specOf(p).Prefixes
+			for _, rec := range r.All {
+				for _, a := range rec.Addrs {
+					if a != kv.MetaAddr && a != durable.AnchorAddr && !slices.ContainsFunc(prefixes, func(pre string) bool { return strings.HasPrefix(a, pre) }) {
+						t.Fatalf("call %d (%v) touches %q, under none of the prefixes %q", rec.Seq, rec.Op, a, prefixes)
+					}
+				}
+			}
+		})
 	}
 }

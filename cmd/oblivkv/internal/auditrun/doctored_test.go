@@ -59,14 +59,7 @@ func TestStructuralChecksRejectDoctoredLogs(t *testing.T) {
 	for _, d := range doctorings {
 		t.Run(d.protocol+"/"+d.name, func(t *testing.T) {
 			cfg := Config{Protocol: d.protocol, Workloads: []string{"uniform"}, Ops: 600, Seed: 3}.withDefaults()
-			keys, err := keysOf("uniform", cfg.Records, cfg.Ops, cfg.Clients, cfg.Seed)
-			if err != nil {
-				t.Fatal(err)
-			}
-			r, err := run(t.Context(), cfg, "uniform", keys)
-			if err != nil {
-				t.Fatal(err)
-			}
+			r := runUniform(t, cfg)
 			if c, ok := find(t, cfg, r, d.check); !ok || !c.Pass() {
 				t.Fatalf("clean log: %v", c)
 			}
@@ -83,19 +76,33 @@ func TestStructuralChecksRejectDoctoredLogs(t *testing.T) {
 	}
 }
 
+// runUniform runs cfg's protocol once on the uniform workload.
+func runUniform(t *testing.T, cfg Config) *Run {
+	t.Helper()
+	keys, err := keysOf("uniform", cfg.Records, cfg.Ops, cfg.Clients, cfg.Seed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := run(t.Context(), cfg, "uniform", keys)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
 // find runs the protocol's analysis on r and returns the check whose
 // name holds check.
 func find(t *testing.T, cfg Config, r *Run, check string) (audit.Check, bool) {
 	t.Helper()
-	checks, _, _, err := analyses[cfg.Protocol](cfg, r)
+	a, err := specOf(cfg.Protocol).Analyse(r.view(cfg))
 	if err != nil {
 		t.Fatal(err)
 	}
-	i := slices.IndexFunc(checks, func(c audit.Check) bool { return strings.Contains(c.Name, check) })
+	i := slices.IndexFunc(a.Checks, func(c audit.Check) bool { return strings.Contains(c.Name, check) })
 	if i < 0 {
-		t.Fatalf("no check %q among %d", check, len(checks))
+		t.Fatalf("no check %q among %d", check, len(a.Checks))
 	}
-	return checks[i], true
+	return a.Checks[i], true
 }
 
 func cloneRecords(rs []observe.Record) []observe.Record {

@@ -3,85 +3,59 @@ package auditrun
 import (
 	"context"
 	"errors"
-	"fmt"
 	"sync"
 	"sync/atomic"
-	"time"
 
+	"github.com/oblivkv/oblivkv/audit/auditspec"
 	"github.com/oblivkv/oblivkv/kv"
 	"github.com/oblivkv/oblivkv/observe"
-	"github.com/oblivkv/oblivkv/protocol/cloak"
-	"github.com/oblivkv/oblivkv/protocol/treebeard"
 )
 
-// A protocol whose schedule storage sees is set by a clock runs here on a
-// clock the run drives, so that every workload gives it the same schedule
-// however loaded the machine is, and so that a schedule that depends on
-// the requests shows:
-//
-//   - treebeard: its Routers' epochs are off the clock
-//     (Options.WithEpochControl). The requests go in rounds of Clients
-//     concurrent requests; once a round's requests are all in the epoch,
-//     the run ends it and waits for every reply: each round is one epoch.
-//   - cloak: its batches run on a clock the run ticks (Options.WithClock).
-//     The requests go in rounds too; the run ticks at least once per
-//     round and until every request of the round is answered, at most
-//     maxRoundTicks times, then idleTicks more with no client.
+// A protocol whose schedule storage sees is set by a clock hands that
+// clock to the run (auditspec.Spec.Pace), so that every workload gives it
+// the same schedule however loaded the machine is, and so that a
+// schedule that depends on the requests shows: the requests go in rounds
+// of Clients concurrent requests, and once a round's are issued the
+// protocol's Clock drives its schedule until they are answered (ending
+// an epoch, ticking a batch clock), marking the log each time it moves.
 //
 // Every other protocol's clients run freely. No verdict depends on the
-// wall clock: a run that stalls is cut off, by tick count for cloak and
-// after Config.Timeout for every protocol, and reported as a failed check.
-const (
-	// maxRoundTicks bounds the ticks a round of Cloak requests may need:
-	// a waiting key is in a batch within as many ticks as there are
-	// reuse-distance sets (protocol/cloak's audit waits as long).
-	maxRoundTicks = 200
-	// idleTicks are the ticks after the last request: batches leave
-	// whether clients ask or not, idle ones too (Cloak Sec. 4).
-	idleTicks = 20
-	// pollEvery is how often the run looks whether a round is ready.
-	pollEvery = 100 * time.Microsecond
-)
+// wall clock: a run that stalls is cut off, by the Clock or after
+// Config.Timeout for every protocol, and reported as a failed check.
 
-// errStalled reports a run cut off with requests unanswered.
-var errStalled = errors.New("requests unanswered")
-
-// pacing is how a run of one protocol is driven: the options that hand
-// its clock to the run (nil: the protocol's own), and how the requests
-// go. journal opens the store with a journal (Cloak's checkpoints are
-// part of what storage sees).
+// pacing is how a run of one protocol is driven: the options to open its
+// store with, the clock the run drives (nil: the clients run freely),
+// and whether the store is journaled (its checkpoints being part of what
+// storage sees).
 type pacing struct {
 	options any
-	drive   func(ctx context.Context, d *driver) error
+	clock   auditspec.Clock
 	journal bool
 }
 
 // pacingFor returns protocol's pacing with options, the protocol options
 // the audit was given (nil: the defaults).
 func pacingFor(protocol string, options any) (pacing, error) {
-	switch protocol {
-	case "treebeard":
-		o, err := kv.OptionsOf[treebeard.Options](protocol, options)
-		ctl := &treebeard.EpochControl{}
-		return pacing{options: o.WithEpochControl(ctl), drive: func(ctx context.Context, d *driver) error {
-			return d.rounds(ctx, func(ctx context.Context, n int, _ func() bool) error { return endEpoch(ctx, d, ctl, n) })
-		}}, err
-	case "cloak":
-		o, err := kv.OptionsOf[cloak.Options](protocol, options)
-		clock := make(cloak.Clock)
-		return pacing{options: o.WithClock(clock), journal: true, drive: func(ctx context.Context, d *driver) error {
-			if err := d.rounds(ctx, func(ctx context.Context, _ int, answered func() bool) error {
-				return tickRound(ctx, d, clock, answered)
-			}); err != nil {
-				return err
-			}
-			for range idleTicks {
-				d.tick(clock)
-			}
-			return nil
-		}}, err
+	spec := specOf(protocol)
+	p := pacing{options: options, journal: spec.Journal}
+	if spec.Pace == nil {
+		return p, nil
 	}
-	return pacing{options: options, drive: func(ctx context.Context, d *driver) error { return d.free(ctx) }}, nil
+	var err error
+	p.options, p.clock, err = spec.Pace(options)
+	return p, err
+}
+
+// drive issues d's requests as p says.
+func (p pacing) drive(ctx context.Context, d *driver) error {
+	if p.clock == nil {
+		return d.free(ctx)
+	}
+	if err := d.rounds(ctx, p.clock); err != nil {
+		return err
+	}
+	p.clock.Finish(d.round(0, func() bool { return true }))
+	return nil
 }
 
 // driver issues one workload's requests to a store and keeps what the
@@ -94,8 +68,8 @@ type driver struct {
 	clients  int
 	reqs     []Request
 	answered []bool
-	// marks are the Tap sequence numbers at which the run ended an epoch
-	// (treebeard) or ticked (cloak): the last call before it.
+	// marks are the Tap sequence numbers at which the protocol's clock
+	// moved: the last call before it.
 	marks []uint64
 }
 
@@ -122,7 +96,7 @@ func (d *driver) issue(ctx context.Context, i int) error {
 	d.reqs[i].To = d.log.LastSeq()
 	d.answered[i] = err == nil
 	if err != nil && ctx.Err() != nil {
-		return errStalled // cut off: counted as unanswered
+		return auditspec.ErrStalled // cut off: counted as unanswered
 	}
 	return err
 }
@@ -155,11 +129,10 @@ func (d *driver) free(ctx context.Context) error {
 }
 
 // rounds issues the requests in rounds of d.clients concurrent requests.
-// Once a round's requests are issued, pace(ctx, n, answered) drives the
-// protocol's clock until they are answered (n requests; answered reports
-// whether all are); an error of pace cuts the round's requests off and
-// ends the run.
-func (d *driver) rounds(ctx context.Context, pace func(ctx context.Context, n int, answered func() bool) error) error {
+// Once a round's requests are issued, clock drives the protocol until
+// they are answered; its error cuts the round's requests off and ends
+// the run.
+func (d *driver) rounds(ctx context.Context, clock auditspec.Clock) error {
 	for from := 0; from < len(d.keys); from += d.clients {
 		to := min(from+d.clients, len(d.keys))
 		rctx, cancel := context.WithCancel(ctx)
@@ -173,7 +146,7 @@ func (d *driver) rounds(ctx context.Context, pace func(ctx context.Context, n in
 				left.Add(-1)
 			})
 		}
-		perr := pace(rctx, to-from, func() bool { return left.Load() == 0 })
+		perr := clock.Round(rctx, d.round(to-from, func() bool { return left.Load() == 0 }))
 		if perr != nil {
 			cancel()
 		}
@@ -186,55 +159,12 @@ func (d *driver) rounds(ctx context.Context, pace func(ctx context.Context, n in
 	return nil
 }
 
-// endEpoch ends a round's epoch once it holds the round's n requests,
-// and waits for their replies.
-func endEpoch(ctx context.Context, d *driver, ctl *treebeard.EpochControl, n int) error {
-	if err := waitUntil(ctx, func() bool { return ctl.Collecting() == n }); err != nil {
-		return err
-	}
-	d.marks = append(d.marks, d.log.LastSeq())
-	ctl.End()
-	return nil
+// round is what a Clock sees of a round of n requests, answered
+// reporting whether all are answered.
+func (d *driver) round(n int, answered func() bool) auditspec.Round {
+	return auditspec.Round{Requests: n, Answered: answered, Mark: d.mark,
+		Stat: func(name string) float64 { return extras(d.s.Stats())[name] }}
 }
 
-// tickRound ticks clock once requests wait for a batch (or are all
-// answered), and again until every request of the round is answered, at
-// most maxRoundTicks times.
-func tickRound(ctx context.Context, d *driver, clock cloak.Clock, answered func() bool) error {
-	for ticks := 0; ; ticks++ {
-		if err := waitUntil(ctx, func() bool { return answered() || pendingKeys(d.s) > 0 }); err != nil {
-			return err
-		}
-		switch {
-		case ticks > 0 && answered():
-			return nil
-		case ticks == maxRoundTicks:
-			return fmt.Errorf("%w after %d ticks", errStalled, ticks)
-		}
-		d.tick(clock)
-	}
-}
-
-// tick marks the log and ticks clock.
-func (d *driver) tick(clock cloak.Clock) {
-	d.marks = append(d.marks, d.log.LastSeq())
-	clock.Tick()
-}
-
-// pendingKeys is how many keys wait for a Cloak batch.
-func pendingKeys(s kv.Store) float64 {
-	v, _ := stat(s.Stats(), "pending_keys")
-	return v
-}
-
-// waitUntil polls cond until it holds or ctx ends.
-func waitUntil(ctx context.Context, cond func() bool) error {
-	for !cond() {
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("%w: %w", errStalled, ctx.Err())
-		case <-time.After(pollEvery):
-		}
-	}
-	return nil
-}
+// mark records that the clock is about to move: the log's last call.
+func (d *driver) mark() { d.marks = append(d.marks, d.log.LastSeq()) }

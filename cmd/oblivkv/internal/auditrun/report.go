@@ -12,12 +12,10 @@ import (
 	"github.com/oblivkv/oblivkv/bench/plot"
 )
 
-// plotTitles describe each plot a report may hold.
+// plotTitles describe the plots of every audit; a protocol titles its
+// own (plotTitle).
 var plotTitles = map[string][2]string{
 	"access": {"Addresses by how many calls touched them", "addresses (bins 0, 1, 2-3, 4-7, ... calls)"},
-	"leaf":   {"Leaves read (leaf bins; treebeard: tree by tree)", "path reads"},
-	"alpha":  {"Waffle alpha: batches from an id's write to its read", "ids"},
-	"set":    {"Cloak: addresses read per reuse-distance set", "addresses read"},
 }
 
 // maxBars bounds the cells of one plot: wider histograms are folded into
@@ -64,7 +62,7 @@ func writeSVG(path string, c plot.Chart) error {
 // chart draws plot name: one group per cell (folded to maxBars), one bar
 // per workload.
 func (res *Result) chart(name string) plot.Chart {
-	t := plotTitles[name]
+	t := res.plotTitle(name)
 	c := plot.Chart{Title: t[0], YLabel: t[1], Scale: plot.Linear}
 	hs := res.Plots[name]
 	n := 0

@@ -1,14 +1,18 @@
 // Package auditrun runs a protocol over an observe.Tap on fixed workloads
-// and judges storage's view with the analyses of package audit: what
-// `oblivkv audit` reports and its tests check. It owns the workloads
-// (zipf, uniform, hotkey, missing, bursts), the run (a fresh store over
-// memory, bulk loaded, driven by a few concurrent clients with a fixed
-// seed, on clocks the run drives where the protocol's schedule depends on
-// one: pace.go), the bound that cuts a stalled run off, the table of
-// which analyses apply to which protocol, the active checks in which
-// storage delays a response as the protocol's adversary may (curious.go),
-// the frequency-analysis attacker's score against chance, and the JSON
-// and HTML forms of the result.
+// and judges storage's view: what `oblivkv audit` reports and its tests
+// check. It owns the workloads (zipf, uniform, hotkey, missing, bursts),
+// the run (a fresh store over memory, bulk loaded, driven by a few
+// concurrent clients with a fixed seed, on a clock the run drives where
+// the protocol hands it one: pace.go), the bound that cuts a stalled run
+// off, the generic analyses (every request answered, the
+// frequency-analysis attacker's score against chance, each workload
+// against the reference on every observable), and the JSON and HTML forms
+// of the result.
+//
+// What is particular to a protocol comes from its registration
+// (kv.Protocol.Audit, an auditspec.Spec): its own checks of storage's
+// view, its clock, its units of storage, the active checks in which
+// storage acts as its adversary may. The package names no protocol.
 //
 // Only the Tap's records, the protocol's public parameters and what the
 // clients see (when a reply leaves) go into an analysis. The run knows
@@ -28,6 +32,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/oblivkv/oblivkv/audit/auditspec"
 	"github.com/oblivkv/oblivkv/backend/mem"
 	"github.com/oblivkv/oblivkv/internal/durable/journal"
 	"github.com/oblivkv/oblivkv/kv"
@@ -49,9 +54,9 @@ type Config struct {
 	// Ops is the number of requests per workload (0: the protocol's
 	// default, DefaultOps).
 	Ops int
-	// Clients issue the requests concurrently (default 8); for treebeard
-	// and cloak, whose clocks the run drives, it is also the number of
-	// requests per round (pace.go).
+	// Clients issue the requests concurrently (default 8); for a protocol
+	// whose clock the run drives, it is also the number of requests per
+	// round (pace.go).
 	Clients int
 	Seed    uint64
 	// Timeout bounds each workload's requests (default DefaultTimeout):
@@ -76,16 +81,18 @@ func (c Config) withDefaults() Config {
 }
 
 // DefaultOps is the number of requests per workload for protocol: enough
-// for every statistical check to have five samples per cell, and for the
-// baselines, whose requests cost nothing, enough for the frequency
+// for every statistical check to have five samples per cell, or the
+// number its registration asks for (auditspec.Spec.Ops); for an insecure
+// baseline, whose requests cost nothing, enough for the frequency
 // attacker to rank the 100 most popular keys (a Zipf 0.99 workload gives
 // key 100 about 1/770 of the requests, and its neighbours differ by 1%).
 func DefaultOps(protocol string) int {
-	switch protocol {
-	case "plain", "encrypted":
+	p, _ := kv.Lookup(protocol)
+	switch {
+	case p.Insecure():
 		return 40000
-	case "cloak":
-		return 1500 // at least one batch per round of Clients requests
+	case p.Audit != nil && p.Audit.Ops > 0:
+		return p.Audit.Ops
 	}
 	return 3000
 }
@@ -108,8 +115,8 @@ type Run struct {
 	All, Records []observe.Record
 	Closing      int
 	Requests     []Request
-	// Marks are the Tap sequence numbers at which the run ended an epoch
-	// (treebeard) or ticked its clock (cloak): the last call before.
+	// Marks are the Tap sequence numbers at which the run moved the
+	// protocol's clock (auditspec.Round.Mark): the last call before.
 	Marks []uint64
 	// Unanswered counts the requests not answered when the run was cut
 	// off (Stalled says why); 0 when every request was answered.
@@ -143,7 +150,7 @@ func run(ctx context.Context, cfg Config, name string, keys []int) (*Run, error)
 	dctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
 	err = p.drive(dctx, d)
 	cancel()
-	if errors.Is(err, errStalled) {
+	if errors.Is(err, auditspec.ErrStalled) {
 		r.Stalled, err = err.Error(), nil
 	}
 	r.Requests, r.Marks, r.Unanswered = d.reqs, d.marks, d.unanswered()
@@ -187,6 +194,25 @@ func open(ctx context.Context, cfg Config, p pacing, log *observe.MemoryLog) (s 
 		return nil, nil, err
 	}
 	return s, done, nil
+}
+
+// view is what the protocol's own analysis sees of r (auditspec.Run).
+func (r *Run) view(cfg Config) auditspec.Run {
+	return auditspec.Run{Protocol: cfg.Protocol, Workload: r.Workload, Options: cfg.Options, Capacity: cfg.Records,
+		All: r.All, Records: r.Records, Closing: r.Closing, Requests: len(r.Requests), Unanswered: r.Unanswered,
+		Marks: r.Marks, Stats: extras(r.Stats)}
+}
+
+// extras returns the protocol's statistics of st by name (the first of
+// a name).
+func extras(st kv.Stats) map[string]float64 {
+	m := make(map[string]float64, len(st.Extra))
+	for _, e := range st.Extra {
+		if _, ok := m[e.Name]; !ok {
+			m[e.Name] = e.Value
+		}
+	}
+	return m
 }
 
 func keyName(i int) string { return fmt.Sprintf("key-%05d", i) }

@@ -32,7 +32,8 @@ const ZipfS = 0.99
 //   - bursts: all requests of a round of clients for one key, another
 //     key every round (round r's is 37r mod records): repeats of a key
 //     whose block is being read, among concurrent requests (one epoch of
-//     treebeard's), which must look like distinct keys.
+//     a protocol that batches them by epoch), which must look like
+//     distinct keys.
 func keysOf(name string, records, ops, clients int, seed uint64) ([]int, error) {
 	r := rand.New(rand.NewPCG(seed, uint64(len(name))))
 	keys := make([]int, 0, ops)

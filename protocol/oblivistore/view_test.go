@@ -1,9 +1,11 @@
-package audit
+package oblivistore
 
 import (
 	"math/rand/v2"
 	"slices"
 	"testing"
+
+	"github.com/oblivkv/oblivkv/audit"
 )
 
 // UnreadSlotChoices ranks each slot read among its level's unread slots,
@@ -25,7 +27,7 @@ func TestUnreadSlotChoices(t *testing.T) {
 		{P: 3, Slots: []LevelSlot{{L: 1, S: 3}}},
 	}
 	got := UnreadSlotChoices(calls)
-	want := [][]Choice{nil, nil, {{Rank: 2, Unread: 4}, {Rank: 3, Unread: 4}}, {{Rank: 2, Unread: 3}, {Rank: 0, Unread: 2}}}
+	want := [][]audit.Choice{nil, nil, {{Rank: 2, Unread: 4}, {Rank: 3, Unread: 4}}, {{Rank: 2, Unread: 3}, {Rank: 0, Unread: 2}}}
 	if len(got) != len(want) || !slices.EqualFunc(got, want, slices.Equal) {
 		t.Errorf("got %v, want %v", got, want)
 	}
@@ -54,7 +56,7 @@ func levelReads(n int, next func(r *rand.Rand, unread []int) int) []PartitionCal
 	return calls
 }
 
-// A level read in a random order passes ChoicesByGroup; one read lowest
+// A level read in a random order passes audit.ChoicesByGroup; one read lowest
 // slot first one time in four fails it decisively.
 func TestUnreadSlotChoicesUniform(t *testing.T) {
 	random := func(r *rand.Rand, unread []int) int { return r.IntN(len(unread)) }
@@ -64,10 +66,10 @@ func TestUnreadSlotChoicesUniform(t *testing.T) {
 		}
 		return r.IntN(len(unread))
 	}
-	if c := ChoicesByGroup("random", UnreadSlotChoices(levelReads(100, random)), 8); !c.Pass() {
+	if c := audit.ChoicesByGroup("random", UnreadSlotChoices(levelReads(100, random)), 8); !c.Pass() {
 		t.Errorf("a level read in a random order fails: %v", c)
 	}
-	if c := ChoicesByGroup("lowest first", UnreadSlotChoices(levelReads(100, lowish)), 8); !c.Decisive() {
+	if c := audit.ChoicesByGroup("lowest first", UnreadSlotChoices(levelReads(100, lowish)), 8); !c.Decisive() {
 		t.Errorf("a level read lowest slot first one time in four passes: %v", c)
 	}
 }

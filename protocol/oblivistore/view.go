@@ -1,4 +1,4 @@
-package audit
+package oblivistore
 
 import (
 	"cmp"
@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/oblivkv/oblivkv/audit"
 	"github.com/oblivkv/oblivkv/observe"
 )
 
@@ -125,7 +126,7 @@ func levelSlots(l int) int { return 2 << l }
 // every read reads slots of written levels, each once per write. It is
 // exact, and catches a repeated access that reads its block's old slot
 // again, which links the two accesses.
-func SlotsReadOnce(name string, calls []PartitionCall) Check {
+func SlotsReadOnce(name string, calls []PartitionCall) audit.Check {
 	type level struct{ p, l int }
 	read := map[level]map[int]bool{} // slots read since the level's last write
 	var violations []string
@@ -151,7 +152,7 @@ func SlotsReadOnce(name string, calls []PartitionCall) Check {
 			}
 		}
 	}
-	return Exact(name, violations)
+	return audit.Exact(name, violations)
 }
 
 // byLevel groups slots by level.
@@ -190,7 +191,7 @@ func allOf(slots []int, n int) bool {
 // (or the partition's next write); until then they and the levels the
 // shuffle emptied are not expected, which is right, as every level the
 // shuffle read was read out before it was written.
-func LevelsReadOnce(name string, calls []PartitionCall, requests int) Check {
+func LevelsReadOnce(name string, calls []PartitionCall, requests int) audit.Check {
 	parts := map[int]*partitionView{}
 	view := func(p int) *partitionView {
 		if parts[p] == nil {
@@ -224,7 +225,7 @@ func LevelsReadOnce(name string, calls []PartitionCall, requests int) Check {
 	if seen != requests {
 		violations = append(violations, fmt.Sprintf("%d requests, but %d request reads: a request that reads nothing shows storage which partitions it could not be in", requests, seen))
 	}
-	return Exact(name, violations)
+	return audit.Exact(name, violations)
 }
 
 // partitionView is a partition's levels as storage can follow them.
@@ -332,10 +333,10 @@ func TapPartitionCalls(records []observe.Record, prefix string) ([]PartitionCall
 // whose real reads take low ranks and dummy reads high ones, can
 // balance to a uniform histogram. Reads of a slot already read, or of a
 // level never written, are left out: SlotsReadOnce reports them.
-func UnreadSlotChoices(calls []PartitionCall) [][]Choice {
+func UnreadSlotChoices(calls []PartitionCall) [][]audit.Choice {
 	type level struct{ p, l int }
 	levels := map[level]*readSlots{}
-	var groups [][]Choice
+	var groups [][]audit.Choice
 	for _, c := range calls {
 		if c.Write {
 			for l := range byLevel(c.Slots) {
@@ -356,7 +357,7 @@ func UnreadSlotChoices(calls []PartitionCall) [][]Choice {
 			for len(groups) <= g {
 				groups = append(groups, nil)
 			}
-			groups[g] = append(groups[g], Choice{Rank: ls.S - r.readBelow(ls.S), Unread: len(r.read) - r.count})
+			groups[g] = append(groups[g], audit.Choice{Rank: ls.S - r.readBelow(ls.S), Unread: len(r.read) - r.count})
 			r.add(ls.S)
 		}
 	}

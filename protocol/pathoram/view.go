@@ -1,31 +1,29 @@
-package audit
+package pathoram
 
 import (
 	"fmt"
 	"slices"
 
+	"github.com/oblivkv/oblivkv/audit"
+	"github.com/oblivkv/oblivkv/internal/durable"
 	"github.com/oblivkv/oblivkv/observe"
 	"github.com/oblivkv/oblivkv/protocol/tree"
 )
 
-// PathORAMPrefix begins the address of every bucket of a pathoram store
-// (the protocol's treePrefix; its audit test checks they agree).
-const PathORAMPrefix = "po/"
-
-// PathAccesses parses the log of a sequential Path ORAM (TaoStore Sec.
-// IV-A, the pathoram protocol) whose buckets are addresses of layout: it
+// pathAccesses parses the log of a sequential Path ORAM (TaoStore Sec.
+// IV-A, this package) whose buckets are addresses of layout: it
 // returns the path read of every Read of a whole root-to-leaf path, and
 // the violations of the access shape: a Read of a path, then a Write of
 // the same addresses, every bucket of bucketSize bytes. Checkpoints'
 // anchor writes are left out.
-func PathAccesses(g tree.Geometry, layout tree.Layout, bucketSize int, recs []observe.Record) ([]PathRead, []string) {
-	var reads []PathRead
+func pathAccesses(g tree.Geometry, layout tree.Layout, bucketSize int, recs []observe.Record) ([]audit.PathRead, []string) {
+	var reads []audit.PathRead
 	var violations []string
 	bad := func(r observe.Record, format string, args ...any) {
 		violations = append(violations, fmt.Sprintf("call %d (%v): ", r.Seq, r.Op)+fmt.Sprintf(format, args...))
 	}
 	for i, r := range recs {
-		if isAnchorWrite(r) {
+		if durable.IsAnchorWrite(r) {
 			continue
 		}
 		if r.Op != observe.OpRead {
@@ -34,12 +32,12 @@ func PathAccesses(g tree.Geometry, layout tree.Layout, bucketSize int, recs []ob
 			}
 			continue
 		}
-		leaf, ok := PathLeaf(g, layout, r.Addrs)
+		leaf, ok := pathLeaf(g, layout, r.Addrs)
 		if !ok {
 			bad(r, "addresses %q are not the root-to-leaf path of one leaf", r.Addrs)
 			continue
 		}
-		reads = append(reads, PathReadOf(r, leaf))
+		reads = append(reads, audit.PathReadOf(r, leaf))
 		switch {
 		case i+1 == len(recs) || recs[i+1].Op != observe.OpWrite:
 			bad(r, "a path read without its write-back")
@@ -56,8 +54,8 @@ func PathAccesses(g tree.Geometry, layout tree.Layout, bucketSize int, recs []ob
 	return reads, violations
 }
 
-// PathLeaf returns the leaf whose root-to-leaf path addrs are.
-func PathLeaf(g tree.Geometry, layout tree.Layout, addrs []string) (uint64, bool) {
+// pathLeaf returns the leaf whose root-to-leaf path addrs are.
+func pathLeaf(g tree.Geometry, layout tree.Layout, addrs []string) (uint64, bool) {
 	if len(addrs) != g.L+1 {
 		return 0, false
 	}

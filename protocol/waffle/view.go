@@ -1,4 +1,4 @@
-package audit
+package waffle
 
 import (
 	"cmp"
@@ -7,73 +7,9 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/oblivkv/oblivkv/audit"
 	"github.com/oblivkv/oblivkv/observe"
 )
-
-// WaffleObjectPrefix begins the storage address of every Waffle object
-// (protocol/waffle.ObjectPrefix; the storage operator sees it in every
-// address). Other addresses, such as the sealed proxy state, are ignored.
-const WaffleObjectPrefix = "wf/o/"
-
-// Histogram counts integer samples in bins of width 1: Counts[v] is how
-// many samples equal v (samples are never negative).
-type Histogram struct {
-	Counts []int
-}
-
-// Add counts one sample of value v >= 0.
-func (h *Histogram) Add(v int) {
-	for len(h.Counts) <= v {
-		h.Counts = append(h.Counts, 0)
-	}
-	h.Counts[v]++
-}
-
-// Total is the number of samples.
-func (h Histogram) Total() int {
-	n := 0
-	for _, c := range h.Counts {
-		n += c
-	}
-	return n
-}
-
-// Rebin folds the histogram into bins of the given width: bin i of the
-// result counts the samples in [i*width, (i+1)*width).
-func (h Histogram) Rebin(width int) Histogram {
-	if width <= 1 {
-		return Histogram{Counts: append([]int(nil), h.Counts...)}
-	}
-	out := Histogram{Counts: make([]int, (len(h.Counts)+width-1)/width)}
-	for v, c := range h.Counts {
-		out.Counts[v/width] += c
-	}
-	return out
-}
-
-// TotalVariation is the total variation distance between the normalised
-// histograms a and b, half the sum over bins of |p_a - p_b|: the share of
-// samples whose value would have to change to turn one distribution into
-// the other (0 for equal shapes, 1 for disjoint ones). It is 0 when either
-// histogram is empty.
-func TotalVariation(a, b Histogram) float64 {
-	na, nb := a.Total(), b.Total()
-	if na == 0 || nb == 0 {
-		return 0
-	}
-	d := 0.0
-	for i := range max(len(a.Counts), len(b.Counts)) {
-		var pa, pb float64
-		if i < len(a.Counts) {
-			pa = float64(a.Counts[i]) / float64(na)
-		}
-		if i < len(b.Counts) {
-			pb = float64(b.Counts[i]) / float64(nb)
-		}
-		d += math.Abs(pa - pb)
-	}
-	return d / 2
-}
 
 // AlphaSample is one storage id's life in a Waffle tap log: the batch that
 // wrote it and, once read, the batch that read it.
@@ -86,7 +22,7 @@ type AlphaSample struct {
 	Alpha int
 }
 
-// AlphaResult is WaffleAlpha's analysis of a tap log.
+// AlphaResult is Alpha's analysis of a tap log.
 type AlphaResult struct {
 	// Batches is the number of batches in the log (Reads of objects).
 	Batches int
@@ -96,7 +32,7 @@ type AlphaResult struct {
 	// Max is the largest Alpha of Samples (0 when there are none).
 	Max int
 	// Hist is the histogram of the Alpha of Samples.
-	Hist Histogram
+	Hist audit.Histogram
 	// Unread are the ids written, never read and still on storage at the
 	// end of the log, with their age so far, oldest first.
 	Unread []AlphaSample
@@ -107,14 +43,14 @@ type AlphaResult struct {
 	DeletedUnread int
 }
 
-// WaffleAlpha measures, from a tap log alone (what the storage operator
+// Alpha measures, from a tap log alone (what the storage operator
 // sees), the alpha of Definition 1 of Waffle Sec. 5.1: the number of
 // server accesses between the write of a storage id and its read. Waffle
 // accesses storage in batches (one Read, one Write, one Delete each), so,
 // as Sec. 5.1 says for batched proxies, accesses are counted in batches.
 //
 // Batches are numbered by their Reads: every Read call of at least one
-// object address (WaffleObjectPrefix) starts the next batch, numbered from
+// object address (ObjectPrefix) starts the next batch, numbered from
 // 1; a Write belongs to the batch of the last Read before it, so ids
 // written before the first Read (initialisation, bulk load) are in batch
 // 0. An id written in batch w and read in batch r has alpha = r - w; since
@@ -125,7 +61,7 @@ type AlphaResult struct {
 // store is created or loaded): a read of an id never written, an id read
 // or written twice (Waffle never reuses an id) or a failed object call is
 // an error, as alpha is then undefined.
-func WaffleAlpha(records []observe.Record) (AlphaResult, error) {
+func Alpha(records []observe.Record) (AlphaResult, error) {
 	l := alphaLog{written: map[string]int{}, read: map[string]bool{}}
 	for _, rec := range records {
 		addrs := objectAddrs(rec.Addrs)
@@ -146,14 +82,14 @@ func WaffleAlpha(records []observe.Record) (AlphaResult, error) {
 func objectAddrs(addrs []string) []string {
 	var out []string
 	for _, a := range addrs {
-		if strings.HasPrefix(a, WaffleObjectPrefix) {
+		if strings.HasPrefix(a, ObjectPrefix) {
 			out = append(out, a)
 		}
 	}
 	return out
 }
 
-// alphaLog is WaffleAlpha's state while it walks a log.
+// alphaLog is Alpha's state while it walks a log.
 type alphaLog struct {
 	res     AlphaResult
 	batch   int
@@ -221,11 +157,11 @@ func (l *alphaLog) result() AlphaResult {
 	return res
 }
 
-// WaffleEvent is one batch in the proxy's own record of a Waffle run
+// Event is one batch in the proxy's own record of a Waffle run
 // (which the storage operator does not see): the logical objects it read
 // from storage and those it wrote to storage, as opaque names (a key, or a
 // dummy's id). Within a batch the reads come before the writes.
-type WaffleEvent struct {
+type Event struct {
 	Read    []string
 	Written []string
 }
@@ -238,7 +174,7 @@ type BetaSample struct {
 	Beta    int // Written - Read
 }
 
-// BetaResult is WaffleBeta's analysis of a proxy record.
+// BetaResult is Beta's analysis of a proxy record.
 type BetaResult struct {
 	// Samples has one entry per read followed by a write of the same
 	// object, in the order of the writes.
@@ -246,7 +182,7 @@ type BetaResult struct {
 	// Min is the smallest Beta of Samples, or -1 when there are none.
 	Min int
 	// Hist is the histogram of the Beta of Samples.
-	Hist Histogram
+	Hist audit.Histogram
 	// Pending counts objects read and not written again by the end (held
 	// in the cache); beta is a lower bound, so they violate nothing.
 	Pending int
@@ -255,7 +191,7 @@ type BetaResult struct {
 	Reread int
 }
 
-// WaffleBeta measures the beta of Definition 1 of Waffle Sec. 5.1 from
+// Beta measures the beta of Definition 1 of Waffle Sec. 5.1 from
 // the proxy's record of which logical objects each batch read and wrote
 // (events[i] is batch i): for every read of an object in batch r followed
 // by its next write in batch w, beta = w - r. Theorem 7.2 bounds it below
@@ -264,7 +200,7 @@ type BetaResult struct {
 // dummies it reads in the same batch, beta 0), so pass real objects only
 // to check the theorem. Writes of objects not read before (bulk-loaded
 // objects evicted from the cache) are not samples.
-func WaffleBeta(events []WaffleEvent) BetaResult {
+func Beta(events []Event) BetaResult {
 	res := BetaResult{Min: -1}
 	open := map[string]int{} // object -> batch of its last read, until written
 	for i, ev := range events {
@@ -292,14 +228,14 @@ func WaffleBeta(events []WaffleEvent) BetaResult {
 	return res
 }
 
-// WaffleFreshIDs checks, from a tap log that starts before the store was
+// FreshIDs checks, from a tap log that starts before the store was
 // created or loaded, Waffle's rule that "each object stored at the server
 // is written and then read at most once before its storage id changes"
 // (Waffle Sec. 5): an exact check whose violations are ids written a
 // second time (before or after their read), ids read a second time, ids
-// read but never written in the log, and failed object calls. WaffleAlpha
+// read but never written in the log, and failed object calls. Alpha
 // stops at the first of these; this check counts them all.
-func WaffleFreshIDs(name string, records []observe.Record) Check {
+func FreshIDs(name string, records []observe.Record) audit.Check {
 	written, read := map[string]bool{}, map[string]bool{}
 	var violations []string
 	calls := 0
@@ -324,14 +260,14 @@ func WaffleFreshIDs(name string, records []observe.Record) Check {
 			}
 		}
 	}
-	c := Exact(name, violations)
+	c := audit.Exact(name, violations)
 	if len(violations) == 0 {
 		c.Detail = fmt.Sprintf("%d ids written, %d read, in %d calls", len(written), len(read), calls)
 	}
 	return c
 }
 
-// freshIDViolation says what breaks WaffleFreshIDs' rule when op (a Read or
+// freshIDViolation says what breaks FreshIDs' rule when op (a Read or
 // a Write) touches an id already written and or read, or "" when nothing.
 func freshIDViolation(op observe.Op, written, read bool) string {
 	switch {
@@ -345,14 +281,14 @@ func freshIDViolation(op observe.Op, written, read bool) string {
 	return ""
 }
 
-// WaffleAlphaBound checks Theorem 7.1's bound (Waffle Sec. 7) on a
-// WaffleAlpha analysis: no id is read more than bound batches after the
+// AlphaBound checks Theorem 7.1's bound (Waffle Sec. 7) on a
+// Alpha analysis: no id is read more than bound batches after the
 // batch that wrote it, and none still unread at the end of the log is
 // bound batches old or older (its read, in a later batch, would exceed the
 // bound). An exact check: Waffle's fake queries pick the least recently
 // accessed objects, so the bound holds for every id, whatever the
 // workload, in a full store.
-func WaffleAlphaBound(name string, a AlphaResult, bound int) Check {
+func AlphaBound(name string, a AlphaResult, bound int) audit.Check {
 	var violations []string
 	for _, s := range a.Samples {
 		if s.Alpha > bound {
@@ -364,7 +300,7 @@ func WaffleAlphaBound(name string, a AlphaResult, bound int) Check {
 			violations = append(violations, fmt.Sprintf("%s written in batch %d, unread after batch %d", shortID(s.Addr), s.Written, a.Batches))
 		}
 	}
-	c := Exact(name, violations)
+	c := audit.Exact(name, violations)
 	summary := fmt.Sprintf("bound %d; %d ids read, max alpha %d; %d unread, max age %d", bound, len(a.Samples), a.Max, len(a.Unread), a.MaxUnreadAge)
 	c.Detail = strings.TrimSuffix(summary+"; "+c.Detail, "; ")
 	return c
@@ -373,27 +309,27 @@ func WaffleAlphaBound(name string, a AlphaResult, bound int) Check {
 // shortID is an object address as a log shows it: the first 8 bytes of
 // its id, in hex.
 func shortID(addr string) string {
-	id := strings.TrimPrefix(addr, WaffleObjectPrefix)
+	id := strings.TrimPrefix(addr, ObjectPrefix)
 	return fmt.Sprintf("%x", id[:min(len(id), 8)])
 }
 
-// idPrefixBytes is how much of two ids WaffleIDPrefixes compares.
+// idPrefixBytes is how much of two ids IDPrefixes compares.
 const idPrefixBytes = 4
 
-// WaffleIDPrefixes checks that Waffle's storage ids look like fresh PRF
+// IDPrefixes checks that Waffle's storage ids look like fresh PRF
 // outputs (Waffle Sec. 5: an object's id is PRF(key, timestamp)): the
 // pairs of distinct ids written in records that share their first
 // idPrefixBytes bytes, against the C(n, 2)/2^32 pairs random ids give
-// (Excess). An id that keeps part of the key's PRF from one access to the
+// (audit.Excess). An id that keeps part of the key's PRF from one access to the
 // next, with only the rest fresh, gives every key's ids one prefix.
-func WaffleIDPrefixes(name string, records []observe.Record) Check {
+func IDPrefixes(name string, records []observe.Record) audit.Check {
 	ids := map[string]bool{}
 	for _, rec := range records {
 		if rec.Op != observe.OpWrite {
 			continue
 		}
 		for _, a := range objectAddrs(rec.Addrs) {
-			ids[strings.TrimPrefix(a, WaffleObjectPrefix)] = true
+			ids[strings.TrimPrefix(a, ObjectPrefix)] = true
 		}
 	}
 	byPrefix := map[string]int{}
@@ -405,6 +341,11 @@ func WaffleIDPrefixes(name string, records []observe.Record) Check {
 		pairs += n * (n - 1) / 2
 	}
 	n := float64(len(ids))
-	return Excess(name, pairs, n*(n-1)/2/math.Exp2(8*idPrefixBytes),
+	return audit.Excess(name, pairs, n*(n-1)/2/math.Exp2(8*idPrefixBytes),
 		fmt.Sprintf("%d pairs of the %d ids written share their first %d bytes", pairs, len(ids), idPrefixBytes))
+}
+
+// IsObjectCall selects the Reads, Writes and Deletes of objects.
+func IsObjectCall(r observe.Record) bool {
+	return r.Op != observe.OpScan && len(r.Addrs) > 0 && strings.HasPrefix(r.Addrs[0], ObjectPrefix)
 }

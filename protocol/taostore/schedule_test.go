@@ -1,10 +1,12 @@
-package audit
+package taostore
 
 import (
 	"math/rand/v2"
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/oblivkv/oblivkv/audit"
 )
 
 // taoSchedule simulates TaORAM's write-back rule over n path reads of
@@ -13,8 +15,12 @@ import (
 // returned in (neighbours swapped at random, as when two returning reads
 // race for the proxy's lock), and every k flushed paths are written back
 // a little later, sometimes after the next group's write-back has begun.
-func taoSchedule(r *rand.Rand, n, k int, leaves uint64) ([]PathRead, []WriteBack) {
-	reads := concurrentReads(n, func(int) uint64 { return r.Uint64N(leaves) })
+func taoSchedule(r *rand.Rand, n, k int, leaves uint64) ([]audit.PathRead, []WriteBack) {
+	reads := make([]audit.PathRead, n)
+	for i := range reads {
+		start := time.Duration(i) * time.Millisecond
+		reads[i] = audit.PathRead{Leaf: r.Uint64N(leaves), Start: start, End: start + 8*time.Millisecond}
+	}
 	order := make([]int, n) // flush order
 	for i := range order {
 		order[i] = i

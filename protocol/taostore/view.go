@@ -1,33 +1,30 @@
-package audit
+package taostore
 
 import (
 	"fmt"
 	"slices"
 
+	"github.com/oblivkv/oblivkv/audit"
 	"github.com/oblivkv/oblivkv/observe"
 	"github.com/oblivkv/oblivkv/protocol/tree"
 )
 
-// TaoStorePrefix begins the address of every bucket of a TaoStore tree
-// (the protocol's taostore.BucketPrefix; a test checks they agree).
-const TaoStorePrefix = "tao/b/"
-
-// TaoStoreView is storage's view of a TaoStore tree (TaoStore Sec. IV),
+// View is storage's view of a TaoStore tree (TaoStore Sec. IV),
 // parsed from the Tap alone: its path reads and write-backs, and what is
 // wrong with the calls' shape.
-type TaoStoreView struct {
-	Reads      []PathRead
+type View struct {
+	Reads      []audit.PathRead
 	WriteBacks []WriteBack
 	Shape      []string // calls that are neither a read of the stored levels of one path nor a write of buckets, or buckets of another size
 	WBShape    []string // write-backs that are not whole stored paths
 }
 
-// ParseTaoStore parses the path reads and write-backs of records, the
+// ParseView parses the path reads and write-backs of records, the
 // calls of a TaoStore tree of shape geo whose top cached levels stay in
 // the proxy's memory (Options.CachedLevels, public). records must hold
 // no other calls (a journaled store's anchor writes are not its tree's).
-func ParseTaoStore(records []observe.Record, geo tree.Geometry, cached int) TaoStoreView {
-	var v TaoStoreView
+func ParseView(records []observe.Record, geo tree.Geometry, cached int) View {
+	var v View
 	size := -1 // every bucket's size, read or written
 	for _, r := range records {
 		buckets, problems := taoCallBuckets(r, &size)
@@ -36,7 +33,7 @@ func ParseTaoStore(records []observe.Record, geo tree.Geometry, cached int) TaoS
 			problems = append(problems, "failed")
 		case r.Op == observe.OpRead:
 			if leaf, ok := storedPathLeaf(geo, cached, buckets); ok {
-				v.Reads = append(v.Reads, PathReadOf(r, leaf))
+				v.Reads = append(v.Reads, audit.PathReadOf(r, leaf))
 			} else {
 				problems = append(problems, fmt.Sprintf("buckets %v are not the stored levels of one path", buckets))
 			}
@@ -60,7 +57,7 @@ func ParseTaoStore(records []observe.Record, geo tree.Geometry, cached int) TaoS
 // with it: an address that is not a bucket, or a bucket of other than
 // *size bytes (the first size seen, if *size < 0, becomes *size).
 func taoCallBuckets(r observe.Record, size *int) ([]uint64, []string) {
-	layout := tree.Layout{Prefix: TaoStorePrefix}
+	layout := tree.Layout{Prefix: BucketPrefix}
 	var problems []string
 	buckets := make([]uint64, len(r.Addrs))
 	for i, a := range r.Addrs {

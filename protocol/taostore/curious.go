@@ -1,4 +1,4 @@
-package auditrun
+package taostore
 
 import (
 	"context"
@@ -9,18 +9,12 @@ import (
 	"time"
 
 	"github.com/oblivkv/oblivkv/audit"
+	"github.com/oblivkv/oblivkv/audit/auditspec"
 	"github.com/oblivkv/oblivkv/backend"
 	"github.com/oblivkv/oblivkv/backend/mem"
 	"github.com/oblivkv/oblivkv/kv"
 	"github.com/oblivkv/oblivkv/seal"
 )
-
-// active are the checks of each protocol in which storage acts, as the
-// protocol's adversary may, rather than only watches: they run once per
-// audit, apart from the workloads.
-var active = map[string]func(ctx context.Context, cfg Config) (audit.Check, error){
-	"taostore": curious,
-}
 
 // curiousWait is how long the CURIOUS check waits for a reply that must
 // not come while storage holds a read back. A reply that comes fails
@@ -59,7 +53,7 @@ func (g *gate) Read(ctx context.Context, addrs []string) ([][]byte, error) {
 // second reply must not leave before the first: replies leave in the
 // order requests arrived, whichever path returns first. Storage sees
 // when replies leave through the clients' traffic, not through the Tap.
-func curious(ctx context.Context, cfg Config) (audit.Check, error) {
+func curious(ctx context.Context, a auditspec.Active) (audit.Check, error) {
 	g := &gate{Backend: mem.New(), held: make(chan struct{}), release: make(chan struct{})}
 	master := make([]byte, seal.MasterKeySize)
 	rand.Read(master)
@@ -67,19 +61,19 @@ func curious(ctx context.Context, cfg Config) (audit.Check, error) {
 	if err != nil {
 		return audit.Check{}, err
 	}
-	s, err := kv.Open(ctx, kv.Config{Protocol: cfg.Protocol, Backend: g, Keys: sk, Capacity: cfg.Records,
-		ValueSize: 32, MaxKeySize: 32, Options: cfg.Options})
+	s, err := kv.Open(ctx, kv.Config{Protocol: a.Protocol, Backend: g, Keys: sk, Capacity: a.Capacity,
+		ValueSize: 32, MaxKeySize: 32, Options: a.Options})
 	if err != nil {
 		return audit.Check{}, err
 	}
 	defer s.Close()
-	first, second := keyName(0), keyName(1)
+	first, second := "key-00000", "key-00001"
 	for _, k := range []string{first, second} {
 		if err := s.Put(ctx, k, []byte(k)); err != nil {
 			return audit.Check{}, err
 		}
 	}
-	violations, err := hold(ctx, g, s, first, second, cfg.Timeout)
+	violations, err := hold(ctx, g, s, first, second, a.Timeout)
 	c := audit.Exact("replies leave in arrival order while storage holds a read back (CURIOUS)", violations)
 	if len(violations) == 0 && err == nil {
 		c.Detail = fmt.Sprintf("the later reply waited %v for the held one", curiousWait)
@@ -100,7 +94,7 @@ func hold(ctx context.Context, g *gate, s kv.Store, first, second string, bound 
 	defer release()
 	errs := make([]error, 2)
 	wg.Go(func() { _, _, errs[0] = s.Get(ctx, first) })
-	if err := waitUntil(ctx, func() bool { return isClosed(g.held) }); err != nil {
+	if err := auditspec.WaitUntil(ctx, func() bool { return isClosed(g.held) }); err != nil {
 		return []string{"the earlier Get read no path: " + err.Error()}, nil
 	}
 	replied := make(chan struct{})
@@ -108,7 +102,7 @@ func hold(ctx context.Context, g *gate, s kv.Store, first, second string, bound 
 		_, _, errs[1] = s.Get(ctx, second)
 		close(replied)
 	})
-	if err := waitUntil(ctx, func() bool { return g.served.Load() >= g.hold.Load() }); err != nil {
+	if err := auditspec.WaitUntil(ctx, func() bool { return g.served.Load() >= g.hold.Load() }); err != nil {
 		return []string{"the later Get's path read was never answered: " + err.Error()}, nil
 	}
 	var violations []string

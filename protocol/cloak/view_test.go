@@ -1,4 +1,4 @@
-package audit
+package cloak
 
 import (
 	"fmt"
@@ -13,10 +13,10 @@ import (
 // With budgets [2 1] (beta 3) the sets hold 3 and 1 addresses: the layout
 // writes set 2 ({d}) then set 1 ({a b c}); a batch then takes 2 of set 1
 // and the 1 of set 2, and writes them back as the new set 1.
-func TestCloakBudgets(t *testing.T) {
+func TestViewBatches(t *testing.T) {
 	p := func(s ...string) []string {
 		for i := range s {
-			s[i] = CloakAddrPrefix + s[i]
+			s[i] = AddrPrefix + s[i]
 		}
 		return s
 	}
@@ -26,7 +26,7 @@ func TestCloakBudgets(t *testing.T) {
 		// now set 1 = {a b d}, set 2 = {c}
 		rec(observe.OpRead, p("c", "a", "d")), rec(observe.OpWrite, p("a", "c", "d")),
 		rec(observe.OpWrite, []string{"ck/state"})) // not a physical address: ignored
-	res, err := CloakBudgets(good, []int{2, 1})
+	res, err := ViewBatches(good, []int{2, 1})
 	if err != nil || res.Batches != 2 || len(res.Violations) != 0 {
 		t.Fatalf("good log: %+v, %v", res, err)
 	}
@@ -38,7 +38,7 @@ func TestCloakBudgets(t *testing.T) {
 		"no write-back":    append(layout[:2:2], rec(observe.OpRead, p("a", "b", "d")), rec(observe.OpRead, p("c", "a", "d"))),
 		"beyond the sets":  append(layout[:2:2], rec(observe.OpRead, p("a", "b", "d")), rec(observe.OpWrite, p("a", "b", "d")), rec(observe.OpWrite, p("a", "b", "d")), rec(observe.OpRead, p("a", "b", "c"))),
 	} {
-		res, err := CloakBudgets(log, []int{2, 1})
+		res, err := ViewBatches(log, []int{2, 1})
 		if err != nil || len(res.Violations) == 0 {
 			t.Errorf("%s: %+v, %v; want a violation", name, res, err)
 		}
@@ -66,7 +66,7 @@ func cloakLog(b []int, batches int, pinned bool, seed uint64) []observe.Record {
 		}
 		set := make([]string, size)
 		for i := range set {
-			set[i] = fmt.Sprintf("%s%d", CloakAddrPrefix, next)
+			set[i] = fmt.Sprintf("%s%d", AddrPrefix, next)
 			next++
 		}
 		sets = append([][]string{set}, sets...)
@@ -90,11 +90,11 @@ func cloakLog(b []int, batches int, pinned bool, seed uint64) []observe.Record {
 	return recs
 }
 
-// CloakStreaks' expected count matches a simulation where it is large
+// Streaks' expected count matches a simulation where it is large
 // (runs of 2 and 3, within 5 standard deviations), it passes a log whose
 // batches read at random and rejects decisively one that reads one
 // address in every batch.
-func TestCloakStreaks(t *testing.T) {
+func TestStreaks(t *testing.T) {
 	b := []int{8, 4, 3, 2, 2, 1, 1, 1, 1, 1, 1, 1}
 	clean := cloakLog(b, 2000, false, 1)
 	for _, length := range []int{2, 3} {
@@ -104,12 +104,12 @@ func TestCloakStreaks(t *testing.T) {
 			t.Errorf("runs of %d: %d counted, %.1f expected", length, count, expected)
 		}
 	}
-	c := CloakStreaks("random", clean, b, 10)
+	c := Streaks("random", clean, b, 10)
 	t.Log(c)
 	if !c.Pass() {
 		t.Errorf("random batches: %v", c)
 	}
-	c = CloakStreaks("pinned", cloakLog(b, 200, true, 2), b, 10)
+	c = Streaks("pinned", cloakLog(b, 200, true, 2), b, 10)
 	t.Log(c)
 	if !c.Decisive() {
 		t.Errorf("one address read by every batch: %v; want a decisive failure", c)

@@ -1,4 +1,4 @@
-package audit
+package waffle
 
 import (
 	"encoding/binary"
@@ -13,8 +13,8 @@ func rec(op observe.Op, addrs ...string) observe.Record {
 	return observe.Record{Op: op, Addrs: addrs}
 }
 
-func TestWaffleAlpha(t *testing.T) {
-	const p = WaffleObjectPrefix
+func TestAlpha(t *testing.T) {
+	const p = ObjectPrefix
 	failedState, failedScan := rec(observe.OpWrite, "wf/state"), rec(observe.OpScan, p)
 	failedState.Err, failedScan.Err = true, true
 	log := []observe.Record{
@@ -32,7 +32,7 @@ func TestWaffleAlpha(t *testing.T) {
 		rec(observe.OpRead, p+"e"), // batch 3: e 1; c (0) and f (2) unread
 		rec(observe.OpWrite, "wf/state"),
 	}
-	a, err := WaffleAlpha(log)
+	a, err := Alpha(log)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -52,8 +52,8 @@ func TestWaffleAlpha(t *testing.T) {
 	}
 }
 
-func TestWaffleAlphaErrors(t *testing.T) {
-	const p = WaffleObjectPrefix
+func TestAlphaErrors(t *testing.T) {
+	const p = ObjectPrefix
 	failed := rec(observe.OpRead, p+"a")
 	failed.Err = true
 	for name, log := range map[string][]observe.Record{
@@ -63,14 +63,14 @@ func TestWaffleAlphaErrors(t *testing.T) {
 		"rewritten":     {rec(observe.OpWrite, p+"a"), rec(observe.OpRead, p+"a"), rec(observe.OpWrite, p+"a")},
 		"failed call":   {rec(observe.OpWrite, p+"a"), failed},
 	} {
-		if _, err := WaffleAlpha(log); err == nil {
+		if _, err := Alpha(log); err == nil {
 			t.Errorf("%s: no error", name)
 		}
 	}
 }
 
-func TestWaffleBeta(t *testing.T) {
-	ev := []WaffleEvent{
+func TestBeta(t *testing.T) {
+	ev := []Event{
 		{Written: []string{"k1"}},                           // 0: write without a read: no sample
 		{Read: []string{"k1", "d"}, Written: []string{"d"}}, // 1: d beta 0
 		{Read: []string{"k2"}},                              // 2
@@ -79,7 +79,7 @@ func TestWaffleBeta(t *testing.T) {
 		{Read: []string{"k2"}},                              // 5
 		{Read: []string{"k2"}},                              // 6: reread
 	}
-	b := WaffleBeta(ev)
+	b := Beta(ev)
 	var betas []int
 	for _, s := range b.Samples {
 		betas = append(betas, s.Beta)
@@ -88,43 +88,15 @@ func TestWaffleBeta(t *testing.T) {
 		!reflect.DeepEqual(b.Hist.Counts, []int{1, 1, 0, 1}) {
 		t.Fatalf("betas %v, got %+v", betas, b)
 	}
-	if b := WaffleBeta(nil); b.Min != -1 || len(b.Samples) != 0 {
+	if b := Beta(nil); b.Min != -1 || len(b.Samples) != 0 {
 		t.Fatalf("empty: %+v", b)
 	}
 }
 
-func TestHistogram(t *testing.T) {
-	a := Histogram{Counts: []int{1, 1, 2}}
-	if a.Total() != 4 || !reflect.DeepEqual(a.Rebin(2).Counts, []int{2, 2}) {
-		t.Fatalf("total %d rebin %v", a.Total(), a.Rebin(2).Counts)
-	}
-	b := Histogram{Counts: []int{0, 0, 2, 2}}
-	if d := TotalVariation(a, b); d != 0.5 {
-		t.Fatalf("TV = %v; want 0.5", d)
-	}
-	if d := TotalVariation(a, a); d != 0 {
-		t.Fatalf("TV(a, a) = %v", d)
-	}
-	if d := TotalVariation(a, Histogram{}); d != 0 {
-		t.Fatalf("TV(a, empty) = %v; want 0", d)
-	}
-	c := a.Rebin(1)
-	c.Counts[0]++
-	if a.Counts[0] != 1 {
-		t.Fatalf("Rebin(1) shares its counts with the histogram")
-	}
-	var h Histogram
-	h.Add(3)
-	h.Add(0)
-	if !reflect.DeepEqual(h.Counts, []int{1, 0, 0, 1}) {
-		t.Fatalf("Add(3), Add(0): counts %v", h.Counts)
-	}
-}
-
-// WaffleFreshIDs passes a log in which every id is written once and read
+// FreshIDs passes a log in which every id is written once and read
 // at most once, and counts every breach of that rule.
-func TestWaffleFreshIDs(t *testing.T) {
-	const p = WaffleObjectPrefix
+func TestFreshIDs(t *testing.T) {
+	const p = ObjectPrefix
 	failed := rec(observe.OpWrite, p+"z")
 	failed.Err = true
 	clean := []observe.Record{
@@ -135,7 +107,7 @@ func TestWaffleFreshIDs(t *testing.T) {
 		rec(observe.OpDelete, p+"a", p+"b", p+"a"), // deletes are not judged
 		rec(observe.OpRead, p+"d"),
 	}
-	if c := WaffleFreshIDs("clean", clean); !c.Pass() || c.P != 1 {
+	if c := FreshIDs("clean", clean); !c.Pass() || c.P != 1 {
 		t.Fatalf("clean log: %v", c)
 	}
 	leaky := append(clean,
@@ -144,15 +116,15 @@ func TestWaffleFreshIDs(t *testing.T) {
 		rec(observe.OpRead, p+"a", p+"x"), // read twice; x never written
 		failed,                            // a failed call
 	)
-	c := WaffleFreshIDs("leaky", leaky)
+	c := FreshIDs("leaky", leaky)
 	if c.Stat != 5 || !c.Decisive() {
 		t.Fatalf("leaky log: %v; want 5 violations", c)
 	}
 }
 
-// WaffleAlphaBound fails on every id read later than the bound, and on
+// AlphaBound fails on every id read later than the bound, and on
 // every id left unread at least the bound's age.
-func TestWaffleAlphaBound(t *testing.T) {
+func TestAlphaBound(t *testing.T) {
 	a := AlphaResult{
 		Batches: 10,
 		Samples: []AlphaSample{{Addr: "wf/o/a", Written: 0, Read: 3, Alpha: 3}, {Addr: "wf/o/b", Written: 2, Read: 6, Alpha: 4}},
@@ -162,30 +134,30 @@ func TestWaffleAlphaBound(t *testing.T) {
 	for _, tc := range []struct {
 		bound, violations int
 	}{{5, 0}, {4, 1}, {3, 2}, {2, 4}} {
-		c := WaffleAlphaBound("alpha", a, tc.bound)
+		c := AlphaBound("alpha", a, tc.bound)
 		if int(c.Stat) != tc.violations || c.Pass() != (tc.violations == 0) {
 			t.Errorf("bound %d: %v; want %d violations", tc.bound, c, tc.violations)
 		}
 	}
 }
 
-// WaffleIDPrefixes passes 20,000 random ids and fails decisively ids whose
+// IDPrefixes passes 20,000 random ids and fails decisively ids whose
 // first half is fixed per key (100 keys) and whose rest is fresh.
-func TestWaffleIDPrefixes(t *testing.T) {
+func TestIDPrefixes(t *testing.T) {
 	r := rand.New(rand.NewPCG(3, 5))
 	id := func(prefix uint64) string {
 		b := binary.BigEndian.AppendUint64(nil, prefix)
-		return WaffleObjectPrefix + string(binary.BigEndian.AppendUint64(b, r.Uint64()))
+		return ObjectPrefix + string(binary.BigEndian.AppendUint64(b, r.Uint64()))
 	}
 	var fresh, keyed []string
 	for i := range 20000 {
 		fresh = append(fresh, id(r.Uint64()))
 		keyed = append(keyed, id(uint64(i%100)*0x9e3779b97f4a7c15))
 	}
-	if c := WaffleIDPrefixes("fresh", []observe.Record{rec(observe.OpWrite, fresh...)}); !c.Pass() {
+	if c := IDPrefixes("fresh", []observe.Record{rec(observe.OpWrite, fresh...)}); !c.Pass() {
 		t.Errorf("random ids: %v", c)
 	}
-	if c := WaffleIDPrefixes("keyed", []observe.Record{rec(observe.OpWrite, keyed...)}); !c.Decisive() {
+	if c := IDPrefixes("keyed", []observe.Record{rec(observe.OpWrite, keyed...)}); !c.Decisive() {
 		t.Errorf("ids keyed in part: %v", c)
 	}
 }

@@ -1,10 +1,12 @@
-package audit
+package taostore
 
 import (
 	"cmp"
 	"fmt"
 	"slices"
 	"time"
+
+	"github.com/oblivkv/oblivkv/audit"
 )
 
 // WriteBack is one write-back of a tree ORAM as storage saw it: the
@@ -32,7 +34,7 @@ type WriteBack struct {
 // a count of write-backs other than reads/k fails it. Which paths a
 // write-back holds is checked by the caller: that the buckets written are
 // exactly those of its leaves' paths is a property of the tree layout.
-func WriteBackSchedule(name string, reads []PathRead, wbs []WriteBack, k int) Check {
+func WriteBackSchedule(name string, reads []audit.PathRead, wbs []WriteBack, k int) audit.Check {
 	var violations []string
 	if want := len(reads) / k; len(wbs) != want {
 		violations = append(violations, fmt.Sprintf("%d write-backs after %d path reads; every %d flushed paths make one, so %d", len(wbs), len(reads), k, want))
@@ -47,7 +49,7 @@ func WriteBackSchedule(name string, reads []PathRead, wbs []WriteBack, k int) Ch
 			violations = append(violations, fmt.Sprintf("no split of the reads into groups of %d gives write-back %d (at %v, %d paths) a group of reads of its paths that returned before it", k, i, wbs[i].Start, len(wbs[i].Leaves)))
 		}
 	}
-	c := Exact(name, violations)
+	c := audit.Exact(name, violations)
 	if len(violations) == 0 {
 		c.Detail = fmt.Sprintf("%d path reads, %d write-backs of the paths of %d reads each", len(reads), len(wbs), k)
 	}
@@ -69,7 +71,7 @@ func WriteBackSchedule(name string, reads []PathRead, wbs []WriteBack, k int) Ch
 // of the leaf in order of start, each leading to its pair and to the next:
 // it enters at the first write-back that began after it returned, so the
 // network grows with the reads and leaves, not with their product.
-func unexplained(reads []PathRead, wbs []WriteBack, k int) []int {
+func unexplained(reads []audit.PathRead, wbs []WriteBack, k int) []int {
 	g := newFlow(2 + len(wbs))
 	src, sink := 0, 1
 	wbNode := func(j int) int { return 2 + j }

@@ -1,4 +1,4 @@
-package audit
+package cloak
 
 import (
 	"fmt"
@@ -7,15 +7,13 @@ import (
 	"strings"
 	"time"
 
+	"github.com/oblivkv/oblivkv/audit"
+	"github.com/oblivkv/oblivkv/internal/durable"
 	"github.com/oblivkv/oblivkv/observe"
 )
 
-// CloakAddrPrefix begins every physical address of a Cloak store (the
-// protocol's cloak.AddrPrefix; a test checks they agree).
-const CloakAddrPrefix = "ck/p/"
-
-// CloakResult is what CloakBudgets finds in a tap log.
-type CloakResult struct {
+// BatchView is what ViewBatches finds in a tap log.
+type BatchView struct {
 	// Batches is the number of batches (Reads of physical addresses).
 	Batches int
 	// Violations describes every batch that did not take exactly b_d
@@ -25,15 +23,15 @@ type CloakResult struct {
 	Starts []time.Duration
 }
 
-// CloakBudgets checks Cloak's budgets (Cloak Sec. 4) from a tap log
+// ViewBatches checks Cloak's budgets (Cloak Sec. 4) from a tap log
 // alone, as the storage operator can: every Write of physical addresses
 // forms a new reuse-distance set (the initial layout writes one set per
 // Write, oldest first), so an address read when w Writes have been seen
 // and last written by the v-th is in set d = w+1-v. Every batch must be a
 // Read taking exactly budgets[d-1] addresses from set d for every d (and
 // none from anywhere else), followed by a Write of the same addresses.
-func CloakBudgets(records []observe.Record, budgets []int) (CloakResult, error) {
-	var res CloakResult
+func ViewBatches(records []observe.Record, budgets []int) (BatchView, error) {
+	var res BatchView
 	written := map[string]int{} // address -> index of the Write that last wrote it
 	writes := 0
 	var open []string // addresses of the batch read and not yet written back
@@ -69,7 +67,7 @@ func CloakBudgets(records []observe.Record, budgets []int) (CloakResult, error) 
 }
 
 func cloakCall(r observe.Record) bool {
-	return len(r.Addrs) > 0 && strings.HasPrefix(r.Addrs[0], CloakAddrPrefix)
+	return len(r.Addrs) > 0 && strings.HasPrefix(r.Addrs[0], AddrPrefix)
 }
 
 func sameSet(a, b []string) bool {
@@ -110,9 +108,9 @@ func checkBudgets(addrs []string, written map[string]int, writes int, budgets []
 	return ""
 }
 
-// CloakStreaks tests that no address stays where the requests could find
+// Streaks tests that no address stays where the requests could find
 // it: it counts runs of reads of one address in consecutive batches
-// against what Cloak's budgets give by chance (Excess). A batch writes
+// against what Cloak's budgets give by chance (audit.Excess). A batch writes
 // its beta addresses back as the newest set, from which the next batch
 // reads exactly b_1 = budgets[0]; as the elements were permuted at random
 // (Cloak Sec. 5.1), which b_1 they are is independent of the
@@ -124,14 +122,14 @@ func checkBudgets(addrs []string, written map[string]int, writes int, budgets []
 // before the log ends. A write-back that leaves every element where it
 // was read keeps a key that clients use in every batch at one address,
 // in a run as long as the clients keep at it.
-func CloakStreaks(name string, records []observe.Record, budgets []int, length int) Check {
+func Streaks(name string, records []observe.Record, budgets []int, length int) audit.Check {
 	p := float64(budgets[0]) / float64(sum(budgets))
 	count, expected, batches := streaks(records, p, length)
-	return Excess(name, count, expected, fmt.Sprintf("runs of one address read by consecutive batches, counted once per %d batches in a row, over %d batches; p = b_1/beta = %.4f",
+	return audit.Excess(name, count, expected, fmt.Sprintf("runs of one address read by consecutive batches, counted once per %d batches in a row, over %d batches; p = b_1/beta = %.4f",
 		length, batches, p))
 }
 
-// streaks returns CloakStreaks' count, its expected value when each next
+// streaks returns Streaks' count, its expected value when each next
 // batch reads an address with probability p, and the number of batches.
 func streaks(records []observe.Record, p float64, length int) (count int, expected float64, batches int) {
 	var reads [][]string
@@ -166,7 +164,7 @@ func streaks(records []observe.Record, p float64, length int) (count int, expect
 	return count, expected, len(reads)
 }
 
-// CloakCheckpoints checks the schedule of a journaled Cloak store's
+// Checkpoints checks the schedule of a journaled Cloak store's
 // checkpoints (protocol/cloak, journal.go): after the two anchor writes
 // of the store's creation and its bulk load, before any batch, an anchor
 // write follows the write-back of every every-th batch and of no other
@@ -175,21 +173,21 @@ func streaks(records []observe.Record, p float64, length int) (count int, expect
 // much the clients wrote. records must end before the store's Close,
 // whose own checkpoint is not on the schedule; the anchor writes are not
 // at Cloak's addresses, and the other Cloak checks ignore them.
-func CloakCheckpoints(name string, records []observe.Record, every int) Check {
+func Checkpoints(name string, records []observe.Record, every int) audit.Check {
 	var violations []string
 	batches, loaded, anchors := 0, false, 0
 	for i, r := range records {
 		switch {
-		case r.Op == observe.OpRead && len(r.Addrs) > 0 && strings.HasPrefix(r.Addrs[0], CloakAddrPrefix):
+		case r.Op == observe.OpRead && len(r.Addrs) > 0 && strings.HasPrefix(r.Addrs[0], AddrPrefix):
 			batches++
-		case isAnchorWrite(r):
+		case durable.IsAnchorWrite(r):
 			if !loaded { // the creation's, then the load's, before any batch
 				loaded = i > 0 && records[i-1].Op == observe.OpWrite && batches == 0 && anchors == 1
 				anchors++
 				continue
 			}
 			anchors++
-			if batches%every != 0 || records[i-1].Op != observe.OpWrite || !strings.HasPrefix(records[i-1].Addrs[0], CloakAddrPrefix) {
+			if batches%every != 0 || records[i-1].Op != observe.OpWrite || !strings.HasPrefix(records[i-1].Addrs[0], AddrPrefix) {
 				violations = append(violations, fmt.Sprintf("call %d: an anchor write after batch %d", r.Seq, batches))
 			}
 		}
@@ -197,7 +195,7 @@ func CloakCheckpoints(name string, records []observe.Record, every int) Check {
 	if want := 2 + batches/every; anchors != want {
 		violations = append(violations, fmt.Sprintf("%d anchor writes over %d batches; want %d", anchors, batches, want))
 	}
-	c := Exact(fmt.Sprintf("%s: a checkpoint every %d batches", name, every), violations)
+	c := audit.Exact(fmt.Sprintf("%s: a checkpoint every %d batches", name, every), violations)
 	if len(violations) == 0 {
 		c.Detail = fmt.Sprintf("%d checkpoints over %d batches", anchors-2, batches)
 	}
