@@ -71,6 +71,7 @@ func crashRun(t *testing.T, args []string) {
 	store := newRESPStore(addr)
 	defer store.Close()
 	var lastRestart atomic.Int64 // unix nanos; 0 until the last kill's restart
+	var restarts []time.Time     // when each new server was up; written before done is read
 	type outcome struct {
 		res kvtest.LinResult
 		err error
@@ -84,6 +85,7 @@ func crashRun(t *testing.T, args []string) {
 		// answering from its cache) small enough for porcupine.
 		res, err := kvtest.Linearizable(ctx, store, kvtest.LinOptions{Clients: 16, AllowErrors: true, FinalReads: true,
 			Keys: 16, HotFraction: 0.2, Pause: 2 * time.Millisecond, MutationFraction: 0.4, RESPResults: true, Seed: seed,
+			FailedBy: func(failed time.Time) time.Time { return firstAfter(restarts, failed) },
 			Until: func() bool {
 				last := lastRestart.Load()
 				// go-redis fails fast for up to a second after failed dials
@@ -105,6 +107,7 @@ func crashRun(t *testing.T, args []string) {
 			restart = append(append([]string{}, args...), "--backend-latency", "2ms")
 		}
 		srv = startServeAt(t, dir, addr, restart...)
+		restarts = append(restarts, time.Now())
 	}
 	lastRestart.Store(time.Now().UnixNano())
 	out := <-done
@@ -257,3 +260,15 @@ func (s *respStore) Stats() kv.Stats {
 }
 
 func (s *respStore) Close() error { return s.c.Close() }
+
+// firstAfter returns the first of times after t (zero: none). A write the
+// kill of a server cut off took effect, if at all, before that server
+// died, and so before the next one served.
+func firstAfter(times []time.Time, t time.Time) time.Time {
+	for _, u := range times {
+		if u.After(t) {
+			return u
+		}
+	}
+	return time.Time{}
+}

@@ -51,12 +51,20 @@ type LinOptions struct {
 	// out is reported as inconclusive, which fails CheckLinearizable.
 	Timeout time.Duration
 	// AllowErrors accepts operations that return errors (fault injection):
-	// an errored Get is dropped from the history, and an errored Put or
-	// Delete may or may not have taken effect, at any time after its call,
-	// so it is modelled as an operation that never returned (narrowed
-	// exactly for Puts, see boundFailedPuts). By default any error fails
-	// the check.
+	// an errored Get is dropped from the history, and an errored write
+	// may or may not have taken effect, at any time after its call until
+	// FailedBy's bound (if given) or ever (narrowed exactly for Puts, see
+	// boundFailedPuts). By default any error fails the check.
 	AllowErrors bool
+	// FailedBy, with AllowErrors, bounds when a failed Put, Delete or
+	// mutation can have taken effect: by FailedBy(t) for one that failed
+	// at t, when that is known after the run (zero: not known, the
+	// operation stays open-ended). A test that kills the store gives the
+	// moment the next process served, for an operation cut off by a kill
+	// took effect, if at all, before the process that had it died. Without
+	// it, every failed operation stays concurrent with all that follow it,
+	// and the check's search grows with their number.
+	FailedBy func(failed time.Time) time.Time
 	// KeyPrefix starts every key of the check (default "lin/").
 	KeyPrefix string
 	// Until, if set, replaces OpsPerClient: each client issues operations
@@ -191,9 +199,10 @@ func Linearizable(ctx context.Context, s kv.Store, opts LinOptions) (LinResult, 
 					if in.Op == opGet {
 						return true // observed nothing
 					}
-					// It may have taken effect at any time after its call;
-					// see boundFailedPuts.
-					ret, out = math.MaxInt64, linOutput{Failed: true}
+					// It may have taken effect at any time after its call
+					// (see FailedBy and boundFailedPuts); ret is when it
+					// failed until the run ends.
+					out = linOutput{Failed: true}
 				}
 				ops = append(ops, porcupine.Operation{ClientId: c, Input: in, Call: call, Output: out, Return: ret})
 				return true
@@ -219,6 +228,7 @@ func Linearizable(ctx context.Context, s kv.Store, opts LinOptions) (LinResult, 
 	if err := ctx.Err(); err != nil {
 		return res, err
 	}
+	history = boundFailed(history, start, opts.FailedBy)
 	history = boundFailedPuts(history)
 	res.Ops, res.History = len(history), history
 	res.Result = porcupine.CheckOperationsTimeout(kvModel, history, opts.Timeout)
@@ -318,8 +328,30 @@ func visualize(history []porcupine.Operation, opts LinOptions) (string, error) {
 	return f.Name(), f.Close()
 }
 
-// boundFailedPuts narrows the failed Puts of a history, which were recorded
-// as never returning (they may have taken effect at any later time), using
+// boundFailed gives each failed operation the latest moment it can have
+// taken effect: FailedBy of the moment it failed (its Return until now),
+// or never (math.MaxInt64) when that is unknown.
+func boundFailed(history []porcupine.Operation, start time.Time, failedBy func(time.Time) time.Time) []porcupine.Operation {
+	for i, op := range history {
+		if !op.Output.(linOutput).Failed {
+			continue
+		}
+		by := time.Time{}
+		if failedBy != nil {
+			by = failedBy(start.Add(time.Duration(op.Return)))
+		}
+		if by.IsZero() {
+			history[i].Return = math.MaxInt64
+		} else {
+			history[i].Return = max(int64(by.Sub(start)), op.Call)
+		}
+	}
+	return history
+}
+
+// boundFailedPuts narrows the failed Puts of a history, which boundFailed
+// left returning when FailedBy says or never (they may have taken effect
+// at any time until then), using
 // the uniqueness of Put values. This keeps the check fast, since every
 // operation pending forever multiplies porcupine's search, and it is exact:
 //
@@ -352,7 +384,7 @@ func boundFailedPuts(history []porcupine.Operation) []porcupine.Operation {
 			r, ok := seen[in.Value]
 			switch {
 			case ok:
-				op.Return = max(r, op.Call)
+				op.Return = min(op.Return, max(r, op.Call))
 			case !mutated[in.Key]:
 				continue
 			}
@@ -436,61 +468,83 @@ type linState struct {
 	Exists bool
 }
 
-var kvModel = porcupine.Model{
-	Partition: func(history []porcupine.Operation) [][]porcupine.Operation {
-		byKey := map[string][]porcupine.Operation{}
-		for _, op := range history {
-			k := op.Input.(linInput).Key
-			byKey[k] = append(byKey[k], op)
-		}
-		keys := make([]string, 0, len(byKey))
-		for k := range byKey {
-			keys = append(keys, k)
-		}
-		sort.Strings(keys)
-		out := make([][]porcupine.Operation, 0, len(keys))
-		for _, k := range keys {
-			out = append(out, byKey[k])
-		}
-		return out
-	},
-	Init: func() any { return linState{} },
-	Step: func(state, input, output any) (bool, any) {
+// kvModel is the model of a key-value store. A failed write may or may
+// not have taken effect: its step has both outcomes, so the model is
+// nondeterministic (porcupine's power-set construction merges equal
+// states).
+var kvModel = (&porcupine.NondeterministicModel{
+	Partition: byKey,
+	Init:      func() []any { return []any{linState{}} },
+	Step: func(state, input, output any) []any {
 		st, in, out := state.(linState), input.(linInput), output.(linOutput)
-		switch in.Op {
-		case opGet:
-			return out.Exists == st.Exists && out.Value == st.Value, st
-		case opPut:
-			return true, linState{Value: in.Value, Exists: true}
-		case opMutate:
-			next, exists, r, err := in.mutation().Apply([]byte(st.Value), st.Exists, in.ValueSize)
-			if out.Failed {
-				return true, linState{Value: string(next), Exists: exists}
-			}
-			return in.output(r, err) == out, linState{Value: string(next), Exists: exists}
-		default:
-			return true, linState{}
-		}
-	},
-	DescribeOperation: func(input, output any) string {
-		in, out := input.(linInput), output.(linOutput)
+		next, ok := step(st, in, out)
 		switch {
 		case out.Failed:
-			return in.String() + " -> error (outcome unknown)"
-		case in.Op == opMutate:
-			return fmt.Sprintf("%s -> %+v", in, out)
-		case in.Op != opGet:
-			return in.String()
-		case !out.Exists:
-			return in.String() + " -> missing"
+			return []any{st, next}
+		case ok:
+			return []any{next}
 		}
-		return fmt.Sprintf("%s -> %q", in, out.Value)
+		return nil
 	},
-	DescribeState: func(state any) string {
-		st := state.(linState)
-		if !st.Exists {
-			return "missing"
-		}
-		return fmt.Sprintf("%q", st.Value)
-	},
+	DescribeOperation: describe,
+	DescribeState:     describeState,
+}).ToModel()
+
+// byKey partitions a history by key, in key order.
+func byKey(history []porcupine.Operation) [][]porcupine.Operation {
+	ops := map[string][]porcupine.Operation{}
+	for _, op := range history {
+		k := op.Input.(linInput).Key
+		ops[k] = append(ops[k], op)
+	}
+	keys := make([]string, 0, len(ops))
+	for k := range ops {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	out := make([][]porcupine.Operation, 0, len(keys))
+	for _, k := range keys {
+		out = append(out, ops[k])
+	}
+	return out
+}
+
+// step applies in to st: the next state, and whether out is what the
+// store should have answered (a failed write answers nothing).
+func step(st linState, in linInput, out linOutput) (linState, bool) {
+	switch in.Op {
+	case opGet:
+		return st, out.Exists == st.Exists && out.Value == st.Value
+	case opPut:
+		return linState{Value: in.Value, Exists: true}, true
+	case opMutate:
+		next, exists, r, err := in.mutation().Apply([]byte(st.Value), st.Exists, in.ValueSize)
+		return linState{Value: string(next), Exists: exists}, out.Failed || in.output(r, err) == out
+	}
+	return linState{}, true
+}
+
+// describe shows an operation in a visualization.
+func describe(input, output any) string {
+	in, out := input.(linInput), output.(linOutput)
+	switch {
+	case out.Failed:
+		return in.String() + " -> error (outcome unknown)"
+	case in.Op == opMutate:
+		return fmt.Sprintf("%s -> %+v", in, out)
+	case in.Op != opGet:
+		return in.String()
+	case !out.Exists:
+		return in.String() + " -> missing"
+	}
+	return fmt.Sprintf("%s -> %q", in, out.Value)
+}
+
+// describeState shows a key's state in a visualization.
+func describeState(state any) string {
+	st := state.(linState)
+	if !st.Exists {
+		return "missing"
+	}
+	return fmt.Sprintf("%q", st.Value)
 }

@@ -25,6 +25,11 @@ func TestModelHistories(t *testing.T) {
 	failedDel := func(call int64) porcupine.Operation {
 		return porcupine.Operation{Input: linInput{Op: opDelete, Key: "k"}, Output: linOutput{Failed: true}, Call: call, Return: math.MaxInt64}
 	}
+	// A failed delete known to have taken effect, if at all, by by (a
+	// kill cut it off, and the next server served from by).
+	boundedDel := func(call, by int64) porcupine.Operation {
+		return porcupine.Operation{Input: linInput{Op: opDelete, Key: "k"}, Output: linOutput{Failed: true}, Call: call, Return: by}
+	}
 	for _, tc := range []struct {
 		name string
 		ok   bool
@@ -45,6 +50,9 @@ func TestModelHistories(t *testing.T) {
 		{"failed put seen before its call", false, []porcupine.Operation{get("b", true, 0, 1), failedPut("b", 2)}},
 		{"failed delete may apply late", true, []porcupine.Operation{put("a", 0, 1), failedDel(2), get("a", true, 3, 4), get("", false, 5, 6)}},
 		{"failed delete then value back", false, []porcupine.Operation{put("a", 0, 1), failedDel(2), get("", false, 3, 4), get("a", true, 5, 6)}},
+		{"bounded failed delete never applied", true, []porcupine.Operation{put("a", 0, 1), boundedDel(2, 3), get("a", true, 4, 5), get("a", true, 6, 7)}},
+		{"bounded failed delete applied", true, []porcupine.Operation{put("a", 0, 1), boundedDel(2, 3), get("", false, 4, 5)}},
+		{"bounded failed delete applied after its bound", false, []porcupine.Operation{put("a", 0, 1), boundedDel(2, 3), get("a", true, 4, 5), get("", false, 6, 7)}},
 	} {
 		h := boundFailedPuts(append([]porcupine.Operation(nil), tc.h...))
 		if got := porcupine.CheckOperations(kvModel, h); got != tc.ok {
