@@ -2,7 +2,6 @@ package taostore
 
 import (
 	"context"
-	"crypto/rand"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -55,8 +54,10 @@ func (g *gate) Read(ctx context.Context, addrs []string) ([][]byte, error) {
 // when replies leave through the clients' traffic, not through the Tap.
 func curious(ctx context.Context, a auditspec.Active) (audit.Check, error) {
 	g := &gate{Backend: mem.New(), held: make(chan struct{}), release: make(chan struct{})}
-	master := make([]byte, seal.MasterKeySize)
-	rand.Read(master)
+	master, err := seal.GenerateMaster()
+	if err != nil {
+		return audit.Check{}, err
+	}
 	sk, err := seal.NewKeys(master)
 	if err != nil {
 		return audit.Check{}, err
