@@ -64,6 +64,7 @@ const (
 	StatMessagesResent = "messages_resent"  // messages between layers sent again after none answered
 	StatMessageCopies  = "message_copies"   // copies of a message answered from its record, not run again
 	StatRepliesHeld    = "replies_held"     // replies a layer keeps until their senders acknowledge them
+	StatEpochRequests  = "epoch_requests"   // requests the Routers' collecting epochs hold now
 )
 
 // waffle's (Waffle's parameters by the paper's letters).
@@ -96,6 +97,7 @@ const (
 	StatPendingKeys            = "pending_keys"              // keys waiting for a batch now
 	StatBackpressureWaits      = "backpressure_waits"        // requests that waited for room in the pending map
 	StatBatchErrors            = "batch_errors"              // batches storage failed (sent again)
+	StatTicks                  = "ticks"                     // batch intervals handled since the store started, each a batch, busy or idle
 )
 
 // oblivistore's.

@@ -3,6 +3,9 @@ package cloak
 import (
 	"context"
 	"fmt"
+	"time"
+
+	"github.com/jonboulle/clockwork"
 
 	"github.com/oblivkv/oblivkv/audit"
 	"github.com/oblivkv/oblivkv/audit/auditspec"
@@ -11,7 +14,7 @@ import (
 )
 
 // auditSpec is Cloak's registration with `oblivkv audit`: its batches run
-// on a clock the audit ticks (Options.WithClock), its store is journaled
+// on a clock the audit ticks (paceBatches), its store is journaled
 // (its checkpoints are part of what storage sees), and analyse makes its
 // checks of storage's view.
 var auditSpec = &auditspec.Spec{
@@ -39,18 +42,30 @@ const (
 	streakLength = 10
 )
 
-// paceBatches runs the batches on a clock the audit ticks: the requests
-// go in rounds, and the audit ticks at least once per round and until
-// every request of the round is answered, at most maxRoundTicks times,
-// then idleTicks more with no client.
+// paceBatches runs the batches on a fake clock the audit advances: the
+// requests go in rounds, and the audit ticks at least once per round and
+// until every request of the round is answered, at most maxRoundTicks
+// times, then idleTicks more with no client.
 func paceBatches(options any) (any, auditspec.Clock, error) {
 	o, err := kv.OptionsOf[Options](protocolName, options)
-	c := make(Clock)
-	return o.WithClock(c), batchClock{c}, err
+	o, c := onBatchClock(o)
+	return o, c, err
 }
 
-// batchClock ticks an audit's rounds.
-type batchClock struct{ c Clock }
+// batchClock is a fake clock a store's batches run on
+// (TestingKnobs.Clock), advanced one batch interval at a time.
+type batchClock struct {
+	clock *clockwork.FakeClock
+	delta time.Duration
+}
+
+// onBatchClock returns o with its batches on a new batchClock, and the
+// clock.
+func onBatchClock(o Options) (Options, batchClock) {
+	c := batchClock{clock: clockwork.NewFakeClock(), delta: o.EnsureDefaults(1).Delta} // Delta's default is the same at any capacity
+	o.TestingKnobs.Clock = c.clock
+	return o, c
+}
 
 // Round ticks once requests wait for a batch (or are all answered), and
 // again until every request of the round is answered, at most
@@ -66,21 +81,28 @@ func (b batchClock) Round(ctx context.Context, r auditspec.Round) error {
 		case ticks == maxRoundTicks:
 			return fmt.Errorf("%w after %d ticks", auditspec.ErrStalled, ticks)
 		}
-		b.tick(r)
+		r.Mark()
+		if err := b.tick(ctx, r.Stat); err != nil {
+			return err
+		}
 	}
 }
 
 // Finish ticks idleTicks times with no request waiting.
 func (b batchClock) Finish(r auditspec.Round) {
 	for range idleTicks {
-		b.tick(r)
+		r.Mark()
+		b.tick(context.Background(), r.Stat) // with no deadline: it cannot fail
 	}
 }
 
-// tick marks the log and ticks the clock.
-func (b batchClock) tick(r auditspec.Round) {
-	r.Mark()
-	b.c.Tick()
+// tick advances the clock by one batch interval and returns once the
+// store, whose statistics stat reports, has handled the tick: one batch,
+// busy or idle.
+func (b batchClock) tick(ctx context.Context, stat func(name string) float64) error {
+	before := stat(kv.StatTicks)
+	b.clock.Advance(b.delta)
+	return auditspec.WaitUntil(ctx, func() bool { return stat(kv.StatTicks) > before })
 }
 
 // analyse makes Cloak's checks of one run: the budgets (b_d addresses

@@ -189,9 +189,8 @@ func runAudit(t *testing.T, p auditParams, w auditWorkload, lk cloak.Leak) audit
 	t.Helper()
 	ctx := t.Context()
 	var log observe.MemoryLog
-	clock := make(cloak.FakeClock)
 	var tr tracer
-	opts := cloak.WithClock(p.opts, clock)
+	opts, clock := cloak.OnFakeClock(p.opts)
 	opts.TestingKnobs.Leak, opts.TestingKnobs.Trace = lk, tr.batch
 	env := kv.Env{Backend: observe.NewTap(mem.New(), &log), Keys: kvtest.NewKeys(t),
 		Capacity: auditN, ValueSize: 16, MaxKeySize: 64, Fresh: true, Options: opts}
@@ -216,7 +215,7 @@ func runAudit(t *testing.T, p auditParams, w auditWorkload, lk cloak.Leak) audit
 	var marks []int // the log's length at each tick
 	tick := func() {
 		marks = append(marks, len(log.Records()))
-		clock.Tick()
+		clock.Tick(t, s)
 	}
 	c := startClients(t, s, w)
 	defer c.halt()

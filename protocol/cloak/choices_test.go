@@ -25,9 +25,9 @@ func choices(lk cloak.Leak) kvtest.Choices {
 	return kvtest.Choices{
 		Protocol: "cloak",
 		Options: func(seed *[32]byte) any {
-			clock = make(cloak.FakeClock)
-			o := cloak.Options{TestingKnobs: cloak.TestingKnobs{Seed: seed, Leak: lk}}
-			return cloak.WithClock(o, clock)
+			var o cloak.Options
+			o, clock = cloak.OnFakeClock(cloak.Options{TestingKnobs: cloak.TestingKnobs{Seed: seed, Leak: lk}})
+			return o
 		},
 		Drive: func(t *testing.T, s kv.Store) {
 			pending := func() bool { return kvtest.Stat(t, s.Stats(), "pending_keys") > 0 }
@@ -38,13 +38,13 @@ func choices(lk cloak.Leak) kvtest.Choices {
 					select {
 					case err := <-done:
 						for pending() {
-							clock.Tick()
+							clock.Tick(t, s)
 						}
 						return err
 					default:
 					}
 					if pending() {
-						clock.Tick()
+						clock.Tick(t, s)
 					} else {
 						time.Sleep(100 * time.Microsecond)
 					}

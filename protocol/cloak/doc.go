@@ -72,8 +72,9 @@
 // The package owns the proxy state and everything under "ck/" on storage,
 // storage's view of it (view.go: the batches' budgets, streaks and
 // checkpoints) and its registration with `oblivkv audit` (audit.go: the
-// audit ticks the batch clock). It must never let what storage sees depend on the requests (every batch
-// is b_d addresses from every set d, every Delta), never read an address
-// twice within one set's lifetime, never store a key or an unsealed value,
-// and never answer from an element that fails to open.
+// batches' ticker runs on TestingKnobs.Clock, a fake clock the audit
+// ticks). It must never let what storage sees depend on the requests
+// (every batch is b_d addresses from every set d, every Delta), never
+// read an address twice within one set's lifetime, never store a key or
+// an unsealed value, and never answer from an element that fails to open.
 package cloak

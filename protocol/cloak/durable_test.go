@@ -466,13 +466,18 @@ func TestPowerLoss(t *testing.T) {
 		Options: cloak.Options{Delta: 2 * time.Millisecond}})
 }
 
-// metaFails fails the write of a new store's metadata record, after a
-// pause in which a store already running would send batches.
-type metaFails struct{ backend.Backend }
+// metaFails fails the write of a new store's metadata record, noting
+// in early whether the store's batches had started by then (its ticker
+// set on clock), as they must not have.
+type metaFails struct {
+	backend.Backend
+	clock cloak.FakeClock
+	early *atomic.Bool
+}
 
 func (m metaFails) Write(ctx context.Context, items []backend.Item) error {
 	if len(items) > 0 && items[0].Addr == kv.MetaAddr {
-		time.Sleep(50 * time.Millisecond)
+		m.early.Store(m.clock.Ticking())
 		return errInjected
 	}
 	return m.Backend.Write(ctx, items)
@@ -482,15 +487,19 @@ func (m metaFails) Write(ctx context.Context, items []backend.Item) error {
 // written) leaves no batch in its journal, so the next start builds the
 // store afresh instead of refusing the journal as another store's.
 func TestCreationCutShort(t *testing.T) {
-	m := mem.New()
-	cfg := kv.Config{Protocol: "cloak", Backend: metaFails{m}, Keys: kvtest.NewKeys(t), Capacity: 64, ValueSize: 16,
-		MaxKeySize: 8, OpenJournal: kvtest.Journal(t.TempDir()), Options: cloak.Options{Delta: time.Millisecond}}
+	m, early, opts := mem.New(), &atomic.Bool{}, cloak.Options{Delta: time.Millisecond}
+	fake, clock := cloak.OnFakeClock(opts)
+	cfg := kv.Config{Protocol: "cloak", Backend: metaFails{m, clock, early}, Keys: kvtest.NewKeys(t), Capacity: 64, ValueSize: 16,
+		MaxKeySize: 8, OpenJournal: kvtest.Journal(t.TempDir()), Options: fake}
 	if s, err := kv.Open(t.Context(), cfg); err == nil {
 		s.Close()
 		t.Fatal("a creation whose metadata write failed opened")
 	}
+	if early.Load() {
+		t.Fatal("the batches started before the store's metadata was written")
+	}
 	m.Reopen()
-	cfg.Backend = m
+	cfg.Backend, cfg.Options = m, opts
 	s, err := kv.Open(t.Context(), cfg)
 	if err != nil {
 		t.Fatalf("the next start after a creation cut short: %v", err)

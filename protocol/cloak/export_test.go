@@ -2,8 +2,10 @@ package cloak
 
 import (
 	"context"
+	"testing"
 
 	"github.com/oblivkv/oblivkv/kv"
+	"github.com/oblivkv/oblivkv/kv/kvtest"
 )
 
 // OpenRaw opens the protocol's store itself, without package kv's checks,
@@ -49,13 +51,33 @@ func SetCheckpointEvery(st kv.Store, n int) {
 // RunBatch runs one batch now, as the loop does every Delta.
 func RunBatch(st kv.Store) { st.(*store).runBatch(context.Background()) }
 
-// FakeClock drives a store's batches in place of its ticker: see
-// WithClock.
-type FakeClock = Clock
+// FakeClock is a fake clock a store's batches run on
+// (TestingKnobs.Clock): each Tick is one batch interval.
+type FakeClock struct{ c batchClock }
 
-// WithClock returns o with batches that run only when c ticks, one per
-// tick.
-func WithClock(o Options, c FakeClock) Options { return o.WithClock(c) }
+// OnFakeClock returns o with its batches on a new FakeClock, and the
+// clock.
+func OnFakeClock(o Options) (Options, FakeClock) {
+	o, c := onBatchClock(o)
+	return o, FakeClock{c}
+}
+
+// Tick advances the clock by one batch interval and returns once s has
+// handled the tick: one batch, busy or idle.
+func (c FakeClock) Tick(t testing.TB, s kv.Store) {
+	t.Helper()
+	if err := c.c.tick(t.Context(), func(name string) float64 { return kvtest.Stat(t, s.Stats(), name) }); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Ticking reports whether the batches of the store on the clock have
+// started: whether its ticker is set.
+func (c FakeClock) Ticking() bool {
+	now, cancel := context.WithCancel(context.Background())
+	cancel() // no wait: only whether the clock has a waiter already
+	return c.c.clock.BlockUntilContext(now, 1) == nil
+}
 
 // Leak is a flaw injected on purpose (leak.go).
 type Leak = leak

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"math"
 	"time"
+
+	"github.com/jonboulle/clockwork"
 )
 
 // Options are Cloak's parameters (Cloak Secs. 4, 6 and 7.1). A zero field
@@ -31,9 +33,6 @@ type Options struct {
 
 	// TestingKnobs are hooks for tests, never options.
 	TestingKnobs TestingKnobs
-	// ticks, when set, replaces the ticker (WithClock): the loop runs one
-	// batch per tick received and closes the tick once the batch is done.
-	ticks <-chan chan struct{}
 }
 
 // TestingKnobs are hooks for tests. They are no options: kv/options sets
@@ -52,28 +51,12 @@ type TestingKnobs struct {
 	// truth of the audits that follow one key and place a batch's real
 	// elements.
 	Trace func(batchTrace)
-}
-
-// Clock drives a store's batches in place of its ticker (WithClock).
-type Clock chan chan struct{}
-
-// Tick delivers one tick and returns once the store has handled it: one
-// batch, busy or idle.
-func (c Clock) Tick() {
-	done := make(chan struct{})
-	c <- done
-	<-done
-}
-
-// WithClock returns o with batches that run only when c ticks, one per
-// tick, instead of every Delta. It is for a driver that paces the batches
-// itself, so that a run gives storage the same schedule on a loaded
-// machine as on an idle one (the obliviousness audits: `oblivkv audit`
-// and the tests); a store serving clients never has one. It is no
-// option: --opt cannot set it and a store never records it.
-func (o Options) WithClock(c Clock) Options {
-	o.ticks = c
-	return o
+	// Clock, when set, is the clock the batches run on, one every Delta,
+	// instead of the real one: a driver that advances a
+	// clockwork.FakeClock itself gives storage the same schedule on a
+	// loaded machine as on an idle one (the obliviousness audits:
+	// `oblivkv audit` and the tests).
+	Clock clockwork.Clock
 }
 
 // The paper's parameters (Sec. 7.1 and its artifact): b_1 = 433 at N = 1M

@@ -226,5 +226,6 @@ func (s *store) Stats() kv.Stats {
 		{Name: kv.StatBackpressureWaits, Value: float64(c.Backpressure)},
 		{Name: kv.StatBatchErrors, Value: float64(c.FailedBatches)},
 		{Name: kv.StatCheckpointErrors, Value: float64(c.FailedCheckpoints)},
+		{Name: kv.StatTicks, Value: float64(s.ticks.Load())},
 	}}
 }

@@ -1,13 +1,16 @@
 package cloak
 
 import (
+	"cmp"
 	"container/list"
 	"context"
 	"encoding/binary"
 	"fmt"
 	"math/rand/v2"
 	"sync"
-	"time"
+	"sync/atomic"
+
+	"github.com/jonboulle/clockwork"
 
 	"github.com/oblivkv/oblivkv/backend"
 	"github.com/oblivkv/oblivkv/internal/durable"
@@ -117,6 +120,8 @@ type store struct {
 	// longer be made durable.
 	broken error
 
+	sched          clockwork.Clock // the clock the batches' ticker runs on
+	ticks          atomic.Uint64   // ticks the loop has handled
 	stop, loopDone chan struct{}
 	started        sync.Once     // the loop started (Start), or Close ended it unstarted
 	early          chan struct{} // leakEarlyWhenFull only: a batch now
@@ -141,7 +146,8 @@ func open(ctx context.Context, env kv.Env) (*store, error) {
 	s := &store{b: env.Backend, keys: env.Keys, opts: opts, budgets: budgets, capacity: env.Capacity, valueSize: env.ValueSize,
 		log: durable.New(env.Journal, env.Backend, env.Keys), checkpointEvery: CheckpointBatches,
 		committed: make(chan struct{}), rng: rand.New(random.New(seed)), cache: newLRU(opts.Cache),
-		pending: map[string]*entry{}, queues: map[uint64][]string{}, stop: make(chan struct{}), loopDone: make(chan struct{})}
+		pending: map[string]*entry{}, queues: map[uint64][]string{}, sched: cmp.Or(opts.TestingKnobs.Clock, clockwork.NewRealClock()),
+		stop: make(chan struct{}), loopDone: make(chan struct{})}
 	if opts.TestingKnobs.Leak == leakEarlyWhenFull {
 		s.early = make(chan struct{}, 1)
 	}
@@ -166,8 +172,15 @@ func open(ctx context.Context, env kv.Env) (*store, error) {
 
 // Start implements kv.Starter: batches start once the store is committed,
 // so a creation cut short before its metadata is written leaves no batch
-// in the journal, and the next start builds the store afresh.
-func (s *store) Start() { s.started.Do(func() { go s.loop() }) }
+// in the journal, and the next start builds the store afresh. The ticker
+// is set before Start returns, so a fake clock advanced from then on
+// ticks it.
+func (s *store) Start() {
+	s.started.Do(func() {
+		t := s.sched.NewTicker(s.opts.Delta)
+		go s.loop(t)
+	})
+}
 
 // addr is the storage address of physical address a.
 func addr(a uint32) string {
@@ -264,27 +277,20 @@ func (c *lru) put(key string, v value) {
 
 func (c *lru) reset() { c.order.Init(); clear(c.at) }
 
-// loop sends a batch every Delta until Close (Sec. 4: batches leave at a
-// fixed rate, so their timing carries nothing). A batch that takes longer
-// than Delta delays the next; ticks are not queued up. Under a driver's
-// clock (Options.WithClock) there is no ticker, and each tick is one batch.
-func (s *store) loop() {
+// loop sends a batch every Delta, at each tick of t, until Close (Sec.
+// 4: batches leave at a fixed rate, so their timing carries nothing). A
+// batch that takes longer than Delta delays the next; ticks are not
+// queued up.
+func (s *store) loop(t clockwork.Ticker) {
 	defer close(s.loopDone)
-	var ticker <-chan time.Time
-	if s.opts.ticks == nil {
-		t := time.NewTicker(s.opts.Delta)
-		defer t.Stop()
-		ticker = t.C
-	}
+	defer t.Stop()
 	for {
 		select {
 		case <-s.stop:
 			return
-		case <-ticker:
+		case <-t.Chan():
 			s.tick()
-		case done := <-s.opts.ticks:
-			s.tick()
-			close(done)
+			s.ticks.Add(1)
 		case <-s.early:
 			s.runBatch(context.Background())
 		}

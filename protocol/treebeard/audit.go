@@ -3,6 +3,9 @@ package treebeard
 import (
 	"context"
 	"fmt"
+	"time"
+
+	"github.com/jonboulle/clockwork"
 
 	"github.com/oblivkv/oblivkv/audit"
 	"github.com/oblivkv/oblivkv/audit/auditspec"
@@ -12,9 +15,9 @@ import (
 )
 
 // auditSpec is Treebeard's registration with `oblivkv audit`: the audit
-// ends each epoch itself (Options.WithEpochControl), counts a bucket's
-// slots and metadata as one unit of storage, and makes Treebeard's own
-// checks of storage's view (analyse).
+// ends each epoch itself (paceEpochs), counts a bucket's slots and
+// metadata as one unit of storage, and makes Treebeard's own checks of
+// storage's view (analyse).
 var auditSpec = &auditspec.Spec{
 	Prefixes: []string{treesPrefix},
 	Pace:     paceEpochs,
@@ -28,26 +31,36 @@ var auditSpec = &auditspec.Spec{
 // five samples at the audit's default requests.
 const leafBins = 16
 
-// paceEpochs takes the Routers' epochs off the clock: the audit issues
-// its requests in rounds, and once a round's requests are all in the
-// epoch it ends the epoch and waits for every reply, so each round is one
-// epoch.
+// paceEpochs puts the store on a fake clock the audit advances: the
+// audit issues its requests in rounds, and once a round's requests are
+// all in the collecting epochs it advances the clock by one epoch, which
+// ends them, and waits for every reply, so each round is one epoch. The
+// rounds are the epochs even when the options forward every request at
+// once (a negative Epoch), which the audit runs at the default epoch.
 func paceEpochs(options any) (any, auditspec.Clock, error) {
 	o, err := kv.OptionsOf[Options](protocolName, options)
-	ctl := &EpochControl{}
-	return o.WithEpochControl(ctl), epochClock{ctl}, err
+	if o.Epoch < 0 {
+		o.Epoch = DefaultEpoch
+	}
+	clock := clockwork.NewFakeClock()
+	o.TestingKnobs.Clock = clock
+	return o, epochClock{clock: clock, epoch: o.EnsureDefaults(0).Epoch}, err
 }
 
 // epochClock ends the epochs of an audit's rounds.
-type epochClock struct{ ctl *EpochControl }
+type epochClock struct {
+	clock *clockwork.FakeClock
+	epoch time.Duration
+}
 
 // Round ends the round's epoch once it holds the round's requests.
 func (c epochClock) Round(ctx context.Context, r auditspec.Round) error {
-	if err := auditspec.WaitUntil(ctx, func() bool { return c.ctl.Collecting() == r.Requests }); err != nil {
+	full := func() bool { return r.Stat(kv.StatEpochRequests) == float64(r.Requests) }
+	if err := auditspec.WaitUntil(ctx, full); err != nil {
 		return err
 	}
 	r.Mark()
-	c.ctl.End()
+	c.clock.Advance(c.epoch)
 	return nil
 }
 

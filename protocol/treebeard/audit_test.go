@@ -10,6 +10,8 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/jonboulle/clockwork"
+
 	"github.com/oblivkv/oblivkv/audit"
 	"github.com/oblivkv/oblivkv/backend/mem"
 	"github.com/oblivkv/oblivkv/bench/workload"
@@ -172,22 +174,24 @@ func runAuditCrashing(t *testing.T, opts treebeard.Options, seed byte, keys []ui
 	m := mem.New()
 	w := durabletest.NewWitness(m)
 	storage, dir := observe.NewTap(w, log), t.TempDir()
-	open := func(fresh bool, seed byte) (kv.Store, treebeard.Epochs, *journal.Journal) {
+	// The epochs run on a fake clock: each round's requests are one epoch.
+	epoch := opts.EnsureDefaults(auditCapacity).Epoch
+	open := func(fresh bool, seed byte) (kv.Store, *clockwork.FakeClock, *journal.Journal) {
 		j, err := journal.Open(dir, sk, journal.Options{NoSync: true})
 		if err != nil {
 			t.Fatal(err)
 		}
-		o, epochs := treebeard.ManualEpochs(opts)
-		o.TestingKnobs.Seed, o.TestingKnobs.Trace = &[32]byte{seed}, tr.add
+		o, clock := opts, clockwork.NewFakeClock()
+		o.TestingKnobs.Seed, o.TestingKnobs.Trace, o.TestingKnobs.Clock = &[32]byte{seed}, tr.add, clock
 		s, err := treebeard.OpenRaw(ctx, kv.Env{Backend: storage, Keys: sk, Capacity: auditCapacity, ValueSize: 32,
 			Fresh: fresh, Journal: j, Options: o})
 		if err != nil {
 			j.Crash()
 			t.Fatal(err)
 		}
-		return s, epochs, j
+		return s, clock, j
 	}
-	s, epochs, j := open(true, seed)
+	s, clock, j := open(true, seed)
 	defer func() {
 		if s != nil {
 			s.Close()
@@ -219,7 +223,7 @@ func runAuditCrashing(t *testing.T, opts treebeard.Options, seed byte, keys []ui
 			m.Reopen()
 			tr.renumber()
 			w.Recovering(true)
-			s, epochs, j = open(false, seed+100)
+			s, clock, j = open(false, seed+100)
 			w.Recovering(false)
 			recovery = log.Records()[from:]
 		}
@@ -244,9 +248,9 @@ func runAuditCrashing(t *testing.T, opts treebeard.Options, seed byte, keys []ui
 				}
 			})
 		}
-		kvtest.WaitFor(t, "the round's requests", func() bool { return epochs.Collecting() == auditRound })
+		kvtest.WaitFor(t, "the round's requests", func() bool { return kvtest.Stat(t, s.Stats(), "epoch_requests") == auditRound })
 		rounds = append(rounds, log.LastSeq())
-		epochs.End()
+		clock.Advance(epoch)
 		wg.Wait()
 	}
 	run := auditRun{stats: s.Stats(), requests: auditRounds * auditRound, rounds: rounds}

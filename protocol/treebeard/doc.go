@@ -42,7 +42,8 @@
 // and request queues, which plan an epoch's path reads, answer requests
 // as reads return and hand blocks to evictions; a tree's epoch barrier
 // and eviction schedule. The drivers (Router, Stash, treeWorker) own the
-// timers, goroutines, journal and backend calls. A tree's buckets are
+// timers (on the store's clock, TestingKnobs.Clock), goroutines, journal
+// and backend calls. A tree's buckets are
 // ringoram.Tree's, whose every change is journaled as a ringoram.Change.
 //
 // Eviction schedule: A counts path reads of a tree, as Ring ORAM counts

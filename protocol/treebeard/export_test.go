@@ -34,22 +34,6 @@ const (
 	LeakFixedSeed                = leakFixedSeed
 )
 
-// Epochs ends the epochs of a store opened with ManualEpochs.
-type Epochs struct{ c *EpochControl }
-
-// ManualEpochs returns o with the Routers' epochs off the clock, and the
-// control that ends them.
-func ManualEpochs(o Options) (Options, Epochs) {
-	c := &EpochControl{}
-	return o.WithEpochControl(c), Epochs{c}
-}
-
-// Collecting returns the number of requests the current epochs hold.
-func (e Epochs) Collecting() int { return e.c.Collecting() }
-
-// End ends the current epochs: their requests go to the Stash shards.
-func (e Epochs) End() { e.c.End() }
-
 // OpenRaw opens the protocol's store itself, with env as given, so a test
 // can hold the journal and crash it.
 func OpenRaw(ctx context.Context, env kv.Env) (kv.Store, error) { return open(ctx, env) }

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/jonboulle/clockwork"
+
 	"github.com/oblivkv/oblivkv/protocol/ringoram"
 	"github.com/oblivkv/oblivkv/protocol/tree"
 )
@@ -54,9 +56,6 @@ type Options struct {
 
 	// TestingKnobs are hooks for tests, never options.
 	TestingKnobs TestingKnobs
-	// epochs, when set, takes the Routers' epochs off the clock
-	// (WithEpochControl).
-	epochs *EpochControl
 }
 
 // TestingKnobs are hooks for tests. They are no options: kv/options sets
@@ -78,18 +77,12 @@ type TestingKnobs struct {
 	// PartTimeout, when set, is how long a tree holds the parts of an
 	// epoch waiting for its last one, instead of defaultPartTimeout.
 	PartTimeout time.Duration
-}
-
-// WithEpochControl returns o with the Routers' epochs off the clock: an
-// epoch ends only when c.End is called, and Epoch is ignored. It is for a
-// driver that paces the epochs itself, so that a run gives the layers the
-// same epochs on a loaded machine as on an idle one (the obliviousness
-// audits: `oblivkv audit` and the tests); a store serving clients never
-// has one. It is no option: --opt cannot set it and a store never records
-// it. A control serves one store.
-func (o Options) WithEpochControl(c *EpochControl) Options {
-	o.epochs = c
-	return o
+	// Clock, when set, is the clock the Routers' epochs and the trees'
+	// part timeouts run on, instead of the real one: a driver that
+	// advances a clockwork.FakeClock itself gives the layers the same
+	// epochs on a loaded machine as on an idle one (the obliviousness
+	// audits: `oblivkv audit` and the tests).
+	Clock clockwork.Clock
 }
 
 // Defaults.

@@ -8,6 +8,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jonboulle/clockwork"
+
 	"github.com/oblivkv/oblivkv/backend"
 	"github.com/oblivkv/oblivkv/internal/durable"
 	"github.com/oblivkv/oblivkv/kv"
@@ -96,16 +98,17 @@ type treeWorker struct {
 	trace       func(traceEvent)
 	log         *durable.Log
 	net         *netState
-	partTimeout time.Duration // how long an epoch waits for its last part
+	clock       clockwork.Clock // the part timeouts run on it
+	partTimeout time.Duration   // how long an epoch waits for its last part
 
 	parts    *answered[ReadPathsReply, *ReadPathsReply]
 	released releases   // by Stash shard: the eviction messages answered
 	admin    sync.Mutex // held by an AdminMsg's handling
 
 	mu      sync.Mutex
-	waiting map[partKey]*readJob   // parts of epochs not all shards sent yet
-	timers  map[uint64]*time.Timer // by epoch not all shards sent yet: when to give up on it
-	queue   []*readJob             // parts of whole epochs, in the order they completed
+	waiting map[partKey]*readJob       // parts of epochs not all shards sent yet
+	timers  map[uint64]clockwork.Timer // by epoch not all shards sent yet: when to give up on it
+	queue   []*readJob                 // parts of whole epochs, in the order they completed
 	wake    chan struct{}
 	stopped bool
 	busy    bool       // serving jobs (a read and its evictions)
@@ -138,9 +141,9 @@ type readJob struct {
 	done    chan struct{}
 }
 
-func newTreeWorker(id int, core *treeCore, net *netState, partTimeout time.Duration, trace func(traceEvent)) *treeWorker {
-	w := &treeWorker{id: id, core: core, net: net, partTimeout: partTimeout, trace: trace,
-		parts: newAnswered[ReadPathsReply](), timers: map[uint64]*time.Timer{},
+func newTreeWorker(id int, core *treeCore, net *netState, clock clockwork.Clock, partTimeout time.Duration, trace func(traceEvent)) *treeWorker {
+	w := &treeWorker{id: id, core: core, net: net, clock: clock, partTimeout: partTimeout, trace: trace,
+		parts: newAnswered[ReadPathsReply](), timers: map[uint64]clockwork.Timer{},
 		waiting: map[partKey]*readJob{}, wake: make(chan struct{}, 1), exited: make(chan struct{})}
 	w.idle = sync.NewCond(&w.mu)
 	return w
@@ -167,7 +170,7 @@ func (w *treeWorker) read(epoch uint64, shard int, reads []ringoram.PathRead) ([
 	case partHeld:
 		w.waiting[partKey{epoch, shard}] = j
 		if w.timers[epoch] == nil {
-			w.timers[epoch] = time.AfterFunc(w.partTimeout, func() { w.abandon(epoch) })
+			w.timers[epoch] = w.clock.AfterFunc(w.partTimeout, func() { w.abandon(epoch) })
 		}
 	case partComplete:
 		w.waiting[partKey{epoch, shard}] = j

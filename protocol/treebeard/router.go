@@ -7,6 +7,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jonboulle/clockwork"
+
 	"github.com/oblivkv/oblivkv/kv"
 )
 
@@ -19,22 +21,24 @@ import (
 // nothing but the requests they get.
 //
 // Epochs are consecutive, non-overlapping collection intervals; an epoch
-// starts with its first request, so an idle Router costs nothing. Epochs
-// already forwarded may still be in flight while the next one collects.
+// starts with its first request, so an idle Router costs nothing, and
+// ends one epoch duration later on the store's clock (a test's, or the
+// audit's, fake clock ends it when it is advanced). Epochs already
+// forwarded may still be in flight while the next one collects.
 type Router struct {
 	id     int // the Router's number: its messages' sender
 	epoch  time.Duration
+	clock  clockwork.Clock
 	shards []StashShard
 	net    *netState
 	trace  func(traceEvent)
-	manual bool // epochs end by an EpochControl (Options.WithEpochControl), never on a timer
 	paused bool // a checkpoint is being taken: requests collect until resume
 	ended  bool // the epoch ended while paused: it is forwarded at resume
 
 	mu      sync.Mutex
 	core    routerCore
 	calls   []*call // the callers of the collecting epoch, by the core's index
-	timer   *time.Timer
+	timer   clockwork.Timer
 	closed  bool
 	flights sync.WaitGroup // epochs forwarded and not yet answered
 
@@ -47,11 +51,11 @@ type call struct {
 }
 
 // newRouter returns Router id forwarding to shards, with epochs of epoch
-// (zero or negative: forward every request at once). Its epoch numbers
-// start at id<<48: distinct Routers use distinct ranges, so epochs are
-// unique.
-func newRouter(id int, epoch time.Duration, shards []StashShard, net *netState, trace func(traceEvent)) *Router {
-	return &Router{id: id, epoch: epoch, shards: shards, net: net, trace: trace,
+// on clock (zero or negative: forward every request at once). Its epoch
+// numbers start at id<<48: distinct Routers use distinct ranges, so
+// epochs are unique.
+func newRouter(id int, epoch time.Duration, clock clockwork.Clock, shards []StashShard, net *netState, trace func(traceEvent)) *Router {
+	return &Router{id: id, epoch: epoch, clock: clock, shards: shards, net: net, trace: trace,
 		core: routerCore{shards: len(shards), next: uint64(id) << 48}}
 }
 
@@ -67,12 +71,10 @@ func (r *Router) Do(ctx context.Context, req Request) (Reply, error) {
 	}
 	r.calls = append(r.calls, c)
 	if r.core.add(req) == 0 { // the epoch's first request
-		switch {
-		case r.manual || r.paused:
-		case r.epoch <= 0:
-			r.forwardLocked()
-		default:
-			r.timer = time.AfterFunc(r.epoch, r.endEpoch)
+		if r.epoch <= 0 {
+			r.endLocked()
+		} else {
+			r.timer = r.clock.AfterFunc(r.epoch, r.endEpoch)
 		}
 	}
 	r.mu.Unlock()
@@ -84,9 +86,16 @@ func (r *Router) Do(ctx context.Context, req Request) (Reply, error) {
 	}
 }
 
+// endEpoch ends the collecting epoch: its timer expired.
 func (r *Router) endEpoch() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	r.endLocked()
+}
+
+// endLocked forwards the collecting epoch, or, while paused, marks it for
+// forwarding at resume.
+func (r *Router) endLocked() {
 	if r.paused {
 		r.ended = true
 		return
@@ -94,30 +103,35 @@ func (r *Router) endEpoch() {
 	r.forwardLocked()
 }
 
-// pause stops forwarding: requests collect in the current epoch, and
-// waitForwarded then waits until every epoch forwarded is answered.
+// pause stops forwarding: requests collect in the current epoch, whose
+// timer keeps running, and waitForwarded then waits until every epoch
+// forwarded is answered.
 func (r *Router) pause() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.paused = true
-	if r.timer != nil {
-		r.timer.Stop()
-		r.timer = nil
-	}
 }
 
 // waitForwarded waits until every epoch forwarded is answered.
 func (r *Router) waitForwarded() { r.flights.Wait() }
 
-// resume forwards again, starting with the requests collected meanwhile.
+// resume forwards again, starting with the epoch that ended meanwhile;
+// an epoch still collecting ends when its timer expires.
 func (r *Router) resume() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.paused = false
-	if r.core.size() > 0 && (!r.manual || r.ended) {
+	if r.ended {
+		r.ended = false
 		r.forwardLocked()
 	}
-	r.ended = false
+}
+
+// collecting returns the number of requests the collecting epoch holds.
+func (r *Router) collecting() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.core.size()
 }
 
 // forwardLocked closes the collecting epoch and forwards its requests to
@@ -158,33 +172,6 @@ func (r *Router) forward(s int, epoch uint64, batch []Request, waiting []*call) 
 				Detail: fmt.Sprintf("treebeard: Stash shard %d answered %d of %d requests", s, len(rep.Replies), len(waiting))})}
 		}
 		close(c.done)
-	}
-}
-
-// EpochControl ends the epochs of Routers taken off the clock
-// (Options.WithEpochControl). Its zero value is ready; it is bound to the store
-// opened with it.
-type EpochControl struct {
-	routers []*Router
-}
-
-// Collecting returns the number of requests the Routers' current epochs
-// hold.
-func (c *EpochControl) Collecting() int {
-	n := 0
-	for _, r := range c.routers {
-		r.mu.Lock()
-		n += r.core.size()
-		r.mu.Unlock()
-	}
-	return n
-}
-
-// End ends every Router's current epoch: its requests go to the Stash
-// shards.
-func (c *EpochControl) End() {
-	for _, r := range c.routers {
-		r.endEpoch()
 	}
 }
 

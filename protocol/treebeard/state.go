@@ -285,7 +285,8 @@ func (s *store) JournalsEveryWrite() bool { return s.log.Durable() }
 
 // Stats reports the layers' counters, asked of each layer (AdminStats):
 // stash sizes, real and fake reads, the trees' reads, reshuffles and
-// evictions, and the messages resent and answered as copies.
+// evictions, and the messages resent and answered as copies; and the
+// requests the Routers' epochs are collecting.
 func (s *store) Stats() kv.Stats {
 	var sum LayerStats
 	for _, a := range s.shardAdmins {
@@ -326,7 +327,18 @@ func (s *store) Stats() kv.Stats {
 		{Name: kv.StatMessagesResent, Value: float64(s.net.resent.Load() + s.adminNet.resent.Load())},
 		{Name: kv.StatMessageCopies, Value: float64(sum.Copies)},
 		{Name: kv.StatRepliesHeld, Value: float64(sum.Held)},
+		{Name: kv.StatEpochRequests, Value: float64(s.collecting())},
 	}}
+}
+
+// collecting returns the number of requests the Routers' collecting
+// epochs hold.
+func (s *store) collecting() int {
+	n := 0
+	for _, r := range s.routers {
+		n += r.collecting()
+	}
+	return n
 }
 
 // admin sends a layer the store's message m, again while it is lost in

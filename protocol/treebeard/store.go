@@ -12,6 +12,8 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/jonboulle/clockwork"
+
 	"github.com/oblivkv/oblivkv/backend"
 	"github.com/oblivkv/oblivkv/internal/durable"
 	"github.com/oblivkv/oblivkv/kv"
@@ -145,6 +147,7 @@ func build(env kv.Env, opts Options, log *durable.Log) (*store, error) {
 	}
 	s.log = log
 	net := cmp.Or[transport](opts.TestingKnobs.Transport, directCall{})
+	clock := cmp.Or(opts.TestingKnobs.Clock, clockwork.NewRealClock())
 	for i := range opts.StashShards {
 		core := newStashCore(opts.Trees, s.geo, s.quota, env.ValueSize, seeds())
 		core.leak = opts.TestingKnobs.Leak
@@ -164,7 +167,7 @@ func build(env kv.Env, opts Options, log *durable.Log) (*store, error) {
 	for t := range opts.Trees {
 		core := newTreeCore(len(s.stashes), opts.A, opts.K)
 		core.leak = opts.TestingKnobs.Leak
-		w := newTreeWorker(t, core, s.net, cmp.Or(opts.TestingKnobs.PartTimeout, defaultPartTimeout), opts.TestingKnobs.Trace)
+		w := newTreeWorker(t, core, s.net, clock, cmp.Or(opts.TestingKnobs.PartTimeout, defaultPartTimeout), opts.TestingKnobs.Trace)
 		w.stashes, w.log = sources, s.log
 		var err error
 		w.tree, err = ringoram.NewTree(ringoram.Config{Backend: env.Backend, Keys: env.Keys, Geometry: s.geo,
@@ -185,12 +188,7 @@ func build(env kv.Env, opts Options, log *durable.Log) (*store, error) {
 		st.connect(readers)
 	}
 	for i := range opts.Routers {
-		r := newRouter(i, opts.Epoch, shards, s.net, opts.TestingKnobs.Trace)
-		r.manual = opts.epochs != nil
-		s.routers = append(s.routers, r)
-	}
-	if opts.epochs != nil {
-		opts.epochs.routers = s.routers
+		s.routers = append(s.routers, newRouter(i, opts.Epoch, clock, shards, s.net, opts.TestingKnobs.Trace))
 	}
 	return s, nil
 }

@@ -155,10 +155,16 @@ func TestWriteDuringEvictionSurvives(t *testing.T) {
 		t.Fatal("no eviction started after A path reads")
 	}
 	// The eviction holds "k"; overwrite it now. The Put's own path read
-	// waits behind the eviction, so it returns after the ack.
+	// waits behind the eviction, so it returns after the ack. The Put has
+	// reached the stash once the shard has planned its path read.
+	planned := func() float64 {
+		st := s.Stats()
+		return kvtest.Stat(t, st, "real_reads") + kvtest.Stat(t, st, "fake_reads")
+	}
+	before := planned()
 	done := make(chan error, 1)
 	go func() { done <- s.Put(ctx, "k", []byte("new")) }()
-	time.Sleep(20 * time.Millisecond) // let the Put reach the stash
+	kvtest.WaitFor(t, "the Put to reach the stash", func() bool { return planned() > before })
 	close(g.release)
 	if err := <-done; err != nil {
 		t.Fatal(err)

@@ -3,7 +3,8 @@
 // follows Waffle Secs. 4-7.
 //
 // Requests are gathered into batches of at most R (closed early by
-// Options.Timeout) and served by Algorithm 1, one batch at a time:
+// Options.Timeout, on the clock of TestingKnobs.Clock) and served by
+// Algorithm 1, one batch at a time:
 //
 //   - requests are deduplicated by key and applied in arrival order, so a
 //     read after a write of the same key in one batch sees the write; cache

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"math"
 	"time"
+
+	"github.com/jonboulle/clockwork"
 )
 
 // Options are Waffle's parameters (Waffle, Table 1). A zero field takes the
@@ -45,6 +47,10 @@ type TestingKnobs struct {
 	// objects it read from and wrote to storage, in the order of its Read
 	// and of its Write.
 	Trace func(batchTrace)
+	// Clock, when set, is the clock a batch's Timeout runs on, instead of
+	// the real one: a test that advances a clockwork.FakeClock itself
+	// decides which requests share a batch.
+	Clock clockwork.Clock
 }
 
 // The paper's parameters (Sec. 8, N = 1M): B=2500, R=1000, f_D=500 and a

@@ -2,6 +2,7 @@ package waffle
 
 import (
 	"bytes"
+	"cmp"
 	"container/list"
 	"context"
 	"encoding/binary"
@@ -9,7 +10,8 @@ import (
 	"math/rand/v2"
 	"sync"
 	"sync/atomic"
-	"time"
+
+	"github.com/jonboulle/clockwork"
 
 	"github.com/oblivkv/oblivkv/backend"
 	"github.com/oblivkv/oblivkv/internal/durable"
@@ -80,6 +82,7 @@ type store struct {
 	reqs     chan *request
 	stop     chan struct{}
 	loopDone chan struct{}
+	sched    clockwork.Clock // the clock a batch's Timeout runs on
 
 	stats atomic.Pointer[snapshot] // Stats' copy of the counters (publish)
 	// checkpointErrors counts checkpoints that failed (each is tried again
@@ -132,7 +135,8 @@ func open(ctx context.Context, env kv.Env) (*store, error) {
 	s := &store{b: env.Backend, keys: env.Keys, opts: opts, capacity: env.Capacity, valueSize: env.ValueSize,
 		log:  durable.New(env.Journal, env.Backend, env.Keys),
 		reqs: make(chan *request), stop: make(chan struct{}), loopDone: make(chan struct{}),
-		rng: rand.New(random.New(seed)), objs: map[ref]*object{}, cache: list.New(),
+		sched: cmp.Or(opts.TestingKnobs.Clock, clockwork.NewRealClock()),
+		rng:   rand.New(random.New(seed)), objs: map[ref]*object{}, cache: list.New(),
 		plain: make([]byte, 4+env.ValueSize)}
 	s.ByUpdate = kv.ByUpdate{Updater: s}
 	if env.Fresh {
@@ -256,8 +260,6 @@ func (s *store) loop() {
 	defer close(s.loopDone)
 	buf := make([]*request, 0, s.opts.R)
 	var batch []*request // requests received for the next batch
-	timer := time.NewTimer(s.opts.Timeout)
-	timer.Stop()
 	for {
 		if len(batch) == 0 {
 			select {
@@ -267,20 +269,20 @@ func (s *store) loop() {
 				batch = append(buf[:0], r)
 			}
 		}
-		batch = s.serve(s.gather(batch, timer))
+		batch = s.serve(s.gather(batch))
 	}
 }
 
 // gather adds requests to batch, which holds the first, until R wait or
 // Timeout passed since the first arrived.
-func (s *store) gather(batch []*request, timer *time.Timer) []*request {
-	timer.Reset(s.opts.Timeout)
+func (s *store) gather(batch []*request) []*request {
+	timer := s.sched.NewTimer(s.opts.Timeout)
 	defer timer.Stop()
 	for len(batch) < s.opts.R {
 		select {
 		case r := <-s.reqs:
 			batch = append(batch, r)
-		case <-timer.C:
+		case <-timer.Chan():
 			return batch
 		}
 	}

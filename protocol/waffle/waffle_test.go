@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jonboulle/clockwork"
+
 	"github.com/oblivkv/oblivkv/backend/mem"
 	"github.com/oblivkv/oblivkv/internal/durable"
 	"github.com/oblivkv/oblivkv/kv"
@@ -135,15 +137,21 @@ func TestBatchShape(t *testing.T) {
 }
 
 // TestReadAfterWriteInBatch: a Get queued after a Put of the same (new)
-// key in the same batch returns the Put's value.
+// key in the same batch returns the Put's value. The batch's Timeout runs
+// on a fake clock no one advances, so the batch closes with its R = 2
+// requests.
 func TestReadAfterWriteInBatch(t *testing.T) {
-	opts := waffle.Options{B: 10, R: 2, FD: 2, Timeout: 2 * time.Second}
+	clock := clockwork.NewFakeClock()
+	opts := waffle.Options{B: 10, R: 2, FD: 2, TestingKnobs: waffle.TestingKnobs{Clock: clock}}
 	s := open(t, opts, nil)
 	before := batches(s)
 	ctx := t.Context()
 	done := make(chan error, 1)
 	go func() { done <- s.Put(ctx, "k", []byte("v")) }()
-	time.Sleep(50 * time.Millisecond) // the Put waits for a second request
+	// The Put waits for a second request once its batch's timer is set.
+	if err := clock.BlockUntilContext(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
 	got, ok, err := s.Get(ctx, "k")
 	if err := <-done; err != nil {
 		t.Fatal(err)
