@@ -161,17 +161,26 @@ func Choices(name string, cs []Choice, bins int) Check {
 // each group's ranks against the uniform choice, summed (FitGroups), so
 // that a group that prefers low ranks cannot hide behind one that
 // prefers high ones, as they can when pooled.
+// A choice outside the unread slots (a read of a slot read before, which
+// only a doctored or broken view shows) fails the check as an exact
+// violation.
 func ChoicesByGroup(name string, groups [][]Choice, bins int) Check {
 	observed, expected := make([][]int, len(groups)), make([][]float64, len(groups))
+	var outside []string
 	for i, cs := range groups {
 		observed[i], expected[i] = make([]int, bins), make([]float64, bins)
 		for _, c := range cs {
-			if c.Unread < 2 {
-				continue
+			switch {
+			case c.Rank < 0 || c.Rank >= c.Unread:
+				outside = append(outside, fmt.Sprintf("rank %d among %d unread slots", c.Rank, c.Unread))
+			case c.Unread >= 2:
+				observed[i][c.Rank*bins/c.Unread]++
+				addUniform(expected[i], c.Unread)
 			}
-			observed[i][c.Rank*bins/c.Unread]++
-			addUniform(expected[i], c.Unread)
 		}
+	}
+	if len(outside) > 0 {
+		return Exact(name, outside)
 	}
 	return FitGroups(name, observed, expected)
 }

@@ -196,6 +196,15 @@ func TestChoicesByGroup(t *testing.T) {
 	}
 }
 
+// A choice of a slot not among the unread ones (a doctored view's read
+// of a slot read before) fails Choices exactly, and never panics.
+func TestChoicesOutsideUnread(t *testing.T) {
+	cs := []Choice{{Rank: 3, Unread: 14}, {Rank: 14, Unread: 14}}
+	if c := Choices("outside", cs, 14); !c.Decisive() {
+		t.Errorf("a choice outside the unread slots passes: %v", c)
+	}
+}
+
 // Power agrees with the noncentral chi-square drawn as sums of squared
 // normals, and MinEffect inverts it.
 func TestPower(t *testing.T) {
