@@ -132,22 +132,21 @@ func Open(ctx context.Context, cfg Config) (Store, error) {
 		}
 	}
 	inner, err := p.Open(ctx, env)
+	switch {
+	case err != nil:
+		err = fmt.Errorf("kv: opening %s: %w", cfg.Protocol, err)
+	case fresh:
+		// The metadata record commits the new store: written only after
+		// the protocol built its initial layout.
+		if err = writeMeta(ctx, tap, cfg.Keys, want); err != nil {
+			inner.Close()
+		}
+	}
 	if err != nil {
 		if env.Journal != nil {
 			env.Journal.Close()
 		}
-		return nil, fmt.Errorf("kv: opening %s: %w", cfg.Protocol, err)
-	}
-	if fresh {
-		// The metadata record commits the new store: written only after the
-		// protocol built its initial layout.
-		if err := writeMeta(ctx, tap, cfg.Keys, want); err != nil {
-			inner.Close()
-			if env.Journal != nil {
-				env.Journal.Close()
-			}
-			return nil, err
-		}
+		return nil, err
 	}
 	if w, ok := inner.(WriteJournaler); ok && w.JournalsEveryWrite() && !cfg.NoFsync {
 		// The journal redoes what storage lost, and its checkpoints sync

@@ -46,6 +46,7 @@ func analyse(r auditspec.Run) (auditspec.Analysis, error) {
 	if err != nil {
 		return auditspec.Analysis{}, err
 	}
+	o = o.EnsureDefaults(r.Capacity)
 	calls := r.Records
 	if len(calls) > 0 && calls[len(calls)-1].Op == observe.OpWrite {
 		calls = calls[:len(calls)-1] // Close's subtree write
@@ -61,7 +62,7 @@ func analyse(r auditspec.Run) (auditspec.Analysis, error) {
 		audit.Uniform(n+"leaves read", bins),
 		audit.SamePath(n+"path reads in flight together or consecutive", v.Reads, g.Leaves()),
 		audit.Exact(n+"write-backs are whole stored paths", v.WBShape),
-		WriteBackSchedule(n+"a write-back of the paths every K path reads", v.Reads, v.WriteBacks, o.EnsureDefaults(r.Capacity).K),
+		WriteBackSchedule(n+"a write-back of the paths every K path reads", v.Reads, v.WriteBacks, o.K),
 	}
 	checks = append(checks, tree.HotKeyWalk(r, v.Reads, g)...)
 	return auditspec.Analysis{Checks: checks, Plots: map[string][]int{"leaf": bins}, Compared: map[string][]int{"leaves read": bins}}, nil
