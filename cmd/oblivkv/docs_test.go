@@ -51,14 +51,19 @@ func TestDocsNameExistingTests(t *testing.T) {
 // protocol/baseline) declares one there.
 func TestEveryProtocolHasObliviousAudit(t *testing.T) {
 	declared := testFuncs(t)["TestObliviousAudit"]
+	checked := 0
 	for _, name := range kv.Protocols() {
 		dir := filepath.Join(repoRoot, "protocol", name)
 		if _, err := os.Stat(dir); err != nil {
 			continue
 		}
+		checked++
 		if !slices.Contains(declared, dir) {
 			t.Errorf("protocol %s has no TestObliviousAudit in %s", name, dir)
 		}
+	}
+	if checked < 6 {
+		t.Errorf("checked %d protocol packages; want the six oblivious protocols'", checked)
 	}
 }
 
