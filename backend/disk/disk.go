@@ -5,7 +5,10 @@
 // (pebble's LOCK file, so a second process opening the same directory gets
 // a clear error instead of corrupting it). Every Write and Delete is one
 // pebble batch, so it is applied atomically; every multi-address Read runs
-// against one pebble snapshot, so it never observes half of a batch.
+// against one pebble snapshot, so it never observes half of a batch. The
+// conditional writes (WriteVersioned, WriteFenced) read what they compare
+// and commit their batch under one mutex: the directory's lock keeps every
+// other process out, so that makes the check and the write one step.
 //
 // It must never log, print or inspect values or addresses (pebble's own
 // logger is replaced by a quiet one, so nothing reaches stdout), never

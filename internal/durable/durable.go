@@ -27,20 +27,24 @@
 // position of the record that caused it, so a process started later
 // always writes with higher tokens than every earlier process of the
 // store, and storage refuses the earlier one's late writes
-// (backend.Fence). The incarnation is only as unique as the journal: a
+// (backend.Fence). Storage sees every token in the clear: how often the
+// store was opened, and the journal position behind each fenced write; a
+// driver whose record count between two writes must stay hidden needs
+// another low part. The incarnation is only as unique as the journal: a
 // store opened from a copy of its data dir gets the copy's incarnation
 // plus one, which a process still running on the original may hold too;
 // their equal-incarnation tokens would then not fence each other. The
 // anchor catches the common case: a copy older than storage's last
 // checkpoint is refused at open with ErrRollback before it writes
-// anything. A copy taken since that checkpoint passes, and running two
+// anything to storage. A copy taken since that checkpoint passes, and running two
 // processes over one storage from copies of one data dir remains the
 // operator's mistake to avoid.
 //
-// The package owns the record format, the anchor and the rules for a store
-// that is new, unfinished or lost. It must never let a protocol's backend
-// write precede its record's durability, and never serve a store whose
-// trusted state and storage disagree on where they stand.
+// The package owns the record format, the anchor, the fencing tokens and
+// the rules for a store that is new, unfinished or lost. It must never let
+// a protocol's backend write precede its record's durability, and never
+// serve a store whose trusted state and storage disagree on where they
+// stand.
 package durable
 
 import (
