@@ -20,9 +20,12 @@ import (
 //
 // flags is flagErr if the call failed, plus flagFenced for a fenced
 // write. It is compact (a path read of 20 buckets is about 400 bytes) and
-// streamable; Reader decodes it. Version 1 ("OKVTAP1\n") had no fenced
-// writes; Reader refuses it as a bad header.
-const logMagic = "OKVTAP2\n"
+// streamable; Reader decodes it. Version 1 (logMagicV1) is the same
+// without fenced writes, and Reader reads it too.
+const (
+	logMagic   = "OKVTAP2\n"
+	logMagicV1 = "OKVTAP1\n"
+)
 
 // The bits of a frame's flags byte.
 const (
@@ -148,7 +151,7 @@ type Reader struct {
 func NewReader(r io.Reader) (*Reader, error) {
 	br := bufio.NewReaderSize(r, 1<<20)
 	head := make([]byte, len(logMagic))
-	if _, err := io.ReadFull(br, head); err != nil || string(head) != logMagic {
+	if _, err := io.ReadFull(br, head); err != nil || (string(head) != logMagic && string(head) != logMagicV1) {
 		return nil, errors.New("observe: not a tap log (bad header)")
 	}
 	return &Reader{r: br}, nil

@@ -276,6 +276,23 @@ func TestTruncatedLog(t *testing.T) {
 	}
 }
 
+// A log of version 1, written before fenced writes, reads as it did.
+func TestReadsVersion1(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "v1")
+	recs := []Record{{Seq: 1, Op: OpWrite, Addrs: []string{"a"}, Sizes: []int{3}, Err: true}, {Seq: 2, Op: OpRead, Addrs: []string{"a"}, Sizes: []int{3}}}
+	writeLog(t, path, recs)
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, append([]byte(logMagicV1), data[len(logMagic):]...), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := ReadFile(path); err != nil || !reflect.DeepEqual(got, recs) {
+		t.Fatalf("version 1 log read as %+v, %v; want %+v", got, err, recs)
+	}
+}
+
 func TestBadHeader(t *testing.T) {
 	dir := t.TempDir()
 	good := filepath.Join(dir, "good")
@@ -284,7 +301,7 @@ func TestBadHeader(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, head := range []string{"OKVTAP1\n", "OKVTAP3\n", "okvtap2\n", "OKVTAP2\r", "\x00\x00\x00\x00\x00\x00\x00\x00"} {
+	for _, head := range []string{"OKVTAP3\n", "okvtap2\n", "OKVTAP2\r", "\x00\x00\x00\x00\x00\x00\x00\x00"} {
 		p := filepath.Join(dir, "bad")
 		if err := os.WriteFile(p, append([]byte(head), data[len(logMagic):]...), 0o600); err != nil {
 			t.Fatal(err)
