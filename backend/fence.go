@@ -84,8 +84,9 @@ func FencedItems(f Fence, items []Item) []Item {
 
 // PipelineFenced is Pipeline with a fenced write: in one round trip where
 // b is a Pipeliner, else as a WriteFenced and Reads one after the other.
-// A refused write (ErrFenced) returns no values. The fence is checked and
-// written even when there are no items.
+// A refused write (ErrFenced) stored nothing and returns no values; after
+// any other error the write may or may not have been applied. The fence
+// is checked and written even when there are no items.
 func PipelineFenced(ctx context.Context, b Backend, f Fence, items []Item, reads [][]string) ([][][]byte, error) {
 	if p, ok := b.(Pipeliner); ok {
 		return p.PipelineFenced(ctx, f, items, reads)

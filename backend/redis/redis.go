@@ -412,6 +412,8 @@ func (b *Backend) pipelineFenced(ctx context.Context, eval evalFunc, f backend.F
 	}
 	return mgetValues(mgets, reads)
 }
+
+// Delete implements backend.Backend with one DEL.
 func (b *Backend) Delete(ctx context.Context, addrs []string) error {
 	if err := b.check(); err != nil || len(addrs) == 0 {
 		return err
