@@ -33,8 +33,9 @@ func expectToken(t *testing.T, b backend.Backend, key string, want uint64) {
 }
 
 // testFenced: a fenced write stores its batch and its token; an older
-// token is refused and applies nothing of its batch; an equal token (a
-// retried write) and a newer one are applied.
+// token (a driver a newer one replaced, writing late) is refused and
+// applies nothing of its batch; an equal token (a retried write) and a
+// newer one are applied.
 func testFenced(t *testing.T, open Open) {
 	b := open(t)
 	write(t, b, item("old", "plain"))
