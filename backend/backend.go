@@ -9,6 +9,13 @@
 // chosen by the protocol, and values are whatever the protocol hands it
 // (sealed blocks for every protocol except the insecure "plain" baseline).
 //
+// A fenced write (WriteFenced, PipelineFenced) carries a Fence: a key
+// where storage keeps the highest token it accepted for one machine, and
+// the writer's token. Storage refuses, atomically for the whole batch, a
+// write whose token is lower than the one it holds (ErrFenced), so a
+// driver a newer one has replaced can never overwrite its successor's
+// state, and learns it must stop.
+//
 // The implementations live in sub-packages: mem (in memory, for tests),
 // disk (embedded pebble, the default) and redis (go-redis v9).
 //
@@ -48,6 +55,11 @@ type Backend interface {
 	// value is the version followed by the value (see SplitVersioned). It
 	// returns how many items were stale.
 	WriteVersioned(ctx context.Context, items []VersionedItem) (stale int, err error)
+	// WriteFenced stores items and f.Token at f.Key as one atomic step if
+	// f.Token is at least the token stored at f.Key (a missing one is 0;
+	// an equal token is a retried write), and otherwise stores nothing and
+	// returns an error wrapping ErrFenced. The zero Fence makes it Write.
+	WriteFenced(ctx context.Context, f Fence, items []Item) error
 	// Delete removes addrs atomically. Missing addresses are not an error.
 	Delete(ctx context.Context, addrs []string) error
 	// Scan calls fn for every stored address that begins with prefix, in no
@@ -61,11 +73,14 @@ type Backend interface {
 // ErrClosed is returned by every method of a backend after Close.
 var ErrClosed = errors.New("backend: closed")
 
-// Pipeliner is a Backend that can issue a Write and then several Reads in
-// one round trip, storage applying the Write (atomically, as Write does)
-// before it answers the Reads, in order.
+// Pipeliner is a Backend that can issue a Write (or a WriteFenced) and
+// then several Reads in one round trip, storage applying the write
+// (atomically, as Write does) before it answers the Reads, in order.
 type Pipeliner interface {
 	Pipeline(ctx context.Context, items []Item, reads [][]string) ([][][]byte, error)
+	// PipelineFenced is Pipeline with WriteFenced's write; a refused write
+	// returns ErrFenced and no values.
+	PipelineFenced(ctx context.Context, f Fence, items []Item, reads [][]string) ([][][]byte, error)
 }
 
 // Pipeline stores items in b (none: no Write) and then reads each address

@@ -67,6 +67,21 @@ func (l *latency) Pipeline(ctx context.Context, items []Item, reads [][]string) 
 	return Pipeline(ctx, l.Backend, items, reads)
 }
 
+func (l *latency) WriteFenced(ctx context.Context, f Fence, items []Item) error {
+	if err := l.wait(ctx); err != nil {
+		return err
+	}
+	return l.Backend.WriteFenced(ctx, f, items)
+}
+
+// PipelineFenced is one round trip: one delay.
+func (l *latency) PipelineFenced(ctx context.Context, f Fence, items []Item, reads [][]string) ([][][]byte, error) {
+	if err := l.wait(ctx); err != nil {
+		return nil, err
+	}
+	return PipelineFenced(ctx, l.Backend, f, items, reads)
+}
+
 func (l *latency) WriteVersioned(ctx context.Context, items []VersionedItem) (int, error) {
 	if err := l.wait(ctx); err != nil {
 		return 0, err

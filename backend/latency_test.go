@@ -69,6 +69,13 @@ func TestWithLatencyDelaysEveryCall(t *testing.T) {
 			_, err := b.WriteVersioned(ctx, []backend.VersionedItem{{Addr: "v", Version: 1}})
 			return err
 		},
+		"WriteFenced": func() error {
+			return b.WriteFenced(ctx, backend.Fence{Key: "f", Token: 1}, []backend.Item{{Addr: "k", Value: []byte("v")}})
+		},
+		"PipelineFenced": func() error {
+			_, err := backend.PipelineFenced(ctx, b, backend.Fence{Key: "f", Token: 1}, nil, nil)
+			return err
+		},
 	}
 	for name, call := range calls {
 		before := tap.Counters().Calls

@@ -45,11 +45,32 @@ func (p *prefixed) items(in []Item) []Item {
 }
 
 func (p *prefixed) Pipeline(ctx context.Context, items []Item, reads [][]string) ([][][]byte, error) {
-	lists := make([][]string, len(reads))
+	return Pipeline(ctx, p.next, p.items(items), p.lists(reads))
+}
+
+func (p *prefixed) lists(reads [][]string) [][]string {
+	out := make([][]string, len(reads))
 	for i, addrs := range reads {
-		lists[i] = p.addrs(addrs)
+		out[i] = p.addrs(addrs)
 	}
-	return Pipeline(ctx, p.next, p.items(items), lists)
+	return out
+}
+
+// fence returns f with its key under the prefix; a fence without a key
+// (the zero Fence, or a malformed one) is left for the backend to judge.
+func (p *prefixed) fence(f Fence) Fence {
+	if f.Key == "" {
+		return f
+	}
+	return Fence{Key: p.prefix + f.Key, Token: f.Token}
+}
+
+func (p *prefixed) WriteFenced(ctx context.Context, f Fence, items []Item) error {
+	return p.next.WriteFenced(ctx, p.fence(f), p.items(items))
+}
+
+func (p *prefixed) PipelineFenced(ctx context.Context, f Fence, items []Item, reads [][]string) ([][][]byte, error) {
+	return PipelineFenced(ctx, p.next, p.fence(f), p.items(items), p.lists(reads))
 }
 
 func (p *prefixed) WriteVersioned(ctx context.Context, items []VersionedItem) (int, error) {

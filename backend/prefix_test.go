@@ -3,6 +3,7 @@ package backend_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"sort"
 	"testing"
 
@@ -53,5 +54,26 @@ func TestPrefixIsolatesAndDrops(t *testing.T) {
 	vals, err = b.Read(ctx, []string{"k\x00"})
 	if err != nil || !bytes.Equal(vals[0], []byte{1}) {
 		t.Fatalf("view b reads %v, %v after dropping a; want 1", vals, err)
+	}
+}
+
+// TestPrefixFences: a fence's key is an address like any other, stored
+// under the view's prefix, so two views fence independently.
+func TestPrefixFences(t *testing.T) {
+	ctx := context.Background()
+	raw := mem.New()
+	a, b := backend.WithPrefix(raw, "a/"), backend.WithPrefix(raw, "b/")
+	if err := a.WriteFenced(ctx, backend.Fence{Key: "fence", Token: 5}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := backend.PipelineFenced(ctx, b, backend.Fence{Key: "fence", Token: 1}, nil, nil); err != nil {
+		t.Fatalf("view b fenced out by view a's token: %v", err)
+	}
+	vals, err := raw.Read(ctx, []string{"a/fence", "b/fence"})
+	if err != nil || !bytes.Equal(vals[0], backend.EncodeToken(5)) || !bytes.Equal(vals[1], backend.EncodeToken(1)) {
+		t.Fatalf("storage holds the tokens %x, %v; want 5 at a/fence and 1 at b/fence", vals, err)
+	}
+	if err := a.WriteFenced(ctx, backend.Fence{Key: "fence", Token: 4}, nil); !errors.Is(err, backend.ErrFenced) {
+		t.Fatalf("view a with an older token = %v, want ErrFenced", err)
 	}
 }

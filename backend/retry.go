@@ -15,7 +15,8 @@ const (
 )
 
 // Retry runs call, and while it fails with a transport error (not
-// tampering, seal.ErrTampered; not a closed backend, ErrClosed) runs it
+// tampering, seal.ErrTampered; not a closed backend, ErrClosed; not a
+// write a newer driver fenced out, ErrFenced) runs it
 // again, unchanged, pausing from 1 ms doubling to 1 s, until it succeeds,
 // ctx ends or stop (which may be nil) is closed; retried, unless nil, is
 // called before each new attempt. It returns call's last error.
@@ -29,7 +30,7 @@ func Retry(ctx context.Context, stop <-chan struct{}, retried func(), call func(
 	wait := firstRetry
 	for {
 		err := call()
-		if err == nil || errors.Is(err, seal.ErrTampered) || errors.Is(err, ErrClosed) || stopped(ctx, stop) {
+		if err == nil || errors.Is(err, seal.ErrTampered) || errors.Is(err, ErrClosed) || errors.Is(err, ErrFenced) || stopped(ctx, stop) {
 			return err
 		}
 		timer := time.NewTimer(wait)

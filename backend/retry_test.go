@@ -9,8 +9,8 @@ import (
 )
 
 // TestRetry: a call failing with a transport error is run again until it
-// succeeds; tampering, a closed backend and a closed stop end it at once
-// with the call's error.
+// succeeds; tampering, a closed backend, a fenced-out write and a closed
+// stop end it at once with the call's error.
 func TestRetry(t *testing.T) {
 	transport := errors.New("connection reset")
 	for _, c := range []struct {
@@ -24,6 +24,7 @@ func TestRetry(t *testing.T) {
 		{"transport errors", []error{transport, transport}, false, 3, 2, nil},
 		{"tampered", []error{seal.ErrTampered}, false, 1, 0, seal.ErrTampered},
 		{"closed", []error{transport, backend.ErrClosed}, false, 2, 1, backend.ErrClosed},
+		{"fenced", []error{transport, backend.Refused(backend.Fence{Key: "f", Token: 1}, 2)}, false, 2, 1, backend.ErrFenced},
 		{"stopped", []error{transport}, true, 1, 0, transport},
 	} {
 		t.Run(c.name, func(t *testing.T) {

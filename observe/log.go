@@ -11,15 +11,27 @@ import (
 	"time"
 )
 
-// The log file format: the 8-byte magic "OKVTAP1\n", then one frame per
+// The log file format: the 8-byte magic "OKVTAP2\n", then one frame per
 // Record, each field an unsigned varint unless noted:
 //
-//	seq, start (ns), took (ns), op (1 byte), err (1 byte), n,
-//	then n times: address length, address bytes, size.
+//	seq, start (ns), took (ns), op (1 byte), flags (1 byte), n,
+//	then n times: address length, address bytes, size,
+//	then, if the call was a fenced write: fence length, fence bytes, token.
 //
-// It is compact (a path read of 20 buckets is about 400 bytes) and
-// streamable; Reader decodes it.
-const logMagic = "OKVTAP1\n"
+// flags is flagErr if the call failed, plus flagFenced for a fenced
+// write. It is compact (a path read of 20 buckets is about 400 bytes) and
+// streamable; Reader decodes it. Version 1 (logMagicV1) is the same
+// without fenced writes, and Reader reads it too.
+const (
+	logMagic   = "OKVTAP2\n"
+	logMagicV1 = "OKVTAP1\n"
+)
+
+// The bits of a frame's flags byte.
+const (
+	flagErr    = 1 << 0
+	flagFenced = 1 << 1
+)
 
 // MemoryLog is a Sink that keeps every Record in memory, for tests.
 type MemoryLog struct {
@@ -87,11 +99,7 @@ func (l *FileLog) Record(r Record) error {
 	b = binary.AppendUvarint(b, r.Seq)
 	b = binary.AppendUvarint(b, uint64(r.Start))
 	b = binary.AppendUvarint(b, uint64(r.Took))
-	errByte := byte(0)
-	if r.Err {
-		errByte = 1
-	}
-	b = append(b, byte(r.Op), errByte)
+	b = append(b, byte(r.Op), flags(r))
 	b = binary.AppendUvarint(b, uint64(len(r.Addrs)))
 	for i, a := range r.Addrs {
 		b = binary.AppendUvarint(b, uint64(len(a)))
@@ -102,9 +110,26 @@ func (l *FileLog) Record(r Record) error {
 		}
 		b = binary.AppendUvarint(b, uint64(size))
 	}
+	if r.Fence != "" {
+		b = binary.AppendUvarint(b, uint64(len(r.Fence)))
+		b = append(b, r.Fence...)
+		b = binary.AppendUvarint(b, r.Token)
+	}
 	l.buf = b
 	_, err := l.w.Write(b)
 	return err
+}
+
+// flags returns the flags byte of r's frame.
+func flags(r Record) byte {
+	var f byte
+	if r.Err {
+		f |= flagErr
+	}
+	if r.Fence != "" {
+		f |= flagFenced
+	}
+	return f
 }
 
 // Close flushes and closes the file.
@@ -126,7 +151,7 @@ type Reader struct {
 func NewReader(r io.Reader) (*Reader, error) {
 	br := bufio.NewReaderSize(r, 1<<20)
 	head := make([]byte, len(logMagic))
-	if _, err := io.ReadFull(br, head); err != nil || string(head) != logMagic {
+	if _, err := io.ReadFull(br, head); err != nil || (string(head) != logMagic && string(head) != logMagicV1) {
 		return nil, errors.New("observe: not a tap log (bad header)")
 	}
 	return &Reader{r: br}, nil
@@ -147,10 +172,15 @@ func (rd *Reader) Next() (Record, error) {
 		f.fail(err)
 	}
 	r := Record{Seq: f.uvarint(), Start: time.Duration(f.uvarint()), Took: time.Duration(f.uvarint())}
-	r.Op, r.Err = Op(f.byte()), f.byte() == 1
+	r.Op = Op(f.byte())
+	flags := f.byte()
+	r.Err = flags&flagErr != 0
 	for n := f.uvarint(); n > 0 && f.err == nil; n-- {
 		r.Addrs = append(r.Addrs, f.addr())
 		r.Sizes = append(r.Sizes, int(f.uvarint()))
+	}
+	if flags&flagFenced != 0 {
+		r.Fence, r.Token = f.addr(), f.uvarint()
 	}
 	if f.err != nil {
 		return Record{}, f.err

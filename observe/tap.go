@@ -51,6 +51,12 @@ type Record struct {
 	Addrs []string // addresses, in call order (for a scan: the prefix)
 	Sizes []int    // bytes per address: read or written (0 for deletes)
 	Err   bool     // the call failed
+	// Fence is the fence's key of a fenced write (backend.Fence), where
+	// storage also writes Token (backend.TokenSize bytes) when it accepts
+	// the write; "" for every other call. Addrs and Sizes hold the
+	// write's items only, so a fenced write reads as the Write it is.
+	Fence string
+	Token uint64
 }
 
 // Sink receives every Record of a Tap. Calls to Record are serialised by
@@ -126,7 +132,9 @@ func (t *Tap) SinkErr() error {
 	return t.sinkErr
 }
 
-func (t *Tap) record(start time.Time, op Op, addrs []string, sizes []int, err error) {
+// record counts a call that began at start and hands r, its Seq, times
+// and Err filled in, to the sink.
+func (t *Tap) record(start time.Time, r Record, err error) {
 	t.calls.Add(1)
 	if err != nil {
 		t.errs.Add(1)
@@ -134,7 +142,7 @@ func (t *Tap) record(start time.Time, op Op, addrs []string, sizes []int, err er
 	if t.sink == nil {
 		return
 	}
-	r := Record{Start: start.Sub(t.epoch), Took: time.Since(start), Op: op, Addrs: addrs, Sizes: sizes, Err: err != nil}
+	r.Start, r.Took, r.Err = start.Sub(t.epoch), time.Since(start), err != nil
 	t.mu.Lock()
 	t.seq++
 	r.Seq = t.seq
@@ -168,14 +176,24 @@ func (t *Tap) read(start time.Time, addrs []string, vals [][]byte, err error) {
 		}
 	}
 	t.bytesRead.Add(uint64(n))
-	t.record(start, OpRead, t.keep(addrs), sizes, err)
+	t.record(start, Record{Op: OpRead, Addrs: t.keep(addrs), Sizes: sizes}, err)
 }
 
 // Write implements backend.Backend.
 func (t *Tap) Write(ctx context.Context, items []backend.Item) error {
 	start := time.Now()
 	err := t.next.Write(ctx, items)
-	t.wrote(start, len(items), func(i int) (string, int) { return items[i].Addr, len(items[i].Value) }, err)
+	t.wrote(start, backend.Fence{}, len(items), func(i int) (string, int) { return items[i].Addr, len(items[i].Value) }, err)
+	return err
+}
+
+// WriteFenced implements backend.Backend. To the storage operator it is
+// a write of the items and the token; the log records it as the items'
+// write with the fence beside them (Record.Fence).
+func (t *Tap) WriteFenced(ctx context.Context, f backend.Fence, items []backend.Item) error {
+	start := time.Now()
+	err := t.next.WriteFenced(ctx, f, items)
+	t.wroteFenced(start, f, items, err)
 	return err
 }
 
@@ -189,8 +207,31 @@ func (t *Tap) Pipeline(ctx context.Context, items []backend.Item, reads [][]stri
 	start := time.Now()
 	vals, err := backend.Pipeline(ctx, t.next, items, reads)
 	if len(items) > 0 {
-		t.wrote(start, len(items), func(i int) (string, int) { return items[i].Addr, len(items[i].Value) }, err)
+		t.wrote(start, backend.Fence{}, len(items), func(i int) (string, int) { return items[i].Addr, len(items[i].Value) }, err)
 	}
+	t.readAll(start, reads, vals, err)
+	return vals, err
+}
+
+// PipelineFenced implements backend.Pipeliner: to the storage operator a
+// fenced write (WriteFenced) and then each read, and the log records them
+// so. A refused write fails the reads with it.
+func (t *Tap) PipelineFenced(ctx context.Context, f backend.Fence, items []backend.Item, reads [][]string) ([][][]byte, error) {
+	if f.Unfenced() {
+		return t.Pipeline(ctx, items, reads)
+	}
+	if _, ok := t.next.(backend.Pipeliner); !ok { // separate calls: each recorded as it ends
+		return backend.PipelineFenced(ctx, tapCalls{t}, f, items, reads)
+	}
+	start := time.Now()
+	vals, err := backend.PipelineFenced(ctx, t.next, f, items, reads)
+	t.wroteFenced(start, f, items, err)
+	t.readAll(start, reads, vals, err)
+	return vals, err
+}
+
+// readAll counts and records the reads of a pipeline.
+func (t *Tap) readAll(start time.Time, reads [][]string, vals [][][]byte, err error) {
 	for i, addrs := range reads {
 		var v [][]byte
 		if err == nil {
@@ -198,7 +239,6 @@ func (t *Tap) Pipeline(ctx context.Context, items []backend.Item, reads [][]stri
 		}
 		t.read(start, addrs, v, err)
 	}
-	return vals, err
 }
 
 // tapCalls is a Tap that is no backend.Pipeliner (its Pipeline method,
@@ -213,15 +253,25 @@ func (tapCalls) Pipeline() {}
 func (t *Tap) WriteVersioned(ctx context.Context, items []backend.VersionedItem) (int, error) {
 	start := time.Now()
 	stale, err := t.next.WriteVersioned(ctx, items)
-	t.wrote(start, len(items), func(i int) (string, int) {
+	t.wrote(start, backend.Fence{}, len(items), func(i int) (string, int) {
 		return items[i].Addr, backend.VersionSize + len(items[i].Value)
 	}, err)
 	return stale, err
 }
 
-// wrote counts and records a write of n items; item(i) gives the i-th
-// address and stored size.
-func (t *Tap) wrote(start time.Time, n int, item func(i int) (string, int), err error) {
+// wroteFenced counts and records a fenced write of items; an unfenced
+// one is a Write.
+func (t *Tap) wroteFenced(start time.Time, f backend.Fence, items []backend.Item, err error) {
+	if !f.Unfenced() {
+		t.addrsWritten.Add(1)
+		t.bytesWritten.Add(backend.TokenSize)
+	}
+	t.wrote(start, f, len(items), func(i int) (string, int) { return items[i].Addr, len(items[i].Value) }, err)
+}
+
+// wrote counts and records a write of n items, fenced by f unless it is
+// the zero Fence; item(i) gives the i-th address and stored size.
+func (t *Tap) wrote(start time.Time, f backend.Fence, n int, item func(i int) (string, int), err error) {
 	t.writes.Add(1)
 	t.addrsWritten.Add(uint64(n))
 	var addrs []string
@@ -238,7 +288,7 @@ func (t *Tap) wrote(start time.Time, n int, item func(i int) (string, int), err 
 		}
 	}
 	t.bytesWritten.Add(uint64(total))
-	t.record(start, OpWrite, addrs, sizes, err)
+	t.record(start, Record{Op: OpWrite, Addrs: addrs, Sizes: sizes, Fence: f.Key, Token: f.Token}, err)
 }
 
 // Delete implements backend.Backend.
@@ -251,7 +301,7 @@ func (t *Tap) Delete(ctx context.Context, addrs []string) error {
 	if t.sink != nil {
 		sizes = make([]int, len(addrs))
 	}
-	t.record(start, OpDelete, t.keep(addrs), sizes, err)
+	t.record(start, Record{Op: OpDelete, Addrs: t.keep(addrs), Sizes: sizes}, err)
 	return err
 }
 
@@ -259,7 +309,7 @@ func (t *Tap) Delete(ctx context.Context, addrs []string) error {
 func (t *Tap) Scan(ctx context.Context, prefix string, fn func(addr string) error) error {
 	start := time.Now()
 	err := t.next.Scan(ctx, prefix, fn)
-	t.record(start, OpScan, t.keep([]string{prefix}), []int{0}, err)
+	t.record(start, Record{Op: OpScan, Addrs: t.keep([]string{prefix}), Sizes: []int{0}}, err)
 	return err
 }
 

@@ -197,6 +197,10 @@ func TestFileLogRoundTrip(t *testing.T) {
 	if err := tap2.Write(ctx, nil); err != nil { // an empty batch
 		t.Fatal(err)
 	}
+	fence := backend.Fence{Key: "fence/\x00", Token: 1<<64 - 1}
+	if err := tap2.WriteFenced(ctx, fence, []backend.Item{{Addr: "f", Value: []byte("v")}}); err != nil {
+		t.Fatal(err)
+	}
 	if err := tap2.SinkErr(); err != nil {
 		t.Fatal(err)
 	}
@@ -208,8 +212,8 @@ func TestFileLogRoundTrip(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := normalise(ml.Records())
-	if len(want) != 7 {
-		t.Fatalf("memory log holds %d records; want 7", len(want))
+	if len(want) != 8 || want[7].Fence != fence.Key || want[7].Token != fence.Token {
+		t.Fatalf("memory log holds %+v; want 8 records, the last fenced by %+v", want, fence)
 	}
 	if !reflect.DeepEqual(normalise(got), want) {
 		t.Errorf("file log round trip differs:\n got %+v\nwant %+v", got, want)
@@ -272,6 +276,23 @@ func TestTruncatedLog(t *testing.T) {
 	}
 }
 
+// A log of version 1, written before fenced writes, reads as it did.
+func TestReadsVersion1(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "v1")
+	recs := []Record{{Seq: 1, Op: OpWrite, Addrs: []string{"a"}, Sizes: []int{3}, Err: true}, {Seq: 2, Op: OpRead, Addrs: []string{"a"}, Sizes: []int{3}}}
+	writeLog(t, path, recs)
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, append([]byte(logMagicV1), data[len(logMagic):]...), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := ReadFile(path); err != nil || !reflect.DeepEqual(got, recs) {
+		t.Fatalf("version 1 log read as %+v, %v; want %+v", got, err, recs)
+	}
+}
+
 func TestBadHeader(t *testing.T) {
 	dir := t.TempDir()
 	good := filepath.Join(dir, "good")
@@ -280,7 +301,7 @@ func TestBadHeader(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, head := range []string{"OKVTAP2\n", "okvtap1\n", "OKVTAP1\r", "\x00\x00\x00\x00\x00\x00\x00\x00"} {
+	for _, head := range []string{"OKVTAP3\n", "okvtap2\n", "OKVTAP2\r", "\x00\x00\x00\x00\x00\x00\x00\x00"} {
 		p := filepath.Join(dir, "bad")
 		if err := os.WriteFile(p, append([]byte(head), data[len(logMagic):]...), 0o600); err != nil {
 			t.Fatal(err)
@@ -366,6 +387,85 @@ func TestWriteVersioned(t *testing.T) {
 	}
 }
 
+// A fenced write is a write of its items to the storage operator, with
+// the fence's key and token beside them (its token counted as a written
+// address), whether storage takes it or refuses it.
+func TestWriteFenced(t *testing.T) {
+	log := &MemoryLog{}
+	tap := NewTap(mem.New(), log)
+	items := []backend.Item{{Addr: "a", Value: []byte("12345")}, {Addr: "b", Value: nil}}
+	if err := tap.WriteFenced(ctx, backend.Fence{Key: "fence", Token: 7}, items); err != nil {
+		t.Fatal(err)
+	}
+	if err := tap.WriteFenced(ctx, backend.Fence{Key: "fence", Token: 6}, items[:1]); !errors.Is(err, backend.ErrFenced) {
+		t.Fatalf("WriteFenced with an older token = %v; want ErrFenced", err)
+	}
+	if err := tap.WriteFenced(ctx, backend.Fence{}, items[1:]); err != nil { // unfenced: a Write
+		t.Fatal(err)
+	}
+	want := Counters{Calls: 3, Writes: 3, AddrsWritten: 3 + 2 + 1, BytesWritten: 5 + backend.TokenSize + 5 + backend.TokenSize, Errors: 1}
+	if got := tap.Counters(); got != want {
+		t.Errorf("counters\n got %+v\nwant %+v", got, want)
+	}
+	recs := log.Records()
+	if len(recs) != 3 {
+		t.Fatalf("%d records; want 3", len(recs))
+	}
+	for i, w := range []Record{
+		{Op: OpWrite, Addrs: []string{"a", "b"}, Sizes: []int{5, 0}, Fence: "fence", Token: 7},
+		{Op: OpWrite, Addrs: []string{"a"}, Sizes: []int{5}, Fence: "fence", Token: 6, Err: true},
+		{Op: OpWrite, Addrs: []string{"b"}, Sizes: []int{0}},
+	} {
+		r := recs[i]
+		if r.Op != w.Op || !reflect.DeepEqual(r.Addrs, w.Addrs) || !reflect.DeepEqual(r.Sizes, w.Sizes) ||
+			r.Fence != w.Fence || r.Token != w.Token || r.Err != w.Err {
+			t.Errorf("record %d = %+v; want %+v", i, r, w)
+		}
+	}
+}
+
+// A fenced Pipeline through the tap is logged as the fenced write and
+// then each read, in one call or not; a refused one returns no values.
+func TestPipelineFenced(t *testing.T) {
+	for _, one := range []bool{false, true} {
+		var next backend.Backend = mem.New()
+		l := &lined{Backend: next}
+		if one {
+			next = l
+		}
+		log := &MemoryLog{}
+		tap := NewTap(next, log)
+		items, reads := []backend.Item{{Addr: "a", Value: []byte("xy")}}, [][]string{{"a"}, {"b"}}
+		lists, err := backend.PipelineFenced(ctx, tap, backend.Fence{Key: "f", Token: 2}, items, reads)
+		if err != nil || len(lists) != 2 || string(lists[0][0]) != "xy" || lists[1][0] != nil {
+			t.Fatalf("one call %v: PipelineFenced = %q, %v", one, lists, err)
+		}
+		lists, err = backend.PipelineFenced(ctx, tap, backend.Fence{Key: "f", Token: 1}, items, reads)
+		if !errors.Is(err, backend.ErrFenced) || lists != nil {
+			t.Fatalf("one call %v: PipelineFenced with an older token = %q, %v; want ErrFenced and nothing", one, lists, err)
+		}
+		// In one call storage sees the refused write's reads too (and
+		// they fail with it); in separate calls they are never issued.
+		recs, want := log.Records(), 4
+		if one {
+			want = 6
+		}
+		if len(recs) != want {
+			t.Fatalf("one call %v: logged %+v; want %d records", one, recs, want)
+		}
+		for i, r := range recs {
+			refused := i >= 3
+			if i%3 == 0 && (r.Op != OpWrite || r.Fence != "f" || r.Token != uint64(2-i/3) || r.Err != refused) ||
+				i%3 != 0 && (r.Op != OpRead || !reflect.DeepEqual(r.Addrs, reads[i%3-1]) || r.Err != refused) {
+				t.Fatalf("one call %v: record %d = %+v", one, i, r)
+			}
+		}
+		if one && l.calls != 2 {
+			t.Fatalf("the backend got %d PipelineFenced calls, want 2", l.calls)
+		}
+	}
+}
+
 type failingSink struct{ n int }
 
 func (f *failingSink) Record(Record) error {
@@ -407,6 +507,11 @@ type lined struct {
 func (l *lined) Pipeline(ctx context.Context, items []backend.Item, reads [][]string) ([][][]byte, error) {
 	l.calls++
 	return backend.Pipeline(ctx, l.Backend, items, reads)
+}
+
+func (l *lined) PipelineFenced(ctx context.Context, f backend.Fence, items []backend.Item, reads [][]string) ([][][]byte, error) {
+	l.calls++
+	return backend.PipelineFenced(ctx, l.Backend, f, items, reads)
 }
 
 // A Pipeline through the tap, of one Read or of two, is logged as the

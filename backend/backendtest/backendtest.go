@@ -8,7 +8,11 @@
 // even under concurrent reads; Scan prefixes are literal bytes (no glob or
 // pattern syntax leaks through); slices never alias the backend's storage;
 // every method returns backend.ErrClosed after Close, and a second Close
-// returns nil.
+// returns nil; a fenced write (WriteFenced, PipelineFenced) with a token
+// below the one its key holds is refused with backend.ErrFenced and
+// applies nothing of its batch, one with an equal or higher token applies
+// all of it and the token, atomically even against concurrent fenced
+// writers, and tokens are compared exactly over all 64 bits.
 //
 // It must never depend on a particular backend: it sees only the interface,
 // so that mem, disk and redis are held to exactly the same rules.
@@ -71,6 +75,13 @@ func Run(t *testing.T, open Open, opts ...Option) {
 		{"VersionedBatch", testVersionedBatch},
 		{"VersionedConcurrent", testVersionedConcurrent},
 		{"VersionedInvalid", testVersionedInvalid},
+		{"Fenced", testFenced},
+		{"FencedExact", testFencedExact},
+		{"FencedKeysIndependent", testFencedKeysIndependent},
+		{"FencedUnfenced", testFencedUnfenced},
+		{"FencedInvalid", testFencedInvalid},
+		{"FencedConcurrent", testFencedConcurrent},
+		{"FencedPipeline", testFencedPipeline},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, open) })

@@ -420,6 +420,7 @@ func testClosed(t *testing.T, open Open) {
 		"Read":           errRead,
 		"Write":          b.Write(ctx, []backend.Item{item("k", "w")}),
 		"WriteVersioned": errVersioned,
+		"WriteFenced":    b.WriteFenced(ctx, backend.Fence{Key: "f", Token: 1}, []backend.Item{item("k", "w")}),
 		"Delete":         b.Delete(ctx, []string{"k"}),
 		"Scan":           b.Scan(ctx, "", func(string) error { return nil }),
 	}
@@ -448,4 +449,13 @@ func testPersistence(t *testing.T, open Open, reopen Reopen) {
 	if got := scanAll(t, b, ""); !slices.Equal(got, []string{"empty", "kept"}) {
 		t.Fatalf("Scan after reopen = %q, want [empty kept]", got)
 	}
+	// A fence's token survives a reopen: an older writer stays fenced out.
+	fence := backend.Fence{Key: "fence", Token: 9}
+	writeFenced(t, b, fence, item("kept", "fenced"))
+	if err := b.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	b = reopen(t, b)
+	expectRefused(t, b, backend.Fence{Key: "fence", Token: 8}, item("kept", "older"))
+	expect(t, b, "kept", []byte("fenced"))
 }

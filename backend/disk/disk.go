@@ -5,7 +5,10 @@
 // (pebble's LOCK file, so a second process opening the same directory gets
 // a clear error instead of corrupting it). Every Write and Delete is one
 // pebble batch, so it is applied atomically; every multi-address Read runs
-// against one pebble snapshot, so it never observes half of a batch.
+// against one pebble snapshot, so it never observes half of a batch. The
+// conditional writes (WriteVersioned, WriteFenced) read what they compare
+// and commit their batch under one mutex: the directory's lock keeps every
+// other process out, so that makes the check and the write one step.
 //
 // It must never log, print or inspect values or addresses (pebble's own
 // logger is replaced by a quiet one, so nothing reaches stdout), never
@@ -94,7 +97,7 @@ type Backend struct {
 	mu sync.RWMutex // read-held by every call, write-held by Close
 	db *pebble.DB   // nil once closed
 
-	versioned sync.Mutex // serialises WriteVersioned: its check and write are one step
+	conditional sync.Mutex // serialises WriteVersioned and WriteFenced: each one's check and write are one step
 }
 
 // Open opens (creating if needed) the pebble database in dir, with fsync on
@@ -210,7 +213,7 @@ func (b *Backend) WriteVersioned(ctx context.Context, items []backend.VersionedI
 	if err != nil {
 		return 0, err
 	}
-	b.versioned.Lock()
+	b.conditional.Lock()
 	out, stale, err := backend.ApplyVersioned(items, func(addr string) (uint64, error) {
 		v, err := get(db, addr)
 		return backend.StoredVersion(v), err
@@ -219,11 +222,57 @@ func (b *Backend) WriteVersioned(ctx context.Context, items []backend.VersionedI
 	if err == nil {
 		err = b.Write(ctx, out)
 	}
-	b.versioned.Unlock()
+	b.conditional.Unlock()
 	if err != nil {
 		return 0, fmt.Errorf("disk: versioned write: %w", err)
 	}
 	return stale, nil
+}
+
+// WriteFenced implements backend.Backend: the stored token is read, then
+// the items and the new token are committed as one pebble batch, while
+// every other conditional write waits. A mutex is enough to make the
+// check and the commit one atomic step because the directory's lock keeps
+// every other process out of the database, and plain Writes never write a
+// fence's key.
+func (b *Backend) WriteFenced(ctx context.Context, f backend.Fence, items []backend.Item) error {
+	if f.Unfenced() {
+		return b.Write(ctx, items)
+	}
+	if err := backend.CheckFence(f, items); err != nil {
+		return err
+	}
+	b.conditional.Lock()
+	defer b.conditional.Unlock()
+	if err := b.checkToken(ctx, f); err != nil {
+		return err
+	}
+	if err := b.Write(ctx, backend.FencedItems(f, items)); err != nil {
+		return fmt.Errorf("disk: fenced write: %w", err)
+	}
+	return nil
+}
+
+// checkToken returns the refusal of a write with f if the database holds
+// a higher token at f.Key.
+func (b *Backend) checkToken(ctx context.Context, f backend.Fence) error {
+	db, err := b.acquire(ctx)
+	if err != nil {
+		return err
+	}
+	v, err := get(db, f.Key)
+	b.mu.RUnlock()
+	if err != nil {
+		return fmt.Errorf("disk: fence: %w", err)
+	}
+	stored, err := backend.StoredToken(v)
+	if err != nil {
+		return err
+	}
+	if f.Token < stored {
+		return backend.Refused(f, stored)
+	}
+	return nil
 }
 
 // Delete implements backend.Backend: one pebble batch.

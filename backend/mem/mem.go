@@ -52,6 +52,33 @@ func (b *Backend) Write(_ context.Context, items []backend.Item) error {
 	return nil
 }
 
+// WriteFenced implements backend.Backend: the lock makes the token's
+// check and the batch's store one step.
+func (b *Backend) WriteFenced(ctx context.Context, f backend.Fence, items []backend.Item) error {
+	if f.Unfenced() {
+		return b.Write(ctx, items)
+	}
+	if err := backend.CheckFence(f, items); err != nil {
+		return err
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return backend.ErrClosed
+	}
+	stored, err := backend.StoredToken(b.data[f.Key])
+	if err != nil {
+		return err
+	}
+	if f.Token < stored {
+		return backend.Refused(f, stored)
+	}
+	for _, it := range backend.FencedItems(f, items) {
+		b.data[it.Addr] = append(make([]byte, 0, len(it.Value)), it.Value...)
+	}
+	return nil
+}
+
 // WriteVersioned implements backend.Backend.
 func (b *Backend) WriteVersioned(_ context.Context, items []backend.VersionedItem) (int, error) {
 	if err := backend.CheckVersions(items); err != nil {

@@ -5,7 +5,10 @@
 // database. Each call is exactly one command, so one round trip: Read is one
 // MGET, Write one MSET and Delete one DEL with every address; Redis runs
 // each command atomically, so a batch is all-or-nothing and a Read never
-// sees half of a Write. Empty batches send nothing. Scan (used only when a
+// sees half of a Write. Empty batches send nothing. WriteVersioned and
+// WriteFenced are each one Lua script, run with EVALSHA (EVAL the first
+// time a server sees it), which Redis also runs atomically; PipelineFenced
+// pipelines that script with its reads. Scan (used only when a
 // store opens) walks SCAN with MATCH on the prefix, its glob characters
 // escaped, so it matches the prefix literally.
 //
@@ -218,11 +221,18 @@ func (b *Backend) Pipeline(ctx context.Context, items []backend.Item, reads [][]
 	if err != nil {
 		return nil, wrap("MSET and MGETs", err)
 	}
+	return mgetValues(mgets, reads)
+}
+
+// mgetValues converts the answers of a pipeline's MGETs, one per address
+// list of reads (nil for an empty list).
+func mgetValues(mgets []*goredis.SliceCmd, reads [][]string) ([][][]byte, error) {
 	out := make([][][]byte, len(reads))
 	for i, addrs := range reads {
 		if mgets[i] == nil {
 			continue
 		}
+		var err error
 		if out[i], err = values(mgets[i].Val(), addrs); err != nil {
 			return nil, err
 		}
@@ -272,6 +282,135 @@ func (b *Backend) WriteVersioned(ctx context.Context, items []backend.VersionedI
 		return 0, wrap("versioned write", err)
 	}
 	return stale, nil
+}
+
+// fenceScript stores a fenced batch: KEYS[1] is the fence's key and
+// ARGV[1] its token (8 bytes, big-endian), KEYS[i] and ARGV[i] for i > 1
+// the items. If the token stored at KEYS[1] is higher it stores nothing
+// and returns the stored token; otherwise it sets every item, in order,
+// and the token, and returns an empty string. Tokens are compared byte by
+// byte, exactly (Lua's numbers are doubles; its string comparison follows
+// the server's locale). Redis runs a script atomically, so the compare
+// and the sets are one step.
+var fenceScript = goredis.NewScript(`
+local cur = redis.call('GET', KEYS[1])
+if cur then
+  if #cur ~= 8 then
+    return redis.error_reply('fence token of ' .. #cur .. ' bytes, want 8')
+  end
+  for j = 1, 8 do
+    local new, old = string.byte(ARGV[1], j), string.byte(cur, j)
+    if new < old then return cur end
+    if new > old then break end
+  end
+end
+for i = 2, #KEYS do
+  redis.call('SET', KEYS[i], ARGV[i])
+end
+redis.call('SET', KEYS[1], ARGV[1])
+return ''
+`)
+
+// fenceArgs returns fenceScript's keys and arguments for a fenced batch.
+func fenceArgs(f backend.Fence, items []backend.Item) ([]string, []any) {
+	keys := make([]string, 0, 1+len(items))
+	args := make([]any, 0, 1+len(items))
+	keys = append(keys, f.Key)
+	args = append(args, backend.EncodeToken(f.Token))
+	for _, it := range items {
+		v := it.Value
+		if v == nil {
+			v = []byte{} // an empty value, not a missing one
+		}
+		keys = append(keys, it.Addr)
+		args = append(args, v)
+	}
+	return keys, args
+}
+
+// fenceResult turns fenceScript's answer into nil or the refusal.
+func fenceResult(f backend.Fence, cmd *goredis.Cmd) error {
+	stored, err := cmd.Text()
+	if err != nil {
+		return wrap("fenced write", err)
+	}
+	if stored == "" {
+		return nil
+	}
+	token, err := backend.StoredToken([]byte(stored))
+	if err != nil {
+		return err
+	}
+	return backend.Refused(f, token)
+}
+
+// WriteFenced implements backend.Backend with one Lua script call
+// (EVALSHA; EVAL once, the first time a server sees it).
+func (b *Backend) WriteFenced(ctx context.Context, f backend.Fence, items []backend.Item) error {
+	if f.Unfenced() {
+		return b.Write(ctx, items)
+	}
+	if err := backend.CheckFence(f, items); err != nil {
+		return err
+	}
+	if err := b.check(); err != nil {
+		return err
+	}
+	keys, args := fenceArgs(f, items)
+	return fenceResult(f, fenceScript.Run(ctx, b.client, keys, args...))
+}
+
+// PipelineFenced implements backend.Pipeliner: the fenced write's script
+// (EVALSHA) and one MGET per address list pipelined on one connection,
+// which Redis runs in that order. A server that does not hold the script
+// (the first call, or after a restart) answers NOSCRIPT and runs nothing
+// of the write; the pipeline is then sent again with EVAL, which loads
+// it.
+func (b *Backend) PipelineFenced(ctx context.Context, f backend.Fence, items []backend.Item, reads [][]string) ([][][]byte, error) {
+	if f.Unfenced() {
+		return b.Pipeline(ctx, items, reads)
+	}
+	if err := backend.CheckFence(f, items); err != nil {
+		return nil, err
+	}
+	if err := b.check(); err != nil {
+		return nil, err
+	}
+	out, err := b.pipelineFenced(ctx, fenceScript.EvalSha, f, items, reads)
+	if err != nil && goredis.HasErrorPrefix(err, "NOSCRIPT") {
+		out, err = b.pipelineFenced(ctx, fenceScript.Eval, f, items, reads)
+	}
+	return out, err
+}
+
+// evalFunc is how a pipeline sends fenceScript: EvalSha or Eval.
+type evalFunc func(ctx context.Context, c goredis.Scripter, keys []string, args ...any) *goredis.Cmd
+
+// pipelineFenced sends one pipeline of the script, sent with eval, and
+// the reads.
+func (b *Backend) pipelineFenced(ctx context.Context, eval evalFunc, f backend.Fence, items []backend.Item, reads [][]string) ([][][]byte, error) {
+	keys, args := fenceArgs(f, items)
+	var script *goredis.Cmd
+	mgets := make([]*goredis.SliceCmd, len(reads))
+	_, err := b.client.Pipelined(ctx, func(p goredis.Pipeliner) error {
+		script = eval(ctx, p, keys, args...)
+		for i, addrs := range reads {
+			if len(addrs) > 0 {
+				mgets[i] = p.MGet(ctx, addrs...)
+			}
+		}
+		return nil
+	})
+	if goredis.HasErrorPrefix(script.Err(), "NOSCRIPT") {
+		return nil, script.Err()
+	}
+	if err := fenceResult(f, script); err != nil {
+		return nil, err
+	}
+	if err != nil {
+		return nil, wrap("fenced write and MGETs", err)
+	}
+	return mgetValues(mgets, reads)
 }
 
 // Delete implements backend.Backend with one DEL.

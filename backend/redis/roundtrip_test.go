@@ -2,6 +2,8 @@ package redis
 
 import (
 	"context"
+	"slices"
+	"strings"
 	"sync"
 	"testing"
 
@@ -11,7 +13,8 @@ import (
 	"github.com/oblivkv/oblivkv/internal/testsupport/redistest"
 )
 
-// commandLog is a go-redis hook that records the name of every command sent.
+// commandLog is a go-redis hook that records the name of every command
+// sent, a pipeline as "pipeline(its commands' names)".
 type commandLog struct {
 	mu    sync.Mutex
 	names []string
@@ -33,7 +36,13 @@ func (l *commandLog) ProcessHook(next goredis.ProcessHook) goredis.ProcessHook {
 func (l *commandLog) ProcessPipelineHook(next goredis.ProcessPipelineHook) goredis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []goredis.Cmder) error {
 		l.mu.Lock()
-		l.names = append(l.names, "pipeline")
+		names := make([]string, len(cmds))
+		for i, c := range cmds {
+			names[i] = c.Name()
+		}
+		if !slices.Equal(names, []string{"select"}) { // a new pooled connection's setup, not a call's
+			l.names = append(l.names, "pipeline("+strings.Join(names, " ")+")")
+		}
 		l.mu.Unlock()
 		return next(ctx, cmds)
 	}
@@ -63,6 +72,10 @@ func TestOneCommandPerCall(t *testing.T) {
 	if _, err := b.WriteVersioned(ctx, versioned); err != nil {
 		t.Fatal(err)
 	}
+	fence := backend.Fence{Key: "fence", Token: 1}
+	if err := b.WriteFenced(ctx, fence, nil); err != nil {
+		t.Fatal(err)
+	}
 	log := &commandLog{}
 	b.client.AddHook(log)
 	items := []backend.Item{{Addr: "a", Value: []byte("1")}, {Addr: "b", Value: []byte("2")}}
@@ -78,7 +91,13 @@ func TestOneCommandPerCall(t *testing.T) {
 		{"mset", func() error { return b.Write(ctx, items) }},
 		{"mget", func() error { _, err := b.Read(ctx, []string{"a", "b", "c"}); return err }},
 		{"del", func() error { return b.Delete(ctx, []string{"a", "b", "c"}) }},
-		{"pipeline", func() error { _, err := b.Pipeline(ctx, items, [][]string{{"a"}, {"b", "c"}}); return err }},
+		{"pipeline(mset mget mget)", func() error { _, err := b.Pipeline(ctx, items, [][]string{{"a"}, {"b", "c"}}); return err }},
+		{"evalsha", func() error { return b.WriteFenced(ctx, fence, items) }},
+		{"evalsha", func() error { return b.WriteFenced(ctx, fence, nil) }}, // the token alone
+		{"pipeline(evalsha mget mget)", func() error {
+			_, err := b.PipelineFenced(ctx, fence, items, [][]string{{"a"}, {"b", "c"}})
+			return err
+		}},
 	}
 	for _, s := range steps {
 		if err := s.call(); err != nil {
@@ -88,6 +107,38 @@ func TestOneCommandPerCall(t *testing.T) {
 		if (s.want == "" && len(got) != 0) || (s.want != "" && (len(got) != 1 || got[0] != s.want)) {
 			t.Fatalf("call sent %q, want exactly [%s]", got, s.want)
 		}
+	}
+}
+
+// TestPipelineFencedLoadsScript: a server that lost its scripts (a
+// restart, SCRIPT FLUSH) answers the fenced pipeline's EVALSHA with
+// NOSCRIPT and runs nothing of the write; the pipeline is sent once more
+// with EVAL, and works.
+func TestPipelineFencedLoadsScript(t *testing.T) {
+	ctx := context.Background()
+	b, err := Open(ctx, redistest.Shared(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	if err := b.client.ScriptFlush(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	log := &commandLog{}
+	b.client.AddHook(log)
+	fence := backend.Fence{Key: "fence", Token: 3}
+	vals, err := b.PipelineFenced(ctx, fence, []backend.Item{{Addr: "a", Value: []byte("1")}}, [][]string{{"a"}})
+	if err != nil || len(vals) != 1 || string(vals[0][0]) != "1" {
+		t.Fatalf("PipelineFenced without the script loaded = %q, %v", vals, err)
+	}
+	if got := log.take(); !slices.Equal(got, []string{"pipeline(evalsha mget)", "pipeline(eval mget)"}) {
+		t.Fatalf("sent %q, want the pipeline with EVALSHA and then with EVAL", got)
+	}
+	if _, err := b.PipelineFenced(ctx, fence, nil, [][]string{{"a"}}); err != nil {
+		t.Fatal(err)
+	}
+	if got := log.take(); !slices.Equal(got, []string{"pipeline(evalsha mget)"}) {
+		t.Fatalf("sent %q once the script is loaded, want one pipeline with EVALSHA", got)
 	}
 }
 

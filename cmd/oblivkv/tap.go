@@ -19,7 +19,8 @@ func newTapCmd() *cobra.Command {
 		Use:   "tap FILE",
 		Short: "Print an adversary-view log written by serve --tap",
 		Long: `Print an adversary-view log: what the storage operator saw, one line per
-backend call (sequence number, time, duration, operation, addresses, bytes).
+backend call (sequence number, time, duration, operation, addresses, bytes,
+and for a fenced write its fence's address and token).
 With --summary, print totals and the most frequently read addresses instead:
 the view a frequency-analysis attacker starts from.`,
 		Args: cobra.ExactArgs(1),
@@ -42,16 +43,19 @@ the view a frequency-analysis attacker starts from.`,
 
 func printRecords(w io.Writer, records []observe.Record, limit int) error {
 	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
-	fmt.Fprintln(tw, "SEQ\tSTART\tTOOK\tOP\tADDRS\tBYTES\tFIRST ADDR")
+	fmt.Fprintln(tw, "SEQ\tSTART\tTOOK\tOP\tADDRS\tBYTES\tFIRST ADDR\tFENCE")
 	for i, r := range records {
 		if limit > 0 && i >= limit {
 			break
 		}
-		first := ""
+		first, fence := "", ""
 		if len(r.Addrs) > 0 {
 			first = strconv.Quote(r.Addrs[0])
 		}
-		fmt.Fprintf(tw, "%d\t%v\t%v\t%v\t%d\t%d\t%s\n", r.Seq, r.Start, r.Took, r.Op, len(r.Addrs), sum(r.Sizes), first)
+		if r.Fence != "" {
+			fence = fmt.Sprintf("%s token %d", strconv.Quote(r.Fence), r.Token)
+		}
+		fmt.Fprintf(tw, "%d\t%v\t%v\t%v\t%d\t%d\t%s\t%s\n", r.Seq, r.Start, r.Took, r.Op, len(r.Addrs), sum(r.Sizes), first, fence)
 	}
 	return tw.Flush()
 }

@@ -20,10 +20,31 @@
 // than the proxy's checkpoint (restored from an older copy, or behind the
 // writes the proxy made since) with both positions in the error.
 //
-// The package owns the record format, the anchor and the rules for a store
-// that is new, unfinished or lost. It must never let a protocol's backend
-// write precede its record's durability, and never serve a store whose
-// trusted state and storage disagree on where they stand.
+// Every open of a store is a new incarnation, counted by its journal
+// (Log.Incarnation): it grows by one at each open, after a crash too, and
+// is durable before the store writes anything to storage. A storage
+// write's fencing token (FenceToken) is the incarnation with the journal
+// position of the record that caused it, so a process started later
+// always writes with higher tokens than every earlier process of the
+// store, and storage refuses the earlier one's late writes
+// (backend.Fence). Storage sees every token in the clear: how often the
+// store was opened, and the journal position behind each fenced write; a
+// driver whose record count between two writes must stay hidden needs
+// another low part. The incarnation is only as unique as the journal: a
+// store opened from a copy of its data dir gets the copy's incarnation
+// plus one, which a process still running on the original may hold too;
+// their equal-incarnation tokens would then not fence each other. The
+// anchor catches the common case: a copy older than storage's last
+// checkpoint is refused at open with ErrRollback before it writes
+// anything to storage. A copy taken since that checkpoint passes, and running two
+// processes over one storage from copies of one data dir remains the
+// operator's mistake to avoid.
+//
+// The package owns the record format, the anchor, the fencing tokens and
+// the rules for a store that is new, unfinished or lost. It must never let
+// a protocol's backend write precede its record's durability, and never
+// serve a store whose trusted state and storage disagree on where they
+// stand.
 package durable
 
 import (
@@ -88,6 +109,11 @@ type Journal interface {
 	// Checkpoint replaces the records up to at by state, once they are
 	// durable.
 	Checkpoint(ctx context.Context, state []byte, at uint64) error
+	// Incarnation returns how many times the journal has been opened,
+	// this open included (a journal that never kept it counts from 0):
+	// it grows by one at every open and is durable before the open
+	// returns, so before the store writes anything to storage.
+	Incarnation() uint64
 	// Stats returns the journal's counters since it was opened.
 	Stats() JournalStats
 	// Close releases the journal.
@@ -161,6 +187,16 @@ func (l *Log) Commit(delta []byte, ops ...Op) (uint64, error) {
 // It counts records, never bytes, so when checkpoints happen depends only
 // on how many transitions storage saw.
 func (l *Log) Due() bool { return l.j != nil && l.since.Load() >= l.every }
+
+// Incarnation returns the store's incarnation (Journal.Incarnation),
+// from which its fencing tokens come (FenceToken); 0 for a log that
+// keeps nothing.
+func (l *Log) Incarnation() uint64 {
+	if l.j == nil {
+		return 0
+	}
+	return l.j.Incarnation()
+}
 
 // Last returns the LSN of the last record appended.
 func (l *Log) Last() uint64 {

@@ -60,6 +60,11 @@ func (j *jitter) Write(ctx context.Context, items []backend.Item) error {
 	return j.Backend.Write(ctx, items)
 }
 
+func (j *jitter) WriteFenced(ctx context.Context, f backend.Fence, items []backend.Item) error {
+	j.sleep()
+	return j.Backend.WriteFenced(ctx, f, items)
+}
+
 func (j *jitter) WriteVersioned(ctx context.Context, items []backend.VersionedItem) (int, error) {
 	j.sleep()
 	return j.Backend.WriteVersioned(ctx, items)

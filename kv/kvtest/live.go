@@ -71,6 +71,20 @@ func (l *live) Pipeline(ctx context.Context, items []backend.Item, reads [][]str
 	return l.tap.Pipeline(ctx, items, reads)
 }
 
+// WriteFenced implements backend.Backend.
+func (l *live) WriteFenced(ctx context.Context, f backend.Fence, items []backend.Item) error {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	return l.tap.WriteFenced(ctx, f, items)
+}
+
+// PipelineFenced implements backend.Pipeliner, as Pipeline does.
+func (l *live) PipelineFenced(ctx context.Context, f backend.Fence, items []backend.Item, reads [][]string) ([][][]byte, error) {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	return l.tap.PipelineFenced(ctx, f, items, reads)
+}
+
 // Delete implements backend.Backend.
 func (l *live) Delete(ctx context.Context, addrs []string) error {
 	l.mu.RLock()

@@ -77,6 +77,22 @@ func (v *Volatile) Write(ctx context.Context, items []backend.Item) error {
 	return v.Backend.Write(ctx, items)
 }
 
+func (v *Volatile) WriteFenced(ctx context.Context, f backend.Fence, items []backend.Item) error {
+	addrs := make([]string, 0, len(items)+1)
+	for _, it := range items {
+		addrs = append(addrs, it.Addr)
+	}
+	if !f.Unfenced() {
+		addrs = append(addrs, f.Key)
+	}
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if err := v.remember(ctx, addrs); err != nil {
+		return err
+	}
+	return v.Backend.WriteFenced(ctx, f, items)
+}
+
 func (v *Volatile) WriteVersioned(ctx context.Context, items []backend.VersionedItem) (int, error) {
 	addrs := make([]string, len(items))
 	for i, it := range items {

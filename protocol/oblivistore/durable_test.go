@@ -167,6 +167,14 @@ func (c *cutter) Write(ctx context.Context, items []backend.Item) error {
 	return c.Backend.Write(ctx, items)
 }
 
+// WriteFenced is cut as Write is.
+func (c *cutter) WriteFenced(ctx context.Context, f backend.Fence, items []backend.Item) error {
+	if dead, err := c.cut(items[0].Addr, items); dead || err != nil {
+		return errors.Join(backend.ErrClosed, err)
+	}
+	return c.Backend.WriteFenced(ctx, f, items)
+}
+
 // Sync forwards to storage (a checkpoint's sync), unless it is dead.
 func (c *cutter) Sync(ctx context.Context) error {
 	if c.dead.Load() {

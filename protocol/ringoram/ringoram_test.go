@@ -510,6 +510,14 @@ func (b *failing) Write(ctx context.Context, items []backend.Item) error {
 	return b.Backend.Write(ctx, items)
 }
 
+// WriteFenced fails as Write does.
+func (b *failing) WriteFenced(ctx context.Context, f backend.Fence, items []backend.Item) error {
+	if b.armed {
+		return errInjected
+	}
+	return b.Backend.WriteFenced(ctx, f, items)
+}
+
 // A failed Write changes nothing in memory: the same operations succeed
 // once storage works again.
 func TestFailedWriteChangesNothing(t *testing.T) {
@@ -842,6 +850,15 @@ func (b *failingWrites) Write(ctx context.Context, items []backend.Item) error {
 		return errors.New("storage unavailable")
 	}
 	return b.Backend.Write(ctx, items)
+}
+
+// WriteFenced fails as Write does.
+func (b *failingWrites) WriteFenced(ctx context.Context, f backend.Fence, items []backend.Item) error {
+	if b.n > 0 {
+		b.n--
+		return errors.New("storage unavailable")
+	}
+	return b.Backend.WriteFenced(ctx, f, items)
 }
 
 // With a WriteAhead hook, an operation returns once its Change is handed

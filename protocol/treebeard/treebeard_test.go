@@ -124,6 +124,17 @@ func (g *gate) Write(ctx context.Context, items []backend.Item) error {
 	return g.Backend.Write(ctx, items)
 }
 
+// WriteFenced is held as Write is.
+func (g *gate) WriteFenced(ctx context.Context, f backend.Fence, items []backend.Item) error {
+	if g.armed.Load() && slotsIn(items) > 7 {
+		g.once.Do(func() {
+			close(g.held)
+			<-g.release
+		})
+	}
+	return g.Backend.WriteFenced(ctx, f, items)
+}
+
 // TestWriteDuringEvictionSurvives: a block is handed to an eviction, a
 // client overwrites it while the eviction is writing the tree, and the
 // eviction acks the block. The stash must keep the new value (its access

@@ -18,7 +18,9 @@
 // Checkpoints are written through internal/durable/sealedstate into a pebble store
 // (backend/disk) in the journal directory, in two slots used in turn, so a
 // crash while writing one leaves the other; segments whose records a
-// checkpoint covers are then deleted.
+// checkpoint covers are then deleted. The same store keeps the journal's
+// incarnation (durable.Journal.Incarnation), which Open grows by one and
+// syncs before it returns.
 //
 // The package owns the journal directory and its formats; what a record or
 // a checkpoint means is its caller's. It must never write anything
@@ -42,6 +44,7 @@ import (
 	"sync"
 	"syscall"
 
+	"github.com/oblivkv/oblivkv/backend"
 	"github.com/oblivkv/oblivkv/backend/disk"
 	"github.com/oblivkv/oblivkv/internal/durable"
 	"github.com/oblivkv/oblivkv/internal/durable/sealedstate"
@@ -93,6 +96,8 @@ type Journal struct {
 	at         uint64
 	records    []Record
 
+	incarnation uint64 // this open's, set by Open
+
 	cpMu sync.Mutex // serialises checkpoints
 	slot int        // the checkpoint slot to write next (the other holds the latest)
 	gen  uint64     // the latest checkpoint's generation
@@ -126,6 +131,10 @@ func Open(dir string, keys *seal.Keys, o Options) (*Journal, error) {
 		return nil, err
 	}
 	if err := j.recover(); err != nil {
+		j.Crash()
+		return nil, err
+	}
+	if err := j.nextIncarnation(); err != nil {
 		j.Crash()
 		return nil, err
 	}
@@ -202,6 +211,10 @@ func (j *Journal) Recovered() (checkpoint []byte, at uint64, records []Record) {
 	j.checkpoint, j.records = nil, nil
 	return checkpoint, at, records
 }
+
+// Incarnation returns this open's incarnation: one more than the
+// previous open's, durable since Open returned (durable.Journal).
+func (j *Journal) Incarnation() uint64 { return j.incarnation }
 
 // Last returns the LSN of the last record appended (0 when none ever was).
 func (j *Journal) Last() uint64 {
@@ -464,6 +477,42 @@ func writeFileSync(path string, b []byte) error {
 		return fmt.Errorf("journal: %w", err)
 	}
 	return syncDir(filepath.Dir(path))
+}
+
+// incarnationAddr is where the checkpoint store keeps the incarnation of
+// the journal's latest open (8 bytes, big-endian, sealed): one address,
+// written in one synced batch, so a crash leaves the old value or the
+// new. A journal written before incarnations were kept has none, and
+// reads as incarnation 0.
+const incarnationAddr = "incarnation"
+
+var incarnationAD = []byte("oblivkv journal incarnation")
+
+// nextIncarnation makes this open's incarnation, one above the previous
+// open's, and makes it durable.
+func (j *Journal) nextIncarnation() error {
+	ctx := context.Background()
+	vals, err := j.states.Read(ctx, []string{incarnationAddr})
+	if err != nil {
+		return fmt.Errorf("journal: reading the incarnation: %w", err)
+	}
+	var prev uint64
+	if vals[0] != nil {
+		plain, err := j.keys.Open(nil, incarnationAD, vals[0])
+		if err != nil || len(plain) != 8 {
+			return fmt.Errorf("%w: the incarnation does not read back", ErrCorrupt)
+		}
+		prev = binary.BigEndian.Uint64(plain)
+	}
+	if prev >= durable.MaxIncarnation {
+		return fmt.Errorf("journal: opened %d times, the most its fencing tokens allow", prev)
+	}
+	sealed := j.keys.Seal(nil, incarnationAD, binary.BigEndian.AppendUint64(nil, prev+1))
+	if err := j.states.Write(ctx, []backend.Item{{Addr: incarnationAddr, Value: sealed}}); err != nil {
+		return fmt.Errorf("journal: saving the incarnation: %w", err)
+	}
+	j.incarnation = prev + 1
+	return nil
 }
 
 // checkpointHeader is the size of a checkpoint's header: its generation

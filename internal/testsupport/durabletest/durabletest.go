@@ -48,10 +48,24 @@ func (w *Witness) Recovering(on bool) { w.recovering.Store(on) }
 func (w *Witness) Novel() int64 { return w.novel.Load() }
 
 func (w *Witness) Write(ctx context.Context, items []backend.Item) error {
+	w.take(items)
+	return w.Backend.Write(ctx, items)
+}
+
+// WriteFenced is taken as Write is: the items, not the fence's token (a
+// redone Write carries the token of the process that redoes it).
+func (w *Witness) WriteFenced(ctx context.Context, f backend.Fence, items []backend.Item) error {
+	w.take(items)
+	return w.Backend.WriteFenced(ctx, f, items)
+}
+
+// take remembers the Write of items, counting it if it is a recovery's
+// and new; an anchor's Write is new at every checkpoint, and not taken.
+func (w *Witness) take(items []backend.Item) {
 	var b strings.Builder
 	for _, it := range items {
 		if it.Addr == durable.AnchorAddr {
-			return w.Backend.Write(ctx, items) // new at every checkpoint
+			return
 		}
 		fmt.Fprintf(&b, "%q=%x;", it.Addr, it.Value)
 	}
@@ -61,7 +75,6 @@ func (w *Witness) Write(ctx context.Context, items []backend.Item) error {
 	}
 	w.seen[b.String()] = true
 	w.mu.Unlock()
-	return w.Backend.Write(ctx, items)
 }
 
 // CheckRecoveryView checks storage's view of a recovery from a journal

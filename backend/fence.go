@@ -1,0 +1,105 @@
+package backend
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+)
+
+// Fence is what makes a write of one machine refusable once a newer
+// driver of the same machine has written: storage keeps at Key the
+// highest Token it accepted there, and refuses a fenced write whose Token
+// is lower. The zero Fence means unfenced: the write is a plain Write.
+type Fence struct {
+	// Key is the storage address of the machine's token, e.g.
+	// "fence/treebeard/3". Only fenced writes may write it.
+	Key string
+	// Token only grows for one Key: a later driver writes with a higher
+	// one (see durable.FenceToken).
+	Token uint64
+}
+
+// Unfenced reports whether f is the zero Fence.
+func (f Fence) Unfenced() bool { return f == Fence{} }
+
+// ErrFenced is the error of a fenced write storage refused because it
+// holds a higher token for the write's Key: a newer driver of the machine
+// has written, and the refused one must stop leading. Nothing of the
+// refused batch was stored.
+var ErrFenced = errors.New("backend: fenced out")
+
+// TokenSize is the number of bytes of a token as storage keeps it at a
+// Fence's Key: big-endian, so byte order is numeric order.
+const TokenSize = 8
+
+// EncodeToken returns the stored form of a token.
+func EncodeToken(token uint64) []byte {
+	return binary.BigEndian.AppendUint64(make([]byte, 0, TokenSize), token)
+}
+
+// StoredToken returns the token a Fence's Key holds; a missing value holds
+// token 0, which every fenced write passes. Anything else is not a token
+// this package wrote, and an error.
+func StoredToken(stored []byte) (uint64, error) {
+	switch len(stored) {
+	case 0:
+		return 0, nil
+	case TokenSize:
+		return binary.BigEndian.Uint64(stored), nil
+	}
+	return 0, fmt.Errorf("backend: fence token of %d bytes, want %d", len(stored), TokenSize)
+}
+
+// Refused returns the error of a write with f refused because storage
+// holds stored at f.Key.
+func Refused(f Fence, stored uint64) error {
+	return fmt.Errorf("%w: token %d at %q is below the stored %d", ErrFenced, f.Token, f.Key, stored)
+}
+
+// CheckFence rejects a Fence with no Key but a Token, and a batch that
+// writes its Key as an item: the token's address belongs to the fence.
+func CheckFence(f Fence, items []Item) error {
+	if f.Unfenced() {
+		return nil
+	}
+	if f.Key == "" {
+		return fmt.Errorf("backend: fence with token %d has no key", f.Token)
+	}
+	for _, it := range items {
+		if it.Addr == f.Key {
+			return fmt.Errorf("backend: a fenced batch writes its fence key %q as an item", f.Key)
+		}
+	}
+	return nil
+}
+
+// FencedItems returns the whole batch storage stores for a fenced write
+// it accepts: items, then the token at f.Key.
+func FencedItems(f Fence, items []Item) []Item {
+	out := make([]Item, len(items), len(items)+1)
+	copy(out, items)
+	return append(out, Item{Addr: f.Key, Value: EncodeToken(f.Token)})
+}
+
+// PipelineFenced is Pipeline with a fenced write: in one round trip where
+// b is a Pipeliner, else as a WriteFenced and Reads one after the other.
+// A refused write (ErrFenced) stored nothing and returns no values; after
+// any other error the write may or may not have been applied. The fence
+// is checked and written even when there are no items.
+func PipelineFenced(ctx context.Context, b Backend, f Fence, items []Item, reads [][]string) ([][][]byte, error) {
+	if p, ok := b.(Pipeliner); ok {
+		return p.PipelineFenced(ctx, f, items, reads)
+	}
+	if err := b.WriteFenced(ctx, f, items); err != nil {
+		return nil, err
+	}
+	out := make([][][]byte, len(reads))
+	for i, addrs := range reads {
+		var err error
+		if out[i], err = b.Read(ctx, addrs); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
