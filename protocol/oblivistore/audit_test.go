@@ -292,6 +292,20 @@ func TestObliviousAudit(t *testing.T) {
 		oblivistore.PartitionCounts(logs["uniform"].calls, logs["uniform"].parts))})
 }
 
+// TestAuditWithGroups runs the checks of TestObliviousAudit on a store of
+// four partition groups, each with its own shuffler and semaphores: each
+// workload passes every check, and the two workloads' partition counts
+// are alike.
+func TestAuditWithGroups(t *testing.T) {
+	logs := map[string]auditLog{}
+	for _, name := range []string{"hot", "uniform"} {
+		logs[name] = runAudit(t, oblivistore.Options{Groups: 4}, 5, workloads[name], auditRequests)
+		passAll(t, append(logs[name].checks(name), logs[name].positionChecks(name)...))
+	}
+	passAll(t, []audit.Check{audit.Homogeneous("partitions, hot against uniform", oblivistore.PartitionCounts(logs["hot"].calls, logs["hot"].parts),
+		oblivistore.PartitionCounts(logs["uniform"].calls, logs["uniform"].parts))})
+}
+
 // longLogs are clean runs of the hot and uniform workloads at simOptions
 // (a fractional eviction rate and a throttled shuffler, so that early
 // cache-ins and blocked admissions happen), four times as long as

@@ -35,8 +35,6 @@ type Front struct {
 	// Evicted and DummyEvictions count the evictions that took a block
 	// and those that found none (a dummy is shuffled in instead).
 	Evicted, DummyEvictions uint64
-	// Bypass is what the groups were last told of blocked (Progress).
-	Bypass bool
 }
 
 // frontOptions are the options the front acts on.

@@ -65,8 +65,8 @@ func newFrontMachine(n int, g geometry, o Options, seed [32]byte) *FrontMachine 
 }
 
 // Apply implements Machine: it applies the entry, then admits and
-// answers requests until nothing more moves, and tells the groups when
-// whether requests wait for their shufflers changes.
+// answers requests until nothing more moves, and last lets every group's
+// shuffler run (Progress), telling it whether requests wait for it.
 func (c *FrontMachine) Apply(e FrontEntry) ([]FrontOutput, error) {
 	c.out = c.out[:0]
 	f := &c.st.Front
@@ -92,11 +92,9 @@ func (c *FrontMachine) Apply(e FrontEntry) ([]FrontOutput, error) {
 	}
 	for f.admit(c) || f.answer(c) {
 	}
-	if b := f.blocked(); b != f.Bypass {
-		f.Bypass = b
-		for g := range c.st.Sent {
-			c.sendGroup(Node(g), PartitionMsg{Progress: &Progress{Bypass: b}})
-		}
+	b := f.blocked()
+	for g := range c.st.Sent {
+		c.sendGroup(Node(g), PartitionMsg{Progress: &Progress{Bypass: b}})
 	}
 	return c.out, nil
 }

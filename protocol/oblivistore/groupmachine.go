@@ -38,6 +38,8 @@ type GroupMachine struct {
 	sec   source
 	out   []GroupOutput
 	trace trace // TestingKnobs.Trace (tests only)
+	// fetched: the shuffler sent a Fetch during this entry's run.
+	fetched bool
 }
 
 func newGroupMachine(g geometry, o Options, index int32, seed [32]byte) *GroupMachine {
@@ -48,8 +50,8 @@ func newGroupMachine(g geometry, o Options, index int32, seed [32]byte) *GroupMa
 
 const groupLabel = "oblivistore/group"
 
-// Apply implements Machine: it applies the entry, then lets the shuffler
-// run until it can do nothing more.
+// Apply implements Machine: it applies the entry; the shuffler runs on
+// the Front's Progress and after a storage completion (runShuffler).
 func (c *GroupMachine) Apply(e GroupEntry) ([]GroupOutput, error) {
 	c.out = c.out[:0]
 	s := &c.st.Group
@@ -63,11 +65,16 @@ func (c *GroupMachine) Apply(e GroupEntry) ([]GroupOutput, error) {
 			if err = s.handle(c, m); err != nil {
 				break
 			}
+			if m.Progress != nil {
+				c.runShuffler()
+			}
 		}
 	case e.Read != nil:
 		err = s.readDone(c, *e.Read)
+		c.runShufflerUnlessTold()
 	case e.Write != nil:
 		s.writeDone(*e.Write)
+		c.runShufflerUnlessTold()
 	case e.Reseed != nil:
 		c.sec.reseed(e.Reseed.Seed, groupLabel)
 		c.st.Incarnation = max(c.st.Incarnation, e.Reseed.Incarnation)
@@ -77,9 +84,31 @@ func (c *GroupMachine) Apply(e GroupEntry) ([]GroupOutput, error) {
 	if err != nil {
 		return nil, err
 	}
-	for s.shuffle(c) {
-	}
 	return c.out, nil
+}
+
+// runShuffler lets the shuffler run (the Front's Progress, which ends
+// each of the Front's entries, asks for it) until it can do nothing
+// more, or until it has asked the Front for a job's blocks (Fetch): the
+// Front lets in the requests the evictions it returns release, and its
+// Progress lets the shuffler go on, so those requests may read the levels
+// the shuffler has just marked (early cache-ins).
+func (c *GroupMachine) runShuffler() {
+	s := &c.st.Group
+	for c.fetched = false; s.shuffle(c) && !c.fetched; {
+	}
+}
+
+// runShufflerUnlessTold runs the shuffler after a storage completion,
+// unless the completion sent the Front a message: the Front's Progress
+// then runs it, once the Front has taken the message in.
+func (c *GroupMachine) runShufflerUnlessTold() {
+	for _, o := range c.out {
+		if o.Msg != nil {
+			return
+		}
+	}
+	c.runShuffler()
 }
 
 // sendFront sends the Front a message.

@@ -1,6 +1,7 @@
 package oblivistore
 
 import (
+	"errors"
 	"reflect"
 	"testing"
 
@@ -35,5 +36,31 @@ func TestInputRecords(t *testing.T) {
 		if err != nil || !reflect.DeepEqual(got, in) {
 			t.Errorf("input %+v came back as %+v, %v", in, got, err)
 		}
+	}
+}
+
+// TestEarlierBuildRefused: the state of an earlier build (one core with
+// the Front and a Server of every partition) is refused with
+// ErrEarlierBuild, which says what to do, not misread.
+func TestEarlierBuildRefused(t *testing.T) {
+	type server struct{ Geo geometry }
+	type front struct{ NextSeq uint64 }
+	earlier, err := encodeState(&struct {
+		Front  front
+		Server server
+		Pub    []byte
+	}{front{7}, server{geometry{Partitions: 4, Top: 3}}, []byte{1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Restore(earlier); !errors.Is(err, ErrEarlierBuild) || !errors.Is(err, kv.ErrMismatch) {
+		t.Errorf("restoring an earlier build's state: %v, want ErrEarlierBuild", err)
+	}
+	now, err := NewCore(16, Options{}.EnsureDefaults(16), [32]byte{}).Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Restore(now); err != nil {
+		t.Errorf("restoring this build's state: %v", err)
 	}
 }

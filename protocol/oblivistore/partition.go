@@ -368,11 +368,19 @@ func (s *Group) readLevel(c *GroupMachine, p int32, l int8, target *Slot) (slot 
 		return -1, false
 	}
 	if target != nil && target.L == l {
+		// A level marked for shuffling with unread slots returns nothing
+		// to the early cache-in semaphore, whichever slot the read takes
+		// (ObliviStore Fig. 6, step 2): the real block read there counts
+		// as an early cache-in, as a fake read would.
+		early = lv.Marked && lv.Unread > 0
 		if !lv.Read[target.S] {
 			lv.markRead(target.S)
 		}
+		if early {
+			lv.Early++
+		}
 		s.Counters.RealReads++
-		return target.S, false
+		return target.S, early
 	}
 	if lv.Marked {
 		x := lv.nextUnread(c.sec.Rand)

@@ -193,7 +193,7 @@ func (s *Group) fetch(c *GroupMachine, j *Job) {
 		early += int64(lv.Early)
 		lv.Early = 0
 	}
-	j.Fetching = true
+	j.Fetching, c.fetched = true, true
 	c.sendFront(FrontMsg{Fetch: &Fetch{P: j.P, J: j.J, Early: early}})
 }
 

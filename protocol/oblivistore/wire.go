@@ -1,11 +1,10 @@
 package oblivistore
 
 import (
-	"bytes"
 	"encoding/binary"
-	"encoding/gob"
 	"fmt"
 
+	"github.com/oblivkv/oblivkv/internal/durable/delta"
 	"github.com/oblivkv/oblivkv/seal"
 )
 
@@ -21,24 +20,22 @@ type Sealed struct {
 	Body []byte
 }
 
-// sealMsg seals a message m from id.From to receiver to.
-func sealMsg[M any](keys *seal.Keys, id MsgID, to Node, m M) (Sealed, error) {
-	var buf bytes.Buffer
-	if err := gob.NewEncoder(&buf).Encode(m); err != nil {
-		return Sealed{}, fmt.Errorf("oblivistore: encoding a message: %w", err)
-	}
-	return Sealed{ID: id, To: to, Body: keys.Seal(nil, msgAD(id, to), buf.Bytes())}, nil
+// sealMsg seals a message body from id.From to receiver to.
+func sealMsg(keys *seal.Keys, id MsgID, to Node, body []byte) Sealed {
+	return Sealed{ID: id, To: to, Body: keys.Seal(nil, msgAD(id, to), body)}
 }
 
-// openMsg opens a sealed message: its content, a fresh value sharing no
-// memory with the sender's.
-func openMsg[M any](keys *seal.Keys, s Sealed) (M, error) {
+// openMsg opens a sealed message's body and decodes it: a fresh value,
+// sharing no memory with the sender's.
+func openMsg[M any](keys *seal.Keys, s Sealed, decode func(*delta.Decoder) M) (M, error) {
 	var m M
 	plain, err := keys.Open(nil, msgAD(s.ID, s.To), s.Body)
 	if err != nil {
 		return m, fmt.Errorf("oblivistore: message %+v to %d: %w", s.ID, s.To, err)
 	}
-	if err := gob.NewDecoder(bytes.NewReader(plain)).Decode(&m); err != nil {
+	d := delta.NewDecoder(plain)
+	m = decode(d)
+	if err := d.Done(); err != nil {
 		return m, fmt.Errorf("oblivistore: decoding message %+v: %w", s.ID, err)
 	}
 	return m, nil
@@ -56,22 +53,25 @@ func msgAD(id MsgID, to Node) []byte {
 // SealToGroup and OpenToGroup carry a message to a partition group;
 // SealToFront and OpenToFront one to the Front.
 func SealToGroup(keys *seal.Keys, m ToGroup) (Sealed, error) {
-	return sealMsg(keys, m.ID, m.Group, m.Msg)
+	return sealMsg(keys, m.ID, m.Group, appendPartitionMsg(nil, m.Msg)), nil
 }
 
 func OpenToGroup(keys *seal.Keys, s Sealed) (ToGroup, error) {
-	m, err := openMsg[PartitionMsg](keys, s)
+	if s.To == FrontNode {
+		return ToGroup{}, fmt.Errorf("oblivistore: message %+v is for the Front, not a group", s.ID)
+	}
+	m, err := openMsg(keys, s, decodePartitionMsg)
 	return ToGroup{ID: s.ID, Group: s.To, Msg: m}, err
 }
 
 func SealToFront(keys *seal.Keys, m ToFront) (Sealed, error) {
-	return sealMsg(keys, m.ID, FrontNode, m.Msg)
+	return sealMsg(keys, m.ID, FrontNode, appendFrontMsg(nil, m.Msg)), nil
 }
 
 func OpenToFront(keys *seal.Keys, s Sealed) (ToFront, error) {
 	if s.To != FrontNode {
 		return ToFront{}, fmt.Errorf("oblivistore: message %+v is for group %d, not the Front", s.ID, s.To)
 	}
-	m, err := openMsg[FrontMsg](keys, s)
+	m, err := openMsg(keys, s, decodeFrontMsg)
 	return ToFront{ID: s.ID, Msg: m}, err
 }
