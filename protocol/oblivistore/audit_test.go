@@ -292,6 +292,34 @@ func TestObliviousAudit(t *testing.T) {
 		oblivistore.PartitionCounts(logs["uniform"].calls, logs["uniform"].parts))})
 }
 
+// TestAuditWithGroups runs the checks of TestObliviousAudit on a store of
+// four partition groups, each with its own shuffler and semaphores: each
+// workload passes every check, and the two workloads' partition counts
+// are alike; and each injected leak that the first checks catch
+// (TestAuditCatchesLeaks) fails one of them decisively there too.
+func TestAuditWithGroups(t *testing.T) {
+	groups := oblivistore.Options{Groups: 4}
+	logs := map[string]auditLog{}
+	for _, name := range []string{"hot", "uniform"} {
+		logs[name] = runAudit(t, groups, 5, workloads[name], auditRequests)
+		passAll(t, append(logs[name].checks(name), logs[name].positionChecks(name)...))
+	}
+	passAll(t, []audit.Check{audit.Homogeneous("partitions, hot against uniform", oblivistore.PartitionCounts(logs["hot"].calls, logs["hot"].parts),
+		oblivistore.PartitionCounts(logs["uniform"].calls, logs["uniform"].parts))})
+	for name, leak := range oblivistore.Leaks {
+		if _, positional := leakCases[name]; positional {
+			continue
+		}
+		t.Run(name, func(t *testing.T) {
+			leaky := groups
+			leaky.TestingKnobs.Leak = leak
+			if l := runAudit(t, leaky, 2, workloads["hot"], auditRequests); !anyDecisive(t, l.checks(name)) {
+				t.Errorf("no check fails decisively on the leak %q with %d groups", name, groups.Groups)
+			}
+		})
+	}
+}
+
 // longLogs are clean runs of the hot and uniform workloads at simOptions
 // (a fractional eviction rate and a throttled shuffler, so that early
 // cache-ins and blocked admissions happen), four times as long as

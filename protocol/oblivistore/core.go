@@ -1,16 +1,14 @@
 package oblivistore
 
 import (
-	"bytes"
-	"encoding/gob"
 	"errors"
 	"fmt"
-	"math"
-	"math/rand/v2"
+	"maps"
 	"slices"
 
 	"github.com/oblivkv/oblivkv/kv"
 	"github.com/oblivkv/oblivkv/random"
+	"github.com/oblivkv/oblivkv/seal"
 )
 
 // OpKind is a client operation: a kv mutation, applied to the key's block
@@ -43,14 +41,19 @@ type Input struct {
 	Request *Request
 	Read    *ReadDone
 	Write   *WriteDone
-	// Reseed mixes fresh randomness into the core's source. The driver
-	// journals one at every open, so work lost in a crash is never redone
-	// with the same random choices.
-	Reseed *[32]byte
+	// Reseed mixes fresh randomness into every machine's sources and
+	// starts a new incarnation. The driver journals one at every open,
+	// so work lost in a crash is never redone with the same random
+	// choices.
+	Reseed *Reseed
 }
 
 // Request is a client operation's arrival.
 type Request struct {
+	// ID names the request: its sequence number of arrival, from 1 (0:
+	// the next). A request whose ID the Front has seen is a duplicate,
+	// ignored.
+	ID  uint64
 	Op  OpKind
 	Key string
 	Val []byte // the mutation's Arg
@@ -59,14 +62,19 @@ type Request struct {
 	ReturnOld bool
 }
 
-// ReadDone is the result of a ReadIO: Blocks[i] is the content of Slots[i].
+// ReadDone is the result of group Group's ReadIO ID: Blocks[i] is the
+// content of Slots[i].
 type ReadDone struct {
+	Group  int32
 	ID     uint64
 	Blocks []Block
 }
 
-// WriteDone reports a WriteIO applied.
-type WriteDone struct{ ID uint64 }
+// WriteDone reports group Group's WriteIO ID applied.
+type WriteDone struct {
+	Group int32
+	ID    uint64
+}
 
 // Output is one output of the core; exactly one field is set.
 type Output struct {
@@ -76,22 +84,26 @@ type Output struct {
 }
 
 // ReadIO asks the driver to read Slots, each sealed under its level's
-// nonce.
+// nonce, for partition group Group (IDs are the group's).
 type ReadIO struct {
+	Group  int32
 	ID     uint64
 	Slots  []Slot
 	Nonces []uint64
 }
 
-// WriteIO asks the driver to write Blocks to Slots in one atomic call.
+// WriteIO asks the driver to write Blocks to Slots in one atomic call,
+// for partition group Group.
 type WriteIO struct {
+	Group  int32
 	ID     uint64
 	Slots  []Slot
 	Nonces []uint64
 	Blocks []Block
 }
 
-// Reply answers the request that arrived Seq-th (from 1).
+// Reply answers the request that arrived Seq-th (from 1): the request
+// with ID Seq.
 type Reply struct {
 	Seq    uint64
 	Result kv.Result
@@ -113,67 +125,36 @@ type Semaphores struct {
 	Early, Buffer, Evictions, IO int64
 }
 
-// State is the core's whole state: plain data, so Snapshot can encode it.
-type State struct {
-	Front  Front
-	Server Server
-	// Pub and Sec are the random sources' states, in a snapshot only.
-	Pub, Sec []byte
-}
-
-// Core is ObliviStore's trusted state machine: the ORAM main algorithm
-// (Front) and the partitions (Server), which talk only through the
-// messages of messages.go. It is a deterministic function of its state
-// and inputs; it never does I/O, reads a clock or spawns anything.
-//
-// It draws from two random sources. pub makes the choices storage may
-// learn, and draws the same amount per access whatever the workload: the
-// evictions each access schedules and their partitions, and the partition
-// an access to a key not on storage reads. sec makes the secret ones: the
-// partition a block is assigned to, and every level's layout. Two
-// workloads of equal length then see the same public coins.
+// Core is ObliviStore's trusted state in one process: the Front and the
+// partition groups, each a Machine, with the messages between them
+// routed in order as they are sent. It is a deterministic function of
+// its state and inputs; it never does I/O, reads a clock or spawns
+// anything.
 type Core struct {
-	st       State
-	pubSrc   *rand.ChaCha8
-	secSrc   *rand.ChaCha8
-	pub, sec *rand.Rand
+	front    *FrontMachine
+	groups   []*GroupMachine
 	out      []Output
-	toParts  []PartitionMsg
-	toFront  []FrontMsg
-	shuffled bool // the shuffler moved on the last Progress
-	// trace is TestingKnobs.Trace (tests only).
-	trace trace
-	// wire is TestingKnobs.Wire (tests only).
-	wire bool
-	// forced, tests only, replaces the partitions that accesses to keys
-	// not on storage read, in order: a simulator replays the partitions
-	// storage saw (export_test.go).
-	forced []int32
+	toGroups []ToGroup
+	toFront  []ToFront
+	// wire, under TestingKnobs.Wire (tests only), seals every message
+	// as it crosses, as between processes.
+	wire *seal.Keys
 }
 
 // NewCore returns the core of an empty store of capacity n.
 func NewCore(n int, o Options, seed [32]byte) *Core {
 	g := o.geometry(n)
-	c := &Core{st: State{Front: newFront(n, g, o), Server: newServer(g, o)}}
-	c.seed(seed)
-	c.setHooks(o)
+	c := &Core{front: newFrontMachine(n, g, o, machineSeed(seed, FrontNode))}
+	for i := range g.Groups {
+		c.groups = append(c.groups, newGroupMachine(g, o, int32(i), machineSeed(seed, Node(i))))
+	}
+	c.setHooks(o, nil)
 	return c
 }
 
-// seed derives both sources from seed.
-func (c *Core) seed(seed [32]byte) {
-	c.pubSrc = random.Labeled(seed, "oblivistore/pub")
-	c.secSrc = random.Labeled(seed, "oblivistore/sec")
-	c.pub, c.sec = rand.New(c.pubSrc), rand.New(c.secSrc)
-}
-
-func (c *Core) reseed(seed [32]byte) {
-	var mixed [32]byte
-	c.secSrc.Read(mixed[:])
-	for i := range mixed {
-		mixed[i] ^= seed[i]
-	}
-	c.seed(mixed)
+// machineSeed derives machine m's seed from the core's.
+func machineSeed(seed [32]byte, m Node) [32]byte {
+	return random.Draw(random.Labeled(seed, fmt.Sprint("oblivistore/machine/", m)))
 }
 
 // Step applies one input and returns the outputs it causes, valid until
@@ -184,148 +165,165 @@ func (c *Core) Step(in Input) ([]Output, error) {
 	var err error
 	switch {
 	case in.Request != nil:
-		c.front().arrive(c, *in.Request)
+		err = c.applyFront(FrontEntry{Request: in.Request})
 	case in.Read != nil:
-		err = c.server().readDone(c, *in.Read)
+		err = c.applyGroup(in.Read.Group, GroupEntry{Read: in.Read})
 	case in.Write != nil:
-		err = c.server().writeDone(c, *in.Write)
+		err = c.applyGroup(in.Write.Group, GroupEntry{Write: in.Write})
 	case in.Reseed != nil:
-		c.reseed(*in.Reseed)
+		err = c.reseed(*in.Reseed)
 	default:
 		err = errors.New("oblivistore: empty input")
 	}
 	if err == nil {
-		err = c.progress()
+		err = c.route()
 	}
 	return c.out, err
 }
 
-func (c *Core) front() *Front   { return &c.st.Front }
-func (c *Core) server() *Server { return &c.st.Server }
-
-// progress delivers messages and lets the front admit and answer requests
-// and the shuffler run, until nothing more moves.
-func (c *Core) progress() error {
-	for {
-		if err := c.route(); err != nil {
+// reseed reseeds every machine, each from its own share of r.Seed.
+func (c *Core) reseed(r Reseed) error {
+	if err := c.applyFront(FrontEntry{Reseed: &Reseed{Seed: machineSeed(r.Seed, FrontNode), Incarnation: r.Incarnation}}); err != nil {
+		return err
+	}
+	for g := range c.groups {
+		if err := c.applyGroup(int32(g), GroupEntry{Reseed: &Reseed{Seed: machineSeed(r.Seed, Node(g)), Incarnation: r.Incarnation}}); err != nil {
 			return err
-		}
-		f := c.front()
-		moved := f.admit(c)
-		moved = f.answer(c) || moved
-		c.shuffled = false
-		c.sendParts(PartitionMsg{Progress: &Progress{Bypass: f.blocked()}})
-		if err := c.route(); err != nil {
-			return err
-		}
-		if !moved && !c.shuffled {
-			return nil
 		}
 	}
+	return nil
 }
 
-// setHooks takes the test-only options.
-func (c *Core) setHooks(o Options) {
-	c.trace, c.wire = o.TestingKnobs.Trace, o.TestingKnobs.Wire
+// applyFront applies an entry to the Front and takes its outputs.
+func (c *Core) applyFront(e FrontEntry) error {
+	outs, err := c.front.Apply(e)
+	for _, o := range outs {
+		if o.Reply != nil {
+			c.out = append(c.out, Output{Reply: o.Reply})
+		} else {
+			c.toGroups = append(c.toGroups, *o.Msg)
+		}
+	}
+	return err
+}
+
+// applyGroup applies an entry to group g and takes its outputs.
+func (c *Core) applyGroup(g int32, e GroupEntry) error {
+	if g < 0 || int(g) >= len(c.groups) {
+		return internal("input for unknown group %d", g)
+	}
+	outs, err := c.groups[g].Apply(e)
+	for _, o := range outs {
+		switch {
+		case o.Msg != nil:
+			c.toFront = append(c.toFront, *o.Msg)
+		default:
+			c.out = append(c.out, Output{Read: o.Read, Write: o.Write})
+		}
+	}
+	return err
+}
+
+// setHooks takes the test-only options; keys are the store's, for
+// TestingKnobs.Wire.
+func (c *Core) setHooks(o Options, keys *seal.Keys) {
+	if o.TestingKnobs.Wire {
+		c.wire = keys
+	}
+	c.front.trace = o.TestingKnobs.Trace
+	for _, g := range c.groups {
+		g.trace = o.TestingKnobs.Trace
+	}
 }
 
 // route delivers the queued messages, in order, until none is left.
 func (c *Core) route() error {
-	for len(c.toParts) > 0 || len(c.toFront) > 0 {
-		if err := deliver(c, &c.toParts, c.server().handle); err != nil {
-			return err
+	for len(c.toGroups) > 0 || len(c.toFront) > 0 {
+		for len(c.toGroups) > 0 {
+			m, err := crossed(c.wire, c.toGroups[0], SealToGroup, OpenToGroup)
+			if err != nil {
+				return err
+			}
+			c.toGroups = c.toGroups[1:]
+			if err := c.applyGroup(int32(m.Group), GroupEntry{Msg: &m}); err != nil {
+				return err
+			}
 		}
-		if err := deliver(c, &c.toFront, c.front().handle); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// deliver hands the messages of queue q to handle, in order, until q is
-// empty (handle may queue more).
-func deliver[M any](c *Core, q *[]M, handle func(*Core, M) error) error {
-	for len(*q) > 0 {
-		m, err := crossed(c, (*q)[0])
-		if err != nil {
-			return err
-		}
-		*q = (*q)[1:]
-		if err := handle(c, m); err != nil {
-			return err
+		for len(c.toFront) > 0 {
+			m, err := crossed(c.wire, c.toFront[0], SealToFront, OpenToFront)
+			if err != nil {
+				return err
+			}
+			c.toFront = c.toFront[1:]
+			if err := c.applyFront(FrontEntry{Msg: &m}); err != nil {
+				return err
+			}
 		}
 	}
 	return nil
 }
 
-// crossed returns m as it arrives on the other side: under TestingKnobs.Wire,
-// a fresh value decoded from m's gob encoding, sharing no memory with it.
-func crossed[M any](c *Core, m M) (M, error) {
-	if !c.wire {
+// crossed returns m as it arrives on the other side: with keys (under
+// TestingKnobs.Wire), sealed and opened again, a fresh value sharing no
+// memory with m.
+func crossed[M any](keys *seal.Keys, m M, sealIt func(*seal.Keys, M) (Sealed, error), open func(*seal.Keys, Sealed) (M, error)) (M, error) {
+	if keys == nil {
 		return m, nil
 	}
-	var buf bytes.Buffer
-	var out M
-	if err := gob.NewEncoder(&buf).Encode(m); err != nil {
-		return out, err
+	s, err := sealIt(keys, m)
+	if err != nil {
+		return m, err
 	}
-	err := gob.NewDecoder(&buf).Decode(&out)
-	return out, err
+	return open(keys, s)
 }
 
-// sendParts and sendFront queue a message across the boundary.
-func (c *Core) sendParts(m PartitionMsg) { c.toParts = append(c.toParts, m) }
-func (c *Core) sendFront(m FrontMsg)     { c.toFront = append(c.toFront, m) }
-
 // NextSeq is the sequence number the next request will get.
-func (c *Core) NextSeq() uint64 { return c.st.Front.NextSeq + 1 }
+func (c *Core) NextSeq() uint64 { return c.front.st.Front.NextSeq + 1 }
 
-// Sems returns the four semaphores.
+// Incarnation is the incarnation the core's machines last started.
+func (c *Core) Incarnation() uint64 { return c.front.st.Incarnation }
+
+// Sems returns the four semaphores; a group's Buffer and IO are summed
+// over the groups.
 func (c *Core) Sems() Semaphores {
-	return Semaphores{Early: c.st.Front.Early, Evictions: c.st.Front.Evictions,
-		Buffer: c.st.Server.Buffer, IO: c.st.Server.IO}
+	f := &c.front.st.Front
+	sem := Semaphores{Early: f.Early, Evictions: f.Evictions}
+	for _, g := range c.groups {
+		sem.Buffer += g.st.Group.Buffer
+		sem.IO += g.st.Group.IO
+	}
+	return sem
 }
 
 // Idle reports whether no request is waiting or unanswered and no I/O is
 // outstanding: the state a clean shutdown checkpoints.
 func (c *Core) Idle() bool {
-	f, s := c.front(), c.server()
-	return len(f.Waiting) == 0 && len(f.Active) == 0 && len(s.Reads) == 0 && len(s.Writes) == 0
+	f := &c.front.st.Front
+	if len(f.Waiting) > 0 || len(f.Active) > 0 {
+		return false
+	}
+	for _, g := range c.groups {
+		if len(g.st.Group.Reads) > 0 || len(g.st.Group.Writes) > 0 {
+			return false
+		}
+	}
+	return true
 }
 
-// Outstanding returns the I/O issued and not completed, in issue order:
-// what a driver reissues after restoring the core.
+// Outstanding returns the I/O issued and not completed, group by group
+// in issue order: what a driver reissues after restoring the core.
 func (c *Core) Outstanding() []Output {
-	s := c.server()
-	ids := make([]uint64, 0, len(s.Reads)+len(s.Writes))
-	for id := range s.Reads {
-		ids = append(ids, id)
-	}
-	for id := range s.Writes {
-		ids = append(ids, id)
-	}
-	slices.Sort(ids)
-	outs := make([]Output, len(ids))
-	for i, id := range ids {
-		outs[i] = Output{Read: s.Reads[id], Write: s.Writes[id]}
+	var outs []Output
+	for _, g := range c.groups {
+		s := &g.st.Group
+		ids := slices.Collect(maps.Keys(s.Reads))
+		ids = slices.AppendSeq(ids, maps.Keys(s.Writes))
+		slices.Sort(ids)
+		for _, id := range ids {
+			outs = append(outs, Output{Read: s.Reads[id], Write: s.Writes[id]})
+		}
 	}
 	return outs
-}
-
-// randomPart draws a block's secret partition.
-func (c *Core) randomPart() int32 { return int32(c.sec.IntN(c.st.Front.Partitions)) }
-
-// publicPart draws a public coin: a partition.
-func (c *Core) publicPart() int32 { return int32(c.pub.IntN(c.st.Front.Partitions)) }
-
-// drawEvictions draws how many evictions an access schedules: nu, or for
-// a fractional nu its floor and one more with probability nu - floor(nu).
-func (c *Core) drawEvictions(nu float64) int32 {
-	e := int32(nu)
-	if frac := nu - math.Floor(nu); frac > 0 && c.pub.Float64() < frac {
-		e++
-	}
-	return e
 }
 
 // internal reports a broken invariant.

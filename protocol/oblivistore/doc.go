@@ -15,23 +15,27 @@
 //   - the four semaphores of Sec. V-D, every change of which depends only
 //     on arrivals, I/O completions and public coins (Invariant 1).
 //
-// Core is the protocol as a deterministic state machine: its inputs are
-// requests, read results and write completions; its outputs are backend
-// reads and writes (slots, nonces and plaintext blocks) and replies.
-// Inside it, the ORAM main algorithm (Front: position map to partitions,
-// eviction cache, admission and answers) and the partitions (Server:
-// levels, storage cache, partition reader, shuffler, storage I/O) talk
-// only in the plain messages of messages.go, so that the oblivious load
-// balancer of Sec. VI-A can later treat remote ORAM nodes as partitions.
-// It
-// never does I/O, reads a clock or starts a goroutine, and draws its
-// randomness from two seeded sources in its state, so Snapshot and
-// Restore, and replaying its inputs, give the same outputs. The driver
-// (store.go) owns the goroutines and the backend: it journals every input
-// before any output it causes leaves the process, seals and opens slots,
-// and on recovery restores the checkpoint, replays the inputs, redoes
-// their writes and reissues the reads left in flight.
-//
+// The protocol runs as deterministic state machines (Machine: apply an
+// entry, return its outputs; snapshot; restore), each a log can drive:
+// the ORAM main algorithm (FrontMachine: position map to partitions,
+// eviction cache, admission and answers; the load balancer of Sec. VI-A)
+// and the partition groups (GroupMachine: a set of partitions with their
+// levels, storage cache, partition reader, shuffler, semaphores, random
+// source and ids; an ORAM node of Sec. VI). They talk only in the plain
+// messages of messages.go, each named by its sender, incarnation and
+// sequence number and applied by its receiver in order and once (link.go);
+// between processes a message crosses sealed under the store key
+// (wire.go). A machine never does I/O, reads a clock or starts a
+// goroutine: storage calls are a group's outputs, their results its
+// entries, and its random sources are in its snapshots. Core composes the
+// Front and the groups in one process, routing their messages in order;
+// its inputs are requests, read results and write completions. The
+// driver (store.go) owns the goroutines and the backend: it journals
+// every input before any output it causes leaves the process, issues
+// every storage write of a group from one function (store.write), seals
+// and opens slots, and on recovery restores the checkpoint, replays the
+// inputs, redoes their writes and reissues the reads left in flight.
+
 // Unlike the paper, concurrent requests for one block never wait for each
 // other: later ones read fake, and replies leave in arrival order (the
 // leak of TaoStore Sec. II-B). docs/protocols.md lists every departure.

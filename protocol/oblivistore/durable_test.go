@@ -213,10 +213,10 @@ func planRecovery(t *testing.T, dir string, keys *seal.Keys, b backend.Backend) 
 	if err != nil {
 		t.Fatal(err)
 	}
-	redo := map[uint64]*WriteIO{}
+	redo := map[ioKey]*WriteIO{}
 	for _, o := range c.Outstanding() {
 		if o.Write != nil {
-			redo[o.Write.ID] = o.Write
+			redo[ioKey{o.Write.Group, o.Write.ID}] = o.Write
 		}
 	}
 	for i, d := range rec.records {
@@ -230,22 +230,22 @@ func planRecovery(t *testing.T, dir string, keys *seal.Keys, b backend.Backend) 
 		}
 		for _, o := range outs {
 			if o.Write != nil {
-				redo[o.Write.ID] = o.Write
+				redo[ioKey{o.Write.Group, o.Write.ID}] = o.Write
 			}
 		}
 	}
 	var p recoveryPlan
 	p.redo = sortedWrites(redo)
-	pending := map[uint64]bool{}
+	pending := map[ioKey]bool{}
 	for _, o := range c.Outstanding() {
 		if o.Write != nil {
-			pending[o.Write.ID] = true
+			pending[ioKey{o.Write.Group, o.Write.ID}] = true
 		} else {
 			p.reads = append(p.reads, o.Read)
 		}
 	}
 	for _, w := range p.redo {
-		p.installed = append(p.installed, !pending[w.ID])
+		p.installed = append(p.installed, !pending[ioKey{w.Group, w.ID}])
 	}
 	return p
 }

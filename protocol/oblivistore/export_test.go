@@ -151,7 +151,7 @@ func schedule(c *Core, requests, delay int, request func(int) Input, storage sim
 	}
 	for tick := 0; tick < requests || len(queue) > 0 || !c.Idle(); tick++ {
 		if tick > requests+1_000_000 {
-			return fmt.Errorf("the core stalled with %d requests waiting", len(c.st.Front.Waiting)+len(c.st.Front.Active))
+			return fmt.Errorf("the core stalled with %d requests waiting", len(c.frontState().Waiting)+len(c.frontState().Active))
 		}
 		if tick < requests {
 			if err := step(tick, request(tick)); err != nil {
@@ -194,7 +194,7 @@ func Simulate(n int, o Options, seed [32]byte, run Run) ([]Semaphores, error) {
 	o = o.EnsureDefaults(n)
 	o.TestingKnobs.Leak = leakNone
 	c := NewCore(n, o, seed)
-	c.forced = slices.Clone(run.Partitions)
+	c.front.forced = slices.Clone(run.Partitions)
 	if _, _, err := c.Load(func(func(string, []byte) bool) {}); err != nil {
 		return nil, err
 	}
@@ -204,7 +204,7 @@ func Simulate(n int, o Options, seed [32]byte, run Run) ([]Semaphores, error) {
 		case in.Request != nil:
 			in = Input{Request: &Request{Op: OpGet, Key: fmt.Sprint("simulated-", i)}}
 		case in.Read != nil:
-			r, ok := c.st.Server.Reads[in.Read.ID]
+			r, ok := c.server().Reads[in.Read.ID]
 			if !ok {
 				return sems, fmt.Errorf("input %d: the simulator issued no read %d", i, in.Read.ID)
 			}
@@ -217,3 +217,10 @@ func Simulate(n int, o Options, seed [32]byte, run Run) ([]Semaphores, error) {
 	}
 	return sems, nil
 }
+
+// server returns the state of the core's only partition group (tests of
+// one group).
+func (c *Core) server() *Group { return &c.groups[0].st.Group }
+
+// frontState returns the Front's state.
+func (c *Core) frontState() *Front { return &c.front.st.Front }

@@ -20,10 +20,10 @@ type Front struct {
 	Capacity   int
 	// Pos is the partition holding each key's block (on storage, in its
 	// storage cache or being shuffled in); a key in Mem is not in Pos.
-	Pos map[string]int32
+	Pos sorted[string, int32]
 	// Mem holds the blocks in trusted memory: being accessed, or in the
 	// eviction cache of their assigned partition (Queues).
-	Mem    map[string]*Held
+	Mem    sorted[string, *Held]
 	Queues [][]string // per partition: the eviction cache, oldest first
 	// Waiting have arrived and wait for the semaphores; Active are
 	// admitted and not answered, in arrival order.
@@ -81,14 +81,18 @@ func newFront(n int, g geometry, o Options) Front {
 		Opts: frontOptions{EvictionRate: o.EvictionRate, EarlyCacheIns: int64(o.EarlyCacheIns),
 			EvictionsAhead: int64(o.EvictionsAhead), Leak: o.TestingKnobs.Leak, ValueSize: cmp.Or(o.valueSize, math.MaxInt)},
 		Partitions: g.Partitions, Levels: int64(g.Top + 1), Capacity: n,
-		Pos: map[string]int32{}, Mem: map[string]*Held{}, Queues: make([][]string, g.Partitions),
+		Pos: sorted[string, int32]{}, Mem: sorted[string, *Held]{}, Queues: make([][]string, g.Partitions),
 		Early: int64(o.EarlyCacheIns), Evictions: int64(o.EvictionsAhead),
 	}
 }
 
 // arrive queues a request; nu is drawn now, so the draw's place in the
-// public coins depends only on the order of arrivals.
-func (f *Front) arrive(c *Core, r Request) {
+// public coins depends only on the order of arrivals. A request whose ID
+// arrived before is ignored: its reply went out or will.
+func (f *Front) arrive(c *FrontMachine, r Request) {
+	if r.ID != 0 && r.ID <= f.NextSeq {
+		return
+	}
 	f.NextSeq++
 	f.Waiting = append(f.Waiting, &Req{Seq: f.NextSeq, Op: r.Op, Key: r.Key, Val: r.Val, If: r.If, ReturnOld: r.ReturnOld,
 		Evictions: c.drawEvictions(f.Opts.EvictionRate)})
@@ -105,7 +109,7 @@ func (f *Front) blocked() bool {
 
 // admit starts the waiting requests the semaphores allow, in arrival
 // order, each with one partition read (Fig. 5).
-func (f *Front) admit(c *Core) bool {
+func (f *Front) admit(c *FrontMachine) bool {
 	moved := false
 	for len(f.Waiting) > 0 && !f.blocked() {
 		r := f.Waiting[0]
@@ -113,7 +117,7 @@ func (f *Front) admit(c *Core) bool {
 		f.Early -= f.Levels
 		f.Evictions -= int64(r.Evictions)
 		f.Active = append(f.Active, r)
-		c.traceAdmitted(r)
+		c.trace.admitted(r)
 		fake := c.publicPart()
 		if len(c.forced) > 0 {
 			fake, c.forced = c.forced[0], c.forced[1:]
@@ -123,7 +127,7 @@ func (f *Front) admit(c *Core) bool {
 			f.Early += f.Levels
 			f.readFinished(c, r)
 		} else {
-			c.sendParts(PartitionMsg{Read: &read})
+			c.send(read.P, PartitionMsg{Read: &read})
 		}
 		moved = true
 	}
@@ -134,7 +138,7 @@ func (f *Front) admit(c *Core) bool {
 // trusted memory under a fresh random partition (Sec. III-A). A key in
 // trusted memory reads its assigned partition, fake; a key not stored
 // reads partition fake, drawn for every access.
-func (f *Front) locate(c *Core, r *Req, fake int32) PartitionRead {
+func (f *Front) locate(c *FrontMachine, r *Req, fake int32) PartitionRead {
 	read := PartitionRead{Seq: r.Seq, P: fake}
 	if h := f.Mem[r.Key]; h != nil {
 		read.P = h.Part
@@ -164,7 +168,7 @@ func (f *Front) locate(c *Core, r *Req, fake int32) PartitionRead {
 }
 
 // hold puts the key's block in trusted memory under a fresh partition.
-func (f *Front) hold(c *Core, r *Req, h *Held) {
+func (f *Front) hold(c *FrontMachine, r *Req, h *Held) {
 	h.Part, h.Refs, h.Queued = f.assign(c, r.Key), 1, -1
 	f.Mem[r.Key] = h
 	r.HasKey = true
@@ -173,7 +177,7 @@ func (f *Front) hold(c *Core, r *Req, h *Held) {
 // assign draws the partition an accessed block is assigned to: a fresh
 // random one (Sec. III-A), or under leakKeyedPartition one derived from
 // its key.
-func (f *Front) assign(c *Core, key string) int32 {
+func (f *Front) assign(c *FrontMachine, key string) int32 {
 	if f.Opts.Leak == leakKeyedPartition {
 		h := fnv.New32a()
 		h.Write([]byte(key))
@@ -183,7 +187,7 @@ func (f *Front) assign(c *Core, key string) int32 {
 }
 
 // handle takes a message from the partitions.
-func (f *Front) handle(c *Core, m FrontMsg) error {
+func (f *Front) handle(c *FrontMachine, m FrontMsg) error {
 	switch {
 	case m.Started != nil:
 		f.Early += m.Started.NonEarly
@@ -199,7 +203,7 @@ func (f *Front) handle(c *Core, m FrontMsg) error {
 
 // finished completes a request's partition read: the block it brings, if
 // any, becomes the key's value.
-func (f *Front) finished(c *Core, m ReadFinished) error {
+func (f *Front) finished(c *FrontMachine, m ReadFinished) error {
 	for _, r := range f.Active {
 		if r.Seq != m.Seq {
 			continue
@@ -229,16 +233,17 @@ func (f *Front) ready(m BlockReady) {
 
 // readFinished schedules the request's evictions at random partitions
 // (Fig. 5, "on callback").
-func (f *Front) readFinished(c *Core, r *Req) {
+func (f *Front) readFinished(c *FrontMachine, r *Req) {
 	r.ReadDone = true
 	for range r.Evictions {
-		c.sendParts(PartitionMsg{Evict: &Evict{P: c.publicPart()}})
+		p := c.publicPart()
+		c.send(p, PartitionMsg{Evict: &Evict{P: p}})
 	}
 }
 
 // answer replies to the oldest requests whose reads are done, in arrival
 // order, applying each to its key's block.
-func (f *Front) answer(c *Core) bool {
+func (f *Front) answer(c *FrontMachine) bool {
 	moved := false
 	for len(f.Active) > 0 {
 		r := f.Active[0]
@@ -247,7 +252,7 @@ func (f *Front) answer(c *Core) bool {
 			break
 		}
 		f.Active = f.Active[1:]
-		c.out = append(c.out, Output{Reply: f.apply(r, h)})
+		c.out = append(c.out, FrontOutput{Reply: f.apply(r, h)})
 		moved = true
 	}
 	return moved
@@ -302,7 +307,7 @@ func (f *Front) settle(key string, h *Held) {
 // fetch answers a shuffle's Fetch: up to J idle blocks assigned to the
 // partition leave the eviction cache, oldest first, and the J evictions
 // return to the eviction semaphore, whatever was found (Fig. 7 step 3).
-func (f *Front) fetch(c *Core, m Fetch) {
+func (f *Front) fetch(c *FrontMachine, m Fetch) {
 	f.Early += m.Early
 	q := f.Queues[m.P]
 	var out []Entry
@@ -325,5 +330,5 @@ func (f *Front) fetch(c *Core, m Fetch) {
 	f.Evictions += m.J
 	f.Evicted += uint64(len(out))
 	f.DummyEvictions += uint64(m.J) - uint64(len(out))
-	c.sendParts(PartitionMsg{Blocks: &Blocks{P: m.P, Entries: out}})
+	c.send(m.P, PartitionMsg{Blocks: &Blocks{P: m.P, Entries: out}})
 }

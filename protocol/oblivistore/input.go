@@ -11,7 +11,7 @@ import (
 
 // The journal record of an input starts with its kind.
 const (
-	recRequest byte = iota + 1 // a Get, Put or Delete (journals before mutations)
+	recRequest byte = iota + 1 // earlier builds' Get, Put or Delete: such stores are refused (ErrEarlierBuild)
 	recRead
 	recWrite
 	recReseed
@@ -29,6 +29,7 @@ func appendInput(b []byte, in Input) []byte {
 		b = delta.AppendBytes(b, in.Request.Val)
 	case in.Read != nil:
 		b = append(b, recRead)
+		b = binary.AppendUvarint(b, uint64(in.Read.Group))
 		b = binary.AppendUvarint(b, in.Read.ID)
 		b = binary.AppendUvarint(b, uint64(len(in.Read.Blocks)))
 		for _, blk := range in.Read.Blocks {
@@ -39,10 +40,12 @@ func appendInput(b []byte, in Input) []byte {
 		}
 	case in.Write != nil:
 		b = append(b, recWrite)
+		b = binary.AppendUvarint(b, uint64(in.Write.Group))
 		b = binary.AppendUvarint(b, in.Write.ID)
 	case in.Reseed != nil:
 		b = append(b, recReseed)
-		b = append(b, in.Reseed[:]...)
+		b = append(b, in.Reseed.Seed[:]...)
+		b = binary.AppendUvarint(b, in.Reseed.Incarnation)
 	}
 	return b
 }
@@ -52,11 +55,9 @@ func decodeInput(b []byte) (Input, error) {
 	d := delta.NewDecoder(b)
 	var in Input
 	switch kind := d.Byte(); kind {
-	case recRequest, recMutation:
+	case recMutation:
 		r := &Request{Op: OpKind(d.Byte())}
-		if kind == recMutation {
-			r.If, r.ReturnOld = kv.Condition(d.Byte()), d.Bool()
-		}
+		r.If, r.ReturnOld = kv.Condition(d.Byte()), d.Bool()
 		r.Key = string(d.Bytes(math.MaxInt))
 		hasVal := d.Bool()
 		r.Val = d.Bytes(math.MaxInt)
@@ -68,7 +69,8 @@ func decodeInput(b []byte) (Input, error) {
 		}
 		in.Request = r
 	case recRead:
-		rd := &ReadDone{ID: d.Uvarint()}
+		rd := &ReadDone{Group: int32(d.Uvarint())}
+		rd.ID = d.Uvarint()
 		n := d.Count()
 		for i := 0; i < n && !d.Failed(); i++ {
 			blk := Block{Real: d.Bool()}
@@ -79,11 +81,14 @@ func decodeInput(b []byte) (Input, error) {
 		}
 		in.Read = rd
 	case recWrite:
-		in.Write = &WriteDone{ID: d.Uvarint()}
+		w := &WriteDone{Group: int32(d.Uvarint())}
+		w.ID = d.Uvarint()
+		in.Write = w
 	case recReseed:
-		var seed [32]byte
-		d.Read(seed[:])
-		in.Reseed = &seed
+		r := &Reseed{}
+		d.Read(r.Seed[:])
+		r.Incarnation = d.Uvarint()
+		in.Reseed = r
 	default:
 		d.Check(false, fmt.Sprintf("input kind %d", kind))
 	}

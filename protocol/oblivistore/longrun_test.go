@@ -45,29 +45,35 @@ func evictionCacheBound(n int, o Options, clients int) int64 {
 // semaphore stays at most its cap. o are the store's options (defaults
 // filled in).
 func checkUsage(c *Core, o Options) (usage, error) {
-	st, sem := &c.st, c.Sems()
+	front, sem := c.frontState(), c.Sems()
+	groups := int64(len(c.groups))
 	var u usage
-	u.EvictionCache = int64(len(st.Front.Mem))
-	for p := range st.Server.Parts {
-		for l := range st.Server.Parts[p].Levels {
-			lv := &st.Server.Parts[p].Levels[l]
-			u.StorageCache += int64(len(lv.Cached))
-			u.Early += int64(lv.Early)
-			if lv.Early < 0 {
-				return u, fmt.Errorf("partition %d level %d counts %d early cache-ins", p, l, lv.Early)
+	u.EvictionCache = int64(len(front.Mem))
+	var maxBuffer int64
+	for _, g := range c.groups {
+		s := &g.st.Group
+		for p := range s.Parts {
+			for l := range s.Parts[p].Levels {
+				lv := &s.Parts[p].Levels[l]
+				u.StorageCache += int64(len(lv.Cached))
+				u.Early += int64(lv.Early)
+				if lv.Early < 0 {
+					return u, fmt.Errorf("partition %d level %d counts %d early cache-ins", p, l, lv.Early)
+				}
+			}
+			u.Evictions += s.Parts[p].J
+		}
+		for _, j := range s.Jobs {
+			if j.Computed {
+				u.Buffer += j.W
+			} else {
+				u.Buffer += j.Reserved
+				u.Evictions += j.J
 			}
 		}
-		u.Evictions += st.Server.Parts[p].J
+		maxBuffer += s.Counters.MaxBuffer
 	}
-	for _, j := range st.Server.Jobs {
-		if j.Computed {
-			u.Buffer += j.W
-		} else {
-			u.Buffer += j.Reserved
-			u.Evictions += j.J
-		}
-	}
-	for _, r := range st.Front.Active {
+	for _, r := range front.Active {
 		if !r.ReadDone {
 			u.Evictions += int64(r.Evictions)
 		}
@@ -79,7 +85,7 @@ func checkUsage(c *Core, o Options) (usage, error) {
 		held       int64
 	}{
 		{"early cache-in", sem.Early, int64(o.EarlyCacheIns), u.Early},
-		{"shuffling buffer", sem.Buffer, int64(o.ShufflingBuffer), u.Buffer},
+		{"shuffling buffer", sem.Buffer, groups * int64(o.ShufflingBuffer), u.Buffer},
 		{"eviction", sem.Evictions, int64(o.EvictionsAhead), u.Evictions},
 	} {
 		switch {
@@ -90,11 +96,11 @@ func checkUsage(c *Core, o Options) (usage, error) {
 				sem.name, sem.value, sem.held, sem.max)
 		}
 	}
-	if sem.IO > int64(o.ShuffleIOAhead) { // it may go negative (shuffle.go's bypass), never above its cap
+	if sem.IO > groups*int64(o.ShuffleIOAhead) { // it may go negative (shuffle.go's bypass), never above its cap
 		return u, fmt.Errorf("the shuffling I/O semaphore is %d, above its cap %d", sem.IO, o.ShuffleIOAhead)
 	}
-	if st.Server.Counters.MaxBuffer > int64(o.ShufflingBuffer) {
-		return u, fmt.Errorf("shuffling_buffer_max %d exceeds the shuffling buffer %d", st.Server.Counters.MaxBuffer, o.ShufflingBuffer)
+	if maxBuffer > groups*int64(o.ShufflingBuffer) {
+		return u, fmt.Errorf("shuffling_buffer_max %d exceeds the shuffling buffers %d", maxBuffer, groups*int64(o.ShufflingBuffer))
 	}
 	return u, nil
 }

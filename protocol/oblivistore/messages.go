@@ -1,14 +1,46 @@
 package oblivistore
 
 // The boundary between the ORAM main algorithm (Front, Fig. 5) and the
-// partitions (Server: the partition reader and the background shuffler,
-// Figs. 6-7). Everything that crosses it is one of these plain messages,
-// so that the oblivious load balancer of Sec. VI-A can later treat remote
-// ORAM nodes as its partitions; in one process the core routes them
-// between the two in order (Core.route). A message is built for the
-// crossing and never shares memory with either side's state.
+// partition groups (Group: the partition reader and the background
+// shuffler of a set of partitions, Figs. 6-7). Everything that crosses it
+// is one of these plain messages in an envelope naming its sender, so
+// that the oblivious load balancer of Sec. VI-A can treat remote ORAM
+// nodes as its partitions; in one process the core routes them in order
+// (Core.route), between processes they cross sealed (wire.go). A message
+// is built for the crossing and never shares memory with either side's
+// state.
 
-// PartitionMsg is a message to the partitions; exactly one field is set.
+// Node names a machine: the Front, or a partition group by its index.
+type Node int32
+
+// FrontNode is the Front's name; a partition group's is its index.
+const FrontNode Node = -1
+
+// MsgID names a message once and for all: its sender, the sender's
+// incarnation when it sent it, and the sender's sequence number for the
+// receiver (from 1, never reused: a sender's state, sequence numbers
+// included, is restored from its log after a restart).
+type MsgID struct {
+	From        Node
+	Incarnation uint64
+	Seq         uint64
+}
+
+// ToGroup is a message from the Front to partition group Group.
+type ToGroup struct {
+	ID    MsgID
+	Group Node
+	Msg   PartitionMsg
+}
+
+// ToFront is a message from a partition group to the Front.
+type ToFront struct {
+	ID  MsgID
+	Msg FrontMsg
+}
+
+// PartitionMsg is a message to a partition group; exactly one field is
+// set.
 type PartitionMsg struct {
 	Read     *PartitionRead
 	Evict    *Evict
@@ -43,11 +75,13 @@ type Entry struct {
 	Val []byte
 }
 
-// Progress lets the shuffler run. Bypass says requests wait on a
-// semaphore that only the shuffler releases (shuffle.go).
+// Progress tells the shuffler whether requests wait on a semaphore that
+// only the shuffler releases (Bypass: shuffle.go). The Front sends it to
+// every group whenever that changes.
 type Progress struct{ Bypass bool }
 
-// FrontMsg is a message from the partitions; exactly one field is set.
+// FrontMsg is a message from a partition group; exactly one field is
+// set.
 type FrontMsg struct {
 	Started  *ReadStarted
 	Finished *ReadFinished

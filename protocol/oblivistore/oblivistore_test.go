@@ -18,16 +18,16 @@ func TestContract(t *testing.T) {
 	}
 }
 
-// TestMessagesCrossAsBytes: with every message between the ORAM main
-// algorithm and the partitions encoded and decoded on its way, as it would
-// cross between machines, the store keeps its contract and stays
-// linearizable: nothing but the messages' plain values passes between
-// them.
+// TestMessagesCrossAsBytes: with every message between the Front and
+// the partition groups encoded, sealed under the store key and opened on
+// its way, as it crosses between processes, the store keeps its contract
+// and stays linearizable, with one group and with three: nothing but the
+// messages' sealed bytes passes between them.
 func TestMessagesCrossAsBytes(t *testing.T) {
 	wire := kvtest.Config{Protocol: "oblivistore", Integrity: true, Durable: true, Options: oblivistore.Options{TestingKnobs: oblivistore.TestingKnobs{Wire: true}}}
 	kvtest.RunContract(t, wire, kvtest.Mem())
 	lin := wire
-	lin.Options = oblivistore.Options{EvictionRate: 1.5, TestingKnobs: oblivistore.TestingKnobs{Wire: true}}
+	lin.Options = oblivistore.Options{EvictionRate: 1.5, Groups: 3, TestingKnobs: oblivistore.TestingKnobs{Wire: true}}
 	kvtest.CheckLinearizable(t, kvtest.OpenStore(t, lin, kvtest.Mem()), kvtest.LinOptions{Clients: 16, OpsPerClient: 150, DeleteFraction: 0.15})
 }
 

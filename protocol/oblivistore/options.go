@@ -11,6 +11,10 @@ type Options struct {
 	// Partitions is the number of partitions, as in the partitioning
 	// framework of Sec. III-A.
 	Partitions int `opt:"Partitions the blocks are spread over, each a hierarchy of levels shuffled on its own." default:"ceil(sqrt(N))"`
+	// Groups is the number of partition groups, each with its own
+	// shuffler and semaphores: the ORAM nodes of Sec. VI, here in one
+	// process.
+	Groups int `opt:"Partition groups (ORAM nodes), each with its own shuffler and semaphores; at most Partitions." default:"1"`
 	// EvictionRate is nu, the evictions scheduled per access (Sec.
 	// III-A); a fractional rate schedules floor(nu) evictions and one more
 	// with probability nu - floor(nu).
@@ -54,8 +58,9 @@ type TestingKnobs struct {
 	Leak leak
 	// Trace tells a test what the trusted side knows of a run (trace.go).
 	Trace trace
-	// Wire makes every message between the front and the partitions cross
-	// as gob bytes, as it would between machines.
+	// Wire makes every message between the Front and the partition
+	// groups cross sealed under the store key, as between processes
+	// (wire.go).
 	Wire bool
 	// SerialIO makes the driver issue backend calls one at a time in the
 	// order the core emits them, and feed their completions back in that
@@ -75,6 +80,9 @@ const (
 // geometry is the shape every partition shares.
 type geometry struct {
 	Partitions int
+	// Groups is the number of partition groups; group g holds the
+	// partitions p with p mod Groups = g.
+	Groups int
 	// Top is the top level L: levels 0..L, level l holding 2*2^l slots.
 	// 2^L is at least the expected load N/P plus eight standard
 	// deviations and 16, so a partition's real blocks fit its top level
@@ -105,6 +113,9 @@ func topLevel(n, p int) int {
 func (o Options) EnsureDefaults(n int) Options {
 	if o.Partitions == 0 {
 		o.Partitions = int(math.Ceil(math.Sqrt(float64(n))))
+	}
+	if o.Groups == 0 {
+		o.Groups = 1
 	}
 	if o.EvictionRate == 0 {
 		o.EvictionRate = DefaultEvictionRate
@@ -137,6 +148,8 @@ func (o Options) Validate(n int) error {
 	switch {
 	case o.Partitions < 1 || o.Partitions > n:
 		return fmt.Errorf("oblivistore: Partitions must be between 1 and the capacity %d, got %d", n, o.Partitions)
+	case o.Groups < 1 || o.Groups > o.Partitions:
+		return fmt.Errorf("oblivistore: Groups must be between 1 and Partitions (%d), got %d", o.Partitions, o.Groups)
 	case o.EvictionRate < 1 || o.EvictionRate > 16 || math.IsNaN(o.EvictionRate):
 		return fmt.Errorf("oblivistore: EvictionRate (nu) must be between 1 and 16, got %v", o.EvictionRate)
 	case o.EarlyCacheIns < levels:
@@ -154,5 +167,5 @@ func (o Options) Validate(n int) error {
 }
 
 func (o Options) geometry(n int) geometry {
-	return geometry{Partitions: o.Partitions, Top: topLevel(n, o.Partitions)}
+	return geometry{Partitions: o.Partitions, Groups: max(o.Groups, 1), Top: topLevel(n, o.Partitions)}
 }

@@ -1,43 +1,53 @@
 package oblivistore
 
-import "math/rand/v2"
+import (
+	"cmp"
+	"math/rand/v2"
+)
 
-// Server is the partitions: their levels, the second level of the
-// position map (each block's level and slot), the storage cache, the
-// partition reader (Fig. 6) and the background shuffler (Fig. 7, in
-// shuffle.go). It owns the shuffling buffer and shuffling I/O semaphores
-// and all storage I/O. It hears from the ORAM main algorithm only through
+// Group is a partition group's state (an ORAM node of Sec. VI): its
+// partitions' levels, the second level of the position map (each block's
+// level and slot), the storage cache, the partition reader (Fig. 6) and
+// the background shuffler (Fig. 7, in shuffle.go). It owns its own
+// shuffling buffer and shuffling I/O semaphores and all storage I/O of
+// its partitions. It hears from the ORAM main algorithm only through
 // PartitionMsg, and answers with FrontMsg.
-type Server struct {
-	Geo   geometry
-	Opts  serverOptions
-	Parts []Partition
+type Group struct {
+	Geo  geometry
+	Opts groupOptions
+	// Index is the group's; it holds the partitions p with p mod Count =
+	// Index. Parts is indexed by partition: the others have no levels.
+	Index, Count int32
+	Parts        []Partition
 	// Where is each block's place in its partition; a block not here is
-	// not in any partition.
-	Where map[string]Loc
+	// not in any of the group's partitions.
+	Where sorted[string, Loc]
 	Jobs  []*Job // shuffles in progress, in start order
 	// Reads and Writes are the backend calls issued and not completed;
 	// ReadOwner is the request a read is for (0: a shuffle's).
-	Reads     map[uint64]*ReadIO
-	ReadOwner map[uint64]uint64
-	Writes    map[uint64]*WriteIO
+	Reads     sorted[uint64, *ReadIO]
+	ReadOwner sorted[uint64, uint64]
+	Writes    sorted[uint64, *WriteIO]
 	// Pending are the requests' partition reads not finished; Waiters the
-	// slots whose block a request waits for.
-	Pending map[uint64]*PendingRead
-	Waiters map[Slot]uint64
+	// slots whose block a request waits for (by Slot.key).
+	Pending sorted[uint64, *PendingRead]
+	Waiters sorted[uint64, uint64]
 	// Buffer and IO are the shuffling buffer and shuffling I/O
 	// semaphores.
 	Buffer, IO int64
-	NextID     uint64
-	Cursor     int32
-	Counters   Counters
+	// Bypass is the Front's last word on whether requests wait for the
+	// shuffler (Progress).
+	Bypass   bool
+	NextID   uint64
+	Cursor   int32
+	Counters Counters
 	// Reread, with leakRepeatReadsReal only, keeps the slot each block was
 	// last read from, while its level stands.
-	Reread map[string]Slot
+	Reread sorted[string, Slot]
 }
 
-// serverOptions are the options the partitions act on.
-type serverOptions struct {
+// groupOptions are the options the partitions act on.
+type groupOptions struct {
 	ShufflingBuffer    int64
 	ShuffleIOPerAccess int64
 	ShuffleIOAhead     int64
@@ -66,6 +76,11 @@ type Loc struct {
 }
 
 func (l Loc) slot() Slot { return Slot{P: l.P, L: l.L, S: l.S} }
+
+// key packs a slot into one ordered map key.
+func (x Slot) key() uint64 {
+	return uint64(uint32(x.P))<<40 | uint64(uint8(x.L))<<32 | uint64(uint32(x.S))
+}
 
 // PendingRead is a request's partition read in progress.
 type PendingRead struct {
@@ -116,7 +131,7 @@ type Level struct {
 	Scan    int32
 	// Cached is the storage cache: real blocks read early or by the
 	// shuffler, still belonging to this level, by slot.
-	Cached map[int32][]byte
+	Cached sorted[int32, []byte]
 	// Early counts early cache-ins to return to the early cache-in
 	// semaphore when the level is shuffled (Fig. 7, step 3).
 	Early int32
@@ -124,19 +139,47 @@ type Level struct {
 	Inflight int32
 }
 
-func newServer(g geometry, o Options) Server {
-	s := Server{Geo: g,
-		Opts: serverOptions{ShufflingBuffer: int64(o.ShufflingBuffer), ShuffleIOPerAccess: int64(o.ShuffleIOPerAccess),
+func newGroup(g geometry, o Options, index int32) Group {
+	s := Group{Geo: g,
+		Opts: groupOptions{ShufflingBuffer: int64(o.ShufflingBuffer), ShuffleIOPerAccess: int64(o.ShuffleIOPerAccess),
 			ShuffleIOAhead: int64(o.ShuffleIOAhead), Leak: o.TestingKnobs.Leak},
-		Parts: make([]Partition, g.Partitions), Where: map[string]Loc{},
-		Reads: map[uint64]*ReadIO{}, ReadOwner: map[uint64]uint64{}, Writes: map[uint64]*WriteIO{},
-		Pending: map[uint64]*PendingRead{}, Waiters: map[Slot]uint64{}, Reread: map[string]Slot{},
+		Index: index, Count: int32(g.Groups), Parts: make([]Partition, g.Partitions),
 		Buffer: int64(o.ShufflingBuffer), IO: int64(o.ShuffleIOAhead)}
-	for i := range s.Parts {
-		s.Parts[i].Levels = make([]Level, g.Top+1)
+	s.fill()
+	for p := range s.Parts {
+		if s.owns(int32(p)) {
+			s.Parts[p].Levels = make([]Level, g.Top+1)
+		}
 	}
 	return s
 }
+
+// fill makes the maps an empty state or gob leaves nil.
+func (s *Group) fill() {
+	fillMap(&s.Where)
+	fillMap(&s.Reads)
+	fillMap(&s.ReadOwner)
+	fillMap(&s.Writes)
+	fillMap(&s.Pending)
+	fillMap(&s.Waiters)
+	fillMap(&s.Reread)
+	for _, j := range s.Jobs {
+		fillMap(&j.ReadIDs)
+		if j.Computed {
+			fillMap(&j.Staged)
+		}
+	}
+}
+
+// fillMap makes *m an empty map if it is nil.
+func fillMap[K cmp.Ordered, V any](m *sorted[K, V]) {
+	if *m == nil {
+		*m = sorted[K, V]{}
+	}
+}
+
+// owns reports whether partition p is the group's.
+func (s *Group) owns(p int32) bool { return p%s.Count == s.Index }
 
 // nextUnread marks and returns an unread slot, or -1: the next in the
 // read-out order, a random order of the slots unread when the read-out
@@ -207,21 +250,22 @@ func (lv *Level) firstDummy() int32 {
 	return -1
 }
 
-func (s *Server) level(x Slot) *Level { return &s.Parts[x.P].Levels[x.L] }
+func (s *Group) level(x Slot) *Level { return &s.Parts[x.P].Levels[x.L] }
 
 // handle takes a message from the ORAM main algorithm.
-func (s *Server) handle(c *Core, m PartitionMsg) error {
+func (s *Group) handle(c *GroupMachine, m PartitionMsg) error {
 	switch {
 	case m.Read != nil:
 		return s.read(c, *m.Read)
 	case m.Evict != nil:
+		if !s.owns(m.Evict.P) {
+			return internal("group %d was asked to evict to partition %d", s.Index, m.Evict.P)
+		}
 		s.Parts[m.Evict.P].J++
 	case m.Blocks != nil:
 		return s.blocks(c, *m.Blocks)
 	case m.Progress != nil:
-		moved, err := s.shuffle(c, m.Progress.Bypass)
-		c.shuffled = c.shuffled || moved
-		return err
+		s.Bypass = m.Progress.Bypass
 	}
 	return nil
 }
@@ -233,7 +277,10 @@ func (s *Server) handle(c *Core, m PartitionMsg) error {
 // read-out order) when the level is marked for shuffling, else the next
 // dummy. Each read adds to the
 // shuffling I/O semaphore.
-func (s *Server) read(c *Core, m PartitionRead) error {
+func (s *Group) read(c *GroupMachine, m PartitionRead) error {
+	if !s.owns(m.P) {
+		return internal("group %d was asked to read partition %d", s.Index, m.P)
+	}
 	s.IO = min(s.IO+s.Opts.ShuffleIOPerAccess, s.Opts.ShuffleIOAhead)
 	pr := &PendingRead{Has: m.Has}
 	target, err := s.take(c, m, pr)
@@ -260,9 +307,7 @@ func (s *Server) read(c *Core, m PartitionRead) error {
 	c.sendFront(FrontMsg{Started: &ReadStarted{Seq: m.Seq, NonEarly: nonEarly}})
 	s.Pending[m.Seq] = pr
 	if len(slots) == 0 {
-		if c.trace.Read != nil {
-			c.trace.Read(m.P, nil, m.Seq)
-		}
+		c.trace.read(m.P, nil, m.Seq)
 		pr.ReadsDone = true
 	} else {
 		s.emitRead(c, slots, m.Seq)
@@ -275,7 +320,7 @@ func (s *Server) read(c *Core, m PartitionRead) error {
 // read from storage; a block already in the storage cache or being
 // shuffled in is taken from there (Fig. 6, ReadReal), one whose slot is
 // being read waits for that read. The block leaves the partition.
-func (s *Server) take(c *Core, m PartitionRead, pr *PendingRead) (*Slot, error) {
+func (s *Group) take(c *GroupMachine, m PartitionRead, pr *PendingRead) (*Slot, error) {
 	if !m.Has {
 		return nil, nil
 	}
@@ -304,33 +349,41 @@ func (s *Server) take(c *Core, m PartitionRead, pr *PendingRead) (*Slot, error) 
 		pr.Val, pr.Known = j.Staged[m.Key], true
 		delete(j.Staged, m.Key)
 	case !lv.Read[x.S]:
-		s.Waiters[x] = m.Seq
+		s.Waiters[x.key()] = m.Seq
 		return &x, nil
 	case lv.Cached[x.S] != nil:
 		pr.Val, pr.Known = lv.Cached[x.S], true
 		delete(lv.Cached, x.S)
 	default:
-		s.Waiters[x] = m.Seq // its early or shuffling cache-in is in flight
+		s.Waiters[x.key()] = m.Seq // its early or shuffling cache-in is in flight
 	}
 	return nil, nil
 }
 
 // readLevel picks the slot of level l a partition read takes, or -1, and
 // whether it is an early cache-in.
-func (s *Server) readLevel(c *Core, p int32, l int8, target *Slot) (slot int32, early bool) {
+func (s *Group) readLevel(c *GroupMachine, p int32, l int8, target *Slot) (slot int32, early bool) {
 	lv := &s.Parts[p].Levels[l]
 	if !lv.Filled {
 		return -1, false
 	}
 	if target != nil && target.L == l {
+		// A level marked for shuffling with unread slots returns nothing
+		// to the early cache-in semaphore, whichever slot the read takes
+		// (ObliviStore Fig. 6, step 2): the real block read there counts
+		// as an early cache-in, as a fake read would.
+		early = lv.Marked && lv.Unread > 0
 		if !lv.Read[target.S] {
 			lv.markRead(target.S)
 		}
+		if early {
+			lv.Early++
+		}
 		s.Counters.RealReads++
-		return target.S, false
+		return target.S, early
 	}
 	if lv.Marked {
-		x := lv.nextUnread(c.sec)
+		x := lv.nextUnread(c.sec.Rand)
 		if x >= 0 {
 			lv.Early++
 			s.Counters.EarlyReads++
@@ -339,7 +392,7 @@ func (s *Server) readLevel(c *Core, p int32, l int8, target *Slot) (slot int32, 
 	}
 	if x := s.dummy(lv); x >= 0 {
 		s.Counters.DummyReads++
-		c.traceDummy(lv, x)
+		c.trace.dummy(lv, x)
 		return x, false
 	}
 	// The level's dummies are used up (it was read more often than it
@@ -347,7 +400,7 @@ func (s *Server) readLevel(c *Core, p int32, l int8, target *Slot) (slot int32, 
 	// this way waits in the storage cache like an early cache-in. Whether
 	// this happens depends only on how often the level was read, which
 	// storage sees.
-	x := lv.nextUnread(c.sec)
+	x := lv.nextUnread(c.sec.Rand)
 	if x >= 0 {
 		s.Counters.DummyReads++
 	}
@@ -355,7 +408,7 @@ func (s *Server) readLevel(c *Core, p int32, l int8, target *Slot) (slot int32, 
 }
 
 // dummy marks and returns the slot a dummy cache-in of lv takes, or -1.
-func (s *Server) dummy(lv *Level) int32 {
+func (s *Group) dummy(lv *Level) int32 {
 	if s.Opts.Leak == leakDummiesInOrder {
 		return lv.firstDummy()
 	}
@@ -365,7 +418,7 @@ func (s *Server) dummy(lv *Level) int32 {
 // finish reports a request's partition read complete once its slots are
 // read, with the block it wants if at hand; otherwise the block follows
 // when the read bringing it returns (route).
-func (s *Server) finish(c *Core, seq uint64) {
+func (s *Group) finish(c *GroupMachine, seq uint64) {
 	pr := s.Pending[seq]
 	if pr == nil || !pr.ReadsDone {
 		return
@@ -376,14 +429,14 @@ func (s *Server) finish(c *Core, seq uint64) {
 	}
 }
 
-func (s *Server) newID() uint64 {
+func (s *Group) newID() uint64 {
 	s.NextID++
 	return s.NextID
 }
 
 // emitRead issues a read of slots on behalf of request seq (0: a job).
-func (s *Server) emitRead(c *Core, slots []Slot, seq uint64) uint64 {
-	io := &ReadIO{ID: s.newID(), Slots: slots, Nonces: make([]uint64, len(slots))}
+func (s *Group) emitRead(c *GroupMachine, slots []Slot, seq uint64) uint64 {
+	io := &ReadIO{Group: s.Index, ID: s.newID(), Slots: slots, Nonces: make([]uint64, len(slots))}
 	for i, x := range slots {
 		lv := s.level(x)
 		io.Nonces[i] = lv.Nonce
@@ -391,19 +444,18 @@ func (s *Server) emitRead(c *Core, slots []Slot, seq uint64) uint64 {
 	}
 	s.Reads[io.ID] = io
 	s.ReadOwner[io.ID] = seq
-	if c.trace.Read != nil {
-		c.trace.Read(slots[0].P, slots, seq)
-	}
-	c.out = append(c.out, Output{Read: io})
+	c.trace.read(slots[0].P, slots, seq)
+	c.out = append(c.out, GroupOutput{Read: io})
 	return io.ID
 }
 
 // readDone routes a read's blocks: a real block goes to the request
-// waiting for it, or to its level's storage cache.
-func (s *Server) readDone(c *Core, d ReadDone) error {
+// waiting for it, or to its level's storage cache. The result of a read
+// not outstanding (delivered twice) is ignored.
+func (s *Group) readDone(c *GroupMachine, d ReadDone) error {
 	io, ok := s.Reads[d.ID]
 	if !ok {
-		return internal("result of unknown read %d", d.ID)
+		return nil
 	}
 	if len(d.Blocks) != len(io.Slots) {
 		return internalTampered("read %d returned %d blocks for %d slots", d.ID, len(d.Blocks), len(io.Slots))
@@ -434,20 +486,20 @@ func (s *Server) readDone(c *Core, d ReadDone) error {
 
 // route delivers a real block read from slot x: to the storage cache if
 // it still belongs there, else to the request waiting for it.
-func (s *Server) route(c *Core, x Slot, key string, val []byte) {
+func (s *Group) route(c *GroupMachine, x Slot, key string, val []byte) {
 	if loc, ok := s.Where[key]; ok && loc.Where == inLevel && loc.slot() == x {
 		lv := s.level(x)
 		if lv.Cached == nil {
-			lv.Cached = map[int32][]byte{}
+			lv.Cached = sorted[int32, []byte]{}
 		}
 		lv.Cached[x.S] = val
 		return
 	}
-	seq, ok := s.Waiters[x]
+	seq, ok := s.Waiters[x.key()]
 	if !ok {
 		return
 	}
-	delete(s.Waiters, x)
+	delete(s.Waiters, x.key())
 	pr := s.Pending[seq]
 	if pr == nil {
 		return

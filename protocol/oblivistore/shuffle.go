@@ -24,7 +24,7 @@ type Job struct {
 	W      int64  // slots written (cache-outs)
 	// Reserved is the shuffling buffer the job holds from its start.
 	Reserved int64
-	ReadIDs  map[uint64]bool // shuffling cache-ins in flight
+	ReadIDs  sorted[uint64, bool] // shuffling cache-ins in flight
 	// Fetching: the job asked the eviction cache for its blocks (Fetch)
 	// and waits for them; Computed: it shuffled and issued its write.
 	Fetching bool
@@ -33,7 +33,7 @@ type Job struct {
 	// NewLevels are Dest's levels as written, installed when the write
 	// completes; Staged holds their real blocks meanwhile, by key.
 	NewLevels []Level
-	Staged    map[string][]byte
+	Staged    sorted[string, []byte]
 }
 
 // shuffle runs the background shuffler (Fig. 7): it issues shuffling
@@ -43,8 +43,8 @@ type Job struct {
 // semaphore, only the shuffler can release them, so it runs without the
 // I/O semaphore's limit (a public condition: it depends on arrivals and
 // semaphore values only).
-func (s *Server) shuffle(c *Core, bypass bool) (bool, error) {
-	moved := false
+func (s *Group) shuffle(c *GroupMachine) bool {
+	bypass, moved := s.Bypass, false
 	for _, j := range s.Jobs {
 		if j.Fetching || j.Computed {
 			continue
@@ -58,16 +58,16 @@ func (s *Server) shuffle(c *Core, bypass bool) (bool, error) {
 	for s.start() {
 		moved = true
 	}
-	return moved, nil
+	return moved
 }
 
 // cacheIns issues the job's next shuffling cache-ins in one read.
-func (s *Server) cacheIns(c *Core, j *Job, bypass bool) bool {
+func (s *Group) cacheIns(c *GroupMachine, j *Job, bypass bool) bool {
 	var read []Slot
 	for _, l := range j.Marked {
 		lv := &s.Parts[j.P].Levels[l]
 		for lv.Unread > 0 && (s.IO > 0 || bypass) {
-			read = append(read, Slot{P: j.P, L: l, S: lv.nextUnread(c.sec)})
+			read = append(read, Slot{P: j.P, L: l, S: lv.nextUnread(c.sec.Rand)})
 			s.IO--
 		}
 	}
@@ -81,7 +81,7 @@ func (s *Server) cacheIns(c *Core, j *Job, bypass bool) bool {
 
 // readsDone reports whether every block of the job's levels is in the
 // storage cache: all read, no read of them in flight.
-func (s *Server) readsDone(j *Job) bool {
+func (s *Group) readsDone(j *Job) bool {
 	if len(j.ReadIDs) > 0 {
 		return false
 	}
@@ -103,7 +103,7 @@ func (s *Server) readsDone(j *Job) bool {
 // paper sets C to (C+J) mod the partition capacity without saying where
 // the blocks go; here every filled level is merged into the top level,
 // which stays filled (C = 2^L).
-func (s *Server) plan(part *Partition) (marked, dest []int8, next int64) {
+func (s *Group) plan(part *Partition) (marked, dest []int8, next int64) {
 	top := s.Geo.Top
 	next = part.C + part.J
 	if next >= 1<<(top+1) {
@@ -130,7 +130,7 @@ func (s *Server) plan(part *Partition) (marked, dest []int8, next int64) {
 // from the cursor, that has evictions scheduled and none in progress, if
 // the shuffling buffer can hold it (Fig. 7, step 1). It reserves the
 // buffer for the whole job at once: the most blocks it reads or writes.
-func (s *Server) start() bool {
+func (s *Group) start() bool {
 	n := int32(len(s.Parts))
 	for i := range n {
 		p := (s.Cursor + i) % n
@@ -151,7 +151,7 @@ func (s *Server) start() bool {
 			return false
 		}
 		s.Buffer -= need
-		j := &Job{P: p, J: part.J, Next: next, Marked: marked, Dest: dest, W: w, Reserved: need, ReadIDs: map[uint64]bool{}}
+		j := &Job{P: p, J: part.J, Next: next, Marked: marked, Dest: dest, W: w, Reserved: need, ReadIDs: sorted[uint64, bool]{}}
 		part.J, part.Shuffling = 0, true
 		if s.Opts.Leak == leakRepeatReadsReal {
 			s.forgetRereads(p)
@@ -171,7 +171,7 @@ func (s *Server) start() bool {
 // bufferUsed is the shuffling buffer in use: the reservation of each job
 // not yet computed, the write of each computed one (compute returns the
 // rest).
-func (s *Server) bufferUsed() int64 {
+func (s *Group) bufferUsed() int64 {
 	var used int64
 	for _, j := range s.Jobs {
 		if j.Computed {
@@ -186,14 +186,14 @@ func (s *Server) bufferUsed() int64 {
 // fetch ends a job's reads: the early cache-ins of its levels return to
 // the early cache-in semaphore, and the job asks the eviction cache for
 // its J blocks (Fig. 7 step 3); blocks carries on when they come.
-func (s *Server) fetch(c *Core, j *Job) {
+func (s *Group) fetch(c *GroupMachine, j *Job) {
 	var early int64
 	for _, l := range j.Marked {
 		lv := &s.Parts[j.P].Levels[l]
 		early += int64(lv.Early)
 		lv.Early = 0
 	}
-	j.Fetching = true
+	j.Fetching, c.fetched = true, true
 	c.sendFront(FrontMsg{Fetch: &Fetch{P: j.P, J: j.J, Early: early}})
 }
 
@@ -201,7 +201,7 @@ func (s *Server) fetch(c *Core, j *Job) {
 // cache's blocks are in: the real blocks of the marked levels and the
 // evicted blocks (dummies make up the J) are permuted into the destination
 // levels, and the write of those levels is issued.
-func (s *Server) blocks(c *Core, m Blocks) error {
+func (s *Group) blocks(c *GroupMachine, m Blocks) error {
 	j := s.job(m.P)
 	if j == nil || !j.Fetching {
 		return internal("blocks for partition %d, which asked for none", m.P)
@@ -211,7 +211,7 @@ func (s *Server) blocks(c *Core, m Blocks) error {
 		return err
 	}
 	blocks = append(blocks, m.Entries...)
-	gathered := c.gatheringOrder(blocks)
+	gathered := c.trace.gatheringOrder(blocks)
 	if s.Opts.Leak != leakLevelUnpermuted {
 		c.sec.Shuffle(len(blocks), func(a, b int) { blocks[a], blocks[b] = blocks[b], blocks[a] })
 	}
@@ -222,19 +222,19 @@ func (s *Server) blocks(c *Core, m Blocks) error {
 	if len(blocks) > room {
 		return fmt.Errorf("%w: partition %d, %d blocks for %d places", ErrOverflow, j.P, len(blocks), room)
 	}
-	io := &WriteIO{ID: s.newID()}
-	j.Staged = map[string][]byte{}
+	io := &WriteIO{Group: s.Index, ID: s.newID()}
+	j.Staged = sorted[string, []byte]{}
 	j.NewLevels = make([]Level, len(j.Dest))
 	for i := len(j.Dest) - 1; i >= 0; i-- {
 		l := j.Dest[i]
 		k := min(1<<l, len(blocks))
 		j.NewLevels[i] = s.writeLevel(c, j, l, blocks[:k], io)
-		c.tracePlaced(j.P, l, &j.NewLevels[i], gathered)
+		c.trace.placed(j.P, l, &j.NewLevels[i], gathered)
 		blocks = blocks[k:]
 	}
 	j.Fetching, j.Computed, j.WriteID = false, true, io.ID
 	s.Writes[io.ID] = io
-	c.out = append(c.out, Output{Write: io})
+	c.out = append(c.out, GroupOutput{Write: io})
 	s.IO -= j.W
 	s.Buffer += j.Reserved - j.W
 	s.Counters.ShuffleWrites += uint64(j.W)
@@ -243,7 +243,7 @@ func (s *Server) blocks(c *Core, m Blocks) error {
 
 // levelBlocks fetches the marked levels' real blocks from the storage
 // cache.
-func (s *Server) levelBlocks(j *Job) ([]Entry, error) {
+func (s *Group) levelBlocks(j *Job) ([]Entry, error) {
 	var blocks []Entry
 	for _, l := range j.Marked {
 		lv := &s.Parts[j.P].Levels[l]
@@ -265,7 +265,7 @@ func (s *Server) levelBlocks(j *Job) ([]Entry, error) {
 
 // writeLevel lays out level l with blocks at random slots and dummies in
 // the rest, stages the blocks and appends the level's slots to io.
-func (s *Server) writeLevel(c *Core, j *Job, l int8, blocks []Entry, io *WriteIO) Level {
+func (s *Group) writeLevel(c *GroupMachine, j *Job, l int8, blocks []Entry, io *WriteIO) Level {
 	m := slots(int(l))
 	perm := s.layout(c, m, len(blocks))
 	lv := Level{Filled: true, Nonce: c.sec.Uint64(), Real: make([]bool, m), Keys: make([]string, m),
@@ -297,7 +297,7 @@ func (s *Server) writeLevel(c *Core, j *Job, l int8, blocks []Entry, io *WriteIO
 // them: one random permutation (Fig. 7, step 3, "Permute"). Under
 // leakLevelUnpermuted the real blocks take the first k slots in the
 // order they came; the dummies are still read in a random order.
-func (s *Server) layout(c *Core, m, k int) []int {
+func (s *Group) layout(c *GroupMachine, m, k int) []int {
 	perm := c.sec.Perm(m)
 	if s.Opts.Leak != leakLevelUnpermuted {
 		return perm
@@ -316,10 +316,11 @@ func (s *Server) layout(c *Core, m, k int) []int {
 
 // writeDone installs a job's levels once storage holds them: the marked
 // levels are emptied, the destination levels filled, and the partition
-// counter advanced (Fig. 7, end of step 3 and step 4).
-func (s *Server) writeDone(c *Core, d WriteDone) error {
+// counter advanced (Fig. 7, end of step 3 and step 4). The completion of
+// a write not outstanding (delivered twice) is ignored.
+func (s *Group) writeDone(d WriteDone) {
 	if _, ok := s.Writes[d.ID]; !ok {
-		return internal("completion of unknown write %d", d.ID)
+		return
 	}
 	delete(s.Writes, d.ID)
 	for i, j := range s.Jobs {
@@ -341,19 +342,18 @@ func (s *Server) writeDone(c *Core, d WriteDone) error {
 		part.C, part.Shuffling = j.Next, false
 		s.Buffer += j.W
 		s.Jobs = append(s.Jobs[:i], s.Jobs[i+1:]...)
-		return nil
+		return
 	}
-	return nil
 }
 
 // forgetRereads drops the slots leakRepeatReadsReal reads again in
 // partition p, whose levels a shuffle starts to rewrite.
-func (s *Server) forgetRereads(p int32) {
+func (s *Group) forgetRereads(p int32) {
 	maps.DeleteFunc(s.Reread, func(_ string, x Slot) bool { return x.P == p })
 }
 
 // job returns partition p's shuffle in progress, or nil.
-func (s *Server) job(p int32) *Job {
+func (s *Group) job(p int32) *Job {
 	for _, j := range s.Jobs {
 		if j.P == p {
 			return j

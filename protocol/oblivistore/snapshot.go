@@ -1,90 +1,85 @@
 package oblivistore
 
 import (
-	"bytes"
-	"encoding/gob"
+	"cmp"
 	"errors"
 	"fmt"
 	"iter"
-	"math/rand/v2"
 
 	"github.com/oblivkv/oblivkv/kv"
-	"github.com/oblivkv/oblivkv/random"
 )
 
-// Snapshot encodes the core's whole state, its random source included.
+// stateFormat is the format of the core's snapshot: 2 since the Front
+// and the partition groups became machines of their own.
+const stateFormat = 2
+
+// State is the core's snapshot: each machine's.
+type State struct {
+	Format        int
+	FrontMachine  []byte
+	GroupMachines [][]byte
+}
+
+// ErrEarlierBuild refuses a store whose state an earlier build wrote.
+var ErrEarlierBuild = fmt.Errorf("%w: this oblivistore store was written by an earlier build of oblivkv, whose state this build cannot read; "+
+	"copy its keys out with that build and load them into a new store", kv.ErrMismatch)
+
+// Snapshot encodes the core's whole state: every machine's snapshot.
 func (c *Core) Snapshot() ([]byte, error) {
+	st := State{Format: stateFormat}
 	var err error
-	if c.st.Pub, err = c.pubSrc.MarshalBinary(); err != nil {
+	if st.FrontMachine, err = c.front.Snapshot(); err != nil {
 		return nil, err
 	}
-	if c.st.Sec, err = c.secSrc.MarshalBinary(); err != nil {
-		return nil, err
+	for _, g := range c.groups {
+		b, err := g.Snapshot()
+		if err != nil {
+			return nil, err
+		}
+		st.GroupMachines = append(st.GroupMachines, b)
 	}
-	var buf bytes.Buffer
-	err = gob.NewEncoder(&buf).Encode(&c.st)
-	c.st.Pub, c.st.Sec = nil, nil
-	return buf.Bytes(), err
+	return encodeState(&st)
 }
 
 // Restore returns the core a Snapshot encoded.
 func Restore(b []byte) (*Core, error) {
-	c := &Core{}
-	if err := gob.NewDecoder(bytes.NewReader(b)).Decode(&c.st); err != nil {
-		return nil, fmt.Errorf("oblivistore: decoding the state: %w", err)
+	var st State
+	if err := decodeState(b, &st); err != nil || st.Format != stateFormat {
+		if earlierBuild(b) {
+			return nil, ErrEarlierBuild
+		}
+		return nil, cmp.Or(err, fmt.Errorf("oblivistore: unknown state format %d", st.Format))
 	}
-	var errPub, errSec error
-	c.pubSrc, errPub = random.Restore(c.st.Pub)
-	c.secSrc, errSec = random.Restore(c.st.Sec)
-	if err := errors.Join(errPub, errSec); err != nil {
-		return nil, fmt.Errorf("oblivistore: decoding the random sources: %w", err)
+	c := &Core{front: &FrontMachine{}}
+	if err := c.front.Restore(st.FrontMachine); err != nil {
+		return nil, err
 	}
-	c.st.Pub, c.st.Sec = nil, nil
-	c.pub, c.sec = rand.New(c.pubSrc), rand.New(c.secSrc)
-	c.fill()
+	for _, b := range st.GroupMachines {
+		g := &GroupMachine{}
+		if err := g.Restore(b); err != nil {
+			return nil, err
+		}
+		c.groups = append(c.groups, g)
+	}
+	if len(c.groups) != len(c.front.st.Sent) {
+		return nil, internal("a state of %d groups holds %d", len(c.front.st.Sent), len(c.groups))
+	}
 	return c, nil
 }
 
-// fill makes the maps gob leaves nil when empty.
-func (c *Core) fill() {
-	f, s := c.front(), c.server()
-	if f.Pos == nil {
-		f.Pos = map[string]int32{}
-	}
-	if f.Mem == nil {
-		f.Mem = map[string]*Held{}
-	}
+// earlierBuild reports whether b is the state of an earlier build: one
+// core holding the Front and a Server of every partition.
+func earlierBuild(b []byte) bool {
+	var st struct{ Server struct{ Geo geometry } }
+	return decodeState(b, &st) == nil && st.Server.Geo.Partitions > 0
+}
+
+// fill makes the maps an empty state or gob leaves nil.
+func (f *Front) fill() {
+	fillMap(&f.Pos)
+	fillMap(&f.Mem)
 	if len(f.Queues) < f.Partitions {
 		f.Queues = append(f.Queues, make([][]string, f.Partitions-len(f.Queues))...)
-	}
-	if s.Where == nil {
-		s.Where = map[string]Loc{}
-	}
-	if s.Reads == nil {
-		s.Reads = map[uint64]*ReadIO{}
-	}
-	if s.ReadOwner == nil {
-		s.ReadOwner = map[uint64]uint64{}
-	}
-	if s.Writes == nil {
-		s.Writes = map[uint64]*WriteIO{}
-	}
-	if s.Pending == nil {
-		s.Pending = map[uint64]*PendingRead{}
-	}
-	if s.Waiters == nil {
-		s.Waiters = map[Slot]uint64{}
-	}
-	if s.Reread == nil {
-		s.Reread = map[string]Slot{}
-	}
-	for _, j := range s.Jobs {
-		if j.ReadIDs == nil {
-			j.ReadIDs = map[uint64]bool{}
-		}
-		if j.Staged == nil && j.Computed {
-			j.Staged = map[string][]byte{}
-		}
 	}
 }
 
@@ -97,8 +92,8 @@ var ErrNotEmpty = errors.New("oblivistore: bulk load needs an empty, idle store"
 // emptied, the state the paper warms its stores up to. It returns the
 // writes, one per partition, and the number of keys.
 func (c *Core) Load(items iter.Seq2[string, []byte]) ([]*WriteIO, int, error) {
-	f, s := c.front(), c.server()
-	if f.Keys > 0 || !c.Idle() || len(s.Jobs) > 0 {
+	f := &c.front.st.Front
+	if f.Keys > 0 || !c.Idle() || c.shuffling() {
 		return nil, 0, ErrNotEmpty
 	}
 	vals := map[string][]byte{}
@@ -114,25 +109,42 @@ func (c *Core) Load(items iter.Seq2[string, []byte]) ([]*WriteIO, int, error) {
 	}
 	per := make([][]Entry, f.Partitions)
 	for _, k := range order {
-		p := c.randomPart()
+		p := c.front.randomPart()
 		per[p] = append(per[p], Entry{Key: k, Val: vals[k]})
 		f.Pos[k] = p
 	}
-	writes, err := s.load(c, per)
-	if err != nil {
-		return nil, 0, err
+	var writes []*WriteIO
+	for _, g := range c.groups {
+		w, err := g.st.Group.load(g, per)
+		if err != nil {
+			return nil, 0, err
+		}
+		writes = append(writes, w...)
 	}
 	f.Queues = make([][]string, f.Partitions)
 	f.Keys = len(order)
 	return writes, len(order), nil
 }
 
-// load lays out each partition's blocks in its top level, the other
-// levels empty, and returns the writes, one per partition.
-func (s *Server) load(c *Core, per [][]Entry) ([]*WriteIO, error) {
+// shuffling reports whether a group has a shuffle in progress.
+func (c *Core) shuffling() bool {
+	for _, g := range c.groups {
+		if len(g.st.Group.Jobs) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// load lays out each of the group's partitions' blocks in its top level,
+// the other levels empty, and returns the writes, one per partition.
+func (s *Group) load(c *GroupMachine, per [][]Entry) ([]*WriteIO, error) {
 	top := int8(s.Geo.Top)
-	writes := make([]*WriteIO, len(per))
+	var writes []*WriteIO
 	for p, blocks := range per {
+		if !s.owns(int32(p)) {
+			continue
+		}
 		if len(blocks) > 1<<top {
 			return nil, fmt.Errorf("%w: partition %d, %d blocks for %d places", ErrOverflow, p, len(blocks), 1<<top)
 		}
@@ -140,17 +152,17 @@ func (s *Server) load(c *Core, per [][]Entry) ([]*WriteIO, error) {
 		for l := range part.Levels {
 			part.Levels[l] = Level{}
 		}
-		j := &Job{P: int32(p), Staged: map[string][]byte{}}
-		io := &WriteIO{}
+		j := &Job{P: int32(p), Staged: sorted[string, []byte]{}}
+		io := &WriteIO{Group: s.Index}
 		part.Levels[top] = s.writeLevel(c, j, top, blocks, io)
-		c.tracePlaced(int32(p), top, &part.Levels[top], c.gatheringOrder(blocks))
+		c.trace.placed(int32(p), top, &part.Levels[top], c.trace.gatheringOrder(blocks))
 		for k := range j.Staged {
 			loc := s.Where[k]
 			loc.Where = inLevel
 			s.Where[k] = loc
 		}
 		part.C, part.J = 1<<top, 0
-		writes[p] = io
+		writes = append(writes, io)
 	}
 	return writes, nil
 }
@@ -159,17 +171,18 @@ func (s *Server) load(c *Core, per [][]Entry) ([]*WriteIO, error) {
 // was made with.
 func (c *Core) checkOptions(o Options, n int) error {
 	g := o.geometry(n)
-	f, s := newFront(n, g, o), newServer(g, o)
-	f.Opts.Leak, s.Opts.Leak = c.st.Front.Opts.Leak, c.st.Server.Opts.Leak
-	f.Opts.ValueSize = c.st.Front.Opts.ValueSize // kv checks the value size
-	if g != c.st.Server.Geo || f.Opts != c.st.Front.Opts || s.Opts != c.st.Server.Opts {
+	f, s := newFront(n, g, o), newGroup(g, o, 0)
+	have, haveGroup := &c.front.st.Front, &c.groups[0].st.Group
+	f.Opts.Leak, s.Opts.Leak = have.Opts.Leak, haveGroup.Opts.Leak
+	f.Opts.ValueSize = have.Opts.ValueSize // kv checks the value size
+	if g != haveGroup.Geo || f.Opts != have.Opts || s.Opts != haveGroup.Opts {
 		return fmt.Errorf("%w: oblivistore was made with %s; asked for %s",
-			kv.ErrMismatch, describe(c.st.Server.Geo, c.st.Front.Opts, c.st.Server.Opts), describe(g, f.Opts, s.Opts))
+			kv.ErrMismatch, describe(haveGroup.Geo, have.Opts, haveGroup.Opts), describe(g, f.Opts, s.Opts))
 	}
 	return nil
 }
 
-func describe(g geometry, f frontOptions, s serverOptions) string {
-	return fmt.Sprintf("partitions=%d evictionrate=%v earlycacheins=%d shufflingbuffer=%d evictionsahead=%d shuffleioperaccess=%d shuffleioahead=%d",
-		g.Partitions, f.EvictionRate, f.EarlyCacheIns, s.ShufflingBuffer, f.EvictionsAhead, s.ShuffleIOPerAccess, s.ShuffleIOAhead)
+func describe(g geometry, f frontOptions, s groupOptions) string {
+	return fmt.Sprintf("partitions=%d groups=%d evictionrate=%v earlycacheins=%d shufflingbuffer=%d evictionsahead=%d shuffleioperaccess=%d shuffleioahead=%d",
+		g.Partitions, g.Groups, f.EvictionRate, f.EarlyCacheIns, s.ShufflingBuffer, f.EvictionsAhead, s.ShuffleIOPerAccess, s.ShuffleIOAhead)
 }

@@ -4,14 +4,19 @@ import "github.com/oblivkv/oblivkv/kv"
 
 // stats reports the store's parameters, semaphores and counters.
 func (c *Core) stats() kv.Stats {
-	f, s := c.front(), c.server()
+	f := &c.front.st.Front
 	var cached int
-	for p := range s.Parts {
-		for l := range s.Parts[p].Levels {
-			cached += len(s.Parts[p].Levels[l].Cached)
+	var n Counters
+	for _, g := range c.groups {
+		s := &g.st.Group
+		for p := range s.Parts {
+			for l := range s.Parts[p].Levels {
+				cached += len(s.Parts[p].Levels[l].Cached)
+			}
 		}
+		n.add(s.Counters)
 	}
-	n, sem := s.Counters, c.Sems()
+	sem := c.Sems()
 	return kv.Stats{Keys: int64(f.Keys), Extra: []kv.Stat{
 		{Name: kv.StatPartitions, Value: float64(f.Partitions)},
 		{Name: kv.StatLevels, Value: float64(f.Levels)},
@@ -33,4 +38,15 @@ func (c *Core) stats() kv.Stats {
 		{Name: kv.StatEvicted, Value: float64(f.Evicted)},
 		{Name: kv.StatDummyEvictions, Value: float64(f.DummyEvictions)},
 	}}
+}
+
+// add adds a group's counters to n; MaxBuffer sums each group's peak.
+func (n *Counters) add(g Counters) {
+	n.RealReads += g.RealReads
+	n.DummyReads += g.DummyReads
+	n.EarlyReads += g.EarlyReads
+	n.ShuffleReads += g.ShuffleReads
+	n.ShuffleWrites += g.ShuffleWrites
+	n.Shuffles += g.Shuffles
+	n.MaxBuffer += g.MaxBuffer
 }

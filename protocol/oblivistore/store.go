@@ -101,6 +101,7 @@ func open(ctx context.Context, env kv.Env) (*store, error) {
 			return nil, err
 		}
 		s.core = NewCore(env.Capacity, opts, seed)
+		s.core.setHooks(opts, env.Keys)
 		if err := s.create(ctx); err != nil {
 			return nil, err
 		}
@@ -111,7 +112,7 @@ func open(ctx context.Context, env kv.Env) (*store, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := s.input(ctx, Input{Reseed: (*[32]byte)(&fresh)}); err != nil {
+	if err := s.input(ctx, Input{Reseed: &Reseed{Seed: fresh, Incarnation: s.incarnation()}}); err != nil {
 		return nil, err
 	}
 	s.publish()
@@ -130,6 +131,12 @@ func seedOf(o Options) (random.Seed, error) {
 	}
 	return seed, nil
 }
+
+// incarnation is the incarnation this open starts: one more than the
+// last, kept in the core's state (the machines' snapshots and the
+// journaled Reseed inputs). The store's durable incarnation is to replace
+// it here.
+func (s *store) incarnation() uint64 { return s.core.Incarnation() + 1 }
 
 // JournalsEveryWrite reports that recovery rebuilds and redoes every
 // write since the last checkpoint (kv.WriteJournaler): the journal holds
@@ -175,14 +182,14 @@ func (s *store) checkpointNow(ctx context.Context) error { return s.log.Checkpoi
 // checkpoint: kv defers its syncs) and reissues the I/O left outstanding.
 // Storage sees again only reads and writes it saw before, or would have.
 func (s *store) recover(ctx context.Context, n int) error {
-	r := &replay{opts: s.opts, n: n}
+	r := &replay{opts: s.opts, keys: s.keys, n: n}
 	if _, err := s.log.Replay(ctx, r); err != nil {
 		return fmt.Errorf("oblivistore: %w", err)
 	}
 	s.core = r.core
 	for _, w := range sortedWrites(r.redo) {
-		if err := s.b.Write(ctx, s.sealWrite(w)); err != nil {
-			return fmt.Errorf("oblivistore: redoing write %d: %w", w.ID, err)
+		if err := s.write(ctx, w); err != nil {
+			return fmt.Errorf("oblivistore: redoing write %d of group %d: %w", w.ID, w.Group, err)
 		}
 	}
 	return s.resume(ctx)
@@ -194,9 +201,16 @@ func (s *store) recover(ctx context.Context, n int) error {
 // in it or output by an input replayed, for recover to issue again.
 type replay struct {
 	opts Options
+	keys *seal.Keys
 	n    int // the store's capacity
 	core *Core
-	redo map[uint64]*WriteIO // by ID
+	redo map[ioKey]*WriteIO
+}
+
+// ioKey names a backend call: its group and the group's ID for it.
+type ioKey struct {
+	Group int32
+	ID    uint64
 }
 
 // Restore implements durable.Machine: it restores the core of a
@@ -206,12 +220,12 @@ func (r *replay) Restore(snapshot []byte) error {
 	if err != nil {
 		return err
 	}
-	core.st.Front.Opts.ValueSize = r.opts.valueSize // a state from before mutations has none
+	core.front.st.Front.Opts.ValueSize = r.opts.valueSize // a core driven by hand has none
 	if err := core.checkOptions(r.opts, r.n); err != nil {
 		return err
 	}
-	core.setHooks(r.opts)
-	r.core, r.redo = core, map[uint64]*WriteIO{}
+	core.setHooks(r.opts, r.keys)
+	r.core, r.redo = core, map[ioKey]*WriteIO{}
 	r.keepWrites(core.Outstanding())
 	return nil
 }
@@ -238,7 +252,7 @@ func (r *replay) Snapshot() ([]byte, error) { return r.core.Snapshot() }
 func (r *replay) keepWrites(outs []Output) {
 	for _, o := range outs {
 		if o.Write != nil {
-			r.redo[o.Write.ID] = o.Write
+			r.redo[ioKey{o.Write.Group, o.Write.ID}] = o.Write
 		}
 	}
 }
@@ -250,13 +264,13 @@ func (s *store) resume(ctx context.Context) error {
 		var in Input
 		switch {
 		case o.Write != nil:
-			in.Write = &WriteDone{ID: o.Write.ID}
+			in.Write = &WriteDone{Group: o.Write.Group, ID: o.Write.ID}
 		default:
 			blocks, err := s.read(ctx, o.Read)
 			if err != nil {
 				return err
 			}
-			in.Read = &ReadDone{ID: o.Read.ID, Blocks: blocks}
+			in.Read = &ReadDone{Group: o.Read.Group, ID: o.Read.ID, Blocks: blocks}
 		}
 		if err := s.input(ctx, in); err != nil {
 			return err
@@ -380,13 +394,13 @@ func (s *store) release(o Output) {
 	case o.Read != nil:
 		s.issue(func() event {
 			blocks, err := s.read(context.Background(), o.Read)
-			return event{in: Input{Read: &ReadDone{ID: o.Read.ID, Blocks: blocks}}, fatal: err}
+			return event{in: Input{Read: &ReadDone{Group: o.Read.Group, ID: o.Read.ID, Blocks: blocks}}, fatal: err}
 		})
 	case o.Write != nil:
 		s.issue(func() event {
 			ctx := context.Background()
-			err := s.retry(ctx, func() error { return s.b.Write(ctx, s.sealWrite(o.Write)) })
-			return event{in: Input{Write: &WriteDone{ID: o.Write.ID}}, fatal: err}
+			err := s.retry(ctx, func() error { return s.write(ctx, o.Write) })
+			return event{in: Input{Write: &WriteDone{Group: o.Write.Group, ID: o.Write.ID}}, fatal: err}
 		})
 	}
 }
@@ -447,6 +461,13 @@ func slotAddr(x Slot) string {
 // ad is a slot's associated data: its address and its level's nonce.
 func ad(addr string, nonce uint64) []byte {
 	return binary.BigEndian.AppendUint64([]byte(addr), nonce)
+}
+
+// write issues a partition group's write: every storage write of a
+// group (the shuffler's, a recovery's redo, a bulk load's) goes through
+// here, the one place to fence them.
+func (s *store) write(ctx context.Context, w *WriteIO) error {
+	return s.b.Write(ctx, s.sealWrite(w))
 }
 
 // sealWrite seals a write's blocks: a kind byte, the value's length and
@@ -574,7 +595,7 @@ func (s *store) load(ctx context.Context, items iter.Seq2[string, []byte]) (int,
 		return 0, err
 	}
 	for _, w := range writes {
-		if err := s.b.Write(ctx, s.sealWrite(w)); err != nil {
+		if err := s.write(ctx, w); err != nil {
 			s.fail(fmt.Errorf("oblivistore: bulk load cut short: %w", err))
 			return 0, s.broken
 		}
@@ -610,8 +631,8 @@ func (s *store) publish() {
 func (s *store) Stats() kv.Stats { return *s.stats.Load() }
 
 // sortedWrites returns the writes in the order they were issued.
-func sortedWrites(ws map[uint64]*WriteIO) []*WriteIO {
+func sortedWrites(ws map[ioKey]*WriteIO) []*WriteIO {
 	out := slices.Collect(maps.Values(ws))
-	slices.SortFunc(out, func(a, b *WriteIO) int { return cmp.Compare(a.ID, b.ID) })
+	slices.SortFunc(out, func(a, b *WriteIO) int { return cmp.Or(cmp.Compare(a.Group, b.Group), cmp.Compare(a.ID, b.ID)) })
 	return out
 }

@@ -127,7 +127,7 @@ func (r *tamperRig) expectTampered(key string) {
 // pick accepts, with their slots.
 func unreadReal(c *Core, pick func(p int32, l int8) bool) map[string]Slot {
 	out := map[string]Slot{}
-	for k, loc := range c.st.Server.Where {
+	for k, loc := range c.server().Where {
 		if loc.Where != inLevel || !pick(loc.P, loc.L) || c.server().level(loc.slot()).Read[loc.S] {
 			continue
 		}
@@ -177,10 +177,10 @@ func TestTamperBitFlip(t *testing.T) {
 		r := newTamperRig(t)
 		slot := Slot{S: -1}
 		r.core(func(c *Core) {
-			lv := &c.st.Server.Parts[3].Levels[c.st.Server.Geo.Top]
+			lv := &c.server().Parts[3].Levels[c.server().Geo.Top]
 			for _, s := range lv.Dummies {
 				if !lv.Read[s] {
-					slot = Slot{P: 3, L: int8(c.st.Server.Geo.Top), S: s}
+					slot = Slot{P: 3, L: int8(c.server().Geo.Top), S: s}
 					return
 				}
 			}
@@ -230,7 +230,7 @@ func TestTamperMoved(t *testing.T) {
 		var key string
 		var a, b Slot
 		r.core(func(c *Core) {
-			top := int8(c.st.Server.Geo.Top)
+			top := int8(c.server().Geo.Top)
 			in := func(p int32) map[string]Slot {
 				return unreadReal(c, func(q int32, l int8) bool { return q == p && l == top })
 			}
@@ -239,7 +239,7 @@ func TestTamperMoved(t *testing.T) {
 			for _, s := range in(0) {
 				bySlot[s.S] = s
 			}
-			for p := int32(1); p < int32(c.st.Server.Geo.Partitions); p++ {
+			for p := int32(1); p < int32(c.server().Geo.Partitions); p++ {
 				for _, k := range slices.Sorted(maps.Keys(in(p))) {
 					if o, ok := bySlot[in(p)[k].S]; ok {
 						key, a, b = k, in(p)[k], o
@@ -286,8 +286,8 @@ func TestTamperReplayedLevel(t *testing.T) {
 					t.Fatal(err)
 				}
 				r.core(func(c *Core) {
-					for q := range c.st.Server.Parts {
-						if lv := c.st.Server.Parts[q].Levels[l]; lv.Filled && lv.Unread > 0 {
+					for q := range c.server().Parts {
+						if lv := c.server().Parts[q].Levels[l]; lv.Filled && lv.Unread > 0 {
 							p = int32(q)
 							return
 						}
@@ -305,7 +305,7 @@ func TestTamperReplayedLevel(t *testing.T) {
 				var nonce uint64
 				var wasReal []bool
 				r.core(func(c *Core) {
-					lv := c.st.Server.Parts[p].Levels[l]
+					lv := c.server().Parts[p].Levels[l]
 					nonce, wasReal = lv.Nonce, slices.Clone(lv.Real)
 				})
 				old = map[string][]byte{}
@@ -324,7 +324,7 @@ func TestTamperReplayedLevel(t *testing.T) {
 						t.Fatal(err)
 					}
 					r.core(func(c *Core) {
-						lv := c.st.Server.Parts[p].Levels[l]
+						lv := c.server().Parts[p].Levels[l]
 						if !lv.Filled || lv.Nonce == nonce || lv.Unread == 0 {
 							return
 						}

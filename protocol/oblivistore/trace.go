@@ -30,16 +30,22 @@ type trace struct {
 	DummyRead func(rank, unread int)
 }
 
-func (c *Core) traceAdmitted(r *Req) {
-	if c.trace.Admitted != nil {
-		c.trace.Admitted(r.Seq, r.Key)
+func (t trace) admitted(r *Req) {
+	if t.Admitted != nil {
+		t.Admitted(r.Seq, r.Key)
+	}
+}
+
+func (t trace) read(p int32, slots []Slot, seq uint64) {
+	if t.Read != nil {
+		t.Read(p, slots, seq)
 	}
 }
 
 // gatheringOrder numbers a shuffle's blocks in the order gathered, for
-// tracePlaced (nil when nothing traces them).
-func (c *Core) gatheringOrder(blocks []Entry) map[string]int {
-	if c.trace.Placed == nil {
+// placed (nil when nothing traces them).
+func (t trace) gatheringOrder(blocks []Entry) map[string]int {
+	if t.Placed == nil {
 		return nil
 	}
 	order := make(map[string]int, len(blocks))
@@ -51,8 +57,8 @@ func (c *Core) gatheringOrder(blocks []Entry) map[string]int {
 
 // tracePlaced reports the real blocks of level l of partition p, just
 // laid out, in the order gathered.
-func (c *Core) tracePlaced(p int32, l int8, lv *Level, gathered map[string]int) {
-	if c.trace.Placed == nil {
+func (t trace) placed(p int32, l int8, lv *Level, gathered map[string]int) {
+	if t.Placed == nil {
 		return
 	}
 	var reals []int32
@@ -62,12 +68,12 @@ func (c *Core) tracePlaced(p int32, l int8, lv *Level, gathered map[string]int) 
 		}
 	}
 	slices.SortFunc(reals, func(a, b int32) int { return cmp.Compare(gathered[lv.Keys[a]], gathered[lv.Keys[b]]) })
-	c.trace.Placed(p, l, reals)
+	t.Placed(p, l, reals)
 }
 
 // traceDummy reports dummy slot x of lv, just read.
-func (c *Core) traceDummy(lv *Level, x int32) {
-	if c.trace.DummyRead == nil {
+func (t trace) dummy(lv *Level, x int32) {
+	if t.DummyRead == nil {
 		return
 	}
 	rank, unread := 0, 0
@@ -80,5 +86,5 @@ func (c *Core) traceDummy(lv *Level, x int32) {
 			rank++
 		}
 	}
-	c.trace.DummyRead(rank, unread)
+	t.DummyRead(rank, unread)
 }

@@ -1,0 +1,227 @@
+package oblivistore
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+
+	"github.com/oblivkv/oblivkv/internal/durable/delta"
+)
+
+// The compact encodings of the messages between the Front and the
+// partition groups (sealed, they cross between processes: wire.go) and
+// of each machine's log entries: a message entry is its kind and its
+// envelope, any other entry the journal record of its input (input.go).
+
+// Message kinds, first byte of a message's body.
+const (
+	msgRead byte = iota + 1
+	msgEvict
+	msgBlocks
+	msgProgress
+	msgStarted
+	msgFinished
+	msgReady
+	msgFetch
+)
+
+// appendPartitionMsg encodes a message to a partition group.
+func appendPartitionMsg(b []byte, m PartitionMsg) []byte {
+	switch {
+	case m.Read != nil:
+		b = append(b, msgRead)
+		b = binary.AppendUvarint(b, m.Read.Seq)
+		b = binary.AppendUvarint(b, uint64(m.Read.P))
+		b = delta.AppendBytes(b, []byte(m.Read.Key))
+		b = delta.AppendBool(b, m.Read.Has)
+	case m.Evict != nil:
+		b = append(b, msgEvict)
+		b = binary.AppendUvarint(b, uint64(m.Evict.P))
+	case m.Blocks != nil:
+		b = append(b, msgBlocks)
+		b = binary.AppendUvarint(b, uint64(m.Blocks.P))
+		b = binary.AppendUvarint(b, uint64(len(m.Blocks.Entries)))
+		for _, e := range m.Blocks.Entries {
+			b = delta.AppendBytes(b, []byte(e.Key))
+			b = appendVal(b, e.Val)
+		}
+	case m.Progress != nil:
+		b = append(b, msgProgress)
+		b = delta.AppendBool(b, m.Progress.Bypass)
+	}
+	return b
+}
+
+// decodePartitionMsg decodes a message of appendPartitionMsg.
+func decodePartitionMsg(d *delta.Decoder) PartitionMsg {
+	var m PartitionMsg
+	switch kind := d.Byte(); kind {
+	case msgRead:
+		r := &PartitionRead{Seq: d.Uvarint(), P: int32(d.Uvarint())}
+		r.Key, r.Has = string(d.Bytes(math.MaxInt)), d.Bool()
+		m.Read = r
+	case msgEvict:
+		m.Evict = &Evict{P: int32(d.Uvarint())}
+	case msgBlocks:
+		bl := &Blocks{P: int32(d.Uvarint())}
+		n := d.Count()
+		for i := 0; i < n && !d.Failed(); i++ {
+			key := string(d.Bytes(math.MaxInt))
+			bl.Entries = append(bl.Entries, Entry{Key: key, Val: decodeVal(d)})
+		}
+		m.Blocks = bl
+	case msgProgress:
+		m.Progress = &Progress{Bypass: d.Bool()}
+	default:
+		d.Check(false, fmt.Sprintf("partition message kind %d", kind))
+	}
+	return m
+}
+
+// appendFrontMsg encodes a message to the Front.
+func appendFrontMsg(b []byte, m FrontMsg) []byte {
+	switch {
+	case m.Started != nil:
+		b = append(b, msgStarted)
+		b = binary.AppendUvarint(b, m.Started.Seq)
+		b = binary.AppendUvarint(b, uint64(m.Started.NonEarly))
+	case m.Finished != nil:
+		b = append(b, msgFinished)
+		b = binary.AppendUvarint(b, m.Finished.Seq)
+		b = delta.AppendBool(b, m.Finished.Found)
+		b = appendVal(b, m.Finished.Val)
+	case m.Ready != nil:
+		b = append(b, msgReady)
+		b = binary.AppendUvarint(b, m.Ready.Seq)
+		b = appendVal(b, m.Ready.Val)
+	case m.Fetch != nil:
+		b = append(b, msgFetch)
+		b = binary.AppendUvarint(b, uint64(m.Fetch.P))
+		b = binary.AppendUvarint(b, uint64(m.Fetch.J))
+		b = binary.AppendUvarint(b, uint64(m.Fetch.Early))
+	}
+	return b
+}
+
+// decodeFrontMsg decodes a message of appendFrontMsg.
+func decodeFrontMsg(d *delta.Decoder) FrontMsg {
+	var m FrontMsg
+	switch kind := d.Byte(); kind {
+	case msgStarted:
+		m.Started = &ReadStarted{Seq: d.Uvarint(), NonEarly: int64(d.Uvarint())}
+	case msgFinished:
+		f := &ReadFinished{Seq: d.Uvarint(), Found: d.Bool()}
+		f.Val = decodeVal(d)
+		m.Finished = f
+	case msgReady:
+		r := &BlockReady{Seq: d.Uvarint()}
+		r.Val = decodeVal(d)
+		m.Ready = r
+	case msgFetch:
+		m.Fetch = &Fetch{P: int32(d.Uvarint()), J: int64(d.Uvarint()), Early: int64(d.Uvarint())}
+	default:
+		d.Check(false, fmt.Sprintf("front message kind %d", kind))
+	}
+	return m
+}
+
+// appendVal encodes a value, telling nil from empty.
+func appendVal(b, v []byte) []byte {
+	return delta.AppendBytes(delta.AppendBool(b, v != nil), v)
+}
+
+func decodeVal(d *delta.Decoder) []byte {
+	has, v := d.Bool(), d.Bytes(math.MaxInt)
+	switch {
+	case !has:
+		return nil
+	case v == nil:
+		return []byte{}
+	}
+	return v
+}
+
+func appendMsgID(b []byte, id MsgID) []byte {
+	b = binary.AppendUvarint(b, uint64(uint32(id.From)))
+	b = binary.AppendUvarint(b, id.Incarnation)
+	return binary.AppendUvarint(b, id.Seq)
+}
+
+func decodeMsgID(d *delta.Decoder) MsgID {
+	return MsgID{From: Node(int32(uint32(d.Uvarint()))), Incarnation: d.Uvarint(), Seq: d.Uvarint()}
+}
+
+// Log entry kinds beyond the journal's input kinds (input.go).
+const (
+	recToFront byte = 16 + iota
+	recToGroup
+	recIdentified // a request with its ID, then its journal record
+)
+
+var errEntryKind = errors.New("oblivistore: an entry of another machine's log")
+
+// AppendFrontEntry encodes one entry of the Front's log.
+func AppendFrontEntry(b []byte, e FrontEntry) []byte {
+	switch {
+	case e.Request != nil:
+		b = binary.AppendUvarint(append(b, recIdentified), e.Request.ID)
+		return appendInput(b, Input{Request: e.Request})
+	case e.Msg == nil:
+		return appendInput(b, Input{Reseed: e.Reseed})
+	}
+	b = appendMsgID(append(b, recToFront), e.Msg.ID)
+	return appendFrontMsg(b, e.Msg.Msg)
+}
+
+// DecodeFrontEntry decodes an entry of AppendFrontEntry.
+func DecodeFrontEntry(b []byte) (FrontEntry, error) {
+	var id uint64
+	switch {
+	case len(b) > 0 && b[0] == recToFront:
+		d := delta.NewDecoder(b[1:])
+		m := &ToFront{ID: decodeMsgID(d)}
+		m.Msg = decodeFrontMsg(d)
+		return FrontEntry{Msg: m}, d.Done()
+	case len(b) > 0 && b[0] == recIdentified:
+		n := 0
+		id, n = binary.Uvarint(b[1:])
+		if n <= 0 {
+			return FrontEntry{}, errors.New("oblivistore: malformed request id")
+		}
+		b = b[1+n:]
+	}
+	in, err := decodeInput(b)
+	if in.Request != nil {
+		in.Request.ID = id
+	}
+	if err == nil && (in.Read != nil || in.Write != nil) {
+		err = errEntryKind
+	}
+	return FrontEntry{Request: in.Request, Reseed: in.Reseed}, err
+}
+
+// AppendGroupEntry encodes one entry of a partition group's log.
+func AppendGroupEntry(b []byte, e GroupEntry) []byte {
+	if e.Msg == nil {
+		return appendInput(b, Input{Read: e.Read, Write: e.Write, Reseed: e.Reseed})
+	}
+	b = appendMsgID(append(b, recToGroup), e.Msg.ID)
+	b = binary.AppendUvarint(b, uint64(e.Msg.Group))
+	return appendPartitionMsg(b, e.Msg.Msg)
+}
+
+// DecodeGroupEntry decodes an entry of AppendGroupEntry.
+func DecodeGroupEntry(b []byte) (GroupEntry, error) {
+	if len(b) > 0 && b[0] == recToGroup {
+		d := delta.NewDecoder(b[1:])
+		m := &ToGroup{ID: decodeMsgID(d), Group: Node(d.Uvarint())}
+		m.Msg = decodePartitionMsg(d)
+		return GroupEntry{Msg: m}, d.Done()
+	}
+	in, err := decodeInput(b)
+	if err == nil && in.Request != nil {
+		err = errEntryKind
+	}
+	return GroupEntry{Read: in.Read, Write: in.Write, Reseed: in.Reseed}, err
+}

@@ -1,0 +1,162 @@
+package oblivistore
+
+import (
+	"errors"
+	"math"
+)
+
+// FrontEntry is one entry of the Front's log; exactly one field is set.
+type FrontEntry struct {
+	Request *Request
+	Msg     *ToFront // a message from a partition group
+	Reseed  *Reseed
+}
+
+// FrontOutput is one output of the Front; exactly one field is set.
+type FrontOutput struct {
+	Msg   *ToGroup
+	Reply *Reply
+}
+
+// frontState is a FrontMachine's whole state.
+type frontState struct {
+	Front Front
+	// From delivers each group's messages in order, once each; Sent is
+	// the sequence number of the last message sent to each group.
+	From        []Link[FrontMsg]
+	Sent        []uint64
+	Incarnation uint64
+	Pub, Sec    []byte // the random sources' states, in a snapshot only
+}
+
+// FrontMachine is the ORAM main algorithm (Front) as a Machine: the load
+// balancer of Sec. VI-A, which treats the partition groups as its
+// partitions.
+//
+// It draws from two random sources. pub makes the choices storage may
+// learn, and draws the same amount per access whatever the workload: the
+// evictions each access schedules and their partitions, and the
+// partition an access to a key not on storage reads. sec makes the
+// secret one: the partition a block is assigned to. Two workloads of
+// equal length then see the same public coins.
+type FrontMachine struct {
+	st       frontState
+	pub, sec source
+	out      []FrontOutput
+	trace    trace // TestingKnobs.Trace (tests only)
+	// forced, tests only, replaces the partitions that accesses to keys
+	// not on storage read, in order: a simulator replays the partitions
+	// storage saw (export_test.go).
+	forced []int32
+}
+
+const (
+	pubLabel = "oblivistore/pub"
+	secLabel = "oblivistore/sec"
+)
+
+func newFrontMachine(n int, g geometry, o Options, seed [32]byte) *FrontMachine {
+	c := &FrontMachine{st: frontState{Front: newFront(n, g, o), From: make([]Link[FrontMsg], g.Groups), Sent: make([]uint64, g.Groups)},
+		pub: newSource(seed, pubLabel), sec: newSource(seed, secLabel), trace: o.TestingKnobs.Trace}
+	for i := range c.st.From {
+		c.st.From[i] = newLink[FrontMsg]()
+	}
+	return c
+}
+
+// Apply implements Machine: it applies the entry, then admits and
+// answers requests until nothing more moves, and last lets every group's
+// shuffler run (Progress), telling it whether requests wait for it.
+func (c *FrontMachine) Apply(e FrontEntry) ([]FrontOutput, error) {
+	c.out = c.out[:0]
+	f := &c.st.Front
+	switch {
+	case e.Request != nil:
+		f.arrive(c, *e.Request)
+	case e.Msg != nil:
+		g := e.Msg.ID.From
+		if g < 0 || int(g) >= len(c.st.From) {
+			return nil, internal("message from unknown group %d", g)
+		}
+		for _, m := range c.st.From[g].accept(e.Msg.ID, e.Msg.Msg) {
+			if err := f.handle(c, m); err != nil {
+				return nil, err
+			}
+		}
+	case e.Reseed != nil:
+		c.pub.reseed(e.Reseed.Seed, pubLabel)
+		c.sec.reseed(e.Reseed.Seed, secLabel)
+		c.st.Incarnation = max(c.st.Incarnation, e.Reseed.Incarnation)
+	default:
+		return nil, errors.New("oblivistore: empty front entry")
+	}
+	for f.admit(c) || f.answer(c) {
+	}
+	b := f.blocked()
+	for g := range c.st.Sent {
+		c.sendGroup(Node(g), PartitionMsg{Progress: &Progress{Bypass: b}})
+	}
+	return c.out, nil
+}
+
+// send sends a message about partition p to the group holding it.
+func (c *FrontMachine) send(p int32, m PartitionMsg) {
+	c.sendGroup(Node(p%int32(len(c.st.Sent))), m)
+}
+
+func (c *FrontMachine) sendGroup(g Node, m PartitionMsg) {
+	c.st.Sent[g]++
+	id := MsgID{From: FrontNode, Incarnation: c.st.Incarnation, Seq: c.st.Sent[g]}
+	c.out = append(c.out, FrontOutput{Msg: &ToGroup{ID: id, Group: g, Msg: m}})
+}
+
+// randomPart draws a block's secret partition.
+func (c *FrontMachine) randomPart() int32 { return int32(c.sec.IntN(c.st.Front.Partitions)) }
+
+// publicPart draws a public coin: a partition.
+func (c *FrontMachine) publicPart() int32 { return int32(c.pub.IntN(c.st.Front.Partitions)) }
+
+// drawEvictions draws how many evictions an access schedules: nu, or for
+// a fractional nu its floor and one more with probability nu - floor(nu).
+func (c *FrontMachine) drawEvictions(nu float64) int32 {
+	e := int32(nu)
+	if frac := nu - math.Floor(nu); frac > 0 && c.pub.Float64() < frac {
+		e++
+	}
+	return e
+}
+
+// Snapshot implements Machine.
+func (c *FrontMachine) Snapshot() ([]byte, error) {
+	var errPub, errSec error
+	c.st.Pub, errPub = c.pub.marshal()
+	c.st.Sec, errSec = c.sec.marshal()
+	if err := errors.Join(errPub, errSec); err != nil {
+		return nil, err
+	}
+	b, err := encodeState(&c.st)
+	c.st.Pub, c.st.Sec = nil, nil
+	return b, err
+}
+
+// Restore implements Machine; the test hooks stay.
+func (c *FrontMachine) Restore(b []byte) error {
+	var st frontState
+	if err := decodeState(b, &st); err != nil {
+		return err
+	}
+	pub, errPub := restoreSource(st.Pub)
+	sec, errSec := restoreSource(st.Sec)
+	if err := errors.Join(errPub, errSec); err != nil {
+		return err
+	}
+	st.Pub, st.Sec = nil, nil
+	st.Front.fill()
+	for i := range st.From {
+		if st.From[i].Held == nil {
+			st.From[i].Held = sorted[uint64, FrontMsg]{}
+		}
+	}
+	c.st, c.pub, c.sec = st, pub, sec
+	return nil
+}

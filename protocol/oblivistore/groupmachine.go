@@ -1,0 +1,149 @@
+package oblivistore
+
+import "errors"
+
+// GroupEntry is one entry of a partition group's log; exactly one field
+// is set.
+type GroupEntry struct {
+	Msg    *ToGroup // a message from the Front
+	Read   *ReadDone
+	Write  *WriteDone
+	Reseed *Reseed
+}
+
+// GroupOutput is one output of a partition group; exactly one field is
+// set.
+type GroupOutput struct {
+	Msg   *ToFront
+	Read  *ReadIO
+	Write *WriteIO
+}
+
+// groupState is a GroupMachine's whole state.
+type groupState struct {
+	Group Group
+	// From delivers the Front's messages in order, once each.
+	From        Link[PartitionMsg]
+	Incarnation uint64
+	Sent        uint64 // the sequence number of the last message sent
+	Sec         []byte // the random source's state, in a snapshot only
+}
+
+// GroupMachine is a partition group as a Machine: an ORAM node of Sec.
+// VI, a set of partitions with its own shuffler, semaphores, random
+// source and id space. Its random source makes only secret choices
+// (level layouts, nonces, read-out orders).
+type GroupMachine struct {
+	st    groupState
+	sec   source
+	out   []GroupOutput
+	trace trace // TestingKnobs.Trace (tests only)
+	// fetched: the shuffler sent a Fetch during this entry's run.
+	fetched bool
+}
+
+func newGroupMachine(g geometry, o Options, index int32, seed [32]byte) *GroupMachine {
+	c := &GroupMachine{st: groupState{Group: newGroup(g, o, index), From: newLink[PartitionMsg]()},
+		sec: newSource(seed, groupLabel), trace: o.TestingKnobs.Trace}
+	return c
+}
+
+const groupLabel = "oblivistore/group"
+
+// Apply implements Machine: it applies the entry; the shuffler runs on
+// the Front's Progress and after a storage completion (runShuffler).
+func (c *GroupMachine) Apply(e GroupEntry) ([]GroupOutput, error) {
+	c.out = c.out[:0]
+	s := &c.st.Group
+	var err error
+	switch {
+	case e.Msg != nil:
+		if e.Msg.Group != Node(s.Index) {
+			return nil, internal("group %d was sent a message for group %d", s.Index, e.Msg.Group)
+		}
+		for _, m := range c.st.From.accept(e.Msg.ID, e.Msg.Msg) {
+			if err = s.handle(c, m); err != nil {
+				break
+			}
+			if m.Progress != nil {
+				c.runShuffler()
+			}
+		}
+	case e.Read != nil:
+		err = s.readDone(c, *e.Read)
+		c.runShufflerUnlessTold()
+	case e.Write != nil:
+		s.writeDone(*e.Write)
+		c.runShufflerUnlessTold()
+	case e.Reseed != nil:
+		c.sec.reseed(e.Reseed.Seed, groupLabel)
+		c.st.Incarnation = max(c.st.Incarnation, e.Reseed.Incarnation)
+	default:
+		err = errors.New("oblivistore: empty group entry")
+	}
+	if err != nil {
+		return nil, err
+	}
+	return c.out, nil
+}
+
+// runShuffler lets the shuffler run (the Front's Progress, which ends
+// each of the Front's entries, asks for it) until it can do nothing
+// more, or until it has asked the Front for a job's blocks (Fetch): the
+// Front lets in the requests the evictions it returns release, and its
+// Progress lets the shuffler go on, so those requests may read the levels
+// the shuffler has just marked (early cache-ins).
+func (c *GroupMachine) runShuffler() {
+	s := &c.st.Group
+	for c.fetched = false; s.shuffle(c) && !c.fetched; {
+	}
+}
+
+// runShufflerUnlessTold runs the shuffler after a storage completion,
+// unless the completion sent the Front a message: the Front's Progress
+// then runs it, once the Front has taken the message in.
+func (c *GroupMachine) runShufflerUnlessTold() {
+	for _, o := range c.out {
+		if o.Msg != nil {
+			return
+		}
+	}
+	c.runShuffler()
+}
+
+// sendFront sends the Front a message.
+func (c *GroupMachine) sendFront(m FrontMsg) {
+	c.st.Sent++
+	id := MsgID{From: Node(c.st.Group.Index), Incarnation: c.st.Incarnation, Seq: c.st.Sent}
+	c.out = append(c.out, GroupOutput{Msg: &ToFront{ID: id, Msg: m}})
+}
+
+// Snapshot implements Machine.
+func (c *GroupMachine) Snapshot() ([]byte, error) {
+	var err error
+	if c.st.Sec, err = c.sec.marshal(); err != nil {
+		return nil, err
+	}
+	b, err := encodeState(&c.st)
+	c.st.Sec = nil
+	return b, err
+}
+
+// Restore implements Machine; the test hooks stay.
+func (c *GroupMachine) Restore(b []byte) error {
+	var st groupState
+	if err := decodeState(b, &st); err != nil {
+		return err
+	}
+	sec, err := restoreSource(st.Sec)
+	if err != nil {
+		return err
+	}
+	st.Sec = nil
+	st.Group.fill()
+	if st.From.Held == nil {
+		st.From.Held = sorted[uint64, PartitionMsg]{}
+	}
+	c.st, c.sec = st, sec
+	return nil
+}
