@@ -183,7 +183,7 @@ func (r *reopening) Restore(b []byte) error {
 	if err != nil {
 		return err
 	}
-	r.s, r.rp = s, &replayer{s: s, pending: map[int][]ringoram.Placement{}, plans: map[int]ringoram.Plan{}}
+	r.s, r.rp = s, &replayer{s: s, pending: map[int][]ringoram.Placement{}, plans: map[int]ringoram.Plan{}, ops: map[int][]*journaledOp{}}
 	return s.restore(st)
 }
 
@@ -202,6 +202,11 @@ func (r *reopening) Snapshot() ([]byte, error) { return r.s.Snapshot() }
 // journaled is issued again identically (treeWorker.resume); evictions a
 // tree owes run; then a checkpoint.
 func (s *store) recover(ctx context.Context, rp *replayer) error {
+	if s.initialised.Load() && !rp.load {
+		if err := rp.settleOps(ctx); err != nil {
+			return err
+		}
+	}
 	rp.finish()
 	if s.opts.TestingKnobs.Leak == leakRecoveryChecksPositions {
 		if err := s.checkPositions(ctx); err != nil {
