@@ -284,8 +284,9 @@ func (s *store) install(all ShardBlocks) error {
 	return nil
 }
 
-// JournalsEveryWrite implements kv.WriteJournaler: every backend write
-// is journaled, with its data, before it is issued.
+// JournalsEveryWrite implements kv.WriteJournaler: what rebuilds every
+// backend write is journaled before it is issued (a tree's operation,
+// whose Write recovery makes again when storage lacks it: settleOps).
 func (s *store) JournalsEveryWrite() bool { return s.log.Durable() }
 
 // Stats reports the layers' counters, asked of each layer (AdminStats):
