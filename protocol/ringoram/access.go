@@ -34,43 +34,49 @@ import (
 // no reqs is Evict; neither does nothing. It returns ReadPaths' results
 // and Evict's placements.
 func (t *Tree) ReadEvict(ctx context.Context, reqs []PathRead, k int, blocks []Block) ([]ReadResult, []int64, error) {
+	results, where, _, err := t.readEvict(ctx, reqs, k, blocks)
+	return results, where, err
+}
+
+// readEvict is ReadEvict, returning the operation's Change too.
+func (t *Tree) readEvict(ctx context.Context, reqs []PathRead, k int, blocks []Block) ([]ReadResult, []int64, Change, error) {
 	leaves := make([]uint64, len(reqs))
 	for i, r := range reqs {
 		if r.Leaf >= t.g.Leaves() {
-			return nil, nil, fmt.Errorf("ringoram: read of leaf %d in a tree of %d leaves", r.Leaf, t.g.Leaves())
+			return nil, nil, Change{}, fmt.Errorf("ringoram: read of leaf %d in a tree of %d leaves", r.Leaf, t.g.Leaves())
 		}
 		leaves[i] = r.Leaf
 	}
 	if k < 0 {
-		return nil, nil, fmt.Errorf("ringoram: eviction of %d paths", k)
+		return nil, nil, Change{}, fmt.Errorf("ringoram: eviction of %d paths", k)
 	}
 	if len(reqs) == 0 && k == 0 {
-		return nil, nil, nil
+		return nil, nil, Change{}, nil
 	}
 	if err := t.checkBlocks(blocks); err != nil {
-		return nil, nil, err
+		return nil, nil, Change{}, err
 	}
 	if err := t.begin(ctx, Plan{Reads: reqs, Evict: k}); err != nil {
-		return nil, nil, err
+		return nil, nil, Change{}, err
 	}
 	op, err := t.plan(ctx, reqs, leaves, k)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, Change{}, err
 	}
 	got, err := t.readSlotLists(ctx, op.union, op.checked, op.lists())
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, Change{}, err
 	}
 	results := op.answer(got[0])
 	where, c, ws, err := t.rewrites(op, got, blocks)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, Change{}, err
 	}
-	if err := t.writeChange(ctx, ws, c); err != nil {
-		return nil, nil, err
+	if err := t.writeChange(ctx, ws, &c); err != nil {
+		return nil, nil, Change{}, err
 	}
 	t.count(op, len(reqs), k)
-	return results, where, nil
+	return results, where, c, nil
 }
 
 // access is an operation planned before any slot is read: which slots
@@ -193,11 +199,33 @@ func (t *Tree) rewrites(op *access, got [][]tree.Block, blocks []Block) ([]int64
 	c.Evicted = op.k
 	for j, b := range where {
 		if b >= 0 {
-			c.Placed = append(c.Placed, Placement{ID: blocks[j].Block.ID, Bucket: uint64(b)})
+			c.Placed = append(c.Placed, Placement{ID: blocks[j].Block.ID, Bucket: uint64(b), Leaf: blocks[j].Leaf, Value: blocks[j].Block.Value})
 		}
 	}
 	c.Top = mergeTop(op.top, t.topWrites(top, contents[:len(top)]))
+	c.Lifted = lifted(contents[:len(top)], read)
 	return where, c, ws, nil
+}
+
+// lifted returns the blocks of an eviction's top buckets' new contents
+// (top) that it read from storage (read, by bucket): a block the top held
+// gives way to them as it moves down.
+func lifted(top, read [][]Block) []tree.Block {
+	fromStorage := map[tree.BlockID]bool{}
+	for _, blocks := range read {
+		for _, b := range blocks {
+			fromStorage[b.Block.ID] = true
+		}
+	}
+	var out []tree.Block
+	for _, blocks := range top {
+		for _, b := range blocks {
+			if fromStorage[b.Block.ID] {
+				out = append(out, b.Block)
+			}
+		}
+	}
+	return out
 }
 
 // count adds a successful operation to the stats and the eviction

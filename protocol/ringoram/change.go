@@ -4,21 +4,23 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/oblivkv/oblivkv/backend"
 	"github.com/oblivkv/oblivkv/protocol/tree"
 )
 
 // Change is what one multi-path read or eviction changes in a Tree's
-// trusted state, handed to Config.WriteAhead with the sealed items of its
-// Write before that Write is issued, so a caller can journal it: applied
-// to the state the operation started from (Apply), it gives the state the
-// operation leaves.
+// trusted state, handed to Config.WriteAhead before its Write is issued,
+// so a caller can journal it: applied to the state the operation started
+// from (Apply), it gives the state the operation leaves. It holds no
+// sealed item: the Write follows from the state the operation started
+// from, its Plan and what its Reads bring in, so an operation whose Write
+// may not have reached storage is run again (Landed, Redo).
 type Change struct {
 	Buckets []BucketVersion // every bucket the Write holds, with its new metadata version
 	Evicted int             // paths evicted (the eviction counter advances by it)
 	Taken   []tree.Block    // blocks a path read took out of the tree, to their requests
 	Placed  []Placement     // blocks an eviction placed
 	Top     []TopBucket     // the top buckets whose contents changed, as they are now
+	Lifted  []tree.Block    // blocks an eviction read from storage and placed in a top bucket
 }
 
 // BucketVersion is one bucket of a Write and its new metadata version;
@@ -29,16 +31,19 @@ type BucketVersion struct {
 	Full    bool
 }
 
-// Placement is a block an eviction placed in a bucket.
+// Placement is a block an eviction was offered and placed in a bucket,
+// with the leaf and value it was offered with: what a Redo of the
+// eviction offers again.
 type Placement struct {
 	ID     tree.BlockID
 	Bucket uint64
+	Leaf   uint64
+	Value  []byte
 }
 
-// WriteAhead is called with an operation's Change and the items of its
-// Write before the Write is issued; an error fails the operation without
-// writing anything.
-type WriteAhead func(ctx context.Context, c Change, items []backend.Item) error
+// WriteAhead is called with an operation's Change before its Write is
+// issued; an error fails the operation without writing anything.
+type WriteAhead func(ctx context.Context, c Change) error
 
 // Apply applies a Change to the trusted state, as the operation that made
 // it did once its Write succeeded: recovery replays journaled Changes.
@@ -61,19 +66,23 @@ func (t *Tree) Apply(c Change) error {
 }
 
 // writeChange seals ws into the items of ONE atomic backend Write, hands
-// them with the operation's Change to the write-ahead hook, if any, then
-// issues the Write and commits the new versions. Without a hook a failed
+// the operation's Change to the write-ahead hook, if any, then issues the
+// Write and commits the new versions. Without a hook (or in a Redo) a failed
 // Write fails the operation and changes nothing. With one, the operation
 // is committed once the hook returns (a crash would redo it), and returns
 // at once: its Write goes to storage with the tree's next Read, in one
 // round trip that applies the Write first (backend.Pipeline), or on its
 // own at Flush, whichever comes first.
-func (t *Tree) writeChange(ctx context.Context, ws []bucketWrite, c Change) error {
+func (t *Tree) writeChange(ctx context.Context, ws []bucketWrite, c *Change) error {
 	items, err := t.encode(ws)
 	if err != nil {
 		return err
 	}
-	if t.writeAhead == nil {
+	c.Buckets = make([]BucketVersion, len(ws))
+	for i, w := range ws {
+		c.Buckets[i] = BucketVersion{Bucket: w.bucket, Version: w.meta.Version, Full: w.slots != nil}
+	}
+	if t.writeAhead == nil || t.redoing {
 		if err := t.b.Write(ctx, items); err != nil {
 			t.forgetCopies(ws) // storage may hold the Write or not
 			return err
@@ -81,11 +90,7 @@ func (t *Tree) writeChange(ctx context.Context, ws []bucketWrite, c Change) erro
 		t.commit(ws)
 		return t.applyTop(c.Top)
 	}
-	c.Buckets = make([]BucketVersion, len(ws))
-	for i, w := range ws {
-		c.Buckets[i] = BucketVersion{Bucket: w.bucket, Version: w.meta.Version, Full: w.slots != nil}
-	}
-	if err := t.writeAhead(ctx, c, items); err != nil {
+	if err := t.writeAhead(ctx, *c); err != nil {
 		return err
 	}
 	t.commit(ws)

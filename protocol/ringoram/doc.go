@@ -25,7 +25,10 @@
 // operation's random choices come from a seed of its own, handed to the
 // owner in a Plan before any slot is read (Config.ReadAhead), so an
 // operation a crash cut short can run again reading the same slots
-// (Resume).
+// (Resume), and each operation's Change goes to the owner before its
+// Write (Config.WriteAhead), so that an owner that journals Changes and
+// not Writes can find out after a crash whether a Write reached storage
+// and, if not, run its operation again and write it (Landed, Redo).
 //
 // Every slot, real or dummy, is sealed by tree.Codec bound to its bucket's
 // address, its slot index and the bucket's slot version, so dummies and

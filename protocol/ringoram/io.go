@@ -160,8 +160,21 @@ func (t *Tree) copyMetas(metas []meta) []meta {
 // address) and the plaintext.
 type metaScratch struct{ ad, plain []byte }
 
-// openMeta opens bucket's sealed metadata into m.
+// openMeta opens bucket's sealed metadata into m, at the version the Tree
+// expects.
 func (t *Tree) openMeta(m *meta, bucket uint64, addr string, sealed []byte, sc *metaScratch) error {
+	if err := t.decodeMeta(m, bucket, addr, sealed, sc); err != nil {
+		return err
+	}
+	if m.Version != t.versions[bucket] {
+		return fmt.Errorf("%w: metadata of bucket %d has version %d, want %d (replayed)",
+			seal.ErrTampered, bucket, m.Version, t.versions[bucket])
+	}
+	return nil
+}
+
+// decodeMeta opens bucket's sealed metadata into m, at any version.
+func (t *Tree) decodeMeta(m *meta, bucket uint64, addr string, sealed []byte, sc *metaScratch) error {
 	sc.ad = append(sc.ad[:0], addr...)
 	plain, err := t.keys.Open(sc.plain[:0], sc.ad, sealed)
 	if err == nil {
@@ -170,10 +183,6 @@ func (t *Tree) openMeta(m *meta, bucket uint64, addr string, sealed []byte, sc *
 	}
 	if err != nil {
 		return fmt.Errorf("ringoram: metadata of bucket %d: %w", bucket, err)
-	}
-	if m.Version != t.versions[bucket] {
-		return fmt.Errorf("%w: metadata of bucket %d has version %d, want %d (replayed)",
-			seal.ErrTampered, bucket, m.Version, t.versions[bucket])
 	}
 	return nil
 }

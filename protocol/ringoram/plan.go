@@ -37,6 +37,17 @@ var errNotResumed = errors.New("ringoram: the operation after Resume is not the 
 // Evict) on the same state, it issues the same Reads of storage.
 func (t *Tree) Resume(p Plan) { t.resume = &p }
 
+// Planned advances the Plan seed source past p's seed when p is the plan
+// the Tree would draw next: replaying recorded Plans in order from a
+// restored state brings the source to where the Tree that recorded them
+// left it. A Plan recorded again (an operation resumed) leaves it alone.
+func (t *Tree) Planned(p Plan) {
+	next := *t.seeds
+	if random.Draw(&next) == p.Seed {
+		*t.seeds = next
+	}
+}
+
 // begin starts an operation of plan p: its choices are drawn from a fresh
 // seed, or from the seed of the plan Resume was given, and the plan is
 // recorded (Config.ReadAhead) before anything is read.
@@ -51,7 +62,7 @@ func (t *Tree) begin(ctx context.Context, p Plan) error {
 		p.Seed = random.Draw(t.seeds)
 	}
 	t.rng = rand.New(random.New(p.Seed))
-	if t.readAhead == nil {
+	if t.readAhead == nil || t.redoing {
 		return nil
 	}
 	return t.readAhead(ctx, p)

@@ -762,10 +762,11 @@ func TestAuditorCatches(t *testing.T) {
 	}
 }
 
-// Every multi-path read and eviction hands WriteAhead the Change it makes,
-// with the items of its Write, before the Write: applied to the state the
-// tree started from, the Changes give the state the tree reached; a
-// WriteAhead error fails the operation with nothing written.
+// Every multi-path read and eviction hands WriteAhead the Change it makes
+// before its Write: applied to the state the tree started from, after
+// their Plans (Planned), the Changes give the state the tree reached
+// (its plan-seed source included); a WriteAhead error fails the operation
+// with nothing written.
 func TestChangeReplays(t *testing.T) {
 	for _, top := range []int{0, 3} {
 		t.Run(fmt.Sprintf("top=%d", top), func(t *testing.T) { changeReplays(t, top) })
@@ -777,10 +778,12 @@ func changeReplays(t *testing.T, top int) {
 	loaded := f.load(40)
 	start := roundTripGob(t, f.tr.State())
 	var changes []Change
+	var plans []Plan
 	var ahead error
-	f.tr.writeAhead = func(_ context.Context, c Change, items []backend.Item) error {
-		if len(items) == 0 || len(c.Buckets) == 0 {
-			t.Errorf("a Change of %d buckets with %d items", len(c.Buckets), len(items))
+	f.tr.readAhead = func(_ context.Context, p Plan) error { plans = append(plans, p); return nil }
+	f.tr.writeAhead = func(_ context.Context, c Change) error {
+		if len(c.Buckets) == 0 {
+			t.Error("a Change of no bucket")
 		}
 		if ahead == nil {
 			changes = append(changes, c)
@@ -818,7 +821,8 @@ func changeReplays(t *testing.T, top int) {
 	if err := replayed.Restore(start); err != nil {
 		t.Fatal(err)
 	}
-	for _, c := range changes {
+	for i, c := range changes {
+		replayed.Planned(plans[i])
 		if err := replayed.Apply(c); err != nil {
 			t.Fatal(err)
 		}
@@ -870,7 +874,7 @@ func (b *failingWrites) WriteFenced(ctx context.Context, f backend.Fence, items 
 func TestDeferredWriteGoesFirst(t *testing.T) {
 	f := newFixture(t, 5, defaults, 23)
 	loaded := f.load(20)
-	f.tr.writeAhead = func(context.Context, Change, []backend.Item) error { return nil }
+	f.tr.writeAhead = func(context.Context, Change) error { return nil }
 	flaky := &failingWrites{Backend: f.tr.b, n: 2}
 	f.tr.b = flaky
 	first, second := loaded[0], loaded[1]
@@ -911,7 +915,7 @@ func TestResumeReadsSameSlots(t *testing.T) {
 	var plans []Plan
 	f.tr.readAhead = func(_ context.Context, p Plan) error { plans = append(plans, p); return nil }
 	crash := errors.New("crash")
-	f.tr.writeAhead = func(context.Context, Change, []backend.Item) error { return crash }
+	f.tr.writeAhead = func(context.Context, Change) error { return crash }
 	reqs := []PathRead{{Leaf: blocks[0].leaf, Want: blocks[0].ID, Real: true}, {Leaf: 3}, {Leaf: 17}, {Leaf: 30}}
 	attempt := func(op func() error) []observe.Record {
 		t.Helper()

@@ -63,7 +63,7 @@ type Config struct {
 	// before it reads a slot.
 	ReadAhead ReadAhead
 	// WriteAhead, if set, sees every multi-path read's and eviction's
-	// Change and items before its Write is issued (not Init's writes).
+	// Change before its Write is issued (not Init's writes, nor a Redo's).
 	WriteAhead WriteAhead
 }
 
@@ -90,6 +90,7 @@ type Tree struct {
 	resume     *Plan // the plan of an operation a crash cut short (Resume)
 	writeAhead WriteAhead
 	pending    []backend.Item // a committed operation's Write not on storage yet (read, settle)
+	redoing    bool           // a Redo runs: no hook is called, its Write is issued at once
 
 	abandon     chan struct{} // closed by Abandon: slot Reads are no longer retried
 	abandonOnce sync.Once
@@ -224,6 +225,13 @@ type TreeState struct {
 	Evictions    uint64   // paths evicted so far
 	Stale        []StaleEntry
 	Top          []TopBucket // the top buckets that hold blocks
+	// Seeds is the source of the next operations' Plan seeds (a ChaCha8's
+	// state; none in states of earlier builds, whose Restore keeps the
+	// Tree's own). A seed storage saw used is never drawn again after a
+	// Restore: an operation reads only once its Plan is recorded, and
+	// replaying the recorded Plans advances the source past them
+	// (Planned).
+	Seeds []byte
 }
 
 // StaleEntry is a copy of a block the caller superseded (Forget).
@@ -234,8 +242,12 @@ type StaleEntry struct {
 
 // State returns a copy of the trusted state.
 func (t *Tree) State() TreeState {
+	seeds, err := t.seeds.MarshalBinary()
+	if err != nil {
+		panic("ringoram: encoding a ChaCha8: " + err.Error()) // it cannot fail
+	}
 	s := TreeState{L: t.g.L, Z: t.p.Z, S: t.p.S, CachedLevels: t.top.levels, Versions: slices.Clone(t.versions),
-		Evictions: t.evictions, Top: t.topState()}
+		Evictions: t.evictions, Top: t.topState(), Seeds: seeds}
 	for b, ids := range t.stale {
 		for _, id := range ids {
 			s.Stale = append(s.Stale, StaleEntry{Bucket: b, ID: id})
@@ -261,12 +273,19 @@ func (t *Tree) Restore(s TreeState) error {
 		}
 		stale[e.Bucket] = append(stale[e.Bucket], e.ID)
 	}
+	seeds := *t.seeds
+	if len(s.Seeds) > 0 {
+		if err := seeds.UnmarshalBinary(s.Seeds); err != nil {
+			return fmt.Errorf("ringoram: the state's seed source: %w", err)
+		}
+	}
 	top := newTopCache(t.top.levels, t.g.L)
 	top, t.top = t.top, top
 	if err := t.applyTop(s.Top); err != nil {
 		t.top = top
 		return err
 	}
+	*t.seeds = seeds
 	copy(t.versions, s.Versions)
 	t.cache.clear()
 	t.evictions, t.stale = s.Evictions, stale

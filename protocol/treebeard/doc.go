@@ -71,18 +71,20 @@
 // joins no eviction before that epoch's record is in the journal. Each
 // tree journals every multi-path read and eviction with its
 // ringoram.Change (bucket versions, the blocks a read took out, the blocks
-// an eviction placed, the cached buckets it changed) and the sealed items
-// of its Write before the Write is issued (the Write then goes to storage
-// with the tree's next Read, in one round trip, or alone when no read is
-// queued), and the end of each eviction (the blocks that
-// left the stash, the copies left stale). Every
+// an eviction placed, which blocks the cached buckets it changed hold)
+// before its Write is issued (the Write then goes to storage with the
+// tree's next Read, in one round trip, or alone when no read is queued),
+// and the end of each eviction (the blocks that left the stash, the
+// copies left stale). The record holds no sealed item: the Write follows
+// from the state, the plan and what the Reads bring in. Every
 // durable.DefaultEvery records, and at Close, the Routers pause, the
 // epochs and trees in flight finish, and a checkpoint of the whole state
 // replaces the journal. Opening an existing store replays the records
-// after the checkpoint, settles an eviction cut short (a placed copy whose
-// block is still stashed is stale), writes the trees' Writes again in
-// order, runs the evictions owed, and checkpoints: a kill -9 loses nothing
-// acknowledged. A fresh store writes its trees at its first access, at
+// after the checkpoint, applies each tree's operations whose Writes are on
+// storage and runs the others again under their plans, writing them
+// (records.go, settleOps), settles an eviction cut short (a placed copy
+// whose block is still stashed is stale), runs the evictions owed, and
+// checkpoints: a kill -9 loses nothing acknowledged. A fresh store writes its trees at its first access, at
 // Prepare or in a bulk load; a creation or a load cut short leaves a store
 // whose trees are written afresh.
 //

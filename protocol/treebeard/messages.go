@@ -160,8 +160,9 @@ type ShardBlocks struct {
 
 // TreeSnapshot is a tree's trusted state as a checkpoint holds it.
 type TreeSnapshot struct {
-	Tree  ringoram.TreeState
-	Reads int // path reads since the tree's last eviction
+	Tree      ringoram.TreeState
+	Reads     int    // path reads since the tree's last eviction
+	Evictions uint64 // evictions the tree started: the next one's number, in its messages' ids
 }
 
 // LayerStats are a layer's counters: a Stash shard's or a tree's fields.

@@ -10,7 +10,6 @@ import (
 
 	"github.com/jonboulle/clockwork"
 
-	"github.com/oblivkv/oblivkv/backend"
 	"github.com/oblivkv/oblivkv/internal/durable"
 	"github.com/oblivkv/oblivkv/kv"
 	"github.com/oblivkv/oblivkv/protocol/ringoram"
@@ -66,14 +65,14 @@ func (o *ORAM) Admin(m AdminMsg) AdminReply {
 		if err := w.tree.Flush(context.Background()); err != nil {
 			return AdminReply{Status: statusOf(err)}
 		}
-		return AdminReply{State: TreeSnapshot{Tree: w.tree.State(), Reads: w.core.reads}}
+		return AdminReply{State: TreeSnapshot{Tree: w.tree.State(), Reads: w.core.reads, Evictions: w.core.evictions}}
 	case AdminInit:
 		return AdminReply{Status: statusOf(w.tree.Init(context.Background(), m.Placed))}
 	case AdminRestore:
 		if err := w.tree.Restore(m.State.Tree); err != nil {
 			return AdminReply{Status: statusOf(fmt.Errorf("%w: tree %d: %v", kv.ErrMismatch, m.Tree, err))}
 		}
-		w.core.reads = m.State.Reads
+		w.core.reads, w.core.evictions = m.State.Reads, m.State.Evictions
 		return AdminReply{}
 	case AdminStats:
 		ws := w.snapshot()
@@ -258,13 +257,22 @@ func (w *treeWorker) waitIdle() {
 	}
 }
 
-// writeAhead journals an operation of the tree, its Change and the items
-// of its Write, before the Write is issued (ringoram.Config.WriteAhead).
-func (w *treeWorker) writeAhead(_ context.Context, c ringoram.Change, items []backend.Item) error {
-	if _, err := w.log.Commit(treeDelta(w.id, w.opLeft, c), durable.Op{Items: items}); err != nil {
+// writeAhead journals an operation of the tree, its Change, before its
+// Write is issued (ringoram.Config.WriteAhead). The Write is not
+// journaled: recovery finds out whether it landed (landed) and runs the
+// operation again if not.
+func (w *treeWorker) writeAhead(_ context.Context, c ringoram.Change) error {
+	if _, err := w.log.Commit(opDelta(w.id, w.opLeft, c)); err != nil {
 		return fmt.Errorf("treebeard: journal: %w", err)
 	}
 	return nil
+}
+
+// landed reports whether the Write of c, the tree's last operation
+// journaled before a crash, reached storage: by the metadata versions
+// storage holds for its buckets (ringoram.Tree.Landed).
+func (w *treeWorker) landed(ctx context.Context, c ringoram.Change) (bool, error) {
+	return w.tree.Landed(ctx, c)
 }
 
 // readAhead journals an operation's Plan before it reads a slot

@@ -21,7 +21,7 @@ type treeCore struct {
 	parts     map[uint64][]int // epochs not all shards sent yet: the shards that did
 	abandoned map[uint64]bool  // epochs given up before their last part came
 	reads     int              // path reads since the last eviction
-	evictions uint64           // evictions started: the next one's number
+	evictions uint64           // evictions started: the next one's number (in TreeSnapshot)
 }
 
 func newTreeCore(shards, a, k int) *treeCore {

@@ -1,9 +1,11 @@
 package treebeard
 
 import (
+	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"sort"
 
 	"github.com/oblivkv/oblivkv/internal/durable/delta"
 	"github.com/oblivkv/oblivkv/protocol/ringoram"
@@ -11,14 +13,16 @@ import (
 )
 
 // The journal's records (internal/durable) carry one of these deltas of
-// the trusted layers' state; a tree's record also carries the sealed items
-// of its Write, which recovery issues again.
+// the trusted layers' state. A tree's record (deltaOp) holds no sealed
+// item: recovery tells which of each tree's operations since the
+// checkpoint landed and runs the others again (settleOps).
 const (
 	deltaBlocks    byte = iota + 1 // a Stash shard's epoch: where its blocks are now, and the stashed ones' values
-	deltaTree                      // a tree's multi-path read or eviction: its ringoram.Change, and the tree's read count (the top buckets it changed last; records before top levels end without them)
+	deltaTree                      // a tree's multi-path read or eviction as the previous build journaled it: its ringoram.Change with the top buckets' values, the tree's read count, and the sealed items of its Write, which recovery issues again
 	deltaEvictDone                 // an eviction's end: the blocks that left the stash, the copies it left stale
 	deltaLoad                      // a bulk load begins: the trees are rewritten whole
 	deltaPlan                      // a tree's multi-path read or eviction is about to read: its ringoram.Plan
+	deltaOp                        // a tree's multi-path read or eviction: its ringoram.Change (top buckets as block IDs), and the tree's read count
 )
 
 // blocksDelta describes the blocks an epoch touched, as they are now.
@@ -41,10 +45,14 @@ func (s *stashCore) blocksDelta(ids []tree.BlockID) []byte {
 	return b
 }
 
-// treeDelta describes an operation of tree t: its Change, and the tree's
-// path reads since its last eviction once the operation is done.
-func treeDelta(t, reads int, c ringoram.Change) []byte {
-	b := binary.AppendUvarint([]byte{deltaTree}, uint64(t))
+// opDelta describes an operation of tree t: its Change, and the tree's
+// path reads since its last eviction once the operation is done. It holds
+// the values the operation moved between the tree and the stash (the
+// blocks a read took out, the blocks an eviction placed), and of the top
+// buckets it changed only which blocks they hold: the rest of their
+// values are in the state the record applies to (ringoram.Tree.ResolveTop).
+func opDelta(t, reads int, c ringoram.Change) []byte {
+	b := binary.AppendUvarint([]byte{deltaOp}, uint64(t))
 	b = binary.AppendUvarint(b, uint64(reads))
 	b = binary.AppendUvarint(b, uint64(c.Evicted))
 	b = binary.AppendUvarint(b, uint64(len(c.Buckets)))
@@ -58,13 +66,18 @@ func treeDelta(t, reads int, c ringoram.Change) []byte {
 	b = binary.AppendUvarint(b, uint64(len(c.Placed)))
 	for _, p := range c.Placed {
 		b = binary.AppendUvarint(append(b, p.ID[:]...), p.Bucket)
+		b = delta.AppendBytes(binary.AppendUvarint(b, p.Leaf), p.Value)
 	}
 	b = binary.AppendUvarint(b, uint64(len(c.Top)))
 	for _, tb := range c.Top {
 		b = binary.AppendUvarint(binary.AppendUvarint(b, tb.Bucket), uint64(len(tb.Blocks)))
 		for _, blk := range tb.Blocks {
-			b = binary.AppendUvarint(delta.AppendBytes(append(b, blk.Block.ID[:]...), blk.Block.Value), blk.Leaf)
+			b = binary.AppendUvarint(append(b, blk.Block.ID[:]...), blk.Leaf)
 		}
+	}
+	b = binary.AppendUvarint(b, uint64(len(c.Lifted)))
+	for _, blk := range c.Lifted {
+		b = delta.AppendBytes(append(b, blk.ID[:]...), blk.Value)
 	}
 	return b
 }
@@ -112,7 +125,19 @@ type replayer struct {
 	// plans holds, per tree, the plan of an operation that read and never
 	// committed: a crash cut it short.
 	plans map[int]ringoram.Plan
-	load  bool // a bulk load began and never checkpointed
+	// ops holds, per tree, its operations journaled, not yet applied to
+	// the tree: their Writes may not have reached storage (settleOps).
+	ops  map[int][]*journaledOp
+	load bool // a bulk load began and never checkpointed
+}
+
+// journaledOp is a tree's operation as its records have it: its plan, its
+// Change, and the copies the end of its eviction left stale, forgotten
+// once the Change is applied.
+type journaledOp struct {
+	plan   ringoram.Plan
+	change ringoram.Change
+	stale  []Stale
 }
 
 func (rp *replayer) apply(rec []byte) error {
@@ -128,6 +153,8 @@ func (rp *replayer) apply(rec []byte) error {
 		rp.load = true
 	case deltaPlan:
 		rp.plan(d)
+	case deltaOp:
+		rp.op(d)
 	default:
 		d.Check(d.Failed(), fmt.Sprint("a delta of kind ", kind))
 	}
@@ -167,6 +194,120 @@ func (rp *replayer) blocks(d *delta.Decoder) {
 			sh.unstash(id)
 		}
 	}
+}
+
+// op replays a tree's operation (deltaOp): the read count and the blocks
+// it took are applied at once, its Change once the tree's next operation
+// shows that its Write landed, or by settleLast.
+func (rp *replayer) op(d *delta.Decoder) {
+	t, reads, evicted := d.Uvarint(), int(d.Uvarint()), int(d.Uvarint())
+	d.Check(t < uint64(len(rp.s.workers)), "a tree that does not exist")
+	c := ringoram.Change{Evicted: evicted}
+	for n := d.Count(); n > 0 && !d.Failed(); n-- {
+		c.Buckets = append(c.Buckets, ringoram.BucketVersion{Bucket: d.Uvarint(), Version: d.Uvarint(), Full: d.Bool()})
+	}
+	for n := d.Count(); n > 0 && !d.Failed(); n-- {
+		c.Taken = append(c.Taken, tree.Block{ID: readID(d), Value: d.Bytes(rp.s.valueSize)})
+	}
+	for n := d.Count(); n > 0 && !d.Failed(); n-- {
+		p := ringoram.Placement{ID: readID(d), Bucket: d.Uvarint(), Leaf: d.Uvarint(), Value: d.Bytes(rp.s.valueSize)}
+		d.Check(p.Leaf < rp.s.geo.Leaves(), "a placed block's leaf outside the tree")
+		c.Placed = append(c.Placed, p)
+	}
+	for n := d.Count(); n > 0 && !d.Failed(); n-- {
+		tb := ringoram.TopBucket{Bucket: d.Uvarint()}
+		for m := d.Count(); m > 0 && !d.Failed(); m-- {
+			tb.Blocks = append(tb.Blocks, ringoram.Block{Block: tree.Block{ID: readID(d)}, Leaf: d.Uvarint()})
+		}
+		c.Top = append(c.Top, tb)
+	}
+	for n := d.Count(); n > 0 && !d.Failed(); n-- {
+		c.Lifted = append(c.Lifted, tree.Block{ID: readID(d), Value: d.Bytes(rp.s.valueSize)})
+	}
+	p, planned := rp.plans[int(t)]
+	d.Check(planned, "an operation whose plan is not in the journal")
+	if d.Failed() {
+		return
+	}
+	delete(rp.plans, int(t)) // the operation committed
+	rp.ops[int(t)] = append(rp.ops[int(t)], &journaledOp{plan: p, change: c})
+	rp.s.workers[t].core.reads = reads
+	rp.s.stashTaken(c.Taken)
+	if c.Evicted > 0 {
+		rp.pending[int(t)] = c.Placed
+		rp.s.workers[t].core.nextEviction() // the number its messages carried
+	}
+}
+
+// settleOps applies each tree's operations journaled, in order, once the
+// records are replayed: those whose Writes reached storage as their
+// records say, the rest run again under their plans, each writing
+// (ringoram.Tree.Redo: Treebeard Sec. 5.3.3 lets an operation be read
+// again with the slots it chose, and the plan's seed draws the same ones).
+func (rp *replayer) settleOps(ctx context.Context) error {
+	for t, w := range rp.s.workers {
+		ops := rp.ops[t]
+		delete(rp.ops, t)
+		missing, err := firstMissing(ctx, w, ops)
+		for i := 0; i < len(ops) && err == nil; i++ {
+			err = rp.settle(ctx, w, ops[i], i < missing)
+		}
+		if err != nil {
+			return fmt.Errorf("treebeard: tree %d: an operation's Write: %w", t, err)
+		}
+	}
+	return nil
+}
+
+// firstMissing returns the index of the first of a tree's operations
+// whose Write did not reach storage (treeWorker.landed), len(ops) when
+// all did. Storage holds a prefix of a tree's Writes (each goes before the
+// tree's next Read, and a power loss drops the Writes after the last
+// sync), so it checks the last, then searches: a crash leaves at most the
+// last Write out, a power loss those since the last checkpoint.
+func firstMissing(ctx context.Context, w *treeWorker, ops []*journaledOp) (int, error) {
+	if len(ops) == 0 {
+		return 0, nil
+	}
+	landed, err := w.landed(ctx, ops[len(ops)-1].change)
+	if err != nil || landed {
+		return len(ops), err
+	}
+	missing := sort.Search(len(ops)-1, func(i int) bool {
+		if err != nil {
+			return true
+		}
+		landed, err = w.landed(ctx, ops[i].change)
+		return !landed
+	})
+	return missing, err
+}
+
+// settle applies op to w's tree: its Change if its Write landed, else the
+// operation run again; then the copies its eviction's end left stale are
+// forgotten.
+func (rp *replayer) settle(ctx context.Context, w *treeWorker, op *journaledOp, landed bool) error {
+	var err error
+	if landed {
+		err = rp.applyOp(w.tree, op.change)
+	} else {
+		err = w.tree.Redo(ctx, op.plan, op.change)
+	}
+	for _, st := range op.stale {
+		w.tree.Forget(st.Bucket, st.ID)
+	}
+	return err
+}
+
+// applyOp applies an operation's Change whose Write landed.
+func (rp *replayer) applyOp(tr *ringoram.Tree, c ringoram.Change) error {
+	if err := tr.ResolveTop(&c); err != nil {
+		return err
+	}
+	if rp.s.opts.TestingKnobs.Leak == leakRecoveryForgetsEvictions {
+		c.Evicted = 0
+	}
+	return tr.Apply(c)
 }
 
 func (rp *replayer) tree(d *delta.Decoder) {
@@ -251,6 +392,7 @@ func (rp *replayer) plan(d *delta.Decoder) {
 	}
 	if !d.Failed() {
 		rp.plans[int(t)] = p
+		rp.s.workers[t].tree.Planned(p)
 	}
 }
 
@@ -262,8 +404,12 @@ func (rp *replayer) evictDone(d *delta.Decoder) {
 		rp.shard(id).unstash(id)
 	}
 	for n := d.Count(); n > 0 && !d.Failed(); n-- {
-		id := readID(d)
-		rp.s.workers[t].tree.Forget(d.Uvarint(), id)
+		st := Stale{ID: readID(d), Bucket: d.Uvarint()}
+		if ops := rp.ops[int(t)]; len(ops) > 0 {
+			ops[len(ops)-1].stale = append(ops[len(ops)-1].stale, st)
+		} else {
+			rp.s.workers[t].tree.Forget(st.Bucket, st.ID)
+		}
 	}
 	delete(rp.pending, int(t))
 }

@@ -183,7 +183,7 @@ func (r *reopening) Restore(b []byte) error {
 	if err != nil {
 		return err
 	}
-	r.s, r.rp = s, &replayer{s: s, pending: map[int][]ringoram.Placement{}, plans: map[int]ringoram.Plan{}}
+	r.s, r.rp = s, &replayer{s: s, pending: map[int][]ringoram.Placement{}, plans: map[int]ringoram.Plan{}, ops: map[int][]*journaledOp{}}
 	return s.restore(st)
 }
 
@@ -202,6 +202,11 @@ func (r *reopening) Snapshot() ([]byte, error) { return r.s.Snapshot() }
 // journaled is issued again identically (treeWorker.resume); evictions a
 // tree owes run; then a checkpoint.
 func (s *store) recover(ctx context.Context, rp *replayer) error {
+	if s.initialised.Load() && !rp.load {
+		if err := rp.settleOps(ctx); err != nil {
+			return err
+		}
+	}
 	rp.finish()
 	if s.opts.TestingKnobs.Leak == leakRecoveryChecksPositions {
 		if err := s.checkPositions(ctx); err != nil {
@@ -279,8 +284,9 @@ func (s *store) install(all ShardBlocks) error {
 	return nil
 }
 
-// JournalsEveryWrite implements kv.WriteJournaler: every backend write
-// is journaled, with its data, before it is issued.
+// JournalsEveryWrite implements kv.WriteJournaler: what rebuilds every
+// backend write is journaled before it is issued (a tree's operation,
+// whose Write recovery makes again when storage lacks it: settleOps).
 func (s *store) JournalsEveryWrite() bool { return s.log.Durable() }
 
 // Stats reports the layers' counters, asked of each layer (AdminStats):
