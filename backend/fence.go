@@ -20,6 +20,11 @@ type Fence struct {
 	Token uint64
 }
 
+// FenceKeyPrefix begins every protocol's fence keys: storage's fencing
+// tokens are no protocol's data, and a store never reads them as such (a
+// test that tampers with what a store reads leaves them alone).
+const FenceKeyPrefix = "fence/"
+
 // Unfenced reports whether f is the zero Fence.
 func (f Fence) Unfenced() bool { return f == Fence{} }
 
@@ -103,3 +108,35 @@ func PipelineFenced(ctx context.Context, b Backend, f Fence, items []Item, reads
 	}
 	return out, nil
 }
+
+// WithFence returns b with every Write and every Pipeline that writes
+// fenced by fence(), read at each call: the storage a machine's driver
+// hands the code that writes for it, so that none of the machine's writes
+// goes out unfenced, however many places issue them. A Pipeline without
+// items only reads, and claims no fence. Reads, deletes, versioned and
+// explicitly fenced writes pass through as they are.
+func WithFence(b Backend, fence func() Fence) Backend { return &fenced{Backend: b, fence: fence} }
+
+type fenced struct {
+	Backend
+	fence func() Fence
+}
+
+func (f *fenced) Write(ctx context.Context, items []Item) error {
+	return f.Backend.WriteFenced(ctx, f.fence(), items)
+}
+
+func (f *fenced) Pipeline(ctx context.Context, items []Item, reads [][]string) ([][][]byte, error) {
+	if len(items) == 0 {
+		return Pipeline(ctx, f.Backend, nil, reads)
+	}
+	return PipelineFenced(ctx, f.Backend, f.fence(), items, reads)
+}
+
+func (f *fenced) PipelineFenced(ctx context.Context, fence Fence, items []Item, reads [][]string) ([][][]byte, error) {
+	return PipelineFenced(ctx, f.Backend, fence, items, reads)
+}
+
+func (f *fenced) Sync(ctx context.Context) error { return Sync(ctx, f.Backend) }
+
+func (f *fenced) DeferSync() bool { return DeferSync(f.Backend) }

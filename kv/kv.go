@@ -26,6 +26,7 @@ import (
 	"errors"
 	"iter"
 
+	"github.com/oblivkv/oblivkv/backend"
 	"github.com/oblivkv/oblivkv/internal/durable"
 	"github.com/oblivkv/oblivkv/observe"
 	"github.com/oblivkv/oblivkv/seal"
@@ -89,6 +90,13 @@ var (
 	// restored from an older copy, or it lost acknowledged writes. Such a
 	// store is refused at open, never served.
 	ErrRollback = durable.ErrRollback
+	// ErrFenced reports a store that stopped because storage refused one
+	// of its writes: a later open of the same store (or a newer leader of
+	// its group) has written since, with a newer fencing token
+	// (backend.Fence). The refused write changed nothing; this process
+	// serves nothing more and must be restarted, if at all, from the
+	// journal the newer one left.
+	ErrFenced = backend.ErrFenced
 )
 
 // Stats is a snapshot of a store's counters.

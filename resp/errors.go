@@ -33,6 +33,8 @@ func errorReply(err error) (reply string, internal bool) {
 		return "ERR store full: no room for a new key", false
 	case errors.Is(err, kv.ErrTampered):
 		return "ERR storage integrity check failed", true
+	case errors.Is(err, kv.ErrFenced):
+		return "ERR fenced out: another process has taken over this store's storage", true
 	case errors.Is(err, kv.ErrClosed), errors.Is(err, context.Canceled):
 		return "ERR server shutting down", false
 	}

@@ -247,14 +247,14 @@ func (r *tamperRig) replayable() (changed, unread bool) {
 }
 
 // items returns what storage holds, but for what a running store does not
-// read: package kv's records (the addresses under "meta/") and the
-// protocol's Config.Cached.
+// read: package kv's records (the addresses under "meta/"), fencing tokens
+// (backend.FenceKeyPrefix) and the protocol's Config.Cached.
 func (r *tamperRig) items(b backend.Backend) map[string][]byte {
 	t := r.h.t
 	t.Helper()
 	var addrs []string
 	if err := b.Scan(t.Context(), "", func(a string) error {
-		if !strings.HasPrefix(a, "meta/") && (r.h.cfg.Cached == nil || !r.h.cfg.Cached(a)) {
+		if !strings.HasPrefix(a, "meta/") && !strings.HasPrefix(a, backend.FenceKeyPrefix) && (r.h.cfg.Cached == nil || !r.h.cfg.Cached(a)) {
 			addrs = append(addrs, a)
 		}
 		return nil

@@ -34,6 +34,10 @@ func init() {
 // SlotPrefix begins every slot's storage address: SlotPrefix p/l/s.
 const SlotPrefix = "os/"
 
+// FencePrefix begins the storage address of each partition group's
+// fencing token (backend.Fence), outside SlotPrefix.
+const FencePrefix = backend.FenceKeyPrefix + "oblivistore/"
+
 // checkpointEvery is how many journaled inputs a checkpoint replaces.
 // Inputs are small and a checkpoint holds the position map, so they are
 // spaced further apart than durable's default.
@@ -67,6 +71,9 @@ type store struct {
 	valueSize int
 	log       *durable.Log
 	core      *Core // owned by loop once it runs
+	// incarnation is the one this open runs as (startIncarnation): its
+	// messages' ids and its writes' fencing tokens carry it.
+	incarnation uint64
 
 	events  chan event
 	closing chan struct{} // closed by Close: the loop ends once settled
@@ -102,6 +109,7 @@ func open(ctx context.Context, env kv.Env) (*store, error) {
 		}
 		s.core = NewCore(env.Capacity, opts, seed)
 		s.core.setHooks(opts, env.Keys)
+		s.startIncarnation()
 		if err := s.create(ctx); err != nil {
 			return nil, err
 		}
@@ -112,7 +120,7 @@ func open(ctx context.Context, env kv.Env) (*store, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := s.input(ctx, Input{Reseed: &Reseed{Seed: fresh, Incarnation: s.incarnation()}}); err != nil {
+	if err := s.input(ctx, Input{Reseed: &Reseed{Seed: fresh, Incarnation: s.incarnation}}); err != nil {
 		return nil, err
 	}
 	s.publish()
@@ -132,11 +140,13 @@ func seedOf(o Options) (random.Seed, error) {
 	return seed, nil
 }
 
-// incarnation is the incarnation this open starts: one more than the
-// last, kept in the core's state (the machines' snapshots and the
-// journaled Reseed inputs). The store's durable incarnation is to replace
-// it here.
-func (s *store) incarnation() uint64 { return s.core.Incarnation() + 1 }
+// startIncarnation sets the incarnation this open runs as, before its
+// first storage write: the journal's (durable.Log.Incarnation, grown at
+// every open), and never less than one more than the last the core's
+// machines started (a store without a journal has none).
+func (s *store) startIncarnation() {
+	s.incarnation = max(s.core.Incarnation()+1, s.log.Incarnation())
+}
 
 // JournalsEveryWrite reports that recovery rebuilds and redoes every
 // write since the last checkpoint (kv.WriteJournaler): the journal holds
@@ -187,6 +197,7 @@ func (s *store) recover(ctx context.Context, n int) error {
 		return fmt.Errorf("oblivistore: %w", err)
 	}
 	s.core = r.core
+	s.startIncarnation()
 	for _, w := range sortedWrites(r.redo) {
 		if err := s.write(ctx, w); err != nil {
 			return fmt.Errorf("oblivistore: redoing write %d of group %d: %w", w.ID, w.Group, err)
@@ -465,9 +476,25 @@ func ad(addr string, nonce uint64) []byte {
 
 // write issues a partition group's write: every storage write of a
 // group (the shuffler's, a recovery's redo, a bulk load's) goes through
-// here, the one place to fence them.
+// here, fenced by the group's token (fence). A write storage refuses
+// because a later open of the store has written since fails with
+// kv.ErrFenced, and the store stops (its loop treats it as fatal, as it
+// does tampering, but says which).
 func (s *store) write(ctx context.Context, w *WriteIO) error {
-	return s.b.Write(ctx, s.sealWrite(w))
+	err := s.b.WriteFenced(ctx, s.fence(w.Group), s.sealWrite(w))
+	if errors.Is(err, backend.ErrFenced) {
+		return fmt.Errorf("%w: %w", kv.ErrFenced, err)
+	}
+	return err
+}
+
+// fence is the fencing token of group g's writes: at storage address
+// FencePrefix+g, the store's incarnation as the term, and no index (a
+// group's writes of one open run concurrently, in no fixed order, so all
+// carry one token; storage learns only how often the store was opened,
+// which the recoveries' writes show it anyway).
+func (s *store) fence(g int32) backend.Fence {
+	return backend.Fence{Key: FencePrefix + strconv.Itoa(int(g)), Token: durable.FenceToken(s.incarnation, 0)}
 }
 
 // sealWrite seals a write's blocks: a kind byte, the value's length and
