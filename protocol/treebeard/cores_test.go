@@ -305,7 +305,7 @@ func TestTreeCoreEvictionSchedule(t *testing.T) {
 }
 
 func TestRouterCore(t *testing.T) {
-	c := routerCore{shards: 2, next: 10}
+	c := routerCore{id: 1, shards: 2, next: 10}
 	if _, ok := c.cut(); ok {
 		t.Fatalf("an epoch without requests was cut")
 	}
@@ -313,7 +313,7 @@ func TestRouterCore(t *testing.T) {
 	for i := range 6 {
 		id := blockID(fmt.Sprint("key", i))
 		ids = append(ids, id)
-		if at := c.add(Request{ID: id}); at != i {
+		if at := c.add(Request{ID: id}, 3); at != i {
 			t.Fatalf("request %d collected at %d", i, at)
 		}
 	}
@@ -334,9 +334,13 @@ func TestRouterCore(t *testing.T) {
 	if seen != 6 || c.size() != 0 {
 		t.Fatalf("%d requests forwarded, %d still collecting", seen, c.size())
 	}
-	c.add(Request{ID: ids[0]})
-	if f, _ := c.cut(); f.Epoch != 11 {
+	c.add(Request{ID: ids[0]}, 3)
+	f, _ = c.cut()
+	if f.Epoch != 11 {
 		t.Fatalf("next epoch is %d, want 11", f.Epoch)
+	}
+	if got, want := f.Batches[shardOf(ids[0], 2)][0].Req, (RequestID{Router: 1, Incarnation: 3, Seq: 6}); got != want {
+		t.Fatalf("the seventh request's id is %+v, want %+v", got, want)
 	}
 }
 
@@ -366,5 +370,54 @@ func TestReplyCodes(t *testing.T) {
 	}
 	if (Reply{Result: kv.Result{Found: true}}).Err() != nil || statusOf(nil) != (Status{}) {
 		t.Error("a successful call has an error")
+	}
+}
+
+// TestStashCoreRequestsOnce: a request a later batch brings again (a
+// Router retrying it) is applied once: a copy of one applied gets the
+// stored reply, a copy of one waiting for its block's real read gets the
+// first one's reply when it returns, each copy costing a fake read; once
+// the Router releases the batch that brought it, its reply is forgotten.
+func TestStashCoreRequestsOnce(t *testing.T) {
+	c := newTestStashCore(7)
+	a := blockID("a")
+	appendX := Request{Req: RequestID{Incarnation: 1, Seq: 1}, Op: kv.MutAppend, ID: a, Value: []byte("x")}
+	p := c.plan(1, []Request{appendX})
+	first := p.Done[0].Reply
+	p = c.plan(2, []Request{appendX})
+	if _, reads := readsOf(p); len(reads) != 1 || reads[0].Real || !reflect.DeepEqual(p.Done, []completion{{To: waiter{2, 0}, Reply: first}}) {
+		t.Fatalf("a copy of an applied request: reads %+v, done %+v; want one fake read and the stored reply %+v", reads, p.Done, first)
+	}
+	if v := c.stash[a].value; string(v) != "x" {
+		t.Fatalf("a holds %q after a request and its copy; want it applied once", v)
+	}
+	c.endEpoch([]Request{appendX})
+	blocks := c.evictionBlocks(c.pos[a].Tree)
+	c.evictionDone(c.pos[a].Tree, blocks, make([]int64, len(blocks)))
+
+	// a is in a tree now: the next request reads its real path, and a
+	// copy arriving meanwhile waits for it.
+	appendY := Request{Req: RequestID{Incarnation: 1, Seq: 2}, Op: kv.MutAppend, ID: a, Value: []byte("y")}
+	p = c.plan(3, []Request{appendY})
+	tr, _ := realRead(t, p)
+	copied := c.plan(4, []Request{appendY})
+	if _, reads := readsOf(copied); len(reads) != 1 || reads[0].Real || len(copied.Done) != 0 {
+		t.Fatalf("a copy of a request in flight: reads %+v, done %+v; want one fake read, waiting", reads, copied.Done)
+	}
+	done, err := c.returned(tr, p.Reads[tr], results(p, tr, "x"), nil)
+	if err != nil || len(done) != 2 || done[0].To != (waiter{3, 0}) || done[1].To != (waiter{4, 0}) || !reflect.DeepEqual(done[0].Reply, done[1].Reply) {
+		t.Fatalf("the real read's return answered %+v, %v; want the request and its copy, alike", done, err)
+	}
+	if v := c.stash[a].value; string(v) != "xy" {
+		t.Fatalf("a holds %q; want the append applied once", v)
+	}
+
+	c.requests.release(1)
+	c.requests.release(2)
+	if _, held := c.requests.replies[appendX.Req]; held {
+		t.Fatalf("the reply of a request whose batches were released is still held")
+	}
+	if _, held := c.requests.replies[appendY.Req]; !held {
+		t.Fatalf("the reply of a request whose batches were not released was forgotten")
 	}
 }

@@ -24,10 +24,11 @@ const (
 	OpDelete = kv.MutDelete
 )
 
-// Request is one client request as a Router forwards it: the block it is
-// about (a PRF of the key: Stash shards never see keys) and the rest of
-// its kv.Mutation (Value is the mutation's Arg).
+// Request is one client request as a Router forwards it: its id (the
+// Router's), the block it is about (a PRF of the key: Stash shards never
+// see keys) and the rest of its kv.Mutation (Value is the mutation's Arg).
 type Request struct {
+	Req       RequestID
 	Op        Op
 	ID        tree.BlockID
 	Value     []byte

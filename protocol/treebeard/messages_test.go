@@ -1,11 +1,16 @@
 package treebeard
 
 import (
+	"fmt"
 	"reflect"
 	"sync"
 	"testing"
 
+	"github.com/oblivkv/oblivkv/backend/mem"
 	"github.com/oblivkv/oblivkv/internal/durable"
+	"github.com/oblivkv/oblivkv/internal/durable/journal"
+	"github.com/oblivkv/oblivkv/kv"
+	"github.com/oblivkv/oblivkv/kv/kvtest"
 	"github.com/oblivkv/oblivkv/protocol/ringoram"
 	"github.com/oblivkv/oblivkv/protocol/tree"
 )
@@ -111,4 +116,70 @@ func sameResend(got []ReadPathsMsg) bool {
 		}
 	}
 	return len(zero) == 2 && reflect.DeepEqual(zero[0], zero[1])
+}
+
+// recordingNet is a direct transport that records every batch a Router
+// sends a Stash shard.
+type recordingNet struct {
+	directCall
+	mu   sync.Mutex
+	sent []AccessMsg
+}
+
+func (n *recordingNet) stash(_ int, h StashShard) StashShard { return recordingShard{n, h} }
+
+type recordingShard struct {
+	n *recordingNet
+	h StashShard
+}
+
+func (r recordingShard) Access(m AccessMsg) AccessReply {
+	r.n.mu.Lock()
+	r.n.sent = append(r.n.sent, m)
+	r.n.mu.Unlock()
+	return r.h.Access(m)
+}
+
+// TestIncarnationGrows: a store's incarnation is 1 when it is made and
+// one more at every open, after a Close or a crash alike, and every
+// message and request id of an open carries its incarnation.
+func TestIncarnationGrows(t *testing.T) {
+	b, keys, dir := mem.New(), kvtest.NewKeys(t), t.TempDir()
+	for n, want := range []uint64{1, 2, 3, 4} {
+		net := &recordingNet{}
+		j, err := journal.Open(dir, keys, journal.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		b.Reopen()
+		s, err := open(t.Context(), kv.Env{Backend: b, Keys: keys, Capacity: 64, ValueSize: 16, Fresh: n == 0, Journal: j,
+			Options: Options{TestingKnobs: TestingKnobs{Transport: net}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Put(t.Context(), fmt.Sprint("k", n), []byte("v")); err != nil {
+			t.Fatal(err)
+		}
+		net.mu.Lock()
+		for _, m := range net.sent {
+			for _, r := range m.Batch {
+				if m.ID.Incarnation != want || r.Req.Incarnation != want {
+					t.Errorf("open %d: batch %+v carries request %+v; want incarnation %d in both", n, m.ID, r.Req, want)
+				}
+			}
+		}
+		if len(net.sent) == 0 {
+			t.Errorf("open %d: no batch was sent", n)
+		}
+		net.mu.Unlock()
+		if n%2 == 1 { // a crash
+			j.Crash()
+			s.Close()
+			continue
+		}
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
+		}
+		j.Close()
+	}
 }

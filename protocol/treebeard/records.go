@@ -128,6 +128,8 @@ func (rp *replayer) apply(rec []byte) error {
 		rp.load = true
 	case deltaPlan:
 		rp.plan(d)
+	case deltaIncarnation:
+		rp.replayIncarnation(d)
 	default:
 		d.Check(d.Failed(), fmt.Sprint("a delta of kind ", kind))
 	}

@@ -56,7 +56,7 @@ type call struct {
 // epochs are unique.
 func newRouter(id int, epoch time.Duration, clock clockwork.Clock, shards []StashShard, net *netState, trace func(traceEvent)) *Router {
 	return &Router{id: id, epoch: epoch, clock: clock, shards: shards, net: net, trace: trace,
-		core: routerCore{shards: len(shards), next: uint64(id) << 48}}
+		core: routerCore{id: id, shards: len(shards), next: uint64(id) << 48}}
 }
 
 // Do submits req in the current epoch and waits for its reply. When ctx
@@ -70,7 +70,7 @@ func (r *Router) Do(ctx context.Context, req Request) (Reply, error) {
 		return Reply{}, kv.ErrClosed
 	}
 	r.calls = append(r.calls, c)
-	if r.core.add(req) == 0 { // the epoch's first request
+	if r.core.add(req, r.net.incarnation.Load()) == 0 { // the epoch's first request
 		if r.epoch <= 0 {
 			r.endLocked()
 		} else {
@@ -160,7 +160,7 @@ func (r *Router) forwardLocked() {
 // transit, and hands each reply to its caller.
 func (r *Router) forward(s int, epoch uint64, batch []Request, waiting []*call) {
 	defer r.flights.Done()
-	id := MsgID{Sender: Endpoint{LayerRouter, r.id}, Epoch: epoch, Seq: uint64(s)}
+	id := r.net.msgID(Endpoint{LayerRouter, r.id}, epoch, uint64(s))
 	rep := exchange(r.net, &r.released, s, id, func(release []MsgID) AccessReply {
 		return r.shards[s].Access(AccessMsg{ID: id, Batch: batch, Release: release})
 	})

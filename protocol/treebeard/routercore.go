@@ -7,15 +7,20 @@ import (
 )
 
 // routerCore is a Router's logic as a deterministic state machine: the
-// requests of the epoch being collected and the number the epoch will
-// have. Its inputs are requests (add) and the end of an epoch (cut); its
-// output is the epoch's number and a batch per Stash shard. It keeps no
-// state across epochs but their numbering, which is why a Router needs no
-// journal (Treebeard Sec. 5.1.1: a request a Router loses is retried by
-// its client). Router drives it.
+// requests of the epoch being collected, the number the epoch will have
+// and the number the next request will have. Its inputs are requests
+// (add) and the end of an epoch (cut); its outputs are each request's id
+// and the epoch's number and batch per Stash shard. It keeps no state
+// across epochs but their numbering and its requests', which is why a
+// Router needs no journal (Treebeard Sec. 5.1.1: a request a Router loses
+// is retried by its client): the numbering restarts at each open, and the
+// store's incarnation, which request ids and MsgIDs carry, keeps them
+// from repeating. Router drives it.
 type routerCore struct {
+	id         int // the Router's number: its requests' ids carry it
 	shards     int
 	next       uint64 // number of the collecting epoch
+	requests   uint64 // number of the next request
 	collecting []Request
 }
 
@@ -27,8 +32,11 @@ type forwarded struct {
 	Index   [][]int
 }
 
-// add collects req in the current epoch and returns its index there.
-func (c *routerCore) add(req Request) int {
+// add names req (its RequestID, in the store's incarnation), collects it
+// in the current epoch and returns its index there.
+func (c *routerCore) add(req Request, incarnation uint64) int {
+	req.Req = RequestID{Router: c.id, Incarnation: incarnation, Seq: c.requests}
+	c.requests++
 	c.collecting = append(c.collecting, req)
 	return len(c.collecting) - 1
 }

@@ -50,9 +50,11 @@ func newStash(id int, core *stashCore, log *durable.Log, net *netState) *Stash {
 func (s *Stash) connect(trees []PathReader) { s.trees = trees }
 
 // Access runs a Router's batch once, however many copies of its message
-// arrive (answered).
+// arrive (answered), and each of its requests once, however many batches
+// bring it (requestTable).
 func (s *Stash) Access(m AccessMsg) AccessReply {
 	s.accesses.release(m.Release)
+	s.releaseRequests(m.Release)
 	return s.accesses.do(m.ID, func() AccessReply {
 		return AccessReply{Replies: s.access(m.ID.Epoch, m.Batch)}
 	})
@@ -89,6 +91,16 @@ func (s *Stash) access(epoch uint64, batch []Request) []Reply {
 		}
 	}
 	return pe.replies
+}
+
+// releaseRequests forgets the replies of the requests of the batches ids,
+// which their Router has.
+func (s *Stash) releaseRequests(ids []MsgID) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, id := range ids {
+		s.core.requests.release(id.Epoch)
+	}
 }
 
 // deliverLocked hands ready replies to their epochs; s.mu is held.
@@ -130,7 +142,7 @@ func (s *Stash) readAll(epoch uint64, reads [][]ringoram.PathRead) error {
 // readPaths sends tree t the shard's part of epoch, again while it is lost
 // in transit (the tree recognises a copy and reads the part once).
 func (s *Stash) readPaths(t int, epoch uint64, reads []ringoram.PathRead) ReadPathsReply {
-	id := MsgID{Sender: Endpoint{LayerStash, s.id}, Epoch: epoch, Seq: uint64(t)}
+	id := s.net.msgID(Endpoint{LayerStash, s.id}, epoch, uint64(t))
 	return exchange(s.net, &s.released, t, id, func(release []MsgID) ReadPathsReply {
 		return s.trees[t].ReadPaths(ReadPathsMsg{ID: id, Tree: t, Reads: reads, Release: release})
 	})

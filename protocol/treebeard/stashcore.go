@@ -39,6 +39,7 @@ type stashCore struct {
 	pos      map[tree.BlockID]Position
 	stash    map[tree.BlockID]*stashed
 	inflight map[tree.BlockID]*inflight
+	requests requestTable
 	stats    stashStats
 }
 
@@ -106,7 +107,7 @@ type stashStats struct {
 func newStashCore(trees int, geo tree.Geometry, q *quota, valueSize int, seed [32]byte) *stashCore {
 	c := &stashCore{trees: trees, geo: geo, quota: q, valueSize: valueSize,
 		pos: map[tree.BlockID]Position{}, stash: map[tree.BlockID]*stashed{},
-		inflight: map[tree.BlockID]*inflight{}}
+		inflight: map[tree.BlockID]*inflight{}, requests: newRequestTable()}
 	c.reseed(seed)
 	return c
 }
@@ -146,6 +147,12 @@ func (c *stashCore) plan(epoch uint64, batch []Request) epochPlan {
 	}
 	for i, r := range batch {
 		to := waiter{Epoch: epoch, Index: i}
+		c.requests.admit(epoch, r.Req)
+		if done, copied := c.requests.copyOf(r.Req, to); copied { // applied once only: a fake read, like a repeat
+			p.Done = append(p.Done, done...)
+			fakeAt(c.randomPosition())
+			continue
+		}
 		switch f, b := c.inflight[r.ID], c.stash[r.ID]; {
 		case f != nil: // a repeat: queue behind the block's real read
 			f.queue = append(f.queue, queued{req: r, to: to})
@@ -156,12 +163,12 @@ func (c *stashCore) plan(epoch uint64, batch []Request) epochPlan {
 			fakeAt(c.randomPosition())
 		case b != nil: // in the stash: answer from it
 			c.stats.stashHits++
-			p.Done = append(p.Done, completion{To: to, Reply: c.applyStashed(r, b)})
+			p.Done = c.requests.answer(r.Req, to, c.applyStashed(r, b), p.Done)
 			fakeAt(c.randomPosition())
 		default:
 			at, ok := c.pos[r.ID]
 			if !ok { // a block that does not exist: a fake read, like any other
-				p.Done = append(p.Done, completion{To: to, Reply: c.applyNew(r)})
+				p.Done = c.requests.answer(r.Req, to, c.applyNew(r), p.Done)
 				if c.leak == leakMissingKeyedPosition {
 					fakeAt(c.keyedPosition(r.ID))
 					continue
@@ -261,7 +268,7 @@ func (c *stashCore) settle(id tree.BlockID, val []byte, err error, done []comple
 	delete(c.inflight, id)
 	if err != nil {
 		for _, q := range f.queue {
-			done = append(done, completion{To: q.to, Reply: failed(err)})
+			done = c.requests.answer(q.req.Req, q.to, failed(err), done)
 		}
 		return done
 	}
@@ -269,7 +276,7 @@ func (c *stashCore) settle(id tree.BlockID, val []byte, err error, done []comple
 	for _, q := range f.queue {
 		var rep Reply
 		rep, exists, val = apply(q.req, exists, val, c.quota, c.valueSize)
-		done = append(done, completion{To: q.to, Reply: rep})
+		done = c.requests.answer(q.req.Req, q.to, rep, done)
 	}
 	if !exists {
 		delete(c.pos, id)

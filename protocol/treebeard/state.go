@@ -28,6 +28,7 @@ type state struct {
 	Pos         map[tree.BlockID]Position
 	Stash       map[tree.BlockID][]byte
 	Trees       []TreeSnapshot
+	Incarnation uint64 // the last open's (incarnation.go); 0 in a store of an earlier build
 }
 
 // Load implements kv.Loader: every item gets a random tree and leaf and
@@ -87,7 +88,8 @@ func (s *store) Snapshot() ([]byte, error) { return s.encodeStateAs(s.initialise
 
 // encodeStateAs is Snapshot with the trees written (initialised) or not.
 func (s *store) encodeStateAs(initialised bool) []byte {
-	st := state{Initialised: initialised, Pos: map[tree.BlockID]Position{}, Stash: map[tree.BlockID][]byte{}}
+	st := state{Initialised: initialised, Pos: map[tree.BlockID]Position{}, Stash: map[tree.BlockID][]byte{},
+		Incarnation: s.net.incarnation.Load()}
 	for _, a := range s.shardAdmins {
 		b := s.admin(a, AdminMsg{Op: AdminState}).Blocks
 		maps.Copy(st.Pos, b.Pos)
@@ -108,6 +110,7 @@ func (s *store) encodeStateAs(initialised bool) []byte {
 // create starts the journal of a new store: the checkpoint of its empty
 // state, the trees not yet written (ensureInit or Load write them).
 func (s *store) create(ctx context.Context) error {
+	s.firstIncarnation()
 	return s.log.Create(ctx, s.encodeStateAs(false))
 }
 
@@ -202,6 +205,9 @@ func (r *reopening) Snapshot() ([]byte, error) { return r.s.Snapshot() }
 // journaled is issued again identically (treeWorker.resume); evictions a
 // tree owes run; then a checkpoint.
 func (s *store) recover(ctx context.Context, rp *replayer) error {
+	if err := s.beginIncarnation(); err != nil {
+		return err
+	}
 	rp.finish()
 	if s.opts.TestingKnobs.Leak == leakRecoveryChecksPositions {
 		if err := s.checkPositions(ctx); err != nil {
@@ -254,6 +260,7 @@ func (s *store) restore(st state) error {
 		return err
 	}
 	s.initialised.Store(st.Initialised)
+	s.net.incarnation.Store(st.Incarnation)
 	return nil
 }
 
@@ -344,6 +351,6 @@ func (s *store) collecting() int {
 // admin sends a layer the store's message m, again while it is lost in
 // transit, even while the store closes (its last checkpoint needs them).
 func (s *store) admin(to Admin, m AdminMsg) AdminReply {
-	m.ID = MsgID{Sender: Endpoint{LayerStore, 0}, Epoch: s.adminSeq.Add(1)}
+	m.ID = s.net.msgID(Endpoint{LayerStore, 0}, s.adminSeq.Add(1), 0)
 	return send(s.adminNet, func() AdminReply { return to.Admin(m) })
 }
