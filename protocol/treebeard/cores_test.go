@@ -22,7 +22,7 @@ func blockID(name string) tree.BlockID {
 }
 
 func newTestStashCore(seed byte) *stashCore {
-	return newStashCore(4, tree.NewGeometry(16), &quota{capacity: 8}, 64, [32]byte{seed})
+	return newStashCore(4, tree.NewGeometry(16), 8, 64, [32]byte{seed})
 }
 
 // readsOf flattens a plan's reads, with the tree of each.
@@ -72,7 +72,7 @@ func TestStashCoreEpochs(t *testing.T) {
 	a, b := blockID("a"), blockID("b")
 
 	// Epoch 1: two new blocks, answered at once, one fake read each.
-	p := c.plan(1, []Request{{Op: OpPut, ID: a, Value: []byte("1")}, {Op: OpPut, ID: b, Value: []byte("2")}})
+	p := c.plan(1, []Request{{Op: OpPut, ID: a, Value: []byte("1")}, {Op: OpPut, ID: b, Value: []byte("2")}}, 8)
 	if _, reads := readsOf(p); len(reads) != 2 || reads[0].Real || reads[1].Real {
 		t.Fatalf("epoch 1 reads %+v, want two fake reads", reads)
 	}
@@ -102,7 +102,7 @@ func TestStashCoreEpochs(t *testing.T) {
 	// Epoch 2: one real read of a's path, the repeats queue behind it
 	// with fake reads, and all are answered in order when it returns.
 	batch := []Request{{Op: OpGet, ID: a}, {Op: OpPut, ID: a, Value: []byte("3")}, {Op: OpGet, ID: a}}
-	p = c.plan(2, batch)
+	p = c.plan(2, batch, 8)
 	tr, at := realRead(t, p)
 	if tr != posA.Tree || p.Reads[tr][at].Leaf != posA.Leaf {
 		t.Fatalf("real read of tree %d leaf %d, want a's position %+v", tr, p.Reads[tr][at].Leaf, posA)
@@ -133,7 +133,7 @@ func TestStashCoreFailedReads(t *testing.T) {
 	a := blockID("a")
 	c.setPosition(a, Position{Tree: 1, Leaf: 5})
 
-	p := c.plan(1, []Request{{Op: OpGet, ID: a}})
+	p := c.plan(1, []Request{{Op: OpGet, ID: a}}, 8)
 	tr, _ := realRead(t, p)
 	readErr := errors.New("storage unreachable")
 	done, err := c.returned(tr, p.Reads[tr], nil, readErr)
@@ -145,7 +145,7 @@ func TestStashCoreFailedReads(t *testing.T) {
 	}
 
 	// A block missing from the path it should be on is tampering.
-	p = c.plan(2, []Request{{Op: OpGet, ID: a}})
+	p = c.plan(2, []Request{{Op: OpGet, ID: a}}, 8)
 	tr, _ = realRead(t, p)
 	done, _ = c.returned(tr, p.Reads[tr], make([]ringoram.ReadResult, len(p.Reads[tr])), nil)
 	if len(done) != 1 || done[0].Reply.Code != CodeTampered || !errors.Is(done[0].Reply.Err(), kv.ErrTampered) {
@@ -154,7 +154,7 @@ func TestStashCoreFailedReads(t *testing.T) {
 
 	// A tree answering fewer reads than asked fails them, and the epoch
 	// (its fake reads answer no request of their own).
-	p = c.plan(3, []Request{{Op: OpGet, ID: a}})
+	p = c.plan(3, []Request{{Op: OpGet, ID: a}}, 8)
 	tr, _ = realRead(t, p)
 	if done, err = c.returned(tr, p.Reads[tr], nil, nil); len(done) != 1 || done[0].Reply.Code == CodeOK || err == nil {
 		t.Fatalf("a short answer gave %+v and %v, want the request and the epoch failed", done, err)
@@ -164,14 +164,36 @@ func TestStashCoreFailedReads(t *testing.T) {
 	}
 }
 
+// TestStashCoreFull: whether a new key is refused as full depends only on
+// the room the epoch was given (its input) and the keys the epoch
+// deletes: a shard given room for one new key refuses the second, a
+// deletion's slot takes a later new key of the same epoch, and the room
+// an epoch did not use goes back.
 func TestStashCoreFull(t *testing.T) {
-	c := newStashCore(2, tree.NewGeometry(4), &quota{capacity: 1}, 64, [32]byte{3})
-	p := c.plan(1, []Request{{Op: OpPut, ID: blockID("a"), Value: []byte("1")}, {Op: OpPut, ID: blockID("b"), Value: []byte("2")}})
-	if len(p.Done) != 2 || p.Done[0].Reply.Code != CodeOK || p.Done[1].Reply.Code != CodeFull || !errors.Is(p.Done[1].Reply.Err(), kv.ErrFull) {
-		t.Fatalf("two new keys in a store of one: %+v, want the second refused as full", p.Done)
+	c := newStashCore(2, tree.NewGeometry(4), 1, 64, [32]byte{3})
+	a, b, d := blockID("a"), blockID("b"), blockID("d")
+	batch := []Request{{Op: OpPut, ID: a, Value: []byte("1")}, {Op: OpPut, ID: b, Value: []byte("2")}, {Op: OpPut, ID: a, Value: []byte("3")}}
+	if need := c.roomNeeded(batch); need != 2 {
+		t.Fatalf("a batch creating a and b needs room for %d keys; want 2", need)
 	}
-	if _, reads := readsOf(p); len(reads) != 2 {
+	p := c.plan(1, batch, 1)
+	if len(p.Done) != 3 || p.Done[0].Reply.Code != CodeOK || p.Done[1].Reply.Code != CodeFull || !errors.Is(p.Done[1].Reply.Err(), kv.ErrFull) || p.Done[2].Reply.Code != CodeOK {
+		t.Fatalf("two new keys with room for one: %+v; want the second refused as full", p.Done)
+	}
+	if _, reads := readsOf(p); len(reads) != 3 {
 		t.Fatalf("%d reads, want one per request, refused or not", len(reads))
+	}
+	if got := c.takeReleased(); got != 0 {
+		t.Fatalf("the epoch released %d keys' room; it used all it had", got)
+	}
+	batch = []Request{{Op: OpDelete, ID: a}, {Op: OpPut, ID: d, Value: []byte("4")}, {Op: OpPut, ID: b, Value: []byte("5")}}
+	p = c.plan(2, batch, 0)
+	if p.Done[1].Reply.Code != CodeOK || p.Done[2].Reply.Code != CodeFull {
+		t.Fatalf("a deletion then two new keys with no room given: %+v; want the first new key in the deleted one's slot, the second full", p.Done)
+	}
+	p = c.plan(3, []Request{{Op: OpDelete, ID: d}, {Op: OpGet, ID: b}}, 2)
+	if got := c.takeReleased(); got != 3 || p.Done[0].Reply.Code != CodeOK {
+		t.Fatalf("an epoch given room for 2 that deleted a key released %d keys' room; want 3", got)
 	}
 }
 
@@ -188,7 +210,7 @@ func script(c *stashCore, from uint64) string {
 			id := blockID(fmt.Sprint("k", (int(e)*7+i*3)%5))
 			batch = append(batch, Request{Op: Op((int(e) + i) % 3), ID: id, Value: []byte(fmt.Sprint(e))})
 		}
-		p := c.plan(e, batch)
+		p := c.plan(e, batch, 8)
 		out += fmt.Sprintf("%d: done %+v\n", e, p.Done)
 		for tr, rs := range p.Reads {
 			for _, r := range rs {
@@ -382,9 +404,9 @@ func TestStashCoreRequestsOnce(t *testing.T) {
 	c := newTestStashCore(7)
 	a := blockID("a")
 	appendX := Request{Req: RequestID{Incarnation: 1, Seq: 1}, Op: kv.MutAppend, ID: a, Value: []byte("x")}
-	p := c.plan(1, []Request{appendX})
+	p := c.plan(1, []Request{appendX}, 8)
 	first := p.Done[0].Reply
-	p = c.plan(2, []Request{appendX})
+	p = c.plan(2, []Request{appendX}, 8)
 	if _, reads := readsOf(p); len(reads) != 1 || reads[0].Real || !reflect.DeepEqual(p.Done, []completion{{To: waiter{2, 0}, Reply: first}}) {
 		t.Fatalf("a copy of an applied request: reads %+v, done %+v; want one fake read and the stored reply %+v", reads, p.Done, first)
 	}
@@ -398,9 +420,9 @@ func TestStashCoreRequestsOnce(t *testing.T) {
 	// a is in a tree now: the next request reads its real path, and a
 	// copy arriving meanwhile waits for it.
 	appendY := Request{Req: RequestID{Incarnation: 1, Seq: 2}, Op: kv.MutAppend, ID: a, Value: []byte("y")}
-	p = c.plan(3, []Request{appendY})
+	p = c.plan(3, []Request{appendY}, 8)
 	tr, _ := realRead(t, p)
-	copied := c.plan(4, []Request{appendY})
+	copied := c.plan(4, []Request{appendY}, 8)
 	if _, reads := readsOf(copied); len(reads) != 1 || reads[0].Real || len(copied.Done) != 0 {
 		t.Fatalf("a copy of a request in flight: reads %+v, done %+v; want one fake read, waiting", reads, copied.Done)
 	}

@@ -25,10 +25,12 @@
 //     package ringoram's.
 //
 // The layers meet only through the interfaces in layers.go, each call one
-// message and one reply of messages.go: plain values with a MsgID, a
-// Status on every reply, a transport failure answered by sending the same
-// message again, and every copy of a message answered once (answered.go),
-// so a cluster can put RPCs and replication between them without changing
+// message and one reply of messages.go: plain values with a MsgID (which
+// carries the store's incarnation, incarnation.go, so ids never repeat
+// across restarts), a Status on every reply, a transport failure answered
+// by sending the same message again, every copy of a message answered
+// once (answered.go, which never forgets a released id) and every client
+// request, named by its RequestID, applied once (requests.go), so a cluster can put RPCs and replication between them without changing
 // their logic. A tree gives up an epoch whose last part does not come
 // (treeCore.abandon). The store's bulk loads, checkpoints, restores and
 // stats are messages too (Admin); only journal replay reaches into the

@@ -22,6 +22,7 @@ type Stash struct {
 	trees []PathReader // by tree: the ORAM shard that owns it
 	log   *durable.Log
 	net   *netState
+	quota *quota // the store's: each epoch takes the room it may need from it
 
 	accesses    *answered[AccessReply, *AccessReply]
 	evictBlocks *answered[EvictionBlocksReply, *EvictionBlocksReply]
@@ -40,8 +41,8 @@ type pendingEpoch struct {
 	done    chan struct{} // closed when left reaches zero
 }
 
-func newStash(id int, core *stashCore, log *durable.Log, net *netState) *Stash {
-	return &Stash{id: id, core: core, log: log, net: net, epochs: map[uint64]*pendingEpoch{},
+func newStash(id int, core *stashCore, q *quota, log *durable.Log, net *netState) *Stash {
+	return &Stash{id: id, core: core, quota: q, log: log, net: net, epochs: map[uint64]*pendingEpoch{},
 		accesses: newAnswered[AccessReply](), evictBlocks: newAnswered[EvictionBlocksReply](),
 		evictDone: newAnswered[EvictionDoneReply]()}
 }
@@ -70,7 +71,8 @@ func (s *Stash) access(epoch uint64, batch []Request) []Reply {
 	if len(batch) > 0 {
 		s.epochs[epoch] = pe
 	}
-	plan := s.core.plan(epoch, batch)
+	plan := s.core.plan(epoch, batch, s.quota.take(s.core.roomNeeded(batch)))
+	s.quota.give(s.core.takeReleased())
 	s.deliverLocked(plan.Done)
 	s.mu.Unlock()
 	failure := s.readAll(epoch, plan.Reads)
@@ -127,6 +129,7 @@ func (s *Stash) readAll(epoch uint64, reads [][]ringoram.PathRead) error {
 			rep := s.readPaths(t, epoch, rs)
 			s.mu.Lock()
 			done, err := s.core.returned(t, rs, rep.Results, rep.Err())
+			s.quota.give(s.core.takeReleased())
 			s.deliverLocked(done)
 			s.mu.Unlock()
 			errs[t] = err

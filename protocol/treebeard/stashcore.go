@@ -21,18 +21,19 @@ import (
 // outputs are the path reads to issue, the replies that are ready, the
 // journal record of an epoch and the stale copies of an eviction. It does
 // no I/O, starts no goroutine and reads no clock: the same state (its
-// random source included) and the same inputs give the same outputs, the
-// one thing outside it being the store's key count (quota), shared by
-// the shards. A replicated log of its inputs over a snapshot would
+// random source included) and the same inputs give the same outputs. The
+// room for new keys an epoch may use is an input of its plan, taken by
+// the driver from the store's quota, and the room it did not use or
+// freed is an output (takeReleased). A replicated log of its inputs over a snapshot would
 // rebuild it; the journal holds its outputs instead (the positions drawn,
 // the values), because recovery draws from fresh seeds (state). Stash
 // drives it.
 type stashCore struct {
 	trees     int
 	geo       tree.Geometry
-	valueSize int    // the largest value a mutation may leave
-	quota     *quota // shared by the shards of a store: the capacity is the store's
-	leak      leak   // tests only (leak.go)
+	valueSize int   // the largest value a mutation may leave
+	capacity  int64 // the store's, which a refusal as full names
+	leak      leak  // tests only (leak.go)
 
 	src      *rand.ChaCha8 // the random source, whose state snapshot holds
 	rng      *rand.Rand
@@ -40,6 +41,8 @@ type stashCore struct {
 	stash    map[tree.BlockID]*stashed
 	inflight map[tree.BlockID]*inflight
 	requests requestTable
+	room     int64 // new keys the epoch being planned may still add
+	released int64 // room given back, not yet taken by the driver (takeReleased)
 	stats    stashStats
 }
 
@@ -104,8 +107,8 @@ type stashStats struct {
 
 // newStashCore returns an empty shard over trees trees of geometry geo,
 // drawing positions from a ChaCha8 source seeded with seed.
-func newStashCore(trees int, geo tree.Geometry, q *quota, valueSize int, seed [32]byte) *stashCore {
-	c := &stashCore{trees: trees, geo: geo, quota: q, valueSize: valueSize,
+func newStashCore(trees int, geo tree.Geometry, capacity int64, valueSize int, seed [32]byte) *stashCore {
+	c := &stashCore{trees: trees, geo: geo, capacity: capacity, valueSize: valueSize,
 		pos: map[tree.BlockID]Position{}, stash: map[tree.BlockID]*stashed{},
 		inflight: map[tree.BlockID]*inflight{}, requests: newRequestTable()}
 	c.reseed(seed)
@@ -138,8 +141,13 @@ func (c *stashCore) moveFrom(id tree.BlockID, from Position) Position {
 // random tree and leaf (a repeat finds it moved already by the real read
 // it queues behind). Requests answered from the stash, or about blocks
 // that do not exist, are done at once; the others wait for their block's
-// real read (returned).
-func (c *stashCore) plan(epoch uint64, batch []Request) epochPlan {
+// real read (returned). The epoch may add room new keys (the room its
+// driver took for it, roomNeeded), and the slots of the keys it deletes;
+// a new key past them is refused as full. What it does not use is
+// released.
+func (c *stashCore) plan(epoch uint64, batch []Request, room int64) epochPlan {
+	c.room = room
+	defer func() { c.released, c.room = c.released+c.room, 0 }()
 	p := epochPlan{Reads: make([][]ringoram.PathRead, c.trees)}
 	fakeAt := func(at Position) {
 		p.Reads[at.Tree] = append(p.Reads[at.Tree], ringoram.PathRead{Leaf: at.Leaf})
@@ -189,7 +197,7 @@ func (c *stashCore) applyStashed(r Request, b *stashed) Reply {
 	if b.evicting >= 0 {
 		b.touched++ // Treebeard Sec. 5.2.2: the copy being evicted is now stale
 	}
-	rep, exists, val := apply(r, true, b.value, c.quota, c.valueSize)
+	rep, exists, val := c.apply(r, true, b.value, false)
 	if !exists {
 		delete(c.stash, r.ID)
 		delete(c.pos, r.ID)
@@ -202,7 +210,7 @@ func (c *stashCore) applyStashed(r Request, b *stashed) Reply {
 
 // applyNew applies r to a block that does not exist.
 func (c *stashCore) applyNew(r Request) Reply {
-	rep, exists, val := apply(r, false, nil, c.quota, c.valueSize)
+	rep, exists, val := c.apply(r, false, nil, false)
 	if exists {
 		c.stash[r.ID] = &stashed{value: val, evicting: -1, unjournaled: true}
 		c.pos[r.ID] = c.randomPosition()
@@ -214,20 +222,63 @@ func (c *stashCore) applyNew(r Request) Reply {
 func (c *stashCore) noteSize() { c.stats.stashMax = max(c.stats.stashMax, len(c.stash)) }
 
 // apply performs r's mutation on a block's state (exists, val) and
-// returns the reply and the new state; q is charged for a new key and
-// credited for a deleted one. A mutation that fails leaves the state.
-func apply(r Request, exists bool, val []byte, q *quota, valueSize int) (Reply, bool, []byte) {
-	next, after, res, err := r.mutation().Apply(val, exists, valueSize)
-	if err == nil && after && !exists && !q.reserve() {
-		err = fmt.Errorf("%w: %d keys", kv.ErrFull, q.capacity)
+// returns the reply and the new state. A new key takes a slot of the
+// epoch's room, and a deleted one gives its slot to the room, unless the
+// block keeps its own slot (ownSlot: the requests queued behind a real
+// read, whose block had a key's slot when they were planned; settle
+// releases it if the block ends deleted). A mutation that fails leaves
+// the state.
+func (c *stashCore) apply(r Request, exists bool, val []byte, ownSlot bool) (Reply, bool, []byte) {
+	next, after, res, err := r.mutation().Apply(val, exists, c.valueSize)
+	if err == nil && after && !exists && !ownSlot {
+		if c.room == 0 {
+			err = fmt.Errorf("%w: %d keys", kv.ErrFull, c.capacity)
+		} else {
+			c.room--
+		}
 	}
 	if err != nil {
 		return failed(err), exists, val
 	}
-	if exists && !after {
-		q.release()
+	if exists && !after && !ownSlot {
+		c.room++
 	}
 	return Reply{Result: res}, after, next
+}
+
+// roomNeeded returns the room for new keys batch may need: one slot for
+// each block it names that does not exist (nor is being read) and that
+// one of its requests may create. (A block the batch deletes gives the
+// slot for its own creation again.)
+func (c *stashCore) roomNeeded(batch []Request) int64 {
+	seen := map[tree.BlockID]bool{}
+	for _, r := range batch {
+		_, exists := c.pos[r.ID]
+		if exists || c.inflight[r.ID] != nil || seen[r.ID] || !mayCreate(r) {
+			continue
+		}
+		seen[r.ID] = true
+	}
+	return int64(len(seen))
+}
+
+// mayCreate reports whether r may create its key.
+func mayCreate(r Request) bool {
+	switch r.Op {
+	case OpGet, OpDelete:
+		return false
+	case OpPut:
+		return r.If != kv.IfExists
+	}
+	return true
+}
+
+// takeReleased returns the room the shard gave back since it was last
+// asked, for the store's quota.
+func (c *stashCore) takeReleased() int64 {
+	n := c.released
+	c.released = 0
+	return n
 }
 
 // returned takes the results of the path reads of tree t that plan asked
@@ -275,11 +326,12 @@ func (c *stashCore) settle(id tree.BlockID, val []byte, err error, done []comple
 	exists := true
 	for _, q := range f.queue {
 		var rep Reply
-		rep, exists, val = apply(q.req, exists, val, c.quota, c.valueSize)
+		rep, exists, val = c.apply(q.req, exists, val, true)
 		done = c.requests.answer(q.req.Req, q.to, rep, done)
 	}
 	if !exists {
 		delete(c.pos, id)
+		c.released++
 		return done
 	}
 	c.pos[id] = f.to

@@ -204,6 +204,8 @@ func (r *reopening) Snapshot() ([]byte, error) { return r.s.Snapshot() }
 // written afresh; an operation a crash cut short after its plan was
 // journaled is issued again identically (treeWorker.resume); evictions a
 // tree owes run; then a checkpoint.
+// It first journals the store's next incarnation (incarnation.go), before
+// any storage write of its own.
 func (s *store) recover(ctx context.Context, rp *replayer) error {
 	if err := s.beginIncarnation(); err != nil {
 		return err

@@ -149,9 +149,9 @@ func build(env kv.Env, opts Options, log *durable.Log) (*store, error) {
 	net := cmp.Or[transport](opts.TestingKnobs.Transport, directCall{})
 	clock := cmp.Or(opts.TestingKnobs.Clock, clockwork.NewRealClock())
 	for i := range opts.StashShards {
-		core := newStashCore(opts.Trees, s.geo, s.quota, env.ValueSize, seeds())
+		core := newStashCore(opts.Trees, s.geo, s.quota.capacity, env.ValueSize, seeds())
 		core.leak = opts.TestingKnobs.Leak
-		s.stashes = append(s.stashes, newStash(i, core, s.log, s.net))
+		s.stashes = append(s.stashes, newStash(i, core, s.quota, s.log, s.net))
 	}
 	sources := make([]EvictionSource, len(s.stashes))
 	shards := make([]StashShard, len(s.stashes))
