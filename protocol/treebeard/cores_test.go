@@ -25,6 +25,24 @@ func newTestStashCore(seed byte) *stashCore {
 	return newStashCore(4, tree.NewGeometry(16), 8, 64, [32]byte{seed})
 }
 
+// named returns the blocks batch names, in order.
+func named(batch []Request) []tree.BlockID {
+	ids := make([]tree.BlockID, len(batch))
+	for i, r := range batch {
+		ids[i] = r.ID
+	}
+	return ids
+}
+
+// idsOf returns the IDs of blocks, in order.
+func idsOf(blocks []ringoram.Block) []tree.BlockID {
+	ids := make([]tree.BlockID, len(blocks))
+	for i, b := range blocks {
+		ids[i] = b.Block.ID
+	}
+	return ids
+}
+
 // readsOf flattens a plan's reads, with the tree of each.
 func readsOf(p epochPlan) (trees []int, reads []ringoram.PathRead) {
 	for t, rs := range p.Reads {
@@ -84,7 +102,7 @@ func TestStashCoreEpochs(t *testing.T) {
 	if got := c.evictionBlocks(posA.Tree); len(got) != 0 {
 		t.Fatalf("an eviction took %d blocks whose epoch is not journaled", len(got))
 	}
-	c.endEpoch([]Request{{ID: a}, {ID: b}})
+	c.endEpoch(named([]Request{{ID: a}, {ID: b}}))
 
 	// Evict a: acked and untouched, it leaves the stash and keeps its position.
 	blocks := c.evictionBlocks(posA.Tree)
@@ -92,7 +110,7 @@ func TestStashCoreEpochs(t *testing.T) {
 		t.Fatalf("the eviction of tree %d was handed %+v, want block a", posA.Tree, blocks)
 	}
 	placed := make([]int64, len(blocks))
-	if stale := c.evictionDone(posA.Tree, blocks, placed); len(stale) != 0 {
+	if stale := c.evictionDone(posA.Tree, idsOf(blocks), placed); len(stale) != 0 {
 		t.Fatalf("stale copies %+v of untouched blocks", stale)
 	}
 	if exists, stashed := c.has(a); !exists || stashed || c.pos[a] != posA {
@@ -125,7 +143,7 @@ func TestStashCoreEpochs(t *testing.T) {
 	if string(c.stash[a].value) != "3" {
 		t.Fatalf("a holds %q, want 3", c.stash[a].value)
 	}
-	c.endEpoch(batch)
+	c.endEpoch(named(batch))
 }
 
 func TestStashCoreFailedReads(t *testing.T) {
@@ -137,7 +155,7 @@ func TestStashCoreFailedReads(t *testing.T) {
 	tr, _ := realRead(t, p)
 	readErr := errors.New("storage unreachable")
 	done, err := c.returned(tr, p.Reads[tr], nil, readErr)
-	if len(done) != 1 || done[0].Reply.Code != CodeUnavailable || done[0].Reply.Detail != readErr.Error() || err != readErr {
+	if len(done) != 1 || done[0].Reply.Code != CodeUnavailable || done[0].Reply.Detail != readErr.Error() || err == nil || err.Error() != readErr.Error() {
 		t.Fatalf("a failed read answered %+v and %v, want its error as CodeUnavailable and the epoch's failure", done, err)
 	}
 	if c.pos[a] != (Position{Tree: 1, Leaf: 5}) || len(c.inflight) != 0 {
@@ -223,11 +241,11 @@ func script(c *stashCore, from uint64) string {
 			done, err := c.returned(tr, rs, results(p, tr, "v"), nil)
 			out += fmt.Sprintf("  %+v %v\n", done, err)
 		}
-		out += fmt.Sprintf("  %x\n", c.endEpoch(batch))
+		out += fmt.Sprintf("  %x\n", c.endEpoch(named(batch)))
 		for tr := range p.Reads {
 			blocks := c.evictionBlocks(tr)
 			placed := make([]int64, len(blocks)) // all in the root
-			out += fmt.Sprintf("  evict %d: %d blocks, stale %+v\n", tr, len(blocks), c.evictionDone(tr, blocks, placed))
+			out += fmt.Sprintf("  evict %d: %d blocks, stale %+v\n", tr, len(blocks), c.evictionDone(tr, idsOf(blocks), placed))
 		}
 	}
 	return out
@@ -413,9 +431,9 @@ func TestStashCoreRequestsOnce(t *testing.T) {
 	if v := c.stash[a].value; string(v) != "x" {
 		t.Fatalf("a holds %q after a request and its copy; want it applied once", v)
 	}
-	c.endEpoch([]Request{appendX})
+	c.endEpoch(named([]Request{appendX}))
 	blocks := c.evictionBlocks(c.pos[a].Tree)
-	c.evictionDone(c.pos[a].Tree, blocks, make([]int64, len(blocks)))
+	c.evictionDone(c.pos[a].Tree, idsOf(blocks), make([]int64, len(blocks)))
 
 	// a is in a tree now: the next request reads its real path, and a
 	// copy arriving meanwhile waits for it.

@@ -1,7 +1,10 @@
 package treebeard
 
 import (
+	"bytes"
 	"encoding/binary"
+	"encoding/gob"
+	"fmt"
 
 	"github.com/oblivkv/oblivkv/protocol/tree"
 )
@@ -66,4 +69,57 @@ func (c *routerCore) cut() (forwarded, bool) {
 // shardOf maps a block to its Stash shard (static hash routing).
 func shardOf(id tree.BlockID, shards int) int {
 	return int(binary.BigEndian.Uint64(id[:8]) % uint64(shards))
+}
+
+// routerEntry is one input of a Router as a log holds it: a client
+// request (taken in the store's Incarnation), or the end of the
+// collecting epoch (Cut: its timer fired, or the Router closes).
+type routerEntry struct {
+	Cut         bool
+	Req         Request
+	Incarnation uint64
+}
+
+// routerOutput is what an entry makes a Router do: the request's index
+// in its epoch, or the epoch cut (Forwarded, when Cut).
+type routerOutput struct {
+	Index     int
+	Cut       bool
+	Forwarded forwarded
+}
+
+// step applies entry e and returns its outputs.
+func (c *routerCore) step(e routerEntry) routerOutput {
+	if !e.Cut {
+		return routerOutput{Index: c.add(e.Req, e.Incarnation)}
+	}
+	f, ok := c.cut()
+	return routerOutput{Cut: ok, Forwarded: f}
+}
+
+// routerImage is a Router's whole state as a machine's snapshot holds it.
+type routerImage struct {
+	ID, Shards     int
+	Next, Requests uint64
+	Collecting     []Request
+}
+
+// image returns the Router's whole state, encoded.
+func (c *routerCore) image() []byte {
+	var buf bytes.Buffer
+	im := routerImage{ID: c.id, Shards: c.shards, Next: c.next, Requests: c.requests, Collecting: c.collecting}
+	if err := gob.NewEncoder(&buf).Encode(im); err != nil {
+		panic(fmt.Sprintf("treebeard: encoding a Router's state: %v", err)) // plain data: cannot fail
+	}
+	return buf.Bytes()
+}
+
+// restoreImage replaces the Router's whole state by one image returned.
+func (c *routerCore) restoreImage(b []byte) error {
+	var im routerImage
+	if err := gob.NewDecoder(bytes.NewReader(b)).Decode(&im); err != nil {
+		return fmt.Errorf("treebeard: decoding a Router's state: %w", err)
+	}
+	*c = routerCore{id: im.ID, shards: im.Shards, next: im.Next, requests: im.Requests, collecting: im.Collecting}
+	return nil
 }

@@ -14,20 +14,22 @@ import (
 )
 
 // stashCore is a Stash shard's logic as a deterministic state machine: the
-// position map, the stash, the blocks whose real reads are in flight and
-// the random source they are drawn from. Its inputs are an epoch's batch
-// (plan), the results of the paths read for it (returned), the end of the
-// epoch (endEpoch) and an eviction's hand-off and acknowledgement; its
-// outputs are the path reads to issue, the replies that are ready, the
-// journal record of an epoch and the stale copies of an eviction. It does
-// no I/O, starts no goroutine and reads no clock: the same state (its
-// random source included) and the same inputs give the same outputs. The
-// room for new keys an epoch may use is an input of its plan, taken by
-// the driver from the store's quota, and the room it did not use or
-// freed is an output (takeReleased). A replicated log of its inputs over a snapshot would
-// rebuild it; the journal holds its outputs instead (the positions drawn,
-// the values), because recovery draws from fresh seeds (state). Stash
-// drives it.
+// position map, the stash, the blocks whose real reads are in flight, the
+// requests applied (requestTable), the replies of the epochs not ended
+// and the random source they are drawn from. Its inputs are an epoch's
+// batch (plan), the results of the paths read for it (returned), the end
+// of the epoch (endEpoch), an eviction's hand-off and acknowledgement and
+// a Router's release, each a stashEntry (step, stashmachine.go); its
+// outputs are the path reads to issue, the epochs whose replies are
+// ready, the journal record and replies of an epoch and the stale copies
+// of an eviction. It does no I/O, starts no goroutine and reads no clock:
+// the same state (its random source included) and the same inputs give
+// the same outputs. The room for new keys an epoch may use is an input of
+// its plan, taken by the driver from the store's quota, and the room it
+// did not use or freed is an output (takeReleased). A replicated log of
+// its entries over an image (stashimage.go) rebuilds it; the journal
+// holds its outputs instead (the positions drawn, the values), because
+// recovery draws from fresh seeds (state). Stash drives it.
 type stashCore struct {
 	trees     int
 	geo       tree.Geometry
@@ -41,8 +43,9 @@ type stashCore struct {
 	stash    map[tree.BlockID]*stashed
 	inflight map[tree.BlockID]*inflight
 	requests requestTable
-	room     int64 // new keys the epoch being planned may still add
-	released int64 // room given back, not yet taken by the driver (takeReleased)
+	epochs   map[uint64]*epochReplies // epochs whose records are not made yet
+	room     int64                    // new keys the epoch being planned may still add
+	released int64                    // room given back, not yet taken by the driver (takeReleased)
 	stats    stashStats
 }
 
@@ -110,7 +113,7 @@ type stashStats struct {
 func newStashCore(trees int, geo tree.Geometry, capacity int64, valueSize int, seed [32]byte) *stashCore {
 	c := &stashCore{trees: trees, geo: geo, capacity: capacity, valueSize: valueSize,
 		pos: map[tree.BlockID]Position{}, stash: map[tree.BlockID]*stashed{},
-		inflight: map[tree.BlockID]*inflight{}, requests: newRequestTable()}
+		inflight: map[tree.BlockID]*inflight{}, requests: newRequestTable(), epochs: map[uint64]*epochReplies{}}
 	c.reseed(seed)
 	return c
 }
@@ -283,31 +286,12 @@ func (c *stashCore) takeReleased() int64 {
 
 // returned takes the results of the path reads of tree t that plan asked
 // for (err: the tree's read failed) and answers the requests queued
-// behind each real read among them, in their order of arrival: with the
-// block's value they run and the block joins the stash at its new
-// position; on failure they fail and the block stays where it was. It
-// also returns the read's failure (err, or a tree that answered fewer
-// reads than asked), which fails the whole epoch: fake reads are tied to
-// no request.
+// behind each real read among them (applyResults). It also returns the
+// read's failure (err, or a tree that answered fewer reads than asked),
+// which fails the whole epoch: fake reads are tied to no request.
 func (c *stashCore) returned(t int, reads []ringoram.PathRead, results []ringoram.ReadResult, err error) ([]completion, error) {
-	if err == nil && len(results) != len(reads) {
-		err = fmt.Errorf("treebeard: tree %d answered %d of %d reads", t, len(results), len(reads))
-	}
-	var done []completion
-	for i, r := range reads {
-		if !r.Real {
-			continue
-		}
-		var res ringoram.ReadResult
-		readErr := err
-		if readErr == nil {
-			if res = results[i]; !res.Found {
-				readErr = fmt.Errorf("%w: a block is missing from its path", kv.ErrTampered)
-			}
-		}
-		done = c.settle(r.Want, res.Block.Value, readErr, done)
-	}
-	return done, err
+	e := resultsEntry(0, t, reads, results, err)
+	return c.applyResults(e), e.Failure.Err()
 }
 
 // settle ends block id's real read.
@@ -341,16 +325,16 @@ func (c *stashCore) settle(id tree.BlockID, val []byte, err error, done []comple
 }
 
 // endEpoch returns the journal record of an epoch whose replies are all
-// ready: where the blocks of batch are now, and what the stashed ones
-// hold. Those blocks may join evictions from now on. Every epoch has a
-// record, whatever it holds, so how many records there are depends only
-// on the epochs.
-func (c *stashCore) endEpoch(batch []Request) []byte {
-	ids, seen := make([]tree.BlockID, 0, len(batch)), make(map[tree.BlockID]bool, len(batch))
-	for _, r := range batch {
-		if !seen[r.ID] {
-			seen[r.ID] = true
-			ids = append(ids, r.ID)
+// ready: where the blocks its batch named (named) are now, and what the
+// stashed ones hold. Those blocks may join evictions from now on. Every
+// epoch has a record, whatever it holds, so how many records there are
+// depends only on the epochs.
+func (c *stashCore) endEpoch(named []tree.BlockID) []byte {
+	ids, seen := make([]tree.BlockID, 0, len(named)), make(map[tree.BlockID]bool, len(named))
+	for _, id := range named {
+		if !seen[id] {
+			seen[id] = true
+			ids = append(ids, id)
 		}
 	}
 	for _, id := range ids {
@@ -386,10 +370,9 @@ func (c *stashCore) evictionBlocks(t int) []ringoram.Block {
 // leaves the stash only if it was acked (placed) and not accessed since it
 // was handed over. An acked block that was accessed meanwhile (updated,
 // moved or deleted) stays as it is now, and its copy in the tree is stale.
-func (c *stashCore) evictionDone(t int, blocks []ringoram.Block, placed []int64) []Stale {
+func (c *stashCore) evictionDone(t int, ids []tree.BlockID, placed []int64) []Stale {
 	var stale []Stale
-	for i, eb := range blocks {
-		id := eb.Block.ID
+	for i, id := range ids {
 		b := c.stash[id]
 		mine := b != nil && b.evicting == t
 		if mine {
