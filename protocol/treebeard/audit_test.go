@@ -781,6 +781,9 @@ func auditAll(t *testing.T, opts treebeard.Options, seed byte, crashAt int, name
 // journal (runAuditCrashing): the recovery shows storage only Writes it
 // saw before and the anchors, and the run across it passes every audit
 // (the eviction order and the reshuffle counts carry on where they were).
+// In Lossy, at the defaults, the layers talk over a FaultNet that loses,
+// copies, delays and reorders their messages and delivers copies late
+// (lossy): every audit passes as it does over a perfect transport.
 func TestObliviousAudit(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
@@ -791,6 +794,7 @@ func TestObliviousAudit(t *testing.T) {
 		{"PaperParameters", paperOptions, 0},
 		{"BusyEvictions", treebeard.Options{A: 3, K: 5}, 0},
 		{"Recovered", treebeard.Options{}, auditRounds / 2},
+		{"Lossy", treebeard.Options{TestingKnobs: treebeard.TestingKnobs{Transport: treebeard.NewFaultNet(lossy, 5)}}, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			runs := auditAll(t, tc.opts, 11, tc.crashAt, workloadNames...)
@@ -801,6 +805,12 @@ func TestObliviousAudit(t *testing.T) {
 				}
 			}
 			exercised(t, tc.opts, runs)
+			if net, ok := tc.opts.TestingKnobs.Transport.(*treebeard.FaultNet); ok {
+				net.Settle()
+				if ns := net.Stats(); ns.DroppedRequests == 0 || ns.DroppedReplies == 0 || ns.Duplicated == 0 || ns.Reordered == 0 || ns.Late == 0 {
+					t.Errorf("the net did not inject every fault: %+v", ns)
+				}
+			}
 		})
 	}
 }
