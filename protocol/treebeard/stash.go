@@ -63,6 +63,7 @@ func (s *Stash) applyLocked(e stashEntry) stashOutput {
 	return out
 }
 
+// apply is applyLocked, taking s.mu.
 func (s *Stash) apply(e stashEntry) stashOutput {
 	s.mu.Lock()
 	defer s.mu.Unlock()
