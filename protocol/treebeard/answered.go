@@ -1,28 +1,26 @@
 package treebeard
 
 import (
+	"slices"
 	"sync"
 	"sync/atomic"
 )
 
-// maxReleased is how many released MsgIDs a receiver remembers, to refuse
-// a copy of a message that arrives after its sender got the reply. A
-// transport delivers every copy of a message before the sender has its
-// reply (the tests' one holds a call until then); this bounds the harm of
-// one that does not.
-const maxReleased = 1 << 12
-
 // answered is a receiver's record of the messages it handled, by MsgID.
 // The first copy of a message is handled; every later copy gets the first
-// one's reply, waiting for it if it is still being handled. An entry stays
+// one's reply, waiting for it if it is still being handled. A reply stays
 // until the sender releases it (listing its MsgID in a later message to
-// the same receiver); a copy arriving after that gets CodeUnavailable and
-// is not handled.
+// the same receiver); a copy arriving after that, however late, gets
+// CodeUnavailable and is not handled. The released MsgIDs are never
+// forgotten: they are kept per stream (sender, incarnation, sequence
+// number) as runs of consecutive epochs, and a sender's messages to one
+// receiver have consecutive epochs (a Router's epochs, a Stash shard's
+// epochs, a tree's eviction numbers), so a stream's record stays a few
+// runs long however long the store runs.
 type answered[R any, P reply[R]] struct {
 	mu       sync.Mutex
 	entries  map[MsgID]*answer[R]
-	released map[MsgID]bool
-	order    []MsgID // released, oldest first
+	released map[stream]*epochRuns
 	copies   atomic.Uint64
 }
 
@@ -31,14 +29,24 @@ type answer[R any] struct {
 	reply R
 }
 
+// stream is a sender's messages of one sequence number in one
+// incarnation: all but their epochs.
+type stream struct {
+	Sender      Endpoint
+	Incarnation uint64
+	Seq         uint64
+}
+
+func streamOf(id MsgID) stream { return stream{id.Sender, id.Incarnation, id.Seq} }
+
 func newAnswered[R any, P reply[R]]() *answered[R, P] {
-	return &answered[R, P]{entries: map[MsgID]*answer[R]{}, released: map[MsgID]bool{}}
+	return &answered[R, P]{entries: map[MsgID]*answer[R]{}, released: map[stream]*epochRuns{}}
 }
 
 // do returns the reply to message id: handle's, for its first copy.
 func (a *answered[R, P]) do(id MsgID, handle func() R) R {
 	a.mu.Lock()
-	if a.released[id] {
+	if r := a.released[streamOf(id)]; r != nil && r.has(id.Epoch) {
 		a.mu.Unlock()
 		a.copies.Add(1)
 		return failedWith[R, P](Status{Code: CodeUnavailable, Detail: "treebeard: a copy of a message answered and released already"})
@@ -76,12 +84,12 @@ func (a *answered[R, P]) release(ids []MsgID) {
 			continue // still being handled: its sender has no reply yet
 		}
 		delete(a.entries, id)
-		a.released[id] = true
-		a.order = append(a.order, id)
-		if len(a.order) > maxReleased {
-			delete(a.released, a.order[0])
-			a.order = a.order[1:]
+		r := a.released[streamOf(id)]
+		if r == nil {
+			r = &epochRuns{}
+			a.released[streamOf(id)] = r
 		}
+		r.add(id.Epoch)
 	}
 }
 
@@ -90,4 +98,46 @@ func (a *answered[R, P]) held() int {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return len(a.entries)
+}
+
+// epochRuns is a set of epochs as sorted, disjoint, non-adjacent runs.
+type epochRuns struct{ runs []epochRun }
+
+// epochRun is the epochs from From up to, not including, To.
+type epochRun struct{ From, To uint64 }
+
+// at returns the index of the first run that begins after e.
+func (r *epochRuns) at(e uint64) int {
+	i, _ := slices.BinarySearchFunc(r.runs, e, func(run epochRun, e uint64) int {
+		if run.From <= e {
+			return -1
+		}
+		return 1
+	})
+	return i
+}
+
+func (r *epochRuns) has(e uint64) bool {
+	i := r.at(e)
+	return i > 0 && e < r.runs[i-1].To
+}
+
+func (r *epochRuns) add(e uint64) {
+	if r.has(e) {
+		return
+	}
+	i := r.at(e)
+	joinsPrev := i > 0 && r.runs[i-1].To == e
+	joinsNext := i < len(r.runs) && r.runs[i].From == e+1
+	switch {
+	case joinsPrev && joinsNext:
+		r.runs[i-1].To = r.runs[i].To
+		r.runs = slices.Delete(r.runs, i, i+1)
+	case joinsPrev:
+		r.runs[i-1].To = e + 1
+	case joinsNext:
+		r.runs[i].From = e
+	default:
+		r.runs = slices.Insert(r.runs, i, epochRun{e, e + 1})
+	}
 }

@@ -817,6 +817,9 @@ func auditAll(t *testing.T, opts treebeard.Options, seed byte, crashAt int, name
 // saw before, Reads of metadata records it saw written (which of the
 // trees' Writes landed) and the anchors, and the run across it passes every audit
 // (the eviction order and the reshuffle counts carry on where they were).
+// In Lossy, at the defaults, the layers talk over a FaultNet that loses,
+// copies, delays and reorders their messages and delivers copies late
+// (lossy): every audit passes as it does over a perfect transport.
 func TestObliviousAudit(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
@@ -827,6 +830,7 @@ func TestObliviousAudit(t *testing.T) {
 		{"PaperParameters", paperOptions, 0},
 		{"BusyEvictions", treebeard.Options{A: 3, K: 5}, 0},
 		{"Recovered", treebeard.Options{}, auditRounds / 2},
+		{"Lossy", treebeard.Options{TestingKnobs: treebeard.TestingKnobs{Transport: treebeard.NewFaultNet(lossy, 5)}}, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			runs := auditAll(t, tc.opts, 11, tc.crashAt, workloadNames...)
@@ -837,6 +841,12 @@ func TestObliviousAudit(t *testing.T) {
 				}
 			}
 			exercised(t, tc.opts, runs)
+			if net, ok := tc.opts.TestingKnobs.Transport.(*treebeard.FaultNet); ok {
+				net.Settle()
+				if ns := net.Stats(); ns.DroppedRequests == 0 || ns.DroppedReplies == 0 || ns.Duplicated == 0 || ns.Reordered == 0 || ns.Late == 0 {
+					t.Errorf("the net did not inject every fault: %+v", ns)
+				}
+			}
 		})
 	}
 }

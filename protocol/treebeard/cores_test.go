@@ -1,6 +1,7 @@
 package treebeard
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"reflect"
@@ -22,7 +23,25 @@ func blockID(name string) tree.BlockID {
 }
 
 func newTestStashCore(seed byte) *stashCore {
-	return newStashCore(4, tree.NewGeometry(16), &quota{capacity: 8}, 64, [32]byte{seed})
+	return newStashCore(4, tree.NewGeometry(16), 8, 64, [32]byte{seed})
+}
+
+// named returns the blocks batch names, in order.
+func named(batch []Request) []tree.BlockID {
+	ids := make([]tree.BlockID, len(batch))
+	for i, r := range batch {
+		ids[i] = r.ID
+	}
+	return ids
+}
+
+// idsOf returns the IDs of blocks, in order.
+func idsOf(blocks []ringoram.Block) []tree.BlockID {
+	ids := make([]tree.BlockID, len(blocks))
+	for i, b := range blocks {
+		ids[i] = b.Block.ID
+	}
+	return ids
 }
 
 // readsOf flattens a plan's reads, with the tree of each.
@@ -72,7 +91,7 @@ func TestStashCoreEpochs(t *testing.T) {
 	a, b := blockID("a"), blockID("b")
 
 	// Epoch 1: two new blocks, answered at once, one fake read each.
-	p := c.plan(1, []Request{{Op: OpPut, ID: a, Value: []byte("1")}, {Op: OpPut, ID: b, Value: []byte("2")}})
+	p := c.plan(1, []Request{{Op: OpPut, ID: a, Value: []byte("1")}, {Op: OpPut, ID: b, Value: []byte("2")}}, 8)
 	if _, reads := readsOf(p); len(reads) != 2 || reads[0].Real || reads[1].Real {
 		t.Fatalf("epoch 1 reads %+v, want two fake reads", reads)
 	}
@@ -84,7 +103,7 @@ func TestStashCoreEpochs(t *testing.T) {
 	if got := c.evictionBlocks(posA.Tree); len(got) != 0 {
 		t.Fatalf("an eviction took %d blocks whose epoch is not journaled", len(got))
 	}
-	c.endEpoch([]Request{{ID: a}, {ID: b}})
+	c.endEpoch(named([]Request{{ID: a}, {ID: b}}))
 
 	// Evict a: acked and untouched, it leaves the stash and keeps its position.
 	blocks := c.evictionBlocks(posA.Tree)
@@ -92,7 +111,7 @@ func TestStashCoreEpochs(t *testing.T) {
 		t.Fatalf("the eviction of tree %d was handed %+v, want block a", posA.Tree, blocks)
 	}
 	placed := make([]int64, len(blocks))
-	if stale := c.evictionDone(posA.Tree, blocks, placed); len(stale) != 0 {
+	if stale := c.evictionDone(posA.Tree, idsOf(blocks), placed); len(stale) != 0 {
 		t.Fatalf("stale copies %+v of untouched blocks", stale)
 	}
 	if exists, stashed := c.has(a); !exists || stashed || c.pos[a] != posA {
@@ -102,7 +121,7 @@ func TestStashCoreEpochs(t *testing.T) {
 	// Epoch 2: one real read of a's path, the repeats queue behind it
 	// with fake reads, and all are answered in order when it returns.
 	batch := []Request{{Op: OpGet, ID: a}, {Op: OpPut, ID: a, Value: []byte("3")}, {Op: OpGet, ID: a}}
-	p = c.plan(2, batch)
+	p = c.plan(2, batch, 8)
 	tr, at := realRead(t, p)
 	if tr != posA.Tree || p.Reads[tr][at].Leaf != posA.Leaf {
 		t.Fatalf("real read of tree %d leaf %d, want a's position %+v", tr, p.Reads[tr][at].Leaf, posA)
@@ -125,7 +144,7 @@ func TestStashCoreEpochs(t *testing.T) {
 	if string(c.stash[a].value) != "3" {
 		t.Fatalf("a holds %q, want 3", c.stash[a].value)
 	}
-	c.endEpoch(batch)
+	c.endEpoch(named(batch))
 }
 
 func TestStashCoreFailedReads(t *testing.T) {
@@ -133,11 +152,11 @@ func TestStashCoreFailedReads(t *testing.T) {
 	a := blockID("a")
 	c.setPosition(a, Position{Tree: 1, Leaf: 5})
 
-	p := c.plan(1, []Request{{Op: OpGet, ID: a}})
+	p := c.plan(1, []Request{{Op: OpGet, ID: a}}, 8)
 	tr, _ := realRead(t, p)
 	readErr := errors.New("storage unreachable")
 	done, err := c.returned(tr, p.Reads[tr], nil, readErr)
-	if len(done) != 1 || done[0].Reply.Code != CodeUnavailable || done[0].Reply.Detail != readErr.Error() || err != readErr {
+	if len(done) != 1 || done[0].Reply.Code != CodeUnavailable || done[0].Reply.Detail != readErr.Error() || err == nil || err.Error() != readErr.Error() {
 		t.Fatalf("a failed read answered %+v and %v, want its error as CodeUnavailable and the epoch's failure", done, err)
 	}
 	if c.pos[a] != (Position{Tree: 1, Leaf: 5}) || len(c.inflight) != 0 {
@@ -145,7 +164,7 @@ func TestStashCoreFailedReads(t *testing.T) {
 	}
 
 	// A block missing from the path it should be on is tampering.
-	p = c.plan(2, []Request{{Op: OpGet, ID: a}})
+	p = c.plan(2, []Request{{Op: OpGet, ID: a}}, 8)
 	tr, _ = realRead(t, p)
 	done, _ = c.returned(tr, p.Reads[tr], make([]ringoram.ReadResult, len(p.Reads[tr])), nil)
 	if len(done) != 1 || done[0].Reply.Code != CodeTampered || !errors.Is(done[0].Reply.Err(), kv.ErrTampered) {
@@ -154,7 +173,7 @@ func TestStashCoreFailedReads(t *testing.T) {
 
 	// A tree answering fewer reads than asked fails them, and the epoch
 	// (its fake reads answer no request of their own).
-	p = c.plan(3, []Request{{Op: OpGet, ID: a}})
+	p = c.plan(3, []Request{{Op: OpGet, ID: a}}, 8)
 	tr, _ = realRead(t, p)
 	if done, err = c.returned(tr, p.Reads[tr], nil, nil); len(done) != 1 || done[0].Reply.Code == CodeOK || err == nil {
 		t.Fatalf("a short answer gave %+v and %v, want the request and the epoch failed", done, err)
@@ -164,14 +183,36 @@ func TestStashCoreFailedReads(t *testing.T) {
 	}
 }
 
+// TestStashCoreFull: whether a new key is refused as full depends only on
+// the room the epoch was given (its input) and the keys the epoch
+// deletes: a shard given room for one new key refuses the second, a
+// deletion's slot takes a later new key of the same epoch, and the room
+// an epoch did not use goes back.
 func TestStashCoreFull(t *testing.T) {
-	c := newStashCore(2, tree.NewGeometry(4), &quota{capacity: 1}, 64, [32]byte{3})
-	p := c.plan(1, []Request{{Op: OpPut, ID: blockID("a"), Value: []byte("1")}, {Op: OpPut, ID: blockID("b"), Value: []byte("2")}})
-	if len(p.Done) != 2 || p.Done[0].Reply.Code != CodeOK || p.Done[1].Reply.Code != CodeFull || !errors.Is(p.Done[1].Reply.Err(), kv.ErrFull) {
-		t.Fatalf("two new keys in a store of one: %+v, want the second refused as full", p.Done)
+	c := newStashCore(2, tree.NewGeometry(4), 1, 64, [32]byte{3})
+	a, b, d := blockID("a"), blockID("b"), blockID("d")
+	batch := []Request{{Op: OpPut, ID: a, Value: []byte("1")}, {Op: OpPut, ID: b, Value: []byte("2")}, {Op: OpPut, ID: a, Value: []byte("3")}}
+	if need := c.roomNeeded(batch); need != 2 {
+		t.Fatalf("a batch creating a and b needs room for %d keys; want 2", need)
 	}
-	if _, reads := readsOf(p); len(reads) != 2 {
+	p := c.plan(1, batch, 1)
+	if len(p.Done) != 3 || p.Done[0].Reply.Code != CodeOK || p.Done[1].Reply.Code != CodeFull || !errors.Is(p.Done[1].Reply.Err(), kv.ErrFull) || p.Done[2].Reply.Code != CodeOK {
+		t.Fatalf("two new keys with room for one: %+v; want the second refused as full", p.Done)
+	}
+	if _, reads := readsOf(p); len(reads) != 3 {
 		t.Fatalf("%d reads, want one per request, refused or not", len(reads))
+	}
+	if got := c.takeReleased(); got != 0 {
+		t.Fatalf("the epoch released %d keys' room; it used all it had", got)
+	}
+	batch = []Request{{Op: OpDelete, ID: a}, {Op: OpPut, ID: d, Value: []byte("4")}, {Op: OpPut, ID: b, Value: []byte("5")}}
+	p = c.plan(2, batch, 0)
+	if p.Done[1].Reply.Code != CodeOK || p.Done[2].Reply.Code != CodeFull {
+		t.Fatalf("a deletion then two new keys with no room given: %+v; want the first new key in the deleted one's slot, the second full", p.Done)
+	}
+	p = c.plan(3, []Request{{Op: OpDelete, ID: d}, {Op: OpGet, ID: b}}, 2)
+	if got := c.takeReleased(); got != 3 || p.Done[0].Reply.Code != CodeOK {
+		t.Fatalf("an epoch given room for 2 that deleted a key released %d keys' room; want 3", got)
 	}
 }
 
@@ -188,7 +229,7 @@ func script(c *stashCore, from uint64) string {
 			id := blockID(fmt.Sprint("k", (int(e)*7+i*3)%5))
 			batch = append(batch, Request{Op: Op((int(e) + i) % 3), ID: id, Value: []byte(fmt.Sprint(e))})
 		}
-		p := c.plan(e, batch)
+		p := c.plan(e, batch, 8)
 		out += fmt.Sprintf("%d: done %+v\n", e, p.Done)
 		for tr, rs := range p.Reads {
 			for _, r := range rs {
@@ -201,11 +242,11 @@ func script(c *stashCore, from uint64) string {
 			done, err := c.returned(tr, rs, results(p, tr, "v"), nil)
 			out += fmt.Sprintf("  %+v %v\n", done, err)
 		}
-		out += fmt.Sprintf("  %x\n", c.endEpoch(batch))
+		out += fmt.Sprintf("  %x\n", c.endEpoch(named(batch)))
 		for tr := range p.Reads {
 			blocks := c.evictionBlocks(tr)
 			placed := make([]int64, len(blocks)) // all in the root
-			out += fmt.Sprintf("  evict %d: %d blocks, stale %+v\n", tr, len(blocks), c.evictionDone(tr, blocks, placed))
+			out += fmt.Sprintf("  evict %d: %d blocks, stale %+v\n", tr, len(blocks), c.evictionDone(tr, idsOf(blocks), placed))
 		}
 	}
 	return out
@@ -305,7 +346,7 @@ func TestTreeCoreEvictionSchedule(t *testing.T) {
 }
 
 func TestRouterCore(t *testing.T) {
-	c := routerCore{shards: 2, next: 10}
+	c := routerCore{id: 1, shards: 2, next: 10}
 	if _, ok := c.cut(); ok {
 		t.Fatalf("an epoch without requests was cut")
 	}
@@ -313,7 +354,7 @@ func TestRouterCore(t *testing.T) {
 	for i := range 6 {
 		id := blockID(fmt.Sprint("key", i))
 		ids = append(ids, id)
-		if at := c.add(Request{ID: id}); at != i {
+		if at := c.add(Request{ID: id}, 3); at != i {
 			t.Fatalf("request %d collected at %d", i, at)
 		}
 	}
@@ -334,9 +375,13 @@ func TestRouterCore(t *testing.T) {
 	if seen != 6 || c.size() != 0 {
 		t.Fatalf("%d requests forwarded, %d still collecting", seen, c.size())
 	}
-	c.add(Request{ID: ids[0]})
-	if f, _ := c.cut(); f.Epoch != 11 {
+	c.add(Request{ID: ids[0]}, 3)
+	f, _ = c.cut()
+	if f.Epoch != 11 {
 		t.Fatalf("next epoch is %d, want 11", f.Epoch)
+	}
+	if got, want := f.Batches[shardOf(ids[0], 2)][0].Req, (RequestID{Router: 1, Incarnation: 3, Seq: 6}); got != want {
+		t.Fatalf("the seventh request's id is %+v, want %+v", got, want)
 	}
 }
 
@@ -366,5 +411,82 @@ func TestReplyCodes(t *testing.T) {
 	}
 	if (Reply{Result: kv.Result{Found: true}}).Err() != nil || statusOf(nil) != (Status{}) {
 		t.Error("a successful call has an error")
+	}
+}
+
+// TestStashCoreRequestsOnce: a request a later batch brings again (a
+// Router retrying it) is applied once: a copy of one applied gets the
+// stored reply, a copy of one waiting for its block's real read gets the
+// first one's reply when it returns, each copy costing a fake read; once
+// the Router releases the batch that brought it, its reply is forgotten.
+func TestStashCoreRequestsOnce(t *testing.T) {
+	c := newTestStashCore(7)
+	a := blockID("a")
+	appendX := Request{Req: RequestID{Incarnation: 1, Seq: 1}, Op: kv.MutAppend, ID: a, Value: []byte("x")}
+	p := c.plan(1, []Request{appendX}, 8)
+	first := p.Done[0].Reply
+	p = c.plan(2, []Request{appendX}, 8)
+	if _, reads := readsOf(p); len(reads) != 1 || reads[0].Real || !reflect.DeepEqual(p.Done, []completion{{To: waiter{2, 0}, Reply: first}}) {
+		t.Fatalf("a copy of an applied request: reads %+v, done %+v; want one fake read and the stored reply %+v", reads, p.Done, first)
+	}
+	if v := c.stash[a].value; string(v) != "x" {
+		t.Fatalf("a holds %q after a request and its copy; want it applied once", v)
+	}
+	c.endEpoch(named([]Request{appendX}))
+	blocks := c.evictionBlocks(c.pos[a].Tree)
+	c.evictionDone(c.pos[a].Tree, idsOf(blocks), make([]int64, len(blocks)))
+
+	// a is in a tree now: the next request reads its real path, and a
+	// copy arriving meanwhile waits for it.
+	appendY := Request{Req: RequestID{Incarnation: 1, Seq: 2}, Op: kv.MutAppend, ID: a, Value: []byte("y")}
+	p = c.plan(3, []Request{appendY}, 8)
+	tr, _ := realRead(t, p)
+	copied := c.plan(4, []Request{appendY}, 8)
+	if _, reads := readsOf(copied); len(reads) != 1 || reads[0].Real || len(copied.Done) != 0 {
+		t.Fatalf("a copy of a request in flight: reads %+v, done %+v; want one fake read, waiting", reads, copied.Done)
+	}
+	done, err := c.returned(tr, p.Reads[tr], results(p, tr, "x"), nil)
+	if err != nil || len(done) != 2 || done[0].To != (waiter{3, 0}) || done[1].To != (waiter{4, 0}) || !reflect.DeepEqual(done[0].Reply, done[1].Reply) {
+		t.Fatalf("the real read's return answered %+v, %v; want the request and its copy, alike", done, err)
+	}
+	if v := c.stash[a].value; string(v) != "xy" {
+		t.Fatalf("a holds %q; want the append applied once", v)
+	}
+
+	c.requests.release(1)
+	c.requests.release(2)
+	if _, held := c.requests.replies[appendX.Req]; held {
+		t.Fatalf("the reply of a request whose batches were released is still held")
+	}
+	if _, held := c.requests.replies[appendY.Req]; !held {
+		t.Fatalf("the reply of a request whose batches were not released was forgotten")
+	}
+}
+
+// TestStashRecordsHoldChangedValues: an epoch's record holds the value of
+// a stashed block only when the journal lacks it: not for a block the
+// epoch only read (the tree's record of the read holds it), nor for one
+// it rewrote with the same value; for one it changed, and for a new one.
+func TestStashRecordsHoldChangedValues(t *testing.T) {
+	c := newTestStashCore(8)
+	a, b := blockID("a"), blockID("b")
+	value := bytes.Repeat([]byte("v"), 60)
+	c.setPosition(a, Position{Tree: 1, Leaf: 5})
+	p := c.plan(1, []Request{{Op: OpGet, ID: a}}, 8)
+	tr, _ := realRead(t, p)
+	if _, err := c.returned(tr, p.Reads[tr], results(p, tr, string(value)), nil); err != nil {
+		t.Fatal(err)
+	}
+	if rec := c.endEpoch([]tree.BlockID{a}); bytes.Contains(rec, value) {
+		t.Fatalf("the record of an epoch that only read a holds its value: %x", rec)
+	}
+	c.plan(2, []Request{{Op: OpPut, ID: a, Value: value}}, 8)
+	if rec := c.endEpoch([]tree.BlockID{a}); bytes.Contains(rec, value) {
+		t.Fatalf("the record of an epoch that wrote a's value again holds it: %x", rec)
+	}
+	changed := bytes.Repeat([]byte("w"), 60)
+	c.plan(3, []Request{{Op: OpPut, ID: a, Value: changed}, {Op: OpPut, ID: b, Value: value}}, 8)
+	if rec := c.endEpoch([]tree.BlockID{a, b}); !bytes.Contains(rec, changed) || !bytes.Contains(rec, value) {
+		t.Fatalf("the record of an epoch that changed a and made b lacks a value: %x", rec)
 	}
 }

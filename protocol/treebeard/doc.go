@@ -25,10 +25,12 @@
 //     package ringoram's.
 //
 // The layers meet only through the interfaces in layers.go, each call one
-// message and one reply of messages.go: plain values with a MsgID, a
-// Status on every reply, a transport failure answered by sending the same
-// message again, and every copy of a message answered once (answered.go),
-// so a cluster can put RPCs and replication between them without changing
+// message and one reply of messages.go: plain values with a MsgID (which
+// carries the store's incarnation, incarnation.go, so ids never repeat
+// across restarts), a Status on every reply, a transport failure answered
+// by sending the same message again, every copy of a message answered
+// once (answered.go, which never forgets a released id) and every client
+// request, named by its RequestID, applied once (requests.go), so a cluster can put RPCs and replication between them without changing
 // their logic. A tree gives up an epoch whose last part does not come
 // (treeCore.abandon). The store's bulk loads, checkpoints, restores and
 // stats are messages too (Admin); only journal replay reaches into the
@@ -43,7 +45,15 @@
 // as reads return and hand blocks to evictions; a tree's epoch barrier
 // and eviction schedule. The drivers (Router, Stash, treeWorker) own the
 // timers (on the store's clock, TestingKnobs.Clock), goroutines, journal
-// and backend calls. A tree's buckets are
+// and backend calls. A Router and a Stash shard are machines a log can
+// drive: every input of their cores is an entry (routerEntry, stashEntry:
+// a request, an epoch's cut, a batch with the room its new keys may take,
+// a tree's results of a part, reduced to the real reads' outcomes, an
+// epoch's end, an eviction's hand-off and acknowledgement, a release),
+// applied one at a time in the order the driver takes them, and their
+// whole state, reads in flight and replies half assembled included,
+// encodes to the same bytes whenever it is the same (routerImage,
+// stashImage). A tree's buckets are
 // ringoram.Tree's, whose every change is journaled as a ringoram.Change.
 //
 // Eviction schedule: A counts path reads of a tree, as Ring ORAM counts

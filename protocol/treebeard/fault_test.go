@@ -14,9 +14,9 @@ import (
 	"github.com/oblivkv/oblivkv/protocol/treebeard"
 )
 
-// lossy drops, copies, delays and reorders a few percent of the layers'
-// messages each.
-var lossy = treebeard.Faults{DropRequest: 0.04, DropReply: 0.04, Duplicate: 0.04, Reorder: 0.04, MaxDelay: 300 * time.Microsecond}
+// lossy drops, copies, delays, reorders and delivers late copies of a few
+// percent of the layers' messages each.
+var lossy = treebeard.Faults{DropRequest: 0.04, DropReply: 0.04, Duplicate: 0.04, Reorder: 0.04, Late: 0.04, MaxDelay: 300 * time.Microsecond}
 
 // faultyStore opens a store whose layers talk through net, on a mem
 // backend that fails the first fails slot Reads of tree 0, with every
@@ -43,7 +43,8 @@ func faultyStore(t *testing.T, o treebeard.Options, net *treebeard.FaultNet, fai
 }
 
 // TestLossyTransport: with a few percent of the layers' messages dropped
-// (on the way or on the way back), copied, delayed and reordered, and a
+// (on the way or on the way back), copied, delayed, reordered and copied
+// again after their reply (late), and a
 // few of storage's Reads failing, at the defaults and at the paper's
 // parameters: a bulk load goes through; porcupine finds 16 clients'
 // history linearizable; every acknowledged write survives a restart (the
@@ -82,8 +83,9 @@ func TestLossyTransport(t *testing.T) {
 				t.Errorf("no message was resent or answered as a copy: messages_resent %v, message_copies %v",
 					kvtest.Stat(t, st, "messages_resent"), kvtest.Stat(t, st, "message_copies"))
 			}
+			net.Settle()
 			ns := net.Stats()
-			if ns.DroppedRequests == 0 || ns.DroppedReplies == 0 || ns.Duplicated == 0 || ns.Reordered == 0 {
+			if ns.DroppedRequests == 0 || ns.DroppedReplies == 0 || ns.Duplicated == 0 || ns.Reordered == 0 || ns.Late == 0 {
 				t.Errorf("the net did not inject every fault: %+v", ns)
 			}
 			if failed := wantFailedReadsRepeated(t, log); failed != 4 {

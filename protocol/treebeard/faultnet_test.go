@@ -13,11 +13,14 @@ import (
 // copies, delays and reorders messages and cuts layers off, at the rates
 // of its Faults. Every message and every reply crosses it encoded with
 // encoding/gob, as over a network, so only plain values get through and
-// no memory is shared between sender and receiver. Like any transport
-// the layers accept (answered), it delivers every copy of a message
-// before the sender has the reply.
+// no memory is shared between sender and receiver. A copy of a message
+// may arrive late, after its sender has the reply and has released it
+// (answered): the receiver must answer it with the stored reply or refuse
+// it, never handle it again. The store's own messages (Admin), which it
+// sends one at a time, are never delivered late.
 type FaultNet struct {
 	faults Faults
+	late   sync.WaitGroup // late copies on their way
 
 	mu       sync.Mutex
 	rng      *rand.Rand
@@ -34,12 +37,13 @@ type Faults struct {
 	DropReply   float64 // the receiver handles it, and the reply is lost
 	Duplicate   float64 // the receiver gets two copies
 	Reorder     float64 // the message waits until the next one to its receiver has passed
+	Late        float64 // one more copy arrives after the reply, up to 4 MaxDelays later
 	MaxDelay    time.Duration
 }
 
 // FaultStats counts what a FaultNet did.
 type FaultStats struct {
-	Messages, DroppedRequests, DroppedReplies, Duplicated, Reordered, Cut int
+	Messages, DroppedRequests, DroppedReplies, Duplicated, Reordered, Late, Cut int
 }
 
 // NewFaultNet returns a FaultNet with faults f, its choices drawn from seed.
@@ -70,6 +74,9 @@ func (n *FaultNet) Heal() {
 	clear(n.cut)
 	clear(n.isolated)
 }
+
+// Settle waits until every late copy has arrived.
+func (n *FaultNet) Settle() { n.late.Wait() }
 
 // Stats returns what the net did so far.
 func (n *FaultNet) Stats() FaultStats {
@@ -106,28 +113,28 @@ type netEnd struct {
 }
 
 func (e netEnd) Admin(m AdminMsg) AdminReply {
-	return deliver(e.n, m.ID.Sender, e.to, m, e.admin.Admin)
+	return deliver(e.n, m.ID.Sender, e.to, m, e.admin.Admin, false)
 }
 
 func (e netEnd) Access(m AccessMsg) AccessReply {
-	return deliver(e.n, m.ID.Sender, e.to, m, e.stash.Access)
+	return deliver(e.n, m.ID.Sender, e.to, m, e.stash.Access, true)
 }
 
 func (e netEnd) ReadPaths(m ReadPathsMsg) ReadPathsReply {
-	return deliver(e.n, m.ID.Sender, e.to, m, e.reader.ReadPaths)
+	return deliver(e.n, m.ID.Sender, e.to, m, e.reader.ReadPaths, true)
 }
 
 func (e netEnd) EvictionBlocks(m EvictionBlocksMsg) EvictionBlocksReply {
-	return deliver(e.n, m.ID.Sender, e.to, m, e.source.EvictionBlocks)
+	return deliver(e.n, m.ID.Sender, e.to, m, e.source.EvictionBlocks, true)
 }
 
 func (e netEnd) EvictionDone(m EvictionDoneMsg) EvictionDoneReply {
-	return deliver(e.n, m.ID.Sender, e.to, m, e.source.EvictionDone)
+	return deliver(e.n, m.ID.Sender, e.to, m, e.source.EvictionDone, true)
 }
 
 // deliver carries m from one endpoint to another and its reply back,
-// with the net's faults.
-func deliver[M any, R any, P reply[R]](n *FaultNet, from, to Endpoint, m M, handle func(M) R) R {
+// with the net's faults; a copy of it may arrive late if mayBeLate.
+func deliver[M any, R any, P reply[R]](n *FaultNet, from, to Endpoint, m M, handle func(M) R, mayBeLate bool) R {
 	if n.isCut(from, to) {
 		n.sleep(n.faults.MaxDelay)
 		return failedWith[R, P](Status{Code: CodeTransport, Detail: fmt.Sprintf("%v is cut off from %v", from, to)})
@@ -147,6 +154,12 @@ func deliver[M any, R any, P reply[R]](n *FaultNet, from, to Endpoint, m M, hand
 	}
 	wg.Wait()
 	n.arrived(to)
+	if copies > 0 && mayBeLate && n.chance(n.faults.Late, &n.stats.Late) {
+		n.late.Go(func() {
+			n.sleep(4 * n.faults.MaxDelay)
+			handle(wire(m))
+		})
+	}
 	if copies == 0 {
 		return failedWith[R, P](Status{Code: CodeTransport, Detail: fmt.Sprintf("a message from %v to %v was lost", from, to)})
 	}

@@ -24,10 +24,11 @@ const (
 	OpDelete = kv.MutDelete
 )
 
-// Request is one client request as a Router forwards it: the block it is
-// about (a PRF of the key: Stash shards never see keys) and the rest of
-// its kv.Mutation (Value is the mutation's Arg).
+// Request is one client request as a Router forwards it: its id (the
+// Router's), the block it is about (a PRF of the key: Stash shards never
+// see keys) and the rest of its kv.Mutation (Value is the mutation's Arg).
 type Request struct {
+	Req       RequestID
 	Op        Op
 	ID        tree.BlockID
 	Value     []byte
@@ -71,6 +72,7 @@ const (
 	CodeOverflow         // an increment past the int64 range (kv.ErrOverflow)
 	CodeNotFinite        // a float increment to NaN or an infinity (kv.ErrNotFinite)
 	CodeTooLarge         // an append past the value size (kv.ErrValueTooLarge)
+	CodeFenced           // storage refused a write: a later open of the store has written since (kv.ErrFenced)
 )
 
 // codeErrors pairs each Code that stands for a kv error with that error.
@@ -82,7 +84,7 @@ var codeErrors = []struct {
 	{CodeClosed, backend.ErrClosed}, {CodeMismatch, kv.ErrMismatch},
 	{CodeNotInteger, kv.ErrNotInteger}, {CodeNotFloat, kv.ErrNotFloat},
 	{CodeOverflow, kv.ErrOverflow}, {CodeNotFinite, kv.ErrNotFinite},
-	{CodeTooLarge, kv.ErrValueTooLarge},
+	{CodeTooLarge, kv.ErrValueTooLarge}, {CodeFenced, kv.ErrFenced},
 }
 
 // failed returns the Reply of a request that ended with err.

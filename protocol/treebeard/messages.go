@@ -51,14 +51,30 @@ type Endpoint struct {
 
 func (e Endpoint) String() string { return fmt.Sprintf("%v %d", e.Layer, e.Index) }
 
-// MsgID names a message: its sender, the epoch it belongs to (for an
-// eviction's messages, the tree's eviction number) and its sequence
-// number among the sender's messages of that epoch (the receiver's
-// index). A message sent again carries the same MsgID.
+// MsgID names a message: its sender, the sender's incarnation (the
+// store's, which grows at every open and survives restarts: incarnation.go),
+// the epoch it belongs to (for an eviction's messages, the tree's eviction
+// number; for the store's own, its admin sequence) and its sequence number
+// among the sender's messages of that epoch (the receiver's index). A
+// message sent again carries the same MsgID; no two messages of one sender
+// carry the same MsgID, across restarts included, since epochs, eviction
+// numbers and admin sequences restart only with a new incarnation.
 type MsgID struct {
-	Sender Endpoint
-	Epoch  uint64
-	Seq    uint64
+	Sender      Endpoint
+	Incarnation uint64
+	Epoch       uint64
+	Seq         uint64
+}
+
+// RequestID names a client request: the Router that took it in, the
+// Router's incarnation, and its number among that Router's requests of
+// the incarnation. A Stash shard applies a request once, however many
+// batches carry it, and answers every later copy with the stored reply
+// (stashCore.plan).
+type RequestID struct {
+	Router      int
+	Incarnation uint64
+	Seq         uint64
 }
 
 // AccessMsg is a Router's batch of one epoch for one Stash shard.
@@ -209,12 +225,19 @@ const (
 	maxResend = 100 * time.Millisecond
 )
 
-// netState is what a store's senders share: the signal that the store is
-// closing, which ends resends, and their count.
+// netState is what a store's senders share: the store's incarnation,
+// which their MsgIDs carry, the signal that the store is closing, which
+// ends resends, and their count.
 type netState struct {
-	closing chan struct{}
-	close   sync.Once
-	resent  atomic.Uint64
+	incarnation atomic.Uint64
+	closing     chan struct{}
+	close       sync.Once
+	resent      atomic.Uint64
+}
+
+// msgID names sender's message seq of epoch in the store's incarnation.
+func (n *netState) msgID(sender Endpoint, epoch, seq uint64) MsgID {
+	return MsgID{Sender: sender, Incarnation: n.incarnation.Load(), Epoch: epoch, Seq: seq}
 }
 
 func newNetState() *netState { return &netState{closing: make(chan struct{})} }

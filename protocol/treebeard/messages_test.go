@@ -1,11 +1,17 @@
 package treebeard
 
 import (
+	"fmt"
+	"math/rand/v2"
 	"reflect"
 	"sync"
 	"testing"
 
+	"github.com/oblivkv/oblivkv/backend/mem"
 	"github.com/oblivkv/oblivkv/internal/durable"
+	"github.com/oblivkv/oblivkv/internal/durable/journal"
+	"github.com/oblivkv/oblivkv/kv"
+	"github.com/oblivkv/oblivkv/kv/kvtest"
 	"github.com/oblivkv/oblivkv/protocol/ringoram"
 	"github.com/oblivkv/oblivkv/protocol/tree"
 )
@@ -51,7 +57,7 @@ func (s *scriptedTrees) messages() []ReadPathsMsg {
 // sent twice, happen once.
 func TestStashMessages(t *testing.T) {
 	trees := &scriptedTrees{}
-	s := newStash(0, newTestStashCore(1), durable.New(nil, nil, nil), newNetState())
+	s := newStash(0, newTestStashCore(1), &quota{capacity: 8}, durable.New(nil, nil, nil), newNetState())
 	s.connect([]PathReader{trees, trees, trees, trees})
 	s.core.setPosition(blockID("a"), Position{Tree: 2, Leaf: 3})
 
@@ -111,4 +117,136 @@ func sameResend(got []ReadPathsMsg) bool {
 		}
 	}
 	return len(zero) == 2 && reflect.DeepEqual(zero[0], zero[1])
+}
+
+// recordingNet is a direct transport that records every batch a Router
+// sends a Stash shard.
+type recordingNet struct {
+	directCall
+	mu   sync.Mutex
+	sent []AccessMsg
+}
+
+func (n *recordingNet) stash(_ int, h StashShard) StashShard { return recordingShard{n, h} }
+
+type recordingShard struct {
+	n *recordingNet
+	h StashShard
+}
+
+func (r recordingShard) Access(m AccessMsg) AccessReply {
+	r.n.mu.Lock()
+	r.n.sent = append(r.n.sent, m)
+	r.n.mu.Unlock()
+	return r.h.Access(m)
+}
+
+// TestIncarnationGrows: a store's incarnation is 1 when it is made and
+// one more at every open, after a Close or a crash alike, and every
+// message and request id of an open carries its incarnation.
+func TestIncarnationGrows(t *testing.T) {
+	b, keys, dir := mem.New(), kvtest.NewKeys(t), t.TempDir()
+	for n, want := range []uint64{1, 2, 3, 4} {
+		net := &recordingNet{}
+		j, err := journal.Open(dir, keys, journal.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		b.Reopen()
+		s, err := open(t.Context(), kv.Env{Backend: b, Keys: keys, Capacity: 64, ValueSize: 16, Fresh: n == 0, Journal: j,
+			Options: Options{TestingKnobs: TestingKnobs{Transport: net}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Put(t.Context(), fmt.Sprint("k", n), []byte("v")); err != nil {
+			t.Fatal(err)
+		}
+		net.mu.Lock()
+		for _, m := range net.sent {
+			for _, r := range m.Batch {
+				if m.ID.Incarnation != want || r.Req.Incarnation != want {
+					t.Errorf("open %d: batch %+v carries request %+v; want incarnation %d in both", n, m.ID, r.Req, want)
+				}
+			}
+		}
+		if len(net.sent) == 0 {
+			t.Errorf("open %d: no batch was sent", n)
+		}
+		net.mu.Unlock()
+		if n%2 == 1 { // a crash
+			j.Crash()
+			s.Close()
+			continue
+		}
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
+		}
+		j.Close()
+	}
+}
+
+// TestReleasedNeverForgotten: a receiver refuses a copy of a message
+// released however many messages ago (the earlier record forgot after
+// 4,096), released in any order, and its record of them stays one run of
+// epochs per stream.
+func TestReleasedNeverForgotten(t *testing.T) {
+	a := newAnswered[AccessReply]()
+	const n = 10_000
+	router := Endpoint{LayerRouter, 0}
+	ids := make([]MsgID, n)
+	for e := range ids {
+		ids[e] = MsgID{Sender: router, Incarnation: 2, Epoch: 1<<48 + uint64(e), Seq: 1}
+		a.do(ids[e], func() AccessReply { return AccessReply{} })
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	rng.Shuffle(n, func(i, j int) { ids[i], ids[j] = ids[j], ids[i] })
+	for i, id := range ids {
+		a.release([]MsgID{id})
+		if i%1000 == 0 {
+			checkRuns(t, a.released[streamOf(id)], ids[:i+1])
+		}
+	}
+	if held, runs := a.held(), len(a.released[streamOf(ids[0])].runs); held != 0 || runs != 1 {
+		t.Fatalf("after releasing all: %d replies held, %d runs; want none and one", held, runs)
+	}
+	for _, id := range []MsgID{ids[0], ids[n-1]} {
+		handled := false
+		if rep := a.do(id, func() AccessReply { handled = true; return AccessReply{} }); rep.Code != CodeUnavailable || handled {
+			t.Fatalf("a copy of released %+v: %+v, handled %v; want CodeUnavailable, unhandled", id, rep.Status, handled)
+		}
+	}
+	other := MsgID{Sender: router, Incarnation: 3, Epoch: ids[0].Epoch, Seq: 1}
+	if handled := false; a.do(other, func() AccessReply { handled = true; return AccessReply{} }).Code != CodeOK || !handled {
+		t.Fatalf("a message of a later incarnation with a released epoch was not handled")
+	}
+}
+
+// checkRuns checks that r holds exactly the epochs of released, as
+// sorted, disjoint, non-adjacent runs.
+func checkRuns(t *testing.T, r *epochRuns, released []MsgID) {
+	t.Helper()
+	want := map[uint64]bool{}
+	for _, id := range released {
+		want[id.Epoch] = true
+	}
+	count := uint64(0)
+	for i, run := range r.runs {
+		if run.From >= run.To || i > 0 && r.runs[i-1].To >= run.From {
+			t.Fatalf("runs %+v: run %d is empty, out of order, overlapping or adjacent", r.runs, i)
+		}
+		for e := run.From; e < run.To; e++ {
+			if !want[e] {
+				t.Fatalf("runs hold epoch %d, never released", e)
+			}
+		}
+		count += run.To - run.From
+	}
+	if count != uint64(len(want)) {
+		t.Fatalf("runs hold %d epochs, want %d", count, len(want))
+	}
+	for e := range want {
+		if !r.has(e) {
+			t.Fatalf("epoch %d released, not found", e)
+		}
+	}
 }

@@ -484,7 +484,7 @@ func (w *treeWorker) evictionDone(i int, number uint64, blocks []ringoram.Block,
 // evictionMsgID names the tree's step-th message to a Stash shard in its
 // eviction number (0: the hand-off, 1: the placements).
 func (w *treeWorker) evictionMsgID(number, step uint64) MsgID {
-	return MsgID{Sender: Endpoint{LayerORAM, w.id}, Epoch: number, Seq: step}
+	return w.net.msgID(Endpoint{LayerORAM, w.id}, number, step)
 }
 
 // removed returns the blocks an eviction placed that left the stash: all

@@ -16,7 +16,9 @@ import (
 // Stash shard in charge of each block, chosen by a hash of the key (the
 // block ID is a PRF of the key), then hands each reply to its caller
 // (Sec. 5.1.1). It drives a routerCore: the Router owns the epoch timer,
-// the callers waiting and the calls to the shards. It is stateless: a
+// the callers waiting and the calls to the shards, and every input reaches
+// the core as a routerEntry (a request, or the epoch's cut when its timer
+// fires), one at a time. It is stateless: a
 // request it loses is retried by its client, and Stash shards recognise
 // nothing but the requests they get.
 //
@@ -37,7 +39,8 @@ type Router struct {
 
 	mu      sync.Mutex
 	core    routerCore
-	calls   []*call // the callers of the collecting epoch, by the core's index
+	applied func(routerEntry, routerOutput) // tests: sees every entry and its outputs, in order
+	calls   []*call                         // the callers of the collecting epoch, by the core's index
 	timer   clockwork.Timer
 	closed  bool
 	flights sync.WaitGroup // epochs forwarded and not yet answered
@@ -56,7 +59,7 @@ type call struct {
 // epochs are unique.
 func newRouter(id int, epoch time.Duration, clock clockwork.Clock, shards []StashShard, net *netState, trace func(traceEvent)) *Router {
 	return &Router{id: id, epoch: epoch, clock: clock, shards: shards, net: net, trace: trace,
-		core: routerCore{shards: len(shards), next: uint64(id) << 48}}
+		core: routerCore{id: id, shards: len(shards), next: uint64(id) << 48}}
 }
 
 // Do submits req in the current epoch and waits for its reply. When ctx
@@ -70,7 +73,7 @@ func (r *Router) Do(ctx context.Context, req Request) (Reply, error) {
 		return Reply{}, kv.ErrClosed
 	}
 	r.calls = append(r.calls, c)
-	if r.core.add(req) == 0 { // the epoch's first request
+	if r.applyLocked(routerEntry{Req: req, Incarnation: r.net.incarnation.Load()}).Index == 0 { // the epoch's first request
 		if r.epoch <= 0 {
 			r.endLocked()
 		} else {
@@ -137,10 +140,11 @@ func (r *Router) collecting() int {
 // forwardLocked closes the collecting epoch and forwards its requests to
 // every Stash shard, each the batch of its own keys in arrival order.
 func (r *Router) forwardLocked() {
-	f, ok := r.core.cut()
-	if !ok {
+	out := r.applyLocked(routerEntry{Cut: true})
+	if !out.Cut {
 		return
 	}
+	f := out.Forwarded
 	calls := r.calls
 	r.calls, r.timer = nil, nil
 	if r.trace != nil {
@@ -160,7 +164,7 @@ func (r *Router) forwardLocked() {
 // transit, and hands each reply to its caller.
 func (r *Router) forward(s int, epoch uint64, batch []Request, waiting []*call) {
 	defer r.flights.Done()
-	id := MsgID{Sender: Endpoint{LayerRouter, r.id}, Epoch: epoch, Seq: uint64(s)}
+	id := r.net.msgID(Endpoint{LayerRouter, r.id}, epoch, uint64(s))
 	rep := exchange(r.net, &r.released, s, id, func(release []MsgID) AccessReply {
 		return r.shards[s].Access(AccessMsg{ID: id, Batch: batch, Release: release})
 	})
@@ -173,6 +177,15 @@ func (r *Router) forward(s int, epoch uint64, batch []Request, waiting []*call) 
 		}
 		close(c.done)
 	}
+}
+
+// applyLocked applies entry e to the core; r.mu is held.
+func (r *Router) applyLocked(e routerEntry) routerOutput {
+	out := r.core.step(e)
+	if r.applied != nil {
+		r.applied(e, out)
+	}
+	return out
 }
 
 // Close forwards the collecting epoch, waits until every forwarded epoch

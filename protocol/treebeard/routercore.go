@@ -1,21 +1,29 @@
 package treebeard
 
 import (
+	"bytes"
 	"encoding/binary"
+	"encoding/gob"
+	"fmt"
 
 	"github.com/oblivkv/oblivkv/protocol/tree"
 )
 
 // routerCore is a Router's logic as a deterministic state machine: the
-// requests of the epoch being collected and the number the epoch will
-// have. Its inputs are requests (add) and the end of an epoch (cut); its
-// output is the epoch's number and a batch per Stash shard. It keeps no
-// state across epochs but their numbering, which is why a Router needs no
-// journal (Treebeard Sec. 5.1.1: a request a Router loses is retried by
-// its client). Router drives it.
+// requests of the epoch being collected, the number the epoch will have
+// and the number the next request will have. Its inputs are requests
+// (add) and the end of an epoch (cut); its outputs are each request's id
+// and the epoch's number and batch per Stash shard. It keeps no state
+// across epochs but their numbering and its requests', which is why a
+// Router needs no journal (Treebeard Sec. 5.1.1: a request a Router loses
+// is retried by its client): the numbering restarts at each open, and the
+// store's incarnation, which request ids and MsgIDs carry, keeps them
+// from repeating. Router drives it.
 type routerCore struct {
+	id         int // the Router's number: its requests' ids carry it
 	shards     int
 	next       uint64 // number of the collecting epoch
+	requests   uint64 // number of the next request
 	collecting []Request
 }
 
@@ -27,8 +35,11 @@ type forwarded struct {
 	Index   [][]int
 }
 
-// add collects req in the current epoch and returns its index there.
-func (c *routerCore) add(req Request) int {
+// add names req (its RequestID, in the store's incarnation), collects it
+// in the current epoch and returns its index there.
+func (c *routerCore) add(req Request, incarnation uint64) int {
+	req.Req = RequestID{Router: c.id, Incarnation: incarnation, Seq: c.requests}
+	c.requests++
 	c.collecting = append(c.collecting, req)
 	return len(c.collecting) - 1
 }
@@ -58,4 +69,57 @@ func (c *routerCore) cut() (forwarded, bool) {
 // shardOf maps a block to its Stash shard (static hash routing).
 func shardOf(id tree.BlockID, shards int) int {
 	return int(binary.BigEndian.Uint64(id[:8]) % uint64(shards))
+}
+
+// routerEntry is one input of a Router as a log holds it: a client
+// request (taken in the store's Incarnation), or the end of the
+// collecting epoch (Cut: its timer fired, or the Router closes).
+type routerEntry struct {
+	Cut         bool
+	Req         Request
+	Incarnation uint64
+}
+
+// routerOutput is what an entry makes a Router do: the request's index
+// in its epoch, or the epoch cut (Forwarded, when Cut).
+type routerOutput struct {
+	Index     int
+	Cut       bool
+	Forwarded forwarded
+}
+
+// step applies entry e and returns its outputs.
+func (c *routerCore) step(e routerEntry) routerOutput {
+	if !e.Cut {
+		return routerOutput{Index: c.add(e.Req, e.Incarnation)}
+	}
+	f, ok := c.cut()
+	return routerOutput{Cut: ok, Forwarded: f}
+}
+
+// routerImage is a Router's whole state as a machine's snapshot holds it.
+type routerImage struct {
+	ID, Shards     int
+	Next, Requests uint64
+	Collecting     []Request
+}
+
+// image returns the Router's whole state, encoded.
+func (c *routerCore) image() []byte {
+	var buf bytes.Buffer
+	im := routerImage{ID: c.id, Shards: c.shards, Next: c.next, Requests: c.requests, Collecting: c.collecting}
+	if err := gob.NewEncoder(&buf).Encode(im); err != nil {
+		panic(fmt.Sprintf("treebeard: encoding a Router's state: %v", err)) // plain data: cannot fail
+	}
+	return buf.Bytes()
+}
+
+// restoreImage replaces the Router's whole state by one image returned.
+func (c *routerCore) restoreImage(b []byte) error {
+	var im routerImage
+	if err := gob.NewDecoder(bytes.NewReader(b)).Decode(&im); err != nil {
+		return fmt.Errorf("treebeard: decoding a Router's state: %w", err)
+	}
+	*c = routerCore{id: im.ID, shards: im.Shards, next: im.Next, requests: im.Requests, collecting: im.Collecting}
+	return nil
 }

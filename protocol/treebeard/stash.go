@@ -1,13 +1,12 @@
 package treebeard
 
 import (
-	"cmp"
-	"errors"
 	"fmt"
 	"sync"
 
 	"github.com/oblivkv/oblivkv/internal/durable"
 	"github.com/oblivkv/oblivkv/protocol/ringoram"
+	"github.com/oblivkv/oblivkv/protocol/tree"
 )
 
 // Stash is one Stash shard (Treebeard Sec. 5.2): the driver of a
@@ -17,31 +16,28 @@ import (
 // order the shard receives them). Stash owns the I/O: it sends each
 // epoch's path reads to the trees' owners, feeds their results back to the
 // core, journals each epoch and hands each reply back once it is ready.
+// Every input reaches the core as a stashEntry through apply, one at a
+// time in the order apply takes them (stashmachine.go).
 type Stash struct {
 	id    int          // the shard's number, which the trees' epoch barriers count by
 	trees []PathReader // by tree: the ORAM shard that owns it
 	log   *durable.Log
 	net   *netState
+	quota *quota // the store's: each epoch takes the room it may need from it
 
 	accesses    *answered[AccessReply, *AccessReply]
 	evictBlocks *answered[EvictionBlocksReply, *EvictionBlocksReply]
 	evictDone   *answered[EvictionDoneReply, *EvictionDoneReply]
 	released    releases // by tree
 
-	mu     sync.Mutex
-	core   *stashCore
-	epochs map[uint64]*pendingEpoch // epochs whose replies are not all ready
+	mu       sync.Mutex
+	core     *stashCore
+	complete map[uint64]chan struct{}      // by epoch: closed once the core has made all its replies
+	applied  func(stashEntry, stashOutput) // tests: sees every entry and its outputs, in order
 }
 
-// pendingEpoch collects the replies of an epoch as the core makes them.
-type pendingEpoch struct {
-	replies []Reply
-	left    int
-	done    chan struct{} // closed when left reaches zero
-}
-
-func newStash(id int, core *stashCore, log *durable.Log, net *netState) *Stash {
-	return &Stash{id: id, core: core, log: log, net: net, epochs: map[uint64]*pendingEpoch{},
+func newStash(id int, core *stashCore, q *quota, log *durable.Log, net *netState) *Stash {
+	return &Stash{id: id, core: core, quota: q, log: log, net: net, complete: map[uint64]chan struct{}{},
 		accesses: newAnswered[AccessReply](), evictBlocks: newAnswered[EvictionBlocksReply](),
 		evictDone: newAnswered[EvictionDoneReply]()}
 }
@@ -49,104 +45,119 @@ func newStash(id int, core *stashCore, log *durable.Log, net *netState) *Stash {
 // connect gives the shard the owner of each tree.
 func (s *Stash) connect(trees []PathReader) { s.trees = trees }
 
+// applyLocked applies entry e to the core, wakes the epochs whose replies
+// it completed and gives the room it released back to the store; s.mu is
+// held.
+func (s *Stash) applyLocked(e stashEntry) stashOutput {
+	out := s.core.step(e)
+	if s.applied != nil {
+		s.applied(e, out)
+	}
+	s.quota.give(out.Released)
+	for _, epoch := range out.Complete {
+		if ch := s.complete[epoch]; ch != nil {
+			close(ch)
+			delete(s.complete, epoch)
+		}
+	}
+	return out
+}
+
+// apply is applyLocked, taking s.mu.
+func (s *Stash) apply(e stashEntry) stashOutput {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.applyLocked(e)
+}
+
 // Access runs a Router's batch once, however many copies of its message
-// arrive (answered).
+// arrive (answered), and each of its requests once, however many batches
+// bring it (requestTable).
 func (s *Stash) Access(m AccessMsg) AccessReply {
 	s.accesses.release(m.Release)
+	s.releaseRequests(m.Release)
 	return s.accesses.do(m.ID, func() AccessReply {
 		return AccessReply{Replies: s.access(m.ID.Epoch, m.Batch)}
 	})
 }
 
+// releaseRequests forgets the replies of the requests of the batches ids,
+// which their Router has.
+func (s *Stash) releaseRequests(ids []MsgID) {
+	if len(ids) == 0 {
+		return
+	}
+	e := stashEntry{Kind: entryRelease}
+	for _, id := range ids {
+		e.Released = append(e.Released, id.Epoch)
+	}
+	s.apply(e)
+}
+
 // access runs a batch (Sec. 5.2.1): the core plans one path read per
-// request, the reads go to every tree, and each reply waits for its own
-// batch's reads, for the real read its block is queued behind, and for
-// the epoch's journal record.
+// request, with the room for new keys taken from the store's quota, the
+// reads go to every tree, and the replies wait for the batch's own reads,
+// for the real reads their blocks are queued behind, and for the epoch's
+// journal record.
 func (s *Stash) access(epoch uint64, batch []Request) []Reply {
-	pe := &pendingEpoch{replies: make([]Reply, len(batch)), left: len(batch), done: make(chan struct{})}
+	complete := make(chan struct{})
 	s.mu.Lock()
-	if len(batch) > 0 {
-		s.epochs[epoch] = pe
+	s.complete[epoch] = complete
+	if len(batch) == 0 {
+		delete(s.complete, epoch)
+		close(complete)
 	}
-	plan := s.core.plan(epoch, batch)
-	s.deliverLocked(plan.Done)
+	out := s.applyLocked(stashEntry{Kind: entryBatch, Epoch: epoch, Batch: batch, Room: s.quota.take(s.core.roomNeeded(batch))})
 	s.mu.Unlock()
-	failure := s.readAll(epoch, plan.Reads)
-	if len(batch) > 0 {
-		<-pe.done
-	}
-	if err := s.journal(batch); err != nil {
-		failure = cmp.Or(failure, err)
-	}
-	// A request whose own (fake) read failed learns it, even if it was
-	// answered from the stash: its outcome is unknown to its client. Fake
-	// reads are tied to no request, so a failure fails the whole batch.
-	if failure != nil {
-		for i := range pe.replies {
-			if pe.replies[i].Code == CodeOK {
-				pe.replies[i] = failed(failure)
+	s.readAll(epoch, out.Reads)
+	<-complete
+	replies, err := s.journal(epoch)
+	if err != nil {
+		for i := range replies {
+			if replies[i].Code == CodeOK {
+				replies[i] = failed(err)
 			}
 		}
 	}
-	return pe.replies
-}
-
-// deliverLocked hands ready replies to their epochs; s.mu is held.
-func (s *Stash) deliverLocked(done []completion) {
-	for _, c := range done {
-		pe := s.epochs[c.To.Epoch]
-		pe.replies[c.To.Index] = c.Reply
-		if pe.left--; pe.left == 0 {
-			delete(s.epochs, c.To.Epoch)
-			close(pe.done)
-		}
-	}
+	return replies
 }
 
 // readAll sends every tree this batch's reads of it, none for most trees
 // of a small batch: a tree reads an epoch once every shard has sent its
-// part, so which shards hold the epoch's keys never shows. It returns the
-// failure of any tree's read.
-func (s *Stash) readAll(epoch uint64, reads [][]ringoram.PathRead) error {
-	errs := make([]error, len(s.trees))
+// part, so which shards hold the epoch's keys never shows. Each tree's
+// results reach the core as an entry, in the order they come back.
+func (s *Stash) readAll(epoch uint64, reads [][]ringoram.PathRead) {
 	var wg sync.WaitGroup
 	for t, rs := range reads {
 		wg.Go(func() {
 			rep := s.readPaths(t, epoch, rs)
-			s.mu.Lock()
-			done, err := s.core.returned(t, rs, rep.Results, rep.Err())
-			s.deliverLocked(done)
-			s.mu.Unlock()
-			errs[t] = err
+			s.apply(resultsEntry(epoch, t, rs, rep.Results, rep.Err()))
 		})
 	}
 	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
-		return fmt.Errorf("treebeard: a path read of this epoch failed: %w", err)
-	}
-	return nil
 }
 
 // readPaths sends tree t the shard's part of epoch, again while it is lost
 // in transit (the tree recognises a copy and reads the part once).
 func (s *Stash) readPaths(t int, epoch uint64, reads []ringoram.PathRead) ReadPathsReply {
-	id := MsgID{Sender: Endpoint{LayerStash, s.id}, Epoch: epoch, Seq: uint64(t)}
+	id := s.net.msgID(Endpoint{LayerStash, s.id}, epoch, uint64(t))
 	return exchange(s.net, &s.released, t, id, func(release []MsgID) ReadPathsReply {
 		return s.trees[t].ReadPaths(ReadPathsMsg{ID: id, Tree: t, Reads: reads, Release: release})
 	})
 }
 
-// journal appends the epoch's record and waits until it is durable: the
-// replies leave only then (the records of concurrent epochs share an
-// fsync).
-func (s *Stash) journal(batch []Request) error {
+// journal ends the epoch: it appends its record and waits until it is
+// durable, and returns its replies, which leave only then (the records of
+// concurrent epochs share an fsync).
+func (s *Stash) journal(epoch uint64) ([]Reply, error) {
 	s.mu.Lock()
-	lsn := s.log.Append(s.core.endEpoch(batch))
+	out := s.applyLocked(stashEntry{Kind: entryEpochEnd, Epoch: epoch})
+	lsn := s.log.Append(out.Record)
 	s.mu.Unlock()
 	if err := s.log.Sync(lsn); err != nil {
-		return fmt.Errorf("treebeard: journal: %w", err)
+		return out.Replies, fmt.Errorf("treebeard: journal: %w", err)
 	}
-	return nil
+	return out.Replies, nil
 }
 
 // EvictionBlocks hands a tree's blocks to its eviction
@@ -154,9 +165,7 @@ func (s *Stash) journal(batch []Request) error {
 func (s *Stash) EvictionBlocks(m EvictionBlocksMsg) EvictionBlocksReply {
 	s.releaseEviction(m.Release)
 	return s.evictBlocks.do(m.ID, func() EvictionBlocksReply {
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		return EvictionBlocksReply{Blocks: s.core.evictionBlocks(m.ID.Sender.Index)}
+		return EvictionBlocksReply{Blocks: s.apply(stashEntry{Kind: entryEvictionBlocks, Tree: m.ID.Sender.Index}).Blocks}
 	})
 }
 
@@ -168,9 +177,11 @@ func (s *Stash) EvictionDone(m EvictionDoneMsg) EvictionDoneReply {
 			return EvictionDoneReply{Status: Status{Code: CodeUnavailable,
 				Detail: fmt.Sprintf("treebeard: an eviction placed %d of %d blocks", len(m.Placed), len(m.Blocks))}}
 		}
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		return EvictionDoneReply{Stale: s.core.evictionDone(m.ID.Sender.Index, m.Blocks, m.Placed)}
+		ids := make([]tree.BlockID, len(m.Blocks))
+		for i, b := range m.Blocks {
+			ids[i] = b.Block.ID
+		}
+		return EvictionDoneReply{Stale: s.apply(stashEntry{Kind: entryEvictionDone, Tree: m.ID.Sender.Index, IDs: ids, Placed: m.Placed}).Stale}
 	})
 }
 

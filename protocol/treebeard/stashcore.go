@@ -14,31 +14,38 @@ import (
 )
 
 // stashCore is a Stash shard's logic as a deterministic state machine: the
-// position map, the stash, the blocks whose real reads are in flight and
-// the random source they are drawn from. Its inputs are an epoch's batch
-// (plan), the results of the paths read for it (returned), the end of the
-// epoch (endEpoch) and an eviction's hand-off and acknowledgement; its
-// outputs are the path reads to issue, the replies that are ready, the
-// journal record of an epoch and the stale copies of an eviction. It does
-// no I/O, starts no goroutine and reads no clock: the same state (its
-// random source included) and the same inputs give the same outputs, the
-// one thing outside it being the store's key count (quota), shared by
-// the shards. A replicated log of its inputs over a snapshot would
-// rebuild it; the journal holds its outputs instead (the positions drawn,
-// the values), because recovery draws from fresh seeds (state). Stash
-// drives it.
+// position map, the stash, the blocks whose real reads are in flight, the
+// requests applied (requestTable), the replies of the epochs not ended
+// and the random source they are drawn from. Its inputs are an epoch's
+// batch (plan), the results of the paths read for it (returned), the end
+// of the epoch (endEpoch), an eviction's hand-off and acknowledgement and
+// a Router's release, each a stashEntry (step, stashmachine.go); its
+// outputs are the path reads to issue, the epochs whose replies are
+// ready, the journal record and replies of an epoch and the stale copies
+// of an eviction. It does no I/O, starts no goroutine and reads no clock:
+// the same state (its random source included) and the same inputs give
+// the same outputs. The room for new keys an epoch may use is an input of
+// its plan, taken by the driver from the store's quota, and the room it
+// did not use or freed is an output (takeReleased). A replicated log of
+// its entries over an image (stashimage.go) rebuilds it; the journal
+// holds its outputs instead (the positions drawn, the values), because
+// recovery draws from fresh seeds (state). Stash drives it.
 type stashCore struct {
 	trees     int
 	geo       tree.Geometry
-	valueSize int    // the largest value a mutation may leave
-	quota     *quota // shared by the shards of a store: the capacity is the store's
-	leak      leak   // tests only (leak.go)
+	valueSize int   // the largest value a mutation may leave
+	capacity  int64 // the store's, which a refusal as full names
+	leak      leak  // tests only (leak.go)
 
 	src      *rand.ChaCha8 // the random source, whose state snapshot holds
 	rng      *rand.Rand
 	pos      map[tree.BlockID]Position
 	stash    map[tree.BlockID]*stashed
 	inflight map[tree.BlockID]*inflight
+	requests requestTable
+	epochs   map[uint64]*epochReplies // epochs whose records are not made yet
+	room     int64                    // new keys the epoch being planned may still add
+	released int64                    // room given back, not yet taken by the driver (takeReleased)
 	stats    stashStats
 }
 
@@ -57,6 +64,11 @@ type stashed struct {
 	// the journal yet; no eviction takes it until then, so no eviction's
 	// record holds a state the journal could lose.
 	unjournaled bool
+	// valueJournaled: the journal holds this value for the block as
+	// stashed already (a checkpoint, an earlier epoch's record, or the
+	// record of the tree's read that brought the block in, which the
+	// epoch's record follows), so the epoch's record need not repeat it.
+	valueJournaled bool
 }
 
 // inflight is a block whose real path read is on its way: the requests
@@ -103,10 +115,10 @@ type stashStats struct {
 
 // newStashCore returns an empty shard over trees trees of geometry geo,
 // drawing positions from a ChaCha8 source seeded with seed.
-func newStashCore(trees int, geo tree.Geometry, q *quota, valueSize int, seed [32]byte) *stashCore {
-	c := &stashCore{trees: trees, geo: geo, quota: q, valueSize: valueSize,
+func newStashCore(trees int, geo tree.Geometry, capacity int64, valueSize int, seed [32]byte) *stashCore {
+	c := &stashCore{trees: trees, geo: geo, capacity: capacity, valueSize: valueSize,
 		pos: map[tree.BlockID]Position{}, stash: map[tree.BlockID]*stashed{},
-		inflight: map[tree.BlockID]*inflight{}}
+		inflight: map[tree.BlockID]*inflight{}, requests: newRequestTable(), epochs: map[uint64]*epochReplies{}}
 	c.reseed(seed)
 	return c
 }
@@ -137,8 +149,13 @@ func (c *stashCore) moveFrom(id tree.BlockID, from Position) Position {
 // random tree and leaf (a repeat finds it moved already by the real read
 // it queues behind). Requests answered from the stash, or about blocks
 // that do not exist, are done at once; the others wait for their block's
-// real read (returned).
-func (c *stashCore) plan(epoch uint64, batch []Request) epochPlan {
+// real read (returned). The epoch may add room new keys (the room its
+// driver took for it, roomNeeded), and the slots of the keys it deletes;
+// a new key past them is refused as full. What it does not use is
+// released.
+func (c *stashCore) plan(epoch uint64, batch []Request, room int64) epochPlan {
+	c.room = room
+	defer func() { c.released, c.room = c.released+c.room, 0 }()
 	p := epochPlan{Reads: make([][]ringoram.PathRead, c.trees)}
 	fakeAt := func(at Position) {
 		p.Reads[at.Tree] = append(p.Reads[at.Tree], ringoram.PathRead{Leaf: at.Leaf})
@@ -146,6 +163,12 @@ func (c *stashCore) plan(epoch uint64, batch []Request) epochPlan {
 	}
 	for i, r := range batch {
 		to := waiter{Epoch: epoch, Index: i}
+		c.requests.admit(epoch, r.Req)
+		if done, copied := c.requests.copyOf(r.Req, to); copied { // applied once only: a fake read, like a repeat
+			p.Done = append(p.Done, done...)
+			fakeAt(c.randomPosition())
+			continue
+		}
 		switch f, b := c.inflight[r.ID], c.stash[r.ID]; {
 		case f != nil: // a repeat: queue behind the block's real read
 			f.queue = append(f.queue, queued{req: r, to: to})
@@ -156,12 +179,12 @@ func (c *stashCore) plan(epoch uint64, batch []Request) epochPlan {
 			fakeAt(c.randomPosition())
 		case b != nil: // in the stash: answer from it
 			c.stats.stashHits++
-			p.Done = append(p.Done, completion{To: to, Reply: c.applyStashed(r, b)})
+			p.Done = c.requests.answer(r.Req, to, c.applyStashed(r, b), p.Done)
 			fakeAt(c.randomPosition())
 		default:
 			at, ok := c.pos[r.ID]
 			if !ok { // a block that does not exist: a fake read, like any other
-				p.Done = append(p.Done, completion{To: to, Reply: c.applyNew(r)})
+				p.Done = c.requests.answer(r.Req, to, c.applyNew(r), p.Done)
 				if c.leak == leakMissingKeyedPosition {
 					fakeAt(c.keyedPosition(r.ID))
 					continue
@@ -182,12 +205,13 @@ func (c *stashCore) applyStashed(r Request, b *stashed) Reply {
 	if b.evicting >= 0 {
 		b.touched++ // Treebeard Sec. 5.2.2: the copy being evicted is now stale
 	}
-	rep, exists, val := apply(r, true, b.value, c.quota, c.valueSize)
+	rep, exists, val := c.apply(r, true, b.value, false)
 	if !exists {
 		delete(c.stash, r.ID)
 		delete(c.pos, r.ID)
 		return rep
 	}
+	b.valueJournaled = b.valueJournaled && bytes.Equal(b.value, val)
 	b.value, b.unjournaled = val, true
 	c.pos[r.ID] = c.moveFrom(r.ID, c.pos[r.ID])
 	return rep
@@ -195,7 +219,7 @@ func (c *stashCore) applyStashed(r Request, b *stashed) Reply {
 
 // applyNew applies r to a block that does not exist.
 func (c *stashCore) applyNew(r Request) Reply {
-	rep, exists, val := apply(r, false, nil, c.quota, c.valueSize)
+	rep, exists, val := c.apply(r, false, nil, false)
 	if exists {
 		c.stash[r.ID] = &stashed{value: val, evicting: -1, unjournaled: true}
 		c.pos[r.ID] = c.randomPosition()
@@ -207,49 +231,73 @@ func (c *stashCore) applyNew(r Request) Reply {
 func (c *stashCore) noteSize() { c.stats.stashMax = max(c.stats.stashMax, len(c.stash)) }
 
 // apply performs r's mutation on a block's state (exists, val) and
-// returns the reply and the new state; q is charged for a new key and
-// credited for a deleted one. A mutation that fails leaves the state.
-func apply(r Request, exists bool, val []byte, q *quota, valueSize int) (Reply, bool, []byte) {
-	next, after, res, err := r.mutation().Apply(val, exists, valueSize)
-	if err == nil && after && !exists && !q.reserve() {
-		err = fmt.Errorf("%w: %d keys", kv.ErrFull, q.capacity)
+// returns the reply and the new state. A new key takes a slot of the
+// epoch's room, and a deleted one gives its slot to the room, unless the
+// block keeps its own slot (ownSlot: the requests queued behind a real
+// read, whose block had a key's slot when they were planned; settle
+// releases it if the block ends deleted). A mutation that fails leaves
+// the state.
+func (c *stashCore) apply(r Request, exists bool, val []byte, ownSlot bool) (Reply, bool, []byte) {
+	next, after, res, err := r.mutation().Apply(val, exists, c.valueSize)
+	if err == nil && after && !exists && !ownSlot {
+		if c.room == 0 {
+			err = fmt.Errorf("%w: %d keys", kv.ErrFull, c.capacity)
+		} else {
+			c.room--
+		}
 	}
 	if err != nil {
 		return failed(err), exists, val
 	}
-	if exists && !after {
-		q.release()
+	if exists && !after && !ownSlot {
+		c.room++
 	}
 	return Reply{Result: res}, after, next
 }
 
-// returned takes the results of the path reads of tree t that plan asked
-// for (err: the tree's read failed) and answers the requests queued
-// behind each real read among them, in their order of arrival: with the
-// block's value they run and the block joins the stash at its new
-// position; on failure they fail and the block stays where it was. It
-// also returns the read's failure (err, or a tree that answered fewer
-// reads than asked), which fails the whole epoch: fake reads are tied to
-// no request.
-func (c *stashCore) returned(t int, reads []ringoram.PathRead, results []ringoram.ReadResult, err error) ([]completion, error) {
-	if err == nil && len(results) != len(reads) {
-		err = fmt.Errorf("treebeard: tree %d answered %d of %d reads", t, len(results), len(reads))
-	}
-	var done []completion
-	for i, r := range reads {
-		if !r.Real {
+// roomNeeded returns the room for new keys batch may need: one slot for
+// each block it names that does not exist (nor is being read) and that
+// one of its requests may create. (A block the batch deletes gives the
+// slot for its own creation again.)
+func (c *stashCore) roomNeeded(batch []Request) int64 {
+	seen := map[tree.BlockID]bool{}
+	for _, r := range batch {
+		_, exists := c.pos[r.ID]
+		if exists || c.inflight[r.ID] != nil || seen[r.ID] || !mayCreate(r) {
 			continue
 		}
-		var res ringoram.ReadResult
-		readErr := err
-		if readErr == nil {
-			if res = results[i]; !res.Found {
-				readErr = fmt.Errorf("%w: a block is missing from its path", kv.ErrTampered)
-			}
-		}
-		done = c.settle(r.Want, res.Block.Value, readErr, done)
+		seen[r.ID] = true
 	}
-	return done, err
+	return int64(len(seen))
+}
+
+// mayCreate reports whether r may create its key.
+func mayCreate(r Request) bool {
+	switch r.Op {
+	case OpGet, OpDelete:
+		return false
+	case OpPut:
+		return r.If != kv.IfExists
+	}
+	return true
+}
+
+// takeReleased returns the room the shard gave back since it was last
+// asked, for the store's quota.
+func (c *stashCore) takeReleased() int64 {
+	n := c.released
+	c.released = 0
+	return n
+}
+
+// returned takes the results of the path reads of tree t that plan asked
+// for (err: the tree's read failed) and answers the requests queued
+// behind each real read among them (applyResults). It also returns the
+// read's failure (err, or a tree that answered fewer reads than asked),
+// which fails the whole epoch: fake reads are tied to no request.
+func (c *stashCore) returned(t int, reads []ringoram.PathRead, results []ringoram.ReadResult, err error) ([]completion, error) {
+	e := resultsEntry(0, t, reads, results, err)
+	return c.applyResults(e), e.Failure.Err()
 }
 
 // settle ends block id's real read.
@@ -261,45 +309,47 @@ func (c *stashCore) settle(id tree.BlockID, val []byte, err error, done []comple
 	delete(c.inflight, id)
 	if err != nil {
 		for _, q := range f.queue {
-			done = append(done, completion{To: q.to, Reply: failed(err)})
+			done = c.requests.answer(q.req.Req, q.to, failed(err), done)
 		}
 		return done
 	}
-	exists := true
+	exists, taken := true, val
 	for _, q := range f.queue {
 		var rep Reply
-		rep, exists, val = apply(q.req, exists, val, c.quota, c.valueSize)
-		done = append(done, completion{To: q.to, Reply: rep})
+		rep, exists, val = c.apply(q.req, exists, val, true)
+		done = c.requests.answer(q.req.Req, q.to, rep, done)
 	}
 	if !exists {
 		delete(c.pos, id)
+		c.released++
 		return done
 	}
 	c.pos[id] = f.to
-	c.stash[id] = &stashed{value: val, evicting: -1, unjournaled: true}
+	c.stash[id] = &stashed{value: val, evicting: -1, unjournaled: true, valueJournaled: bytes.Equal(taken, val)}
 	c.noteSize()
 	return done
 }
 
 // endEpoch returns the journal record of an epoch whose replies are all
-// ready: where the blocks of batch are now, and what the stashed ones
-// hold. Those blocks may join evictions from now on. Every epoch has a
-// record, whatever it holds, so how many records there are depends only
-// on the epochs.
-func (c *stashCore) endEpoch(batch []Request) []byte {
-	ids, seen := make([]tree.BlockID, 0, len(batch)), make(map[tree.BlockID]bool, len(batch))
-	for _, r := range batch {
-		if !seen[r.ID] {
-			seen[r.ID] = true
-			ids = append(ids, r.ID)
+// ready: where the blocks its batch named (named) are now, and what the
+// stashed ones hold unless the journal holds it already. Those blocks may join evictions from now on. Every
+// epoch has a record, whatever it holds, so how many records there are
+// depends only on the epochs.
+func (c *stashCore) endEpoch(named []tree.BlockID) []byte {
+	ids, seen := make([]tree.BlockID, 0, len(named)), make(map[tree.BlockID]bool, len(named))
+	for _, id := range named {
+		if !seen[id] {
+			seen[id] = true
+			ids = append(ids, id)
 		}
 	}
+	record := c.blocksDelta(ids)
 	for _, id := range ids {
 		if b := c.stash[id]; b != nil {
-			b.unjournaled = false
+			b.unjournaled, b.valueJournaled = false, true
 		}
 	}
-	return c.blocksDelta(ids)
+	return record
 }
 
 // evictionBlocks hands the ORAM shard of tree t the stashed blocks the
@@ -327,10 +377,9 @@ func (c *stashCore) evictionBlocks(t int) []ringoram.Block {
 // leaves the stash only if it was acked (placed) and not accessed since it
 // was handed over. An acked block that was accessed meanwhile (updated,
 // moved or deleted) stays as it is now, and its copy in the tree is stale.
-func (c *stashCore) evictionDone(t int, blocks []ringoram.Block, placed []int64) []Stale {
+func (c *stashCore) evictionDone(t int, ids []tree.BlockID, placed []int64) []Stale {
 	var stale []Stale
-	for i, eb := range blocks {
-		id := eb.Block.ID
+	for i, id := range ids {
 		b := c.stash[id]
 		mine := b != nil && b.evicting == t
 		if mine {
@@ -405,7 +454,7 @@ func (c *stashCore) setPosition(id tree.BlockID, p Position) { c.pos[id] = p }
 
 // setStashed puts block id in the stash holding v, journaled.
 func (c *stashCore) setStashed(id tree.BlockID, v []byte) {
-	c.stash[id] = &stashed{value: v, evicting: -1}
+	c.stash[id] = &stashed{value: v, evicting: -1, valueJournaled: true}
 	c.noteSize()
 }
 

@@ -350,6 +350,6 @@ func (s *store) collecting() int {
 // admin sends a layer the store's message m, again while it is lost in
 // transit, even while the store closes (its last checkpoint needs them).
 func (s *store) admin(to Admin, m AdminMsg) AdminReply {
-	m.ID = MsgID{Sender: Endpoint{LayerStore, 0}, Epoch: s.adminSeq.Add(1)}
+	m.ID = s.net.msgID(Endpoint{LayerStore, 0}, s.adminSeq.Add(1), 0)
 	return send(s.adminNet, func() AdminReply { return to.Admin(m) })
 }

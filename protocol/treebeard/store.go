@@ -146,12 +146,13 @@ func build(env kv.Env, opts Options, log *durable.Log) (*store, error) {
 		return nil, err
 	}
 	s.log = log
+	s.startIncarnation()
 	net := cmp.Or[transport](opts.TestingKnobs.Transport, directCall{})
 	clock := cmp.Or(opts.TestingKnobs.Clock, clockwork.NewRealClock())
 	for i := range opts.StashShards {
-		core := newStashCore(opts.Trees, s.geo, s.quota, env.ValueSize, seeds())
+		core := newStashCore(opts.Trees, s.geo, s.quota.capacity, env.ValueSize, seeds())
 		core.leak = opts.TestingKnobs.Leak
-		s.stashes = append(s.stashes, newStash(i, core, s.log, s.net))
+		s.stashes = append(s.stashes, newStash(i, core, s.quota, s.log, s.net))
 	}
 	sources := make([]EvictionSource, len(s.stashes))
 	shards := make([]StashShard, len(s.stashes))
@@ -170,7 +171,7 @@ func build(env kv.Env, opts Options, log *durable.Log) (*store, error) {
 		w := newTreeWorker(t, core, s.net, clock, cmp.Or(opts.TestingKnobs.PartTimeout, defaultPartTimeout), opts.TestingKnobs.Trace)
 		w.stashes, w.log = sources, s.log
 		var err error
-		w.tree, err = ringoram.NewTree(ringoram.Config{Backend: env.Backend, Keys: env.Keys, Geometry: s.geo,
+		w.tree, err = ringoram.NewTree(ringoram.Config{Backend: s.fenced(env.Backend, t), Keys: env.Keys, Geometry: s.geo,
 			Params: ringoram.Params{Z: opts.Z, S: opts.S}, Layout: ringoram.Layout{Prefix: TreePrefix(t)},
 			ValueSize: env.ValueSize, CachedLevels: cachedLevels(opts.CachedLevels, s.geo.L), Seed: new(seeds()),
 			ReadAhead: w.readAhead, WriteAhead: w.writeAhead})

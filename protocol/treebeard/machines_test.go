@@ -1,0 +1,260 @@
+package treebeard
+
+import (
+	"bytes"
+	"encoding/gob"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/oblivkv/oblivkv/backend/mem"
+	"github.com/oblivkv/oblivkv/kv"
+	"github.com/oblivkv/oblivkv/kv/kvtest"
+	"github.com/oblivkv/oblivkv/protocol/tree"
+)
+
+// failingParts is a direct transport whose trees fail a few of the
+// parts they read (the Stash shard sees a failed path read).
+type failingParts struct {
+	directCall
+	mu   sync.Mutex
+	rng  *rand.Rand
+	rate float64
+}
+
+func (f *failingParts) pathReader(_ int, h PathReader) PathReader { return failingReader{f, h} }
+
+type failingReader struct {
+	f *failingParts
+	h PathReader
+}
+
+func (r failingReader) ReadPaths(m ReadPathsMsg) ReadPathsReply {
+	rep := r.h.ReadPaths(m)
+	r.f.mu.Lock()
+	defer r.f.mu.Unlock()
+	if r.f.rng.Float64() < r.f.rate {
+		return ReadPathsReply{Status: Status{Code: CodeUnavailable, Detail: "injected: the part's read failed"}}
+	}
+	return rep
+}
+
+// encoded returns v as the log would carry it: gob's bytes.
+func encoded(t *testing.T, v any) []byte {
+	var buf bytes.Buffer
+	if err := gob.NewEncoder(&buf).Encode(v); err != nil {
+		t.Fatal(err)
+	}
+	return buf.Bytes()
+}
+
+// machineRecord is what one machine applied during a run: its image
+// before the first entry, every entry and its outputs (encoded) in the
+// order applied, and its image at the end.
+type machineRecord struct {
+	initial, final []byte
+	entries        [][]byte
+	outputs        [][]byte
+}
+
+// note records entry e and its outputs.
+func (r *machineRecord) note(t *testing.T, e, out any) {
+	r.entries = append(r.entries, encoded(t, e))
+	r.outputs = append(r.outputs, encoded(t, out))
+}
+
+// machine is a Stash shard's core or a Router's, as the replay drives it.
+type machine struct {
+	step    func(entry []byte) (output []byte)
+	image   func() []byte
+	restore func([]byte) error
+}
+
+func decoded[V any](t *testing.T, b []byte) V {
+	var v V
+	if err := gob.NewDecoder(bytes.NewReader(b)).Decode(&v); err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+func stashMachine(t *testing.T, c *stashCore) machine {
+	return machine{step: func(b []byte) []byte { return encoded(t, c.step(decoded[stashEntry](t, b))) },
+		image: c.image, restore: c.restoreImage}
+}
+
+func routerMachine(t *testing.T, c *routerCore) machine {
+	return machine{step: func(b []byte) []byte { return encoded(t, c.step(decoded[routerEntry](t, b))) },
+		image: c.image, restore: c.restoreImage}
+}
+
+// recordRun runs 8 clients on a store of 2 Stash shards with busy
+// evictions, a few failed path reads, a hot key, keys never written and
+// deletes, recording what Stash shard 0 and Router 0 apply. It returns
+// the records and makers of fresh machines of each kind.
+func recordRun(t *testing.T) (stash, router machineRecord, freshStash, freshRouter func() machine) {
+	net := &failingParts{rng: rand.New(rand.NewPCG(7, 7)), rate: 0.03}
+	s, err := open(t.Context(), kv.Env{Backend: mem.New(), Keys: kvtest.NewKeys(t), Capacity: 256, ValueSize: 32, Fresh: true,
+		Options: Options{StashShards: 2, A: 2, K: 2, Epoch: 100 * time.Microsecond, TestingKnobs: TestingKnobs{Transport: net}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sh, r := s.stashes[0], s.routers[0]
+	sh.mu.Lock()
+	stash.initial = sh.core.image()
+	sh.applied = func(e stashEntry, out stashOutput) { stash.note(t, e, out) }
+	sh.mu.Unlock()
+	r.mu.Lock()
+	router.initial = r.core.image()
+	r.applied = func(e routerEntry, out routerOutput) { router.note(t, e, out) }
+	r.mu.Unlock()
+	var wg sync.WaitGroup
+	for c := range 8 {
+		wg.Go(func() {
+			rng := rand.New(rand.NewPCG(uint64(c), 1))
+			for i := range 60 {
+				key := "hot"
+				if rng.IntN(2) == 0 {
+					key = fmt.Sprint("k", rng.IntN(48)) // keys 32 to 47 are never written
+				}
+				switch rng.IntN(6) {
+				case 0, 1:
+					s.Get(t.Context(), key)
+				case 2:
+					if key < "k32" || key == "hot" {
+						s.Put(t.Context(), key, []byte(fmt.Sprint(c, i)))
+					}
+				case 3:
+					s.Delete(t.Context(), key)
+				default:
+					s.Update(t.Context(), key, kv.Mutation{Op: kv.MutAppend, Arg: []byte("+")})
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	sh.mu.Lock()
+	stash.final = sh.core.image()
+	sh.mu.Unlock()
+	r.mu.Lock()
+	router.final = r.core.image()
+	r.mu.Unlock()
+	freshStash = func() machine {
+		return stashMachine(t, newStashCore(s.opts.Trees, s.geo, s.quota.capacity, s.valueSize, [32]byte{9}))
+	}
+	freshRouter = func() machine { return routerMachine(t, &routerCore{}) }
+	return stash, router, freshStash, freshRouter
+}
+
+// replayFrom applies rec's entries from the from-th on to m, checking
+// each output against the run's, and returns m's image before each entry
+// of at.
+func replayFrom(t *testing.T, m machine, rec machineRecord, from int, at []int) map[int][]byte {
+	t.Helper()
+	images := map[int][]byte{}
+	for i := from; i < len(rec.entries); i++ {
+		if slices.Contains(at, i) {
+			images[i] = m.image()
+		}
+		if out := m.step(rec.entries[i]); !bytes.Equal(out, rec.outputs[i]) {
+			t.Fatalf("entry %d replayed from entry %d gave other outputs than in the run", i, from)
+		}
+	}
+	if !bytes.Equal(m.image(), rec.final) {
+		t.Fatalf("replayed from entry %d, the final state differs from the run's", from)
+	}
+	return images
+}
+
+// checkReplay applies rec's entries to a fresh machine restored from
+// rec's initial image, then the rest of them to fresh machines restored
+// from its images at 20 random points: each gives the run's outputs and
+// final state, byte for byte. It returns those 20 images.
+func checkReplay(t *testing.T, rec machineRecord, fresh func() machine) [][]byte {
+	rng := rand.New(rand.NewPCG(3, 3))
+	var cuts []int
+	for len(cuts) < 20 {
+		if i := 1 + rng.IntN(len(rec.entries)-1); !slices.Contains(cuts, i) {
+			cuts = append(cuts, i)
+		}
+	}
+	m := fresh()
+	if err := m.restore(rec.initial); err != nil {
+		t.Fatal(err)
+	}
+	images := replayFrom(t, m, rec, 0, cuts)
+	var out [][]byte
+	for _, i := range cuts {
+		m := fresh()
+		if err := m.restore(images[i]); err != nil {
+			t.Fatal(err)
+		}
+		replayFrom(t, m, rec, i, nil)
+		out = append(out, images[i])
+	}
+	return out
+}
+
+// TestMachinesReplayDeterminism: the entries a Stash shard and a Router
+// applied during a run with concurrent clients, a hot key, missing keys,
+// deletes, busy evictions and failed path reads, applied to a fresh
+// machine of the kind restored from the machine's state before the first,
+// give the same outputs and the same final state, byte for byte; and so
+// do the rest of them applied to a fresh machine restored from the
+// replay's state at 20 random points, the Stash shard's with reads in
+// flight and epochs half answered.
+func TestMachinesReplayDeterminism(t *testing.T) {
+	stash, router, freshStash, freshRouter := recordRun(t)
+	t.Run("stash", func(t *testing.T) {
+		kinds := map[stashEntryKind]int{}
+		for _, b := range stash.entries {
+			e := decoded[stashEntry](t, b)
+			kinds[e.Kind]++
+			if e.Kind == entryResults && e.Failure.Code != CodeOK {
+				kinds[0]++ // a failed read
+			}
+		}
+		for k := range entryRelease + 1 {
+			if kinds[k] == 0 {
+				t.Fatalf("the run applied no entry of kind %d (0: a failed read): %v", k, kinds)
+			}
+		}
+		midEpoch := 0
+		for _, im := range checkReplay(t, stash, freshStash) {
+			c := newStashCore(1, tree.NewGeometry(4), 0, 0, [32]byte{})
+			if err := c.restoreImage(im); err != nil {
+				t.Fatal(err)
+			}
+			if len(c.inflight) > 0 || len(c.epochs) > 0 {
+				midEpoch++
+			}
+		}
+		if midEpoch == 0 {
+			t.Fatalf("no snapshot of the 20 was taken with reads in flight or epochs open")
+		}
+		t.Logf("%d entries (%v), %d of 20 snapshots mid-epoch", len(stash.entries), kinds, midEpoch)
+	})
+	t.Run("router", func(t *testing.T) {
+		cuts, collecting := 0, 0
+		for _, b := range router.entries {
+			if decoded[routerEntry](t, b).Cut {
+				cuts++
+			}
+		}
+		for _, im := range checkReplay(t, router, freshRouter) {
+			if decoded[routerImage](t, im).Collecting != nil {
+				collecting++
+			}
+		}
+		if cuts == 0 || collecting == 0 {
+			t.Fatalf("%d epochs cut, %d of 20 snapshots with requests collecting; want some of each", cuts, collecting)
+		}
+		t.Logf("%d entries, %d epochs cut, %d of 20 snapshots mid-epoch", len(router.entries), cuts, collecting)
+	})
+}

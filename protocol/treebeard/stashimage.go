@@ -1,0 +1,161 @@
+package treebeard
+
+import (
+	"bytes"
+	"cmp"
+	"encoding/gob"
+	"fmt"
+	"maps"
+	"slices"
+
+	"github.com/oblivkv/oblivkv/protocol/tree"
+)
+
+// stashImage is a Stash shard's whole state as a machine's snapshot holds
+// it, valid at any point between two entries (reads in flight, epochs
+// half answered, blocks held by evictions): every map as a slice sorted by
+// its key, so that equal states encode to equal bytes.
+type stashImage struct {
+	Rand     []byte
+	Blocks   []imageBlock
+	Inflight []imageInflight
+	Replies  []imageReply  // requestTable.replies
+	Copies   []imageCopies // requestTable.copies
+	Batches  []imageBatch  // requestTable.batches
+	Epochs   []imageEpoch
+	Released int64
+	Stats    [4]uint64 // real reads, fake reads, stash hits, the stash's largest size
+}
+
+type imageBlock struct {
+	ID                tree.BlockID
+	At                Position
+	Stashed           bool
+	Value             []byte
+	Evicting, Touched int
+	Unjournaled       bool
+	ValueJournaled    bool
+}
+
+type imageInflight struct {
+	ID       tree.BlockID
+	From, To Position
+	Queue    []imageQueued
+}
+
+type imageQueued struct {
+	Req Request
+	To  waiter
+}
+
+type imageReply struct {
+	ID    RequestID
+	Reply Reply
+}
+
+type imageCopies struct {
+	ID RequestID
+	To []waiter
+}
+
+type imageBatch struct {
+	Epoch uint64
+	IDs   []RequestID
+}
+
+type imageEpoch struct {
+	Epoch   uint64
+	Replies epochReplies
+}
+
+func compareRequestIDs(a, b RequestID) int {
+	return cmp.Or(cmp.Compare(a.Router, b.Router), cmp.Compare(a.Incarnation, b.Incarnation), cmp.Compare(a.Seq, b.Seq))
+}
+
+func sortedIDs[V any](m map[tree.BlockID]V) []tree.BlockID {
+	return slices.SortedFunc(maps.Keys(m), func(a, b tree.BlockID) int { return bytes.Compare(a[:], b[:]) })
+}
+
+// image returns the shard's whole state, encoded.
+func (c *stashCore) image() []byte {
+	var im stashImage
+	im.Rand, _ = c.src.MarshalBinary() // never fails
+	for _, id := range sortedIDs(c.pos) {
+		b := imageBlock{ID: id, At: c.pos[id]}
+		if s := c.stash[id]; s != nil {
+			b.Stashed, b.Value, b.Evicting, b.Touched, b.Unjournaled, b.ValueJournaled = true, s.value, s.evicting, s.touched, s.unjournaled, s.valueJournaled
+		}
+		im.Blocks = append(im.Blocks, b)
+	}
+	for _, id := range sortedIDs(c.inflight) {
+		f := c.inflight[id]
+		in := imageInflight{ID: id, From: f.from, To: f.to}
+		for _, q := range f.queue {
+			in.Queue = append(in.Queue, imageQueued{Req: q.req, To: q.to})
+		}
+		im.Inflight = append(im.Inflight, in)
+	}
+	for _, id := range slices.SortedFunc(maps.Keys(c.requests.replies), compareRequestIDs) {
+		im.Replies = append(im.Replies, imageReply{ID: id, Reply: c.requests.replies[id]})
+	}
+	for _, id := range slices.SortedFunc(maps.Keys(c.requests.copies), compareRequestIDs) {
+		im.Copies = append(im.Copies, imageCopies{ID: id, To: c.requests.copies[id]})
+	}
+	for _, e := range slices.Sorted(maps.Keys(c.requests.batches)) {
+		im.Batches = append(im.Batches, imageBatch{Epoch: e, IDs: c.requests.batches[e]})
+	}
+	for _, e := range slices.Sorted(maps.Keys(c.epochs)) {
+		im.Epochs = append(im.Epochs, imageEpoch{Epoch: e, Replies: *c.epochs[e]})
+	}
+	im.Released = c.released
+	im.Stats = [4]uint64{c.stats.realReads, c.stats.fakeReads, c.stats.stashHits, uint64(c.stats.stashMax)}
+	var buf bytes.Buffer
+	if err := gob.NewEncoder(&buf).Encode(im); err != nil {
+		panic(fmt.Sprintf("treebeard: encoding a Stash shard's state: %v", err)) // plain data: cannot fail
+	}
+	return buf.Bytes()
+}
+
+// restoreImage replaces the shard's whole state by one image returned.
+func (c *stashCore) restoreImage(b []byte) error {
+	var im stashImage
+	if err := gob.NewDecoder(bytes.NewReader(b)).Decode(&im); err != nil {
+		return fmt.Errorf("treebeard: decoding a Stash shard's state: %w", err)
+	}
+	if err := c.src.UnmarshalBinary(im.Rand); err != nil {
+		return fmt.Errorf("treebeard: a Stash shard's random source: %w", err)
+	}
+	clear(c.pos)
+	clear(c.stash)
+	clear(c.inflight)
+	clear(c.epochs)
+	c.requests = newRequestTable()
+	for _, b := range im.Blocks {
+		c.pos[b.ID] = b.At
+		if b.Stashed {
+			c.stash[b.ID] = &stashed{value: b.Value, evicting: b.Evicting, touched: b.Touched, unjournaled: b.Unjournaled, valueJournaled: b.ValueJournaled}
+		}
+	}
+	for _, in := range im.Inflight {
+		f := &inflight{from: in.From, to: in.To}
+		for _, q := range in.Queue {
+			f.queue = append(f.queue, queued{req: q.Req, to: q.To})
+		}
+		c.inflight[in.ID] = f
+	}
+	for _, r := range im.Replies {
+		c.requests.replies[r.ID] = r.Reply
+	}
+	for _, cp := range im.Copies {
+		c.requests.copies[cp.ID] = cp.To
+	}
+	for _, bt := range im.Batches {
+		c.requests.batches[bt.Epoch] = bt.IDs
+	}
+	for _, e := range im.Epochs {
+		c.epochs[e.Epoch] = &e.Replies
+	}
+	c.released, c.room = im.Released, 0
+	c.stats = stashStats{realReads: im.Stats[0], fakeReads: im.Stats[1], stashHits: im.Stats[2], stashMax: int(im.Stats[3])}
+	return nil
+}

@@ -1,0 +1,180 @@
+package treebeard
+
+import (
+	"fmt"
+
+	"github.com/oblivkv/oblivkv/kv"
+	"github.com/oblivkv/oblivkv/protocol/ringoram"
+	"github.com/oblivkv/oblivkv/protocol/tree"
+)
+
+// A Stash shard as a machine a log can drive: every input of its core is
+// a stashEntry, applied in the order the driver logs them (the order in
+// which the trees' results come back is the log's, not the goroutines'),
+// and apply returns everything the entry makes the shard do. The same
+// snapshot (stashImage) and the same entries give the same outputs and
+// the same final snapshot, byte for byte, whether the snapshot was taken
+// between epochs or with reads in flight.
+
+// stashEntryKind is what a stashEntry brings.
+type stashEntryKind uint8
+
+const (
+	entryBatch          stashEntryKind = iota + 1 // a Router's batch of an epoch, with the room its new keys may take
+	entryResults                                  // tree Tree's results of the shard's part of epoch Epoch
+	entryEpochEnd                                 // every part of epoch Epoch has returned: its record and replies
+	entryEvictionBlocks                           // tree Tree's eviction asks for its blocks
+	entryEvictionDone                             // tree Tree's eviction placed IDs at Placed
+	entryRelease                                  // the Router has the replies of the batches of Released
+)
+
+// stashEntry is one input of a Stash shard. Only the fields of its Kind
+// are set; a tree's results hold the real reads' outcomes alone (fake
+// reads return nothing the state depends on).
+type stashEntry struct {
+	Kind     stashEntryKind
+	Epoch    uint64
+	Batch    []Request
+	Room     int64
+	Tree     int
+	Real     []ringoram.ReadResult // entryResults: per real read, in order: its block (ID: the one wanted) and whether it was found
+	Failure  Status                // entryResults: the tree's read failed
+	IDs      []tree.BlockID        // entryEvictionDone: the blocks handed over
+	Placed   []int64               // entryEvictionDone: their buckets, or -1
+	Released []uint64              // entryRelease: the epochs of the batches released
+}
+
+// stashOutput is what an entry makes the shard do.
+type stashOutput struct {
+	Reads    [][]ringoram.PathRead // entryBatch: the paths to read, by tree
+	Complete []uint64              // epochs whose replies are all made now
+	Replies  []Reply               // entryEpochEnd: the epoch's replies, in its batch's order
+	Record   []byte                // entryEpochEnd: the epoch's journal record
+	Blocks   []ringoram.Block      // entryEvictionBlocks
+	Stale    []Stale               // entryEvictionDone
+	Released int64                 // room for keys given back to the store's quota
+}
+
+// epochReplies is an epoch's replies as the shard makes them.
+type epochReplies struct {
+	Replies []Reply
+	Left    int            // replies not made yet
+	IDs     []tree.BlockID // the blocks the batch names, in its order
+	Failure Status         // a path read of the epoch failed: its requests' outcome is unknown
+}
+
+// step applies entry e and returns its outputs.
+func (c *stashCore) step(e stashEntry) stashOutput {
+	var out stashOutput
+	switch e.Kind {
+	case entryBatch:
+		c.openEpoch(e.Epoch, e.Batch)
+		p := c.plan(e.Epoch, e.Batch, e.Room)
+		out.Reads = p.Reads
+		out.Complete = c.assemble(p.Done)
+	case entryResults:
+		done := c.applyResults(e)
+		if ep := c.epochs[e.Epoch]; ep != nil && e.Failure.Code != CodeOK && ep.Failure.Code == CodeOK {
+			ep.Failure = e.Failure
+		}
+		out.Complete = c.assemble(done)
+	case entryEpochEnd:
+		out.Replies, out.Record = c.closeEpoch(e.Epoch)
+	case entryEvictionBlocks:
+		out.Blocks = c.evictionBlocks(e.Tree)
+	case entryEvictionDone:
+		out.Stale = c.evictionDone(e.Tree, e.IDs, e.Placed)
+	case entryRelease:
+		for _, epoch := range e.Released {
+			c.requests.release(epoch)
+		}
+	}
+	out.Released = c.takeReleased()
+	return out
+}
+
+// openEpoch starts assembling the replies of epoch's batch.
+func (c *stashCore) openEpoch(epoch uint64, batch []Request) {
+	ids := make([]tree.BlockID, len(batch))
+	for i, r := range batch {
+		ids[i] = r.ID
+	}
+	c.epochs[epoch] = &epochReplies{Replies: make([]Reply, len(batch)), Left: len(batch), IDs: ids}
+}
+
+// assemble files completions under their epochs and returns the epochs
+// whose replies are all made by them.
+func (c *stashCore) assemble(done []completion) []uint64 {
+	var complete []uint64
+	for _, d := range done {
+		ep := c.epochs[d.To.Epoch]
+		if ep == nil {
+			continue // an epoch its driver planned by plan alone (tests)
+		}
+		ep.Replies[d.To.Index] = d.Reply
+		if ep.Left--; ep.Left == 0 {
+			complete = append(complete, d.To.Epoch)
+		}
+	}
+	return complete
+}
+
+// closeEpoch ends an epoch whose replies are all made and whose parts
+// have all returned: its replies (a request whose epoch had a path read
+// fail learns it, even if it was answered from the stash: fake reads are
+// tied to no request) and its journal record.
+func (c *stashCore) closeEpoch(epoch uint64) ([]Reply, []byte) {
+	ep := c.epochs[epoch]
+	if ep == nil {
+		return nil, c.endEpoch(nil)
+	}
+	delete(c.epochs, epoch)
+	if ep.Failure.Code != CodeOK {
+		failure := Status{Code: ep.Failure.Code, Detail: "treebeard: a path read of this epoch failed: " + ep.Failure.Detail}
+		for i := range ep.Replies {
+			if ep.Replies[i].Code == CodeOK {
+				ep.Replies[i] = Reply{Status: failure}
+			}
+		}
+	}
+	return ep.Replies, c.endEpoch(ep.IDs)
+}
+
+// resultsEntry reduces tree t's answer (results, or its failure err) to
+// the reads of it that plan asked for to an entry: the outcome of each
+// real read, and the failure of the whole part (err, or a tree that
+// answered fewer reads than asked).
+func resultsEntry(epoch uint64, t int, reads []ringoram.PathRead, results []ringoram.ReadResult, err error) stashEntry {
+	if err == nil && len(results) != len(reads) {
+		err = fmt.Errorf("treebeard: tree %d answered %d of %d reads", t, len(results), len(reads))
+	}
+	e := stashEntry{Kind: entryResults, Epoch: epoch, Tree: t, Failure: statusOf(err)}
+	for i, r := range reads {
+		if !r.Real {
+			continue
+		}
+		res := ringoram.ReadResult{Block: tree.Block{ID: r.Want}}
+		if err == nil && results[i].Found {
+			res = ringoram.ReadResult{Block: tree.Block{ID: r.Want, Value: results[i].Block.Value}, Found: true}
+		}
+		e.Real = append(e.Real, res)
+	}
+	return e
+}
+
+// applyResults answers the requests queued behind each real read of e,
+// in their order of arrival (settle): with the block's value, or with
+// e's failure.
+func (c *stashCore) applyResults(e stashEntry) []completion {
+	var done []completion
+	for _, res := range e.Real {
+		err := e.Failure.Err()
+		switch {
+		case err != nil:
+		case !res.Found:
+			err = fmt.Errorf("%w: a block is missing from its path", kv.ErrTampered)
+		}
+		done = c.settle(res.Block.ID, res.Block.Value, err, done)
+	}
+	return done
+}
