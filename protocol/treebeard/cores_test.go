@@ -1,7 +1,6 @@
 package treebeard
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"reflect"
@@ -460,33 +459,5 @@ func TestStashCoreRequestsOnce(t *testing.T) {
 	}
 	if _, held := c.requests.replies[appendY.Req]; !held {
 		t.Fatalf("the reply of a request whose batches were not released was forgotten")
-	}
-}
-
-// TestStashRecordsHoldChangedValues: an epoch's record holds the value of
-// a stashed block only when the journal lacks it: not for a block the
-// epoch only read (the tree's record of the read holds it), nor for one
-// it rewrote with the same value; for one it changed, and for a new one.
-func TestStashRecordsHoldChangedValues(t *testing.T) {
-	c := newTestStashCore(8)
-	a, b := blockID("a"), blockID("b")
-	value := bytes.Repeat([]byte("v"), 60)
-	c.setPosition(a, Position{Tree: 1, Leaf: 5})
-	p := c.plan(1, []Request{{Op: OpGet, ID: a}}, 8)
-	tr, _ := realRead(t, p)
-	if _, err := c.returned(tr, p.Reads[tr], results(p, tr, string(value)), nil); err != nil {
-		t.Fatal(err)
-	}
-	if rec := c.endEpoch([]tree.BlockID{a}); bytes.Contains(rec, value) {
-		t.Fatalf("the record of an epoch that only read a holds its value: %x", rec)
-	}
-	c.plan(2, []Request{{Op: OpPut, ID: a, Value: value}}, 8)
-	if rec := c.endEpoch([]tree.BlockID{a}); bytes.Contains(rec, value) {
-		t.Fatalf("the record of an epoch that wrote a's value again holds it: %x", rec)
-	}
-	changed := bytes.Repeat([]byte("w"), 60)
-	c.plan(3, []Request{{Op: OpPut, ID: a, Value: changed}, {Op: OpPut, ID: b, Value: value}}, 8)
-	if rec := c.endEpoch([]tree.BlockID{a, b}); !bytes.Contains(rec, changed) || !bytes.Contains(rec, value) {
-		t.Fatalf("the record of an epoch that changed a and made b lacks a value: %x", rec)
 	}
 }

@@ -17,7 +17,7 @@ import (
 // item: recovery tells which of each tree's operations since the
 // checkpoint landed and runs the others again (settleOps).
 const (
-	deltaBlocks    byte = iota + 1 // a Stash shard's epoch: where its blocks are now, and the stashed ones' values the journal lacks
+	deltaBlocks    byte = iota + 1 // a Stash shard's epoch: where its blocks are now, and the stashed ones' values
 	deltaTree                      // a tree's multi-path read or eviction as the previous build journaled it: its ringoram.Change with the top buckets' values, the tree's read count, and the sealed items of its Write, which recovery issues again
 	deltaEvictDone                 // an eviction's end: the blocks that left the stash, the copies it left stale
 	deltaLoad                      // a bulk load begins: the trees are rewritten whole
@@ -25,17 +25,7 @@ const (
 	deltaOp                        // a tree's multi-path read or eviction: its ringoram.Change (top buckets as block IDs), and the tree's read count
 )
 
-// Whether a block of a blocks delta, where it is, is stashed: not, with
-// its value, or with the value the journal holds for it already (a
-// record of an earlier build never has the last).
-const (
-	blockInTree byte = iota
-	blockStashed
-	blockStashedAsJournaled
-)
-
-// blocksDelta describes the blocks an epoch touched, as they are now: a
-// stashed block's value only if the journal lacks it (valueJournaled).
+// blocksDelta describes the blocks an epoch touched, as they are now.
 func (s *stashCore) blocksDelta(ids []tree.BlockID) []byte {
 	b := binary.AppendUvarint([]byte{deltaBlocks}, uint64(len(ids)))
 	for _, id := range ids {
@@ -46,13 +36,10 @@ func (s *stashCore) blocksDelta(ids []tree.BlockID) []byte {
 			continue
 		}
 		b = binary.AppendUvarint(binary.AppendUvarint(append(b, 1), uint64(p.Tree)), p.Leaf)
-		switch st, ok := s.stash[id]; {
-		case !ok:
-			b = append(b, blockInTree)
-		case st.valueJournaled:
-			b = append(b, blockStashedAsJournaled)
-		default:
-			b = delta.AppendBytes(append(b, blockStashed), st.value)
+		if st, ok := s.stash[id]; ok {
+			b = delta.AppendBytes(append(b, 1), st.value)
+		} else {
+			b = append(b, 0)
 		}
 	}
 	return b
@@ -193,24 +180,18 @@ func (rp *replayer) blocks(d *delta.Decoder) {
 		}
 		t, leaf := d.Uvarint(), d.Uvarint()
 		d.Check(t < uint64(len(rp.s.workers)) && leaf < rp.s.geo.Leaves(), "a position outside the trees")
-		kind, value := d.Byte(), []byte(nil)
-		d.Check(kind <= blockStashedAsJournaled, "a block's state")
-		if kind == blockStashed {
+		inStash, value := d.Bool(), []byte(nil)
+		if inStash {
 			value = d.Bytes(rp.s.valueSize)
-		}
-		if kind == blockStashedAsJournaled {
-			_, stashed := sh.has(id)
-			d.Check(stashed, "a stashed block whose value the journal lacks")
 		}
 		if d.Failed() {
 			return
 		}
 		sh.setPosition(id, Position{Tree: int(t), Leaf: leaf})
-		switch kind {
-		case blockInTree:
-			sh.unstash(id)
-		case blockStashed:
+		if inStash {
 			sh.setStashed(id, value)
+		} else {
+			sh.unstash(id)
 		}
 	}
 }

@@ -64,11 +64,6 @@ type stashed struct {
 	// the journal yet; no eviction takes it until then, so no eviction's
 	// record holds a state the journal could lose.
 	unjournaled bool
-	// valueJournaled: the journal holds this value for the block as
-	// stashed already (a checkpoint, an earlier epoch's record, or the
-	// record of the tree's read that brought the block in, which the
-	// epoch's record follows), so the epoch's record need not repeat it.
-	valueJournaled bool
 }
 
 // inflight is a block whose real path read is on its way: the requests
@@ -211,7 +206,6 @@ func (c *stashCore) applyStashed(r Request, b *stashed) Reply {
 		delete(c.pos, r.ID)
 		return rep
 	}
-	b.valueJournaled = b.valueJournaled && bytes.Equal(b.value, val)
 	b.value, b.unjournaled = val, true
 	c.pos[r.ID] = c.moveFrom(r.ID, c.pos[r.ID])
 	return rep
@@ -313,7 +307,7 @@ func (c *stashCore) settle(id tree.BlockID, val []byte, err error, done []comple
 		}
 		return done
 	}
-	exists, taken := true, val
+	exists := true
 	for _, q := range f.queue {
 		var rep Reply
 		rep, exists, val = c.apply(q.req, exists, val, true)
@@ -325,14 +319,14 @@ func (c *stashCore) settle(id tree.BlockID, val []byte, err error, done []comple
 		return done
 	}
 	c.pos[id] = f.to
-	c.stash[id] = &stashed{value: val, evicting: -1, unjournaled: true, valueJournaled: bytes.Equal(taken, val)}
+	c.stash[id] = &stashed{value: val, evicting: -1, unjournaled: true}
 	c.noteSize()
 	return done
 }
 
 // endEpoch returns the journal record of an epoch whose replies are all
 // ready: where the blocks its batch named (named) are now, and what the
-// stashed ones hold unless the journal holds it already. Those blocks may join evictions from now on. Every
+// stashed ones hold. Those blocks may join evictions from now on. Every
 // epoch has a record, whatever it holds, so how many records there are
 // depends only on the epochs.
 func (c *stashCore) endEpoch(named []tree.BlockID) []byte {
@@ -343,13 +337,12 @@ func (c *stashCore) endEpoch(named []tree.BlockID) []byte {
 			ids = append(ids, id)
 		}
 	}
-	record := c.blocksDelta(ids)
 	for _, id := range ids {
 		if b := c.stash[id]; b != nil {
-			b.unjournaled, b.valueJournaled = false, true
+			b.unjournaled = false
 		}
 	}
-	return record
+	return c.blocksDelta(ids)
 }
 
 // evictionBlocks hands the ORAM shard of tree t the stashed blocks the
@@ -454,7 +447,7 @@ func (c *stashCore) setPosition(id tree.BlockID, p Position) { c.pos[id] = p }
 
 // setStashed puts block id in the stash holding v, journaled.
 func (c *stashCore) setStashed(id tree.BlockID, v []byte) {
-	c.stash[id] = &stashed{value: v, evicting: -1, valueJournaled: true}
+	c.stash[id] = &stashed{value: v, evicting: -1}
 	c.noteSize()
 }
 

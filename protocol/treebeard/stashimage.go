@@ -34,7 +34,6 @@ type imageBlock struct {
 	Value             []byte
 	Evicting, Touched int
 	Unjournaled       bool
-	ValueJournaled    bool
 }
 
 type imageInflight struct {
@@ -83,7 +82,7 @@ func (c *stashCore) image() []byte {
 	for _, id := range sortedIDs(c.pos) {
 		b := imageBlock{ID: id, At: c.pos[id]}
 		if s := c.stash[id]; s != nil {
-			b.Stashed, b.Value, b.Evicting, b.Touched, b.Unjournaled, b.ValueJournaled = true, s.value, s.evicting, s.touched, s.unjournaled, s.valueJournaled
+			b.Stashed, b.Value, b.Evicting, b.Touched, b.Unjournaled = true, s.value, s.evicting, s.touched, s.unjournaled
 		}
 		im.Blocks = append(im.Blocks, b)
 	}
@@ -133,7 +132,7 @@ func (c *stashCore) restoreImage(b []byte) error {
 	for _, b := range im.Blocks {
 		c.pos[b.ID] = b.At
 		if b.Stashed {
-			c.stash[b.ID] = &stashed{value: b.Value, evicting: b.Evicting, touched: b.Touched, unjournaled: b.Unjournaled, valueJournaled: b.ValueJournaled}
+			c.stash[b.ID] = &stashed{value: b.Value, evicting: b.Evicting, touched: b.Touched, unjournaled: b.Unjournaled}
 		}
 	}
 	for _, in := range im.Inflight {
