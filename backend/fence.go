@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"sync/atomic"
 )
 
 // Fence is what makes a write of one machine refusable once a newer
@@ -113,28 +114,80 @@ func PipelineFenced(ctx context.Context, b Backend, f Fence, items []Item, reads
 // fenced by fence(), read at each call: the storage a machine's driver
 // hands the code that writes for it, so that none of the machine's writes
 // goes out unfenced, however many places issue them. A Pipeline without
-// items only reads, and claims no fence. Reads, deletes, versioned and
-// explicitly fenced writes pass through as they are.
-func WithFence(b Backend, fence func() Fence) Backend { return &fenced{Backend: b, fence: fence} }
+// items only reads, and claims no fence. Versioned and explicitly fenced
+// writes pass through as they are.
+//
+// The handles of one driver share d: once storage refuses a fenced write
+// of any of them, every later call of each fails with that refusal
+// without reaching storage (Deposition).
+func WithFence(b Backend, fence func() Fence, d *Deposition) Backend {
+	return &fenced{Backend: b, fence: fence, d: d}
+}
+
+// Deposition records that a driver has been deposed: storage refused one
+// of its fenced writes (ErrFenced), so a newer driver of the same machine
+// has written since. What storage holds is then the newer driver's, and
+// reading it would look like tampering: the deposed driver's handles
+// (WithFence) make no call any more. The zero value is a driver in
+// office.
+type Deposition struct{ err atomic.Pointer[error] }
+
+// Err returns the refusal that deposed the driver, or nil.
+func (d *Deposition) Err() error {
+	if p := d.err.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// note records err if it is a refusal, and returns it.
+func (d *Deposition) note(err error) error {
+	if errors.Is(err, ErrFenced) {
+		d.err.CompareAndSwap(nil, &err)
+	}
+	return err
+}
 
 type fenced struct {
 	Backend
 	fence func() Fence
+	d     *Deposition
+}
+
+func (f *fenced) Read(ctx context.Context, addrs []string) ([][]byte, error) {
+	if err := f.d.Err(); err != nil {
+		return nil, err
+	}
+	return f.Backend.Read(ctx, addrs)
 }
 
 func (f *fenced) Write(ctx context.Context, items []Item) error {
-	return f.Backend.WriteFenced(ctx, f.fence(), items)
+	return f.WriteFenced(ctx, f.fence(), items)
+}
+
+func (f *fenced) WriteFenced(ctx context.Context, fence Fence, items []Item) error {
+	if err := f.d.Err(); err != nil {
+		return err
+	}
+	return f.d.note(f.Backend.WriteFenced(ctx, fence, items))
 }
 
 func (f *fenced) Pipeline(ctx context.Context, items []Item, reads [][]string) ([][][]byte, error) {
 	if len(items) == 0 {
+		if err := f.d.Err(); err != nil {
+			return nil, err
+		}
 		return Pipeline(ctx, f.Backend, nil, reads)
 	}
-	return PipelineFenced(ctx, f.Backend, f.fence(), items, reads)
+	return f.PipelineFenced(ctx, f.fence(), items, reads)
 }
 
 func (f *fenced) PipelineFenced(ctx context.Context, fence Fence, items []Item, reads [][]string) ([][][]byte, error) {
-	return PipelineFenced(ctx, f.Backend, fence, items, reads)
+	if err := f.d.Err(); err != nil {
+		return nil, err
+	}
+	out, err := PipelineFenced(ctx, f.Backend, fence, items, reads)
+	return out, f.d.note(err)
 }
 
 func (f *fenced) Sync(ctx context.Context) error { return Sync(ctx, f.Backend) }

@@ -3,10 +3,12 @@ package durable
 import "fmt"
 
 // A fencing token (backend.Fence) of a store's write is its incarnation
-// in the high IncarnationBits bits and the journal position (LSN) of the
-// record that caused the write in the low LSNBits: every write of a later
-// open of the store carries a higher token than every write of an earlier
-// one, and within one open tokens grow with the journal.
+// in the high IncarnationBits bits, as a term, and an index in the low
+// LSNBits: the journal position (LSN) of the record that caused the write
+// where one open's writes of a machine are issued in that order, or 0
+// where they run concurrently (treebeard's trees and oblivistore's
+// groups): every write of a later open of the store carries a higher
+// token than every write of an earlier one.
 const (
 	IncarnationBits = 20
 	LSNBits         = 64 - IncarnationBits

@@ -280,6 +280,9 @@ func crossed[M any](keys *seal.Keys, m M, sealIt func(*seal.Keys, M) (Sealed, er
 // NextSeq is the sequence number the next request will get.
 func (c *Core) NextSeq() uint64 { return c.front.st.Front.NextSeq + 1 }
 
+// Groups is the number of partition groups the core holds.
+func (c *Core) Groups() int { return len(c.groups) }
+
 // Incarnation is the incarnation the core's machines last started.
 func (c *Core) Incarnation() uint64 { return c.front.st.Incarnation }
 

@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -167,8 +168,15 @@ func (c *cutter) Write(ctx context.Context, items []backend.Item) error {
 	return c.Backend.Write(ctx, items)
 }
 
-// WriteFenced is cut as Write is.
+// WriteFenced is cut as Write is; a claim of the fence alone (no item)
+// only fails once storage is dead.
 func (c *cutter) WriteFenced(ctx context.Context, f backend.Fence, items []backend.Item) error {
+	if len(items) == 0 && c.dead.Load() {
+		return backend.ErrClosed
+	}
+	if len(items) == 0 {
+		return c.Backend.WriteFenced(ctx, f, nil)
+	}
 	if dead, err := c.cut(items[0].Addr, items); dead || err != nil {
 		return errors.Join(backend.ErrClosed, err)
 	}
@@ -189,7 +197,8 @@ func (c *cutter) DeferSync() bool { return backend.DeferSync(c.Backend) }
 // must do, derived here as store.recover does: the writes it redoes, in
 // order, and the reads it issues again.
 type recoveryPlan struct {
-	redo []*WriteIO
+	groups int // whose fences recovery claims first, in order
+	redo   []*WriteIO
 	// installed[i]: redo[i] had completed and the core had installed its
 	// levels before the crash (its completion was journaled).
 	installed []bool
@@ -234,7 +243,7 @@ func planRecovery(t *testing.T, dir string, keys *seal.Keys, b backend.Backend) 
 			}
 		}
 	}
-	var p recoveryPlan
+	p := recoveryPlan{groups: c.Groups()}
 	p.redo = sortedWrites(redo)
 	pending := map[ioKey]bool{}
 	for _, o := range c.Outstanding() {
@@ -333,6 +342,8 @@ func (l *slotLedger) feed(recs []observe.Record, redone map[int]bool) error {
 // (what storage saw before the crash) is set, every Write redone and every
 // Read reissued must be one storage saw before, address for address. It
 // returns the index in recs of each redone Write of installed levels.
+// The fences of the groups are claimed first, between the anchor read
+// and the Writes.
 func checkRecoveryCalls(recs []observe.Record, p recoveryPlan, seen []observe.Record) (map[int]bool, error) {
 	if len(recs) == 0 || recs[0].Op != observe.OpRead || !slices.Equal(recs[0].Addrs, []string{durable.AnchorAddr}) {
 		return nil, errors.New("recovery does not start with the anchor's read")
@@ -345,15 +356,21 @@ func checkRecoveryCalls(recs []observe.Record, p recoveryPlan, seen []observe.Re
 	}
 	redone := map[int]bool{}
 	rest := recs[1:]
+	for g := range p.groups {
+		if len(rest) == 0 || rest[0].Op != observe.OpWrite || len(rest[0].Addrs) != 0 || rest[0].Fence != FencePrefix+strconv.Itoa(g) {
+			return nil, fmt.Errorf("recovery's call %d is not the claim of group %d's fence", 2+g, g)
+		}
+		rest = rest[1:]
+	}
 	for i, w := range p.redo {
 		if i >= len(rest) || rest[i].Op != observe.OpWrite || !slices.Equal(rest[i].Addrs, slotAddrs(w.Slots)) {
-			return nil, fmt.Errorf("recovery's call %d is not the redo of write %d (%d slots)", i+2, w.ID, len(w.Slots))
+			return nil, fmt.Errorf("recovery's call %d is not the redo of write %d (%d slots)", i+2+p.groups, w.ID, len(w.Slots))
 		}
 		if seen != nil && !saw[fmt.Sprint(observe.OpWrite, rest[i].Addrs)] {
 			return nil, fmt.Errorf("recovery redoes write %d of %d slots, which storage never saw", w.ID, len(w.Slots))
 		}
 		if p.installed[i] {
-			redone[1+i] = true
+			redone[1+p.groups+i] = true
 		}
 	}
 	rest = rest[len(p.redo):]
@@ -838,6 +855,18 @@ func TestPowerLoss(t *testing.T) {
 				}
 				return s, nil
 			}, kv.Env{Capacity: 64, ValueSize: 16})
+		})
+	}
+}
+
+// TestDeposedWriteRefused: a store whose write is held in flight while a
+// later open of it, from a copy of its journal, takes over: storage
+// refuses the held write, the older store fails with kv.ErrFenced (not
+// kv.ErrTampered), and the newer serves every acknowledged write.
+func TestDeposedWriteRefused(t *testing.T) {
+	for _, st := range []kvtest.Storage{kvtest.Mem(), kvtest.Redis()} {
+		t.Run(st.Name, func(t *testing.T) {
+			kvtest.CheckDeposed(t, kvtest.Config{Protocol: "oblivistore", Capacity: 256, ValueSize: 64, Durable: true, Integrity: true}, st)
 		})
 	}
 }

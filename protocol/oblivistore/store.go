@@ -110,6 +110,9 @@ func open(ctx context.Context, env kv.Env) (*store, error) {
 		s.core = NewCore(env.Capacity, opts, seed)
 		s.core.setHooks(opts, env.Keys)
 		s.startIncarnation()
+		if err := s.claimFences(ctx); err != nil {
+			return nil, err
+		}
 		if err := s.create(ctx); err != nil {
 			return nil, err
 		}
@@ -198,6 +201,9 @@ func (s *store) recover(ctx context.Context, n int) error {
 	}
 	s.core = r.core
 	s.startIncarnation()
+	if err := s.claimFences(ctx); err != nil {
+		return err
+	}
 	for _, w := range sortedWrites(r.redo) {
 		if err := s.write(ctx, w); err != nil {
 			return fmt.Errorf("oblivistore: redoing write %d of group %d: %w", w.ID, w.Group, err)
@@ -486,6 +492,19 @@ func (s *store) write(ctx context.Context, w *WriteIO) error {
 		return fmt.Errorf("%w: %w", kv.ErrFenced, err)
 	}
 	return err
+}
+
+// claimFences writes every group's fence, with no item, before the
+// open's first write: from then on an earlier open's late write to any
+// group is refused, even to a group this open has not written yet. An
+// open that finds a later one's fence stored fails with kv.ErrFenced.
+func (s *store) claimFences(ctx context.Context) error {
+	for g := range s.core.Groups() {
+		if err := s.b.WriteFenced(ctx, s.fence(int32(g)), nil); err != nil {
+			return fmt.Errorf("oblivistore: claiming group %d's fence: %w", g, err)
+		}
+	}
+	return nil
 }
 
 // fence is the fencing token of group g's writes: at storage address

@@ -317,3 +317,15 @@ func sameSlotsOnlyWhole(crashed []string, later []observe.Record) error {
 	}
 	return nil
 }
+
+// TestDeposedWriteRefused: a store whose tree Write is held in flight
+// while a later open of it, from a copy of its journal, takes over:
+// storage refuses the held Write, the older store fails with kv.ErrFenced
+// (not kv.ErrTampered), and the newer serves every acknowledged write.
+func TestDeposedWriteRefused(t *testing.T) {
+	for _, st := range []kvtest.Storage{kvtest.Mem(), kvtest.Redis()} {
+		t.Run(st.Name, func(t *testing.T) {
+			kvtest.CheckDeposed(t, kvtest.Config{Protocol: "treebeard", Capacity: 256, ValueSize: 64, Durable: true, Integrity: true}, st)
+		})
+	}
+}

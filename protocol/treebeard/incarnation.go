@@ -1,6 +1,8 @@
 package treebeard
 
 import (
+	"context"
+	"fmt"
 	"strconv"
 
 	"github.com/oblivkv/oblivkv/backend"
@@ -30,10 +32,27 @@ const fencePrefix = backend.FenceKeyPrefix + "treebeard/"
 // index (storage learns only how often the store was opened, which the
 // recoveries show it anyway). Once a later open of the store has written
 // to the tree, this open's writes are refused (kv.ErrFenced), and with
-// them every operation of the tree: the store serves nothing more.
+// them every operation of the tree: the store is deposed (s.deposed), and
+// no tree of it reads or writes storage again.
 func (s *store) fenced(b backend.Backend, t int) backend.Backend {
-	key := fencePrefix + strconv.Itoa(t)
-	return backend.WithFence(b, func() backend.Fence {
-		return backend.Fence{Key: key, Token: durable.FenceToken(s.net.incarnation.Load(), 0)}
-	})
+	return backend.WithFence(b, func() backend.Fence { return s.fence(t) }, &s.deposed)
+}
+
+// fence is tree t's fence in this open.
+func (s *store) fence(t int) backend.Fence {
+	return backend.Fence{Key: fencePrefix + strconv.Itoa(t), Token: durable.FenceToken(s.net.incarnation.Load(), 0)}
+}
+
+// claimFences writes every tree's fence, with no item, before the open's
+// first write to any tree: from then on an earlier open's late write to
+// any tree is refused, even to a tree this open has not written yet. An
+// open that finds a later one's fence already stored fails with
+// kv.ErrFenced.
+func (s *store) claimFences(ctx context.Context) error {
+	for t := range s.workers {
+		if err := s.b.WriteFenced(ctx, s.fence(t), nil); err != nil {
+			return fmt.Errorf("treebeard: claiming tree %d's fence: %w", t, err)
+		}
+	}
+	return nil
 }

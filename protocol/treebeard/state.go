@@ -202,6 +202,9 @@ func (r *reopening) Snapshot() ([]byte, error) { return r.s.Snapshot() }
 // journaled is issued again identically (treeWorker.resume); evictions a
 // tree owes run; then a checkpoint.
 func (s *store) recover(ctx context.Context, rp *replayer) error {
+	if err := s.claimFences(ctx); err != nil {
+		return err
+	}
 	if s.initialised.Load() && !rp.load {
 		if err := rp.settleOps(ctx); err != nil {
 			return err

@@ -93,6 +93,9 @@ type store struct {
 	next    atomic.Uint64 // round-robin over routers
 	log     *durable.Log
 	net     *netState
+	// deposed is shared by the trees' storage handles (fenced): once a
+	// later open of the store has taken over, none of them calls storage.
+	deposed backend.Deposition
 
 	// The store's own messages (AdminMsg): to each Stash shard, and to the
 	// owner of each tree.
@@ -125,7 +128,9 @@ func open(ctx context.Context, env kv.Env) (*store, error) {
 	var s *store
 	if env.Fresh {
 		if s, err = build(env, opts, log); err == nil {
-			err = s.create(ctx)
+			if err = s.claimFences(ctx); err == nil {
+				err = s.create(ctx)
+			}
 		}
 	} else {
 		s, err = reopen(ctx, env, given, opts, log)
