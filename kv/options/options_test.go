@@ -54,7 +54,7 @@ func TestProtocolOptionsErrors(t *testing.T) {
 		{"treebeard", []string{"seed=1"}, []string{`no option "seed"`}}, // unexported fields are not options
 		{"taostore", []string{"trees=2"}, []string{`taostore has no option "trees"`, "Z, K, CachedLevels"}},
 		{"pathoram", []string{"k=2"}, []string{"Z, BatchBytes"}},
-		{"oblivistore", []string{"z=4"}, []string{`oblivistore has no option "z"`, "Partitions, EvictionRate, EarlyCacheIns, ShufflingBuffer, EvictionsAhead, ShuffleIOPerAccess"}},
+		{"oblivistore", []string{"z=4"}, []string{`oblivistore has no option "z"`, "Partitions, Groups, EvictionRate, EarlyCacheIns, ShufflingBuffer, EvictionsAhead, ShuffleIOPerAccess"}},
 		{"oblivistore", []string{"evictionrate=fast"}, []string{"evictionrate", "number"}},
 		{"oblivistore", []string{"partitions=1.5"}, []string{"integer"}},
 		{"treebeard", []string{"trees=many"}, []string{"trees", "integer"}},
@@ -245,8 +245,8 @@ func TestOptionList(t *testing.T) {
 			t.Errorf("treebeard option %s: %+v; want %+v", want.Name, got[want.Name], want)
 		}
 	}
-	if o := List("oblivistore")[1]; o.Name != "EvictionRate" || o.Type != "number" || !o.Constant {
-		t.Errorf("oblivistore's second option: %+v; want EvictionRate, a number with a constant default", o)
+	if o := List("oblivistore")[2]; o.Name != "EvictionRate" || o.Type != "number" || !o.Constant {
+		t.Errorf("oblivistore's third option: %+v; want EvictionRate, a number with a constant default", o)
 	}
 	if List("plain") != nil || List("nosuch") != nil {
 		t.Error("options listed for a protocol without any")
