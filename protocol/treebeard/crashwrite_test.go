@@ -36,21 +36,22 @@ type crashAtTreeWrite struct {
 
 var errDead = errors.New("the process is dead")
 
-func (b *crashAtTreeWrite) Write(ctx context.Context, items []backend.Item) error {
+// WriteFenced is where a tree's Writes come (every one is fenced).
+func (b *crashAtTreeWrite) WriteFenced(ctx context.Context, f backend.Fence, items []backend.Item) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.dead {
 		return errDead
 	}
 	if b.armed == nil || !b.wanted(items) {
-		return b.Backend.Write(ctx, items)
+		return b.Backend.WriteFenced(ctx, f, items)
 	}
 	if b.skip--; b.skip >= 0 {
-		return b.Backend.Write(ctx, items)
+		return b.Backend.WriteFenced(ctx, f, items)
 	}
 	var err error
 	if b.land {
-		err = b.Backend.Write(ctx, items)
+		err = b.Backend.WriteFenced(ctx, f, items)
 	}
 	b.armed.Crash()
 	b.armed, b.dead = nil, true
