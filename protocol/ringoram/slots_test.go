@@ -63,7 +63,8 @@ func slotChecks(t *testing.T, p ringoram.Params, run ringoram.SlotRun) []audit.C
 // named fail decisively. The tree holds 300 blocks in 511 buckets, so
 // that most paths pass buckets holding one. Runs of 4,000 operations
 // where a check needs them (the offsets under leakRealsInFirstSlots at
-// Z=1, S=6 fail by p = 4e-19 at 4,000), 1,000 elsewhere.
+// Z=1, S=6 fail by p = 4e-19 at 4,000), 2,000 for the small buckets
+// without a leak, 1,000 elsewhere.
 func TestSlotOffsets(t *testing.T) {
 	paper := ringoram.Params{Z: ringoram.PaperZ, S: ringoram.PaperS}
 	treebeard := ringoram.Params{Z: 4, S: 10}
@@ -74,9 +75,9 @@ func TestSlotOffsets(t *testing.T) {
 		leak     ringoram.Leak
 		decisive []string // the checks that must fail decisively; none: every check must pass
 	}{
-		{"Z=1,S=6", paper, 4000, ringoram.NoLeak, nil},
-		{"Z=1,S=2", ringoram.Params{Z: 1, S: 2}, 4000, ringoram.NoLeak, nil},
-		{"Z=2,S=3", ringoram.Params{Z: 2, S: 3}, 4000, ringoram.NoLeak, nil},
+		{"Z=1,S=6", paper, 2000, ringoram.NoLeak, nil},
+		{"Z=1,S=2", ringoram.Params{Z: 1, S: 2}, 2000, ringoram.NoLeak, nil},
+		{"Z=2,S=3", ringoram.Params{Z: 2, S: 3}, 2000, ringoram.NoLeak, nil},
 		{"Z=4,S=10", treebeard, 1000, ringoram.NoLeak, nil},
 		{"reals in first slots", paper, 4000, ringoram.LeakRealsInFirstSlots, []string{offsetsCheck, landCheck, tapChoicesCheck}},
 		{"reals in first slots, Z=1,S=2", ringoram.Params{Z: 1, S: 2}, 4000, ringoram.LeakRealsInFirstSlots, []string{offsetsCheck, landCheck, tapChoicesCheck}},
