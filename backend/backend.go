@@ -96,6 +96,12 @@ func Pipeline(ctx context.Context, b Backend, items []Item, reads [][]string) ([
 			return nil, err
 		}
 	}
+	return readEach(ctx, b, reads)
+}
+
+// readEach reads each address list of reads with its own Read, in order:
+// the Reads of a Pipeline b cannot send in one round trip.
+func readEach(ctx context.Context, b Backend, reads [][]string) ([][][]byte, error) {
 	out := make([][][]byte, len(reads))
 	for i, addrs := range reads {
 		var err error

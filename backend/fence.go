@@ -100,14 +100,7 @@ func PipelineFenced(ctx context.Context, b Backend, f Fence, items []Item, reads
 	if err := b.WriteFenced(ctx, f, items); err != nil {
 		return nil, err
 	}
-	out := make([][][]byte, len(reads))
-	for i, addrs := range reads {
-		var err error
-		if out[i], err = b.Read(ctx, addrs); err != nil {
-			return nil, err
-		}
-	}
-	return out, nil
+	return readEach(ctx, b, reads)
 }
 
 // WithFence returns b with every Write and every Pipeline that writes

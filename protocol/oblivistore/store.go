@@ -487,11 +487,7 @@ func ad(addr string, nonce uint64) []byte {
 // kv.ErrFenced, and the store stops (its loop treats it as fatal, as it
 // does tampering, but says which).
 func (s *store) write(ctx context.Context, w *WriteIO) error {
-	err := s.b.WriteFenced(ctx, s.fence(w.Group), s.sealWrite(w))
-	if errors.Is(err, backend.ErrFenced) {
-		return fmt.Errorf("%w: %w", kv.ErrFenced, err)
-	}
-	return err
+	return s.b.WriteFenced(ctx, s.fence(w.Group), s.sealWrite(w)) // a refusal is kv.ErrFenced
 }
 
 // claimFences writes every group's fence, with no item, before the

@@ -200,15 +200,7 @@ func (rp *replayer) blocks(d *delta.Decoder) {
 // it took are applied at once, its Change once the tree's next operation
 // shows that its Write landed, or by settleLast.
 func (rp *replayer) op(d *delta.Decoder) {
-	t, reads, evicted := d.Uvarint(), int(d.Uvarint()), int(d.Uvarint())
-	d.Check(t < uint64(len(rp.s.workers)), "a tree that does not exist")
-	c := ringoram.Change{Evicted: evicted}
-	for n := d.Count(); n > 0 && !d.Failed(); n-- {
-		c.Buckets = append(c.Buckets, ringoram.BucketVersion{Bucket: d.Uvarint(), Version: d.Uvarint(), Full: d.Bool()})
-	}
-	for n := d.Count(); n > 0 && !d.Failed(); n-- {
-		c.Taken = append(c.Taken, tree.Block{ID: readID(d), Value: d.Bytes(rp.s.valueSize)})
-	}
+	t, reads, c := rp.changeHead(d)
 	for n := d.Count(); n > 0 && !d.Failed(); n-- {
 		p := ringoram.Placement{ID: readID(d), Bucket: d.Uvarint(), Leaf: d.Uvarint(), Value: d.Bytes(rp.s.valueSize)}
 		d.Check(p.Leaf < rp.s.geo.Leaves(), "a placed block's leaf outside the tree")
@@ -311,15 +303,7 @@ func (rp *replayer) applyOp(tr *ringoram.Tree, c ringoram.Change) error {
 }
 
 func (rp *replayer) tree(d *delta.Decoder) {
-	t, reads, evicted := d.Uvarint(), int(d.Uvarint()), int(d.Uvarint())
-	d.Check(t < uint64(len(rp.s.workers)), "a tree that does not exist")
-	c := ringoram.Change{Evicted: evicted}
-	for n := d.Count(); n > 0 && !d.Failed(); n-- {
-		c.Buckets = append(c.Buckets, ringoram.BucketVersion{Bucket: d.Uvarint(), Version: d.Uvarint(), Full: d.Bool()})
-	}
-	for n := d.Count(); n > 0 && !d.Failed(); n-- {
-		c.Taken = append(c.Taken, tree.Block{ID: readID(d), Value: d.Bytes(rp.s.valueSize)})
-	}
+	t, reads, c := rp.changeHead(d)
 	for n := d.Count(); n > 0 && !d.Failed(); n-- {
 		c.Placed = append(c.Placed, ringoram.Placement{ID: readID(d), Bucket: d.Uvarint()})
 	}
@@ -343,6 +327,21 @@ func (rp *replayer) tree(d *delta.Decoder) {
 	if c.Evicted > 0 {
 		rp.pending[int(t)] = c.Placed
 	}
+}
+
+// changeHead reads what both kinds of a tree operation's record begin
+// with (deltaOp, and deltaTree of the previous build): the tree, its read
+// count, and the Change's evictions, bucket versions and blocks taken.
+func (rp *replayer) changeHead(d *delta.Decoder) (t uint64, reads int, c ringoram.Change) {
+	t, reads, c.Evicted = d.Uvarint(), int(d.Uvarint()), int(d.Uvarint())
+	d.Check(t < uint64(len(rp.s.workers)), "a tree that does not exist")
+	for n := d.Count(); n > 0 && !d.Failed(); n-- {
+		c.Buckets = append(c.Buckets, ringoram.BucketVersion{Bucket: d.Uvarint(), Version: d.Uvarint(), Full: d.Bool()})
+	}
+	for n := d.Count(); n > 0 && !d.Failed(); n-- {
+		c.Taken = append(c.Taken, tree.Block{ID: readID(d), Value: d.Bytes(rp.s.valueSize)})
+	}
+	return t, reads, c
 }
 
 // topBuckets reads the top buckets a tree's operation changed.
