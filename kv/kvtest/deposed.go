@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -55,7 +57,7 @@ func CheckDeposed(t *testing.T, cfg Config, st Storage) {
 			t.Fatalf("driver A: Put: %v", err)
 		}
 	}
-	inFlight := putUntilHeld(t, a, held, acked)
+	acked, inFlight := putUntilHeld(t, a, held, acked)
 	if err := os.CopyFS(dirB, os.DirFS(dirA)); err != nil {
 		t.Fatalf("copying A's journal: %v", err)
 	}
@@ -87,10 +89,12 @@ func CheckDeposed(t *testing.T, cfg Config, st Storage) {
 func depKey(i int) string { return fmt.Sprintf("key-%d", i) }
 
 // putUntilHeld overwrites the keys on a, one Put at a time, until a
-// storage write of a is held, and returns the Put then in flight (its
-// key's index and value; -1 when none is): it may or may not take effect.
-// acked is kept up to date.
-func putUntilHeld(t *testing.T, a kv.Store, held *holdingWrites, acked []string) (inFlight map[int]string) {
+// storage write of a is held. It returns the values acknowledged by then
+// (acked, updated on a copy: the Put in flight may still end later) and
+// the Put in flight, by its key's index (none, or one): it may or may not
+// take effect.
+func putUntilHeld(t *testing.T, a kv.Store, held *holdingWrites, acked []string) (now []string, inFlight map[int]string) {
+	acked = slices.Clone(acked)
 	held.armed.Store(true)
 	done := make(chan struct{})
 	var mu sync.Mutex
@@ -118,7 +122,7 @@ func putUntilHeld(t *testing.T, a kv.Store, held *holdingWrites, acked []string)
 	}
 	mu.Lock()
 	defer mu.Unlock()
-	return inFlight
+	return slices.Clone(acked), maps.Clone(inFlight)
 }
 
 // checkTakenOver requires b to serve every value of acked, or the value of
