@@ -52,6 +52,12 @@ func testFenced(t *testing.T, open Open) {
 	writeFenced(t, b, backend.Fence{Key: "fence/m", Token: 6}, item("b", "six"))
 	expect(t, b, "b", []byte("six"))
 	expectToken(t, b, "fence/m", 6)
+	// The driver of token 5 writes again after 6 took over, as a deposed
+	// driver's late write does once it has written before (a backend may
+	// keep what it learned of the fence from 5's last write).
+	expectRefused(t, b, backend.Fence{Key: "fence/m", Token: 5}, item("a", "late"), item("c", "late"))
+	expect(t, b, "a", []byte("last wins"))
+	expect(t, b, "c", nil)
 	writeFenced(t, b, backend.Fence{Key: "fence/m", Token: 7}) // no items: the token alone
 	expectToken(t, b, "fence/m", 7)
 	expectRefused(t, b, backend.Fence{Key: "fence/m", Token: 6})

@@ -1,16 +1,20 @@
 // Package redis is the backend.Backend on a Redis server, the untrusted
 // remote storage of the papers' evaluations, through go-redis v9.
 //
-// It owns one go-redis client (a connection pool) for one Redis logical
-// database. Each call is exactly one command, so one round trip: Read is one
-// MGET, Write one MSET and Delete one DEL with every address; Redis runs
-// each command atomically, so a batch is all-or-nothing and a Read never
-// sees half of a Write. Empty batches send nothing. WriteVersioned and
-// WriteFenced are each one Lua script, run with EVALSHA (EVAL the first
-// time a server sees it), which Redis also runs atomically; PipelineFenced
-// pipelines that script with its reads. Scan (used only when a
-// store opens) walks SCAN with MATCH on the prefix, its glob characters
-// escaped, so it matches the prefix literally.
+// It owns two go-redis clients (connection pools) for one Redis logical
+// database: one for every call, and one whose connections stay armed for
+// fenced writes (watch.go). Each call is one command or one pipeline, so
+// one round trip: Read is one MGET, Write one MSET and Delete one DEL
+// with every address; Redis runs each command atomically, so a batch is
+// all-or-nothing and a Read never sees half of a Write. Empty batches
+// send nothing. WriteVersioned and a WriteFenced that raises its token
+// (or has no items) are each one Lua script, run with EVALSHA (EVAL the
+// first time a server sees it), which Redis also runs atomically; any
+// other WriteFenced is one pipeline whose MULTI/EXEC holds the batch's
+// MSET, on a connection that WATCHes the fence (watch.go); PipelineFenced
+// pipelines either with its reads. Scan (used only when a store opens)
+// walks SCAN with MATCH on the prefix, its glob characters escaped, so it
+// matches the prefix literally.
 //
 // It must never log or inspect values or addresses, never split a batch
 // into several commands, and never share a slice with go-redis: addresses
@@ -67,6 +71,7 @@ type Options struct {
 // Backend is a backend.Backend on one Redis logical database.
 type Backend struct {
 	client *goredis.Client
+	watch  *watchPool // fenced batches' armed connections (watch.go)
 	closed atomic.Bool
 }
 
@@ -101,7 +106,7 @@ func OpenWith(ctx context.Context, url string, o Options) (*Backend, error) {
 		client.Close()
 		return nil, fmt.Errorf("redis: PING %s (db %d): %w", opt.Addr, opt.DB, err)
 	}
-	return &Backend{client: client}, nil
+	return &Backend{client: client, watch: newWatchPool(*opt)}, nil
 }
 
 // probe fails fast when nothing listens at addr, before go-redis would
@@ -344,8 +349,10 @@ func fenceResult(f backend.Fence, cmd *goredis.Cmd) error {
 	return backend.Refused(f, token)
 }
 
-// WriteFenced implements backend.Backend with one Lua script call
-// (EVALSHA; EVAL once, the first time a server sees it).
+// WriteFenced implements backend.Backend: one pipeline on a watched
+// connection (watch.go), or one Lua script call (EVALSHA; EVAL once, the
+// first time a server sees it) for a batch that raises the token or has
+// no items.
 func (b *Backend) WriteFenced(ctx context.Context, f backend.Fence, items []backend.Item) error {
 	if f.Unfenced() {
 		return b.Write(ctx, items)
@@ -356,16 +363,21 @@ func (b *Backend) WriteFenced(ctx context.Context, f backend.Fence, items []back
 	if err := b.check(); err != nil {
 		return err
 	}
+	if _, done, err := b.pipelineWatched(ctx, f, items, nil); done {
+		return err
+	}
 	keys, args := fenceArgs(f, items)
 	return fenceResult(f, fenceScript.Run(ctx, b.client, keys, args...))
 }
 
-// PipelineFenced implements backend.Pipeliner: the fenced write's script
-// (EVALSHA) and one MGET per address list pipelined on one connection,
-// which Redis runs in that order. A server that does not hold the script
-// (the first call, or after a restart) answers NOSCRIPT and runs nothing
-// of the write; the pipeline is then sent again with EVAL, which loads
-// it.
+// PipelineFenced implements backend.Pipeliner: the fenced write and one
+// MGET per address list pipelined on one connection, which Redis runs in
+// that order. The write is a MULTI/EXEC on a watched connection
+// (watch.go), or the fenced write's script (EVALSHA) for a batch that
+// raises the token or has no items. A server that does not hold the
+// script (the first call, or after a restart) answers NOSCRIPT and runs
+// nothing of the write; the pipeline is then sent again with EVAL, which
+// loads it.
 func (b *Backend) PipelineFenced(ctx context.Context, f backend.Fence, items []backend.Item, reads [][]string) ([][][]byte, error) {
 	if f.Unfenced() {
 		return b.Pipeline(ctx, items, reads)
@@ -375,6 +387,9 @@ func (b *Backend) PipelineFenced(ctx context.Context, f backend.Fence, items []b
 	}
 	if err := b.check(); err != nil {
 		return nil, err
+	}
+	if out, done, err := b.pipelineWatched(ctx, f, items, reads); done {
+		return out, err
 	}
 	out, err := b.pipelineFenced(ctx, fenceScript.EvalSha, f, items, reads)
 	if err != nil && goredis.HasErrorPrefix(err, "NOSCRIPT") {
@@ -474,7 +489,7 @@ func (b *Backend) Close() error {
 	if b.closed.Swap(true) {
 		return nil
 	}
-	if err := b.client.Close(); err != nil {
+	if err := errors.Join(b.watch.close(), b.client.Close()); err != nil {
 		return fmt.Errorf("redis: close: %w", err)
 	}
 	return nil

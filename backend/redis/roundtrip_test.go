@@ -2,6 +2,7 @@ package redis
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"strings"
 	"sync"
@@ -72,13 +73,22 @@ func TestOneCommandPerCall(t *testing.T) {
 	if _, err := b.WriteVersioned(ctx, versioned); err != nil {
 		t.Fatal(err)
 	}
+	// The token's first write is the script (EVAL if the server lacks it).
 	fence := backend.Fence{Key: "fence", Token: 1}
 	if err := b.WriteFenced(ctx, fence, nil); err != nil {
 		t.Fatal(err)
 	}
 	log := &commandLog{}
 	b.client.AddHook(log)
+	b.watch.client.AddHook(log)
+	// The first batch of a token arms a watched connection.
 	items := []backend.Item{{Addr: "a", Value: []byte("1")}, {Addr: "b", Value: []byte("2")}}
+	if err := b.WriteFenced(ctx, fence, items); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := log.take(), []string{"pipeline(unwatch multi exec watch get)", "pipeline(multi mset exec watch get)"}; !slices.Equal(got, want) {
+		t.Fatalf("the first fenced writes sent %q, want %q", got, want)
+	}
 	steps := []struct {
 		want string
 		call func() error
@@ -92,9 +102,15 @@ func TestOneCommandPerCall(t *testing.T) {
 		{"mget", func() error { _, err := b.Read(ctx, []string{"a", "b", "c"}); return err }},
 		{"del", func() error { return b.Delete(ctx, []string{"a", "b", "c"}) }},
 		{"pipeline(mset mget mget)", func() error { _, err := b.Pipeline(ctx, items, [][]string{{"a"}, {"b", "c"}}); return err }},
-		{"evalsha", func() error { return b.WriteFenced(ctx, fence, items) }},
+		{"pipeline(multi mset exec watch get)", func() error { return b.WriteFenced(ctx, fence, items) }},
 		{"evalsha", func() error { return b.WriteFenced(ctx, fence, nil) }}, // the token alone
-		{"pipeline(evalsha mget mget)", func() error {
+		// The script wrote the fence key, so the watched connection's EXEC
+		// does not run; the pipeline re-armed it and the batch goes again.
+		{"pipeline(multi mset exec mget mget watch get) pipeline(multi mset exec mget mget watch get)", func() error {
+			_, err := b.PipelineFenced(ctx, fence, items, [][]string{{"a"}, {"b", "c"}})
+			return err
+		}},
+		{"pipeline(multi mset exec mget mget watch get)", func() error {
 			_, err := b.PipelineFenced(ctx, fence, items, [][]string{{"a"}, {"b", "c"}})
 			return err
 		}},
@@ -103,9 +119,8 @@ func TestOneCommandPerCall(t *testing.T) {
 		if err := s.call(); err != nil {
 			t.Fatal(err)
 		}
-		got := log.take()
-		if (s.want == "" && len(got) != 0) || (s.want != "" && (len(got) != 1 || got[0] != s.want)) {
-			t.Fatalf("call sent %q, want exactly [%s]", got, s.want)
+		if got := strings.Join(log.take(), " "); got != s.want {
+			t.Fatalf("call sent %q, want exactly %q", got, s.want)
 		}
 	}
 }
@@ -176,4 +191,91 @@ func TestPoolSize(t *testing.T) {
 		}
 		b.Close()
 	}
+}
+
+// TestDeposedWatchedConnection: a driver whose connection is armed at its
+// token (it has written fenced batches) writes again after a newer driver,
+// on another client, raised the token. Its EXEC must not run: the late
+// batch is refused whole, and storage keeps the newer driver's values.
+func TestDeposedWatchedConnection(t *testing.T) {
+	ctx := context.Background()
+	url := redistest.Shared(t)
+	older, newer := openTwice(t, url)
+	fence := backend.Fence{Key: "fence/t", Token: 5}
+	for i := range 3 { // the script, then batches on the armed connection
+		if err := older.WriteFenced(ctx, fence, []backend.Item{{Addr: "a", Value: []byte{byte(i)}}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := older.watch.idle[fence.Key]; len(got) != 1 || got[0].token != 5 {
+		t.Fatalf("older driver's armed connections = %v, want one armed at token 5", got)
+	}
+	if err := newer.WriteFenced(ctx, backend.Fence{Key: fence.Key, Token: 6}, []backend.Item{{Addr: "a", Value: []byte("six")}}); err != nil {
+		t.Fatal(err)
+	}
+	late := []backend.Item{{Addr: "a", Value: []byte("late")}, {Addr: "b", Value: []byte("late")}}
+	if err := older.WriteFenced(ctx, fence, late); !errors.Is(err, backend.ErrFenced) {
+		t.Fatalf("late WriteFenced = %v, want backend.ErrFenced", err)
+	}
+	if _, err := older.PipelineFenced(ctx, fence, late, [][]string{{"a"}}); !errors.Is(err, backend.ErrFenced) {
+		t.Fatalf("late PipelineFenced = %v, want backend.ErrFenced", err)
+	}
+	vals, err := newer.Read(ctx, []string{"a", "b"})
+	if err != nil || string(vals[0]) != "six" || vals[1] != nil {
+		t.Fatalf("storage holds %q, %v; want the newer driver's a = six and no b", vals, err)
+	}
+}
+
+// TestFencedWithoutTransactions: a server that refuses MULTI (here by ACL)
+// gets every fenced batch by the script, never an MSET outside a
+// transaction.
+func TestFencedWithoutTransactions(t *testing.T) {
+	ctx := context.Background()
+	url := redistest.Shared(t)
+	admin, err := Open(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close()
+	if err := admin.client.Do(ctx, "acl", "setuser", "nomulti", "on", ">pw", "~*", "&*", "+@all", "-multi").Err(); err != nil {
+		t.Fatal(err)
+	}
+	defer admin.client.Do(ctx, "acl", "deluser", "nomulti")
+	b, err := Open(ctx, strings.Replace(url, "redis://", "redis://nomulti:pw@", 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	log := &commandLog{}
+	b.client.AddHook(log)
+	b.watch.client.AddHook(log)
+	fence := backend.Fence{Key: "fence/t", Token: 1}
+	for i := range 3 {
+		if err := b.WriteFenced(ctx, fence, []backend.Item{{Addr: "a", Value: []byte{byte(i)}}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, name := range log.take() {
+		if strings.Contains(name, "mset") {
+			t.Fatalf("sent %q to a server that refuses MULTI, want only the script", name)
+		}
+	}
+	if !b.watch.off.Load() {
+		t.Fatal("the watched path is still on after the server refused MULTI")
+	}
+}
+
+// openTwice opens two clients of url, as two drivers of one store would.
+func openTwice(t *testing.T, url string) (*Backend, *Backend) {
+	t.Helper()
+	var bs [2]*Backend
+	for i := range bs {
+		b, err := Open(context.Background(), url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { b.Close() })
+		bs[i] = b
+	}
+	return bs[0], bs[1]
 }
