@@ -279,3 +279,23 @@ func openTwice(t *testing.T, url string) (*Backend, *Backend) {
 	}
 	return bs[0], bs[1]
 }
+
+// TestWatchedConnBackAfterClose: a fenced write in flight when the
+// backend closes hands its connection back to a closed pool, which closes
+// it.
+func TestWatchedConnBackAfterClose(t *testing.T) {
+	ctx := context.Background()
+	b, err := Open(ctx, redistest.Shared(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := b.watch.take(ctx, "fence/t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.Close()
+	b.watch.put("fence/t", w) // must not panic
+	if err := w.conn.Ping(ctx).Err(); err == nil {
+		t.Fatal("a connection handed back after Close is still open")
+	}
+}

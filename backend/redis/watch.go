@@ -119,7 +119,7 @@ func (w *watchedConn) arm(ctx context.Context, key string) (refused bool, err er
 // put keeps w armed for key, or closes it when enough are idle.
 func (p *watchPool) put(key string, w *watchedConn) {
 	p.mu.Lock()
-	if len(p.idle[key]) < maxIdleWatched {
+	if p.idle != nil && len(p.idle[key]) < maxIdleWatched { // nil: closed
 		p.idle[key] = append(p.idle[key], w)
 		w = nil
 	}
