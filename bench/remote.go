@@ -6,9 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"iter"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/redis/go-redis/v9/maintnotifications"
@@ -17,8 +19,19 @@ import (
 )
 
 // loadBatch is the number of keys per MSET of a RESP load, and per DEL of
-// its clean-up.
-const loadBatch = 100
+// its clean-up. An oblivious server runs an MSET's puts one after the
+// other (each waits for its access), so a small batch keeps one MSET's
+// reply within seconds and the load's parallelism in its connections.
+const loadBatch = 16
+
+// loadConnections bounds the MSETs of a RESP load in flight, when the
+// run's concurrency is higher.
+const loadConnections = 256
+
+// respTimeout bounds how long a RESP command may wait for its reply. A
+// loaded oblivious server can take seconds; go-redis's default (3 s) would
+// count those as failures.
+const respTimeout = time.Minute
 
 // DialRESP connects to the RESP server at addr (an oblivkv server, or any
 // Redis) with a pool of poolSize connections: give it at least the run's
@@ -34,7 +47,9 @@ func DialRESP(ctx context.Context, addr string, poolSize int) (Target, error) {
 	c := redis.NewClient(&redis.Options{
 		Addr:            addr,
 		PoolSize:        max(poolSize, 1),
-		Protocol:        2,    // plain RESP2: no HELLO handshake needed
+		Protocol:        2, // plain RESP2: no HELLO handshake needed
+		ReadTimeout:     respTimeout,
+		WriteTimeout:    respTimeout,
 		DisableIdentity: true, // no CLIENT SETINFO on connect
 		MaintNotificationsConfig: &maintnotifications.Config{
 			Mode: maintnotifications.ModeDisabled,
@@ -69,9 +84,10 @@ func (t *respTarget) Put(ctx context.Context, key string, val []byte) error {
 	return t.c.Set(ctx, key, val, 0).Err()
 }
 
-// Load sends MSET batches of loadBatch keys from concurrency connections.
+// Load sends MSET batches of loadBatch keys from up to loadConnections of
+// concurrency connections.
 func (t *respTarget) Load(ctx context.Context, items iter.Seq2[string, []byte], concurrency int) error {
-	return parallel(ctx, t.batches(items), concurrency, func(ctx context.Context, pairs []any) error {
+	return parallel(ctx, t.batches(items), min(concurrency, loadConnections), func(ctx context.Context, pairs []any) error {
 		if err := t.c.MSet(ctx, pairs...).Err(); err != nil {
 			return fmt.Errorf("MSET: %w", err)
 		}
@@ -108,16 +124,16 @@ func (t *respTarget) Snapshot(ctx context.Context) (Snapshot, error) {
 	return ParseInfo(info), nil
 }
 
-// Close deletes the loaded keys and closes the connections.
+// Close deletes the loaded keys, DELs of loadBatch keys from up to
+// loadConnections connections, and closes the connections.
 func (t *respTarget) Close(ctx context.Context) error {
 	t.mu.Lock()
 	keys := t.loaded
 	t.loaded = nil
 	t.mu.Unlock()
-	var err error
-	for i := 0; i < len(keys) && err == nil; i += loadBatch {
-		err = t.c.Del(ctx, keys[i:min(i+loadBatch, len(keys))]...).Err()
-	}
+	err := parallel(ctx, slices.Chunk(keys, loadBatch), loadConnections, func(ctx context.Context, batch []string) error {
+		return t.c.Del(ctx, batch...).Err()
+	})
 	if err != nil {
 		err = fmt.Errorf("deleting the benchmark's keys: %w", err)
 	}
