@@ -2,7 +2,8 @@
 // server (serve), a bulk loader (load), a benchmark harness (bench), a
 // reader for adversary-view logs (tap), an obliviousness audit (audit), a
 // description of an existing store (info), the protocols and their options
-// (options), a users file line maker (passwd) and version information.
+// (options), a users file line maker (passwd), a treebeard cluster's
+// configuration check and certificates (cluster) and version information.
 package main
 
 import (
@@ -32,6 +33,6 @@ operator cannot tell which keys are used, how often or in what order.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newServeCmd(), newLoadCmd(), newBenchCmd(), newTapCmd(), newAuditCmd(), newSimCmd(), newInfoCmd(), newOptionsCmd(), newPasswdCmd(), newVersionCmd())
+	root.AddCommand(newServeCmd(), newLoadCmd(), newBenchCmd(), newTapCmd(), newAuditCmd(), newSimCmd(), newInfoCmd(), newOptionsCmd(), newPasswdCmd(), newClusterCmd(), newVersionCmd())
 	return root
 }

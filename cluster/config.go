@@ -1,0 +1,244 @@
+// Package cluster describes a treebeard cluster: the processes it runs
+// (stateless routers, Stash shard groups and ORAM shard groups of
+// replicas), where each listens, where each keeps its data, which storage
+// each ORAM shard owns, and the certificates the processes prove
+// themselves to each other with.
+//
+// It owns the cluster configuration file (YAML, read strictly: an unknown
+// field is an error, not a silent default) and the cluster's certificate
+// authority (certs.go). It never starts a process, opens storage or holds
+// a store key: the key is the store's, in each process's data directory.
+//
+// The layers are Treebeard's (Treebeard Sec. 4): routers take client
+// requests, Stash shards hold the blocks of recent requests, ORAM shards
+// own the storage trees. Each Stash and ORAM shard is a group of replicas
+// (Treebeard Sec. 7.2); a group of one is allowed.
+package cluster
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// Config is a cluster's configuration file.
+type Config struct {
+	// Store shapes the store the cluster serves; fixed once created.
+	Store Store `yaml:"store"`
+	// Root holds each process's data directory, Root/ID. Relative to the
+	// configuration file's directory; default "cluster-data".
+	Root string `yaml:"root"`
+	// Certs is the directory of the cluster's CA and certificates
+	// (`oblivkv cluster certs`). Relative to the configuration file's
+	// directory; default Root/certs.
+	Certs string `yaml:"certs"`
+	// Routers are the processes RESP clients connect to.
+	Routers []Router `yaml:"routers"`
+	// Stash lists the Stash shards, shard i the i-th group.
+	Stash []Group `yaml:"stash"`
+	// ORAM lists the ORAM shards, shard i the i-th group.
+	ORAM []Group `yaml:"oram"`
+}
+
+// Store shapes the cluster's store.
+type Store struct {
+	Protocol  string            `yaml:"protocol"`   // "treebeard", the one protocol that runs as a cluster
+	Capacity  int               `yaml:"capacity"`   // keys; default 65536
+	ValueSize int               `yaml:"value_size"` // bytes; default 1024
+	Options   map[string]string `yaml:"options"`    // the protocol's options, as serve --opt NAME=VALUE
+}
+
+// Router is one router process.
+type Router struct {
+	ID   string `yaml:"id"`
+	RESP string `yaml:"resp"` // HOST:PORT for RESP clients
+	RPC  string `yaml:"rpc"`  // HOST:PORT for the cluster's own calls
+}
+
+// Group is one Stash or ORAM shard: its replicas and, for an ORAM shard,
+// the storage its trees live on.
+type Group struct {
+	// Storage is an ORAM shard's backend: "disk" (in each replica's data
+	// directory: only the leader writes, so a new leader reads what the
+	// old one wrote only on shared storage) or a redis:// or rediss://
+	// URL. Stash shards have none.
+	Storage  string    `yaml:"storage"`
+	Replicas []Replica `yaml:"replicas"`
+}
+
+// Replica is one process of a group.
+type Replica struct {
+	ID   string `yaml:"id"`
+	RPC  string `yaml:"rpc"`  // HOST:PORT for the layers' calls
+	Raft string `yaml:"raft"` // HOST:PORT for the group's consensus
+}
+
+// Defaults of a Config's optional fields.
+const (
+	DefaultRoot      = "cluster-data"
+	DefaultCapacity  = 1 << 16
+	DefaultValueSize = 1024
+	certsDir         = "certs"
+)
+
+// Load reads and checks the configuration file at path; relative
+// directories in it become relative to path's directory.
+func Load(path string) (*Config, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("cluster config: %w", err)
+	}
+	cfg, err := Parse(data)
+	if err != nil {
+		return nil, fmt.Errorf("cluster config %s: %w", path, err)
+	}
+	cfg.resolve(filepath.Dir(path))
+	return cfg, nil
+}
+
+// Parse reads and checks a configuration, applying defaults; directories
+// stay as written.
+func Parse(data []byte) (*Config, error) {
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	var cfg Config
+	if err := dec.Decode(&cfg); err != nil {
+		return nil, err
+	}
+	cfg.defaults()
+	if err := cfg.check(); err != nil {
+		return nil, err
+	}
+	return &cfg, nil
+}
+
+// defaults fills the optional fields.
+func (c *Config) defaults() {
+	if c.Root == "" {
+		c.Root = DefaultRoot
+	}
+	if c.Certs == "" {
+		c.Certs = filepath.Join(c.Root, certsDir)
+	}
+	if c.Store.Capacity == 0 {
+		c.Store.Capacity = DefaultCapacity
+	}
+	if c.Store.ValueSize == 0 {
+		c.Store.ValueSize = DefaultValueSize
+	}
+}
+
+// resolve makes Root and Certs relative to dir.
+func (c *Config) resolve(dir string) {
+	for _, p := range []*string{&c.Root, &c.Certs} {
+		if !filepath.IsAbs(*p) {
+			*p = filepath.Join(dir, *p)
+		}
+	}
+}
+
+// DataDir is the data directory of the process id.
+func (c *Config) DataDir(id string) string { return filepath.Join(c.Root, id) }
+
+// check reports every problem of a defaulted configuration at once.
+func (c *Config) check() error {
+	var errs []error
+	if c.Store.Protocol != "treebeard" {
+		errs = append(errs, fmt.Errorf("store.protocol is %q: treebeard is the protocol that runs as a cluster", c.Store.Protocol))
+	}
+	if c.Store.Capacity < 0 || c.Store.ValueSize < 0 {
+		errs = append(errs, errors.New("store.capacity and store.value_size must be positive"))
+	}
+	if len(c.Routers) == 0 || len(c.Stash) == 0 || len(c.ORAM) == 0 {
+		errs = append(errs, errors.New("a cluster needs at least one router, one stash group and one oram group"))
+	}
+	errs = append(errs, c.checkGroups("stash", c.Stash, false)...)
+	errs = append(errs, c.checkGroups("oram", c.ORAM, true)...)
+	errs = append(errs, c.checkNodes()...)
+	return errors.Join(errs...)
+}
+
+// checkGroups checks the shape of each group of one layer.
+func (c *Config) checkGroups(layer string, groups []Group, storage bool) []error {
+	var errs []error
+	for i, g := range groups {
+		if len(g.Replicas) == 0 {
+			errs = append(errs, fmt.Errorf("%s[%d] has no replicas", layer, i))
+		}
+		switch {
+		case storage && g.Storage == "":
+			errs = append(errs, fmt.Errorf("%s[%d] names no storage: \"disk\" or a redis:// URL", layer, i))
+		case storage && g.Storage != "disk" && !strings.HasPrefix(g.Storage, "redis://") && !strings.HasPrefix(g.Storage, "rediss://"):
+			errs = append(errs, fmt.Errorf("%s[%d].storage is %q: want \"disk\" or a redis:// or rediss:// URL", layer, i, g.Storage))
+		case !storage && g.Storage != "":
+			errs = append(errs, fmt.Errorf("%s[%d] names storage: only oram groups own storage", layer, i))
+		}
+	}
+	return errs
+}
+
+// validID is what a process id may be: it names a data directory and a
+// certificate.
+var validID = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,62}$`)
+
+// checkNodes checks that ids and addresses are well formed and unique.
+func (c *Config) checkNodes() []error {
+	var errs []error
+	ids, addrs := map[string]bool{}, map[string]string{}
+	for _, n := range c.Nodes() {
+		if !validID.MatchString(n.ID) {
+			errs = append(errs, fmt.Errorf("process id %q: want lower-case letters, digits and '-', at most 63", n.ID))
+		}
+		if ids[n.ID] {
+			errs = append(errs, fmt.Errorf("process id %q is used twice", n.ID))
+		}
+		ids[n.ID] = true
+		for _, a := range n.Addrs {
+			if _, _, err := net.SplitHostPort(a); err != nil {
+				errs = append(errs, fmt.Errorf("%s: address %q: %v", n.ID, a, err))
+			}
+			if other, dup := addrs[a]; dup {
+				errs = append(errs, fmt.Errorf("%s and %s both listen on %s", other, n.ID, a))
+			}
+			addrs[a] = n.ID
+		}
+	}
+	return errs
+}
+
+// Node is one process of the cluster.
+type Node struct {
+	ID    string
+	Role  string   // "router", "stash" or "oram"
+	Shard int      // the group's index; 0 for a router
+	Addrs []string // every address it listens on (a missing one is "")
+}
+
+// Nodes lists every process: routers, then Stash replicas, then ORAM
+// replicas, in the file's order.
+func (c *Config) Nodes() []Node {
+	var nodes []Node
+	for _, r := range c.Routers {
+		nodes = append(nodes, Node{ID: r.ID, Role: "router", Addrs: []string{r.RESP, r.RPC}})
+	}
+	nodes = append(nodes, groupNodes("stash", c.Stash)...)
+	return append(nodes, groupNodes("oram", c.ORAM)...)
+}
+
+// groupNodes lists the replicas of one layer's groups.
+func groupNodes(role string, groups []Group) []Node {
+	var nodes []Node
+	for i, g := range groups {
+		for _, r := range g.Replicas {
+			nodes = append(nodes, Node{ID: r.ID, Role: role, Shard: i, Addrs: []string{r.RPC, r.Raft}})
+		}
+	}
+	return nodes
+}

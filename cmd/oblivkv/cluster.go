@@ -1,0 +1,90 @@
+package main
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/oblivkv/oblivkv/cluster"
+)
+
+func newClusterCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "cluster",
+		Short: "Tools for a treebeard cluster's configuration and certificates",
+		Long: `A treebeard cluster is described by one YAML file: its routers, its Stash
+shards and its ORAM shards, each shard a group of replicas, where each process
+listens and which storage each ORAM shard owns (cluster/example.yaml is a
+whole one on loopback; docs/OPERATIONS.md, "A cluster", explains every
+field). This build checks such a file and writes the certificates its
+processes call each other with; it does not start cluster processes yet.`,
+	}
+	cmd.AddCommand(newClusterCertsCmd())
+	return cmd
+}
+
+func newClusterCertsCmd() *cobra.Command {
+	var (
+		config string
+		out    string
+		days   int
+		renew  bool
+	)
+	cmd := &cobra.Command{
+		Use:   "certs --config FILE",
+		Short: "Write the cluster's CA and a certificate for each of its processes",
+		Long: `Write the cluster's certificate authority and, signed by it, a certificate and
+key for every process of the configuration, into the configuration's certs
+directory (or --out). The processes call each other over mutual TLS with
+them: each checks that its peer's certificate comes from this CA and names
+the process it meant to reach.
+
+A CA already in the directory signs the new certificates; it is never
+replaced. Processes that already have a certificate keep it, unless
+--renew. Adding a process to the configuration and running certs again
+gives it a certificate the running processes trust. Keys are written 0600;
+copy each process's ID.crt, ID.key and ca.crt to its machine, never ca.key.
+
+  oblivkv cluster certs --config cluster/example.yaml`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg, err := cluster.Load(config)
+			if err != nil {
+				return err
+			}
+			if out == "" {
+				out = cfg.Certs
+			}
+			if days <= 0 {
+				return fmt.Errorf("--days must be positive, not %d", days)
+			}
+			issued, err := cluster.WriteCerts(cfg, out, time.Duration(days)*24*time.Hour, renew)
+			if err != nil {
+				return err
+			}
+			reportIssued(cmd, out, issued, len(cfg.Nodes()))
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&config, "config", "", "the cluster's configuration file (required)")
+	cmd.Flags().StringVar(&out, "out", "", "directory to write into (default: the configuration's certs directory)")
+	cmd.Flags().IntVar(&days, "days", int(cluster.DefaultNodeValidity/(24*time.Hour)), "how long the processes' certificates are valid")
+	cmd.Flags().BoolVar(&renew, "renew", false, "write a new certificate for every process, not only for those without one")
+	cmd.MarkFlagRequired("config")
+	return cmd
+}
+
+// reportIssued says what certs wrote.
+func reportIssued(cmd *cobra.Command, dir string, issued cluster.Issued, nodes int) {
+	w := cmd.OutOrStdout()
+	if issued.NewCA {
+		fmt.Fprintf(w, "wrote a new CA: %s/ca.crt (keep ca.key off the cluster's machines)\n", dir)
+	} else {
+		fmt.Fprintf(w, "signed with the CA in %s\n", dir)
+	}
+	fmt.Fprintf(w, "wrote %d certificates, kept %d\n", len(issued.Nodes), nodes-len(issued.Nodes))
+	for _, id := range issued.Nodes {
+		fmt.Fprintf(w, "  %s/%s.crt\n", dir, id)
+	}
+}
