@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -33,20 +34,40 @@ const loadConnections = 256
 // count those as failures.
 const respTimeout = time.Minute
 
-// DialRESP connects to the RESP server at addr (an oblivkv server, or any
-// Redis) with a pool of poolSize connections: give it at least the run's
-// concurrency. The target loads with MSET batches, and its Close deletes
-// every key the load wrote, leaving the server as the run found it (keys
-// the run's updates overwrote are not restored).
+// DialRESP connects to the RESP servers at addrs (oblivkv servers, the
+// routers of one oblivkv cluster, or any Redis) with poolSize connections
+// in all, shared evenly: give it at least the run's concurrency. Calls go
+// to the servers in turn, so the run's clients spread over them. The
+// target loads with MSET batches, and its Close deletes every key the
+// load wrote, leaving the store as the run found it (keys the run's
+// updates overwrote are not restored).
 //
-// Backend counters come from the server's INFO fields backend_calls,
-// backend_bytes_read and backend_bytes_written when it reports them; they
-// count every client of the server, so run nothing else against it. The
-// protocol name comes from INFO's protocol field, if any.
-func DialRESP(ctx context.Context, addr string, poolSize int) (Target, error) {
-	c := redis.NewClient(&redis.Options{
+// Backend counters come from the first server's INFO fields
+// backend_calls, backend_bytes_read and backend_bytes_written when it
+// reports them; they count every client of the store, so run nothing else
+// against it. The protocol name comes from its INFO's protocol field, if
+// any.
+func DialRESP(ctx context.Context, addrs []string, poolSize int) (Target, error) {
+	if len(addrs) == 0 {
+		return nil, errors.New("bench: no server address")
+	}
+	t := &respTarget{}
+	for _, addr := range addrs {
+		c := dialRESP(addr, max(poolSize/len(addrs), 1))
+		t.clients = append(t.clients, c)
+		if err := c.Ping(ctx).Err(); err != nil {
+			t.closeClients()
+			return nil, fmt.Errorf("bench: connecting to %s: %w", addr, err)
+		}
+	}
+	return t, nil
+}
+
+// dialRESP returns a client of one server.
+func dialRESP(addr string, poolSize int) *redis.Client {
+	return redis.NewClient(&redis.Options{
 		Addr:            addr,
-		PoolSize:        max(poolSize, 1),
+		PoolSize:        poolSize,
 		Protocol:        2, // plain RESP2: no HELLO handshake needed
 		ReadTimeout:     respTimeout,
 		WriteTimeout:    respTimeout,
@@ -55,22 +76,32 @@ func DialRESP(ctx context.Context, addr string, poolSize int) (Target, error) {
 			Mode: maintnotifications.ModeDisabled,
 		},
 	})
-	if err := c.Ping(ctx).Err(); err != nil {
-		c.Close()
-		return nil, fmt.Errorf("bench: connecting to %s: %w", addr, err)
-	}
-	return &respTarget{c: c}, nil
 }
 
 type respTarget struct {
-	c *redis.Client
+	clients []*redis.Client
+	next    atomic.Uint64 // the server of the next call, modulo len(clients)
 
 	mu     sync.Mutex
 	loaded []string // keys to delete on Close
 }
 
+// c returns the client of the next call.
+func (t *respTarget) c() *redis.Client {
+	return t.clients[(t.next.Add(1)-1)%uint64(len(t.clients))]
+}
+
+// closeClients closes every client.
+func (t *respTarget) closeClients() error {
+	var errs []error
+	for _, c := range t.clients {
+		errs = append(errs, c.Close())
+	}
+	return errors.Join(errs...)
+}
+
 func (t *respTarget) Get(ctx context.Context, key string) ([]byte, bool, error) {
-	v, err := t.c.Get(ctx, key).Bytes()
+	v, err := t.c().Get(ctx, key).Bytes()
 	if errors.Is(err, redis.Nil) {
 		return nil, false, nil
 	}
@@ -81,14 +112,14 @@ func (t *respTarget) Get(ctx context.Context, key string) ([]byte, bool, error) 
 }
 
 func (t *respTarget) Put(ctx context.Context, key string, val []byte) error {
-	return t.c.Set(ctx, key, val, 0).Err()
+	return t.c().Set(ctx, key, val, 0).Err()
 }
 
 // Load sends MSET batches of loadBatch keys from up to loadConnections of
 // concurrency connections.
 func (t *respTarget) Load(ctx context.Context, items iter.Seq2[string, []byte], concurrency int) error {
 	return parallel(ctx, t.batches(items), min(concurrency, loadConnections), func(ctx context.Context, pairs []any) error {
-		if err := t.c.MSet(ctx, pairs...).Err(); err != nil {
+		if err := t.c().MSet(ctx, pairs...).Err(); err != nil {
 			return fmt.Errorf("MSET: %w", err)
 		}
 		return nil
@@ -117,7 +148,7 @@ func (t *respTarget) batches(items iter.Seq2[string, []byte]) iter.Seq[[]any] {
 }
 
 func (t *respTarget) Snapshot(ctx context.Context) (Snapshot, error) {
-	info, err := t.c.Info(ctx).Result()
+	info, err := t.clients[0].Info(ctx).Result()
 	if err != nil {
 		return Snapshot{}, fmt.Errorf("INFO: %w", err)
 	}
@@ -132,12 +163,12 @@ func (t *respTarget) Close(ctx context.Context) error {
 	t.loaded = nil
 	t.mu.Unlock()
 	err := parallel(ctx, slices.Chunk(keys, loadBatch), loadConnections, func(ctx context.Context, batch []string) error {
-		return t.c.Del(ctx, batch...).Err()
+		return t.c().Del(ctx, batch...).Err()
 	})
 	if err != nil {
 		err = fmt.Errorf("deleting the benchmark's keys: %w", err)
 	}
-	return errors.Join(err, t.c.Close())
+	return errors.Join(err, t.closeClients())
 }
 
 // ParseInfo reads the backend counters and protocol name from the text of

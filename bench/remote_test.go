@@ -6,6 +6,8 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/oblivkv/oblivkv/kv"
@@ -20,6 +22,13 @@ func serveRESP(t *testing.T) (string, kv.Store) {
 		t.Fatal(err)
 	}
 	store := tg.(*storeTarget).s
+	t.Cleanup(func() { store.Close() })
+	return serveStore(t, store), store
+}
+
+// serveStore serves store over RESP on a local port.
+func serveStore(t *testing.T, store kv.Store) string {
+	t.Helper()
 	srv := resp.NewServer(store, resp.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -32,9 +41,8 @@ func serveRESP(t *testing.T) (string, kv.Store) {
 		if err := <-done; !errors.Is(err, resp.ErrServerClosed) {
 			t.Errorf("Serve: %v", err)
 		}
-		store.Close()
 	})
-	return ln.Addr().String(), store
+	return ln.Addr().String()
 }
 
 func TestAgainstRESPServer(t *testing.T) {
@@ -42,7 +50,7 @@ func TestAgainstRESPServer(t *testing.T) {
 	cfg := config(t, "C", "zipfian", 300, 1000)
 	cfg.Backend = "resp://" + addr
 	open := func(ctx context.Context, _ string) (Target, error) {
-		return DialRESP(ctx, addr, cfg.Concurrency)
+		return DialRESP(ctx, []string{addr}, cfg.Concurrency)
 	}
 	res, err := Run(context.Background(), cfg, []string{"remote"}, open)
 	if err != nil {
@@ -61,6 +69,47 @@ func TestAgainstRESPServer(t *testing.T) {
 	if st := store.Stats(); st.Keys != 0 || st.Puts != 300 {
 		t.Errorf("server left with %d keys after %d puts; want the load's keys deleted", st.Keys, st.Puts)
 	}
+}
+
+// TestSpreadsOverServers: with several addresses (the routers of one
+// store), the run's calls go to every one of them.
+func TestSpreadsOverServers(t *testing.T) {
+	first, store := serveRESP(t)
+	second := serveStore(t, store)
+	cfg := config(t, "A", "uniform", 200, 1000)
+	open := func(ctx context.Context, _ string) (Target, error) {
+		return DialRESP(ctx, []string{first, second}, cfg.Concurrency)
+	}
+	res, err := Run(context.Background(), cfg, []string{"remote"}, open)
+	if err != nil || res[0].Errors != 0 || res[0].Misses != 0 {
+		t.Fatalf("run over two servers: %v, %+v", err, res)
+	}
+	// Each server's INFO counts the commands it served.
+	for _, addr := range []string{first, second} {
+		if n := commandsServed(t, addr); n < 400 {
+			t.Errorf("server %s served %d commands of the run's 1,000 and more, want a fair share", addr, n)
+		}
+	}
+}
+
+// commandsServed reads INFO's total_commands_processed of the server at
+// addr.
+func commandsServed(t *testing.T, addr string) int {
+	t.Helper()
+	c := dialRESP(addr, 1)
+	defer c.Close()
+	info, err := c.Info(context.Background(), "stats").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(info, "\r\n") {
+		if v, ok := strings.CutPrefix(line, "total_commands_processed:"); ok {
+			n, _ := strconv.Atoi(v)
+			return n
+		}
+	}
+	t.Fatalf("no total_commands_processed in INFO of %s", addr)
+	return 0
 }
 
 func TestParseInfo(t *testing.T) {

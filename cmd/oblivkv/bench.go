@@ -90,7 +90,8 @@ operation was due, so queueing behind a slow one is not hidden.
 
 With --addr, bench drives a running RESP server (oblivkv serve, or Redis)
 instead: its protocol is the server's, and backend figures come from the
-server's INFO when it reports them.
+server's INFO when it reports them. --addr a,b,c spreads the calls over
+several servers of one store in turn (backend figures from the first).
 
 Reports: a table on stdout; --json FILE and --csv FILE with every figure.
 --out DIR also writes a comparison into DIR: the table as Markdown
@@ -123,7 +124,7 @@ See docs/benchmarks.md for what each figure means.`,
 	fs.DurationVar(&f.latency, "backend-latency", 0, "delay added to every backend round trip, to emulate a WAN (e.g. 10ms)")
 	fs.StringVar(&f.dataDir, "data-dir", "", "where the disk backend keeps its runs (default: a temporary directory); removed afterwards")
 	registerFsync(cmd, &f.fsync)
-	fs.StringVar(&f.addr, "addr", "", "benchmark the RESP server at HOST:PORT instead of an in-process store")
+	fs.StringVar(&f.addr, "addr", "", "benchmark the RESP server at HOST:PORT (or several, comma-separated: the routers of one store) instead of an in-process store")
 	fs.StringVar(&f.jsonOut, "json", "", "also write the results to this file as JSON")
 	fs.StringVar(&f.csvOut, "csv", "", "also write the results to this file as CSV")
 	fs.BoolVar(&f.compare, "compare", false, "run every registered protocol (unless --protocols narrows it) and write a comparison to --out")
@@ -362,7 +363,7 @@ func sequenceLength(ops int, warm bench.Warmup, rate float64, duration time.Dura
 func (f benchFlags) opener(options map[string]any, records int) (bench.Opener, func() error, error) {
 	if f.addr != "" {
 		return func(ctx context.Context, _ string) (bench.Target, error) {
-			return bench.DialRESP(ctx, f.addr, f.workers)
+			return bench.DialRESP(ctx, strings.Split(f.addr, ","), f.workers)
 		}, func() error { return nil }, nil
 	}
 	runID, err := randomID()
