@@ -7,12 +7,15 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"sync"
 	"time"
 )
 
-// The log file format: the 8-byte magic "OKVTAP2\n", then one frame per
-// Record, each field an unsigned varint unless noted:
+// The log file format: the 8-byte magic "OKVTAP3\n", the origin (the
+// wall-clock time the Tap's Start durations count from, Unix nanoseconds,
+// 8 bytes big-endian), then one frame per Record, each field an unsigned
+// varint unless noted:
 //
 //	seq, start (ns), took (ns), op (1 byte), flags (1 byte), n,
 //	then n times: address length, address bytes, size,
@@ -20,11 +23,15 @@ import (
 //
 // flags is flagErr if the call failed, plus flagFenced for a fenced
 // write. It is compact (a path read of 20 buckets is about 400 bytes) and
-// streamable; Reader decodes it. Version 1 (logMagicV1) is the same
-// without fenced writes, and Reader reads it too.
+// streamable; Reader decodes it. Version 2 (logMagicV2) is the same with
+// no origin, version 1 (logMagicV1) also without fenced writes, and
+// Reader reads both.
 const (
-	logMagic   = "OKVTAP2\n"
+	logMagic   = "OKVTAP3\n"
+	logMagicV2 = "OKVTAP2\n"
 	logMagicV1 = "OKVTAP1\n"
+	// logHeaderSize is a version 3 header's: the magic and the origin.
+	logHeaderSize = len(logMagic) + 8
 )
 
 // The bits of a frame's flags byte.
@@ -72,29 +79,53 @@ func (m *MemoryLog) Reset() {
 	m.mu.Unlock()
 }
 
-// FileLog is a Sink that writes the binary log format to a file.
+// FileLog is a Sink that writes the binary log format to a file. Its
+// header's origin is the Tap's (NewTap calls SetOrigin), or the time the
+// log was created.
 type FileLog struct {
-	f   *os.File
-	w   *bufio.Writer
-	buf []byte
+	f      *os.File
+	w      *bufio.Writer
+	buf    []byte
+	origin time.Time
+	headed bool // the header is written
 }
 
-// CreateFileLog creates (or truncates) path and writes the log header.
+// CreateFileLog creates (or truncates) path; the header is written with
+// the first record, or by SetOrigin or Close.
 func CreateFileLog(path string) (*FileLog, error) {
 	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("observe: creating tap log: %w", err)
 	}
-	l := &FileLog{f: f, w: bufio.NewWriterSize(f, 1<<20)}
-	if _, err := l.w.WriteString(logMagic); err != nil {
-		f.Close()
-		return nil, err
+	return &FileLog{f: f, w: bufio.NewWriterSize(f, 1<<20), origin: time.Now()}, nil
+}
+
+// SetOrigin sets the time the records' Start durations count from and
+// writes the header; it fails once a record is written.
+func (l *FileLog) SetOrigin(t time.Time) error {
+	if l.headed {
+		return errors.New("observe: the tap log's origin is set once, before any record")
 	}
-	return l, nil
+	l.origin = t
+	return l.head()
+}
+
+// head writes the header once.
+func (l *FileLog) head() error {
+	if l.headed {
+		return nil
+	}
+	l.headed = true
+	b := binary.BigEndian.AppendUint64([]byte(logMagic), uint64(l.origin.UnixNano()))
+	_, err := l.w.Write(b)
+	return err
 }
 
 // Record implements Sink.
 func (l *FileLog) Record(r Record) error {
+	if err := l.head(); err != nil {
+		return err
+	}
 	b := l.buf[:0]
 	b = binary.AppendUvarint(b, r.Seq)
 	b = binary.AppendUvarint(b, uint64(r.Start))
@@ -134,7 +165,7 @@ func flags(r Record) byte {
 
 // Close flushes and closes the file.
 func (l *FileLog) Close() error {
-	err := l.w.Flush()
+	err := errors.Join(l.head(), l.w.Flush())
 	if cerr := l.f.Close(); err == nil {
 		err = cerr
 	}
@@ -143,7 +174,8 @@ func (l *FileLog) Close() error {
 
 // Reader decodes a log written by FileLog.
 type Reader struct {
-	r *bufio.Reader
+	r      *bufio.Reader
+	origin time.Time
 }
 
 // NewReader checks the header of a log and returns a Reader positioned at
@@ -151,11 +183,27 @@ type Reader struct {
 func NewReader(r io.Reader) (*Reader, error) {
 	br := bufio.NewReaderSize(r, 1<<20)
 	head := make([]byte, len(logMagic))
-	if _, err := io.ReadFull(br, head); err != nil || (string(head) != logMagic && string(head) != logMagicV1) {
+	if _, err := io.ReadFull(br, head); err != nil {
 		return nil, errors.New("observe: not a tap log (bad header)")
 	}
-	return &Reader{r: br}, nil
+	rd := &Reader{r: br}
+	switch string(head) {
+	case logMagicV1, logMagicV2:
+		return rd, nil
+	case logMagic:
+		var origin [8]byte
+		if _, err := io.ReadFull(br, origin[:]); err != nil {
+			return nil, errors.New("observe: tap log header cut short")
+		}
+		rd.origin = time.Unix(0, int64(binary.BigEndian.Uint64(origin[:])))
+		return rd, nil
+	}
+	return nil, errors.New("observe: not a tap log (bad header)")
 }
+
+// Origin is the wall-clock time the records' Start durations count from;
+// the zero time for a log of a version that did not record it.
+func (rd *Reader) Origin() time.Time { return rd.origin }
 
 // maxLogAddr bounds one decoded address, so a corrupt log cannot make the
 // reader allocate without limit.
@@ -241,26 +289,91 @@ func (f *frame) addr() string {
 	return string(a)
 }
 
-// ReadFile decodes a whole log file.
+// ReadFile decodes a whole log file. After an error it returns the
+// records before it.
 func ReadFile(path string) ([]Record, error) {
+	recs, _, err := readAll(path)
+	return recs, err
+}
+
+// readAll decodes a whole log file and its origin.
+func readAll(path string) ([]Record, time.Time, error) {
 	f, err := os.Open(path)
 	if err != nil {
-		return nil, err
+		return nil, time.Time{}, err
 	}
 	defer f.Close()
 	rd, err := NewReader(f)
 	if err != nil {
-		return nil, err
+		return nil, time.Time{}, err
 	}
 	var out []Record
 	for {
 		r, err := rd.Next()
 		if err == io.EOF {
-			return out, nil
+			return out, rd.Origin(), nil
 		}
 		if err != nil {
-			return out, err
+			return out, rd.Origin(), err
 		}
 		out = append(out, r)
 	}
+}
+
+// Merge writes to out the records of the logs at paths, in the order of
+// their wall-clock start (each log's origin plus the record's Start),
+// under the earliest origin and numbered again from 1: the storage
+// operator's view of several processes as one log (the shards of a
+// cluster, or the old and the new leader of one group). Records that
+// start at the same time keep the order of paths, then their own. A log
+// of version 1 or 2 has no origin and is refused. It returns how many
+// records it wrote.
+func Merge(out string, paths ...string) (int, error) {
+	type timed struct {
+		at time.Time
+		r  Record
+	}
+	var all []timed
+	var origin time.Time
+	for _, p := range paths {
+		recs, o, err := readWithOrigin(p)
+		if err != nil {
+			return 0, err
+		}
+		if origin.IsZero() || o.Before(origin) {
+			origin = o
+		}
+		for _, r := range recs {
+			all = append(all, timed{o.Add(r.Start), r})
+		}
+	}
+	slices.SortStableFunc(all, func(a, b timed) int { return a.at.Compare(b.at) })
+	l, err := CreateFileLog(out)
+	if err != nil {
+		return 0, err
+	}
+	if err := l.SetOrigin(origin); err != nil {
+		l.Close()
+		return 0, err
+	}
+	for i, t := range all {
+		t.r.Seq, t.r.Start = uint64(i+1), t.at.Sub(origin)
+		if err := l.Record(t.r); err != nil {
+			l.Close()
+			return 0, err
+		}
+	}
+	return len(all), l.Close()
+}
+
+// readWithOrigin reads a whole log of version 3 and its origin.
+func readWithOrigin(path string) ([]Record, time.Time, error) {
+	recs, origin, err := readAll(path)
+	if err != nil {
+		return nil, time.Time{}, fmt.Errorf("%s: %w", path, err)
+	}
+	if origin.IsZero() {
+		return nil, time.Time{}, fmt.Errorf("observe: %s has no origin (a log of an earlier version): it cannot be merged by time", path)
+	}
+	return recs, origin, nil
 }

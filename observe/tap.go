@@ -109,9 +109,15 @@ type Tap struct {
 	sinkErr error
 }
 
-// NewTap wraps next. sink may be nil: counters only.
+// NewTap wraps next. sink may be nil: counters only. A sink with a
+// SetOrigin method (FileLog) is told the wall-clock time the records'
+// Start durations count from.
 func NewTap(next backend.Backend, sink Sink) *Tap {
-	return &Tap{next: next, epoch: time.Now(), sink: sink}
+	t := &Tap{next: next, epoch: time.Now(), sink: sink}
+	if o, ok := sink.(interface{ SetOrigin(time.Time) error }); ok {
+		t.sinkErr = o.SetOrigin(t.epoch)
+	}
+	return t
 }
 
 // Counters returns a snapshot of the totals so far.

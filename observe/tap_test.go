@@ -8,6 +8,8 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -237,8 +239,8 @@ func TestTruncatedLog(t *testing.T) {
 		{Seq: 3, Start: 1 << 36, Took: 1, Op: OpDelete, Err: true, Addrs: []string{"yy"}, Sizes: []int{0}},
 	}
 	// Record boundaries, from the size of each record's frame alone.
-	boundaries := map[int]int{len(logMagic): 0}
-	end := len(logMagic)
+	boundaries := map[int]int{logHeaderSize: 0}
+	end := logHeaderSize
 	for i, r := range recs {
 		p := filepath.Join(dir, fmt.Sprint("one", i))
 		writeLog(t, p, []Record{r})
@@ -246,7 +248,7 @@ func TestTruncatedLog(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		end += int(info.Size()) - len(logMagic)
+		end += int(info.Size()) - logHeaderSize
 		boundaries[end] = i + 1
 	}
 	full := filepath.Join(dir, "full")
@@ -285,7 +287,7 @@ func TestReadsVersion1(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(path, append([]byte(logMagicV1), data[len(logMagic):]...), 0o600); err != nil {
+	if err := os.WriteFile(path, append([]byte(logMagicV1), data[logHeaderSize:]...), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	if got, err := ReadFile(path); err != nil || !reflect.DeepEqual(got, recs) {
@@ -301,7 +303,7 @@ func TestBadHeader(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, head := range []string{"OKVTAP3\n", "okvtap2\n", "OKVTAP2\r", "\x00\x00\x00\x00\x00\x00\x00\x00"} {
+	for _, head := range []string{"OKVTAP4\n", "okvtap3\n", "OKVTAP3\r", "\x00\x00\x00\x00\x00\x00\x00\x00"} {
 		p := filepath.Join(dir, "bad")
 		if err := os.WriteFile(p, append([]byte(head), data[len(logMagic):]...), 0o600); err != nil {
 			t.Fatal(err)
@@ -320,9 +322,9 @@ func TestBadHeader(t *testing.T) {
 
 // A corrupt frame claiming a huge address is refused without allocating it.
 func TestCorruptAddressLength(t *testing.T) {
-	frame := []byte(logMagic)
-	frame = append(frame, 1, 0, 0, byte(OpRead), 0, 1)  // seq 1, start 0, took 0, read, no error, 1 address
-	frame = append(frame, 0x80, 0x80, 0x80, 0x80, 0x08) // address length 2^31
+	frame := append([]byte(logMagic), make([]byte, 8)...) // origin 0
+	frame = append(frame, 1, 0, 0, byte(OpRead), 0, 1)    // seq 1, start 0, took 0, read, no error, 1 address
+	frame = append(frame, 0x80, 0x80, 0x80, 0x80, 0x08)   // address length 2^31
 	rd, err := NewReader(bytes.NewReader(frame))
 	if err != nil {
 		t.Fatal(err)
@@ -554,5 +556,109 @@ func TestPipeline(t *testing.T) {
 				t.Fatalf("the backend got %d Pipeline calls, want 1", l.calls)
 			}
 		}
+	}
+}
+
+// A log of version 2, with fenced writes and no origin, reads as it did.
+func TestReadsVersion2(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "v2")
+	recs := []Record{{Seq: 1, Op: OpWrite, Addrs: []string{"a"}, Sizes: []int{3}, Fence: "fence/t", Token: 9}}
+	writeLog(t, path, recs)
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, append([]byte(logMagicV2), data[logHeaderSize:]...), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := ReadFile(path); err != nil || !reflect.DeepEqual(got, recs) {
+		t.Fatalf("version 2 log read as %+v, %v; want %+v", got, err, recs)
+	}
+	if _, err := Merge(filepath.Join(t.TempDir(), "out"), path); err == nil || !strings.Contains(err.Error(), "no origin") {
+		t.Fatalf("Merge of a version 2 log = %v, want a refusal", err)
+	}
+}
+
+// A Tap's log records the wall-clock time its Starts count from.
+func TestLogOrigin(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "log")
+	l, err := CreateFileLog(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := time.Now()
+	tap := NewTap(mem.New(), l)
+	if err := tap.Write(context.Background(), []backend.Item{{Addr: "a", Value: []byte("1")}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	rd, err := NewReader(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o := rd.Origin(); o.Before(before.Add(-time.Second)) || o.After(time.Now()) {
+		t.Fatalf("origin %v, want the Tap's creation (about %v)", o, before)
+	}
+	if err := l.SetOrigin(time.Now()); err == nil {
+		t.Fatal("SetOrigin after the header was written was accepted")
+	}
+}
+
+// Merge interleaves logs by wall-clock start and renumbers them.
+func TestMerge(t *testing.T) {
+	dir := t.TempDir()
+	base := time.Unix(1_800_000_000, 0)
+	write := func(name string, origin time.Time, recs []Record) string {
+		p := filepath.Join(dir, name)
+		l, err := CreateFileLog(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := l.SetOrigin(origin); err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range recs {
+			if err := l.Record(r); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := l.Close(); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	a := write("a", base, []Record{{Seq: 1, Start: 0, Op: OpRead, Addrs: []string{"a1"}, Sizes: []int{1}},
+		{Seq: 2, Start: 30 * time.Millisecond, Op: OpWrite, Addrs: []string{"a2"}, Sizes: []int{1}, Fence: "f", Token: 3}})
+	b := write("b", base.Add(10*time.Millisecond), []Record{{Seq: 1, Start: 5 * time.Millisecond, Op: OpRead, Addrs: []string{"b1"}, Sizes: []int{1}},
+		{Seq: 2, Start: 20 * time.Millisecond, Op: OpRead, Addrs: []string{"b2"}, Sizes: []int{1}}})
+	out := filepath.Join(dir, "merged")
+	n, err := Merge(out, b, a)
+	if err != nil || n != 4 {
+		t.Fatalf("Merge = %d, %v", n, err)
+	}
+	got, origin, err := readAll(out)
+	if err != nil || !origin.Equal(base) {
+		t.Fatalf("merged log: origin %v, %v; want %v", origin, err, base)
+	}
+	var order []string
+	for i, r := range got {
+		order = append(order, fmt.Sprintf("%d:%s@%v", r.Seq, r.Addrs[0], r.Start))
+		if r.Seq != uint64(i+1) {
+			t.Fatalf("record %d numbered %d", i, r.Seq)
+		}
+	}
+	want := []string{"1:a1@0s", "2:b1@15ms", "3:b2@30ms", "4:a2@30ms"} // a tie keeps the order of the paths: b, then a
+	if !slices.Equal(order, want) {
+		t.Fatalf("merged order %v, want %v", order, want)
+	}
+	if got[3].Fence != "f" || got[3].Token != 3 {
+		t.Fatalf("the fenced write lost its fence: %+v", got[3])
 	}
 }

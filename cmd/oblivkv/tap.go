@@ -38,6 +38,34 @@ the view a frequency-analysis attacker starts from.`,
 	cmd.Flags().BoolVar(&summary, "summary", false, "print totals and the most read addresses")
 	cmd.Flags().IntVar(&limit, "limit", 0, "print at most this many records (0: all)")
 	cmd.Flags().IntVar(&top, "top", 10, "with --summary: how many addresses to list")
+	cmd.AddCommand(newTapMergeCmd())
+	return cmd
+}
+
+func newTapMergeCmd() *cobra.Command {
+	var out string
+	cmd := &cobra.Command{
+		Use:   "merge --out FILE LOG...",
+		Short: "Merge adversary-view logs of several processes into one, by time",
+		Long: `Merge the adversary-view logs of several processes that share storage (the
+shards of a cluster, or the old and the new leader of one group) into one log
+ordered by each call's wall-clock start, numbered again from 1, which tap and
+audit read like any other. Each log records the wall-clock time its calls'
+start times count from; logs of earlier versions do not, and are refused.
+The processes' clocks should agree (NTP): a call's place in the merged log is
+only as right as its machine's clock.`,
+		Args: cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			n, err := observe.Merge(out, args...)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "merged %d records of %d logs into %s\n", n, len(args), out)
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&out, "out", "", "the merged log to write (required)")
+	cmd.MarkFlagRequired("out")
 	return cmd
 }
 
