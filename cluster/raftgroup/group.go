@@ -28,6 +28,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/oblivkv/oblivkv/seal"
 )
@@ -66,6 +67,11 @@ type Config struct {
 	ServerTLS *tls.Config
 	ClientTLS func(addr string) (*tls.Config, error)
 	Timing    Timing
+	// Join starts a replica that is being added to a running group
+	// (AddVoter on its leader): with no state it waits for the leader
+	// rather than bootstrap a group of its own from Peers, which could
+	// elect a second leader among the new replicas.
+	Join bool
 }
 
 // Timing are the group's raft timeouts.
@@ -91,11 +97,13 @@ type Group struct {
 	raft      *raft.Raft
 	logs      *logStore
 	transport *raft.NetworkTransport
+	metrics   *metrics
 }
 
 // Open starts the replica cfg describes, applying its log to m. A replica
-// with no state yet bootstraps the group from cfg.Peers (every replica may
-// do so with the same peers).
+// with no state yet bootstraps the group from cfg.Peers (every replica of
+// a new group may do so with the same peers), unless it joins a running
+// one (cfg.Join).
 func Open(cfg Config, m Machine) (*Group, error) {
 	if err := cfg.check(); err != nil {
 		return nil, err
@@ -190,7 +198,7 @@ func start(cfg Config, m Machine, logs *logStore) (*Group, error) {
 		transport.Close()
 		return nil, fmt.Errorf("raftgroup: starting %s: %w", cfg.ID, err)
 	}
-	return &Group{raft: r, logs: logs, transport: transport}, nil
+	return &Group{raft: r, logs: logs, transport: transport, metrics: newMetrics(r, prometheus.Labels{"replica": cfg.ID})}, nil
 }
 
 // raftConfig is raft's configuration for cfg.
@@ -223,10 +231,11 @@ func (t Timing) withDefaults() Timing {
 	return t
 }
 
-// bootstrap makes a replica with no state a member of cfg.Peers.
+// bootstrap makes a replica with no state a member of cfg.Peers, unless
+// it joins a running group.
 func bootstrap(cfg Config, rc *raft.Config, logs *logStore, snaps raft.SnapshotStore, t raft.Transport) error {
 	has, err := raft.HasExistingState(logs, logs, snaps)
-	if err != nil || has {
+	if err != nil || has || cfg.Join {
 		return err
 	}
 	var servers []raft.Server
@@ -250,6 +259,7 @@ func (g *Group) Propose(ctx context.Context, entry []byte) (any, error) {
 	if d, ok := ctx.Deadline(); ok {
 		timeout = time.Until(d)
 	}
+	start := time.Now()
 	f := g.raft.Apply(entry, timeout)
 	if err := f.Error(); err != nil {
 		if errors.Is(err, raft.ErrNotLeader) || errors.Is(err, raft.ErrLeadershipLost) {
@@ -258,6 +268,7 @@ func (g *Group) Propose(ctx context.Context, entry []byte) (any, error) {
 		}
 		return nil, fmt.Errorf("raftgroup: propose: %w", err)
 	}
+	g.metrics.commit.Observe(time.Since(start).Seconds())
 	res := f.Response().(applied)
 	return res.out, res.err
 }
@@ -315,6 +326,7 @@ func (g *Group) RemoveServer(id string) error {
 // Close stops the replica: raft, its transport and its log store.
 func (g *Group) Close() error {
 	err := g.raft.Shutdown().Error()
+	g.metrics.stop(g.raft)
 	return errors.Join(err, g.transport.Close(), g.logs.Close())
 }
 

@@ -19,6 +19,7 @@ import (
 
 	"github.com/oblivkv/oblivkv/cluster"
 	"github.com/oblivkv/oblivkv/seal"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // chain is a test machine: its state is a hash over every entry applied,
@@ -130,10 +131,15 @@ func (g *testGroup) config(id string) Config {
 		}}
 }
 
-func (g *testGroup) start(id string) {
+func (g *testGroup) start(id string) { g.startWith(id, false) }
+
+// startWith starts replica id, joining a running group if join.
+func (g *testGroup) startWith(id string, join bool) {
 	g.t.Helper()
 	m := &chain{}
-	r, err := Open(g.config(id), m)
+	cfg := g.config(id)
+	cfg.Join = join
+	r, err := Open(cfg, m)
 	if err != nil {
 		g.t.Fatal(err)
 	}
@@ -342,5 +348,90 @@ func TestConfigRefused(t *testing.T) {
 	cfg.ID = "r9"
 	if _, err := Open(cfg, &chain{}); err == nil || !strings.Contains(err.Error(), "not one of its group's peers") {
 		t.Fatalf("a replica not among its peers: %v", err)
+	}
+}
+
+// TestMembership: a group of one grows to three replicas (each new one
+// catching up from the log), then loses one and goes on.
+func TestMembership(t *testing.T) {
+	g := newTestGroup(t, 3)
+	// Start over as a group of r0 alone; r1 and r2 join it later.
+	g.closeAll()
+	for _, p := range g.peers {
+		os.RemoveAll(filepath.Join(g.root, p.ID))
+	}
+	all := g.peers
+	g.peers = all[:1]
+	g.start("r0")
+	g.propose(entries("a", 10)...)
+	g.peers = all
+	for _, p := range all[1:] {
+		g.startWith(p.ID, true) // not in r0's group yet: it waits to be added
+	}
+	// Joining replicas wait: they never elect a leader of their own.
+	time.Sleep(5 * fastTiming.Election)
+	for _, p := range all[1:] {
+		if g.replicas[p.ID].IsLeader() {
+			t.Fatalf("%s, joining, leads a group of its own", p.ID)
+		}
+	}
+	for _, p := range all[1:] {
+		if err := g.replicas["r0"].AddVoter(p); err != nil {
+			t.Fatalf("AddVoter(%s): %v", p.ID, err)
+		}
+	}
+	g.converged(10)
+	g.propose(entries("b", 5)...)
+	g.converged(15)
+	leader := g.leader()
+	var leaving string
+	for _, p := range all {
+		if p.ID != leader {
+			leaving = p.ID
+			break
+		}
+	}
+	if err := g.replicas[leader].RemoveServer(leaving); err != nil {
+		t.Fatal(err)
+	}
+	g.stop(leaving)
+	g.propose(entries("c", 5)...)
+	g.converged(20)
+}
+
+// TestMetrics: a leader change and commits show in the replicas' metrics.
+func TestMetrics(t *testing.T) {
+	g := newTestGroup(t, 3)
+	g.propose(entries("a", 5)...)
+	old := g.leader()
+	g.stop(old)
+	g.propose(entries("b", 5)...)
+	leader := g.leader()
+	reg := prometheus.NewPedanticRegistry()
+	if err := reg.Register(g.replicas[leader].Collector()); err != nil {
+		t.Fatal(err)
+	}
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]float64{}
+	for _, f := range families {
+		m := f.GetMetric()[0]
+		if l := m.GetLabel(); len(l) != 1 || l[0].GetValue() != leader {
+			t.Fatalf("%s labelled %v, want replica=%s", f.GetName(), l, leader)
+		}
+		switch {
+		case m.GetHistogram() != nil:
+			got[f.GetName()] = float64(m.GetHistogram().GetSampleCount())
+		case m.GetCounter() != nil:
+			got[f.GetName()] = m.GetCounter().GetValue()
+		default:
+			got[f.GetName()] = m.GetGauge().GetValue()
+		}
+	}
+	if got["oblivkv_raft_is_leader"] != 1 || got["oblivkv_raft_term"] < 2 || got["oblivkv_raft_leader_changes_total"] < 2 ||
+		got["oblivkv_raft_commit_seconds"] < 5 {
+		t.Fatalf("the new leader's metrics: %v; want it leading in term 2 or later, 2 or more leader changes seen, its 5 commits timed", got)
 	}
 }
