@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -81,13 +82,14 @@ them only to the proxy's operators.`,
 	f.sec.register(cmd)
 	cmd.Flags().StringVar(&f.listen, "listen", "127.0.0.1:6380", "address to listen on")
 	cmd.Flags().StringVar(&f.metricsAddr, "metrics-addr", "", "serve Prometheus metrics on http://`HOST:PORT`/metrics (empty: no metrics)")
+	cmd.Flags().StringVar(&f.cpuProfile, "cpuprofile", "", "write a CPU profile of serving (from when the store is open to shutdown) to `FILE`, for go tool pprof")
 	return cmd
 }
 
 // serveFlags are serve's flags besides the store's.
 type serveFlags struct {
-	listen, metricsAddr string
-	sec                 securityFlags
+	listen, metricsAddr, cpuProfile string
+	sec                             securityFlags
 }
 
 // listeners are what serve listens on, and who may connect.
@@ -195,6 +197,12 @@ func serve(ctx context.Context, opts setup.Options, f serveFlags) error {
 			}
 		}()
 	}
+	stopProfile, err := startCPUProfile(f.cpuProfile)
+	if err != nil {
+		l.close()
+		return errors.Join(err, opened.Close())
+	}
+	defer stopProfile()
 	log.Info("oblivkv serving", attrs...)
 	srv := resp.NewServer(opened.Store, ropts)
 	served := make(chan error, 1)
@@ -217,6 +225,26 @@ func serve(ctx context.Context, opts setup.Options, f serveFlags) error {
 		log.Info("shut down cleanly")
 	}
 	return err
+}
+
+// startCPUProfile starts writing a CPU profile to path, if given, and
+// returns what stops it.
+func startCPUProfile(path string) (stop func(), err error) {
+	if path == "" {
+		return func() {}, nil
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, fmt.Errorf("--cpuprofile: %w", err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("--cpuprofile: %w", err)
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		f.Close()
+	}, nil
 }
 
 // errInterrupted reports a signal received while the store was opened.

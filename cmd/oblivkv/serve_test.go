@@ -2,7 +2,9 @@ package main
 
 import (
 	"bytes"
+	"compress/gzip"
 	"context"
+	"io"
 	"maps"
 	"net"
 	"os"
@@ -415,4 +417,28 @@ func TestServeChecksBeforeCreating(t *testing.T) {
 		t.Fatalf("the store created after an interrupted one: %v", err)
 	}
 	s.stop(t)
+}
+
+// TestServeCPUProfile: --cpuprofile writes a profile (gzipped protobuf,
+// as go tool pprof reads it) once the server shuts down.
+func TestServeCPUProfile(t *testing.T) {
+	dir := t.TempDir()
+	profile := filepath.Join(dir, "cpu.prof")
+	s := startServe(t, dir, append(smallStore, "--cpuprofile", profile)...)
+	if err := client(t, s.addr).Set(context.Background(), "a", "1", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	s.stop(t)
+	f, err := os.Open(profile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	z, err := gzip.NewReader(f)
+	if err != nil {
+		t.Fatalf("the CPU profile is not gzipped: %v", err)
+	}
+	if data, err := io.ReadAll(z); err != nil || len(data) == 0 {
+		t.Fatalf("the CPU profile holds %d bytes: %v", len(data), err)
+	}
 }
