@@ -17,7 +17,8 @@ import (
 type checked struct {
 	inner      Store
 	tap        *observe.Tap
-	journal    Journal // closed after inner, if any
+	journal    Journal       // closed after inner, if any
+	engine     func() []Stat // the storage engine's figures, if any
 	protocol   string
 	capacity   int
 	valueSize  int
@@ -35,7 +36,7 @@ type checked struct {
 }
 
 func newChecked(inner Store, tap *observe.Tap, cfg Config) *checked {
-	c := &checked{inner: inner, tap: tap, protocol: cfg.Protocol,
+	c := &checked{inner: inner, tap: tap, protocol: cfg.Protocol, engine: cfg.EngineStats,
 		capacity: cfg.Capacity, valueSize: cfg.ValueSize, maxKeySize: cfg.MaxKeySize}
 	if u, ok := inner.(Updater); ok {
 		c.native = u
@@ -154,6 +155,9 @@ func (c *checked) Stats() Stats {
 			Stat{Name: StatJournalBytes, Value: float64(js.Bytes)},
 			Stat{Name: StatJournalFsyncs, Value: float64(js.Fsyncs)},
 			Stat{Name: StatJournalCheckpoints, Value: float64(js.Checkpoints)})
+	}
+	if c.engine != nil {
+		s.Extra = append(s.Extra, c.engine()...)
 	}
 	return s
 }

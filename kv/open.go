@@ -37,6 +37,9 @@ type Config struct {
 	MaxKeySize int
 	// TapLog, if set, receives one record per backend call.
 	TapLog observe.Sink
+	// EngineStats, if set, returns the storage engine's own figures
+	// (StatDisk*), which Stats appends to the protocol's.
+	EngineStats func() []Stat
 	// Options holds protocol-specific options: a value of the protocol
 	// package's Options type, or nil for its defaults.
 	Options any

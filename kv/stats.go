@@ -14,6 +14,20 @@ const (
 	StatJournalCheckpoints = "journal_checkpoints" // checkpoints written since then
 )
 
+// The embedded disk backend's (pebble), added by kv when the store runs
+// on it (Config.EngineStats).
+const (
+	StatDiskWriteAmplification = "disk_write_amplification" // bytes flushes and compactions wrote per byte flushed
+	StatDiskCompactions        = "disk_compactions"         // compactions since the store was opened
+	StatDiskFlushes            = "disk_flushes"             // memtable flushes since then
+	StatDiskWriteStalls        = "disk_write_stalls"        // times writes waited for a flush or compaction since then
+	StatDiskWriteStallSeconds  = "disk_write_stall_seconds" // the time they waited
+	StatDiskL0Files            = "disk_l0_files"            // files in level 0 now (many: compactions fall behind)
+	StatDiskCacheHitRate       = "disk_cache_hit_rate"      // block cache hits over lookups since then
+	StatDiskWALBytes           = "disk_wal_bytes"           // bytes written to pebble's write-ahead log since then
+	StatDiskBytes              = "disk_bytes"               // bytes the database occupies on disk now
+)
+
 // Shared by several protocols.
 const (
 	StatTreeLevels       = "tree_levels"       // levels of a tree, L+1 (pathoram, taostore, treebeard)

@@ -199,10 +199,29 @@ func (c *storeCollector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, e.Value)
 		case e.Name == "batch_utilisation":
 			gauge(descUtil, e.Value)
+		case strings.HasPrefix(e.Name, "disk_"):
+			ch <- diskMetric(e)
 		default:
 			gauge(descStat, e.Value, e.Name)
 		}
 	}
+}
+
+// diskCounters are the disk backend's statistics that only grow; the
+// others are gauges.
+var diskCounters = map[string]bool{
+	kv.StatDiskCompactions: true, kv.StatDiskFlushes: true, kv.StatDiskWriteStalls: true,
+	kv.StatDiskWriteStallSeconds: true, kv.StatDiskWALBytes: true,
+}
+
+// diskMetric exports one of the disk backend's statistics as
+// oblivkv_NAME, a counter (NAME_total) or a gauge.
+func diskMetric(e kv.Stat) prometheus.Metric {
+	name, kind := "oblivkv_"+sanitize(e.Name), prometheus.GaugeValue
+	if diskCounters[e.Name] {
+		name, kind = name+"_total", prometheus.CounterValue
+	}
+	return prometheus.MustNewConstMetric(desc(name, "The disk backend's (pebble's) "+e.Name+" stat."), kind, e.Value)
 }
 
 // sanitize makes s part of a metric name: every character but ASCII

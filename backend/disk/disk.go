@@ -98,6 +98,7 @@ type Backend struct {
 	db *pebble.DB   // nil once closed
 
 	conditional sync.Mutex // serialises WriteVersioned and WriteFenced: each one's check and write are one step
+	stalls      *stalls    // pebble's write stalls (Metrics)
 }
 
 // Open opens (creating if needed) the pebble database in dir, with fsync on
@@ -115,8 +116,10 @@ func OpenWith(dir string, o Options) (*Backend, error) {
 	}
 	cache := pebble.NewCache(o.CacheSize)
 	defer cache.Unref() // the database holds its own reference
+	st := &stalls{}
+	events := st.listener()
 	db, err := pebble.Open(dir, &pebble.Options{Logger: quietLogger{}, Cache: cache, MemTableSize: o.MemTableSize,
-		ReadOnly: o.ReadOnly, ErrorIfNotExists: o.ReadOnly, Levels: levels})
+		ReadOnly: o.ReadOnly, ErrorIfNotExists: o.ReadOnly, Levels: levels, EventListener: &events})
 	if err != nil {
 		return nil, openError(dir, err)
 	}
@@ -124,7 +127,7 @@ func OpenWith(dir string, o Options) (*Backend, error) {
 	if o.NoSync {
 		wo = pebble.NoSync
 	}
-	b := &Backend{dir: dir, db: db}
+	b := &Backend{dir: dir, db: db, stalls: st}
 	b.wo.Store(wo)
 	return b, nil
 }

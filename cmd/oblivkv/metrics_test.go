@@ -106,6 +106,13 @@ func TestServeMetrics(t *testing.T) {
 			t.Errorf("oblivkv_protocol_stat{name=%q} = %v, INFO %v", name, got, want)
 		}
 	}
+	// The disk backend's own figures: in INFO, and as metrics of their own.
+	if got, want := m.value("oblivkv_disk_wal_bytes_total"), info["disk_wal_bytes"]; got != want || want <= 0 {
+		t.Errorf("oblivkv_disk_wal_bytes_total = %v, INFO disk_wal_bytes = %v; want them equal and positive", got, want)
+	}
+	for _, name := range []string{"oblivkv_disk_write_amplification", "oblivkv_disk_compactions_total", "oblivkv_disk_write_stalls_total", "oblivkv_disk_l0_files", "oblivkv_disk_bytes"} {
+		m.value(name)
+	}
 	// No protocol stat is exported under its journal_ name twice.
 	if m.has("oblivkv_protocol_stat", "name", "journal_fsyncs") {
 		t.Error("journal_fsyncs is also a protocol_stat series")

@@ -76,6 +76,8 @@ type Options struct {
 	// backend write without fsync, so a power loss may lose the last
 	// moments (a process crash loses nothing acknowledged).
 	NoFsync bool
+
+	engineStats func() []kv.Stat // the disk backend's figures, set by Open
 }
 
 // Opened is an open store and what must be released with it.
@@ -108,6 +110,9 @@ func Open(ctx context.Context, opts Options) (*Opened, error) {
 		return nil, err
 	}
 	b := backend.WithLatency(backend.WithPrefix(raw, opts.Prefix), opts.BackendLatency)
+	if d, ok := raw.(*disk.Backend); ok {
+		opts.engineStats = func() []kv.Stat { return diskStats(d.Metrics()) }
+	}
 	o, err := openStore(ctx, b, opts)
 	if err != nil {
 		b.Close()
@@ -138,7 +143,8 @@ func openStore(ctx context.Context, b backend.Backend, opts Options) (*Opened, e
 		}
 	}
 	cfg := kv.Config{Protocol: opts.Protocol, Backend: b, Keys: keys, Capacity: opts.Capacity,
-		ValueSize: opts.ValueSize, Options: opts.ProtocolOptions, OptionSettings: o.Settings, NoFsync: opts.NoFsync}
+		ValueSize: opts.ValueSize, Options: opts.ProtocolOptions, OptionSettings: o.Settings, NoFsync: opts.NoFsync,
+		EngineStats: opts.engineStats}
 	if opts.TapFile != "" {
 		if o.tapLog, err = observe.CreateFileLog(opts.TapFile); err != nil {
 			return nil, err
@@ -360,6 +366,21 @@ func (o *Opened) Discard(ctx context.Context) error {
 		return errors.Join(err, oerr)
 	}
 	return errors.Join(err, backend.Drop(ctx, backend.WithPrefix(raw, o.opts.Prefix)), raw.Close())
+}
+
+// diskStats names the disk backend's figures as kv's statistics.
+func diskStats(m disk.Metrics) []kv.Stat {
+	return []kv.Stat{
+		{Name: kv.StatDiskWriteAmplification, Value: m.WriteAmplification},
+		{Name: kv.StatDiskCompactions, Value: float64(m.Compactions)},
+		{Name: kv.StatDiskFlushes, Value: float64(m.Flushes)},
+		{Name: kv.StatDiskWriteStalls, Value: float64(m.WriteStalls)},
+		{Name: kv.StatDiskWriteStallSeconds, Value: m.WriteStallSeconds},
+		{Name: kv.StatDiskL0Files, Value: float64(m.L0Files)},
+		{Name: kv.StatDiskCacheHitRate, Value: m.CacheHitRate},
+		{Name: kv.StatDiskWALBytes, Value: float64(m.WALBytes)},
+		{Name: kv.StatDiskBytes, Value: float64(m.DiskBytes)},
+	}
 }
 
 // OpenBackend opens the storage named by spec: "mem", "disk" (under
