@@ -14,32 +14,27 @@ import (
 	"github.com/oblivkv/oblivkv/kv"
 	"github.com/oblivkv/oblivkv/kv/kvtest"
 	"github.com/oblivkv/oblivkv/protocol/tree"
+	"github.com/oblivkv/oblivkv/seal"
 )
 
-// failingParts is a direct transport whose trees fail a few of the
-// parts they read (the Stash shard sees a failed path read).
+// failingParts is a network of direct calls whose trees fail a few of
+// the parts they read (the Stash shard sees a failed path read).
 type failingParts struct {
-	directCall
+	keys *seal.Keys
 	mu   sync.Mutex
 	rng  *rand.Rand
 	rate float64
 }
 
-func (f *failingParts) pathReader(_ int, h PathReader) PathReader { return failingReader{f, h} }
-
-type failingReader struct {
-	f *failingParts
-	h PathReader
-}
-
-func (r failingReader) ReadPaths(m ReadPathsMsg) ReadPathsReply {
-	rep := r.h.ReadPaths(m)
-	r.f.mu.Lock()
-	defer r.f.mu.Unlock()
-	if r.f.rng.Float64() < r.f.rate {
-		return ReadPathsReply{Status: Status{Code: CodeUnavailable, Detail: "injected: the part's read failed"}}
+func (f *failingParts) carry(m Sealed, receive func(Sealed) Sealed, _ bool) (Sealed, Status) {
+	back := receive(m)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if m.Kind == kindReadPaths && f.rng.Float64() < f.rate {
+		back = sealWire(f.keys, readPathsReplyCodec, m.ID, m.To, m.From,
+			ReadPathsReply{Status: Status{Code: CodeUnavailable, Detail: "injected: the part's read failed"}})
 	}
-	return rep
+	return back, Status{}
 }
 
 // encoded returns v as the log would carry it: gob's bytes.
@@ -96,8 +91,9 @@ func routerMachine(t *testing.T, c *routerCore) machine {
 // deletes, recording what Stash shard 0 and Router 0 apply. It returns
 // the records and makers of fresh machines of each kind.
 func recordRun(t *testing.T) (stash, router machineRecord, freshStash, freshRouter func() machine) {
-	net := &failingParts{rng: rand.New(rand.NewPCG(7, 7)), rate: 0.03}
-	s, err := open(t.Context(), kv.Env{Backend: mem.New(), Keys: kvtest.NewKeys(t), Capacity: 256, ValueSize: 32, Fresh: true,
+	keys := kvtest.NewKeys(t)
+	net := &failingParts{keys: keys, rng: rand.New(rand.NewPCG(7, 7)), rate: 0.03}
+	s, err := open(t.Context(), kv.Env{Backend: mem.New(), Keys: keys, Capacity: 256, ValueSize: 32, Fresh: true,
 		Options: Options{StashShards: 2, A: 2, K: 2, Epoch: 100 * time.Microsecond, TestingKnobs: TestingKnobs{Transport: net}}})
 	if err != nil {
 		t.Fatal(err)

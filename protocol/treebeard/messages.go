@@ -11,8 +11,10 @@ import (
 )
 
 // The messages between layers are plain values (no pointer, channel or Go
-// error in them), so a network can carry them: encoding/gob round-trips
-// each one in the fault-injecting transport of the tests. Every message
+// error in them), so a network can carry them: each has a binary encoding
+// (wirecodec.go) and crosses sealed under the store key on the sealed
+// wire (wire.go), which the fault-injecting network of the tests and
+// TestingKnobs.Wire use. Every message
 // has a MsgID and every call ends with a reply, a transport failure
 // included (CodeTransport): the sender then sends the same message again,
 // and the receiver recognises the copy by its MsgID and answers it with
@@ -313,8 +315,9 @@ func (r *releases) take(to int) []MsgID {
 // transport carries the layers' messages: each method returns what a
 // sender calls to reach receiver h, the endpoint numbered to of its
 // layer (Stash shard, or tree). In one process that is h itself
-// (directCall); the tests' transport may lose, copy, delay and reorder
-// messages and cut layers off (faultnet_test.go).
+// (directCall); on the sealed wire (wire.go) every message and reply is
+// sealed, over direct calls or over a network that may lose, copy, delay
+// and reorder them and cut layers off (the tests' FaultNet).
 type transport interface {
 	stash(to int, h StashShard) StashShard
 	pathReader(to int, h PathReader) PathReader
