@@ -29,7 +29,8 @@
 // carries the store's incarnation, incarnation.go, so ids never repeat
 // across restarts), a Status on every reply, a transport failure answered
 // by sending the same message again, every copy of a message answered
-// once (answered.go, which never forgets a released id) and every client
+// once (a Stash shard's msgTable, in its state and snapshots, and an ORAM
+// shard's answered.go; neither forgets a released id) and every client
 // request, named by its RequestID, applied once (requests.go), so a
 // cluster can put RPCs and replication between them without changing
 // their logic. Each message and reply has a strict, versioned binary

@@ -216,7 +216,7 @@ func TestMachinesReplayDeterminism(t *testing.T) {
 				kinds[0]++ // a failed read
 			}
 		}
-		for k := range entryRelease + 1 {
+		for k := range entryJournaled + 1 {
 			if kinds[k] == 0 {
 				t.Fatalf("the run applied no entry of kind %d (0: a failed read): %v", k, kinds)
 			}

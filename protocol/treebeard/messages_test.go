@@ -79,7 +79,7 @@ func TestStashMessages(t *testing.T) {
 	if rep := s.Access(second); rep.Code != CodeOK {
 		t.Fatalf("second batch: %+v", rep)
 	}
-	if held := s.accesses.held(); held != 1 {
+	if held := s.core.msgs.heldCount(); held != 1 {
 		t.Fatalf("%d replies held after the first was released; want the second's only", held)
 	}
 	for _, m := range trees.messages()[5:] {
