@@ -1,6 +1,7 @@
 package treebeard
 
 import (
+	"bytes"
 	"fmt"
 	"math/rand/v2"
 	"sync"
@@ -12,7 +13,8 @@ import (
 // of its Faults. Every message and every reply crosses it sealed
 // (wire.go), as between processes, so only plain values get through, no
 // memory is shared between sender and receiver, and the net sees what a
-// real one would: the Sealed envelopes. A copy of a message
+// real one would: the Sealed envelopes. An altered message or reply
+// (Tamper) is refused by the wire and sent again, never handled. A copy of a message
 // may arrive late, after its sender has the reply and has released it
 // (answered): the receiver must answer it with the stored reply or refuse
 // it, never handle it again. The store's own messages (Admin), which it
@@ -37,12 +39,13 @@ type Faults struct {
 	Duplicate   float64 // the receiver gets two copies
 	Reorder     float64 // the message waits until the next one to its receiver has passed
 	Late        float64 // one more copy arrives after the reply, up to 4 MaxDelays later
+	Tamper      float64 // the message arrives altered (a bit of it flipped, or addressed to another endpoint), or its reply does
 	MaxDelay    time.Duration
 }
 
 // FaultStats counts what a FaultNet did.
 type FaultStats struct {
-	Messages, DroppedRequests, DroppedReplies, Duplicated, Reordered, Late, Cut int
+	Messages, DroppedRequests, DroppedReplies, Duplicated, Reordered, Late, Tampered, Cut int
 }
 
 // NewFaultNet returns a FaultNet with faults f, its choices drawn from seed.
@@ -102,7 +105,7 @@ func (n *FaultNet) carry(m Sealed, receive func(Sealed) Sealed, mayBeLate bool) 
 	replies := make([]Sealed, copies)
 	var wg sync.WaitGroup
 	for i := range replies {
-		wg.Go(func() { replies[i] = receive(m) })
+		wg.Go(func() { replies[i] = receive(n.tamper(m)) })
 	}
 	wg.Wait()
 	n.arrived(m.To)
@@ -119,7 +122,25 @@ func (n *FaultNet) carry(m Sealed, receive func(Sealed) Sealed, mayBeLate bool) 
 		return Sealed{}, Status{Code: CodeTransport, Detail: fmt.Sprintf("a reply from %v to %v was lost", m.To, m.From)}
 	}
 	n.sleep(n.faults.MaxDelay)
-	return replies[len(replies)-1], Status{}
+	return n.tamper(replies[len(replies)-1]), Status{}
+}
+
+// tamper returns s, or at the Tamper rate s altered: a bit of its body
+// flipped, or its receiver changed (the sealed wire must refuse either).
+func (n *FaultNet) tamper(s Sealed) Sealed {
+	if !n.chance(n.faults.Tamper, &n.stats.Tampered) {
+		return s
+	}
+	n.mu.Lock()
+	redirect := n.rng.IntN(2) == 0
+	n.mu.Unlock()
+	if redirect {
+		s.To.Index++
+		return s
+	}
+	s.Body = bytes.Clone(s.Body)
+	s.Body[len(s.Body)/2] ^= 1
+	return s
 }
 
 func (n *FaultNet) isCut(from, to Endpoint) bool {
