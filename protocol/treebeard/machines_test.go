@@ -18,7 +18,8 @@ import (
 )
 
 // failingParts is a network of direct calls whose trees fail a few of
-// the parts they read (the Stash shard sees a failed path read).
+// the parts they read (the Stash shard sees a failed path read), and
+// which delivers a few of the messages to the Stash shards twice at once.
 type failingParts struct {
 	keys *seal.Keys
 	mu   sync.Mutex
@@ -27,7 +28,12 @@ type failingParts struct {
 }
 
 func (f *failingParts) carry(m Sealed, receive func(Sealed) Sealed, _ bool) (Sealed, Status) {
+	var copies sync.WaitGroup
+	if m.To.Layer == LayerStash && m.Kind != kindAdmin && f.chance() {
+		copies.Go(func() { receive(m) })
+	}
 	back := receive(m)
+	copies.Wait()
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if m.Kind == kindReadPaths && f.rng.Float64() < f.rate {
@@ -35,6 +41,12 @@ func (f *failingParts) carry(m Sealed, receive func(Sealed) Sealed, _ bool) (Sea
 			ReadPathsReply{Status: Status{Code: CodeUnavailable, Detail: "injected: the part's read failed"}})
 	}
 	return back, Status{}
+}
+
+func (f *failingParts) chance() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.rng.Float64() < f.rate
 }
 
 // encoded returns v as the log would carry it: gob's bytes.
@@ -199,7 +211,9 @@ func checkReplay(t *testing.T, rec machineRecord, fresh func() machine) [][]byte
 
 // TestMachinesReplayDeterminism: the entries a Stash shard and a Router
 // applied during a run with concurrent clients, a hot key, missing keys,
-// deletes, busy evictions and failed path reads, applied to a fresh
+// deletes, busy evictions, failed path reads and copies of messages
+// (answered from the shard's record, or waiting for the first copy's
+// reply), applied to a fresh
 // machine of the kind restored from the machine's state before the first,
 // give the same outputs and the same final state, byte for byte; and so
 // do the rest of them applied to a fresh machine restored from the
@@ -221,6 +235,17 @@ func TestMachinesReplayDeterminism(t *testing.T) {
 				t.Fatalf("the run applied no entry of kind %d (0: a failed read): %v", k, kinds)
 			}
 		}
+		stored, pending := 0, 0
+		for _, b := range stash.outputs {
+			if cp := decoded[stashOutput](t, b).Copy; cp != nil && cp.Pending {
+				pending++
+			} else if cp != nil {
+				stored++
+			}
+		}
+		if stored == 0 || pending == 0 {
+			t.Fatalf("copies of messages: %d answered from the record, %d waiting; want some of each", stored, pending)
+		}
 		midEpoch := 0
 		for _, im := range checkReplay(t, stash, freshStash) {
 			c := newStashCore(1, tree.NewGeometry(4), 0, 0, [32]byte{})
@@ -234,7 +259,8 @@ func TestMachinesReplayDeterminism(t *testing.T) {
 		if midEpoch == 0 {
 			t.Fatalf("no snapshot of the 20 was taken with reads in flight or epochs open")
 		}
-		t.Logf("%d entries (%v), %d of 20 snapshots mid-epoch", len(stash.entries), kinds, midEpoch)
+		t.Logf("%d entries (%v), %d copies answered from the record and %d waiting, %d of 20 snapshots mid-epoch",
+			len(stash.entries), kinds, stored, pending, midEpoch)
 	})
 	t.Run("router", func(t *testing.T) {
 		cuts, collecting := 0, 0
