@@ -2,6 +2,7 @@ package treebeard
 
 import (
 	"bytes"
+	"math/rand/v2"
 	"reflect"
 	"testing"
 
@@ -118,5 +119,43 @@ func TestCopyOfBatchAwaitsJournal(t *testing.T) {
 	c.step(stashEntry{Kind: entryRelease, Released: []MsgID{id}})
 	if cp := c.step(batch).Copy; cp == nil || cp.Refused.Code != CodeUnavailable {
 		t.Fatalf("a copy after the release: %+v; want it refused", cp)
+	}
+}
+
+// TestMsgTableReleasedNeverForgotten: a Stash shard refuses a copy of a
+// message released however many messages ago, released in any order,
+// and after its state went through an image; its record of them stays
+// one run of epochs per stream.
+func TestMsgTableReleasedNeverForgotten(t *testing.T) {
+	table := newMsgTable()
+	const n = 10_000
+	ids := make([]MsgID, n)
+	for e := range ids {
+		ids[e] = MsgID{Sender: Endpoint{LayerORAM, 3}, Incarnation: 2, Epoch: uint64(e), Seq: 1}
+		if table.admit(ids[e], kindEvictionDoneReply) != nil {
+			t.Fatalf("message %+v, new, taken for a copy", ids[e])
+		}
+		table.answer(ids[e], []byte{byte(e)})
+	}
+	rng := rand.New(rand.NewPCG(3, 4))
+	rng.Shuffle(n, func(i, j int) { ids[i], ids[j] = ids[j], ids[i] })
+	for i, id := range ids {
+		table.release(id)
+		if i%1000 == 0 {
+			checkRuns(t, &table.streams[streamOf(id)].released, ids[:i+1])
+		}
+	}
+	table = msgTableOf(table.image())
+	if held, runs := table.heldCount(), len(table.streams[streamOf(ids[0])].released.runs); held != 0 || runs != 1 {
+		t.Fatalf("after releasing all: %d replies held, %d runs; want none and one", held, runs)
+	}
+	for _, id := range []MsgID{ids[0], ids[n-1]} {
+		if cp := table.admit(id, kindEvictionDoneReply); cp == nil || cp.Refused.Code != CodeUnavailable {
+			t.Fatalf("a copy of released %+v: %+v; want it refused", id, cp)
+		}
+	}
+	other := MsgID{Sender: Endpoint{LayerORAM, 3}, Incarnation: 3, Epoch: ids[0].Epoch, Seq: 1}
+	if cp := table.admit(other, kindEvictionDoneReply); cp != nil {
+		t.Fatalf("a message of a later incarnation with a released epoch was taken for a copy: %+v", cp)
 	}
 }
