@@ -2,6 +2,7 @@ package treebeard
 
 import (
 	"fmt"
+	"sync"
 
 	"github.com/oblivkv/oblivkv/seal"
 )
@@ -58,11 +59,28 @@ type Sealed struct {
 	Body     []byte
 }
 
+// plainBodies are buffers for bodies in the clear, which never leave
+// sealWire and openWire (a decoded value copies what it keeps); one
+// larger than maxPlainBody is left to the garbage collector.
+var plainBodies = sync.Pool{New: func() any { return new([]byte) }}
+
+const maxPlainBody = 1 << 20
+
+func putPlainBody(buf *[]byte, body []byte) {
+	if cap(body) <= maxPlainBody {
+		*buf = body[:0]
+		plainBodies.Put(buf)
+	}
+}
+
 // sealWire encodes v with c and seals it as a Sealed from one endpoint
 // to another.
 func sealWire[V any](keys *seal.Keys, c wireCodec[V], id MsgID, from, to Endpoint, v V) Sealed {
 	s := Sealed{Kind: c.kind, ID: id, From: from, To: to}
-	s.Body = keys.Seal(nil, wireAD(s), c.encode(v))
+	buf := plainBodies.Get().(*[]byte)
+	plain := c.append(append((*buf)[:0], wireVersion), v)
+	s.Body = keys.Seal(nil, wireAD(s), plain)
+	putPlainBody(buf, plain)
 	return s
 }
 
@@ -75,11 +93,15 @@ func openWire[V any](keys *seal.Keys, c wireCodec[V], s Sealed, at Endpoint) (V,
 	if s.Kind != c.kind || s.To != at {
 		return zero, fmt.Errorf("treebeard: %v refused a %v from %v to %v (id %+v): it expects a %v", at, s.Kind, s.From, s.To, s.ID, c.kind)
 	}
-	plain, err := keys.Open(nil, wireAD(s), s.Body)
+	buf := plainBodies.Get().(*[]byte)
+	plain, err := keys.Open((*buf)[:0], wireAD(s), s.Body)
 	if err != nil {
+		plainBodies.Put(buf)
 		return zero, fmt.Errorf("treebeard: %v refused a %v from %v (id %+v): %w", at, s.Kind, s.From, s.ID, err)
 	}
-	return c.parse(plain)
+	v, err := c.parse(plain)
+	putPlainBody(buf, plain)
+	return v, err
 }
 
 // wireAD is a Sealed's associated data: a label, its kind, its id and

@@ -36,8 +36,9 @@ func (c wireCodec[V]) encode(v V) []byte { return c.append([]byte{wireVersion}, 
 // parse decodes a whole body of c.append.
 func (c wireCodec[V]) parse(b []byte) (V, error) {
 	d := delta.NewDecoder(b)
-	version := d.Byte()
-	d.Check(version == wireVersion, fmt.Sprintf("wire version %d", version))
+	if version := d.Byte(); version != wireVersion && !d.Failed() {
+		d.Check(false, fmt.Sprintf("wire version %d", version))
+	}
 	v := c.decode(d)
 	if err := d.Done(); err != nil {
 		var zero V
