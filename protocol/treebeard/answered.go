@@ -6,8 +6,9 @@ import (
 	"sync/atomic"
 )
 
-// answered is a receiver's record of the messages it handled, by MsgID.
-// The first copy of a message is handled; every later copy gets the first
+// answered is an ORAM shard's record of the parts of epochs it handled,
+// by MsgID, held by its driver (a Stash shard's record of its messages is
+// part of its core's state: msgTable). The first copy of a message is handled; every later copy gets the first
 // one's reply, waiting for it if it is still being handled. A reply stays
 // until the sender releases it (listing its MsgID in a later message to
 // the same receiver); a copy arriving after that, however late, gets

@@ -29,9 +29,15 @@
 // carries the store's incarnation, incarnation.go, so ids never repeat
 // across restarts), a Status on every reply, a transport failure answered
 // by sending the same message again, every copy of a message answered
-// once (answered.go, which never forgets a released id) and every client
-// request, named by its RequestID, applied once (requests.go), so a cluster can put RPCs and replication between them without changing
-// their logic. A tree gives up an epoch whose last part does not come
+// once (a Stash shard's msgTable, in its state and snapshots, and an ORAM
+// shard's answered.go; neither forgets a released id) and every client
+// request, named by its RequestID, applied once (requests.go), so a
+// cluster can put RPCs and replication between them without changing
+// their logic. Each message and reply has a strict, versioned binary
+// encoding (wirecodec.go); on the sealed wire (wire.go: TestingKnobs.Wire,
+// and the tests' lossy network) each crosses sealed under the store key,
+// bound to its kind, its MsgID and both ends, so the network sees who
+// talks to whom and how much, never block ids, values or positions. A tree gives up an epoch whose last part does not come
 // (treeCore.abandon). The store's bulk loads, checkpoints, restores and
 // stats are messages too (Admin); only journal replay reaches into the
 // cores.

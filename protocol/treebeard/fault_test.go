@@ -16,7 +16,7 @@ import (
 
 // lossy drops, copies, delays, reorders and delivers late copies of a few
 // percent of the layers' messages each.
-var lossy = treebeard.Faults{DropRequest: 0.04, DropReply: 0.04, Duplicate: 0.04, Reorder: 0.04, Late: 0.04, MaxDelay: 300 * time.Microsecond}
+var lossy = treebeard.Faults{DropRequest: 0.04, DropReply: 0.04, Duplicate: 0.04, Reorder: 0.04, Late: 0.04, Tamper: 0.02, MaxDelay: 300 * time.Microsecond}
 
 // faultyStore opens a store whose layers talk through net, on a mem
 // backend that fails the first fails slot Reads of tree 0, with every
@@ -44,8 +44,8 @@ func faultyStore(t *testing.T, o treebeard.Options, net *treebeard.FaultNet, fai
 
 // TestLossyTransport: with a few percent of the layers' messages dropped
 // (on the way or on the way back), copied, delayed, reordered and copied
-// again after their reply (late), and a
-// few of storage's Reads failing, at the defaults and at the paper's
+// again after their reply (late) or altered on the way (refused by the
+// sealed wire and sent again), and a few of storage's Reads failing, at the defaults and at the paper's
 // parameters: a bulk load goes through; porcupine finds 16 clients'
 // history linearizable; every acknowledged write survives a restart (the
 // checkpoint gathered and the state restored over the same net); no part of an epoch is read
@@ -85,7 +85,7 @@ func TestLossyTransport(t *testing.T) {
 			}
 			net.Settle()
 			ns := net.Stats()
-			if ns.DroppedRequests == 0 || ns.DroppedReplies == 0 || ns.Duplicated == 0 || ns.Reordered == 0 || ns.Late == 0 {
+			if ns.DroppedRequests == 0 || ns.DroppedReplies == 0 || ns.Duplicated == 0 || ns.Reordered == 0 || ns.Late == 0 || ns.Tampered == 0 {
 				t.Errorf("the net did not inject every fault: %+v", ns)
 			}
 			if failed := wantFailedReadsRepeated(t, log); failed != 4 {

@@ -2,18 +2,19 @@ package treebeard
 
 import (
 	"bytes"
-	"encoding/gob"
 	"fmt"
 	"math/rand/v2"
 	"sync"
 	"time"
 )
 
-// FaultNet is an in-memory transport between the layers that loses,
+// FaultNet is an in-memory network between the layers that loses,
 // copies, delays and reorders messages and cuts layers off, at the rates
-// of its Faults. Every message and every reply crosses it encoded with
-// encoding/gob, as over a network, so only plain values get through and
-// no memory is shared between sender and receiver. A copy of a message
+// of its Faults. Every message and every reply crosses it sealed
+// (wire.go), as between processes, so only plain values get through, no
+// memory is shared between sender and receiver, and the net sees what a
+// real one would: the Sealed envelopes. An altered message or reply
+// (Tamper) is refused by the wire and sent again, never handled. A copy of a message
 // may arrive late, after its sender has the reply and has released it
 // (answered): the receiver must answer it with the stored reply or refuse
 // it, never handle it again. The store's own messages (Admin), which it
@@ -38,12 +39,13 @@ type Faults struct {
 	Duplicate   float64 // the receiver gets two copies
 	Reorder     float64 // the message waits until the next one to its receiver has passed
 	Late        float64 // one more copy arrives after the reply, up to 4 MaxDelays later
+	Tamper      float64 // the message arrives altered (a bit of it flipped, or addressed to another endpoint), or its reply does
 	MaxDelay    time.Duration
 }
 
 // FaultStats counts what a FaultNet did.
 type FaultStats struct {
-	Messages, DroppedRequests, DroppedReplies, Duplicated, Reordered, Late, Cut int
+	Messages, DroppedRequests, DroppedReplies, Duplicated, Reordered, Late, Tampered, Cut int
 }
 
 // NewFaultNet returns a FaultNet with faults f, its choices drawn from seed.
@@ -85,61 +87,14 @@ func (n *FaultNet) Stats() FaultStats {
 	return n.stats
 }
 
-func (n *FaultNet) stash(to int, h StashShard) StashShard {
-	return netEnd{n: n, to: Endpoint{LayerStash, to}, stash: h}
-}
-
-func (n *FaultNet) pathReader(to int, h PathReader) PathReader {
-	return netEnd{n: n, to: Endpoint{LayerORAM, to}, reader: h}
-}
-
-func (n *FaultNet) evictionSource(to int, h EvictionSource) EvictionSource {
-	return netEnd{n: n, to: Endpoint{LayerStash, to}, source: h}
-}
-
-func (n *FaultNet) admin(to Endpoint, h Admin) Admin {
-	return netEnd{n: n, to: to, admin: h}
-}
-
-// netEnd is the far end of a FaultNet: the receiver to, reached through
-// the one of its handlers that is set.
-type netEnd struct {
-	n      *FaultNet
-	to     Endpoint
-	stash  StashShard
-	reader PathReader
-	source EvictionSource
-	admin  Admin
-}
-
-func (e netEnd) Admin(m AdminMsg) AdminReply {
-	return deliver(e.n, m.ID.Sender, e.to, m, e.admin.Admin, false)
-}
-
-func (e netEnd) Access(m AccessMsg) AccessReply {
-	return deliver(e.n, m.ID.Sender, e.to, m, e.stash.Access, true)
-}
-
-func (e netEnd) ReadPaths(m ReadPathsMsg) ReadPathsReply {
-	return deliver(e.n, m.ID.Sender, e.to, m, e.reader.ReadPaths, true)
-}
-
-func (e netEnd) EvictionBlocks(m EvictionBlocksMsg) EvictionBlocksReply {
-	return deliver(e.n, m.ID.Sender, e.to, m, e.source.EvictionBlocks, true)
-}
-
-func (e netEnd) EvictionDone(m EvictionDoneMsg) EvictionDoneReply {
-	return deliver(e.n, m.ID.Sender, e.to, m, e.source.EvictionDone, true)
-}
-
-// deliver carries m from one endpoint to another and its reply back,
-// with the net's faults; a copy of it may arrive late if mayBeLate.
-func deliver[M any, R any, P reply[R]](n *FaultNet, from, to Endpoint, m M, handle func(M) R, mayBeLate bool) R {
-	if n.isCut(from, to) {
+// carry takes m to its receiver and its reply back, with the net's
+// faults; a copy of m may arrive late if mayBeLate.
+func (n *FaultNet) carry(m Sealed, receive func(Sealed) Sealed, mayBeLate bool) (Sealed, Status) {
+	if n.isCut(m.From, m.To) {
 		n.sleep(n.faults.MaxDelay)
-		return failedWith[R, P](Status{Code: CodeTransport, Detail: fmt.Sprintf("%v is cut off from %v", from, to)})
+		return Sealed{}, Status{Code: CodeTransport, Detail: fmt.Sprintf("%v is cut off from %v", m.From, m.To)}
 	}
-	n.wait(to)
+	n.wait(m.To)
 	copies := 1
 	if n.chance(n.faults.Duplicate, &n.stats.Duplicated) {
 		copies = 2
@@ -147,40 +102,45 @@ func deliver[M any, R any, P reply[R]](n *FaultNet, from, to Endpoint, m M, hand
 	if n.chance(n.faults.DropRequest, &n.stats.DroppedRequests) {
 		copies--
 	}
-	replies := make([]R, copies)
+	replies := make([]Sealed, copies)
 	var wg sync.WaitGroup
 	for i := range replies {
-		wg.Go(func() { replies[i] = handle(wire(m)) })
+		wg.Go(func() { replies[i] = receive(n.tamper(m)) })
 	}
 	wg.Wait()
-	n.arrived(to)
+	n.arrived(m.To)
 	if copies > 0 && mayBeLate && n.chance(n.faults.Late, &n.stats.Late) {
 		n.late.Go(func() {
 			n.sleep(4 * n.faults.MaxDelay)
-			handle(wire(m))
+			receive(m)
 		})
 	}
 	if copies == 0 {
-		return failedWith[R, P](Status{Code: CodeTransport, Detail: fmt.Sprintf("a message from %v to %v was lost", from, to)})
+		return Sealed{}, Status{Code: CodeTransport, Detail: fmt.Sprintf("a message from %v to %v was lost", m.From, m.To)}
 	}
 	if n.chance(n.faults.DropReply, &n.stats.DroppedReplies) {
-		return failedWith[R, P](Status{Code: CodeTransport, Detail: fmt.Sprintf("a reply from %v to %v was lost", to, from)})
+		return Sealed{}, Status{Code: CodeTransport, Detail: fmt.Sprintf("a reply from %v to %v was lost", m.To, m.From)}
 	}
 	n.sleep(n.faults.MaxDelay)
-	return wire(replies[len(replies)-1])
+	return n.tamper(replies[len(replies)-1]), Status{}
 }
 
-// wire returns v as it arrives through a network: encoded and decoded.
-func wire[V any](v V) V {
-	var buf bytes.Buffer
-	if err := gob.NewEncoder(&buf).Encode(v); err != nil {
-		panic(fmt.Sprintf("a message that cannot cross a network: %v", err))
+// tamper returns s, or at the Tamper rate s altered: a bit of its body
+// flipped, or its receiver changed (the sealed wire must refuse either).
+func (n *FaultNet) tamper(s Sealed) Sealed {
+	if !n.chance(n.faults.Tamper, &n.stats.Tampered) {
+		return s
 	}
-	var out V
-	if err := gob.NewDecoder(&buf).Decode(&out); err != nil {
-		panic(fmt.Sprintf("a message that does not decode: %v", err))
+	n.mu.Lock()
+	redirect := n.rng.IntN(2) == 0
+	n.mu.Unlock()
+	if redirect {
+		s.To.Index++
+		return s
 	}
-	return out
+	s.Body = bytes.Clone(s.Body)
+	s.Body[len(s.Body)/2] ^= 1
+	return s
 }
 
 func (n *FaultNet) isCut(from, to Endpoint) bool {

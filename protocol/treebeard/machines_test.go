@@ -14,32 +14,39 @@ import (
 	"github.com/oblivkv/oblivkv/kv"
 	"github.com/oblivkv/oblivkv/kv/kvtest"
 	"github.com/oblivkv/oblivkv/protocol/tree"
+	"github.com/oblivkv/oblivkv/seal"
 )
 
-// failingParts is a direct transport whose trees fail a few of the
-// parts they read (the Stash shard sees a failed path read).
+// failingParts is a network of direct calls whose trees fail a few of
+// the parts they read (the Stash shard sees a failed path read), and
+// which delivers a few of the messages to the Stash shards twice at once.
 type failingParts struct {
-	directCall
+	keys *seal.Keys
 	mu   sync.Mutex
 	rng  *rand.Rand
 	rate float64
 }
 
-func (f *failingParts) pathReader(_ int, h PathReader) PathReader { return failingReader{f, h} }
-
-type failingReader struct {
-	f *failingParts
-	h PathReader
+func (f *failingParts) carry(m Sealed, receive func(Sealed) Sealed, _ bool) (Sealed, Status) {
+	var copies sync.WaitGroup
+	if m.To.Layer == LayerStash && m.Kind != kindAdmin && f.chance() {
+		copies.Go(func() { receive(m) })
+	}
+	back := receive(m)
+	copies.Wait()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if m.Kind == kindReadPaths && f.rng.Float64() < f.rate {
+		back = sealWire(f.keys, readPathsReplyCodec, m.ID, m.To, m.From,
+			ReadPathsReply{Status: Status{Code: CodeUnavailable, Detail: "injected: the part's read failed"}})
+	}
+	return back, Status{}
 }
 
-func (r failingReader) ReadPaths(m ReadPathsMsg) ReadPathsReply {
-	rep := r.h.ReadPaths(m)
-	r.f.mu.Lock()
-	defer r.f.mu.Unlock()
-	if r.f.rng.Float64() < r.f.rate {
-		return ReadPathsReply{Status: Status{Code: CodeUnavailable, Detail: "injected: the part's read failed"}}
-	}
-	return rep
+func (f *failingParts) chance() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.rng.Float64() < f.rate
 }
 
 // encoded returns v as the log would carry it: gob's bytes.
@@ -96,8 +103,9 @@ func routerMachine(t *testing.T, c *routerCore) machine {
 // deletes, recording what Stash shard 0 and Router 0 apply. It returns
 // the records and makers of fresh machines of each kind.
 func recordRun(t *testing.T) (stash, router machineRecord, freshStash, freshRouter func() machine) {
-	net := &failingParts{rng: rand.New(rand.NewPCG(7, 7)), rate: 0.03}
-	s, err := open(t.Context(), kv.Env{Backend: mem.New(), Keys: kvtest.NewKeys(t), Capacity: 256, ValueSize: 32, Fresh: true,
+	keys := kvtest.NewKeys(t)
+	net := &failingParts{keys: keys, rng: rand.New(rand.NewPCG(7, 7)), rate: 0.03}
+	s, err := open(t.Context(), kv.Env{Backend: mem.New(), Keys: keys, Capacity: 256, ValueSize: 32, Fresh: true,
 		Options: Options{StashShards: 2, A: 2, K: 2, Epoch: 100 * time.Microsecond, TestingKnobs: TestingKnobs{Transport: net}}})
 	if err != nil {
 		t.Fatal(err)
@@ -203,7 +211,9 @@ func checkReplay(t *testing.T, rec machineRecord, fresh func() machine) [][]byte
 
 // TestMachinesReplayDeterminism: the entries a Stash shard and a Router
 // applied during a run with concurrent clients, a hot key, missing keys,
-// deletes, busy evictions and failed path reads, applied to a fresh
+// deletes, busy evictions, failed path reads and copies of messages
+// (answered from the shard's record, or waiting for the first copy's
+// reply), applied to a fresh
 // machine of the kind restored from the machine's state before the first,
 // give the same outputs and the same final state, byte for byte; and so
 // do the rest of them applied to a fresh machine restored from the
@@ -220,10 +230,21 @@ func TestMachinesReplayDeterminism(t *testing.T) {
 				kinds[0]++ // a failed read
 			}
 		}
-		for k := range entryRelease + 1 {
+		for k := range entryJournaled + 1 {
 			if kinds[k] == 0 {
 				t.Fatalf("the run applied no entry of kind %d (0: a failed read): %v", k, kinds)
 			}
+		}
+		stored, pending := 0, 0
+		for _, b := range stash.outputs {
+			if cp := decoded[stashOutput](t, b).Copy; cp != nil && cp.Pending {
+				pending++
+			} else if cp != nil {
+				stored++
+			}
+		}
+		if stored == 0 || pending == 0 {
+			t.Fatalf("copies of messages: %d answered from the record, %d waiting; want some of each", stored, pending)
 		}
 		midEpoch := 0
 		for _, im := range checkReplay(t, stash, freshStash) {
@@ -238,7 +259,8 @@ func TestMachinesReplayDeterminism(t *testing.T) {
 		if midEpoch == 0 {
 			t.Fatalf("no snapshot of the 20 was taken with reads in flight or epochs open")
 		}
-		t.Logf("%d entries (%v), %d of 20 snapshots mid-epoch", len(stash.entries), kinds, midEpoch)
+		t.Logf("%d entries (%v), %d copies answered from the record and %d waiting, %d of 20 snapshots mid-epoch",
+			len(stash.entries), kinds, stored, pending, midEpoch)
 	})
 	t.Run("router", func(t *testing.T) {
 		cuts, collecting := 0, 0

@@ -11,13 +11,16 @@ import (
 )
 
 // The messages between layers are plain values (no pointer, channel or Go
-// error in them), so a network can carry them: encoding/gob round-trips
-// each one in the fault-injecting transport of the tests. Every message
-// has a MsgID and every call ends with a reply, a transport failure
-// included (CodeTransport): the sender then sends the same message again,
-// and the receiver recognises the copy by its MsgID and answers it with
-// the first copy's reply (answered), so a lost or duplicated message never
-// runs twice (a path read handled twice would read a real path twice).
+// error in them), so a network can carry them: each has a binary encoding
+// (wirecodec.go) and crosses sealed under the store key on the sealed
+// wire (wire.go), which the fault-injecting network of the tests and
+// TestingKnobs.Wire use. Every message has a MsgID and every call ends
+// with a reply, a transport failure included (CodeTransport): the sender
+// then sends the same message again, and the receiver recognises the
+// copy by its MsgID and answers it with the first copy's reply (a Stash
+// shard's msgTable, an ORAM shard's answered), so a lost or duplicated
+// message never runs twice (a path read handled twice would read a real
+// path twice).
 
 // Layer is one of Treebeard's three layers of trusted processes.
 type Layer uint8
@@ -276,8 +279,8 @@ func failedWith[R any, P reply[R]](st Status) R {
 }
 
 // exchange sends receiver to the message call builds, with the MsgIDs
-// whose replies the sender got since its last message there (answered
-// releases their records), again while it is lost in transit (send); the
+// whose replies the sender got since its last message there (the
+// receiver releases their records), again while it is lost in transit (send); the
 // message's own id is then released by the next one.
 func exchange[R any, P reply[R]](net *netState, rel *releases, to int, id MsgID, call func(release []MsgID) R) R {
 	release := rel.take(to)
@@ -287,7 +290,7 @@ func exchange[R any, P reply[R]](net *netState, rel *releases, to int, id MsgID,
 }
 
 // releases collects, per receiver, the messages whose replies a sender
-// got, for its next message there to release (answered).
+// got, for its next message there to release (msgTable, answered).
 type releases struct {
 	mu sync.Mutex
 	to map[int][]MsgID
@@ -313,8 +316,9 @@ func (r *releases) take(to int) []MsgID {
 // transport carries the layers' messages: each method returns what a
 // sender calls to reach receiver h, the endpoint numbered to of its
 // layer (Stash shard, or tree). In one process that is h itself
-// (directCall); the tests' transport may lose, copy, delay and reorder
-// messages and cut layers off (faultnet_test.go).
+// (directCall); on the sealed wire (wire.go) every message and reply is
+// sealed, over direct calls or over a network that may lose, copy, delay
+// and reorder them and cut layers off (the tests' FaultNet).
 type transport interface {
 	stash(to int, h StashShard) StashShard
 	pathReader(to int, h PathReader) PathReader

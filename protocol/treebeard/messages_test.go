@@ -14,6 +14,7 @@ import (
 	"github.com/oblivkv/oblivkv/kv/kvtest"
 	"github.com/oblivkv/oblivkv/protocol/ringoram"
 	"github.com/oblivkv/oblivkv/protocol/tree"
+	"github.com/oblivkv/oblivkv/seal"
 )
 
 // scriptedTrees stands for the ORAM layer: it records every message it
@@ -78,7 +79,7 @@ func TestStashMessages(t *testing.T) {
 	if rep := s.Access(second); rep.Code != CodeOK {
 		t.Fatalf("second batch: %+v", rep)
 	}
-	if held := s.accesses.held(); held != 1 {
+	if held := s.core.msgs.heldCount(); held != 1 {
 		t.Fatalf("%d replies held after the first was released; want the second's only", held)
 	}
 	for _, m := range trees.messages()[5:] {
@@ -119,26 +120,25 @@ func sameResend(got []ReadPathsMsg) bool {
 	return len(zero) == 2 && reflect.DeepEqual(zero[0], zero[1])
 }
 
-// recordingNet is a direct transport that records every batch a Router
-// sends a Stash shard.
+// recordingNet is a network of direct calls that records every batch a
+// Router sends a Stash shard.
 type recordingNet struct {
-	directCall
+	keys *seal.Keys
 	mu   sync.Mutex
 	sent []AccessMsg
 }
 
-func (n *recordingNet) stash(_ int, h StashShard) StashShard { return recordingShard{n, h} }
-
-type recordingShard struct {
-	n *recordingNet
-	h StashShard
-}
-
-func (r recordingShard) Access(m AccessMsg) AccessReply {
-	r.n.mu.Lock()
-	r.n.sent = append(r.n.sent, m)
-	r.n.mu.Unlock()
-	return r.h.Access(m)
+func (n *recordingNet) carry(m Sealed, receive func(Sealed) Sealed, _ bool) (Sealed, Status) {
+	if m.Kind == kindAccess {
+		msg, err := openWire(n.keys, accessCodec, m, m.To)
+		if err != nil {
+			panic(err)
+		}
+		n.mu.Lock()
+		n.sent = append(n.sent, msg)
+		n.mu.Unlock()
+	}
+	return receive(m), Status{}
 }
 
 // TestIncarnationGrows: a store's incarnation is 1 when it is made and
@@ -147,7 +147,7 @@ func (r recordingShard) Access(m AccessMsg) AccessReply {
 func TestIncarnationGrows(t *testing.T) {
 	b, keys, dir := mem.New(), kvtest.NewKeys(t), t.TempDir()
 	for n, want := range []uint64{1, 2, 3, 4} {
-		net := &recordingNet{}
+		net := &recordingNet{keys: keys}
 		j, err := journal.Open(dir, keys, journal.Options{})
 		if err != nil {
 			t.Fatal(err)

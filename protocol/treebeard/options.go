@@ -71,9 +71,15 @@ type TestingKnobs struct {
 	Leak leak
 	// Trace is told what the trusted layers do (from many goroutines).
 	Trace func(traceEvent)
-	// Transport, when set, carries the layers' messages instead of direct
-	// calls: the tests' one loses, copies, delays and reorders them.
-	Transport transport
+	// Transport, when set, is the network the layers' messages cross,
+	// each message and reply sealed under the store key (wire.go),
+	// instead of direct calls: the tests' one loses, copies, delays and
+	// reorders them.
+	Transport network
+	// Wire makes every message between the layers, and every reply, cross
+	// sealed under the store key as between processes (wire.go), over
+	// direct calls when no Transport is set.
+	Wire bool
 	// PartTimeout, when set, is how long a tree holds the parts of an
 	// epoch waiting for its last one, instead of defaultPartTimeout.
 	PartTimeout time.Duration

@@ -2,7 +2,9 @@ package treebeard
 
 import (
 	"fmt"
+	"slices"
 	"sync"
+	"sync/atomic"
 
 	"github.com/oblivkv/oblivkv/internal/durable"
 	"github.com/oblivkv/oblivkv/protocol/ringoram"
@@ -15,7 +17,10 @@ import (
 // key linearizable (Sec. 5.2.3: requests to a block are applied in the
 // order the shard receives them). Stash owns the I/O: it sends each
 // epoch's path reads to the trees' owners, feeds their results back to the
-// core, journals each epoch and hands each reply back once it is ready.
+// core, journals each epoch and hands each reply back once it is ready;
+// which messages it handled, and their replies, are the core's
+// (msgTable), so a copy arriving after a restart or a restore gets the
+// stored reply.
 // Every input reaches the core as a stashEntry through apply, one at a
 // time in the order apply takes them (stashmachine.go).
 type Stash struct {
@@ -25,21 +30,19 @@ type Stash struct {
 	net   *netState
 	quota *quota // the store's: each epoch takes the room it may need from it
 
-	accesses    *answered[AccessReply, *AccessReply]
-	evictBlocks *answered[EvictionBlocksReply, *EvictionBlocksReply]
-	evictDone   *answered[EvictionDoneReply, *EvictionDoneReply]
-	released    releases // by tree
+	released releases      // by tree
+	copies   atomic.Uint64 // copies of messages answered from the core's record
 
-	mu       sync.Mutex
-	core     *stashCore
-	complete map[uint64]chan struct{}      // by epoch: closed once the core has made all its replies
-	applied  func(stashEntry, stashOutput) // tests: sees every entry and its outputs, in order
+	mu        sync.Mutex
+	core      *stashCore
+	complete  map[uint64]chan struct{}      // by epoch: closed once the core has made all its replies
+	answering map[MsgID]chan struct{}       // batches being handled: closed once the core holds the reply
+	applied   func(stashEntry, stashOutput) // tests: sees every entry and its outputs, in order
 }
 
 func newStash(id int, core *stashCore, q *quota, log *durable.Log, net *netState) *Stash {
-	return &Stash{id: id, core: core, quota: q, log: log, net: net, complete: map[uint64]chan struct{}{},
-		accesses: newAnswered[AccessReply](), evictBlocks: newAnswered[EvictionBlocksReply](),
-		evictDone: newAnswered[EvictionDoneReply]()}
+	return &Stash{id: id, core: core, quota: q, log: log, net: net,
+		complete: map[uint64]chan struct{}{}, answering: map[MsgID]chan struct{}{}}
 }
 
 // connect gives the shard the owner of each tree.
@@ -71,55 +74,79 @@ func (s *Stash) apply(e stashEntry) stashOutput {
 }
 
 // Access runs a Router's batch once, however many copies of its message
-// arrive (answered), and each of its requests once, however many batches
-// bring it (requestTable).
+// arrive (the core's msgTable), and each of its requests once, however
+// many batches bring it (requestTable).
 func (s *Stash) Access(m AccessMsg) AccessReply {
-	s.accesses.release(m.Release)
-	s.releaseRequests(m.Release)
-	return s.accesses.do(m.ID, func() AccessReply {
-		return AccessReply{Replies: s.access(m.ID.Epoch, m.Batch)}
-	})
-}
-
-// releaseRequests forgets the replies of the requests of the batches ids,
-// which their Router has.
-func (s *Stash) releaseRequests(ids []MsgID) {
-	if len(ids) == 0 {
-		return
-	}
-	e := stashEntry{Kind: entryRelease}
-	for _, id := range ids {
-		e.Released = append(e.Released, id.Epoch)
-	}
-	s.apply(e)
-}
-
-// access runs a batch (Sec. 5.2.1): the core plans one path read per
-// request, with the room for new keys taken from the store's quota, the
-// reads go to every tree, and the replies wait for the batch's own reads,
-// for the real reads their blocks are queued behind, and for the epoch's
-// journal record.
-func (s *Stash) access(epoch uint64, batch []Request) []Reply {
-	complete := make(chan struct{})
+	s.release(m.Release)
 	s.mu.Lock()
-	s.complete[epoch] = complete
-	if len(batch) == 0 {
-		delete(s.complete, epoch)
+	out := s.applyLocked(stashEntry{Kind: entryBatch, Msg: m.ID, Epoch: m.ID.Epoch, Batch: m.Batch,
+		Room: s.quota.take(s.core.roomNeeded(m.Batch))})
+	if out.Copy != nil {
+		first := s.answering[m.ID]
+		s.mu.Unlock()
+		return answerCopy(s, accessReplyCodec, out.Copy, first, func() AccessReply { return s.Access(m) })
+	}
+	complete, answered := make(chan struct{}), make(chan struct{})
+	if len(m.Batch) == 0 || slices.Contains(out.Complete, m.ID.Epoch) {
 		close(complete)
+	} else {
+		s.complete[m.ID.Epoch] = complete
 	}
-	out := s.applyLocked(stashEntry{Kind: entryBatch, Epoch: epoch, Batch: batch, Room: s.quota.take(s.core.roomNeeded(batch))})
+	s.answering[m.ID] = answered
 	s.mu.Unlock()
-	s.readAll(epoch, out.Reads)
-	<-complete
-	replies, err := s.journal(epoch)
-	if err != nil {
-		for i := range replies {
-			if replies[i].Code == CodeOK {
-				replies[i] = failed(err)
-			}
-		}
+	rep := s.access(m.ID.Epoch, out.Reads, complete)
+	s.mu.Lock()
+	delete(s.answering, m.ID)
+	close(answered)
+	s.mu.Unlock()
+	return rep
+}
+
+// release tells the core which messages' replies their senders have.
+func (s *Stash) release(ids []MsgID) {
+	if len(ids) > 0 {
+		s.apply(stashEntry{Kind: entryRelease, Released: ids})
 	}
-	return replies
+}
+
+// answerCopy returns what a copy of a message gets: the stored reply, or
+// the refusal, or once the first copy (answered closes then) has its
+// reply, again (the stored reply). A copy of a message whose first copy
+// no driver of this shard is handling (the shard was restored while it
+// was) is answered as lost in transit: its sender sends it again.
+func answerCopy[R any, P reply[R]](s *Stash, c wireCodec[R], cp *msgCopy, answered <-chan struct{}, again func() R) R {
+	switch {
+	case cp.Refused.Code != CodeOK:
+		s.copies.Add(1)
+		return failedWith[R, P](cp.Refused)
+	case cp.Pending && answered == nil:
+		return failedWith[R, P](Status{Code: CodeTransport, Detail: "treebeard: a copy of a message whose first copy is still being handled"})
+	case cp.Pending:
+		<-answered
+		return again()
+	}
+	s.copies.Add(1)
+	return answerOf[R, P](c, cp.Reply)
+}
+
+// answerOf decodes a reply the core made.
+func answerOf[R any, P reply[R]](c wireCodec[R], b []byte) R {
+	r, err := c.parse(b)
+	if err != nil {
+		return failedWith[R, P](Status{Code: CodeUnavailable, Detail: err.Error()})
+	}
+	return r
+}
+
+// access runs a batch (Sec. 5.2.1) whose reads the core planned, with
+// the room for new keys taken from the store's quota: the reads go to
+// every tree, and the replies wait for the batch's own reads, for the
+// real reads their blocks are queued behind (complete closes then), and
+// for the epoch's journal record.
+func (s *Stash) access(epoch uint64, reads [][]ringoram.PathRead, complete <-chan struct{}) AccessReply {
+	s.readAll(epoch, reads)
+	<-complete
+	return answerOf(accessReplyCodec, s.journal(epoch))
 }
 
 // readAll sends every tree this batch's reads of it, none for most trees
@@ -147,49 +174,48 @@ func (s *Stash) readPaths(t int, epoch uint64, reads []ringoram.PathRead) ReadPa
 }
 
 // journal ends the epoch: it appends its record and waits until it is
-// durable, and returns its replies, which leave only then (the records of
-// concurrent epochs share an fsync).
-func (s *Stash) journal(epoch uint64) ([]Reply, error) {
+// durable, and returns its reply, encoded, which leaves only then (the
+// records of concurrent epochs share an fsync); when the journal fails,
+// the requests that succeeded learn it.
+func (s *Stash) journal(epoch uint64) []byte {
 	s.mu.Lock()
 	out := s.applyLocked(stashEntry{Kind: entryEpochEnd, Epoch: epoch})
 	lsn := s.log.Append(out.Record)
 	s.mu.Unlock()
+	var failure Status
 	if err := s.log.Sync(lsn); err != nil {
-		return out.Replies, fmt.Errorf("treebeard: journal: %w", err)
+		failure = statusOf(fmt.Errorf("treebeard: journal: %w", err))
 	}
-	return out.Replies, nil
+	return s.apply(stashEntry{Kind: entryJournaled, Epoch: epoch, Failure: failure}).Answer
 }
 
 // EvictionBlocks hands a tree's blocks to its eviction
 // (stashCore.evictionBlocks), once per eviction.
 func (s *Stash) EvictionBlocks(m EvictionBlocksMsg) EvictionBlocksReply {
-	s.releaseEviction(m.Release)
-	return s.evictBlocks.do(m.ID, func() EvictionBlocksReply {
-		return EvictionBlocksReply{Blocks: s.apply(stashEntry{Kind: entryEvictionBlocks, Tree: m.ID.Sender.Index}).Blocks}
-	})
+	s.release(m.Release)
+	out := s.apply(stashEntry{Kind: entryEvictionBlocks, Msg: m.ID, Tree: m.ID.Sender.Index})
+	if out.Copy != nil {
+		return answerCopy(s, evictionBlocksReplyCodec, out.Copy, nil, nil)
+	}
+	return answerOf(evictionBlocksReplyCodec, out.Answer)
 }
 
 // EvictionDone ends a tree's eviction (stashCore.evictionDone), once.
 func (s *Stash) EvictionDone(m EvictionDoneMsg) EvictionDoneReply {
-	s.releaseEviction(m.Release)
-	return s.evictDone.do(m.ID, func() EvictionDoneReply {
-		if len(m.Placed) != len(m.Blocks) {
-			return EvictionDoneReply{Status: Status{Code: CodeUnavailable,
-				Detail: fmt.Sprintf("treebeard: an eviction placed %d of %d blocks", len(m.Placed), len(m.Blocks))}}
-		}
-		ids := make([]tree.BlockID, len(m.Blocks))
-		for i, b := range m.Blocks {
-			ids[i] = b.Block.ID
-		}
-		return EvictionDoneReply{Stale: s.apply(stashEntry{Kind: entryEvictionDone, Tree: m.ID.Sender.Index, IDs: ids, Placed: m.Placed}).Stale}
-	})
-}
-
-// releaseEviction forgets the replies of an eviction's messages that the
-// tree got.
-func (s *Stash) releaseEviction(ids []MsgID) {
-	s.evictBlocks.release(ids)
-	s.evictDone.release(ids)
+	s.release(m.Release)
+	if len(m.Placed) != len(m.Blocks) {
+		return EvictionDoneReply{Status: Status{Code: CodeUnavailable,
+			Detail: fmt.Sprintf("treebeard: an eviction placed %d of %d blocks", len(m.Placed), len(m.Blocks))}}
+	}
+	ids := make([]tree.BlockID, len(m.Blocks))
+	for i, b := range m.Blocks {
+		ids[i] = b.Block.ID
+	}
+	out := s.apply(stashEntry{Kind: entryEvictionDone, Msg: m.ID, Tree: m.ID.Sender.Index, IDs: ids, Placed: m.Placed})
+	if out.Copy != nil {
+		return answerCopy(s, evictionDoneReplyCodec, out.Copy, nil, nil)
+	}
+	return answerOf(evictionDoneReplyCodec, out.Answer)
 }
 
 // Admin runs the store's operations on the shard (AdminState,
@@ -206,8 +232,7 @@ func (s *Stash) Admin(m AdminMsg) AdminReply {
 		c := s.core
 		return AdminReply{Stats: LayerStats{StashSize: len(c.stash), StashMax: c.stats.stashMax,
 			RealReads: c.stats.realReads, FakeReads: c.stats.fakeReads, StashHits: c.stats.stashHits,
-			Copies: s.accesses.copies.Load() + s.evictBlocks.copies.Load() + s.evictDone.copies.Load(),
-			Held:   s.accesses.held() + s.evictBlocks.held() + s.evictDone.held()}}
+			Copies: s.copies.Load(), Held: c.msgs.heldCount()}}
 	}
 	return unknownAdmin(LayerStash, m.Op)
 }

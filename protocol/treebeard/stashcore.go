@@ -15,14 +15,15 @@ import (
 
 // stashCore is a Stash shard's logic as a deterministic state machine: the
 // position map, the stash, the blocks whose real reads are in flight, the
-// requests applied (requestTable), the replies of the epochs not ended
-// and the random source they are drawn from. Its inputs are an epoch's
-// batch (plan), the results of the paths read for it (returned), the end
-// of the epoch (endEpoch), an eviction's hand-off and acknowledgement and
-// a Router's release, each a stashEntry (step, stashmachine.go); its
-// outputs are the path reads to issue, the epochs whose replies are
-// ready, the journal record and replies of an epoch and the stale copies
-// of an eviction. It does no I/O, starts no goroutine and reads no clock:
+// requests applied (requestTable), the messages handled and their
+// replies (msgTable), the replies of the epochs not yet durable and the
+// random source they are drawn from. Its inputs are an epoch's batch
+// (plan), the results of the paths read for it (returned), the end of the
+// epoch (endEpoch) and its record's fate in the journal, an eviction's
+// hand-off and acknowledgement and its senders' releases, each a
+// stashEntry (step, stashmachine.go); its outputs are the path reads to
+// issue, the epochs whose replies are ready, an epoch's journal record,
+// and the reply to each message, encoded (a copy's: the stored one). It does no I/O, starts no goroutine and reads no clock:
 // the same state (its random source included) and the same inputs give
 // the same outputs. The room for new keys an epoch may use is an input of
 // its plan, taken by the driver from the store's quota, and the room it
@@ -43,7 +44,8 @@ type stashCore struct {
 	stash    map[tree.BlockID]*stashed
 	inflight map[tree.BlockID]*inflight
 	requests requestTable
-	epochs   map[uint64]*epochReplies // epochs whose records are not made yet
+	msgs     msgTable                 // the messages handled, and their replies
+	epochs   map[uint64]*epochReplies // epochs whose records are not durable yet
 	room     int64                    // new keys the epoch being planned may still add
 	released int64                    // room given back, not yet taken by the driver (takeReleased)
 	stats    stashStats
@@ -113,7 +115,7 @@ type stashStats struct {
 func newStashCore(trees int, geo tree.Geometry, capacity int64, valueSize int, seed [32]byte) *stashCore {
 	c := &stashCore{trees: trees, geo: geo, capacity: capacity, valueSize: valueSize,
 		pos: map[tree.BlockID]Position{}, stash: map[tree.BlockID]*stashed{},
-		inflight: map[tree.BlockID]*inflight{}, requests: newRequestTable(), epochs: map[uint64]*epochReplies{}}
+		inflight: map[tree.BlockID]*inflight{}, requests: newRequestTable(), msgs: newMsgTable(), epochs: map[uint64]*epochReplies{}}
 	c.reseed(seed)
 	return c
 }

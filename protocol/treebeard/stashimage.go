@@ -23,6 +23,7 @@ type stashImage struct {
 	Copies   []imageCopies // requestTable.copies
 	Batches  []imageBatch  // requestTable.batches
 	Epochs   []imageEpoch
+	Messages []imageStream // msgTable
 	Released int64
 	Stats    [4]uint64 // real reads, fake reads, stash hits, the stash's largest size
 }
@@ -106,6 +107,7 @@ func (c *stashCore) image() []byte {
 	for _, e := range slices.Sorted(maps.Keys(c.epochs)) {
 		im.Epochs = append(im.Epochs, imageEpoch{Epoch: e, Replies: *c.epochs[e]})
 	}
+	im.Messages = c.msgs.image()
 	im.Released = c.released
 	im.Stats = [4]uint64{c.stats.realReads, c.stats.fakeReads, c.stats.stashHits, uint64(c.stats.stashMax)}
 	var buf bytes.Buffer
@@ -154,6 +156,7 @@ func (c *stashCore) restoreImage(b []byte) error {
 	for _, e := range im.Epochs {
 		c.epochs[e.Epoch] = &e.Replies
 	}
+	c.msgs = msgTableOf(im.Messages)
 	c.released, c.room = im.Released, 0
 	c.stats = stashStats{realReads: im.Stats[0], fakeReads: im.Stats[1], stashHits: im.Stats[2], stashMax: int(im.Stats[3])}
 	return nil

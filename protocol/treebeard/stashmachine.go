@@ -25,38 +25,43 @@ const (
 	entryEpochEnd                                 // every part of epoch Epoch has returned: its record and replies
 	entryEvictionBlocks                           // tree Tree's eviction asks for its blocks
 	entryEvictionDone                             // tree Tree's eviction placed IDs at Placed
-	entryRelease                                  // the Router has the replies of the batches of Released
+	entryRelease                                  // senders have the replies to the messages Released
+	entryJournaled                                // epoch Epoch's record is durable, or the journal failed (Failure)
 )
 
 // stashEntry is one input of a Stash shard. Only the fields of its Kind
 // are set; a tree's results hold the real reads' outcomes alone (fake
-// reads return nothing the state depends on).
+// reads return nothing the state depends on). A Router's batch and an
+// eviction's messages carry their message's id (Msg): a copy of a
+// message handled already gets its stored reply (msgTable).
 type stashEntry struct {
 	Kind     stashEntryKind
+	Msg      MsgID // entryBatch, entryEvictionBlocks, entryEvictionDone
 	Epoch    uint64
 	Batch    []Request
 	Room     int64
 	Tree     int
 	Real     []ringoram.ReadResult // entryResults: per real read, in order: its block (ID: the one wanted) and whether it was found
-	Failure  Status                // entryResults: the tree's read failed
+	Failure  Status                // entryResults: the tree's read failed; entryJournaled: the journal failed
 	IDs      []tree.BlockID        // entryEvictionDone: the blocks handed over
 	Placed   []int64               // entryEvictionDone: their buckets, or -1
-	Released []uint64              // entryRelease: the epochs of the batches released
+	Released []MsgID               // entryRelease: messages whose replies their senders have
 }
 
 // stashOutput is what an entry makes the shard do.
 type stashOutput struct {
 	Reads    [][]ringoram.PathRead // entryBatch: the paths to read, by tree
 	Complete []uint64              // epochs whose replies are all made now
-	Replies  []Reply               // entryEpochEnd: the epoch's replies, in its batch's order
 	Record   []byte                // entryEpochEnd: the epoch's journal record
-	Blocks   []ringoram.Block      // entryEvictionBlocks
-	Stale    []Stale               // entryEvictionDone
+	Answer   []byte                // the reply to the entry's message, encoded: entryJournaled (the epoch's batch), entryEvictionBlocks, entryEvictionDone
+	Copy     *msgCopy              // the entry's message was handled already: what its copy gets
 	Released int64                 // room for keys given back to the store's quota
 }
 
-// epochReplies is an epoch's replies as the shard makes them.
+// epochReplies is an epoch's replies as the shard makes them, until its
+// record is durable.
 type epochReplies struct {
+	Msg     MsgID // the batch's message
 	Replies []Reply
 	Left    int            // replies not made yet
 	IDs     []tree.BlockID // the blocks the batch names, in its order
@@ -68,7 +73,11 @@ func (c *stashCore) step(e stashEntry) stashOutput {
 	var out stashOutput
 	switch e.Kind {
 	case entryBatch:
-		c.openEpoch(e.Epoch, e.Batch)
+		if out.Copy = c.msgs.admit(e.Msg, kindAccessReply); out.Copy != nil {
+			c.released += e.Room // a copy plans nothing
+			break
+		}
+		c.openEpoch(e.Epoch, e.Msg, e.Batch)
 		p := c.plan(e.Epoch, e.Batch, e.Room)
 		out.Reads = p.Reads
 		out.Complete = c.assemble(p.Done)
@@ -79,27 +88,50 @@ func (c *stashCore) step(e stashEntry) stashOutput {
 		}
 		out.Complete = c.assemble(done)
 	case entryEpochEnd:
-		out.Replies, out.Record = c.closeEpoch(e.Epoch)
+		out.Record = c.closeEpoch(e.Epoch)
+	case entryJournaled:
+		out.Answer = c.answerEpoch(e.Epoch, e.Failure)
 	case entryEvictionBlocks:
-		out.Blocks = c.evictionBlocks(e.Tree)
-	case entryEvictionDone:
-		out.Stale = c.evictionDone(e.Tree, e.IDs, e.Placed)
-	case entryRelease:
-		for _, epoch := range e.Released {
-			c.requests.release(epoch)
+		if out.Copy = c.msgs.admit(e.Msg, kindEvictionBlocksReply); out.Copy == nil {
+			out.Answer = c.answer(e.Msg, evictionBlocksReplyCodec.encode(EvictionBlocksReply{Blocks: c.evictionBlocks(e.Tree)}))
 		}
+	case entryEvictionDone:
+		if out.Copy = c.msgs.admit(e.Msg, kindEvictionDoneReply); out.Copy == nil {
+			out.Answer = c.answer(e.Msg, evictionDoneReplyCodec.encode(EvictionDoneReply{Stale: c.evictionDone(e.Tree, e.IDs, e.Placed)}))
+		}
+	case entryRelease:
+		c.release(e.Released)
 	}
 	out.Released = c.takeReleased()
 	return out
 }
 
-// openEpoch starts assembling the replies of epoch's batch.
-func (c *stashCore) openEpoch(epoch uint64, batch []Request) {
+// openEpoch starts assembling the replies of epoch's batch, brought by
+// message msg.
+func (c *stashCore) openEpoch(epoch uint64, msg MsgID, batch []Request) {
 	ids := make([]tree.BlockID, len(batch))
 	for i, r := range batch {
 		ids[i] = r.ID
 	}
-	c.epochs[epoch] = &epochReplies{Replies: make([]Reply, len(batch)), Left: len(batch), IDs: ids}
+	c.epochs[epoch] = &epochReplies{Msg: msg, Replies: make([]Reply, len(batch)), Left: len(batch), IDs: ids}
+}
+
+// answer stores reply, encoded, as the reply to message msg, and returns
+// it.
+func (c *stashCore) answer(msg MsgID, reply []byte) []byte {
+	c.msgs.answer(msg, reply)
+	return reply
+}
+
+// release forgets the replies to messages ids, which their senders have:
+// a batch's, and those of the requests it brought (requestTable).
+func (c *stashCore) release(ids []MsgID) {
+	for _, id := range ids {
+		c.msgs.release(id)
+		if id.Sender.Layer == LayerRouter {
+			c.requests.release(id.Epoch)
+		}
+	}
 }
 
 // assemble files completions under their epochs and returns the epochs
@@ -120,15 +152,15 @@ func (c *stashCore) assemble(done []completion) []uint64 {
 }
 
 // closeEpoch ends an epoch whose replies are all made and whose parts
-// have all returned: its replies (a request whose epoch had a path read
-// fail learns it, even if it was answered from the stash: fake reads are
-// tied to no request) and its journal record.
-func (c *stashCore) closeEpoch(epoch uint64) ([]Reply, []byte) {
+// have all returned: its replies are final (a request whose epoch had a
+// path read fail learns it, even if it was answered from the stash: fake
+// reads are tied to no request) but for the journal's outcome
+// (answerEpoch), and it returns its journal record.
+func (c *stashCore) closeEpoch(epoch uint64) []byte {
 	ep := c.epochs[epoch]
 	if ep == nil {
-		return nil, c.endEpoch(nil)
+		return c.endEpoch(nil)
 	}
-	delete(c.epochs, epoch)
 	if ep.Failure.Code != CodeOK {
 		failure := Status{Code: ep.Failure.Code, Detail: "treebeard: a path read of this epoch failed: " + ep.Failure.Detail}
 		for i := range ep.Replies {
@@ -137,7 +169,25 @@ func (c *stashCore) closeEpoch(epoch uint64) ([]Reply, []byte) {
 			}
 		}
 	}
-	return ep.Replies, c.endEpoch(ep.IDs)
+	return c.endEpoch(ep.IDs)
+}
+
+// answerEpoch ends an epoch whose record went to the journal: its reply,
+// stored for copies of its batch and returned, encoded; every request
+// that succeeded learns the journal's failure, if it failed (its outcome
+// is unknown).
+func (c *stashCore) answerEpoch(epoch uint64, journal Status) []byte {
+	ep := c.epochs[epoch]
+	if ep == nil {
+		return nil
+	}
+	delete(c.epochs, epoch)
+	for i := range ep.Replies {
+		if journal.Code != CodeOK && ep.Replies[i].Code == CodeOK {
+			ep.Replies[i] = Reply{Status: journal}
+		}
+	}
+	return c.answer(ep.Msg, accessReplyCodec.encode(AccessReply{Replies: ep.Replies}))
 }
 
 // resultsEntry reduces tree t's answer (results, or its failure err) to

@@ -152,7 +152,7 @@ func build(env kv.Env, opts Options, log *durable.Log) (*store, error) {
 	}
 	s.log = log
 	s.startIncarnation()
-	net := cmp.Or[transport](opts.TestingKnobs.Transport, directCall{})
+	net := transportOf(opts.TestingKnobs, env.Keys)
 	clock := cmp.Or(opts.TestingKnobs.Clock, clockwork.NewRealClock())
 	for i := range opts.StashShards {
 		core := newStashCore(opts.Trees, s.geo, s.quota.capacity, env.ValueSize, seeds())
@@ -197,6 +197,18 @@ func build(env kv.Env, opts Options, log *durable.Log) (*store, error) {
 		s.routers = append(s.routers, newRouter(i, opts.Epoch, clock, shards, s.net, opts.TestingKnobs.Trace))
 	}
 	return s, nil
+}
+
+// transportOf returns what carries the layers' messages: direct calls, or
+// the sealed wire under TestingKnobs.Wire or a TestingKnobs.Transport.
+func transportOf(k TestingKnobs, keys *seal.Keys) transport {
+	switch {
+	case k.Transport != nil:
+		return sealedWire{keys: keys, net: k.Transport}
+	case k.Wire:
+		return sealedWire{keys: keys, net: inProcess{}}
+	}
+	return directCall{}
 }
 
 // newSeeds returns a maker of independent seeds, all drawn from one root:

@@ -1,0 +1,142 @@
+package treebeard
+
+import (
+	"cmp"
+	"fmt"
+	"maps"
+	"slices"
+)
+
+// msgTable is a Stash shard's record of the messages it handled (a
+// Router's batches, a tree's eviction hand-offs and acknowledgements),
+// part of its core's state and so of every snapshot: per stream (sender,
+// incarnation, sequence number), the reply of each message handled, held
+// until its sender releases it, and the epochs released. The first copy
+// of a message is handled; a later copy gets the stored reply, or waits
+// while the first is being handled; a copy of a released message,
+// however late, is refused unhandled. Released epochs are kept as runs
+// (epochRuns): a sender's messages to one receiver have consecutive
+// epochs, so a stream's record stays a few runs long however long the
+// store runs, and is never forgotten.
+type msgTable struct {
+	streams map[stream]*streamRecord
+}
+
+// streamRecord is one stream's part of a msgTable.
+type streamRecord struct {
+	released epochRuns
+	held     map[uint64]*heldReply // by epoch: messages handled or being handled, not released
+}
+
+// heldReply is the reply to one message, encoded (wirecodec.go), of kind
+// Kind; nil while the message is being handled.
+type heldReply struct {
+	Kind  msgKind
+	Reply []byte
+}
+
+// msgCopy is what a copy of a message handled already gets: the stored
+// reply, or Pending while the first copy is being handled, or Refused.
+type msgCopy struct {
+	Reply   []byte
+	Pending bool
+	Refused Status
+}
+
+func newMsgTable() msgTable { return msgTable{streams: map[stream]*streamRecord{}} }
+
+// admit notes message id, whose reply is of kind, as being handled, and
+// returns nil; or, when id was seen already, what its copy gets.
+func (t *msgTable) admit(id MsgID, kind msgKind) *msgCopy {
+	r := t.streams[streamOf(id)]
+	if r == nil {
+		r = &streamRecord{held: map[uint64]*heldReply{}}
+		t.streams[streamOf(id)] = r
+	}
+	if r.released.has(id.Epoch) {
+		return &msgCopy{Refused: Status{Code: CodeUnavailable, Detail: "treebeard: a copy of a message answered and released already"}}
+	}
+	h := r.held[id.Epoch]
+	switch {
+	case h == nil:
+		r.held[id.Epoch] = &heldReply{Kind: kind}
+		return nil
+	case h.Kind != kind:
+		return &msgCopy{Refused: Status{Code: CodeUnavailable, Detail: fmt.Sprintf("treebeard: message %+v came as a %v and as a %v", id, h.Kind, kind)}}
+	case h.Reply == nil:
+		return &msgCopy{Pending: true}
+	}
+	return &msgCopy{Reply: h.Reply}
+}
+
+// answer stores the reply to message id, admitted already.
+func (t *msgTable) answer(id MsgID, reply []byte) {
+	if r := t.streams[streamOf(id)]; r != nil && r.held[id.Epoch] != nil {
+		r.held[id.Epoch].Reply = reply
+	}
+}
+
+// release forgets the reply to message id, which its sender has; a
+// message never answered, or still being handled, is left as it is.
+func (t *msgTable) release(id MsgID) {
+	r := t.streams[streamOf(id)]
+	if r == nil || r.held[id.Epoch] == nil || r.held[id.Epoch].Reply == nil {
+		return
+	}
+	delete(r.held, id.Epoch)
+	r.released.add(id.Epoch)
+}
+
+// heldCount is the number of replies held for their senders.
+func (t *msgTable) heldCount() int {
+	n := 0
+	for _, r := range t.streams {
+		n += len(r.held)
+	}
+	return n
+}
+
+// imageStream is one stream of a msgTable as a snapshot holds it.
+type imageStream struct {
+	Stream   stream
+	Released []epochRun
+	Held     []imageHeld
+}
+
+type imageHeld struct {
+	Epoch uint64
+	Kind  msgKind
+	Reply []byte
+}
+
+func compareStreams(a, b stream) int {
+	return cmp.Or(cmp.Compare(a.Sender.Layer, b.Sender.Layer), cmp.Compare(a.Sender.Index, b.Sender.Index),
+		cmp.Compare(a.Incarnation, b.Incarnation), cmp.Compare(a.Seq, b.Seq))
+}
+
+// image returns the table, every map as a slice sorted by its key.
+func (t *msgTable) image() []imageStream {
+	var im []imageStream
+	for _, s := range slices.SortedFunc(maps.Keys(t.streams), compareStreams) {
+		r := t.streams[s]
+		is := imageStream{Stream: s, Released: slices.Clone(r.released.runs)}
+		for _, e := range slices.Sorted(maps.Keys(r.held)) {
+			is.Held = append(is.Held, imageHeld{Epoch: e, Kind: r.held[e].Kind, Reply: r.held[e].Reply})
+		}
+		im = append(im, is)
+	}
+	return im
+}
+
+// msgTableOf rebuilds a table from its image.
+func msgTableOf(im []imageStream) msgTable {
+	t := newMsgTable()
+	for _, is := range im {
+		r := &streamRecord{released: epochRuns{runs: is.Released}, held: map[uint64]*heldReply{}}
+		for _, h := range is.Held {
+			r.held[h.Epoch] = &heldReply{Kind: h.Kind, Reply: h.Reply}
+		}
+		t.streams[is.Stream] = r
+	}
+	return t
+}
