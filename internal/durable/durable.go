@@ -248,17 +248,27 @@ func (m *MachineLog) Commit(delta []byte, ops ...Op) (uint64, error) {
 	return lsn, m.l.Sync(lsn)
 }
 
-// Due reports whether enough of the machine's records have accumulated
-// for its checkpoint. It counts records, never bytes, so when checkpoints
-// happen depends only on how many transitions storage saw.
+// Due reports whether the machine's checkpoint is due: enough of its
+// records have accumulated, or its oldest record no checkpoint covers
+// lies lagBehind times that many records behind the journal's last, so
+// that a machine appending rarely does not hold the journal's floor back
+// for ever. It counts records, never bytes, so when checkpoints happen
+// depends only on how many transitions storage saw.
 func (m *MachineLog) Due() bool {
 	if m.l.j == nil {
 		return false
 	}
+	every := m.l.every.Load()
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return uint64(len(m.since)) >= m.l.every.Load()
+	n := uint64(len(m.since))
+	return n >= every || n > 0 && m.l.j.Last()-m.since[0] >= lagBehind*every
 }
+
+// lagBehind is how many checkpoint intervals of the whole journal a
+// machine's oldest uncovered record may lie behind before its checkpoint
+// is due.
+const lagBehind = 4
 
 // Checkpoint replaces the machine's records up to at by state, its whole
 // state after them, once every backend write they planned has been

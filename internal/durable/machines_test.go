@@ -248,3 +248,27 @@ func TestCheckpointsAtDifferentPositions(t *testing.T) {
 		}
 	}
 }
+
+// A machine's checkpoint is due after its own records, or once its oldest
+// record no checkpoint covers lies far behind the other machines': a
+// machine appending rarely does not hold the journal back for ever.
+func TestDueWhenBehind(t *testing.T) {
+	f := newFixture(t)
+	createMachines(f)
+	f.log.SetEvery(10)
+	one, two := f.log.Machine(1), f.log.Machine(2)
+	one.Append([]byte("m1.0"))
+	for i := range 39 {
+		two.Append(fmt.Appendf(nil, "m2.%d", i))
+		if i == 9 && !two.Due() {
+			t.Fatal("machine 2 is not due after 10 of its records")
+		}
+		if one.Due() {
+			t.Fatalf("machine 1 is due with 1 record, %d records behind", i+1)
+		}
+	}
+	two.Append([]byte("m2.39"))
+	if !one.Due() {
+		t.Fatal("machine 1 is not due with its record 40 records behind (4 intervals)")
+	}
+}

@@ -79,13 +79,6 @@ func (l *machineLogs) append(entries []Applied) uint64 {
 	return lsn
 }
 
-// settled reports whether no checkpoint is being written.
-func (l *machineLogs) settled() bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return len(l.busy) == 0
-}
-
 // snapshotOf returns machine n's snapshot.
 func (c *Core) snapshotOf(n Node) ([]byte, error) {
 	if n == FrontNode {
