@@ -276,7 +276,10 @@ const lagBehind = 4
 // (backend.Sync), writes the anchor and syncs it, then the checkpoint.
 // Between checkpoints storage need not be durable (backend.DeferSync):
 // the records after the checkpoint redo what it lost. The store's other
-// machines go on appending meanwhile.
+// machines go on appending meanwhile; checkpoints of several machines are
+// written one at a time (the anchor only grows). The journal drops its
+// records up to the first one some machine's checkpoint leaves uncovered
+// (package journal).
 func (m *MachineLog) Checkpoint(ctx context.Context, state []byte, at uint64) error {
 	l := m.l
 	if l.j == nil {

@@ -28,9 +28,6 @@ const legacyMachine durable.MachineID = 0
 // g's 2+g.
 func machineOf(n Node) durable.MachineID { return durable.MachineID(int64(n) + 2) }
 
-// nodeOf is the machine the journal names m.
-func nodeOf(m durable.MachineID) Node { return Node(int64(m) - 2) }
-
 // machineLogs are the logs of a store's machines, and the checkpoints
 // under way.
 type machineLogs struct {
