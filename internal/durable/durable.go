@@ -7,6 +7,15 @@
 // checkpoint of the protocol's whole state replaces the journal
 // every so many transitions.
 //
+// A store may be several machines (treebeard's layers, oblivistore's
+// Front and partition groups), each with its own log (MachineLog) in the
+// one journal: its records carry its MachineID, its checkpoints are its
+// own, taken at its own position while the others go on appending, and
+// recovery (ReplayMachines) restores each machine from its latest
+// checkpoint and applies to it its own records and no other's. A store
+// that is one machine is machine 0 (Log's own Append, Replay, ...), as is
+// the whole state of a store an earlier build journaled.
+//
 // A transition's record holds the protocol's own description of the
 // change (opaque here) and its backend operations, as the sealed bytes the
 // protocol hands the backend. Redoing them is idempotent: each is a whole
@@ -15,10 +24,11 @@
 // left it, whether or not the crash let them through. Storage learns
 // nothing new from it: it sees again writes it saw before, or would have.
 //
-// At every checkpoint storage gets a sealed anchor naming the checkpoint's
-// position in the journal; recovery refuses storage whose anchor is older
-// than the proxy's checkpoint (restored from an older copy, or behind the
-// writes the proxy made since) with both positions in the error.
+// At every checkpoint storage gets a sealed anchor naming the highest
+// position any machine has checkpointed at; recovery refuses storage
+// whose anchor is older than some machine's checkpoint (restored from an
+// older copy, or behind the writes the proxy made since) with both
+// positions in the error.
 //
 // Every open of a store is a new incarnation, counted by its journal
 // (Log.Incarnation): it grows by one at each open, after a crash too, and
@@ -52,7 +62,10 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
+	"slices"
+	"sync"
 	"sync/atomic"
 
 	"github.com/oblivkv/oblivkv/backend"
@@ -91,24 +104,30 @@ var (
 	ErrNoJournal = errors.New("the store needs its journal to be reopened, and none was given")
 )
 
+// MachineID names a machine of a store in its journal: each machine's
+// records and checkpoints are its own. 0 is a store that is one machine.
+type MachineID uint32
+
 // Journal is the trusted, append-only log a Log keeps its records and
 // checkpoints in, on the proxy's side of the Tap. Package journal keeps
 // one in files on the proxy's disk; kv carries it to a protocol without
 // knowing which.
 type Journal interface {
-	// Append adds a record and returns its LSN (from 1, consecutive); it
-	// is durable once Sync(lsn) returns, and records are durable in order.
-	Append(data []byte) uint64
+	// Append adds a record of machine m and returns its LSN (from 1,
+	// consecutive over every machine's records); it is durable once
+	// Sync(lsn) returns, and records are durable in order.
+	Append(m MachineID, data []byte) uint64
 	// Sync waits until every record up to lsn is durable.
 	Sync(lsn uint64) error
 	// Last returns the LSN of the last record appended (0: none ever).
 	Last() uint64
-	// Recovered hands over, once, what the journal held when opened: the
-	// latest checkpoint (nil when none, at = 0) and the records after it.
-	Recovered() (checkpoint []byte, at uint64, records []Record)
-	// Checkpoint replaces the records up to at by state, once they are
-	// durable.
-	Checkpoint(ctx context.Context, state []byte, at uint64) error
+	// Recovered hands over, once, what the journal held when opened:
+	// every machine's latest checkpoint and the records they do not
+	// cover.
+	Recovered() Recovery
+	// Checkpoint replaces machine m's records up to at by state, once
+	// they are durable; other machines append meanwhile.
+	Checkpoint(ctx context.Context, m MachineID, state []byte, at uint64) error
 	// Incarnation returns how many times the journal has been opened,
 	// this open included (a journal that never kept it counts from 0):
 	// it grows by one at every open and is durable before the open
@@ -120,10 +139,26 @@ type Journal interface {
 	Close() error
 }
 
+// Recovery is what a journal held when opened.
+type Recovery struct {
+	// Checkpoints holds each machine's latest checkpoint.
+	Checkpoints map[MachineID]Checkpoint
+	// Records are every record its machine's checkpoint does not cover
+	// (all of a machine's, when it has none), in LSN order.
+	Records []Record
+}
+
+// Checkpoint is a machine's state as of the record at (0: before any).
+type Checkpoint struct {
+	State []byte
+	At    uint64
+}
+
 // Record is one record of a Journal.
 type Record struct {
-	LSN  uint64
-	Data []byte
+	LSN     uint64
+	Machine MachineID
+	Data    []byte
 }
 
 // JournalStats count a journal's work since it was opened.
@@ -135,39 +170,162 @@ type JournalStats struct {
 	Checkpoints uint64 // checkpoints written
 }
 
-// Log is one store's write-ahead log, safe for concurrent use. A nil
+// Log is one store's write-ahead log, safe for concurrent use: the logs
+// of its machines (Machine) in one journal. Its own Append, Commit, Due,
+// Checkpoint, Create, Replay and CheckpointOf are machine 0's. A nil
 // journal makes it a log that keeps nothing: the store works, and cannot
 // be reopened.
 type Log struct {
 	j     Journal
 	b     backend.Backend
 	keys  *seal.Keys
-	every uint64
-	since atomic.Uint64 // records since the last checkpoint
+	every atomic.Uint64
+
+	mu       sync.Mutex
+	machines map[MachineID]*MachineLog
+	rec      *Recovery // the journal's, taken once
+
+	anchorMu sync.Mutex
+	anchor   uint64 // the highest position the anchor has named
 }
 
 // New returns the log of a store over b, journaled in j (nil: none).
 func New(j Journal, b backend.Backend, keys *seal.Keys) *Log {
-	return &Log{j: j, b: b, keys: keys, every: DefaultEvery}
+	l := &Log{j: j, b: b, keys: keys, machines: map[MachineID]*MachineLog{}}
+	l.every.Store(DefaultEvery)
+	return l
 }
 
-// SetEvery sets how many records make a checkpoint due (DefaultEvery
-// unless set).
-func (l *Log) SetEvery(n uint64) { l.every = max(n, 1) }
+// SetEvery sets how many records of a machine make its checkpoint due
+// (DefaultEvery unless set).
+func (l *Log) SetEvery(n uint64) { l.every.Store(max(n, 1)) }
 
 // Durable reports whether the log keeps anything.
 func (l *Log) Durable() bool { return l.j != nil }
 
-// Append journals a transition (delta, the protocol's description, and the
-// backend operations it plans) and returns its LSN; it is durable once
-// Sync(lsn) returns. Appends are durable in order.
-func (l *Log) Append(delta []byte, ops ...Op) uint64 {
-	if l.j == nil {
+// Machine returns machine m's log.
+func (l *Log) Machine(m MachineID) *MachineLog {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	ml := l.machines[m]
+	if ml == nil {
+		ml = &MachineLog{l: l, id: m}
+		l.machines[m] = ml
+	}
+	return ml
+}
+
+// MachineLog is one machine's log in its store's journal, safe for
+// concurrent use.
+type MachineLog struct {
+	l  *Log
+	id MachineID
+
+	mu    sync.Mutex
+	since []uint64 // LSNs of its records after its latest checkpoint
+}
+
+// ID returns the machine's ID.
+func (m *MachineLog) ID() MachineID { return m.id }
+
+// Append journals a transition of the machine (delta, the protocol's
+// description, and the backend operations it plans) and returns its LSN;
+// it is durable once Sync(lsn) returns. Appends are durable in order.
+func (m *MachineLog) Append(delta []byte, ops ...Op) uint64 {
+	if m.l.j == nil {
 		return 0
 	}
-	l.since.Add(1)
-	return l.j.Append(encode(delta, ops))
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	lsn := m.l.j.Append(m.id, encode(delta, ops))
+	m.since = append(m.since, lsn)
+	return lsn
 }
+
+// Commit is Append and Sync.
+func (m *MachineLog) Commit(delta []byte, ops ...Op) (uint64, error) {
+	lsn := m.Append(delta, ops...)
+	return lsn, m.l.Sync(lsn)
+}
+
+// Due reports whether the machine's checkpoint is due: enough of its
+// records have accumulated, or its oldest record no checkpoint covers
+// lies lagBehind times that many records behind the journal's last, so
+// that a machine appending rarely does not hold the journal's floor back
+// for ever. It counts records, never bytes, so when checkpoints happen
+// depends only on how many transitions storage saw.
+func (m *MachineLog) Due() bool {
+	if m.l.j == nil {
+		return false
+	}
+	every := m.l.every.Load()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	n := uint64(len(m.since))
+	return n >= every || n > 0 && m.l.j.Last()-m.since[0] >= lagBehind*every
+}
+
+// lagBehind is how many checkpoint intervals of the whole journal a
+// machine's oldest uncovered record may lie behind before its checkpoint
+// is due.
+const lagBehind = 4
+
+// Checkpoint replaces the machine's records up to at by state, its whole
+// state after them, once every backend write they planned has been
+// issued: it makes the records up to at and storage durable
+// (backend.Sync), writes the anchor and syncs it, then the checkpoint.
+// Between checkpoints storage need not be durable (backend.DeferSync):
+// the records after the checkpoint redo what it lost. The store's other
+// machines go on appending meanwhile; checkpoints of several machines are
+// written one at a time (the anchor only grows). The journal drops its
+// records up to the first one some machine's checkpoint leaves uncovered
+// (package journal).
+func (m *MachineLog) Checkpoint(ctx context.Context, state []byte, at uint64) error {
+	l := m.l
+	if l.j == nil {
+		return nil
+	}
+	// The anchor must never name a record the journal could lose.
+	if err := l.j.Sync(at); err != nil {
+		return err
+	}
+	if err := l.writeAnchor(ctx, at); err != nil {
+		return err
+	}
+	if err := l.j.Checkpoint(ctx, m.id, state, at); err != nil {
+		return err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for len(m.since) > 0 && m.since[0] <= at {
+		m.since = m.since[1:]
+	}
+	return nil
+}
+
+// writeAnchor syncs storage and raises the anchor to at, unless it names
+// a later position already: it only grows, so it is at least every
+// machine's checkpoint position.
+func (l *Log) writeAnchor(ctx context.Context, at uint64) error {
+	l.anchorMu.Lock()
+	defer l.anchorMu.Unlock()
+	if err := backend.Sync(ctx, l.b); err != nil {
+		return fmt.Errorf("durable: syncing storage for a checkpoint: %w", err)
+	}
+	at = max(at, l.anchor)
+	anchor := l.keys.Seal(nil, []byte(AnchorAddr), binary.BigEndian.AppendUint64(nil, at))
+	if err := l.b.Write(ctx, []backend.Item{{Addr: AnchorAddr, Value: anchor}}); err != nil {
+		return fmt.Errorf("durable: writing the anchor: %w", err)
+	}
+	if err := backend.Sync(ctx, l.b); err != nil { // the anchor, under backend.DeferSync
+		return fmt.Errorf("durable: syncing the anchor: %w", err)
+	}
+	l.anchor = at
+	return nil
+}
+
+// Append is machine 0's MachineLog.Append.
+func (l *Log) Append(delta []byte, ops ...Op) uint64 { return l.Machine(0).Append(delta, ops...) }
 
 // Sync waits until every record up to lsn is durable.
 func (l *Log) Sync(lsn uint64) error {
@@ -177,16 +335,13 @@ func (l *Log) Sync(lsn uint64) error {
 	return l.j.Sync(lsn)
 }
 
-// Commit is Append and Sync.
+// Commit is machine 0's MachineLog.Commit.
 func (l *Log) Commit(delta []byte, ops ...Op) (uint64, error) {
-	lsn := l.Append(delta, ops...)
-	return lsn, l.Sync(lsn)
+	return l.Machine(0).Commit(delta, ops...)
 }
 
-// Due reports whether enough records have accumulated for a checkpoint.
-// It counts records, never bytes, so when checkpoints happen depends only
-// on how many transitions storage saw.
-func (l *Log) Due() bool { return l.j != nil && l.since.Load() >= l.every }
+// Due is machine 0's MachineLog.Due.
+func (l *Log) Due() bool { return l.Machine(0).Due() }
 
 // Incarnation returns the store's incarnation (Journal.Incarnation),
 // from which its fencing tokens come (FenceToken); 0 for a log that
@@ -198,7 +353,7 @@ func (l *Log) Incarnation() uint64 {
 	return l.j.Incarnation()
 }
 
-// Last returns the LSN of the last record appended.
+// Last returns the LSN of the last record appended, of any machine.
 func (l *Log) Last() uint64 {
 	if l.j == nil {
 		return 0
@@ -206,92 +361,126 @@ func (l *Log) Last() uint64 {
 	return l.j.Last()
 }
 
-// Checkpoint replaces the journal up to record at by state, the protocol's
-// whole state after it, once every backend write planned up to at has been
-// issued: it makes the records up to at and storage durable
-// (backend.Sync), writes the anchor and syncs it, then the checkpoint.
-// Between checkpoints storage need not be durable (backend.DeferSync):
-// the records after the checkpoint redo what it lost.
+// Checkpoint is machine 0's MachineLog.Checkpoint.
 func (l *Log) Checkpoint(ctx context.Context, state []byte, at uint64) error {
+	return l.Machine(0).Checkpoint(ctx, state, at)
+}
+
+// Create starts the log of a new store, one machine whose initial layout
+// is on storage and whose state is state: its checkpoint at the
+// journal's last position (CreateMachines).
+func (l *Log) Create(ctx context.Context, state []byte) error {
+	return l.CreateMachines(ctx, map[MachineID][]byte{0: state})
+}
+
+// CreateMachines starts the log of a new store whose initial layout is
+// on storage and whose machines' states are states: each one's
+// checkpoint at the journal's last position. A journal left by a creation
+// that never finished (checkpoints, and nothing after them) is
+// overwritten; one holding any store's state is ErrForeign.
+func (l *Log) CreateMachines(ctx context.Context, states map[MachineID][]byte) error {
 	if l.j == nil {
 		return nil
 	}
-	// The anchor must never name a record the journal could lose.
-	if err := l.j.Sync(at); err != nil {
-		return err
+	rec := l.recovery()
+	var at uint64
+	for _, cp := range rec.Checkpoints {
+		at = max(at, cp.At)
 	}
-	if err := backend.Sync(ctx, l.b); err != nil {
-		return fmt.Errorf("durable: syncing storage for a checkpoint: %w", err)
+	if at > 0 || len(rec.Records) > 0 {
+		return fmt.Errorf("%w (checkpoint at %d, %d records after it): is this the right storage for this data dir? To create a new store here, remove the journal", ErrForeign, at, len(rec.Records))
 	}
-	anchor := l.keys.Seal(nil, []byte(AnchorAddr), binary.BigEndian.AppendUint64(nil, at))
-	if err := l.b.Write(ctx, []backend.Item{{Addr: AnchorAddr, Value: anchor}}); err != nil {
-		return fmt.Errorf("durable: writing the anchor: %w", err)
+	for _, m := range slices.Sorted(maps.Keys(states)) {
+		if err := l.Machine(m).Checkpoint(ctx, states[m], l.j.Last()); err != nil {
+			return err
+		}
 	}
-	if err := backend.Sync(ctx, l.b); err != nil { // the anchor, under backend.DeferSync
-		return fmt.Errorf("durable: syncing the anchor: %w", err)
-	}
-	if err := l.j.Checkpoint(ctx, state, at); err != nil {
-		return err
-	}
-	l.since.Store(l.j.Last() - at)
 	return nil
 }
 
-// Create starts the log of a new store whose initial layout is on storage
-// and whose state is state: the checkpoint at position 0. A journal left
-// by a creation that never finished (that checkpoint, and nothing after
-// it) is overwritten; one holding any store's state is ErrForeign.
-func (l *Log) Create(ctx context.Context, state []byte) error {
+// recovery returns what the journal held when opened, taken from it once.
+func (l *Log) recovery() Recovery {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.rec == nil {
+		rec := l.j.Recovered()
+		l.rec = &rec
+	}
+	return *l.rec
+}
+
+// Checkpointed returns the machines whose checkpoints the journal held
+// when opened, with their states: a protocol tells from them which
+// machines its store has (an earlier build's store is machine 0).
+func (l *Log) Checkpointed() map[MachineID][]byte {
 	if l.j == nil {
 		return nil
 	}
-	cp, at, recs := l.j.Recovered()
-	if (cp != nil && at > 0) || len(recs) > 0 {
-		return fmt.Errorf("%w (checkpoint at %d, %d records after it): is this the right storage for this data dir? To create a new store here, remove the journal", ErrForeign, at, len(recs))
+	out := map[MachineID][]byte{}
+	for m, cp := range l.recovery().Checkpoints {
+		out[m] = cp.State
 	}
-	return l.Checkpoint(ctx, state, l.j.Last())
+	return out
 }
 
-// recovery is what a store recovers: the state of its last checkpoint and
-// the transitions after it.
-type recovery struct {
-	state  []byte   // the checkpoint's state
-	deltas [][]byte // the protocol's deltas of the records after it, in order
+// machineRecovery is what one machine recovers: the state of its latest
+// checkpoint and its transitions after it.
+type machineRecovery struct {
+	state  []byte
+	lsns   []uint64
+	deltas [][]byte // the protocol's deltas of its records after it, in order
 	ops    []Op
 }
 
-// recover reads the store's checkpoint and the records after it, and
-// checks the anchor on storage: ErrLost without a checkpoint, ErrRollback
-// when storage's anchor is older than the checkpoint (or newer than the
-// journal).
-func (l *Log) recover(ctx context.Context) (recovery, error) {
+// recover reads every machine's checkpoint and records, and checks the
+// anchor on storage: ErrLost without a checkpoint, ErrRollback when
+// storage's anchor is older than some machine's checkpoint (or newer
+// than the journal).
+func (l *Log) recover(ctx context.Context) (map[MachineID]*machineRecovery, error) {
 	if l.j == nil {
-		return recovery{}, ErrNoJournal
+		return nil, ErrNoJournal
 	}
-	cp, at, recs := l.j.Recovered()
-	if cp == nil {
-		return recovery{}, ErrLost
+	rec := l.recovery()
+	if len(rec.Checkpoints) == 0 {
+		return nil, ErrLost
 	}
-	if err := l.checkAnchor(ctx, at, l.j.Last()); err != nil {
-		return recovery{}, err
+	out := map[MachineID]*machineRecovery{}
+	var at uint64
+	for m, cp := range rec.Checkpoints {
+		out[m] = &machineRecovery{state: cp.State}
+		at = max(at, cp.At)
 	}
-	r := recovery{state: cp}
-	for _, rec := range recs {
-		delta, ops, err := decode(rec.Data)
-		if err != nil {
-			return recovery{}, fmt.Errorf("durable: record %d: %w", rec.LSN, err)
+	anchor, err := l.checkAnchor(ctx, at, l.j.Last())
+	if err != nil {
+		return nil, err
+	}
+	for _, r := range rec.Records {
+		mr := out[r.Machine]
+		if mr == nil {
+			return nil, fmt.Errorf("%w: machine %d has records and no checkpoint", ErrLost, r.Machine)
 		}
-		r.deltas = append(r.deltas, delta)
-		r.ops = append(r.ops, ops...)
+		delta, ops, err := decode(r.Data)
+		if err != nil {
+			return nil, fmt.Errorf("durable: record %d of machine %d: %w", r.LSN, r.Machine, err)
+		}
+		mr.lsns = append(mr.lsns, r.LSN)
+		mr.deltas = append(mr.deltas, delta)
+		mr.ops = append(mr.ops, ops...)
 	}
-	l.since.Store(uint64(len(recs)))
-	return r, nil
+	l.anchor = anchor
+	for m, mr := range out {
+		ml := l.Machine(m)
+		ml.mu.Lock()
+		ml.since = mr.lsns
+		ml.mu.Unlock()
+	}
+	return out, nil
 }
 
 // redo issues, in order, every backend operation the recovered records
 // planned.
-func (l *Log) redo(ctx context.Context, r recovery) error {
-	for i, op := range r.ops {
+func (l *Log) redo(ctx context.Context, ops []Op) error {
+	for i, op := range ops {
 		var err error
 		switch {
 		case op.Items != nil:
@@ -300,37 +489,39 @@ func (l *Log) redo(ctx context.Context, r recovery) error {
 			err = l.b.Delete(ctx, op.Addrs)
 		}
 		if err != nil {
-			return fmt.Errorf("durable: redoing backend operation %d of %d: %w", i+1, len(r.ops), err)
+			return fmt.Errorf("durable: redoing backend operation %d of %d: %w", i+1, len(ops), err)
 		}
 	}
 	return nil
 }
 
 // checkAnchor requires storage's anchor to lie between the checkpoint at
-// and the journal's last record: anything older is a rollback (a crash
-// between the anchor and the checkpoint leaves it newer than at).
-func (l *Log) checkAnchor(ctx context.Context, at, last uint64) error {
+// and the journal's last record, and returns it: anything older is a
+// rollback (a crash between the anchor and the checkpoint leaves it
+// newer than at).
+func (l *Log) checkAnchor(ctx context.Context, at, last uint64) (uint64, error) {
 	vals, err := l.b.Read(ctx, []string{AnchorAddr})
 	if err != nil {
-		return fmt.Errorf("durable: reading the anchor: %w", err)
+		return 0, fmt.Errorf("durable: reading the anchor: %w", err)
 	}
 	if vals[0] == nil {
-		return fmt.Errorf("%w: its anchor is missing (the proxy's checkpoint is at journal position %d)", ErrRollback, at)
+		return 0, fmt.Errorf("%w: its anchor is missing (the proxy's checkpoint is at journal position %d)", ErrRollback, at)
 	}
 	plain, err := l.keys.Open(nil, []byte(AnchorAddr), vals[0])
 	if err != nil {
-		return fmt.Errorf("durable: the anchor: %w", err)
+		return 0, fmt.Errorf("durable: the anchor: %w", err)
 	}
 	if len(plain) != 8 {
-		return fmt.Errorf("%w: the anchor is malformed", seal.ErrTampered)
+		return 0, fmt.Errorf("%w: the anchor is malformed", seal.ErrTampered)
 	}
 	switch got := binary.BigEndian.Uint64(plain); {
 	case got < at:
-		return fmt.Errorf("%w: storage is at journal position %d, the proxy's checkpoint at %d", ErrRollback, got, at)
+		return 0, fmt.Errorf("%w: storage is at journal position %d, the proxy's checkpoint at %d", ErrRollback, got, at)
 	case got > last:
-		return fmt.Errorf("%w: storage is at journal position %d, beyond the journal's last record %d (the journal lost records: a power loss under --fsync none?)", ErrRollback, got, last)
+		return 0, fmt.Errorf("%w: storage is at journal position %d, beyond the journal's last record %d (the journal lost records: a power loss under --fsync none?)", ErrRollback, got, last)
+	default:
+		return got, nil
 	}
-	return nil
 }
 
 // Record format: the delta (uvarint length and bytes), then the

@@ -2,7 +2,10 @@ package durable
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"maps"
+	"slices"
 )
 
 // Snapshotter is a state that can be taken whole, for a checkpoint.
@@ -28,40 +31,102 @@ type Machine interface {
 	Apply(record []byte) error
 }
 
-// Replay rebuilds m from the log: it reads the last checkpoint and the
-// records after it (checking the anchor on storage: ErrLost, ErrRollback,
-// ErrNoJournal), restores m from the checkpoint, applies every record
-// after it in order, then redoes, in order, every backend operation those
-// records planned. It returns how many records it applied. What a
-// recovery does next (finish work a crash cut short, write afresh a bulk
-// load cut short, checkpoint) is the protocol's.
+// Replay rebuilds m, a store that is one machine (machine 0), from the
+// log: ReplayMachines with m alone. It returns how many records it
+// applied.
 func (l *Log) Replay(ctx context.Context, m Machine) (applied int, err error) {
-	r, err := l.recover(ctx)
+	n, err := l.ReplayMachines(ctx, map[MachineID]Machine{0: m})
+	return n[0], err
+}
+
+// ReplayMachines rebuilds a store's machines from the log: it reads every
+// machine's latest checkpoint and its records after it (checking the
+// anchor on storage: ErrLost, ErrRollback, ErrNoJournal), then for each
+// machine of machines restores it from its own checkpoint and applies
+// its own records, in order, and no other machine's; then it redoes, in
+// order, every backend operation those records planned, machine by
+// machine. A machine that fails to restore or apply fails the replay,
+// naming it and its record, after every other machine has been rebuilt;
+// nothing is redone then. A machine in the journal and not in machines,
+// unless retired (Retire), fails the replay, as does one in machines
+// without a checkpoint. It returns how many records each machine
+// applied. What a recovery does next (finish work a crash cut short,
+// write afresh a bulk load cut short, checkpoint) is the protocol's.
+func (l *Log) ReplayMachines(ctx context.Context, machines map[MachineID]Machine) (applied map[MachineID]int, err error) {
+	recs, err := l.recover(ctx)
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
+	var errs []error
+	for id, r := range recs {
+		if _, ok := machines[id]; !ok && (len(r.state) > 0 || len(r.deltas) > 0) {
+			errs = append(errs, fmt.Errorf("durable: the journal holds machine %d, which the store does not have", id))
+		}
+	}
+	applied = map[MachineID]int{}
+	var ops []Op
+	for _, id := range slices.Sorted(maps.Keys(machines)) {
+		r := recs[id]
+		if r == nil {
+			errs = append(errs, fmt.Errorf("%w: machine %d has no checkpoint", ErrLost, id))
+			continue
+		}
+		n, err := replayOne(machines[id], r)
+		applied[id] = n
+		if err != nil {
+			errs = append(errs, fmt.Errorf("machine %d: %w", id, err))
+		}
+		ops = append(ops, r.ops...)
+	}
+	if err := errors.Join(errs...); err != nil {
+		return applied, err
+	}
+	return applied, l.redo(ctx, ops)
+}
+
+// replayOne restores m from its checkpoint and applies its records.
+func replayOne(m Machine, r *machineRecovery) (int, error) {
 	if err := m.Restore(r.state); err != nil {
 		return 0, err
 	}
 	for i, delta := range r.deltas {
 		if err := m.Apply(delta); err != nil {
-			return i, fmt.Errorf("journal record %d after the checkpoint: %w", i+1, err)
+			return i, fmt.Errorf("journal record %d after the checkpoint (position %d): %w", i+1, r.lsns[i], err)
 		}
 	}
-	return len(r.deltas), l.redo(ctx, r)
+	return len(r.deltas), nil
 }
 
-// CheckpointOf replaces the journal by m's snapshot, at the last record
-// appended (Checkpoint). The caller holds off appends until it returns,
-// so that the snapshot includes exactly the records up to that one. A log
-// that keeps nothing takes no snapshot.
+// CheckpointOf replaces machine 0's records by m's snapshot, at the last
+// record appended (MachineLog.CheckpointOf).
 func (l *Log) CheckpointOf(ctx context.Context, m Snapshotter) error {
-	if l.j == nil {
+	return l.Machine(0).CheckpointOf(ctx, m)
+}
+
+// CheckpointOf replaces the machine's records by s's snapshot, at the
+// journal's last record. The caller holds off the machine's appends
+// until it returns, so that the snapshot includes exactly its records up
+// to that one; other machines append meanwhile. A log that keeps nothing
+// takes no snapshot.
+func (m *MachineLog) CheckpointOf(ctx context.Context, s Snapshotter) error {
+	if m.l.j == nil {
 		return nil
 	}
-	st, err := m.Snapshot()
+	at := m.l.Last()
+	st, err := s.Snapshot()
 	if err != nil {
 		return err
 	}
-	return l.Checkpoint(ctx, st, l.Last())
+	return m.Checkpoint(ctx, st, at)
+}
+
+// Retire ends a machine the store no longer has (an earlier build's
+// whole-store machine 0, once its state lives in machines of their own):
+// an empty checkpoint at the journal's last record, which ReplayMachines
+// passes over. The caller appends no record of it afterwards.
+func (m *MachineLog) Retire(ctx context.Context) error {
+	if m.l.j == nil {
+		return nil
+	}
+	return m.Checkpoint(ctx, nil, m.l.Last())
 }

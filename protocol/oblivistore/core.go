@@ -134,11 +134,19 @@ type Core struct {
 	front    *FrontMachine
 	groups   []*GroupMachine
 	out      []Output
+	entries  []Applied
 	toGroups []ToGroup
 	toFront  []ToFront
 	// wire, under TestingKnobs.Wire (tests only), seals every message
 	// as it crosses, as between processes.
 	wire *seal.Keys
+}
+
+// Applied is one entry a machine applied, encoded for its own log
+// (AppendFrontEntry, AppendGroupEntry).
+type Applied struct {
+	Machine Node
+	Entry   []byte
 }
 
 // NewCore returns the core of an empty store of capacity n.
@@ -161,7 +169,7 @@ func machineSeed(seed [32]byte, m Node) [32]byte {
 // the next call. An error leaves the core unusable: storage was tampered
 // with, or an invariant broke.
 func (c *Core) Step(in Input) ([]Output, error) {
-	c.out = c.out[:0]
+	c.out, c.entries = c.out[:0], c.entries[:0]
 	var err error
 	switch {
 	case in.Request != nil:
@@ -181,6 +189,30 @@ func (c *Core) Step(in Input) ([]Output, error) {
 	return c.out, err
 }
 
+// Entries returns the entries each machine applied in the last Step or
+// Deliver, in the order they were applied, valid until the next call: what
+// each machine's log holds (a machine replays its own alone).
+func (c *Core) Entries() []Applied { return c.entries }
+
+// Deliver routes messages their senders sent and their receivers never
+// took in (a crash kept their entries from the receivers' logs, after the
+// senders'), as Step routes a step's, and returns the outputs they
+// cause. A message its receiver has taken in, or holds, is passed over.
+func (c *Core) Deliver(toGroups []ToGroup, toFront []ToFront) ([]Output, error) {
+	c.out, c.entries = c.out[:0], c.entries[:0]
+	for _, m := range toGroups {
+		if int(m.Group) < len(c.groups) && c.groups[m.Group].st.From.lacks(m.ID) {
+			c.toGroups = append(c.toGroups, m)
+		}
+	}
+	for _, m := range toFront {
+		if int(m.ID.From) < len(c.front.st.From) && c.front.st.From[m.ID.From].lacks(m.ID) {
+			c.toFront = append(c.toFront, m)
+		}
+	}
+	return c.out, c.route()
+}
+
 // reseed reseeds every machine, each from its own share of r.Seed.
 func (c *Core) reseed(r Reseed) error {
 	if err := c.applyFront(FrontEntry{Reseed: &Reseed{Seed: machineSeed(r.Seed, FrontNode), Incarnation: r.Incarnation}}); err != nil {
@@ -196,6 +228,7 @@ func (c *Core) reseed(r Reseed) error {
 
 // applyFront applies an entry to the Front and takes its outputs.
 func (c *Core) applyFront(e FrontEntry) error {
+	c.entries = append(c.entries, Applied{FrontNode, AppendFrontEntry(nil, e)})
 	outs, err := c.front.Apply(e)
 	for _, o := range outs {
 		if o.Reply != nil {
@@ -212,6 +245,7 @@ func (c *Core) applyGroup(g int32, e GroupEntry) error {
 	if g < 0 || int(g) >= len(c.groups) {
 		return internal("input for unknown group %d", g)
 	}
+	c.entries = append(c.entries, Applied{Node(g), AppendGroupEntry(nil, e)})
 	outs, err := c.groups[g].Apply(e)
 	for _, o := range outs {
 		switch {
@@ -318,13 +352,21 @@ func (c *Core) Idle() bool {
 func (c *Core) Outstanding() []Output {
 	var outs []Output
 	for _, g := range c.groups {
-		s := &g.st.Group
-		ids := slices.Collect(maps.Keys(s.Reads))
-		ids = slices.AppendSeq(ids, maps.Keys(s.Writes))
-		slices.Sort(ids)
-		for _, id := range ids {
-			outs = append(outs, Output{Read: s.Reads[id], Write: s.Writes[id]})
-		}
+		outs = append(outs, g.outstanding()...)
+	}
+	return outs
+}
+
+// outstanding returns the group's I/O issued and not completed, in issue
+// order.
+func (c *GroupMachine) outstanding() []Output {
+	s := &c.st.Group
+	ids := slices.Collect(maps.Keys(s.Reads))
+	ids = slices.AppendSeq(ids, maps.Keys(s.Writes))
+	slices.Sort(ids)
+	outs := make([]Output, 0, len(ids))
+	for _, id := range ids {
+		outs = append(outs, Output{Read: s.Reads[id], Write: s.Writes[id]})
 	}
 	return outs
 }

@@ -30,11 +30,14 @@
 // entries, and its random sources are in its snapshots. Core composes the
 // Front and the groups in one process, routing their messages in order;
 // its inputs are requests, read results and write completions. The
-// driver (store.go) owns the goroutines and the backend: it journals
-// every input before any output it causes leaves the process, issues
-// every storage write of a group from one function (store.write), seals
-// and opens slots, and on recovery restores the checkpoint, replays the
-// inputs, redoes their writes and reissues the reads left in flight.
+// driver (store.go, journal.go) owns the goroutines and the backend: it
+// journals every entry a machine applies in that machine's own log
+// before any output it causes leaves the process, checkpoints each
+// machine on its own while the others run, issues every storage write of
+// a group from one function (store.write), seals and opens slots, and on
+// recovery restores each machine from its own checkpoint and entries,
+// delivers the messages a crash kept from their receivers, redoes the
+// writes and reissues the reads left in flight.
 
 // Unlike the paper, concurrent requests for one block never wait for each
 // other: later ones read fake, and replies leave in arrival order (the

@@ -36,10 +36,15 @@ type crashRig struct {
 	n    int
 	// wrap, if set, wraps the storage of each open (a Tap, a cutter).
 	wrap func(backend.Backend) backend.Backend
-	// every, if set, is the checkpoint spacing in journaled inputs.
+	// every, if set, is the checkpoint spacing in each machine's journaled
+	// entries.
 	every uint64
-	s     *store
-	j     *journal.Journal
+	// options, if set, are the store's Options.
+	options any
+	// cut, if set, wraps the journal of each open.
+	cut func(*journal.Journal) durable.Journal
+	s   *store
+	j   *journal.Journal
 }
 
 func newCrashRig(t *testing.T, n int) *crashRig {
@@ -57,7 +62,11 @@ func (r *crashRig) open(fresh bool) {
 	if r.wrap != nil {
 		b = r.wrap(b)
 	}
-	s, err := open(r.t.Context(), kv.Env{Backend: b, Keys: r.keys, Capacity: r.n, ValueSize: 16, Fresh: fresh, Journal: j})
+	var dj durable.Journal = j
+	if r.cut != nil {
+		dj = r.cut(j)
+	}
+	s, err := open(r.t.Context(), kv.Env{Backend: b, Keys: r.keys, Capacity: r.n, ValueSize: 16, Fresh: fresh, Journal: dj, Options: r.options})
 	if err != nil {
 		j.Crash()
 		r.t.Fatalf("opening (fresh %v): %v", fresh, err)
@@ -68,12 +77,16 @@ func (r *crashRig) open(fresh bool) {
 	r.s, r.j = s, j
 }
 
-// kill makes the journal take nothing more, from the loop (where no
-// checkpoint is under way): the records synced so far survive, and those
-// of the batch under way are lost before its outputs leave, so every
-// record that survives had its outputs let out, and no other did. Every
+// kill makes the journal take nothing more, from the loop, at a moment
+// no checkpoint is being written: the records synced so far survive, and
+// those of the batch under way are lost before its outputs leave, so
+// every record that survives had its outputs let out, and no other did
+// (a checkpoint under way would flush the batch's records, as a crash
+// between a group commit and the outputs' release leaves them). Every
 // call in flight then fails, since the store cannot journal an input.
-func (r *crashRig) kill() { r.killIf(func() bool { return true }) }
+func (r *crashRig) kill() {
+	kvtest.WaitFor(r.t, "a kill with no checkpoint under way", func() bool { return r.killIf(func() bool { return true }) })
+}
 
 // killIf kills the store as kill does if cond holds on the loop, and
 // reports whether it did (a store whose loop has ended is killed anyway).
@@ -82,7 +95,7 @@ func (r *crashRig) kill() { r.killIf(func() bool { return true }) }
 func (r *crashRig) killIf(cond func() bool) bool {
 	killed := false
 	if r.s.onLoop(func() {
-		if killed = cond(); killed {
+		if killed = cond() && r.s.logs.settled(); killed {
 			r.j.Crash()
 		}
 	}) != nil {
@@ -198,7 +211,10 @@ func (c *cutter) DeferSync() bool { return backend.DeferSync(c.Backend) }
 // order, and the reads it issues again.
 type recoveryPlan struct {
 	groups int // whose fences recovery claims first, in order
-	redo   []*WriteIO
+	// delivered counts the entries of messages a crash kept from their
+	// receivers, delivered by the recovery.
+	delivered int
+	redo      []*WriteIO
 	// installed[i]: redo[i] had completed and the core had installed its
 	// levels before the crash (its completion was journaled).
 	installed []bool
@@ -206,7 +222,8 @@ type recoveryPlan struct {
 }
 
 // planRecovery reads the journal in dir (and the anchor from b, which
-// sees nothing else) and replays it on a core of its own.
+// sees nothing else) and replays each machine's log on machines of its
+// own, then delivers the messages a crash kept from their receivers.
 func planRecovery(t *testing.T, dir string, keys *seal.Keys, b backend.Backend) recoveryPlan {
 	t.Helper()
 	j, err := journal.Open(dir, keys, journal.Options{})
@@ -214,45 +231,92 @@ func planRecovery(t *testing.T, dir string, keys *seal.Keys, b backend.Backend) 
 		t.Fatal(err)
 	}
 	defer j.Close()
-	var rec recorded
-	if _, err := durable.New(j, b, keys).Replay(t.Context(), &rec); err != nil {
+	log := durable.New(j, b, keys)
+	recs := map[durable.MachineID]durable.Machine{}
+	for m := range log.Checkpointed() {
+		recs[m] = &recorded{}
+	}
+	if _, err := log.ReplayMachines(t.Context(), recs); err != nil {
 		t.Fatal(err)
 	}
-	c, err := Restore(rec.state)
-	if err != nil {
+	front := &FrontMachine{}
+	rf := recs[machineOf(FrontNode)].(*recorded)
+	if err := front.Restore(rf.state); err != nil {
 		t.Fatal(err)
 	}
-	redo := map[ioKey]*WriteIO{}
-	for _, o := range c.Outstanding() {
-		if o.Write != nil {
-			redo[ioKey{o.Write.Group, o.Write.ID}] = o.Write
-		}
-	}
-	for i, d := range rec.records {
-		in, err := decodeInput(d)
+	var toGroups []ToGroup
+	for i, d := range rf.records {
+		e, err := DecodeFrontEntry(d)
 		if err != nil {
-			t.Fatalf("record %d: %v", i+1, err)
+			t.Fatalf("Front's record %d: %v", i+1, err)
 		}
-		outs, err := c.Step(in)
+		outs, err := front.Apply(e)
 		if err != nil {
-			t.Fatalf("replaying record %d: %v", i+1, err)
+			t.Fatalf("replaying the Front's record %d: %v", i+1, err)
 		}
 		for _, o := range outs {
-			if o.Write != nil {
-				redo[ioKey{o.Write.Group, o.Write.ID}] = o.Write
+			if o.Msg != nil {
+				toGroups = append(toGroups, *o.Msg)
 			}
 		}
 	}
-	p := recoveryPlan{groups: c.Groups()}
-	p.redo = sortedWrites(redo)
+	redo := map[ioKey]*WriteIO{}
+	keep := func(w *WriteIO) {
+		if w != nil {
+			redo[ioKey{w.Group, w.ID}] = w
+		}
+	}
+	var groups []*GroupMachine
+	var toFront []ToFront
+	for g := 0; recs[machineOf(Node(g))] != nil; g++ {
+		rg := recs[machineOf(Node(g))].(*recorded)
+		gm := &GroupMachine{}
+		if err := gm.Restore(rg.state); err != nil {
+			t.Fatal(err)
+		}
+		for _, o := range gm.outstanding() {
+			keep(o.Write)
+		}
+		for i, d := range rg.records {
+			e, err := DecodeGroupEntry(d)
+			if err != nil {
+				t.Fatalf("group %d's record %d: %v", g, i+1, err)
+			}
+			outs, err := gm.Apply(e)
+			if err != nil {
+				t.Fatalf("replaying group %d's record %d: %v", g, i+1, err)
+			}
+			for _, o := range outs {
+				keep(o.Write)
+				if o.Msg != nil {
+					toFront = append(toFront, *o.Msg)
+				}
+			}
+		}
+		groups = append(groups, gm)
+	}
+	c, err := assemble(front, groups)
+	if err != nil {
+		t.Fatal(err)
+	}
+	outs, err := c.Deliver(toGroups, toFront)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range outs {
+		keep(o.Write)
+	}
+	p := recoveryPlan{groups: c.Groups(), delivered: len(c.Entries())}
 	pending := map[ioKey]bool{}
 	for _, o := range c.Outstanding() {
 		if o.Write != nil {
+			keep(o.Write)
 			pending[ioKey{o.Write.Group, o.Write.ID}] = true
 		} else {
 			p.reads = append(p.reads, o.Read)
 		}
 	}
+	p.redo = sortedWrites(redo)
 	for _, w := range p.redo {
 		p.installed = append(p.installed, !pending[ioKey{w.Group, w.ID}])
 	}
@@ -491,7 +555,7 @@ func TestCrashRecovers(t *testing.T) {
 		cut = newCutter(observe.NewTap(b, &log))
 		return cut
 	}
-	r.every = 40
+	r.every = 160
 	r.open(true)
 	backend.DeferSync(r.base)
 	outcomes := map[string]*outcome{"hot": {acked: "hot=v0", cut: "hot=v0"}}
@@ -724,7 +788,7 @@ var crashModel = (&porcupine.NondeterministicModel{
 func TestCrashLinearizable(t *testing.T) {
 	const crashes, clients, opsAfter = 6, 8, 40
 	r := newCrashRig(t, 64)
-	r.every = 40
+	r.every = 160
 	r.open(true)
 	w := &crashSwitch{s: r.s}
 	begin := time.Now()

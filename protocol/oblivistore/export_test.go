@@ -224,3 +224,10 @@ func (c *Core) server() *Group { return &c.groups[0].st.Group }
 
 // frontState returns the Front's state.
 func (c *Core) frontState() *Front { return &c.front.st.Front }
+
+// settled reports whether no checkpoint is being written.
+func (l *machineLogs) settled() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.busy) == 0
+}

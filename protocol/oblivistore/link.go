@@ -39,3 +39,10 @@ func (l *Link[M]) accept(id MsgID, m M) []M {
 		l.Next++
 	}
 }
+
+// lacks reports whether the message id is neither handed on yet nor
+// held.
+func (l *Link[M]) lacks(id MsgID) bool {
+	_, held := l.Held[id.Seq]
+	return id.Seq >= l.Next && !held
+}

@@ -50,21 +50,33 @@ func Restore(b []byte) (*Core, error) {
 		}
 		return nil, cmp.Or(err, fmt.Errorf("oblivistore: unknown state format %d", st.Format))
 	}
-	c := &Core{front: &FrontMachine{}}
-	if err := c.front.Restore(st.FrontMachine); err != nil {
+	front := &FrontMachine{}
+	if err := front.Restore(st.FrontMachine); err != nil {
 		return nil, err
 	}
+	var groups []*GroupMachine
 	for _, b := range st.GroupMachines {
 		g := &GroupMachine{}
 		if err := g.Restore(b); err != nil {
 			return nil, err
 		}
-		c.groups = append(c.groups, g)
+		groups = append(groups, g)
 	}
-	if len(c.groups) != len(c.front.st.Sent) {
-		return nil, internal("a state of %d groups holds %d", len(c.front.st.Sent), len(c.groups))
+	return assemble(front, groups)
+}
+
+// assemble returns the core of the Front and the partition groups,
+// restored each on its own.
+func assemble(front *FrontMachine, groups []*GroupMachine) (*Core, error) {
+	if len(groups) != len(front.st.Sent) {
+		return nil, internal("a state of %d groups holds %d", len(front.st.Sent), len(groups))
 	}
-	return c, nil
+	for i, g := range groups {
+		if g.st.Group.Index != int32(i) {
+			return nil, internal("group %d holds the state of group %d", i, g.st.Group.Index)
+		}
+	}
+	return &Core{front: front, groups: groups}, nil
 }
 
 // earlierBuild reports whether b is the state of an earlier build: one

@@ -38,9 +38,10 @@ const SlotPrefix = "os/"
 // fencing token (backend.Fence), outside SlotPrefix.
 const FencePrefix = backend.FenceKeyPrefix + "oblivistore/"
 
-// checkpointEvery is how many journaled inputs a checkpoint replaces.
-// Inputs are small and a checkpoint holds the position map, so they are
-// spaced further apart than durable's default.
+// checkpointEvery is how many of a machine's journaled entries its
+// checkpoint replaces. Entries are small and the Front's checkpoint holds
+// the position map, so they are spaced further apart than durable's
+// default.
 const checkpointEvery = 20_000
 
 // call is a client request waiting for its reply.
@@ -70,7 +71,8 @@ type store struct {
 	keys      *seal.Keys
 	valueSize int
 	log       *durable.Log
-	core      *Core // owned by loop once it runs
+	logs      *machineLogs // its machines' logs in it (journal.go)
+	core      *Core        // owned by loop once it runs
 	// incarnation is the one this open runs as (startIncarnation): its
 	// messages' ids and its writes' fencing tokens carry it.
 	incarnation uint64
@@ -109,6 +111,7 @@ func open(ctx context.Context, env kv.Env) (*store, error) {
 		}
 		s.core = NewCore(env.Capacity, opts, seed)
 		s.core.setHooks(opts, env.Keys)
+		s.logs = newMachineLogs(s.log, s.core.Groups())
 		s.startIncarnation()
 		if err := s.claimFences(ctx); err != nil {
 			return nil, err
@@ -156,11 +159,11 @@ func (s *store) startIncarnation() {
 // the inputs that determine them.
 func (s *store) JournalsEveryWrite() bool { return s.log.Durable() }
 
-// input journals and applies one input before the loop runs, and issues
-// its outputs synchronously.
+// input applies one input before the loop runs, journals the entries
+// each machine applied, and issues its outputs synchronously.
 func (s *store) input(ctx context.Context, in Input) error {
-	lsn := s.log.Append(appendInput(nil, in))
 	outs, err := s.core.Step(in)
+	lsn := s.logs.append(s.core.Entries())
 	if err == nil {
 		err = s.log.Sync(lsn)
 	}
@@ -173,49 +176,11 @@ func (s *store) input(ctx context.Context, in Input) error {
 	return nil
 }
 
-// create starts the journal of a new store with the core's snapshot.
-func (s *store) create(ctx context.Context) error {
-	if !s.log.Durable() {
-		return nil
-	}
-	st, err := s.core.Snapshot()
-	if err != nil {
-		return err
-	}
-	return s.log.Create(ctx, st)
-}
-
-// checkpointNow replaces the journal by the core's snapshot, on the loop
-// (or before it runs).
-func (s *store) checkpointNow(ctx context.Context) error { return s.log.CheckpointOf(ctx, s.core) }
-
-// recover restores the last checkpoint, replays the inputs journaled
-// after it (durable.Log.Replay, driving a replay), redoes every write they
-// caused (storage may have lost writes it acknowledged since the
-// checkpoint: kv defers its syncs) and reissues the I/O left outstanding.
-// Storage sees again only reads and writes it saw before, or would have.
-func (s *store) recover(ctx context.Context, n int) error {
-	r := &replay{opts: s.opts, keys: s.keys, n: n}
-	if _, err := s.log.Replay(ctx, r); err != nil {
-		return fmt.Errorf("oblivistore: %w", err)
-	}
-	s.core = r.core
-	s.startIncarnation()
-	if err := s.claimFences(ctx); err != nil {
-		return err
-	}
-	for _, w := range sortedWrites(r.redo) {
-		if err := s.write(ctx, w); err != nil {
-			return fmt.Errorf("oblivistore: redoing write %d of group %d: %w", w.ID, w.Group, err)
-		}
-	}
-	return s.resume(ctx)
-}
-
-// replay is the durable.Machine that recovers a store's core: the core of
-// the checkpoint, stepped again through each input journaled after it. It
-// keeps every write the core asked for since the checkpoint, outstanding
-// in it or output by an input replayed, for recover to issue again.
+// replay is the durable.Machine that recovers the core of a store an
+// earlier build journaled (recoverEarlier): the core of the checkpoint,
+// stepped again through each input journaled after it. It keeps every
+// write the core asked for since the checkpoint, outstanding in it or
+// output by an input replayed, for the recovery to issue again.
 type replay struct {
 	opts Options
 	keys *seal.Keys
@@ -334,23 +299,24 @@ func (s *store) loop() {
 	}
 }
 
-// step applies a batch, lets its outputs out and checkpoints when due.
+// step applies a batch, lets its outputs out and starts the checkpoints
+// due.
 func (s *store) step(batch []event, outs []Output) []Output {
 	outs = s.apply(batch, outs[:0])
 	for _, o := range outs {
 		s.release(o)
 	}
-	if s.broken == nil && s.log.Due() {
-		if err := s.checkpointNow(context.Background()); err != nil {
-			s.fail(fmt.Errorf("oblivistore: checkpoint: %w", err))
+	if s.broken == nil {
+		if err := s.checkpointDue(); err != nil {
+			s.fail(fmt.Errorf("oblivistore: %w", err))
 		}
 	}
 	s.publish()
 	return outs
 }
 
-// apply journals and steps a batch of events and returns their outputs,
-// once the journal holds them all.
+// apply steps a batch of events, journals the entries each machine
+// applied, and returns their outputs once the journal holds them all.
 func (s *store) apply(batch []event, outs []Output) []Output {
 	var lsn uint64
 	for _, ev := range batch {
@@ -367,11 +333,11 @@ func (s *store) apply(batch []event, outs []Output) []Output {
 			}
 			continue
 		}
-		lsn = s.log.Append(appendInput(nil, ev.in))
 		if ev.call != nil {
 			s.calls[s.core.NextSeq()] = ev.call
 		}
 		o, err := s.core.Step(ev.in)
+		lsn = max(lsn, s.logs.append(s.core.Entries()))
 		if err != nil {
 			s.fail(err)
 			return outs[:0]
@@ -642,7 +608,7 @@ func (s *store) load(ctx context.Context, items iter.Seq2[string, []byte]) (int,
 			return 0, s.broken
 		}
 	}
-	if err := s.checkpointNow(ctx); err != nil {
+	if err := s.checkpointAll(ctx); err != nil {
 		s.fail(fmt.Errorf("oblivistore: bulk load cut short: %w", err))
 		return 0, s.broken
 	}
@@ -657,7 +623,7 @@ func (s *store) Close() error {
 	s.ios.Wait()
 	var err error
 	if s.broken == nil {
-		if err = s.checkpointNow(context.Background()); err != nil {
+		if err = s.checkpointAll(context.Background()); err != nil {
 			err = fmt.Errorf("oblivistore: closing without a checkpoint; the next open replays the journal: %w", err)
 		}
 	}

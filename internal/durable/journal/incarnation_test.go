@@ -30,7 +30,7 @@ func TestIncarnationGrowsAtEveryOpen(t *testing.T) {
 	j.Close()
 	j = open(t, dir, keys)
 	wantIncarnation(t, j, 2)
-	j.Append(data(4)) // never written: lost in the crash
+	j.Append(0, data(4)) // never written: lost in the crash
 	j.Crash()
 	if _, err := Open(dir, newKeys(t), Options{}); !errors.Is(err, ErrWrongKey) {
 		t.Fatalf("Open under another key = %v, want ErrWrongKey", err)
@@ -38,7 +38,7 @@ func TestIncarnationGrowsAtEveryOpen(t *testing.T) {
 	j = open(t, dir, keys)
 	defer j.Close()
 	wantIncarnation(t, j, 3)
-	_, _, recs := j.Recovered()
+	_, _, recs := recovered(j)
 	wantRecords(t, recs, 1, 3)
 }
 
@@ -48,7 +48,7 @@ func TestIncarnationOfAnOlderJournal(t *testing.T) {
 	dir, keys := t.TempDir(), newKeys(t)
 	j := open(t, dir, keys)
 	commitN(t, j, 1, 4)
-	if err := j.Checkpoint(context.Background(), []byte("state"), 2); err != nil {
+	if err := j.Checkpoint(context.Background(), 0, []byte("state"), 2); err != nil {
 		t.Fatal(err)
 	}
 	j.Close()
@@ -56,7 +56,7 @@ func TestIncarnationOfAnOlderJournal(t *testing.T) {
 	j = open(t, dir, keys)
 	defer j.Close()
 	wantIncarnation(t, j, 1)
-	cp, at, recs := j.Recovered()
+	cp, at, recs := recovered(j)
 	if string(cp) != "state" || at != 2 {
 		t.Fatalf("checkpoint %q at %d, want state at 2", cp, at)
 	}

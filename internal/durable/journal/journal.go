@@ -4,10 +4,13 @@
 // its last checkpoint and replaying the records after it.
 //
 // The log is a sequence of segment files in the journal directory. Each
-// record has a log sequence number (LSN, from 1, consecutive) and is
-// sealed with AES-GCM bound to its LSN, so records cannot be moved,
-// replayed or forged without the key; a CRC-32C over the whole record
-// tells a torn write from a complete one. Commits are grouped: Commit
+// record belongs to one machine (durable.MachineID: a store that is one
+// machine uses machine 0; treebeard's layers and oblivistore's Front and
+// partition groups each have their own), has a log sequence number (LSN,
+// from 1, consecutive over every machine's records) and is sealed with
+// AES-GCM bound to its LSN and its machine, so records cannot be moved,
+// replayed, forged or handed to another machine without the key; a
+// CRC-32C over the whole record tells a torn write from a complete one. Commits are grouped: Commit
 // appends and waits while one caller writes and fsyncs every record
 // appended so far (one fsync for all the callers waiting, never one per
 // record). A torn or corrupt tail (a record cut short by a crash, or
@@ -15,12 +18,27 @@
 // records whose Commit never returned. A bad record with good ones after it
 // is corruption of acknowledged work and fails Open instead.
 //
-// Checkpoints are written through internal/durable/sealedstate into a pebble store
-// (backend/disk) in the journal directory, in two slots used in turn, so a
-// crash while writing one leaves the other; segments whose records a
-// checkpoint covers are then deleted. The same store keeps the journal's
-// incarnation (durable.Journal.Incarnation), which Open grows by one and
-// syncs before it returns.
+// Checkpoints are per machine: a machine's state as of one of its
+// records, written through internal/durable/sealedstate into a pebble
+// store (backend/disk) in the journal directory, in two slots per machine
+// used in turn, so a crash while writing one leaves the other. Machines
+// checkpoint at different positions, so the log is truncated at its
+// floor: the record before the first one some machine's latest
+// checkpoint does not cover (the last record, when every machine's
+// checkpoint covers all of its records). A machine with no record after
+// its checkpoint holds no record back. The floor is saved before the
+// segments wholly at or below it are deleted, and Open checks the log
+// runs unbroken from it. The same store keeps the journal's incarnation
+// (durable.Journal.Incarnation), which Open grows by one and syncs before
+// it returns.
+//
+// A journal of an earlier build (one checkpoint of the whole state, and
+// records of no machine, in segments named log-N) opens as machine 0's:
+// Open moves its checkpoint to machine 0's slots, its records read as
+// machine 0's, and records appended go to segments of this format
+// (mlog-N), which an earlier build does not read: having lost the
+// checkpoint it knew, it refuses the journal as lost instead of serving
+// a state without them.
 //
 // The package owns the journal directory and its formats; what a record or
 // a checkpoint means is its caller's. It must never write anything
@@ -92,21 +110,34 @@ type Journal struct {
 	size     int64      // bytes of records since the last checkpoint
 	stats    Stats
 
-	checkpoint []byte // recovered at Open, until Recovered hands it out
-	at         uint64
-	records    []Record
+	// uncovered holds, per machine, the LSNs of its records its latest
+	// checkpoint does not cover, oldest first: the floor is below the
+	// first of them.
+	uncovered map[durable.MachineID][]uint64
+
+	recovered *durable.Recovery // found at Open, until Recovered hands it out
 
 	incarnation uint64 // this open's, set by Open
 
-	cpMu sync.Mutex // serialises checkpoints
-	slot int        // the checkpoint slot to write next (the other holds the latest)
-	gen  uint64     // the latest checkpoint's generation
+	cpMu  sync.Mutex // serialises checkpoints
+	cps   map[durable.MachineID]*slots
+	floor uint64 // records up to it are dropped
 }
 
-// segment is one log file: its records' LSNs start at first.
+// slots are a machine's two checkpoint slots.
+type slots struct {
+	next int    // the slot to write next (the other holds the latest)
+	gen  uint64 // the latest checkpoint's generation
+	at   uint64 // and its position
+}
+
+// segment is one log file: its records' LSNs start at first. A legacy
+// segment is an earlier build's, whose records belong to no machine
+// (machine 0's).
 type segment struct {
-	path  string
-	first uint64
+	path   string
+	first  uint64
+	legacy bool
 }
 
 // Open opens the journal in dir, creating it if needed, reads its latest
@@ -124,7 +155,8 @@ func Open(dir string, keys *seal.Keys, o Options) (*Journal, error) {
 		lock.Close()
 		return nil, fmt.Errorf("journal: %w", err)
 	}
-	j := &Journal{dir: dir, keys: keys, sync: !o.NoSync, lock: lock, states: states}
+	j := &Journal{dir: dir, keys: keys, sync: !o.NoSync, lock: lock, states: states,
+		uncovered: map[durable.MachineID][]uint64{}, cps: map[durable.MachineID]*slots{}}
 	j.done = sync.NewCond(&j.mu)
 	if err := checkIdent(dir, keys); err != nil {
 		j.Crash()
@@ -167,17 +199,19 @@ func lockDir(dir string) (*os.File, error) {
 	return f, nil
 }
 
-// recover loads the checkpoint and the log, and opens a new segment for
+// recover loads the checkpoints and the log, and opens a new segment for
 // appends.
 func (j *Journal) recover() error {
-	if err := j.loadCheckpoint(); err != nil {
+	cps, err := j.loadCheckpoints()
+	if err != nil {
 		return err
 	}
 	segs, err := listSegments(j.dir)
 	if err != nil {
 		return err
 	}
-	next := j.at + 1
+	rec := &durable.Recovery{Checkpoints: cps}
+	next := j.floor + 1
 	for i, s := range segs {
 		last := i == len(segs)-1
 		recs, err := readSegment(s, j.keys, last)
@@ -187,29 +221,37 @@ func (j *Journal) recover() error {
 		for _, r := range recs {
 			switch {
 			case r.LSN < next:
-				continue // covered by the checkpoint
+				continue // below the floor
 			case r.LSN > next:
 				return fmt.Errorf("%w: record %d follows record %d", ErrCorrupt, r.LSN, next-1)
 			}
-			j.records = append(j.records, r)
-			j.size += int64(len(r.Data))
 			next++
+			if cp, ok := cps[r.Machine]; ok && r.LSN <= cp.At {
+				continue // covered by its machine's checkpoint
+			}
+			rec.Records = append(rec.Records, r)
+			j.uncovered[r.Machine] = append(j.uncovered[r.Machine], r.LSN)
+			j.size += int64(len(r.Data))
 		}
 	}
+	j.recovered = rec
 	j.segs, j.next = segs, next
 	j.written, j.durable = next-1, next-1
 	return j.rotate()
 }
 
-// Recovered returns what Open found: the latest checkpoint (nil when none
-// was written, at = 0) and the records after it, in order. It hands them
-// over once: later calls return nothing.
-func (j *Journal) Recovered() (checkpoint []byte, at uint64, records []Record) {
+// Recovered returns what Open found: every machine's latest checkpoint,
+// and the records no checkpoint covers, in order. It hands them over
+// once: later calls return nothing.
+func (j *Journal) Recovered() durable.Recovery {
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	checkpoint, at, records = j.checkpoint, j.at, j.records
-	j.checkpoint, j.records = nil, nil
-	return checkpoint, at, records
+	r := j.recovered
+	j.recovered = nil
+	if r == nil {
+		return durable.Recovery{Checkpoints: map[durable.MachineID]durable.Checkpoint{}}
+	}
+	return *r
 }
 
 // Incarnation returns this open's incarnation: one more than the
@@ -231,22 +273,23 @@ func (j *Journal) Size() int64 {
 	return j.size
 }
 
-// Append adds a record and returns its LSN; it is durable once Sync(lsn)
-// returns. Records are durable in LSN order.
-func (j *Journal) Append(data []byte) uint64 {
+// Append adds a record of machine m and returns its LSN; it is durable
+// once Sync(lsn) returns. Records are durable in LSN order.
+func (j *Journal) Append(m durable.MachineID, data []byte) uint64 {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	lsn := j.next
 	j.next++
-	j.pending = appendRecord(j.pending, j.keys, lsn, data)
+	j.pending = appendRecord(j.pending, j.keys, lsn, m, data)
+	j.uncovered[m] = append(j.uncovered[m], lsn)
 	j.size += int64(len(data))
 	j.stats.Records++
 	return lsn
 }
 
-// Commit appends a record and waits until it is durable.
-func (j *Journal) Commit(data []byte) (uint64, error) {
-	lsn := j.Append(data)
+// Commit appends a record of machine m and waits until it is durable.
+func (j *Journal) Commit(m durable.MachineID, data []byte) (uint64, error) {
+	lsn := j.Append(m, data)
 	return lsn, j.Sync(lsn)
 }
 
@@ -291,15 +334,21 @@ func (j *Journal) flushGroup() {
 	j.done.Broadcast()
 }
 
-// Checkpoint saves state, the caller's whole state after record at, and
-// drops the log up to at. The caller must not append records older than
-// at's state afterwards; records appended after at stay. Checkpoints
-// alternate between two slots, each with a generation one above the last,
-// so a checkpoint torn by a crash leaves the previous one whole, and of
-// two at the same position the later wins.
-func (j *Journal) Checkpoint(ctx context.Context, state []byte, at uint64) error {
+// Checkpoint saves state, machine m's whole state after record at (its
+// records up to at applied), and drops the log up to the floor. The
+// caller must not append records of m older than at's state afterwards;
+// records appended after at stay, and other machines append meanwhile.
+// A machine's checkpoints alternate between its two slots, each with a
+// generation one above the last, so a checkpoint torn by a crash leaves
+// the previous one whole, and of two at the same position the later
+// wins.
+func (j *Journal) Checkpoint(ctx context.Context, m durable.MachineID, state []byte, at uint64) error {
 	j.cpMu.Lock()
 	defer j.cpMu.Unlock()
+	sl := j.slotsOf(m)
+	if at < sl.at {
+		return fmt.Errorf("journal: a checkpoint of machine %d at %d, behind its checkpoint at %d", m, at, sl.at)
+	}
 	if err := j.Sync(at); err != nil {
 		return err
 	}
@@ -313,16 +362,50 @@ func (j *Journal) Checkpoint(ctx context.Context, state []byte, at uint64) error
 	if err != nil {
 		return err
 	}
-	plain := make([]byte, 0, checkpointHeader+len(state))
-	plain = binary.BigEndian.AppendUint64(binary.BigEndian.AppendUint64(plain, j.gen+1), at)
-	if err := sealedstate.SaveBytes(ctx, states, j.keys, slotAddr(j.slot), append(plain, state...), 0); err != nil {
-		return fmt.Errorf("journal: writing a checkpoint: %w", err)
+	if err := saveCheckpoint(ctx, states, j.keys, slotAddr(m, sl.next), sl.gen+1, at, state); err != nil {
+		return fmt.Errorf("journal: writing a checkpoint of machine %d: %w", m, err)
 	}
-	j.slot, j.gen = 1-j.slot, j.gen+1
+	sl.next, sl.gen, sl.at = 1-sl.next, sl.gen+1, at
+	return j.raiseFloor(ctx, states, m, at)
+}
+
+// slotsOf returns machine m's slots; j.cpMu is held.
+func (j *Journal) slotsOf(m durable.MachineID) *slots {
+	sl := j.cps[m]
+	if sl == nil {
+		sl = &slots{}
+		j.cps[m] = sl
+	}
+	return sl
+}
+
+// raiseFloor forgets m's records up to at, its new checkpoint's position,
+// then saves the floor they let the log rise to and drops the segments
+// below it; j.cpMu is held.
+func (j *Journal) raiseFloor(ctx context.Context, states *disk.Backend, m durable.MachineID, at uint64) error {
 	j.mu.Lock()
+	left := j.uncovered[m]
+	for len(left) > 0 && left[0] <= at {
+		left = left[1:]
+	}
+	j.uncovered[m] = left
+	floor := j.next - 1
+	for _, lsns := range j.uncovered {
+		if len(lsns) > 0 {
+			floor = min(floor, lsns[0]-1)
+		}
+	}
 	j.stats.Checkpoints++
 	j.mu.Unlock()
-	return j.dropUpTo(at)
+	if floor <= j.floor {
+		return nil
+	}
+	sealed := j.keys.Seal(nil, floorAD, binary.BigEndian.AppendUint64(nil, floor))
+	if err := states.Write(ctx, []backend.Item{{Addr: floorAddr, Value: sealed}}); err != nil {
+		return fmt.Errorf("journal: saving the floor: %w", err)
+	}
+	j.floor = floor
+	return j.dropUpTo(floor)
 }
 
 // Stats returns the journal's counters.
@@ -379,7 +462,7 @@ func (j *Journal) rotateLocked() error {
 	// Records appended while the last group was written are still
 	// pending: the new segment starts with the first record not written.
 	first := j.written + 1
-	s := segment{path: filepath.Join(j.dir, fmt.Sprintf("log-%016x", first)), first: first}
+	s := segment{path: filepath.Join(j.dir, fmt.Sprintf(segmentName, first)), first: first}
 	f, err := os.OpenFile(s.path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC|os.O_APPEND, 0o600)
 	if err != nil {
 		return fmt.Errorf("journal: %w", err)
@@ -424,7 +507,23 @@ func (j *Journal) release() error {
 	return err
 }
 
-func slotAddr(slot int) string { return fmt.Sprintf("checkpoint/%d", slot) }
+// slotAddr is the address of one of machine m's checkpoint slots.
+func slotAddr(m durable.MachineID, slot int) string {
+	return fmt.Sprintf("%s%d/%d", machinePrefix, m, slot)
+}
+
+// machinePrefix begins the address of every machine's checkpoint slots.
+const machinePrefix = "machine/"
+
+// legacySlotAddr is the address of an earlier build's checkpoint slots.
+func legacySlotAddr(slot int) string { return fmt.Sprintf("checkpoint/%d", slot) }
+
+// floorAddr is where the checkpoint store keeps the floor (8 bytes,
+// big-endian, sealed). A journal without one is an earlier build's, whose
+// floor is its checkpoint's position.
+const floorAddr = "floor"
+
+var floorAD = []byte("oblivkv journal floor")
 
 // ErrWrongKey reports a journal sealed under another key.
 var ErrWrongKey = durable.ErrWrongKey
@@ -519,71 +618,191 @@ func (j *Journal) nextIncarnation() error {
 // and its position in the log (8 bytes each, big-endian).
 const checkpointHeader = 16
 
-// loadCheckpoint reads the checkpoint slot of the higher generation.
-func (j *Journal) loadCheckpoint() error {
-	for slot := range 2 {
-		plain, err := sealedstate.LoadBytes(context.Background(), j.states, j.keys, slotAddr(slot))
+// saveCheckpoint saves a checkpoint, with its header, at addr.
+func saveCheckpoint(ctx context.Context, states *disk.Backend, keys *seal.Keys, addr string, gen, at uint64, state []byte) error {
+	plain := make([]byte, 0, checkpointHeader+len(state))
+	plain = binary.BigEndian.AppendUint64(binary.BigEndian.AppendUint64(plain, gen), at)
+	return sealedstate.SaveBytes(ctx, states, keys, addr, append(plain, state...), 0)
+}
+
+// loadCheckpoints returns every machine's latest checkpoint and sets the
+// floor, after moving an earlier build's checkpoint to machine 0's slots.
+func (j *Journal) loadCheckpoints() (map[durable.MachineID]durable.Checkpoint, error) {
+	ctx := context.Background()
+	if err := j.upgradeLegacy(ctx); err != nil {
+		return nil, err
+	}
+	addrs := map[durable.MachineID][]string{}
+	err := j.states.Scan(ctx, machinePrefix, func(addr string) error {
+		var m durable.MachineID
+		var slot int
+		if n, err := fmt.Sscanf(addr, machinePrefix+"%d/%d", &m, &slot); n == 2 && err == nil && addr == slotAddr(m, slot) {
+			addrs[m] = append(addrs[m], addr)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("journal: listing checkpoints: %w", err)
+	}
+	cps := map[durable.MachineID]durable.Checkpoint{}
+	for m, as := range addrs {
+		cp, sl, ok, err := j.latest(ctx, as)
+		if err != nil {
+			return nil, fmt.Errorf("%w: machine %d's %w", ErrCorrupt, m, err)
+		}
+		if ok {
+			cps[m], j.cps[m] = cp, sl
+		}
+	}
+	floor, err := j.loadFloor(ctx)
+	j.floor = floor
+	return cps, err
+}
+
+// latest reads the checkpoint slots at addrs and returns the one of the
+// highest generation, and the slots' state; ok is false when none holds a
+// whole checkpoint.
+func (j *Journal) latest(ctx context.Context, addrs []string) (cp durable.Checkpoint, sl *slots, ok bool, err error) {
+	sl = &slots{}
+	for _, addr := range addrs {
+		plain, err := sealedstate.LoadBytes(ctx, j.states, j.keys, addr)
 		switch {
-		case errors.Is(err, sealedstate.ErrUnclean):
-			continue // never written
 		case err != nil:
-			// A slot torn by a crash while it was written: the other one
-			// holds the latest checkpoint, which Checkpoint wrote before it.
+			// Never written, or torn by a crash while it was written: the
+			// other slot holds the latest checkpoint, which Checkpoint
+			// wrote before it.
 			continue
 		case len(plain) < checkpointHeader:
-			return fmt.Errorf("%w: checkpoint slot %d is malformed", ErrCorrupt, slot)
+			return cp, nil, false, fmt.Errorf("checkpoint at %s is malformed", addr)
 		}
-		if gen := binary.BigEndian.Uint64(plain); j.checkpoint == nil || gen > j.gen {
-			j.checkpoint, j.gen, j.at, j.slot = plain[checkpointHeader:], gen, binary.BigEndian.Uint64(plain[8:]), 1-slot
+		if gen := binary.BigEndian.Uint64(plain); !ok || gen > sl.gen {
+			cp = durable.Checkpoint{State: plain[checkpointHeader:], At: binary.BigEndian.Uint64(plain[8:])}
+			sl.gen, sl.at, ok = gen, cp.At, true
+			sl.next = 1 - slotOf(addr)
+		}
+	}
+	return cp, sl, ok, nil
+}
+
+// slotOf is the slot number an address of slotAddr or legacySlotAddr
+// ends with.
+func slotOf(addr string) int { return int(addr[len(addr)-1] - '0') }
+
+// upgradeLegacy moves an earlier build's checkpoint to machine 0's slots
+// (unless a crash cut an earlier move short after it was done), with its
+// generation and position, and saves its position as the floor; then it
+// deletes the earlier build's slots, so that build refuses the journal
+// (as lost) rather than miss the records this one appends.
+func (j *Journal) upgradeLegacy(ctx context.Context) error {
+	legacy := []string{legacySlotAddr(0), legacySlotAddr(1)}
+	cp, sl, ok, err := j.latest(ctx, legacy)
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrCorrupt, err)
+	}
+	if !ok {
+		return nil
+	}
+	_, _, moved, err := j.latest(ctx, []string{slotAddr(0, 0), slotAddr(0, 1)})
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrCorrupt, err)
+	}
+	if !moved {
+		if err := saveCheckpoint(ctx, j.states, j.keys, slotAddr(0, 1-sl.next), sl.gen, cp.At, cp.State); err != nil {
+			return fmt.Errorf("journal: moving an earlier build's checkpoint: %w", err)
+		}
+		sealed := j.keys.Seal(nil, floorAD, binary.BigEndian.AppendUint64(nil, cp.At))
+		if err := j.states.Write(ctx, []backend.Item{{Addr: floorAddr, Value: sealed}}); err != nil {
+			return fmt.Errorf("journal: saving the floor: %w", err)
+		}
+	}
+	for _, addr := range legacy {
+		if err := sealedstate.Delete(ctx, j.states, j.keys, addr); err != nil && !errors.Is(err, seal.ErrTampered) {
+			return fmt.Errorf("journal: deleting an earlier build's checkpoint: %w", err)
 		}
 	}
 	return nil
 }
 
-// Record layout: length of the sealed data (4 bytes), LSN (8), the sealed
-// data (AES-GCM, bound to the LSN), CRC-32C of all of the above (4).
+// loadFloor reads the floor (0 for a journal that never dropped records).
+func (j *Journal) loadFloor(ctx context.Context) (uint64, error) {
+	vals, err := j.states.Read(ctx, []string{floorAddr})
+	if err != nil {
+		return 0, fmt.Errorf("journal: reading the floor: %w", err)
+	}
+	if vals[0] == nil {
+		return 0, nil
+	}
+	plain, err := j.keys.Open(nil, floorAD, vals[0])
+	if err != nil || len(plain) != 8 {
+		return 0, fmt.Errorf("%w: the floor does not read back", ErrCorrupt)
+	}
+	return binary.BigEndian.Uint64(plain), nil
+}
+
+// Record layout: length of the sealed data (4 bytes), LSN (8), machine
+// (4), the sealed data (AES-GCM, bound to the LSN and the machine),
+// CRC-32C of all of the above (4). An earlier build's records (legacy
+// segments) have no machine, and their seal is bound to the LSN alone.
 const (
-	headerSize  = 4 + 8
-	trailerSize = 4
-	maxRecord   = 1 << 30
+	headerSize       = 4 + 8 + 4
+	legacyHeaderSize = 4 + 8
+	trailerSize      = 4
+	maxRecord        = 1 << 30
 )
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
-// ad is the associated data binding a record to its LSN.
-func ad(lsn uint64) []byte {
+// ad is the associated data binding a record to its LSN and machine.
+func ad(lsn uint64, m durable.MachineID) []byte {
+	return binary.BigEndian.AppendUint32(legacyAD(lsn), uint32(m))
+}
+
+// legacyAD is the associated data of an earlier build's record.
+func legacyAD(lsn uint64) []byte {
 	return binary.BigEndian.AppendUint64([]byte("oblivkv journal record "), lsn)
 }
 
-func appendRecord(dst []byte, keys *seal.Keys, lsn uint64, data []byte) []byte {
+func appendRecord(dst []byte, keys *seal.Keys, lsn uint64, m durable.MachineID, data []byte) []byte {
 	start := len(dst)
 	dst = binary.BigEndian.AppendUint32(dst, uint32(len(data)+keys.Overhead()))
 	dst = binary.BigEndian.AppendUint64(dst, lsn)
-	dst = keys.Seal(dst, ad(lsn), data)
+	dst = binary.BigEndian.AppendUint32(dst, uint32(m))
+	dst = keys.Seal(dst, ad(lsn, m), data)
 	return binary.BigEndian.AppendUint32(dst, crc32.Checksum(dst[start:], castagnoli))
 }
 
-// parseRecord reads the record at the start of b: its LSN, its data, and
-// its length in bytes; ok is false when b does not start with a whole
-// record whose checksum and seal hold.
-func parseRecord(b []byte, keys *seal.Keys) (Record, int, bool) {
-	if len(b) < headerSize+trailerSize {
+// parseRecord reads the record at the start of b, of this format or
+// (legacy) an earlier build's: its LSN, machine and data, and its length
+// in bytes; ok is false when b does not start with a whole record whose
+// checksum and seal hold.
+func parseRecord(b []byte, keys *seal.Keys, legacy bool) (Record, int, bool) {
+	hdr := headerSize
+	if legacy {
+		hdr = legacyHeaderSize
+	}
+	if len(b) < hdr+trailerSize {
 		return Record{}, 0, false
 	}
 	n := int(binary.BigEndian.Uint32(b))
-	total := headerSize + n + trailerSize
+	total := hdr + n + trailerSize
 	if n > maxRecord || total > len(b) {
 		return Record{}, 0, false
 	}
-	if crc32.Checksum(b[:headerSize+n], castagnoli) != binary.BigEndian.Uint32(b[headerSize+n:]) {
+	if crc32.Checksum(b[:hdr+n], castagnoli) != binary.BigEndian.Uint32(b[hdr+n:]) {
 		return Record{}, 0, false
 	}
-	lsn := binary.BigEndian.Uint64(b[4:])
-	data, err := keys.Open(nil, ad(lsn), b[headerSize:headerSize+n])
+	r := Record{LSN: binary.BigEndian.Uint64(b[4:])}
+	recAD := legacyAD(r.LSN)
+	if !legacy {
+		r.Machine = durable.MachineID(binary.BigEndian.Uint32(b[12:]))
+		recAD = ad(r.LSN, r.Machine)
+	}
+	data, err := keys.Open(nil, recAD, b[hdr:hdr+n])
 	if err != nil {
 		return Record{}, 0, false
 	}
-	return Record{LSN: lsn, Data: data}, total, true
+	r.Data = data
+	return r, total, true
 }
 
 // readSegment returns the records of a segment. In the last segment a bad
@@ -597,12 +816,12 @@ func readSegment(s segment, keys *seal.Keys, last bool) ([]Record, error) {
 	var recs []Record
 	off := 0
 	for off < len(b) {
-		r, n, ok := parseRecord(b[off:], keys)
+		r, n, ok := parseRecord(b[off:], keys, s.legacy)
 		if ok && r.LSN == s.first+uint64(len(recs)) {
 			recs, off = append(recs, r), off+n
 			continue
 		}
-		if !last || anyRecordAfter(b[off+1:], keys, s.first+uint64(len(recs))) {
+		if !last || anyRecordAfter(b[off+1:], keys, s.legacy, s.first+uint64(len(recs))) {
 			return nil, fmt.Errorf("%w: %s: a bad record at byte %d, before records that read back", ErrCorrupt, filepath.Base(s.path), off)
 		}
 		if err := os.Truncate(s.path, int64(off)); err != nil {
@@ -615,14 +834,21 @@ func readSegment(s segment, keys *seal.Keys, last bool) ([]Record, error) {
 
 // anyRecordAfter reports whether b holds, at any offset, a whole record
 // with an LSN at or after lsn.
-func anyRecordAfter(b []byte, keys *seal.Keys, lsn uint64) bool {
+func anyRecordAfter(b []byte, keys *seal.Keys, legacy bool, lsn uint64) bool {
 	for off := range b {
-		if r, _, ok := parseRecord(b[off:], keys); ok && r.LSN >= lsn {
+		if r, _, ok := parseRecord(b[off:], keys, legacy); ok && r.LSN >= lsn {
 			return true
 		}
 	}
 	return false
 }
+
+// The names of segment files, from the LSN of their first record: this
+// format's, and an earlier build's.
+const (
+	segmentName       = "mlog-%016x"
+	legacySegmentName = "log-%016x"
+)
 
 // listSegments returns the segment files of dir, oldest first.
 func listSegments(dir string) ([]segment, error) {
@@ -633,8 +859,13 @@ func listSegments(dir string) ([]segment, error) {
 	var segs []segment
 	for _, e := range entries {
 		var first uint64
-		if _, err := fmt.Sscanf(e.Name(), "log-%016x", &first); err == nil && !e.IsDir() {
+		if e.IsDir() {
+			continue
+		}
+		if _, err := fmt.Sscanf(e.Name(), segmentName, &first); err == nil && e.Name() == fmt.Sprintf(segmentName, first) {
 			segs = append(segs, segment{path: filepath.Join(dir, e.Name()), first: first})
+		} else if _, err := fmt.Sscanf(e.Name(), legacySegmentName, &first); err == nil && e.Name() == fmt.Sprintf(legacySegmentName, first) {
+			segs = append(segs, segment{path: filepath.Join(dir, e.Name()), first: first, legacy: true})
 		}
 	}
 	slices.SortFunc(segs, func(a, b segment) int { return cmpUint(a.first, b.first) })

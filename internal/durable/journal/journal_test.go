@@ -67,11 +67,19 @@ func data(i int) []byte {
 func commitN(t *testing.T, j *Journal, from, to int) {
 	t.Helper()
 	for i := from; i <= to; i++ {
-		lsn, err := j.Commit(data(i))
+		lsn, err := j.Commit(0, data(i))
 		if err != nil || lsn != uint64(i) {
 			t.Fatalf("Commit(record %d) = %d, %v", i, lsn, err)
 		}
 	}
+}
+
+// recovered returns what Open found of machine 0: its checkpoint (nil
+// when none) and position, and every record.
+func recovered(j *Journal) ([]byte, uint64, []Record) {
+	r := j.Recovered()
+	cp := r.Checkpoints[0]
+	return cp.State, cp.At, r.Records
 }
 
 // wantRecords checks that recs are records from..to, in order.
@@ -92,7 +100,7 @@ func wantRecords(t *testing.T, recs []Record, from, to int) {
 func TestRoundTrip(t *testing.T) {
 	dir, keys := t.TempDir(), newKeys(t)
 	j := open(t, dir, keys)
-	if cp, at, recs := j.Recovered(); cp != nil || at != 0 || len(recs) != 0 {
+	if cp, at, recs := recovered(j); cp != nil || at != 0 || len(recs) != 0 {
 		t.Fatalf("a new journal recovered %d bytes of checkpoint at %d and %d records", len(cp), at, len(recs))
 	}
 	commitN(t, j, 1, 20)
@@ -100,13 +108,13 @@ func TestRoundTrip(t *testing.T) {
 		t.Fatal(err)
 	}
 	j = open(t, dir, keys)
-	_, _, recs := j.Recovered()
+	_, _, recs := recovered(j)
 	wantRecords(t, recs, 1, 20)
 	commitN(t, j, 21, 25)
 	j.Close()
 	j = open(t, dir, keys)
 	defer j.Close()
-	_, _, recs = j.Recovered()
+	_, _, recs = recovered(j)
 	wantRecords(t, recs, 1, 25)
 }
 
@@ -116,16 +124,16 @@ func TestCheckpoint(t *testing.T) {
 	dir, keys := t.TempDir(), newKeys(t)
 	j := open(t, dir, keys)
 	commitN(t, j, 1, 10)
-	if err := j.Checkpoint(t.Context(), []byte("state at 10"), 10); err != nil {
+	if err := j.Checkpoint(t.Context(), 0, []byte("state at 10"), 10); err != nil {
 		t.Fatal(err)
 	}
 	commitN(t, j, 11, 15)
-	if err := j.Checkpoint(t.Context(), []byte("state at 13"), 13); err != nil {
+	if err := j.Checkpoint(t.Context(), 0, []byte("state at 13"), 13); err != nil {
 		t.Fatal(err)
 	}
 	j.Close()
 	j = open(t, dir, keys)
-	cp, at, recs := j.Recovered()
+	cp, at, recs := recovered(j)
 	if string(cp) != "state at 13" || at != 13 {
 		t.Fatalf("checkpoint %q at %d; want the second", cp, at)
 	}
@@ -150,13 +158,13 @@ func TestCheckpointsAtOnePosition(t *testing.T) {
 		dir, keys := t.TempDir(), newKeys(t)
 		j := open(t, dir, keys)
 		for i := range n {
-			if err := j.Checkpoint(t.Context(), fmt.Appendf(nil, "state %d", i), 0); err != nil {
+			if err := j.Checkpoint(t.Context(), 0, fmt.Appendf(nil, "state %d", i), 0); err != nil {
 				t.Fatal(err)
 			}
 		}
 		j.Close()
 		j = open(t, dir, keys)
-		if cp, at, _ := j.Recovered(); string(cp) != fmt.Sprint("state ", n-1) || at != 0 {
+		if cp, at, _ := recovered(j); string(cp) != fmt.Sprint("state ", n-1) || at != 0 {
 			t.Errorf("after %d checkpoints at 0: reopened %q at %d; want the last", n, cp, at)
 		}
 		j.Close()
@@ -171,7 +179,7 @@ func TestTornCheckpoint(t *testing.T) {
 	j := open(t, dir, keys)
 	for _, at := range []int{5, 7, 9} { // slots 0, 1, 0
 		commitN(t, j, int(j.Last())+1, at)
-		if err := j.Checkpoint(t.Context(), fmt.Appendf(nil, "state at %d", at), uint64(at)); err != nil {
+		if err := j.Checkpoint(t.Context(), 0, fmt.Appendf(nil, "state at %d", at), uint64(at)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -183,14 +191,14 @@ func TestTornCheckpoint(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	chunk := slotAddr(1) + "/0"
+	chunk := slotAddr(0, 1) + "/0"
 	if err := st.Write(t.Context(), []backend.Item{{Addr: chunk, Value: keys.Seal(nil, []byte(chunk), []byte("half of a new state"))}}); err != nil {
 		t.Fatal(err)
 	}
 	st.Close()
 	j = open(t, dir, keys)
 	defer j.Close()
-	cp, at, recs := j.Recovered()
+	cp, at, recs := recovered(j)
 	if string(cp) != "state at 9" || at != 9 {
 		t.Fatalf("checkpoint %q at %d; want the one at 9", cp, at)
 	}
@@ -229,9 +237,9 @@ func TestTornTail(t *testing.T) {
 			t.Fatalf("%s: %v", name, err)
 		}
 		defer j.Close()
-		_, _, recs := j.Recovered()
+		_, _, recs := recovered(j)
 		wantRecords(t, recs, 1, 7)
-		if lsn, err := j.Commit(data(8)); err != nil || lsn != 8 {
+		if lsn, err := j.Commit(0, data(8)); err != nil || lsn != 8 {
 			t.Fatalf("%s: the next commit is %d, %v; want 8", name, lsn, err)
 		}
 	}
@@ -275,7 +283,7 @@ func TestWrongKey(t *testing.T) {
 	}
 	j = open(t, dir, keys)
 	defer j.Close()
-	_, _, recs := j.Recovered()
+	_, _, recs := recovered(j)
 	wantRecords(t, recs, 1, 3)
 }
 
@@ -289,7 +297,7 @@ func TestGroupCommit(t *testing.T) {
 	for w := range writers {
 		wg.Go(func() {
 			for i := range each {
-				if _, err := j.Commit(fmt.Appendf(nil, "w%d-%d", w, i)); err != nil {
+				if _, err := j.Commit(0, fmt.Appendf(nil, "w%d-%d", w, i)); err != nil {
 					t.Error(err)
 				}
 			}
@@ -304,7 +312,7 @@ func TestGroupCommit(t *testing.T) {
 	j.Close()
 	j = open(t, dir, keys)
 	defer j.Close()
-	if _, _, recs := j.Recovered(); len(recs) != writers*each {
+	if _, _, recs := recovered(j); len(recs) != writers*each {
 		t.Fatalf("%d records recovered, want %d", len(recs), writers*each)
 	}
 }
@@ -318,10 +326,10 @@ func TestLock(t *testing.T) {
 	if _, err := Open(dir, keys, Options{}); err == nil {
 		t.Fatal("a second Open of a journal in use succeeded")
 	}
-	j.Append(data(3)) // never written: lost in the crash
+	j.Append(0, data(3)) // never written: lost in the crash
 	j.Crash()
 	j = open(t, dir, keys)
 	defer j.Close()
-	_, _, recs := j.Recovered()
+	_, _, recs := recovered(j)
 	wantRecords(t, recs, 1, 2)
 }
