@@ -133,6 +133,33 @@ func (d *Deposition) Err() error {
 	return nil
 }
 
+// Superseded asks storage whether a newer driver has taken over from this
+// one: it reads the keys of fences (one Read) and, if one holds a higher
+// token than its fence's, records that as the driver's deposition and
+// returns it (ErrFenced); otherwise nil. To an older driver a newer one's
+// writes look like tampering, so a driver that finds data that fails
+// authentication asks this before it reports tampering. b must read
+// storage directly, not through a handle d has already closed.
+func (d *Deposition) Superseded(ctx context.Context, b Backend, fences ...Fence) error {
+	if err := d.Err(); err != nil {
+		return err
+	}
+	addrs := make([]string, len(fences))
+	for i, f := range fences {
+		addrs[i] = f.Key
+	}
+	vals, err := b.Read(ctx, addrs)
+	if err != nil {
+		return nil // cannot tell: the caller's own error stands
+	}
+	for i, f := range fences {
+		if stored, err := StoredToken(vals[i]); err == nil && stored > f.Token {
+			return d.note(Refused(f, stored))
+		}
+	}
+	return nil
+}
+
 // note records err if it is a refusal, and returns it.
 func (d *Deposition) note(err error) error {
 	if errors.Is(err, ErrFenced) {

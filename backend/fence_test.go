@@ -48,3 +48,27 @@ func TestWithFenceFencesEveryWrite(t *testing.T) {
 		t.Fatalf("storage holds a=%q b=%q; want the newer driver's a=new and no b", got[0][0], got[0][1])
 	}
 }
+
+// TestSuperseded: a driver that has not written since a newer one took
+// over learns it from the fences' tokens, before it would call what it
+// reads tampering; a driver still in office is told nothing.
+func TestSuperseded(t *testing.T) {
+	ctx := context.Background()
+	store := mem.New()
+	fences := []backend.Fence{{Key: "fence/a", Token: 3}, {Key: "fence/b", Token: 3}}
+	for _, f := range fences {
+		if err := store.WriteFenced(ctx, f, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var d backend.Deposition
+	if err := d.Superseded(ctx, store, fences...); err != nil || d.Err() != nil {
+		t.Fatalf("Superseded of a driver in office = %v (deposed: %v), want nil", err, d.Err())
+	}
+	if err := store.WriteFenced(ctx, backend.Fence{Key: "fence/b", Token: 4}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Superseded(ctx, store, fences...); !errors.Is(err, backend.ErrFenced) || !errors.Is(d.Err(), backend.ErrFenced) {
+		t.Fatalf("Superseded after a newer driver claimed fence/b = %v (deposed: %v), want ErrFenced", err, d.Err())
+	}
+}

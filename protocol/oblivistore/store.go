@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/oblivkv/oblivkv/backend"
 	"github.com/oblivkv/oblivkv/internal/durable"
@@ -355,7 +356,7 @@ func (s *store) apply(batch []event, outs []Output) []Output {
 // waiting call: the state can no longer be trusted or made durable.
 func (s *store) fail(err error) {
 	if s.broken == nil {
-		s.broken = err
+		s.broken = s.explain(err)
 	}
 	for seq, c := range s.calls {
 		c.reply <- result{err: s.broken}
@@ -468,6 +469,29 @@ func (s *store) claimFences(ctx context.Context) error {
 	}
 	return nil
 }
+
+// explain returns err, unless it is tampering and storage holds a later
+// open's fence: that open's writes are what failed authentication here,
+// and the store was deposed (kv.ErrFenced), not tampered with.
+func (s *store) explain(err error) error {
+	if !errors.Is(err, kv.ErrTampered) {
+		return err
+	}
+	fences := make([]backend.Fence, s.core.Groups())
+	for g := range fences {
+		fences[g] = s.fence(int32(g))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), explainTimeout)
+	defer cancel()
+	var d backend.Deposition
+	if fenced := d.Superseded(ctx, s.b, fences...); fenced != nil {
+		return fmt.Errorf("oblivistore: a later open of the store has taken over (%w); what failed authentication was its writes: %v", fenced, err)
+	}
+	return err
+}
+
+// explainTimeout bounds explain's read of the fences.
+const explainTimeout = 10 * time.Second
 
 // fence is the fencing token of group g's writes: at storage address
 // FencePrefix+g, the store's incarnation as the term, and no index (a
