@@ -276,7 +276,7 @@ func coreBoundsEveryStep(t *testing.T, n int, o Options, bind bool) {
 // return a value written to its key (its owner's: exactly its last), and
 // at the end every key holds its last written value.
 func TestLongRun(t *testing.T) {
-	n := 1 << 14
+	n := longRunN
 	if testing.Short() {
 		n = 1 << 10
 	}
