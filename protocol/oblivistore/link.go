@@ -61,12 +61,7 @@ type Outbox struct {
 func newOutbox() Outbox { return Outbox{Unacked: sorted[uint64, []byte]{}} }
 
 // hold keeps message seq, encoded, until it is acknowledged.
-func (o *Outbox) hold(seq uint64, encoded []byte) {
-	if o.Unacked == nil {
-		o.Unacked = sorted[uint64, []byte]{}
-	}
-	o.Unacked[seq] = encoded
-}
+func (o *Outbox) hold(seq uint64, encoded []byte) { o.Unacked[seq] = encoded }
 
 // acked forgets the messages up to seq: the receiver has them.
 func (o *Outbox) acked(seq uint64) {
