@@ -63,7 +63,7 @@ type LinOptions struct {
 	// moment the next process served, for an operation cut off by a kill
 	// took effect, if at all, before the process that had it died. Without
 	// it, every failed operation stays concurrent with all that follow it,
-	// and the check's search grows with their number.
+	// and the check's search doubles with each one a key keeps pending.
 	FailedBy func(failed time.Time) time.Time
 	// KeyPrefix starts every key of the check (default "lin/").
 	KeyPrefix string

@@ -17,8 +17,9 @@ import (
 // cluster drives a Front and its partition groups as separate machines,
 // as a deployment over several processes would. Every message between
 // them crosses sealed through a fault net that delays every message by a
-// random number of ticks (so messages overtake each other) and delivers
-// some twice; storage calls complete after random delays, a read fails
+// random number of ticks (so messages overtake each other), loses some
+// and delivers some twice; every clusterResendEvery ticks each machine
+// applies a Resend, as a driver's retransmission timer makes it; storage calls complete after random delays, a read fails
 // now and then and is issued again (as the driver retries it), and some
 // completions arrive twice. Simulated clients, each with one request at
 // a time, mix Gets, Puts of unique values and Deletes over a hot key,
@@ -47,10 +48,11 @@ type cluster struct {
 	finalKeys []string // keys still to read at the end
 
 	// What the faults did: messages delivered twice, messages delivered
-	// before one sent earlier, completions delivered twice, reads failed.
-	duplicates, overtaken, completedTwice, failedReads int
-	seen                                               map[[3]uint64]bool // messages delivered: sender, receiver, sequence number
-	latest                                             map[[2]Node]uint64 // the latest sequence number delivered, by sender and receiver
+	// before one sent earlier, completions delivered twice, reads failed,
+	// messages lost; and the messages the machines sent again.
+	duplicates, overtaken, completedTwice, failedReads, lost, resent int
+	seen                                                             map[[3]uint64]bool // messages delivered: sender, receiver, sequence number
+	latest                                                           map[[2]Node]uint64 // the latest sequence number delivered, by sender and receiver
 }
 
 // machineLog is what one machine applied: each entry encoded, the
@@ -89,6 +91,9 @@ const (
 	clusterMissing = 16  // keys never stored unless a Put makes them
 	clusterClients = 8
 	clusterMaxLag  = 12 // ticks a message or a storage call may take
+	// clusterResendEvery is the period, in ticks, of the machines'
+	// retransmission timers.
+	clusterResendEvery = 3 * clusterMaxLag
 )
 
 func newCluster(t *testing.T, groups, opsPerClient int, seed uint64) *cluster {
@@ -177,7 +182,27 @@ func (cl *cluster) run() {
 		cl.issue()
 		cl.deliver()
 		cl.complete()
+		if cl.tick%clusterResendEvery == 0 && cl.resend() == 0 && len(cl.net) == 0 && len(cl.io) == 0 && cl.waiting() {
+			cl.t.Fatal("the cluster stalled: requests wait, and no message or storage call is in flight or to be sent again")
+		}
 	}
+}
+
+// resend applies a Resend to every machine, as their retransmission
+// timers make their drivers do, and returns the number of messages they
+// sent again.
+func (cl *cluster) resend() int {
+	before := cl.resent
+	cl.applyFront(FrontEntry{Resend: &Resend{}})
+	for g := range cl.groups {
+		cl.applyGroup(int32(g), GroupEntry{Resend: &Resend{}})
+	}
+	return cl.resent - before
+}
+
+// waiting reports whether a client waits for an answer.
+func (cl *cluster) waiting() bool {
+	return slices.ContainsFunc(cl.clients, func(c client) bool { return c.busy })
 }
 
 // quiet reports whether every operation is answered and nothing is in
@@ -273,6 +298,9 @@ func (cl *cluster) applyFront(e FrontEntry) {
 	if err != nil {
 		cl.t.Fatalf("front, entry %d: %v", len(cl.logs[0].entries), err)
 	}
+	if e.Resend != nil {
+		cl.resent += len(outs)
+	}
 	for _, o := range outs {
 		switch {
 		case o.Reply != nil:
@@ -298,6 +326,9 @@ func (cl *cluster) applyGroup(g int32, e GroupEntry) {
 	outs, err := applyLogged(cl, int(g)+1, cl.groups[g], e, rec, groupOutputs)
 	if err != nil {
 		cl.t.Fatalf("group %d, entry %d: %v", g, len(cl.logs[g+1].entries), err)
+	}
+	if e.Resend != nil {
+		cl.resent += len(outs)
 	}
 	for _, o := range outs {
 		switch {
@@ -356,9 +387,13 @@ func groupOutputs(outs []GroupOutput) []byte {
 	return b
 }
 
-// post puts a sealed message in the fault net: due after a random delay,
-// and one in five a second time.
+// post puts a sealed message in the fault net: lost one time in ten,
+// else due after a random delay, and one in five a second time.
 func (cl *cluster) post(s Sealed) {
+	if cl.rng.IntN(10) == 0 {
+		cl.lost++
+		return
+	}
 	copies := 1
 	if cl.rng.IntN(5) == 0 {
 		copies = 2
@@ -369,8 +404,12 @@ func (cl *cluster) post(s Sealed) {
 }
 
 // count notes what the net did to a message delivered: a duplicate, or
-// one delivered after a later one of its link.
+// one delivered after a later one of its link (acknowledgements alone,
+// all numbered 0, aside).
 func (cl *cluster) count(s Sealed) {
+	if s.ID.Seq == 0 {
+		return
+	}
 	link := [2]Node{s.ID.From, s.To}
 	seen := [3]uint64{uint64(s.ID.From), uint64(s.To), s.ID.Seq}
 	switch {
@@ -556,22 +595,23 @@ func replayMachine[E, O any](t *testing.T, mc Machine[E, O], snapshot []byte, en
 
 // TestFaultNetLinearizable: with one and with three partition groups,
 // every message between the Front and the groups delayed (overtaking
-// others), one in five delivered twice, one read in ten failed and
-// retried, one completion in ten delivered twice and one request in ten
-// sent twice, the clients' history, ending with a read of every key, is
-// linearizable per key: no acknowledged write is lost, none applied
-// twice.
+// others), one in ten lost (and sent again at the sender's next Resend,
+// until acknowledged), one in five delivered twice, one read in ten
+// failed and retried, one completion in ten delivered twice and one
+// request in ten sent twice, the clients' history, ending with a read of
+// every key, is linearizable per key: no acknowledged write is lost, none
+// applied twice.
 func TestFaultNetLinearizable(t *testing.T) {
 	for _, groups := range []int{1, 3} {
 		t.Run(fmt.Sprint(groups, " groups"), func(t *testing.T) {
 			cl := newCluster(t, groups, 150, kvtest.Seed(t))
 			cl.run()
-			if cl.duplicates == 0 || cl.overtaken == 0 || cl.completedTwice == 0 || cl.failedReads == 0 {
-				t.Fatalf("the faults did not happen: %d duplicates, %d overtaken, %d completions twice, %d failed reads",
-					cl.duplicates, cl.overtaken, cl.completedTwice, cl.failedReads)
+			if cl.duplicates == 0 || cl.overtaken == 0 || cl.completedTwice == 0 || cl.failedReads == 0 || cl.lost == 0 || cl.resent == 0 {
+				t.Fatalf("the faults did not happen: %d duplicates, %d overtaken, %d completions twice, %d failed reads, %d lost, %d sent again",
+					cl.duplicates, cl.overtaken, cl.completedTwice, cl.failedReads, cl.lost, cl.resent)
 			}
-			t.Logf("%d operations; %d messages delivered twice, %d overtaken; %d completions twice; %d failed reads",
-				len(cl.history), cl.duplicates, cl.overtaken, cl.completedTwice, cl.failedReads)
+			t.Logf("%d operations; %d messages delivered twice, %d overtaken, %d lost, %d sent again; %d completions twice; %d failed reads",
+				len(cl.history), cl.duplicates, cl.overtaken, cl.lost, cl.resent, cl.completedTwice, cl.failedReads)
 			if !porcupine.CheckOperations(crashModel, cl.history) {
 				t.Fatal("the history is not linearizable")
 			}

@@ -14,9 +14,11 @@ import (
 // of each machine's log entries: a message entry is its kind and its
 // envelope, any other entry the journal record of its input (input.go).
 
-// Message kinds, first byte of a message's body.
+// Message kinds, first byte of a message's body; msgNone, an
+// acknowledgement's, has no content.
 const (
-	msgRead byte = iota + 1
+	msgNone byte = iota
+	msgRead
 	msgEvict
 	msgBlocks
 	msgProgress
@@ -49,6 +51,8 @@ func appendPartitionMsg(b []byte, m PartitionMsg) []byte {
 	case m.Progress != nil:
 		b = append(b, msgProgress)
 		b = delta.AppendBool(b, m.Progress.Bypass)
+	default:
+		b = append(b, msgNone)
 	}
 	return b
 }
@@ -73,6 +77,7 @@ func decodePartitionMsg(d *delta.Decoder) PartitionMsg {
 		m.Blocks = bl
 	case msgProgress:
 		m.Progress = &Progress{Bypass: d.Bool()}
+	case msgNone:
 	default:
 		d.Check(false, fmt.Sprintf("partition message kind %d", kind))
 	}
@@ -100,6 +105,8 @@ func appendFrontMsg(b []byte, m FrontMsg) []byte {
 		b = binary.AppendUvarint(b, uint64(m.Fetch.P))
 		b = binary.AppendUvarint(b, uint64(m.Fetch.J))
 		b = binary.AppendUvarint(b, uint64(m.Fetch.Early))
+	default:
+		b = append(b, msgNone)
 	}
 	return b
 }
@@ -120,6 +127,7 @@ func decodeFrontMsg(d *delta.Decoder) FrontMsg {
 		m.Ready = r
 	case msgFetch:
 		m.Fetch = &Fetch{P: int32(d.Uvarint()), J: int64(d.Uvarint()), Early: int64(d.Uvarint())}
+	case msgNone:
 	default:
 		d.Check(false, fmt.Sprintf("front message kind %d", kind))
 	}
@@ -157,6 +165,7 @@ const (
 	recToFront byte = 16 + iota
 	recToGroup
 	recIdentified // a request with its ID, then its journal record
+	recResend
 )
 
 var errEntryKind = errors.New("oblivistore: an entry of another machine's log")
@@ -167,10 +176,12 @@ func AppendFrontEntry(b []byte, e FrontEntry) []byte {
 	case e.Request != nil:
 		b = binary.AppendUvarint(append(b, recIdentified), e.Request.ID)
 		return appendInput(b, Input{Request: e.Request})
+	case e.Resend != nil:
+		return append(b, recResend)
 	case e.Msg == nil:
 		return appendInput(b, Input{Reseed: e.Reseed})
 	}
-	b = appendMsgID(append(b, recToFront), e.Msg.ID)
+	b = binary.AppendUvarint(appendMsgID(append(b, recToFront), e.Msg.ID), e.Msg.Ack)
 	return appendFrontMsg(b, e.Msg.Msg)
 }
 
@@ -178,9 +189,11 @@ func AppendFrontEntry(b []byte, e FrontEntry) []byte {
 func DecodeFrontEntry(b []byte) (FrontEntry, error) {
 	var id uint64
 	switch {
+	case len(b) == 1 && b[0] == recResend:
+		return FrontEntry{Resend: &Resend{}}, nil
 	case len(b) > 0 && b[0] == recToFront:
 		d := delta.NewDecoder(b[1:])
-		m := &ToFront{ID: decodeMsgID(d)}
+		m := &ToFront{ID: decodeMsgID(d), Ack: d.Uvarint()}
 		m.Msg = decodeFrontMsg(d)
 		return FrontEntry{Msg: m}, d.Done()
 	case len(b) > 0 && b[0] == recIdentified:
@@ -203,19 +216,25 @@ func DecodeFrontEntry(b []byte) (FrontEntry, error) {
 
 // AppendGroupEntry encodes one entry of a partition group's log.
 func AppendGroupEntry(b []byte, e GroupEntry) []byte {
-	if e.Msg == nil {
+	switch {
+	case e.Resend != nil:
+		return append(b, recResend)
+	case e.Msg == nil:
 		return appendInput(b, Input{Read: e.Read, Write: e.Write, Reseed: e.Reseed})
 	}
 	b = appendMsgID(append(b, recToGroup), e.Msg.ID)
-	b = binary.AppendUvarint(b, uint64(e.Msg.Group))
+	b = binary.AppendUvarint(binary.AppendUvarint(b, uint64(e.Msg.Group)), e.Msg.Ack)
 	return appendPartitionMsg(b, e.Msg.Msg)
 }
 
 // DecodeGroupEntry decodes an entry of AppendGroupEntry.
 func DecodeGroupEntry(b []byte) (GroupEntry, error) {
-	if len(b) > 0 && b[0] == recToGroup {
+	switch {
+	case len(b) == 1 && b[0] == recResend:
+		return GroupEntry{Resend: &Resend{}}, nil
+	case len(b) > 0 && b[0] == recToGroup:
 		d := delta.NewDecoder(b[1:])
-		m := &ToGroup{ID: decodeMsgID(d), Group: Node(d.Uvarint())}
+		m := &ToGroup{ID: decodeMsgID(d), Group: Node(d.Uvarint()), Ack: d.Uvarint()}
 		m.Msg = decodePartitionMsg(d)
 		return GroupEntry{Msg: m}, d.Done()
 	}

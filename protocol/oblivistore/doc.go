@@ -23,7 +23,9 @@
 // levels, storage cache, partition reader, shuffler, semaphores, random
 // source and ids; an ORAM node of Sec. VI). They talk only in the plain
 // messages of messages.go, each named by its sender, incarnation and
-// sequence number and applied by its receiver in order and once (link.go);
+// sequence number, applied by its receiver in order and once, and kept by
+// its sender until acknowledged, to be sent again at each Resend entry (a
+// driver's retransmission timer turned into an entry) (link.go);
 // between processes a message crosses sealed under the store key
 // (wire.go). A machine never does I/O, reads a clock or starts a
 // goroutine: storage calls are a group's outputs, their results its

@@ -10,6 +10,7 @@ type FrontEntry struct {
 	Request *Request
 	Msg     *ToFront // a message from a partition group
 	Reseed  *Reseed
+	Resend  *Resend
 }
 
 // FrontOutput is one output of the Front; exactly one field is set.
@@ -22,9 +23,11 @@ type FrontOutput struct {
 type frontState struct {
 	Front Front
 	// From delivers each group's messages in order, once each; Sent is
-	// the sequence number of the last message sent to each group.
+	// the sequence number of the last message sent to each group, Out
+	// holds those each group has not acknowledged.
 	From        []Link[FrontMsg]
 	Sent        []uint64
+	Out         []Outbox
 	Incarnation uint64
 	Pub, Sec    []byte // the random sources' states, in a snapshot only
 }
@@ -56,17 +59,19 @@ const (
 )
 
 func newFrontMachine(n int, g geometry, o Options, seed [32]byte) *FrontMachine {
-	c := &FrontMachine{st: frontState{Front: newFront(n, g, o), From: make([]Link[FrontMsg], g.Groups), Sent: make([]uint64, g.Groups)},
-		pub: newSource(seed, pubLabel), sec: newSource(seed, secLabel), trace: o.TestingKnobs.Trace}
+	c := &FrontMachine{st: frontState{Front: newFront(n, g, o), From: make([]Link[FrontMsg], g.Groups), Sent: make([]uint64, g.Groups),
+		Out: make([]Outbox, g.Groups)}, pub: newSource(seed, pubLabel), sec: newSource(seed, secLabel), trace: o.TestingKnobs.Trace}
 	for i := range c.st.From {
-		c.st.From[i] = newLink[FrontMsg]()
+		c.st.From[i], c.st.Out[i] = newLink[FrontMsg](), newOutbox()
 	}
 	return c
 }
 
 // Apply implements Machine: it applies the entry, then admits and
 // answers requests until nothing more moves, and last lets every group's
-// shuffler run (Progress), telling it whether requests wait for it.
+// shuffler run (Progress), telling it whether requests wait for it. An
+// acknowledgement alone and a Resend change nothing of that, and end
+// there.
 func (c *FrontMachine) Apply(e FrontEntry) ([]FrontOutput, error) {
 	c.out = c.out[:0]
 	f := &c.st.Front
@@ -78,11 +83,19 @@ func (c *FrontMachine) Apply(e FrontEntry) ([]FrontOutput, error) {
 		if g < 0 || int(g) >= len(c.st.From) {
 			return nil, internal("message from unknown group %d", g)
 		}
-		for _, m := range c.st.From[g].accept(e.Msg.ID, e.Msg.Msg) {
+		c.st.Out[g].acked(e.Msg.Ack)
+		if e.Msg.ID.Seq == 0 {
+			return c.out, nil
+		}
+		due := c.st.From[g].accept(e.Msg.ID, e.Msg.Msg)
+		c.ack(g)
+		for _, m := range due {
 			if err := f.handle(c, m); err != nil {
 				return nil, err
 			}
 		}
+	case e.Resend != nil:
+		return c.resend()
 	case e.Reseed != nil:
 		c.pub.reseed(e.Reseed.Seed, pubLabel)
 		c.sec.reseed(e.Reseed.Seed, secLabel)
@@ -107,7 +120,32 @@ func (c *FrontMachine) send(p int32, m PartitionMsg) {
 func (c *FrontMachine) sendGroup(g Node, m PartitionMsg) {
 	c.st.Sent[g]++
 	id := MsgID{From: FrontNode, Incarnation: c.st.Incarnation, Seq: c.st.Sent[g]}
-	c.out = append(c.out, FrontOutput{Msg: &ToGroup{ID: id, Group: g, Msg: m}})
+	msg := &ToGroup{ID: id, Group: g, Ack: c.st.From[g].handed(), Msg: m}
+	c.st.Out[g].hold(id.Seq, AppendGroupEntry(nil, GroupEntry{Msg: msg}))
+	c.out = append(c.out, FrontOutput{Msg: msg})
+}
+
+// ack acknowledges group g's messages handed on so far: a message with
+// no content and sequence number 0, which is never held or handed on.
+func (c *FrontMachine) ack(g Node) {
+	id := MsgID{From: FrontNode, Incarnation: c.st.Incarnation}
+	c.out = append(c.out, FrontOutput{Msg: &ToGroup{ID: id, Group: g, Ack: c.st.From[g].handed()}})
+}
+
+// resend sends again every message a group has not acknowledged, with
+// its first id and the latest acknowledgement.
+func (c *FrontMachine) resend() ([]FrontOutput, error) {
+	for g := range c.st.Out {
+		for _, b := range c.st.Out[g].pending() {
+			e, err := DecodeGroupEntry(b)
+			if err != nil || e.Msg == nil {
+				return nil, internal("a message held for group %d does not decode: %v", g, err)
+			}
+			e.Msg.Ack = c.st.From[g].handed()
+			c.out = append(c.out, FrontOutput{Msg: e.Msg})
+		}
+	}
+	return c.out, nil
 }
 
 // randomPart draws a block's secret partition.
@@ -152,9 +190,13 @@ func (c *FrontMachine) Restore(b []byte) error {
 	}
 	st.Pub, st.Sec = nil, nil
 	st.Front.fill()
+	st.Out = append(st.Out, make([]Outbox, len(st.From)-len(st.Out))...) // none in an earlier build's snapshot
 	for i := range st.From {
 		if st.From[i].Held == nil {
 			st.From[i].Held = sorted[uint64, FrontMsg]{}
+		}
+		if st.Out[i].Unacked == nil {
+			st.Out[i] = newOutbox()
 		}
 	}
 	c.st, c.pub, c.sec = st, pub, sec

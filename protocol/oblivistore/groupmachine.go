@@ -9,6 +9,7 @@ type GroupEntry struct {
 	Read   *ReadDone
 	Write  *WriteDone
 	Reseed *Reseed
+	Resend *Resend
 }
 
 // GroupOutput is one output of a partition group; exactly one field is
@@ -26,6 +27,7 @@ type groupState struct {
 	From        Link[PartitionMsg]
 	Incarnation uint64
 	Sent        uint64 // the sequence number of the last message sent
+	Out         Outbox // the messages the Front has not acknowledged
 	Sec         []byte // the random source's state, in a snapshot only
 }
 
@@ -43,7 +45,7 @@ type GroupMachine struct {
 }
 
 func newGroupMachine(g geometry, o Options, index int32, seed [32]byte) *GroupMachine {
-	c := &GroupMachine{st: groupState{Group: newGroup(g, o, index), From: newLink[PartitionMsg]()},
+	c := &GroupMachine{st: groupState{Group: newGroup(g, o, index), From: newLink[PartitionMsg](), Out: newOutbox()},
 		sec: newSource(seed, groupLabel), trace: o.TestingKnobs.Trace}
 	return c
 }
@@ -61,7 +63,13 @@ func (c *GroupMachine) Apply(e GroupEntry) ([]GroupOutput, error) {
 		if e.Msg.Group != Node(s.Index) {
 			return nil, internal("group %d was sent a message for group %d", s.Index, e.Msg.Group)
 		}
-		for _, m := range c.st.From.accept(e.Msg.ID, e.Msg.Msg) {
+		c.st.Out.acked(e.Msg.Ack)
+		if e.Msg.ID.Seq == 0 {
+			return c.out, nil
+		}
+		due := c.st.From.accept(e.Msg.ID, e.Msg.Msg)
+		c.ack()
+		for _, m := range due {
 			if err = s.handle(c, m); err != nil {
 				break
 			}
@@ -78,6 +86,8 @@ func (c *GroupMachine) Apply(e GroupEntry) ([]GroupOutput, error) {
 	case e.Reseed != nil:
 		c.sec.reseed(e.Reseed.Seed, groupLabel)
 		c.st.Incarnation = max(c.st.Incarnation, e.Reseed.Incarnation)
+	case e.Resend != nil:
+		err = c.resend()
 	default:
 		err = errors.New("oblivistore: empty group entry")
 	}
@@ -115,7 +125,30 @@ func (c *GroupMachine) runShufflerUnlessTold() {
 func (c *GroupMachine) sendFront(m FrontMsg) {
 	c.st.Sent++
 	id := MsgID{From: Node(c.st.Group.Index), Incarnation: c.st.Incarnation, Seq: c.st.Sent}
-	c.out = append(c.out, GroupOutput{Msg: &ToFront{ID: id, Msg: m}})
+	msg := &ToFront{ID: id, Ack: c.st.From.handed(), Msg: m}
+	c.st.Out.hold(id.Seq, AppendFrontEntry(nil, FrontEntry{Msg: msg}))
+	c.out = append(c.out, GroupOutput{Msg: msg})
+}
+
+// ack acknowledges the Front's messages handed on so far: a message with
+// no content and sequence number 0, which is never held or handed on.
+func (c *GroupMachine) ack() {
+	id := MsgID{From: Node(c.st.Group.Index), Incarnation: c.st.Incarnation}
+	c.out = append(c.out, GroupOutput{Msg: &ToFront{ID: id, Ack: c.st.From.handed()}})
+}
+
+// resend sends the Front again every message it has not acknowledged,
+// with its first id and the latest acknowledgement.
+func (c *GroupMachine) resend() error {
+	for _, b := range c.st.Out.pending() {
+		e, err := DecodeFrontEntry(b)
+		if err != nil || e.Msg == nil {
+			return internal("a message held for the Front does not decode: %v", err)
+		}
+		e.Msg.Ack = c.st.From.handed()
+		c.out = append(c.out, GroupOutput{Msg: e.Msg})
+	}
+	return nil
 }
 
 // Snapshot implements Machine.
@@ -143,6 +176,9 @@ func (c *GroupMachine) Restore(b []byte) error {
 	st.Group.fill()
 	if st.From.Held == nil {
 		st.From.Held = sorted[uint64, PartitionMsg]{}
+	}
+	if st.Out.Unacked == nil {
+		st.Out = newOutbox()
 	}
 	c.st, c.sec = st, sec
 	return nil

@@ -1,5 +1,10 @@
 package oblivistore
 
+import (
+	"maps"
+	"slices"
+)
+
 // Link is the receiving end of one sender's messages: it hands them on in
 // the sender's order, each once, whatever the order and the number of
 // times they arrive. A message seen before is dropped: the sender's
@@ -46,3 +51,44 @@ func (l *Link[M]) lacks(id MsgID) bool {
 	_, held := l.Held[id.Seq]
 	return id.Seq >= l.Next && !held
 }
+
+// Outbox is the sending end of a link: the messages sent and not yet
+// acknowledged, each in its log entry's encoding (codec.go), by sequence
+// number. A receiver acknowledges every message it takes, a copy
+// included, with the sequence number it has handed on up to
+// (Link.handed), which only grows; a sender sends the messages still
+// unacknowledged again at each Resend, with their first ids, so a message
+// the network lost arrives in the end and a copy is dropped as any other.
+// In one process (Core) every message is acknowledged within the Step
+// that sent it.
+type Outbox struct {
+	Unacked sorted[uint64, []byte]
+}
+
+func newOutbox() Outbox { return Outbox{Unacked: sorted[uint64, []byte]{}} }
+
+// hold keeps message seq, encoded, until it is acknowledged.
+func (o *Outbox) hold(seq uint64, encoded []byte) { o.Unacked[seq] = encoded }
+
+// acked forgets the messages up to seq: the receiver has them.
+func (o *Outbox) acked(seq uint64) {
+	for s := range o.Unacked {
+		if s <= seq {
+			delete(o.Unacked, s)
+		}
+	}
+}
+
+// pending returns the messages not yet acknowledged, encoded, in order.
+func (o *Outbox) pending() [][]byte {
+	seqs := slices.Sorted(maps.Keys(o.Unacked))
+	out := make([][]byte, len(seqs))
+	for i, s := range seqs {
+		out[i] = o.Unacked[s]
+	}
+	return out
+}
+
+// handed is the acknowledgement a Link sends: the sequence number it has
+// handed on up to.
+func (l *Link[M]) handed() uint64 { return l.Next - 1 }

@@ -39,7 +39,8 @@ func evictionCacheBound(n int, o Options, clients int) int64 {
 }
 
 // checkUsage measures what c holds against its semaphores and checks the
-// semaphores' accounting: each of the early cache-in, shuffling buffer and
+// semaphores' accounting and that no message waits for an
+// acknowledgement (unacknowledged): each of the early cache-in, shuffling buffer and
 // eviction semaphores lies between 0 and its bound, and equals its bound
 // less exactly what the state holds against it; the shuffling I/O
 // semaphore stays at most its cap. o are the store's options (defaults
@@ -99,10 +100,27 @@ func checkUsage(c *Core, o Options) (usage, error) {
 	if sem.IO > groups*int64(o.ShuffleIOAhead) { // it may go negative (shuffle.go's bypass), never above its cap
 		return u, fmt.Errorf("the shuffling I/O semaphore is %d, above its cap %d", sem.IO, o.ShuffleIOAhead)
 	}
+	if n := unacknowledged(c); n != 0 {
+		return u, fmt.Errorf("%d messages between the machines unacknowledged between two steps", n)
+	}
 	if maxBuffer > groups*int64(o.ShufflingBuffer) {
 		return u, fmt.Errorf("shuffling_buffer_max %d exceeds the shuffling buffers %d", maxBuffer, groups*int64(o.ShufflingBuffer))
 	}
 	return u, nil
+}
+
+// unacknowledged counts the messages the core's machines hold for
+// sending again: none between two steps, since in one process every
+// message is delivered, and acknowledged, within the step that sent it.
+func unacknowledged(c *Core) int {
+	n := 0
+	for _, o := range c.front.st.Out {
+		n += len(o.Unacked)
+	}
+	for _, g := range c.groups {
+		n += len(g.st.Out.Unacked)
+	}
+	return n
 }
 
 // TestCoreBoundsEveryStep drives the core alone, without a driver, at
@@ -276,7 +294,7 @@ func coreBoundsEveryStep(t *testing.T, n int, o Options, bind bool) {
 // return a value written to its key (its owner's: exactly its last), and
 // at the end every key holds its last written value.
 func TestLongRun(t *testing.T) {
-	n := 1 << 14
+	n := longRunN
 	if testing.Short() {
 		n = 1 << 10
 	}

@@ -26,18 +26,28 @@ type MsgID struct {
 	Seq         uint64
 }
 
-// ToGroup is a message from the Front to partition group Group.
+// ToGroup is a message from the Front to partition group Group. Ack
+// acknowledges the group's messages (Outbox); a message with ID.Seq 0
+// is an acknowledgement alone, with no content, and never handed on.
 type ToGroup struct {
 	ID    MsgID
 	Group Node
+	Ack   uint64
 	Msg   PartitionMsg
 }
 
-// ToFront is a message from a partition group to the Front.
+// ToFront is a message from a partition group to the Front, with an
+// acknowledgement as ToGroup's.
 type ToFront struct {
 	ID  MsgID
+	Ack uint64
 	Msg FrontMsg
 }
+
+// Resend is a driver's retransmission timer turned into an entry: the
+// machine sends again every message not yet acknowledged (Outbox), since
+// the network may have lost it.
+type Resend struct{}
 
 // PartitionMsg is a message to a partition group; exactly one field is
 // set.

@@ -52,26 +52,29 @@ func msgAD(id MsgID, to Node) []byte {
 
 // SealToGroup and OpenToGroup carry a message to a partition group;
 // SealToFront and OpenToFront one to the Front.
+// The sealed body is the acknowledgement, then the message.
 func SealToGroup(keys *seal.Keys, m ToGroup) (Sealed, error) {
-	return sealMsg(keys, m.ID, m.Group, appendPartitionMsg(nil, m.Msg)), nil
+	return sealMsg(keys, m.ID, m.Group, appendPartitionMsg(binary.AppendUvarint(nil, m.Ack), m.Msg)), nil
 }
 
 func OpenToGroup(keys *seal.Keys, s Sealed) (ToGroup, error) {
 	if s.To == FrontNode {
 		return ToGroup{}, fmt.Errorf("oblivistore: message %+v is for the Front, not a group", s.ID)
 	}
-	m, err := openMsg(keys, s, decodePartitionMsg)
-	return ToGroup{ID: s.ID, Group: s.To, Msg: m}, err
+	return openMsg(keys, s, func(d *delta.Decoder) ToGroup {
+		return ToGroup{ID: s.ID, Group: s.To, Ack: d.Uvarint(), Msg: decodePartitionMsg(d)}
+	})
 }
 
 func SealToFront(keys *seal.Keys, m ToFront) (Sealed, error) {
-	return sealMsg(keys, m.ID, FrontNode, appendFrontMsg(nil, m.Msg)), nil
+	return sealMsg(keys, m.ID, FrontNode, appendFrontMsg(binary.AppendUvarint(nil, m.Ack), m.Msg)), nil
 }
 
 func OpenToFront(keys *seal.Keys, s Sealed) (ToFront, error) {
 	if s.To != FrontNode {
 		return ToFront{}, fmt.Errorf("oblivistore: message %+v is for group %d, not the Front", s.ID, s.To)
 	}
-	m, err := openMsg(keys, s, decodeFrontMsg)
-	return ToFront{ID: s.ID, Msg: m}, err
+	return openMsg(keys, s, func(d *delta.Decoder) ToFront {
+		return ToFront{ID: s.ID, Ack: d.Uvarint(), Msg: decodeFrontMsg(d)}
+	})
 }

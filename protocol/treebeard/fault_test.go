@@ -1,11 +1,14 @@
 package treebeard_test
 
 import (
+	"context"
 	"fmt"
 	"maps"
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/jonboulle/clockwork"
 
 	"github.com/oblivkv/oblivkv/backend/mem"
 	"github.com/oblivkv/oblivkv/kv"
@@ -183,29 +186,35 @@ func TestPartitionedLayer(t *testing.T) {
 // 0's parts of an epoch. The trees give the epoch up after the part
 // timeout, shard 0's requests fail (a defined outcome, not a wait without
 // end), shard 1's requests fail once the cut heals (their parts are late),
-// and the store then serves every earlier write.
+// and the store then serves every earlier write. Epochs and part timeouts
+// run on a fake clock that only the test advances, so no part is ever
+// late but the cut-off shard's, however loaded the machine.
 func TestMissingPart(t *testing.T) {
 	net := treebeard.NewFaultNet(treebeard.Faults{}, 3)
-	o := treebeard.Options{StashShards: 2, Epoch: 5 * time.Millisecond, TestingKnobs: treebeard.TestingKnobs{PartTimeout: 50 * time.Millisecond}}
-	s, reopen := faultyStore(t, o, net, 0, &observe.MemoryLog{})
+	clock := clockwork.NewFakeClock()
+	const epoch, partTimeout = 5 * time.Millisecond, 50 * time.Millisecond
+	o := treebeard.Options{StashShards: 2, Epoch: epoch,
+		TestingKnobs: treebeard.TestingKnobs{PartTimeout: partTimeout, Clock: clock}}
+	raw, reopen := faultyStore(t, o, net, 0, &observe.MemoryLog{})
+	s := epochsOnDemand{Store: raw, t: t, clock: clock, epoch: epoch}
 	model := kvtest.Model{}
 	for i := range 16 {
 		model.Put(t, s, fmt.Sprintf("k%d", i), "before")
 	}
-	net.Isolate(treebeard.Endpoint{Layer: treebeard.LayerStash, Index: 1})
 	const writers = 16 // over both shards: each gets one with probability 1-2^-15
 	done := make(chan error, writers)
 	for i := range writers {
-		go func() { done <- s.Put(t.Context(), fmt.Sprintf("k%d", i), []byte("during")) }()
+		go func() { done <- raw.Put(t.Context(), fmt.Sprintf("k%d", i), []byte("during")) }()
 	}
-	select {
-	case err := <-done:
-		if err == nil {
-			t.Fatal("a write succeeded in an epoch a shard missed")
-		}
+	kvtest.WaitFor(t, "every write in the collecting epoch", func() bool {
+		return kvtest.Stat(t, raw.Stats(), kv.StatEpochRequests) == writers
+	})
+	net.Isolate(treebeard.Endpoint{Layer: treebeard.LayerStash, Index: 1}) // Stats asks every layer: not past here
+	clock.Advance(epoch)
+	if err := firstEnded(t, clock, partTimeout, done); err == nil {
+		t.Fatal("a write succeeded in an epoch a shard missed")
+	} else {
 		t.Logf("while shard 1 is cut off: %v", err)
-	case <-time.After(20 * time.Second):
-		t.Fatal("no write ended while a shard was cut off: the epoch waits for its missing part forever")
 	}
 	net.Heal()
 	for range writers - 1 {
@@ -227,7 +236,64 @@ func TestMissingPart(t *testing.T) {
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
-	s = reopen()
+	s.Store = reopen()
 	defer s.Close()
 	model.Check(t, s, "after a restart")
+}
+
+// firstEnded advances clock by step until one of the writes on done ends
+// (a tree's part timer may start after an advance: the next one fires it),
+// and returns its error; it fails t when none has ended within 20 seconds
+// of real time, so an epoch that waits for its missing part forever is
+// caught.
+func firstEnded(t *testing.T, clock *clockwork.FakeClock, step time.Duration, done <-chan error) error {
+	t.Helper()
+	deadline := time.After(20 * time.Second)
+	for {
+		clock.Advance(step)
+		select {
+		case err := <-done:
+			return err
+		case <-deadline:
+			t.Fatal("no write ended while a shard was cut off: the epoch waits for its missing part forever")
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
+
+// epochsOnDemand runs a store's Gets and Puts one at a time on a fake
+// clock, ending the collecting epoch whenever it holds a request: the
+// epoch of one request is over (every tree had every part) before the
+// next begins, so no part timeout can fire.
+type epochsOnDemand struct {
+	kv.Store
+	t     *testing.T
+	clock *clockwork.FakeClock
+	epoch time.Duration
+}
+
+func (s epochsOnDemand) Get(ctx context.Context, key string) (v []byte, ok bool, err error) {
+	s.run(func() { v, ok, err = s.Store.Get(ctx, key) })
+	return v, ok, err
+}
+
+func (s epochsOnDemand) Put(ctx context.Context, key string, val []byte) (err error) {
+	s.run(func() { err = s.Store.Put(ctx, key, val) })
+	return err
+}
+
+// run runs op, advancing the clock by an epoch whenever requests collect.
+func (s epochsOnDemand) run(op func()) {
+	done := make(chan struct{})
+	go func() { defer close(done); op() }()
+	for {
+		select {
+		case <-done:
+			return
+		case <-time.After(time.Millisecond):
+			if kvtest.Stat(s.t, s.Store.Stats(), kv.StatEpochRequests) > 0 {
+				s.clock.Advance(s.epoch)
+			}
+		}
+	}
 }

@@ -7,6 +7,8 @@ package durabletest
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"slices"
@@ -30,14 +32,14 @@ import (
 type Witness struct {
 	backend.Backend
 	mu         sync.Mutex
-	seen       map[string]bool
+	seen       map[[sha256.Size]byte]bool // by the digest of a Write's length-prefixed addresses and values
 	recovering atomic.Bool
 	novel      atomic.Int64
 }
 
 // NewWitness returns a Witness over b.
 func NewWitness(b backend.Backend) *Witness {
-	return &Witness{Backend: b, seen: map[string]bool{}}
+	return &Witness{Backend: b, seen: map[[sha256.Size]byte]bool{}}
 }
 
 // Recovering marks the Writes from now on as a recovery's (on) or not.
@@ -62,18 +64,24 @@ func (w *Witness) WriteFenced(ctx context.Context, f backend.Fence, items []back
 // take remembers the Write of items, counting it if it is a recovery's
 // and new; an anchor's Write is new at every checkpoint, and not taken.
 func (w *Witness) take(items []backend.Item) {
-	var b strings.Builder
+	h := sha256.New()
+	var n [8]byte
 	for _, it := range items {
 		if it.Addr == durable.AnchorAddr {
 			return
 		}
-		fmt.Fprintf(&b, "%q=%x;", it.Addr, it.Value)
+		for _, field := range [][]byte{[]byte(it.Addr), it.Value} {
+			h.Write(binary.LittleEndian.AppendUint64(n[:0], uint64(len(field))))
+			h.Write(field)
+		}
 	}
+	var write [sha256.Size]byte
+	h.Sum(write[:0])
 	w.mu.Lock()
-	if w.recovering.Load() && !w.seen[b.String()] {
+	if w.recovering.Load() && !w.seen[write] {
 		w.novel.Add(1)
 	}
-	w.seen[b.String()] = true
+	w.seen[write] = true
 	w.mu.Unlock()
 }
 
