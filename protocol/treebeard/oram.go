@@ -91,7 +91,7 @@ var errDuplicatePart = errors.New("treebeard: a Stash shard sent its part of an 
 // (the buckets and their I/O).
 type treeWorker struct {
 	id          int
-	tree        *ringoram.Tree
+	tree        *ringoram.Driver
 	core        *treeCore
 	stashes     []EvictionSource
 	trace       func(traceEvent)

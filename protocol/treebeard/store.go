@@ -176,14 +176,14 @@ func build(env kv.Env, opts Options, log *durable.Log) (*store, error) {
 		w := newTreeWorker(t, core, s.net, clock, cmp.Or(opts.TestingKnobs.PartTimeout, defaultPartTimeout), opts.TestingKnobs.Trace)
 		w.stashes, w.log = sources, s.log
 		var err error
-		w.tree, err = ringoram.NewTree(ringoram.Config{Backend: s.fenced(env.Backend, t), Keys: env.Keys, Geometry: s.geo,
+		w.tree, err = ringoram.NewDriver(ringoram.Config{Backend: s.fenced(env.Backend, t), Keys: env.Keys, Geometry: s.geo,
 			Params: ringoram.Params{Z: opts.Z, S: opts.S}, Layout: ringoram.Layout{Prefix: TreePrefix(t)},
 			ValueSize: env.ValueSize, CachedLevels: cachedLevels(opts.CachedLevels, s.geo.L), Seed: new(seeds()),
 			ReadAhead: w.readAhead, WriteAhead: w.writeAhead})
 		if err != nil {
 			return nil, fmt.Errorf("treebeard: %w", err)
 		}
-		injectTreeLeak(opts.TestingKnobs.Leak, w.tree)
+		injectTreeLeak(opts.TestingKnobs.Leak, w.tree.Tree)
 		owner := orams[t%len(orams)]
 		owner.workers[t] = w
 		s.workers = append(s.workers, w)
