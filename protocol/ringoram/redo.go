@@ -129,16 +129,16 @@ func (d *Driver) Redo(ctx context.Context, p Plan, c Change) error {
 	if err != nil {
 		return err
 	}
-	if !SameChange(w.Change, c) {
+	if !sameChange(w.Change, c) {
 		return fmt.Errorf("ringoram: the operation run again under its plan changed the tree otherwise than its record says")
 	}
 	return nil
 }
 
-// SameChange reports whether a and b change the same buckets to the same
+// sameChange reports whether a and b change the same buckets to the same
 // versions and move the same blocks (values of placed and top blocks
 // aside).
-func SameChange(a, b Change) bool {
+func sameChange(a, b Change) bool {
 	return a.Evicted == b.Evicted && slices.Equal(a.Buckets, b.Buckets) &&
 		slices.EqualFunc(a.Taken, b.Taken, func(x, y tree.Block) bool { return x.ID == y.ID }) &&
 		slices.EqualFunc(a.Lifted, b.Lifted, func(x, y tree.Block) bool { return x.ID == y.ID }) &&
