@@ -90,6 +90,12 @@ func recordTreeRun(t *testing.T) (machineRecord, func() machine) {
 	fb.on.Store(true)
 	runClients(t, s, 8, 60)
 	fb.on.Store(false)
+	w.mu.Lock()
+	st := w.tree.Stats()
+	w.mu.Unlock()
+	if st.Reshuffles == 0 || st.Evictions == 0 {
+		t.Fatalf("tree 0 reshuffled %d buckets early and evicted %d times in the run; want some of each", st.Reshuffles, st.Evictions)
+	}
 	closeAll(t, s, j)
 	w.mu.Lock()
 	rec.final = w.m.image()
