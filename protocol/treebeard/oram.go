@@ -52,7 +52,8 @@ func (o *ORAM) worker(t int) (*treeWorker, Status) {
 
 // Admin runs the store's operations on one of the shard's trees
 // (AdminState, AdminInit, AdminRestore, AdminStats), while the tree is
-// idle for the first three. Copies of a message run one after the other.
+// idle for the first three; they read and change the tree's machine
+// under the worker's lock. Copies of a message run one after the other.
 func (o *ORAM) Admin(m AdminMsg) AdminReply {
 	w, st := o.worker(m.Tree)
 	if st.Code != CodeOK {
@@ -65,10 +66,16 @@ func (o *ORAM) Admin(m AdminMsg) AdminReply {
 		if err := w.tree.Flush(context.Background()); err != nil {
 			return AdminReply{Status: statusOf(err)}
 		}
+		w.mu.Lock()
+		defer w.mu.Unlock()
 		return AdminReply{State: TreeSnapshot{Tree: w.tree.State(), Reads: w.core.reads, Evictions: w.core.evictions}}
 	case AdminInit:
+		w.mu.Lock()
+		defer w.mu.Unlock()
 		return AdminReply{Status: statusOf(w.tree.Init(context.Background(), m.Placed))}
 	case AdminRestore:
+		w.mu.Lock()
+		defer w.mu.Unlock()
 		if err := w.tree.Restore(m.State.Tree); err != nil {
 			return AdminReply{Status: statusOf(fmt.Errorf("%w: tree %d: %v", kv.ErrMismatch, m.Tree, err))}
 		}
