@@ -2,170 +2,108 @@ package ringoram
 
 import (
 	"cmp"
-	"context"
-	"fmt"
 	"slices"
 
 	"github.com/oblivkv/oblivkv/protocol/tree"
 )
 
-// ReadEvict is a multi-path read (ReadPaths) followed by an eviction of
-// the next k paths (Evict), in one round trip: its two slot Reads go to
-// storage together (backend.Pipeline), then ONE atomic Write holds both.
-// The calls are those of ReadPaths, except that its slot Read is followed
-// by the eviction's, and:
-//
-//   - the eviction's Read takes Z slots of each bucket of its union as
-//     Evict does, from what the multi-path read left: a bucket both read
-//     and evicted gives the multi-path read its min(c, Z) slots and the
-//     eviction Z others;
-//   - a bucket of the eviction's union is never reshuffled early: the
-//     eviction rewrites it in the same Write;
-//   - the Write holds the metadata of every bucket of both unions, and all
-//     the slots of the buckets reshuffled and of the eviction's union.
-//
-// Both unions depend only on the leaves read and on k, as each
-// operation's does alone, so storage learns what it would from the two
-// one after the other, in one round trip instead of two (Treebeard Sec.
-// 5.3: the eviction follows the read it is owed after, and nothing
-// between them reaches storage). The eviction places the blocks offered
-// and those it reads, not the blocks the multi-path read takes out: those
-// go to their requests, and to a later eviction. k = 0 is ReadPaths;
-// no reqs is Evict; neither does nothing. It returns ReadPaths' results
-// and Evict's placements.
-func (t *Tree) ReadEvict(ctx context.Context, reqs []PathRead, k int, blocks []Block) ([]ReadResult, []int64, error) {
-	results, where, _, err := t.readEvict(ctx, reqs, k, blocks)
-	return results, where, err
+// access is an operation planned before any slot is read: which slots
+// its Reads take and what it will rewrite. Indices are into Union, the
+// buckets below the top of the read's and the eviction's paths. Its
+// fields are exported for the Tree's image (image.go).
+type access struct {
+	K       int // paths evicted
+	ReadN   int // buckets of the read's paths below the top
+	Union   []uint64
+	Metas   []meta // the metadata as the operation leaves it
+	Checked []meta // the metadata the slots read are checked against
+	Results []ReadResult
+	Taken   []tree.Block // blocks of the read taken out so far
+	Hits    int          // of them, from the top
+	Top     []TopBucket  // top buckets the read took blocks from, as it leaves them
+
+	Reads   []slotRead // the multi-path read's slots
+	Owner   []int32    // per read: the request it serves, or -1
+	Due     []int      // buckets reshuffled early
+	Shuffle []slotRead // Z slots of each bucket due
+	Evicted []uint64   // the eviction's paths' buckets, top included
+	Evict   []int      // the eviction's buckets below the top
+	EvReads []slotRead // Z slots of each of them
 }
 
-// readEvict is ReadEvict, returning the operation's Change too.
-func (t *Tree) readEvict(ctx context.Context, reqs []PathRead, k int, blocks []Block) ([]ReadResult, []int64, Change, error) {
+// paths plans what an operation reads before its metadata is known: the
+// blocks the top levels serve (takeTop) and the union of the read's and
+// the eviction's paths below the top.
+func (t *Tree) paths(reqs []PathRead, k int) *access {
+	op := &access{K: k, Results: make([]ReadResult, len(reqs))}
+	op.Taken, op.Top, _ = t.takeTop(reqs, op.Results)
+	op.Hits = len(op.Taken)
 	leaves := make([]uint64, len(reqs))
 	for i, r := range reqs {
-		if r.Leaf >= t.g.Leaves() {
-			return nil, nil, Change{}, fmt.Errorf("ringoram: read of leaf %d in a tree of %d leaves", r.Leaf, t.g.Leaves())
-		}
 		leaves[i] = r.Leaf
 	}
-	if k < 0 {
-		return nil, nil, Change{}, fmt.Errorf("ringoram: eviction of %d paths", k)
-	}
-	if len(reqs) == 0 && k == 0 {
-		return nil, nil, Change{}, nil
-	}
-	if err := t.checkBlocks(blocks); err != nil {
-		return nil, nil, Change{}, err
-	}
-	if err := t.begin(ctx, Plan{Reads: reqs, Evict: k}); err != nil {
-		return nil, nil, Change{}, err
-	}
-	op, err := t.plan(ctx, reqs, leaves, k)
-	if err != nil {
-		return nil, nil, Change{}, err
-	}
-	got, err := t.readSlotLists(ctx, op.union, op.checked, op.lists())
-	if err != nil {
-		return nil, nil, Change{}, err
-	}
-	results := op.answer(got[0])
-	where, c, ws, err := t.rewrites(op, got, blocks)
-	if err != nil {
-		return nil, nil, Change{}, err
-	}
-	if err := t.writeChange(ctx, ws, &c); err != nil {
-		return nil, nil, Change{}, err
-	}
-	t.count(op, len(reqs), k)
-	return results, where, c, nil
-}
-
-// access is an operation planned before any slot is read: which slots
-// its Reads take and what it will rewrite. Indices are into union, the
-// buckets below the top of the read's and the eviction's paths.
-type access struct {
-	k       int // paths evicted
-	readN   int // buckets of the read's paths below the top
-	union   []uint64
-	metas   []meta // the metadata as the operation leaves it
-	checked []meta // the metadata the slots read are checked against
-	results []ReadResult
-	taken   []tree.Block // blocks of the read taken out so far
-	hits    int          // of them, from the top
-	top     []TopBucket  // top buckets the read took blocks from, as it leaves them
-
-	reads   []slotRead // the multi-path read's slots
-	owner   []int32    // per read: the request it serves, or -1
-	due     []int      // buckets reshuffled early
-	shuffle []slotRead // Z slots of each bucket due
-	evicted []uint64   // the eviction's paths' buckets, top included
-	evict   []int      // the eviction's buckets below the top
-	evReads []slotRead // Z slots of each of them
-}
-
-// plan chooses every slot the operation reads: the multi-path read's
-// (pathSlots), the early reshuffles' and the eviction's (realSlotsOf),
-// from metadata read first where the Tree has no copy.
-func (t *Tree) plan(ctx context.Context, reqs []PathRead, leaves []uint64, k int) (*access, error) {
-	op := &access{k: k, results: make([]ReadResult, len(reqs))}
-	var claimed map[tree.BlockID]bool
-	op.taken, op.top, claimed = t.takeTop(reqs, op.results)
-	op.hits = len(op.taken)
 	_, read := t.top.split(t.g.Union(leaves, nil))
-	op.readN = len(read)
+	op.ReadN = len(read)
 	var evict []uint64
 	if k > 0 {
-		op.evicted = t.g.Union(t.EvictionLeaves(k), nil)
-		_, evict = t.top.split(op.evicted)
+		op.Evicted = t.g.Union(t.EvictionLeaves(k), nil)
+		_, evict = t.top.split(op.Evicted)
 	}
-	op.union = mergeSorted(read, evict)
-	metas, err := t.readMeta(ctx, op.union)
-	if err != nil {
-		return nil, err
-	}
-	op.reads, op.owner = t.pathSlots(reqs, op.union, metas, claimed)
-	op.checked = t.copyMetas(metas)
-	for _, r := range op.reads {
-		metas[r.i].consume(r.slot)
-	}
-	op.metas = metas
+	op.Union = mergeSorted(read, evict)
 	for _, b := range evict {
-		op.evict = append(op.evict, index(op.union, b))
+		op.Evict = append(op.Evict, index(op.Union, b))
 	}
+	return op
+}
+
+// slots chooses every slot the operation reads once the metadata of its
+// union is known: the multi-path read's (pathSlots), the early
+// reshuffles' and the eviction's (realSlotsOf).
+func (t *Tree) slots(op *access, reqs []PathRead, metas []meta) {
+	claimed := map[tree.BlockID]bool{} // the blocks the top served
+	for _, b := range op.Taken {
+		claimed[b.ID] = true
+	}
+	op.Reads, op.Owner = t.pathSlots(reqs, op.Union, metas, claimed)
+	op.Checked = t.copyMetas(metas)
+	for _, r := range op.Reads {
+		metas[r.I].consume(r.Slot)
+	}
+	op.Metas = metas
 	for _, i := range t.due(metas) {
-		if !slices.Contains(op.evict, i) {
-			op.due = append(op.due, i)
+		if !slices.Contains(op.Evict, i) {
+			op.Due = append(op.Due, i)
 		}
 	}
-	op.shuffle = t.realSlotsOf(op.union, metas, op.due)
-	op.evReads = t.realSlotsOf(op.union, metas, op.evict)
-	return op, nil
+	op.Shuffle = t.realSlotsOf(op.Union, metas, op.Due)
+	op.EvReads = t.realSlotsOf(op.Union, metas, op.Evict)
 }
 
 // lists returns the operation's slot Reads: the multi-path read's slots
 // and then its reshuffles', and the eviction's, each when there is one.
 func (op *access) lists() [][]slotRead {
 	var lists [][]slotRead
-	if len(op.results) > 0 {
-		lists = append(lists, slices.Concat(op.reads, op.shuffle))
+	if len(op.Results) > 0 {
+		lists = append(lists, slices.Concat(op.Reads, op.Shuffle))
 	}
-	if len(op.evict) > 0 {
-		lists = append(lists, op.evReads)
+	if len(op.Evict) > 0 {
+		lists = append(lists, op.EvReads)
 	}
 	return lists
 }
 
 // answer hands each request the block its slot held.
 func (op *access) answer(got []tree.Block) []ReadResult {
-	if len(op.results) == 0 {
+	if len(op.Results) == 0 {
 		return nil
 	}
-	for j := range op.reads {
-		if op.owner[j] >= 0 {
-			op.results[op.owner[j]] = ReadResult{Block: got[j], Found: true}
-			op.taken = append(op.taken, got[j])
+	for j := range op.Reads {
+		if op.Owner[j] >= 0 {
+			op.Results[op.Owner[j]] = ReadResult{Block: got[j], Found: true}
+			op.Taken = append(op.Taken, got[j])
 		}
 	}
-	return op.results
+	return op.Results
 }
 
 // rewrites plans the operation's Write from the slots read (got, as
@@ -174,35 +112,35 @@ func (op *access) answer(got []tree.Block) []ReadResult {
 // the blocks placed in them (place). It returns where each block offered
 // went and the operation's Change.
 func (t *Tree) rewrites(op *access, got [][]tree.Block, blocks []Block) ([]int64, Change, []bucketWrite, error) {
-	c := Change{Taken: op.taken, Top: op.top}
+	c := Change{Taken: op.Taken, Top: op.Top}
 	var shuffled []tree.Block
-	if len(op.results) > 0 {
-		shuffled = got[0][len(op.reads):]
+	if len(op.Results) > 0 {
+		shuffled = got[0][len(op.Reads):]
 	}
-	kept := t.keptBlocks(op.union, op.metas, op.due, op.shuffle, shuffled)
-	ws := t.reshuffle(op.union, op.metas, op.due, kept)
-	if len(op.evict) == 0 {
+	kept := t.keptBlocks(op.Union, op.Metas, op.Due, op.Shuffle, shuffled)
+	ws := t.reshuffle(op.Union, op.Metas, op.Due, kept)
+	if len(op.Evict) == 0 {
 		return nil, c, ws, nil
 	}
-	top, _ := t.top.split(op.evicted)
-	inTop := t.topAfter(top, op.top)
-	read := t.keptBlocks(op.union, op.metas, op.evict, op.evReads, got[len(got)-1])
-	contents, where, err := t.place(op.evicted, slices.Concat(inTop, read), blocks)
+	top, _ := t.top.split(op.Evicted)
+	inTop := t.topAfter(top, op.Top)
+	read := t.keptBlocks(op.Union, op.Metas, op.Evict, op.EvReads, got[len(got)-1])
+	contents, where, err := t.place(op.Evicted, slices.Concat(inTop, read), blocks)
 	if err != nil {
 		return nil, c, nil, err
 	}
 	n := t.p.slots()
-	slots := make([]*tree.Block, len(op.evict)*n)
-	for j, i := range op.evict {
-		ws[i] = t.rewrite(op.union[i], &op.metas[i], contents[len(top)+j], slots[j*n:(j+1)*n])
+	slots := make([]*tree.Block, len(op.Evict)*n)
+	for j, i := range op.Evict {
+		ws[i] = t.rewrite(op.Union[i], &op.Metas[i], contents[len(top)+j], slots[j*n:(j+1)*n])
 	}
-	c.Evicted = op.k
+	c.Evicted = op.K
 	for j, b := range where {
 		if b >= 0 {
 			c.Placed = append(c.Placed, Placement{ID: blocks[j].Block.ID, Bucket: uint64(b), Leaf: blocks[j].Leaf, Value: blocks[j].Block.Value})
 		}
 	}
-	c.Top = mergeTop(op.top, t.topWrites(top, contents[:len(top)]))
+	c.Top = mergeTop(op.Top, t.topWrites(top, contents[:len(top)]))
 	c.Lifted = lifted(contents[:len(top)], read)
 	return where, c, ws, nil
 }
@@ -232,13 +170,13 @@ func lifted(top, read [][]Block) []tree.Block {
 // counter.
 func (t *Tree) count(op *access, reads, k int) {
 	t.evictions += uint64(k)
-	t.stats.BucketsWritten += uint64(len(op.due) + len(op.evict))
-	t.stats.Reshuffles += uint64(len(op.due))
+	t.stats.BucketsWritten += uint64(len(op.Due) + len(op.Evict))
+	t.stats.Reshuffles += uint64(len(op.Due))
 	if reads > 0 {
-		t.stats.CachedHits += uint64(op.hits)
+		t.stats.CachedHits += uint64(op.Hits)
 		t.stats.PathReads += uint64(reads)
 		t.stats.MultiReads++
-		t.stats.BucketsRead += uint64(op.readN)
+		t.stats.BucketsRead += uint64(op.ReadN)
 	}
 	if k > 0 {
 		t.stats.Evictions++

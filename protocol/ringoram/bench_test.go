@@ -12,8 +12,8 @@ import (
 
 // benchTree is an empty tree of 2^13 leaves with 1 KiB values (an
 // eviction of 200 paths rewrites about 1,500 buckets).
-func benchTree(b *testing.B) *Tree {
-	tr, err := NewTree(Config{Backend: mem.New(), Keys: kvtest.NewKeys(b), Geometry: tree.Geometry{L: 13},
+func benchTree(b *testing.B) *Driver {
+	tr, err := NewDriver(Config{Backend: mem.New(), Keys: kvtest.NewKeys(b), Geometry: tree.Geometry{L: 13},
 		Params: Params{Z: PaperZ, S: PaperS}, Layout: Layout{Prefix: "b/"}, ValueSize: 1024})
 	if err != nil {
 		b.Fatal(err)

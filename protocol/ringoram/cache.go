@@ -40,6 +40,12 @@ func (c *metaCache) put(bucket uint64, m *meta) {
 	c.known[bucket] = true
 }
 
+// putPlain keeps plain, a record's plaintext, as bucket's record.
+func (c *metaCache) putPlain(bucket uint64, plain []byte) {
+	copy(c.record(bucket), plain)
+	c.known[bucket] = true
+}
+
 // forget drops bucket's record: storage holds a newer one (recovery).
 func (c *metaCache) forget(bucket uint64) { c.known[bucket] = false }
 

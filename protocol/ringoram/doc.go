@@ -20,15 +20,22 @@
 // metadata Read), the eviction counter, and the copies the caller
 // declared stale (Forget). It never holds a position map
 // or a stash: which leaf a block is mapped to and which blocks wait for
-// eviction are the caller's (an ORAM shard). A Tree is not safe for
-// concurrent use: its owner is its only reader and writer. Each
-// operation's random choices come from a seed of its own, handed to the
-// owner in a Plan before any slot is read (Config.ReadAhead), so an
-// operation a crash cut short can run again reading the same slots
-// (Resume), and each operation's Change goes to the owner before its
-// Write (Config.WriteAhead), so that an owner that journals Changes and
-// not Writes can find out after a crash whether a Write reached storage
-// and, if not, run its operation again and write it (Landed, Redo).
+// eviction are the caller's (an ORAM shard). A Tree is a deterministic
+// machine: it never calls a backend, reads a clock or starts a goroutine.
+// Each operation runs as steps (step.go) whose outputs name the Reads
+// and the Write to issue and whose inputs are what storage returned,
+// opened; its random choices come from a seed of its own, in its Plan,
+// and its whole state, an operation in progress included, is an Image.
+// A Driver runs a Tree on a backend: it issues the I/O, opens what
+// storage returns, seals what the Tree writes (with fresh nonces), and
+// hands each operation's Plan to its owner before any slot is read
+// (Config.ReadAhead), so an operation a crash cut short can run again
+// reading the same slots (Resume), and each operation's Change before
+// its Write (Config.WriteAhead), so that an owner that journals Changes
+// and not Writes can find out after a crash whether a Write reached
+// storage and, if not, run its operation again and write it (Landed,
+// Redo). A Tree and its Driver are not safe for concurrent use: their
+// owner is their only reader and writer.
 //
 // Every slot, real or dummy, is sealed by tree.Codec bound to its bucket's
 // address, its slot index and the bucket's slot version, so dummies and

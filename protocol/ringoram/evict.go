@@ -44,11 +44,11 @@ type Block struct {
 // are dropped. On any error the Tree's state is unchanged (with
 // Config.WriteAhead, once the hook has returned the eviction is committed,
 // and a failed Write is issued again before the next operation).
-func (t *Tree) Evict(ctx context.Context, k int, blocks []Block) ([]int64, error) {
+func (d *Driver) Evict(ctx context.Context, k int, blocks []Block) ([]int64, error) {
 	if k < 1 {
 		return nil, fmt.Errorf("ringoram: eviction of %d paths", k)
 	}
-	_, where, err := t.ReadEvict(ctx, nil, k, blocks)
+	_, where, err := d.ReadEvict(ctx, nil, k, blocks)
 	return where, err
 }
 
@@ -58,8 +58,8 @@ func (t *Tree) checkBlocks(blocks []Block) error {
 		if b.Leaf >= t.g.Leaves() {
 			return fmt.Errorf("ringoram: block for leaf %d in a tree of %d leaves", b.Leaf, t.g.Leaves())
 		}
-		if len(b.Block.Value) > t.codec.ValueSize() {
-			return fmt.Errorf("ringoram: %d-byte value, value size %d", len(b.Block.Value), t.codec.ValueSize())
+		if len(b.Block.Value) > t.valueSize {
+			return fmt.Errorf("ringoram: %d-byte value, value size %d", len(b.Block.Value), t.valueSize)
 		}
 	}
 	return nil

@@ -27,7 +27,7 @@ type fixture struct {
 	mem  *mem.Backend
 	log  *observe.MemoryLog
 	cfg  Config
-	tr   *Tree
+	tr   *Driver
 	r    *rand.Rand
 	aud  *auditor
 	seen int // records already audited
@@ -54,7 +54,7 @@ func newTopFixture(t testing.TB, L int, p Params, seed uint64, top int, lk leak)
 		Backend: observe.NewTap(m, log), Keys: kvtest.NewKeys(t), Geometry: tree.Geometry{L: L},
 		Params: p, Layout: testLayout, ValueSize: 32, Seed: &random.Seed{byte(seed), byte(seed >> 8), 1}, CachedLevels: top,
 	}
-	tr, err := NewTree(cfg)
+	tr, err := NewDriver(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -220,7 +220,7 @@ func (f *fixture) note(before map[uint64]meta) {
 // restart makes it: with no copy of any bucket's metadata.
 func (f *fixture) restart() {
 	f.t.Helper()
-	tr, err := NewTree(f.cfg)
+	tr, err := NewDriver(f.cfg)
 	if err != nil {
 		f.t.Fatal(err)
 	}
@@ -241,7 +241,7 @@ func (f *fixture) peek(bucket uint64) meta {
 		f.t.Fatal(err)
 	}
 	m := f.tr.newMetas(1)[0]
-	if err := f.tr.openMeta(&m, bucket, addr, vals[0], &metaScratch{}); err != nil {
+	if err := f.tr.openMeta(&m, bucket, addr, vals[0]); err != nil {
 		f.t.Fatal(err)
 	}
 	return m

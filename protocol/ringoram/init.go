@@ -18,12 +18,13 @@ import (
 // bucket; each batch is atomic, the whole is not. The versions of the
 // buckets of each written batch advance, so a failed Init leaves a tree
 // to Init again, never two contents under one version.
-func (t *Tree) Init(ctx context.Context, placed [][]Block) error {
+func (d *Driver) Init(ctx context.Context, placed [][]Block) error {
+	t := d.Tree
 	nb := t.g.Buckets()
 	if err := t.checkPlaced(placed); err != nil {
 		return err
 	}
-	if err := t.settle(ctx); err != nil {
+	if err := d.settle(ctx); err != nil {
 		return err
 	}
 	top := newTopCache(t.top.levels, t.g.L)
@@ -33,10 +34,10 @@ func (t *Tree) Init(ctx context.Context, placed [][]Block) error {
 		}
 	}
 	t.top = top
-	per := uint64(max(1, tree.DefaultBatchBytes/t.bucketBytes()))
+	per := uint64(max(1, tree.DefaultBatchBytes/d.bucketBytes()))
 	for lo := uint64(len(top.blocks)); lo < nb; lo += per {
-		ws := t.initWrites(lo, min(nb, lo+per), placed)
-		if err := t.write(ctx, ws); err != nil {
+		ws := t.exportWrites(t.initWrites(lo, min(nb, lo+per), placed))
+		if err := d.write(ctx, ws); err != nil {
 			t.forgetCopies(ws)
 			return err
 		}
@@ -56,8 +57,8 @@ func (t *Tree) checkPlaced(placed [][]Block) error {
 			return fmt.Errorf("ringoram: Init with %d blocks in bucket %d; Z is %d", len(blocks), b, t.p.Z)
 		}
 		for _, blk := range blocks {
-			if len(blk.Block.Value) > t.codec.ValueSize() {
-				return fmt.Errorf("ringoram: %d-byte value, value size %d", len(blk.Block.Value), t.codec.ValueSize())
+			if len(blk.Block.Value) > t.valueSize {
+				return fmt.Errorf("ringoram: %d-byte value, value size %d", len(blk.Block.Value), t.valueSize)
 			}
 			if !t.g.OnPath(uint64(b), blk.Leaf) {
 				return fmt.Errorf("ringoram: Init with a block of leaf %d in bucket %d, off its path", blk.Leaf, b)
@@ -68,9 +69,9 @@ func (t *Tree) checkPlaced(placed [][]Block) error {
 }
 
 // bucketBytes is the size of a bucket's items in a write.
-func (t *Tree) bucketBytes() int {
-	return t.p.slots()*(t.codec.SlotSize()+len(t.l.SlotAddr(0, 0))) +
-		metaPlainSize(t.p.Z) + t.keys.Overhead() + len(t.l.MetaAddr(0))
+func (d *Driver) bucketBytes() int {
+	return d.p.slots()*(d.codec.SlotSize()+len(d.l.SlotAddr(0, 0))) +
+		metaPlainSize(d.p.Z) + d.keys.Overhead() + len(d.l.MetaAddr(0))
 }
 
 // initWrites lays out buckets lo..hi-1 afresh.

@@ -137,3 +137,25 @@ func randomBit(r *rand.Rand, mask uint64) uint8 {
 	}
 	return uint8(bits.TrailingZeros64(mask))
 }
+
+// newMetas returns n metadata records with room for Z entries each.
+func (t *Tree) newMetas(n int) []meta {
+	metas := make([]meta, n)
+	entries := make([]entry, n*t.p.Z)
+	for i := range metas {
+		metas[i].Entries = entries[i*t.p.Z : (i+1)*t.p.Z : (i+1)*t.p.Z]
+	}
+	return metas
+}
+
+// copyMetas returns a copy of metas that shares no entries with them.
+func (t *Tree) copyMetas(metas []meta) []meta {
+	out := t.newMetas(len(metas))
+	for i, m := range metas {
+		entries := out[i].Entries
+		copy(entries, m.Entries)
+		out[i] = m
+		out[i].Entries = entries
+	}
+	return out
+}

@@ -3,8 +3,6 @@ package ringoram
 import (
 	"context"
 	"errors"
-	"math/rand/v2"
-	"slices"
 
 	"github.com/oblivkv/oblivkv/random"
 )
@@ -46,24 +44,4 @@ func (t *Tree) Planned(p Plan) {
 	if random.Draw(&next) == p.Seed {
 		*t.seeds = next
 	}
-}
-
-// begin starts an operation of plan p: its choices are drawn from a fresh
-// seed, or from the seed of the plan Resume was given, and the plan is
-// recorded (Config.ReadAhead) before anything is read.
-func (t *Tree) begin(ctx context.Context, p Plan) error {
-	if r := t.resume; r != nil {
-		t.resume = nil
-		if r.Evict != p.Evict || !slices.Equal(r.Reads, p.Reads) {
-			return errNotResumed
-		}
-		p.Seed = r.Seed
-	} else {
-		p.Seed = random.Draw(t.seeds)
-	}
-	t.rng = rand.New(random.New(p.Seed))
-	if t.readAhead == nil || t.redoing {
-		return nil
-	}
-	return t.readAhead(ctx, p)
 }

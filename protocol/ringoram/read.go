@@ -55,11 +55,11 @@ type ReadResult struct {
 // any error the Tree's state is unchanged (with Config.WriteAhead, once
 // the hook has returned the read is committed, and a failed Write is
 // issued again before the next operation).
-func (t *Tree) ReadPaths(ctx context.Context, reqs []PathRead) ([]ReadResult, error) {
+func (d *Driver) ReadPaths(ctx context.Context, reqs []PathRead) ([]ReadResult, error) {
 	if len(reqs) == 0 {
 		return nil, nil
 	}
-	results, _, err := t.ReadEvict(ctx, reqs, 0, nil)
+	results, _, err := d.ReadEvict(ctx, reqs, 0, nil)
 	return results, err
 }
 
@@ -111,7 +111,7 @@ func (t *Tree) pathSlots(reqs []PathRead, union []uint64, metas []meta, claimed 
 					o = so.owner
 				}
 			}
-			reads, owner = append(reads, slotRead{i: int32(i), slot: slot}), append(owner, o)
+			reads, owner = append(reads, slotRead{I: int32(i), Slot: slot}), append(owner, o)
 		}
 	}
 	return reads, owner

@@ -22,27 +22,42 @@ import (
 // Writes land in order: anything else is tampering. The records read that are at the
 // versions the Tree expects are kept (metaCache), so a Redo from this
 // state reads no metadata again.
-func (t *Tree) Landed(ctx context.Context, c Change) (bool, error) {
-	if len(c.Buckets) == 0 {
-		return true, nil
+func (d *Driver) Landed(ctx context.Context, c Change) (bool, error) {
+	buckets, err := d.LandedReads(c)
+	if err != nil || len(buckets) == 0 {
+		return err == nil, err
 	}
-	addrs := make([]string, len(c.Buckets))
-	for i, bv := range c.Buckets {
-		if bv.Bucket >= t.g.Buckets() || t.top.holds(bv.Bucket) {
-			return false, fmt.Errorf("ringoram: a change of bucket %d, outside the tree's storage", bv.Bucket)
-		}
-		addrs[i] = t.l.MetaAddr(bv.Bucket)
-	}
-	vals, err := t.read(ctx, addrs)
+	plains, err := d.ReadMetas(ctx, buckets)
 	if err != nil {
 		return false, err
 	}
-	metas := t.newMetas(len(addrs))
-	var sc metaScratch
+	return d.LearnLanded(c, plains)
+}
+
+// LandedReads returns the buckets whose metadata tells whether the Write
+// of c landed (Landed): those c wrote, none below the top.
+func (t *Tree) LandedReads(c Change) ([]uint64, error) {
+	out := make([]uint64, len(c.Buckets))
+	for i, bv := range c.Buckets {
+		if bv.Bucket >= t.g.Buckets() || t.top.holds(bv.Bucket) {
+			return nil, fmt.Errorf("ringoram: a change of bucket %d, outside the tree's storage", bv.Bucket)
+		}
+		out[i] = bv.Bucket
+	}
+	return out, nil
+}
+
+// LearnLanded takes the plaintexts of the metadata records LandedReads
+// named and reports whether the Write of c landed (Landed).
+func (t *Tree) LearnLanded(c Change, plains [][]byte) (bool, error) {
+	if len(plains) != len(c.Buckets) {
+		return false, fmt.Errorf("ringoram: %d metadata records for %d buckets", len(plains), len(c.Buckets))
+	}
+	metas := t.newMetas(len(plains))
 	later := 0
 	for i, bv := range c.Buckets {
-		if err := t.decodeMeta(&metas[i], bv.Bucket, addrs[i], vals[i], &sc); err != nil {
-			return false, err
+		if err := metas[i].parse(plains[i], t.p, t.g, bv.Bucket); err != nil {
+			return false, fmt.Errorf("ringoram: metadata of bucket %d: %w", bv.Bucket, err)
 		}
 		if metas[i].Version >= bv.Version {
 			later++
@@ -102,19 +117,19 @@ func (t *Tree) ResolveTop(c *Change) error {
 // they did, and the Write is issued at once, without the hooks. It fails
 // if the operation does not make c again (c's top buckets compared by
 // their blocks' IDs and leaves).
-func (t *Tree) Redo(ctx context.Context, p Plan, c Change) error {
+func (d *Driver) Redo(ctx context.Context, p Plan, c Change) error {
 	blocks := make([]Block, len(c.Placed))
 	for i, pl := range c.Placed {
 		blocks[i] = Block{Block: tree.Block{ID: pl.ID, Value: pl.Value}, Leaf: pl.Leaf}
 	}
-	t.Resume(p)
-	t.redoing = true
-	defer func() { t.redoing = false }()
-	_, _, got, err := t.readEvict(ctx, p.Reads, p.Evict, blocks)
+	d.Resume(p)
+	d.redoing = true
+	defer func() { d.redoing = false }()
+	w, err := d.readEvict(ctx, p.Reads, p.Evict, blocks)
 	if err != nil {
 		return err
 	}
-	if !sameChange(got, c) {
+	if !sameChange(w.Change, c) {
 		return fmt.Errorf("ringoram: the operation run again under its plan changed the tree otherwise than its record says")
 	}
 	return nil

@@ -61,7 +61,7 @@ func redoMakesTheWriteAgain(t *testing.T, landed bool) {
 		want := f.tr.State()
 		// The process dies: a new tree from the state the operation
 		// started from, and the Change as a journal keeps it.
-		tr, err := NewTree(f.cfg)
+		tr, err := NewDriver(f.cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -148,7 +148,7 @@ func TestRestoredTreeRunsAlike(t *testing.T) {
 		results []ReadResult
 		where   []int64
 	}
-	run := func(tr *Tree, ins []input) []output {
+	run := func(tr *Driver, ins []input) []output {
 		var out []output
 		tr.readAhead = func(_ context.Context, p Plan) error { out = append(out, output{plan: p}); return nil }
 		for _, in := range ins {
@@ -167,7 +167,7 @@ func TestRestoredTreeRunsAlike(t *testing.T) {
 	want := run(f.tr, inputs[10:])
 	cfg := f.cfg
 	cfg.Backend, cfg.Seed = copied, nil // a tree of fresh seeds, then restored
-	tr, err := NewTree(cfg)
+	tr, err := NewDriver(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -57,7 +57,7 @@ func TestNewTreeValidates(t *testing.T) {
 	for _, p := range []Params{{0, 6}, {1, 0}, {4, 61}, {-1, 6}} {
 		cfg := f.cfg
 		cfg.Params = p
-		if _, err := NewTree(cfg); err == nil {
+		if _, err := NewDriver(cfg); err == nil {
 			t.Errorf("NewTree accepted %+v", p)
 		}
 	}
@@ -69,14 +69,14 @@ func TestNewTreeValidates(t *testing.T) {
 	} {
 		cfg := f.cfg
 		mod(&cfg)
-		if _, err := NewTree(cfg); err == nil {
+		if _, err := NewDriver(cfg); err == nil {
 			t.Errorf("NewTree accepted %+v", cfg)
 		}
 	}
 	cfg := f.cfg
 	cfg.Params, cfg.Seed = Params{Z: 4, S: 60}, nil
-	if _, err := NewTree(cfg); err != nil {
-		t.Errorf("NewTree(Z+S = 64, no Seed): %v", err)
+	if _, err := NewDriver(cfg); err != nil {
+		t.Errorf("NewDriver(Z+S = 64, no Seed): %v", err)
 	}
 	if len(f.log.Records()) != 0 {
 		t.Error("NewTree made backend calls")
@@ -637,7 +637,7 @@ func TestAbandonStopsRetries(t *testing.T) {
 func TestInit(t *testing.T) {
 	f := newFixture(t, 9, defaults, 12)
 	f.cfg.ValueSize = 1000
-	tr, err := NewTree(f.cfg)
+	tr, err := NewDriver(f.cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -682,7 +682,7 @@ func TestStateRestore(t *testing.T) {
 
 	cfg := f.cfg
 	cfg.Seed = nil
-	reopened, err := NewTree(cfg)
+	reopened, err := NewDriver(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -814,7 +814,7 @@ func changeReplays(t *testing.T, top int) {
 	if taken == 0 || placed == 0 || (top > 0) != (tops > 0) {
 		t.Fatalf("the changes took %d blocks, placed %d and changed %d top buckets: the test exercised too little", taken, placed, tops)
 	}
-	replayed, err := NewTree(f.cfg)
+	replayed, err := NewDriver(f.cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

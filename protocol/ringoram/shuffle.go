@@ -7,6 +7,21 @@ import (
 	"github.com/oblivkv/oblivkv/protocol/tree"
 )
 
+// slotRead is one slot to read: slot Slot of bucket union[I].
+type slotRead struct {
+	I    int32
+	Slot uint8
+}
+
+// bucketWrite is one bucket of a Write as a rewrite plans it: its new
+// metadata and, for a full rewrite, the block of each of its Z+S slots
+// (nil for a dummy).
+type bucketWrite struct {
+	bucket uint64
+	meta   *meta
+	slots  []*tree.Block // nil: metadata only
+}
+
 // realSlots appends to dst the Z slots Ring ORAM's ReadBucket reads from
 // bucket union[i] before rewriting it (an eviction or an early reshuffle,
 // Sec. 2): the slots of its live real blocks, padded with uniformly random
@@ -26,7 +41,7 @@ func (t *Tree) realSlots(dst []slotRead, bucket uint64, m *meta, i int32) []slot
 		taken |= 1 << randomBit(t.rng, m.Valid&^taken)
 	}
 	for ; taken != 0; taken &= taken - 1 {
-		dst = append(dst, slotRead{i: i, slot: uint8(bits.TrailingZeros64(taken))})
+		dst = append(dst, slotRead{I: i, Slot: uint8(bits.TrailingZeros64(taken))})
 	}
 	return dst
 }
@@ -50,7 +65,7 @@ func (t *Tree) keptBlocks(union []uint64, metas []meta, idx []int, reads []slotR
 	for j, i := range idx {
 		kept := all[j*z : j*z : (j+1)*z]
 		for x := j * z; x < (j+1)*z; x++ {
-			if e := metas[i].entryAt(reads[x].slot); e != nil && t.live(union[i], *e) {
+			if e := metas[i].entryAt(reads[x].Slot); e != nil && t.live(union[i], *e) {
 				kept = append(kept, Block{Block: blocks[x], Leaf: e.Leaf})
 			}
 		}

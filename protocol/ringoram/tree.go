@@ -2,11 +2,9 @@ package ringoram
 
 import (
 	"cmp"
-	"errors"
 	"fmt"
 	"math/rand/v2"
 	"slices"
-	"sync"
 
 	"github.com/oblivkv/oblivkv/backend"
 	"github.com/oblivkv/oblivkv/protocol/tree"
@@ -45,7 +43,9 @@ func (p Params) validate() error {
 	return nil
 }
 
-// Config configures a Tree.
+// Config configures a Tree and the Driver that runs it on storage.
+// Backend, Keys, ReadAhead and WriteAhead are the Driver's: a Tree does
+// no I/O.
 type Config struct {
 	Backend   backend.Backend
 	Keys      *seal.Keys
@@ -67,16 +67,17 @@ type Config struct {
 	WriteAhead WriteAhead
 }
 
-// Tree is one Ring ORAM storage tree. It is not safe for concurrent use.
+// Tree is one Ring ORAM storage tree's trusted state and the steps of its
+// operations (step.go): it never calls a backend, reads a clock or starts
+// a goroutine. Its caller (a Driver, or a protocol's machine) issues the
+// I/O each step names and hands the results to the next step. It is not
+// safe for concurrent use.
 type Tree struct {
-	b     backend.Backend
-	keys  *seal.Keys
-	g     tree.Geometry
-	p     Params
-	l     Layout
-	codec *tree.Codec
-	seeds *rand.ChaCha8 // draws each operation's Plan.Seed
-	rng   *rand.Rand    // the operation in progress's choices
+	g         tree.Geometry
+	p         Params
+	l         Layout
+	valueSize int
+	seeds     *rand.ChaCha8 // draws each operation's Plan.Seed
 
 	versions  []uint64                  // per bucket: the metadata version storage must hold
 	cache     metaCache                 // the buckets' metadata as last written or read
@@ -86,14 +87,10 @@ type Tree struct {
 	stats     Stats
 	leak      leak // tests only (leak.go)
 
-	readAhead  ReadAhead
-	resume     *Plan // the plan of an operation a crash cut short (Resume)
-	writeAhead WriteAhead
-	pending    []backend.Item // a committed operation's Write not on storage yet (read, settle)
-	redoing    bool           // a Redo runs: no hook is called, its Write is issued at once
-
-	abandon     chan struct{} // closed by Abandon: slot Reads are no longer retried
-	abandonOnce sync.Once
+	resume *Plan      // the plan of an operation a crash cut short (Resume)
+	op     *operation // the operation in progress, nil when none
+	rng    *rand.Rand // the operation in progress's choices, drawn from opSrc
+	opSrc  *rand.ChaCha8
 }
 
 // Stats counts a Tree's work since it was made.
@@ -126,16 +123,14 @@ func (s *Stats) Add(o Stats) {
 	s.CachedBlocks += o.CachedBlocks
 }
 
-// NewTree returns a Tree over cfg.Backend. It validates the configuration
-// and does no I/O: a new tree must be written with Init, an existing one
-// needs its state back (Restore).
+// NewTree returns a Tree of cfg's geometry and parameters. It validates
+// them and does no I/O: a new tree must be written (Driver.Init), an
+// existing one needs its state back (Restore).
 func NewTree(cfg Config) (*Tree, error) {
 	if err := cfg.Params.validate(); err != nil {
 		return nil, err
 	}
 	switch {
-	case cfg.Backend == nil || cfg.Keys == nil:
-		return nil, errors.New("ringoram: Config needs a Backend and Keys")
 	case cfg.Geometry.L < 0 || cfg.Geometry.L > MaxLevels:
 		return nil, fmt.Errorf("ringoram: tree height %d outside 0..%d", cfg.Geometry.L, MaxLevels)
 	case cfg.ValueSize < 0:
@@ -151,26 +146,16 @@ func NewTree(cfg Config) (*Tree, error) {
 		cfg.Seed = &seed
 	}
 	seeds := random.New(*cfg.Seed)
+	opSrc := random.New(random.Draw(seeds)) // Init's choices, until an operation draws its own
 	return &Tree{
-		b: cfg.Backend, keys: cfg.Keys, g: cfg.Geometry, p: cfg.Params, l: cfg.Layout,
-		codec:      tree.NewCodec(cfg.Keys, cfg.Params.slots(), cfg.ValueSize),
-		seeds:      seeds,
-		rng:        rand.New(random.New(random.Draw(seeds))),
-		readAhead:  cfg.ReadAhead,
-		versions:   make([]uint64, cfg.Geometry.Buckets()),
-		cache:      newMetaCache(cfg.Geometry.Buckets(), cfg.Params.Z),
-		top:        newTopCache(cfg.CachedLevels, cfg.Geometry.L),
-		stale:      map[uint64][]tree.BlockID{},
-		writeAhead: cfg.WriteAhead,
-		abandon:    make(chan struct{}),
+		g: cfg.Geometry, p: cfg.Params, l: cfg.Layout, valueSize: cfg.ValueSize,
+		seeds: seeds, opSrc: opSrc, rng: rand.New(opSrc),
+		versions: make([]uint64, cfg.Geometry.Buckets()),
+		cache:    newMetaCache(cfg.Geometry.Buckets(), cfg.Params.Z),
+		top:      newTopCache(cfg.CachedLevels, cfg.Geometry.L),
+		stale:    map[uint64][]tree.BlockID{},
 	}, nil
 }
-
-// Abandon makes a slot Read that storage keeps failing give up: the
-// operation retrying it fails at its next attempt instead of waiting for
-// storage (readAgain). A store calls it when it closes. Unlike the rest of
-// the Tree, it is safe to call from any goroutine.
-func (t *Tree) Abandon() { t.abandonOnce.Do(func() { close(t.abandon) }) }
 
 // Stats returns the counters so far, and the blocks the top levels hold.
 func (t *Tree) Stats() Stats {

@@ -59,14 +59,21 @@
 // applied one at a time in the order the driver takes them, and their
 // whole state, reads in flight and replies half assembled included,
 // encodes to the same bytes whenever it is the same (routerImage,
-// stashImage). A tree's buckets are
-// ringoram.Tree's, whose every change is journaled as a ringoram.Change.
+// stashImage). So is each tree of an ORAM shard (oramMachine): its
+// inputs are the parts of epochs, the epochs' timers firing, the Stash
+// shards' blocks and answers in an eviction, the metadata and real blocks
+// storage returned (opened by the driver, never a sealed slot) and the
+// journal's acknowledgement; its outputs name the storage Reads, the
+// unsealed Write, the replies, the messages to the Stash shards and the
+// journal records (oramImage holds an operation in flight). A tree's
+// buckets are ringoram.Tree's, whose every change is journaled as a
+// ringoram.Change.
 //
 // Eviction schedule: A counts path reads of a tree, as Ring ORAM counts
 // accesses and as the paper's proof states it (App. B: "every A accesses
 // to a storage tree triggers the eviction of k deterministically chosen
 // paths"). An eviction runs with the multi-path read that brings it due,
-// in the same round trip (ringoram.Tree.ReadEvict); when one read owes
+// in the same round trip (ringoram.Driver.ReadEvict); when one read owes
 // several evictions they run as one eviction of all their paths. The
 // schedule depends only on the number of paths read, which storage sees.
 //

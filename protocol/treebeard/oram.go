@@ -26,7 +26,7 @@ type ORAM struct {
 	workers map[int]*treeWorker
 }
 
-// ReadPaths queues a Stash shard's part of an epoch for the tree it names
+// ReadPaths hands a Stash shard's part of an epoch to the tree it names
 // and waits for its results. A copy of a part gets the first copy's
 // results: the part is read once.
 func (o *ORAM) ReadPaths(m ReadPathsMsg) ReadPathsReply {
@@ -36,8 +36,8 @@ func (o *ORAM) ReadPaths(m ReadPathsMsg) ReadPathsReply {
 	}
 	w.parts.release(m.Release)
 	return w.parts.do(m.ID, func() ReadPathsReply {
-		results, err := w.read(m.ID.Epoch, m.ID.Sender.Index, m.Reads)
-		return ReadPathsReply{Results: results, Status: statusOf(err)}
+		r := w.read(m.ID.Epoch, m.ID.Sender.Index, m.Reads)
+		return ReadPathsReply{Results: r.Results, Status: r.Status}
 	})
 }
 
@@ -52,7 +52,8 @@ func (o *ORAM) worker(t int) (*treeWorker, Status) {
 
 // Admin runs the store's operations on one of the shard's trees
 // (AdminState, AdminInit, AdminRestore, AdminStats), while the tree is
-// idle for the first three. Copies of a message run one after the other.
+// idle for the first three; they read and change the tree's machine
+// under the worker's lock. Copies of a message run one after the other.
 func (o *ORAM) Admin(m AdminMsg) AdminReply {
 	w, st := o.worker(m.Tree)
 	if st.Code != CodeOK {
@@ -65,10 +66,16 @@ func (o *ORAM) Admin(m AdminMsg) AdminReply {
 		if err := w.tree.Flush(context.Background()); err != nil {
 			return AdminReply{Status: statusOf(err)}
 		}
+		w.mu.Lock()
+		defer w.mu.Unlock()
 		return AdminReply{State: TreeSnapshot{Tree: w.tree.State(), Reads: w.core.reads, Evictions: w.core.evictions}}
 	case AdminInit:
+		w.mu.Lock()
+		defer w.mu.Unlock()
 		return AdminReply{Status: statusOf(w.tree.Init(context.Background(), m.Placed))}
 	case AdminRestore:
+		w.mu.Lock()
+		defer w.mu.Unlock()
 		if err := w.tree.Restore(m.State.Tree); err != nil {
 			return AdminReply{Status: statusOf(fmt.Errorf("%w: tree %d: %v", kv.ErrMismatch, m.Tree, err))}
 		}
@@ -86,18 +93,24 @@ func (o *ORAM) Admin(m AdminMsg) AdminReply {
 // another MsgID (a copy under the same MsgID gets the first one's reply).
 var errDuplicatePart = errors.New("treebeard: a Stash shard sent its part of an epoch twice")
 
-// treeWorker runs one tree's operations in order: it drives the tree's
-// treeCore (which epochs to read, when to evict) and its ringoram.Tree
-// (the buckets and their I/O).
+// treeWorker is the driver of one tree's machine (oramMachine): it feeds
+// the machine every input as an oramEntry, one at a time in the order it
+// takes w.mu, and does what the outputs say: it answers the parts, owns
+// the epochs' timers, issues the storage Reads and Writes through the
+// tree's ringoram.Driver (which seals and opens), journals the records
+// and exchanges the eviction's messages with the Stash shards. The
+// machine's I/O runs on the worker's goroutine (run), one operation at a
+// time.
 type treeWorker struct {
 	id          int
-	tree        *ringoram.Tree
-	core        *treeCore
+	tree        *ringoram.Driver // the machine's tree, with its storage
+	core        *treeCore        // the machine's schedule
+	m           *oramMachine
 	stashes     []EvictionSource
 	trace       func(traceEvent)
 	log         *durable.Log
 	net         *netState
-	clock       clockwork.Clock // the part timeouts run on it
+	clock       clockwork.Clock // the epochs' timers run on it
 	partTimeout time.Duration   // how long an epoch waits for its last part
 
 	parts    *answered[ReadPathsReply, *ReadPathsReply]
@@ -105,17 +118,16 @@ type treeWorker struct {
 	admin    sync.Mutex // held by an AdminMsg's handling
 
 	mu      sync.Mutex
-	waiting map[partKey]*readJob       // parts of epochs not all shards sent yet
-	timers  map[uint64]clockwork.Timer // by epoch not all shards sent yet: when to give up on it
-	queue   []*readJob                 // parts of whole epochs, in the order they completed
+	waiting map[partKey]chan partReply  // parts not answered yet
+	timers  map[uint64]clockwork.Timer  // by epoch not all shards sent yet: when to give up on it
+	io      *oramOutput                 // the machine's next I/O, for run
+	ended   oramOutput                  // the output that ended the last operation
+	applied func(oramEntry, oramOutput) // tests: sees every entry and its outputs, in order
 	wake    chan struct{}
 	stopped bool
-	busy    bool       // serving jobs (a read and its evictions)
-	idle    *sync.Cond // signalled when the worker runs out of jobs
+	busy    bool       // doing the machine's I/O
+	idle    *sync.Cond // signalled when the worker runs out of I/O
 	exited  chan struct{}
-
-	// Owned by the worker goroutine.
-	opLeft int // path reads since the last eviction once the operation in progress is done: its record's count
 
 	statsMu sync.Mutex
 	stats   workerStats
@@ -132,156 +144,250 @@ type partKey struct {
 	shard int
 }
 
-type readJob struct {
-	epoch   uint64
-	reads   []ringoram.PathRead
-	results []ringoram.ReadResult
-	err     error
-	done    chan struct{}
-}
-
 func newTreeWorker(id int, core *treeCore, net *netState, clock clockwork.Clock, partTimeout time.Duration, trace func(traceEvent)) *treeWorker {
 	w := &treeWorker{id: id, core: core, net: net, clock: clock, partTimeout: partTimeout, trace: trace,
 		parts: newAnswered[ReadPathsReply](), timers: map[uint64]clockwork.Timer{},
-		waiting: map[partKey]*readJob{}, wake: make(chan struct{}, 1), exited: make(chan struct{})}
+		waiting: map[partKey]chan partReply{}, wake: make(chan struct{}, 1), exited: make(chan struct{})}
 	w.idle = sync.NewCond(&w.mu)
 	return w
 }
 
-// read holds shard's part of epoch until every shard has sent its part,
-// then queues the whole epoch and waits for its results. An epoch a part
-// of which has not come within partTimeout is given up (abandon).
-func (w *treeWorker) read(epoch uint64, shard int, reads []ringoram.PathRead) ([]ringoram.ReadResult, error) {
-	j := &readJob{epoch: epoch, reads: reads, done: make(chan struct{})}
+// connect makes the machine of the worker's tree, once the tree and the
+// Stash shards are known.
+func (w *treeWorker) connect(tr *ringoram.Driver, stashes []EvictionSource) {
+	w.tree, w.stashes = tr, stashes
+	w.m = &oramMachine{id: w.id, stashes: len(stashes), tree: tr.Tree, core: w.core, traced: w.trace != nil}
+}
+
+// read hands shard's part of epoch to the machine and waits for its
+// answer. An epoch a part of which has not come within partTimeout is
+// given up (oramAbandon).
+func (w *treeWorker) read(epoch uint64, shard int, reads []ringoram.PathRead) partReply {
+	done := make(chan partReply, 1)
 	w.mu.Lock()
 	if w.stopped {
 		w.mu.Unlock()
-		return nil, kv.ErrClosed
+		return partReply{Status: statusOf(kv.ErrClosed)}
 	}
-	ready, outcome := w.core.part(epoch, shard)
-	switch outcome {
-	case partDuplicate:
-		w.mu.Unlock()
-		return nil, errDuplicatePart
-	case partLate:
-		w.mu.Unlock()
-		return nil, fmt.Errorf("treebeard: tree %d gave up epoch %d before Stash shard %d's part came", w.id, epoch, shard)
-	case partHeld:
-		w.waiting[partKey{epoch, shard}] = j
-		if w.timers[epoch] == nil {
-			w.timers[epoch] = w.clock.AfterFunc(w.partTimeout, func() { w.abandon(epoch) })
+	k := partKey{epoch, shard}
+	if w.waiting[k] == nil { // a second part of the epoch is answered, never waited for
+		w.waiting[k] = done
+	}
+	w.applyLocked(oramEntry{Kind: oramPart, Epoch: epoch, Shard: shard, Reads: reads}, done)
+	w.mu.Unlock()
+	return <-done
+}
+
+// apply is applyLocked, taking w.mu.
+func (w *treeWorker) apply(e oramEntry) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.applyLocked(e, nil)
+}
+
+// applyLocked applies e to the machine and does at once what needs no
+// I/O: it answers parts (own, when e is a part, waits for its answer if
+// the part is refused while another copy of it waits) and starts and
+// stops the epochs' timers; the I/O is left to run. w.mu is held.
+func (w *treeWorker) applyLocked(e oramEntry, own chan partReply) {
+	out := w.m.apply(e)
+	if w.applied != nil {
+		w.applied(e, out)
+	}
+	for _, r := range out.Replies {
+		k := partKey{r.Epoch, r.Shard}
+		ch := w.waiting[k]
+		if own != nil && k == (partKey{e.Epoch, e.Shard}) && ch != own { // a second part, refused
+			own <- r
+			continue
 		}
-	case partComplete:
-		w.waiting[partKey{epoch, shard}] = j
+		if ch != nil {
+			delete(w.waiting, k)
+			ch <- r
+		}
+	}
+	w.timeParts(out)
+	for _, ev := range out.Trace {
+		w.trace(ev)
+	}
+	if out.Ended {
+		w.ended = out
+		w.noteStats(out)
+	}
+	if out.hasIO() {
+		w.io = &out
+		select {
+		case w.wake <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// timeParts starts the timers of the epochs that wait for a part, and
+// stops those of the epochs all of whose parts came.
+func (w *treeWorker) timeParts(out oramOutput) {
+	for _, epoch := range out.Wait {
+		w.timers[epoch] = w.clock.AfterFunc(w.partTimeout, func() { w.abandon(epoch) })
+	}
+	for _, epoch := range out.Ready {
 		if t := w.timers[epoch]; t != nil {
 			t.Stop()
 			delete(w.timers, epoch)
 		}
-		for _, s := range ready {
-			k := partKey{epoch, s}
-			w.queue = append(w.queue, w.waiting[k])
-			delete(w.waiting, k)
-		}
 	}
-	w.mu.Unlock()
-	select {
-	case w.wake <- struct{}{}:
-	default:
-	}
-	<-j.done
-	return j.results, j.err
 }
 
-// abandon gives up epoch, if some shard's part of it is still missing:
-// the parts that came fail with CodeUnavailable, nothing of the epoch is
-// read, and a part that comes later is refused (treeCore.abandon).
+// abandon feeds the firing of epoch's timer to the machine.
 func (w *treeWorker) abandon(epoch uint64) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	delete(w.timers, epoch)
-	held, missing := w.core.abandon(epoch)
-	for _, s := range held {
-		k := partKey{epoch, s}
-		j := w.waiting[k]
-		delete(w.waiting, k)
-		j.err = fmt.Errorf("treebeard: tree %d gave up epoch %d: no part from Stash shard(s) %v within %v", w.id, epoch, missing, w.partTimeout)
-		close(j.done)
-	}
+	w.applyLocked(oramEntry{Kind: oramAbandon, Epoch: epoch}, nil)
 }
 
-// run serves the queue until stop: the whole epochs waiting are merged
-// into one multi-path read, so paths of concurrent epochs share buckets
-// too.
+// hasIO reports whether out names I/O for the driver.
+func (out *oramOutput) hasIO() bool {
+	return out.Evicted != nil || out.Ask || out.Metas != nil || out.Slots != nil || out.Write != nil || out.Placed != nil
+}
+
+// run does the machine's I/O until stop, and sends the tree's last Write
+// on its own when the tree has nothing else to do (ringoram.Driver.Flush),
+// still busy so that a checkpoint waits for it.
 func (w *treeWorker) run() {
 	defer close(w.exited)
 	for {
 		w.mu.Lock()
-		jobs := w.queue
-		w.queue = nil
-		stopped := w.stopped
-		w.busy = len(jobs) > 0
+		io, stopped := w.io, w.stopped
+		w.io = nil
+		w.busy = io != nil
 		if !w.busy {
 			w.idle.Broadcast()
 		}
 		w.mu.Unlock()
-		if len(jobs) == 0 {
+		if io == nil {
 			if stopped {
 				return
 			}
 			<-w.wake
 			continue
 		}
-		w.serve(jobs)
+		w.do(context.Background(), *io)
 		w.flushIfIdle()
 	}
 }
 
-// flushIfIdle sends the tree's last Write on its own when no read is
-// queued to carry it to storage (ringoram.Tree.Flush), still busy so that
-// a checkpoint waits for it. One that fails goes with the next read.
+// flushIfIdle sends the tree's last Write on its own when no operation
+// is in progress to carry it to storage with its Read. One that fails
+// goes with the next Read.
 func (w *treeWorker) flushIfIdle() {
 	w.mu.Lock()
-	idle := len(w.queue) == 0
+	idle := w.io == nil && w.m.op == nil
 	w.mu.Unlock()
 	if idle {
 		w.tree.Flush(context.Background())
 	}
 }
 
-// waitIdle waits until the worker has no job queued or in progress.
+// waitIdle waits until the worker has no I/O queued or in progress.
 func (w *treeWorker) waitIdle() {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	for w.busy || len(w.queue) > 0 {
+	for w.busy || w.io != nil {
 		w.idle.Wait()
 	}
 }
 
-// writeAhead journals an operation of the tree, its Change, before its
-// Write is issued (ringoram.Config.WriteAhead). The Write is not
-// journaled: recovery finds out whether it landed (landed) and runs the
-// operation again if not.
-func (w *treeWorker) writeAhead(_ context.Context, c ringoram.Change) error {
-	if _, err := w.log.Commit(opDelta(w.id, w.opLeft, c)); err != nil {
-		return fmt.Errorf("treebeard: journal: %w", err)
+// do issues the I/O of out and feeds its outcome to the machine: the end
+// of an eviction's record, then the operation's step (its blocks from
+// the Stash shards, its journaled plan and a Read, its journaled Change
+// and Write, or its placements reported to the Stash shards).
+func (w *treeWorker) do(ctx context.Context, out oramOutput) {
+	if out.Evicted != nil {
+		w.log.Append(out.Evicted)
 	}
-	return nil
+	switch {
+	case out.Ask:
+		for i := range w.stashes {
+			rep := w.evictionBlocks(i, out.Number)
+			w.apply(oramEntry{Kind: oramBlocks, Number: out.Number, Shard: i, Blocks: rep.Blocks, Failure: rep.Status})
+		}
+	case out.Metas != nil:
+		e := oramEntry{Kind: oramMetas}
+		if e.Failure = w.journal(out.Record); e.Failure.Code == CodeOK {
+			var err error
+			e.Plains, err = w.tree.ReadMetas(ctx, out.Metas)
+			e.Failure = statusOf(err)
+		}
+		w.apply(e)
+	case out.Slots != nil:
+		e := oramEntry{Kind: oramSlots}
+		if e.Failure = w.journal(out.Record); e.Failure.Code == CodeOK {
+			var err error
+			e.Reals, err = w.tree.ReadSlots(ctx, out.Slots)
+			e.Failure = statusOf(err)
+		}
+		w.apply(e)
+	case out.Write != nil:
+		w.apply(oramEntry{Kind: oramJournaled, Failure: w.writeAhead(out.Record, out.Write)})
+	case out.Placed != nil:
+		for i := range w.stashes {
+			rep := w.evictionDone(i, out.Number, out.Handed[i], out.Placed[i])
+			w.apply(oramEntry{Kind: oramEvicted, Number: out.Number, Shard: i, Stale: rep.Stale, Failure: rep.Status})
+		}
+	}
+}
+
+// journal commits a record of the tree, if any, before the I/O it
+// announces.
+func (w *treeWorker) journal(record []byte) Status {
+	if record == nil {
+		return Status{}
+	}
+	if _, err := w.log.Commit(record); err != nil {
+		return statusOf(fmt.Errorf("treebeard: journal: %w", err))
+	}
+	return Status{}
+}
+
+// writeAhead seals an operation's Write, journals its record (its
+// Change, not the Write: recovery finds out whether the Write landed and
+// runs the operation again if not), and holds the Write for the tree's
+// next Read.
+func (w *treeWorker) writeAhead(record []byte, ws []ringoram.BucketWrite) Status {
+	items, err := w.tree.Seal(ws)
+	if err != nil {
+		return statusOf(err)
+	}
+	if st := w.journal(record); st.Code != CodeOK {
+		return st
+	}
+	w.tree.Hold(items)
+	return Status{}
+}
+
+// runNow applies e and does the I/O of the operation it starts on the
+// caller's goroutine, until the operation ends: recovery's, before the
+// worker runs. It returns the output that ended it.
+func (w *treeWorker) runNow(ctx context.Context, e oramEntry) oramOutput {
+	w.apply(e)
+	for {
+		w.mu.Lock()
+		io := w.io
+		w.io = nil
+		w.mu.Unlock()
+		if io == nil {
+			break
+		}
+		w.do(ctx, *io)
+	}
+	return w.ended
 }
 
 // landed reports whether the Write of c, the tree's last operation
 // journaled before a crash, reached storage: by the metadata versions
-// storage holds for its buckets (ringoram.Tree.Landed).
+// storage holds for its buckets (ringoram.Driver.Landed).
 func (w *treeWorker) landed(ctx context.Context, c ringoram.Change) (bool, error) {
 	return w.tree.Landed(ctx, c)
-}
-
-// readAhead journals an operation's Plan before it reads a slot
-// (ringoram.Config.ReadAhead), so that recovery can resume it.
-func (w *treeWorker) readAhead(_ context.Context, p ringoram.Plan) error {
-	if _, err := w.log.Commit(planDelta(w.id, p)); err != nil {
-		return fmt.Errorf("treebeard: journal: %w", err)
-	}
-	return nil
 }
 
 // resume issues again, identically, the operation of the tree that a
@@ -293,32 +399,24 @@ func (w *treeWorker) readAhead(_ context.Context, p ringoram.Plan) error {
 // fails: recovery then stops, and the journal keeps the plan for the
 // next attempt.
 func (w *treeWorker) resume(ctx context.Context, p ringoram.Plan, stash func([]tree.Block)) error {
-	w.tree.Resume(p)
-	if len(p.Reads) == 0 {
-		return w.evict(ctx, p.Evict)
-	}
-	counted := w.core.counted(p.Reads)
-	results, placed, ev, err := w.readEvict(ctx, p.Reads, counted, p.Evict)
-	w.noteStats(err != nil, false)
-	if p.Evict > 0 {
-		err = errors.Join(err, w.endEviction(ev, placed, err))
-	}
-	if err != nil {
+	end := w.runNow(ctx, oramEntry{Kind: oramResume, Plan: p})
+	if err := errors.Join(end.ReadFail.Err(), end.EvictFail.Err()); err != nil {
 		return err
 	}
-	var taken []tree.Block
-	for i, r := range p.Reads {
-		if r.Real && results[i].Found {
-			taken = append(taken, results[i].Block)
-		}
-	}
-	stash(taken)
+	stash(end.Taken)
 	// A plan journaled before reads and evictions shared a round trip
 	// evicts nothing: what the read owes is evicted now.
-	if paths := w.core.served(counted) - p.Evict; paths > 0 {
-		return w.evict(ctx, paths)
+	if end.Owed > 0 {
+		return w.evict(ctx, end.Owed)
 	}
 	return nil
+}
+
+// evict evicts k paths owed, on the caller's goroutine (runNow), and
+// returns the eviction's failures (the blocks of a failed eviction stay
+// stashed).
+func (w *treeWorker) evict(ctx context.Context, k int) error {
+	return w.runNow(ctx, oramEntry{Kind: oramEvict, Paths: k}).EvictFail.Err()
 }
 
 func (w *treeWorker) stop() {
@@ -330,138 +428,6 @@ func (w *treeWorker) stop() {
 	default:
 	}
 	<-w.exited
-}
-
-// serve runs one multi-path read for jobs and, when the reads it counts
-// bring k paths per A path reads owed (Sec. 5.3.2; several owed evictions
-// run as one eviction of their paths together), the eviction of those
-// paths in the same round trip (ringoram.Tree.ReadEvict), then answers
-// the jobs and ends the eviction.
-func (w *treeWorker) serve(jobs []*readJob) {
-	ctx := context.Background()
-	var reads []ringoram.PathRead
-	for _, j := range jobs {
-		reads = append(reads, j.reads...)
-	}
-	if len(reads) == 0 { // epochs without paths of this tree: nothing to read
-		for _, j := range jobs {
-			close(j.done)
-		}
-		return
-	}
-	counted := w.core.counted(reads)
-	paths, _ := w.core.owes(counted)
-	results, placed, ev, err := w.readEvict(ctx, reads, counted, paths)
-	if err == nil {
-		w.core.served(counted)
-		if w.trace != nil {
-			w.traceRead(jobs)
-		}
-	}
-	off := 0
-	for _, j := range jobs {
-		if err == nil {
-			j.results = results[off : off+len(j.reads)]
-		}
-		j.err = err
-		off += len(j.reads)
-		close(j.done)
-	}
-	w.noteStats(err != nil, false)
-	if paths > 0 {
-		w.endEviction(ev, placed, err)
-	}
-}
-
-// readEvict runs a multi-path read of reads, counting counted path reads,
-// and the eviction of paths with it in the same round trip
-// (ringoram.Tree.ReadEvict); the operation's record counts the path reads
-// it leaves since the last eviction.
-func (w *treeWorker) readEvict(ctx context.Context, reads []ringoram.PathRead, counted, paths int) ([]ringoram.ReadResult, []int64, *eviction, error) {
-	_, w.opLeft = w.core.owes(counted)
-	ev := w.handOff(paths)
-	results, placed, err := w.tree.ReadEvict(ctx, reads, paths, ev.blocks)
-	return results, placed, ev, err
-}
-
-// traceRead reports a multi-path read of jobs: each path, its epoch and
-// the block it fetches.
-func (w *treeWorker) traceRead(jobs []*readJob) {
-	ev := traceEvent{Kind: traceRead, Tree: w.id}
-	for _, j := range jobs {
-		for _, r := range j.reads {
-			ev.Leaves, ev.Epochs, ev.Wants = append(ev.Leaves, r.Leaf), append(ev.Epochs, j.epoch), append(ev.Wants, r.Want)
-		}
-	}
-	w.trace(ev)
-}
-
-// eviction is an eviction of k paths under way: the blocks every Stash
-// shard handed the tree for it (Sec. 5.2.2).
-type eviction struct {
-	number uint64
-	leaves []uint64 // for the trace
-	blocks []ringoram.Block
-	from   []int // blocks[from[i]:from[i+1]] came from Stash shard i
-	errs   []error
-}
-
-// handOff starts an eviction of k paths (none when k is 0): it collects
-// the tree's blocks from every Stash shard.
-func (w *treeWorker) handOff(k int) *eviction {
-	ev := &eviction{from: make([]int, len(w.stashes)+1)}
-	if k == 0 {
-		return ev
-	}
-	ev.number = w.core.nextEviction()
-	for i := range w.stashes {
-		rep := w.evictionBlocks(i, ev.number)
-		ev.errs = append(ev.errs, rep.Err())
-		ev.blocks = append(ev.blocks, rep.Blocks...)
-		ev.from[i+1] = len(ev.blocks)
-	}
-	if w.trace != nil {
-		ev.leaves = w.tree.EvictionLeaves(k)
-	}
-	return ev
-}
-
-// evict collects the tree's blocks from every Stash shard, evicts k paths
-// and reports the placements back (endEviction). It returns the
-// eviction's failures (the blocks of a failed eviction stay stashed).
-func (w *treeWorker) evict(ctx context.Context, k int) error {
-	w.opLeft = w.core.reads // what is owed was counted already
-	ev := w.handOff(k)
-	placed, err := w.tree.Evict(ctx, k, ev.blocks)
-	return w.endEviction(ev, placed, err)
-}
-
-// endEviction reports an eviction's placements (placed, or none when it
-// failed with err) to every Stash shard; the copies they report stale are
-// forgotten by the tree. It returns the eviction's failures.
-func (w *treeWorker) endEviction(ev *eviction, placed []int64, err error) error {
-	if err != nil { // nothing was placed: every block stays stashed
-		placed = make([]int64, len(ev.blocks))
-		for i := range placed {
-			placed[i] = -1
-		}
-	} else if w.trace != nil {
-		w.trace(traceEvent{Kind: traceEvict, Tree: w.id, Leaves: ev.leaves})
-	}
-	errs := append(ev.errs, err)
-	var stale []Stale
-	for i := range w.stashes {
-		rep := w.evictionDone(i, ev.number, ev.blocks[ev.from[i]:ev.from[i+1]], placed[ev.from[i]:ev.from[i+1]])
-		errs = append(errs, rep.Err())
-		stale = append(stale, rep.Stale...)
-	}
-	for _, st := range stale {
-		w.tree.Forget(st.Bucket, st.ID)
-	}
-	w.log.Append(evictDoneDelta(w.id, removed(ev.blocks, placed, stale), stale))
-	failed := errors.Join(errs...)
-	w.noteStats(false, failed != nil)
-	return failed
 }
 
 // evictionBlocks asks Stash shard i for the blocks of eviction number,
@@ -499,15 +465,16 @@ func removed(blocks []ringoram.Block, placed []int64, stale []Stale) []tree.Bloc
 	return out
 }
 
-func (w *treeWorker) noteStats(readErr, evictErr bool) {
+// noteStats counts an operation's failures; w.mu is held.
+func (w *treeWorker) noteStats(out oramOutput) {
 	st := w.tree.Stats()
 	w.statsMu.Lock()
 	defer w.statsMu.Unlock()
 	w.stats.tree = st
-	if readErr {
+	if out.ReadFail.Code != CodeOK {
 		w.stats.readErrors++
 	}
-	if evictErr {
+	if out.EvictFail.Code != CodeOK {
 		w.stats.evictionErrors++
 	}
 }

@@ -11,9 +11,10 @@ import (
 // shard has sent its part of it) and the eviction schedule (k paths after
 // every A path reads). Its inputs are the parts of epochs (part) and the
 // multi-path reads done (served); its outputs are the epochs ready to read
-// and the paths owed to eviction. The buckets themselves, their metadata
-// and the I/O are ringoram.Tree's, whose changes are journaled as
-// ringoram.Change. treeWorker drives both.
+// and the paths owed to eviction. The buckets themselves and their
+// metadata are ringoram.Tree's, whose changes are journaled as
+// ringoram.Change; the tree's machine (oramMachine) holds both, and
+// treeWorker drives it.
 type treeCore struct {
 	shards, a, k int
 	leak         leak // tests only (leak.go)

@@ -281,7 +281,7 @@ func firstMissing(ctx context.Context, w *treeWorker, ops []*journaledOp) (int, 
 func (rp *replayer) settle(ctx context.Context, w *treeWorker, op *journaledOp, landed bool) error {
 	var err error
 	if landed {
-		err = rp.applyOp(w.tree, op.change)
+		err = rp.applyOp(w.tree.Tree, op.change)
 	} else {
 		err = w.tree.Redo(ctx, op.plan, op.change)
 	}

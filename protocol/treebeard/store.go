@@ -174,16 +174,15 @@ func build(env kv.Env, opts Options, log *durable.Log) (*store, error) {
 		core := newTreeCore(len(s.stashes), opts.A, opts.K)
 		core.leak = opts.TestingKnobs.Leak
 		w := newTreeWorker(t, core, s.net, clock, cmp.Or(opts.TestingKnobs.PartTimeout, defaultPartTimeout), opts.TestingKnobs.Trace)
-		w.stashes, w.log = sources, s.log
-		var err error
-		w.tree, err = ringoram.NewTree(ringoram.Config{Backend: s.fenced(env.Backend, t), Keys: env.Keys, Geometry: s.geo,
-			Params: ringoram.Params{Z: opts.Z, S: opts.S}, Layout: ringoram.Layout{Prefix: TreePrefix(t)},
-			ValueSize: env.ValueSize, CachedLevels: cachedLevels(opts.CachedLevels, s.geo.L), Seed: new(seeds()),
-			ReadAhead: w.readAhead, WriteAhead: w.writeAhead})
+		w.log = s.log
+		cfg := s.treeConfig(t)
+		cfg.Backend, cfg.Keys, cfg.Seed = s.fenced(env.Backend, t), env.Keys, new(seeds())
+		tr, err := ringoram.NewDriver(cfg)
 		if err != nil {
 			return nil, fmt.Errorf("treebeard: %w", err)
 		}
-		injectTreeLeak(opts.TestingKnobs.Leak, w.tree)
+		injectTreeLeak(opts.TestingKnobs.Leak, tr.Tree)
+		w.connect(tr, sources)
 		owner := orams[t%len(orams)]
 		owner.workers[t] = w
 		s.workers = append(s.workers, w)
@@ -209,6 +208,12 @@ func transportOf(k TestingKnobs, keys *seal.Keys) transport {
 		return sealedWire{keys: keys, net: inProcess{}}
 	}
 	return directCall{}
+}
+
+// treeConfig returns tree t's geometry, parameters and layout.
+func (s *store) treeConfig(t int) ringoram.Config {
+	return ringoram.Config{Geometry: s.geo, Params: ringoram.Params{Z: s.opts.Z, S: s.opts.S},
+		Layout: ringoram.Layout{Prefix: TreePrefix(t)}, ValueSize: s.valueSize, CachedLevels: cachedLevels(s.opts.CachedLevels, s.geo.L)}
 }
 
 // newSeeds returns a maker of independent seeds, all drawn from one root:

@@ -1,0 +1,369 @@
+package ringoram
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"slices"
+
+	"github.com/oblivkv/oblivkv/protocol/tree"
+	"github.com/oblivkv/oblivkv/random"
+	"github.com/oblivkv/oblivkv/seal"
+)
+
+// An operation (a multi-path read, an eviction, or both in one round
+// trip: Driver.ReadEvict) runs on a Tree as steps, and its caller does
+// the I/O between them:
+//
+//  1. Start plans it and returns its Plan, to record before any Read.
+//  2. MetaReads names the buckets whose metadata it must read (none when
+//     the Tree has a copy of each); LearnMetas takes their plaintexts.
+//  3. SlotReads names the slot lists of its ONE slot Read; LearnSlots
+//     takes the real blocks they held and returns its Write and Change.
+//  4. Commit once the Write landed (or was journaled), WriteFailed when
+//     storage may or may not hold it, Discard to give it up unwritten.
+//
+// A step that fails ends the operation; so does Discard. Every step is a
+// function of the Tree's state and its inputs alone.
+
+// phase is where an operation is.
+type phase uint8
+
+const (
+	phaseMeta  phase = iota + 1 // waiting for its metadata (MetaReads)
+	phaseSlots                  // waiting for its slots (SlotReads)
+	phaseWrite                  // waiting for its Write to land
+)
+
+// operation is the operation in progress. Its fields are exported for the
+// Tree's image (image.go).
+type operation struct {
+	Phase  phase
+	Plan   Plan
+	Blocks []Block // offered to the eviction
+	Access *access
+	Cold   []int // indices into Access.Union whose metadata is read
+	Write  Write // phaseWrite
+}
+
+// SlotRead is one slot an operation reads, with what its reader needs to
+// open it and check it against the bucket's metadata: the version the
+// bucket's slots were sealed with, and the real block the metadata lists
+// in the slot (Real false: the slot must hold a dummy).
+type SlotRead struct {
+	Bucket      uint64
+	Slot        uint8
+	SlotVersion uint64
+	Real        bool
+	ID          tree.BlockID
+}
+
+// Write is what an operation writes, before sealing, in ONE atomic
+// backend Write (Treebeard Sec. 5.3.3: a bucket's slots and metadata
+// change together), with its Change and its answers.
+type Write struct {
+	Buckets []BucketWrite
+	Change  Change
+	Results []ReadResult // the multi-path read's, in request order
+	Where   []int64      // per block offered: the bucket it was placed in, or -1
+}
+
+// BucketWrite is one bucket of a Write: its metadata record's plaintext
+// and, for a full rewrite, its real blocks by slot (every other of its
+// Z+S slots holds a dummy), all sealed under SlotVersion.
+type BucketWrite struct {
+	Bucket      uint64
+	Version     uint64
+	Meta        []byte
+	Full        bool
+	SlotVersion uint64
+	Reals       []SlotBlock
+}
+
+// SlotBlock is a real block and the slot it is written to.
+type SlotBlock struct {
+	Slot  uint8
+	Block tree.Block
+}
+
+// errNoOperation is a step called out of turn: its caller's fault.
+var errNoOperation = fmt.Errorf("ringoram: no operation waits for this step")
+
+// InProgress reports whether an operation has started and not ended.
+func (t *Tree) InProgress() bool { return t.op != nil }
+
+// Start begins a multi-path read of reqs followed by an eviction of the
+// next k paths offered blocks, and returns its Plan: its choices are drawn
+// from a fresh seed, or from the seed of the plan Resume was given. An
+// operation with neither reads nor paths does nothing and starts nothing.
+// The Tree must have no operation in progress.
+func (t *Tree) Start(reqs []PathRead, k int, blocks []Block) (Plan, error) {
+	if t.op != nil {
+		return Plan{}, fmt.Errorf("ringoram: an operation started while another is in progress")
+	}
+	if err := t.checkOperation(reqs, k, blocks); err != nil || len(reqs) == 0 && k == 0 {
+		return Plan{}, err
+	}
+	p := Plan{Reads: reqs, Evict: k}
+	if r := t.resume; r != nil {
+		t.resume = nil
+		if r.Evict != p.Evict || !slices.Equal(r.Reads, p.Reads) {
+			return Plan{}, errNotResumed
+		}
+		p.Seed = r.Seed
+	} else {
+		p.Seed = random.Draw(t.seeds)
+	}
+	t.opSrc = random.New(p.Seed)
+	t.rng = rand.New(t.opSrc)
+	op := &operation{Phase: phaseMeta, Plan: p, Blocks: blocks, Access: t.paths(reqs, k)}
+	t.op = op
+	for i, b := range op.Access.Union {
+		if !t.cache.known[b] {
+			op.Cold = append(op.Cold, i)
+		}
+	}
+	if len(op.Cold) == 0 {
+		t.planSlots(nil)
+	}
+	return p, nil
+}
+
+// checkOperation refuses, before any I/O, an operation that cannot run.
+func (t *Tree) checkOperation(reqs []PathRead, k int, blocks []Block) error {
+	for _, r := range reqs {
+		if r.Leaf >= t.g.Leaves() {
+			return fmt.Errorf("ringoram: read of leaf %d in a tree of %d leaves", r.Leaf, t.g.Leaves())
+		}
+	}
+	if k < 0 {
+		return fmt.Errorf("ringoram: eviction of %d paths", k)
+	}
+	return t.checkBlocks(blocks)
+}
+
+// MetaReads returns the buckets whose metadata the operation in progress
+// must read, in ONE backend Read, before its slots: those the Tree has no
+// copy of (metaCache). Which they are depends only on which buckets
+// earlier operations touched since the Tree was made or restored.
+func (t *Tree) MetaReads() []uint64 {
+	if t.op == nil || t.op.Phase != phaseMeta {
+		return nil
+	}
+	out := make([]uint64, len(t.op.Cold))
+	for j, i := range t.op.Cold {
+		out[j] = t.op.Access.Union[i]
+	}
+	return out
+}
+
+// LearnMetas takes the plaintexts of the metadata records MetaReads named,
+// in its order (opened by their reader, at any version), checks each
+// against the version the Tree expects (an older one is a replay), keeps
+// them, and chooses the slots the operation reads.
+func (t *Tree) LearnMetas(plains [][]byte) error {
+	op := t.op
+	if op == nil || op.Phase != phaseMeta {
+		return errNoOperation
+	}
+	if len(plains) != len(op.Cold) {
+		t.op = nil
+		return fmt.Errorf("ringoram: %d metadata records for %d buckets", len(plains), len(op.Cold))
+	}
+	metas := t.newMetas(len(op.Cold))
+	for j, i := range op.Cold {
+		if err := t.checkMeta(&metas[j], op.Access.Union[i], plains[j]); err != nil {
+			t.op = nil
+			return err
+		}
+	}
+	t.stats.MetaReads += uint64(len(op.Cold))
+	for j, i := range op.Cold {
+		t.cache.put(op.Access.Union[i], &metas[j])
+	}
+	t.planSlots(metas)
+	return nil
+}
+
+// checkMeta parses bucket's metadata plaintext into m and checks its
+// version.
+func (t *Tree) checkMeta(m *meta, bucket uint64, plain []byte) error {
+	if err := m.parse(plain, t.p, t.g, bucket); err != nil {
+		return fmt.Errorf("ringoram: metadata of bucket %d: %w", bucket, err)
+	}
+	if m.Version != t.versions[bucket] {
+		return fmt.Errorf("%w: metadata of bucket %d has version %d, want %d (replayed)",
+			seal.ErrTampered, bucket, m.Version, t.versions[bucket])
+	}
+	return nil
+}
+
+// planSlots chooses the operation's slots from the metadata of its union:
+// cold, those just read (by Cold), the rest from the Tree's copies.
+func (t *Tree) planSlots(cold []meta) {
+	op := t.op
+	metas := t.newMetas(len(op.Access.Union))
+	j := 0
+	for i, b := range op.Access.Union {
+		if j < len(op.Cold) && op.Cold[j] == i {
+			metas[i] = cold[j]
+			j++
+			continue
+		}
+		t.cache.get(&metas[i], b, t.p, t.g)
+	}
+	t.slots(op.Access, op.Plan.Reads, metas)
+	op.Phase = phaseSlots
+}
+
+// SlotReads returns the slot lists of the operation's ONE slot Read, all
+// in one round trip (backend.Pipeline): the multi-path read's slots and
+// then its reshuffles', and the eviction's, each when there is one.
+func (t *Tree) SlotReads() [][]SlotRead {
+	if t.op == nil || t.op.Phase != phaseSlots {
+		return nil
+	}
+	a := t.op.Access
+	lists := a.lists()
+	out := make([][]SlotRead, len(lists))
+	for l, reads := range lists {
+		out[l] = make([]SlotRead, len(reads))
+		for j, r := range reads {
+			m := &a.Checked[r.I]
+			sr := SlotRead{Bucket: a.Union[r.I], Slot: r.Slot, SlotVersion: m.SlotVersion}
+			if e := m.entryAt(r.Slot); e != nil {
+				sr.Real, sr.ID = true, e.ID
+			}
+			out[l][j] = sr
+		}
+	}
+	return out
+}
+
+// LearnSlots takes the real blocks the slot Read brought in, per list of
+// SlotReads in order, one per slot marked Real (dummies bring nothing),
+// and returns the operation's Write: new metadata for every bucket of the
+// union, the buckets due laid out afresh with their live blocks, and the
+// eviction's buckets with the blocks placed in them.
+func (t *Tree) LearnSlots(reals [][]tree.Block) (Write, error) {
+	op := t.op
+	if op == nil || op.Phase != phaseSlots {
+		return Write{}, errNoOperation
+	}
+	got, err := t.expand(reals)
+	if err != nil {
+		t.op = nil
+		return Write{}, err
+	}
+	results := op.Access.answer(got[0])
+	where, c, ws, err := t.rewrites(op.Access, got, op.Blocks)
+	if err != nil {
+		t.op = nil
+		return Write{}, err
+	}
+	w := Write{Buckets: t.exportWrites(ws), Change: c, Results: results, Where: where}
+	w.Change.Buckets = make([]BucketVersion, len(w.Buckets))
+	for i, bw := range w.Buckets {
+		w.Change.Buckets[i] = BucketVersion{Bucket: bw.Bucket, Version: bw.Version, Full: bw.Full}
+	}
+	op.Write, op.Phase = w, phaseWrite
+	return w, nil
+}
+
+// expand lays the real blocks read out by slot read, a zero Block for
+// each dummy.
+func (t *Tree) expand(reals [][]tree.Block) ([][]tree.Block, error) {
+	lists := t.op.Access.lists()
+	if len(reals) != len(lists) {
+		return nil, fmt.Errorf("ringoram: real blocks of %d slot lists for %d", len(reals), len(lists))
+	}
+	got := make([][]tree.Block, len(lists))
+	for l, reads := range lists {
+		got[l] = make([]tree.Block, len(reads))
+		n := 0
+		for j, r := range reads {
+			e := t.op.Access.Checked[r.I].entryAt(r.Slot)
+			if e == nil {
+				continue
+			}
+			if n == len(reals[l]) || reals[l][n].ID != e.ID {
+				return nil, fmt.Errorf("%w: slot %d of bucket %d disagrees with its metadata", seal.ErrTampered, r.Slot, t.op.Access.Union[r.I])
+			}
+			got[l][j] = reals[l][n]
+			n++
+		}
+		if n != len(reals[l]) {
+			return nil, fmt.Errorf("ringoram: %d real blocks for %d real slots", len(reals[l]), n)
+		}
+	}
+	return got, nil
+}
+
+// exportWrites returns ws as BucketWrites.
+func (t *Tree) exportWrites(ws []bucketWrite) []BucketWrite {
+	out := make([]BucketWrite, len(ws))
+	for i, w := range ws {
+		bw := BucketWrite{Bucket: w.bucket, Version: w.meta.Version, Meta: w.meta.appendPlain(nil),
+			Full: w.slots != nil, SlotVersion: w.meta.SlotVersion}
+		for s, b := range w.slots {
+			if b != nil {
+				bw.Reals = append(bw.Reals, SlotBlock{Slot: uint8(s), Block: *b})
+			}
+		}
+		out[i] = bw
+	}
+	return out
+}
+
+// Commit ends the operation in progress whose Write landed, or was
+// journaled so that it will (Config.WriteAhead): the new versions and
+// metadata are the Tree's, the stale copies of the buckets rewritten in
+// full are gone, the top buckets hold their new contents, and the
+// eviction counter advances.
+func (t *Tree) Commit() error {
+	op := t.op
+	if op == nil || op.Phase != phaseWrite {
+		return errNoOperation
+	}
+	t.op = nil
+	t.commit(op.Write.Buckets)
+	if err := t.applyTop(op.Write.Change.Top); err != nil {
+		return err
+	}
+	t.count(op.Access, len(op.Plan.Reads), op.Plan.Evict)
+	return nil
+}
+
+// WriteFailed ends the operation in progress whose Write storage failed:
+// storage may hold it or not, so the Tree drops its copies of the
+// buckets' metadata and the next operation reads them and checks.
+func (t *Tree) WriteFailed() {
+	if t.op != nil && t.op.Phase == phaseWrite {
+		t.forgetCopies(t.op.Write.Buckets)
+	}
+	t.op = nil
+}
+
+// Discard ends the operation in progress, which wrote nothing: the
+// Tree's state is as it was, but for the metadata it learned and the
+// seed it drew.
+func (t *Tree) Discard() { t.op = nil }
+
+// commit installs the new versions of a successful Write and drops the
+// stale entries of the buckets it rewrote in full.
+func (t *Tree) commit(ws []BucketWrite) {
+	for _, w := range ws {
+		t.versions[w.Bucket] = w.Version
+		t.cache.putPlain(w.Bucket, w.Meta)
+		if w.Full {
+			delete(t.stale, w.Bucket)
+		}
+	}
+}
+
+// forgetCopies drops the metadata copies of the buckets of a Write that
+// failed: storage may have applied it, and the next read must check.
+func (t *Tree) forgetCopies(ws []BucketWrite) {
+	for _, w := range ws {
+		t.cache.forget(w.Bucket)
+	}
+}

@@ -1,0 +1,191 @@
+package treebeard
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/oblivkv/oblivkv/backend"
+	"github.com/oblivkv/oblivkv/backend/mem"
+	"github.com/oblivkv/oblivkv/internal/durable/journal"
+	"github.com/oblivkv/oblivkv/kv"
+	"github.com/oblivkv/oblivkv/kv/kvtest"
+	"github.com/oblivkv/oblivkv/protocol/ringoram"
+)
+
+// failingReads fails a few of storage's Reads, once on, with a transport
+// error: a slot Read is issued again, a metadata Read fails its
+// operation.
+type failingReads struct {
+	backend.Backend
+	on   atomic.Bool
+	mu   sync.Mutex
+	rng  *rand.Rand
+	rate float64
+}
+
+var errInjectedRead = errors.New("injected: storage failed the Read")
+
+func (f *failingReads) Read(ctx context.Context, addrs []string) ([][]byte, error) {
+	if f.on.Load() && f.roll() {
+		return nil, errInjectedRead
+	}
+	return f.Backend.Read(ctx, addrs)
+}
+
+func (f *failingReads) roll() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.rng.Float64() < f.rate
+}
+
+// oramMachineOf drives m as the replay does.
+func oramMachineOf(t *testing.T, m *oramMachine) machine {
+	return machine{step: func(b []byte) []byte { return encoded(t, m.apply(decoded[oramEntry](t, b))) },
+		image: m.image, restore: m.restoreImage}
+}
+
+// recordTreeRun runs 8 clients, with a hot key, keys never written and
+// deletes, on a store of 2 Stash shards with busy evictions and early
+// reshuffles (Z = 1, S = 2), reopened from its journal so that its trees read
+// their buckets' metadata again, with a few of storage's Reads failing;
+// it records what tree 0's machine applies, and returns the record and a
+// maker of fresh machines of the tree.
+func recordTreeRun(t *testing.T) (machineRecord, func() machine) {
+	b, keys, dir := mem.New(), kvtest.NewKeys(t), t.TempDir()
+	fb := &failingReads{Backend: b, rng: rand.New(rand.NewPCG(5, 5)), rate: 0.15}
+	o := Options{StashShards: 2, Trees: 2, Z: 1, S: 2, A: 2, K: 2, Epoch: 100 * time.Microsecond}
+	openStore := func(fresh bool) (*store, *journal.Journal) {
+		j, err := journal.Open(dir, keys, journal.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		b.Reopen()
+		s, err := open(t.Context(), kv.Env{Backend: fb, Keys: keys, Capacity: 256, ValueSize: 32, Fresh: fresh, Journal: j, Options: o})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s, j
+	}
+	s, j := openStore(true)
+	for i := range 24 {
+		if err := s.Put(t.Context(), fmt.Sprint("k", i), []byte{byte(i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	closeAll(t, s, j)
+	s, j = openStore(false)
+	w := s.workers[0]
+	var rec machineRecord
+	w.mu.Lock()
+	rec.initial = w.m.image()
+	w.applied = func(e oramEntry, out oramOutput) { rec.note(t, e, out) }
+	w.mu.Unlock()
+	fb.on.Store(true)
+	runClients(t, s, 8, 60)
+	fb.on.Store(false)
+	w.mu.Lock()
+	st := w.tree.Stats()
+	w.mu.Unlock()
+	if st.Reshuffles == 0 || st.Evictions == 0 {
+		t.Fatalf("tree 0 reshuffled %d buckets early and evicted %d times in the run; want some of each", st.Reshuffles, st.Evictions)
+	}
+	closeAll(t, s, j)
+	w.mu.Lock()
+	rec.final = w.m.image()
+	w.mu.Unlock()
+	fresh := func() machine {
+		tr, err := ringoram.NewTree(s.treeConfig(0))
+		if err != nil {
+			t.Fatal(err)
+		}
+		core := newTreeCore(len(s.stashes), s.opts.A, s.opts.K)
+		return oramMachineOf(t, &oramMachine{id: 0, stashes: len(s.stashes), tree: tr, core: core})
+	}
+	return rec, fresh
+}
+
+func closeAll(t *testing.T, s *store, j *journal.Journal) {
+	t.Helper()
+	if err := errors.Join(s.Close(), j.Close()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// runClients runs n clients of ops random operations each on s.
+func runClients(t *testing.T, s *store, n, ops int) {
+	var wg sync.WaitGroup
+	for c := range n {
+		wg.Go(func() {
+			rng := rand.New(rand.NewPCG(uint64(c), 2))
+			for i := range ops {
+				key := "hot"
+				if rng.IntN(2) == 0 {
+					key = fmt.Sprint("k", rng.IntN(48)) // keys 32 to 47 are never written
+				}
+				switch rng.IntN(5) {
+				case 0, 1:
+					s.Get(t.Context(), key)
+				case 2:
+					if key < "k32" || key == "hot" {
+						s.Put(t.Context(), key, []byte(fmt.Sprint(c, i)))
+					}
+				case 3:
+					s.Delete(t.Context(), key)
+				default:
+					s.Update(t.Context(), key, kv.Mutation{Op: kv.MutAppend, Arg: []byte("+")})
+				}
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// TestORAMMachineReplayDeterminism: the entries a tree's machine applied
+// during a run with concurrent clients, a hot key, missing keys, busy
+// evictions, early reshuffles and failed metadata Reads, applied to a
+// fresh machine restored from the machine's image before the first, give
+// the same outputs and the same final image, byte for byte; and so do the
+// rest of them applied to a fresh machine restored from the replay's
+// image at 20 random points, some with an operation's Reads or its
+// eviction in flight.
+func TestORAMMachineReplayDeterminism(t *testing.T) {
+	rec, fresh := recordTreeRun(t)
+	kinds, failed := map[oramEntryKind]int{}, 0
+	for _, b := range rec.entries {
+		e := decoded[oramEntry](t, b)
+		kinds[e.Kind]++
+		if (e.Kind == oramMetas || e.Kind == oramSlots) && strings.Contains(e.Failure.Detail, errInjectedRead.Error()) {
+			failed++
+		}
+	}
+	for _, k := range []oramEntryKind{oramPart, oramBlocks, oramMetas, oramSlots, oramJournaled, oramEvicted} {
+		if kinds[k] == 0 {
+			t.Fatalf("the run applied no entry of kind %d: %v", k, kinds)
+		}
+	}
+	if failed == 0 {
+		t.Fatalf("no Read of the tree failed in the run: %v", kinds)
+	}
+	reading, evicting := 0, 0
+	for _, im := range checkReplay(t, rec, fresh) {
+		m := decoded[oramImage](t, im)
+		switch {
+		case m.Op == nil:
+		case m.Op.Step == stepMetas || m.Op.Step == stepSlots || m.Op.Step == stepJournal:
+			reading++
+		default:
+			evicting++
+		}
+	}
+	if reading == 0 || evicting == 0 {
+		t.Fatalf("of 20 images, %d with Reads in flight and %d with an eviction's messages in flight; want some of each", reading, evicting)
+	}
+	t.Logf("%d entries (%v), %d failed Reads; of 20 images %d reading, %d evicting", len(rec.entries), kinds, failed, reading, evicting)
+}
