@@ -109,6 +109,7 @@ type treeWorker struct {
 	stashes     []EvictionSource
 	trace       func(traceEvent)
 	log         *durable.Log
+	superseded  func(context.Context) error // a later open's takeover, as storage's fence shows it (explain)
 	net         *netState
 	clock       clockwork.Clock // the epochs' timers run on it
 	partTimeout time.Duration   // how long an epoch waits for its last part
@@ -316,7 +317,7 @@ func (w *treeWorker) do(ctx context.Context, out oramOutput) {
 		if e.Failure = w.journal(out.Record); e.Failure.Code == CodeOK {
 			var err error
 			e.Plains, err = w.tree.ReadMetas(ctx, out.Metas)
-			e.Failure = statusOf(err)
+			e.Failure = statusOf(w.explain(ctx, err))
 		}
 		w.apply(e)
 	case out.Slots != nil:
@@ -324,7 +325,7 @@ func (w *treeWorker) do(ctx context.Context, out oramOutput) {
 		if e.Failure = w.journal(out.Record); e.Failure.Code == CodeOK {
 			var err error
 			e.Reals, err = w.tree.ReadSlots(ctx, out.Slots)
-			e.Failure = statusOf(err)
+			e.Failure = statusOf(w.explain(ctx, err))
 		}
 		w.apply(e)
 	case out.Write != nil:
@@ -335,6 +336,20 @@ func (w *treeWorker) do(ctx context.Context, out oramOutput) {
 			w.apply(oramEntry{Kind: oramEvicted, Number: out.Number, Shard: i, Stale: rep.Stale, Failure: rep.Status})
 		}
 	}
+}
+
+// explain returns err, unless it is tampering and storage holds a later
+// open's fence for the tree: that open's writes are what failed
+// authentication here, and the store was deposed (kv.ErrFenced), not
+// tampered with.
+func (w *treeWorker) explain(ctx context.Context, err error) error {
+	if !errors.Is(err, kv.ErrTampered) || w.superseded == nil {
+		return err
+	}
+	if fenced := w.superseded(ctx); fenced != nil {
+		return fmt.Errorf("treebeard: tree %d: a later open of the store has taken over (%w); what failed authentication was its writes: %v", w.id, fenced, err)
+	}
+	return err
 }
 
 // journal commits a record of the tree, if any, before the I/O it
