@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -131,19 +132,20 @@ func TestRetire(t *testing.T) {
 	}
 }
 
-// blockingSync is storage whose Sync, the first step of a checkpoint
-// after the journal's, waits for release once it has told entered.
+// blockingSync is storage whose first Sync, the first step of a
+// checkpoint after the journal's, tells entered and waits for release;
+// later ones return at once.
 type blockingSync struct {
 	*mem.Backend
 	entered, release chan struct{}
+	once             sync.Once
 }
 
 func (b *blockingSync) Sync(ctx context.Context) error {
-	select {
-	case b.entered <- struct{}{}:
+	b.once.Do(func() {
+		b.entered <- struct{}{}
 		<-b.release
-	default:
-	}
+	})
 	return nil
 }
 
