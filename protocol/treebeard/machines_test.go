@@ -3,7 +3,6 @@ package treebeard
 import (
 	"bytes"
 	"encoding/gob"
-	"fmt"
 	"math/rand/v2"
 	"slices"
 	"sync"
@@ -119,31 +118,7 @@ func recordRun(t *testing.T) (stash, router machineRecord, freshStash, freshRout
 	router.initial = r.core.image()
 	r.applied = func(e routerEntry, out routerOutput) { router.note(t, e, out) }
 	r.mu.Unlock()
-	var wg sync.WaitGroup
-	for c := range 8 {
-		wg.Go(func() {
-			rng := rand.New(rand.NewPCG(uint64(c), 1))
-			for i := range 60 {
-				key := "hot"
-				if rng.IntN(2) == 0 {
-					key = fmt.Sprint("k", rng.IntN(48)) // keys 32 to 47 are never written
-				}
-				switch rng.IntN(6) {
-				case 0, 1:
-					s.Get(t.Context(), key)
-				case 2:
-					if key < "k32" || key == "hot" {
-						s.Put(t.Context(), key, []byte(fmt.Sprint(c, i)))
-					}
-				case 3:
-					s.Delete(t.Context(), key)
-				default:
-					s.Update(t.Context(), key, kv.Mutation{Op: kv.MutAppend, Arg: []byte("+")})
-				}
-			}
-		})
-	}
-	wg.Wait()
+	runClients(t, s, 8, 60)
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
