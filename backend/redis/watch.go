@@ -157,14 +157,6 @@ func storedToken(get *goredis.StringCmd) (uint64, error) {
 	return backend.StoredToken(v)
 }
 
-// watchedOutcome is what one watched pipeline did.
-type watchedOutcome uint8
-
-const (
-	watchedWrote   watchedOutcome = iota // EXEC ran: the batch is on storage
-	watchedAborted                       // EXEC did not run: nothing was written
-)
-
 // pipelineWatched sends f's batch and the reads over watched connections
 // of f.Key. It returns done = false when the batch must go by the script
 // instead: the key holds a lower token (or the batch is empty, or EXEC
@@ -189,8 +181,8 @@ func (b *Backend) pipelineWatched(ctx context.Context, f backend.Fence, items []
 			w.conn.Close()
 			return nil, false, nil
 		}
-		outcome, out, err := b.sendWatched(ctx, w, f.Key, items, reads)
-		if err != nil || outcome == watchedWrote {
+		wrote, out, err := b.sendWatched(ctx, w, f.Key, items, reads)
+		if err != nil || wrote {
 			return out, true, err
 		}
 	}
@@ -199,13 +191,14 @@ func (b *Backend) pipelineWatched(ctx context.Context, f backend.Fence, items []
 
 // sendWatched runs one pipeline of MULTI, MSET, EXEC, the reads, WATCH
 // and GET on w, which it then puts back re-armed, or closes when the
-// connection failed.
-func (b *Backend) sendWatched(ctx context.Context, w *watchedConn, key string, items []backend.Item, reads [][]string) (watchedOutcome, [][][]byte, error) {
+// connection failed. wrote is false when EXEC did not run: nothing was
+// written.
+func (b *Backend) sendWatched(ctx context.Context, w *watchedConn, key string, items []backend.Item, reads [][]string) (wrote bool, out [][][]byte, err error) {
 	var mset *goredis.StatusCmd
 	var exec *goredis.SliceCmd
 	var get *goredis.StringCmd
 	mgets := make([]*goredis.SliceCmd, len(reads))
-	_, err := w.conn.Pipelined(ctx, func(p goredis.Pipeliner) error {
+	w.conn.Pipelined(ctx, func(p goredis.Pipeliner) error { // each command's error is read below
 		p.Do(ctx, "multi")
 		mset = p.MSet(ctx, msetArgs(items)...)
 		exec = goredis.NewSliceCmd(ctx, "exec")
@@ -219,47 +212,39 @@ func (b *Backend) sendWatched(ctx context.Context, w *watchedConn, key string, i
 		get = p.Get(ctx, key)
 		return nil
 	})
-	token, tokenErr := storedToken(get)
-	if tokenErr != nil { // the connection is in an unknown state
+	// The GET is the pipeline's last reply: a connection that failed
+	// fails it, and leaves the watch in an unknown state.
+	if w.token, err = storedToken(get); err != nil {
 		w.conn.Close()
-		return 0, nil, wrap("fenced MULTI/EXEC", firstError(err, tokenErr))
+		return false, nil, wrap("fenced MULTI/EXEC", err)
 	}
-	w.token = token
 	b.watch.put(key, w)
 	if queued := mset.Val(); queued != "QUEUED" {
-		return 0, nil, fmt.Errorf("redis: fenced MSET answered %q inside MULTI, want QUEUED: %w", queued, mset.Err())
+		return false, nil, fmt.Errorf("redis: fenced MSET answered %q inside MULTI, want QUEUED: %w", queued, mset.Err())
 	}
 	return watchedResult(exec, mgets, reads)
 }
 
 // watchedResult reads a watched pipeline's EXEC and reads.
-func watchedResult(exec *goredis.SliceCmd, mgets []*goredis.SliceCmd, reads [][]string) (watchedOutcome, [][][]byte, error) {
+func watchedResult(exec *goredis.SliceCmd, mgets []*goredis.SliceCmd, reads [][]string) (wrote bool, out [][][]byte, err error) {
 	for _, m := range mgets {
 		if m != nil && m.Err() != nil {
-			return 0, nil, wrap("MGET", m.Err())
+			return false, nil, wrap("MGET", m.Err())
 		}
 	}
 	replies, err := exec.Result()
 	if errors.Is(err, goredis.Nil) {
-		return watchedAborted, nil, nil
+		return false, nil, nil
 	}
 	if err != nil {
-		return 0, nil, wrap("fenced EXEC", err)
+		return false, nil, wrap("fenced EXEC", err)
 	}
 	if len(replies) != 1 {
-		return 0, nil, fmt.Errorf("redis: fenced EXEC answered %d replies, want 1", len(replies))
+		return false, nil, fmt.Errorf("redis: fenced EXEC answered %d replies, want 1", len(replies))
 	}
 	if err, ok := replies[0].(error); ok {
-		return 0, nil, wrap("fenced MSET", err)
+		return false, nil, wrap("fenced MSET", err)
 	}
-	out, err := mgetValues(mgets, reads)
-	return watchedWrote, out, err
-}
-
-// firstError returns a if it is set, else b.
-func firstError(a, b error) error {
-	if a != nil && !errors.Is(a, goredis.Nil) {
-		return a
-	}
-	return b
+	out, err = mgetValues(mgets, reads)
+	return true, out, err
 }
