@@ -16,6 +16,8 @@ import (
 	"os"
 	"path/filepath"
 	"time"
+
+	"github.com/oblivkv/oblivkv/internal/atomicfile"
 )
 
 // The cluster's certificates, in one directory:
@@ -169,23 +171,10 @@ func writePair(dir, name string, der []byte, key *ecdsa.PrivateKey) error {
 	return writePEM(filepath.Join(dir, name+certExt), "CERTIFICATE", der, 0o644)
 }
 
-// writePEM writes one PEM block to path through a temporary file and a
-// rename, synced, so a crash leaves the old file or the new one.
+// writePEM writes one PEM block to path, whole or not at all
+// (atomicfile).
 func writePEM(path, kind string, der []byte, mode os.FileMode) error {
-	tmp := path + ".tmp"
-	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, mode)
-	if err != nil {
-		return fmt.Errorf("cluster certs: %w", err)
-	}
-	err = pem.Encode(f, &pem.Block{Type: kind, Bytes: der})
-	if err == nil {
-		err = f.Sync()
-	}
-	if err = errors.Join(err, f.Close()); err == nil {
-		err = os.Rename(tmp, path)
-	}
-	if err != nil {
-		os.Remove(tmp)
+	if err := atomicfile.Write(path, pem.EncodeToMemory(&pem.Block{Type: kind, Bytes: der}), mode); err != nil {
 		return fmt.Errorf("cluster certs: %w", err)
 	}
 	return nil

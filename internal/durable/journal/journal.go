@@ -64,6 +64,7 @@ import (
 
 	"github.com/oblivkv/oblivkv/backend"
 	"github.com/oblivkv/oblivkv/backend/disk"
+	"github.com/oblivkv/oblivkv/internal/atomicfile"
 	"github.com/oblivkv/oblivkv/internal/durable"
 	"github.com/oblivkv/oblivkv/internal/durable/sealedstate"
 	"github.com/oblivkv/oblivkv/seal"
@@ -554,28 +555,12 @@ func checkIdent(dir string, keys *seal.Keys) error {
 	return nil
 }
 
-// writeFileSync writes a new file durably: to a temporary name, synced,
-// renamed into place, and the directory synced.
+// writeFileSync writes a new file durably (atomicfile.Write).
 func writeFileSync(path string, b []byte) error {
-	tmp := path + ".tmp"
-	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
-	if err != nil {
+	if err := atomicfile.Write(path, b, 0o600); err != nil {
 		return fmt.Errorf("journal: %w", err)
 	}
-	_, err = f.Write(b)
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, path)
-	}
-	if err != nil {
-		return fmt.Errorf("journal: %w", err)
-	}
-	return syncDir(filepath.Dir(path))
+	return nil
 }
 
 // incarnationAddr is where the checkpoint store keeps the incarnation of
@@ -884,13 +869,8 @@ func cmpUint(a, b uint64) int {
 
 // syncDir makes a directory's entries (created or removed files) durable.
 func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
+	if err := atomicfile.SyncDir(dir); err != nil {
 		return fmt.Errorf("journal: %w", err)
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
-		return fmt.Errorf("journal: syncing %s: %w", dir, err)
 	}
 	return nil
 }

@@ -1,0 +1,50 @@
+// Package atomicfile writes a whole file durably, so that a crash leaves
+// either the old file or the new one, never part of the new one: to a
+// temporary name beside it, synced, renamed into place, and the directory
+// synced so the rename itself survives.
+//
+// It owns nothing but that sequence; it never reads what it writes and
+// never logs a file's content.
+package atomicfile
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+)
+
+// Write replaces (or creates) path with data, with permission mode.
+func Write(path string, data []byte, mode os.FileMode) error {
+	tmp := path + ".tmp"
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, mode)
+	if err != nil {
+		return err
+	}
+	_, err = f.Write(data)
+	if err == nil {
+		err = f.Sync()
+	}
+	if err = errors.Join(err, f.Close()); err == nil {
+		err = os.Rename(tmp, path)
+	}
+	if err != nil {
+		os.Remove(tmp)
+		return err
+	}
+	return SyncDir(filepath.Dir(path))
+}
+
+// SyncDir makes the entries of dir (files created, renamed or removed in
+// it) durable.
+func SyncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil {
+		return fmt.Errorf("syncing %s: %w", dir, err)
+	}
+	return nil
+}
