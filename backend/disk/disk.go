@@ -118,7 +118,7 @@ func OpenWith(dir string, o Options) (*Backend, error) {
 	defer cache.Unref() // the database holds its own reference
 	st := &stalls{}
 	events := st.listener()
-	db, err := pebble.Open(dir, &pebble.Options{Logger: quietLogger{}, Cache: cache, MemTableSize: o.MemTableSize,
+	db, err := pebble.Open(dir, &pebble.Options{Logger: QuietLogger{}, Cache: cache, MemTableSize: o.MemTableSize,
 		ReadOnly: o.ReadOnly, ErrorIfNotExists: o.ReadOnly, Levels: levels, EventListener: &events})
 	if err != nil {
 		return nil, openError(dir, err)
@@ -407,16 +407,18 @@ func (b *Backend) Close() error {
 // Batch.Set/Delete, which copy it into the batch).
 func bytesOf(s string) []byte { return unsafe.Slice(unsafe.StringData(s), len(s)) }
 
-// quietLogger keeps pebble's informational messages off stdout and stderr;
-// they are available at slog's debug level. A fatal error in pebble is a
-// corrupt or unusable store, so it panics with pebble's message.
-type quietLogger struct{}
+// QuietLogger keeps pebble's informational messages off stdout and
+// stderr, for every pebble database of the project (this backend's, the
+// raft log store's); they are available at slog's debug level. A fatal
+// error in pebble is a corrupt or unusable store, so it panics with
+// pebble's message.
+type QuietLogger struct{}
 
-func (quietLogger) Infof(format string, args ...any) {
+func (QuietLogger) Infof(format string, args ...any) {
 	slog.Debug("pebble: " + fmt.Sprintf(format, args...))
 }
 
-func (quietLogger) Fatalf(format string, args ...any) {
+func (QuietLogger) Fatalf(format string, args ...any) {
 	msg := "pebble: " + fmt.Sprintf(format, args...)
 	slog.Error(msg)
 	panic(msg)

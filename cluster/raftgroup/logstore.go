@@ -4,12 +4,15 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"sync"
 	"time"
 
 	"github.com/cockroachdb/pebble"
 	"github.com/hashicorp/raft"
 
+	"github.com/oblivkv/oblivkv/backend/disk"
+	"github.com/oblivkv/oblivkv/internal/durable/delta"
 	"github.com/oblivkv/oblivkv/seal"
 )
 
@@ -34,7 +37,7 @@ const (
 
 // openLogStore opens or creates the log store in dir.
 func openLogStore(dir string, keys *seal.Keys) (*logStore, error) {
-	db, err := pebble.Open(dir, &pebble.Options{Logger: quietLogger{}})
+	db, err := pebble.Open(dir, &pebble.Options{Logger: disk.QuietLogger{}})
 	if err != nil {
 		return nil, fmt.Errorf("raftgroup: log store %s: %w", dir, err)
 	}
@@ -187,90 +190,34 @@ func (s *logStore) GetUint64(key []byte) (uint64, error) {
 // Close closes the database.
 func (s *logStore) Close() error { return s.db.Close() }
 
-// encodeLog encodes an entry: term, type, appended-at (Unix ns), then
-// data and extensions, each length-prefixed. The index is the key's.
+// encodeLog encodes an entry with delta's framing: term, type,
+// appended-at (Unix nanoseconds, as a uvarint of its two's complement),
+// then data and extensions, each length-prefixed. The index is the key's.
 func encodeLog(l *raft.Log) []byte {
 	b := make([]byte, 0, 32+len(l.Data)+len(l.Extensions))
 	b = binary.AppendUvarint(b, l.Term)
 	b = append(b, byte(l.Type))
-	b = binary.AppendVarint(b, l.AppendedAt.UnixNano())
-	b = binary.AppendUvarint(b, uint64(len(l.Data)))
-	b = append(b, l.Data...)
-	b = binary.AppendUvarint(b, uint64(len(l.Extensions)))
-	return append(b, l.Extensions...)
+	var at int64
+	if !l.AppendedAt.IsZero() {
+		at = l.AppendedAt.UnixNano()
+	}
+	b = binary.AppendUvarint(b, uint64(at))
+	b = delta.AppendBytes(b, l.Data)
+	return delta.AppendBytes(b, l.Extensions)
 }
 
 // decodeLog decodes encodeLog's bytes into l, refusing short or trailing
 // input.
 func decodeLog(b []byte, index uint64, l *raft.Log) error {
-	d := decoder{b: b}
-	term := d.uvarint()
-	typ := d.byte()
-	at := d.varint()
-	data := d.bytes()
-	ext := d.bytes()
-	if d.err != nil || len(d.b) != 0 {
-		return fmt.Errorf("raftgroup: log entry %d is malformed", index)
+	d := delta.NewDecoder(b)
+	term, typ, at := d.Uvarint(), d.Byte(), int64(d.Uvarint())
+	data, ext := d.Bytes(math.MaxInt), d.Bytes(math.MaxInt)
+	if err := d.Done(); err != nil {
+		return fmt.Errorf("raftgroup: log entry %d: %w", index, err)
 	}
 	*l = raft.Log{Index: index, Term: term, Type: raft.LogType(typ), Data: data, Extensions: ext}
 	if at != 0 {
 		l.AppendedAt = time.Unix(0, at)
 	}
 	return nil
-}
-
-// decoder reads encodeLog's fields; the first failure sticks.
-type decoder struct {
-	b   []byte
-	err error
-}
-
-func (d *decoder) uvarint() uint64 {
-	v, n := binary.Uvarint(d.b)
-	if n <= 0 {
-		d.err = errors.New("bad uvarint")
-		return 0
-	}
-	d.b = d.b[n:]
-	return v
-}
-
-func (d *decoder) varint() int64 {
-	v, n := binary.Varint(d.b)
-	if n <= 0 {
-		d.err = errors.New("bad varint")
-		return 0
-	}
-	d.b = d.b[n:]
-	return v
-}
-
-func (d *decoder) byte() byte {
-	if len(d.b) == 0 {
-		d.err = errors.New("short")
-		return 0
-	}
-	c := d.b[0]
-	d.b = d.b[1:]
-	return c
-}
-
-func (d *decoder) bytes() []byte {
-	n := d.uvarint()
-	if d.err != nil || n > uint64(len(d.b)) {
-		d.err = errors.New("short")
-		return nil
-	}
-	v := append([]byte(nil), d.b[:n]...)
-	d.b = d.b[n:]
-	return v
-}
-
-// quietLogger drops pebble's informational logging.
-type quietLogger struct{}
-
-func (quietLogger) Infof(string, ...any)  {}
-func (quietLogger) Errorf(string, ...any) {}
-func (quietLogger) Fatalf(format string, args ...any) {
-	panic(fmt.Sprintf(format, args...))
 }
