@@ -24,6 +24,7 @@ import (
 	"io"
 	"net"
 	"path/filepath"
+	"strconv"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -298,15 +299,9 @@ type Status struct {
 
 // Status returns this replica's view of its group.
 func (g *Group) Status() Status {
-	s := g.raft.Stats()
-	return Status{State: g.raft.State().String(), Term: parseUint(s["term"]), CommitIndex: parseUint(s["commit_index"]),
-		AppliedIndex: g.raft.AppliedIndex(), LastSnapshot: parseUint(s["last_snapshot_index"])}
-}
-
-func parseUint(s string) uint64 {
-	var v uint64
-	fmt.Sscan(s, &v)
-	return v
+	last, _ := strconv.ParseUint(g.raft.Stats()["last_snapshot_index"], 10, 64) // raft says it only there
+	return Status{State: g.raft.State().String(), Term: g.raft.CurrentTerm(), CommitIndex: g.raft.CommitIndex(),
+		AppliedIndex: g.raft.AppliedIndex(), LastSnapshot: last}
 }
 
 // Snapshot takes a snapshot now (raft takes them on its own every

@@ -76,7 +76,7 @@ func (c *groupCollector) Describe(ch chan<- *prometheus.Desc) {
 func (c *groupCollector) Collect(ch chan<- prometheus.Metric) {
 	s := c.g.Status()
 	leads := 0.0
-	if s.State == raft.Leader.String() {
+	if c.g.IsLeader() {
 		leads = 1
 	}
 	ch <- prometheus.MustNewConstMetric(c.leaderChanges, prometheus.CounterValue, float64(c.g.metrics.leaderChanges.Load()))
