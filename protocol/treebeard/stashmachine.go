@@ -22,7 +22,7 @@ type stashEntryKind uint8
 const (
 	entryBatch          stashEntryKind = iota + 1 // a Router's batch of an epoch, with the room its new keys may take
 	entryResults                                  // tree Tree's results of the shard's part of epoch Epoch
-	entryEpochEnd                                 // every part of epoch Epoch has returned: its record and replies
+	entryEpochEnd                                 // every part of epoch Epoch has returned: its journal record
 	entryEvictionBlocks                           // tree Tree's eviction asks for its blocks
 	entryEvictionDone                             // tree Tree's eviction placed IDs at Placed
 	entryRelease                                  // senders have the replies to the messages Released
