@@ -1,7 +1,6 @@
 package treebeard
 
 import (
-	"bytes"
 	"fmt"
 	"math/rand/v2"
 	"sync"
@@ -139,9 +138,7 @@ func (n *FaultNet) tamper(s Sealed) Sealed {
 		s.To.Index++
 		return s
 	}
-	s.Body = bytes.Clone(s.Body)
-	s.Body[len(s.Body)/2] ^= 1
-	return s
+	return flipped(s)
 }
 
 func (n *FaultNet) isCut(from, to Endpoint) bool {
