@@ -162,14 +162,19 @@ func (c *stashCore) closeEpoch(epoch uint64) []byte {
 		return c.endEpoch(nil)
 	}
 	if ep.Failure.Code != CodeOK {
-		failure := Status{Code: ep.Failure.Code, Detail: "treebeard: a path read of this epoch failed: " + ep.Failure.Detail}
-		for i := range ep.Replies {
-			if ep.Replies[i].Code == CodeOK {
-				ep.Replies[i] = Reply{Status: failure}
-			}
-		}
+		ep.failSucceeded(Status{Code: ep.Failure.Code, Detail: "treebeard: a path read of this epoch failed: " + ep.Failure.Detail})
 	}
 	return c.endEpoch(ep.IDs)
+}
+
+// failSucceeded makes every request of the epoch that succeeded fail
+// with st instead.
+func (ep *epochReplies) failSucceeded(st Status) {
+	for i := range ep.Replies {
+		if ep.Replies[i].Code == CodeOK {
+			ep.Replies[i] = Reply{Status: st}
+		}
+	}
 }
 
 // answerEpoch ends an epoch whose record went to the journal: its reply,
@@ -182,10 +187,8 @@ func (c *stashCore) answerEpoch(epoch uint64, journal Status) []byte {
 		return nil
 	}
 	delete(c.epochs, epoch)
-	for i := range ep.Replies {
-		if journal.Code != CodeOK && ep.Replies[i].Code == CodeOK {
-			ep.Replies[i] = Reply{Status: journal}
-		}
+	if journal.Code != CodeOK {
+		ep.failSucceeded(journal)
 	}
 	return c.answer(ep.Msg, accessReplyCodec.encode(AccessReply{Replies: ep.Replies}))
 }
