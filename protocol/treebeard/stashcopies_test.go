@@ -187,3 +187,25 @@ func TestCopyTakesNoRoom(t *testing.T) {
 		t.Fatalf("the batch and its copy took room %v from the store; want [1 0]", rooms)
 	}
 }
+
+// TestMsgTableOtherKind: a message id that comes again as another kind of
+// message is refused unhandled, whether the first is being handled or
+// answered, and the first keeps its place.
+func TestMsgTableOtherKind(t *testing.T) {
+	table := newMsgTable()
+	id := MsgID{Sender: Endpoint{LayerORAM, 1}, Incarnation: 1, Epoch: 4}
+	if cp := table.admit(id, kindEvictionBlocksReply); cp != nil {
+		t.Fatalf("a new message taken for a copy: %+v", cp)
+	}
+	for _, answered := range []bool{false, true} {
+		if answered {
+			table.answer(id, []byte("blocks"))
+		}
+		if cp := table.admit(id, kindEvictionDoneReply); cp == nil || cp.Refused.Code != CodeUnavailable {
+			t.Fatalf("the id again as another kind (first answered: %v): %+v; want it refused", answered, cp)
+		}
+	}
+	if cp := table.admit(id, kindEvictionBlocksReply); cp == nil || string(cp.Reply) != "blocks" {
+		t.Fatalf("a copy of the first: %+v; want its stored reply", cp)
+	}
+}
