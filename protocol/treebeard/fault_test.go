@@ -17,8 +17,8 @@ import (
 	"github.com/oblivkv/oblivkv/protocol/treebeard"
 )
 
-// lossy drops, copies, delays, reorders and delivers late copies of a few
-// percent of the layers' messages each.
+// lossy drops, copies, delays, reorders, delivers late copies of and
+// alters a few percent of the layers' messages each.
 var lossy = treebeard.Faults{DropRequest: 0.04, DropReply: 0.04, Duplicate: 0.04, Reorder: 0.04, Late: 0.04, Tamper: 0.02, MaxDelay: 300 * time.Microsecond}
 
 // faultyStore opens a store whose layers talk through net, on a mem
@@ -48,13 +48,14 @@ func faultyStore(t *testing.T, o treebeard.Options, net *treebeard.FaultNet, fai
 // TestLossyTransport: with a few percent of the layers' messages dropped
 // (on the way or on the way back), copied, delayed, reordered and copied
 // again after their reply (late) or altered on the way (refused by the
-// sealed wire and sent again), and a few of storage's Reads failing, at the defaults and at the paper's
-// parameters: a bulk load goes through; porcupine finds 16 clients'
-// history linearizable; every acknowledged write survives a restart (the
-// checkpoint gathered and the state restored over the same net); no part of an epoch is read
-// twice (the trees read exactly the paths the Stash shards planned); and
-// on the Tap every failed Read is followed by the identical Read
-// (Treebeard Sec. 5.3.3).
+// sealed wire and sent again), and a few of storage's Reads failing, at
+// the defaults and at the paper's parameters: a bulk load goes through;
+// porcupine finds 16 clients' history linearizable; every acknowledged
+// write survives a restart (the checkpoint gathered and the state
+// restored over the same net); no part of an epoch is read twice (the
+// trees read exactly the paths the Stash shards planned); and on the Tap
+// every failed Read is followed by the identical Read (Treebeard Sec.
+// 5.3.3).
 func TestLossyTransport(t *testing.T) {
 	paper := treebeard.PaperOptions()
 	for name, o := range map[string]treebeard.Options{

@@ -1,7 +1,6 @@
 package treebeard
 
 import (
-	"bytes"
 	"fmt"
 	"math/rand/v2"
 	"sync"
@@ -14,11 +13,12 @@ import (
 // (wire.go), as between processes, so only plain values get through, no
 // memory is shared between sender and receiver, and the net sees what a
 // real one would: the Sealed envelopes. An altered message or reply
-// (Tamper) is refused by the wire and sent again, never handled. A copy of a message
-// may arrive late, after its sender has the reply and has released it
-// (answered): the receiver must answer it with the stored reply or refuse
-// it, never handle it again. The store's own messages (Admin), which it
-// sends one at a time, are never delivered late.
+// (Tamper) is refused by the wire and sent again, never handled. A copy
+// of a message may arrive late, after its sender has the reply and has
+// released it (a Stash shard's msgTable, an ORAM shard's answered): the
+// receiver must answer it with the stored reply or refuse it, never
+// handle it again. The store's own messages (Admin), which it sends one
+// at a time, are never delivered late.
 type FaultNet struct {
 	faults Faults
 	late   sync.WaitGroup // late copies on their way
@@ -138,9 +138,7 @@ func (n *FaultNet) tamper(s Sealed) Sealed {
 		s.To.Index++
 		return s
 	}
-	s.Body = bytes.Clone(s.Body)
-	s.Body[len(s.Body)/2] ^= 1
-	return s
+	return flipped(s)
 }
 
 func (n *FaultNet) isCut(from, to Endpoint) bool {

@@ -79,8 +79,11 @@ func (s *Stash) apply(e stashEntry) stashOutput {
 func (s *Stash) Access(m AccessMsg) AccessReply {
 	s.release(m.Release)
 	s.mu.Lock()
-	out := s.applyLocked(stashEntry{Kind: entryBatch, Msg: m.ID, Epoch: m.ID.Epoch, Batch: m.Batch,
-		Room: s.quota.take(s.core.roomNeeded(m.Batch))})
+	var room int64
+	if !s.core.msgs.has(m.ID) { // a copy plans nothing: it takes no room from the store
+		room = s.quota.take(s.core.roomNeeded(m.Batch))
+	}
+	out := s.applyLocked(stashEntry{Kind: entryBatch, Msg: m.ID, Epoch: m.ID.Epoch, Batch: m.Batch, Room: room})
 	if out.Copy != nil {
 		first := s.answering[m.ID]
 		s.mu.Unlock()

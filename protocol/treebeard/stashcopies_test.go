@@ -159,3 +159,53 @@ func TestMsgTableReleasedNeverForgotten(t *testing.T) {
 		t.Fatalf("a message of a later incarnation with a released epoch was taken for a copy: %+v", cp)
 	}
 }
+
+// TestCopyTakesNoRoom: a copy of a Router's batch plans nothing, so its
+// driver takes no room for new keys from the store's quota for it, which
+// would leave another shard planning at that moment short of room.
+func TestCopyTakesNoRoom(t *testing.T) {
+	trees := &scriptedTrees{lost: true}
+	s := newStash(0, newTestStashCore(1), &quota{capacity: 8}, durable.New(nil, nil, nil), newNetState())
+	s.connect([]PathReader{trees, trees, trees, trees})
+	var rooms []int64
+	s.applied = func(e stashEntry, _ stashOutput) {
+		if e.Kind == entryBatch {
+			rooms = append(rooms, e.Room)
+		}
+	}
+	batch := AccessMsg{ID: MsgID{Sender: Endpoint{LayerRouter, 0}, Incarnation: 1, Epoch: 5},
+		Batch: []Request{{Req: RequestID{Incarnation: 1, Seq: 1}, Op: OpPut, ID: blockID("new"), Value: []byte("v")},
+			{Req: RequestID{Incarnation: 1, Seq: 2}, Op: OpDelete, ID: blockID("new")}}} // the key is new again for a copy
+	first := s.Access(batch)
+	if first.Code != CodeOK || len(first.Replies) != 2 || first.Replies[0].Code != CodeOK || first.Replies[1].Code != CodeOK {
+		t.Fatalf("Access = %+v", first)
+	}
+	if again := s.Access(batch); !reflect.DeepEqual(again, first) {
+		t.Fatalf("a copy of the batch got %+v; want the stored %+v", again, first)
+	}
+	if !reflect.DeepEqual(rooms, []int64{1, 0}) {
+		t.Fatalf("the batch and its copy took room %v from the store; want [1 0]", rooms)
+	}
+}
+
+// TestMsgTableOtherKind: a message id that comes again as another kind of
+// message is refused unhandled, whether the first is being handled or
+// answered, and the first keeps its place.
+func TestMsgTableOtherKind(t *testing.T) {
+	table := newMsgTable()
+	id := MsgID{Sender: Endpoint{LayerORAM, 1}, Incarnation: 1, Epoch: 4}
+	if cp := table.admit(id, kindEvictionBlocksReply); cp != nil {
+		t.Fatalf("a new message taken for a copy: %+v", cp)
+	}
+	for _, answered := range []bool{false, true} {
+		if answered {
+			table.answer(id, []byte("blocks"))
+		}
+		if cp := table.admit(id, kindEvictionDoneReply); cp == nil || cp.Refused.Code != CodeUnavailable {
+			t.Fatalf("the id again as another kind (first answered: %v): %+v; want it refused", answered, cp)
+		}
+	}
+	if cp := table.admit(id, kindEvictionBlocksReply); cp == nil || string(cp.Reply) != "blocks" {
+		t.Fatalf("a copy of the first: %+v; want its stored reply", cp)
+	}
+}

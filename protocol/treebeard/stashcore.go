@@ -23,9 +23,10 @@ import (
 // hand-off and acknowledgement and its senders' releases, each a
 // stashEntry (step, stashmachine.go); its outputs are the path reads to
 // issue, the epochs whose replies are ready, an epoch's journal record,
-// and the reply to each message, encoded (a copy's: the stored one). It does no I/O, starts no goroutine and reads no clock:
-// the same state (its random source included) and the same inputs give
-// the same outputs. The room for new keys an epoch may use is an input of
+// and the reply to each message, encoded (a copy's: the stored one). It
+// does no I/O, starts no goroutine and reads no clock: the same state
+// (its random source included) and the same inputs give the same
+// outputs. The room for new keys an epoch may use is an input of
 // its plan, taken by the driver from the store's quota, and the room it
 // did not use or freed is an output (takeReleased). A replicated log of
 // its entries over an image (stashimage.go) rebuilds it; the journal

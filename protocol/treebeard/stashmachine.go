@@ -22,7 +22,7 @@ type stashEntryKind uint8
 const (
 	entryBatch          stashEntryKind = iota + 1 // a Router's batch of an epoch, with the room its new keys may take
 	entryResults                                  // tree Tree's results of the shard's part of epoch Epoch
-	entryEpochEnd                                 // every part of epoch Epoch has returned: its record and replies
+	entryEpochEnd                                 // every part of epoch Epoch has returned: its journal record
 	entryEvictionBlocks                           // tree Tree's eviction asks for its blocks
 	entryEvictionDone                             // tree Tree's eviction placed IDs at Placed
 	entryRelease                                  // senders have the replies to the messages Released
@@ -162,14 +162,19 @@ func (c *stashCore) closeEpoch(epoch uint64) []byte {
 		return c.endEpoch(nil)
 	}
 	if ep.Failure.Code != CodeOK {
-		failure := Status{Code: ep.Failure.Code, Detail: "treebeard: a path read of this epoch failed: " + ep.Failure.Detail}
-		for i := range ep.Replies {
-			if ep.Replies[i].Code == CodeOK {
-				ep.Replies[i] = Reply{Status: failure}
-			}
-		}
+		ep.failSucceeded(Status{Code: ep.Failure.Code, Detail: "treebeard: a path read of this epoch failed: " + ep.Failure.Detail})
 	}
 	return c.endEpoch(ep.IDs)
+}
+
+// failSucceeded makes every request of the epoch that succeeded fail
+// with st instead.
+func (ep *epochReplies) failSucceeded(st Status) {
+	for i := range ep.Replies {
+		if ep.Replies[i].Code == CodeOK {
+			ep.Replies[i] = Reply{Status: st}
+		}
+	}
 }
 
 // answerEpoch ends an epoch whose record went to the journal: its reply,
@@ -182,10 +187,8 @@ func (c *stashCore) answerEpoch(epoch uint64, journal Status) []byte {
 		return nil
 	}
 	delete(c.epochs, epoch)
-	for i := range ep.Replies {
-		if journal.Code != CodeOK && ep.Replies[i].Code == CodeOK {
-			ep.Replies[i] = Reply{Status: journal}
-		}
+	if journal.Code != CodeOK {
+		ep.failSucceeded(journal)
 	}
 	return c.answer(ep.Msg, accessReplyCodec.encode(AccessReply{Replies: ep.Replies}))
 }

@@ -69,6 +69,12 @@ func (t *msgTable) admit(id MsgID, kind msgKind) *msgCopy {
 	return &msgCopy{Reply: h.Reply}
 }
 
+// has reports whether message id was admitted already.
+func (t *msgTable) has(id MsgID) bool {
+	r := t.streams[streamOf(id)]
+	return r != nil && (r.released.has(id.Epoch) || r.held[id.Epoch] != nil)
+}
+
 // answer stores the reply to message id, admitted already.
 func (t *msgTable) answer(id MsgID, reply []byte) {
 	if r := t.streams[streamOf(id)]; r != nil && r.held[id.Epoch] != nil {

@@ -117,7 +117,7 @@ func decodeEvictionBlocksReply(d *delta.Decoder) EvictionBlocksReply {
 func appendEvictionDoneMsg(b []byte, m EvictionDoneMsg) []byte {
 	b = appendMsgID(b, m.ID)
 	b = appendList(b, m.Blocks, appendORAMBlock)
-	b = appendList(b, m.Placed, appendInt64)
+	b = appendList(b, m.Placed, binary.AppendVarint)
 	return appendList(b, m.Release, appendMsgID)
 }
 
@@ -416,17 +416,14 @@ func decodeValue(d *delta.Decoder) []byte {
 	return d.Bytes(math.MaxInt)
 }
 
-// appendInt64 appends a signed number, zigzag-encoded.
-func appendInt64(b []byte, v int64) []byte {
-	return binary.AppendUvarint(b, uint64(v<<1)^uint64(v>>63))
-}
-
+// decodeInt64 reads a signed number of binary.AppendVarint (a zigzag
+// encoding: a Uvarint of v<<1, its bits flipped when v is negative).
 func decodeInt64(d *delta.Decoder) int64 {
 	u := d.Uvarint()
 	return int64(u>>1) ^ -int64(u&1)
 }
 
-func appendInt(b []byte, v int) []byte { return appendInt64(b, int64(v)) }
+func appendInt(b []byte, v int) []byte { return binary.AppendVarint(b, int64(v)) }
 
 func decodeInt(d *delta.Decoder) int {
 	v := decodeInt64(d)
