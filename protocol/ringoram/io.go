@@ -220,8 +220,9 @@ func (d *Driver) Seal(ws []BucketWrite) ([]backend.Item, error) {
 	}
 	items, buf := make([]backend.Item, itemAt[len(ws)]), make([]byte, byteAt[len(ws)])
 	err := forChunks(len(ws), bucketsPerWorker, func(lo, hi int) error {
+		sc := sealScratch{slots: make([]*tree.Block, d.p.slots())}
 		for i := lo; i < hi; i++ {
-			if err := d.sealBucket(ws[i], items[itemAt[i]:itemAt[i+1]], buf[byteAt[i]:byteAt[i+1]]); err != nil {
+			if err := d.sealBucket(ws[i], items[itemAt[i]:itemAt[i+1]], buf[byteAt[i]:byteAt[i+1]], &sc); err != nil {
 				return err
 			}
 		}
@@ -230,13 +231,22 @@ func (d *Driver) Seal(ws []BucketWrite) ([]backend.Item, error) {
 	return items, err
 }
 
+// sealScratch is one goroutine's buffers for sealing buckets one after
+// the other: a bucket's slots and its metadata record's address, the
+// associated data.
+type sealScratch struct {
+	slots []*tree.Block
+	ad    []byte
+}
+
 // sealBucket seals w into items, using buf (exactly large enough) for
 // the values.
-func (d *Driver) sealBucket(w BucketWrite, items []backend.Item, buf []byte) error {
+func (d *Driver) sealBucket(w BucketWrite, items []backend.Item, buf []byte, sc *sealScratch) error {
 	size := d.codec.SlotSize()
 	n := 0
 	if w.Full {
-		slots := make([]*tree.Block, d.p.slots())
+		slots := sc.slots
+		clear(slots)
 		for i := range w.Reals {
 			slots[w.Reals[i].Slot] = &w.Reals[i].Block
 		}
@@ -250,6 +260,7 @@ func (d *Driver) sealBucket(w BucketWrite, items []backend.Item, buf []byte) err
 		}
 	}
 	maddr := d.l.MetaAddr(w.Bucket)
-	items[len(items)-1] = backend.Item{Addr: maddr, Value: d.keys.Seal(buf[n:n:len(buf)], []byte(maddr), w.Meta)}
+	sc.ad = append(sc.ad[:0], maddr...)
+	items[len(items)-1] = backend.Item{Addr: maddr, Value: d.keys.Seal(buf[n:n:len(buf)], sc.ad, w.Meta)}
 	return nil
 }
