@@ -174,7 +174,7 @@ func (d *Driver) openSlots(reads []SlotRead, vals [][]byte) ([]tree.Block, error
 	if err != nil {
 		return nil, err
 	}
-	var reals []tree.Block
+	reals := out[:0] // in place: the j-th real block is at j or later
 	for j, r := range reads {
 		if r.Real {
 			reals = append(reals, out[j])
