@@ -8,15 +8,15 @@ import (
 
 // answered is an ORAM shard's record of the parts of epochs it handled,
 // by MsgID, held by its driver (a Stash shard's record of its messages is
-// part of its core's state: msgTable). The first copy of a message is handled; every later copy gets the first
-// one's reply, waiting for it if it is still being handled. A reply stays
-// until the sender releases it (listing its MsgID in a later message to
-// the same receiver); a copy arriving after that, however late, gets
-// CodeUnavailable and is not handled. The released MsgIDs are never
-// forgotten: they are kept per stream (sender, incarnation, sequence
-// number) as runs of consecutive epochs, and a sender's messages to one
-// receiver have consecutive epochs (a Router's epochs, a Stash shard's
-// epochs, a tree's eviction numbers), so a stream's record stays a few
+// part of its core's state: msgTable). The first copy of a message is
+// handled; every later copy gets the first one's reply, waiting for it if
+// it is still being handled. A reply stays until the sender releases it
+// (listing its MsgID in a later message to the same receiver); a copy
+// arriving after that, however late, gets CodeUnavailable and is not
+// handled. The released MsgIDs are never forgotten: they are kept per
+// stream (sender, incarnation, sequence number) as runs of consecutive
+// epochs (epochRuns, which msgTable keeps too), and a Stash shard's parts
+// for one tree have consecutive epochs, so a stream's record stays a few
 // runs long however long the store runs.
 type answered[R any, P reply[R]] struct {
 	mu       sync.Mutex
