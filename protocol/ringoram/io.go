@@ -90,7 +90,8 @@ func (d *Driver) readAgain(ctx context.Context, lists [][]string) ([][][]byte, e
 }
 
 // ReadMetas reads the metadata records of buckets in ONE backend Read and
-// opens them (at any version: the Tree checks them), in parallel.
+// opens them (at any version: the Tree checks them), in parallel. The
+// plaintexts share one buffer.
 func (d *Driver) ReadMetas(ctx context.Context, buckets []uint64) ([][]byte, error) {
 	addrs := make([]string, len(buckets))
 	for i, b := range buckets {
@@ -100,16 +101,24 @@ func (d *Driver) ReadMetas(ctx context.Context, buckets []uint64) ([][]byte, err
 	if err != nil {
 		return nil, err
 	}
-	plains := make([][]byte, len(buckets))
+	size := metaPlainSize(d.p.Z)
+	plains, buf := make([][]byte, len(buckets)), make([]byte, len(buckets)*size)
 	err = forChunks(len(buckets), metasPerWorker, func(lo, hi int) error {
+		var ad []byte
 		for i := lo; i < hi; i++ {
-			if plains[i], err = d.openPlain(buckets[i], addrs[i], vals[i]); err != nil {
-				return err
+			ad = append(ad[:0], addrs[i]...)
+			plain, err := d.keys.Open(buf[i*size:i*size:(i+1)*size], ad, vals[i])
+			if err != nil {
+				return fmt.Errorf("ringoram: metadata of bucket %d: %w", buckets[i], err)
 			}
+			plains[i] = plain
 		}
 		return nil
 	})
-	return plains, err
+	if err != nil {
+		return nil, err
+	}
+	return plains, nil
 }
 
 // openPlain opens bucket's sealed metadata record, stored at addr.
