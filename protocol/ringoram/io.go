@@ -121,25 +121,6 @@ func (d *Driver) ReadMetas(ctx context.Context, buckets []uint64) ([][]byte, err
 	return plains, nil
 }
 
-// openPlain opens bucket's sealed metadata record, stored at addr.
-func (d *Driver) openPlain(bucket uint64, addr string, sealed []byte) ([]byte, error) {
-	plain, err := d.keys.Open(nil, []byte(addr), sealed)
-	if err != nil {
-		return nil, fmt.Errorf("ringoram: metadata of bucket %d: %w", bucket, err)
-	}
-	return plain, nil
-}
-
-// openMeta opens bucket's sealed metadata into m, at the version the Tree
-// expects.
-func (d *Driver) openMeta(m *meta, bucket uint64, addr string, sealed []byte) error {
-	plain, err := d.openPlain(bucket, addr, sealed)
-	if err != nil {
-		return err
-	}
-	return d.checkMeta(m, bucket, plain)
-}
-
 // ReadSlots reads each list of slots in ONE backend Read, all in one
 // round trip, issuing it again unchanged while storage fails it
 // (readAgain), and opens them in parallel. Each must agree with its
