@@ -240,8 +240,12 @@ func (f *fixture) peek(bucket uint64) meta {
 	if err != nil {
 		f.t.Fatal(err)
 	}
+	plain, err := f.tr.keys.Open(nil, []byte(addr), vals[0])
+	if err != nil {
+		f.t.Fatal(err)
+	}
 	m := f.tr.newMetas(1)[0]
-	if err := f.tr.openMeta(&m, bucket, addr, vals[0]); err != nil {
+	if err := f.tr.checkMeta(&m, bucket, plain); err != nil {
 		f.t.Fatal(err)
 	}
 	return m

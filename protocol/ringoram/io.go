@@ -90,7 +90,8 @@ func (d *Driver) readAgain(ctx context.Context, lists [][]string) ([][][]byte, e
 }
 
 // ReadMetas reads the metadata records of buckets in ONE backend Read and
-// opens them (at any version: the Tree checks them), in parallel.
+// opens them (at any version: the Tree checks them), in parallel. The
+// plaintexts share one buffer.
 func (d *Driver) ReadMetas(ctx context.Context, buckets []uint64) ([][]byte, error) {
 	addrs := make([]string, len(buckets))
 	for i, b := range buckets {
@@ -100,35 +101,24 @@ func (d *Driver) ReadMetas(ctx context.Context, buckets []uint64) ([][]byte, err
 	if err != nil {
 		return nil, err
 	}
-	plains := make([][]byte, len(buckets))
+	size := metaPlainSize(d.p.Z)
+	plains, buf := make([][]byte, len(buckets)), make([]byte, len(buckets)*size)
 	err = forChunks(len(buckets), metasPerWorker, func(lo, hi int) error {
+		var ad []byte
 		for i := lo; i < hi; i++ {
-			if plains[i], err = d.openPlain(buckets[i], addrs[i], vals[i]); err != nil {
-				return err
+			ad = append(ad[:0], addrs[i]...)
+			plain, err := d.keys.Open(buf[i*size:i*size:(i+1)*size], ad, vals[i])
+			if err != nil {
+				return fmt.Errorf("ringoram: metadata of bucket %d: %w", buckets[i], err)
 			}
+			plains[i] = plain
 		}
 		return nil
 	})
-	return plains, err
-}
-
-// openPlain opens bucket's sealed metadata record, stored at addr.
-func (d *Driver) openPlain(bucket uint64, addr string, sealed []byte) ([]byte, error) {
-	plain, err := d.keys.Open(nil, []byte(addr), sealed)
 	if err != nil {
-		return nil, fmt.Errorf("ringoram: metadata of bucket %d: %w", bucket, err)
+		return nil, err
 	}
-	return plain, nil
-}
-
-// openMeta opens bucket's sealed metadata into m, at the version the Tree
-// expects.
-func (d *Driver) openMeta(m *meta, bucket uint64, addr string, sealed []byte) error {
-	plain, err := d.openPlain(bucket, addr, sealed)
-	if err != nil {
-		return err
-	}
-	return d.checkMeta(m, bucket, plain)
+	return plains, nil
 }
 
 // ReadSlots reads each list of slots in ONE backend Read, all in one
@@ -174,7 +164,7 @@ func (d *Driver) openSlots(reads []SlotRead, vals [][]byte) ([]tree.Block, error
 	if err != nil {
 		return nil, err
 	}
-	var reals []tree.Block
+	reals := out[:0] // in place: the j-th real block is at j or later
 	for j, r := range reads {
 		if r.Real {
 			reals = append(reals, out[j])
@@ -220,8 +210,9 @@ func (d *Driver) Seal(ws []BucketWrite) ([]backend.Item, error) {
 	}
 	items, buf := make([]backend.Item, itemAt[len(ws)]), make([]byte, byteAt[len(ws)])
 	err := forChunks(len(ws), bucketsPerWorker, func(lo, hi int) error {
+		sc := sealScratch{slots: make([]*tree.Block, d.p.slots())}
 		for i := lo; i < hi; i++ {
-			if err := d.sealBucket(ws[i], items[itemAt[i]:itemAt[i+1]], buf[byteAt[i]:byteAt[i+1]]); err != nil {
+			if err := d.sealBucket(ws[i], items[itemAt[i]:itemAt[i+1]], buf[byteAt[i]:byteAt[i+1]], &sc); err != nil {
 				return err
 			}
 		}
@@ -230,13 +221,22 @@ func (d *Driver) Seal(ws []BucketWrite) ([]backend.Item, error) {
 	return items, err
 }
 
+// sealScratch is one goroutine's buffers for sealing buckets one after
+// the other: a bucket's slots and its metadata record's address, the
+// associated data.
+type sealScratch struct {
+	slots []*tree.Block
+	ad    []byte
+}
+
 // sealBucket seals w into items, using buf (exactly large enough) for
 // the values.
-func (d *Driver) sealBucket(w BucketWrite, items []backend.Item, buf []byte) error {
+func (d *Driver) sealBucket(w BucketWrite, items []backend.Item, buf []byte, sc *sealScratch) error {
 	size := d.codec.SlotSize()
 	n := 0
 	if w.Full {
-		slots := make([]*tree.Block, d.p.slots())
+		slots := sc.slots
+		clear(slots)
 		for i := range w.Reals {
 			slots[w.Reals[i].Slot] = &w.Reals[i].Block
 		}
@@ -250,6 +250,7 @@ func (d *Driver) sealBucket(w BucketWrite, items []backend.Item, buf []byte) err
 		}
 	}
 	maddr := d.l.MetaAddr(w.Bucket)
-	items[len(items)-1] = backend.Item{Addr: maddr, Value: d.keys.Seal(buf[n:n:len(buf)], []byte(maddr), w.Meta)}
+	sc.ad = append(sc.ad[:0], maddr...)
+	items[len(items)-1] = backend.Item{Addr: maddr, Value: d.keys.Seal(buf[n:n:len(buf)], sc.ad, w.Meta)}
 	return nil
 }

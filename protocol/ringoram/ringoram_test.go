@@ -473,6 +473,33 @@ func TestTamper(t *testing.T) {
 	}
 }
 
+// TestColdMetadataOpenedInParallel: a restarted tree's eviction whose
+// union holds more metadata records than one goroutine opens
+// (metasPerWorker) opens them on several goroutines, none writing what
+// another does (run with -race), and fails with seal.ErrTampered when
+// the last record read has a flipped byte; once it is undone, the
+// eviction reads and keeps every record of its union.
+func TestColdMetadataOpenedInParallel(t *testing.T) {
+	f := newFixture(t, 10, defaults, 14)
+	f.init(nil)
+	f.restart()
+	union := f.tr.g.Union(f.tr.EvictionLeaves(200), nil)
+	if len(union) < 2*metasPerWorker {
+		t.Fatalf("the eviction's union has %d buckets; want at least %d, for more than one goroutine", len(union), 2*metasPerWorker)
+	}
+	undo := flip(f, testLayout.MetaAddr(union[len(union)-1]))
+	if _, err := f.tr.Evict(f.ctx, 200, nil); !errors.Is(err, seal.ErrTampered) {
+		t.Fatalf("error %v; want seal.ErrTampered", err)
+	}
+	undo()
+	f.restart()
+	f.fresh()
+	f.evict(200, nil)
+	if got := f.tr.Stats().MetaReads; got != uint64(len(union)) {
+		t.Fatalf("the eviction read %d metadata records; want its union's %d", got, len(union))
+	}
+}
+
 func flip(f *fixture, addr string) func() {
 	old := f.rawGet(addr)
 	v := bytes.Clone(old)

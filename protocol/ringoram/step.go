@@ -298,16 +298,29 @@ func (t *Tree) expand(reals [][]tree.Block) ([][]tree.Block, error) {
 	return got, nil
 }
 
-// exportWrites returns ws as BucketWrites.
+// exportWrites returns ws as BucketWrites. Their metadata plaintexts
+// share one buffer, and their real blocks one slice.
 func (t *Tree) exportWrites(ws []bucketWrite) []BucketWrite {
-	out := make([]BucketWrite, len(ws))
+	size, reals := metaPlainSize(t.p.Z), 0
+	for _, w := range ws {
+		for _, b := range w.slots {
+			if b != nil {
+				reals++
+			}
+		}
+	}
+	out, plains, blocks := make([]BucketWrite, len(ws)), make([]byte, len(ws)*size), make([]SlotBlock, 0, reals)
 	for i, w := range ws {
-		bw := BucketWrite{Bucket: w.bucket, Version: w.meta.Version, Meta: w.meta.appendPlain(nil),
+		bw := BucketWrite{Bucket: w.bucket, Version: w.meta.Version, Meta: w.meta.appendPlain(plains[i*size : i*size : (i+1)*size]),
 			Full: w.slots != nil, SlotVersion: w.meta.SlotVersion}
+		from := len(blocks)
 		for s, b := range w.slots {
 			if b != nil {
-				bw.Reals = append(bw.Reals, SlotBlock{Slot: uint8(s), Block: *b})
+				blocks = append(blocks, SlotBlock{Slot: uint8(s), Block: *b})
 			}
+		}
+		if len(blocks) > from {
+			bw.Reals = blocks[from:len(blocks):len(blocks)]
 		}
 		out[i] = bw
 	}

@@ -34,7 +34,7 @@ type SlotRef struct {
 // rewrites, and a Write of the metadata (plus the reshuffled buckets'
 // slots); an eviction is a Read of Z slots per bucket and a Write of
 // every slot of every bucket. A multi-path read may evict too, in the
-// same round trip (Tree.ReadEvict): its slot Read is followed by
+// same round trip (Driver.ReadEvict): its slot Read is followed by
 // the eviction's, and its Write holds both. Any may start with a Read of
 // the metadata the tree has no copy of (none after a load, which writes
 // them all; after a recovery, each bucket's the first time a union holds

@@ -8,26 +8,26 @@ import (
 
 // answered is an ORAM shard's record of the parts of epochs it handled,
 // by MsgID, held by its driver (a Stash shard's record of its messages is
-// part of its core's state: msgTable). The first copy of a message is handled; every later copy gets the first
-// one's reply, waiting for it if it is still being handled. A reply stays
-// until the sender releases it (listing its MsgID in a later message to
-// the same receiver); a copy arriving after that, however late, gets
-// CodeUnavailable and is not handled. The released MsgIDs are never
-// forgotten: they are kept per stream (sender, incarnation, sequence
-// number) as runs of consecutive epochs, and a sender's messages to one
-// receiver have consecutive epochs (a Router's epochs, a Stash shard's
-// epochs, a tree's eviction numbers), so a stream's record stays a few
+// part of its core's state: msgTable). The first copy of a message is
+// handled; every later copy gets the first one's reply, waiting for it if
+// it is still being handled. A reply stays until the sender releases it
+// (listing its MsgID in a later message to the same receiver); a copy
+// arriving after that, however late, gets CodeUnavailable and is not
+// handled. The released MsgIDs are never forgotten: they are kept per
+// stream (sender, incarnation, sequence number) as runs of consecutive
+// epochs (epochRuns, which msgTable keeps too), and a Stash shard's parts
+// for one tree have consecutive epochs, so a stream's record stays a few
 // runs long however long the store runs.
-type answered[R any, P reply[R]] struct {
+type answered struct {
 	mu       sync.Mutex
-	entries  map[MsgID]*answer[R]
+	entries  map[MsgID]*answer
 	released map[stream]*epochRuns
 	copies   atomic.Uint64
 }
 
-type answer[R any] struct {
+type answer struct {
 	done  chan struct{}
-	reply R
+	reply ReadPathsReply
 }
 
 // stream is a sender's messages of one sequence number in one
@@ -40,17 +40,17 @@ type stream struct {
 
 func streamOf(id MsgID) stream { return stream{id.Sender, id.Incarnation, id.Seq} }
 
-func newAnswered[R any, P reply[R]]() *answered[R, P] {
-	return &answered[R, P]{entries: map[MsgID]*answer[R]{}, released: map[stream]*epochRuns{}}
+func newAnswered() *answered {
+	return &answered{entries: map[MsgID]*answer{}, released: map[stream]*epochRuns{}}
 }
 
 // do returns the reply to message id: handle's, for its first copy.
-func (a *answered[R, P]) do(id MsgID, handle func() R) R {
+func (a *answered) do(id MsgID, handle func() ReadPathsReply) ReadPathsReply {
 	a.mu.Lock()
 	if r := a.released[streamOf(id)]; r != nil && r.has(id.Epoch) {
 		a.mu.Unlock()
 		a.copies.Add(1)
-		return failedWith[R, P](Status{Code: CodeUnavailable, Detail: "treebeard: a copy of a message answered and released already"})
+		return ReadPathsReply{Status: Status{Code: CodeUnavailable, Detail: "treebeard: a copy of a message answered and released already"}}
 	}
 	if e := a.entries[id]; e != nil {
 		a.mu.Unlock()
@@ -58,7 +58,7 @@ func (a *answered[R, P]) do(id MsgID, handle func() R) R {
 		<-e.done
 		return e.reply
 	}
-	e := &answer[R]{done: make(chan struct{})}
+	e := &answer{done: make(chan struct{})}
 	a.entries[id] = e
 	a.mu.Unlock()
 	e.reply = handle()
@@ -68,7 +68,7 @@ func (a *answered[R, P]) do(id MsgID, handle func() R) R {
 
 // release forgets the replies of ids, which their sender has; ids this
 // receiver never answered are ignored.
-func (a *answered[R, P]) release(ids []MsgID) {
+func (a *answered) release(ids []MsgID) {
 	if len(ids) == 0 {
 		return
 	}
@@ -95,7 +95,7 @@ func (a *answered[R, P]) release(ids []MsgID) {
 }
 
 // held is the number of replies kept for their senders.
-func (a *answered[R, P]) held() int {
+func (a *answered) held() int {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return len(a.entries)

@@ -285,7 +285,7 @@ func runAuditCrashing(t *testing.T, opts treebeard.Options, seed byte, keys []ui
 // journal's Writes it allows Reads of tree metadata records that storage
 // saw written before the recovery (all of records up to it), with which
 // recovery finds whether the trees' last Writes landed
-// (ringoram.Tree.Landed).
+// (ringoram.Driver.Landed).
 func checkRecoveryView(recovery, all []observe.Record, trees int) error {
 	if len(recovery) == 0 {
 		return durabletest.CheckRecoveryView(recovery)

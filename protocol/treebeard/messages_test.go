@@ -190,13 +190,13 @@ func TestIncarnationGrows(t *testing.T) {
 // 4,096), released in any order, and its record of them stays one run of
 // epochs per stream.
 func TestReleasedNeverForgotten(t *testing.T) {
-	a := newAnswered[AccessReply]()
+	a := newAnswered()
 	const n = 10_000
 	router := Endpoint{LayerRouter, 0}
 	ids := make([]MsgID, n)
 	for e := range ids {
 		ids[e] = MsgID{Sender: router, Incarnation: 2, Epoch: 1<<48 + uint64(e), Seq: 1}
-		a.do(ids[e], func() AccessReply { return AccessReply{} })
+		a.do(ids[e], func() ReadPathsReply { return ReadPathsReply{} })
 	}
 	rng := rand.New(rand.NewPCG(1, 2))
 	rng.Shuffle(n, func(i, j int) { ids[i], ids[j] = ids[j], ids[i] })
@@ -211,12 +211,12 @@ func TestReleasedNeverForgotten(t *testing.T) {
 	}
 	for _, id := range []MsgID{ids[0], ids[n-1]} {
 		handled := false
-		if rep := a.do(id, func() AccessReply { handled = true; return AccessReply{} }); rep.Code != CodeUnavailable || handled {
+		if rep := a.do(id, func() ReadPathsReply { handled = true; return ReadPathsReply{} }); rep.Code != CodeUnavailable || handled {
 			t.Fatalf("a copy of released %+v: %+v, handled %v; want CodeUnavailable, unhandled", id, rep.Status, handled)
 		}
 	}
 	other := MsgID{Sender: router, Incarnation: 3, Epoch: ids[0].Epoch, Seq: 1}
-	if handled := false; a.do(other, func() AccessReply { handled = true; return AccessReply{} }).Code != CodeOK || !handled {
+	if handled := false; a.do(other, func() ReadPathsReply { handled = true; return ReadPathsReply{} }).Code != CodeOK || !handled {
 		t.Fatalf("a message of a later incarnation with a released epoch was not handled")
 	}
 }

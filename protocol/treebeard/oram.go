@@ -114,7 +114,7 @@ type treeWorker struct {
 	clock       clockwork.Clock // the epochs' timers run on it
 	partTimeout time.Duration   // how long an epoch waits for its last part
 
-	parts    *answered[ReadPathsReply, *ReadPathsReply]
+	parts    *answered
 	released releases   // by Stash shard: the eviction messages answered
 	admin    sync.Mutex // held by an AdminMsg's handling
 
@@ -147,7 +147,7 @@ type partKey struct {
 
 func newTreeWorker(id int, core *treeCore, net *netState, clock clockwork.Clock, partTimeout time.Duration, trace func(traceEvent)) *treeWorker {
 	w := &treeWorker{id: id, core: core, net: net, clock: clock, partTimeout: partTimeout, trace: trace,
-		parts: newAnswered[ReadPathsReply](), timers: map[uint64]clockwork.Timer{},
+		parts: newAnswered(), timers: map[uint64]clockwork.Timer{},
 		waiting: map[partKey]chan partReply{}, wake: make(chan struct{}, 1), exited: make(chan struct{})}
 	w.idle = sync.NewCond(&w.mu)
 	return w

@@ -314,7 +314,6 @@ func (m *oramMachine) metas(e oramEntry, out *oramOutput) {
 		return
 	}
 	if e.Failure.Code != CodeOK {
-		m.tree.Discard()
 		m.fail(e.Failure, out)
 		return
 	}
@@ -333,7 +332,6 @@ func (m *oramMachine) slots(e oramEntry, out *oramOutput) {
 		return
 	}
 	if e.Failure.Code != CodeOK {
-		m.tree.Discard()
 		m.fail(e.Failure, out)
 		return
 	}
@@ -354,7 +352,6 @@ func (m *oramMachine) journaled(e oramEntry, out *oramOutput) {
 		return
 	}
 	if e.Failure.Code != CodeOK {
-		m.tree.Discard()
 		m.fail(e.Failure, out)
 		return
 	}
@@ -386,9 +383,11 @@ func (op *oramOp) taken() []tree.Block {
 	return out
 }
 
-// fail ends the operation's reads with st: its parts fail, and the blocks
-// its eviction was handed all stay stashed.
+// fail ends the operation's reads with st: the tree's operation, if a
+// step left one in progress, is given up unwritten, its parts fail, and
+// the blocks its eviction was handed all stay stashed.
 func (m *oramMachine) fail(st Status, out *oramOutput) {
+	m.tree.Discard()
 	m.op.Fail = st
 	for _, p := range m.op.Parts {
 		out.Replies = append(out.Replies, partReply{Epoch: p.Epoch, Shard: p.Shard, Status: st})

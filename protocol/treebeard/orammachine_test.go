@@ -54,8 +54,9 @@ func oramMachineOf(t *testing.T, m *oramMachine) machine {
 // recordTreeRun runs 8 clients, with a hot key, keys never written and
 // deletes, on a store of 2 Stash shards with busy evictions and early
 // reshuffles (Z = 1, S = 2), reopened from its journal so that its trees read
-// their buckets' metadata again, with a few of storage's Reads failing;
-// it records what tree 0's machine applies, and returns the record and a
+// their buckets' metadata again, with a few of storage's Reads failing,
+// then checks that the store serves Puts once they succeed again; it
+// records what tree 0's machine applies, and returns the record and a
 // maker of fresh machines of the tree.
 func recordTreeRun(t *testing.T) (machineRecord, func() machine) {
 	b, keys, dir := mem.New(), kvtest.NewKeys(t), t.TempDir()
@@ -90,6 +91,12 @@ func recordTreeRun(t *testing.T) (machineRecord, func() machine) {
 	fb.on.Store(true)
 	runClients(t, s, 8, 60)
 	fb.on.Store(false)
+	// The operations whose Reads failed have ended: the store serves.
+	for i := range 4 {
+		if err := s.Put(t.Context(), fmt.Sprint("after", i), []byte{byte(i)}); err != nil {
+			t.Fatalf("a Put once storage's Reads succeed again: %v", err)
+		}
+	}
 	w.mu.Lock()
 	st := w.tree.Stats()
 	w.mu.Unlock()

@@ -234,7 +234,7 @@ func (rp *replayer) op(d *delta.Decoder) {
 // settleOps applies each tree's operations journaled, in order, once the
 // records are replayed: those whose Writes reached storage as their
 // records say, the rest run again under their plans, each writing
-// (ringoram.Tree.Redo: Treebeard Sec. 5.3.3 lets an operation be read
+// (ringoram.Driver.Redo: Treebeard Sec. 5.3.3 lets an operation be read
 // again with the slots it chose, and the plan's seed draws the same ones).
 func (rp *replayer) settleOps(ctx context.Context) error {
 	for t, w := range rp.s.workers {
