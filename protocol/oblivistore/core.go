@@ -352,21 +352,23 @@ func (c *Core) Idle() bool {
 func (c *Core) Outstanding() []Output {
 	var outs []Output
 	for _, g := range c.groups {
-		outs = append(outs, g.outstanding()...)
+		for _, o := range g.outstanding() {
+			outs = append(outs, Output{Read: o.Read, Write: o.Write})
+		}
 	}
 	return outs
 }
 
 // outstanding returns the group's I/O issued and not completed, in issue
 // order.
-func (c *GroupMachine) outstanding() []Output {
+func (c *GroupMachine) outstanding() []GroupOutput {
 	s := &c.st.Group
 	ids := slices.Collect(maps.Keys(s.Reads))
 	ids = slices.AppendSeq(ids, maps.Keys(s.Writes))
 	slices.Sort(ids)
-	outs := make([]Output, 0, len(ids))
+	outs := make([]GroupOutput, 0, len(ids))
 	for _, id := range ids {
-		outs = append(outs, Output{Read: s.Reads[id], Write: s.Writes[id]})
+		outs = append(outs, GroupOutput{Read: s.Reads[id], Write: s.Writes[id]})
 	}
 	return outs
 }
