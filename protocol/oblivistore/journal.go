@@ -13,7 +13,8 @@ import (
 // the Front's holds its entries (requests, the groups' messages, reseeds),
 // a group's its own (the Front's messages, its read results and write
 // completions, reseeds), each the entry the machine applied, encoded by
-// AppendFrontEntry or AppendGroupEntry. A machine is checkpointed on its
+// AppendFrontEntry or AppendGroupEntry, but for acknowledgements alone
+// (Core.Entries). A machine is checkpointed on its
 // own, at its own position, while the others go on, and recovery
 // rebuilds each from its own checkpoint and entries alone. An earlier
 // build journaled the inputs of the whole core as machine 0; such a store
