@@ -239,25 +239,18 @@ func planRecovery(t *testing.T, dir string, keys *seal.Keys, b backend.Backend) 
 	if _, err := log.ReplayMachines(t.Context(), recs); err != nil {
 		t.Fatal(err)
 	}
-	front := &FrontMachine{}
+	front := frontReplay()
 	rf := recs[machineOf(FrontNode)].(*recorded)
 	if err := front.Restore(rf.state); err != nil {
 		t.Fatal(err)
 	}
+	if err := applyAll(front, rf.records); err != nil {
+		t.Fatalf("replaying the Front's records: %v", err)
+	}
 	var toGroups []ToGroup
-	for i, d := range rf.records {
-		e, err := DecodeFrontEntry(d)
-		if err != nil {
-			t.Fatalf("Front's record %d: %v", i+1, err)
-		}
-		outs, err := front.Apply(e)
-		if err != nil {
-			t.Fatalf("replaying the Front's record %d: %v", i+1, err)
-		}
-		for _, o := range outs {
-			if o.Msg != nil {
-				toGroups = append(toGroups, *o.Msg)
-			}
+	for _, o := range front.outs {
+		if o.Msg != nil {
+			toGroups = append(toGroups, *o.Msg)
 		}
 	}
 	redo := map[ioKey]*WriteIO{}
@@ -270,32 +263,22 @@ func planRecovery(t *testing.T, dir string, keys *seal.Keys, b backend.Backend) 
 	var toFront []ToFront
 	for g := 0; recs[machineOf(Node(g))] != nil; g++ {
 		rg := recs[machineOf(Node(g))].(*recorded)
-		gm := &GroupMachine{}
-		if err := gm.Restore(rg.state); err != nil {
+		gr := groupReplay()
+		if err := gr.Restore(rg.state); err != nil {
 			t.Fatal(err)
 		}
-		for _, o := range gm.outstanding() {
+		if err := applyAll(gr, rg.records); err != nil {
+			t.Fatalf("replaying group %d's records: %v", g, err)
+		}
+		for _, o := range gr.outs { // its writes outstanding at the checkpoint, then its entries' outputs
 			keep(o.Write)
-		}
-		for i, d := range rg.records {
-			e, err := DecodeGroupEntry(d)
-			if err != nil {
-				t.Fatalf("group %d's record %d: %v", g, i+1, err)
-			}
-			outs, err := gm.Apply(e)
-			if err != nil {
-				t.Fatalf("replaying group %d's record %d: %v", g, i+1, err)
-			}
-			for _, o := range outs {
-				keep(o.Write)
-				if o.Msg != nil {
-					toFront = append(toFront, *o.Msg)
-				}
+			if o.Msg != nil {
+				toFront = append(toFront, *o.Msg)
 			}
 		}
-		groups = append(groups, gm)
+		groups = append(groups, gr.m)
 	}
-	c, err := assemble(front, groups)
+	c, err := assemble(front.m, groups)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 
 	"github.com/oblivkv/oblivkv/internal/durable"
@@ -12,9 +13,9 @@ import (
 // Each machine has its own log in the store's journal (durable.MachineLog):
 // the Front's holds its entries (requests, the groups' messages, reseeds),
 // a group's its own (the Front's messages, its read results and write
-// completions, reseeds), each the entry the machine applied, encoded by
-// AppendFrontEntry or AppendGroupEntry, but for acknowledgements alone
-// (Core.Entries). A machine is checkpointed on its
+// completions, reseeds), the entries a machine applied in one step in one
+// record (appendEntries), each encoded by AppendFrontEntry or
+// AppendGroupEntry, acknowledgements alone aside (Core.Entries). A machine is checkpointed on its
 // own, at its own position, while the others go on, and recovery
 // rebuilds each from its own checkpoint and entries alone. An earlier
 // build journaled the inputs of the whole core as machine 0; such a store
@@ -35,6 +36,10 @@ type machineLogs struct {
 	log   *durable.Log
 	front *durable.MachineLog
 	group []*durable.MachineLog
+
+	// batch and buf are append's, reused (Append copies the record).
+	batch [][]byte
+	buf   []byte
 
 	mu   sync.Mutex
 	busy map[Node]bool // machines whose checkpoint is being written
@@ -67,12 +72,25 @@ func (l *machineLogs) nodes() []Node {
 	return out
 }
 
-// append journals the entries a step applied, each in its machine's log,
-// and returns the LSN of the last.
+// append journals the entries a step applied, those of each machine in
+// one record of its log (appendEntries), and returns the LSN of the last.
 func (l *machineLogs) append(entries []Applied) uint64 {
+	if !l.log.Durable() {
+		return 0
+	}
 	var lsn uint64
-	for _, e := range entries {
-		lsn = l.of(e.Machine).Append(e.Entry)
+	for i, e := range entries {
+		if slices.ContainsFunc(entries[:i], func(a Applied) bool { return a.Machine == e.Machine }) {
+			continue // in the record of the machine's first entry
+		}
+		l.batch = l.batch[:0]
+		for _, a := range entries[i:] {
+			if a.Machine == e.Machine {
+				l.batch = append(l.batch, a.Entry)
+			}
+		}
+		l.buf = appendEntries(l.buf[:0], l.batch)
+		lsn = l.of(e.Machine).Append(l.buf)
 	}
 	return lsn
 }
@@ -356,13 +374,22 @@ func (r *replaying[E, O, M]) Restore(b []byte) error {
 }
 
 func (r *replaying[E, O, M]) Apply(record []byte) error {
-	e, err := r.decode(record)
+	entries, err := splitEntries(record)
 	if err != nil {
 		return err
 	}
-	outs, err := r.m.Apply(e)
-	r.outs = append(r.outs, outs...)
-	return err
+	for _, b := range entries {
+		e, err := r.decode(b)
+		if err != nil {
+			return err
+		}
+		outs, err := r.m.Apply(e)
+		r.outs = append(r.outs, outs...)
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func (r *replaying[E, O, M]) Snapshot() ([]byte, error) { return r.m.Snapshot() }
