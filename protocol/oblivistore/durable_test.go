@@ -36,8 +36,8 @@ type crashRig struct {
 	n    int
 	// wrap, if set, wraps the storage of each open (a Tap, a cutter).
 	wrap func(backend.Backend) backend.Backend
-	// every, if set, is the checkpoint spacing in each machine's journaled
-	// entries.
+	// every, if set, is the checkpoint spacing in each machine's journal
+	// records.
 	every uint64
 	// options, if set, are the store's Options.
 	options any
@@ -894,10 +894,11 @@ func TestCrashLinearizable(t *testing.T) {
 // and the journal survives; reopening loses nothing acknowledged: the
 // journal's inputs rebuild every write since the checkpoint and recovery
 // redoes them. With the default spacing no checkpoint follows the
-// creation's, so storage loses all; with one every 100 entries of each
+// creation's, so storage loses all; with one every 100 records of each
 // machine, it loses the writes since the last. (Each machine checkpoints
-// on its own, in the background: at every 16 entries they often covered
-// every write before the power cut, and the test then exercised nothing.)
+// on its own, in the background: at every 16 records, when a record held
+// one entry, they often covered every write before the power cut, and
+// the test then exercised nothing.)
 func TestPowerLoss(t *testing.T) {
 	for _, every := range []uint64{0, 100} {
 		t.Run(fmt.Sprint("checkpoint every ", every), func(t *testing.T) {

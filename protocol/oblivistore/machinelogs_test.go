@@ -132,7 +132,7 @@ func TestCheckpointPositionsRecoverAlike(t *testing.T) {
 			}
 		}
 		if cps := r.j.Stats().Checkpoints; r.every < 100 && cps < 10 {
-			t.Fatalf("%d machine checkpoints in 120 requests at every %d entries", cps, r.every)
+			t.Fatalf("%d machine checkpoints in 120 requests at every %d records", cps, r.every)
 		}
 		r.kill()
 		r.bury()
