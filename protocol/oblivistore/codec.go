@@ -166,7 +166,35 @@ const (
 	recToGroup
 	recIdentified // a request with its ID, then its journal record
 	recResend
+	recEntries // several entries of one machine (appendEntries)
 )
+
+// appendEntries encodes entries, those one machine applied in one step,
+// as one record of its log: the entry itself when it is alone, else
+// recEntries, then each entry's length (uvarint) and bytes.
+func appendEntries(b []byte, entries [][]byte) []byte {
+	if len(entries) == 1 {
+		return append(b, entries[0]...)
+	}
+	b = append(b, recEntries)
+	for _, e := range entries {
+		b = delta.AppendBytes(b, e)
+	}
+	return b
+}
+
+// splitEntries returns the entries of a record of appendEntries.
+func splitEntries(record []byte) ([][]byte, error) {
+	if len(record) == 0 || record[0] != recEntries {
+		return [][]byte{record}, nil
+	}
+	d := delta.NewDecoder(record[1:])
+	var out [][]byte
+	for d.More() {
+		out = append(out, d.Bytes(math.MaxInt))
+	}
+	return out, d.Done()
+}
 
 var errEntryKind = errors.New("oblivistore: an entry of another machine's log")
 

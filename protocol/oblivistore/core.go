@@ -191,13 +191,21 @@ func (c *Core) Step(in Input) ([]Output, error) {
 
 // Entries returns the entries each machine applied in the last Step or
 // Deliver, in the order they were applied, valid until the next call: what
-// each machine's log holds (a machine replays its own alone).
+// each machine's log holds (a machine replays its own alone). An
+// acknowledgement alone is not among them: it changes nothing but its
+// receiver's Outbox, which in one process every Step empties (each
+// message is acknowledged within the Step that sent it), and Deliver
+// empties again after a replay.
 func (c *Core) Entries() []Applied { return c.entries }
 
 // Deliver routes messages their senders sent and their receivers never
 // took in (a crash kept their entries from the receivers' logs, after the
 // senders'), as Step routes a step's, and returns the outputs they
 // cause. A message its receiver has taken in, or holds, is passed over.
+// Last, the Front's Outbox forgets what each group has taken in: the
+// groups' acknowledgements alone, which no log holds. (The Progress that
+// ends every entry of the Front acknowledges a group's messages, and is
+// in the group's log or delivered here.)
 func (c *Core) Deliver(toGroups []ToGroup, toFront []ToFront) ([]Output, error) {
 	c.out, c.entries = c.out[:0], c.entries[:0]
 	for _, m := range toGroups {
@@ -210,7 +218,13 @@ func (c *Core) Deliver(toGroups []ToGroup, toFront []ToFront) ([]Output, error) 
 			c.toFront = append(c.toFront, m)
 		}
 	}
-	return c.out, c.route()
+	if err := c.route(); err != nil {
+		return c.out, err
+	}
+	for g, gm := range c.groups {
+		c.front.st.Out[g].acked(gm.st.From.handed())
+	}
+	return c.out, nil
 }
 
 // reseed reseeds every machine, each from its own share of r.Seed.
@@ -228,7 +242,9 @@ func (c *Core) reseed(r Reseed) error {
 
 // applyFront applies an entry to the Front and takes its outputs.
 func (c *Core) applyFront(e FrontEntry) error {
-	c.entries = append(c.entries, Applied{FrontNode, AppendFrontEntry(nil, e)})
+	if e.Msg == nil || e.Msg.ID.Seq != 0 { // an acknowledgement alone is not journaled (Entries)
+		c.entries = append(c.entries, Applied{FrontNode, AppendFrontEntry(nil, e)})
+	}
 	outs, err := c.front.Apply(e)
 	for _, o := range outs {
 		if o.Reply != nil {
@@ -245,7 +261,9 @@ func (c *Core) applyGroup(g int32, e GroupEntry) error {
 	if g < 0 || int(g) >= len(c.groups) {
 		return internal("input for unknown group %d", g)
 	}
-	c.entries = append(c.entries, Applied{Node(g), AppendGroupEntry(nil, e)})
+	if e.Msg == nil || e.Msg.ID.Seq != 0 { // an acknowledgement alone is not journaled (Entries)
+		c.entries = append(c.entries, Applied{Node(g), AppendGroupEntry(nil, e)})
+	}
 	outs, err := c.groups[g].Apply(e)
 	for _, o := range outs {
 		switch {
@@ -352,21 +370,23 @@ func (c *Core) Idle() bool {
 func (c *Core) Outstanding() []Output {
 	var outs []Output
 	for _, g := range c.groups {
-		outs = append(outs, g.outstanding()...)
+		for _, o := range g.outstanding() {
+			outs = append(outs, Output{Read: o.Read, Write: o.Write})
+		}
 	}
 	return outs
 }
 
 // outstanding returns the group's I/O issued and not completed, in issue
 // order.
-func (c *GroupMachine) outstanding() []Output {
+func (c *GroupMachine) outstanding() []GroupOutput {
 	s := &c.st.Group
 	ids := slices.Collect(maps.Keys(s.Reads))
 	ids = slices.AppendSeq(ids, maps.Keys(s.Writes))
 	slices.Sort(ids)
-	outs := make([]Output, 0, len(ids))
+	outs := make([]GroupOutput, 0, len(ids))
 	for _, id := range ids {
-		outs = append(outs, Output{Read: s.Reads[id], Write: s.Writes[id]})
+		outs = append(outs, GroupOutput{Read: s.Reads[id], Write: s.Writes[id]})
 	}
 	return outs
 }

@@ -69,9 +69,10 @@ func newFrontMachine(n int, g geometry, o Options, seed [32]byte) *FrontMachine 
 
 // Apply implements Machine: it applies the entry, then admits and
 // answers requests until nothing more moves, and last lets every group's
-// shuffler run (Progress), telling it whether requests wait for it. An
-// acknowledgement alone and a Resend change nothing of that, and end
-// there.
+// shuffler run (Progress), telling it whether requests wait for it; the
+// Progress also acknowledges the group's messages (Outbox), so the Front
+// never sends an acknowledgement alone. An acknowledgement alone and a
+// Resend change nothing of that, and end there.
 func (c *FrontMachine) Apply(e FrontEntry) ([]FrontOutput, error) {
 	c.out = c.out[:0]
 	f := &c.st.Front
@@ -87,9 +88,7 @@ func (c *FrontMachine) Apply(e FrontEntry) ([]FrontOutput, error) {
 		if e.Msg.ID.Seq == 0 {
 			return c.out, nil
 		}
-		due := c.st.From[g].accept(e.Msg.ID, e.Msg.Msg)
-		c.ack(g)
-		for _, m := range due {
+		for _, m := range c.st.From[g].accept(e.Msg.ID, e.Msg.Msg) {
 			if err := f.handle(c, m); err != nil {
 				return nil, err
 			}
@@ -123,13 +122,6 @@ func (c *FrontMachine) sendGroup(g Node, m PartitionMsg) {
 	msg := &ToGroup{ID: id, Group: g, Ack: c.st.From[g].handed(), Msg: m}
 	c.st.Out[g].hold(id.Seq, AppendGroupEntry(nil, GroupEntry{Msg: msg}))
 	c.out = append(c.out, FrontOutput{Msg: msg})
-}
-
-// ack acknowledges group g's messages handed on so far: a message with
-// no content and sequence number 0, which is never held or handed on.
-func (c *FrontMachine) ack(g Node) {
-	id := MsgID{From: FrontNode, Incarnation: c.st.Incarnation}
-	c.out = append(c.out, FrontOutput{Msg: &ToGroup{ID: id, Group: g, Ack: c.st.From[g].handed()}})
 }
 
 // resend sends again every message a group has not acknowledged, with

@@ -1,6 +1,9 @@
 package oblivistore
 
-import "errors"
+import (
+	"errors"
+	"slices"
+)
 
 // GroupEntry is one entry of a partition group's log; exactly one field
 // is set.
@@ -67,15 +70,16 @@ func (c *GroupMachine) Apply(e GroupEntry) ([]GroupOutput, error) {
 		if e.Msg.ID.Seq == 0 {
 			return c.out, nil
 		}
-		due := c.st.From.accept(e.Msg.ID, e.Msg.Msg)
-		c.ack()
-		for _, m := range due {
+		for _, m := range c.st.From.accept(e.Msg.ID, e.Msg.Msg) {
 			if err = s.handle(c, m); err != nil {
 				break
 			}
 			if m.Progress != nil {
 				c.runShuffler()
 			}
+		}
+		if !c.told() {
+			c.ack()
 		}
 	case e.Read != nil:
 		err = s.readDone(c, *e.Read)
@@ -113,12 +117,15 @@ func (c *GroupMachine) runShuffler() {
 // unless the completion sent the Front a message: the Front's Progress
 // then runs it, once the Front has taken the message in.
 func (c *GroupMachine) runShufflerUnlessTold() {
-	for _, o := range c.out {
-		if o.Msg != nil {
-			return
-		}
+	if !c.told() {
+		c.runShuffler()
 	}
-	c.runShuffler()
+}
+
+// told reports whether the entry being applied has sent the Front a
+// message.
+func (c *GroupMachine) told() bool {
+	return slices.ContainsFunc(c.out, func(o GroupOutput) bool { return o.Msg != nil })
 }
 
 // sendFront sends the Front a message.
@@ -132,6 +139,8 @@ func (c *GroupMachine) sendFront(m FrontMsg) {
 
 // ack acknowledges the Front's messages handed on so far: a message with
 // no content and sequence number 0, which is never held or handed on.
+// An entry that sends the Front a message needs none: the message
+// carries the acknowledgement.
 func (c *GroupMachine) ack() {
 	id := MsgID{From: Node(c.st.Group.Index), Incarnation: c.st.Incarnation}
 	c.out = append(c.out, GroupOutput{Msg: &ToFront{ID: id, Ack: c.st.From.handed()}})

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 
 	"github.com/oblivkv/oblivkv/internal/durable"
@@ -12,8 +13,9 @@ import (
 // Each machine has its own log in the store's journal (durable.MachineLog):
 // the Front's holds its entries (requests, the groups' messages, reseeds),
 // a group's its own (the Front's messages, its read results and write
-// completions, reseeds), each the entry the machine applied, encoded by
-// AppendFrontEntry or AppendGroupEntry. A machine is checkpointed on its
+// completions, reseeds), the entries a machine applied in one step in one
+// record (appendEntries), each encoded by AppendFrontEntry or
+// AppendGroupEntry, acknowledgements alone aside (Core.Entries). A machine is checkpointed on its
 // own, at its own position, while the others go on, and recovery
 // rebuilds each from its own checkpoint and entries alone. An earlier
 // build journaled the inputs of the whole core as machine 0; such a store
@@ -34,6 +36,10 @@ type machineLogs struct {
 	log   *durable.Log
 	front *durable.MachineLog
 	group []*durable.MachineLog
+
+	// batch and buf are append's, reused (Append copies the record).
+	batch [][]byte
+	buf   []byte
 
 	mu   sync.Mutex
 	busy map[Node]bool // machines whose checkpoint is being written
@@ -66,12 +72,25 @@ func (l *machineLogs) nodes() []Node {
 	return out
 }
 
-// append journals the entries a step applied, each in its machine's log,
-// and returns the LSN of the last.
+// append journals the entries a step applied, those of each machine in
+// one record of its log (appendEntries), and returns the LSN of the last.
 func (l *machineLogs) append(entries []Applied) uint64 {
+	if !l.log.Durable() {
+		return 0
+	}
 	var lsn uint64
-	for _, e := range entries {
-		lsn = l.of(e.Machine).Append(e.Entry)
+	for i, e := range entries {
+		if slices.ContainsFunc(entries[:i], func(a Applied) bool { return a.Machine == e.Machine }) {
+			continue // in the record of the machine's first entry
+		}
+		l.batch = l.batch[:0]
+		for _, a := range entries[i:] {
+			if a.Machine == e.Machine {
+				l.batch = append(l.batch, a.Entry)
+			}
+		}
+		l.buf = appendEntries(l.buf[:0], l.batch)
+		lsn = l.of(e.Machine).Append(l.buf)
 	}
 	return lsn
 }
@@ -180,31 +199,42 @@ func (s *store) recover(ctx context.Context, n int) error {
 	for cps[machineOf(Node(groups))] != nil {
 		groups++
 	}
-	front, group := &frontReplay{}, make([]*groupReplay, groups)
+	front, group := frontReplay(), make([]*replaying[GroupEntry, GroupOutput, *GroupMachine], groups)
 	machines := map[durable.MachineID]durable.Machine{machineOf(FrontNode): front}
+	groupMachines := make([]*GroupMachine, groups)
 	for g := range group {
-		group[g] = &groupReplay{}
-		machines[machineOf(Node(g))] = group[g]
+		group[g] = groupReplay()
+		machines[machineOf(Node(g))], groupMachines[g] = group[g], group[g].m
 	}
 	if _, err := s.log.ReplayMachines(ctx, machines); err != nil {
 		return fmt.Errorf("oblivistore: %w", err)
 	}
-	core, err := assemble(front.m, machinesOf(group))
+	core, err := assemble(front.m, groupMachines)
 	if err == nil {
 		err = s.adopt(core, n)
 	}
 	if err != nil {
 		return err
 	}
+	var toGroups []ToGroup
+	for _, o := range front.outs {
+		if o.Msg != nil {
+			toGroups = append(toGroups, *o.Msg)
+		}
+	}
 	redo := map[ioKey]*WriteIO{}
 	var toFront []ToFront
 	for _, g := range group {
-		for k, w := range g.writes {
-			redo[k] = w
+		for _, o := range g.outs {
+			if o.Msg != nil {
+				toFront = append(toFront, *o.Msg)
+			}
+			if o.Write != nil {
+				redo[ioKey{o.Write.Group, o.Write.ID}] = o.Write
+			}
 		}
-		toFront = append(toFront, g.sent...)
 	}
-	if err := s.deliver(front.sent, toFront, redo); err != nil {
+	if err := s.deliver(toGroups, toFront, redo); err != nil {
 		return err
 	}
 	return s.finishRecovery(ctx, redo)
@@ -310,82 +340,56 @@ func (upgradeCutShort) Apply([]byte) error {
 }
 func (upgradeCutShort) Snapshot() ([]byte, error) { return nil, nil }
 
-// frontReplay is the Front as its log rebuilds it. It keeps the messages
-// it sends on the way, which a crash may have kept from the groups.
-type frontReplay struct {
-	m    *FrontMachine
-	sent []ToGroup
+// replaying is a machine as its own log rebuilds it (durable.Machine):
+// its checkpoint restored, then each of its entries decoded and applied.
+// It keeps, for the recovery, the outputs its checkpoint left outstanding
+// (outstanding, where given) and those of every entry replayed: the
+// messages it sent, which a crash may have kept from their receivers,
+// and a group's writes, to be redone.
+type replaying[E, O any, M Machine[E, O]] struct {
+	m           M
+	decode      func([]byte) (E, error)
+	outstanding func(M) []O
+	outs        []O
 }
 
-func (r *frontReplay) Restore(b []byte) error {
-	r.m = &FrontMachine{}
-	return r.m.Restore(b)
+func frontReplay() *replaying[FrontEntry, FrontOutput, *FrontMachine] {
+	return &replaying[FrontEntry, FrontOutput, *FrontMachine]{m: &FrontMachine{}, decode: DecodeFrontEntry}
 }
 
-func (r *frontReplay) Apply(record []byte) error {
-	e, err := DecodeFrontEntry(record)
-	if err != nil {
-		return err
-	}
-	outs, err := r.m.Apply(e)
-	for _, o := range outs {
-		if o.Msg != nil {
-			r.sent = append(r.sent, *o.Msg)
-		}
-	}
-	return err
+func groupReplay() *replaying[GroupEntry, GroupOutput, *GroupMachine] {
+	return &replaying[GroupEntry, GroupOutput, *GroupMachine]{m: &GroupMachine{}, decode: DecodeGroupEntry,
+		outstanding: (*GroupMachine).outstanding}
 }
 
-func (r *frontReplay) Snapshot() ([]byte, error) { return r.m.Snapshot() }
-
-// groupReplay is a partition group as its log rebuilds it. It keeps the
-// messages it sends on the way, which a crash may have kept from the
-// Front, and every write it asked for since its checkpoint, outstanding
-// at the checkpoint or output by an entry replayed, for the redo.
-type groupReplay struct {
-	m      *GroupMachine
-	sent   []ToFront
-	writes map[ioKey]*WriteIO
-}
-
-func (r *groupReplay) Restore(b []byte) error {
-	r.m, r.writes = &GroupMachine{}, map[ioKey]*WriteIO{}
+func (r *replaying[E, O, M]) Restore(b []byte) error {
 	if err := r.m.Restore(b); err != nil {
 		return err
 	}
-	for _, o := range r.m.outstanding() {
-		r.keep(o.Write)
+	r.outs = nil
+	if r.outstanding != nil {
+		r.outs = r.outstanding(r.m)
 	}
 	return nil
 }
 
-func (r *groupReplay) Apply(record []byte) error {
-	e, err := DecodeGroupEntry(record)
+func (r *replaying[E, O, M]) Apply(record []byte) error {
+	entries, err := splitEntries(record)
 	if err != nil {
 		return err
 	}
-	outs, err := r.m.Apply(e)
-	for _, o := range outs {
-		if o.Msg != nil {
-			r.sent = append(r.sent, *o.Msg)
+	for _, b := range entries {
+		e, err := r.decode(b)
+		if err != nil {
+			return err
 		}
-		r.keep(o.Write)
+		outs, err := r.m.Apply(e)
+		r.outs = append(r.outs, outs...)
+		if err != nil {
+			return err
+		}
 	}
-	return err
+	return nil
 }
 
-func (r *groupReplay) Snapshot() ([]byte, error) { return r.m.Snapshot() }
-
-func (r *groupReplay) keep(w *WriteIO) {
-	if w != nil {
-		r.writes[ioKey{w.Group, w.ID}] = w
-	}
-}
-
-func machinesOf(rs []*groupReplay) []*GroupMachine {
-	out := make([]*GroupMachine, len(rs))
-	for i, r := range rs {
-		out[i] = r.m
-	}
-	return out
-}
+func (r *replaying[E, O, M]) Snapshot() ([]byte, error) { return r.m.Snapshot() }

@@ -1,6 +1,10 @@
 package oblivistore
 
-import "testing"
+import (
+	"fmt"
+	"slices"
+	"testing"
+)
 
 // TestSnapshotsWithoutOutboxes: machines restored from snapshots of an
 // earlier build, which held no Outbox, hold every message they send from
@@ -48,5 +52,30 @@ func restoreWithout[S any, E, O any](t *testing.T, from, to Machine[E, O], drop 
 	}
 	if err := to.Restore(b); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// In one process every message is acknowledged within the Step that sent
+// it (Outbox): between steps no machine holds a message, so none is
+// kept in memory or in a snapshot.
+func TestCoreHoldsNothingUnacknowledged(t *testing.T) {
+	r := newCrashRig(t, 256)
+	r.options = Options{Groups: 3}
+	r.open(true)
+	defer r.close()
+	for i := range 60 {
+		if err := r.s.Put(t.Context(), fmt.Sprint("k", i%20), []byte{byte(i)}); err != nil {
+			t.Fatal(err)
+		}
+		var held []int
+		r.s.onLoop(func() {
+			c := r.s.core
+			for g := range c.groups {
+				held = append(held, len(c.front.st.Out[g].Unacked), len(c.groups[g].st.Out.Unacked))
+			}
+		})
+		if slices.ContainsFunc(held, func(n int) bool { return n > 0 }) {
+			t.Fatalf("after request %d, messages unacknowledged (Front to each group, each group to the Front): %v", i, held)
+		}
 	}
 }

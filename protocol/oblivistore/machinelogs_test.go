@@ -132,7 +132,7 @@ func TestCheckpointPositionsRecoverAlike(t *testing.T) {
 			}
 		}
 		if cps := r.j.Stats().Checkpoints; r.every < 100 && cps < 10 {
-			t.Fatalf("%d machine checkpoints in 120 requests at every %d entries", cps, r.every)
+			t.Fatalf("%d machine checkpoints in 120 requests at every %d records", cps, r.every)
 		}
 		r.kill()
 		r.bury()
@@ -187,7 +187,7 @@ func TestEntriesStayWithTheirMachine(t *testing.T) {
 			len(front.records), len(group0.records), len(group1.records))
 	}
 	// Group 1's entries applied to group 0, the Front's to a group.
-	g0 := &groupReplay{}
+	g0 := groupReplay()
 	if err := g0.Restore(group0.state); err != nil {
 		t.Fatal(err)
 	}
@@ -197,7 +197,7 @@ func TestEntriesStayWithTheirMachine(t *testing.T) {
 	if err := applyAll(g0, front.records); err == nil {
 		t.Error("the Front's entries applied to group 0 were taken")
 	}
-	f := &frontReplay{}
+	f := frontReplay()
 	if err := f.Restore(front.state); err != nil {
 		t.Fatal(err)
 	}

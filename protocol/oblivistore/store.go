@@ -39,10 +39,10 @@ const SlotPrefix = "os/"
 // fencing token (backend.Fence), outside SlotPrefix.
 const FencePrefix = backend.FenceKeyPrefix + "oblivistore/"
 
-// checkpointEvery is how many of a machine's journaled entries its
-// checkpoint replaces. Entries are small and the Front's checkpoint holds
-// the position map, so they are spaced further apart than durable's
-// default.
+// checkpointEvery is how many of a machine's journal records (a step's
+// entries each) its checkpoint replaces. Records are small and the
+// Front's checkpoint holds the position map, so they are spaced further
+// apart than durable's default.
 const checkpointEvery = 20_000
 
 // call is a client request waiting for its reply.
