@@ -55,13 +55,16 @@ func oramMachineOf(t *testing.T, m *oramMachine) machine {
 // deletes, on a store of 2 Stash shards with busy evictions and early
 // reshuffles (Z = 1, S = 2), reopened from its journal so that its trees read
 // their buckets' metadata again, with a few of storage's Reads failing,
-// then checks that the store serves Puts once they succeed again; it
-// records what tree 0's machine applies, and returns the record and a
+// then with Stash shard 1 cut off until tree 0 has given up an epoch
+// (cutOffShard), then checks that the store serves Puts once both heal;
+// it records what tree 0's machine applies, and returns the record and a
 // maker of fresh machines of the tree.
 func recordTreeRun(t *testing.T) (machineRecord, func() machine) {
 	b, keys, dir := mem.New(), kvtest.NewKeys(t), t.TempDir()
 	fb := &failingReads{Backend: b, rng: rand.New(rand.NewPCG(5, 5)), rate: 0.15}
-	o := Options{StashShards: 2, Trees: 2, Z: 1, S: 2, A: 2, K: 2, Epoch: 100 * time.Microsecond}
+	net := NewFaultNet(Faults{}, 5)
+	o := Options{StashShards: 2, Trees: 2, Z: 1, S: 2, A: 2, K: 2, Epoch: 100 * time.Microsecond,
+		TestingKnobs: TestingKnobs{Transport: net, PartTimeout: 20 * time.Millisecond}}
 	openStore := func(fresh bool) (*store, *journal.Journal) {
 		j, err := journal.Open(dir, keys, journal.Options{})
 		if err != nil {
@@ -84,13 +87,20 @@ func recordTreeRun(t *testing.T) (machineRecord, func() machine) {
 	s, j = openStore(false)
 	w := s.workers[0]
 	var rec machineRecord
+	var abandoned atomic.Int64
 	w.mu.Lock()
 	rec.initial = w.m.image()
-	w.applied = func(e oramEntry, out oramOutput) { rec.note(t, e, out) }
+	w.applied = func(e oramEntry, out oramOutput) {
+		rec.note(t, e, out)
+		if e.Kind == oramAbandon {
+			abandoned.Add(1)
+		}
+	}
 	w.mu.Unlock()
 	fb.on.Store(true)
 	runClients(t, s, 8, 60)
 	fb.on.Store(false)
+	cutOffShard(t, s, net, func() bool { return abandoned.Load() > 0 })
 	// The operations whose Reads failed have ended: the store serves.
 	for i := range 4 {
 		if err := s.Put(t.Context(), fmt.Sprint("after", i), []byte{byte(i)}); err != nil {
@@ -116,6 +126,32 @@ func recordTreeRun(t *testing.T) (machineRecord, func() machine) {
 		return oramMachineOf(t, &oramMachine{id: 0, stashes: len(s.stashes), tree: tr, core: core})
 	}
 	return rec, fresh
+}
+
+// cutOffShard cuts Stash shard 1 off the network while 4 clients write,
+// until gaveUp reports that a tree gave up an epoch whose part from shard
+// 1 never came (shard 0's requests of it fail), then heals the cut (shard
+// 1's parts come late, and its requests fail).
+func cutOffShard(t *testing.T, s *store, net *FaultNet, gaveUp func() bool) {
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for c := range 4 {
+		wg.Go(func() {
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+					s.Put(t.Context(), fmt.Sprint("k", (7*c+i)%32), []byte("cut"))
+				}
+			}
+		})
+	}
+	net.Isolate(Endpoint{Layer: LayerStash, Index: 1})
+	kvtest.WaitFor(t, "a tree to give up an epoch Stash shard 1 missed", gaveUp)
+	net.Heal()
+	close(stop)
+	wg.Wait()
 }
 
 func closeAll(t *testing.T, s *store, j *journal.Journal) {
@@ -156,7 +192,8 @@ func runClients(t *testing.T, s *store, n, ops int) {
 
 // TestORAMMachineReplayDeterminism: the entries a tree's machine applied
 // during a run with concurrent clients, a hot key, missing keys, busy
-// evictions, early reshuffles and failed metadata Reads, applied to a
+// evictions, early reshuffles, failed metadata Reads and an epoch given
+// up for a missing part, applied to a
 // fresh machine restored from the machine's image before the first, give
 // the same outputs and the same final image, byte for byte; and so do the
 // rest of them applied to a fresh machine restored from the replay's
@@ -172,7 +209,7 @@ func TestORAMMachineReplayDeterminism(t *testing.T) {
 			failed++
 		}
 	}
-	for _, k := range []oramEntryKind{oramPart, oramBlocks, oramMetas, oramSlots, oramJournaled, oramEvicted} {
+	for _, k := range []oramEntryKind{oramPart, oramAbandon, oramBlocks, oramMetas, oramSlots, oramJournaled, oramEvicted} {
 		if kinds[k] == 0 {
 			t.Fatalf("the run applied no entry of kind %d: %v", k, kinds)
 		}
