@@ -28,7 +28,9 @@
 // position any machine has checkpointed at; recovery refuses storage
 // whose anchor is older than some machine's checkpoint (restored from an
 // older copy, or behind the writes the proxy made since) with both
-// positions in the error.
+// positions in the error. The anchor's write is fenced like the
+// protocols' (AnchorFenceKey), so a deposed process's late checkpoint cannot
+// move it.
 //
 // Every open of a store is a new incarnation, counted by its journal
 // (Log.Incarnation): it grows by one at each open, after a crash too, and
@@ -76,6 +78,9 @@ import (
 // AnchorAddr is the storage address of the anchor (package kv reserves
 // "meta/").
 const AnchorAddr = "meta/anchor"
+
+// AnchorFenceKey is the fence key (backend.Fence) of the anchor's writes.
+const AnchorFenceKey = backend.FenceKeyPrefix + "anchor"
 
 // DefaultEvery is how many records a log holds before Due reports that a
 // checkpoint is due.
@@ -305,7 +310,9 @@ func (m *MachineLog) Checkpoint(ctx context.Context, state []byte, at uint64) er
 
 // writeAnchor syncs storage and raises the anchor to at, unless it names
 // a later position already: it only grows, so it is at least every
-// machine's checkpoint position.
+// machine's checkpoint position. Its write is fenced by the incarnation
+// and at, so once a later open of the store has checkpointed, this one's
+// anchor writes are refused (backend.ErrFenced).
 func (l *Log) writeAnchor(ctx context.Context, at uint64) error {
 	l.anchorMu.Lock()
 	defer l.anchorMu.Unlock()
@@ -314,7 +321,8 @@ func (l *Log) writeAnchor(ctx context.Context, at uint64) error {
 	}
 	at = max(at, l.anchor)
 	anchor := l.keys.Seal(nil, []byte(AnchorAddr), binary.BigEndian.AppendUint64(nil, at))
-	if err := l.b.Write(ctx, []backend.Item{{Addr: AnchorAddr, Value: anchor}}); err != nil {
+	fence := backend.Fence{Key: AnchorFenceKey, Token: FenceToken(l.Incarnation(), at)}
+	if err := l.b.WriteFenced(ctx, fence, []backend.Item{{Addr: AnchorAddr, Value: anchor}}); err != nil {
 		return fmt.Errorf("durable: writing the anchor: %w", err)
 	}
 	if err := backend.Sync(ctx, l.b); err != nil { // the anchor, under backend.DeferSync

@@ -180,3 +180,46 @@ func TestRefusals(t *testing.T) {
 		t.Fatalf("Recover with no anchor: %v; want durable.ErrRollback", err)
 	}
 }
+
+// incarnationJournal is a journal that reports the incarnation inc.
+type incarnationJournal struct {
+	durable.Journal
+	inc uint64
+}
+
+func (j incarnationJournal) Incarnation() uint64 { return j.inc }
+
+// A deposed process's checkpoint does not move the anchor: a later open
+// of the store (a higher incarnation) checkpoints, and storage refuses
+// the earlier one's anchor write, though it names a later position.
+func TestAnchorFenced(t *testing.T) {
+	ctx, b, keys := t.Context(), mem.New(), kvtest.NewKeys(t)
+	open := func(inc uint64) *durable.Log {
+		j, err := journal.Open(t.TempDir(), keys, journal.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(j.Crash)
+		return durable.New(incarnationJournal{j, inc}, b, keys)
+	}
+	older, newer := open(1), open(2)
+	for _, l := range []*durable.Log{older, newer} {
+		if err := l.Create(ctx, []byte("s0")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, _ := b.Read(ctx, []string{durable.AnchorAddr})
+	for range 3 {
+		older.Commit([]byte("d"))
+	}
+	err := older.Checkpoint(ctx, []byte("s1"), older.Last())
+	if !errors.Is(err, backend.ErrFenced) {
+		t.Fatalf("the older open's checkpoint after the newer one's: %v; want backend.ErrFenced", err)
+	}
+	if got, _ := b.Read(ctx, []string{durable.AnchorAddr}); !slices.Equal(got[0], want[0]) {
+		t.Fatal("the older open's refused checkpoint moved the anchor")
+	}
+	if err := newer.Checkpoint(ctx, []byte("new2"), newer.Last()); err != nil {
+		t.Fatalf("the newer open's next checkpoint: %v", err)
+	}
+}

@@ -78,6 +78,17 @@ func (f *faulty) Read(ctx context.Context, addrs []string) ([][]byte, error) {
 }
 
 func (f *faulty) Write(ctx context.Context, items []backend.Item) error {
+	return f.write(items, func() error { return f.Backend.Write(ctx, items) })
+}
+
+// WriteFenced is taken as Write is: the store fences only the anchor.
+func (f *faulty) WriteFenced(ctx context.Context, fence backend.Fence, items []backend.Item) error {
+	return f.write(items, func() error { return f.Backend.WriteFenced(ctx, fence, items) })
+}
+
+// write records a Write of items and applies the armed faults around
+// store, which stores them.
+func (f *faulty) write(items []backend.Item, store func() error) error {
 	addrs := make([]string, len(items))
 	for i, it := range items {
 		addrs[i] = it.Addr
@@ -97,7 +108,7 @@ func (f *faulty) Write(ctx context.Context, items []backend.Item) error {
 		f.failAnchor.Load() && items[0].Addr == durable.AnchorAddr {
 		return errInjected
 	}
-	if err := f.Backend.Write(ctx, items); err != nil {
+	if err := store(); err != nil {
 		return err
 	}
 	if f.lieWrite.CompareAndSwap(true, false) {

@@ -125,6 +125,14 @@ func (f *flaky) Write(ctx context.Context, items []backend.Item) error {
 	return f.Backend.Write(ctx, items)
 }
 
+// WriteFenced is taken as Write is: the store fences only the anchor.
+func (f *flaky) WriteFenced(ctx context.Context, fence backend.Fence, items []backend.Item) error {
+	if err := f.fails(objWrite, items[0].Addr); err != nil {
+		return err
+	}
+	return f.Backend.WriteFenced(ctx, fence, items)
+}
+
 func (f *flaky) Delete(ctx context.Context, addrs []string) error {
 	if err := f.fails(objDelete, addrs[0]); err != nil {
 		return err
