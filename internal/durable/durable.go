@@ -311,8 +311,9 @@ func (m *MachineLog) Checkpoint(ctx context.Context, state []byte, at uint64) er
 // writeAnchor syncs storage and raises the anchor to at, unless it names
 // a later position already: it only grows, so it is at least every
 // machine's checkpoint position. Its write is fenced by the incarnation
-// and at, so once a later open of the store has checkpointed, this one's
-// anchor writes are refused (backend.ErrFenced).
+// alone (anchorMu orders an open's anchor writes, and at stays sealed),
+// so once a later open of the store has checkpointed, this one's anchor
+// writes are refused (backend.ErrFenced).
 func (l *Log) writeAnchor(ctx context.Context, at uint64) error {
 	l.anchorMu.Lock()
 	defer l.anchorMu.Unlock()
@@ -321,7 +322,7 @@ func (l *Log) writeAnchor(ctx context.Context, at uint64) error {
 	}
 	at = max(at, l.anchor)
 	anchor := l.keys.Seal(nil, []byte(AnchorAddr), binary.BigEndian.AppendUint64(nil, at))
-	fence := backend.Fence{Key: AnchorFenceKey, Token: FenceToken(l.Incarnation(), at)}
+	fence := backend.Fence{Key: AnchorFenceKey, Token: FenceToken(l.Incarnation(), 0)}
 	if err := l.b.WriteFenced(ctx, fence, []backend.Item{{Addr: AnchorAddr, Value: anchor}}); err != nil {
 		return fmt.Errorf("durable: writing the anchor: %w", err)
 	}
