@@ -341,3 +341,38 @@ func TestOpensEarlierBuildsJournal(t *testing.T) {
 		j.Close()
 	}
 }
+
+// TestReshardKeepsKeys: reopened with more Stash shards, then fewer, the
+// store moves its blocks to the shards they hash to and keeps every key;
+// reopened with the number left to the journal, it has the shards it
+// last had (the machines of the others retired).
+func TestReshardKeepsKeys(t *testing.T) {
+	b := mem.New()
+	l := logsStore{t: t, mem: b, b: b, keys: kvtest.NewKeys(t), dir: t.TempDir(), opts: Options{StashShards: 2, Trees: 2, Epoch: -1}}
+	s, j := l.open(true)
+	for i := range 16 {
+		if err := s.Put(t.Context(), fmt.Sprint("k", i), []byte{byte(i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	j.Close()
+	for _, shards := range []int{3, 1, 0} {
+		l.opts.StashShards = shards
+		s, j := l.open(false)
+		if want := max(shards, 1); len(s.stashes) != want {
+			t.Fatalf("opened with %d Stash shards, the store has %d", shards, len(s.stashes))
+		}
+		for i := range 16 {
+			if v, ok, err := s.Get(t.Context(), fmt.Sprint("k", i)); err != nil || !ok || !bytes.Equal(v, []byte{byte(i)}) {
+				t.Fatalf("with %d Stash shards, Get(k%d) = %v, %v, %v", shards, i, v, ok, err)
+			}
+		}
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
+		}
+		j.Close()
+	}
+}

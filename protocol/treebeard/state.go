@@ -163,10 +163,10 @@ func reopen(ctx context.Context, env kv.Env, given, opts Options, log *durable.L
 		return reopenEarlier(ctx, env, given, opts, log, cps)
 	}
 	shards, trees := 0, 0
-	for cps[stashMachineID(shards)] != nil {
+	for len(cps[stashMachineID(shards)]) > 0 { // a retired machine's is empty
 		shards++
 	}
-	for cps[treeMachineID(trees)] != nil {
+	for len(cps[treeMachineID(trees)]) > 0 {
 		trees++
 	}
 	var first treeCheckpoint
@@ -412,9 +412,10 @@ func (s *store) handBack() {
 // journaled as one machine (machine 0, the whole store), replaying it
 // with the whole store's replayer (reopening), settles what that leaves
 // open, then checkpoints every machine in its own log, moves the plan of
-// an operation a crash cut short to its tree's log and retires machine 0,
-// before anything else is journaled. A machine an upgrade cut short
-// checkpointed is rebuilt from machine 0 again (upgradeCutShort).
+// an operation a crash cut short to its tree's log and retires machine 0
+// (and any machine the store does not have), before anything else is
+// journaled. A machine an upgrade (or a reshard) cut short checkpointed is
+// rebuilt from machine 0 again (upgradeCutShort).
 func reopenEarlier(ctx context.Context, env kv.Env, given, opts Options, log *durable.Log, cps map[durable.MachineID][]byte) (*store, error) {
 	r := &reopening{env: env, given: given, opts: opts, log: log}
 	machines := map[durable.MachineID]durable.Machine{legacyMachine: r}
@@ -439,7 +440,7 @@ func reopenEarlier(ctx context.Context, env kv.Env, given, opts Options, log *du
 		err = s.log.Sync(lsn)
 	}
 	if err == nil {
-		err = log.Machine(legacyMachine).Retire(ctx)
+		err = s.retireOthers(ctx, slices.Collect(maps.Keys(cps)))
 	}
 	if err == nil {
 		err = s.finishRecovery(ctx, rp)
@@ -460,27 +461,60 @@ func (upgradeCutShort) Apply([]byte) error        { return nil }
 func (upgradeCutShort) Snapshot() ([]byte, error) { return nil, nil }
 
 // reshard moves the store's blocks to n Stash shards (a store reopened
-// with another number of them), once recovered: each shard's machine
-// then holds the blocks that hash to it, and the machines of shards the
-// store no longer has are retired.
+// with another number of them), once recovered: the whole store's state
+// goes to machine 0's checkpoint first, so that a crash before the move
+// ends is recovered from it as an earlier build's journal is
+// (reopenEarlier); then each shard's machine is checkpointed with the
+// blocks that hash to it, and machine 0 and the shards the store no
+// longer has are retired.
 func (s *store) reshard(ctx context.Context, env kv.Env, n int) (*store, error) {
 	st := s.encodeState()
+	err := s.log.Machine(legacyMachine).Checkpoint(ctx, encodeGob(st), s.log.Last())
 	o := s.opts
 	o.StashShards = n
-	ns, err := build(env, o, s.log)
+	var ns *store
+	if err == nil {
+		ns, err = build(env, o, s.log)
+	}
 	if err == nil {
 		err = ns.restore(st)
 	}
 	if err == nil {
 		err = ns.checkpointAll(ctx, st.Initialised)
 	}
-	for i := n; i < len(s.stashes) && err == nil; i++ {
-		err = s.log.Machine(stashMachineID(i)).Retire(ctx)
+	if err == nil {
+		err = ns.retireOthers(ctx, append(s.machines(), legacyMachine))
 	}
 	if err != nil {
 		return nil, fmt.Errorf("treebeard: moving the blocks to %d Stash shards: %w", n, err)
 	}
 	return ns, nil
+}
+
+// machines returns the store's machines.
+func (s *store) machines() []durable.MachineID {
+	var ids []durable.MachineID
+	for i := range s.stashes {
+		ids = append(ids, stashMachineID(i))
+	}
+	for t := range s.workers {
+		ids = append(ids, treeMachineID(t))
+	}
+	return ids
+}
+
+// retireOthers retires each machine of ids the store does not have, once
+// every one it has is checkpointed.
+func (s *store) retireOthers(ctx context.Context, ids []durable.MachineID) error {
+	mine := s.machines()
+	for _, id := range ids {
+		if !slices.Contains(mine, id) {
+			if err := s.log.Machine(id).Retire(ctx); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // reopening is the durable.Machine of a store an earlier build
