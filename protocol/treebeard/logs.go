@@ -20,7 +20,7 @@ import (
 // checkpoint and records alone (durable.Log.ReplayMachines); what one
 // machine owes another then reaches it as a message, as in service
 // (recover). The Routers hold nothing durable (a request not answered
-// before a crash is retried by its client, Treebeard Sec. 5.1): they
+// before a crash is retried by its client, Treebeard Sec. 5.1.2): they
 // have no log.
 //
 // The machines' names in the journal: Stash shard i is

@@ -165,7 +165,7 @@ func (c *stashCore) restoreImage(b []byte) error {
 // an eviction a tree sends again after a crash gets the reply it got
 // before instead of being applied twice. Nothing else is kept: the
 // requests of epochs not journaled were never answered (their clients
-// retry them, Treebeard Sec. 5.1), a block a read in flight took out of
+// retry them, Treebeard Sec. 5.1.2), a block a read in flight took out of
 // its tree comes back from that tree's log (takeBack), and a store
 // opened again draws from fresh seeds (state).
 type stashCheckpoint struct {
