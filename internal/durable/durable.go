@@ -286,18 +286,29 @@ const lagBehind = 4
 // records up to the first one some machine's checkpoint leaves uncovered
 // (package journal).
 func (m *MachineLog) Checkpoint(ctx context.Context, state []byte, at uint64) error {
-	l := m.l
-	if l.j == nil {
+	if m.l.j == nil {
 		return nil
 	}
+	if err := m.l.anchorAt(ctx, at); err != nil {
+		return err
+	}
+	return m.replaceRecords(ctx, state, at)
+}
+
+// anchorAt makes the records up to at durable, then storage and the
+// anchor (writeAnchor).
+func (l *Log) anchorAt(ctx context.Context, at uint64) error {
 	// The anchor must never name a record the journal could lose.
 	if err := l.j.Sync(at); err != nil {
 		return err
 	}
-	if err := l.writeAnchor(ctx, at); err != nil {
-		return err
-	}
-	if err := l.j.Checkpoint(ctx, m.id, state, at); err != nil {
+	return l.writeAnchor(ctx, at)
+}
+
+// replaceRecords writes the machine's checkpoint, once the anchor names
+// at.
+func (m *MachineLog) replaceRecords(ctx context.Context, state []byte, at uint64) error {
+	if err := m.l.j.Checkpoint(ctx, m.id, state, at); err != nil {
 		return err
 	}
 	m.mu.Lock()

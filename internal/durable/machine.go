@@ -120,6 +120,27 @@ func (m *MachineLog) CheckpointOf(ctx context.Context, s Snapshotter) error {
 	return m.Checkpoint(ctx, st, at)
 }
 
+// CheckpointMachines replaces the records of each machine of states by
+// its state, all at the journal's position at, which every state includes
+// exactly the machine's records up to: as one MachineLog.Checkpoint per
+// machine, in the order of their IDs, but with one anchor, so storage sees
+// one checkpoint. The caller holds off those machines' appends until it
+// returns.
+func (l *Log) CheckpointMachines(ctx context.Context, states map[MachineID][]byte, at uint64) error {
+	if l.j == nil {
+		return nil
+	}
+	if err := l.anchorAt(ctx, at); err != nil {
+		return err
+	}
+	for _, m := range slices.Sorted(maps.Keys(states)) {
+		if err := l.Machine(m).replaceRecords(ctx, states[m], at); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // Retire ends a machine the store no longer has (an earlier build's
 // whole-store machine 0, once its state lives in machines of their own):
 // an empty checkpoint at the journal's last record, which ReplayMachines

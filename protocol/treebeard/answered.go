@@ -17,7 +17,11 @@ import (
 // stream (sender, incarnation, sequence number) as runs of consecutive
 // epochs (epochRuns, which msgTable keeps too), and a Stash shard's parts
 // for one tree have consecutive epochs, so a stream's record stays a few
-// runs long however long the store runs.
+// runs long however long the store runs. The record dies with the
+// process: what a reply hands over that must survive a crash, the blocks
+// a read took out, the tree's machine keeps in its state and log until
+// the same release, which a Stash shard sends once the part's epoch is
+// journaled (handover).
 type answered struct {
 	mu       sync.Mutex
 	entries  map[MsgID]*answer

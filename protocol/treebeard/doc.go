@@ -82,32 +82,43 @@
 // reported back to the tree's owner, which never serves it again and frees
 // its slot at the bucket's next rewrite.
 //
-// Durability (internal/durable): each tree journals the plan of each
-// multi-path read and eviction (ringoram.Plan: the seed of its choices)
-// before it reads a slot, and recovery runs an operation cut short after
-// that again under its plan, issuing the same Reads (Treebeard Sec.
-// 5.3.3). Each Stash shard journals, at the end of each epoch and before
-// its replies leave, where the epoch's blocks are and what the stashed
-// ones hold; the records of concurrent epochs share an fsync. Two rules
-// keep those records ahead of storage: a block read moves to its new
-// position only once it is in the stash, and a block an epoch changed
-// joins no eviction before that epoch's record is in the journal. Each
-// tree journals every multi-path read and eviction with its
+// Durability (internal/durable): each Stash shard and each tree is a
+// machine with its own log in the store's one journal, and its own
+// checkpoints (logs.go); the Routers hold nothing durable. Each tree
+// journals the plan of each multi-path read and eviction (ringoram.Plan:
+// the seed of its choices) before it reads a slot, and recovery runs an
+// operation cut short after that again under its plan, issuing the same
+// Reads (Treebeard Sec. 5.3.3). Each Stash shard journals, at the end of
+// each epoch and before its replies leave, where the epoch's blocks are
+// and what the stashed ones hold; the records of concurrent epochs share
+// an fsync. Two rules keep those records ahead of storage: a block read
+// moves to its new position only once it is in the stash, and a block an
+// epoch changed joins no eviction before that epoch's record is in the
+// journal. Each tree journals every multi-path read and eviction with its
 // ringoram.Change (bucket versions, the blocks a read took out, the blocks
 // an eviction placed, which blocks the cached buckets it changed hold)
-// before its Write is issued (the Write then goes to storage with the
-// tree's next Read, in one round trip, or alone when no read is queued),
-// and the end of each eviction (the blocks that left the stash, the
-// copies left stale). The record holds no sealed item: the Write follows
-// from the state, the plan and what the Reads bring in. Every
-// durable.DefaultEvery records, and at Close, the Routers pause, the
-// epochs and trees in flight finish, and a checkpoint of the whole state
-// replaces the journal. Opening an existing store replays the records
-// after the checkpoint, applies each tree's operations whose Writes are on
-// storage and runs the others again under their plans, writing them
-// (records.go, settleOps), settles an eviction cut short (a placed copy
-// whose block is still stashed is stale), runs the evictions owed, and
-// checkpoints: a kill -9 loses nothing acknowledged. A fresh store writes its trees at its first access, at
+// and the blocks it took out for each Stash shard before its Write is
+// issued (the Write then goes to storage with the tree's next Read, in
+// one round trip, or alone when no read is queued), and the end of each
+// eviction (the copies left stale); a shard journals its answer to an
+// eviction's end (the blocks that left its stash). A record holds no
+// sealed item: the Write follows from the state, the plan and what the
+// Reads bring in. A tree keeps the blocks its reads took out (handover)
+// until their shard has journaled their epoch. A machine whose log holds
+// durable.DefaultEvery records checkpoints itself between its own steps
+// (a tree between two operations), while the others go on; Close
+// checkpoints every machine. Opening an existing store rebuilds each
+// machine from its own checkpoint and records, never another's; applies
+// each tree's operations whose Writes are on storage and runs the others
+// again under their plans, writing them (records.go, settleOps); sends
+// the Stash shards again the end of an eviction cut short (a shard
+// answers a copy from its record, or finds a placed copy whose block is
+// still stashed stale) and the blocks the trees kept for them (a block
+// still where its read found it goes back to the stash); runs the
+// evictions owed; and checkpoints: a kill -9 loses nothing acknowledged. A
+// journal of the previous build (one machine, the whole store) is
+// replayed as that build did and moved to a log per machine
+// (reopenEarlier). A fresh store writes its trees at its first access, at
 // Prepare or in a bulk load; a creation or a load cut short leaves a store
 // whose trees are written afresh.
 //

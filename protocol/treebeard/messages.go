@@ -283,10 +283,18 @@ func failedWith[R any, P reply[R]](st Status) R {
 // receiver releases their records), again while it is lost in transit (send); the
 // message's own id is then released by the next one.
 func exchange[R any, P reply[R]](net *netState, rel *releases, to int, id MsgID, call func(release []MsgID) R) R {
-	release := rel.take(to)
-	r := send[R, P](net, func() R { return call(release) })
+	r := sendReleasing[R, P](net, rel, to, call)
 	rel.add(to, id) // any reply: the message is not sent again
 	return r
+}
+
+// sendReleasing sends receiver to the message call builds, with the
+// MsgIDs released since the sender's last message there, again while it
+// is lost in transit (send); the sender releases the message's own id
+// when it no longer needs the receiver's record of it.
+func sendReleasing[R any, P reply[R]](net *netState, rel *releases, to int, call func(release []MsgID) R) R {
+	release := rel.take(to)
+	return send[R, P](net, func() R { return call(release) })
 }
 
 // releases collects, per receiver, the messages whose replies a sender

@@ -8,7 +8,6 @@ import (
 	"testing"
 
 	"github.com/oblivkv/oblivkv/backend/mem"
-	"github.com/oblivkv/oblivkv/internal/durable"
 	"github.com/oblivkv/oblivkv/internal/durable/journal"
 	"github.com/oblivkv/oblivkv/kv"
 	"github.com/oblivkv/oblivkv/kv/kvtest"
@@ -58,7 +57,7 @@ func (s *scriptedTrees) messages() []ReadPathsMsg {
 // sent twice, happen once.
 func TestStashMessages(t *testing.T) {
 	trees := &scriptedTrees{}
-	s := newStash(0, newTestStashCore(1), &quota{capacity: 8}, durable.New(nil, nil, nil), newNetState())
+	s := newStash(0, newTestStashCore(1), &quota{capacity: 8}, nullLog(), newNetState())
 	s.connect([]PathReader{trees, trees, trees, trees})
 	s.core.setPosition(blockID("a"), Position{Tree: 2, Leaf: 3})
 

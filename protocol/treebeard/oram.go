@@ -4,16 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"sync"
 	"time"
 
 	"github.com/jonboulle/clockwork"
 
-	"github.com/oblivkv/oblivkv/internal/durable"
 	"github.com/oblivkv/oblivkv/kv"
 	"github.com/oblivkv/oblivkv/protocol/ringoram"
-	"github.com/oblivkv/oblivkv/protocol/tree"
 )
 
 // ORAM is one ORAM shard (Sec. 5.3): the only reader and writer of the
@@ -35,6 +32,7 @@ func (o *ORAM) ReadPaths(m ReadPathsMsg) ReadPathsReply {
 		return ReadPathsReply{Status: st}
 	}
 	w.parts.release(m.Release)
+	w.release(m.Release)
 	return w.parts.do(m.ID, func() ReadPathsReply {
 		r := w.read(m.ID.Epoch, m.ID.Sender.Index, m.Reads)
 		return ReadPathsReply{Results: r.Results, Status: r.Status}
@@ -68,7 +66,7 @@ func (o *ORAM) Admin(m AdminMsg) AdminReply {
 		}
 		w.mu.Lock()
 		defer w.mu.Unlock()
-		return AdminReply{State: TreeSnapshot{Tree: w.tree.State(), Reads: w.core.reads, Evictions: w.core.evictions}}
+		return AdminReply{State: w.state()}
 	case AdminInit:
 		w.mu.Lock()
 		defer w.mu.Unlock()
@@ -76,17 +74,47 @@ func (o *ORAM) Admin(m AdminMsg) AdminReply {
 	case AdminRestore:
 		w.mu.Lock()
 		defer w.mu.Unlock()
-		if err := w.tree.Restore(m.State.Tree); err != nil {
-			return AdminReply{Status: statusOf(fmt.Errorf("%w: tree %d: %v", kv.ErrMismatch, m.Tree, err))}
-		}
-		w.core.reads, w.core.evictions = m.State.Reads, m.State.Evictions
-		return AdminReply{}
+		return AdminReply{Status: statusOf(w.restore(m.State))}
 	case AdminStats:
 		ws := w.snapshot()
 		return AdminReply{Stats: LayerStats{Tree: ws.tree, ReadErrors: ws.readErrors, EvictionErrors: ws.evictionErrors,
 			Copies: w.parts.copies.Load(), Held: w.parts.held()}}
 	}
 	return unknownAdmin(LayerORAM, m.Op)
+}
+
+// state returns the tree's trusted state; w.mu is held, and storage
+// holds what it says (ringoram.Driver.Flush).
+func (w *treeWorker) state() TreeSnapshot {
+	return TreeSnapshot{Tree: w.tree.State(), Reads: w.core.reads, Evictions: w.core.evictions}
+}
+
+// restore makes ts the tree's trusted state.
+func (w *treeWorker) restore(ts TreeSnapshot) error {
+	if err := w.tree.Restore(ts.Tree); err != nil {
+		return fmt.Errorf("%w: tree %d: %v", kv.ErrMismatch, w.id, err)
+	}
+	w.core.reads, w.core.evictions = ts.Reads, ts.Evictions
+	return nil
+}
+
+// treeCheckpoint is a tree's durable state, its machine's checkpoint:
+// whether the tree is written (Initialised), its trusted state once it
+// is, and the blocks it keeps for the Stash shards (handover).
+type treeCheckpoint struct {
+	Initialised bool
+	State       TreeSnapshot
+	Kept        []handover
+}
+
+// checkpoint returns the tree's checkpoint; w.mu is held, no operation is
+// in progress and storage holds the tree's Writes (Flush).
+func (w *treeWorker) checkpoint(initialised bool) []byte {
+	cp := treeCheckpoint{Initialised: initialised, Kept: w.m.kept}
+	if initialised {
+		cp.State = w.state()
+	}
+	return encodeGob(cp)
 }
 
 // errDuplicatePart answers a Stash shard's second part of one epoch under
@@ -108,7 +136,7 @@ type treeWorker struct {
 	m           *oramMachine
 	stashes     []EvictionSource
 	trace       func(traceEvent)
-	log         *durable.Log
+	log         *machineLog
 	superseded  func(context.Context) error // a later open's takeover, as storage's fence shows it (explain)
 	net         *netState
 	clock       clockwork.Clock // the epochs' timers run on it
@@ -157,7 +185,16 @@ func newTreeWorker(id int, core *treeCore, net *netState, clock clockwork.Clock,
 // Stash shards are known.
 func (w *treeWorker) connect(tr *ringoram.Driver, stashes []EvictionSource) {
 	w.tree, w.stashes = tr, stashes
-	w.m = &oramMachine{id: w.id, stashes: len(stashes), tree: tr.Tree, core: w.core, traced: w.trace != nil}
+	w.m = &oramMachine{id: w.id, stashes: len(stashes), tree: tr.Tree, core: w.core, traced: w.trace != nil,
+		incarnation: w.net.incarnation.Load()}
+}
+
+// release tells the machine that the Stash shards journaled the epochs
+// of parts.
+func (w *treeWorker) release(parts []MsgID) {
+	if len(parts) > 0 {
+		w.apply(oramEntry{Kind: oramRelease, Released: parts})
+	}
 }
 
 // read hands shard's part of epoch to the machine and waits for its
@@ -251,9 +288,9 @@ func (out *oramOutput) hasIO() bool {
 	return out.Evicted != nil || out.Ask || out.Metas != nil || out.Slots != nil || out.Write != nil || out.Placed != nil
 }
 
-// run does the machine's I/O until stop, and sends the tree's last Write
-// on its own when the tree has nothing else to do (ringoram.Driver.Flush),
-// still busy so that a checkpoint waits for it.
+// run does the machine's I/O until stop, and between operations sends
+// the tree's last Write on its own and checkpoints the tree when its log
+// is due (betweenOps).
 func (w *treeWorker) run() {
 	defer close(w.exited)
 	for {
@@ -273,19 +310,34 @@ func (w *treeWorker) run() {
 			continue
 		}
 		w.do(context.Background(), *io)
-		w.flushIfIdle()
+		w.betweenOps()
 	}
 }
 
-// flushIfIdle sends the tree's last Write on its own when no operation
-// is in progress to carry it to storage with its Read. One that fails
-// goes with the next Read.
-func (w *treeWorker) flushIfIdle() {
+// betweenOps runs after the machine's I/O: when no operation is in
+// progress it sends the tree's last Write on its own (one that fails
+// goes with the next Read), and if the tree's log is due it takes the
+// tree's checkpoint (checkpointIfDue), then lets operations start again;
+// while one is in progress and the log is due, it holds off the next
+// (oramHold), so that a busy tree reaches a point between operations.
+// Only this tree waits for its checkpoint's snapshot; the others go on.
+func (w *treeWorker) betweenOps() {
 	w.mu.Lock()
-	idle := w.io == nil && w.m.op == nil
+	idle, due := w.io == nil && w.m.op == nil, w.log.Due() && !w.log.busy.Load()
+	if !idle && due && !w.m.hold {
+		w.applyLocked(oramEntry{Kind: oramHold}, nil)
+	}
 	w.mu.Unlock()
-	if idle {
-		w.tree.Flush(context.Background())
+	if !idle || w.tree.Flush(context.Background()) != nil {
+		return
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.io == nil && w.m.op == nil {
+		w.log.checkpointIfDue(func() []byte { return w.checkpoint(true) })
+	}
+	if w.m.hold {
+		w.applyLocked(oramEntry{Kind: oramGo}, nil)
 	}
 }
 
@@ -408,17 +460,16 @@ func (w *treeWorker) landed(ctx context.Context, c ringoram.Change) (bool, error
 // resume issues again, identically, the operation of the tree that a
 // crash cut short after its plan was journaled (Treebeard Sec. 5.3.3:
 // storage may have seen its Reads, so they must not be chosen afresh). A
-// multi-path read runs again and its blocks go to their shards' stashes
-// (stash), as if its requests had been cut short after it; an eviction
+// multi-path read runs again and the tree keeps its blocks for their
+// shards (handover), as if its requests had been cut short after it; an eviction
 // runs again with its own number of paths. It fails if the operation
 // fails: recovery then stops, and the journal keeps the plan for the
 // next attempt.
-func (w *treeWorker) resume(ctx context.Context, p ringoram.Plan, stash func([]tree.Block)) error {
+func (w *treeWorker) resume(ctx context.Context, p ringoram.Plan) error {
 	end := w.runNow(ctx, oramEntry{Kind: oramResume, Plan: p})
 	if err := errors.Join(end.ReadFail.Err(), end.EvictFail.Err()); err != nil {
 		return err
 	}
-	stash(end.Taken)
 	// A plan journaled before reads and evictions shared a round trip
 	// evicts nothing: what the read owes is evicted now.
 	if end.Owed > 0 {
@@ -466,18 +517,6 @@ func (w *treeWorker) evictionDone(i int, number uint64, blocks []ringoram.Block,
 // eviction number (0: the hand-off, 1: the placements).
 func (w *treeWorker) evictionMsgID(number, step uint64) MsgID {
 	return w.net.msgID(Endpoint{LayerORAM, w.id}, number, step)
-}
-
-// removed returns the blocks an eviction placed that left the stash: all
-// placed but those whose copies are stale.
-func removed(blocks []ringoram.Block, placed []int64, stale []Stale) []tree.BlockID {
-	var out []tree.BlockID
-	for i, b := range blocks {
-		if placed[i] >= 0 && !slices.ContainsFunc(stale, func(st Stale) bool { return st.ID == b.Block.ID }) {
-			out = append(out, b.Block.ID)
-		}
-	}
-	return out
 }
 
 // noteStats counts an operation's failures; w.mu is held.

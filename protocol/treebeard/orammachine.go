@@ -46,24 +46,28 @@ const (
 	oramEvicted                            // Stash shard Shard's answer to the eviction's placements: Stale, or its Failure
 	oramResume                             // recovery: the operation of Plan, which a crash cut short, runs again
 	oramEvict                              // recovery: an eviction of Paths paths owed
+	oramRelease                            // the Stash shards journaled the epochs of the parts Released: the blocks read for them are theirs
+	oramHold                               // the tree's log is due for a checkpoint: start no operation
+	oramGo                                 // the checkpoint's snapshot is taken: operations start again
 )
 
 // oramEntry is one input of a tree's machine. Only the fields of its
 // Kind are set; storage's answers are reduced to what the state needs:
 // the metadata plaintexts and the real blocks read, never a sealed slot.
 type oramEntry struct {
-	Kind    oramEntryKind
-	Epoch   uint64
-	Shard   int
-	Reads   []ringoram.PathRead
-	Number  uint64
-	Blocks  []ringoram.Block
-	Plains  [][]byte
-	Reals   [][]tree.Block
-	Stale   []Stale
-	Plan    ringoram.Plan
-	Paths   int
-	Failure Status
+	Kind     oramEntryKind
+	Epoch    uint64
+	Shard    int
+	Reads    []ringoram.PathRead
+	Number   uint64
+	Blocks   []ringoram.Block
+	Plains   [][]byte
+	Reals    [][]tree.Block
+	Stale    []Stale
+	Plan     ringoram.Plan
+	Paths    int
+	Released []MsgID
+	Failure  Status
 }
 
 // oramOutput is what an entry makes the tree do. The driver issues its
@@ -86,11 +90,10 @@ type oramOutput struct {
 	Evicted []byte             // the eviction's end record (Append)
 
 	Trace     []traceEvent
-	Ended     bool         // an operation ended
-	ReadFail  Status       // its reads failed
-	EvictFail Status       // its eviction failed (some blocks may stay stashed)
-	Taken     []tree.Block // Ended, oramResume: the blocks its reads took out, for their stashes
-	Owed      int          // Ended, oramResume: paths still owed to eviction after it
+	Ended     bool   // an operation ended
+	ReadFail  Status // its reads failed
+	EvictFail Status // its eviction failed (some blocks may stay stashed)
+	Owed      int    // Ended, oramResume: paths still owed to eviction after it
 }
 
 // partReply is the answer to one part of an epoch.
@@ -138,6 +141,19 @@ type oramOp struct {
 	Owed    int    // paths owed to eviction once its reads are counted, beyond its own
 	Fail    Status // the reads'
 	EvFail  Status // the eviction's
+	Taken   []handover
+}
+
+// handover is a block a read of the tree took out for its Stash shard:
+// the tree keeps it, in its state and its log, until the shard has
+// journaled the epoch of the part that asked for it (the shard releases
+// the part then), so that a crash between the tree's record and the
+// shard's loses no block: recovery hands the shards what the trees still
+// keep (stashCore.takeBack). A block the tree places again is no longer
+// kept: the shard journaled it before it handed it over.
+type handover struct {
+	Part  MsgID          // the part that asked for it (none: a recovery's read)
+	Block ringoram.Block // the block, with the leaf it was read from
 }
 
 // oramMachine is one tree's state: its buckets' (ringoram.Tree), its
@@ -151,7 +167,12 @@ type oramMachine struct {
 	held    []heldPart // parts of epochs not all shards sent yet, in arrival order
 	queue   []heldPart // parts of whole epochs, in the order they completed
 	op      *oramOp
-	traced  bool // the driver traces: outputs carry trace events
+	kept    []handover // blocks read for Stash shards that have not journaled them yet
+	hold    bool       // a checkpoint is due: no operation starts
+	traced  bool       // the driver traces: outputs carry trace events
+	// incarnation is the store's, which the parts' ids and the
+	// operations' records carry (set by the driver, and in the image).
+	incarnation uint64
 }
 
 // apply applies entry e and returns its outputs.
@@ -177,6 +198,10 @@ func (m *oramMachine) apply(e oramEntry) oramOutput {
 		m.begin(&oramOp{Reads: e.Plan.Reads, Counted: m.core.counted(e.Plan.Reads), Paths: e.Plan.Evict, Resumed: true}, &out)
 	case oramEvict:
 		m.begin(&oramOp{Paths: e.Paths, Resumed: true}, &out)
+	case oramRelease:
+		m.release(e.Released)
+	case oramHold, oramGo:
+		m.hold = e.Kind == oramHold
 	}
 	if m.op == nil {
 		m.next(&out)
@@ -229,7 +254,7 @@ func (m *oramMachine) abandon(epoch uint64, out *oramOutput) {
 // the whole epochs waiting are merged into one multi-path read, so paths
 // of concurrent epochs share buckets too.
 func (m *oramMachine) next(out *oramOutput) {
-	for m.op == nil && len(m.queue) > 0 {
+	for m.op == nil && !m.hold && len(m.queue) > 0 {
 		op := &oramOp{Parts: m.queue}
 		m.queue = nil
 		for _, p := range op.Parts {
@@ -341,7 +366,9 @@ func (m *oramMachine) slots(e oramEntry, out *oramOutput) {
 		return
 	}
 	op.Results, op.Where = w.Results, w.Where
-	op.Step, out.Record, out.Write = stepJournal, opDelta(m.id, op.Left, w.Change), w.Buckets
+	op.Taken = op.handovers(m.id, m.incarnation)
+	out.Record = appendHandovers(opDelta(m.id, op.Left, w.Change), m.incarnation, op.Taken)
+	op.Step, out.Write = stepJournal, w.Buckets
 }
 
 // journaled commits the operation once its record is journaled, answers
@@ -369,18 +396,56 @@ func (m *oramMachine) journaled(e oramEntry, out *oramOutput) {
 		out.Trace = append(out.Trace, readTrace(m.id, op.Parts))
 	}
 	op.Owed = owed - op.Paths
+	m.handOver(op.Taken, op.placed())
 	m.place(op.Where, out)
 }
 
-// taken returns the blocks the reads found, in their order.
-func (op *oramOp) taken() []tree.Block {
-	var out []tree.Block
-	for i, r := range op.Reads {
-		if r.Real && op.Results[i].Found {
-			out = append(out, op.Results[i].Block)
+// handovers returns the blocks the reads found, in their order, each
+// with the part that asked for it.
+func (op *oramOp) handovers(t int, incarnation uint64) []handover {
+	parts := op.Parts
+	if parts == nil { // a recovery's read: no part asked for it
+		parts = []heldPart{{Reads: op.Reads}}
+	}
+	var out []handover
+	off := 0
+	for _, p := range parts {
+		for i, r := range p.Reads {
+			if res := op.Results[off+i]; r.Real && res.Found {
+				h := handover{Block: ringoram.Block{Block: res.Block, Leaf: r.Leaf}}
+				if op.Parts != nil {
+					h.Part = MsgID{Sender: Endpoint{LayerStash, p.Shard}, Incarnation: incarnation, Epoch: p.Epoch, Seq: uint64(t)}
+				}
+				out = append(out, h)
+			}
 		}
+		off += len(p.Reads)
 	}
 	return out
+}
+
+// placed returns the blocks the operation's eviction placed.
+func (op *oramOp) placed() []tree.BlockID {
+	var ids []tree.BlockID
+	for i, b := range op.offered() {
+		if op.Where[i] >= 0 {
+			ids = append(ids, b.Block.ID)
+		}
+	}
+	return ids
+}
+
+// handOver keeps the blocks an operation took out for their Stash
+// shards, and forgets those kept of the blocks it placed.
+func (m *oramMachine) handOver(taken []handover, placed []tree.BlockID) {
+	m.kept = slices.DeleteFunc(m.kept, func(h handover) bool { return slices.Contains(placed, h.Block.Block.ID) })
+	m.kept = append(m.kept, taken...)
+}
+
+// release forgets the blocks read for parts whose epochs their Stash
+// shards journaled.
+func (m *oramMachine) release(parts []MsgID) {
+	m.kept = slices.DeleteFunc(m.kept, func(h handover) bool { return h.Part != MsgID{} && slices.Contains(parts, h.Part) })
 }
 
 // fail ends the operation's reads with st: the tree's operation, if a
@@ -439,17 +504,17 @@ func (m *oramMachine) evicted(e oramEntry, out *oramOutput) {
 	for _, st := range op.Stale {
 		m.tree.Forget(st.Bucket, st.ID)
 	}
-	out.Evicted = evictDoneDelta(m.id, removed(op.offered(), op.Where, op.Stale), op.Stale)
+	out.Evicted = treeEvictedDelta(m.id, op.Stale)
 	m.end(out)
 }
 
 // end ends the operation in progress; a recovery's read that succeeded
-// hands its blocks to their stashes and says what is still owed.
+// says what is still owed.
 func (m *oramMachine) end(out *oramOutput) {
 	op := m.op
 	out.Ended, out.ReadFail, out.EvictFail = true, op.Fail, op.EvFail
 	if op.Resumed && len(op.Reads) > 0 && op.Fail.Code == CodeOK {
-		out.Taken, out.Owed = op.taken(), op.Owed
+		out.Owed = op.Owed
 	}
 	m.op = nil
 }
@@ -475,14 +540,17 @@ func readTrace(t int, parts []heldPart) traceEvent {
 
 // oramImage is a tree machine's whole state, gob-encoded by image.
 type oramImage struct {
-	Tree      []byte
-	Parts     []epochParts
-	Abandoned []uint64
-	Reads     int
-	Evictions uint64
-	Held      []heldPart
-	Queue     []heldPart
-	Op        *oramOp
+	Tree        []byte
+	Parts       []epochParts
+	Abandoned   []uint64
+	Reads       int
+	Evictions   uint64
+	Held        []heldPart
+	Queue       []heldPart
+	Op          *oramOp
+	Kept        []handover
+	Hold        bool
+	Incarnation uint64
 }
 
 // epochParts is an epoch not all shards sent their parts of yet.
@@ -494,7 +562,7 @@ type epochParts struct {
 // image returns the machine's whole state.
 func (m *oramMachine) image() []byte {
 	im := oramImage{Tree: m.tree.Image(), Reads: m.core.reads, Evictions: m.core.evictions,
-		Held: m.held, Queue: m.queue, Op: m.op, Abandoned: slices.Sorted(maps.Keys(m.core.abandoned))}
+		Held: m.held, Queue: m.queue, Op: m.op, Kept: m.kept, Hold: m.hold, Incarnation: m.incarnation, Abandoned: slices.Sorted(maps.Keys(m.core.abandoned))}
 	for epoch, shards := range m.core.parts {
 		im.Parts = append(im.Parts, epochParts{Epoch: epoch, Shards: shards})
 	}
@@ -524,6 +592,6 @@ func (m *oramMachine) restoreImage(b []byte) error {
 		m.core.abandoned[epoch] = true
 	}
 	m.core.reads, m.core.evictions = im.Reads, im.Evictions
-	m.held, m.queue, m.op = im.Held, im.Queue, im.Op
+	m.held, m.queue, m.op, m.kept, m.hold, m.incarnation = im.Held, im.Queue, im.Op, im.Kept, im.Hold, im.Incarnation
 	return nil
 }

@@ -5,6 +5,8 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
+	"slices"
 	"sort"
 
 	"github.com/oblivkv/oblivkv/internal/durable/delta"
@@ -13,16 +15,21 @@ import (
 )
 
 // The journal's records (internal/durable) carry one of these deltas of
-// the trusted layers' state. A tree's record (deltaOp) holds no sealed
-// item: recovery tells which of each tree's operations since the
-// checkpoint landed and runs the others again (settleOps).
+// a machine's state (logs.go): a Stash shard's are deltaBlocks and
+// deltaShardEvicted, a tree's deltaPlan, deltaOp, deltaTreeEvicted and
+// deltaLoad; an earlier build journaled them all, and deltaTree and
+// deltaEvictDone, as machine 0 (reopenEarlier). A tree's record (deltaOp)
+// holds no sealed item: recovery tells which of each tree's operations
+// since the checkpoint landed and runs the others again (settleOps).
 const (
-	deltaBlocks    byte = iota + 1 // a Stash shard's epoch: where its blocks are now, and the stashed ones' values
-	deltaTree                      // a tree's multi-path read or eviction as the previous build journaled it: its ringoram.Change with the top buckets' values, the tree's read count, and the sealed items of its Write, which recovery issues again
-	deltaEvictDone                 // an eviction's end: the blocks that left the stash, the copies it left stale
-	deltaLoad                      // a bulk load begins: the trees are rewritten whole
-	deltaPlan                      // a tree's multi-path read or eviction is about to read: its ringoram.Plan
-	deltaOp                        // a tree's multi-path read or eviction: its ringoram.Change (top buckets as block IDs), and the tree's read count
+	deltaBlocks       byte = iota + 1 // a Stash shard's epoch: where its blocks are now, and the stashed ones' values
+	deltaTree                         // a tree's multi-path read or eviction as the previous build journaled it: its ringoram.Change with the top buckets' values, the tree's read count, and the sealed items of its Write, which recovery issues again
+	deltaEvictDone                    // an eviction's end as an earlier build journaled it: the blocks that left the stash, the copies it left stale
+	deltaLoad                         // a bulk load begins: the trees are rewritten whole
+	deltaPlan                         // a tree's multi-path read or eviction is about to read: its ringoram.Plan
+	deltaOp                           // a tree's multi-path read or eviction: its ringoram.Change (top buckets as block IDs), the tree's read count, and (since per-machine logs) the blocks it took out for their Stash shards (handover)
+	deltaShardEvicted                 // a Stash shard answered the end of an eviction: its message, the blocks that left the stash, its reply
+	deltaTreeEvicted                  // the end of a tree's eviction: the copies it left stale
 )
 
 // blocksDelta describes the blocks an epoch touched, as they are now.
@@ -98,14 +105,10 @@ func planDelta(t int, p ringoram.Plan) []byte {
 	return b
 }
 
-// evictDoneDelta describes the end of an eviction of tree t: the blocks
-// that left the stash, and the copies it placed that are stale.
-func evictDoneDelta(t int, removed []tree.BlockID, stale []Stale) []byte {
-	b := binary.AppendUvarint([]byte{deltaEvictDone}, uint64(t))
-	b = binary.AppendUvarint(b, uint64(len(removed)))
-	for _, id := range removed {
-		b = append(b, id[:]...)
-	}
+// treeEvictedDelta describes the end of an eviction of tree t: the
+// copies it placed that are stale.
+func treeEvictedDelta(t int, stale []Stale) []byte {
+	b := binary.AppendUvarint([]byte{deltaTreeEvicted}, uint64(t))
 	b = binary.AppendUvarint(b, uint64(len(stale)))
 	for _, st := range stale {
 		b = binary.AppendUvarint(append(b, st.ID[:]...), st.Bucket)
@@ -113,15 +116,50 @@ func evictDoneDelta(t int, removed []tree.BlockID, stale []Stale) []byte {
 	return b
 }
 
+// evictedDelta describes a Stash shard's answer to the end of an
+// eviction, message msg: the blocks that left its stash, and its reply
+// (encoded), which a copy of the message gets.
+func evictedDelta(msg MsgID, removed []tree.BlockID, reply []byte) []byte {
+	b := append([]byte{deltaShardEvicted}, appendMsgID(nil, msg)...)
+	b = binary.AppendUvarint(b, uint64(len(removed)))
+	for _, id := range removed {
+		b = append(b, id[:]...)
+	}
+	return delta.AppendBytes(b, reply)
+}
+
+// appendHandovers appends to a tree's operation record what only the
+// tree's log keeps of it (since per-machine logs): the store's
+// incarnation when it ran, which its eviction's messages carried, and the
+// blocks its reads took out for their Stash shards, each as its ID (its
+// value is the Change's), the part that asked for it (none: a recovery's
+// read) and the leaf it was read from.
+func appendHandovers(b []byte, incarnation uint64, hs []handover) []byte {
+	b = binary.AppendUvarint(b, incarnation)
+	b = binary.AppendUvarint(b, uint64(len(hs)))
+	for _, h := range hs {
+		b = delta.AppendBool(append(b, h.Block.Block.ID[:]...), h.Part != MsgID{})
+		if h.Part != (MsgID{}) {
+			b = binary.AppendUvarint(binary.AppendUvarint(b, uint64(h.Part.Sender.Index)), h.Part.Epoch)
+		}
+		b = binary.AppendUvarint(b, h.Block.Leaf)
+	}
+	return b
+}
+
 var errMalformed = errors.New("treebeard: malformed journal record")
 
-// replayer applies journal records to the layers' state, in order, as the
-// operations that wrote them did.
+// replayer applies journal records to the machines' state, in order, as
+// the operations that wrote them did: each tree's own records (treeReplay,
+// tree set) or, for an earlier build's journal, every record of the
+// store (earlier set: reopenEarlier).
 type replayer struct {
-	s *store
+	s       *store
+	earlier bool // the records are an earlier build's, of the whole store
+	tree    int  // the tree whose records are replayed (!earlier)
 	// pending holds, per tree, the placements of an eviction whose end is
 	// not in the journal.
-	pending map[int][]ringoram.Placement
+	pending map[int]pendingEviction
 	// plans holds, per tree, the plan of an operation that read and never
 	// committed: a crash cut it short.
 	plans map[int]ringoram.Plan
@@ -129,6 +167,17 @@ type replayer struct {
 	// the tree: their Writes may not have reached storage (settleOps).
 	ops  map[int][]*journaledOp
 	load bool // a bulk load began and never checkpointed
+}
+
+// pendingEviction is an eviction whose end is not in the journal: its
+// placements, and the id of the message that reported them.
+type pendingEviction struct {
+	placed []ringoram.Placement
+	msg    MsgID
+}
+
+func newReplayer(s *store, earlier bool) *replayer {
+	return &replayer{s: s, earlier: earlier, pending: map[int]pendingEviction{}, plans: map[int]ringoram.Plan{}, ops: map[int][]*journaledOp{}}
 }
 
 // journaledOp is a tree's operation as its records have it: its plan, its
@@ -140,20 +189,24 @@ type journaledOp struct {
 	stale  []Stale
 }
 
+// apply applies a record: of any kind in an earlier build's journal, of
+// the tree's kinds in a tree's log.
 func (rp *replayer) apply(rec []byte) error {
 	d := delta.NewDecoder(rec)
-	switch kind := d.Byte(); kind {
-	case deltaBlocks:
-		rp.blocks(d)
-	case deltaTree:
-		rp.tree(d)
-	case deltaEvictDone:
-		rp.evictDone(d)
-	case deltaLoad:
+	switch kind := d.Byte(); {
+	case kind == deltaBlocks && rp.earlier:
+		replayBlocks(d, rp.s, rp.shard)
+	case kind == deltaTree && rp.earlier:
+		rp.treeOp(d)
+	case kind == deltaEvictDone && rp.earlier:
+		rp.evictDone(d, true)
+	case kind == deltaTreeEvicted && !rp.earlier:
+		rp.evictDone(d, false)
+	case kind == deltaLoad:
 		rp.load = true
-	case deltaPlan:
+	case kind == deltaPlan:
 		rp.plan(d)
-	case deltaOp:
+	case kind == deltaOp:
 		rp.op(d)
 	default:
 		d.Check(d.Failed(), fmt.Sprint("a delta of kind ", kind))
@@ -170,19 +223,21 @@ func (rp *replayer) shard(id tree.BlockID) *stashCore {
 	return rp.s.stashes[shardOf(id, len(rp.s.stashes))].core
 }
 
-func (rp *replayer) blocks(d *delta.Decoder) {
+// replayBlocks applies a Stash shard's epoch record (deltaBlocks) to the
+// shards shard names.
+func replayBlocks(d *delta.Decoder, s *store, shard func(tree.BlockID) *stashCore) {
 	for n := d.Count(); n > 0 && !d.Failed(); n-- {
 		id := readID(d)
-		sh := rp.shard(id)
+		sh := shard(id)
 		if !d.Bool() {
 			sh.forget(id)
 			continue
 		}
 		t, leaf := d.Uvarint(), d.Uvarint()
-		d.Check(t < uint64(len(rp.s.workers)) && leaf < rp.s.geo.Leaves(), "a position outside the trees")
+		d.Check(t < uint64(len(s.workers)) && leaf < s.geo.Leaves(), "a position outside the trees")
 		inStash, value := d.Bool(), []byte(nil)
 		if inStash {
-			value = d.Bytes(rp.s.valueSize)
+			value = d.Bytes(s.valueSize)
 		}
 		if d.Failed() {
 			return
@@ -194,6 +249,36 @@ func (rp *replayer) blocks(d *delta.Decoder) {
 			sh.unstash(id)
 		}
 	}
+}
+
+// replayEvicted applies a Stash shard's answer to the end of an eviction
+// (deltaShardEvicted) to its core: the blocks left the stash, and a copy
+// of the message gets the reply.
+func replayEvicted(d *delta.Decoder, c *stashCore) {
+	msg := decodeMsgID(d)
+	var ids []tree.BlockID
+	for n := d.Count(); n > 0 && !d.Failed(); n-- {
+		ids = append(ids, readID(d))
+	}
+	reply := d.Bytes(math.MaxInt)
+	if d.Failed() {
+		return
+	}
+	for _, id := range ids {
+		c.unstash(id)
+	}
+	c.msgs.admit(msg, kindEvictionDoneReply)
+	c.msgs.answer(msg, reply)
+}
+
+// treeOf reads the tree a record names, which must be the one replayed.
+func (rp *replayer) treeOf(d *delta.Decoder) int {
+	t := d.Uvarint()
+	d.Check(t < uint64(len(rp.s.workers)) && (rp.earlier || int(t) == rp.tree), "a tree that is not the record's machine")
+	if d.Failed() {
+		return 0
+	}
+	return int(t)
 }
 
 // op replays a tree's operation (deltaOp): the read count and the blocks
@@ -216,19 +301,59 @@ func (rp *replayer) op(d *delta.Decoder) {
 	for n := d.Count(); n > 0 && !d.Failed(); n-- {
 		c.Lifted = append(c.Lifted, tree.Block{ID: readID(d), Value: d.Bytes(rp.s.valueSize)})
 	}
-	p, planned := rp.plans[int(t)]
+	incarnation, hs := rp.handovers(d, t, c.Taken)
+	p, planned := rp.plans[t]
 	d.Check(planned, "an operation whose plan is not in the journal")
+	d.Check(rp.earlier || hs != nil, "an operation without its handovers")
 	if d.Failed() {
 		return
 	}
-	delete(rp.plans, int(t)) // the operation committed
-	rp.ops[int(t)] = append(rp.ops[int(t)], &journaledOp{plan: p, change: c})
-	rp.s.workers[t].core.reads = reads
-	rp.s.stashTaken(c.Taken)
-	if c.Evicted > 0 {
-		rp.pending[int(t)] = c.Placed
-		rp.s.workers[t].core.nextEviction() // the number its messages carried
+	delete(rp.plans, t) // the operation committed
+	rp.ops[t] = append(rp.ops[t], &journaledOp{plan: p, change: c})
+	w := rp.s.workers[t]
+	w.core.reads = reads
+	if hs == nil { // an earlier build's record: the blocks go to their stashes now
+		rp.s.stashTaken(c.Taken)
+	} else {
+		w.m.handOver(*hs, placedIDs(c.Placed))
 	}
+	if c.Evicted > 0 {
+		number := w.core.nextEviction() // the number its messages carried
+		rp.pending[t] = pendingEviction{placed: c.Placed, msg: MsgID{Sender: Endpoint{LayerORAM, t}, Incarnation: incarnation, Epoch: number, Seq: 1}}
+	}
+}
+
+// handovers reads what an operation record of tree t holds after its
+// Change since per-machine logs (appendHandovers), the blocks' values
+// taken from taken; nil for an earlier build's record.
+func (rp *replayer) handovers(d *delta.Decoder, t int, taken []tree.Block) (uint64, *[]handover) {
+	if !d.More() {
+		return 0, nil
+	}
+	incarnation, hs := d.Uvarint(), []handover{}
+	for n := d.Count(); n > 0 && !d.Failed(); n-- {
+		h := handover{Block: ringoram.Block{Block: tree.Block{ID: readID(d)}}}
+		if d.Bool() {
+			h.Part = MsgID{Sender: Endpoint{LayerStash, int(d.Uvarint())}, Incarnation: incarnation, Epoch: d.Uvarint(), Seq: uint64(t)}
+		}
+		h.Block.Leaf = d.Uvarint()
+		i := slices.IndexFunc(taken, func(b tree.Block) bool { return b.ID == h.Block.Block.ID })
+		d.Check(i >= 0 && h.Block.Leaf < rp.s.geo.Leaves(), "a block handed over that the operation did not take")
+		if d.Failed() {
+			return 0, nil
+		}
+		h.Block.Block.Value = taken[i].Value
+		hs = append(hs, h)
+	}
+	return incarnation, &hs
+}
+
+func placedIDs(placed []ringoram.Placement) []tree.BlockID {
+	ids := make([]tree.BlockID, len(placed))
+	for i, p := range placed {
+		ids[i] = p.ID
+	}
+	return ids
 }
 
 // settleOps applies each tree's operations journaled, in order, once the
@@ -302,7 +427,9 @@ func (rp *replayer) applyOp(tr *ringoram.Tree, c ringoram.Change) error {
 	return tr.Apply(c)
 }
 
-func (rp *replayer) tree(d *delta.Decoder) {
+// treeOp replays a tree operation as the build before plans journaled it
+// (deltaTree), its Write issued again by durable.
+func (rp *replayer) treeOp(d *delta.Decoder) {
 	t, reads, c := rp.changeHead(d)
 	for n := d.Count(); n > 0 && !d.Failed(); n-- {
 		c.Placed = append(c.Placed, ringoram.Placement{ID: readID(d), Bucket: d.Uvarint()})
@@ -314,7 +441,7 @@ func (rp *replayer) tree(d *delta.Decoder) {
 		return
 	}
 	w := rp.s.workers[t]
-	delete(rp.plans, int(t)) // the operation committed
+	delete(rp.plans, t) // the operation committed
 	if rp.s.opts.TestingKnobs.Leak == leakRecoveryForgetsEvictions {
 		c.Evicted = 0
 	}
@@ -325,16 +452,16 @@ func (rp *replayer) tree(d *delta.Decoder) {
 	w.core.reads = reads
 	rp.s.stashTaken(c.Taken)
 	if c.Evicted > 0 {
-		rp.pending[int(t)] = c.Placed
+		rp.pending[t] = pendingEviction{placed: c.Placed}
 	}
 }
 
 // changeHead reads what both kinds of a tree operation's record begin
-// with (deltaOp, and deltaTree of the previous build): the tree, its read
+// with (deltaOp, and deltaTree of an earlier build): the tree, its read
 // count, and the Change's evictions, bucket versions and blocks taken.
-func (rp *replayer) changeHead(d *delta.Decoder) (t uint64, reads int, c ringoram.Change) {
-	t, reads, c.Evicted = d.Uvarint(), int(d.Uvarint()), int(d.Uvarint())
-	d.Check(t < uint64(len(rp.s.workers)), "a tree that does not exist")
+func (rp *replayer) changeHead(d *delta.Decoder) (t int, reads int, c ringoram.Change) {
+	t = rp.treeOf(d)
+	reads, c.Evicted = int(d.Uvarint()), int(d.Uvarint())
 	for n := d.Count(); n > 0 && !d.Failed(); n-- {
 		c.Buckets = append(c.Buckets, ringoram.BucketVersion{Bucket: d.Uvarint(), Version: d.Uvarint(), Full: d.Bool()})
 	}
@@ -361,7 +488,8 @@ func (rp *replayer) topBuckets(d *delta.Decoder) []ringoram.TopBucket {
 
 // stashTaken puts blocks a tree's read took out in their shards' stashes,
 // still at their positions until their epochs' records move them (those
-// of a read a crash cut short never come).
+// of a read a crash cut short never come): an earlier build's journal,
+// whose records of every machine are in one order.
 func (s *store) stashTaken(blocks []tree.Block) {
 	for _, blk := range blocks {
 		if sh := s.stashes[shardOf(blk.ID, len(s.stashes))].core; exists(sh, blk.ID) {
@@ -376,8 +504,7 @@ func exists(sh *stashCore, id tree.BlockID) bool {
 }
 
 func (rp *replayer) plan(d *delta.Decoder) {
-	t := d.Uvarint()
-	d.Check(t < uint64(len(rp.s.workers)), "a tree that does not exist")
+	t := rp.treeOf(d)
 	var p ringoram.Plan
 	d.Read(p.Seed[:])
 	p.Evict = int(d.Uvarint())
@@ -390,42 +517,76 @@ func (rp *replayer) plan(d *delta.Decoder) {
 		p.Reads = append(p.Reads, r)
 	}
 	if !d.Failed() {
-		rp.plans[int(t)] = p
+		rp.plans[t] = p
 		rp.s.workers[t].tree.Planned(p)
 	}
 }
 
-func (rp *replayer) evictDone(d *delta.Decoder) {
-	t := d.Uvarint()
-	d.Check(t < uint64(len(rp.s.workers)), "a tree that does not exist")
-	for n := d.Count(); n > 0 && !d.Failed(); n-- {
-		id := readID(d)
-		rp.shard(id).unstash(id)
+// evictDone replays the end of an eviction: the copies it left stale
+// (and, in an earlier build's record, withRemoved, the blocks that left
+// the stash).
+func (rp *replayer) evictDone(d *delta.Decoder, withRemoved bool) {
+	t := rp.treeOf(d)
+	if withRemoved {
+		for n := d.Count(); n > 0 && !d.Failed(); n-- {
+			id := readID(d)
+			rp.shard(id).unstash(id)
+		}
 	}
 	for n := d.Count(); n > 0 && !d.Failed(); n-- {
 		st := Stale{ID: readID(d), Bucket: d.Uvarint()}
-		if ops := rp.ops[int(t)]; len(ops) > 0 {
+		if ops := rp.ops[t]; len(ops) > 0 {
 			ops[len(ops)-1].stale = append(ops[len(ops)-1].stale, st)
 		} else {
 			rp.s.workers[t].tree.Forget(st.Bucket, st.ID)
 		}
 	}
-	delete(rp.pending, int(t))
+	delete(rp.pending, t)
 }
 
-// finish settles the evictions whose end the journal lacks (the crash
-// came between an eviction's Write and its end): a placed copy whose block
-// is still stashed, or gone, is stale; one whose block left the stash is
-// the block.
-func (rp *replayer) finish() {
-	for t, placed := range rp.pending {
-		for _, p := range placed {
-			if exists, stashed := rp.shard(p.ID).has(p.ID); stashed || !exists {
-				rp.s.workers[t].tree.Forget(p.Bucket, p.ID)
+// finishEarlier settles the evictions whose end an earlier build's
+// journal lacks (the crash came between an eviction's Write and its
+// end): a placed copy whose block is still stashed, or gone, is stale;
+// one whose block left the stash is the block.
+func (rp *replayer) finishEarlier() {
+	for t, p := range rp.pending {
+		for _, pl := range p.placed {
+			if exists, stashed := rp.shard(pl.ID).has(pl.ID); stashed || !exists {
+				rp.s.workers[t].tree.Forget(pl.Bucket, pl.ID)
 			}
 		}
 	}
-	rp.pending = map[int][]ringoram.Placement{}
+	rp.pending = map[int]pendingEviction{}
+}
+
+// endEvictions ends the evictions whose end a tree's log lacks (the
+// crash came between an eviction's Write and its end): each Stash shard
+// gets again the message that reported the eviction's placements, with
+// its id, and answers it as it did before the crash (its msgTable, from
+// its own log) or, if it never did, now (a copy placed whose block is
+// still stashed, or gone, is stale: Treebeard Sec. 5.2.2). The tree
+// forgets the copies the shards report stale.
+func (rp *replayer) endEvictions() error {
+	for t, p := range rp.pending {
+		for i, sh := range rp.s.stashes {
+			m := EvictionDoneMsg{ID: p.msg}
+			for _, pl := range p.placed {
+				if shardOf(pl.ID, len(rp.s.stashes)) == i {
+					m.Blocks = append(m.Blocks, ringoram.Block{Block: tree.Block{ID: pl.ID}, Leaf: pl.Leaf})
+					m.Placed = append(m.Placed, int64(pl.Bucket))
+				}
+			}
+			rep := sh.EvictionDone(m)
+			if err := rep.Err(); err != nil {
+				return fmt.Errorf("treebeard: tree %d: the end of an eviction a crash cut short, to Stash shard %d: %w", t, i, err)
+			}
+			for _, st := range rep.Stale {
+				rp.s.workers[t].tree.Forget(st.Bucket, st.ID)
+			}
+		}
+	}
+	rp.pending = map[int]pendingEviction{}
+	return nil
 }
 
 // readID reads a block ID.

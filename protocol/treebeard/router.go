@@ -34,8 +34,6 @@ type Router struct {
 	shards []StashShard
 	net    *netState
 	trace  func(traceEvent)
-	paused bool // a checkpoint is being taken: requests collect until resume
-	ended  bool // the epoch ended while paused: it is forwarded at resume
 
 	mu      sync.Mutex
 	core    routerCore
@@ -75,7 +73,7 @@ func (r *Router) Do(ctx context.Context, req Request) (Reply, error) {
 	r.calls = append(r.calls, c)
 	if r.applyLocked(routerEntry{Req: req, Incarnation: r.net.incarnation.Load()}).Index == 0 { // the epoch's first request
 		if r.epoch <= 0 {
-			r.endLocked()
+			r.forwardLocked()
 		} else {
 			r.timer = r.clock.AfterFunc(r.epoch, r.endEpoch)
 		}
@@ -93,41 +91,7 @@ func (r *Router) Do(ctx context.Context, req Request) (Reply, error) {
 func (r *Router) endEpoch() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.endLocked()
-}
-
-// endLocked forwards the collecting epoch, or, while paused, marks it for
-// forwarding at resume.
-func (r *Router) endLocked() {
-	if r.paused {
-		r.ended = true
-		return
-	}
 	r.forwardLocked()
-}
-
-// pause stops forwarding: requests collect in the current epoch, whose
-// timer keeps running, and waitForwarded then waits until every epoch
-// forwarded is answered.
-func (r *Router) pause() {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.paused = true
-}
-
-// waitForwarded waits until every epoch forwarded is answered.
-func (r *Router) waitForwarded() { r.flights.Wait() }
-
-// resume forwards again, starting with the epoch that ended meanwhile;
-// an epoch still collecting ends when its timer expires.
-func (r *Router) resume() {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.paused = false
-	if r.ended {
-		r.ended = false
-		r.forwardLocked()
-	}
 }
 
 // collecting returns the number of requests the collecting epoch holds.

@@ -6,7 +6,6 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"github.com/oblivkv/oblivkv/internal/durable"
 	"github.com/oblivkv/oblivkv/protocol/ringoram"
 	"github.com/oblivkv/oblivkv/protocol/tree"
 )
@@ -26,7 +25,7 @@ import (
 type Stash struct {
 	id    int          // the shard's number, which the trees' epoch barriers count by
 	trees []PathReader // by tree: the ORAM shard that owns it
-	log   *durable.Log
+	log   *machineLog
 	net   *netState
 	quota *quota // the store's: each epoch takes the room it may need from it
 
@@ -40,7 +39,7 @@ type Stash struct {
 	applied   func(stashEntry, stashOutput) // tests: sees every entry and its outputs, in order
 }
 
-func newStash(id int, core *stashCore, q *quota, log *durable.Log, net *netState) *Stash {
+func newStash(id int, core *stashCore, q *quota, log *machineLog, net *netState) *Stash {
 	return &Stash{id: id, core: core, quota: q, log: log, net: net,
 		complete: map[uint64]chan struct{}{}, answering: map[MsgID]chan struct{}{}}
 }
@@ -168,26 +167,40 @@ func (s *Stash) readAll(epoch uint64, reads [][]ringoram.PathRead) {
 }
 
 // readPaths sends tree t the shard's part of epoch, again while it is lost
-// in transit (the tree recognises a copy and reads the part once).
+// in transit (the tree recognises a copy and reads the part once). The
+// part is released once the epoch's record is durable (journal).
 func (s *Stash) readPaths(t int, epoch uint64, reads []ringoram.PathRead) ReadPathsReply {
-	id := s.net.msgID(Endpoint{LayerStash, s.id}, epoch, uint64(t))
-	return exchange(s.net, &s.released, t, id, func(release []MsgID) ReadPathsReply {
+	id := s.partID(epoch, t)
+	return sendReleasing(s.net, &s.released, t, func(release []MsgID) ReadPathsReply {
 		return s.trees[t].ReadPaths(ReadPathsMsg{ID: id, Tree: t, Reads: reads, Release: release})
 	})
+}
+
+// partID names the shard's part of epoch for tree t.
+func (s *Stash) partID(epoch uint64, t int) MsgID {
+	return s.net.msgID(Endpoint{LayerStash, s.id}, epoch, uint64(t))
 }
 
 // journal ends the epoch: it appends its record and waits until it is
 // durable, and returns its reply, encoded, which leaves only then (the
 // records of concurrent epochs share an fsync); when the journal fails,
-// the requests that succeeded learn it.
+// the requests that succeeded learn it. The shard's checkpoint is taken
+// after the record when its log is due. Once the record is durable, the
+// epoch's parts are released: the trees may forget the blocks they read
+// for it (handover).
 func (s *Stash) journal(epoch uint64) []byte {
 	s.mu.Lock()
 	out := s.applyLocked(stashEntry{Kind: entryEpochEnd, Epoch: epoch})
 	lsn := s.log.Append(out.Record)
+	s.log.checkpointIfDue(s.core.checkpoint)
 	s.mu.Unlock()
 	var failure Status
 	if err := s.log.Sync(lsn); err != nil {
 		failure = statusOf(fmt.Errorf("treebeard: journal: %w", err))
+	} else {
+		for t := range s.trees {
+			s.released.add(t, s.partID(epoch, t))
+		}
 	}
 	return s.apply(stashEntry{Kind: entryJournaled, Epoch: epoch, Failure: failure}).Answer
 }
@@ -203,7 +216,13 @@ func (s *Stash) EvictionBlocks(m EvictionBlocksMsg) EvictionBlocksReply {
 	return answerOf(evictionBlocksReplyCodec, out.Answer)
 }
 
-// EvictionDone ends a tree's eviction (stashCore.evictionDone), once.
+// EvictionDone ends a tree's eviction (stashCore.evictionDone), once,
+// and journals which blocks left the stash and the reply (and the
+// shard's checkpoint after it, when its log is due). The record is
+// not waited for: the tree's record of the eviction's end, which lets it
+// forget the eviction, comes after it in the store's one journal, which
+// makes records durable in order; until then a crash makes the tree send
+// the message again (replayer.endEvictions).
 func (s *Stash) EvictionDone(m EvictionDoneMsg) EvictionDoneReply {
 	s.release(m.Release)
 	if len(m.Placed) != len(m.Blocks) {
@@ -214,7 +233,13 @@ func (s *Stash) EvictionDone(m EvictionDoneMsg) EvictionDoneReply {
 	for i, b := range m.Blocks {
 		ids[i] = b.Block.ID
 	}
-	out := s.apply(stashEntry{Kind: entryEvictionDone, Msg: m.ID, Tree: m.ID.Sender.Index, IDs: ids, Placed: m.Placed})
+	s.mu.Lock()
+	out := s.applyLocked(stashEntry{Kind: entryEvictionDone, Msg: m.ID, Tree: m.ID.Sender.Index, IDs: ids, Placed: m.Placed})
+	if out.Record != nil {
+		s.log.Append(out.Record)
+		s.log.checkpointIfDue(s.core.checkpoint)
+	}
+	s.mu.Unlock()
 	if out.Copy != nil {
 		return answerCopy(s, evictionDoneReplyCodec, out.Copy, nil, nil)
 	}

@@ -17,7 +17,7 @@ func restoredStash(t *testing.T, image []byte, trees *scriptedTrees) *Stash {
 	if err := core.restoreImage(image); err != nil {
 		t.Fatal(err)
 	}
-	s := newStash(0, core, &quota{capacity: 8}, durable.New(nil, nil, nil), newNetState())
+	s := newStash(0, core, &quota{capacity: 8}, nullLog(), newNetState())
 	s.connect([]PathReader{trees, trees, trees, trees})
 	return s
 }
@@ -31,7 +31,7 @@ func restoredStash(t *testing.T, image []byte, trees *scriptedTrees) *Stash {
 // restore is refused unhandled.
 func TestCopiesAfterRestore(t *testing.T) {
 	trees := &scriptedTrees{lost: true}
-	s := newStash(0, newTestStashCore(1), &quota{capacity: 8}, durable.New(nil, nil, nil), newNetState())
+	s := newStash(0, newTestStashCore(1), &quota{capacity: 8}, nullLog(), newNetState())
 	s.connect([]PathReader{trees, trees, trees, trees})
 	s.core.setPosition(blockID("a"), Position{Tree: 2, Leaf: 3})
 	s.core.setPosition(blockID("b"), Position{Tree: 1, Leaf: 5})
@@ -165,7 +165,7 @@ func TestMsgTableReleasedNeverForgotten(t *testing.T) {
 // would leave another shard planning at that moment short of room.
 func TestCopyTakesNoRoom(t *testing.T) {
 	trees := &scriptedTrees{lost: true}
-	s := newStash(0, newTestStashCore(1), &quota{capacity: 8}, durable.New(nil, nil, nil), newNetState())
+	s := newStash(0, newTestStashCore(1), &quota{capacity: 8}, nullLog(), newNetState())
 	s.connect([]PathReader{trees, trees, trees, trees})
 	var rooms []int64
 	s.applied = func(e stashEntry, _ stashOutput) {
@@ -209,3 +209,6 @@ func TestMsgTableOtherKind(t *testing.T) {
 		t.Fatalf("a copy of the first: %+v; want its stored reply", cp)
 	}
 }
+
+// nullLog is a Stash shard's log that keeps nothing.
+func nullLog() *machineLog { return newMachineLog(durable.New(nil, nil, nil), 0, &checkpoints{}) }

@@ -393,6 +393,38 @@ func (c *stashCore) evictionDone(t int, ids []tree.BlockID, placed []int64) []St
 	return stale
 }
 
+// removed returns the blocks an eviction placed that left the stash: all
+// placed but those whose copies are stale.
+func removed(ids []tree.BlockID, placed []int64, stale []Stale) []tree.BlockID {
+	var out []tree.BlockID
+	for i, id := range ids {
+		if placed[i] >= 0 && !slices.ContainsFunc(stale, func(st Stale) bool { return st.ID == id }) {
+			out = append(out, id)
+		}
+	}
+	return out
+}
+
+// takeBack stashes blocks tree t's reads took out whose epochs' records
+// never came (a crash came between the tree's record and the shard's),
+// each with the value read: a block still where the read found it (it
+// exists, is not stashed, and its position is the read's) goes to the
+// stash, there until an access moves it. Any other block has a record of
+// the shard newer than the read (stashed, moved, deleted) and is left as
+// it is, so a read handed back again, or after a later epoch rewrote the
+// block, changes nothing; a block evicted again to the very leaf it was
+// read from went back to tree t, which then forgot the read (oramMachine
+// handovers). The stash and the position map thus hold every change of
+// the read phase, as Treebeard Sec. 5.2.4 requires of a shard's replicas.
+func (c *stashCore) takeBack(t int, blocks []ringoram.Block) {
+	for _, b := range blocks {
+		p, exists := c.pos[b.Block.ID]
+		if _, stashed := c.stash[b.Block.ID]; exists && !stashed && p == (Position{Tree: t, Leaf: b.Leaf}) {
+			c.setStashed(b.Block.ID, b.Block.Value)
+		}
+	}
+}
+
 // stashSnapshot is a Stash shard's state between epochs: no read in
 // flight, no eviction holding a block.
 type stashSnapshot struct {
@@ -401,15 +433,16 @@ type stashSnapshot struct {
 }
 
 // snapshot returns the shard's state; it must run between epochs and
-// evictions (a checkpoint pauses the Routers and waits for the trees).
+// evictions.
 func (c *stashCore) snapshot() stashSnapshot {
 	snap := stashSnapshot{ShardBlocks: c.blocks()}
 	snap.Rand, _ = c.src.MarshalBinary() // never fails
 	return snap
 }
 
-// blocks returns a copy of the shard's positions and stashed values: a
-// checkpoint gathers every shard's, with no random source (state).
+// blocks returns a copy of the shard's positions and stashed values: the
+// store gathers every shard's to move them to other shards, with no
+// random source (state).
 func (c *stashCore) blocks() ShardBlocks {
 	b := ShardBlocks{Pos: maps.Clone(c.pos), Stash: make(map[tree.BlockID][]byte, len(c.stash))}
 	for id, s := range c.stash {

@@ -8,6 +8,7 @@ import (
 	"maps"
 	"slices"
 
+	"github.com/oblivkv/oblivkv/kv"
 	"github.com/oblivkv/oblivkv/protocol/tree"
 )
 
@@ -126,11 +127,7 @@ func (c *stashCore) restoreImage(b []byte) error {
 	if err := c.src.UnmarshalBinary(im.Rand); err != nil {
 		return fmt.Errorf("treebeard: a Stash shard's random source: %w", err)
 	}
-	clear(c.pos)
-	clear(c.stash)
-	clear(c.inflight)
-	clear(c.epochs)
-	c.requests = newRequestTable()
+	c.clearState()
 	for _, b := range im.Blocks {
 		c.pos[b.ID] = b.At
 		if b.Stashed {
@@ -159,5 +156,76 @@ func (c *stashCore) restoreImage(b []byte) error {
 	c.msgs = msgTableOf(im.Messages)
 	c.released, c.room = im.Released, 0
 	c.stats = stashStats{realReads: im.Stats[0], fakeReads: im.Stats[1], stashHits: im.Stats[2], stashMax: int(im.Stats[3])}
+	return nil
+}
+
+// stashCheckpoint is a Stash shard's durable state, its machine's
+// checkpoint: where its blocks are and what the stashed ones hold, and
+// the trees' eviction messages it handled (msgTable), so that the end of
+// an eviction a tree sends again after a crash gets the reply it got
+// before instead of being applied twice. Nothing else is kept: the
+// requests of epochs not journaled were never answered (their clients
+// retry them, Treebeard Sec. 5.1.2), a block a read in flight took out of
+// its tree comes back from that tree's log (takeBack), and a store
+// opened again draws from fresh seeds (state).
+type stashCheckpoint struct {
+	Blocks   []checkpointBlock // by ID
+	Messages []imageStream     // the trees' streams
+}
+
+type checkpointBlock struct {
+	ID      tree.BlockID
+	At      Position
+	Stashed bool
+	Value   []byte
+}
+
+// checkpoint returns the shard's durable state, encoded.
+func (c *stashCore) checkpoint() []byte {
+	var cp stashCheckpoint
+	for _, id := range sortedIDs(c.pos) {
+		b := checkpointBlock{ID: id, At: c.pos[id]}
+		if s := c.stash[id]; s != nil {
+			b.Stashed, b.Value = true, s.value
+		}
+		cp.Blocks = append(cp.Blocks, b)
+	}
+	for _, s := range c.msgs.image() {
+		if s.Stream.Sender.Layer == LayerORAM {
+			cp.Messages = append(cp.Messages, s)
+		}
+	}
+	return encodeGob(cp)
+}
+
+// clearState forgets every block, read in flight, epoch and request.
+func (c *stashCore) clearState() {
+	clear(c.pos)
+	clear(c.stash)
+	clear(c.inflight)
+	clear(c.epochs)
+	c.requests = newRequestTable()
+}
+
+// restoreCheckpoint replaces the shard's state by a checkpoint's, its
+// blocks all journaled and held by no eviction; the random source stays
+// the shard's own.
+func (c *stashCore) restoreCheckpoint(b []byte) error {
+	var cp stashCheckpoint
+	if err := decodeGob(b, &cp); err != nil {
+		return fmt.Errorf("%w: decoding a Stash shard's checkpoint: %v", kv.ErrTampered, err)
+	}
+	c.clearState()
+	for _, b := range cp.Blocks {
+		if b.At.Tree < 0 || b.At.Tree >= c.trees || b.At.Leaf >= c.geo.Leaves() {
+			return fmt.Errorf("%w: a block's position is outside the trees", kv.ErrMismatch)
+		}
+		c.setPosition(b.ID, b.At)
+		if b.Stashed {
+			c.setStashed(b.ID, b.Value)
+		}
+	}
+	c.msgs = msgTableOf(cp.Messages)
+	c.released, c.room = 0, 0
 	return nil
 }

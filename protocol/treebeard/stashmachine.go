@@ -27,6 +27,7 @@ const (
 	entryEvictionDone                             // tree Tree's eviction placed IDs at Placed
 	entryRelease                                  // senders have the replies to the messages Released
 	entryJournaled                                // epoch Epoch's record is durable, or the journal failed (Failure)
+	entryTaken                                    // recovery: blocks tree Tree's reads took out whose epochs' records never came
 )
 
 // stashEntry is one input of a Stash shard. Only the fields of its Kind
@@ -46,13 +47,14 @@ type stashEntry struct {
 	IDs      []tree.BlockID        // entryEvictionDone: the blocks handed over
 	Placed   []int64               // entryEvictionDone: their buckets, or -1
 	Released []MsgID               // entryRelease: messages whose replies their senders have
+	Taken    []ringoram.Block      // entryTaken: each block with the leaf it was read from
 }
 
 // stashOutput is what an entry makes the shard do.
 type stashOutput struct {
 	Reads    [][]ringoram.PathRead // entryBatch: the paths to read, by tree
 	Complete []uint64              // epochs whose replies are all made now
-	Record   []byte                // entryEpochEnd: the epoch's journal record
+	Record   []byte                // the journal record: entryEpochEnd's, entryEvictionDone's
 	Answer   []byte                // the reply to the entry's message, encoded: entryJournaled (the epoch's batch), entryEvictionBlocks, entryEvictionDone
 	Copy     *msgCopy              // the entry's message was handled already: what its copy gets
 	Released int64                 // room for keys given back to the store's quota
@@ -97,10 +99,14 @@ func (c *stashCore) step(e stashEntry) stashOutput {
 		}
 	case entryEvictionDone:
 		if out.Copy = c.msgs.admit(e.Msg, kindEvictionDoneReply); out.Copy == nil {
-			out.Answer = c.answer(e.Msg, evictionDoneReplyCodec.encode(EvictionDoneReply{Stale: c.evictionDone(e.Tree, e.IDs, e.Placed)}))
+			stale := c.evictionDone(e.Tree, e.IDs, e.Placed)
+			out.Answer = c.answer(e.Msg, evictionDoneReplyCodec.encode(EvictionDoneReply{Stale: stale}))
+			out.Record = evictedDelta(e.Msg, removed(e.IDs, e.Placed, stale), out.Answer)
 		}
 	case entryRelease:
 		c.release(e.Released)
+	case entryTaken:
+		c.takeBack(e.Tree, e.Taken)
 	}
 	out.Released = c.takeReleased()
 	return out

@@ -5,22 +5,26 @@ import (
 	"cmp"
 	"context"
 	"encoding/gob"
+	"errors"
 	"fmt"
 	"iter"
 	"maps"
 	"math/rand/v2"
+	"slices"
 
 	"github.com/oblivkv/oblivkv/internal/durable"
+	"github.com/oblivkv/oblivkv/internal/durable/delta"
 	"github.com/oblivkv/oblivkv/kv"
 	"github.com/oblivkv/oblivkv/protocol/ringoram"
 	"github.com/oblivkv/oblivkv/protocol/tree"
 	"github.com/oblivkv/oblivkv/random"
 )
 
-// state is a checkpoint: what the trusted layers keep. The position map and
-// stash are kept whole, not per shard, so the number of Stash shards may
-// change between runs; the trees may not. The shards' random sources are
-// not kept: a store opened again draws from fresh seeds, since the draws
+// state is the trusted state of the whole store as an earlier build's
+// checkpoint held it (machine 0: reopenEarlier), and as the store moves
+// it between two numbers of Stash shards (reshard). The position map and
+// stash are whole, not per shard. The shards' random sources are not
+// kept: a store opened again draws from fresh seeds, since the draws
 // made after the checkpoint may have shown on storage, and drawing them
 // again would link what storage saw before a crash to what it sees after.
 type state struct {
@@ -66,142 +70,270 @@ func (s *store) Load(ctx context.Context, items iter.Seq2[string, []byte]) (int,
 	if err := s.install(all); err != nil {
 		return 0, err
 	}
-	// Journaled first: a crash while the trees are written leaves trees
-	// that match no state, and recovery writes them afresh.
-	if _, err := s.log.Commit([]byte{deltaLoad}); err != nil {
+	// Journaled first, in every tree's log: a crash while the trees are
+	// written leaves trees that match no state, and recovery writes them
+	// afresh.
+	var lsn uint64
+	for _, w := range s.workers {
+		lsn = w.log.Append([]byte{deltaLoad})
+	}
+	if err := s.log.Sync(lsn); err != nil {
 		return 0, fmt.Errorf("treebeard: %w", err)
 	}
 	if err := s.initTrees(ctx, placed); err != nil {
 		return 0, err
 	}
-	if err := s.log.Checkpoint(ctx, s.encodeStateAs(true), s.log.Last()); err != nil {
+	if err := s.checkpointAll(ctx, true); err != nil {
 		return 0, err
 	}
 	s.initialised.Store(true)
 	return len(values), nil
 }
 
-// Snapshot returns the trusted state as a checkpoint holds it, for
-// durable.Log.CheckpointOf.
-func (s *store) Snapshot() ([]byte, error) { return s.encodeStateAs(s.initialised.Load()), nil }
-
-// encodeStateAs is Snapshot with the trees written (initialised) or not.
-func (s *store) encodeStateAs(initialised bool) []byte {
-	st := state{Initialised: initialised, Pos: map[tree.BlockID]Position{}, Stash: map[tree.BlockID][]byte{}}
+// encodeState returns the trusted state of the whole store (reshard).
+func (s *store) encodeState() state {
+	st := state{Initialised: s.initialised.Load(), Pos: map[tree.BlockID]Position{}, Stash: map[tree.BlockID][]byte{}}
 	for _, a := range s.shardAdmins {
 		b := s.admin(a, AdminMsg{Op: AdminState}).Blocks
 		maps.Copy(st.Pos, b.Pos)
 		maps.Copy(st.Stash, b.Stash)
 	}
-	if initialised {
+	if st.Initialised {
 		for t, a := range s.treeAdmins {
 			st.Trees = append(st.Trees, s.admin(a, AdminMsg{Op: AdminState, Tree: t}).State)
 		}
 	}
+	return st
+}
+
+// create starts the journal of a new store: the checkpoint of each
+// machine's empty state, the trees not yet written (ensureInit or Load
+// write them).
+func (s *store) create(ctx context.Context) error {
+	states := map[durable.MachineID][]byte{}
+	for i, st := range s.stashes {
+		states[stashMachineID(i)] = st.core.checkpoint()
+	}
+	for t, w := range s.workers {
+		states[treeMachineID(t)] = w.checkpoint(false)
+	}
+	return s.log.CreateMachines(ctx, states)
+}
+
+// checkpointAll checkpoints every machine at the journal's last record,
+// with its trees written (initialised) or not, once the checkpoints under
+// way are written and the trees' Writes are on storage, with one anchor
+// (durable.Log.CheckpointMachines): the Stash shards' first, then the
+// trees', so that a crash between them leaves a tree's record of a bulk
+// load that every shard's checkpoint may already hold, never the reverse.
+// No machine steps meanwhile: the store is not serving, or not yet.
+func (s *store) checkpointAll(ctx context.Context, initialised bool) error {
+	err := s.ckpt.wait()
+	for _, w := range s.workers {
+		if ferr := w.tree.Flush(ctx); ferr != nil {
+			return errors.Join(err, ferr)
+		}
+	}
+	at, states := s.log.Last(), map[durable.MachineID][]byte{}
+	for i, st := range s.stashes {
+		st.mu.Lock()
+		states[stashMachineID(i)] = st.core.checkpoint()
+		st.mu.Unlock()
+	}
+	for t, w := range s.workers {
+		w.mu.Lock()
+		states[treeMachineID(t)] = w.checkpoint(initialised)
+		w.mu.Unlock()
+	}
+	if err := errors.Join(err, s.log.CheckpointMachines(ctx, states, at)); err != nil {
+		return fmt.Errorf("treebeard: %w", err)
+	}
+	return nil
+}
+
+// reopen builds the machines of an existing store from the checkpoints
+// in its journal and recovers each from its own checkpoint and records
+// (durable.Log.ReplayMachines), then delivers what one machine owes
+// another and finishes what the journal left unfinished (recover). A
+// journal of an earlier build, the whole store as machine 0, is the
+// upgrade path (reopenEarlier).
+func reopen(ctx context.Context, env kv.Env, given, opts Options, log *durable.Log) (*store, error) {
+	cps := log.Checkpointed()
+	if len(cps[legacyMachine]) > 0 {
+		return reopenEarlier(ctx, env, given, opts, log, cps)
+	}
+	shards, trees := 0, 0
+	for len(cps[stashMachineID(shards)]) > 0 { // a retired machine's is empty
+		shards++
+	}
+	for len(cps[treeMachineID(trees)]) > 0 {
+		trees++
+	}
+	var first treeCheckpoint
+	if err := decodeGob(cps[treeMachineID(0)], &first); err != nil {
+		return nil, fmt.Errorf("%w: decoding tree 0's checkpoint: %v", kv.ErrTampered, err)
+	}
+	var made *TreeSnapshot
+	if first.Initialised {
+		made = &first.State
+	}
+	o, err := layoutOf(env, given, opts, made, trees)
+	if err != nil {
+		return nil, err
+	}
+	o.StashShards = shards
+	if made == nil {
+		o.Trees = trees // not written yet: the journal's trees
+	}
+	s, err := build(env, o, log)
+	if err != nil {
+		return nil, err
+	}
+	rp, err := s.replay(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.recover(ctx, rp); err != nil {
+		return nil, err
+	}
+	if given.StashShards > 0 && given.StashShards != shards {
+		return s.reshard(ctx, env, given.StashShards)
+	}
+	return s, nil
+}
+
+// replay rebuilds every machine from its own checkpoint and records.
+func (s *store) replay(ctx context.Context) (*replayer, error) {
+	rp := newReplayer(s, false)
+	machines := map[durable.MachineID]durable.Machine{}
+	for i, st := range s.stashes {
+		machines[stashMachineID(i)] = stashReplay{s: s, st: st}
+	}
+	initialised := make([]bool, len(s.workers))
+	for t, w := range s.workers {
+		machines[treeMachineID(t)] = treeReplay{rp: rp, w: w, initialised: &initialised[t]}
+	}
+	if _, err := s.log.ReplayMachines(ctx, machines); err != nil {
+		return nil, fmt.Errorf("treebeard: %w", err)
+	}
+	s.initialised.Store(!slices.Contains(initialised, false))
+	return rp, nil
+}
+
+// layoutOf returns the options of a store whose trees were made as made
+// says (nil: not written yet): Trees, Z, S and CachedLevels left to their
+// defaults take it from there, so a store made when the defaults were
+// others opens as it was made.
+func layoutOf(env kv.Env, given, opts Options, made *TreeSnapshot, trees int) (Options, error) {
+	if made == nil {
+		return opts, nil
+	}
+	given.Trees = cmp.Or(given.Trees, trees)
+	given.Z, given.S = cmp.Or(given.Z, made.Tree.Z), cmp.Or(given.S, made.Tree.S)
+	if given.CachedLevels == 0 {
+		given.CachedLevels = cmp.Or(made.Tree.CachedLevels, -1) // -1: none
+	}
+	opts = given.EnsureDefaults(env.Capacity)
+	if err := opts.Validate(env.Capacity); err != nil {
+		return opts, fmt.Errorf("%w: %v", kv.ErrMismatch, err)
+	}
+	if opts.Trees != trees {
+		return opts, fmt.Errorf("%w: the store has %d trees, the options ask for %d", kv.ErrMismatch, trees, opts.Trees)
+	}
+	return opts, nil
+}
+
+// encodeGob encodes a checkpoint, plain data (encoding it cannot fail).
+func encodeGob(v any) []byte {
 	var buf bytes.Buffer
-	if err := gob.NewEncoder(&buf).Encode(st); err != nil {
-		panic(fmt.Sprintf("treebeard: encoding the state: %v", err)) // plain data: cannot fail
+	if err := gob.NewEncoder(&buf).Encode(v); err != nil {
+		panic(fmt.Sprintf("treebeard: encoding a checkpoint: %v", err))
 	}
 	return buf.Bytes()
 }
 
-// create starts the journal of a new store: the checkpoint of its empty
-// state, the trees not yet written (ensureInit or Load write them).
-func (s *store) create(ctx context.Context) error {
-	return s.log.Create(ctx, s.encodeStateAs(false))
+func decodeGob(b []byte, v any) error { return gob.NewDecoder(bytes.NewReader(b)).Decode(v) }
+
+// stashReplay is a Stash shard's machine as its log rebuilds it.
+type stashReplay struct {
+	s  *store
+	st *Stash
 }
 
-// checkpointNow replaces the journal by a checkpoint while the store
-// serves: it pauses the Routers (requests collect in their epochs), waits
-// until every epoch forwarded is answered and every tree has finished its
-// reads and evictions, checkpoints the state, and resumes. It runs every
-// durable.DefaultEvery records, which depends only on the epochs and the
-// trees' operations, so the pause shows storage nothing more.
-func (s *store) checkpointNow(ctx context.Context) error {
-	for _, r := range s.routers {
-		r.pause()
+func (r stashReplay) Restore(b []byte) error { return r.st.core.restoreCheckpoint(b) }
+
+func (r stashReplay) Snapshot() ([]byte, error) { return r.st.core.checkpoint(), nil }
+
+// Apply applies one of the shard's records: an epoch's blocks, or its
+// answer to the end of an eviction. A block of another shard is
+// malformed: no record crosses machines.
+func (r stashReplay) Apply(rec []byte) error {
+	d := delta.NewDecoder(rec)
+	switch kind := d.Byte(); kind {
+	case deltaBlocks:
+		replayBlocks(d, r.s, func(id tree.BlockID) *stashCore {
+			d.Check(shardOf(id, len(r.s.stashes)) == r.st.id, "a block of another Stash shard")
+			return r.st.core
+		})
+	case deltaShardEvicted:
+		replayEvicted(d, r.st.core)
+	default:
+		d.Check(d.Failed(), fmt.Sprint("a Stash shard's delta of kind ", kind))
 	}
-	defer func() {
-		for _, r := range s.routers {
-			r.resume()
-		}
-	}()
-	for _, r := range s.routers {
-		r.waitForwarded()
+	if err := d.Done(); err != nil {
+		return fmt.Errorf("%w: %w", errMalformed, err)
 	}
-	for _, w := range s.workers {
-		w.waitIdle()
-	}
-	return s.log.CheckpointOf(ctx, s)
+	return nil
 }
 
-// reopen builds the layers of an existing store and recovers its state
-// from log (durable.Log.Replay, driving a reopening), then finishes what
-// the journal left unfinished (recover).
-func reopen(ctx context.Context, env kv.Env, given, opts Options, log *durable.Log) (*store, error) {
-	r := &reopening{env: env, given: given, opts: opts, log: log}
-	if _, err := log.Replay(ctx, r); err != nil {
-		return nil, fmt.Errorf("treebeard: %w", err)
-	}
-	return r.s, r.s.recover(ctx, r.rp)
+// treeReplay is a tree's machine as its log rebuilds it (replayer).
+type treeReplay struct {
+	rp          *replayer
+	w           *treeWorker
+	initialised *bool // the checkpoint's trees are written
 }
 
-// reopening is the durable.Machine of a store being reopened. The layout
-// its trees were written with is in its checkpoint, so Restore builds the
-// layers: Trees, Z, S and CachedLevels left to their defaults take it from
-// there, so a store made when the defaults were others opens as it was
-// made. Apply replays a record into the layers (replayer).
-type reopening struct {
-	env         kv.Env
-	given, opts Options
-	log         *durable.Log
-	s           *store    // built by Restore
-	rp          *replayer // replays the records after the checkpoint into s
+// Restore restores the tree's checkpoint: its trusted state, once
+// written, and the blocks it keeps for the Stash shards.
+func (r treeReplay) Restore(b []byte) error {
+	var cp treeCheckpoint
+	if err := decodeGob(b, &cp); err != nil {
+		return fmt.Errorf("%w: decoding a tree's checkpoint: %v", kv.ErrTampered, err)
+	}
+	*r.initialised = cp.Initialised
+	r.w.m.kept = cp.Kept
+	if !cp.Initialised {
+		return nil
+	}
+	return r.w.restore(cp.State)
 }
 
-// Restore implements durable.Machine: it builds the layers the checkpoint
-// was written with and restores their state.
-func (r *reopening) Restore(b []byte) error {
-	var st state
-	if err := gob.NewDecoder(bytes.NewReader(b)).Decode(&st); err != nil {
-		return fmt.Errorf("%w: decoding the checkpoint: %v", kv.ErrTampered, err)
-	}
-	opts := r.opts
-	if len(st.Trees) > 0 {
-		made, given := st.Trees[0].Tree, r.given
-		given.Trees = cmp.Or(given.Trees, len(st.Trees))
-		given.Z, given.S = cmp.Or(given.Z, made.Z), cmp.Or(given.S, made.S)
-		if given.CachedLevels == 0 {
-			given.CachedLevels = cmp.Or(made.CachedLevels, -1) // -1: none
-		}
-		opts = given.EnsureDefaults(r.env.Capacity)
-		if err := opts.Validate(r.env.Capacity); err != nil {
-			return fmt.Errorf("%w: %v", kv.ErrMismatch, err)
-		}
-	}
-	s, err := build(r.env, opts, r.log)
-	if err != nil {
+func (r treeReplay) Snapshot() ([]byte, error) { return r.w.checkpoint(*r.initialised), nil }
+
+// Apply applies one of the tree's records; one of another tree is
+// malformed.
+func (r treeReplay) Apply(rec []byte) error {
+	r.rp.tree = r.w.id
+	return r.rp.apply(rec)
+}
+
+// recover finishes a recovery once every machine is rebuilt, its records
+// replayed (the blocks of each epoch, each tree operation's Change and
+// the blocks it took, each eviction's end) and the trees' writes issued
+// again: the trees' evictions whose end is missing end (endEvictions); a
+// bulk load cut short leaves an empty store whose trees are written
+// afresh; then finishRecovery.
+func (s *store) recover(ctx context.Context, rp *replayer) error {
+	if err := s.settle(ctx, rp, rp.endEvictions); err != nil {
 		return err
 	}
-	r.s, r.rp = s, &replayer{s: s, pending: map[int][]ringoram.Placement{}, plans: map[int]ringoram.Plan{}, ops: map[int][]*journaledOp{}}
-	return s.restore(st)
+	return s.finishRecovery(ctx, rp)
 }
 
-// Apply implements durable.Machine: it replays a record into the layers.
-func (r *reopening) Apply(rec []byte) error { return r.rp.apply(rec) }
-
-// Snapshot implements durable.Machine: the state of the store reopened.
-func (r *reopening) Snapshot() ([]byte, error) { return r.s.Snapshot() }
-
-// recover finishes a recovery once the checkpoint is restored, every
-// record after it replayed (the blocks of each epoch, each tree
-// operation's Change and the blocks it took, each eviction's end) and the
-// trees' writes issued again: an eviction whose end is missing is
-// settled; a bulk load cut short leaves an empty store whose trees are
-// written afresh; an operation a crash cut short after its plan was
-// journaled is issued again identically (treeWorker.resume); evictions a
-// tree owes run; then a checkpoint.
-func (s *store) recover(ctx context.Context, rp *replayer) error {
+// settle claims the fences, settles the operations the trees journaled
+// (settleOps) and the evictions whose end is missing (end), and forgets
+// the blocks of a bulk load cut short.
+func (s *store) settle(ctx context.Context, rp *replayer, end func() error) error {
 	if err := s.claimFences(ctx); err != nil {
 		return err
 	}
@@ -210,7 +342,9 @@ func (s *store) recover(ctx context.Context, rp *replayer) error {
 			return err
 		}
 	}
-	rp.finish()
+	if err := end(); err != nil {
+		return err
+	}
 	if s.opts.TestingKnobs.Leak == leakRecoveryChecksPositions {
 		if err := s.checkPositions(ctx); err != nil {
 			return err
@@ -227,11 +361,20 @@ func (s *store) recover(ctx context.Context, rp *replayer) error {
 	if rp.load {
 		s.initialised.Store(false) // the trees are written afresh at the first access
 	}
+	return nil
+}
+
+// finishRecovery issues again, identically, each tree's operation a
+// crash cut short after its plan was journaled (treeWorker.resume), runs
+// the evictions the trees owe, hands the Stash shards the blocks the
+// trees' reads took out for them (handBack), and checkpoints every
+// machine.
+func (s *store) finishRecovery(ctx context.Context, rp *replayer) error {
 	if s.initialised.Load() {
 		for t, w := range s.workers {
 			owed := w.core.served(0)
 			if p, ok := rp.plans[t]; ok && s.opts.TestingKnobs.Leak != leakRecoveryForgetsPlans {
-				if err := w.resume(ctx, p, s.stashTaken); err != nil {
+				if err := w.resume(ctx, p); err != nil {
 					return fmt.Errorf("treebeard: tree %d: the operation a crash cut short, issued again: %w", t, err)
 				}
 				owed = max(0, owed-p.Evict) // an eviction resumed was owed
@@ -241,7 +384,181 @@ func (s *store) recover(ctx context.Context, rp *replayer) error {
 			}
 		}
 	}
-	return s.log.CheckpointOf(ctx, s)
+	s.handBack()
+	return s.checkpointAll(ctx, s.initialised.Load())
+}
+
+// handBack hands each Stash shard the blocks the trees keep for it
+// (handover): those whose epochs' records a crash cut off come back to
+// the stash (stashCore.takeBack), the others change nothing. The trees
+// then keep none: the checkpoint that follows holds the shards' blocks.
+func (s *store) handBack() {
+	for t, w := range s.workers {
+		taken := make([][]ringoram.Block, len(s.stashes))
+		for _, h := range w.m.kept {
+			i := shardOf(h.Block.Block.ID, len(s.stashes))
+			taken[i] = append(taken[i], h.Block)
+		}
+		for i, st := range s.stashes {
+			if len(taken[i]) > 0 {
+				st.apply(stashEntry{Kind: entryTaken, Tree: t, Taken: taken[i]})
+			}
+		}
+		w.m.kept = nil
+	}
+}
+
+// reopenEarlier is the upgrade path: it opens a store an earlier build
+// journaled as one machine (machine 0, the whole store), replaying it
+// with the whole store's replayer (reopening), settles what that leaves
+// open, then checkpoints every machine in its own log, moves the plan of
+// an operation a crash cut short to its tree's log and retires machine 0
+// (and any machine the store does not have), before anything else is
+// journaled. A machine an upgrade (or a reshard) cut short checkpointed is
+// rebuilt from machine 0 again (upgradeCutShort).
+func reopenEarlier(ctx context.Context, env kv.Env, given, opts Options, log *durable.Log, cps map[durable.MachineID][]byte) (*store, error) {
+	r := &reopening{env: env, given: given, opts: opts, log: log}
+	machines := map[durable.MachineID]durable.Machine{legacyMachine: r}
+	for m := range cps {
+		if m != legacyMachine {
+			machines[m] = upgradeCutShort{}
+		}
+	}
+	if _, err := log.ReplayMachines(ctx, machines); err != nil {
+		return nil, fmt.Errorf("treebeard: %w", err)
+	}
+	s, rp := r.s, r.rp
+	err := s.settle(ctx, rp, func() error { rp.finishEarlier(); return nil })
+	if err == nil {
+		err = s.checkpointAll(ctx, s.initialised.Load())
+	}
+	var lsn uint64
+	for t, p := range rp.plans {
+		lsn = s.workers[t].log.Append(planDelta(t, p))
+	}
+	if err == nil {
+		err = s.log.Sync(lsn)
+	}
+	if err == nil {
+		err = s.retireOthers(ctx, slices.Collect(maps.Keys(cps)))
+	}
+	if err == nil {
+		err = s.finishRecovery(ctx, rp)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("treebeard: moving an earlier build's journal to a log per machine: %w", err)
+	}
+	return s, nil
+}
+
+// upgradeCutShort is a machine an upgrade cut short checkpointed:
+// machine 0 holds its state, so its own checkpoint and records (the
+// plans moved) are passed over.
+type upgradeCutShort struct{}
+
+func (upgradeCutShort) Restore([]byte) error      { return nil }
+func (upgradeCutShort) Apply([]byte) error        { return nil }
+func (upgradeCutShort) Snapshot() ([]byte, error) { return nil, nil }
+
+// reshard moves the store's blocks to n Stash shards (a store reopened
+// with another number of them), once recovered: the whole store's state
+// goes to machine 0's checkpoint first, so that a crash before the move
+// ends is recovered from it as an earlier build's journal is
+// (reopenEarlier); then each shard's machine is checkpointed with the
+// blocks that hash to it, and machine 0 and the shards the store no
+// longer has are retired.
+func (s *store) reshard(ctx context.Context, env kv.Env, n int) (*store, error) {
+	st := s.encodeState()
+	err := s.log.Machine(legacyMachine).Checkpoint(ctx, encodeGob(st), s.log.Last())
+	o := s.opts
+	o.StashShards = n
+	var ns *store
+	if err == nil {
+		ns, err = build(env, o, s.log)
+	}
+	if err == nil {
+		err = ns.restore(st)
+	}
+	if err == nil {
+		err = ns.checkpointAll(ctx, st.Initialised)
+	}
+	if err == nil {
+		err = ns.retireOthers(ctx, append(s.machines(), legacyMachine))
+	}
+	if err != nil {
+		return nil, fmt.Errorf("treebeard: moving the blocks to %d Stash shards: %w", n, err)
+	}
+	return ns, nil
+}
+
+// machines returns the store's machines.
+func (s *store) machines() []durable.MachineID {
+	var ids []durable.MachineID
+	for i := range s.stashes {
+		ids = append(ids, stashMachineID(i))
+	}
+	for t := range s.workers {
+		ids = append(ids, treeMachineID(t))
+	}
+	return ids
+}
+
+// retireOthers retires each machine of ids the store does not have, once
+// every one it has is checkpointed.
+func (s *store) retireOthers(ctx context.Context, ids []durable.MachineID) error {
+	mine := s.machines()
+	for _, id := range ids {
+		if !slices.Contains(mine, id) {
+			if err := s.log.Machine(id).Retire(ctx); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// reopening is the durable.Machine of a store an earlier build
+// journaled as machine 0 (reopenEarlier). The layout its trees were
+// written with is in its checkpoint, so Restore builds the layers
+// (layoutOf). Apply replays a record into the layers (replayer).
+type reopening struct {
+	env         kv.Env
+	given, opts Options
+	log         *durable.Log
+	s           *store    // built by Restore
+	rp          *replayer // replays the records after the checkpoint into s
+}
+
+// Restore implements durable.Machine: it builds the layers the checkpoint
+// was written with and restores their state.
+func (r *reopening) Restore(b []byte) error {
+	var st state
+	if err := decodeGob(b, &st); err != nil {
+		return fmt.Errorf("%w: decoding the checkpoint: %v", kv.ErrTampered, err)
+	}
+	var made *TreeSnapshot
+	if len(st.Trees) > 0 {
+		made = &st.Trees[0]
+	}
+	opts, err := layoutOf(r.env, r.given, r.opts, made, len(st.Trees))
+	if err != nil {
+		return err
+	}
+	s, err := build(r.env, opts, r.log)
+	if err != nil {
+		return err
+	}
+	r.s, r.rp = s, newReplayer(s, true)
+	return s.restore(st)
+}
+
+// Apply implements durable.Machine: it replays a record into the layers.
+func (r *reopening) Apply(rec []byte) error { return r.rp.apply(rec) }
+
+// Snapshot implements durable.Machine; machine 0 is retired, never
+// checkpointed again.
+func (r *reopening) Snapshot() ([]byte, error) {
+	return nil, errors.New("treebeard: an earlier build's machine 0 is not checkpointed")
 }
 
 func (s *store) restore(st state) error {

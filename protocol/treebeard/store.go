@@ -91,7 +91,8 @@ type store struct {
 	stashes []*Stash
 	workers []*treeWorker // by tree
 	next    atomic.Uint64 // round-robin over routers
-	log     *durable.Log
+	log     *durable.Log  // the machines' logs are in it (logs.go)
+	ckpt    *checkpoints  // the machines' checkpoints under way
 	net     *netState
 	// deposed is shared by the trees' storage handles (fenced): once a
 	// later open of the store has taken over, none of them calls storage.
@@ -102,8 +103,6 @@ type store struct {
 	shardAdmins, treeAdmins []Admin
 	adminNet                *netState // never stopped: Close's checkpoint needs it
 	adminSeq                atomic.Uint64
-
-	checkpointing sync.Mutex // held by a checkpoint
 
 	// The trees are written lazily: a fresh store writes them on first use
 	// or at a bulk load, never twice.
@@ -150,14 +149,14 @@ func build(env kv.Env, opts Options, log *durable.Log) (*store, error) {
 	if err != nil {
 		return nil, err
 	}
-	s.log = log
+	s.log, s.ckpt = log, &checkpoints{}
 	s.startIncarnation()
 	net := transportOf(opts.TestingKnobs, env.Keys)
 	clock := cmp.Or(opts.TestingKnobs.Clock, clockwork.NewRealClock())
 	for i := range opts.StashShards {
 		core := newStashCore(opts.Trees, s.geo, s.quota.capacity, env.ValueSize, seeds())
 		core.leak = opts.TestingKnobs.Leak
-		s.stashes = append(s.stashes, newStash(i, core, s.quota, s.log, s.net))
+		s.stashes = append(s.stashes, newStash(i, core, s.quota, newMachineLog(log, stashMachineID(i), s.ckpt), s.net))
 	}
 	sources := make([]EvictionSource, len(s.stashes))
 	shards := make([]StashShard, len(s.stashes))
@@ -174,7 +173,7 @@ func build(env kv.Env, opts Options, log *durable.Log) (*store, error) {
 		core := newTreeCore(len(s.stashes), opts.A, opts.K)
 		core.leak = opts.TestingKnobs.Leak
 		w := newTreeWorker(t, core, s.net, clock, cmp.Or(opts.TestingKnobs.PartTimeout, defaultPartTimeout), opts.TestingKnobs.Trace)
-		w.log = s.log
+		w.log = newMachineLog(log, treeMachineID(t), s.ckpt)
 		w.superseded = func(ctx context.Context) error { return s.deposed.Superseded(ctx, env.Backend, s.fence(t)) }
 		cfg := s.treeConfig(t)
 		cfg.Backend, cfg.Keys, cfg.Seed = s.fenced(env.Backend, t), env.Keys, new(seeds())
@@ -251,7 +250,7 @@ func (s *store) ensureInit(ctx context.Context) error {
 	if err := s.initTrees(ctx, nil); err != nil {
 		return err
 	}
-	if err := s.log.Checkpoint(ctx, s.encodeStateAs(true), s.log.Last()); err != nil {
+	if err := s.checkpointAll(ctx, true); err != nil {
 		return err
 	}
 	s.initialised.Store(true)
@@ -293,12 +292,6 @@ func (s *store) do(ctx context.Context, req Request) (Reply, error) {
 	if err != nil {
 		return Reply{}, err
 	}
-	if s.log.Due() && s.checkpointing.TryLock() {
-		go func() {
-			defer s.checkpointing.Unlock()
-			s.checkpointNow(context.Background())
-		}()
-	}
 	return rep, rep.Err()
 }
 
@@ -328,8 +321,7 @@ func (s *store) Delete(ctx context.Context, key string) error {
 
 // Close answers every request in flight (a tree still issuing again a
 // Read that storage keeps failing gives up, and its requests fail), stops
-// the ORAM shards, replaces the journal by a checkpoint and closes the
-// backend.
+// the ORAM shards, checkpoints every machine and closes the backend.
 func (s *store) Close() error {
 	s.net.stop()                  // a message lost in transit is not sent again
 	for _, w := range s.workers { // a tree retrying a failed Read gives up
@@ -341,9 +333,7 @@ func (s *store) Close() error {
 	for _, w := range s.workers {
 		w.stop()
 	}
-	s.checkpointing.Lock()
-	defer s.checkpointing.Unlock()
-	err := s.log.CheckpointOf(context.Background(), s)
+	err := s.checkpointAll(context.Background(), s.initialised.Load())
 	return errors.Join(err, s.b.Close())
 }
 
