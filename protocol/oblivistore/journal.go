@@ -15,7 +15,10 @@ import (
 // a group's its own (the Front's messages, its read results and write
 // completions, reseeds), the entries a machine applied in one step in one
 // record (appendEntries), each encoded by AppendFrontEntry or
-// AppendGroupEntry, acknowledgements alone aside (Core.Entries). A machine is checkpointed on its
+// AppendGroupEntry, acknowledgements alone aside (Core.Entries), and
+// each as the machine applies it: less a value read from storage that it
+// does not keep (GroupMachine.leanRead, FrontMachine.lean), since a blind
+// write replaces it unread. A machine is checkpointed on its
 // own, at its own position, while the others go on, and recovery
 // rebuilds each from its own checkpoint and entries alone. An earlier
 // build journaled the inputs of the whole core as machine 0; such a store
