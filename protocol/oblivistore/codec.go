@@ -26,17 +26,19 @@ const (
 	msgFinished
 	msgReady
 	msgFetch
+	msgReadBlind // msgRead and Blind; msgRead is an earlier build's
 )
 
 // appendPartitionMsg encodes a message to a partition group.
 func appendPartitionMsg(b []byte, m PartitionMsg) []byte {
 	switch {
 	case m.Read != nil:
-		b = append(b, msgRead)
+		b = append(b, msgReadBlind)
 		b = binary.AppendUvarint(b, m.Read.Seq)
 		b = binary.AppendUvarint(b, uint64(m.Read.P))
 		b = delta.AppendBytes(b, []byte(m.Read.Key))
 		b = delta.AppendBool(b, m.Read.Has)
+		b = delta.AppendBool(b, m.Read.Blind)
 	case m.Evict != nil:
 		b = append(b, msgEvict)
 		b = binary.AppendUvarint(b, uint64(m.Evict.P))
@@ -61,9 +63,10 @@ func appendPartitionMsg(b []byte, m PartitionMsg) []byte {
 func decodePartitionMsg(d *delta.Decoder) PartitionMsg {
 	var m PartitionMsg
 	switch kind := d.Byte(); kind {
-	case msgRead:
+	case msgRead, msgReadBlind:
 		r := &PartitionRead{Seq: d.Uvarint(), P: int32(d.Uvarint())}
 		r.Key, r.Has = string(d.Bytes(math.MaxInt)), d.Bool()
+		r.Blind = kind == msgReadBlind && d.Bool()
 		m.Read = r
 	case msgEvict:
 		m.Evict = &Evict{P: int32(d.Uvarint())}
@@ -166,7 +169,8 @@ const (
 	recToGroup
 	recIdentified // a request with its ID, then its journal record
 	recResend
-	recEntries // several entries of one machine (appendEntries)
+	recEntries   // several entries of one machine (appendEntries)
+	recFromFront // a message from the Front to a group: recToGroup without the sender, always the Front
 )
 
 // appendEntries encodes entries, those one machine applied in one step,
@@ -250,7 +254,8 @@ func AppendGroupEntry(b []byte, e GroupEntry) []byte {
 	case e.Msg == nil:
 		return appendInput(b, Input{Read: e.Read, Write: e.Write, Reseed: e.Reseed})
 	}
-	b = appendMsgID(append(b, recToGroup), e.Msg.ID)
+	b = binary.AppendUvarint(append(b, recFromFront), e.Msg.ID.Incarnation)
+	b = binary.AppendUvarint(b, e.Msg.ID.Seq)
 	b = binary.AppendUvarint(binary.AppendUvarint(b, uint64(e.Msg.Group)), e.Msg.Ack)
 	return appendPartitionMsg(b, e.Msg.Msg)
 }
@@ -260,9 +265,15 @@ func DecodeGroupEntry(b []byte) (GroupEntry, error) {
 	switch {
 	case len(b) == 1 && b[0] == recResend:
 		return GroupEntry{Resend: &Resend{}}, nil
-	case len(b) > 0 && b[0] == recToGroup:
+	case len(b) > 0 && (b[0] == recFromFront || b[0] == recToGroup): // recToGroup: an earlier build's
 		d := delta.NewDecoder(b[1:])
-		m := &ToGroup{ID: decodeMsgID(d), Group: Node(d.Uvarint()), Ack: d.Uvarint()}
+		id := MsgID{From: FrontNode}
+		if b[0] == recToGroup {
+			id = decodeMsgID(d)
+		} else {
+			id.Incarnation, id.Seq = d.Uvarint(), d.Uvarint()
+		}
+		m := &ToGroup{ID: id, Group: Node(d.Uvarint()), Ack: d.Uvarint()}
 		m.Msg = decodePartitionMsg(d)
 		return GroupEntry{Msg: m}, d.Done()
 	}

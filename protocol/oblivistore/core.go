@@ -242,6 +242,10 @@ func (c *Core) reseed(r Reseed) error {
 
 // applyFront applies an entry to the Front and takes its outputs.
 func (c *Core) applyFront(e FrontEntry) error {
+	if e.Msg != nil {
+		lean := c.front.lean(*e.Msg)
+		e.Msg = &lean
+	}
 	if e.Msg == nil || e.Msg.ID.Seq != 0 { // an acknowledgement alone is not journaled (Entries)
 		c.entries = append(c.entries, Applied{FrontNode, AppendFrontEntry(nil, e)})
 	}
@@ -260,6 +264,10 @@ func (c *Core) applyFront(e FrontEntry) error {
 func (c *Core) applyGroup(g int32, e GroupEntry) error {
 	if g < 0 || int(g) >= len(c.groups) {
 		return internal("input for unknown group %d", g)
+	}
+	if e.Read != nil {
+		lean := c.groups[g].leanRead(*e.Read)
+		e.Read = &lean
 	}
 	if e.Msg == nil || e.Msg.ID.Seq != 0 { // an acknowledgement alone is not journaled (Entries)
 		c.entries = append(c.entries, Applied{Node(g), AppendGroupEntry(nil, e)})

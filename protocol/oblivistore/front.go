@@ -152,7 +152,7 @@ func (f *Front) locate(c *FrontMachine, r *Req, fake int32) PartitionRead {
 	}
 	if p, ok := f.Pos[r.Key]; ok {
 		delete(f.Pos, r.Key)
-		read.P, read.Key, read.Has = p, r.Key, true
+		read.P, read.Key, read.Has, read.Blind = p, r.Key, true, r.mutation().Blind()
 		f.hold(c, r, &Held{Src: r.Seq, From: p})
 		return read
 	}
@@ -229,6 +229,18 @@ func (f *Front) ready(m BlockReady) {
 		}
 		return
 	}
+}
+
+// keeps reports whether the Front keeps the block request seq's
+// partition read brings: the request is active and reads the block's
+// value (not a blind overwrite).
+func (f *Front) keeps(seq uint64) bool {
+	for _, r := range f.Active {
+		if r.Seq == seq {
+			return !r.mutation().Blind()
+		}
+	}
+	return false
 }
 
 // readFinished schedules the request's evictions at random partitions

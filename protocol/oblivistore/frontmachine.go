@@ -88,7 +88,7 @@ func (c *FrontMachine) Apply(e FrontEntry) ([]FrontOutput, error) {
 		if e.Msg.ID.Seq == 0 {
 			return c.out, nil
 		}
-		for _, m := range c.st.From[g].accept(e.Msg.ID, e.Msg.Msg) {
+		for _, m := range c.st.From[g].accept(e.Msg.ID, c.lean(*e.Msg).Msg) {
 			if err := f.handle(c, m); err != nil {
 				return nil, err
 			}
@@ -109,6 +109,22 @@ func (c *FrontMachine) Apply(e FrontEntry) ([]FrontOutput, error) {
 		c.sendGroup(Node(g), PartitionMsg{Progress: &Progress{Bypass: b}})
 	}
 	return c.out, nil
+}
+
+// lean returns m less a block the Front does not keep: one a partition
+// read brings for a request that overwrites its key blind
+// (kv.Mutation.Blind: the block's value is replaced before anything reads
+// it), or for one no longer active. The Front holds and logs its messages
+// lean (Core.applyFront); applied whole or lean, they change its state
+// alike.
+func (c *FrontMachine) lean(m ToFront) ToFront {
+	switch f, r := m.Msg.Finished, m.Msg.Ready; {
+	case f != nil && f.Val != nil && !c.st.Front.keeps(f.Seq):
+		m.Msg.Finished = &ReadFinished{Seq: f.Seq, Found: f.Found}
+	case r != nil && r.Val != nil && !c.st.Front.keeps(r.Seq):
+		m.Msg.Ready = &BlockReady{Seq: r.Seq}
+	}
+	return m
 }
 
 // send sends a message about partition p to the group holding it.

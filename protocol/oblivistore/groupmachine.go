@@ -82,7 +82,7 @@ func (c *GroupMachine) Apply(e GroupEntry) ([]GroupOutput, error) {
 			c.ack()
 		}
 	case e.Read != nil:
-		err = s.readDone(c, *e.Read)
+		err = s.readDone(c, c.leanRead(*e.Read))
 		c.runShufflerUnlessTold()
 	case e.Write != nil:
 		s.writeDone(*e.Write)
@@ -99,6 +99,37 @@ func (c *GroupMachine) Apply(e GroupEntry) ([]GroupOutput, error) {
 		return nil, err
 	}
 	return c.out, nil
+}
+
+// leanRead returns d with the value of every real block the group does
+// not keep (Group.keeps) replaced by zeros of its length: a block no
+// storage cache and no request waits for, or one for a request that
+// overwrites it blind, whose Front drops it (FrontMachine.lean). The
+// group logs its reads lean (Core.applyGroup), where zeros take only
+// their length (appendInput), and applies them lean, so that its state
+// and messages are those its log rebuilds, and a message to the Front
+// is as long as before.
+func (c *GroupMachine) leanRead(d ReadDone) ReadDone {
+	s := &c.st.Group
+	io, ok := s.Reads[d.ID]
+	if !ok || len(d.Blocks) != len(io.Slots) {
+		return d
+	}
+	var lean []Block
+	for i, x := range io.Slots {
+		lv, b := s.level(x), d.Blocks[i]
+		if !b.Real || !lv.Real[x.S] || s.keeps(x, lv.Keys[x.S]) || zeros(b.Val) {
+			continue
+		}
+		if lean == nil {
+			lean = slices.Clone(d.Blocks)
+		}
+		lean[i].Val = make([]byte, len(b.Val))
+	}
+	if lean != nil {
+		d.Blocks = lean
+	}
+	return d
 }
 
 // runShuffler lets the shuffler run (the Front's Progress, which ends

@@ -15,7 +15,15 @@ const (
 	recRead
 	recWrite
 	recReseed
-	recMutation // a request with the whole kv.Mutation
+	recMutation  // a request with the whole kv.Mutation
+	recReadZeros // recRead, a real block of zeros given by its length (GroupMachine.leanRead)
+)
+
+// How recReadZeros gives each block.
+const (
+	blockDummy byte = iota
+	blockReal
+	blockZeros // a real block of zeros: its length
 )
 
 // appendInput encodes in as a journal record.
@@ -28,15 +36,12 @@ func appendInput(b []byte, in Input) []byte {
 		b = delta.AppendBool(b, in.Request.Val != nil)
 		b = delta.AppendBytes(b, in.Request.Val)
 	case in.Read != nil:
-		b = append(b, recRead)
+		b = append(b, recReadZeros)
 		b = binary.AppendUvarint(b, uint64(in.Read.Group))
 		b = binary.AppendUvarint(b, in.Read.ID)
 		b = binary.AppendUvarint(b, uint64(len(in.Read.Blocks)))
 		for _, blk := range in.Read.Blocks {
-			b = delta.AppendBool(b, blk.Real)
-			if blk.Real {
-				b = delta.AppendBytes(b, blk.Val)
-			}
+			b = appendBlock(b, blk)
 		}
 	case in.Write != nil:
 		b = append(b, recWrite)
@@ -68,16 +73,16 @@ func decodeInput(b []byte) (Input, error) {
 			r.Val = []byte{}
 		}
 		in.Request = r
-	case recRead:
+	case recRead, recReadZeros:
 		rd := &ReadDone{Group: int32(d.Uvarint())}
 		rd.ID = d.Uvarint()
 		n := d.Count()
 		for i := 0; i < n && !d.Failed(); i++ {
-			blk := Block{Real: d.Bool()}
-			if blk.Real {
-				blk.Val = d.Bytes(math.MaxInt)
+			if kind == recRead {
+				rd.Blocks = append(rd.Blocks, decodeEarlierBlock(d))
+			} else {
+				rd.Blocks = append(rd.Blocks, decodeBlock(d))
 			}
-			rd.Blocks = append(rd.Blocks, blk)
 		}
 		in.Read = rd
 	case recWrite:
@@ -93,4 +98,58 @@ func decodeInput(b []byte) (Input, error) {
 		d.Check(false, fmt.Sprintf("input kind %d", kind))
 	}
 	return in, d.Done()
+}
+
+// appendBlock encodes a block of a read's result: a real block whose
+// value is all zeros as its length alone.
+func appendBlock(b []byte, blk Block) []byte {
+	switch {
+	case !blk.Real:
+		return append(b, blockDummy)
+	case len(blk.Val) > 0 && zeros(blk.Val):
+		return binary.AppendUvarint(append(b, blockZeros), uint64(len(blk.Val)))
+	}
+	return delta.AppendBytes(append(b, blockReal), blk.Val)
+}
+
+func decodeBlock(d *delta.Decoder) Block {
+	switch kind := d.Byte(); kind {
+	case blockDummy:
+		return Block{}
+	case blockReal:
+		return Block{Real: true, Val: d.Bytes(math.MaxInt)}
+	case blockZeros:
+		n := d.Uvarint()
+		d.Check(n <= maxBlock, "a block's length")
+		if d.Failed() {
+			return Block{}
+		}
+		return Block{Real: true, Val: make([]byte, n)}
+	default:
+		d.Check(false, fmt.Sprintf("block kind %d", kind))
+		return Block{}
+	}
+}
+
+// decodeEarlierBlock decodes a block of recRead, as earlier builds
+// encoded it.
+func decodeEarlierBlock(d *delta.Decoder) Block {
+	blk := Block{Real: d.Bool()}
+	if blk.Real {
+		blk.Val = d.Bytes(math.MaxInt)
+	}
+	return blk
+}
+
+// maxBlock bounds the length of a block of zeros a record gives.
+const maxBlock = 1 << 30
+
+// zeros reports whether v is all zero bytes.
+func zeros(v []byte) bool {
+	for _, x := range v {
+		if x != 0 {
+			return false
+		}
+	}
+	return true
 }

@@ -13,14 +13,18 @@ import (
 // Each machine has its own log in the store's journal (durable.MachineLog):
 // the Front's holds its entries (requests, the groups' messages, reseeds),
 // a group's its own (the Front's messages, its read results and write
-// completions, reseeds), the entries a machine applied in one step in one
-// record (appendEntries), each encoded by AppendFrontEntry or
-// AppendGroupEntry, acknowledgements alone aside (Core.Entries). A machine is checkpointed on its
-// own, at its own position, while the others go on, and recovery
-// rebuilds each from its own checkpoint and entries alone. An earlier
-// build journaled the inputs of the whole core as machine 0; such a store
-// is recovered that way once, then checkpointed machine by machine and
-// machine 0 retired.
+// completions, reseeds). The entries a machine applied in one step, and
+// in the steps after it until another machine's record comes between,
+// are one record (appendEntries, machineLogs.append), each encoded by
+// AppendFrontEntry or AppendGroupEntry, acknowledgements alone aside
+// (Core.Entries), and each as the machine applies it: less a value read
+// from storage that it does not keep (GroupMachine.leanRead,
+// FrontMachine.lean), such as the one a blind write replaces unread. A
+// machine is checkpointed on its own, at its own position, while the
+// others go on, and recovery rebuilds each from its own checkpoint and
+// entries alone. An earlier build journaled the inputs of the whole core
+// as machine 0; such a store is recovered that way once, then
+// checkpointed machine by machine and machine 0 retired.
 
 // legacyMachine is the journal's machine of an earlier build's store:
 // the whole core, its records the core's inputs.
@@ -37,9 +41,13 @@ type machineLogs struct {
 	front *durable.MachineLog
 	group []*durable.MachineLog
 
-	// batch and buf are append's, reused (Append copies the record).
-	batch [][]byte
-	buf   []byte
+	// open holds the entries of machine openOf not yet appended: the
+	// record being gathered (append, flush). buf is flush's, reused
+	// (Append copies the record); lsn is the LSN of its last record.
+	open   [][]byte
+	openOf Node
+	buf    []byte
+	lsn    uint64
 
 	mu   sync.Mutex
 	busy map[Node]bool // machines whose checkpoint is being written
@@ -73,26 +81,43 @@ func (l *machineLogs) nodes() []Node {
 }
 
 // append journals the entries a step applied, those of each machine in
-// one record of its log (appendEntries), and returns the LSN of the last.
-func (l *machineLogs) append(entries []Applied) uint64 {
+// one record of its log (appendEntries), in the order of their first
+// entries. A machine's record is gathered until another machine's
+// follows it, or until flush: records of one machine with no other's
+// between them are one, the steps' records in the order they had, and
+// one write of the journal holds what a crash could have cut between
+// them.
+func (l *machineLogs) append(entries []Applied) {
 	if !l.log.Durable() {
-		return 0
+		return
 	}
-	var lsn uint64
 	for i, e := range entries {
 		if slices.ContainsFunc(entries[:i], func(a Applied) bool { return a.Machine == e.Machine }) {
 			continue // in the record of the machine's first entry
 		}
-		l.batch = l.batch[:0]
+		if e.Machine != l.openOf {
+			l.flush()
+			l.openOf = e.Machine
+		}
 		for _, a := range entries[i:] {
 			if a.Machine == e.Machine {
-				l.batch = append(l.batch, a.Entry)
+				l.open = append(l.open, a.Entry)
 			}
 		}
-		l.buf = appendEntries(l.buf[:0], l.batch)
-		lsn = l.of(e.Machine).Append(l.buf)
 	}
-	return lsn
+}
+
+// flush appends the record being gathered, if any, and returns the LSN
+// of the last record appended: what the journal must hold before any
+// output of the entries appended so far leaves the process.
+func (l *machineLogs) flush() uint64 {
+	if len(l.open) > 0 {
+		l.buf = appendEntries(l.buf[:0], l.open)
+		l.lsn = l.of(l.openOf).Append(l.buf)
+		clear(l.open)
+		l.open = l.open[:0]
+	}
+	return l.lsn
 }
 
 // snapshotOf returns machine n's snapshot.
@@ -259,7 +284,8 @@ func (s *store) adopt(core *Core, n int) error {
 // for the redo.
 func (s *store) deliver(toGroups []ToGroup, toFront []ToFront, redo map[ioKey]*WriteIO) error {
 	outs, err := s.core.Deliver(toGroups, toFront)
-	lsn := s.logs.append(s.core.Entries())
+	s.logs.append(s.core.Entries())
+	lsn := s.logs.flush()
 	if err == nil {
 		err = s.log.Sync(lsn)
 	}

@@ -4,13 +4,16 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"math"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/oblivkv/oblivkv/backend"
 	"github.com/oblivkv/oblivkv/internal/durable"
+	"github.com/oblivkv/oblivkv/internal/durable/delta"
 	"github.com/oblivkv/oblivkv/internal/durable/journal"
 	"github.com/oblivkv/oblivkv/kv"
 	"github.com/oblivkv/oblivkv/observe"
@@ -388,4 +391,48 @@ func TestCrashMidStep(t *testing.T) {
 	}
 	t.Logf("recoveries delivered %d entries of messages", delivered)
 	r.close()
+}
+
+// appendedJournal is a journal that keeps the records appended to it.
+type appendedJournal struct {
+	durable.Journal
+	records []durable.Record
+}
+
+func (j *appendedJournal) Append(m durable.MachineID, data []byte) uint64 {
+	j.records = append(j.records, durable.Record{LSN: uint64(len(j.records) + 1), Machine: m, Data: data})
+	return uint64(len(j.records))
+}
+
+// TestStepsShareRecords: a machine's entries of successive steps are one
+// record until another machine's record comes between, or a flush; each
+// machine's entries keep their order.
+func TestStepsShareRecords(t *testing.T) {
+	j := &appendedJournal{}
+	logs := newMachineLogs(durable.New(j, nil, nil), 1)
+	entry := func(m Node, e string) Applied { return Applied{m, []byte(e)} }
+	for _, step := range [][]Applied{
+		{entry(0, "a")},
+		{entry(0, "b"), entry(FrontNode, "c"), entry(0, "d")},
+		{entry(FrontNode, "e")},
+		{entry(0, "f")},
+	} {
+		logs.append(step)
+	}
+	if lsn := logs.flush(); lsn != 3 {
+		t.Errorf("flush returned LSN %d; want 3", lsn)
+	}
+	var got []string
+	for _, r := range j.records {
+		d := delta.NewDecoder(r.Data)
+		entries, err := splitEntries(d.Bytes(math.MaxInt))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, fmt.Sprintf("%d:%s", r.Machine, bytes.Join(entries, nil)))
+	}
+	want := []string{"2:abd", "1:ce", "2:f"}
+	if !slices.Equal(got, want) {
+		t.Errorf("records (machine:entries) %v; want %v", got, want)
+	}
 }

@@ -60,12 +60,15 @@ type PartitionMsg struct {
 
 // PartitionRead is ReadPartition(P, blockid) of Fig. 6 for request Seq:
 // read one slot of every readable level of partition P; when Has, the
-// block of Key is in P and is to be returned.
+// block of Key is in P and is to be returned. Blind: the request
+// overwrites the block's value unread (kv.Mutation.Blind), so a block
+// read from storage for it comes back as zeros of its length.
 type PartitionRead struct {
-	Seq uint64
-	P   int32
-	Key string
-	Has bool
+	Seq   uint64
+	P     int32
+	Key   string
+	Has   bool
+	Blind bool
 }
 
 // Evict schedules one eviction to partition P: J_p += 1 (Fig. 5).

@@ -88,6 +88,7 @@ type PendingRead struct {
 	Known     bool // and it has it: Val
 	Val       []byte
 	ReadsDone bool // its slots are read, and ReadFinished sent
+	Blind     bool // the request overwrites the block unread (PartitionRead)
 }
 
 // Partition is one partition's state (Sec. V-C).
@@ -282,7 +283,7 @@ func (s *Group) read(c *GroupMachine, m PartitionRead) error {
 		return internal("group %d was asked to read partition %d", s.Index, m.P)
 	}
 	s.IO = min(s.IO+s.Opts.ShuffleIOPerAccess, s.Opts.ShuffleIOAhead)
-	pr := &PendingRead{Has: m.Has}
+	pr := &PendingRead{Has: m.Has, Blind: m.Blind}
 	target, err := s.take(c, m, pr)
 	if err != nil {
 		return err
@@ -484,10 +485,29 @@ func (s *Group) readDone(c *GroupMachine, d ReadDone) error {
 	return nil
 }
 
+// keeps reports whether the group keeps the value of key's real block
+// read from slot x (route): in the storage cache, or for a request that
+// reads it.
+func (s *Group) keeps(x Slot, key string) bool {
+	if s.caches(x, key) {
+		return true
+	}
+	seq, ok := s.Waiters[x.key()]
+	pr := s.Pending[seq]
+	return ok && pr != nil && !pr.Blind
+}
+
+// caches reports whether key's block read from slot x still belongs
+// there: it goes to the storage cache.
+func (s *Group) caches(x Slot, key string) bool {
+	loc, ok := s.Where[key]
+	return ok && loc.Where == inLevel && loc.slot() == x
+}
+
 // route delivers a real block read from slot x: to the storage cache if
 // it still belongs there, else to the request waiting for it.
 func (s *Group) route(c *GroupMachine, x Slot, key string, val []byte) {
-	if loc, ok := s.Where[key]; ok && loc.Where == inLevel && loc.slot() == x {
+	if s.caches(x, key) {
 		lv := s.level(x)
 		if lv.Cached == nil {
 			lv.Cached = sorted[int32, []byte]{}

@@ -164,7 +164,8 @@ func (s *store) JournalsEveryWrite() bool { return s.log.Durable() }
 // each machine applied, and issues its outputs synchronously.
 func (s *store) input(ctx context.Context, in Input) error {
 	outs, err := s.core.Step(in)
-	lsn := s.logs.append(s.core.Entries())
+	s.logs.append(s.core.Entries())
+	lsn := s.logs.flush()
 	if err == nil {
 		err = s.log.Sync(lsn)
 	}
@@ -319,10 +320,10 @@ func (s *store) step(batch []event, outs []Output) []Output {
 // apply steps a batch of events, journals the entries each machine
 // applied, and returns their outputs once the journal holds them all.
 func (s *store) apply(batch []event, outs []Output) []Output {
-	var lsn uint64
 	for _, ev := range batch {
 		switch {
 		case ev.run != nil:
+			s.logs.flush() // before what run may checkpoint
 			ev.run()
 			continue
 		case ev.fatal != nil:
@@ -338,14 +339,15 @@ func (s *store) apply(batch []event, outs []Output) []Output {
 			s.calls[s.core.NextSeq()] = ev.call
 		}
 		o, err := s.core.Step(ev.in)
-		lsn = max(lsn, s.logs.append(s.core.Entries()))
+		s.logs.append(s.core.Entries())
 		if err != nil {
+			s.logs.flush()
 			s.fail(err)
 			return outs[:0]
 		}
 		outs = append(outs, o...)
 	}
-	if err := s.log.Sync(lsn); err != nil {
+	if err := s.log.Sync(s.logs.flush()); err != nil {
 		s.fail(fmt.Errorf("oblivistore: journal: %w", err))
 		return outs[:0]
 	}
