@@ -29,8 +29,8 @@
 // carries the store's incarnation, incarnation.go, so ids never repeat
 // across restarts), a Status on every reply, a transport failure answered
 // by sending the same message again, every copy of a message answered
-// once (a Stash shard's msgTable, in its state and snapshots, and an ORAM
-// shard's answered.go; neither forgets a released id) and every client
+// once (msgTable, part of the state and images of every Stash shard and
+// every tree; it never forgets a released id) and every client
 // request, named by its RequestID, applied once (requests.go), so a
 // cluster can put RPCs and replication between them without changing
 // their logic. Each message and reply has a strict, versioned binary
@@ -60,7 +60,9 @@
 // whole state, reads in flight and replies half assembled included,
 // encodes to the same bytes whenever it is the same (routerImage,
 // stashImage). So is each tree of an ORAM shard (oramMachine): its
-// inputs are the parts of epochs, the epochs' timers firing, the Stash
+// inputs are the parts of epochs (a copy of a part gets the reply the
+// machine keeps until the part is released, or a refusal after that,
+// and is never read again), the epochs' timers firing, the Stash
 // shards' blocks and answers in an eviction, the metadata and real blocks
 // storage returned (opened by the driver, never a sealed slot) and the
 // journal's acknowledgement; its outputs name the storage Reads, the

@@ -15,7 +15,7 @@ import (
 // real one would: the Sealed envelopes. An altered message or reply
 // (Tamper) is refused by the wire and sent again, never handled. A copy
 // of a message may arrive late, after its sender has the reply and has
-// released it (a Stash shard's msgTable, an ORAM shard's answered): the
+// released it (the msgTable of a Stash shard or a tree): the
 // receiver must answer it with the stored reply or refuse it, never
 // handle it again. The store's own messages (Admin), which it sends one
 // at a time, are never delivered late.

@@ -17,8 +17,8 @@ import (
 // TestingKnobs.Wire use. Every message has a MsgID and every call ends
 // with a reply, a transport failure included (CodeTransport): the sender
 // then sends the same message again, and the receiver recognises the
-// copy by its MsgID and answers it with the first copy's reply (a Stash
-// shard's msgTable, an ORAM shard's answered), so a lost or duplicated
+// copy by its MsgID and answers it with the first copy's reply (the
+// msgTable in the state of each Stash shard and each tree), so a lost or duplicated
 // message never runs twice (a path read handled twice would read a real
 // path twice).
 

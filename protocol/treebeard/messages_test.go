@@ -2,7 +2,6 @@ package treebeard
 
 import (
 	"fmt"
-	"math/rand/v2"
 	"reflect"
 	"sync"
 	"testing"
@@ -181,42 +180,6 @@ func TestIncarnationGrows(t *testing.T) {
 			t.Fatal(err)
 		}
 		j.Close()
-	}
-}
-
-// TestReleasedNeverForgotten: a receiver refuses a copy of a message
-// released however many messages ago (the earlier record forgot after
-// 4,096), released in any order, and its record of them stays one run of
-// epochs per stream.
-func TestReleasedNeverForgotten(t *testing.T) {
-	a := newAnswered()
-	const n = 10_000
-	router := Endpoint{LayerRouter, 0}
-	ids := make([]MsgID, n)
-	for e := range ids {
-		ids[e] = MsgID{Sender: router, Incarnation: 2, Epoch: 1<<48 + uint64(e), Seq: 1}
-		a.do(ids[e], func() ReadPathsReply { return ReadPathsReply{} })
-	}
-	rng := rand.New(rand.NewPCG(1, 2))
-	rng.Shuffle(n, func(i, j int) { ids[i], ids[j] = ids[j], ids[i] })
-	for i, id := range ids {
-		a.release([]MsgID{id})
-		if i%1000 == 0 {
-			checkRuns(t, a.released[streamOf(id)], ids[:i+1])
-		}
-	}
-	if held, runs := a.held(), len(a.released[streamOf(ids[0])].runs); held != 0 || runs != 1 {
-		t.Fatalf("after releasing all: %d replies held, %d runs; want none and one", held, runs)
-	}
-	for _, id := range []MsgID{ids[0], ids[n-1]} {
-		handled := false
-		if rep := a.do(id, func() ReadPathsReply { handled = true; return ReadPathsReply{} }); rep.Code != CodeUnavailable || handled {
-			t.Fatalf("a copy of released %+v: %+v, handled %v; want CodeUnavailable, unhandled", id, rep.Status, handled)
-		}
-	}
-	other := MsgID{Sender: router, Incarnation: 3, Epoch: ids[0].Epoch, Seq: 1}
-	if handled := false; a.do(other, func() ReadPathsReply { handled = true; return ReadPathsReply{} }).Code != CodeOK || !handled {
-		t.Fatalf("a message of a later incarnation with a released epoch was not handled")
 	}
 }
 

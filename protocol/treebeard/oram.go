@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jonboulle/clockwork"
@@ -25,18 +26,16 @@ type ORAM struct {
 
 // ReadPaths hands a Stash shard's part of an epoch to the tree it names
 // and waits for its results. A copy of a part gets the first copy's
-// results: the part is read once.
+// results (the tree's machine keeps them until the part is released):
+// the part is read once.
 func (o *ORAM) ReadPaths(m ReadPathsMsg) ReadPathsReply {
 	w, st := o.worker(m.Tree)
 	if st.Code != CodeOK {
 		return ReadPathsReply{Status: st}
 	}
-	w.parts.release(m.Release)
 	w.release(m.Release)
-	return w.parts.do(m.ID, func() ReadPathsReply {
-		r := w.read(m.ID.Epoch, m.ID.Sender.Index, m.Reads)
-		return ReadPathsReply{Results: r.Results, Status: r.Status}
-	})
+	r := w.read(m.ID, m.Reads)
+	return ReadPathsReply{Results: r.Results, Status: r.Status}
 }
 
 // worker returns the worker of tree t, which the shard must own.
@@ -78,7 +77,7 @@ func (o *ORAM) Admin(m AdminMsg) AdminReply {
 	case AdminStats:
 		ws := w.snapshot()
 		return AdminReply{Stats: LayerStats{Tree: ws.tree, ReadErrors: ws.readErrors, EvictionErrors: ws.evictionErrors,
-			Copies: w.parts.copies.Load(), Held: w.parts.held()}}
+			Copies: w.copies.Load(), Held: w.heldReplies()}}
 	}
 	return unknownAdmin(LayerORAM, m.Op)
 }
@@ -100,17 +99,21 @@ func (w *treeWorker) restore(ts TreeSnapshot) error {
 
 // treeCheckpoint is a tree's durable state, its machine's checkpoint:
 // whether the tree is written (Initialised), its trusted state once it
-// is, and the blocks it keeps for the Stash shards (handover).
+// is, the blocks it keeps for the Stash shards (handover), and its record
+// of the parts it answered and those released (msgTable; the parts it
+// holds unanswered, which a checkpoint does not keep, are left out of it
+// too).
 type treeCheckpoint struct {
 	Initialised bool
 	State       TreeSnapshot
 	Kept        []handover
+	Messages    []imageStream
 }
 
 // checkpoint returns the tree's checkpoint; w.mu is held, no operation is
 // in progress and storage holds the tree's Writes (Flush).
 func (w *treeWorker) checkpoint(initialised bool) []byte {
-	cp := treeCheckpoint{Initialised: initialised, Kept: w.m.kept}
+	cp := treeCheckpoint{Initialised: initialised, Kept: w.m.kept, Messages: w.m.msgs.answeredImage()}
 	if initialised {
 		cp.State = w.state()
 	}
@@ -142,12 +145,12 @@ type treeWorker struct {
 	clock       clockwork.Clock // the epochs' timers run on it
 	partTimeout time.Duration   // how long an epoch waits for its last part
 
-	parts    *answered
-	released releases   // by Stash shard: the eviction messages answered
-	admin    sync.Mutex // held by an AdminMsg's handling
+	copies   atomic.Uint64 // copies of parts answered from the machine's record
+	released releases      // by Stash shard: the eviction messages answered
+	admin    sync.Mutex    // held by an AdminMsg's handling
 
 	mu      sync.Mutex
-	waiting map[partKey]chan partReply  // parts not answered yet
+	waiting map[MsgID][]chan partReply  // parts not answered yet: their copies' callers
 	timers  map[uint64]clockwork.Timer  // by epoch not all shards sent yet: when to give up on it
 	io      *oramOutput                 // the machine's next I/O, for run
 	ended   oramOutput                  // the output that ended the last operation
@@ -168,15 +171,10 @@ type workerStats struct {
 	readErrors     uint64
 }
 
-type partKey struct {
-	epoch uint64
-	shard int
-}
-
 func newTreeWorker(id int, core *treeCore, net *netState, clock clockwork.Clock, partTimeout time.Duration, trace func(traceEvent)) *treeWorker {
 	w := &treeWorker{id: id, core: core, net: net, clock: clock, partTimeout: partTimeout, trace: trace,
-		parts: newAnswered(), timers: map[uint64]clockwork.Timer{},
-		waiting: map[partKey]chan partReply{}, wake: make(chan struct{}, 1), exited: make(chan struct{})}
+		timers:  map[uint64]clockwork.Timer{},
+		waiting: map[MsgID][]chan partReply{}, wake: make(chan struct{}, 1), exited: make(chan struct{})}
 	w.idle = sync.NewCond(&w.mu)
 	return w
 }
@@ -186,32 +184,31 @@ func newTreeWorker(id int, core *treeCore, net *netState, clock clockwork.Clock,
 func (w *treeWorker) connect(tr *ringoram.Driver, stashes []EvictionSource) {
 	w.tree, w.stashes = tr, stashes
 	w.m = &oramMachine{id: w.id, stashes: len(stashes), tree: tr.Tree, core: w.core, traced: w.trace != nil,
-		incarnation: w.net.incarnation.Load()}
+		incarnation: w.net.incarnation.Load(), msgs: newMsgTable()}
 }
 
 // release tells the machine that the Stash shards journaled the epochs
-// of parts.
+// of parts, and have their replies.
 func (w *treeWorker) release(parts []MsgID) {
 	if len(parts) > 0 {
 		w.apply(oramEntry{Kind: oramRelease, Released: parts})
 	}
 }
 
-// read hands shard's part of epoch to the machine and waits for its
-// answer. An epoch a part of which has not come within partTimeout is
-// given up (oramAbandon).
-func (w *treeWorker) read(epoch uint64, shard int, reads []ringoram.PathRead) partReply {
+// read hands part id to the machine and waits for the machine's reply to
+// it: at once for a copy of a part answered or released, once the part
+// is read for its first copy and for a copy that came meanwhile. An
+// epoch a part of which has not come within partTimeout is given up
+// (oramAbandon).
+func (w *treeWorker) read(id MsgID, reads []ringoram.PathRead) partReply {
 	done := make(chan partReply, 1)
 	w.mu.Lock()
 	if w.stopped {
 		w.mu.Unlock()
 		return partReply{Status: statusOf(kv.ErrClosed)}
 	}
-	k := partKey{epoch, shard}
-	if w.waiting[k] == nil { // a second part of the epoch is answered, never waited for
-		w.waiting[k] = done
-	}
-	w.applyLocked(oramEntry{Kind: oramPart, Epoch: epoch, Shard: shard, Reads: reads}, done)
+	w.waiting[id] = append(w.waiting[id], done)
+	w.applyLocked(oramEntry{Kind: oramPart, ID: id, Reads: reads})
 	w.mu.Unlock()
 	return <-done
 }
@@ -220,29 +217,26 @@ func (w *treeWorker) read(epoch uint64, shard int, reads []ringoram.PathRead) pa
 func (w *treeWorker) apply(e oramEntry) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	w.applyLocked(e, nil)
+	w.applyLocked(e)
 }
 
 // applyLocked applies e to the machine and does at once what needs no
-// I/O: it answers parts (own, when e is a part, waits for its answer if
-// the part is refused while another copy of it waits) and starts and
-// stops the epochs' timers; the I/O is left to run. w.mu is held.
-func (w *treeWorker) applyLocked(e oramEntry, own chan partReply) {
+// I/O: it hands each reply to the callers waiting for its part, and
+// starts and stops the epochs' timers; the I/O is left to run. w.mu is
+// held.
+func (w *treeWorker) applyLocked(e oramEntry) {
 	out := w.m.apply(e)
 	if w.applied != nil {
 		w.applied(e, out)
 	}
+	if out.Copy != nil {
+		w.copies.Add(1)
+	}
 	for _, r := range out.Replies {
-		k := partKey{r.Epoch, r.Shard}
-		ch := w.waiting[k]
-		if own != nil && k == (partKey{e.Epoch, e.Shard}) && ch != own { // a second part, refused
-			own <- r
-			continue
-		}
-		if ch != nil {
-			delete(w.waiting, k)
+		for _, ch := range w.waiting[r.ID] {
 			ch <- r
 		}
+		delete(w.waiting, r.ID)
 	}
 	w.timeParts(out)
 	for _, ev := range out.Trace {
@@ -280,7 +274,7 @@ func (w *treeWorker) abandon(epoch uint64) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	delete(w.timers, epoch)
-	w.applyLocked(oramEntry{Kind: oramAbandon, Epoch: epoch}, nil)
+	w.applyLocked(oramEntry{Kind: oramAbandon, Epoch: epoch})
 }
 
 // hasIO reports whether out names I/O for the driver.
@@ -325,7 +319,7 @@ func (w *treeWorker) betweenOps() {
 	w.mu.Lock()
 	idle, due := w.io == nil && w.m.op == nil, w.log.Due() && !w.log.busy.Load()
 	if !idle && due && !w.m.hold {
-		w.applyLocked(oramEntry{Kind: oramHold}, nil)
+		w.applyLocked(oramEntry{Kind: oramHold})
 	}
 	w.mu.Unlock()
 	if !idle || w.tree.Flush(context.Background()) != nil {
@@ -337,7 +331,7 @@ func (w *treeWorker) betweenOps() {
 		w.log.checkpointIfDue(func() []byte { return w.checkpoint(true) })
 	}
 	if w.m.hold {
-		w.applyLocked(oramEntry{Kind: oramGo}, nil)
+		w.applyLocked(oramEntry{Kind: oramGo})
 	}
 }
 
@@ -531,6 +525,13 @@ func (w *treeWorker) noteStats(out oramOutput) {
 	if out.EvictFail.Code != CodeOK {
 		w.stats.evictionErrors++
 	}
+}
+
+// heldReplies is the number of replies to parts kept for their senders.
+func (w *treeWorker) heldReplies() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.m.msgs.heldCount()
 }
 
 func (w *treeWorker) snapshot() workerStats {

@@ -37,7 +37,7 @@ import (
 type oramEntryKind uint8
 
 const (
-	oramPart      oramEntryKind = iota + 1 // Stash shard Shard's part of epoch Epoch: its Reads
+	oramPart      oramEntryKind = iota + 1 // a Stash shard's part of an epoch, message ID: its Reads
 	oramAbandon                            // epoch Epoch's timer fired
 	oramBlocks                             // Stash shard Shard's blocks for the eviction Number, or its Failure
 	oramMetas                              // the metadata records read (Plains), or the Read's Failure
@@ -46,7 +46,7 @@ const (
 	oramEvicted                            // Stash shard Shard's answer to the eviction's placements: Stale, or its Failure
 	oramResume                             // recovery: the operation of Plan, which a crash cut short, runs again
 	oramEvict                              // recovery: an eviction of Paths paths owed
-	oramRelease                            // the Stash shards journaled the epochs of the parts Released: the blocks read for them are theirs
+	oramRelease                            // the Stash shards journaled the epochs of the parts Released: the blocks read for them are theirs, and the replies are no longer kept
 	oramHold                               // the tree's log is due for a checkpoint: start no operation
 	oramGo                                 // the checkpoint's snapshot is taken: operations start again
 )
@@ -56,6 +56,7 @@ const (
 // the metadata plaintexts and the real blocks read, never a sealed slot.
 type oramEntry struct {
 	Kind     oramEntryKind
+	ID       MsgID
 	Epoch    uint64
 	Shard    int
 	Reads    []ringoram.PathRead
@@ -75,7 +76,8 @@ type oramEntry struct {
 // Write is sealed and goes to storage with the tree's next Read (or on
 // its own when the tree is idle).
 type oramOutput struct {
-	Replies []partReply // parts answered
+	Replies []partReply // parts answered, and copies of parts answered from the record
+	Copy    *msgCopy    // the entry's part was handled already: what its copy gets (Pending: the first copy's reply, once it is made)
 	Wait    []uint64    // epochs now waiting for a part: start their timers
 	Ready   []uint64    // epochs all of whose parts came: stop their timers
 
@@ -96,20 +98,21 @@ type oramOutput struct {
 	Owed      int    // Ended, oramResume: paths still owed to eviction after it
 }
 
-// partReply is the answer to one part of an epoch.
+// partReply is the answer to one part of an epoch, message ID.
 type partReply struct {
-	Epoch   uint64
-	Shard   int
+	ID      MsgID
 	Results []ringoram.ReadResult
 	Status  Status
 }
 
 // heldPart is a part of an epoch the tree holds.
 type heldPart struct {
-	Epoch uint64
-	Shard int
+	ID    MsgID // its sender is the Stash shard, its epoch the epoch's
 	Reads []ringoram.PathRead
 }
+
+func (p heldPart) epoch() uint64 { return p.ID.Epoch }
+func (p heldPart) shard() int    { return p.ID.Sender.Index }
 
 // opStep is where the tree's operation in progress is.
 type opStep uint8
@@ -157,8 +160,8 @@ type handover struct {
 }
 
 // oramMachine is one tree's state: its buckets' (ringoram.Tree), its
-// schedule (treeCore), the parts it holds and queues, and the operation
-// in progress.
+// schedule (treeCore), the parts it holds and queues, the operation in
+// progress, and its record of the parts it handled (msgTable).
 type oramMachine struct {
 	id      int
 	stashes int
@@ -168,6 +171,7 @@ type oramMachine struct {
 	queue   []heldPart // parts of whole epochs, in the order they completed
 	op      *oramOp
 	kept    []handover // blocks read for Stash shards that have not journaled them yet
+	msgs    msgTable   // the parts handled: their replies until released, and the epochs released
 	hold    bool       // a checkpoint is due: no operation starts
 	traced  bool       // the driver traces: outputs carry trace events
 	// incarnation is the store's, which the parts' ids and the
@@ -209,25 +213,34 @@ func (m *oramMachine) apply(e oramEntry) oramOutput {
 	return out
 }
 
-// part takes a Stash shard's part of an epoch (treeCore.part).
+// part takes a Stash shard's part of an epoch: its first copy goes to the
+// epoch barrier (treeCore.part); a later copy gets the stored reply, or
+// the first copy's once it is made, or a refusal once its sender released
+// it (msgTable), and is never read again.
 func (m *oramMachine) part(e oramEntry, out *oramOutput) {
-	p := heldPart{Epoch: e.Epoch, Shard: e.Shard, Reads: e.Reads}
-	ready, outcome := m.core.part(e.Epoch, e.Shard)
+	if out.Copy = m.msgs.admit(e.ID, kindReadPathsReply); out.Copy != nil {
+		if !out.Copy.Pending {
+			out.Replies = append(out.Replies, copyReply(e.ID, out.Copy))
+		}
+		return
+	}
+	p := heldPart{ID: e.ID, Reads: e.Reads}
+	ready, outcome := m.core.part(p.epoch(), p.shard())
 	switch outcome {
 	case partDuplicate:
-		out.Replies = append(out.Replies, failedPart(p, errDuplicatePart))
+		m.answer(failedPart(p, errDuplicatePart), out)
 	case partLate:
-		out.Replies = append(out.Replies, failedPart(p, fmt.Errorf("treebeard: tree %d gave up epoch %d before Stash shard %d's part came", m.id, e.Epoch, e.Shard)))
+		m.answer(failedPart(p, fmt.Errorf("treebeard: tree %d gave up epoch %d before Stash shard %d's part came", m.id, p.epoch(), p.shard())), out)
 	case partHeld:
-		if !slices.ContainsFunc(m.held, func(h heldPart) bool { return h.Epoch == e.Epoch }) {
-			out.Wait = append(out.Wait, e.Epoch)
+		if !slices.ContainsFunc(m.held, func(h heldPart) bool { return h.epoch() == p.epoch() }) {
+			out.Wait = append(out.Wait, p.epoch())
 		}
 		m.held = append(m.held, p)
 	case partComplete:
 		m.held = append(m.held, p)
-		out.Ready = append(out.Ready, e.Epoch)
+		out.Ready = append(out.Ready, p.epoch())
 		for _, s := range ready {
-			i := slices.IndexFunc(m.held, func(h heldPart) bool { return h.Epoch == e.Epoch && h.Shard == s })
+			i := slices.IndexFunc(m.held, func(h heldPart) bool { return h.epoch() == p.epoch() && h.shard() == s })
 			m.queue = append(m.queue, m.held[i])
 			m.held = slices.Delete(m.held, i, i+1)
 		}
@@ -235,7 +248,24 @@ func (m *oramMachine) part(e oramEntry, out *oramOutput) {
 }
 
 func failedPart(p heldPart, err error) partReply {
-	return partReply{Epoch: p.Epoch, Shard: p.Shard, Status: statusOf(err)}
+	return partReply{ID: p.ID, Status: statusOf(err)}
+}
+
+// answer makes reply r to its part, and keeps it, encoded, for the part's
+// copies until its sender releases it.
+func (m *oramMachine) answer(r partReply, out *oramOutput) {
+	m.msgs.answer(r.ID, readPathsReplyCodec.encode(ReadPathsReply{Results: r.Results, Status: r.Status}))
+	out.Replies = append(out.Replies, r)
+}
+
+// copyReply is what a copy of part id gets: the stored reply, or the
+// refusal of a copy of a part released.
+func copyReply(id MsgID, cp *msgCopy) partReply {
+	if cp.Refused.Code != CodeOK {
+		return partReply{ID: id, Status: cp.Refused}
+	}
+	r := answerOf(readPathsReplyCodec, cp.Reply)
+	return partReply{ID: id, Results: r.Results, Status: r.Status}
 }
 
 // abandon gives up epoch, if some shard's part of it is still missing
@@ -243,9 +273,9 @@ func failedPart(p heldPart, err error) partReply {
 func (m *oramMachine) abandon(epoch uint64, out *oramOutput) {
 	held, missing := m.core.abandon(epoch)
 	for _, s := range held {
-		i := slices.IndexFunc(m.held, func(h heldPart) bool { return h.Epoch == epoch && h.Shard == s })
+		i := slices.IndexFunc(m.held, func(h heldPart) bool { return h.epoch() == epoch && h.shard() == s })
 		err := fmt.Errorf("treebeard: tree %d gave up epoch %d: no part from Stash shard(s) %v in time", m.id, epoch, missing)
-		out.Replies = append(out.Replies, failedPart(m.held[i], err))
+		m.answer(failedPart(m.held[i], err), out)
 		m.held = slices.Delete(m.held, i, i+1)
 	}
 }
@@ -262,7 +292,7 @@ func (m *oramMachine) next(out *oramOutput) {
 		}
 		if len(op.Reads) == 0 { // epochs without paths of this tree: nothing to read
 			for _, p := range op.Parts {
-				out.Replies = append(out.Replies, partReply{Epoch: p.Epoch, Shard: p.Shard})
+				m.answer(partReply{ID: p.ID}, out)
 			}
 			continue
 		}
@@ -389,7 +419,7 @@ func (m *oramMachine) journaled(e oramEntry, out *oramOutput) {
 	owed := m.core.served(op.Counted)
 	off := 0
 	for _, p := range op.Parts {
-		out.Replies = append(out.Replies, partReply{Epoch: p.Epoch, Shard: p.Shard, Results: op.Results[off : off+len(p.Reads)]})
+		m.answer(partReply{ID: p.ID, Results: op.Results[off : off+len(p.Reads)]}, out)
 		off += len(p.Reads)
 	}
 	if m.traced && len(op.Parts) > 0 {
@@ -414,7 +444,7 @@ func (op *oramOp) handovers(t int, incarnation uint64) []handover {
 			if res := op.Results[off+i]; r.Real && res.Found {
 				h := handover{Block: ringoram.Block{Block: res.Block, Leaf: r.Leaf}}
 				if op.Parts != nil {
-					h.Part = MsgID{Sender: Endpoint{LayerStash, p.Shard}, Incarnation: incarnation, Epoch: p.Epoch, Seq: uint64(t)}
+					h.Part = MsgID{Sender: Endpoint{LayerStash, p.shard()}, Incarnation: incarnation, Epoch: p.epoch(), Seq: uint64(t)}
 				}
 				out = append(out, h)
 			}
@@ -442,9 +472,12 @@ func (m *oramMachine) handOver(taken []handover, placed []tree.BlockID) {
 	m.kept = append(m.kept, taken...)
 }
 
-// release forgets the blocks read for parts whose epochs their Stash
-// shards journaled.
+// release forgets the replies to parts whose epochs their Stash shards
+// journaled, and the blocks read for them.
 func (m *oramMachine) release(parts []MsgID) {
+	for _, id := range parts {
+		m.msgs.release(id)
+	}
 	m.kept = slices.DeleteFunc(m.kept, func(h handover) bool { return h.Part != MsgID{} && slices.Contains(parts, h.Part) })
 }
 
@@ -455,7 +488,7 @@ func (m *oramMachine) fail(st Status, out *oramOutput) {
 	m.tree.Discard()
 	m.op.Fail = st
 	for _, p := range m.op.Parts {
-		out.Replies = append(out.Replies, partReply{Epoch: p.Epoch, Shard: p.Shard, Status: st})
+		m.answer(partReply{ID: p.ID, Status: st}, out)
 	}
 	m.place(nil, out)
 }
@@ -532,7 +565,7 @@ func readTrace(t int, parts []heldPart) traceEvent {
 	ev := traceEvent{Kind: traceRead, Tree: t}
 	for _, p := range parts {
 		for _, r := range p.Reads {
-			ev.Leaves, ev.Epochs, ev.Wants = append(ev.Leaves, r.Leaf), append(ev.Epochs, p.Epoch), append(ev.Wants, r.Want)
+			ev.Leaves, ev.Epochs, ev.Wants = append(ev.Leaves, r.Leaf), append(ev.Epochs, p.epoch()), append(ev.Wants, r.Want)
 		}
 	}
 	return ev
@@ -549,6 +582,7 @@ type oramImage struct {
 	Queue       []heldPart
 	Op          *oramOp
 	Kept        []handover
+	Messages    []imageStream
 	Hold        bool
 	Incarnation uint64
 }
@@ -562,7 +596,7 @@ type epochParts struct {
 // image returns the machine's whole state.
 func (m *oramMachine) image() []byte {
 	im := oramImage{Tree: m.tree.Image(), Reads: m.core.reads, Evictions: m.core.evictions,
-		Held: m.held, Queue: m.queue, Op: m.op, Kept: m.kept, Hold: m.hold, Incarnation: m.incarnation, Abandoned: slices.Sorted(maps.Keys(m.core.abandoned))}
+		Held: m.held, Queue: m.queue, Op: m.op, Kept: m.kept, Messages: m.msgs.image(), Hold: m.hold, Incarnation: m.incarnation, Abandoned: slices.Sorted(maps.Keys(m.core.abandoned))}
 	for epoch, shards := range m.core.parts {
 		im.Parts = append(im.Parts, epochParts{Epoch: epoch, Shards: shards})
 	}
@@ -593,5 +627,6 @@ func (m *oramMachine) restoreImage(b []byte) error {
 	}
 	m.core.reads, m.core.evictions = im.Reads, im.Evictions
 	m.held, m.queue, m.op, m.kept, m.hold, m.incarnation = im.Held, im.Queue, im.Op, im.Kept, im.Hold, im.Incarnation
+	m.msgs = msgTableOf(im.Messages)
 	return nil
 }

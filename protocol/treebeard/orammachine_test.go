@@ -1,10 +1,12 @@
 package treebeard
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"reflect"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -54,7 +56,8 @@ func oramMachineOf(t *testing.T, m *oramMachine) machine {
 // recordTreeRun runs 8 clients, with a hot key, keys never written and
 // deletes, on a store of 2 Stash shards with busy evictions and early
 // reshuffles (Z = 1, S = 2), reopened from its journal so that its trees read
-// their buckets' metadata again, with a few of storage's Reads failing,
+// their buckets' metadata again, with a few of storage's Reads failing
+// and a few messages delivered twice at once or once more late,
 // then with Stash shard 1 cut off until tree 0 has given up an epoch
 // (cutOffShard), then checks that the store serves Puts once both heal;
 // it records what tree 0's machine applies, and returns the record and a
@@ -62,7 +65,7 @@ func oramMachineOf(t *testing.T, m *oramMachine) machine {
 func recordTreeRun(t *testing.T) (machineRecord, func() machine) {
 	b, keys, dir := mem.New(), kvtest.NewKeys(t), t.TempDir()
 	fb := &failingReads{Backend: b, rng: rand.New(rand.NewPCG(5, 5)), rate: 0.15}
-	net := NewFaultNet(Faults{}, 5)
+	net := NewFaultNet(Faults{Duplicate: 0.1, Late: 0.2, MaxDelay: 500 * time.Microsecond}, 5)
 	o := Options{StashShards: 2, Trees: 2, Z: 1, S: 2, A: 2, K: 2, Epoch: 100 * time.Microsecond,
 		TestingKnobs: TestingKnobs{Transport: net, PartTimeout: 20 * time.Millisecond}}
 	openStore := func(fresh bool) (*store, *journal.Journal) {
@@ -107,6 +110,7 @@ func recordTreeRun(t *testing.T) (machineRecord, func() machine) {
 			t.Fatalf("a Put once storage's Reads succeed again: %v", err)
 		}
 	}
+	net.Settle()
 	w.mu.Lock()
 	st := w.tree.Stats()
 	w.mu.Unlock()
@@ -192,8 +196,9 @@ func runClients(t *testing.T, s *store, n, ops int) {
 
 // TestORAMMachineReplayDeterminism: the entries a tree's machine applied
 // during a run with concurrent clients, a hot key, missing keys, busy
-// evictions, early reshuffles, failed metadata Reads and an epoch given
-// up for a missing part, applied to a
+// evictions, early reshuffles, failed metadata Reads, an epoch given
+// up for a missing part, and copies of parts (delivered while the first
+// is read, after it was answered, and after it was released), applied to a
 // fresh machine restored from the machine's image before the first, give
 // the same outputs and the same final image, byte for byte; and so do the
 // rest of them applied to a fresh machine restored from the replay's
@@ -217,6 +222,10 @@ func TestORAMMachineReplayDeterminism(t *testing.T) {
 	if failed == 0 {
 		t.Fatalf("no Read of the tree failed in the run: %v", kinds)
 	}
+	stored, pending, refused := partCopies(t, rec)
+	if stored == 0 || pending == 0 || refused == 0 {
+		t.Fatalf("copies of parts: %d answered from the record, %d waiting for the first, %d refused after release; want some of each", stored, pending, refused)
+	}
 	reading, evicting := 0, 0
 	for _, im := range checkReplay(t, rec, fresh) {
 		m := decoded[oramImage](t, im)
@@ -231,5 +240,138 @@ func TestORAMMachineReplayDeterminism(t *testing.T) {
 	if reading == 0 || evicting == 0 {
 		t.Fatalf("of 20 images, %d with Reads in flight and %d with an eviction's messages in flight; want some of each", reading, evicting)
 	}
-	t.Logf("%d entries (%v), %d failed Reads; of 20 images %d reading, %d evicting", len(rec.entries), kinds, failed, reading, evicting)
+	t.Logf("%d entries (%v), %d failed Reads, copies of parts: %d stored, %d pending, %d refused; of 20 images %d reading, %d evicting",
+		len(rec.entries), kinds, failed, stored, pending, refused, reading, evicting)
+}
+
+// partCopies counts what the copies of parts a tree's machine applied
+// got: the stored reply, the first copy's reply once made (pending), or
+// a refusal (their part was released).
+func partCopies(t *testing.T, rec machineRecord) (stored, pending, refused int) {
+	for _, b := range rec.outputs {
+		switch cp := decoded[oramOutput](t, b).Copy; {
+		case cp == nil:
+		case cp.Pending:
+			pending++
+		case cp.Refused.Code != CodeOK:
+			refused++
+		default:
+			stored++
+		}
+	}
+	return stored, pending, refused
+}
+
+// TestORAMPartCopiesAfterImage: a copy of a part delivered to a tree's
+// machine restored from an image taken after the part was answered gets
+// the stored reply, and one delivered to a machine restored from an image
+// taken after the part was released is refused (CodeUnavailable); neither
+// is read again nor changes the machine.
+func TestORAMPartCopiesAfterImage(t *testing.T) {
+	s, err := open(t.Context(), kv.Env{Backend: mem.New(), Keys: kvtest.NewKeys(t), Capacity: 64, ValueSize: 16, Fresh: true,
+		Options: Options{StashShards: 1, ORAMShards: 1, Trees: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Put(t.Context(), "k", []byte("v")); err != nil { // the tree is written
+		t.Fatal(err)
+	}
+	w := s.workers[0]
+	o := &ORAM{workers: map[int]*treeWorker{0: w}}
+	part := func(epoch uint64) MsgID {
+		return MsgID{Sender: Endpoint{LayerStash, 0}, Incarnation: 99, Epoch: epoch}
+	}
+	id, reads := part(1<<40), []ringoram.PathRead{{Leaf: 1}, {Leaf: 2}}
+	imageAfter := func(m ReadPathsMsg) (ReadPathsReply, []byte) {
+		rep := o.ReadPaths(m)
+		if rep.Code != CodeOK {
+			t.Fatalf("part %+v: %+v", m.ID, rep.Status)
+		}
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		return rep, w.m.image()
+	}
+	first, answered := imageAfter(ReadPathsMsg{ID: id, Reads: reads})
+	_, released := imageAfter(ReadPathsMsg{ID: part(1<<40 + 1), Reads: reads, Release: []MsgID{id}})
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name  string
+		image []byte
+		want  ReadPathsReply
+	}{
+		{"answered", answered, first},
+		{"released", released, ReadPathsReply{Status: Status{Code: CodeUnavailable, Detail: "treebeard: a copy of a message answered and released already"}}},
+	} {
+		tr, err := ringoram.NewTree(s.treeConfig(0))
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := &oramMachine{tree: tr, core: newTreeCore(1, s.opts.A, s.opts.K)}
+		if err := m.restoreImage(c.image); err != nil {
+			t.Fatal(err)
+		}
+		out := m.apply(oramEntry{Kind: oramPart, ID: id, Reads: reads})
+		if out.Copy == nil || out.hasIO() || len(out.Wait)+len(out.Ready) > 0 {
+			t.Fatalf("%s: a copy of the part was handled again: copy %+v, output %+v", c.name, out.Copy, out)
+		}
+		if got := out.Replies; len(got) != 1 || got[0].ID != id || !reflect.DeepEqual(ReadPathsReply{Results: got[0].Results, Status: got[0].Status}, c.want) {
+			t.Fatalf("%s: a copy of the part got %+v; want %+v", c.name, got, c.want)
+		}
+		if !bytes.Equal(m.image(), c.image) {
+			t.Fatalf("%s: a copy of the part changed the machine", c.name)
+		}
+	}
+}
+
+// TestTreeCheckpointKeepsPartRecord: a tree's checkpoint keeps its record
+// of the parts it answered: reopened from it, the tree refuses a copy of
+// a part released before, and gives a copy of a part answered and not
+// released its stored reply; a part it held unanswered, which the
+// checkpoint does not keep, is new to it again.
+func TestTreeCheckpointKeepsPartRecord(t *testing.T) {
+	b := mem.New()
+	l := logsStore{t: t, mem: b, b: b, keys: kvtest.NewKeys(t), dir: t.TempDir(), opts: Options{StashShards: 2, ORAMShards: 1, Trees: 1}}
+	s, j := l.open(true)
+	for i := range 8 {
+		if err := s.Put(t.Context(), fmt.Sprint("k", i), []byte{byte(i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	unanswered := MsgID{Sender: Endpoint{LayerStash, 0}, Incarnation: 99, Epoch: 1 << 40}
+	s.workers[0].apply(oramEntry{Kind: oramPart, ID: unanswered}) // held for Stash shard 1's part
+	closeAll(t, s, j)
+	var released, held []MsgID
+	var replies [][]byte
+	for _, st := range s.workers[0].m.msgs.image() {
+		for _, run := range st.Released {
+			released = append(released, MsgID{Sender: st.Stream.Sender, Incarnation: st.Stream.Incarnation, Epoch: run.From, Seq: st.Stream.Seq})
+		}
+		for _, h := range st.Held {
+			held = append(held, MsgID{Sender: st.Stream.Sender, Incarnation: st.Stream.Incarnation, Epoch: h.Epoch, Seq: st.Stream.Seq})
+			replies = append(replies, h.Reply)
+		}
+	}
+	if len(released) == 0 || len(held) == 0 {
+		t.Fatalf("the tree's record before the reopen: %d runs released, %d replies held; want some of each", len(released), len(held))
+	}
+	s, j = l.open(false)
+	defer closeAll(t, s, j)
+	w := s.workers[0]
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if cp := w.m.msgs.admit(unanswered, kindReadPathsReply); cp != nil {
+		t.Fatalf("reopened, a part held unanswered at the checkpoint was taken for a copy: %+v", cp)
+	}
+	for _, id := range released {
+		if cp := w.m.msgs.admit(id, kindReadPathsReply); cp == nil || cp.Refused.Code != CodeUnavailable {
+			t.Fatalf("reopened, a copy of released part %+v: %+v; want it refused", id, cp)
+		}
+	}
+	for i, id := range held {
+		if cp := w.m.msgs.admit(id, kindReadPathsReply); cp == nil || !bytes.Equal(cp.Reply, replies[i]) {
+			t.Fatalf("reopened, a copy of answered part %+v: %+v; want its stored reply", id, cp)
+		}
+	}
 }

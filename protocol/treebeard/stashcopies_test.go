@@ -122,10 +122,11 @@ func TestCopyOfBatchAwaitsJournal(t *testing.T) {
 	}
 }
 
-// TestMsgTableReleasedNeverForgotten: a Stash shard refuses a copy of a
-// message released however many messages ago, released in any order,
-// and after its state went through an image; its record of them stays
-// one run of epochs per stream.
+// TestMsgTableReleasedNeverForgotten: a machine (a Stash shard, a tree)
+// refuses a copy of a message released however many messages ago (the
+// trees' earlier record forgot after 4,096), released in any order, and
+// after its state went through an image; its record of them stays one
+// run of epochs per stream.
 func TestMsgTableReleasedNeverForgotten(t *testing.T) {
 	table := newMsgTable()
 	const n = 10_000

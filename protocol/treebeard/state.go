@@ -294,14 +294,15 @@ type treeReplay struct {
 }
 
 // Restore restores the tree's checkpoint: its trusted state, once
-// written, and the blocks it keeps for the Stash shards.
+// written, the blocks it keeps for the Stash shards, and its record of
+// the parts it answered and released.
 func (r treeReplay) Restore(b []byte) error {
 	var cp treeCheckpoint
 	if err := decodeGob(b, &cp); err != nil {
 		return fmt.Errorf("%w: decoding a tree's checkpoint: %v", kv.ErrTampered, err)
 	}
 	*r.initialised = cp.Initialised
-	r.w.m.kept = cp.Kept
+	r.w.m.kept, r.w.m.msgs = cp.Kept, msgTableOf(cp.Messages)
 	if !cp.Initialised {
 		return nil
 	}

@@ -7,17 +7,18 @@ import (
 	"slices"
 )
 
-// msgTable is a Stash shard's record of the messages it handled (a
-// Router's batches, a tree's eviction hand-offs and acknowledgements),
-// part of its core's state and so of every snapshot: per stream (sender,
-// incarnation, sequence number), the reply of each message handled, held
-// until its sender releases it, and the epochs released. The first copy
-// of a message is handled; a later copy gets the stored reply, or waits
-// while the first is being handled; a copy of a released message,
-// however late, is refused unhandled. Released epochs are kept as runs
-// (epochRuns): a sender's messages to one receiver have consecutive
-// epochs, so a stream's record stays a few runs long however long the
-// store runs, and is never forgotten.
+// msgTable is a machine's record of the messages it handled, part of its
+// state and so of every image: a Stash shard's (a Router's batches, a
+// tree's eviction hand-offs and acknowledgements) and a tree's (the Stash
+// shards' parts of epochs). Per stream (sender, incarnation, sequence
+// number) it holds the reply of each message handled, until its sender
+// releases it, and the epochs released. The first copy of a message is
+// handled; a later copy gets the stored reply, or waits while the first
+// is being handled; a copy of a released message, however late, is
+// refused unhandled. Released epochs are kept as runs (epochRuns): a
+// sender's messages to one receiver have consecutive epochs, so a
+// stream's record stays a few runs long however long the store runs, and
+// is never forgotten.
 type msgTable struct {
 	streams map[stream]*streamRecord
 }
@@ -145,4 +146,66 @@ func msgTableOf(im []imageStream) msgTable {
 		t.streams[is.Stream] = r
 	}
 	return t
+}
+
+// stream is a sender's messages of one sequence number in one
+// incarnation: all but their epochs.
+type stream struct {
+	Sender      Endpoint
+	Incarnation uint64
+	Seq         uint64
+}
+
+func streamOf(id MsgID) stream { return stream{id.Sender, id.Incarnation, id.Seq} }
+
+// epochRuns is a set of epochs as sorted, disjoint, non-adjacent runs.
+type epochRuns struct{ runs []epochRun }
+
+// epochRun is the epochs from From up to, not including, To.
+type epochRun struct{ From, To uint64 }
+
+// at returns the index of the first run that begins after e.
+func (r *epochRuns) at(e uint64) int {
+	i, _ := slices.BinarySearchFunc(r.runs, e, func(run epochRun, e uint64) int {
+		if run.From <= e {
+			return -1
+		}
+		return 1
+	})
+	return i
+}
+
+func (r *epochRuns) has(e uint64) bool {
+	i := r.at(e)
+	return i > 0 && e < r.runs[i-1].To
+}
+
+func (r *epochRuns) add(e uint64) {
+	if r.has(e) {
+		return
+	}
+	i := r.at(e)
+	joinsPrev := i > 0 && r.runs[i-1].To == e
+	joinsNext := i < len(r.runs) && r.runs[i].From == e+1
+	switch {
+	case joinsPrev && joinsNext:
+		r.runs[i-1].To = r.runs[i].To
+		r.runs = slices.Delete(r.runs, i, i+1)
+	case joinsPrev:
+		r.runs[i-1].To = e + 1
+	case joinsNext:
+		r.runs[i].From = e
+	default:
+		r.runs = slices.Insert(r.runs, i, epochRun{e, e + 1})
+	}
+}
+
+// answeredImage is the table's image without the messages still being
+// handled, whose first copies a checkpoint does not keep.
+func (t *msgTable) answeredImage() []imageStream {
+	im := t.image()
+	for i := range im {
+		im[i].Held = slices.DeleteFunc(im[i].Held, func(h imageHeld) bool { return h.Reply == nil })
+	}
+	return im
 }
