@@ -192,17 +192,24 @@ func (l logsStore) blockOnlyTheTreeKeeps() bool {
 	return false
 }
 
-// gatedReads holds every Read of tree 0 once closed, until opened.
+// gatedReads holds every Read of tree `tree` once closed, until opened.
 type gatedReads struct {
 	backend.Backend
+	tree    int
 	closed  atomic.Bool
-	held    atomic.Int32 // Reads of tree 0 waiting
+	held    atomic.Int32 // Reads of the tree waiting
 	open    chan struct{}
 	openOne sync.Once
 }
 
+func newGatedReads(b backend.Backend, tree int) *gatedReads {
+	return &gatedReads{Backend: b, tree: tree, open: make(chan struct{})}
+}
+
+func (g *gatedReads) release() { g.openOne.Do(func() { close(g.open) }) }
+
 func (g *gatedReads) Read(ctx context.Context, addrs []string) ([][]byte, error) {
-	if g.closed.Load() && strings.HasPrefix(addrs[0], TreePrefix(0)) {
+	if g.closed.Load() && strings.HasPrefix(addrs[0], TreePrefix(g.tree)) {
 		g.held.Add(1)
 		<-g.open
 	}
@@ -210,17 +217,19 @@ func (g *gatedReads) Read(ctx context.Context, addrs []string) ([][]byte, error)
 }
 
 // TestCheckpointWhileTreeBlocked: with every record making a machine's
-// checkpoint due, tree 0's storage holds its Read in the middle of an
-// operation; meanwhile other machines (tree 1, the Stash shards, which
-// journal the ends of tree 1's evictions) write checkpoints, so no
-// checkpoint waits for tree 0. Once tree 0's Read goes through, every
-// client is answered and the store reopens from its journal with every
-// key.
+// checkpoint due, storage holds a Read of each tree in the middle of an
+// operation; once both are held, tree 1's goes through, and tree 1 (and
+// the Stash shards, which journal the ends of its evictions) write
+// checkpoints while tree 0 is still held, so no checkpoint waits for tree
+// 0. Once tree 0's Read goes through, every client is answered and the
+// store reopens from its journal with every key.
 func TestCheckpointWhileTreeBlocked(t *testing.T) {
 	b := mem.New()
-	g := &gatedReads{Backend: b, open: make(chan struct{})}
-	defer g.openOne.Do(func() { close(g.open) })
-	l := logsStore{t: t, mem: b, b: g, keys: kvtest.NewKeys(t), dir: t.TempDir(),
+	g0 := newGatedReads(b, 0)
+	g1 := newGatedReads(g0, 1)
+	defer g0.release()
+	defer g1.release()
+	l := logsStore{t: t, mem: b, b: g1, keys: kvtest.NewKeys(t), dir: t.TempDir(),
 		opts: Options{StashShards: 2, Trees: 2, A: 1, K: 1, Epoch: 50 * time.Microsecond}}
 	s, j := l.open(true)
 	for i := range 24 {
@@ -229,7 +238,8 @@ func TestCheckpointWhileTreeBlocked(t *testing.T) {
 		}
 	}
 	s.log.SetEvery(1)
-	g.closed.Store(true)
+	g0.closed.Store(true)
+	g1.closed.Store(true)
 	var clients sync.WaitGroup
 	for c := range 32 {
 		clients.Go(func() {
@@ -238,8 +248,9 @@ func TestCheckpointWhileTreeBlocked(t *testing.T) {
 			}
 		})
 	}
-	waitFor(t, "Read of tree 0 held", func() bool { return g.held.Load() > 0 })
+	waitFor(t, "Reads of trees 0 and 1 held", func() bool { return g0.held.Load() > 0 && g1.held.Load() > 0 })
 	before := j.Stats().Checkpoints
+	g1.release()
 	waitFor(t, "checkpoint while tree 0 is blocked", func() bool { return j.Stats().Checkpoints > before })
 	w := s.workers[0]
 	w.mu.Lock()
@@ -248,13 +259,14 @@ func TestCheckpointWhileTreeBlocked(t *testing.T) {
 	if !inProgress {
 		t.Fatal("tree 0 has no operation in progress while its Read is held")
 	}
-	g.openOne.Do(func() { close(g.open) })
+	g0.release()
 	clients.Wait()
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
 	j.Close()
-	g.closed.Store(false)
+	g0.closed.Store(false)
+	g1.closed.Store(false)
 	s, j = l.open(false)
 	defer func() {
 		s.Close()
