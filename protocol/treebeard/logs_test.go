@@ -227,8 +227,6 @@ func TestCheckpointWhileTreeBlocked(t *testing.T) {
 	b := mem.New()
 	g0 := newGatedReads(b, 0)
 	g1 := newGatedReads(g0, 1)
-	defer g0.release()
-	defer g1.release()
 	l := logsStore{t: t, mem: b, b: g1, keys: kvtest.NewKeys(t), dir: t.TempDir(),
 		opts: Options{StashShards: 2, Trees: 2, A: 1, K: 1, Epoch: 50 * time.Microsecond}}
 	s, j := l.open(true)
@@ -248,6 +246,11 @@ func TestCheckpointWhileTreeBlocked(t *testing.T) {
 			}
 		})
 	}
+	defer func() { // on a failure too: no client outlives the test
+		g0.release()
+		g1.release()
+		clients.Wait()
+	}()
 	waitFor(t, "Reads of trees 0 and 1 held", func() bool { return g0.held.Load() > 0 && g1.held.Load() > 0 })
 	before := j.Stats().Checkpoints
 	g1.release()
