@@ -421,22 +421,16 @@ func (w *treeWorker) journal(record []byte) Status {
 // writeAhead seals an operation's Write, journals its record (its
 // Change, not the Write: recovery finds out whether the Write landed and
 // runs the operation again if not), and holds the Write for the tree's
-// next Read. The record needs no fsync of its own: the Write waits until
-// it is durable (ringoram.Driver.HoldUntil), which the next operation's
-// plan, synced before its Reads, makes it; and whatever the operation
-// leads to that a client sees is acknowledged only after a Stash shard's
-// record appended later is synced, in the one journal's order.
+// next Read.
 func (w *treeWorker) writeAhead(record []byte, ws []ringoram.BucketWrite) Status {
 	items, err := w.tree.Seal(ws)
 	if err != nil {
 		return statusOf(err)
 	}
-	if record == nil {
-		w.tree.Hold(items)
-		return Status{}
+	if st := w.journal(record); st.Code != CodeOK {
+		return st
 	}
-	lsn := w.log.Append(record)
-	w.tree.HoldUntil(items, func() error { return w.log.Sync(lsn) })
+	w.tree.Hold(items)
 	return Status{}
 }
 
