@@ -322,7 +322,7 @@ func (w *treeWorker) betweenOps() {
 		w.applyLocked(oramEntry{Kind: oramHold})
 	}
 	w.mu.Unlock()
-	if !idle || w.flush() != nil {
+	if !idle || w.tree.Flush(context.Background()) != nil {
 		return
 	}
 	w.mu.Lock()
@@ -382,14 +382,6 @@ func (w *treeWorker) do(ctx context.Context, out oramOutput) {
 			w.apply(oramEntry{Kind: oramEvicted, Number: out.Number, Shard: i, Stale: rep.Stale, Failure: rep.Status})
 		}
 	}
-}
-
-// flush issues the tree's held Write, as an AdminState may at the same
-// moment (w.admin keeps the two apart).
-func (w *treeWorker) flush() error {
-	w.admin.Lock()
-	defer w.admin.Unlock()
-	return w.tree.Flush(context.Background())
 }
 
 // explain returns err, unless it is tampering and storage holds a later
