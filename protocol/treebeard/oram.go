@@ -60,7 +60,7 @@ func (o *ORAM) Admin(m AdminMsg) AdminReply {
 	defer w.admin.Unlock()
 	switch m.Op {
 	case AdminState: // storage must hold what the state says it does
-		if err := w.tree.Flush(context.Background()); err != nil {
+		if err := w.flush(); err != nil {
 			return AdminReply{Status: statusOf(err)}
 		}
 		w.mu.Lock()
@@ -148,6 +148,7 @@ type treeWorker struct {
 	copies   atomic.Uint64 // copies of parts answered from the machine's record
 	released releases      // by Stash shard: the eviction messages answered
 	admin    sync.Mutex    // held by an AdminMsg's handling
+	flushing sync.Mutex    // held while the tree's held Write is issued on its own (flush)
 
 	mu      sync.Mutex
 	waiting map[MsgID][]chan partReply  // parts not answered yet: their copies' callers
@@ -322,7 +323,7 @@ func (w *treeWorker) betweenOps() {
 		w.applyLocked(oramEntry{Kind: oramHold})
 	}
 	w.mu.Unlock()
-	if !idle || w.tree.Flush(context.Background()) != nil {
+	if !idle || w.flush() != nil {
 		return
 	}
 	w.mu.Lock()
@@ -382,6 +383,14 @@ func (w *treeWorker) do(ctx context.Context, out oramOutput) {
 			w.apply(oramEntry{Kind: oramEvicted, Number: out.Number, Shard: i, Stale: rep.Stale, Failure: rep.Status})
 		}
 	}
+}
+
+// flush issues the tree's held Write on its own, as between operations
+// and for an AdminState, which may run at the same moment.
+func (w *treeWorker) flush() error {
+	w.flushing.Lock()
+	defer w.flushing.Unlock()
+	return w.tree.Flush(context.Background())
 }
 
 // explain returns err, unless it is tampering and storage holds a later
