@@ -286,23 +286,7 @@ const lagBehind = 4
 // records up to the first one some machine's checkpoint leaves uncovered
 // (package journal).
 func (m *MachineLog) Checkpoint(ctx context.Context, state []byte, at uint64) error {
-	if m.l.j == nil {
-		return nil
-	}
-	if err := m.l.anchorAt(ctx, at); err != nil {
-		return err
-	}
-	return m.replaceRecords(ctx, state, at)
-}
-
-// anchorAt makes the records up to at durable, then storage and the
-// anchor (writeAnchor).
-func (l *Log) anchorAt(ctx context.Context, at uint64) error {
-	// The anchor must never name a record the journal could lose.
-	if err := l.j.Sync(at); err != nil {
-		return err
-	}
-	return l.writeAnchor(ctx, at)
+	return m.l.CheckpointMachines(ctx, map[MachineID][]byte{m.id: state}, at)
 }
 
 // replaceRecords writes the machine's checkpoint, once the anchor names

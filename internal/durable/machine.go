@@ -122,15 +122,19 @@ func (m *MachineLog) CheckpointOf(ctx context.Context, s Snapshotter) error {
 
 // CheckpointMachines replaces the records of each machine of states by
 // its state, all at the journal's position at, which every state includes
-// exactly the machine's records up to: as one MachineLog.Checkpoint per
-// machine, in the order of their IDs, but with one anchor, so storage sees
-// one checkpoint. The caller holds off those machines' appends until it
-// returns.
+// exactly the machine's records up to, in the order of their IDs, with
+// one anchor, so storage sees one checkpoint (MachineLog.Checkpoint is
+// the case of one machine). The caller holds off those machines' appends
+// until it returns.
 func (l *Log) CheckpointMachines(ctx context.Context, states map[MachineID][]byte, at uint64) error {
 	if l.j == nil {
 		return nil
 	}
-	if err := l.anchorAt(ctx, at); err != nil {
+	// The anchor must never name a record the journal could lose.
+	if err := l.j.Sync(at); err != nil {
+		return err
+	}
+	if err := l.writeAnchor(ctx, at); err != nil {
 		return err
 	}
 	for _, m := range slices.Sorted(maps.Keys(states)) {
