@@ -21,12 +21,9 @@ var doctorings = []struct {
 		w.Sizes[len(w.Sizes)-1]++
 	}},
 	{"treebeard", "an eviction's Write dropped a bucket", "evictions in reverse-lexicographic order", func(t *testing.T, r *Run) {
-		w := &r.Records[largestWrite(r.Records)] // an eviction: every slot of its union
-		l := ringoram.Layout{Prefix: w.Addrs[0][:len("tb/0/")]}
-		var drop uint64 = 1<<64 - 1
-		for i := len(w.Addrs) - 1; i >= 0; i-- { // every slot of the last bucket written
-			if b, _, ok := l.ParseSlot(w.Addrs[i]); ok && (drop == 1<<64-1 || b == drop) {
-				drop = b
+		w, drop, l := largestEviction(t, r.Records)
+		for i := len(w.Addrs) - 1; i >= 0; i-- { // every slot of one bucket the eviction evicts into
+			if b, _, ok := l.ParseSlot(w.Addrs[i]); ok && b == drop {
 				w.Addrs, w.Sizes = slices.Delete(w.Addrs, i, i+1), slices.Delete(w.Sizes, i, i+1)
 			}
 		}
@@ -131,12 +128,55 @@ func lastOf(t *testing.T, rs []observe.Record, op observe.Op) int {
 	return -1
 }
 
-func largestWrite(rs []observe.Record) int {
-	best := 0
+// largestEviction returns the largest Write of a treebeard tree that
+// ends an eviction (alone, or with a multi-path read before it), a bucket
+// of the eviction's union and the tree's layout. The eviction's Read is
+// the last Read of the tree before the Write, and takes as many slots of
+// every bucket (Z), which a multi-path read does not: the paths crossing
+// a bucket differ from one level to the next.
+func largestEviction(t *testing.T, rs []observe.Record) (*observe.Record, uint64, ringoram.Layout) {
+	t.Helper()
+	var best *observe.Record
+	var bucket uint64
+	var layout ringoram.Layout
+	lastRead := map[string]observe.Record{} // by tree prefix
 	for i, r := range rs {
-		if r.Op == observe.OpWrite && len(r.Addrs) > len(rs[best].Addrs) {
-			best = i
+		if len(r.Addrs) == 0 || !strings.HasPrefix(r.Addrs[0], "tb/") {
+			continue
+		}
+		l := ringoram.Layout{Prefix: r.Addrs[0][:strings.IndexByte(r.Addrs[0][len("tb/"):], '/')+len("tb/")+1]}
+		if r.Op == observe.OpRead {
+			lastRead[l.Prefix] = r
+			continue
+		}
+		if b, ok := evictionRead(lastRead[l.Prefix], l); ok && r.Op == observe.OpWrite && (best == nil || len(r.Addrs) > len(best.Addrs)) {
+			best, bucket, layout = &rs[i], b, l
 		}
 	}
-	return best
+	if best == nil {
+		t.Fatal("no eviction in the run")
+	}
+	return best, bucket, layout
+}
+
+// evictionRead reports whether read takes as many slots of each of its
+// buckets, two or more buckets, as an eviction's Read does, and returns
+// one of them.
+func evictionRead(read observe.Record, l ringoram.Layout) (uint64, bool) {
+	per := map[uint64]int{}
+	var last uint64
+	for _, a := range read.Addrs {
+		b, _, ok := l.ParseSlot(a)
+		if !ok {
+			return 0, false
+		}
+		per[b]++
+		last = b
+	}
+	for _, n := range per {
+		if n != per[last] {
+			return 0, false
+		}
+	}
+	return last, len(per) > 1
 }
