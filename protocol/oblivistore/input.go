@@ -16,7 +16,7 @@ const (
 	recWrite
 	recReseed
 	recMutation  // a request with the whole kv.Mutation
-	recReadZeros // recRead, a real block of zeros given by its length (GroupMachine.leanRead)
+	recReadZeros // recRead, a real block of zeros given by its length (GroupMachine.lean)
 )
 
 // How recReadZeros gives each block.

@@ -12,7 +12,7 @@ import (
 // TestLogsHoldNoOverwrittenValue: the logs hold the value a partition
 // read brings for a Get, the group's read result and the Front's message
 // from it, and neither holds it for a blind Put, which replaces it before
-// anything reads it (GroupMachine.leanRead, FrontMachine.lean).
+// anything reads it (GroupMachine.lean, FrontMachine.lean).
 func TestLogsHoldNoOverwrittenValue(t *testing.T) {
 	c := NewCore(64, Options{}.EnsureDefaults(64), [32]byte{7})
 	storage := simStorage{}
