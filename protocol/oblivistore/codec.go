@@ -173,8 +173,8 @@ const (
 	recFromFront // a message from the Front to a group: recToGroup without the sender, always the Front
 )
 
-// appendEntries encodes entries, those one machine applied in one step,
-// as one record of its log: the entry itself when it is alone, else
+// appendEntries encodes entries one machine applied, in a step or in
+// successive steps (machineLogs.append), as one record of its log: the entry itself when it is alone, else
 // recEntries, then each entry's length (uvarint) and bytes.
 func appendEntries(b []byte, entries [][]byte) []byte {
 	if len(entries) == 1 {

@@ -242,14 +242,11 @@ func (c *Core) reseed(r Reseed) error {
 
 // applyFront applies an entry to the Front and takes its outputs.
 func (c *Core) applyFront(e FrontEntry) error {
-	if e.Msg != nil {
-		lean := c.front.lean(*e.Msg)
-		e.Msg = &lean
-	}
+	e = c.front.lean(e)
 	if e.Msg == nil || e.Msg.ID.Seq != 0 { // an acknowledgement alone is not journaled (Entries)
 		c.entries = append(c.entries, Applied{FrontNode, AppendFrontEntry(nil, e)})
 	}
-	outs, err := c.front.Apply(e)
+	outs, err := c.front.apply(e)
 	for _, o := range outs {
 		if o.Reply != nil {
 			c.out = append(c.out, Output{Reply: o.Reply})
@@ -265,14 +262,11 @@ func (c *Core) applyGroup(g int32, e GroupEntry) error {
 	if g < 0 || int(g) >= len(c.groups) {
 		return internal("input for unknown group %d", g)
 	}
-	if e.Read != nil {
-		lean := c.groups[g].leanRead(*e.Read)
-		e.Read = &lean
-	}
+	e = c.groups[g].lean(e)
 	if e.Msg == nil || e.Msg.ID.Seq != 0 { // an acknowledgement alone is not journaled (Entries)
 		c.entries = append(c.entries, Applied{Node(g), AppendGroupEntry(nil, e)})
 	}
-	outs, err := c.groups[g].Apply(e)
+	outs, err := c.groups[g].apply(e)
 	for _, o := range outs {
 		switch {
 		case o.Msg != nil:

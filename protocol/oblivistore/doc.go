@@ -33,8 +33,9 @@
 // Front and the groups in one process, routing their messages in order;
 // its inputs are requests, read results and write completions. The
 // driver (store.go, journal.go) owns the goroutines and the backend: it
-// journals the entries a machine applies in a step (acknowledgements
-// alone aside: Core.Entries) as one record of that machine's own log
+// journals the entries a machine applies in a step, and in the steps
+// after it until another machine's record comes between (acknowledgements
+// alone aside: Core.Entries), as one record of that machine's own log
 // before any output they cause leaves the process, checkpoints each
 // machine on its own while the others run, issues every storage write of
 // a group from one function (store.write), seals and opens slots, and on

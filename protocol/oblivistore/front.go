@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"hash/fnv"
 	"math"
+	"slices"
 
 	"github.com/oblivkv/oblivkv/kv"
 )
@@ -204,30 +205,26 @@ func (f *Front) handle(c *FrontMachine, m FrontMsg) error {
 // finished completes a request's partition read: the block it brings, if
 // any, becomes the key's value.
 func (f *Front) finished(c *FrontMachine, m ReadFinished) error {
-	for _, r := range f.Active {
-		if r.Seq != m.Seq {
-			continue
-		}
-		if m.Found {
-			f.ready(BlockReady{Seq: m.Seq, Val: m.Val})
-		}
-		f.readFinished(c, r)
-		return nil
+	r := f.active(m.Seq)
+	if r == nil {
+		return internal("partition read of unknown request %d", m.Seq)
 	}
-	return internal("partition read of unknown request %d", m.Seq)
+	if m.Found {
+		f.ready(BlockReady{Seq: m.Seq, Val: m.Val})
+	}
+	f.readFinished(c, r)
+	return nil
 }
 
 // ready gives a key the block request seq's partition read brought, unless
 // a later operation already set it.
 func (f *Front) ready(m BlockReady) {
-	for _, r := range f.Active {
-		if r.Seq != m.Seq {
-			continue
-		}
-		if h := f.Mem[r.Key]; r.HasKey && h != nil && !h.Known && h.Src == m.Seq {
-			h.Val, h.Known, h.Exists = m.Val, true, true
-		}
+	r := f.active(m.Seq)
+	if r == nil {
 		return
+	}
+	if h := f.Mem[r.Key]; r.HasKey && h != nil && !h.Known && h.Src == m.Seq {
+		h.Val, h.Known, h.Exists = m.Val, true, true
 	}
 }
 
@@ -235,12 +232,16 @@ func (f *Front) ready(m BlockReady) {
 // partition read brings: the request is active and reads the block's
 // value (not a blind overwrite).
 func (f *Front) keeps(seq uint64) bool {
-	for _, r := range f.Active {
-		if r.Seq == seq {
-			return !r.mutation().Blind()
-		}
+	r := f.active(seq)
+	return r != nil && !r.mutation().Blind()
+}
+
+// active returns request seq if it is active, else nil.
+func (f *Front) active(seq uint64) *Req {
+	if i := slices.IndexFunc(f.Active, func(r *Req) bool { return r.Seq == seq }); i >= 0 {
+		return f.Active[i]
 	}
-	return false
+	return nil
 }
 
 // readFinished schedules the request's evictions at random partitions

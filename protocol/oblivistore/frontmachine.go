@@ -72,8 +72,15 @@ func newFrontMachine(n int, g geometry, o Options, seed [32]byte) *FrontMachine 
 // shuffler run (Progress), telling it whether requests wait for it; the
 // Progress also acknowledges the group's messages (Outbox), so the Front
 // never sends an acknowledgement alone. An acknowledgement alone and a
-// Resend change nothing of that, and end there.
+// Resend change nothing of that, and end there. It applies the entry
+// lean (lean).
 func (c *FrontMachine) Apply(e FrontEntry) ([]FrontOutput, error) {
+	return c.apply(c.lean(e))
+}
+
+// apply is Apply of an entry already lean (Core.applyFront leans it to
+// journal it).
+func (c *FrontMachine) apply(e FrontEntry) ([]FrontOutput, error) {
 	c.out = c.out[:0]
 	f := &c.st.Front
 	switch {
@@ -88,7 +95,7 @@ func (c *FrontMachine) Apply(e FrontEntry) ([]FrontOutput, error) {
 		if e.Msg.ID.Seq == 0 {
 			return c.out, nil
 		}
-		for _, m := range c.st.From[g].accept(e.Msg.ID, c.lean(*e.Msg).Msg) {
+		for _, m := range c.st.From[g].accept(e.Msg.ID, e.Msg.Msg) {
 			if err := f.handle(c, m); err != nil {
 				return nil, err
 			}
@@ -111,20 +118,27 @@ func (c *FrontMachine) Apply(e FrontEntry) ([]FrontOutput, error) {
 	return c.out, nil
 }
 
-// lean returns m less a block the Front does not keep: one a partition
-// read brings for a request that overwrites its key blind
+// lean returns e, its message less a block the Front does not keep: one
+// a partition read brings for a request that overwrites its key blind
 // (kv.Mutation.Blind: the block's value is replaced before anything reads
 // it), or for one no longer active. The Front holds and logs its messages
 // lean (Core.applyFront); applied whole or lean, they change its state
 // alike.
-func (c *FrontMachine) lean(m ToFront) ToFront {
+func (c *FrontMachine) lean(e FrontEntry) FrontEntry {
+	if e.Msg == nil {
+		return e
+	}
+	m := *e.Msg
 	switch f, r := m.Msg.Finished, m.Msg.Ready; {
 	case f != nil && f.Val != nil && !c.st.Front.keeps(f.Seq):
 		m.Msg.Finished = &ReadFinished{Seq: f.Seq, Found: f.Found}
 	case r != nil && r.Val != nil && !c.st.Front.keeps(r.Seq):
 		m.Msg.Ready = &BlockReady{Seq: r.Seq}
+	default:
+		return e
 	}
-	return m
+	e.Msg = &m
+	return e
 }
 
 // send sends a message about partition p to the group holding it.

@@ -55,9 +55,16 @@ func newGroupMachine(g geometry, o Options, index int32, seed [32]byte) *GroupMa
 
 const groupLabel = "oblivistore/group"
 
-// Apply implements Machine: it applies the entry; the shuffler runs on
-// the Front's Progress and after a storage completion (runShuffler).
+// Apply implements Machine: it applies the entry, lean (lean); the
+// shuffler runs on the Front's Progress and after a storage completion
+// (runShuffler).
 func (c *GroupMachine) Apply(e GroupEntry) ([]GroupOutput, error) {
+	return c.apply(c.lean(e))
+}
+
+// apply is Apply of an entry already lean (Core.applyGroup leans it to
+// journal it).
+func (c *GroupMachine) apply(e GroupEntry) ([]GroupOutput, error) {
 	c.out = c.out[:0]
 	s := &c.st.Group
 	var err error
@@ -82,7 +89,7 @@ func (c *GroupMachine) Apply(e GroupEntry) ([]GroupOutput, error) {
 			c.ack()
 		}
 	case e.Read != nil:
-		err = s.readDone(c, c.leanRead(*e.Read))
+		err = s.readDone(c, *e.Read)
 		c.runShufflerUnlessTold()
 	case e.Write != nil:
 		s.writeDone(*e.Write)
@@ -101,35 +108,40 @@ func (c *GroupMachine) Apply(e GroupEntry) ([]GroupOutput, error) {
 	return c.out, nil
 }
 
-// leanRead returns d with the value of every real block the group does
-// not keep (Group.keeps) replaced by zeros of its length: a block no
+// lean returns e, a read result's value of every real block the group
+// does not keep (Group.keeps) replaced by zeros of its length: a block no
 // storage cache and no request waits for, or one for a request that
 // overwrites it blind, whose Front drops it (FrontMachine.lean). The
 // group logs its reads lean (Core.applyGroup), where zeros take only
 // their length (appendInput), and applies them lean, so that its state
 // and messages are those its log rebuilds, and a message to the Front
 // is as long as before.
-func (c *GroupMachine) leanRead(d ReadDone) ReadDone {
+func (c *GroupMachine) lean(e GroupEntry) GroupEntry {
+	if e.Read == nil {
+		return e
+	}
 	s := &c.st.Group
-	io, ok := s.Reads[d.ID]
-	if !ok || len(d.Blocks) != len(io.Slots) {
-		return d
+	io, ok := s.Reads[e.Read.ID]
+	if !ok || len(e.Read.Blocks) != len(io.Slots) {
+		return e
 	}
 	var lean []Block
 	for i, x := range io.Slots {
-		lv, b := s.level(x), d.Blocks[i]
+		lv, b := s.level(x), e.Read.Blocks[i]
 		if !b.Real || !lv.Real[x.S] || s.keeps(x, lv.Keys[x.S]) || zeros(b.Val) {
 			continue
 		}
 		if lean == nil {
-			lean = slices.Clone(d.Blocks)
+			lean = slices.Clone(e.Read.Blocks)
 		}
 		lean[i].Val = make([]byte, len(b.Val))
 	}
 	if lean != nil {
+		d := *e.Read
 		d.Blocks = lean
+		e.Read = &d
 	}
-	return d
+	return e
 }
 
 // runShuffler lets the shuffler run (the Front's Progress, which ends

@@ -16,14 +16,16 @@ const (
 	recWrite
 	recReseed
 	recMutation  // a request with the whole kv.Mutation
-	recReadZeros // recRead, a real block of zeros given by its length (GroupMachine.leanRead)
+	recReadZeros // recRead, a real block of zeros given by its length (GroupMachine.lean)
 )
 
-// How recReadZeros gives each block.
+// How a read result gives each block: recRead's blocks, an earlier
+// build's, are a flag (delta.AppendBool) that reads as blockDummy or
+// blockReal, so one decoder serves both kinds.
 const (
 	blockDummy byte = iota
 	blockReal
-	blockZeros // a real block of zeros: its length
+	blockZeros // a real block of zeros: its length (recReadZeros only)
 )
 
 // appendInput encodes in as a journal record.
@@ -78,11 +80,7 @@ func decodeInput(b []byte) (Input, error) {
 		rd.ID = d.Uvarint()
 		n := d.Count()
 		for i := 0; i < n && !d.Failed(); i++ {
-			if kind == recRead {
-				rd.Blocks = append(rd.Blocks, decodeEarlierBlock(d))
-			} else {
-				rd.Blocks = append(rd.Blocks, decodeBlock(d))
-			}
+			rd.Blocks = append(rd.Blocks, decodeBlock(d))
 		}
 		in.Read = rd
 	case recWrite:
@@ -129,16 +127,6 @@ func decodeBlock(d *delta.Decoder) Block {
 		d.Check(false, fmt.Sprintf("block kind %d", kind))
 		return Block{}
 	}
-}
-
-// decodeEarlierBlock decodes a block of recRead, as earlier builds
-// encoded it.
-func decodeEarlierBlock(d *delta.Decoder) Block {
-	blk := Block{Real: d.Bool()}
-	if blk.Real {
-		blk.Val = d.Bytes(math.MaxInt)
-	}
-	return blk
 }
 
 // maxBlock bounds the length of a block of zeros a record gives.

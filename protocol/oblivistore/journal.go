@@ -18,7 +18,7 @@ import (
 // are one record (appendEntries, machineLogs.append), each encoded by
 // AppendFrontEntry or AppendGroupEntry, acknowledgements alone aside
 // (Core.Entries), and each as the machine applies it: less a value read
-// from storage that it does not keep (GroupMachine.leanRead,
+// from storage that it does not keep (GroupMachine.lean,
 // FrontMachine.lean), such as the one a blind write replaces unread. A
 // machine is checkpointed on its own, at its own position, while the
 // others go on, and recovery rebuilds each from its own checkpoint and

@@ -39,8 +39,9 @@ const SlotPrefix = "os/"
 // fencing token (backend.Fence), outside SlotPrefix.
 const FencePrefix = backend.FenceKeyPrefix + "oblivistore/"
 
-// checkpointEvery is how many of a machine's journal records (a step's
-// entries each) its checkpoint replaces. Records are small and the
+// checkpointEvery is how many of a machine's journal records (its
+// entries of a step, or of successive steps: machineLogs.append) its
+// checkpoint replaces. Records are small and the
 // Front's checkpoint holds the position map, so they are spaced further
 // apart than durable's default.
 const checkpointEvery = 20_000
