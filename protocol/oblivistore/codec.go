@@ -174,8 +174,9 @@ const (
 )
 
 // appendEntries encodes entries one machine applied, in a step or in
-// successive steps (machineLogs.append), as one record of its log: the entry itself when it is alone, else
-// recEntries, then each entry's length (uvarint) and bytes.
+// successive steps (machineLogs.append), as one record of its log: the
+// entry itself when it is alone, else recEntries, then each entry's
+// length (uvarint) and bytes.
 func appendEntries(b []byte, entries [][]byte) []byte {
 	if len(entries) == 1 {
 		return append(b, entries[0]...)

@@ -41,9 +41,9 @@ const FencePrefix = backend.FenceKeyPrefix + "oblivistore/"
 
 // checkpointEvery is how many of a machine's journal records (its
 // entries of a step, or of successive steps: machineLogs.append) its
-// checkpoint replaces. Records are small and the
-// Front's checkpoint holds the position map, so they are spaced further
-// apart than durable's default.
+// checkpoint replaces. Records are small and the Front's checkpoint
+// holds the position map, so they are spaced further apart than
+// durable's default.
 const checkpointEvery = 20_000
 
 // call is a client request waiting for its reply.
