@@ -60,7 +60,7 @@ func (o *ORAM) Admin(m AdminMsg) AdminReply {
 	defer w.admin.Unlock()
 	switch m.Op {
 	case AdminState: // storage must hold what the state says it does
-		if err := w.flush(); err != nil {
+		if err := w.flush(context.Background()); err != nil {
 			return AdminReply{Status: statusOf(err)}
 		}
 		w.mu.Lock()
@@ -323,7 +323,7 @@ func (w *treeWorker) betweenOps() {
 		w.applyLocked(oramEntry{Kind: oramHold})
 	}
 	w.mu.Unlock()
-	if !idle || w.flush() != nil {
+	if !idle || w.flush(context.Background()) != nil {
 		return
 	}
 	w.mu.Lock()
@@ -385,12 +385,13 @@ func (w *treeWorker) do(ctx context.Context, out oramOutput) {
 	}
 }
 
-// flush issues the tree's held Write on its own, as between operations
-// and for an AdminState, which may run at the same moment.
-func (w *treeWorker) flush() error {
+// flush issues the tree's held Write on its own, as between operations,
+// for an AdminState and for a checkpoint of every machine, which may run
+// at the same moment.
+func (w *treeWorker) flush(ctx context.Context) error {
 	w.flushing.Lock()
 	defer w.flushing.Unlock()
-	return w.tree.Flush(context.Background())
+	return w.tree.Flush(ctx)
 }
 
 // explain returns err, unless it is tampering and storage holds a later

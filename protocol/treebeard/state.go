@@ -130,7 +130,7 @@ func (s *store) create(ctx context.Context) error {
 func (s *store) checkpointAll(ctx context.Context, initialised bool) error {
 	err := s.ckpt.wait()
 	for _, w := range s.workers {
-		if ferr := w.tree.Flush(ctx); ferr != nil {
+		if ferr := w.flush(ctx); ferr != nil {
 			return errors.Join(err, ferr)
 		}
 	}
