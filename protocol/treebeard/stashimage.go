@@ -3,7 +3,6 @@ package treebeard
 import (
 	"bytes"
 	"cmp"
-	"encoding/gob"
 	"fmt"
 	"maps"
 	"slices"
@@ -111,17 +110,13 @@ func (c *stashCore) image() []byte {
 	im.Messages = c.msgs.image()
 	im.Released = c.released
 	im.Stats = [4]uint64{c.stats.realReads, c.stats.fakeReads, c.stats.stashHits, uint64(c.stats.stashMax)}
-	var buf bytes.Buffer
-	if err := gob.NewEncoder(&buf).Encode(im); err != nil {
-		panic(fmt.Sprintf("treebeard: encoding a Stash shard's state: %v", err)) // plain data: cannot fail
-	}
-	return buf.Bytes()
+	return encodeGob(im)
 }
 
 // restoreImage replaces the shard's whole state by one image returned.
 func (c *stashCore) restoreImage(b []byte) error {
 	var im stashImage
-	if err := gob.NewDecoder(bytes.NewReader(b)).Decode(&im); err != nil {
+	if err := decodeGob(b, &im); err != nil {
 		return fmt.Errorf("treebeard: decoding a Stash shard's state: %w", err)
 	}
 	if err := c.src.UnmarshalBinary(im.Rand); err != nil {
