@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -110,15 +111,23 @@ type treeCheckpoint struct {
 	Messages    []imageStream
 }
 
-// checkpoint returns the tree's checkpoint; w.mu is held, no operation is
-// in progress and storage holds the tree's Writes (Flush).
-func (w *treeWorker) checkpoint(initialised bool) []byte {
-	cp := treeCheckpoint{Initialised: initialised, Kept: w.m.kept, Messages: w.m.msgs.answeredImage()}
+// checkpointState returns the tree's checkpoint, sharing no memory with
+// the machine; w.mu is held, no operation is in progress and storage
+// holds the tree's Writes (Flush).
+func (w *treeWorker) checkpointState(initialised bool) treeCheckpoint {
+	cp := treeCheckpoint{Initialised: initialised, Kept: slices.Clone(w.m.kept), Messages: w.m.msgs.answeredImage()}
 	if initialised {
 		cp.State = w.state()
 	}
-	return encodeGob(cp)
+	return cp
 }
+
+// checkpoint returns the tree's checkpoint, encoded (checkpointState).
+func (w *treeWorker) checkpoint(initialised bool) []byte {
+	return w.checkpointState(initialised).encode()
+}
+
+func (cp treeCheckpoint) encode() []byte { return encodeGob(cp) }
 
 // errDuplicatePart answers a Stash shard's second part of one epoch under
 // another MsgID (a copy under the same MsgID gets the first one's reply).
@@ -329,7 +338,7 @@ func (w *treeWorker) betweenOps() {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.io == nil && w.m.op == nil {
-		w.log.checkpointIfDue(func() []byte { return w.checkpoint(true) })
+		w.log.checkpointIfDue(func() checkpointState { return w.checkpointState(true) })
 	}
 	if w.m.hold {
 		w.applyLocked(oramEntry{Kind: oramGo})

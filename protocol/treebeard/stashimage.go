@@ -175,11 +175,13 @@ type checkpointBlock struct {
 	Value   []byte
 }
 
-// checkpoint returns the shard's durable state, encoded.
-func (c *stashCore) checkpoint() []byte {
-	var cp stashCheckpoint
-	for _, id := range sortedIDs(c.pos) {
-		b := checkpointBlock{ID: id, At: c.pos[id]}
+// checkpointState returns the shard's durable state, sharing no memory
+// the shard changes (a stashed value is replaced, never changed), its
+// blocks in no order: encode sorts them, outside the shard's lock.
+func (c *stashCore) checkpointState() checkpointState {
+	cp := stashCheckpoint{Blocks: make([]checkpointBlock, 0, len(c.pos))}
+	for id, at := range c.pos {
+		b := checkpointBlock{ID: id, At: at}
 		if s := c.stash[id]; s != nil {
 			b.Stashed, b.Value = true, s.value
 		}
@@ -190,6 +192,15 @@ func (c *stashCore) checkpoint() []byte {
 			cp.Messages = append(cp.Messages, s)
 		}
 	}
+	return cp
+}
+
+// checkpoint returns the shard's durable state, encoded.
+func (c *stashCore) checkpoint() []byte { return c.checkpointState().encode() }
+
+// encode sorts the blocks by ID and encodes the checkpoint.
+func (cp stashCheckpoint) encode() []byte {
+	slices.SortFunc(cp.Blocks, func(a, b checkpointBlock) int { return bytes.Compare(a.ID[:], b.ID[:]) })
 	return encodeGob(cp)
 }
 
