@@ -78,20 +78,24 @@ func newMachineLog(log *durable.Log, id durable.MachineID, ckpt *checkpoints) *m
 // Sync waits until every record up to lsn is durable.
 func (l *machineLog) Sync(lsn uint64) error { return l.log.Sync(lsn) }
 
+// checkpointState is a machine's checkpoint as taken between two of its
+// steps, sharing no memory the machine changes, and encode encodes it.
+type checkpointState interface{ encode() []byte }
+
 // checkpointIfDue starts the machine's checkpoint when its log is due
 // and none is under way: snapshot runs now, at the journal's last record,
-// and the checkpoint is written while the machine and the others go on.
-// The caller holds off the machine's appends while it runs (it is between
-// two of the machine's steps), so the snapshot includes exactly its
-// records up to that one.
-func (l *machineLog) checkpointIfDue(snapshot func() []byte) {
+// and the checkpoint is encoded and written while the machine and the
+// others go on. The caller holds off the machine's appends while it runs
+// (it is between two of the machine's steps), so the snapshot includes
+// exactly its records up to that one.
+func (l *machineLog) checkpointIfDue(snapshot func() checkpointState) {
 	if !l.Due() || !l.busy.CompareAndSwap(false, true) {
 		return
 	}
 	at, st := l.log.Last(), snapshot()
 	l.ckpt.wg.Go(func() {
 		defer l.busy.Store(false)
-		if err := l.Checkpoint(context.Background(), st, at); err != nil {
+		if err := l.Checkpoint(context.Background(), st.encode(), at); err != nil {
 			l.ckpt.note(errors.Join(errCheckpoint, err))
 		}
 	})

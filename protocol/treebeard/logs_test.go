@@ -3,7 +3,6 @@ package treebeard
 import (
 	"bytes"
 	"context"
-	"encoding/gob"
 	"fmt"
 	"strings"
 	"sync"
@@ -320,11 +319,7 @@ func TestOpensEarlierBuildsJournal(t *testing.T) {
 	}
 	b.Reopen()
 	log := durable.New(j, b, keys)
-	var cp bytes.Buffer
-	if err := gob.NewEncoder(&cp).Encode(st); err != nil {
-		t.Fatal(err)
-	}
-	if err := log.Create(t.Context(), cp.Bytes()); err != nil {
+	if err := log.Create(t.Context(), encodeGob(st)); err != nil {
 		t.Fatal(err)
 	}
 	id := tree.IDOf(keys, "new")

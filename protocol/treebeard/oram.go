@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -60,7 +61,7 @@ func (o *ORAM) Admin(m AdminMsg) AdminReply {
 	defer w.admin.Unlock()
 	switch m.Op {
 	case AdminState: // storage must hold what the state says it does
-		if err := w.flush(); err != nil {
+		if err := w.flush(context.Background()); err != nil {
 			return AdminReply{Status: statusOf(err)}
 		}
 		w.mu.Lock()
@@ -110,15 +111,23 @@ type treeCheckpoint struct {
 	Messages    []imageStream
 }
 
-// checkpoint returns the tree's checkpoint; w.mu is held, no operation is
-// in progress and storage holds the tree's Writes (Flush).
-func (w *treeWorker) checkpoint(initialised bool) []byte {
-	cp := treeCheckpoint{Initialised: initialised, Kept: w.m.kept, Messages: w.m.msgs.answeredImage()}
+// checkpointState returns the tree's checkpoint, sharing no memory with
+// the machine; w.mu is held, no operation is in progress and storage
+// holds the tree's Writes (Flush).
+func (w *treeWorker) checkpointState(initialised bool) treeCheckpoint {
+	cp := treeCheckpoint{Initialised: initialised, Kept: slices.Clone(w.m.kept), Messages: w.m.msgs.answeredImage()}
 	if initialised {
 		cp.State = w.state()
 	}
-	return encodeGob(cp)
+	return cp
 }
+
+// checkpoint returns the tree's checkpoint, encoded (checkpointState).
+func (w *treeWorker) checkpoint(initialised bool) []byte {
+	return w.checkpointState(initialised).encode()
+}
+
+func (cp treeCheckpoint) encode() []byte { return encodeGob(cp) }
 
 // errDuplicatePart answers a Stash shard's second part of one epoch under
 // another MsgID (a copy under the same MsgID gets the first one's reply).
@@ -323,13 +332,13 @@ func (w *treeWorker) betweenOps() {
 		w.applyLocked(oramEntry{Kind: oramHold})
 	}
 	w.mu.Unlock()
-	if !idle || w.flush() != nil {
+	if !idle || w.flush(context.Background()) != nil {
 		return
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.io == nil && w.m.op == nil {
-		w.log.checkpointIfDue(func() []byte { return w.checkpoint(true) })
+		w.log.checkpointIfDue(func() checkpointState { return w.checkpointState(true) })
 	}
 	if w.m.hold {
 		w.applyLocked(oramEntry{Kind: oramGo})
@@ -385,12 +394,13 @@ func (w *treeWorker) do(ctx context.Context, out oramOutput) {
 	}
 }
 
-// flush issues the tree's held Write on its own, as between operations
-// and for an AdminState, which may run at the same moment.
-func (w *treeWorker) flush() error {
+// flush issues the tree's held Write on its own, as between operations,
+// for an AdminState and for a checkpoint of every machine, which may run
+// at the same moment.
+func (w *treeWorker) flush(ctx context.Context) error {
 	w.flushing.Lock()
 	defer w.flushing.Unlock()
-	return w.tree.Flush(context.Background())
+	return w.tree.Flush(ctx)
 }
 
 // explain returns err, unless it is tampering and storage holds a later

@@ -1,9 +1,7 @@
 package treebeard
 
 import (
-	"bytes"
 	"cmp"
-	"encoding/gob"
 	"fmt"
 	"maps"
 	"slices"
@@ -601,18 +599,14 @@ func (m *oramMachine) image() []byte {
 		im.Parts = append(im.Parts, epochParts{Epoch: epoch, Shards: shards})
 	}
 	slices.SortFunc(im.Parts, func(a, b epochParts) int { return cmp.Compare(a.Epoch, b.Epoch) })
-	var buf bytes.Buffer
-	if err := gob.NewEncoder(&buf).Encode(im); err != nil {
-		panic("treebeard: encoding a tree's image: " + err.Error()) // plain data: it cannot fail
-	}
-	return buf.Bytes()
+	return encodeGob(im)
 }
 
 // restoreImage replaces the machine's whole state by an image of a tree
 // of the same store.
 func (m *oramMachine) restoreImage(b []byte) error {
 	var im oramImage
-	if err := gob.NewDecoder(bytes.NewReader(b)).Decode(&im); err != nil {
+	if err := decodeGob(b, &im); err != nil {
 		return fmt.Errorf("treebeard: a tree's image: %w", err)
 	}
 	if err := m.tree.RestoreImage(im.Tree); err != nil {

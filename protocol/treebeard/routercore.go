@@ -1,9 +1,7 @@
 package treebeard
 
 import (
-	"bytes"
 	"encoding/binary"
-	"encoding/gob"
 	"fmt"
 
 	"github.com/oblivkv/oblivkv/protocol/tree"
@@ -106,18 +104,13 @@ type routerImage struct {
 
 // image returns the Router's whole state, encoded.
 func (c *routerCore) image() []byte {
-	var buf bytes.Buffer
-	im := routerImage{ID: c.id, Shards: c.shards, Next: c.next, Requests: c.requests, Collecting: c.collecting}
-	if err := gob.NewEncoder(&buf).Encode(im); err != nil {
-		panic(fmt.Sprintf("treebeard: encoding a Router's state: %v", err)) // plain data: cannot fail
-	}
-	return buf.Bytes()
+	return encodeGob(routerImage{ID: c.id, Shards: c.shards, Next: c.next, Requests: c.requests, Collecting: c.collecting})
 }
 
 // restoreImage replaces the Router's whole state by one image returned.
 func (c *routerCore) restoreImage(b []byte) error {
 	var im routerImage
-	if err := gob.NewDecoder(bytes.NewReader(b)).Decode(&im); err != nil {
+	if err := decodeGob(b, &im); err != nil {
 		return fmt.Errorf("treebeard: decoding a Router's state: %w", err)
 	}
 	*c = routerCore{id: im.ID, shards: im.Shards, next: im.Next, requests: im.Requests, collecting: im.Collecting}

@@ -192,7 +192,7 @@ func (s *Stash) journal(epoch uint64) []byte {
 	s.mu.Lock()
 	out := s.applyLocked(stashEntry{Kind: entryEpochEnd, Epoch: epoch})
 	lsn := s.log.Append(out.Record)
-	s.log.checkpointIfDue(s.core.checkpoint)
+	s.log.checkpointIfDue(s.core.checkpointState)
 	s.mu.Unlock()
 	var failure Status
 	if err := s.log.Sync(lsn); err != nil {
@@ -237,7 +237,7 @@ func (s *Stash) EvictionDone(m EvictionDoneMsg) EvictionDoneReply {
 	out := s.applyLocked(stashEntry{Kind: entryEvictionDone, Msg: m.ID, Tree: m.ID.Sender.Index, IDs: ids, Placed: m.Placed})
 	if out.Record != nil {
 		s.log.Append(out.Record)
-		s.log.checkpointIfDue(s.core.checkpoint)
+		s.log.checkpointIfDue(s.core.checkpointState)
 	}
 	s.mu.Unlock()
 	if out.Copy != nil {

@@ -3,7 +3,6 @@ package treebeard
 import (
 	"bytes"
 	"cmp"
-	"encoding/gob"
 	"fmt"
 	"maps"
 	"slices"
@@ -111,17 +110,13 @@ func (c *stashCore) image() []byte {
 	im.Messages = c.msgs.image()
 	im.Released = c.released
 	im.Stats = [4]uint64{c.stats.realReads, c.stats.fakeReads, c.stats.stashHits, uint64(c.stats.stashMax)}
-	var buf bytes.Buffer
-	if err := gob.NewEncoder(&buf).Encode(im); err != nil {
-		panic(fmt.Sprintf("treebeard: encoding a Stash shard's state: %v", err)) // plain data: cannot fail
-	}
-	return buf.Bytes()
+	return encodeGob(im)
 }
 
 // restoreImage replaces the shard's whole state by one image returned.
 func (c *stashCore) restoreImage(b []byte) error {
 	var im stashImage
-	if err := gob.NewDecoder(bytes.NewReader(b)).Decode(&im); err != nil {
+	if err := decodeGob(b, &im); err != nil {
 		return fmt.Errorf("treebeard: decoding a Stash shard's state: %w", err)
 	}
 	if err := c.src.UnmarshalBinary(im.Rand); err != nil {
@@ -180,11 +175,13 @@ type checkpointBlock struct {
 	Value   []byte
 }
 
-// checkpoint returns the shard's durable state, encoded.
-func (c *stashCore) checkpoint() []byte {
-	var cp stashCheckpoint
-	for _, id := range sortedIDs(c.pos) {
-		b := checkpointBlock{ID: id, At: c.pos[id]}
+// checkpointState returns the shard's durable state, sharing no memory
+// the shard changes (a stashed value is replaced, never changed), its
+// blocks in no order: encode sorts them, outside the shard's lock.
+func (c *stashCore) checkpointState() checkpointState {
+	cp := stashCheckpoint{Blocks: make([]checkpointBlock, 0, len(c.pos))}
+	for id, at := range c.pos {
+		b := checkpointBlock{ID: id, At: at}
 		if s := c.stash[id]; s != nil {
 			b.Stashed, b.Value = true, s.value
 		}
@@ -195,6 +192,15 @@ func (c *stashCore) checkpoint() []byte {
 			cp.Messages = append(cp.Messages, s)
 		}
 	}
+	return cp
+}
+
+// checkpoint returns the shard's durable state, encoded.
+func (c *stashCore) checkpoint() []byte { return c.checkpointState().encode() }
+
+// encode sorts the blocks by ID and encodes the checkpoint.
+func (cp stashCheckpoint) encode() []byte {
+	slices.SortFunc(cp.Blocks, func(a, b checkpointBlock) int { return bytes.Compare(a.ID[:], b.ID[:]) })
 	return encodeGob(cp)
 }
 

@@ -130,7 +130,7 @@ func (s *store) create(ctx context.Context) error {
 func (s *store) checkpointAll(ctx context.Context, initialised bool) error {
 	err := s.ckpt.wait()
 	for _, w := range s.workers {
-		if ferr := w.tree.Flush(ctx); ferr != nil {
+		if ferr := w.flush(ctx); ferr != nil {
 			return errors.Join(err, ferr)
 		}
 	}
@@ -243,11 +243,12 @@ func layoutOf(env kv.Env, given, opts Options, made *TreeSnapshot, trees int) (O
 	return opts, nil
 }
 
-// encodeGob encodes a checkpoint, plain data (encoding it cannot fail).
+// encodeGob encodes a machine's image or checkpoint, plain data
+// (encoding it cannot fail).
 func encodeGob(v any) []byte {
 	var buf bytes.Buffer
 	if err := gob.NewEncoder(&buf).Encode(v); err != nil {
-		panic(fmt.Sprintf("treebeard: encoding a checkpoint: %v", err))
+		panic(fmt.Sprintf("treebeard: encoding a %T: %v", v, err))
 	}
 	return buf.Bytes()
 }
