@@ -212,8 +212,7 @@ func transportOf(k TestingKnobs, keys *seal.Keys) transport {
 
 // treeConfig returns tree t's geometry, parameters and layout.
 func (s *store) treeConfig(t int) ringoram.Config {
-	return ringoram.Config{Geometry: s.geo, Params: ringoram.Params{Z: s.opts.Z, S: s.opts.S},
-		Layout: ringoram.Layout{Prefix: TreePrefix(t)}, ValueSize: s.valueSize, CachedLevels: cachedLevels(s.opts.CachedLevels, s.geo.L)}
+	return Shape{opts: s.opts, geo: s.geo, valueSize: s.valueSize}.treeConfig(t)
 }
 
 // newSeeds returns a maker of independent seeds, all drawn from one root:

@@ -1,0 +1,185 @@
+package treebeard
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/oblivkv/oblivkv/protocol/ringoram"
+	"github.com/oblivkv/oblivkv/protocol/tree"
+)
+
+// A Stash shard or a tree as a replicated group applies it (Treebeard
+// Sec. 7.2: each Stash and ORAM shard is a group of replicas): a Replica
+// is the machine behind cluster/raftgroup.Machine. Its entries are the
+// machine's inputs, each encoded whole (a Router's batch of an epoch, a
+// tree's results of a part, what one storage Read brought), never one
+// per block; its snapshot is the machine's image. Every replica applies
+// the same committed entries to the same image and so reaches the same
+// state and returns the same outputs, which only the leader's driver
+// acts on.
+//
+// A group's first entry creates its machine (Replica.Create): it carries
+// the machine's initial image, random sources included, drawn once by
+// the replica that creates the group, so that every replica holds the
+// same seeds. Any other entry before it is refused.
+
+// Shape is what every machine of one store is built from: its options,
+// with their defaults, and its capacity and value size.
+type Shape struct {
+	opts      Options
+	geo       tree.Geometry
+	capacity  int64
+	valueSize int
+}
+
+// NewShape returns the shape of a store of capacity keys of valueSize
+// bytes under o, checked as opening a store checks it.
+func NewShape(capacity, valueSize int, o Options) (Shape, error) {
+	o = o.EnsureDefaults(capacity)
+	if err := o.Validate(capacity); err != nil {
+		return Shape{}, err
+	}
+	return Shape{opts: o, geo: geometry(capacity, o.Trees, o.Z), capacity: int64(capacity), valueSize: valueSize}, nil
+}
+
+// treeConfig is tree t's configuration.
+func (sh Shape) treeConfig(t int) ringoram.Config {
+	return ringoram.Config{Geometry: sh.geo, Params: ringoram.Params{Z: sh.opts.Z, S: sh.opts.S},
+		Layout: ringoram.Layout{Prefix: TreePrefix(t)}, ValueSize: sh.valueSize, CachedLevels: cachedLevels(sh.opts.CachedLevels, sh.geo.L)}
+}
+
+// What a replicated entry's first byte says it holds.
+const (
+	replicaCreate byte = iota + 1 // the machine's initial image
+	replicaInput                  // one input of the machine, gob-encoded
+)
+
+// Replica is one Stash shard's or one tree's machine in a replicated
+// group. Apply, Snapshot and Restore may be called from any goroutine;
+// they take turns.
+type Replica struct {
+	mu      sync.Mutex
+	created bool
+	fresh   func() []byte // a new machine's image, with its own seeds
+	step    func(input []byte) (any, error)
+	image   func() []byte
+	restore func([]byte) error
+}
+
+// NewStashReplica returns a replica of a Stash shard of a store of shape
+// sh. Its outputs are the shard's (stashOutput).
+func NewStashReplica(sh Shape) (*Replica, error) {
+	seeds, err := newSeeds(sh.opts)
+	if err != nil {
+		return nil, err
+	}
+	core := newStashCore(sh.opts.Trees, sh.geo, sh.capacity, sh.valueSize, seeds())
+	core.leak = sh.opts.TestingKnobs.Leak
+	return &Replica{
+		fresh: core.image,
+		step:  stepOf("a Stash shard", func(e stashEntry) any { return core.step(e) }),
+		image: core.image, restore: core.restoreImage,
+	}, nil
+}
+
+// NewTreeReplica returns a replica of tree t of a store of shape sh. Its
+// outputs are the tree's machine's (oramOutput).
+func NewTreeReplica(sh Shape, t int) (*Replica, error) {
+	if t < 0 || t >= sh.opts.Trees {
+		return nil, fmt.Errorf("treebeard: tree %d of a store of %d trees", t, sh.opts.Trees)
+	}
+	tr, err := ringoram.NewTree(sh.treeConfig(t))
+	if err != nil {
+		return nil, err
+	}
+	m := &oramMachine{id: t, stashes: sh.opts.StashShards, tree: tr, msgs: newMsgTable(),
+		core: newTreeCore(sh.opts.StashShards, sh.opts.A, sh.opts.K)}
+	return &Replica{
+		fresh: m.image,
+		step:  stepOf("a tree", func(e oramEntry) any { return m.apply(e) }),
+		image: m.image, restore: m.restoreImage,
+	}, nil
+}
+
+// stepOf returns a step that decodes an input of machine what and
+// applies it.
+func stepOf[E any](what string, apply func(E) any) func([]byte) (any, error) {
+	return func(b []byte) (any, error) {
+		var e E
+		if err := decodeGob(b, &e); err != nil {
+			return nil, fmt.Errorf("treebeard: %s's entry: %w", what, err)
+		}
+		return apply(e), nil
+	}
+}
+
+// Create returns the entry that creates the group's machine: this
+// replica's fresh image, its random sources drawn when it was made.
+func (r *Replica) Create() []byte { return createEntry(r.fresh()) }
+
+func createEntry(image []byte) []byte { return append([]byte{replicaCreate}, image...) }
+
+// inputEntry returns the entry of one input of the machine (a stashEntry
+// or an oramEntry).
+func inputEntry(input any) []byte { return append([]byte{replicaInput}, encodeGob(input)...) }
+
+// errNotCreated refuses an input to a group whose machine no entry
+// created, and errCreatedTwice a second creation.
+var (
+	errNotCreated   = errors.New("treebeard: an input to a replicated machine before the entry that creates it")
+	errCreatedTwice = errors.New("treebeard: a replicated machine created twice")
+	errEntryKind    = errors.New("treebeard: a replicated entry of no known kind")
+)
+
+// Apply applies one committed entry and returns its outputs; an error is
+// the same on every replica and changes nothing.
+func (r *Replica) Apply(entry []byte) (any, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(entry) == 0 {
+		return nil, errEntryKind
+	}
+	switch kind, body := entry[0], entry[1:]; {
+	case kind == replicaCreate && r.created:
+		return nil, errCreatedTwice
+	case kind == replicaCreate:
+		if err := r.restore(body); err != nil {
+			return nil, err
+		}
+		r.created = true
+		return nil, nil
+	case kind != replicaInput:
+		return nil, errEntryKind
+	case !r.created:
+		return nil, errNotCreated
+	default:
+		return r.step(body)
+	}
+}
+
+// Snapshot returns the machine's image, nil before it is created.
+func (r *Replica) Snapshot() ([]byte, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !r.created {
+		return nil, nil
+	}
+	return r.image(), nil
+}
+
+// Restore replaces the machine's state by a snapshot; an empty one is of
+// a group whose machine no entry created yet.
+func (r *Replica) Restore(snapshot []byte) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(snapshot) == 0 {
+		r.created = false
+		return nil
+	}
+	if err := r.restore(snapshot); err != nil {
+		return err
+	}
+	r.created = true
+	return nil
+}

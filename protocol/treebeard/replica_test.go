@@ -1,0 +1,259 @@
+package treebeard
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/oblivkv/oblivkv/cluster/raftgroup"
+	"github.com/oblivkv/oblivkv/kv/kvtest"
+	"github.com/oblivkv/oblivkv/seal"
+)
+
+// replicaGroup is a group of 3 replicas of one machine in this process,
+// each with its own raft directory, on loopback sockets (plaintext, which
+// raftgroup allows on loopback only; its own tests cover mutual TLS).
+type replicaGroup struct {
+	t        *testing.T
+	keys     *seal.Keys
+	root     string
+	peers    []raftgroup.Peer
+	make     func() *Replica
+	groups   map[string]*raftgroup.Group
+	machines map[string]*Replica
+}
+
+func newReplicaGroup(t *testing.T, keys *seal.Keys, make func() *Replica) *replicaGroup {
+	g := &replicaGroup{t: t, keys: keys, root: t.TempDir(), make: make,
+		groups: map[string]*raftgroup.Group{}, machines: map[string]*Replica{}}
+	for i := range 3 {
+		g.peers = append(g.peers, raftgroup.Peer{ID: fmt.Sprintf("r%d", i), Addr: loopbackAddr(t)})
+	}
+	for _, p := range g.peers {
+		g.start(p.ID)
+	}
+	t.Cleanup(func() {
+		for id := range g.groups {
+			g.stop(id)
+		}
+	})
+	return g
+}
+
+func loopbackAddr(t *testing.T) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+func (g *replicaGroup) start(id string) {
+	g.t.Helper()
+	m := g.make()
+	timing := raftgroup.LANTiming // slower, so that a leader stays on a loaded machine
+	timing.Heartbeat, timing.Election, timing.LeaderLease = time.Second, time.Second, 500*time.Millisecond
+	timing.SnapshotEvery = 1 << 20 // the test takes its snapshots itself
+	timing.TrailingLogs = 16       // and a replica far behind is sent one
+	r, err := raftgroup.Open(raftgroup.Config{ID: id, Peers: g.peers, Dir: filepath.Join(g.root, id), Keys: g.keys, Timing: timing}, m)
+	if err != nil {
+		g.t.Fatal(err)
+	}
+	g.groups[id], g.machines[id] = r, m
+}
+
+func (g *replicaGroup) stop(id string) {
+	g.t.Helper()
+	if err := g.groups[id].Close(); err != nil {
+		g.t.Fatal(err)
+	}
+	delete(g.groups, id)
+}
+
+// leader waits for a leader among the running replicas.
+func (g *replicaGroup) leader() string {
+	g.t.Helper()
+	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		for id, r := range g.groups {
+			if r.IsLeader() {
+				return id
+			}
+		}
+	}
+	g.t.Fatal("no leader in a minute")
+	return ""
+}
+
+// propose proposes entry through the leader and returns what applying
+// it gave. An entry whose outcome a lost leadership left unknown is not
+// proposed again: the test fails, since applying it twice would be
+// another run (the test's timing keeps a leader on a loaded machine).
+func (g *replicaGroup) propose(entry []byte) (any, error) {
+	g.t.Helper()
+	return g.groups[g.leader()].Propose(context.Background(), entry)
+}
+
+// converged waits until every running replica's machine is the one
+// want describes, failing after a minute. raft counts an entry applied
+// once it hands it to the machine's goroutine (Status.AppliedIndex), so
+// a replica's machine may be a few entries behind what it reports: the
+// wait is on the images themselves.
+func (g *replicaGroup) converged(want []byte) {
+	g.t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for id := range g.groups {
+		for {
+			im, err := g.machines[id].Snapshot()
+			if err != nil {
+				g.t.Fatal(err)
+			}
+			if bytes.Equal(im, want) {
+				break
+			}
+			if time.Now().After(deadline) {
+				g.t.Fatalf("replica %s's machine is not the run's final one after a minute: %+v, the leader's %+v",
+					id, g.groups[id].Status(), g.groups[g.leader()].Status())
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+}
+
+// replicate runs rec through a group of 3 replicas made by make: the
+// group is created from rec's initial image, then each of rec's entries
+// is proposed in order and must give rec's outputs. A third of the way
+// through its leader is stopped (the rest go through a new leader); two
+// thirds of the way every replica snapshots, and one follower loses its
+// directory and comes back empty, to be sent a snapshot. At the end the
+// old leader comes back with its directory and catches up: every
+// replica's machine is then byte-identical to rec's final image.
+func replicate(t *testing.T, rec machineRecord, make func() *Replica) {
+	g := newReplicaGroup(t, kvtest.NewKeys(t), make)
+	size := 0
+	for _, e := range rec.entries {
+		size += 1 + len(e)
+	}
+	t.Logf("%d entries, %d B each on average", len(rec.entries), size/len(rec.entries))
+	if _, err := g.propose(createEntry(rec.initial)); err != nil {
+		t.Fatal(err)
+	}
+	var deposed, wiped string
+	for i, e := range rec.entries {
+		switch i {
+		case len(rec.entries) / 3:
+			deposed = g.leader()
+			g.stop(deposed)
+		case 2 * len(rec.entries) / 3:
+			for _, r := range g.groups {
+				if err := r.Snapshot(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for id := range g.groups {
+				if !g.groups[id].IsLeader() {
+					wiped = id
+				}
+			}
+			g.stop(wiped)
+			if err := os.RemoveAll(filepath.Join(g.root, wiped)); err != nil {
+				t.Fatal(err)
+			}
+			g.start(wiped)
+		}
+		out, err := g.propose(append([]byte{replicaInput}, e...))
+		if err != nil {
+			t.Fatalf("entry %d of %d: %v", i, len(rec.entries), err)
+		}
+		if !bytes.Equal(encoded(t, out), rec.outputs[i]) {
+			t.Fatalf("entry %d of %d gave other outputs than in the run", i, len(rec.entries))
+		}
+	}
+	g.start(deposed)
+	g.converged(rec.final)
+	if s := g.groups[wiped].Status(); s.LastSnapshot == 0 {
+		t.Fatalf("the replica whose directory was lost caught up without a snapshot: %+v", s)
+	}
+}
+
+// TestStashShardReplicated: the entries a Stash shard applied in a run
+// (concurrent clients, a hot key, missing keys, deletes, busy evictions,
+// failed path reads, copies of messages), committed through a raft group
+// of 3 replicas whose leader is stopped and one of whose followers loses
+// its directory midway, give the run's outputs, and every replica ends
+// with the run's final state, byte for byte.
+func TestStashShardReplicated(t *testing.T) {
+	rec, _, _, _ := recordRun(t)
+	sh, err := NewShape(256, 32, Options{StashShards: 2, A: 2, K: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	replicate(t, rec, func() *Replica {
+		r, err := NewStashReplica(sh)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	})
+}
+
+// TestTreeReplicated: the same for a tree's machine, over a run with
+// failed Reads, early reshuffles, evictions, an epoch given up and copies
+// of parts (recordTreeRun).
+func TestTreeReplicated(t *testing.T) {
+	rec, _ := recordTreeRun(t)
+	sh, err := NewShape(256, 32, Options{StashShards: 2, Trees: 2, Z: 1, S: 2, A: 2, K: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	replicate(t, rec, func() *Replica {
+		r, err := NewTreeReplica(sh, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	})
+}
+
+// TestReplicaEntriesInOrder: an input before the entry that creates the
+// machine, a second creation and an entry of no known kind are refused,
+// and change nothing.
+func TestReplicaEntriesInOrder(t *testing.T) {
+	sh, err := NewShape(256, 32, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := NewStashReplica(sh)
+	if err != nil {
+		t.Fatal(err)
+	}
+	input := inputEntry(stashEntry{Kind: entryRelease})
+	if _, err := r.Apply(input); !errors.Is(err, errNotCreated) {
+		t.Fatalf("an input before the creation: %v, want %v", err, errNotCreated)
+	}
+	if im, _ := r.Snapshot(); im != nil {
+		t.Fatal("a machine no entry created has a snapshot")
+	}
+	if _, err := r.Apply(r.Create()); err != nil {
+		t.Fatal(err)
+	}
+	before, _ := r.Snapshot()
+	if _, err := r.Apply(r.Create()); !errors.Is(err, errCreatedTwice) {
+		t.Fatalf("a second creation: %v, want %v", err, errCreatedTwice)
+	}
+	if _, err := r.Apply([]byte{9}); !errors.Is(err, errEntryKind) {
+		t.Fatalf("an entry of kind 9: %v, want %v", err, errEntryKind)
+	}
+	if after, _ := r.Snapshot(); !bytes.Equal(before, after) {
+		t.Fatal("a refused entry changed the machine")
+	}
+	if _, err := r.Apply(input); err != nil {
+		t.Fatalf("an input once created: %v", err)
+	}
+}
