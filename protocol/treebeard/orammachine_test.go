@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"reflect"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -59,7 +60,8 @@ func oramMachineOf(t *testing.T, m *oramMachine) machine {
 // their buckets' metadata again, with a few of storage's Reads failing
 // and a few messages delivered twice at once or once more late,
 // then with Stash shard 1 cut off until tree 0 has given up an epoch
-// (cutOffShard), then checks that the store serves Puts once both heal;
+// (cutOffShard), then checks that the store serves Puts once both heal,
+// and delivers a copy of the run's first part once more;
 // it records what tree 0's machine applies, and returns the record and a
 // maker of fresh machines of the tree.
 func recordTreeRun(t *testing.T) (machineRecord, func() machine) {
@@ -111,9 +113,16 @@ func recordTreeRun(t *testing.T) (machineRecord, func() machine) {
 		}
 	}
 	net.Settle()
+	// A copy of the run's first part comes once more, long after its
+	// Stash shard released it, as a copy delayed longer than the net's
+	// delays would: it is refused.
 	w.mu.Lock()
+	first := decoded[oramEntry](t, rec.entries[slices.IndexFunc(rec.entries, func(b []byte) bool { return decoded[oramEntry](t, b).Kind == oramPart })])
 	st := w.tree.Stats()
 	w.mu.Unlock()
+	if r := w.read(first.ID, first.Reads); r.Status.Code != CodeUnavailable {
+		t.Fatalf("a copy of a part released long ago got %+v, want it refused", r.Status)
+	}
 	if st.Reshuffles == 0 || st.Evictions == 0 {
 		t.Fatalf("tree 0 reshuffled %d buckets early and evicted %d times in the run; want some of each", st.Reshuffles, st.Evictions)
 	}
