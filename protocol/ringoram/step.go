@@ -327,6 +327,15 @@ func (t *Tree) exportWrites(ws []bucketWrite) []BucketWrite {
 	return out
 }
 
+// Pending returns the Write of the operation in progress that LearnSlots
+// made and nothing has committed yet; the zero Write when there is none.
+func (t *Tree) Pending() Write {
+	if t.op == nil || t.op.Phase != phaseWrite {
+		return Write{}
+	}
+	return t.op.Write
+}
+
 // Commit ends the operation in progress whose Write landed, or was
 // journaled so that it will (Config.WriteAhead): the new versions and
 // metadata are the Tree's, the stale copies of the buckets rewritten in

@@ -318,7 +318,7 @@ func (m *oramMachine) begin(op *oramOp, out *oramOutput) {
 		op.Leaves = m.tree.EvictionLeaves(op.Paths)
 	}
 	op.Handed = make([][]ringoram.Block, m.stashes)
-	out.Ask, out.Number = true, op.Number
+	m.ask(out)
 }
 
 // blocks takes a Stash shard's blocks for the eviction; once every shard
@@ -354,11 +354,11 @@ func (m *oramMachine) startTree(out *oramOutput) {
 		return
 	}
 	out.Record = planDelta(m.id, p)
-	if cold := m.tree.MetaReads(); len(cold) > 0 {
-		op.Step, out.Metas = stepMetas, cold
-		return
+	op.Step = stepSlots
+	if len(m.tree.MetaReads()) > 0 {
+		op.Step = stepMetas
 	}
-	op.Step, out.Slots = stepSlots, m.tree.SlotReads()
+	m.ask(out)
 }
 
 // metas takes the metadata Read's records and asks for the slot Read.
@@ -374,7 +374,8 @@ func (m *oramMachine) metas(e oramEntry, out *oramOutput) {
 		m.fail(statusOf(err), out)
 		return
 	}
-	m.op.Step, out.Slots = stepSlots, m.tree.SlotReads()
+	m.op.Step = stepSlots
+	m.ask(out)
 }
 
 // slots takes the slot Read's real blocks: the operation's Write is
@@ -395,8 +396,8 @@ func (m *oramMachine) slots(e oramEntry, out *oramOutput) {
 	}
 	op.Results, op.Where = w.Results, w.Where
 	op.Taken = op.handovers(m.id, m.incarnation)
-	out.Record = appendHandovers(opDelta(m.id, op.Left, w.Change), m.incarnation, op.Taken)
-	op.Step, out.Write = stepJournal, w.Buckets
+	op.Step = stepJournal
+	m.ask(out)
 }
 
 // journaled commits the operation once its record is journaled, answers
@@ -509,12 +510,50 @@ func (m *oramMachine) place(where []int64, out *oramOutput) {
 		out.Trace = append(out.Trace, traceEvent{Kind: traceEvict, Tree: m.id, Leaves: op.Leaves})
 	}
 	op.Where, op.Step, op.Got = where, stepEvicted, 0
-	out.Number, out.Placed, out.Handed = op.Number, make([][]int64, m.stashes), op.Handed
-	off := 0
-	for i, h := range op.Handed {
-		out.Placed[i] = where[off : off+len(h)]
-		off += len(h)
+	m.ask(out)
+}
+
+// ask adds to out the I/O the operation in progress waits for at its
+// step: the Stash shards' blocks for its eviction, the metadata Read, the
+// slot Read, the journal record of its Change with its Write, or its
+// eviction's placements. Its steps ask for it as they begin, and a driver
+// taking over the machine asks for it again (outstanding).
+func (m *oramMachine) ask(out *oramOutput) {
+	op := m.op
+	switch op.Step {
+	case stepBlocks:
+		out.Ask, out.Number = true, op.Number
+	case stepMetas:
+		out.Metas = m.tree.MetaReads()
+	case stepSlots:
+		out.Slots = m.tree.SlotReads()
+	case stepJournal:
+		w := m.tree.Pending()
+		out.Record = appendHandovers(opDelta(m.id, op.Left, w.Change), m.incarnation, op.Taken)
+		out.Write = w.Buckets
+	case stepEvicted:
+		out.Number, out.Placed, out.Handed = op.Number, make([][]int64, m.stashes), op.Handed
+		off := 0
+		for i, h := range op.Handed {
+			out.Placed[i] = op.Where[off : off+len(h)]
+			off += len(h)
+		}
 	}
+}
+
+// outstanding returns the I/O the operation in progress waits for, as
+// the step that waits for it asked for it (ask), and nothing when none is
+// in progress: what a driver taking over the machine from its image
+// issues again. A Read cut short is issued again with the slots it chose
+// (Treebeard Sec. 5.3.3), the Stash shards answer copies of an
+// eviction's messages from their record (msgTable), and a record is
+// journaled at most once more.
+func (m *oramMachine) outstanding() oramOutput {
+	var out oramOutput
+	if m.op != nil {
+		m.ask(&out)
+	}
+	return out
 }
 
 // evicted takes a Stash shard's answer to the placements: the copies it

@@ -64,7 +64,7 @@ func oramMachineOf(t *testing.T, m *oramMachine) machine {
 // and delivers a copy of the run's first part once more;
 // it records what tree 0's machine applies, and returns the record and a
 // maker of fresh machines of the tree.
-func recordTreeRun(t *testing.T) (machineRecord, func() machine) {
+func recordTreeRun(t *testing.T) (machineRecord, func() *oramMachine) {
 	b, keys, dir := mem.New(), kvtest.NewKeys(t), t.TempDir()
 	fb := &failingReads{Backend: b, rng: rand.New(rand.NewPCG(5, 5)), rate: 0.15}
 	net := NewFaultNet(Faults{Duplicate: 0.1, Late: 0.2, MaxDelay: 500 * time.Microsecond}, 5)
@@ -130,13 +130,12 @@ func recordTreeRun(t *testing.T) (machineRecord, func() machine) {
 	w.mu.Lock()
 	rec.final = w.m.image()
 	w.mu.Unlock()
-	fresh := func() machine {
+	fresh := func() *oramMachine {
 		tr, err := ringoram.NewTree(s.treeConfig(0))
 		if err != nil {
 			t.Fatal(err)
 		}
-		core := newTreeCore(len(s.stashes), s.opts.A, s.opts.K)
-		return oramMachineOf(t, &oramMachine{id: 0, stashes: len(s.stashes), tree: tr, core: core})
+		return &oramMachine{id: 0, stashes: len(s.stashes), tree: tr, core: newTreeCore(len(s.stashes), s.opts.A, s.opts.K)}
 	}
 	return rec, fresh
 }
@@ -236,7 +235,7 @@ func TestORAMMachineReplayDeterminism(t *testing.T) {
 		t.Fatalf("copies of parts: %d answered from the record, %d waiting for the first, %d refused after release; want some of each", stored, pending, refused)
 	}
 	reading, evicting := 0, 0
-	for _, im := range checkReplay(t, rec, fresh) {
+	for _, im := range checkReplay(t, rec, func() machine { return oramMachineOf(t, fresh()) }) {
 		m := decoded[oramImage](t, im)
 		switch {
 		case m.Op == nil:
@@ -383,4 +382,57 @@ func TestTreeCheckpointKeepsPartRecord(t *testing.T) {
 			t.Fatalf("reopened, a copy of answered part %+v: %+v; want its stored reply", id, cp)
 		}
 	}
+}
+
+// TestTreeTakeoverAsksAgain: a tree's machine restored from its image
+// after any entry of a run asks, as a driver taking it over has it ask
+// (outstanding), for exactly the I/O its operation in progress waits
+// for, as the run's machine asked for it: the same messages to the Stash
+// shards, the same metadata Read, the same slots (Treebeard Sec. 5.3.3),
+// the same record and Write, the same placements; and for nothing when
+// no operation is in progress.
+func TestTreeTakeoverAsksAgain(t *testing.T) {
+	rec, fresh := recordTreeRun(t)
+	m := fresh()
+	if err := m.restoreImage(rec.initial); err != nil {
+		t.Fatal(err)
+	}
+	var asked oramOutput // the I/O the machine last asked for
+	steps := map[opStep]int{}
+	for i, b := range rec.entries {
+		if io := askedIO(m.apply(decoded[oramEntry](t, b))); io.hasIO() {
+			asked = io
+		}
+		taken := fresh()
+		if err := taken.restoreImage(m.image()); err != nil {
+			t.Fatal(err)
+		}
+		var want oramOutput
+		if m.op != nil {
+			want = asked
+			steps[m.op.Step]++
+		}
+		if got := askedIO(taken.outstanding()); !bytes.Equal(encoded(t, got), encoded(t, want)) {
+			t.Fatalf("taken over after entry %d of %d, the machine asks for other I/O than the run's did (step %d)", i, len(rec.entries), m.op.Step)
+		}
+	}
+	for _, st := range []opStep{stepBlocks, stepMetas, stepSlots, stepJournal, stepEvicted} {
+		if steps[st] == 0 {
+			t.Fatalf("no entry left an operation at step %d: %v", st, steps)
+		}
+	}
+	t.Logf("%d entries; operations in progress after them, by step: %v", len(rec.entries), steps)
+}
+
+// askedIO returns the I/O out asks for: messages to the Stash shards, a
+// Read, a Write with its record.
+func askedIO(out oramOutput) oramOutput {
+	io := oramOutput{Ask: out.Ask, Metas: out.Metas, Slots: out.Slots, Write: out.Write, Placed: out.Placed, Handed: out.Handed}
+	if out.Ask || out.Placed != nil {
+		io.Number = out.Number
+	}
+	if out.Write != nil {
+		io.Record = out.Record
+	}
+	return io
 }
