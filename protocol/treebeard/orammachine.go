@@ -172,6 +172,11 @@ type oramMachine struct {
 	msgs    msgTable   // the parts handled: their replies until released, and the epochs released
 	hold    bool       // a checkpoint is due: no operation starts
 	traced  bool       // the driver traces: outputs carry trace events
+	// unflushed is the Write of the last operation committed, until a
+	// Read after it succeeds: the driver holds it and sends it with that
+	// Read (or on its own, when the tree is idle), so storage may not
+	// hold it yet.
+	unflushed []ringoram.BucketWrite
 	// incarnation is the store's, which the parts' ids and the
 	// operations' records carry (set by the driver, and in the image).
 	incarnation uint64
@@ -370,6 +375,7 @@ func (m *oramMachine) metas(e oramEntry, out *oramOutput) {
 		m.fail(e.Failure, out)
 		return
 	}
+	m.unflushed = nil // it went before the Read
 	if err := m.tree.LearnMetas(e.Plains); err != nil {
 		m.fail(statusOf(err), out)
 		return
@@ -389,6 +395,7 @@ func (m *oramMachine) slots(e oramEntry, out *oramOutput) {
 		m.fail(e.Failure, out)
 		return
 	}
+	m.unflushed = nil // it went before the Read
 	w, err := m.tree.LearnSlots(e.Reals)
 	if err != nil {
 		m.fail(statusOf(err), out)
@@ -411,10 +418,12 @@ func (m *oramMachine) journaled(e oramEntry, out *oramOutput) {
 		m.fail(e.Failure, out)
 		return
 	}
+	w := m.tree.Pending()
 	if err := m.tree.Commit(); err != nil {
 		m.fail(statusOf(err), out)
 		return
 	}
+	m.unflushed = w.Buckets
 	owed := m.core.served(op.Counted)
 	off := 0
 	for _, p := range op.Parts {
@@ -541,17 +550,23 @@ func (m *oramMachine) ask(out *oramOutput) {
 	}
 }
 
-// outstanding returns the I/O the operation in progress waits for, as
-// the step that waits for it asked for it (ask), and nothing when none is
-// in progress: what a driver taking over the machine from its image
-// issues again. A Read cut short is issued again with the slots it chose
-// (Treebeard Sec. 5.3.3), the Stash shards answer copies of an
-// eviction's messages from their record (msgTable), and a record is
-// journaled at most once more.
+// outstanding returns what a driver taking over the machine from its
+// image issues again: the I/O the operation in progress waits for, as
+// the step that waits for it asked for it (ask), and, when no Read has
+// succeeded since the last operation committed, that operation's Write
+// (unflushed; a Write without a record, to issue on its own, before any
+// Read). A Read cut short is issued again with the slots it chose
+// (Treebeard Sec. 5.3.3); the Stash shards answer copies of an
+// eviction's messages from their record (msgTable); a Write storage
+// already holds is written again with the versions it has, and no later
+// Write can have superseded it, since a later one follows a Read.
 func (m *oramMachine) outstanding() oramOutput {
 	var out oramOutput
 	if m.op != nil {
 		m.ask(&out)
+	}
+	if out.Write == nil {
+		out.Write = m.unflushed
 	}
 	return out
 }
@@ -622,6 +637,7 @@ type oramImage struct {
 	Messages    []imageStream
 	Hold        bool
 	Incarnation uint64
+	Unflushed   []ringoram.BucketWrite
 }
 
 // epochParts is an epoch not all shards sent their parts of yet.
@@ -633,7 +649,7 @@ type epochParts struct {
 // image returns the machine's whole state.
 func (m *oramMachine) image() []byte {
 	im := oramImage{Tree: m.tree.Image(), Reads: m.core.reads, Evictions: m.core.evictions,
-		Held: m.held, Queue: m.queue, Op: m.op, Kept: m.kept, Messages: m.msgs.image(), Hold: m.hold, Incarnation: m.incarnation, Abandoned: slices.Sorted(maps.Keys(m.core.abandoned))}
+		Held: m.held, Queue: m.queue, Op: m.op, Kept: m.kept, Messages: m.msgs.image(), Hold: m.hold, Incarnation: m.incarnation, Unflushed: m.unflushed, Abandoned: slices.Sorted(maps.Keys(m.core.abandoned))}
 	for epoch, shards := range m.core.parts {
 		im.Parts = append(im.Parts, epochParts{Epoch: epoch, Shards: shards})
 	}
@@ -659,7 +675,7 @@ func (m *oramMachine) restoreImage(b []byte) error {
 		m.core.abandoned[epoch] = true
 	}
 	m.core.reads, m.core.evictions = im.Reads, im.Evictions
-	m.held, m.queue, m.op, m.kept, m.hold, m.incarnation = im.Held, im.Queue, im.Op, im.Kept, im.Hold, im.Incarnation
+	m.held, m.queue, m.op, m.kept, m.hold, m.incarnation, m.unflushed = im.Held, im.Queue, im.Op, im.Kept, im.Hold, im.Incarnation, im.Unflushed
 	m.msgs = msgTableOf(im.Messages)
 	return nil
 }

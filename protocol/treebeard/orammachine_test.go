@@ -389,18 +389,32 @@ func TestTreeCheckpointKeepsPartRecord(t *testing.T) {
 // (outstanding), for exactly the I/O its operation in progress waits
 // for, as the run's machine asked for it: the same messages to the Stash
 // shards, the same metadata Read, the same slots (Treebeard Sec. 5.3.3),
-// the same record and Write, the same placements; and for nothing when
-// no operation is in progress.
+// the same record and Write, the same placements; and for the Write of
+// the last operation committed until a Read after it succeeded, which
+// the run's driver held to send with that Read.
 func TestTreeTakeoverAsksAgain(t *testing.T) {
 	rec, fresh := recordTreeRun(t)
 	m := fresh()
 	if err := m.restoreImage(rec.initial); err != nil {
 		t.Fatal(err)
 	}
-	var asked oramOutput // the I/O the machine last asked for
-	steps := map[opStep]int{}
+	var asked oramOutput                 // the I/O the machine last asked for
+	var unflushed []ringoram.BucketWrite // the Write last committed, until a Read succeeds
+	steps, held := map[opStep]int{}, 0
 	for i, b := range rec.entries {
-		if io := askedIO(m.apply(decoded[oramEntry](t, b))); io.hasIO() {
+		e, before := decoded[oramEntry](t, b), opStep(0)
+		if m.op != nil {
+			before = m.op.Step
+		}
+		io := askedIO(m.apply(e))
+		ok := e.Failure.Code == CodeOK
+		switch {
+		case e.Kind == oramJournaled && before == stepJournal && ok:
+			unflushed = asked.Write
+		case (e.Kind == oramMetas && before == stepMetas || e.Kind == oramSlots && before == stepSlots) && ok:
+			unflushed = nil
+		}
+		if io.hasIO() {
 			asked = io
 		}
 		taken := fresh()
@@ -412,8 +426,12 @@ func TestTreeTakeoverAsksAgain(t *testing.T) {
 			want = asked
 			steps[m.op.Step]++
 		}
+		if want.Write == nil && unflushed != nil {
+			want.Write = unflushed
+			held++
+		}
 		if got := askedIO(taken.outstanding()); !bytes.Equal(encoded(t, got), encoded(t, want)) {
-			t.Fatalf("taken over after entry %d of %d, the machine asks for other I/O than the run's did (step %d)", i, len(rec.entries), m.op.Step)
+			t.Fatalf("taken over after entry %d of %d, the machine asks for other I/O than the run's did", i, len(rec.entries))
 		}
 	}
 	for _, st := range []opStep{stepBlocks, stepMetas, stepSlots, stepJournal, stepEvicted} {
@@ -421,7 +439,10 @@ func TestTreeTakeoverAsksAgain(t *testing.T) {
 			t.Fatalf("no entry left an operation at step %d: %v", st, steps)
 		}
 	}
-	t.Logf("%d entries; operations in progress after them, by step: %v", len(rec.entries), steps)
+	if held == 0 {
+		t.Fatal("no entry left a committed Write unflushed")
+	}
+	t.Logf("%d entries; operations in progress after them, by step: %v; %d with a committed Write unflushed", len(rec.entries), steps, held)
 }
 
 // askedIO returns the I/O out asks for: messages to the Stash shards, a
