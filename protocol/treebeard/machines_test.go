@@ -3,7 +3,9 @@ package treebeard
 import (
 	"bytes"
 	"encoding/gob"
+	"maps"
 	"math/rand/v2"
+	"reflect"
 	"slices"
 	"sync"
 	"testing"
@@ -12,6 +14,7 @@ import (
 	"github.com/oblivkv/oblivkv/backend/mem"
 	"github.com/oblivkv/oblivkv/kv"
 	"github.com/oblivkv/oblivkv/kv/kvtest"
+	"github.com/oblivkv/oblivkv/protocol/ringoram"
 	"github.com/oblivkv/oblivkv/protocol/tree"
 	"github.com/oblivkv/oblivkv/seal"
 )
@@ -254,4 +257,76 @@ func TestMachinesReplayDeterminism(t *testing.T) {
 		}
 		t.Logf("%d entries, %d epochs cut, %d of 20 snapshots mid-epoch", len(router.entries), cuts, collecting)
 	})
+}
+
+// TestStashTakeoverSendsPartsAgain: a Stash shard's machine restored
+// from its image after any entry of a run owes (outstanding) exactly the
+// parts the run's machine sent the trees whose results had not come back
+// by then, each with the same reads, fake ones included; a copy of
+// results applied already, coming later, changes nothing.
+func TestStashTakeoverSendsPartsAgain(t *testing.T) {
+	rec, _, _, _ := recordRun(t)
+	sh, err := NewShape(256, 32, Options{StashShards: 2, A: 2, K: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fresh := func() *stashCore { return newStashCore(sh.opts.Trees, sh.geo, sh.capacity, sh.valueSize, [32]byte{}) }
+	c := fresh()
+	if err := c.restoreImage(rec.initial); err != nil {
+		t.Fatal(err)
+	}
+	sent := map[uint64]map[int][]ringoram.PathRead{} // by epoch and tree: the reads sent whose results are not back
+	owing, copies := 0, 0
+	var results []stashEntry // the results applied
+	for i, b := range rec.entries {
+		e := decoded[stashEntry](t, b)
+		out := c.step(e)
+		switch {
+		case e.Kind == entryBatch && out.Copy == nil:
+			sent[e.Epoch] = map[int][]ringoram.PathRead{}
+			for t, reads := range out.Reads {
+				sent[e.Epoch][t] = reads
+			}
+		case e.Kind == entryResults && sent[e.Epoch] != nil:
+			if delete(sent[e.Epoch], e.Tree); len(sent[e.Epoch]) == 0 {
+				delete(sent, e.Epoch)
+			}
+		}
+		var want []sentPart
+		for _, epoch := range slices.Sorted(maps.Keys(sent)) {
+			for _, t := range slices.Sorted(maps.Keys(sent[epoch])) {
+				want = append(want, sentPart{Epoch: epoch, Tree: t, Reads: sent[epoch][t]})
+			}
+		}
+		taken := fresh()
+		if err := taken.restoreImage(c.image()); err != nil {
+			t.Fatal(err)
+		}
+		if got := taken.outstanding(); !bytes.Equal(encoded(t, got), encoded(t, want)) {
+			t.Fatalf("taken over after entry %d of %d, the shard owes other parts than the run's had not got back", i, len(rec.entries))
+		}
+		owing += min(len(want), 1)
+		if e.Kind == entryResults {
+			results = append(results, e)
+		}
+		// A copy of results applied already, for a block whose real read
+		// is in flight again (a later epoch's), changes nothing.
+		if j := slices.IndexFunc(results, func(r stashEntry) bool { return readsInflight(c, r) }); j >= 0 {
+			before := c.image()
+			if again := c.step(results[j]); !reflect.DeepEqual(again, stashOutput{}) || !bytes.Equal(c.image(), before) {
+				t.Fatalf("a copy of results applied after entry %d changed the shard or gave outputs", i)
+			}
+			copies++
+		}
+	}
+	if owing == 0 || copies == 0 {
+		t.Fatalf("%d entries left parts owed, %d copies of results; want some of each", owing, copies)
+	}
+	t.Logf("%d entries, %d leaving parts owed", len(rec.entries), owing)
+}
+
+// readsInflight reports whether a block results r brought is in a real
+// read in flight on c.
+func readsInflight(c *stashCore, r stashEntry) bool {
+	return slices.ContainsFunc(r.Real, func(res ringoram.ReadResult) bool { return c.inflight[res.Block.ID] != nil })
 }

@@ -2,6 +2,8 @@ package treebeard
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 
 	"github.com/oblivkv/oblivkv/kv"
 	"github.com/oblivkv/oblivkv/protocol/ringoram"
@@ -68,6 +70,11 @@ type epochReplies struct {
 	Left    int            // replies not made yet
 	IDs     []tree.BlockID // the blocks the batch names, in its order
 	Failure Status         // a path read of the epoch failed: its requests' outcome is unknown
+	// Parts holds, per tree, the reads of the epoch's part sent to it,
+	// and Back which trees' results came back: a driver taking the shard
+	// over sends the others again (outstanding).
+	Parts [][]ringoram.PathRead
+	Back  []bool
 }
 
 // step applies entry e and returns its outputs.
@@ -81,9 +88,14 @@ func (c *stashCore) step(e stashEntry) stashOutput {
 		}
 		c.openEpoch(e.Epoch, e.Msg, e.Batch)
 		p := c.plan(e.Epoch, e.Batch, e.Room)
+		ep := c.epochs[e.Epoch]
+		ep.Parts, ep.Back = p.Reads, make([]bool, c.trees)
 		out.Reads = p.Reads
 		out.Complete = c.assemble(p.Done)
 	case entryResults:
+		if !c.partBack(e.Epoch, e.Tree) {
+			break // a copy of results applied already
+		}
 		done := c.applyResults(e)
 		if ep := c.epochs[e.Epoch]; ep != nil && e.Failure.Code != CodeOK && ep.Failure.Code == CodeOK {
 			ep.Failure = e.Failure
@@ -120,6 +132,45 @@ func (c *stashCore) openEpoch(epoch uint64, msg MsgID, batch []Request) {
 		ids[i] = r.ID
 	}
 	c.epochs[epoch] = &epochReplies{Msg: msg, Replies: make([]Reply, len(batch)), Left: len(batch), IDs: ids}
+}
+
+// partBack notes that tree t's results of epoch's part came back, and
+// reports whether they are the first: a copy of results applied already,
+// or of an epoch closed (all of whose parts came back), is not.
+func (c *stashCore) partBack(epoch uint64, t int) bool {
+	ep := c.epochs[epoch]
+	if ep == nil || t < 0 || t >= len(ep.Back) || ep.Back[t] {
+		return false
+	}
+	ep.Back[t] = true
+	return true
+}
+
+// sentPart is a part of an epoch a Stash shard sent a tree: the reads it
+// asks for.
+type sentPart struct {
+	Epoch uint64
+	Tree  int
+	Reads []ringoram.PathRead
+}
+
+// outstanding returns the parts whose results have not come back, by
+// epoch and tree: what a driver taking the shard over sends again, under
+// the same ids, with the same reads (a tree answers a copy of a part it
+// read from its record, msgTable). Nothing else is owed: a Router whose
+// batch's reply was lost sends the batch again, and a tree its eviction's
+// messages, and both get the stored reply.
+func (c *stashCore) outstanding() []sentPart {
+	var out []sentPart
+	for _, epoch := range slices.Sorted(maps.Keys(c.epochs)) {
+		ep := c.epochs[epoch]
+		for t, back := range ep.Back {
+			if !back {
+				out = append(out, sentPart{Epoch: epoch, Tree: t, Reads: ep.Parts[t]})
+			}
+		}
+	}
+	return out
 }
 
 // answer stores reply, encoded, as the reply to message msg, and returns
