@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sync"
 
+	"github.com/oblivkv/oblivkv/internal/durable/delta"
 	"github.com/oblivkv/oblivkv/protocol/ringoram"
 	"github.com/oblivkv/oblivkv/protocol/tree"
 )
@@ -13,8 +14,8 @@ import (
 // Sec. 7.2: each Stash and ORAM shard is a group of replicas): a Replica
 // is the machine behind cluster/raftgroup.Machine. Its entries are the
 // machine's inputs, each encoded whole (a Router's batch of an epoch, a
-// tree's results of a part, what one storage Read brought), never one
-// per block; its snapshot is the machine's image. Every replica applies
+// tree's results of a part, what one storage Read brought; entrycodec.go),
+// never one per block; its snapshot is the machine's image. Every replica applies
 // the same committed entries to the same image and so reaches the same
 // state and returns the same outputs, which only the leader's driver
 // acts on.
@@ -52,7 +53,7 @@ func (sh Shape) treeConfig(t int) ringoram.Config {
 // What a replicated entry's first byte says it holds.
 const (
 	replicaCreate byte = iota + 1 // the machine's initial image
-	replicaInput                  // one input of the machine, gob-encoded
+	replicaInput                  // one input of the machine (entrycodec.go)
 )
 
 // Replica is one Stash shard's or one tree's machine in a replicated
@@ -78,7 +79,7 @@ func NewStashReplica(sh Shape) (*Replica, error) {
 	core.leak = sh.opts.TestingKnobs.Leak
 	return &Replica{
 		fresh: core.image,
-		step:  stepOf("a Stash shard", func(e stashEntry) any { return core.step(e) }),
+		step:  stepOf("a Stash shard", decodeStashEntry, core.step),
 		image: core.image, restore: core.restoreImage,
 	}, nil
 }
@@ -97,17 +98,18 @@ func NewTreeReplica(sh Shape, t int) (*Replica, error) {
 		core: newTreeCore(sh.opts.StashShards, sh.opts.A, sh.opts.K)}
 	return &Replica{
 		fresh: m.image,
-		step:  stepOf("a tree", func(e oramEntry) any { return m.apply(e) }),
+		step:  stepOf("a tree", decodeORAMEntry, m.apply),
 		image: m.image, restore: m.restoreImage,
 	}, nil
 }
 
 // stepOf returns a step that decodes an input of machine what and
 // applies it.
-func stepOf[E any](what string, apply func(E) any) func([]byte) (any, error) {
+func stepOf[E, O any](what string, decode func(*delta.Decoder) E, apply func(E) O) func([]byte) (any, error) {
 	return func(b []byte) (any, error) {
-		var e E
-		if err := decodeGob(b, &e); err != nil {
+		d := delta.NewDecoder(b)
+		e := decode(d)
+		if err := d.Done(); err != nil {
 			return nil, fmt.Errorf("treebeard: %s's entry: %w", what, err)
 		}
 		return apply(e), nil
@@ -120,9 +122,10 @@ func (r *Replica) Create() []byte { return createEntry(r.fresh()) }
 
 func createEntry(image []byte) []byte { return append([]byte{replicaCreate}, image...) }
 
-// inputEntry returns the entry of one input of the machine (a stashEntry
-// or an oramEntry).
-func inputEntry(input any) []byte { return append([]byte{replicaInput}, encodeGob(input)...) }
+// stashInput and treeInput return the entry of one input of a Stash
+// shard's machine and of a tree's.
+func stashInput(e stashEntry) []byte { return appendStashEntry([]byte{replicaInput}, e) }
+func treeInput(e oramEntry) []byte   { return appendORAMEntry([]byte{replicaInput}, e) }
 
 // errNotCreated refuses an input to a group whose machine no entry
 // created, and errCreatedTwice a second creation.

@@ -8,10 +8,12 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
 	"github.com/oblivkv/oblivkv/cluster/raftgroup"
+	"github.com/oblivkv/oblivkv/internal/durable/delta"
 	"github.com/oblivkv/oblivkv/kv/kvtest"
 	"github.com/oblivkv/oblivkv/seal"
 )
@@ -20,17 +22,17 @@ import (
 // each with its own raft directory, on loopback sockets (plaintext, which
 // raftgroup allows on loopback only; its own tests cover mutual TLS).
 type replicaGroup struct {
-	t        *testing.T
-	keys     *seal.Keys
-	root     string
-	peers    []raftgroup.Peer
-	make     func() *Replica
-	groups   map[string]*raftgroup.Group
-	machines map[string]*Replica
+	t          *testing.T
+	keys       *seal.Keys
+	root       string
+	peers      []raftgroup.Peer
+	newReplica func() *Replica
+	groups     map[string]*raftgroup.Group
+	machines   map[string]*Replica
 }
 
-func newReplicaGroup(t *testing.T, keys *seal.Keys, make func() *Replica) *replicaGroup {
-	g := &replicaGroup{t: t, keys: keys, root: t.TempDir(), make: make,
+func newReplicaGroup(t *testing.T, keys *seal.Keys, newReplica func() *Replica) *replicaGroup {
+	g := &replicaGroup{t: t, keys: keys, root: t.TempDir(), newReplica: newReplica,
 		groups: map[string]*raftgroup.Group{}, machines: map[string]*Replica{}}
 	for i := range 3 {
 		g.peers = append(g.peers, raftgroup.Peer{ID: fmt.Sprintf("r%d", i), Addr: loopbackAddr(t)})
@@ -57,7 +59,7 @@ func loopbackAddr(t *testing.T) string {
 
 func (g *replicaGroup) start(id string) {
 	g.t.Helper()
-	m := g.make()
+	m := g.newReplica()
 	timing := raftgroup.LANTiming // slower, so that a leader stays on a loaded machine
 	timing.Heartbeat, timing.Election, timing.LeaderLease = time.Second, time.Second, 500*time.Millisecond
 	timing.SnapshotEvery = 1 << 20 // the test takes its snapshots itself
@@ -126,7 +128,8 @@ func (g *replicaGroup) converged(want []byte) {
 	}
 }
 
-// replicate runs rec through a group of 3 replicas made by make: the
+// replicate runs rec through a group of 3 replicas made by newReplica,
+// each entry the replicated one of its recorded input (input): the
 // group is created from rec's initial image, then each of rec's entries
 // is proposed in order and must give rec's outputs. A third of the way
 // through its leader is stopped (the rest go through a new leader); two
@@ -134,18 +137,19 @@ func (g *replicaGroup) converged(want []byte) {
 // directory and comes back empty, to be sent a snapshot. At the end the
 // old leader comes back with its directory and catches up: every
 // replica's machine is then byte-identical to rec's final image.
-func replicate(t *testing.T, rec machineRecord, make func() *Replica) {
-	g := newReplicaGroup(t, kvtest.NewKeys(t), make)
-	size := 0
-	for _, e := range rec.entries {
-		size += 1 + len(e)
+func replicate(t *testing.T, rec machineRecord, newReplica func() *Replica, input func(recorded []byte) []byte) {
+	g := newReplicaGroup(t, kvtest.NewKeys(t), newReplica)
+	entries, size, gobSize := make([][]byte, len(rec.entries)), 0, 0
+	for i, e := range rec.entries {
+		entries[i] = input(e)
+		size, gobSize = size+len(entries[i]), gobSize+len(e)
 	}
-	t.Logf("%d entries, %d B each on average", len(rec.entries), size/len(rec.entries))
+	t.Logf("%d entries, %d B each on average (gob: %d B)", len(entries), size/len(entries), gobSize/len(entries))
 	if _, err := g.propose(createEntry(rec.initial)); err != nil {
 		t.Fatal(err)
 	}
 	var deposed, wiped string
-	for i, e := range rec.entries {
+	for i, e := range entries {
 		switch i {
 		case len(rec.entries) / 3:
 			deposed = g.leader()
@@ -167,7 +171,7 @@ func replicate(t *testing.T, rec machineRecord, make func() *Replica) {
 			}
 			g.start(wiped)
 		}
-		out, err := g.propose(append([]byte{replicaInput}, e...))
+		out, err := g.propose(e)
 		if err != nil {
 			t.Fatalf("entry %d of %d: %v", i, len(rec.entries), err)
 		}
@@ -180,6 +184,17 @@ func replicate(t *testing.T, rec machineRecord, make func() *Replica) {
 	if s := g.groups[wiped].Status(); s.LastSnapshot == 0 {
 		t.Fatalf("the replica whose directory was lost caught up without a snapshot: %+v", s)
 	}
+}
+
+// roundTrip returns the replicated entry of the input a run recorded
+// (gob), checking that it decodes to the same input.
+func roundTrip[E any](t *testing.T, recorded []byte, input func(E) []byte, decode func(*delta.Decoder) E) []byte {
+	entry := input(decoded[E](t, recorded))
+	d := delta.NewDecoder(entry[1:])
+	if back := decode(d); d.Done() != nil || !bytes.Equal(encoded(t, back), recorded) {
+		t.Fatalf("an input decodes otherwise than it was (%v)", d.Done())
+	}
+	return entry
 }
 
 // TestStashShardReplicated: the entries a Stash shard applied in a run
@@ -200,7 +215,7 @@ func TestStashShardReplicated(t *testing.T) {
 			t.Fatal(err)
 		}
 		return r
-	})
+	}, func(b []byte) []byte { return roundTrip(t, b, stashInput, decodeStashEntry) })
 }
 
 // TestTreeReplicated: the same for a tree's machine, over a run with
@@ -218,12 +233,12 @@ func TestTreeReplicated(t *testing.T) {
 			t.Fatal(err)
 		}
 		return r
-	})
+	}, func(b []byte) []byte { return roundTrip(t, b, treeInput, decodeORAMEntry) })
 }
 
 // TestReplicaEntriesInOrder: an input before the entry that creates the
-// machine, a second creation and an entry of no known kind are refused,
-// and change nothing.
+// machine, a second creation, an entry of no known kind and an input
+// truncated or followed by more bytes are refused, and change nothing.
 func TestReplicaEntriesInOrder(t *testing.T) {
 	sh, err := NewShape(256, 32, Options{})
 	if err != nil {
@@ -233,7 +248,7 @@ func TestReplicaEntriesInOrder(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	input := inputEntry(stashEntry{Kind: entryRelease})
+	input := stashInput(stashEntry{Kind: entryRelease})
 	if _, err := r.Apply(input); !errors.Is(err, errNotCreated) {
 		t.Fatalf("an input before the creation: %v, want %v", err, errNotCreated)
 	}
@@ -249,6 +264,12 @@ func TestReplicaEntriesInOrder(t *testing.T) {
 	}
 	if _, err := r.Apply([]byte{9}); !errors.Is(err, errEntryKind) {
 		t.Fatalf("an entry of kind 9: %v, want %v", err, errEntryKind)
+	}
+	if _, err := r.Apply(input[:len(input)-1]); err == nil {
+		t.Fatal("a truncated input applied")
+	}
+	if _, err := r.Apply(append(slices.Clip(input), 0)); err == nil {
+		t.Fatal("an input with a byte too many applied")
 	}
 	if after, _ := r.Snapshot(); !bytes.Equal(before, after) {
 		t.Fatal("a refused entry changed the machine")
