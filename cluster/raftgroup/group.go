@@ -256,18 +256,10 @@ var ErrNotLeader = errors.New("raftgroup: not the leader")
 // leadership, the context ended) leaves its outcome unknown: it may
 // still be committed.
 func (g *Group) Propose(ctx context.Context, entry []byte) (any, error) {
-	timeout := time.Duration(0)
-	if d, ok := ctx.Deadline(); ok {
-		timeout = time.Until(d)
-	}
 	start := time.Now()
-	f := g.raft.Apply(entry, timeout)
-	if err := f.Error(); err != nil {
-		if errors.Is(err, raft.ErrNotLeader) || errors.Is(err, raft.ErrLeadershipLost) {
-			_, id := g.raft.LeaderWithID()
-			return nil, fmt.Errorf("%w (leader: %q): %v", ErrNotLeader, id, err)
-		}
-		return nil, fmt.Errorf("raftgroup: propose: %w", err)
+	f := g.raft.Apply(entry, timeoutOf(ctx))
+	if err := g.failed("propose", f.Error()); err != nil {
+		return nil, err
 	}
 	g.metrics.commit.Observe(time.Since(start).Seconds())
 	res := f.Response().(applied)
@@ -284,15 +276,48 @@ func (g *Group) Leader() (id, addr string) {
 // IsLeader reports whether this replica leads.
 func (g *Group) IsLeader() bool { return g.raft.State() == raft.Leader }
 
+// Barrier waits until this replica, which must lead, has applied every
+// entry committed before the call: what a new leader does before it
+// reads its machine's state to take over (a leader elected may not have
+// applied all the entries its predecessor committed).
+func (g *Group) Barrier(ctx context.Context) error {
+	return g.failed("barrier", g.raft.Barrier(timeoutOf(ctx)).Error())
+}
+
+// timeoutOf is the time left before ctx's deadline, 0 (none) without one.
+func timeoutOf(ctx context.Context) time.Duration {
+	if d, ok := ctx.Deadline(); ok {
+		return time.Until(d)
+	}
+	return 0
+}
+
+// failed returns raft's error err of the call what: ErrNotLeader, naming
+// the leader if known, when this replica does not lead or stopped
+// leading.
+func (g *Group) failed(what string, err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, raft.ErrNotLeader) || errors.Is(err, raft.ErrLeadershipLost):
+		_, id := g.raft.LeaderWithID()
+		return fmt.Errorf("%w (leader: %q): %v", ErrNotLeader, id, err)
+	}
+	return fmt.Errorf("raftgroup: %s: %w", what, err)
+}
+
 // LeaderCh delivers true when this replica becomes leader and false when
 // it stops leading.
 func (g *Group) LeaderCh() <-chan bool { return g.raft.LeaderCh() }
 
 // Status is what a replica reports of its group.
 type Status struct {
-	State        string // Leader, Follower, Candidate or Shutdown
-	Term         uint64
-	CommitIndex  uint64
+	State       string // Leader, Follower, Candidate or Shutdown
+	Term        uint64
+	CommitIndex uint64
+	// AppliedIndex is the last entry raft handed the machine, which may
+	// not have applied it yet: a leader that reads its machine to take
+	// over waits with Barrier.
 	AppliedIndex uint64
 	LastSnapshot uint64 // the index of the last snapshot, 0 if none
 }

@@ -263,6 +263,29 @@ func TestLeaderFailover(t *testing.T) {
 	g.converged(40)
 }
 
+// TestBarrierAppliesCommitted: a leader elected after its predecessor
+// stopped has, once Barrier returns, applied every entry the predecessor
+// committed; a follower's Barrier is refused as not leading.
+func TestBarrierAppliesCommitted(t *testing.T) {
+	g := newTestGroup(t, 3)
+	g.propose(entries("a", 200)...)
+	g.stop(g.leader())
+	next := g.leader()
+	if err := g.replicas[next].Barrier(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if s, _ := g.machines[next].Snapshot(); binary.BigEndian.Uint64(s[32:]) != 200 {
+		t.Fatalf("the new leader applied %d of the 200 entries committed before its Barrier returned", binary.BigEndian.Uint64(s[32:]))
+	}
+	for id, r := range g.replicas {
+		if id != next {
+			if err := r.Barrier(t.Context()); !errors.Is(err, ErrNotLeader) {
+				t.Fatalf("a follower's Barrier: %v, want %v", err, ErrNotLeader)
+			}
+		}
+	}
+}
+
 func TestSnapshotInstallsOnANewReplica(t *testing.T) {
 	g := newTestGroup(t, 3)
 	g.propose(entries("a", 30)...)
