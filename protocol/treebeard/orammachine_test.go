@@ -62,14 +62,34 @@ func oramMachineOf(t *testing.T, m *oramMachine) machine {
 // then with Stash shard 1 cut off until tree 0 has given up an epoch
 // (cutOffShard), then checks that the store serves Puts once both heal,
 // and delivers a copy of the run's first part once more;
-// it records what tree 0's machine applies, and returns the record and a
-// maker of fresh machines of the tree.
-func recordTreeRun(t *testing.T) (machineRecord, func() *oramMachine) {
+// it records what tree 0's machine applies (once per test binary).
+func recordTreeRun(t *testing.T) machineRecord { return treeRuns.get(t, runTreeRecorded) }
+
+var treeRuns recorded[machineRecord]
+
+// treeRunOptions shape the store of recordTreeRun (with its epoch,
+// network and part timeout), 256 keys of 32 bytes.
+var treeRunOptions = Options{StashShards: 2, Trees: 2, Z: 1, S: 2, A: 2, K: 2}
+
+// freshTree returns a maker of fresh machines of tree 0 of recordTreeRun's
+// store.
+func freshTree(t *testing.T) func() *oramMachine {
+	sh := testShape(t, treeRunOptions)
+	return func() *oramMachine {
+		tr, err := ringoram.NewTree(sh.treeConfig(0))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return &oramMachine{id: 0, stashes: sh.opts.StashShards, tree: tr, core: newTreeCore(sh.opts.StashShards, sh.opts.A, sh.opts.K)}
+	}
+}
+
+func runTreeRecorded(t *testing.T) machineRecord {
 	b, keys, dir := mem.New(), kvtest.NewKeys(t), t.TempDir()
 	fb := &failingReads{Backend: b, rng: rand.New(rand.NewPCG(5, 5)), rate: 0.15}
 	net := NewFaultNet(Faults{Duplicate: 0.1, Late: 0.2, MaxDelay: 500 * time.Microsecond}, 5)
-	o := Options{StashShards: 2, Trees: 2, Z: 1, S: 2, A: 2, K: 2, Epoch: 100 * time.Microsecond,
-		TestingKnobs: TestingKnobs{Transport: net, PartTimeout: 20 * time.Millisecond}}
+	o := treeRunOptions
+	o.Epoch, o.TestingKnobs = 100*time.Microsecond, TestingKnobs{Transport: net, PartTimeout: 20 * time.Millisecond}
 	openStore := func(fresh bool) (*store, *journal.Journal) {
 		j, err := journal.Open(dir, keys, journal.Options{})
 		if err != nil {
@@ -130,14 +150,7 @@ func recordTreeRun(t *testing.T) (machineRecord, func() *oramMachine) {
 	w.mu.Lock()
 	rec.final = w.m.image()
 	w.mu.Unlock()
-	fresh := func() *oramMachine {
-		tr, err := ringoram.NewTree(s.treeConfig(0))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return &oramMachine{id: 0, stashes: len(s.stashes), tree: tr, core: newTreeCore(len(s.stashes), s.opts.A, s.opts.K)}
-	}
-	return rec, fresh
+	return rec
 }
 
 // cutOffShard cuts Stash shard 1 off the network while 4 clients write,
@@ -213,7 +226,7 @@ func runClients(t *testing.T, s *store, n, ops int) {
 // image at 20 random points, some with an operation's Reads or its
 // eviction in flight.
 func TestORAMMachineReplayDeterminism(t *testing.T) {
-	rec, fresh := recordTreeRun(t)
+	rec, fresh := recordTreeRun(t), freshTree(t)
 	kinds, failed := map[oramEntryKind]int{}, 0
 	for _, b := range rec.entries {
 		e := decoded[oramEntry](t, b)
@@ -393,7 +406,7 @@ func TestTreeCheckpointKeepsPartRecord(t *testing.T) {
 // the last operation committed until a Read after it succeeded, which
 // the run's driver held to send with that Read.
 func TestTreeTakeoverAsksAgain(t *testing.T) {
-	rec, fresh := recordTreeRun(t)
+	rec, fresh := recordTreeRun(t), freshTree(t)
 	m := fresh()
 	if err := m.restoreImage(rec.initial); err != nil {
 		t.Fatal(err)

@@ -14,11 +14,11 @@ import (
 // Sec. 7.2: each Stash and ORAM shard is a group of replicas): a Replica
 // is the machine behind cluster/raftgroup.Machine. Its entries are the
 // machine's inputs, each encoded whole (a Router's batch of an epoch, a
-// tree's results of a part, what one storage Read brought; entrycodec.go),
-// never one per block; its snapshot is the machine's image. Every replica applies
-// the same committed entries to the same image and so reaches the same
-// state and returns the same outputs, which only the leader's driver
-// acts on.
+// tree's results of a part, what one storage Read brought;
+// entrycodec.go), never one per block; its snapshot is the machine's
+// image. Every replica applies the same committed entries to the same
+// image and so reaches the same state and returns the same outputs,
+// which only the leader's driver acts on.
 //
 // A group's first entry creates its machine (Replica.Create): it carries
 // the machine's initial image, random sources included, drawn once by

@@ -204,11 +204,8 @@ func roundTrip[E any](t *testing.T, recorded []byte, input func(E) []byte, decod
 // its directory midway, give the run's outputs, and every replica ends
 // with the run's final state, byte for byte.
 func TestStashShardReplicated(t *testing.T) {
-	rec, _, _, _ := recordRun(t)
-	sh, err := NewShape(256, 32, Options{StashShards: 2, A: 2, K: 2})
-	if err != nil {
-		t.Fatal(err)
-	}
+	rec, _ := recordRun(t)
+	sh := testShape(t, runOptions)
 	replicate(t, rec, func() *Replica {
 		r, err := NewStashReplica(sh)
 		if err != nil {
@@ -222,11 +219,8 @@ func TestStashShardReplicated(t *testing.T) {
 // failed Reads, early reshuffles, evictions, an epoch given up and copies
 // of parts (recordTreeRun).
 func TestTreeReplicated(t *testing.T) {
-	rec, _ := recordTreeRun(t)
-	sh, err := NewShape(256, 32, Options{StashShards: 2, Trees: 2, Z: 1, S: 2, A: 2, K: 2})
-	if err != nil {
-		t.Fatal(err)
-	}
+	rec := recordTreeRun(t)
+	sh := testShape(t, treeRunOptions)
 	replicate(t, rec, func() *Replica {
 		r, err := NewTreeReplica(sh, 0)
 		if err != nil {
