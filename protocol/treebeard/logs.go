@@ -42,6 +42,11 @@ type machineLog struct {
 	log  *durable.Log
 	ckpt *checkpoints
 	busy atomic.Bool // a checkpoint of the machine is being written
+	// again, when set, is called once a checkpoint is written if the log
+	// is due again (records came meanwhile): the machine's driver takes
+	// the next one at its next point between steps, even if no step of
+	// its own comes, so an idle machine does not hold the journal's floor.
+	again func()
 }
 
 // checkpoints are the checkpoints of a store's machines under way, and
@@ -94,9 +99,13 @@ func (l *machineLog) checkpointIfDue(snapshot func() checkpointState) {
 	}
 	at, st := l.log.Last(), snapshot()
 	l.ckpt.wg.Go(func() {
-		defer l.busy.Store(false)
-		if err := l.Checkpoint(context.Background(), st.encode(), at); err != nil {
+		err := l.Checkpoint(context.Background(), st.encode(), at)
+		l.busy.Store(false)
+		switch {
+		case err != nil:
 			l.ckpt.note(errors.Join(errCheckpoint, err))
+		case l.again != nil && l.Due():
+			l.again()
 		}
 	})
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -254,6 +255,14 @@ func TestCheckpointWhileTreeBlocked(t *testing.T) {
 	before := j.Stats().Checkpoints
 	g1.release()
 	waitFor(t, "checkpoint while tree 0 is blocked", func() bool { return j.Stats().Checkpoints > before })
+	// Tree 1 journaled the plan of the operation whose Read was held: only
+	// a checkpoint of its own covers it, and the Stash shards' records too,
+	// though tree 1 and the shards may have no step left to take while
+	// tree 0 is held (machineLog.again).
+	logs := []*machineLog{s.workers[1].log, s.stashes[0].log, s.stashes[1].log}
+	waitFor(t, "checkpoints of tree 1 and the Stash shards covering their records while tree 0 is blocked", func() bool {
+		return !slices.ContainsFunc(logs, func(l *machineLog) bool { return l.Due() || l.busy.Load() })
+	})
 	w := s.workers[0]
 	w.mu.Lock()
 	inProgress := w.m.op != nil

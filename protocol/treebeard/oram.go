@@ -258,10 +258,7 @@ func (w *treeWorker) applyLocked(e oramEntry) {
 	}
 	if out.hasIO() {
 		w.io = &out
-		select {
-		case w.wake <- struct{}{}:
-		default:
-		}
+		w.wakeUp()
 	}
 }
 
@@ -311,6 +308,7 @@ func (w *treeWorker) run() {
 				return
 			}
 			<-w.wake
+			w.nudged()
 			continue
 		}
 		w.do(context.Background(), *io)
@@ -342,6 +340,26 @@ func (w *treeWorker) betweenOps() {
 	}
 	if w.m.hold {
 		w.applyLocked(oramEntry{Kind: oramGo})
+	}
+}
+
+// nudged runs betweenOps when the worker was woken with no I/O to do and
+// is not stopping: its log's checkpoint ended with the log due again
+// (machineLog.again), and an idle tree takes the next one now.
+func (w *treeWorker) nudged() {
+	w.mu.Lock()
+	idle := w.io == nil && !w.stopped
+	w.mu.Unlock()
+	if idle {
+		w.betweenOps()
+	}
+}
+
+// wakeUp wakes the worker's goroutine, unless it is woken already.
+func (w *treeWorker) wakeUp() {
+	select {
+	case w.wake <- struct{}{}:
+	default:
 	}
 }
 
@@ -502,10 +520,7 @@ func (w *treeWorker) stop() {
 	w.mu.Lock()
 	w.stopped = true
 	w.mu.Unlock()
-	select {
-	case w.wake <- struct{}{}:
-	default:
-	}
+	w.wakeUp()
 	<-w.exited
 }
 

@@ -40,8 +40,18 @@ type Stash struct {
 }
 
 func newStash(id int, core *stashCore, q *quota, log *machineLog, net *netState) *Stash {
-	return &Stash{id: id, core: core, quota: q, log: log, net: net,
+	s := &Stash{id: id, core: core, quota: q, log: log, net: net,
 		complete: map[uint64]chan struct{}{}, answering: map[MsgID]chan struct{}{}}
+	log.again = s.checkpointAgain
+	return s
+}
+
+// checkpointAgain takes the shard's checkpoint when its log is due: any
+// moment the shard's lock is free is between two of its steps.
+func (s *Stash) checkpointAgain() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.log.checkpointIfDue(s.core.checkpointState)
 }
 
 // connect gives the shard the owner of each tree.

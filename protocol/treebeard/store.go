@@ -174,6 +174,7 @@ func build(env kv.Env, opts Options, log *durable.Log) (*store, error) {
 		core.leak = opts.TestingKnobs.Leak
 		w := newTreeWorker(t, core, s.net, clock, cmp.Or(opts.TestingKnobs.PartTimeout, defaultPartTimeout), opts.TestingKnobs.Trace)
 		w.log = newMachineLog(log, treeMachineID(t), s.ckpt)
+		w.log.again = w.wakeUp
 		w.superseded = func(ctx context.Context) error { return s.deposed.Superseded(ctx, env.Backend, s.fence(t)) }
 		cfg := s.treeConfig(t)
 		cfg.Backend, cfg.Keys, cfg.Seed = s.fenced(env.Backend, t), env.Keys, new(seeds())
