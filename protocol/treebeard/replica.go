@@ -62,7 +62,6 @@ const (
 type Replica struct {
 	mu      sync.Mutex
 	created bool
-	fresh   func() []byte // a new machine's image, with its own seeds
 	step    func(input []byte) (any, error)
 	image   func() []byte
 	restore func([]byte) error
@@ -78,7 +77,6 @@ func NewStashReplica(sh Shape) (*Replica, error) {
 	core := newStashCore(sh.opts.Trees, sh.geo, sh.capacity, sh.valueSize, seeds())
 	core.leak = sh.opts.TestingKnobs.Leak
 	return &Replica{
-		fresh: core.image,
 		step:  stepOf("a Stash shard", decodeStashEntry, core.step),
 		image: core.image, restore: core.restoreImage,
 	}, nil
@@ -97,7 +95,6 @@ func NewTreeReplica(sh Shape, t int) (*Replica, error) {
 	m := &oramMachine{id: t, stashes: sh.opts.StashShards, tree: tr, msgs: newMsgTable(),
 		core: newTreeCore(sh.opts.StashShards, sh.opts.A, sh.opts.K)}
 	return &Replica{
-		fresh: m.image,
 		step:  stepOf("a tree", decodeORAMEntry, m.apply),
 		image: m.image, restore: m.restoreImage,
 	}, nil
@@ -116,9 +113,14 @@ func stepOf[E, O any](what string, decode func(*delta.Decoder) E, apply func(E) 
 	}
 }
 
-// Create returns the entry that creates the group's machine: this
-// replica's fresh image, its random sources drawn when it was made.
-func (r *Replica) Create() []byte { return createEntry(r.fresh()) }
+// Create returns the entry that creates the group's machine: the image of
+// this replica's machine, which no entry has created yet (its random
+// sources drawn when the replica was made).
+func (r *Replica) Create() []byte {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return createEntry(r.image())
+}
 
 func createEntry(image []byte) []byte { return append([]byte{replicaCreate}, image...) }
 
