@@ -246,7 +246,7 @@ func TestMachinesReplayDeterminism(t *testing.T) {
 	stash, router := recordRun(t)
 	sh := testShape(t, runOptions)
 	freshStash := func() machine {
-		return stashMachine(t, newStashCore(sh.opts.Trees, sh.geo, sh.capacity, sh.valueSize, [32]byte{9}))
+		return stashMachine(t, sh.newStashCore([32]byte{9}))
 	}
 	freshRouter := func() machine { return routerMachine(t, &routerCore{}) }
 	t.Run("stash", func(t *testing.T) {
@@ -317,7 +317,7 @@ func TestMachinesReplayDeterminism(t *testing.T) {
 func TestStashTakeoverSendsPartsAgain(t *testing.T) {
 	rec, _ := recordRun(t)
 	sh := testShape(t, runOptions)
-	fresh := func() *stashCore { return newStashCore(sh.opts.Trees, sh.geo, sh.capacity, sh.valueSize, [32]byte{}) }
+	fresh := func() *stashCore { return sh.newStashCore([32]byte{}) }
 	c := fresh()
 	if err := c.restoreImage(rec.initial); err != nil {
 		t.Fatal(err)

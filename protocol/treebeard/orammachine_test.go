@@ -80,7 +80,7 @@ func freshTree(t *testing.T) func() *oramMachine {
 		if err != nil {
 			t.Fatal(err)
 		}
-		return &oramMachine{id: 0, stashes: sh.opts.StashShards, tree: tr, core: newTreeCore(sh.opts.StashShards, sh.opts.A, sh.opts.K)}
+		return &oramMachine{id: 0, stashes: sh.opts.StashShards, tree: tr, core: sh.newTreeCore()}
 	}
 }
 

@@ -41,7 +41,29 @@ func NewShape(capacity, valueSize int, o Options) (Shape, error) {
 	if err := o.Validate(capacity); err != nil {
 		return Shape{}, err
 	}
-	return Shape{opts: o, geo: geometry(capacity, o.Trees, o.Z), capacity: int64(capacity), valueSize: valueSize}, nil
+	return shapeOf(capacity, valueSize, o), nil
+}
+
+// shapeOf is the shape of a store of capacity keys of valueSize bytes
+// under o, whose defaults are set.
+func shapeOf(capacity, valueSize int, o Options) Shape {
+	return Shape{opts: o, geo: geometry(capacity, o.Trees, o.Z), capacity: int64(capacity), valueSize: valueSize}
+}
+
+// newStashCore returns an empty Stash shard of the store, drawing from
+// seed.
+func (sh Shape) newStashCore(seed [32]byte) *stashCore {
+	c := newStashCore(sh.opts.Trees, sh.geo, sh.capacity, sh.valueSize, seed)
+	c.leak = sh.opts.TestingKnobs.Leak
+	return c
+}
+
+// newTreeCore returns the schedule of a tree of the store that has
+// evicted nothing yet.
+func (sh Shape) newTreeCore() *treeCore {
+	c := newTreeCore(sh.opts.StashShards, sh.opts.A, sh.opts.K)
+	c.leak = sh.opts.TestingKnobs.Leak
+	return c
 }
 
 // treeConfig is tree t's configuration.
@@ -74,8 +96,7 @@ func NewStashReplica(sh Shape) (*Replica, error) {
 	if err != nil {
 		return nil, err
 	}
-	core := newStashCore(sh.opts.Trees, sh.geo, sh.capacity, sh.valueSize, seeds())
-	core.leak = sh.opts.TestingKnobs.Leak
+	core := sh.newStashCore(seeds())
 	return &Replica{
 		step:  stepOf("a Stash shard", decodeStashEntry, core.step),
 		image: core.image, restore: core.restoreImage,
@@ -93,7 +114,7 @@ func NewTreeReplica(sh Shape, t int) (*Replica, error) {
 		return nil, err
 	}
 	m := &oramMachine{id: t, stashes: sh.opts.StashShards, tree: tr, msgs: newMsgTable(),
-		core: newTreeCore(sh.opts.StashShards, sh.opts.A, sh.opts.K)}
+		core: sh.newTreeCore()}
 	return &Replica{
 		step:  stepOf("a tree", decodeORAMEntry, m.apply),
 		image: m.image, restore: m.restoreImage,

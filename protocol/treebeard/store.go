@@ -79,13 +79,12 @@ func treeLayout(addr string) (ringoram.Layout, bool) {
 // shards in the middle, ORAM shards owning the trees, talking through the
 // interfaces of layers.go.
 type store struct {
-	b     backend.Backend
-	keys  *seal.Keys
-	opts  Options
-	geo   tree.Geometry
+	b    backend.Backend
+	keys *seal.Keys
+	// Shape holds the options, the trees' geometry and the value size
+	// (which bounds the values a journal record may hold).
+	Shape
 	quota *quota // the capacity and the keys stored
-	// valueSize bounds the values a journal record may hold.
-	valueSize int
 
 	routers []*Router
 	stashes []*Stash
@@ -119,10 +118,11 @@ func open(ctx context.Context, env kv.Env) (*store, error) {
 		return nil, err
 	}
 	given := opts
-	opts = opts.EnsureDefaults(env.Capacity)
-	if err := opts.Validate(env.Capacity); err != nil {
+	sh, err := NewShape(env.Capacity, env.ValueSize, opts)
+	if err != nil {
 		return nil, err
 	}
+	opts = sh.opts
 	log := durable.New(env.Journal, env.Backend, env.Keys)
 	var s *store
 	if env.Fresh {
@@ -143,8 +143,8 @@ func open(ctx context.Context, env kv.Env) (*store, error) {
 
 // build creates the layers, not yet running, journaling in log.
 func build(env kv.Env, opts Options, log *durable.Log) (*store, error) {
-	s := &store{b: env.Backend, keys: env.Keys, opts: opts, valueSize: env.ValueSize, net: newNetState(), adminNet: newNetState(),
-		geo: geometry(env.Capacity, opts.Trees, opts.Z), quota: &quota{capacity: int64(env.Capacity)}}
+	s := &store{b: env.Backend, keys: env.Keys, Shape: shapeOf(env.Capacity, env.ValueSize, opts), net: newNetState(), adminNet: newNetState(),
+		quota: &quota{capacity: int64(env.Capacity)}}
 	seeds, err := newSeeds(opts)
 	if err != nil {
 		return nil, err
@@ -154,8 +154,7 @@ func build(env kv.Env, opts Options, log *durable.Log) (*store, error) {
 	net := transportOf(opts.TestingKnobs, env.Keys)
 	clock := cmp.Or(opts.TestingKnobs.Clock, clockwork.NewRealClock())
 	for i := range opts.StashShards {
-		core := newStashCore(opts.Trees, s.geo, s.quota.capacity, env.ValueSize, seeds())
-		core.leak = opts.TestingKnobs.Leak
+		core := s.newStashCore(seeds())
 		s.stashes = append(s.stashes, newStash(i, core, s.quota, newMachineLog(log, stashMachineID(i), s.ckpt), s.net))
 	}
 	sources := make([]EvictionSource, len(s.stashes))
@@ -170,8 +169,7 @@ func build(env kv.Env, opts Options, log *durable.Log) (*store, error) {
 	}
 	readers := make([]PathReader, opts.Trees)
 	for t := range opts.Trees {
-		core := newTreeCore(len(s.stashes), opts.A, opts.K)
-		core.leak = opts.TestingKnobs.Leak
+		core := s.newTreeCore()
 		w := newTreeWorker(t, core, s.net, clock, cmp.Or(opts.TestingKnobs.PartTimeout, defaultPartTimeout), opts.TestingKnobs.Trace)
 		w.log = newMachineLog(log, treeMachineID(t), s.ckpt)
 		w.log.again = w.wakeUp
@@ -209,11 +207,6 @@ func transportOf(k TestingKnobs, keys *seal.Keys) transport {
 		return sealedWire{keys: keys, net: inProcess{}}
 	}
 	return directCall{}
-}
-
-// treeConfig returns tree t's geometry, parameters and layout.
-func (s *store) treeConfig(t int) ringoram.Config {
-	return Shape{opts: s.opts, geo: s.geo, valueSize: s.valueSize}.treeConfig(t)
 }
 
 // newSeeds returns a maker of independent seeds, all drawn from one root:
