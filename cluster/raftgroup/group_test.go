@@ -28,11 +28,13 @@ type chain struct {
 	mu    sync.Mutex
 	sum   [32]byte
 	count uint64
+	delay time.Duration // each Apply takes this long
 }
 
 func (c *chain) Apply(entry []byte) (any, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	time.Sleep(c.delay)
 	if bytes.Equal(entry, []byte("refuse")) {
 		return nil, errors.New("refused")
 	}
@@ -265,11 +267,20 @@ func TestLeaderFailover(t *testing.T) {
 
 // TestBarrierAppliesCommitted: a leader elected after its predecessor
 // stopped has, once Barrier returns, applied every entry the predecessor
-// committed; a follower's Barrier is refused as not leading.
+// committed, though its machine applies slowly and was behind; a
+// follower's Barrier is refused as not leading.
 func TestBarrierAppliesCommitted(t *testing.T) {
 	g := newTestGroup(t, 3)
+	leader := g.leader()
+	for id, m := range g.machines { // the followers' machines fall behind the leader's
+		if id != leader {
+			m.mu.Lock()
+			m.delay = 5 * time.Millisecond
+			m.mu.Unlock()
+		}
+	}
 	g.propose(entries("a", 200)...)
-	g.stop(g.leader())
+	g.stop(leader)
 	next := g.leader()
 	if err := g.replicas[next].Barrier(t.Context()); err != nil {
 		t.Fatal(err)
