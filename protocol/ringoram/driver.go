@@ -40,6 +40,13 @@ func NewDriver(cfg Config) (*Driver, error) {
 	if err != nil {
 		return nil, err
 	}
+	return DriverOf(t, cfg)
+}
+
+// DriverOf returns a Driver of t, a Tree of cfg, over cfg.Backend: a
+// replicated tree's leader drives the Tree its replica applies entries
+// to. It does no I/O.
+func DriverOf(t *Tree, cfg Config) (*Driver, error) {
 	if cfg.Backend == nil || cfg.Keys == nil {
 		return nil, errors.New("ringoram: Config needs a Backend and Keys")
 	}

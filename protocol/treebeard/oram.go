@@ -148,7 +148,8 @@ type treeWorker struct {
 	m           *oramMachine
 	stashes     []EvictionSource
 	trace       func(traceEvent)
-	log         *machineLog
+	log         *machineLog                 // in this process: the tree's log in the store's journal
+	group       *term                       // replicated: the ORAM shard's group this driver leads
 	superseded  func(context.Context) error // a later open's takeover, as storage's fence shows it (explain)
 	net         *netState
 	clock       clockwork.Clock // the epochs' timers run on it
@@ -212,30 +213,51 @@ func (w *treeWorker) release(parts []MsgID) {
 // (oramAbandon).
 func (w *treeWorker) read(id MsgID, reads []ringoram.PathRead) partReply {
 	done := make(chan partReply, 1)
+	e := oramEntry{Kind: oramPart, ID: id, Reads: reads}
 	w.mu.Lock()
 	if w.stopped {
 		w.mu.Unlock()
+		if w.group != nil { // the term ended: the group's next leader reads it
+			return partReply{Status: lostLead(errDeposed)}
+		}
 		return partReply{Status: statusOf(kv.ErrClosed)}
 	}
 	w.waiting[id] = append(w.waiting[id], done)
-	w.applyLocked(oramEntry{Kind: oramPart, ID: id, Reads: reads})
+	if w.group == nil {
+		w.applyLocked(e)
+	}
 	w.mu.Unlock()
-	return <-done
+	if w.group != nil {
+		w.group.propose(treeInputOf(w.id, e)) // an error: the term ended, and the wait below fails
+	}
+	select {
+	case r := <-done:
+		return r
+	case <-w.group.deposed():
+		return partReply{Status: lostLead(errDeposed)}
+	}
 }
 
-// apply is applyLocked, taking w.mu.
+// apply applies e to the machine: under w.mu in this process, or as an
+// entry of the shard's group (an error: this driver's term ended, and
+// every wait of its fails).
 func (w *treeWorker) apply(e oramEntry) {
+	if w.group != nil {
+		w.group.propose(treeInputOf(w.id, e))
+		return
+	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.applyLocked(e)
 }
 
-// applyLocked applies e to the machine and does at once what needs no
-// I/O: it hands each reply to the callers waiting for its part, and
-// starts and stops the epochs' timers; the I/O is left to run. w.mu is
-// held.
-func (w *treeWorker) applyLocked(e oramEntry) {
-	out := w.m.apply(e)
+// applyLocked applies e to the machine in this process; w.mu is held.
+func (w *treeWorker) applyLocked(e oramEntry) { w.afterApply(e, w.m.apply(e)) }
+
+// afterApply does at once what needs no I/O once the machine applied e:
+// it hands each reply to the callers waiting for its part, and starts
+// and stops the epochs' timers; the I/O is left to run. w.mu is held.
+func (w *treeWorker) afterApply(e oramEntry, out oramOutput) {
 	if w.applied != nil {
 		w.applied(e, out)
 	}
@@ -279,9 +301,9 @@ func (w *treeWorker) timeParts(out oramOutput) {
 // abandon feeds the firing of epoch's timer to the machine.
 func (w *treeWorker) abandon(epoch uint64) {
 	w.mu.Lock()
-	defer w.mu.Unlock()
 	delete(w.timers, epoch)
-	w.applyLocked(oramEntry{Kind: oramAbandon, Epoch: epoch})
+	w.mu.Unlock()
+	w.apply(oramEntry{Kind: oramAbandon, Epoch: epoch})
 }
 
 // hasIO reports whether out names I/O for the driver.
@@ -324,6 +346,10 @@ func (w *treeWorker) run() {
 // (oramHold), so that a busy tree reaches a point between operations.
 // Only this tree waits for its checkpoint's snapshot; the others go on.
 func (w *treeWorker) betweenOps() {
+	if w.group != nil { // the group's snapshots are raft's
+		w.flushIfIdle()
+		return
+	}
 	w.mu.Lock()
 	idle, due := w.io == nil && w.m.op == nil, w.log.Due() && !w.log.busy.Load()
 	if !idle && due && !w.m.hold {
@@ -340,6 +366,19 @@ func (w *treeWorker) betweenOps() {
 	}
 	if w.m.hold {
 		w.applyLocked(oramEntry{Kind: oramGo})
+	}
+}
+
+// flushIfIdle sends the tree's last Write on its own when no operation
+// is in progress.
+func (w *treeWorker) flushIfIdle() {
+	var idle bool
+	w.group.view(func() { idle = w.m.op == nil })
+	w.mu.Lock()
+	idle = idle && w.io == nil
+	w.mu.Unlock()
+	if idle {
+		w.flush(context.Background())
 	}
 }
 
@@ -377,7 +416,7 @@ func (w *treeWorker) waitIdle() {
 // the Stash shards, its journaled plan and a Read, its journaled Change
 // and Write, or its placements reported to the Stash shards).
 func (w *treeWorker) do(ctx context.Context, out oramOutput) {
-	if out.Evicted != nil {
+	if out.Evicted != nil && w.group == nil {
 		w.log.Append(out.Evicted)
 	}
 	switch {
@@ -436,9 +475,10 @@ func (w *treeWorker) explain(ctx context.Context, err error) error {
 }
 
 // journal commits a record of the tree, if any, before the I/O it
-// announces.
+// announces. A replicated tree's record is the group's commit of the
+// entry that made it, before its output reached the driver.
 func (w *treeWorker) journal(record []byte) Status {
-	if record == nil {
+	if record == nil || w.group != nil {
 		return Status{}
 	}
 	if _, err := w.log.Commit(record); err != nil {
@@ -563,6 +603,11 @@ func (w *treeWorker) noteStats(out oramOutput) {
 
 // heldReplies is the number of replies to parts kept for their senders.
 func (w *treeWorker) heldReplies() int {
+	var n int
+	if w.group != nil {
+		w.group.view(func() { n = w.m.msgs.heldCount() })
+		return n
+	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.m.msgs.heldCount()

@@ -559,7 +559,8 @@ func (m *oramMachine) ask(out *oramOutput) {
 // (Treebeard Sec. 5.3.3); the Stash shards answer copies of an
 // eviction's messages from their record (msgTable); a Write storage
 // already holds is written again with the versions it has, and no later
-// Write can have superseded it, since a later one follows a Read.
+// Write can have superseded it, since a later one follows a Read. Its
+// Wait names the epochs waiting for a part, whose timers start again.
 func (m *oramMachine) outstanding() oramOutput {
 	var out oramOutput
 	if m.op != nil {
@@ -567,6 +568,11 @@ func (m *oramMachine) outstanding() oramOutput {
 	}
 	if out.Write == nil {
 		out.Write = m.unflushed
+	}
+	for _, p := range m.held {
+		if !slices.Contains(out.Wait, p.epoch()) {
+			out.Wait = append(out.Wait, p.epoch())
+		}
 	}
 	return out
 }

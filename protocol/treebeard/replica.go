@@ -80,58 +80,103 @@ const (
 
 // Replica is one Stash shard's or one tree's machine in a replicated
 // group. Apply, Snapshot and Restore may be called from any goroutine;
-// they take turns.
+// they take turns. An entry holds one input or several, applied in turn;
+// Apply returns their outputs, in order, as a slice.
 type Replica struct {
 	mu      sync.Mutex
 	created bool
 	step    func(input []byte) (any, error)
 	image   func() []byte
 	restore func([]byte) error
+	// observe, when set, sees each input and its outputs as they are
+	// applied: the driver of the replica leading its group (afterStep).
+	observe func(input, output any)
 }
 
 // NewStashReplica returns a replica of a Stash shard of a store of shape
 // sh. Its outputs are the shard's (stashOutput).
 func NewStashReplica(sh Shape) (*Replica, error) {
+	r, _, err := newStashReplica(sh)
+	return r, err
+}
+
+// newStashReplica returns a replica of a Stash shard and its machine.
+func newStashReplica(sh Shape) (*Replica, *stashCore, error) {
 	seeds, err := newSeeds(sh.opts)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	core := sh.newStashCore(seeds())
-	return &Replica{
-		step:  stepOf("a Stash shard", decodeStashEntry, core.step),
-		image: core.image, restore: core.restoreImage,
-	}, nil
+	r := &Replica{image: core.image, restore: core.restoreImage}
+	r.step = stepOf(r, "a Stash shard", decodeStashEntry, core.step)
+	return r, core, nil
 }
 
 // NewTreeReplica returns a replica of tree t of a store of shape sh. Its
 // outputs are the tree's machine's (oramOutput).
 func NewTreeReplica(sh Shape, t int) (*Replica, error) {
+	r, _, err := newTreeReplica(sh, t)
+	return r, err
+}
+
+// newTreeReplica returns a replica of tree t and its machine.
+func newTreeReplica(sh Shape, t int) (*Replica, *oramMachine, error) {
 	if t < 0 || t >= sh.opts.Trees {
-		return nil, fmt.Errorf("treebeard: tree %d of a store of %d trees", t, sh.opts.Trees)
+		return nil, nil, fmt.Errorf("treebeard: tree %d of a store of %d trees", t, sh.opts.Trees)
 	}
 	tr, err := ringoram.NewTree(sh.treeConfig(t))
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	m := &oramMachine{id: t, stashes: sh.opts.StashShards, tree: tr, msgs: newMsgTable(),
-		core: sh.newTreeCore()}
-	return &Replica{
-		step:  stepOf("a tree", decodeORAMEntry, m.apply),
-		image: m.image, restore: m.restoreImage,
-	}, nil
+		core: sh.newTreeCore(), incarnation: replicatedIncarnation}
+	r := &Replica{image: m.image, restore: m.restoreImage}
+	r.step = stepOf(r, "a tree", decodeORAMEntry, m.apply)
+	return r, m, nil
 }
 
-// stepOf returns a step that decodes an input of machine what and
-// applies it.
-func stepOf[E, O any](what string, decode func(*delta.Decoder) E, apply func(E) O) func([]byte) (any, error) {
+// replicatedIncarnation is the incarnation a replicated machine's
+// messages carry, whichever replica leads: a new leader sends what its
+// predecessor sent under the same ids, and a receiver recognises copies
+// by id (msgTable).
+const replicatedIncarnation = 1
+
+// stepOf returns a step of r that decodes the inputs of machine what an
+// entry holds and applies them, all or, when one does not decode, none.
+func stepOf[E, O any](r *Replica, what string, decode func(*delta.Decoder) E, apply func(E) O) func([]byte) (any, error) {
 	return func(b []byte) (any, error) {
 		d := delta.NewDecoder(b)
-		e := decode(d)
+		var es []E
+		for d.More() || len(es) == 0 {
+			es = append(es, decode(d))
+		}
 		if err := d.Done(); err != nil {
 			return nil, fmt.Errorf("treebeard: %s's entry: %w", what, err)
 		}
-		return apply(e), nil
+		outs := make([]O, len(es))
+		for i, e := range es {
+			outs[i] = apply(e)
+			if r.observe != nil {
+				r.observe(e, outs[i])
+			}
+		}
+		return outs, nil
 	}
+}
+
+// view calls f between two entries.
+func (r *Replica) view(f func()) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	f()
+}
+
+// observeWith makes f see each input and its outputs from now on (nil:
+// none).
+func (r *Replica) observeWith(f func(input, output any)) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.observe = f
 }
 
 // Create returns the entry that creates the group's machine: the image of
@@ -146,9 +191,17 @@ func (r *Replica) Create() []byte {
 func createEntry(image []byte) []byte { return append([]byte{replicaCreate}, image...) }
 
 // stashInput and treeInput return the entry of one input of a Stash
-// shard's machine and of a tree's.
+// shard's machine and of a tree's; stashInputs of several.
 func stashInput(e stashEntry) []byte { return appendStashEntry([]byte{replicaInput}, e) }
 func treeInput(e oramEntry) []byte   { return appendORAMEntry([]byte{replicaInput}, e) }
+
+func stashInputs(es []stashEntry) []byte {
+	b := []byte{replicaInput}
+	for _, e := range es {
+		b = appendStashEntry(b, e)
+	}
+	return b
+}
 
 // errNotCreated refuses an input to a group whose machine no entry
 // created, and errCreatedTwice a second creation.

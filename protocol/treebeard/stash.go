@@ -2,7 +2,6 @@ package treebeard
 
 import (
 	"fmt"
-	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -20,28 +19,33 @@ import (
 // which messages it handled, and their replies, are the core's
 // (msgTable), so a copy arriving after a restart or a restore gets the
 // stored reply.
-// Every input reaches the core as a stashEntry through apply, one at a
-// time in the order apply takes them (stashmachine.go).
+// Every input reaches the core as a stashEntry, one at a time: in this
+// process through apply, in the order apply takes them, journaled in
+// log; or, when the shard is a replicated group (group), as the group's
+// committed entries, which this driver proposes as the group's leader
+// (stashgroup.go). Either way each entry and its outputs pass through
+// afterStep, in the order they are applied (stashmachine.go).
 type Stash struct {
 	id    int          // the shard's number, which the trees' epoch barriers count by
 	trees []PathReader // by tree: the ORAM shard that owns it
-	log   *machineLog
+	log   *machineLog  // in this process: the shard's log in the store's journal
+	group *term        // replicated: the group this driver leads
 	net   *netState
-	quota *quota // the store's: each epoch takes the room it may need from it
+	quota *quota // the store's (the shard's share, replicated): each epoch takes the room it may need from it
 
 	released releases      // by tree
 	copies   atomic.Uint64 // copies of messages answered from the core's record
+	done     completions   // epochs whose replies the core has made
 
 	mu        sync.Mutex
 	core      *stashCore
-	complete  map[uint64]chan struct{}      // by epoch: closed once the core has made all its replies
 	answering map[MsgID]chan struct{}       // batches being handled: closed once the core holds the reply
 	applied   func(stashEntry, stashOutput) // tests: sees every entry and its outputs, in order
 }
 
 func newStash(id int, core *stashCore, q *quota, log *machineLog, net *netState) *Stash {
 	s := &Stash{id: id, core: core, quota: q, log: log, net: net,
-		complete: map[uint64]chan struct{}{}, answering: map[MsgID]chan struct{}{}}
+		done: newCompletions(), answering: map[MsgID]chan struct{}{}}
 	log.again = s.checkpointAgain
 	return s
 }
@@ -57,56 +61,71 @@ func (s *Stash) checkpointAgain() {
 // connect gives the shard the owner of each tree.
 func (s *Stash) connect(trees []PathReader) { s.trees = trees }
 
-// applyLocked applies entry e to the core, wakes the epochs whose replies
-// it completed and gives the room it released back to the store; s.mu is
-// held.
+// applyLocked applies entry e to the core in this process; s.mu is held.
 func (s *Stash) applyLocked(e stashEntry) stashOutput {
 	out := s.core.step(e)
+	s.afterStep(e, out)
+	return out
+}
+
+// afterStep does what needs no I/O once the core applied e: it wakes the
+// epochs whose replies e completed and gives the room it released back
+// to the store. It takes no lock of the driver's: a replicated shard
+// runs it on raft's goroutine.
+func (s *Stash) afterStep(e stashEntry, out stashOutput) {
 	if s.applied != nil {
 		s.applied(e, out)
 	}
 	s.quota.give(out.Released)
 	for _, epoch := range out.Complete {
-		if ch := s.complete[epoch]; ch != nil {
-			close(ch)
-			delete(s.complete, epoch)
-		}
+		s.done.complete(epoch)
 	}
-	return out
 }
 
-// apply is applyLocked, taking s.mu.
-func (s *Stash) apply(e stashEntry) stashOutput {
+// step applies es in order and returns their outputs: in this process
+// at once, or once the shard's group has committed them (an error then
+// leaves their outcome unknown: this driver no longer leads).
+func (s *Stash) step(es ...stashEntry) ([]stashOutput, error) {
+	if s.group != nil {
+		res, err := s.group.propose(stashInputs(es))
+		if err != nil {
+			return nil, err
+		}
+		return res.([]stashOutput), nil
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.applyLocked(e)
+	outs := make([]stashOutput, len(es))
+	for i, e := range es {
+		outs[i] = s.applyLocked(e)
+	}
+	return outs, nil
+}
+
+// apply applies one entry (step).
+func (s *Stash) apply(e stashEntry) (stashOutput, error) {
+	outs, err := s.step(e)
+	if err != nil {
+		return stashOutput{}, err
+	}
+	return outs[0], nil
 }
 
 // Access runs a Router's batch once, however many copies of its message
 // arrive (the core's msgTable), and each of its requests once, however
 // many batches bring it (requestTable).
 func (s *Stash) Access(m AccessMsg) AccessReply {
-	s.release(m.Release)
-	s.mu.Lock()
-	var room int64
-	if !s.core.msgs.has(m.ID) { // a copy plans nothing: it takes no room from the store
-		room = s.quota.take(s.core.roomNeeded(m.Batch))
+	if err := s.release(m.Release); err != nil {
+		return AccessReply{Status: lostLead(err)}
 	}
-	out := s.applyLocked(stashEntry{Kind: entryBatch, Msg: m.ID, Epoch: m.ID.Epoch, Batch: m.Batch, Room: room})
+	out, first, answered, err := s.admit(m)
+	if err != nil {
+		return AccessReply{Status: lostLead(err)}
+	}
 	if out.Copy != nil {
-		first := s.answering[m.ID]
-		s.mu.Unlock()
 		return answerCopy(s, accessReplyCodec, out.Copy, first, func() AccessReply { return s.Access(m) })
 	}
-	complete, answered := make(chan struct{}), make(chan struct{})
-	if len(m.Batch) == 0 || slices.Contains(out.Complete, m.ID.Epoch) {
-		close(complete)
-	} else {
-		s.complete[m.ID.Epoch] = complete
-	}
-	s.answering[m.ID] = answered
-	s.mu.Unlock()
-	rep := s.access(m.ID.Epoch, out.Reads, complete)
+	rep := s.access(m, out.Reads)
 	s.mu.Lock()
 	delete(s.answering, m.ID)
 	close(answered)
@@ -114,11 +133,44 @@ func (s *Stash) Access(m AccessMsg) AccessReply {
 	return rep
 }
 
-// release tells the core which messages' replies their senders have.
-func (s *Stash) release(ids []MsgID) {
-	if len(ids) > 0 {
-		s.apply(stashEntry{Kind: entryRelease, Released: ids})
+// admit applies m's batch, with the room for new keys it took from the
+// store, and notes that this driver handles it (answered closes once the
+// core holds its reply). A copy gets first instead: the first copy's
+// answered, nil when no driver of this shard handles it.
+func (s *Stash) admit(m AccessMsg) (out stashOutput, first, answered chan struct{}, err error) {
+	e := stashEntry{Kind: entryBatch, Msg: m.ID, Epoch: m.ID.Epoch, Batch: m.Batch}
+	if s.group != nil {
+		// Other entries may be applied between a look at the core and
+		// this one: the room is taken for every request that may create
+		// its key, and what the epoch does not use comes back.
+		e.Room = s.quota.take(roomAtMost(m.Batch))
+		if out, err = s.apply(e); err != nil {
+			return out, nil, nil, err
+		}
+		s.mu.Lock()
+	} else {
+		s.mu.Lock()
+		if !s.core.msgs.has(m.ID) { // a copy plans nothing: it takes no room from the store
+			e.Room = s.quota.take(s.core.roomNeeded(m.Batch))
+		}
+		out = s.applyLocked(e)
 	}
+	defer s.mu.Unlock()
+	if out.Copy != nil {
+		return out, s.answering[m.ID], nil, nil
+	}
+	answered = make(chan struct{})
+	s.answering[m.ID] = answered
+	return out, nil, answered, nil
+}
+
+// release tells the core which messages' replies their senders have.
+func (s *Stash) release(ids []MsgID) error {
+	if len(ids) == 0 {
+		return nil
+	}
+	_, err := s.apply(stashEntry{Kind: entryRelease, Released: ids})
+	return err
 }
 
 // answerCopy returns what a copy of a message gets: the stored reply, or
@@ -152,25 +204,44 @@ func answerOf[R any, P reply[R]](c wireCodec[R], b []byte) R {
 
 // access runs a batch (Sec. 5.2.1) whose reads the core planned, with
 // the room for new keys taken from the store's quota: the reads go to
-// every tree, and the replies wait for the batch's own reads, for the
-// real reads their blocks are queued behind (complete closes then), and
-// for the epoch's journal record.
-func (s *Stash) access(epoch uint64, reads [][]ringoram.PathRead, complete <-chan struct{}) AccessReply {
+// every tree, and the reply waits for the batch's own reads, for the
+// real reads their blocks are queued behind (the core completes the
+// epoch then), and for the epoch's journal record.
+func (s *Stash) access(m AccessMsg, reads [][]ringoram.PathRead) AccessReply {
+	epoch := m.ID.Epoch
 	s.readAll(epoch, reads)
-	<-complete
-	return answerOf(accessReplyCodec, s.journal(epoch))
+	if len(m.Batch) > 0 {
+		select {
+		case <-s.done.of(epoch):
+			s.done.forget(epoch)
+		case <-s.group.deposed():
+			return AccessReply{Status: lostLead(errDeposed)}
+		}
+	}
+	return s.journal(epoch)
 }
 
 // readAll sends every tree this batch's reads of it, none for most trees
 // of a small batch: a tree reads an epoch once every shard has sent its
-// part, so which shards hold the epoch's keys never shows. Each tree's
-// results reach the core as an entry, in the order they come back.
+// part, so which shards hold the epoch's keys never shows.
 func (s *Stash) readAll(epoch uint64, reads [][]ringoram.PathRead) {
-	var wg sync.WaitGroup
+	parts := make([]sentPart, len(reads))
 	for t, rs := range reads {
+		parts[t] = sentPart{Epoch: epoch, Tree: t, Reads: rs}
+	}
+	s.readParts(parts)
+}
+
+// readParts sends each part to its tree at once. Each tree's results
+// reach the core as an entry, in the order they come back; one that
+// cannot be applied (a replicated shard's term ended) leaves the epoch
+// to its next leader (takeOver).
+func (s *Stash) readParts(parts []sentPart) {
+	var wg sync.WaitGroup
+	for _, p := range parts {
 		wg.Go(func() {
-			rep := s.readPaths(t, epoch, rs)
-			s.apply(resultsEntry(epoch, t, rs, rep.Results, rep.Err()))
+			rep := s.readPaths(p.Tree, p.Epoch, p.Reads)
+			s.apply(resultsEntry(p.Epoch, p.Tree, p.Reads, rep.Results, rep.Err()))
 		})
 	}
 	wg.Wait()
@@ -192,13 +263,22 @@ func (s *Stash) partID(epoch uint64, t int) MsgID {
 }
 
 // journal ends the epoch: it appends its record and waits until it is
-// durable, and returns its reply, encoded, which leaves only then (the
-// records of concurrent epochs share an fsync); when the journal fails,
-// the requests that succeeded learn it. The shard's checkpoint is taken
+// durable, and returns its reply, which leaves only then (the records of
+// concurrent epochs share an fsync); when the journal fails, the
+// requests that succeeded learn it. The shard's checkpoint is taken
 // after the record when its log is due. Once the record is durable, the
 // epoch's parts are released: the trees may forget the blocks they read
-// for it (handover).
-func (s *Stash) journal(epoch uint64) []byte {
+// for it (handover). A replicated shard's record is the group's commit
+// of the epoch's end.
+func (s *Stash) journal(epoch uint64) AccessReply {
+	if s.group != nil {
+		outs, err := s.step(stashEntry{Kind: entryEpochEnd, Epoch: epoch}, stashEntry{Kind: entryJournaled, Epoch: epoch})
+		if err != nil {
+			return AccessReply{Status: lostLead(err)}
+		}
+		s.releaseParts(epoch)
+		return answerOf(accessReplyCodec, outs[1].Answer)
+	}
 	s.mu.Lock()
 	out := s.applyLocked(stashEntry{Kind: entryEpochEnd, Epoch: epoch})
 	lsn := s.log.Append(out.Record)
@@ -208,19 +288,31 @@ func (s *Stash) journal(epoch uint64) []byte {
 	if err := s.log.Sync(lsn); err != nil {
 		failure = statusOf(fmt.Errorf("treebeard: journal: %w", err))
 	} else {
-		for t := range s.trees {
-			s.released.add(t, s.partID(epoch, t))
-		}
+		s.releaseParts(epoch)
 	}
-	return s.apply(stashEntry{Kind: entryJournaled, Epoch: epoch, Failure: failure}).Answer
+	out, _ = s.apply(stashEntry{Kind: entryJournaled, Epoch: epoch, Failure: failure})
+	return answerOf(accessReplyCodec, out.Answer)
+}
+
+// releaseParts releases the shard's parts of epoch, whose record is
+// durable.
+func (s *Stash) releaseParts(epoch uint64) {
+	for t := range s.trees {
+		s.released.add(t, s.partID(epoch, t))
+	}
 }
 
 // EvictionBlocks hands a tree's blocks to its eviction
 // (stashCore.evictionBlocks), once per eviction.
 func (s *Stash) EvictionBlocks(m EvictionBlocksMsg) EvictionBlocksReply {
-	s.release(m.Release)
-	out := s.apply(stashEntry{Kind: entryEvictionBlocks, Msg: m.ID, Tree: m.ID.Sender.Index})
-	if out.Copy != nil {
+	if err := s.release(m.Release); err != nil {
+		return EvictionBlocksReply{Status: lostLead(err)}
+	}
+	out, err := s.apply(stashEntry{Kind: entryEvictionBlocks, Msg: m.ID, Tree: m.ID.Sender.Index})
+	switch {
+	case err != nil:
+		return EvictionBlocksReply{Status: lostLead(err)}
+	case out.Copy != nil:
 		return answerCopy(s, evictionBlocksReplyCodec, out.Copy, nil, nil)
 	}
 	return answerOf(evictionBlocksReplyCodec, out.Answer)
@@ -232,9 +324,12 @@ func (s *Stash) EvictionBlocks(m EvictionBlocksMsg) EvictionBlocksReply {
 // not waited for: the tree's record of the eviction's end, which lets it
 // forget the eviction, comes after it in the store's one journal, which
 // makes records durable in order; until then a crash makes the tree send
-// the message again (replayer.endEvictions).
+// the message again (replayer.endEvictions). A replicated shard's record
+// is the group's commit of the entry, which the reply waits for.
 func (s *Stash) EvictionDone(m EvictionDoneMsg) EvictionDoneReply {
-	s.release(m.Release)
+	if err := s.release(m.Release); err != nil {
+		return EvictionDoneReply{Status: lostLead(err)}
+	}
 	if len(m.Placed) != len(m.Blocks) {
 		return EvictionDoneReply{Status: Status{Code: CodeUnavailable,
 			Detail: fmt.Sprintf("treebeard: an eviction placed %d of %d blocks", len(m.Placed), len(m.Blocks))}}
@@ -243,34 +338,108 @@ func (s *Stash) EvictionDone(m EvictionDoneMsg) EvictionDoneReply {
 	for i, b := range m.Blocks {
 		ids[i] = b.Block.ID
 	}
-	s.mu.Lock()
-	out := s.applyLocked(stashEntry{Kind: entryEvictionDone, Msg: m.ID, Tree: m.ID.Sender.Index, IDs: ids, Placed: m.Placed})
-	if out.Record != nil {
-		s.log.Append(out.Record)
-		s.log.checkpointIfDue(s.core.checkpointState)
-	}
-	s.mu.Unlock()
-	if out.Copy != nil {
+	out, err := s.evictionDone(stashEntry{Kind: entryEvictionDone, Msg: m.ID, Tree: m.ID.Sender.Index, IDs: ids, Placed: m.Placed})
+	switch {
+	case err != nil:
+		return EvictionDoneReply{Status: lostLead(err)}
+	case out.Copy != nil:
 		return answerCopy(s, evictionDoneReplyCodec, out.Copy, nil, nil)
 	}
 	return answerOf(evictionDoneReplyCodec, out.Answer)
 }
 
-// Admin runs the store's operations on the shard (AdminState,
-// AdminInstall, AdminStats), between epochs for the first two.
-func (s *Stash) Admin(m AdminMsg) AdminReply {
+// evictionDone applies an eviction's end, and in this process appends
+// its record to the shard's log.
+func (s *Stash) evictionDone(e stashEntry) (stashOutput, error) {
+	if s.group != nil {
+		return s.apply(e)
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	out := s.applyLocked(e)
+	if out.Record != nil {
+		s.log.Append(out.Record)
+		s.log.checkpointIfDue(s.core.checkpointState)
+	}
+	return out, nil
+}
+
+// Admin runs the store's operations on the shard (AdminState,
+// AdminInstall, AdminStats), between epochs for the first two, which a
+// replicated shard refuses: a cluster loads through its Routers.
+func (s *Stash) Admin(m AdminMsg) AdminReply {
 	switch m.Op {
-	case AdminState:
-		return AdminReply{Blocks: s.core.blocks()}
-	case AdminInstall:
+	case AdminState, AdminInstall:
+		if s.group != nil {
+			return unknownAdmin(LayerStash, m.Op)
+		}
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if m.Op == AdminState {
+			return AdminReply{Blocks: s.core.blocks()}
+		}
 		return AdminReply{Status: statusOf(s.core.restore(stashSnapshot{ShardBlocks: m.Blocks}))}
 	case AdminStats:
-		c := s.core
-		return AdminReply{Stats: LayerStats{StashSize: len(c.stash), StashMax: c.stats.stashMax,
-			RealReads: c.stats.realReads, FakeReads: c.stats.fakeReads, StashHits: c.stats.stashHits,
-			Copies: s.copies.Load(), Held: c.msgs.heldCount()}}
+		var st LayerStats
+		s.view(func(c *stashCore) {
+			st = LayerStats{StashSize: len(c.stash), StashMax: c.stats.stashMax,
+				RealReads: c.stats.realReads, FakeReads: c.stats.fakeReads, StashHits: c.stats.stashHits,
+				Held: c.msgs.heldCount()}
+		})
+		st.Copies = s.copies.Load()
+		return AdminReply{Stats: st}
 	}
 	return unknownAdmin(LayerStash, m.Op)
+}
+
+// view calls f with the core between two of its steps.
+func (s *Stash) view(f func(*stashCore)) {
+	if s.group != nil {
+		s.group.view(func() { f(s.core) })
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	f(s.core)
+}
+
+// completions tells an epoch's waiter that the core has made all the
+// epoch's replies. The entry that completes an epoch may be applied
+// before its waiter asks (a replicated shard applies entries on raft's
+// goroutine), so either side may create the epoch's channel.
+type completions struct {
+	mu sync.Mutex
+	by map[uint64]chan struct{}
+}
+
+func newCompletions() completions { return completions{by: map[uint64]chan struct{}{}} }
+
+// of returns the channel closed once epoch is complete.
+func (c *completions) of(epoch uint64) <-chan struct{} {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.chanOf(epoch)
+}
+
+func (c *completions) chanOf(epoch uint64) chan struct{} {
+	ch := c.by[epoch]
+	if ch == nil {
+		ch = make(chan struct{})
+		c.by[epoch] = ch
+	}
+	return ch
+}
+
+// complete closes epoch's channel.
+func (c *completions) complete(epoch uint64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	close(c.chanOf(epoch))
+}
+
+// forget drops epoch's channel, once its waiter has seen it closed.
+func (c *completions) forget(epoch uint64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.by, epoch)
 }
