@@ -2,6 +2,7 @@ package treebeard
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -10,6 +11,7 @@ import (
 	"github.com/oblivkv/oblivkv/audit"
 	"github.com/oblivkv/oblivkv/audit/auditspec"
 	"github.com/oblivkv/oblivkv/kv"
+	"github.com/oblivkv/oblivkv/observe"
 	"github.com/oblivkv/oblivkv/protocol/ringoram"
 	"github.com/oblivkv/oblivkv/protocol/tree"
 )
@@ -143,4 +145,26 @@ func treeChecks(geo tree.Geometry, cached int, o Options, ops [][]ringoram.Op) (
 		}
 	}
 	return order, reshuffles, paths
+}
+
+// CheckView runs the structural checks of storage's view on records,
+// the Tap of storage holding trees of a store of shape sh (a cluster's
+// ORAM shard's, or several shards' merged by time): they parse as
+// multi-path reads and evictions, slots have one size and metadata
+// another, each tree's evictions go in reverse-lexicographic order and
+// its buckets are reshuffled exactly after S reads. A leader that took
+// over a tree and chose its Read or its eviction afresh fails them.
+func (sh Shape) CheckView(records []observe.Record) error {
+	o := sh.opts
+	ops, err := Views(records, o.Trees, o.Z)
+	if err != nil {
+		return err
+	}
+	errs := []error{SlotSizes(records, o.Trees)}
+	cached := cachedLevels(o.CachedLevels, sh.geo.L)
+	order, reshuffles, _ := treeChecks(sh.geo, cached, o, ops)
+	for _, msg := range append(order, reshuffles...) {
+		errs = append(errs, errors.New(msg))
+	}
+	return errors.Join(errs...)
 }

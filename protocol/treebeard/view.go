@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/oblivkv/oblivkv/audit"
@@ -33,7 +34,12 @@ func Views(records []observe.Record, trees, z int) ([][]ringoram.Op, error) {
 // splitTrees returns each tree's backend calls in Tap order.
 func splitTrees(records []observe.Record, trees int) ([][]observe.Record, error) {
 	out := make([][]observe.Record, trees)
+	claimed := make([]bool, trees) // a leader took the tree over since its last call
 	for _, r := range records {
+		if t, ok := claimOf(r, trees); ok {
+			claimed[t] = true // it shows only that a leader took over
+			continue
+		}
 		if len(r.Addrs) == 0 {
 			return nil, fmt.Errorf("call %d (%v) has no address", r.Seq, r.Op)
 		}
@@ -58,9 +64,33 @@ func splitTrees(records []observe.Record, trees int) ([][]observe.Record, error)
 				return nil, fmt.Errorf("call %d (%v) spans trees: %q and %q", r.Seq, r.Op, r.Addrs[0], a)
 			}
 		}
+		if claimed[owner] && rewrites(out[owner], r) {
+			continue // the new leader writes again the Write its predecessor issued last
+		}
+		claimed[owner] = false
 		out[owner] = append(out[owner], r)
 	}
 	return out, nil
+}
+
+// claimOf returns the tree whose fence r claims, a write of no item.
+func claimOf(r observe.Record, trees int) (int, bool) {
+	t, err := strconv.Atoi(strings.TrimPrefix(r.Fence, fencePrefix))
+	if len(r.Addrs) > 0 || !strings.HasPrefix(r.Fence, fencePrefix) || err != nil || t < 0 || t >= trees {
+		return 0, false
+	}
+	return t, true
+}
+
+// rewrites reports whether write r writes the buckets of the tree's last
+// call, a write: what a tree's new leader does with the Write its
+// predecessor may not have issued (oramMachine.outstanding).
+func rewrites(calls []observe.Record, r observe.Record) bool {
+	if len(calls) == 0 || r.Op != observe.OpWrite {
+		return false
+	}
+	last := calls[len(calls)-1]
+	return last.Op == observe.OpWrite && slices.Equal(last.Addrs, r.Addrs)
 }
 
 // SlotSizes is part of Treebeard's audit (b): every slot storage
