@@ -35,8 +35,10 @@
 // cluster can put RPCs and replication between them without changing
 // their logic. Each message and reply has a strict, versioned binary
 // encoding (wirecodec.go); on the sealed wire (wire.go: TestingKnobs.Wire,
-// and the tests' lossy network) each crosses sealed under the store key,
-// bound to its kind, its MsgID and both ends, so the network sees who
+// the tests' lossy network, and a Network between a cluster's
+// processes, each serving its endpoints with a Receiver) each crosses
+// sealed under the store key, bound to its kind, its MsgID and both
+// ends, so the network sees who
 // talks to whom and how much, never block ids, values or positions. A tree gives up an epoch whose last part does not come
 // (treeCore.abandon). The store's bulk loads, checkpoints, restores and
 // stats are messages too (Admin); only journal replay reaches into the

@@ -332,15 +332,24 @@ type stashFunc func(AccessMsg) AccessReply
 func (f stashFunc) Access(m AccessMsg) AccessReply { return f(m) }
 
 // TestWireLinearizable: a store whose layers talk over the sealed wire
-// (TestingKnobs.Wire) is linearizable under 16 clients with frequent
-// evictions.
+// (TestingKnobs.Wire) is linearizable (checkLinearizableOn).
 func TestWireLinearizable(t *testing.T) {
-	o := Options{A: 2, K: 3, Epoch: 200 * time.Microsecond, TestingKnobs: TestingKnobs{Wire: true}}
-	if w, ok := transportOf(o.TestingKnobs, kvtest.NewKeys(t)).(sealedWire); !ok || w.net != (inProcess{}) {
+	k := TestingKnobs{Wire: true}
+	if w, ok := transportOf(k, kvtest.NewKeys(t)).(sealedWire); !ok || w.net != (inProcess{}) {
 		t.Fatal("TestingKnobs.Wire does not put the layers on the sealed wire")
 	}
+	checkLinearizableOn(t, k)
+}
+
+// checkLinearizableOn checks that a store whose layers talk as k says is
+// linearizable under 16 clients with frequent evictions, and returns it,
+// open.
+func checkLinearizableOn(t *testing.T, k TestingKnobs) kv.Store {
+	t.Helper()
+	o := Options{A: 2, K: 3, Epoch: 200 * time.Microsecond, TestingKnobs: k}
 	s := kvtest.OpenStore(t, kvtest.Config{Protocol: "treebeard", Options: o}, kvtest.Mem())
 	kvtest.CheckLinearizable(t, s, kvtest.LinOptions{Clients: 16, OpsPerClient: 100, DeleteFraction: 0.15})
+	return s
 }
 
 // BenchmarkSealedWire measures what the sealed wire adds to one epoch's
