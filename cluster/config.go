@@ -39,6 +39,10 @@ type Config struct {
 	// (`oblivkv cluster certs`). Relative to the configuration file's
 	// directory; default Root/certs.
 	Certs string `yaml:"certs"`
+	// Key is the store's master key file, which every process reads
+	// (`oblivkv cluster certs` writes it when missing). Relative to the
+	// configuration file's directory; default Root/key.
+	Key string `yaml:"key"`
 	// Routers are the processes RESP clients connect to.
 	Routers []Router `yaml:"routers"`
 	// Stash lists the Stash shards, shard i the i-th group.
@@ -127,6 +131,9 @@ func (c *Config) defaults() {
 	if c.Certs == "" {
 		c.Certs = filepath.Join(c.Root, certsDir)
 	}
+	if c.Key == "" {
+		c.Key = filepath.Join(c.Root, "key")
+	}
 	if c.Store.Capacity == 0 {
 		c.Store.Capacity = DefaultCapacity
 	}
@@ -135,9 +142,9 @@ func (c *Config) defaults() {
 	}
 }
 
-// resolve makes Root and Certs relative to dir.
+// resolve makes Root, Certs and Key relative to dir.
 func (c *Config) resolve(dir string) {
-	for _, p := range []*string{&c.Root, &c.Certs} {
+	for _, p := range []*string{&c.Root, &c.Certs, &c.Key} {
 		if !filepath.IsAbs(*p) {
 			*p = filepath.Join(dir, *p)
 		}
@@ -217,7 +224,7 @@ func (c *Config) checkNodes() []error {
 type Node struct {
 	ID    string
 	Role  string   // "router", "stash" or "oram"
-	Shard int      // the group's index; 0 for a router
+	Shard int      // the group's index; a router's, its index among the routers
 	Addrs []string // every address it listens on (a missing one is "")
 }
 
@@ -225,11 +232,21 @@ type Node struct {
 // replicas, in the file's order.
 func (c *Config) Nodes() []Node {
 	var nodes []Node
-	for _, r := range c.Routers {
-		nodes = append(nodes, Node{ID: r.ID, Role: "router", Addrs: []string{r.RESP, r.RPC}})
+	for i, r := range c.Routers {
+		nodes = append(nodes, Node{ID: r.ID, Role: "router", Shard: i, Addrs: []string{r.RESP, r.RPC}})
 	}
 	nodes = append(nodes, groupNodes("stash", c.Stash)...)
 	return append(nodes, groupNodes("oram", c.ORAM)...)
+}
+
+// Node returns process id.
+func (c *Config) Node(id string) (Node, bool) {
+	for _, n := range c.Nodes() {
+		if n.ID == id {
+			return n, true
+		}
+	}
+	return Node{}, false
 }
 
 // groupNodes lists the replicas of one layer's groups.

@@ -17,10 +17,13 @@ func newClusterCmd() *cobra.Command {
 shards and its ORAM shards, each shard a group of replicas, where each process
 listens and which storage each ORAM shard owns (cluster/example.yaml is a
 whole one on loopback; docs/OPERATIONS.md, "A cluster", explains every
-field). This build checks such a file and writes the certificates its
-processes call each other with; it does not start cluster processes yet.`,
+field). certs writes the certificates its processes call each other with
+and the store's key; router, stash and oram start one process each.`,
 	}
 	cmd.AddCommand(newClusterCertsCmd())
+	for _, r := range processRoles {
+		cmd.AddCommand(newClusterProcessCmd(r.role, r.short))
+	}
 	return cmd
 }
 
@@ -33,12 +36,15 @@ func newClusterCertsCmd() *cobra.Command {
 	)
 	cmd := &cobra.Command{
 		Use:   "certs --config FILE",
-		Short: "Write the cluster's CA and a certificate for each of its processes",
+		Short: "Write the cluster's CA, a certificate for each of its processes, and the store's key",
 		Long: `Write the cluster's certificate authority and, signed by it, a certificate and
 key for every process of the configuration, into the configuration's certs
 directory (or --out). The processes call each other over mutual TLS with
 them: each checks that its peer's certificate comes from this CA and names
 the process it meant to reach.
+
+It also writes the store's master key (the configuration's key, default
+ROOT/key) when there is none: every process reads it.
 
 A CA already in the directory signs the new certificates; it is never
 replaced. Processes that already have a certificate keep it, unless
@@ -62,6 +68,13 @@ copy each process's ID.crt, ID.key and ca.crt to its machine, never ca.key.
 			issued, err := cluster.WriteCerts(cfg, out, time.Duration(days)*24*time.Hour, renew)
 			if err != nil {
 				return err
+			}
+			wrote, err := cluster.EnsureKey(cfg)
+			if err != nil {
+				return err
+			}
+			if wrote {
+				fmt.Fprintf(cmd.OutOrStdout(), "wrote the store's key: %s (0600; every process reads it)\n", cfg.Key)
 			}
 			reportIssued(cmd, out, issued, len(cfg.Nodes()))
 			return nil

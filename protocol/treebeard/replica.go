@@ -50,6 +50,9 @@ func shapeOf(capacity, valueSize int, o Options) Shape {
 	return Shape{opts: o, geo: geometry(capacity, o.Trees, o.Z), capacity: int64(capacity), valueSize: valueSize}
 }
 
+// Trees is the number of the store's trees.
+func (sh Shape) Trees() int { return sh.opts.Trees }
+
 // newStashCore returns an empty Stash shard of the store, drawing from
 // seed.
 func (sh Shape) newStashCore(seed [32]byte) *stashCore {

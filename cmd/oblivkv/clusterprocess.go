@@ -1,0 +1,131 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/spf13/cobra"
+
+	"github.com/oblivkv/oblivkv/backend"
+	"github.com/oblivkv/oblivkv/cluster"
+	"github.com/oblivkv/oblivkv/cluster/process"
+	"github.com/oblivkv/oblivkv/cmd/oblivkv/internal/setup"
+	"github.com/oblivkv/oblivkv/resp"
+)
+
+// processRoles are the roles of a cluster's processes, as the commands
+// that start them name them.
+var processRoles = []struct{ role, short string }{
+	{"router", "Start a router: RESP clients connect to it, and it forwards their requests to the Stash shards"},
+	{"stash", "Start a replica of a Stash shard's group"},
+	{"oram", "Start a replica of an ORAM shard's group, on the shard's storage"},
+}
+
+// clusterProcessFlags are the flags of the commands that start one
+// process.
+type clusterProcessFlags struct {
+	config, id string
+	plaintext  bool
+	serve      serveFlags // a router's RESP listener and who may connect
+}
+
+func newClusterProcessCmd(role, short string) *cobra.Command {
+	var f clusterProcessFlags
+	cmd := &cobra.Command{
+		Use:   role + " --config FILE --id ID",
+		Short: short,
+		Long: short + `.
+
+The process is the one of the configuration whose id is ID; it reads the
+store's key file and its certificates (oblivkv cluster certs writes both) and
+keeps its state in its data directory, ROOT/ID. It runs until SIGINT or
+SIGTERM. The processes call each other over mutual TLS; --plaintext drops
+TLS, for a cluster whose every address is on loopback (refused otherwise).` + routerHelp(role),
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return runClusterProcess(cmd.Context(), role, f)
+		},
+	}
+	cmd.Flags().StringVar(&f.config, "config", "", "the cluster's configuration file (required)")
+	cmd.Flags().StringVar(&f.id, "id", "", "the id of this process in the configuration (required)")
+	cmd.Flags().BoolVar(&f.plaintext, "plaintext", false, "no TLS between the cluster's processes (loopback only)")
+	cmd.MarkFlagRequired("config")
+	cmd.MarkFlagRequired("id")
+	if role == "router" {
+		f.serve.sec.register(cmd)
+	}
+	return cmd
+}
+
+func routerHelp(role string) string {
+	if role != "router" {
+		return ""
+	}
+	return `
+
+A router listens for RESP clients on its configuration's resp address, with
+the same AUTH, users file, TLS and protected mode as serve (see serve --help).`
+}
+
+// runClusterProcess runs process f.id, which must have the role role,
+// until a signal.
+func runClusterProcess(ctx context.Context, role string, f clusterProcessFlags) error {
+	cfg, err := cluster.Load(f.config)
+	if err != nil {
+		return err
+	}
+	n, ok := cfg.Node(f.id)
+	switch {
+	case !ok:
+		return fmt.Errorf("no process %q in %s", f.id, f.config)
+	case n.Role != role:
+		return fmt.Errorf("process %q is a %s, not a %s: start it with oblivkv cluster %s", f.id, n.Role, role, n.Role)
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, nil)).With("process", f.id)
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	defer signal.Stop(sigs)
+	p, err := process.Start(ctx, cfg, f.id, process.Options{Plaintext: f.plaintext, Storage: openStorage, Log: log})
+	if err != nil {
+		return err
+	}
+	if role == "router" {
+		f.serve.listen = n.Addrs[0]
+		err = serveRouter(p, f.serve, sigs, log)
+	} else {
+		log.Info("oblivkv cluster process running", "role", role, "shard", n.Shard)
+		log.Info("shutting down", "signal", (<-sigs).String())
+	}
+	return errors.Join(err, p.Close())
+}
+
+// openStorage opens an ORAM shard's storage, as serve opens its backend.
+func openStorage(ctx context.Context, spec, dataDir string) (backend.Backend, error) {
+	return setup.OpenBackend(ctx, spec, dataDir, false)
+}
+
+// serveRouter serves the router's store over RESP until a signal.
+func serveRouter(p *process.Process, f serveFlags, sigs <-chan os.Signal, log *slog.Logger) error {
+	l, err := f.open()
+	if err != nil {
+		return err
+	}
+	srv := resp.NewServer(p.Router(), resp.Options{Logger: log, Version: version, Users: l.users})
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(l.clients) }()
+	log.Info("oblivkv cluster router serving", append([]any{"listen", l.clients.Addr().String()}, l.authAttrs()...)...)
+	select {
+	case sig := <-sigs:
+		log.Info("shutting down", "signal", sig.String())
+	case err = <-served:
+		log.Error("server stopped", "err", err)
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), shutdownGrace)
+	defer cancel()
+	return errors.Join(err, srv.Shutdown(sctx))
+}
