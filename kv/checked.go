@@ -35,6 +35,12 @@ type checked struct {
 	gets, puts, deletes atomic.Uint64
 }
 
+// WithChecks returns inner with what every store opened by Open has
+// around it (size checks against cfg's value and key sizes, the closed
+// state, operation counters, mutations of stores that cannot apply them
+// in one access): for a store made elsewhere, such as a cluster's router.
+func WithChecks(inner Store, cfg Config) Store { return newChecked(inner, nil, cfg) }
+
 func newChecked(inner Store, tap *observe.Tap, cfg Config) *checked {
 	c := &checked{inner: inner, tap: tap, protocol: cfg.Protocol, engine: cfg.EngineStats,
 		capacity: cfg.Capacity, valueSize: cfg.ValueSize, maxKeySize: cfg.MaxKeySize}
@@ -147,7 +153,9 @@ func (c *checked) Stats() Stats {
 	s.Protocol = c.protocol
 	s.Capacity, s.ValueSize, s.MaxKeySize = c.capacity, c.valueSize, c.maxKeySize
 	s.Gets, s.Puts, s.Deletes = c.gets.Load(), c.puts.Load(), c.deletes.Load()
-	s.Backend = c.tap.Counters()
+	if c.tap != nil { // a store made elsewhere (WithChecks) counts its own storage's calls, if any
+		s.Backend = c.tap.Counters()
+	}
 	if c.journal != nil {
 		js := c.journal.Stats()
 		s.Extra = append(s.Extra,

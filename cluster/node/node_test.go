@@ -238,7 +238,7 @@ func TestReplicatedClusterFailover(t *testing.T) {
 	kills := make(chan error, 1)
 	go func() { kills <- killLeaders(&ops, every, c.stash[0], c.oram[1]) }()
 	var done atomic.Bool
-	res, err := kvtest.Linearizable(ctx, c.router, kvtest.LinOptions{Clients: 8, FinalReads: true,
+	res, err := kvtest.Linearizable(ctx, c.router, kvtest.LinOptions{Clients: 8, FinalReads: true, MutationFraction: 0.4,
 		Until: func() bool {
 			if ops.Add(1) > 2*every && len(kills) > 0 {
 				done.Store(true)

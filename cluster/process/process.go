@@ -26,7 +26,9 @@ import (
 	"github.com/oblivkv/oblivkv/cluster/raftgroup"
 	"github.com/oblivkv/oblivkv/cluster/rpc"
 	"github.com/oblivkv/oblivkv/cluster/wire"
+	"github.com/oblivkv/oblivkv/kv"
 	"github.com/oblivkv/oblivkv/kv/options"
+	"github.com/oblivkv/oblivkv/observe"
 	"github.com/oblivkv/oblivkv/protocol/treebeard"
 	"github.com/oblivkv/oblivkv/seal"
 )
@@ -41,6 +43,11 @@ type Options struct {
 	Storage func(ctx context.Context, spec, dataDir string) (backend.Backend, error)
 	// Log receives the process's events (nil: discarded).
 	Log *slog.Logger
+	// TapFile, when set, receives what an ORAM replica's storage sees of
+	// it (observe's adversary-view log), each call as it ends: the logs
+	// of a group's replicas, merged by time (oblivkv tap merge), are what
+	// the group's storage saw.
+	TapFile string
 }
 
 // Process is one running process of a cluster.
@@ -55,7 +62,8 @@ type Process struct {
 	group   *raftgroup.Group // a Stash or ORAM replica's
 	server  *rpc.Server
 	storage backend.Backend
-	router  *treebeard.RouterStore
+	tap     *observe.FileLog
+	router  kv.Store // a router's: its RouterStore, with kv's checks
 	stop    context.CancelFunc
 	done    chan struct{}
 }
@@ -109,7 +117,9 @@ func (p *Process) start(ctx context.Context) error {
 		for i := range shards {
 			shards[i] = treebeard.NewRemote(p.keys, p.net, treebeard.Endpoint{Layer: treebeard.LayerStash, Index: i})
 		}
-		p.router = treebeard.NewRouterStore(p.shape, p.keys, p.node.Shard, shards)
+		r := treebeard.NewRouterStore(p.shape, p.keys, p.node.Shard, shards)
+		st := r.Stats()
+		p.router = kv.WithChecks(r, kv.Config{Protocol: st.Protocol, Capacity: st.Capacity, ValueSize: st.ValueSize, MaxKeySize: kv.DefaultMaxKeySize})
 		close(p.done)
 		return nil
 	case "stash":
@@ -143,6 +153,16 @@ func (p *Process) startORAM(ctx context.Context) error {
 		return fmt.Errorf("cluster: ORAM shard %d's storage %q: %w", p.node.Shard, g.Storage, err)
 	}
 	p.storage = b
+	if p.opts.TapFile != "" {
+		if p.tap, err = observe.CreateFileLog(p.opts.TapFile); err != nil {
+			return err
+		}
+		sink, err := p.tap.Flushed()
+		if err != nil {
+			return err
+		}
+		b = observe.NewTap(b, sink)
+	}
 	stashes := make([]treebeard.EvictionSource, len(p.cfg.Stash))
 	for i := range stashes {
 		stashes[i] = treebeard.NewRemote(p.keys, p.net, treebeard.Endpoint{Layer: treebeard.LayerStash, Index: i})
@@ -230,7 +250,7 @@ func (p *Process) clientTLS(peer string) (*tls.Config, error) {
 }
 
 // Router is a router's store, nil for a replica.
-func (p *Process) Router() *treebeard.RouterStore { return p.router }
+func (p *Process) Router() kv.Store { return p.router }
 
 // Group is a replica's raft group, nil for a router.
 func (p *Process) Group() *raftgroup.Group { return p.group }
@@ -254,6 +274,9 @@ func (p *Process) Close() error {
 	}
 	if p.storage != nil {
 		errs = append(errs, p.storage.Close())
+	}
+	if p.tap != nil {
+		errs = append(errs, p.tap.Close())
 	}
 	if p.net != nil {
 		errs = append(errs, p.net.Close())

@@ -19,6 +19,7 @@ import (
 // durable: a request whose reply it loses is retried by its client,
 // and a Stash shard runs a request it got twice once (requestTable).
 type RouterStore struct {
+	sh     Shape
 	keys   *seal.Keys
 	router *Router
 	closed atomic.Bool
@@ -34,7 +35,7 @@ func NewRouterStore(sh Shape, keys *seal.Keys, id int, shards []StashShard) *Rou
 	net.incarnation.Store(start)
 	r := newRouter(id, sh.opts.Epoch, clockwork.NewRealClock(), shards, net, nil)
 	r.core.next = start
-	return &RouterStore{keys: keys, router: r}
+	return &RouterStore{sh: sh, keys: keys, router: r}
 }
 
 // routerStart is the first epoch number of router id started at now:
@@ -80,8 +81,10 @@ func (s *RouterStore) Update(ctx context.Context, key string, m kv.Mutation) (kv
 	return rep.Result, err
 }
 
-// Stats are the router's: it counts nothing of the shards'.
-func (s *RouterStore) Stats() kv.Stats { return kv.Stats{} }
+// Stats are the store's shape: a router counts nothing of the shards'.
+func (s *RouterStore) Stats() kv.Stats {
+	return kv.Stats{Protocol: protocolName, Capacity: int(s.sh.capacity), ValueSize: s.sh.valueSize}
+}
 
 // Close answers the requests in flight and refuses new ones.
 func (s *RouterStore) Close() error {

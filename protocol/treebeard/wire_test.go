@@ -348,7 +348,7 @@ func checkLinearizableOn(t *testing.T, k TestingKnobs) kv.Store {
 	t.Helper()
 	o := Options{A: 2, K: 3, Epoch: 200 * time.Microsecond, TestingKnobs: k}
 	s := kvtest.OpenStore(t, kvtest.Config{Protocol: "treebeard", Options: o}, kvtest.Mem())
-	kvtest.CheckLinearizable(t, s, kvtest.LinOptions{Clients: 16, OpsPerClient: 100, DeleteFraction: 0.15})
+	kvtest.CheckLinearizable(t, s, kvtest.LinOptions{Clients: 16, OpsPerClient: 100, DeleteFraction: 0.15, MutationFraction: 0.4})
 	return s
 }
 
