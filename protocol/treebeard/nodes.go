@@ -204,10 +204,10 @@ func (n *ORAMNode) Lead(ctx context.Context, g Proposer, fence uint64) error {
 	n.mu.Unlock()
 	for id, w := range workers {
 		w.observe(n.trees[id].replica)
-		go w.run()
-		if err := w.takeOver(); err != nil {
+		if err := w.takeOver(ctx); err != nil {
 			return err
 		}
+		go w.run()
 	}
 	return nil
 }

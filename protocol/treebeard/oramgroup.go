@@ -1,6 +1,7 @@
 package treebeard
 
 import (
+	"context"
 	"encoding/binary"
 	"fmt"
 	"slices"
@@ -87,13 +88,13 @@ func treeInputOf(t int, e oramEntry) []byte {
 }
 
 // takeOver issues again, as the group's new leader, what the tree's
-// machine says is outstanding (oramMachine.outstanding): the I/O its
-// operation in progress waits for, as it asked for it (a Read retried
-// reads the same slots), and the Write last committed, which storage may
-// lack, sealed again and sent ahead of the next Read (or on its own when
-// the tree is idle). It starts the timers of the epochs waiting for a
-// part.
-func (w *treeWorker) takeOver() error {
+// machine says is outstanding (oramMachine.outstanding): the Write last
+// committed, which storage may lack, sealed again and issued on its own
+// first (storage sees at most the same buckets written twice in a row,
+// after the new leader's fence claim), then the I/O its operation in
+// progress waits for, as it asked for it (a Read retried reads the same
+// slots). It starts the timers of the epochs waiting for a part.
+func (w *treeWorker) takeOver(ctx context.Context) error {
 	var out oramOutput
 	w.group.view(func() { out = w.m.outstanding() })
 	if out.Record == nil && out.Write != nil { // not the operation's own Write: the last committed one
@@ -102,6 +103,9 @@ func (w *treeWorker) takeOver() error {
 			return err
 		}
 		w.tree.Hold(items)
+		if err := w.flush(ctx); err != nil {
+			return err
+		}
 		out.Write = nil
 	}
 	w.mu.Lock()
