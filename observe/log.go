@@ -163,6 +163,22 @@ func flags(r Record) byte {
 	return f
 }
 
+// Flushed writes l's header and returns a Sink that writes each record to
+// l at once: a process that may be killed (a cluster's) loses none of the
+// calls it recorded, and its log is one even if it recorded none.
+func (l *FileLog) Flushed() (Sink, error) {
+	if err := errors.Join(l.head(), l.w.Flush()); err != nil {
+		return nil, err
+	}
+	return flushedLog{l}, nil
+}
+
+type flushedLog struct{ l *FileLog }
+
+func (f flushedLog) Record(r Record) error {
+	return errors.Join(f.l.Record(r), f.l.w.Flush())
+}
+
 // Close flushes and closes the file.
 func (l *FileLog) Close() error {
 	err := errors.Join(l.head(), l.w.Flush())

@@ -29,9 +29,9 @@ var processRoles = []struct{ role, short string }{
 // clusterProcessFlags are the flags of the commands that start one
 // process.
 type clusterProcessFlags struct {
-	config, id string
-	plaintext  bool
-	serve      serveFlags // a router's RESP listener and who may connect
+	config, id, tap string
+	plaintext       bool
+	serve           serveFlags // a router's RESP listener and who may connect
 }
 
 func newClusterProcessCmd(role, short string) *cobra.Command {
@@ -56,6 +56,9 @@ TLS, for a cluster whose every address is on loopback (refused otherwise).` + ro
 	cmd.Flags().BoolVar(&f.plaintext, "plaintext", false, "no TLS between the cluster's processes (loopback only)")
 	cmd.MarkFlagRequired("config")
 	cmd.MarkFlagRequired("id")
+	if role == "oram" {
+		cmd.Flags().StringVar(&f.tap, "tap", "", "write what the shard's storage sees of this replica to `FILE` (see oblivkv tap merge)")
+	}
 	if role == "router" {
 		f.serve.sec.register(cmd)
 	}
@@ -90,7 +93,7 @@ func runClusterProcess(ctx context.Context, role string, f clusterProcessFlags) 
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
 	defer signal.Stop(sigs)
-	p, err := process.Start(ctx, cfg, f.id, process.Options{Plaintext: f.plaintext, Storage: openStorage, Log: log})
+	p, err := process.Start(ctx, cfg, f.id, process.Options{Plaintext: f.plaintext, Storage: openStorage, Log: log, TapFile: f.tap})
 	if err != nil {
 		return err
 	}

@@ -1,0 +1,378 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/anishathalye/porcupine"
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/oblivkv/oblivkv/internal/testsupport/redistest"
+	"github.com/oblivkv/oblivkv/kv"
+	"github.com/oblivkv/oblivkv/kv/kvtest"
+	"github.com/oblivkv/oblivkv/observe"
+	"github.com/oblivkv/oblivkv/protocol/treebeard"
+)
+
+// clusterProcs is a treebeard cluster of real processes on loopback: 2
+// routers, 2 Stash groups and 2 ORAM groups of 3 replicas, each ORAM
+// group on its own redis-server, every call between them under mutual
+// TLS.
+type clusterProcs struct {
+	t      *testing.T
+	dir    string
+	config string
+	routes []string // the routers' RESP addresses
+	mu     sync.Mutex
+	procs  map[string]*clusterProc
+	taps   map[string][]string // by ORAM group (oram-0): its replicas' tap logs, one per start
+	addrs  map[string]bool     // the addresses given out
+}
+
+// clusterProc is one process of the cluster.
+type clusterProc struct {
+	role, id string
+	cmd      *exec.Cmd
+	out      *lockedBuffer
+	alive    bool
+}
+
+func startClusterProcs(t *testing.T) *clusterProcs {
+	t.Helper()
+	c := &clusterProcs{t: t, dir: t.TempDir(), procs: map[string]*clusterProc{}, taps: map[string][]string{}, addrs: map[string]bool{}}
+	c.config = filepath.Join(c.dir, "cluster.yaml")
+	yaml, roles := c.configYAML(redistest.Start(t), redistest.Start(t))
+	if err := os.WriteFile(c.config, []byte(yaml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := runMain(c.dir, "cluster", "certs", "--config", c.config); err != nil {
+		t.Fatalf("cluster certs: %v: %s", err, out)
+	}
+	for _, r := range roles {
+		c.start(r[0], r[1])
+	}
+	t.Cleanup(func() {
+		for id := range c.procs {
+			c.kill(id)
+		}
+	})
+	for _, addr := range c.routes {
+		waitListening(t, addr)
+	}
+	return c
+}
+
+// configYAML returns the cluster's configuration on free loopback ports,
+// and the role and id of each process.
+func (c *clusterProcs) configYAML(storage ...string) (string, [][2]string) {
+	var b strings.Builder
+	var roles [][2]string
+	fmt.Fprintf(&b, "store: {protocol: treebeard, capacity: 1024, value_size: 64, options: {trees: \"4\"}}\nroot: %s\nrouters:\n", filepath.Join(c.dir, "data"))
+	for i := range 2 {
+		resp := c.addr()
+		c.routes = append(c.routes, resp)
+		fmt.Fprintf(&b, "  - {id: router-%d, resp: %q, rpc: %q}\n", i, resp, c.addr())
+		roles = append(roles, [2]string{"router", fmt.Sprintf("router-%d", i)})
+	}
+	for _, layer := range []string{"stash", "oram"} {
+		fmt.Fprintf(&b, "%s:\n", layer)
+		for g := range 2 {
+			if layer == "oram" {
+				fmt.Fprintf(&b, "  - storage: %q\n    replicas:\n", storage[g])
+			} else {
+				b.WriteString("  - replicas:\n")
+			}
+			for _, r := range "abc" {
+				id := fmt.Sprintf("%s-%d-%c", layer, g, r)
+				fmt.Fprintf(&b, "      - {id: %s, rpc: %q, raft: %q}\n", id, c.addr(), c.addr())
+				roles = append(roles, [2]string{layer, id})
+			}
+		}
+	}
+	return b.String(), roles
+}
+
+// addr returns a free loopback address none of the cluster's processes
+// has been given.
+func (c *clusterProcs) addr() string {
+	for {
+		if a := freeAddr(c.t); !c.addrs[a] {
+			c.addrs[a] = true
+			return a
+		}
+	}
+}
+
+// start starts process id, whose role is role.
+func (c *clusterProcs) start(role, id string) {
+	c.t.Helper()
+	p := &clusterProc{role: role, id: id, out: &lockedBuffer{}, alive: true}
+	args := []string{"cluster", role, "--config", c.config, "--id", id}
+	if role == "oram" {
+		group := id[:strings.LastIndex(id, "-")]
+		tap := filepath.Join(c.dir, fmt.Sprintf("%s-%d.tap", id, len(c.taps[group])))
+		c.taps[group] = append(c.taps[group], tap)
+		args = append(args, "--tap", tap)
+	}
+	p.cmd = mainCmd(c.dir, args...)
+	p.cmd.Stderr = p.out
+	if err := p.cmd.Start(); err != nil {
+		c.t.Fatal(err)
+	}
+	c.mu.Lock()
+	c.procs[id] = p
+	c.mu.Unlock()
+}
+
+// restart starts again the process id, which was killed.
+func (c *clusterProcs) restart(id string) {
+	c.mu.Lock()
+	role := c.procs[id].role
+	c.mu.Unlock()
+	c.start(role, id)
+}
+
+// kill kills process id (kill -9).
+func (c *clusterProcs) kill(id string) {
+	c.mu.Lock()
+	p := c.procs[id]
+	p.alive = false
+	c.mu.Unlock()
+	p.cmd.Process.Kill()
+	p.cmd.Wait()
+}
+
+// leadingLine matches the log line of a replica that took the lead.
+var leadingLine = regexp.MustCompile(`msg=leading .*group=(\S+) term=(\d+)`)
+
+// leader returns the live process that leads group (say "stash-0") in
+// the highest term, as the processes' logs say; "" when none does yet.
+func (c *clusterProcs) leader(group string) string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	best, bestTerm := "", -1
+	for id, p := range c.procs {
+		if !p.alive || !strings.HasPrefix(id, group+"-") {
+			continue
+		}
+		log := p.out.String()
+		at := strings.LastIndex(log, "msg=leading")
+		if at < 0 || strings.LastIndex(log, `msg="stepped down"`) > at {
+			continue
+		}
+		m := leadingLine.FindStringSubmatch(log[at:])
+		if term, _ := strconv.Atoi(m[2]); m != nil && term > bestTerm {
+			best, bestTerm = id, term
+		}
+	}
+	return best
+}
+
+// waitLeader waits until group has a live leader other than old.
+func (c *clusterProcs) waitLeader(group, old string) (string, error) {
+	deadline := time.Now().Add(time.Minute)
+	for time.Now().Before(deadline) {
+		if l := c.leader(group); l != "" && l != old {
+			return l, nil
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return "", fmt.Errorf("%s has no new leader within a minute (the old one: %q)", group, old)
+}
+
+// routerStores is a kv.Store that spreads its calls over the routers:
+// each call goes to the next one in turn.
+type routerStores struct {
+	stores []*respStore
+	next   atomic.Uint64
+}
+
+func (c *clusterProcs) clients() *routerStores {
+	r := &routerStores{}
+	for _, addr := range c.routes {
+		r.stores = append(r.stores, newRESPStore(addr))
+	}
+	return r
+}
+
+func (r *routerStores) pick() *respStore { return r.stores[r.next.Add(1)%uint64(len(r.stores))] }
+
+func (r *routerStores) Get(ctx context.Context, key string) ([]byte, bool, error) {
+	return r.pick().Get(ctx, key)
+}
+func (r *routerStores) Put(ctx context.Context, key string, v []byte) error {
+	return r.pick().Put(ctx, key, v)
+}
+func (r *routerStores) Delete(ctx context.Context, key string) error {
+	return r.pick().Delete(ctx, key)
+}
+func (r *routerStores) Update(ctx context.Context, key string, m kv.Mutation) (kv.Result, error) {
+	return r.pick().Update(ctx, key, m)
+}
+func (r *routerStores) Stats() kv.Stats { return r.stores[0].Stats() }
+func (r *routerStores) Close() error {
+	for _, s := range r.stores {
+		s.Close()
+	}
+	return nil
+}
+
+// TestClusterFailover: 16 clients mixing GET, SET, DEL, INCR, APPEND and
+// SETNX through both routers of a cluster of real processes, while the
+// leader of a Stash group, then the leader of an ORAM group, then a
+// router are killed (kill -9) mid-run and each started again a second
+// later: the whole history is linearizable (an operation whose reply the
+// router's death lost may or may not have taken effect), no operation
+// fails but those a dead router cut off, and every key reads back.
+func TestClusterFailover(t *testing.T) {
+	goredis.SetLogger(quietLogger{})
+	c := startClusterProcs(t)
+	for _, g := range []string{"stash-0", "stash-1", "oram-0", "oram-1"} {
+		if _, err := c.waitLeader(g, ""); err != nil {
+			t.Fatal(err)
+		}
+	}
+	store := c.clients()
+	defer store.Close()
+	var ops atomic.Int64
+	var restarted atomic.Int64 // unix nanos of the last restart
+	kills := make(chan error, 1)
+	go func() { kills <- c.killInTurn(&ops, &restarted) }()
+	res, err := kvtest.Linearizable(t.Context(), store, kvtest.LinOptions{Clients: 16, AllowErrors: true, FinalReads: true,
+		Keys: 16, HotFraction: 0.2, MutationFraction: 0.4, RESPResults: true, Seed: kvtest.Seed(t),
+		Until: func() bool {
+			ops.Add(1)
+			last := restarted.Load()
+			return last != 0 && time.Since(time.Unix(0, last)) > 3*time.Second
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := <-kills; err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%d operations, %d failed (first: %v); porcupine: %v", res.Ops, res.Errors, res.FirstErr, res.Result)
+	switch {
+	case res.Result == porcupine.Illegal:
+		t.Fatalf("the history is not linearizable; visualization: %s", res.Visualization)
+	case res.Result != porcupine.Ok:
+		t.Fatal("the linearizability check timed out")
+	case res.Errors > 2*16:
+		t.Fatalf("%d operations failed: more than a router's death cuts off; first: %v", res.Errors, res.FirstErr)
+	}
+	c.checkViews()
+}
+
+// checkViews runs the structural checks of storage's view on what each
+// ORAM group's storage saw, its replicas' taps merged by time: a leader
+// that took over a tree and read other slots than its predecessor chose,
+// or broke the reverse-lexicographic order of evictions, fails them.
+func (c *clusterProcs) checkViews() {
+	c.t.Helper()
+	sh, err := treebeard.NewShape(1024, 64, treebeard.Options{Trees: 4, StashShards: 2, ORAMShards: 2, Routers: 1})
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	for _, group := range []string{"oram-0", "oram-1"} {
+		merged := filepath.Join(c.dir, group+".tap")
+		waitQuiet(c.t, c.taps[group])
+		if _, err := observe.Merge(merged, c.taps[group]...); err != nil {
+			c.t.Fatal(err)
+		}
+		records, err := observe.ReadFile(merged)
+		if err != nil {
+			c.t.Fatal(err)
+		}
+		if err := sh.CheckView(afterInit(records)); err != nil {
+			c.t.Errorf("%s's storage saw a view the structural checks refuse: %v", group, err)
+		}
+	}
+}
+
+// waitQuiet waits until the tap logs have not grown for half a second:
+// the trees' last Writes, held for their next Read, are issued on their
+// own once the trees are idle.
+func waitQuiet(t *testing.T, paths []string) {
+	size := func() (n int64) {
+		for _, p := range paths {
+			if fi, err := os.Stat(p); err == nil {
+				n += fi.Size()
+			}
+		}
+		return n
+	}
+	for last := size(); ; {
+		time.Sleep(500 * time.Millisecond)
+		now := size()
+		if now == last {
+			return
+		}
+		last = now
+	}
+}
+
+// afterInit returns the records of an ORAM group's storage after the
+// writes of its empty trees, which its first leader issues before any
+// Read.
+func afterInit(records []observe.Record) []observe.Record {
+	for i, r := range records {
+		if r.Op == observe.OpRead {
+			return records[i:]
+		}
+	}
+	return nil
+}
+
+// killInTurn kills the leader of stash-0, then of oram-1, then router-1,
+// each once a further 150 operations have started, and starts each
+// again a second later; it notes when the last one is back.
+func (c *clusterProcs) killInTurn(ops, restarted *atomic.Int64) error {
+	for i, group := range []string{"stash-0", "oram-1", "router-1"} {
+		for ops.Load() < int64(150*(i+1)) {
+			time.Sleep(10 * time.Millisecond)
+		}
+		victim := group
+		if !strings.HasPrefix(group, "router") {
+			victim = c.leader(group)
+		}
+		c.kill(victim)
+		if !strings.HasPrefix(group, "router") {
+			if _, err := c.waitLeader(group, victim); err != nil {
+				return err
+			}
+		}
+		time.Sleep(time.Second)
+		c.restart(victim)
+	}
+	waitListening(c.t, c.routes[1])
+	restarted.Store(time.Now().UnixNano())
+	return nil
+}
+
+// waitListening waits until addr accepts connections.
+func waitListening(t *testing.T, addr string) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		cl := goredis.NewClient(&goredis.Options{Addr: addr, Protocol: 2, MaxRetries: -1})
+		err := cl.Ping(context.Background()).Err()
+		cl.Close()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("nothing serves RESP at %s: %v", addr, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
