@@ -19,6 +19,7 @@ import (
 	"log/slog"
 	"net"
 	"path/filepath"
+	"time"
 
 	"github.com/oblivkv/oblivkv/backend"
 	"github.com/oblivkv/oblivkv/cluster"
@@ -49,6 +50,14 @@ type Options struct {
 	// the group's storage saw.
 	TapFile string
 }
+
+// callTimeout bounds one attempt of a call to another process. A replica
+// that stalls (paused, or its machine overloaded) keeps its connections
+// open: its callers give up on it after this long and try the group's
+// other replicas, one of which leads by then (an election takes 300-600
+// ms, raftgroup.LANTiming). A call sent again is a copy its receiver
+// answers once, so a slow reply costs a copy, never a second effect.
+const callTimeout = 2 * time.Second
 
 // Process is one running process of a cluster.
 type Process struct {
@@ -90,7 +99,7 @@ func Start(ctx context.Context, cfg *cluster.Config, id string, o Options) (*Pro
 	if err != nil {
 		return nil, err
 	}
-	p.net = wire.NewNet(cfg, id, clientTLS)
+	p.net = wire.NewNet(cfg, id, clientTLS, wire.WithTimeout(callTimeout))
 	if err := p.start(ctx); err != nil {
 		p.Close()
 		return nil, err
