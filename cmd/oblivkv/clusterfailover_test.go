@@ -105,6 +105,38 @@ func (c *clusterProcs) configYAML(storage ...string) (string, [][2]string) {
 	return b.String(), roles
 }
 
+// startLedCluster starts a cluster and waits until each group has a
+// leader.
+func startLedCluster(t *testing.T) *clusterProcs {
+	goredis.SetLogger(quietLogger{})
+	c := startClusterProcs(t)
+	for _, g := range []string{"stash-0", "stash-1", "oram-0", "oram-1"} {
+		if _, err := c.waitLeader(g, ""); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return c
+}
+
+// linearizable runs the clients' check of TestClusterFailover and
+// TestClusterPausedLeader until 3 s after the moment back holds (unix
+// nanos; 0 until the faults are over), counting the operations started
+// in ops.
+func (c *clusterProcs) linearizable(store kv.Store, allowErrors bool, ops, back *atomic.Int64) kvtest.LinResult {
+	c.t.Helper()
+	res, err := kvtest.Linearizable(c.t.Context(), store, kvtest.LinOptions{Clients: 16, AllowErrors: allowErrors, FinalReads: true,
+		Keys: 16, HotFraction: 0.2, MutationFraction: 0.4, RESPResults: true, Seed: kvtest.Seed(c.t),
+		Until: func() bool {
+			ops.Add(1)
+			last := back.Load()
+			return last != 0 && time.Since(time.Unix(0, last)) > 3*time.Second
+		}})
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	return res
+}
+
 // addr returns a free loopback address none of the cluster's processes
 // has been given.
 func (c *clusterProcs) addr() string {
@@ -238,29 +270,14 @@ func (r *routerStores) Close() error {
 // router's death lost may or may not have taken effect), no operation
 // fails but those a dead router cut off, and every key reads back.
 func TestClusterFailover(t *testing.T) {
-	goredis.SetLogger(quietLogger{})
-	c := startClusterProcs(t)
-	for _, g := range []string{"stash-0", "stash-1", "oram-0", "oram-1"} {
-		if _, err := c.waitLeader(g, ""); err != nil {
-			t.Fatal(err)
-		}
-	}
+	c := startLedCluster(t)
 	store := c.clients()
 	defer store.Close()
 	var ops atomic.Int64
 	var restarted atomic.Int64 // unix nanos of the last restart
 	kills := make(chan error, 1)
 	go func() { kills <- c.killInTurn(&ops, &restarted) }()
-	res, err := kvtest.Linearizable(t.Context(), store, kvtest.LinOptions{Clients: 16, AllowErrors: true, FinalReads: true,
-		Keys: 16, HotFraction: 0.2, MutationFraction: 0.4, RESPResults: true, Seed: kvtest.Seed(t),
-		Until: func() bool {
-			ops.Add(1)
-			last := restarted.Load()
-			return last != 0 && time.Since(time.Unix(0, last)) > 3*time.Second
-		}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	res := c.linearizable(store, true, &ops, &restarted)
 	if err := <-kills; err != nil {
 		t.Fatal(err)
 	}
@@ -386,29 +403,14 @@ func waitListening(t *testing.T, addr string) {
 // claimed a later one, and no client sees its term's outcome: the
 // history stays linearizable, with no operation failing.
 func TestClusterPausedLeader(t *testing.T) {
-	goredis.SetLogger(quietLogger{})
-	c := startClusterProcs(t)
-	for _, g := range []string{"stash-0", "stash-1", "oram-0", "oram-1"} {
-		if _, err := c.waitLeader(g, ""); err != nil {
-			t.Fatal(err)
-		}
-	}
+	c := startLedCluster(t)
 	store := c.clients()
 	defer store.Close()
 	var ops atomic.Int64
 	var resumed atomic.Int64
 	pauses := make(chan error, 1)
 	go func() { pauses <- c.pauseLeader("oram-0", &ops, &resumed) }()
-	res, err := kvtest.Linearizable(t.Context(), store, kvtest.LinOptions{Clients: 16, FinalReads: true,
-		Keys: 16, HotFraction: 0.2, MutationFraction: 0.4, RESPResults: true, Seed: kvtest.Seed(t),
-		Until: func() bool {
-			ops.Add(1)
-			last := resumed.Load()
-			return last != 0 && time.Since(time.Unix(0, last)) > 3*time.Second
-		}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	res := c.linearizable(store, false, &ops, &resumed)
 	if err := <-pauses; err != nil {
 		t.Fatal(err)
 	}
@@ -490,13 +492,7 @@ func (c *clusterProcs) checkFences(group string) {
 // started again: each key reads back as its last acknowledged write, or
 // as the write that was in flight at the kill.
 func TestClusterKillAll(t *testing.T) {
-	goredis.SetLogger(quietLogger{})
-	c := startClusterProcs(t)
-	for _, g := range []string{"stash-0", "stash-1", "oram-0", "oram-1"} {
-		if _, err := c.waitLeader(g, ""); err != nil {
-			t.Fatal(err)
-		}
-	}
+	c := startLedCluster(t)
 	const writers = 16
 	acked := make([]atomic.Int64, writers) // the last version each writer's SET was acknowledged
 	var wrote atomic.Int64
