@@ -60,6 +60,11 @@ const (
 	// but in builds with the oblivkv_leaks tag, so only OBLIVKV_LEAK can
 	// choose it (leak_env.go); ringoram's own tests show its audit.
 	leakDummiesInOrder
+	// leakTakeoverForgetsEvictions: a tree's new leader in a cluster
+	// starts its evictions again from the first path, as if the count of
+	// evictions were not part of the replicated state, so storage sees the
+	// reverse-lexicographic order start over at a failover.
+	leakTakeoverForgetsEvictions
 	// leakFixedSeed: a store opened without a test seed begins its random
 	// choices at a constant seed instead of random.Fresh's, so every
 	// store makes the same choices and storage can predict them.
@@ -100,3 +105,15 @@ var injectTreeLeak = func(l leak, t *ringoram.Tree) {}
 // environment chooses (internal/testsupport/leakenv), so a test can show `oblivkv
 // audit` catching it.
 var envLeak = func(l leak) (leak, error) { return l, nil }
+
+// forgetEvictions is leakTakeoverForgetsEvictions: the tree's count of
+// paths evicted, which gives the next eviction's paths, starts again.
+func forgetEvictions(g *term, tr *ringoram.Tree) error {
+	var err error
+	g.view(func() {
+		st := tr.State()
+		st.Evictions = 0
+		err = tr.Restore(st)
+	})
+	return err
+}

@@ -11,11 +11,12 @@ import (
 // tag only.
 func init() {
 	envLeak = leakenv.Hook("treebeard", map[string]leak{
-		"repeat_reads_real_path": leakRepeatReadsRealPath,
-		"missing_keyed_position": leakMissingKeyedPosition,
-		"evict_on_real_reads":    leakEvictOnRealReads,
-		"eager_shard_parts":      leakEagerShardParts,
-		"dummies_in_order":       leakDummiesInOrder,
+		"repeat_reads_real_path":     leakRepeatReadsRealPath,
+		"missing_keyed_position":     leakMissingKeyedPosition,
+		"evict_on_real_reads":        leakEvictOnRealReads,
+		"eager_shard_parts":          leakEagerShardParts,
+		"dummies_in_order":           leakDummiesInOrder,
+		"takeover_forgets_evictions": leakTakeoverForgetsEvictions,
 	})
 	injectTreeLeak = func(l leak, t *ringoram.Tree) {
 		if l == leakDummiesInOrder {

@@ -204,6 +204,11 @@ func (n *ORAMNode) Lead(ctx context.Context, g Proposer, fence uint64) error {
 	n.mu.Unlock()
 	for id, w := range workers {
 		w.observe(n.trees[id].replica)
+		if w.core.leak == leakTakeoverForgetsEvictions {
+			if err := forgetEvictions(t, w.m.tree); err != nil {
+				return err
+			}
+		}
 		if err := w.takeOver(ctx); err != nil {
 			return err
 		}

@@ -37,6 +37,10 @@ type Shape struct {
 // NewShape returns the shape of a store of capacity keys of valueSize
 // bytes under o, checked as opening a store checks it.
 func NewShape(capacity, valueSize int, o Options) (Shape, error) {
+	var err error
+	if o.TestingKnobs.Leak, err = envLeak(o.TestingKnobs.Leak); err != nil { // a leak only in oblivkv_leaks builds (leak.go)
+		return Shape{}, err
+	}
 	o = o.EnsureDefaults(capacity)
 	if err := o.Validate(capacity); err != nil {
 		return Shape{}, err

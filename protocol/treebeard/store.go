@@ -114,9 +114,6 @@ func open(ctx context.Context, env kv.Env) (*store, error) {
 	if err != nil {
 		return nil, err
 	}
-	if opts.TestingKnobs.Leak, err = envLeak(opts.TestingKnobs.Leak); err != nil { // a leak only in oblivkv_leaks builds (leak.go)
-		return nil, err
-	}
 	given := opts
 	sh, err := NewShape(env.Capacity, env.ValueSize, opts)
 	if err != nil {
