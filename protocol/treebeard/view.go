@@ -31,46 +31,65 @@ func Views(records []observe.Record, trees, z int) ([][]ringoram.Op, error) {
 	return out, nil
 }
 
-// splitTrees returns each tree's backend calls in Tap order.
+// splitTrees returns each tree's backend calls in Tap order. A cluster's
+// failovers show in it too, and are set aside: a new leader's claim of a
+// tree's fence, what it repeats of its predecessor's calls (treeCalls),
+// and a deposed leader's write that storage refused because it had
+// accepted a later token on the same fence.
 func splitTrees(records []observe.Record, trees int) ([][]observe.Record, error) {
-	out := make([][]observe.Record, trees)
-	claimed := make([]bool, trees) // a leader took the tree over since its last call
+	calls := make([]treeCalls, trees)
+	highest := map[string]uint64{} // by fence: the highest token storage accepted
 	for _, r := range records {
+		if r.Err && r.Fence != "" && r.Token < highest[r.Fence] {
+			continue // refused: it changed nothing
+		}
+		if r.Err {
+			return nil, fmt.Errorf("call %d (%v) failed", r.Seq, r.Op)
+		}
+		if r.Fence != "" {
+			highest[r.Fence] = max(highest[r.Fence], r.Token)
+		}
 		if t, ok := claimOf(r, trees); ok {
-			claimed[t] = true // it shows only that a leader took over
+			calls[t].claimed = true // it shows only that a leader took over
 			continue
 		}
 		if len(r.Addrs) == 0 {
 			return nil, fmt.Errorf("call %d (%v) has no address", r.Seq, r.Op)
 		}
-		if r.Err {
-			return nil, fmt.Errorf("call %d (%v) failed", r.Seq, r.Op)
-		}
 		if durable.IsAnchorWrite(r) {
 			continue
 		}
-		owner := -1
-		for t := range trees {
-			if strings.HasPrefix(r.Addrs[0], TreePrefix(t)) {
-				owner = t
-			}
+		owner, err := ownerOf(r, trees)
+		if err != nil {
+			return nil, err
 		}
-		if owner < 0 {
-			return nil, fmt.Errorf("call %d (%v) of %q belongs to no tree", r.Seq, r.Op, r.Addrs[0])
-		}
-		p := TreePrefix(owner)
-		for _, a := range r.Addrs {
-			if !strings.HasPrefix(a, p) {
-				return nil, fmt.Errorf("call %d (%v) spans trees: %q and %q", r.Seq, r.Op, r.Addrs[0], a)
-			}
-		}
-		if claimed[owner] && rewrites(out[owner], r) {
-			continue // the new leader writes again the Write its predecessor issued last
-		}
-		claimed[owner] = false
-		out[owner] = append(out[owner], r)
+		calls[owner].add(r)
+	}
+	out := make([][]observe.Record, trees)
+	for t := range calls {
+		out[t] = calls[t].kept
 	}
 	return out, nil
+}
+
+// ownerOf returns the tree all of r's addresses belong to.
+func ownerOf(r observe.Record, trees int) (int, error) {
+	owner := -1
+	for t := range trees {
+		if strings.HasPrefix(r.Addrs[0], TreePrefix(t)) {
+			owner = t
+		}
+	}
+	if owner < 0 {
+		return 0, fmt.Errorf("call %d (%v) of %q belongs to no tree", r.Seq, r.Op, r.Addrs[0])
+	}
+	p := TreePrefix(owner)
+	for _, a := range r.Addrs {
+		if !strings.HasPrefix(a, p) {
+			return 0, fmt.Errorf("call %d (%v) spans trees: %q and %q", r.Seq, r.Op, r.Addrs[0], a)
+		}
+	}
+	return owner, nil
 }
 
 // claimOf returns the tree whose fence r claims, a write of no item.
@@ -82,15 +101,40 @@ func claimOf(r observe.Record, trees int) (int, bool) {
 	return t, true
 }
 
-// rewrites reports whether write r writes the buckets of the tree's last
-// call, a write: what a tree's new leader does with the Write its
-// predecessor may not have issued (oramMachine.outstanding).
-func rewrites(calls []observe.Record, r observe.Record) bool {
-	if len(calls) == 0 || r.Op != observe.OpWrite {
-		return false
+// treeCalls are one tree's calls as splitTrees keeps them.
+type treeCalls struct {
+	kept []observe.Record
+	// claimed: a leader took the tree over, and has since only repeated
+	// what its predecessor issued.
+	claimed bool
+}
+
+// add keeps r, unless it repeats a call of the tree's previous leader
+// after a claim.
+func (tc *treeCalls) add(r observe.Record) {
+	if tc.claimed && tc.repeats(r) {
+		return
 	}
-	last := calls[len(calls)-1]
-	return last.Op == observe.OpWrite && slices.Equal(last.Addrs, r.Addrs)
+	tc.claimed = false
+	tc.kept = append(tc.kept, r)
+}
+
+// repeats reports whether r repeats the tree's last Write, or a Read
+// issued since that Write: a new leader issues both again
+// (oramMachine.outstanding), the Write storage may lack and the Read
+// whose results its group never committed, with the slots it chose
+// (Sec. 5.3.3). Storage sees the same addresses again, nothing new.
+func (tc *treeCalls) repeats(r observe.Record) bool {
+	last := len(tc.kept) - 1
+	for last >= 0 && tc.kept[last].Op != observe.OpWrite {
+		last--
+	}
+	if r.Op == observe.OpWrite {
+		return last >= 0 && slices.Equal(tc.kept[last].Addrs, r.Addrs)
+	}
+	return slices.ContainsFunc(tc.kept[last+1:], func(k observe.Record) bool {
+		return k.Op == r.Op && slices.Equal(k.Addrs, r.Addrs)
+	})
 }
 
 // SlotSizes is part of Treebeard's audit (b): every slot storage
