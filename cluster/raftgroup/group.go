@@ -338,6 +338,21 @@ func (g *Group) AddVoter(p Peer) error {
 	return g.raft.AddVoter(raft.ServerID(p.ID), raft.ServerAddress(p.Addr), 0, 0).Error()
 }
 
+// Members returns the group's replicas in raft's latest configuration
+// as this replica knows it: the Peers it was created with, as changed
+// since by AddVoter and RemoveServer.
+func (g *Group) Members() ([]Peer, error) {
+	f := g.raft.GetConfiguration()
+	if err := f.Error(); err != nil {
+		return nil, fmt.Errorf("raftgroup: members: %w", err)
+	}
+	var peers []Peer
+	for _, s := range f.Configuration().Servers {
+		peers = append(peers, Peer{ID: string(s.ID), Addr: string(s.Address)})
+	}
+	return peers, nil
+}
+
 // RemoveServer removes a replica from the group; only the leader can.
 func (g *Group) RemoveServer(id string) error {
 	return g.raft.RemoveServer(raft.ServerID(id), 0, 0).Error()

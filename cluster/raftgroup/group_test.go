@@ -12,6 +12,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -398,6 +399,7 @@ func TestMembership(t *testing.T) {
 	g.peers = all[:1]
 	g.start("r0")
 	g.propose(entries("a", 10)...)
+	g.members("r0", all[:1])
 	g.peers = all
 	for _, p := range all[1:] {
 		g.startWith(p.ID, true) // not in r0's group yet: it waits to be added
@@ -415,22 +417,34 @@ func TestMembership(t *testing.T) {
 		}
 	}
 	g.converged(10)
+	g.members("r2", all)
 	g.propose(entries("b", 5)...)
 	g.converged(15)
 	leader := g.leader()
-	var leaving string
+	var leaving, staying []Peer
 	for _, p := range all {
-		if p.ID != leader {
-			leaving = p.ID
-			break
+		if p.ID != leader && leaving == nil {
+			leaving = append(leaving, p)
+		} else {
+			staying = append(staying, p)
 		}
 	}
-	if err := g.replicas[leader].RemoveServer(leaving); err != nil {
+	if err := g.replicas[leader].RemoveServer(leaving[0].ID); err != nil {
 		t.Fatal(err)
 	}
-	g.stop(leaving)
+	g.members(leader, staying)
+	g.stop(leaving[0].ID)
 	g.propose(entries("c", 5)...)
 	g.converged(20)
+}
+
+// members requires replica id's configuration to be want.
+func (g *testGroup) members(id string, want []Peer) {
+	g.t.Helper()
+	got, err := g.replicas[id].Members()
+	if err != nil || !slices.Equal(got, want) {
+		g.t.Fatalf("%s's members: %v, %v; want %v", id, got, err, want)
+	}
 }
 
 // TestMetrics: a leader change and commits show in the replicas' metrics.
