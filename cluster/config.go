@@ -20,9 +20,11 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/url"
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 
 	"go.yaml.in/yaml/v3"
@@ -64,6 +66,7 @@ type Router struct {
 	ID   string `yaml:"id"`
 	RESP string `yaml:"resp"` // HOST:PORT for RESP clients
 	RPC  string `yaml:"rpc"`  // HOST:PORT for the cluster's own calls
+	HTTP string `yaml:"http"` // optional HOST:PORT for /metrics and /status
 }
 
 // Group is one Stash or ORAM shard: its replicas and, for an ORAM shard,
@@ -73,8 +76,11 @@ type Group struct {
 	// directory: only the leader writes, so a new leader reads what the
 	// old one wrote only on shared storage) or a redis:// or rediss://
 	// URL. Stash shards have none.
-	Storage  string    `yaml:"storage"`
-	Replicas []Replica `yaml:"replicas"`
+	Storage string `yaml:"storage"`
+	// RedisServer has `oblivkv cluster up` start a redis-server for
+	// Storage, which must then be a redis:// URL on loopback.
+	RedisServer bool      `yaml:"redis_server"`
+	Replicas    []Replica `yaml:"replicas"`
 }
 
 // Replica is one process of a group.
@@ -82,6 +88,7 @@ type Replica struct {
 	ID   string `yaml:"id"`
 	RPC  string `yaml:"rpc"`  // HOST:PORT for the layers' calls
 	Raft string `yaml:"raft"` // HOST:PORT for the group's consensus
+	HTTP string `yaml:"http"` // optional HOST:PORT for /metrics and /status
 }
 
 // Defaults of a Config's optional fields.
@@ -187,18 +194,66 @@ func (c *Config) checkGroups(layer string, groups []Group, storage bool) []error
 		case !storage && g.Storage != "":
 			errs = append(errs, fmt.Errorf("%s[%d] names storage: only oram groups own storage", layer, i))
 		}
+		if err := checkRedisServer(layer, i, g, storage); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	return errs
+}
+
+// checkRedisServer checks the redis_server field of group i of a layer.
+func checkRedisServer(layer string, i int, g Group, storage bool) error {
+	if !g.RedisServer {
+		return nil
+	}
+	if !storage {
+		return fmt.Errorf("%s[%d].redis_server: only oram groups own storage", layer, i)
+	}
+	if _, err := g.RedisServerAddr(); err != nil {
+		return fmt.Errorf("%s[%d].redis_server: %w", layer, i, err)
+	}
+	return nil
+}
+
+// RedisServerAddr is the HOST:PORT of the redis-server `oblivkv cluster
+// up` starts for g's storage: that of its redis:// URL (port 6379 if the
+// URL names none), which must be on loopback and carry no user or
+// password. "localhost" is 127.0.0.1.
+func (g Group) RedisServerAddr() (string, error) {
+	u, err := url.Parse(g.Storage)
+	switch {
+	case err != nil || u.Scheme != "redis":
+		return "", fmt.Errorf("storage %q: want a redis:// URL", g.Storage)
+	case u.User != nil:
+		return "", fmt.Errorf("storage %q: a redis-server started for the cluster takes no user or password", g.Storage)
+	}
+	host, port := u.Hostname(), u.Port()
+	if host == "localhost" {
+		host = "127.0.0.1"
+	}
+	if ip := net.ParseIP(host); ip == nil || !ip.IsLoopback() {
+		return "", fmt.Errorf("storage %q: a redis-server started for the cluster listens on loopback only", g.Storage)
+	}
+	if port == "" {
+		port = "6379"
+	}
+	return net.JoinHostPort(host, port), nil
 }
 
 // validID is what a process id may be: it names a data directory and a
 // certificate.
 var validID = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,62}$`)
 
-// checkNodes checks that ids and addresses are well formed and unique.
+// checkNodes checks that ids and addresses are well formed and unique,
+// and that none is a redis-server's the cluster starts.
 func (c *Config) checkNodes() []error {
 	var errs []error
 	ids, addrs := map[string]bool{}, map[string]string{}
+	for i, g := range c.ORAM {
+		if a, err := g.RedisServerAddr(); g.RedisServer && err == nil {
+			addrs[a] = fmt.Sprintf("the redis-server of oram[%d]", i)
+		}
+	}
 	for _, n := range c.Nodes() {
 		if !validID.MatchString(n.ID) {
 			errs = append(errs, fmt.Errorf("process id %q: want lower-case letters, digits and '-', at most 63", n.ID))
@@ -207,7 +262,7 @@ func (c *Config) checkNodes() []error {
 			errs = append(errs, fmt.Errorf("process id %q is used twice", n.ID))
 		}
 		ids[n.ID] = true
-		for _, a := range n.Addrs {
+		for _, a := range n.listens() {
 			if _, _, err := net.SplitHostPort(a); err != nil {
 				errs = append(errs, fmt.Errorf("%s: address %q: %v", n.ID, a, err))
 			}
@@ -225,7 +280,16 @@ type Node struct {
 	ID    string
 	Role  string   // "router", "stash" or "oram"
 	Shard int      // the group's index; a router's, its index among the routers
-	Addrs []string // every address it listens on (a missing one is "")
+	Addrs []string // the addresses it must listen on (a missing one is "")
+	HTTP  string   // where it serves /metrics and /status; "" for nowhere
+}
+
+// listens lists every address n listens on.
+func (n Node) listens() []string {
+	if n.HTTP == "" {
+		return n.Addrs
+	}
+	return append(slices.Clone(n.Addrs), n.HTTP)
 }
 
 // Nodes lists every process: routers, then Stash replicas, then ORAM
@@ -233,7 +297,7 @@ type Node struct {
 func (c *Config) Nodes() []Node {
 	var nodes []Node
 	for i, r := range c.Routers {
-		nodes = append(nodes, Node{ID: r.ID, Role: "router", Shard: i, Addrs: []string{r.RESP, r.RPC}})
+		nodes = append(nodes, Node{ID: r.ID, Role: "router", Shard: i, Addrs: []string{r.RESP, r.RPC}, HTTP: r.HTTP})
 	}
 	nodes = append(nodes, groupNodes("stash", c.Stash)...)
 	return append(nodes, groupNodes("oram", c.ORAM)...)
@@ -254,7 +318,7 @@ func groupNodes(role string, groups []Group) []Node {
 	var nodes []Node
 	for i, g := range groups {
 		for _, r := range g.Replicas {
-			nodes = append(nodes, Node{ID: r.ID, Role: role, Shard: i, Addrs: []string{r.RPC, r.Raft}})
+			nodes = append(nodes, Node{ID: r.ID, Role: role, Shard: i, Addrs: []string{r.RPC, r.Raft}, HTTP: r.HTTP})
 		}
 	}
 	return nodes

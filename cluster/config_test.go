@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -23,6 +24,17 @@ func TestExampleConfig(t *testing.T) {
 	}
 	if cfg.Certs != filepath.Join("cluster-data", "certs") {
 		t.Fatalf("Certs = %q, want the default under root", cfg.Certs)
+	}
+	for _, n := range cfg.Nodes() {
+		if n.HTTP == "" {
+			t.Errorf("%s has no http address", n.ID)
+		}
+	}
+	for i, g := range cfg.ORAM {
+		addr, err := g.RedisServerAddr()
+		if want := fmt.Sprintf("127.0.0.1:%d", 6400+i); !g.RedisServer || addr != want || err != nil {
+			t.Errorf("oram[%d]: redis_server %v at %q, %v; want one at %s", i, g.RedisServer, addr, err, want)
+		}
 	}
 }
 
@@ -58,6 +70,14 @@ func TestParseRefuses(t *testing.T) {
 		"no replicas":       {`stash: [{replicas: [{id: s, rpc: "127.0.0.1:3", raft: "127.0.0.1:4"}]}]`, "stash: [{replicas: []}]", "stash[0] has no replicas"},
 		"no routers":        {`routers: [{id: r, resp: "127.0.0.1:1", rpc: "127.0.0.1:2"}]`, "routers: []", "at least one router"},
 		"negative capacity": {"protocol: treebeard}", "protocol: treebeard, capacity: -1}", "must be positive"},
+		"bad http":          {`rpc: "127.0.0.1:2"}`, `rpc: "127.0.0.1:2", http: "nowhere"}`, `address "nowhere"`},
+		"duplicate http":    {`raft: "127.0.0.1:4"}`, `raft: "127.0.0.1:4", http: "127.0.0.1:1"}`, "r and s both listen on 127.0.0.1:1"},
+		"redis_server disk": {"storage: disk,", "storage: disk, redis_server: true,", "oram[0].redis_server: storage \"disk\": want a redis:// URL"},
+		"redis_server tls":  {"storage: disk,", `storage: "rediss://127.0.0.1:9/0", redis_server: true,`, "want a redis:// URL"},
+		"redis_server far":  {"storage: disk,", `storage: "redis://10.0.0.1:6379/0", redis_server: true,`, "listens on loopback only"},
+		"redis_server user": {"storage: disk,", `storage: "redis://:pw@127.0.0.1:6379/0", redis_server: true,`, "no user or password"},
+		"redis_server port": {"storage: disk,", `storage: "redis://127.0.0.1:5/0", redis_server: true,`, "the redis-server of oram[0] and o both listen on 127.0.0.1:5"},
+		"stash redis":       {"stash: [{replicas", "stash: [{redis_server: true, replicas", "stash[0].redis_server: only oram groups"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			doc := strings.Replace(minimal, tc.from, tc.to, 1)
@@ -69,6 +89,26 @@ func TestParseRefuses(t *testing.T) {
 				t.Fatalf("Parse = %v, want an error containing %q", err, tc.want)
 			}
 		})
+	}
+}
+
+// TestParseOptionalFields: http addresses and redis_server are read, and
+// a redis-server's address defaults as a redis:// URL's does.
+func TestParseOptionalFields(t *testing.T) {
+	doc := strings.NewReplacer(`rpc: "127.0.0.1:2"}`, `rpc: "127.0.0.1:2", http: "127.0.0.1:7"}`,
+		"storage: disk,", `storage: "redis://localhost/1", redis_server: true,`).Replace(minimal)
+	cfg, err := Parse([]byte(doc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r, _ := cfg.Node("r"); r.HTTP != "127.0.0.1:7" {
+		t.Errorf("router r serves http on %q, want 127.0.0.1:7", r.HTTP)
+	}
+	if s, _ := cfg.Node("s"); s.HTTP != "" {
+		t.Errorf("replica s serves http on %q, want nowhere", s.HTTP)
+	}
+	if addr, err := cfg.ORAM[0].RedisServerAddr(); !cfg.ORAM[0].RedisServer || addr != "127.0.0.1:6379" || err != nil {
+		t.Errorf("oram[0]: redis_server %v at %q, %v; want one at 127.0.0.1:6379", cfg.ORAM[0].RedisServer, addr, err)
 	}
 }
 
