@@ -5,10 +5,11 @@
 // It owns a process's wiring: its store key and certificates, its raft
 // group (cluster/raftgroup) and the following of its leadership
 // (cluster/node), the layers' calls to the other processes (cluster/wire
-// over cluster/rpc, mutual TLS unless Options.Plaintext) and the server
-// that answers theirs. It never interprets a message, never decides what
-// a leader does and never serves clients: a router's kv.Store is handed
-// to the caller, which serves it over RESP.
+// over cluster/rpc, mutual TLS unless Options.Plaintext), the server
+// that answers theirs, and the HTTP server of its /metrics and /status
+// (http.go). It never interprets a message, never decides what a leader
+// does and never serves clients: a router's kv.Store is handed to the
+// caller, which serves it over RESP.
 package process
 
 import (
@@ -18,6 +19,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/http"
 	"path/filepath"
 	"time"
 
@@ -72,7 +74,9 @@ type Process struct {
 	server  *rpc.Server
 	storage backend.Backend
 	tap     *observe.FileLog
-	router  kv.Store // a router's: its RouterStore, with kv's checks
+	router  kv.Store             // a router's: its RouterStore, with kv's checks
+	stash   *treebeard.StashNode // a Stash replica's, for /status
+	http    *http.Server         // nil without an http address
 	stop    context.CancelFunc
 	done    chan struct{}
 }
@@ -100,7 +104,10 @@ func Start(ctx context.Context, cfg *cluster.Config, id string, o Options) (*Pro
 		return nil, err
 	}
 	p.net = wire.NewNet(cfg, id, clientTLS, wire.WithTimeout(callTimeout))
-	if err := p.start(ctx); err != nil {
+	if err = p.start(ctx); err == nil {
+		err = p.serveHTTP()
+	}
+	if err != nil {
 		p.Close()
 		return nil, err
 	}
@@ -149,6 +156,7 @@ func (p *Process) startStash(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	p.stash = n
 	recv := treebeard.NewReceiver(p.keys)
 	recv.Serve(treebeard.Endpoint{Layer: treebeard.LayerStash, Index: p.node.Shard}, treebeard.Handlers{StashShard: n, EvictionSource: n, Admin: n})
 	return p.run(ctx, p.cfg.Stash[p.node.Shard], n.Machine(), n, recv)
@@ -264,10 +272,15 @@ func (p *Process) Router() kv.Store { return p.router }
 // Group is a replica's raft group, nil for a router.
 func (p *Process) Group() *raftgroup.Group { return p.group }
 
-// Close stops the process: a replica's term ends, then its server, its
-// raft group and its storage.
+// Close stops the process: its http server, then a replica's term ends,
+// then its server, its raft group and its storage.
 func (p *Process) Close() error {
 	var errs []error
+	if p.http != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), httpGrace)
+		errs = append(errs, p.http.Shutdown(ctx))
+		cancel()
+	}
 	if p.stop != nil {
 		p.stop()
 		<-p.done
