@@ -119,16 +119,6 @@ func serveRouter(p *process.Process, f serveFlags, sigs <-chan os.Signal, log *s
 		return err
 	}
 	srv := resp.NewServer(p.Router(), resp.Options{Logger: log, Version: version, Users: l.users})
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(l.clients) }()
 	log.Info("oblivkv cluster router serving", append([]any{"listen", l.clients.Addr().String()}, l.authAttrs()...)...)
-	select {
-	case sig := <-sigs:
-		log.Info("shutting down", "signal", sig.String())
-	case err = <-served:
-		log.Error("server stopped", "err", err)
-	}
-	sctx, cancel := context.WithTimeout(context.Background(), shutdownGrace)
-	defer cancel()
-	return errors.Join(err, srv.Shutdown(sctx))
+	return serveUntilSignal(srv, l.clients, sigs, log)
 }

@@ -185,11 +185,12 @@ func serve(ctx context.Context, opts setup.Options, f serveFlags) error {
 	}
 	attrs = append(attrs, l.authAttrs()...)
 	ropts := resp.Options{Logger: log, Version: version, Info: deploymentInfo(opts, options, fingerprint), Users: l.users}
-	var mx *metrics.Metrics
+	var alsoStop []func(context.Context) error
 	if mln != nil {
-		mx = metrics.New(opened.Store, metrics.Info{Commands: resp.CommandNames(),
+		mx := metrics.New(opened.Store, metrics.Info{Commands: resp.CommandNames(),
 			Backend: backendKind(opts.Backend), Options: options})
 		ropts.Observe = mx.ObserveCommand
+		alsoStop = append(alsoStop, mx.Shutdown)
 		attrs = append(attrs, "metrics", "http://"+mln.Addr().String()+"/metrics")
 		go func() {
 			if err := mx.Serve(mln); !errors.Is(err, http.ErrServerClosed) {
@@ -204,10 +205,21 @@ func serve(ctx context.Context, opts setup.Options, f serveFlags) error {
 	}
 	defer stopProfile()
 	log.Info("oblivkv serving", attrs...)
-	srv := resp.NewServer(opened.Store, ropts)
+	err = serveUntilSignal(resp.NewServer(opened.Store, ropts), ln, sigs, log, alsoStop...)
+	err = errors.Join(err, opened.Close())
+	if err == nil {
+		log.Info("shut down cleanly")
+	}
+	return err
+}
+
+// serveUntilSignal serves srv on ln until a signal or srv's failure,
+// then shuts srv down, and alsoStop after it, letting what is in
+// progress finish within shutdownGrace.
+func serveUntilSignal(srv *resp.Server, ln net.Listener, sigs <-chan os.Signal, log *slog.Logger, alsoStop ...func(context.Context) error) error {
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
-
+	var err error
 	select {
 	case sig := <-sigs:
 		log.Info("shutting down", "signal", sig.String())
@@ -217,12 +229,8 @@ func serve(ctx context.Context, opts setup.Options, f serveFlags) error {
 	sctx, cancel := context.WithTimeout(context.Background(), shutdownGrace)
 	defer cancel()
 	err = errors.Join(err, srv.Shutdown(sctx))
-	if mx != nil {
-		err = errors.Join(err, mx.Shutdown(sctx))
-	}
-	err = errors.Join(err, opened.Close())
-	if err == nil {
-		log.Info("shut down cleanly")
+	for _, stop := range alsoStop {
+		err = errors.Join(err, stop(sctx))
 	}
 	return err
 }
