@@ -20,7 +20,7 @@ whole one on loopback; docs/OPERATIONS.md, "A cluster", explains every
 field). certs writes the certificates its processes call each other with
 and the store's key; router, stash and oram start one process each.`,
 	}
-	cmd.AddCommand(newClusterCertsCmd())
+	cmd.AddCommand(newClusterCertsCmd(), newClusterStatusCmd())
 	for _, r := range processRoles {
 		cmd.AddCommand(newClusterProcessCmd(r.role, r.short))
 	}
