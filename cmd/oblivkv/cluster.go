@@ -54,11 +54,7 @@ copy each process's ID.crt, ID.key and ca.crt to its machine, never ca.key.
 
   oblivkv cluster certs --config cluster/example.yaml`,
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			cfg, err := cluster.Load(config)
-			if err != nil {
-				return err
-			}
+		RunE: withConfig(&config, func(cmd *cobra.Command, cfg *cluster.Config) error {
 			if out == "" {
 				out = cfg.Certs
 			}
@@ -78,14 +74,32 @@ copy each process's ID.crt, ID.key and ca.crt to its machine, never ca.key.
 			}
 			reportIssued(cmd, out, issued, len(cfg.Nodes()))
 			return nil
-		},
+		}),
 	}
-	cmd.Flags().StringVar(&config, "config", "", "the cluster's configuration file (required)")
+	configFlag(cmd, &config)
 	cmd.Flags().StringVar(&out, "out", "", "directory to write into (default: the configuration's certs directory)")
 	cmd.Flags().IntVar(&days, "days", int(cluster.DefaultNodeValidity/(24*time.Hour)), "how long the processes' certificates are valid")
 	cmd.Flags().BoolVar(&renew, "renew", false, "write a new certificate for every process, not only for those without one")
-	cmd.MarkFlagRequired("config")
 	return cmd
+}
+
+// configFlag gives cmd the required flag --config, the cluster's
+// configuration file.
+func configFlag(cmd *cobra.Command, config *string) {
+	cmd.Flags().StringVar(config, "config", "", "the cluster's configuration file (required)")
+	cmd.MarkFlagRequired("config")
+}
+
+// withConfig is a command's RunE that loads the configuration file
+// *config and runs run with it.
+func withConfig(config *string, run func(*cobra.Command, *cluster.Config) error) func(*cobra.Command, []string) error {
+	return func(cmd *cobra.Command, _ []string) error {
+		cfg, err := cluster.Load(*config)
+		if err != nil {
+			return err
+		}
+		return run(cmd, cfg)
+	}
 }
 
 // reportIssued says what certs wrote.

@@ -51,10 +51,9 @@ TLS, for a cluster whose every address is on loopback (refused otherwise).` + ro
 			return runClusterProcess(cmd.Context(), role, f)
 		},
 	}
-	cmd.Flags().StringVar(&f.config, "config", "", "the cluster's configuration file (required)")
+	configFlag(cmd, &f.config)
 	cmd.Flags().StringVar(&f.id, "id", "", "the id of this process in the configuration (required)")
 	cmd.Flags().BoolVar(&f.plaintext, "plaintext", false, "no TLS between the cluster's processes (loopback only)")
-	cmd.MarkFlagRequired("config")
 	cmd.MarkFlagRequired("id")
 	if role == "oram" {
 		cmd.Flags().StringVar(&f.tap, "tap", "", "write what the shard's storage sees of this replica to `FILE` (see oblivkv tap merge)")

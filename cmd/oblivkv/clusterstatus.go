@@ -40,11 +40,7 @@ fields (docs/OPERATIONS.md, "A cluster"), up, and why it is down.
 
   oblivkv cluster status --config cluster/example.yaml`,
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			cfg, err := cluster.Load(config)
-			if err != nil {
-				return err
-			}
+		RunE: withConfig(&config, func(cmd *cobra.Command, cfg *cluster.Config) error {
 			r := queryCluster(cmd.Context(), cfg, timeout)
 			if asJSON {
 				enc := json.NewEncoder(cmd.OutOrStdout())
@@ -52,12 +48,11 @@ fields (docs/OPERATIONS.md, "A cluster"), up, and why it is down.
 				return enc.Encode(r)
 			}
 			return r.print(cmd.OutOrStdout())
-		},
+		}),
 	}
-	cmd.Flags().StringVar(&config, "config", "", "the cluster's configuration file (required)")
+	configFlag(cmd, &config)
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	cmd.Flags().DurationVar(&timeout, "timeout", 2*time.Second, "how long to wait for each process")
-	cmd.MarkFlagRequired("config")
 	return cmd
 }
 
