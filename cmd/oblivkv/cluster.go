@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"io"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -20,7 +21,7 @@ whole one on loopback; docs/OPERATIONS.md, "A cluster", explains every
 field). certs writes the certificates its processes call each other with
 and the store's key; router, stash and oram start one process each.`,
 	}
-	cmd.AddCommand(newClusterCertsCmd(), newClusterStatusCmd())
+	cmd.AddCommand(newClusterCertsCmd(), newClusterUpCmd(), newClusterStatusCmd())
 	for _, r := range processRoles {
 		cmd.AddCommand(newClusterProcessCmd(r.role, r.short))
 	}
@@ -61,19 +62,7 @@ copy each process's ID.crt, ID.key and ca.crt to its machine, never ca.key.
 			if days <= 0 {
 				return fmt.Errorf("--days must be positive, not %d", days)
 			}
-			issued, err := cluster.WriteCerts(cfg, out, time.Duration(days)*24*time.Hour, renew)
-			if err != nil {
-				return err
-			}
-			wrote, err := cluster.EnsureKey(cfg)
-			if err != nil {
-				return err
-			}
-			if wrote {
-				fmt.Fprintf(cmd.OutOrStdout(), "wrote the store's key: %s (0600; every process reads it)\n", cfg.Key)
-			}
-			reportIssued(cmd, out, issued, len(cfg.Nodes()))
-			return nil
+			return writeCertsAndKey(cmd.OutOrStdout(), cfg, out, time.Duration(days)*24*time.Hour, renew)
 		}),
 	}
 	configFlag(cmd, &config)
@@ -102,9 +91,27 @@ func withConfig(config *string, run func(*cobra.Command, *cluster.Config) error)
 	}
 }
 
+// writeCertsAndKey writes into dir the certificates of cfg's processes
+// that have none (every one's if renew), and the store's key if missing,
+// and says what it wrote on w.
+func writeCertsAndKey(w io.Writer, cfg *cluster.Config, dir string, validity time.Duration, renew bool) error {
+	issued, err := cluster.WriteCerts(cfg, dir, validity, renew)
+	if err != nil {
+		return err
+	}
+	wrote, err := cluster.EnsureKey(cfg)
+	if err != nil {
+		return err
+	}
+	if wrote {
+		fmt.Fprintf(w, "wrote the store's key: %s (0600; every process reads it)\n", cfg.Key)
+	}
+	reportIssued(w, dir, issued, len(cfg.Nodes()))
+	return nil
+}
+
 // reportIssued says what certs wrote.
-func reportIssued(cmd *cobra.Command, dir string, issued cluster.Issued, nodes int) {
-	w := cmd.OutOrStdout()
+func reportIssued(w io.Writer, dir string, issued cluster.Issued, nodes int) {
 	if issued.NewCA {
 		fmt.Fprintf(w, "wrote a new CA: %s/ca.crt (keep ca.key off the cluster's machines)\n", dir)
 	} else {

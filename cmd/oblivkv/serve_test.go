@@ -24,11 +24,18 @@ import (
 )
 
 // TestMain lets the test binary stand in for the oblivkv binary: with
-// OBLIVKV_RUN_MAIN=1 it runs main() with the given arguments, so tests can
-// run the real command as a process and send it signals.
+// OBLIVKV_RUN_MAIN=1 it runs main() with the arguments in OBLIVKV_ARGS,
+// so tests can run the real command as a process and send it signals.
+// It unsets OBLIVKV_ARGS, so that the children a command starts as this
+// binary (cluster up's) run main() with their command lines.
 func TestMain(m *testing.M) {
 	if os.Getenv("OBLIVKV_RUN_MAIN") == "1" {
-		os.Args = append([]string{"oblivkv"}, strings.Fields(os.Getenv("OBLIVKV_ARGS"))...)
+		args := os.Args[1:]
+		if env, ok := os.LookupEnv("OBLIVKV_ARGS"); ok {
+			args = strings.Fields(env)
+			os.Unsetenv("OBLIVKV_ARGS")
+		}
+		os.Args = append([]string{"oblivkv"}, args...)
 		main()
 		os.Exit(0)
 	}
