@@ -13,13 +13,18 @@ import (
 func newClusterCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "cluster",
-		Short: "Tools for a treebeard cluster's configuration and certificates",
+		Short: "Run a treebeard cluster: its certificates, its processes, their status",
 		Long: `A treebeard cluster is described by one YAML file: its routers, its Stash
 shards and its ORAM shards, each shard a group of replicas, where each process
-listens and which storage each ORAM shard owns (cluster/example.yaml is a
-whole one on loopback; docs/OPERATIONS.md, "A cluster", explains every
-field). certs writes the certificates its processes call each other with
-and the store's key; router, stash and oram start one process each.`,
+listens (and, optionally, serves /metrics and /status over http) and which
+storage each ORAM shard owns (cluster/example.yaml is a whole one on
+loopback; docs/OPERATIONS.md, "A cluster", explains every field).
+
+certs writes the certificates its processes call each other with and the
+store's key; up starts every process of the file on this machine (and a
+redis-server for each ORAM shard with redis_server: true) and stops them at
+SIGINT or SIGTERM; router, stash and oram start one process each; status
+shows which processes are up, and each group's leader, term and indexes.`,
 	}
 	cmd.AddCommand(newClusterCertsCmd(), newClusterUpCmd(), newClusterStatusCmd())
 	for _, r := range processRoles {

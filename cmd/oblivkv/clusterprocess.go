@@ -45,7 +45,10 @@ The process is the one of the configuration whose id is ID; it reads the
 store's key file and its certificates (oblivkv cluster certs writes both) and
 keeps its state in its data directory, ROOT/ID. It runs until SIGINT or
 SIGTERM. The processes call each other over mutual TLS; --plaintext drops
-TLS, for a cluster whose every address is on loopback (refused otherwise).` + routerHelp(role),
+TLS, for a cluster whose every address is on loopback (refused otherwise).
+With an http address in the configuration, the process serves /metrics and
+/status there (docs/OPERATIONS.md, "A cluster"). oblivkv cluster up starts
+every process of a configuration on one machine.` + routerHelp(role),
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return runClusterProcess(cmd.Context(), role, f)
