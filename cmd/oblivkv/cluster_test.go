@@ -22,7 +22,7 @@ func runRootCmd(t *testing.T, args ...string) (string, error) {
 
 func TestClusterCerts(t *testing.T) {
 	dir := t.TempDir()
-	config := filepath.Join(repoRoot, "cluster", "example.yaml")
+	config := exampleConfig(t)
 	out, err := runRootCmd(t, "cluster", "certs", "--config", config, "--out", dir)
 	if err != nil || !strings.Contains(out, "wrote a new CA") || !strings.Contains(out, "wrote 14 certificates, kept 0") {
 		t.Fatalf("cluster certs: %v\n%s", err, out)
@@ -42,4 +42,20 @@ func TestClusterCerts(t *testing.T) {
 	if _, err := runRootCmd(t, "cluster", "certs", "--out", dir); err == nil || !strings.Contains(err.Error(), "config") {
 		t.Fatalf("no --config: %v, want a refusal", err)
 	}
+}
+
+// exampleConfig copies cluster/example.yaml into a temporary directory,
+// so that what a command writes beside it (the key, under its root) stays
+// out of the repository.
+func exampleConfig(t *testing.T) string {
+	t.Helper()
+	example, err := os.ReadFile(filepath.Join(repoRoot, "cluster", "example.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	config := filepath.Join(t.TempDir(), "example.yaml")
+	if err := os.WriteFile(config, example, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return config
 }
