@@ -219,7 +219,10 @@ func (c *clusterProcs) leader(group string) string {
 			continue
 		}
 		m := leadingLine.FindStringSubmatch(log[at:])
-		if term, _ := strconv.Atoi(m[2]); m != nil && term > bestTerm {
+		if m == nil {
+			continue
+		}
+		if term, _ := strconv.Atoi(m[2]); term > bestTerm {
 			best, bestTerm = id, term
 		}
 	}
@@ -390,7 +393,10 @@ func (c *clusterProcs) killInTurn(ops, restarted *atomic.Int64) error {
 		}
 		victim := group
 		if !strings.HasPrefix(group, "router") {
-			victim = c.leader(group)
+			var err error
+			if victim, err = c.waitLeader(group, ""); err != nil {
+				return err
+			}
 		}
 		c.kill(victim)
 		if !strings.HasPrefix(group, "router") {
@@ -455,7 +461,10 @@ func (c *clusterProcs) pauseLeader(group string, ops, resumed *atomic.Int64) err
 	for ops.Load() < 200 {
 		time.Sleep(10 * time.Millisecond)
 	}
-	old := c.leader(group)
+	old, err := c.waitLeader(group, "")
+	if err != nil {
+		return err
+	}
 	c.mu.Lock()
 	p := c.procs[old]
 	c.mu.Unlock()
@@ -577,9 +586,11 @@ func TestClusterAuditCatchesTakeoverLeak(t *testing.T) {
 		for ops.Load() < 300 {
 			time.Sleep(10 * time.Millisecond)
 		}
-		old := c.leader("oram-1")
-		c.kill(old)
-		_, err := c.waitLeader("oram-1", old)
+		old, err := c.waitLeader("oram-1", "")
+		if err == nil {
+			c.kill(old)
+			_, err = c.waitLeader("oram-1", old)
+		}
 		for start := ops.Load(); err == nil && ops.Load() < start+300; {
 			time.Sleep(10 * time.Millisecond)
 		}

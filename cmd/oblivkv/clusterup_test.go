@@ -108,7 +108,7 @@ func TestClusterUp(t *testing.T) {
 	}
 	for name, pid := range children {
 		logFile := filepath.Join(dir, "data", name, "log")
-		if !stoppedCleanly(t, errOut.String(), logFile, name, pid) {
+		if !stoppedCleanly(errOut.String(), name, pid) {
 			log, _ := os.ReadFile(logFile)
 			t.Errorf("no clean stop of %s reported:\n%s\n%s's log:\n%s", name, errOut.String(), name, log)
 		}
@@ -118,34 +118,10 @@ func TestClusterUp(t *testing.T) {
 	}
 }
 
-// knownRace is the one data race a child built with -race may report as
-// it stops: protocol/treebeard's ORAMNode.StepDown clears each tree
-// replica's observer under the tree replica's lock while raft's FSM
-// reads it under the ORAM shard replica's. The race is
-// protocol/treebeard's; this allowance goes with its fix.
-const knownRace = "treebeard.(*ORAMNode).StepDown()"
-
-// stoppedCleanly reports whether cluster up says child name (logging to
-// logFile) stopped with status 0, or with the race detector's status 66
-// for knownRace alone.
-func stoppedCleanly(t *testing.T, upErr, logFile, name string, pid int) bool {
-	t.Helper()
-	stopped := fmt.Sprintf("stopped %s (pid %d): exit status ", name, pid)
-	if strings.Contains(upErr, stopped+"0\n") {
-		return true
-	}
-	log, _ := os.ReadFile(logFile)
-	races := strings.Split(string(log), "WARNING: DATA RACE")[1:]
-	if !strings.Contains(upErr, stopped+"66\n") || len(races) == 0 {
-		return false
-	}
-	for _, r := range races {
-		if !strings.Contains(r, knownRace) {
-			return false
-		}
-	}
-	t.Logf("%s stopped with status 66: the race detector saw the known race of %s", name, knownRace)
-	return true
+// stoppedCleanly reports whether cluster up says child name stopped with
+// status 0.
+func stoppedCleanly(upErr, name string, pid int) bool {
+	return strings.Contains(upErr, fmt.Sprintf("stopped %s (pid %d): exit status 0\n", name, pid))
 }
 
 // waitClusterUp waits until cluster status shows every router up and a

@@ -203,7 +203,7 @@ func (n *ORAMNode) Lead(ctx context.Context, g Proposer, fence uint64) error {
 	n.g, n.workers = t, workers
 	n.mu.Unlock()
 	for id, w := range workers {
-		w.observe(n.trees[id].replica)
+		n.observe(id, w.observer)
 		if w.core.leak == leakTakeoverForgetsEvictions {
 			if err := forgetEvictions(t, w.m.tree); err != nil {
 				return err
@@ -249,13 +249,19 @@ func (n *ORAMNode) worker(id int, tr shardTree, t *term, fence uint64) (*treeWor
 	return w, nil
 }
 
-// observe makes w see every entry its tree's machine applies.
-func (w *treeWorker) observe(r *Replica) {
-	r.observeWith(func(in, out any) {
-		w.mu.Lock()
-		defer w.mu.Unlock()
-		w.afterApply(in.(oramEntry), out.(oramOutput))
-	})
+// observer is what makes w see every entry its tree's machine applies.
+func (w *treeWorker) observer(in, out any) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.afterApply(in.(oramEntry), out.(oramOutput))
+}
+
+// observe makes f see every input of tree id's machine and its outputs
+// (nil: none). A tree's machine runs inside the shard's replica, under
+// its lock (newORAMShardReplica), so the observer changes under that
+// lock too.
+func (n *ORAMNode) observe(id int, f func(in, out any)) {
+	n.replica.view(func() { n.trees[id].replica.observe = f })
 }
 
 // fence is the tree's fence under token.
@@ -275,7 +281,7 @@ func (n *ORAMNode) StepDown() {
 	}
 	t.end()
 	for id, w := range workers {
-		n.trees[id].replica.observeWith(nil)
+		n.observe(id, nil)
 		w.net.stop()
 		w.tree.Abandon()
 		w.stop()
