@@ -193,6 +193,11 @@ func (c *Config) checkGroups(layer string, groups []Group, storage bool) []error
 			errs = append(errs, fmt.Errorf("%s[%d].storage is %q: want \"disk\" or a redis:// or rediss:// URL", layer, i, g.Storage))
 		case !storage && g.Storage != "":
 			errs = append(errs, fmt.Errorf("%s[%d] names storage: only oram groups own storage", layer, i))
+		case g.Storage == "disk" && len(g.Replicas) > 1:
+			// Each replica would open a store of its own in its data
+			// directory, and a new leader would read storage its
+			// predecessor never wrote.
+			errs = append(errs, fmt.Errorf("%s[%d] has %d replicas on \"disk\" storage, which only one process can open: give the group a redis:// URL, or one replica", layer, i, len(g.Replicas)))
 		}
 		if err := checkRedisServer(layer, i, g, storage); err != nil {
 			errs = append(errs, err)

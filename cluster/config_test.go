@@ -67,6 +67,7 @@ func TestParseRefuses(t *testing.T) {
 		"no storage":        {"storage: disk, ", "", "names no storage"},
 		"bad storage":       {"storage: disk", "storage: s3://bucket", "want \"disk\" or a redis://"},
 		"stash storage":     {"stash: [{replicas", "stash: [{storage: disk, replicas", "only oram groups own storage"},
+		"disk replicas":     {`raft: "127.0.0.1:6"}]`, `raft: "127.0.0.1:6"}, {id: o2, rpc: "127.0.0.1:7", raft: "127.0.0.1:8"}]`, "which only one process can open"},
 		"no replicas":       {`stash: [{replicas: [{id: s, rpc: "127.0.0.1:3", raft: "127.0.0.1:4"}]}]`, "stash: [{replicas: []}]", "stash[0] has no replicas"},
 		"no routers":        {`routers: [{id: r, resp: "127.0.0.1:1", rpc: "127.0.0.1:2"}]`, "routers: []", "at least one router"},
 		"negative capacity": {"protocol: treebeard}", "protocol: treebeard, capacity: -1}", "must be positive"},
