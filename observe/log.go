@@ -393,3 +393,20 @@ func readWithOrigin(path string) ([]Record, time.Time, error) {
 	}
 	return recs, origin, nil
 }
+
+// CheckFenceOrder reports a fenced write records show storage accepting
+// with a token below one it had accepted before on the same fence: a
+// deposed writer's late write that storage should have refused.
+func CheckFenceOrder(records []Record) error {
+	highest := map[string]uint64{}
+	for _, r := range records {
+		switch {
+		case r.Fence == "" || r.Err:
+		case r.Token < highest[r.Fence]:
+			return fmt.Errorf("observe: call %d wrote with %s's token %d after storage had accepted %d", r.Seq, r.Fence, r.Token, highest[r.Fence])
+		default:
+			highest[r.Fence] = r.Token
+		}
+	}
+	return nil
+}

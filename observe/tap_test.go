@@ -662,3 +662,26 @@ func TestMerge(t *testing.T) {
 		t.Fatalf("the fenced write lost its fence: %+v", got[3])
 	}
 }
+
+// TestCheckFenceOrder: a fenced write accepted with a token below one
+// accepted before on its fence is reported; the same write refused, or
+// on another fence, is not.
+func TestCheckFenceOrder(t *testing.T) {
+	w := func(fence string, token uint64, refused bool) Record {
+		return Record{Seq: token, Op: OpWrite, Addrs: []string{"a"}, Fence: fence, Token: token, Err: refused}
+	}
+	for _, c := range []struct {
+		name    string
+		records []Record
+		bad     bool
+	}{
+		{"rising", []Record{w("f", 1, false), w("f", 2, false), w("f", 2, false)}, false},
+		{"late write refused", []Record{w("f", 2, false), w("f", 1, true)}, false},
+		{"other fence", []Record{w("f", 2, false), w("g", 1, false)}, false},
+		{"late write accepted", []Record{w("f", 2, false), w("f", 1, false)}, true},
+	} {
+		if err := CheckFenceOrder(c.records); (err != nil) != c.bad {
+			t.Errorf("%s: %v", c.name, err)
+		}
+	}
+}

@@ -96,7 +96,7 @@ func Start(ctx context.Context, cfg *cluster.Config, id string, o Options) (*Pro
 	if p.keys, err = cluster.ReadKeys(cfg); err != nil {
 		return nil, err
 	}
-	if p.shape, err = shapeOf(cfg); err != nil {
+	if p.shape, err = ShapeOf(cfg); err != nil {
 		return nil, err
 	}
 	clientTLS, err := p.clientTLS("")
@@ -114,9 +114,9 @@ func Start(ctx context.Context, cfg *cluster.Config, id string, o Options) (*Pro
 	return p, nil
 }
 
-// shapeOf is the shape of the cluster's store: its options, with as many
+// ShapeOf is the shape of the cluster's store: its options, with as many
 // Stash and ORAM shards as the configuration has groups.
-func shapeOf(cfg *cluster.Config) (treebeard.Shape, error) {
+func ShapeOf(cfg *cluster.Config) (treebeard.Shape, error) {
 	parsed, err := options.Parse("treebeard", options.Args(cfg.Store.Options))
 	if err != nil {
 		return treebeard.Shape{}, err

@@ -24,9 +24,10 @@ certs writes the certificates its processes call each other with and the
 store's key; up starts every process of the file on this machine (and a
 redis-server for each ORAM shard with redis_server: true) and stops them at
 SIGINT or SIGTERM; router, stash and oram start one process each; status
-shows which processes are up, and each group's leader, term and indexes.`,
+shows which processes are up, and each group's leader, term and indexes;
+audit checks what an ORAM shard's storage saw, from its replicas' taps.`,
 	}
-	cmd.AddCommand(newClusterCertsCmd(), newClusterUpCmd(), newClusterStatusCmd())
+	cmd.AddCommand(newClusterCertsCmd(), newClusterUpCmd(), newClusterStatusCmd(), newClusterAuditCmd())
 	for _, r := range processRoles {
 		cmd.AddCommand(newClusterProcessCmd(r.role, r.short))
 	}

@@ -24,7 +24,6 @@ import (
 	"github.com/oblivkv/oblivkv/kv"
 	"github.com/oblivkv/oblivkv/kv/kvtest"
 	"github.com/oblivkv/oblivkv/observe"
-	"github.com/oblivkv/oblivkv/protocol/treebeard"
 )
 
 // clusterProcs is a treebeard cluster of real processes on loopback: 2
@@ -322,15 +321,19 @@ func (c *clusterProcs) checkViews() {
 	}
 }
 
-// viewErr returns what the structural checks find wrong with the view of
-// group's storage.
+// viewErr returns what oblivkv cluster audit finds wrong with the view
+// of group's storage, from its replicas' taps.
 func (c *clusterProcs) viewErr(group string) error {
 	c.t.Helper()
-	sh, err := treebeard.NewShape(1024, 64, treebeard.Options{Trees: 4, StashShards: 2, ORAMShards: 2, Routers: 1})
+	waitQuiet(c.t, c.taps[group])
+	out, err := runMain(c.dir, append([]string{"cluster", "audit", "--config", c.config}, c.taps[group]...)...)
 	if err != nil {
-		c.t.Fatal(err)
+		return fmt.Errorf("%v: %s", err, out)
 	}
-	return sh.CheckView(afterInit(c.mergedTap(group)))
+	if !strings.Contains(out, "storage's view passes") {
+		return fmt.Errorf("cluster audit passed without saying so: %s", out)
+	}
+	return nil
 }
 
 // mergedTap returns what group's storage saw: its replicas' tap logs,
@@ -369,18 +372,6 @@ func waitQuiet(t *testing.T, paths []string) {
 		}
 		last = now
 	}
-}
-
-// afterInit returns the records of an ORAM group's storage after the
-// writes of its empty trees, which its first leader issues before any
-// Read.
-func afterInit(records []observe.Record) []observe.Record {
-	for i, r := range records {
-		if r.Op == observe.OpRead {
-			return records[i:]
-		}
-	}
-	return nil
 }
 
 // killInTurn kills the leader of stash-0, then of oram-1, then router-1,
@@ -497,19 +488,16 @@ func (c *clusterProcs) pauseLeader(group string, ops, resumed *atomic.Int64) err
 func (c *clusterProcs) checkFences(group string) {
 	c.t.Helper()
 	records := c.mergedTap(group)
-	highest, fenced, refused := map[string]uint64{}, 0, 0
+	if err := observe.CheckFenceOrder(records); err != nil {
+		c.t.Errorf("%s's storage: %v", group, err)
+	}
+	fenced, refused := 0, 0
 	for _, r := range records {
 		if r.Fence != "" {
 			fenced++
-		}
-		switch {
-		case r.Fence == "":
-		case r.Err:
-			refused++
-		case r.Token < highest[r.Fence]:
-			c.t.Errorf("%s's storage accepted call %d with %s's token %d after it had accepted %d", group, r.Seq, r.Fence, r.Token, highest[r.Fence])
-		default:
-			highest[r.Fence] = r.Token
+			if r.Err {
+				refused++
+			}
 		}
 	}
 	c.t.Logf("%s: %d fenced calls, %d refused", group, fenced, refused)
