@@ -39,44 +39,47 @@ const recheck = 250 * time.Millisecond
 // when the replica stops leading, until ctx ends (its term ends then
 // too).
 func Follow(ctx context.Context, g *raftgroup.Group, l Leader, log *slog.Logger) {
-	leading := false
+	var term uint64 // the raft term l leads in; 0 while it does not lead
 	tick := time.NewTicker(recheck)
 	defer tick.Stop()
 	for {
 		select {
 		case <-ctx.Done():
-			if leading {
+			if term != 0 {
 				l.StepDown()
 			}
 			return
 		case <-g.LeaderCh():
 		case <-tick.C:
 		}
-		switch now := g.IsLeader(); {
-		case now == leading:
-		case !now:
+		now := g.IsLeader()
+		if term != 0 && (!now || g.Status().Term != term) {
+			// Lost, or lost and won again in a later term between two
+			// looks: the term's drivers end, and their fence with them.
 			l.StepDown()
-			leading = false
+			term = 0
 			log.Info("stepped down")
-		default:
-			leading = lead(ctx, g, l, log)
+		}
+		if now && term == 0 {
+			term = lead(ctx, g, l, log)
 		}
 	}
 }
 
-// lead starts l's term on g's leader, and reports whether it did.
-func lead(ctx context.Context, g *raftgroup.Group, l Leader, log *slog.Logger) bool {
+// lead starts l's term on g's leader, and returns the raft term it leads
+// in, 0 if it did not start.
+func lead(ctx context.Context, g *raftgroup.Group, l Leader, log *slog.Logger) uint64 {
 	if err := g.Barrier(ctx); err != nil {
 		log.Warn("taking over: applying the committed entries", "err", err)
-		return false
+		return 0
 	}
 	st := g.Status()
 	fence := durable.FenceToken(st.Term, min(st.CommitIndex, durable.MaxFencedLSN))
 	if err := l.Lead(ctx, g, fence); err != nil {
 		l.StepDown()
 		log.Warn("taking over", "term", st.Term, "err", err)
-		return false
+		return 0
 	}
 	log.Info("leading", "term", st.Term, "index", st.CommitIndex)
-	return true
+	return st.Term
 }
