@@ -1,15 +1,12 @@
 package treebeard
 
 import (
-	"bytes"
 	"context"
-	"sync/atomic"
 	"time"
 
 	"github.com/jonboulle/clockwork"
 
 	"github.com/oblivkv/oblivkv/kv"
-	"github.com/oblivkv/oblivkv/protocol/tree"
 	"github.com/oblivkv/oblivkv/seal"
 )
 
@@ -19,10 +16,9 @@ import (
 // durable: a request whose reply it loses is retried by its client,
 // and a Stash shard runs a request it got twice once (requestTable).
 type RouterStore struct {
-	sh     Shape
-	keys   *seal.Keys
-	router *Router
-	closed atomic.Bool
+	requests // the kv.Store calls, sent through router
+	sh       Shape
+	router   *Router
 }
 
 // NewRouterStore returns router id of a cluster of shape sh, reaching
@@ -35,7 +31,9 @@ func NewRouterStore(sh Shape, keys *seal.Keys, id int, shards []StashShard) *Rou
 	net.incarnation.Store(start)
 	r := newRouter(id, sh.opts.Epoch, clockwork.NewRealClock(), shards, net, nil)
 	r.core.next = start
-	return &RouterStore{sh: sh, keys: keys, router: r}
+	return &RouterStore{requests: requests{keys: keys, send: func(ctx context.Context, req Request) (Reply, error) {
+		return replyOf(r.Do(ctx, req))
+	}}, sh: sh, router: r}
 }
 
 // routerStart is the first epoch number of router id started at now:
@@ -47,49 +45,14 @@ func routerStart(id int, now time.Time) uint64 {
 	return uint64(id)<<48 | (ms<<8)&(1<<48-1)
 }
 
-func (s *RouterStore) do(ctx context.Context, req Request) (Reply, error) {
-	if s.closed.Load() {
-		return Reply{}, kv.ErrClosed
-	}
-	rep, err := s.router.Do(ctx, req)
-	if err != nil {
-		return Reply{}, err
-	}
-	return rep, rep.Err()
-}
-
-func (s *RouterStore) id(key string) tree.BlockID { return tree.IDOf(s.keys, key) }
-
-func (s *RouterStore) Get(ctx context.Context, key string) ([]byte, bool, error) {
-	rep, err := s.do(ctx, Request{Op: OpGet, ID: s.id(key)})
-	return rep.Old, rep.Found, err
-}
-
-func (s *RouterStore) Put(ctx context.Context, key string, val []byte) error {
-	_, err := s.do(ctx, Request{Op: OpPut, ID: s.id(key), Value: bytes.Clone(val)})
-	return err
-}
-
-func (s *RouterStore) Delete(ctx context.Context, key string) error {
-	_, err := s.do(ctx, Request{Op: OpDelete, ID: s.id(key)})
-	return err
-}
-
-// Update applies m in one access, as the store in one process does.
-func (s *RouterStore) Update(ctx context.Context, key string, m kv.Mutation) (kv.Result, error) {
-	rep, err := s.do(ctx, Request{Op: m.Op, ID: s.id(key), Value: bytes.Clone(m.Arg), If: m.If, ReturnOld: m.ReturnOld})
-	return rep.Result, err
-}
-
 // Stats are the store's shape: a router counts nothing of the shards'.
 func (s *RouterStore) Stats() kv.Stats {
 	return kv.Stats{Protocol: protocolName, Capacity: int(s.sh.capacity), ValueSize: s.sh.valueSize}
 }
 
-// Close answers the requests in flight and refuses new ones.
+// Close answers the requests in flight and refuses new ones
+// (kv.ErrClosed, the Router's).
 func (s *RouterStore) Close() error {
-	if s.closed.CompareAndSwap(false, true) {
-		s.router.Close()
-	}
+	s.router.Close()
 	return nil
 }

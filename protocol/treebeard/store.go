@@ -1,7 +1,6 @@
 package treebeard
 
 import (
-	"bytes"
 	"cmp"
 	"context"
 	"errors"
@@ -18,7 +17,6 @@ import (
 	"github.com/oblivkv/oblivkv/internal/durable"
 	"github.com/oblivkv/oblivkv/kv"
 	"github.com/oblivkv/oblivkv/protocol/ringoram"
-	"github.com/oblivkv/oblivkv/protocol/tree"
 	"github.com/oblivkv/oblivkv/random"
 	"github.com/oblivkv/oblivkv/seal"
 )
@@ -79,8 +77,9 @@ func treeLayout(addr string) (ringoram.Layout, bool) {
 // shards in the middle, ORAM shards owning the trees, talking through the
 // interfaces of layers.go.
 type store struct {
-	b    backend.Backend
-	keys *seal.Keys
+	requests // the kv.Store calls, sent through do
+	b        backend.Backend
+	keys     *seal.Keys
 	// Shape holds the options, the trees' geometry and the value size
 	// (which bounds the values a journal record may hold).
 	Shape
@@ -146,6 +145,7 @@ func build(env kv.Env, opts Options, log *durable.Log) (*store, error) {
 	if err != nil {
 		return nil, err
 	}
+	s.requests = requests{keys: env.Keys, send: s.do}
 	s.log, s.ckpt = log, &checkpoints{}
 	s.startIncarnation()
 	net := transportOf(opts.TestingKnobs, env.Keys)
@@ -277,36 +277,7 @@ func (s *store) do(ctx context.Context, req Request) (Reply, error) {
 	if err := s.ensureInit(ctx); err != nil {
 		return Reply{}, err
 	}
-	r := s.routers[s.next.Add(1)%uint64(len(s.routers))]
-	rep, err := r.Do(ctx, req)
-	if err != nil {
-		return Reply{}, err
-	}
-	return rep, rep.Err()
-}
-
-func (s *store) id(key string) tree.BlockID { return tree.IDOf(s.keys, key) }
-
-func (s *store) Get(ctx context.Context, key string) ([]byte, bool, error) {
-	rep, err := s.do(ctx, Request{Op: OpGet, ID: s.id(key)})
-	return rep.Old, rep.Found, err
-}
-
-// Update applies m in the one access a Get costs: the Stash shard runs it
-// on the block while it holds it.
-func (s *store) Update(ctx context.Context, key string, m kv.Mutation) (kv.Result, error) {
-	rep, err := s.do(ctx, Request{Op: m.Op, ID: s.id(key), Value: bytes.Clone(m.Arg), If: m.If, ReturnOld: m.ReturnOld})
-	return rep.Result, err
-}
-
-func (s *store) Put(ctx context.Context, key string, val []byte) error {
-	_, err := s.do(ctx, Request{Op: OpPut, ID: s.id(key), Value: append([]byte{}, val...)})
-	return err
-}
-
-func (s *store) Delete(ctx context.Context, key string) error {
-	_, err := s.do(ctx, Request{Op: OpDelete, ID: s.id(key)})
-	return err
+	return replyOf(s.routers[s.next.Add(1)%uint64(len(s.routers))].Do(ctx, req))
 }
 
 // Close answers every request in flight (a tree still issuing again a
