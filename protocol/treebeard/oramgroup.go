@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"maps"
 	"slices"
 
 	"github.com/oblivkv/oblivkv/internal/durable/delta"
@@ -42,13 +43,7 @@ func newORAMShardReplica(sh Shape, k, shards int) (*Replica, map[int]shardTree, 
 		}
 		trees[t] = shardTree{replica: r, machine: m}
 	}
-	order := slices.Sorted(func(yield func(int) bool) {
-		for t := range trees {
-			if !yield(t) {
-				return
-			}
-		}
-	})
+	order := slices.Sorted(maps.Keys(trees))
 	r := &Replica{
 		step: func(b []byte) (any, error) {
 			d := delta.NewDecoder(b)

@@ -82,33 +82,30 @@ func (s *Stash) afterStep(e stashEntry, out stashOutput) {
 	}
 }
 
-// step applies es in order and returns their outputs: in this process
-// at once, or once the shard's group has committed them (an error then
+// propose applies es in order as one entry of the shard's group, and
+// returns their outputs once it is committed and applied (an error
 // leaves their outcome unknown: this driver no longer leads).
-func (s *Stash) step(es ...stashEntry) ([]stashOutput, error) {
+func (s *Stash) propose(es ...stashEntry) ([]stashOutput, error) {
+	res, err := s.group.propose(stashInputs(es))
+	if err != nil {
+		return nil, err
+	}
+	return res.([]stashOutput), nil
+}
+
+// apply applies one entry: in this process at once, or as an entry of
+// the shard's group (propose).
+func (s *Stash) apply(e stashEntry) (stashOutput, error) {
 	if s.group != nil {
-		res, err := s.group.propose(stashInputs(es))
+		outs, err := s.propose(e)
 		if err != nil {
-			return nil, err
+			return stashOutput{}, err
 		}
-		return res.([]stashOutput), nil
+		return outs[0], nil
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	outs := make([]stashOutput, len(es))
-	for i, e := range es {
-		outs[i] = s.applyLocked(e)
-	}
-	return outs, nil
-}
-
-// apply applies one entry (step).
-func (s *Stash) apply(e stashEntry) (stashOutput, error) {
-	outs, err := s.step(e)
-	if err != nil {
-		return stashOutput{}, err
-	}
-	return outs[0], nil
+	return s.applyLocked(e), nil
 }
 
 // Access runs a Router's batch once, however many copies of its message
@@ -272,7 +269,7 @@ func (s *Stash) partID(epoch uint64, t int) MsgID {
 // of the epoch's end.
 func (s *Stash) journal(epoch uint64) AccessReply {
 	if s.group != nil {
-		outs, err := s.step(stashEntry{Kind: entryEpochEnd, Epoch: epoch}, stashEntry{Kind: entryJournaled, Epoch: epoch})
+		outs, err := s.propose(stashEntry{Kind: entryEpochEnd, Epoch: epoch}, stashEntry{Kind: entryJournaled, Epoch: epoch})
 		if err != nil {
 			return AccessReply{Status: lostLead(err)}
 		}
