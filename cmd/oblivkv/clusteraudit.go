@@ -44,7 +44,7 @@ trees are idle. Exits 1 when a check fails.
 			if err != nil {
 				return err
 			}
-			if err := errors.Join(sh.CheckView(afterTreesWritten(records)), observe.CheckFenceOrder(records)); err != nil {
+			if err := errors.Join(sh.CheckView(records), observe.CheckFenceOrder(records)); err != nil {
 				return fmt.Errorf("storage's view fails: %w", err)
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "storage's view passes: %d calls\n", len(records))
@@ -67,15 +67,4 @@ func mergedTaps(paths []string) ([]observe.Record, error) {
 		return nil, err
 	}
 	return observe.ReadFile(merged)
-}
-
-// afterTreesWritten returns the calls after the writes of a shard's
-// empty trees, which its first leader issues before any Read.
-func afterTreesWritten(records []observe.Record) []observe.Record {
-	for i, r := range records {
-		if r.Op == observe.OpRead {
-			return records[i:]
-		}
-	}
-	return nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/jonboulle/clockwork"
@@ -148,13 +149,19 @@ func treeChecks(geo tree.Geometry, cached int, o Options, ops [][]ringoram.Op) (
 }
 
 // CheckView runs the structural checks of storage's view on records,
-// the Tap of storage holding trees of a store of shape sh (a cluster's
-// ORAM shard's, or several shards' merged by time): they parse as
+// the Tap of a cluster's ORAM shard's storage from its first start (its
+// replicas' taps merged by time): past the writes of the empty trees,
+// which the shard's first leader issues before any Read, they parse as
 // multi-path reads and evictions, slots have one size and metadata
 // another, each tree's evictions go in reverse-lexicographic order and
 // its buckets are reshuffled exactly after S reads. A leader that took
 // over a tree and chose its Read or its eviction afresh fails them.
 func (sh Shape) CheckView(records []observe.Record) error {
+	if first := slices.IndexFunc(records, func(r observe.Record) bool { return r.Op == observe.OpRead }); first >= 0 {
+		records = records[first:]
+	} else {
+		records = nil
+	}
 	o := sh.opts
 	ops, err := Views(records, o.Trees, o.Z)
 	if err != nil {
