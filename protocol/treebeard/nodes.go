@@ -157,7 +157,7 @@ type ORAMNode struct {
 
 	mu      sync.Mutex
 	g       *term
-	workers map[int]*treeWorker // the term's, by tree
+	oram    *ORAM // the term's trees' workers; nil while the replica does not lead
 	deposed backend.Deposition
 }
 
@@ -200,7 +200,7 @@ func (n *ORAMNode) Lead(ctx context.Context, g Proposer, fence uint64) error {
 		return err
 	}
 	n.mu.Lock()
-	n.g, n.workers = t, workers
+	n.g, n.oram = t, &ORAM{workers: workers}
 	n.mu.Unlock()
 	for id, w := range workers {
 		n.observe(id, w.observer)
@@ -273,14 +273,14 @@ func (w *treeWorker) fence(token uint64) backend.Fence {
 // for fails as lost in transit.
 func (n *ORAMNode) StepDown() {
 	n.mu.Lock()
-	t, workers := n.g, n.workers
-	n.g, n.workers = nil, nil
+	t, o := n.g, n.oram
+	n.g, n.oram = nil, nil
 	n.mu.Unlock()
 	if t == nil {
 		return
 	}
 	t.end()
-	for id, w := range workers {
+	for id, w := range o.workers {
 		n.observe(id, nil)
 		w.net.stop()
 		w.tree.Abandon()
@@ -310,8 +310,5 @@ func (n *ORAMNode) Admin(m AdminMsg) AdminReply {
 func (n *ORAMNode) leading() *ORAM {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if n.workers == nil {
-		return nil
-	}
-	return &ORAM{workers: n.workers}
+	return n.oram
 }
