@@ -324,7 +324,7 @@ func TestStashTakeoverSendsPartsAgain(t *testing.T) {
 	}
 	sent := map[uint64]map[int][]ringoram.PathRead{} // by epoch and tree: the reads sent whose results are not back
 	owing, copies := 0, 0
-	var results []stashEntry // the results applied
+	resultsOf := map[tree.BlockID]stashEntry{} // the last results applied that brought each block
 	for i, b := range rec.entries {
 		e := decoded[stashEntry](t, b)
 		out := c.step(e)
@@ -355,27 +355,26 @@ func TestStashTakeoverSendsPartsAgain(t *testing.T) {
 		}
 		owing += min(len(want), 1)
 		if e.Kind == entryResults {
-			results = append(results, e)
+			for _, res := range e.Real {
+				resultsOf[res.Block.ID] = e
+			}
 		}
-		// A copy of results applied already (of the last 200), for a block
-		// whose real read is in flight again (a later epoch's), changes
-		// nothing.
-		recent := results[max(0, len(results)-200):]
-		if j := slices.IndexFunc(recent, func(r stashEntry) bool { return readsInflight(c, r) }); j >= 0 {
-			if again := c.step(recent[j]); !reflect.DeepEqual(again, stashOutput{}) || !bytes.Equal(c.image(), im) {
+		// A copy of results applied already, for a block whose real read
+		// is in flight again (a later epoch's), changes nothing.
+		for id := range c.inflight {
+			r, ok := resultsOf[id]
+			if !ok {
+				continue
+			}
+			if again := c.step(r); !reflect.DeepEqual(again, stashOutput{}) || !bytes.Equal(c.image(), im) {
 				t.Fatalf("a copy of results applied after entry %d changed the shard or gave outputs", i)
 			}
 			copies++
+			break
 		}
 	}
 	if owing == 0 || copies == 0 {
 		t.Fatalf("%d entries left parts owed, %d copies of results; want some of each", owing, copies)
 	}
-	t.Logf("%d entries, %d leaving parts owed", len(rec.entries), owing)
-}
-
-// readsInflight reports whether a block results r brought is in a real
-// read in flight on c.
-func readsInflight(c *stashCore, r stashEntry) bool {
-	return slices.ContainsFunc(r.Real, func(res ringoram.ReadResult) bool { return c.inflight[res.Block.ID] != nil })
+	t.Logf("%d entries, %d leaving parts owed, %d copies of results", len(rec.entries), owing, copies)
 }
