@@ -1,11 +1,13 @@
 package node
 
 import (
+	"bytes"
 	"context"
 	"fmt"
-	"io"
 	"log/slog"
 	"path/filepath"
+	"runtime/pprof"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -32,14 +34,15 @@ type shardGroup struct {
 	root    string
 	peers   []raftgroup.Peer
 	leaders []Leader
-	mu      sync.Mutex // guards rafts and stops
+	log     *slog.Logger // the replicas' Follow events
+	mu      sync.Mutex   // guards rafts and stops
 	rafts   []*raftgroup.Group
 	stops   []context.CancelFunc
 	done    sync.WaitGroup
 }
 
-func newShardGroup(t testing.TB, keys *seal.Keys, leaders []Leader, machine func(i int) raftgroup.Machine) *shardGroup {
-	g := &shardGroup{t: t, keys: keys, root: t.TempDir(), leaders: leaders,
+func newShardGroup(t testing.TB, keys *seal.Keys, log *slog.Logger, leaders []Leader, machine func(i int) raftgroup.Machine) *shardGroup {
+	g := &shardGroup{t: t, keys: keys, root: t.TempDir(), leaders: leaders, log: log,
 		rafts: make([]*raftgroup.Group, len(leaders)), stops: make([]context.CancelFunc, len(leaders))}
 	g.peers = raftgrouptest.Peers(t, len(leaders))
 	for i := range leaders {
@@ -64,7 +67,8 @@ func (g *shardGroup) start(i int, m raftgroup.Machine) {
 	g.mu.Lock()
 	g.rafts[i], g.stops[i] = r, cancel
 	g.mu.Unlock()
-	g.done.Go(func() { Follow(ctx, r, g.leaders[i], slog.New(slog.NewTextHandler(io.Discard, nil))) })
+	log := g.log.With("replica", g.peers[i].ID)
+	g.done.Go(func() { Follow(ctx, r, g.leaders[i], log) })
 }
 
 // stop stops replica i, as a crash of its process would.
@@ -148,6 +152,39 @@ type testCluster struct {
 	stash, oram []*shardGroup
 	taps        []*observe.MemoryLog // by ORAM shard: what its storage saw
 	router      *treebeard.RouterStore
+	events      *eventLog // every replica's Follow events
+}
+
+// eventLog keeps the replicas' events, for a failing test to show.
+type eventLog struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (l *eventLog) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.Write(p)
+}
+
+func (l *eventLog) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.String()
+}
+
+// goroutines returns this process's goroutines grouped by stack, those
+// in the cluster's code only: what a stuck test waits on.
+func goroutines() string {
+	var b strings.Builder
+	pprof.Lookup("goroutine").WriteTo(&b, 1)
+	var ours []string
+	for _, stack := range strings.Split(b.String(), "\n\n") {
+		if strings.Contains(stack, "oblivkv/protocol/treebeard") || strings.Contains(stack, "oblivkv/cluster/") {
+			ours = append(ours, stack)
+		}
+	}
+	return strings.Join(ours, "\n\n")
 }
 
 func newTestCluster(t testing.TB) *testCluster {
@@ -156,7 +193,8 @@ func newTestCluster(t testing.TB) *testCluster {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := &testCluster{sh: sh, stash: make([]*shardGroup, 2), oram: make([]*shardGroup, 2)}
+	c := &testCluster{sh: sh, stash: make([]*shardGroup, 2), oram: make([]*shardGroup, 2), events: &eventLog{}}
+	log := slog.New(slog.NewTextHandler(c.events, nil))
 	stashes, readers := make([]*stashProxy, 2), make([]treebeard.PathReader, 4)
 	sources, shards := make([]treebeard.EvictionSource, 2), make([]treebeard.StashShard, 2)
 	for i := range stashes {
@@ -181,7 +219,7 @@ func newTestCluster(t testing.TB) *testCluster {
 		for tr := k; tr < 4; tr += 2 {
 			readers[tr] = orams[k]
 		}
-		c.oram[k] = newShardGroup(t, keys, leaders, func(i int) raftgroup.Machine { return orams[k].nodes[i].Machine() })
+		c.oram[k] = newShardGroup(t, keys, log, leaders, func(i int) raftgroup.Machine { return orams[k].nodes[i].Machine() })
 	}
 	for i := range stashes {
 		var leaders []Leader
@@ -193,7 +231,7 @@ func newTestCluster(t testing.TB) *testCluster {
 			stashes[i].nodes = append(stashes[i].nodes, n)
 			leaders = append(leaders, n)
 		}
-		c.stash[i] = newShardGroup(t, keys, leaders, func(r int) raftgroup.Machine { return stashes[i].nodes[r].Machine() })
+		c.stash[i] = newShardGroup(t, keys, log, leaders, func(r int) raftgroup.Machine { return stashes[i].nodes[r].Machine() })
 	}
 	c.router = treebeard.NewRouterStore(sh, keys, 0, shards)
 	t.Cleanup(func() { c.router.Close() })
@@ -202,12 +240,18 @@ func newTestCluster(t testing.TB) *testCluster {
 
 // killLeaders stops the leader of each group in turn, once every
 // operations more have started, and waits for the group's next leader.
-func killLeaders(ops *atomic.Int64, every int64, groups ...*shardGroup) error {
+func killLeaders(ctx context.Context, ops *atomic.Int64, every int64, groups ...*shardGroup) error {
 	for i, g := range groups {
 		for ops.Load() < every*int64(i+1) {
+			if ctx.Err() != nil {
+				return fmt.Errorf("waiting for %d operations to kill a leader: %w", every*int64(i+1), ctx.Err())
+			}
 			time.Sleep(10 * time.Millisecond)
 		}
 		old := g.leader()
+		if old < 0 {
+			return fmt.Errorf("no leader to kill after %d operations", ops.Load())
+		}
 		g.stop(old)
 		if _, err := g.waitLeader(old); err != nil {
 			return err
@@ -229,14 +273,20 @@ func TestReplicatedClusterFailover(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	ctx := context.Background()
+	// A run takes about 10 s; one stuck fails with what it waits on.
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	stuck := func(err error) {
+		t.Helper()
+		t.Fatalf("%v\nthe replicas' events:\n%s\nthe goroutines in the cluster's code:\n%s", err, c.events, goroutines())
+	}
 	if err := c.router.Put(ctx, "warm", []byte("up")); err != nil {
-		t.Fatal(err)
+		stuck(err)
 	}
 	const every = 150 // operations between kills
 	var ops atomic.Int64
 	kills := make(chan error, 1)
-	go func() { kills <- killLeaders(&ops, every, c.stash[0], c.oram[1]) }()
+	go func() { kills <- killLeaders(ctx, &ops, every, c.stash[0], c.oram[1]) }()
 	var done atomic.Bool
 	res, err := kvtest.Linearizable(ctx, c.router, kvtest.LinOptions{Clients: 8, FinalReads: true, MutationFraction: 0.4,
 		Until: func() bool {
@@ -246,17 +296,19 @@ func TestReplicatedClusterFailover(t *testing.T) {
 			return done.Load()
 		}})
 	if err != nil {
-		t.Fatal(err)
+		stuck(err)
 	}
 	if err := <-kills; err != nil {
-		t.Fatal(err)
+		stuck(err)
 	}
 	t.Logf("%d operations, %v", res.Ops, res.Result)
 	if res.Result != "Ok" {
 		t.Fatalf("the history is not linearizable: %v (%s)", res.Result, res.Visualization)
 	}
 	for k, tap := range c.taps {
-		quiet(tap)
+		if err := quiet(tap); err != nil {
+			stuck(fmt.Errorf("ORAM shard %d: %w", k, err))
+		}
 		if err := c.sh.CheckView(tap.Records()); err != nil {
 			t.Errorf("ORAM shard %d's storage saw a view the structural checks refuse: %v", k, err)
 		}
@@ -265,16 +317,19 @@ func TestReplicatedClusterFailover(t *testing.T) {
 
 // quiet waits until storage has seen no call for half a second: the
 // trees' last Writes, held for their next Read, are issued on their own
-// once the trees are idle.
-func quiet(tap *observe.MemoryLog) {
-	for last := tap.LastSeq(); ; {
+// once the trees are idle. It fails if storage is still busy after a
+// minute.
+func quiet(tap *observe.MemoryLog) error {
+	deadline := time.Now().Add(time.Minute)
+	for last := tap.LastSeq(); time.Now().Before(deadline); {
 		time.Sleep(500 * time.Millisecond)
 		now := tap.LastSeq()
 		if now == last {
-			return
+			return nil
 		}
 		last = now
 	}
+	return fmt.Errorf("storage still sees calls a minute after the clients stopped (%d so far)", tap.LastSeq())
 }
 
 // BenchmarkReplicatedCluster measures the cluster of newTestCluster (2
