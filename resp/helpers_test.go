@@ -1,42 +1,23 @@
 package resp
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"io"
 	"log/slog"
 	"net"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/oblivkv/oblivkv/backend/mem"
+	"github.com/oblivkv/oblivkv/internal/testsupport/syncbuf"
 	"github.com/oblivkv/oblivkv/kv"
 	"github.com/oblivkv/oblivkv/kv/kvtest"
 	_ "github.com/oblivkv/oblivkv/protocol/all"
 )
-
-// logBuf collects a server's logs, so that tests can read them.
-type logBuf struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (l *logBuf) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.Write(p)
-}
-
-func (l *logBuf) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.String()
-}
 
 // openStore opens a "plain" store over a memory backend; cfg may set
 // Capacity and ValueSize.
@@ -57,14 +38,14 @@ type testEnv struct {
 	srv   *Server
 	store kv.Store
 	addr  string
-	logs  *logBuf
+	logs  *syncbuf.Buffer
 }
 
 // startServer serves store on a loopback port until the test ends, then
 // shuts the server down and closes the store.
 func startServer(t testing.TB, store kv.Store, opts Options) *testEnv {
 	t.Helper()
-	logs := &logBuf{}
+	logs := &syncbuf.Buffer{}
 	opts.Logger = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	srv := NewServer(store, opts)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")

@@ -1,7 +1,6 @@
 package node
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
@@ -16,6 +15,7 @@ import (
 	"github.com/oblivkv/oblivkv/backend/mem"
 	"github.com/oblivkv/oblivkv/cluster/raftgroup"
 	"github.com/oblivkv/oblivkv/cluster/raftgroup/raftgrouptest"
+	"github.com/oblivkv/oblivkv/internal/testsupport/syncbuf"
 	"github.com/oblivkv/oblivkv/kv/kvtest"
 	"github.com/oblivkv/oblivkv/observe"
 	"github.com/oblivkv/oblivkv/protocol/treebeard"
@@ -152,25 +152,7 @@ type testCluster struct {
 	stash, oram []*shardGroup
 	taps        []*observe.MemoryLog // by ORAM shard: what its storage saw
 	router      *treebeard.RouterStore
-	events      *eventLog // every replica's Follow events
-}
-
-// eventLog keeps the replicas' events, for a failing test to show.
-type eventLog struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (l *eventLog) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.Write(p)
-}
-
-func (l *eventLog) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.String()
+	events      *syncbuf.Buffer // every replica's Follow events
 }
 
 // goroutines returns this process's goroutines grouped by stack, those
@@ -193,7 +175,7 @@ func newTestCluster(t testing.TB) *testCluster {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := &testCluster{sh: sh, stash: make([]*shardGroup, 2), oram: make([]*shardGroup, 2), events: &eventLog{}}
+	c := &testCluster{sh: sh, stash: make([]*shardGroup, 2), oram: make([]*shardGroup, 2), events: &syncbuf.Buffer{}}
 	log := slog.New(slog.NewTextHandler(c.events, nil))
 	stashes, readers := make([]*stashProxy, 2), make([]treebeard.PathReader, 4)
 	sources, shards := make([]treebeard.EvictionSource, 2), make([]treebeard.StashShard, 2)

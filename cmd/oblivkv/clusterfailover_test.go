@@ -21,6 +21,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/oblivkv/oblivkv/internal/testsupport/redistest"
+	"github.com/oblivkv/oblivkv/internal/testsupport/syncbuf"
 	"github.com/oblivkv/oblivkv/kv"
 	"github.com/oblivkv/oblivkv/kv/kvtest"
 	"github.com/oblivkv/oblivkv/observe"
@@ -49,7 +50,7 @@ type clusterProcs struct {
 type clusterProc struct {
 	role, id string
 	cmd      *exec.Cmd
-	out      *lockedBuffer
+	out      *syncbuf.Buffer
 	alive    bool
 }
 
@@ -159,7 +160,7 @@ func (c *clusterProcs) addr() string {
 // start starts process id, whose role is role.
 func (c *clusterProcs) start(role, id string) {
 	c.t.Helper()
-	p := &clusterProc{role: role, id: id, out: &lockedBuffer{}, alive: true}
+	p := &clusterProc{role: role, id: id, out: &syncbuf.Buffer{}, alive: true}
 	args := []string{"cluster", role, "--config", c.config, "--id", id}
 	if role == "oram" {
 		group := id[:strings.LastIndex(id, "-")]

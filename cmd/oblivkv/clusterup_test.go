@@ -16,6 +16,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/oblivkv/oblivkv/internal/testsupport/redistest"
+	"github.com/oblivkv/oblivkv/internal/testsupport/syncbuf"
 )
 
 // upConfig writes into dir a cluster of 2 routers, a Stash group of 3
@@ -59,7 +60,7 @@ func TestClusterUp(t *testing.T) {
 	dir := t.TempDir()
 	config, routers := upConfig(t, dir)
 	up := mainCmd(dir, "cluster", "up", "--config", config, "--plaintext")
-	var out, errOut lockedBuffer
+	var out, errOut syncbuf.Buffer
 	up.Stdout, up.Stderr = &out, &errOut
 	if err := up.Start(); err != nil {
 		t.Fatal(err)
@@ -126,7 +127,7 @@ func stoppedCleanly(upErr, name string, pid int) bool {
 
 // waitClusterUp waits until cluster status shows every router up and a
 // leader in every group, failing if up exits first.
-func waitClusterUp(t *testing.T, config string, exited chan error, errOut *lockedBuffer) {
+func waitClusterUp(t *testing.T, config string, exited chan error, errOut *syncbuf.Buffer) {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	var r clusterReport

@@ -11,7 +11,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -20,6 +19,7 @@ import (
 
 	"github.com/oblivkv/oblivkv/backend/disk"
 	"github.com/oblivkv/oblivkv/cmd/oblivkv/internal/setup"
+	"github.com/oblivkv/oblivkv/internal/testsupport/syncbuf"
 	"github.com/oblivkv/oblivkv/kv"
 )
 
@@ -61,25 +61,7 @@ func runMain(dir string, args ...string) (string, error) {
 type server struct {
 	cmd    *exec.Cmd
 	addr   string
-	stderr *lockedBuffer
-}
-
-// lockedBuffer collects a process's output while the test reads it.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
+	stderr *syncbuf.Buffer
 }
 
 func startServe(t *testing.T, dir string, args ...string) *server {
@@ -92,7 +74,7 @@ func startServe(t *testing.T, dir string, args ...string) *server {
 func startServeAt(t *testing.T, dir, addr string, args ...string) *server {
 	t.Helper()
 	all := append([]string{"serve", "--listen", addr, "--data-dir", filepath.Join(dir, "data")}, args...)
-	s := &server{addr: addr, stderr: &lockedBuffer{}}
+	s := &server{addr: addr, stderr: &syncbuf.Buffer{}}
 	s.cmd = mainCmd(dir, all...)
 	s.cmd.Stderr = s.stderr
 	if err := s.cmd.Start(); err != nil {
@@ -360,7 +342,7 @@ func serveFails(t *testing.T, dir string, args ...string) string {
 	t.Helper()
 	all := append([]string{"serve", "--listen", freeAddr(t), "--data-dir", filepath.Join(dir, "data")}, args...)
 	cmd := mainCmd(dir, all...)
-	out := &lockedBuffer{}
+	out := &syncbuf.Buffer{}
 	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -399,7 +381,7 @@ func TestServeChecksBeforeCreating(t *testing.T) {
 
 	// A tree of 2^20 leaves takes seconds to write: interrupt it.
 	cmd := mainCmd(dir, "serve", "--listen", freeAddr(t), "--data-dir", data, "--protocol", "pathoram", "--capacity", "1048576")
-	stderr := &lockedBuffer{}
+	stderr := &syncbuf.Buffer{}
 	cmd.Stderr = stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
