@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -169,9 +170,9 @@ func goroutines() string {
 	return strings.Join(ours, "\n\n")
 }
 
-func newTestCluster(t testing.TB) *testCluster {
+func newTestCluster(t testing.TB, epoch time.Duration) *testCluster {
 	keys := kvtest.NewKeys(t)
-	sh, err := treebeard.NewShape(1024, 64, treebeard.Options{StashShards: 2, ORAMShards: 2, Trees: 4, Routers: 1})
+	sh, err := treebeard.NewShape(1024, 64, treebeard.Options{StashShards: 2, ORAMShards: 2, Trees: 4, Routers: 1, Epoch: epoch})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -249,7 +250,7 @@ func killLeaders(ctx context.Context, ops *atomic.Int64, every int64, groups ...
 // process crashes): the requests in flight are sent again to the new
 // leaders, which finish what the old ones left.
 func TestReplicatedClusterFailover(t *testing.T) {
-	c := newTestCluster(t)
+	c := newTestCluster(t, 0)
 	for _, g := range append(c.stash, c.oram...) {
 		if _, err := g.waitLeader(-1); err != nil {
 			t.Fatal(err)
@@ -316,12 +317,19 @@ func quiet(tap *observe.MemoryLog) error {
 
 // BenchmarkReplicatedCluster measures the cluster of newTestCluster (2
 // Stash and 2 ORAM groups of 3 replicas, every replica in this process)
-// under 64 clients writing and reading 1,024 keys: its CPU per operation
-// is the whole cluster's, replication included (-cpuprofile shows where
-// it goes).
+// under 64 clients writing and reading 1,024 keys, with the routers'
+// epochs of 1, 5 and 10 ms: its CPU per operation is the whole
+// cluster's, replication included (-cpuprofile shows where it goes), and
+// entries/op the raft entries its groups committed per operation.
 func BenchmarkReplicatedCluster(b *testing.B) {
-	c := newTestCluster(b)
-	for _, g := range append(c.stash, c.oram...) {
+	for _, epoch := range []time.Duration{time.Millisecond, 5 * time.Millisecond, 10 * time.Millisecond} {
+		b.Run("epoch="+epoch.String(), func(b *testing.B) { benchmarkCluster(b, newTestCluster(b, epoch)) })
+	}
+}
+
+func benchmarkCluster(b *testing.B, c *testCluster) {
+	groups := append(c.stash, c.oram...)
+	for _, g := range groups {
 		if _, err := g.waitLeader(-1); err != nil {
 			b.Fatal(err)
 		}
@@ -329,6 +337,7 @@ func BenchmarkReplicatedCluster(b *testing.B) {
 	ctx := context.Background()
 	var next atomic.Int64
 	b.SetParallelism(32) // 64 clients on 2 CPUs
+	entries, cpu := committed(groups), cpuTime()
 	b.ResetTimer()
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
@@ -346,4 +355,30 @@ func BenchmarkReplicatedCluster(b *testing.B) {
 			}
 		}
 	})
+	b.StopTimer()
+	b.ReportMetric(float64(committed(groups)-entries)/float64(b.N), "entries/op")
+	b.ReportMetric((cpuTime()-cpu).Seconds()*1000/float64(b.N), "cpu-ms/op")
+}
+
+// committed sums the commit indexes of groups' leaders: the entries
+// their logs hold.
+func committed(groups []*shardGroup) uint64 {
+	var n uint64
+	for _, g := range groups {
+		if l := g.leader(); l >= 0 {
+			g.mu.Lock()
+			n += g.rafts[l].Status().CommitIndex
+			g.mu.Unlock()
+		}
+	}
+	return n
+}
+
+// cpuTime is the CPU time this process has used, user and system.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

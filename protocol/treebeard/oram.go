@@ -34,8 +34,7 @@ func (o *ORAM) ReadPaths(m ReadPathsMsg) ReadPathsReply {
 	if st.Code != CodeOK {
 		return ReadPathsReply{Status: st}
 	}
-	w.release(m.Release)
-	r := w.read(m.ID, m.Reads)
+	r := w.read(m.ID, m.Reads, m.Release)
 	return ReadPathsReply{Results: r.Results, Status: r.Status}
 }
 
@@ -198,22 +197,19 @@ func (w *treeWorker) connect(tr *ringoram.Driver, stashes []EvictionSource) {
 		incarnation: w.net.incarnation.Load(), msgs: newMsgTable()}
 }
 
-// release tells the machine that the Stash shards journaled the epochs
-// of parts, and have their replies.
-func (w *treeWorker) release(parts []MsgID) {
-	if len(parts) > 0 {
-		w.apply(oramEntry{Kind: oramRelease, Released: parts})
-	}
-}
-
-// read hands part id to the machine and waits for the machine's reply to
-// it: at once for a copy of a part answered or released, once the part
-// is read for its first copy and for a copy that came meanwhile. An
-// epoch a part of which has not come within partTimeout is given up
-// (oramAbandon).
-func (w *treeWorker) read(id MsgID, reads []ringoram.PathRead) partReply {
+// read hands part id to the machine, after the release of the parts
+// whose replies its sender has (the Stash shard journaled their epochs),
+// and waits for the machine's reply to it: at once for a copy of a part
+// answered or released, once the part is read for its first copy and for
+// a copy that came meanwhile. A replicated tree takes the release and
+// the part in one entry, one commit of the group. An epoch a part of
+// which has not come within partTimeout is given up (oramAbandon).
+func (w *treeWorker) read(id MsgID, reads []ringoram.PathRead, release []MsgID) partReply {
 	done := make(chan partReply, 1)
-	e := oramEntry{Kind: oramPart, ID: id, Reads: reads}
+	es := []oramEntry{{Kind: oramPart, ID: id, Reads: reads}}
+	if len(release) > 0 {
+		es = slices.Insert(es, 0, oramEntry{Kind: oramRelease, Released: release})
+	}
 	w.mu.Lock()
 	if w.stopped {
 		w.mu.Unlock()
@@ -224,11 +220,13 @@ func (w *treeWorker) read(id MsgID, reads []ringoram.PathRead) partReply {
 	}
 	w.waiting[id] = append(w.waiting[id], done)
 	if w.group == nil {
-		w.applyLocked(e)
+		for _, e := range es {
+			w.applyLocked(e)
+		}
 	}
 	w.mu.Unlock()
 	if w.group != nil {
-		w.group.propose(treeInputOf(w.id, e)) // an error: the term ended, and the wait below fails
+		w.group.propose(treeInputOf(w.id, es...)) // an error: the term ended, and the wait below fails
 	}
 	select {
 	case r := <-done:
@@ -238,17 +236,33 @@ func (w *treeWorker) read(id MsgID, reads []ringoram.PathRead) partReply {
 	}
 }
 
-// apply applies e to the machine: under w.mu in this process, or as an
-// entry of the shard's group (an error: this driver's term ended, and
-// every wait of its fails).
-func (w *treeWorker) apply(e oramEntry) {
+// apply applies es in order to the machine: under w.mu in this process,
+// or as one entry of the shard's group (an error: this driver's term
+// ended, and every wait of its fails).
+func (w *treeWorker) apply(es ...oramEntry) {
 	if w.group != nil {
-		w.group.propose(treeInputOf(w.id, e))
+		w.group.propose(treeInputOf(w.id, es...))
 		return
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	w.applyLocked(e)
+	for _, e := range es {
+		w.applyLocked(e)
+	}
+}
+
+// eachShard calls ask for every Stash shard at once and returns what
+// each call returned, in shard order: an eviction's messages to the
+// shards go out together, and their outcomes reach the machine in one
+// entry.
+func eachShard(shards int, ask func(i int) oramEntry) []oramEntry {
+	es := make([]oramEntry, shards)
+	var wg sync.WaitGroup
+	for i := range es {
+		wg.Go(func() { es[i] = ask(i) })
+	}
+	wg.Wait()
+	return es
 }
 
 // applyLocked applies e to the machine in this process; w.mu is held.
@@ -421,10 +435,10 @@ func (w *treeWorker) do(ctx context.Context, out oramOutput) {
 	}
 	switch {
 	case out.Ask:
-		for i := range w.stashes {
+		w.apply(eachShard(len(w.stashes), func(i int) oramEntry {
 			rep := w.evictionBlocks(i, out.Number)
-			w.apply(oramEntry{Kind: oramBlocks, Number: out.Number, Shard: i, Blocks: rep.Blocks, Failure: rep.Status})
-		}
+			return oramEntry{Kind: oramBlocks, Number: out.Number, Shard: i, Blocks: rep.Blocks, Failure: rep.Status}
+		})...)
 	case out.Metas != nil:
 		e := oramEntry{Kind: oramMetas}
 		if e.Failure = w.journal(out.Record); e.Failure.Code == CodeOK {
@@ -444,10 +458,10 @@ func (w *treeWorker) do(ctx context.Context, out oramOutput) {
 	case out.Write != nil:
 		w.apply(oramEntry{Kind: oramJournaled, Failure: w.writeAhead(out.Record, out.Write)})
 	case out.Placed != nil:
-		for i := range w.stashes {
+		w.apply(eachShard(len(w.stashes), func(i int) oramEntry {
 			rep := w.evictionDone(i, out.Number, out.Handed[i], out.Placed[i])
-			w.apply(oramEntry{Kind: oramEvicted, Number: out.Number, Shard: i, Stale: rep.Stale, Failure: rep.Status})
-		}
+			return oramEntry{Kind: oramEvicted, Number: out.Number, Shard: i, Stale: rep.Stale, Failure: rep.Status}
+		})...)
 	}
 }
 

@@ -77,9 +77,14 @@ func newORAMShardReplica(sh Shape, k, shards int) (*Replica, map[int]shardTree, 
 	return r, trees, nil
 }
 
-// treeInputOf returns the entry of an input of tree t of an ORAM shard.
-func treeInputOf(t int, e oramEntry) []byte {
-	return appendORAMEntry(binary.AppendUvarint([]byte{replicaInput}, uint64(t)), e)
+// treeInputOf returns the entry of inputs of tree t of an ORAM shard,
+// which the tree's machine applies in order.
+func treeInputOf(t int, es ...oramEntry) []byte {
+	b := binary.AppendUvarint([]byte{replicaInput}, uint64(t))
+	for _, e := range es {
+		b = appendORAMEntry(b, e)
+	}
+	return b
 }
 
 // takeOver issues again, as the group's new leader, what the tree's

@@ -140,7 +140,7 @@ func runTreeRecorded(t *testing.T) machineRecord {
 	first := decoded[oramEntry](t, rec.entries[slices.IndexFunc(rec.entries, func(b []byte) bool { return decoded[oramEntry](t, b).Kind == oramPart })])
 	st := w.tree.Stats()
 	w.mu.Unlock()
-	if r := w.read(first.ID, first.Reads); r.Status.Code != CodeUnavailable {
+	if r := w.read(first.ID, first.Reads, nil); r.Status.Code != CodeUnavailable {
 		t.Fatalf("a copy of a part released long ago got %+v, want it refused", r.Status)
 	}
 	if st.Reshuffles == 0 || st.Evictions == 0 {

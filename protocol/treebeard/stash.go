@@ -141,7 +141,7 @@ func (s *Stash) admit(m AccessMsg) (out stashOutput, first, answered chan struct
 		// this one: the room is taken for every request that may create
 		// its key, and what the epoch does not use comes back.
 		e.Room = s.quota.take(roomAtMost(m.Batch))
-		if out, err = s.apply(e); err != nil {
+		if out, err = s.applyReleasing(m.Release, e); err != nil {
 			return out, nil, nil, err
 		}
 		s.mu.Lock()
@@ -161,13 +161,29 @@ func (s *Stash) admit(m AccessMsg) (out stashOutput, first, answered chan struct
 	return out, nil, answered, nil
 }
 
-// release tells the core which messages' replies their senders have.
+// release tells the core which messages' replies their senders have: at
+// once in this process; a replicated shard releases them in the entry of
+// the message that carries them (applyReleasing).
 func (s *Stash) release(ids []MsgID) error {
-	if len(ids) == 0 {
+	if len(ids) == 0 || s.group != nil {
 		return nil
 	}
 	_, err := s.apply(stashEntry{Kind: entryRelease, Released: ids})
 	return err
+}
+
+// applyReleasing applies e (apply), in a replicated shard after the
+// release of ids in the same entry: one commit of the group, not two in
+// turn.
+func (s *Stash) applyReleasing(ids []MsgID, e stashEntry) (stashOutput, error) {
+	if s.group == nil || len(ids) == 0 {
+		return s.apply(e)
+	}
+	outs, err := s.propose(stashEntry{Kind: entryRelease, Released: ids}, e)
+	if err != nil {
+		return stashOutput{}, err
+	}
+	return outs[1], nil
 }
 
 // answerCopy returns what a copy of a message gets: the stored reply, or
@@ -305,7 +321,7 @@ func (s *Stash) EvictionBlocks(m EvictionBlocksMsg) EvictionBlocksReply {
 	if err := s.release(m.Release); err != nil {
 		return EvictionBlocksReply{Status: lostLead(err)}
 	}
-	out, err := s.apply(stashEntry{Kind: entryEvictionBlocks, Msg: m.ID, Tree: m.ID.Sender.Index})
+	out, err := s.applyReleasing(m.Release, stashEntry{Kind: entryEvictionBlocks, Msg: m.ID, Tree: m.ID.Sender.Index})
 	switch {
 	case err != nil:
 		return EvictionBlocksReply{Status: lostLead(err)}
@@ -335,7 +351,7 @@ func (s *Stash) EvictionDone(m EvictionDoneMsg) EvictionDoneReply {
 	for i, b := range m.Blocks {
 		ids[i] = b.Block.ID
 	}
-	out, err := s.evictionDone(stashEntry{Kind: entryEvictionDone, Msg: m.ID, Tree: m.ID.Sender.Index, IDs: ids, Placed: m.Placed})
+	out, err := s.evictionDone(m.Release, stashEntry{Kind: entryEvictionDone, Msg: m.ID, Tree: m.ID.Sender.Index, IDs: ids, Placed: m.Placed})
 	switch {
 	case err != nil:
 		return EvictionDoneReply{Status: lostLead(err)}
@@ -345,11 +361,12 @@ func (s *Stash) EvictionDone(m EvictionDoneMsg) EvictionDoneReply {
 	return answerOf(evictionDoneReplyCodec, out.Answer)
 }
 
-// evictionDone applies an eviction's end, and in this process appends
-// its record to the shard's log.
-func (s *Stash) evictionDone(e stashEntry) (stashOutput, error) {
+// evictionDone applies an eviction's end, after the release of ids in a
+// replicated shard, and in this process appends its record to the
+// shard's log.
+func (s *Stash) evictionDone(ids []MsgID, e stashEntry) (stashOutput, error) {
 	if s.group != nil {
-		return s.apply(e)
+		return s.applyReleasing(ids, e)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
