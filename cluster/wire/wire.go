@@ -38,6 +38,21 @@ func groupOf(cfg *cluster.Config, e treebeard.Endpoint) (*cluster.Group, error) 
 	return nil, fmt.Errorf("wire: no group of the cluster serves %v", e)
 }
 
+// groupKey names a group across reloads of the configuration (which
+// never change the number of groups): its layer and index.
+type groupKey struct {
+	layer treebeard.Layer
+	index int
+}
+
+// keyOf is the key of the group of cfg serving e, which must have one.
+func keyOf(cfg *cluster.Config, e treebeard.Endpoint) groupKey {
+	if e.Layer == treebeard.LayerORAM {
+		return groupKey{e.Layer, e.Index % len(cfg.ORAM)}
+	}
+	return groupKey{e.Layer, e.Index}
+}
+
 // replicaIndex returns the index of process id among g's replicas, or -1.
 func replicaIndex(g *cluster.Group, id string) int {
 	return slices.IndexFunc(g.Replicas, func(r cluster.Replica) bool { return r.ID == id })
