@@ -5,8 +5,10 @@
 // themselves to each other with.
 //
 // It owns the cluster configuration file (YAML, read strictly: an unknown
-// field is an error, not a silent default) and the cluster's certificate
-// authority (certs.go). It never starts a process, opens storage or holds
+// field is an error, not a silent default), a running process's view of
+// it, read again when groups' replicas change (Live, live.go), and the
+// cluster's certificate authority with the operator's certificate
+// (certs.go). It never starts a process, opens storage or holds
 // a store key: the key is the store's, in each process's data directory.
 //
 // The layers are Treebeard's (Treebeard Sec. 4): routers take client

@@ -6,7 +6,10 @@
 // group (cluster/raftgroup) and the following of its leadership
 // (cluster/node), the layers' calls to the other processes (cluster/wire
 // over cluster/rpc, mutual TLS unless Options.Plaintext), the server
-// that answers theirs, and the HTTP server of its /metrics and /status
+// that answers theirs and the operator's membership requests
+// (cluster/membership), its view of the configuration file, read again
+// when it meets a replica added since it started (cluster.Live), and the
+// HTTP server of its /metrics and /status
 // (http.go). It never interprets a message, never decides what a leader
 // does and never serves clients: a router's kv.Store is handed to the
 // caller, which serves it over RESP.

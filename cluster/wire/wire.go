@@ -8,8 +8,9 @@
 // It owns the map from a treebeard endpoint to the group that serves it
 // (Stash shard i: the i-th Stash group; tree t: ORAM group t mod the
 // groups, as the store places trees), the connections to the replicas,
-// which replica each process believes leads each group, and which
-// endpoints each process may send as. It never opens, seals or alters a
+// which replica each process believes leads each group (by the group's
+// index and the replica's id, which a reload of the configuration file,
+// cluster.Live, keeps), and which endpoints each process may send as. It never opens, seals or alters a
 // message (it reads only the kind, id and ends a Sealed carries in the
 // clear), never sends one again beyond one retry at the leader a replica
 // names (resending is the treebeard senders', under the message's id),

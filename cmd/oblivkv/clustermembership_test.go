@@ -32,6 +32,9 @@ func TestClusterMembership(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	if out, err := runMain(c.dir, "cluster", "add-voter", "--config", c.config, "--id", "stash-0-z"); err == nil || !strings.Contains(out, `no replica "stash-0-z"`) {
+		t.Fatalf("add-voter of an id the file does not name: %v: %s", err, out)
+	}
 	w := c.startWrites(4)
 	for _, group := range []string{"oram-0", "stash-0"} {
 		c.replaceReplicas(group, w)
