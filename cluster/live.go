@@ -55,10 +55,16 @@ func (l *Live) Config() *Config {
 // Reload reads the file again, unless it was read less than ReloadEvery
 // ago or there is none, and returns the configuration in use after it,
 // with why the file was refused if it was.
-func (l *Live) Reload() (*Config, error) {
+func (l *Live) Reload() (*Config, error) { return l.reload(false) }
+
+// ReloadNow is Reload, however recently the file was read: for a rare
+// request that follows an edit of the file (the operator's add-voter).
+func (l *Live) ReloadNow() (*Config, error) { return l.reload(true) }
+
+func (l *Live) reload(now bool) (*Config, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.path == "" || time.Since(l.read) < l.every {
+	if l.path == "" || (!now && time.Since(l.read) < l.every) {
 		return l.cfg, nil
 	}
 	l.read = time.Now()

@@ -89,6 +89,9 @@ func TestLiveReloadsAtMostEvery(t *testing.T) {
 	if cfg, _ := l.Reload(); cfg != read {
 		t.Fatal("the file was read again within the period")
 	}
+	if cfg, err := l.ReloadNow(); err != nil || len(cfg.Stash[0].Replicas) != 2 {
+		t.Fatalf("ReloadNow = %+v, %v; want the file read at once, with s2", cfg, err)
+	}
 	static := Static(before)
 	if cfg, err := static.Reload(); cfg != before || err != nil {
 		t.Fatalf("a static Live reloaded: %p, %v", cfg, err)

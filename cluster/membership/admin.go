@@ -91,7 +91,8 @@ func (a *Admin) askRound(ctx context.Context, g cluster.Group, req Request) (Rep
 		var nl *rpc.NotLeaderError
 		if errors.As(err, &nl) && nl.Leader != "" && nl.Leader != r.ID {
 			if leader, ok := g.Replica(nl.Leader); ok {
-				reply, err = a.Ask(ctx, leader, req)
+				r = leader
+				reply, err = a.Ask(ctx, r, req)
 			}
 		}
 		if err != nil && refused(err) {
@@ -124,8 +125,9 @@ func refused(err error) bool {
 // reason is a refusal's message: a replica's own words, without the
 // rpc layers' wrapping.
 func reason(err error) string {
-	if st, ok := status.FromError(err); ok && st.Code() == codes.Unknown {
-		return st.Message()
+	var st interface{ GRPCStatus() *status.Status }
+	if errors.As(err, &st) && st.GRPCStatus().Code() == codes.Unknown {
+		return st.GRPCStatus().Message()
 	}
 	return err.Error()
 }

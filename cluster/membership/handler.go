@@ -127,13 +127,13 @@ func (h *Handler) add(members []raftgroup.Peer, req Request) (bool, error) {
 }
 
 // configured returns the name of the replica's group and its replica id
-// in the configuration file, read again if the one in use has no such
-// replica.
+// in the configuration file, read again at once if the one in use has
+// no such replica (the operator has just added it).
 func (h *Handler) configured(id string) (string, cluster.Replica, error) {
 	name, g, _ := h.live.Config().GroupOf(h.self)
 	r, ok := g.Replica(id)
 	if !ok {
-		cfg, _ := h.live.Reload()
+		cfg, _ := h.live.ReloadNow()
 		name, g, _ = cfg.GroupOf(h.self)
 		r, ok = g.Replica(id)
 	}
