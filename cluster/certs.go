@@ -24,6 +24,8 @@ import (
 //
 //	ca.crt, ca.key      the cluster's certificate authority
 //	ID.crt, ID.key      each process's certificate, signed by the CA
+//	admin.crt, admin.key the operator's (AdminID), for the commands that
+//	                    change a group's membership
 //
 // Keys are ECDSA P-256, written 0600. A process's certificate names its
 // id (the common name and a DNS name) and every host it listens on; a
@@ -46,12 +48,14 @@ const (
 type Issued struct {
 	NewCA bool     // the CA was created (else the one in the directory signed)
 	Nodes []string // ids that got a certificate; the others kept theirs
+	Kept  int      // how many certificates were kept
 }
 
 // WriteCerts makes the cluster's CA in dir, or uses the one there, and a
-// certificate for every process of cfg that has none (renew: for every
-// process), valid for nodeValidity from now. It never replaces a CA: a
-// new one would leave every running process unable to trust the others.
+// certificate for every process of cfg and for the operator (AdminID)
+// that has none (renew: for every one), valid for nodeValidity from now.
+// It never replaces a CA: a new one would leave every running process
+// unable to trust the others.
 func WriteCerts(cfg *Config, dir string, nodeValidity time.Duration, renew bool) (Issued, error) {
 	var out Issued
 	if err := os.MkdirAll(dir, 0o700); err != nil {
@@ -65,8 +69,9 @@ func WriteCerts(cfg *Config, dir string, nodeValidity time.Duration, renew bool)
 	if err != nil {
 		return out, err
 	}
-	for _, n := range cfg.Nodes() {
+	for _, n := range append(cfg.Nodes(), Node{ID: AdminID}) {
 		if _, err := os.Stat(filepath.Join(dir, n.ID+certExt)); err == nil && !renew {
+			out.Kept++
 			continue
 		}
 		if err := issue(dir, n, ca, caKey, nodeValidity); err != nil {

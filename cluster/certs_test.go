@@ -23,8 +23,8 @@ func exampleCerts(t *testing.T) (*Config, string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !issued.NewCA || len(issued.Nodes) != len(cfg.Nodes()) {
-		t.Fatalf("WriteCerts = %+v, want a new CA and every process's certificate", issued)
+	if !issued.NewCA || len(issued.Nodes) != len(cfg.Nodes())+1 || !slices.Contains(issued.Nodes, AdminID) {
+		t.Fatalf("WriteCerts = %+v, want a new CA, every process's certificate and the operator's", issued)
 	}
 	return cfg, dir
 }
@@ -111,7 +111,7 @@ func TestWriteCertsKeepsWhatExists(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if issued.NewCA || !slices.Equal(issued.Nodes, []string{"router-2"}) {
+	if issued.NewCA || !slices.Equal(issued.Nodes, []string{"router-2"}) || issued.Kept != len(cfg.Nodes()) {
 		t.Fatalf("second WriteCerts = %+v, want only router-2's certificate under the same CA", issued)
 	}
 	if got, _ := os.ReadFile(filepath.Join(dir, "ca.crt")); string(got) != string(ca) {
@@ -133,7 +133,7 @@ func TestWriteCertsKeepsWhatExists(t *testing.T) {
 		t.Fatalf("router-2.key: %v, mode %v; want 0600", err, fi.Mode())
 	}
 	issued, err = WriteCerts(cfg, dir, time.Hour, true)
-	if err != nil || len(issued.Nodes) != len(cfg.Nodes()) {
+	if err != nil || len(issued.Nodes) != len(cfg.Nodes())+1 {
 		t.Fatalf("renew: %+v, %v; want every process's certificate", issued, err)
 	}
 }

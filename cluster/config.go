@@ -5,8 +5,10 @@
 // themselves to each other with.
 //
 // It owns the cluster configuration file (YAML, read strictly: an unknown
-// field is an error, not a silent default) and the cluster's certificate
-// authority (certs.go). It never starts a process, opens storage or holds
+// field is an error, not a silent default), a running process's view of
+// it, read again when groups' replicas change (Live, live.go), and the
+// cluster's certificate authority with the operator's certificate
+// (certs.go). It never starts a process, opens storage or holds
 // a store key: the key is the store's, in each process's data directory.
 //
 // The layers are Treebeard's (Treebeard Sec. 4): routers take client
@@ -245,6 +247,11 @@ func (g Group) RedisServerAddr() (string, error) {
 	return net.JoinHostPort(host, port), nil
 }
 
+// AdminID is the id of the cluster's operator: the certificate `oblivkv
+// cluster certs` writes for the commands that change a group's
+// membership (cluster add-voter, remove-server). No process may take it.
+const AdminID = "admin"
+
 // validID is what a process id may be: it names a data directory and a
 // certificate.
 var validID = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,62}$`)
@@ -265,6 +272,9 @@ func (c *Config) checkNodes() []error {
 		}
 		if ids[n.ID] {
 			errs = append(errs, fmt.Errorf("process id %q is used twice", n.ID))
+		}
+		if n.ID == AdminID {
+			errs = append(errs, fmt.Errorf("process id %q is reserved for the cluster's operator (its certificate changes groups' membership)", AdminID))
 		}
 		ids[n.ID] = true
 		for _, a := range n.listens() {
@@ -327,4 +337,26 @@ func groupNodes(role string, groups []Group) []Node {
 		}
 	}
 	return nodes
+}
+
+// GroupOf returns the group replica id is one of, and its name (its
+// role and shard: "stash-0", "oram-1").
+func (c *Config) GroupOf(id string) (name string, g Group, ok bool) {
+	n, ok := c.Node(id)
+	switch {
+	case ok && n.Role == "stash":
+		return fmt.Sprintf("stash-%d", n.Shard), c.Stash[n.Shard], true
+	case ok && n.Role == "oram":
+		return fmt.Sprintf("oram-%d", n.Shard), c.ORAM[n.Shard], true
+	}
+	return "", Group{}, false
+}
+
+// Replica returns g's replica id.
+func (g Group) Replica(id string) (Replica, bool) {
+	i := slices.IndexFunc(g.Replicas, func(r Replica) bool { return r.ID == id })
+	if i < 0 {
+		return Replica{}, false
+	}
+	return g.Replicas[i], true
 }

@@ -79,6 +79,7 @@ func TestParseRefuses(t *testing.T) {
 		"redis_server user": {"storage: disk,", `storage: "redis://:pw@127.0.0.1:6379/0", redis_server: true,`, "no user or password"},
 		"redis_server port": {"storage: disk,", `storage: "redis://127.0.0.1:5/0", redis_server: true,`, "the redis-server of oram[0] and o both listen on 127.0.0.1:5"},
 		"stash redis":       {"stash: [{replicas", "stash: [{redis_server: true, replicas", "stash[0].redis_server: only oram groups"},
+		"admin id":          {"id: s,", "id: admin,", `process id "admin" is reserved`},
 	} {
 		t.Run(name, func(t *testing.T) {
 			doc := strings.Replace(minimal, tc.from, tc.to, 1)

@@ -6,7 +6,10 @@
 // group (cluster/raftgroup) and the following of its leadership
 // (cluster/node), the layers' calls to the other processes (cluster/wire
 // over cluster/rpc, mutual TLS unless Options.Plaintext), the server
-// that answers theirs, and the HTTP server of its /metrics and /status
+// that answers theirs and the operator's membership requests
+// (cluster/membership), its view of the configuration file, read again
+// when it meets a replica added since it started (cluster.Live), and the
+// HTTP server of its /metrics and /status
 // (http.go). It never interprets a message, never decides what a leader
 // does and never serves clients: a router's kv.Store is handed to the
 // caller, which serves it over RESP.
@@ -25,6 +28,7 @@ import (
 
 	"github.com/oblivkv/oblivkv/backend"
 	"github.com/oblivkv/oblivkv/cluster"
+	"github.com/oblivkv/oblivkv/cluster/membership"
 	"github.com/oblivkv/oblivkv/cluster/node"
 	"github.com/oblivkv/oblivkv/cluster/raftgroup"
 	"github.com/oblivkv/oblivkv/cluster/rpc"
@@ -46,6 +50,16 @@ type Options struct {
 	Storage func(ctx context.Context, spec, dataDir string) (backend.Backend, error)
 	// Log receives the process's events (nil: discarded).
 	Log *slog.Logger
+	// ConfigFile is the file the configuration was loaded from: the
+	// process reads it again when it meets a process id it does not know
+	// (a replica added to a group since it started; cluster.Live). ""
+	// never reads it again.
+	ConfigFile string
+	// Join starts a replica added to a running group: with no raft state
+	// it waits for the group's leader to add it (oblivkv cluster
+	// add-voter) instead of bootstrapping the group from the
+	// configuration (raftgroup.Config.Join).
+	Join bool
 	// TapFile, when set, receives what an ORAM replica's storage sees of
 	// it (observe's adversary-view log), each call as it ends: the logs
 	// of a group's replicas, merged by time (oblivkv tap merge), are what
@@ -63,7 +77,8 @@ const callTimeout = 2 * time.Second
 
 // Process is one running process of a cluster.
 type Process struct {
-	cfg   *cluster.Config
+	cfg   *cluster.Config // as the process started: its own group and shape never change
+	live  *cluster.Live
 	node  cluster.Node
 	keys  *seal.Keys
 	shape treebeard.Shape
@@ -91,7 +106,7 @@ func Start(ctx context.Context, cfg *cluster.Config, id string, o Options) (*Pro
 	if o.Log == nil {
 		o.Log = slog.New(slog.DiscardHandler)
 	}
-	p := &Process{cfg: cfg, node: n, opts: o, done: make(chan struct{})}
+	p := &Process{cfg: cfg, live: cluster.NewLive(o.ConfigFile, cfg, o.Log), node: n, opts: o, done: make(chan struct{})}
 	var err error
 	if p.keys, err = cluster.ReadKeys(cfg); err != nil {
 		return nil, err
@@ -103,7 +118,7 @@ func Start(ctx context.Context, cfg *cluster.Config, id string, o Options) (*Pro
 	if err != nil {
 		return nil, err
 	}
-	p.net = wire.NewNet(cfg, id, clientTLS, wire.WithTimeout(callTimeout))
+	p.net = wire.NewNet(p.live, id, clientTLS, wire.WithTimeout(callTimeout))
 	if err = p.start(ctx); err == nil {
 		err = p.serveHTTP()
 	}
@@ -213,7 +228,8 @@ func (p *Process) run(ctx context.Context, g cluster.Group, m raftgroup.Machine,
 		id, _ := p.group.Leader()
 		return p.group.IsLeader(), id
 	}
-	p.server = rpc.NewServer(p.node.ID, serverTLS, wire.NewHandler(p.cfg, recv, leads))
+	h := membership.NewHandler(wire.NewHandler(p.live, recv, leads), p.node.ID, p.keys, p.group, p.live)
+	p.server = rpc.NewServer(p.node.ID, serverTLS, h)
 	ln, err := net.Listen("tcp", p.node.Addrs[0])
 	if err != nil {
 		return err
@@ -229,11 +245,9 @@ func (p *Process) run(ctx context.Context, g cluster.Group, m raftgroup.Machine,
 
 // raftConfig is the replica's raft configuration in group g.
 func (p *Process) raftConfig(g cluster.Group) (raftgroup.Config, error) {
-	rc := raftgroup.Config{ID: p.node.ID, Dir: filepath.Join(p.cfg.DataDir(p.node.ID), "raft"), Keys: p.keys}
-	byAddr := map[string]string{}
+	rc := raftgroup.Config{ID: p.node.ID, Dir: filepath.Join(p.cfg.DataDir(p.node.ID), "raft"), Keys: p.keys, Join: p.opts.Join}
 	for _, r := range g.Replicas {
 		rc.Peers = append(rc.Peers, raftgroup.Peer{ID: r.ID, Addr: r.Raft})
-		byAddr[r.Raft] = r.ID
 	}
 	if p.opts.Plaintext {
 		return rc, nil
@@ -243,13 +257,36 @@ func (p *Process) raftConfig(g cluster.Group) (raftgroup.Config, error) {
 		return rc, err
 	}
 	rc.ClientTLS = func(addr string) (*tls.Config, error) {
-		peer, ok := byAddr[addr]
+		peer, ok := p.raftPeerAt(addr)
 		if !ok {
-			return nil, fmt.Errorf("cluster: no replica of the group at %s", addr)
+			return nil, fmt.Errorf("cluster: no replica of %s-%d at %s in the configuration", p.node.Role, p.node.Shard, addr)
 		}
 		return p.clientTLS(peer)
 	}
 	return rc, nil
+}
+
+// raftPeerAt returns the id of the replica of the process's group whose
+// raft address is addr, reading the configuration file again if the one
+// in use has none there (a replica added since the process started).
+func (p *Process) raftPeerAt(addr string) (string, bool) {
+	if id, ok := raftPeerIn(p.live.Config(), p.node.ID, addr); ok {
+		return id, true
+	}
+	cfg, _ := p.live.Reload()
+	return raftPeerIn(cfg, p.node.ID, addr)
+}
+
+// raftPeerIn returns the id of the replica of self's group in cfg whose
+// raft address is addr.
+func raftPeerIn(cfg *cluster.Config, self, addr string) (string, bool) {
+	_, g, _ := cfg.GroupOf(self)
+	for _, r := range g.Replicas {
+		if r.Raft == addr {
+			return r.ID, true
+		}
+	}
+	return "", false
 }
 
 func (p *Process) serverTLS() (*tls.Config, error) {

@@ -333,9 +333,10 @@ func (g *Group) Status() Status {
 // Timing.SnapshotEvery entries).
 func (g *Group) Snapshot() error { return g.raft.Snapshot().Error() }
 
-// AddVoter adds a replica to the group; only the leader can.
+// AddVoter adds a replica to the group and returns once the change is
+// committed; only the leader can (elsewhere: ErrNotLeader).
 func (g *Group) AddVoter(p Peer) error {
-	return g.raft.AddVoter(raft.ServerID(p.ID), raft.ServerAddress(p.Addr), 0, 0).Error()
+	return g.failed("add voter", g.raft.AddVoter(raft.ServerID(p.ID), raft.ServerAddress(p.Addr), 0, 0).Error())
 }
 
 // Members returns the group's replicas in raft's latest configuration
@@ -353,9 +354,11 @@ func (g *Group) Members() ([]Peer, error) {
 	return peers, nil
 }
 
-// RemoveServer removes a replica from the group; only the leader can.
+// RemoveServer removes a replica from the group and returns once the
+// change is committed; only the leader can (elsewhere: ErrNotLeader). A
+// leader that removes itself steps down once the change is committed.
 func (g *Group) RemoveServer(id string) error {
-	return g.raft.RemoveServer(raft.ServerID(id), 0, 0).Error()
+	return g.failed("remove server", g.raft.RemoveServer(raft.ServerID(id), 0, 0).Error())
 }
 
 // Close stops the replica: raft, its transport and its log store.

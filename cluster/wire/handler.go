@@ -13,17 +13,17 @@ import (
 // process's Receiver, while the process leads the group that serves the
 // message's receiver.
 type Handler struct {
-	cfg   *cluster.Config
+	live  *cluster.Live
 	recv  *treebeard.Receiver
 	leads func(treebeard.Endpoint) (leads bool, leader string)
 }
 
-// NewHandler returns the Handler of a process of cfg that serves its
-// endpoints with recv. leads says whether the process now serves an
+// NewHandler returns the Handler of a process of the cluster live
+// describes that serves its endpoints with recv. leads says whether the process now serves an
 // endpoint (it leads its group) and, when it does not, the process id of
 // the leader if it knows it.
-func NewHandler(cfg *cluster.Config, recv *treebeard.Receiver, leads func(treebeard.Endpoint) (leads bool, leader string)) *Handler {
-	return &Handler{cfg: cfg, recv: recv, leads: leads}
+func NewHandler(live *cluster.Live, recv *treebeard.Receiver, leads func(treebeard.Endpoint) (leads bool, leader string)) *Handler {
+	return &Handler{live: live, recv: recv, leads: leads}
 }
 
 // Handle answers the message m from process from (the id its
@@ -38,7 +38,7 @@ func (h *Handler) Handle(_ context.Context, from string, m rpc.Message) (rpc.Mes
 	if err != nil {
 		return rpc.Message{}, err
 	}
-	if in.From != in.ID.Sender || !maySendAs(h.cfg, from, in.From) {
+	if in.From != in.ID.Sender || !h.maySendAs(from, in.From) {
 		return rpc.Message{}, fmt.Errorf("wire: process %q may not send a %v as %v (id of %v)", from, in.Kind, in.From, in.ID.Sender)
 	}
 	if leads, leader := h.leads(in.To); !leads {
@@ -49,4 +49,15 @@ func (h *Handler) Handle(_ context.Context, from string, m rpc.Message) (rpc.Mes
 		return rpc.Message{}, err
 	}
 	return encode(out)
+}
+
+// maySendAs reports whether process id may send as endpoint e, reading
+// the configuration file again if the one in use refuses it (id may be
+// a replica added since).
+func (h *Handler) maySendAs(id string, e treebeard.Endpoint) bool {
+	if maySendAs(h.live.Config(), id, e) {
+		return true
+	}
+	cfg, _ := h.live.Reload()
+	return maySendAs(cfg, id, e)
 }

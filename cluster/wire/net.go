@@ -22,8 +22,11 @@ const DefaultTimeout = 10 * time.Second
 // A replica that does not lead and names the leader is followed at once,
 // once; a replica that cannot be reached, or does not know the leader,
 // fails the attempt, and the next one goes to the group's next replica.
+// A leader the configuration in use does not know (a replica added since
+// the process started) has the configuration file read again, and so
+// has every move to a group's next replica.
 type Net struct {
-	cfg     *cluster.Config
+	live    *cluster.Live
 	id      string
 	tls     *tls.Config
 	timeout time.Duration
@@ -31,7 +34,7 @@ type Net struct {
 	mu      sync.Mutex
 	closed  bool
 	clients map[string]*rpc.Client // by replica id, each dialled at its first call
-	leaders map[*cluster.Group]int // the replica believed to lead; the first until told otherwise
+	leaders map[groupKey]string    // the id of the replica believed to lead; the first until told otherwise
 }
 
 // Option sets an optional part of a Net.
@@ -41,14 +44,15 @@ type Option func(*Net)
 // DefaultTimeout.
 func WithTimeout(d time.Duration) Option { return func(n *Net) { n.timeout = d } }
 
-// NewNet returns the Net of process id of cfg. tlsCfg is its client TLS
-// configuration (cluster.ClientTLS); each replica's certificate is
-// checked against the replica's id, whatever ServerName tlsCfg names.
-// nil is plaintext, for loopback tests and the explicit plaintext flag
-// only.
-func NewNet(cfg *cluster.Config, id string, tlsCfg *tls.Config, opts ...Option) *Net {
-	n := &Net{cfg: cfg, id: id, tls: tlsCfg, timeout: DefaultTimeout,
-		clients: map[string]*rpc.Client{}, leaders: map[*cluster.Group]int{}}
+// NewNet returns the Net of process id of the cluster live describes
+// (cluster.Static for a configuration that never reloads). tlsCfg is its
+// client TLS configuration (cluster.ClientTLS); each replica's
+// certificate is checked against the replica's id, whatever ServerName
+// tlsCfg names. nil is plaintext, for loopback tests and the explicit
+// plaintext flag only.
+func NewNet(live *cluster.Live, id string, tlsCfg *tls.Config, opts ...Option) *Net {
+	n := &Net{live: live, id: id, tls: tlsCfg, timeout: DefaultTimeout,
+		clients: map[string]*rpc.Client{}, leaders: map[groupKey]string{}}
 	for _, o := range opts {
 		o(n)
 	}
@@ -59,7 +63,8 @@ func NewNet(cfg *cluster.Config, id string, tlsCfg *tls.Config, opts ...Option) 
 // group serving m.To and returns its reply; an error is an attempt that
 // failed, which the sender makes again.
 func (n *Net) Carry(m treebeard.Sealed) (treebeard.Sealed, error) {
-	g, err := groupOf(n.cfg, m.To)
+	cfg := n.live.Config()
+	g, err := groupOf(cfg, m.To)
 	if err != nil {
 		return treebeard.Sealed{}, err
 	}
@@ -67,46 +72,87 @@ func (n *Net) Carry(m treebeard.Sealed) (treebeard.Sealed, error) {
 	if err != nil {
 		return treebeard.Sealed{}, err
 	}
-	i := n.leader(g)
-	reply, err := n.call(g.Replicas[i], out)
-	if leader, named := n.follow(g, i, err); named {
-		i = leader
-		reply, err = n.call(g.Replicas[i], out)
-		n.follow(g, i, err)
+	key := keyOf(cfg, m.To)
+	r := n.leader(key, g)
+	reply, err := n.call(r, out)
+	if leader, named := n.follow(key, m.To, r.ID, err); named {
+		r = leader
+		reply, err = n.call(r, out)
+		n.follow(key, m.To, r.ID, err)
 	}
 	if err != nil {
-		return treebeard.Sealed{}, fmt.Errorf("wire: a %v to %v at %s: %w", m.Kind, m.To, g.Replicas[i].ID, err)
+		return treebeard.Sealed{}, fmt.Errorf("wire: a %v to %v at %s: %w", m.Kind, m.To, r.ID, err)
 	}
 	return decode(reply)
 }
 
-// leader returns the replica of g believed to lead it.
-func (n *Net) leader(g *cluster.Group) int {
+// leader returns the replica of g, the group key names, believed to lead
+// it.
+func (n *Net) leader(key groupKey, g *cluster.Group) cluster.Replica {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	return n.leaders[g]
+	return believed(g, n.leaders[key])
 }
 
-// follow learns from err, the outcome of a call to replica i of g, which
-// replica leads g: the one a NotLeaderError names (true: call it now),
-// or, after any other failure, the one after i.
-func (n *Net) follow(g *cluster.Group, i int, err error) (leader int, named bool) {
+// believed is replica id of g, or g's first replica if g has none of
+// that id.
+func believed(g *cluster.Group, id string) cluster.Replica {
+	if i := replicaIndex(g, id); i >= 0 {
+		return g.Replicas[i]
+	}
+	return g.Replicas[0]
+}
+
+// follow learns from err, the outcome of a call to replica called of the
+// group that serves e (key names it), which replica leads the group: the
+// one a NotLeaderError names (true: call it now), or, after any other
+// failure, the one after called.
+func (n *Net) follow(key groupKey, e treebeard.Endpoint, called string, err error) (leader cluster.Replica, named bool) {
 	if err == nil {
-		return i, false
+		return cluster.Replica{}, false
+	}
+	var nl *rpc.NotLeaderError
+	if errors.As(err, &nl) && nl.Leader != "" {
+		if r, ok := n.replica(e, nl.Leader); ok {
+			n.mu.Lock()
+			defer n.mu.Unlock()
+			n.leaders[key] = r.ID
+			return r, true
+		}
+	}
+	cfg, _ := n.live.Reload()
+	g, err := groupOf(cfg, e)
+	if err != nil {
+		return cluster.Replica{}, false
 	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	var nl *rpc.NotLeaderError
-	if errors.As(err, &nl) {
-		if leader := replicaIndex(g, nl.Leader); leader >= 0 {
-			n.leaders[g] = leader
-			return leader, true
-		}
+	if believed(g, n.leaders[key]).ID == called {
+		n.leaders[key] = g.Replicas[(replicaIndex(g, called)+1)%len(g.Replicas)].ID
 	}
-	if n.leaders[g] == i {
-		n.leaders[g] = (i + 1) % len(g.Replicas)
+	return cluster.Replica{}, false
+}
+
+// replica returns replica id of the group serving e, reading the
+// configuration file again if the one in use has none of that id.
+func (n *Net) replica(e treebeard.Endpoint, id string) (cluster.Replica, bool) {
+	if r, ok := replicaOf(n.live.Config(), e, id); ok {
+		return r, true
 	}
-	return i, false
+	cfg, _ := n.live.Reload()
+	return replicaOf(cfg, e, id)
+}
+
+// replicaOf returns replica id of the group of cfg serving e.
+func replicaOf(cfg *cluster.Config, e treebeard.Endpoint, id string) (cluster.Replica, bool) {
+	g, err := groupOf(cfg, e)
+	if err != nil {
+		return cluster.Replica{}, false
+	}
+	if i := replicaIndex(g, id); i >= 0 {
+		return g.Replicas[i], true
+	}
+	return cluster.Replica{}, false
 }
 
 // call makes one attempt of m at replica r.

@@ -8,8 +8,9 @@
 // It owns the map from a treebeard endpoint to the group that serves it
 // (Stash shard i: the i-th Stash group; tree t: ORAM group t mod the
 // groups, as the store places trees), the connections to the replicas,
-// which replica each process believes leads each group, and which
-// endpoints each process may send as. It never opens, seals or alters a
+// which replica each process believes leads each group (by the group's
+// index and the replica's id, which a reload of the configuration file,
+// cluster.Live, keeps), and which endpoints each process may send as. It never opens, seals or alters a
 // message (it reads only the kind, id and ends a Sealed carries in the
 // clear), never sends one again beyond one retry at the leader a replica
 // names (resending is the treebeard senders', under the message's id),
@@ -36,6 +37,21 @@ func groupOf(cfg *cluster.Config, e treebeard.Endpoint) (*cluster.Group, error) 
 		return &cfg.ORAM[e.Index%len(cfg.ORAM)], nil
 	}
 	return nil, fmt.Errorf("wire: no group of the cluster serves %v", e)
+}
+
+// groupKey names a group across reloads of the configuration (which
+// never change the number of groups): its layer and index.
+type groupKey struct {
+	layer treebeard.Layer
+	index int
+}
+
+// keyOf is the key of the group of cfg serving e, which must have one.
+func keyOf(cfg *cluster.Config, e treebeard.Endpoint) groupKey {
+	if e.Layer == treebeard.LayerORAM {
+		return groupKey{e.Layer, e.Index % len(cfg.ORAM)}
+	}
+	return groupKey{e.Layer, e.Index}
 }
 
 // replicaIndex returns the index of process id among g's replicas, or -1.

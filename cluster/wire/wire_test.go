@@ -4,11 +4,15 @@ import (
 	"bytes"
 	"context"
 	"net"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"go.yaml.in/yaml/v3"
 
 	"github.com/oblivkv/oblivkv/cluster"
 	"github.com/oblivkv/oblivkv/cluster/rpc"
@@ -79,7 +83,7 @@ func (f *fixture) serve(r *cluster.Replica) {
 		defer f.mu.Unlock()
 		return f.leader == r.ID, f.leader
 	}
-	s.rpc = rpc.NewServer(r.ID, tlsCfg, counting{NewHandler(f.cfg, recv, leads), &s.calls})
+	s.rpc = rpc.NewServer(r.ID, tlsCfg, counting{NewHandler(cluster.Static(f.cfg), recv, leads), &s.calls})
 	go s.rpc.Serve(ln)
 	f.t.Cleanup(s.rpc.Stop)
 	f.servers[r.ID] = s
@@ -119,11 +123,16 @@ func (f *fixture) lead(id string) {
 
 // net returns process id's Net.
 func (f *fixture) net(id string, opts ...Option) *Net {
+	return f.netOf(cluster.Static(f.cfg), id, opts...)
+}
+
+// netOf returns process id's Net over live.
+func (f *fixture) netOf(live *cluster.Live, id string, opts ...Option) *Net {
 	tlsCfg, err := cluster.ClientTLS(f.certs, id, "")
 	if err != nil {
 		f.t.Fatal(err)
 	}
-	n := NewNet(f.cfg, id, tlsCfg, opts...)
+	n := NewNet(live, id, tlsCfg, opts...)
 	f.t.Cleanup(func() { n.Close() })
 	return n
 }
@@ -264,5 +273,44 @@ func TestGroupOf(t *testing.T) {
 		if g, err := groupOf(cfg, e); g != want || (err == nil) != (want != nil) {
 			t.Errorf("groupOf(%v) = %p, %v; want %p", e, g, err, want)
 		}
+	}
+}
+
+// TestNetFollowsUnknownLeader: a leader named by a replica that the
+// configuration in use does not know (added to the group since the
+// process started) is looked up in the configuration file, read again,
+// and called at once.
+func TestNetFollowsUnknownLeader(t *testing.T) {
+	f := newFixture(t, "stash-0-a")
+	path := filepath.Join(t.TempDir(), "cluster.yaml")
+	f.writeConfig(path)
+	started, err := cluster.Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := f.netOf(cluster.NewLive(path, started, nil), "router-0")
+	f.answered(f.access(n, router0), "stash-0-a")
+
+	f.cfg.Stash[0].Replicas = append(f.cfg.Stash[0].Replicas, cluster.Replica{ID: "stash-0-d", Raft: "127.0.0.1:1"})
+	if _, err := cluster.WriteCerts(f.cfg, f.certs, time.Hour, false); err != nil {
+		t.Fatal(err)
+	}
+	f.serve(&f.cfg.Stash[0].Replicas[3])
+	f.writeConfig(path)
+	f.lead("stash-0-d")
+	f.answered(f.access(n, router0), "stash-0-d")
+	f.calls(map[string]int32{"stash-0-a": 2, "stash-0-d": 1})
+}
+
+// writeConfig writes the fixture's configuration, with its replicas'
+// addresses, to path.
+func (f *fixture) writeConfig(path string) {
+	f.t.Helper()
+	doc, err := yaml.Marshal(f.cfg)
+	if err == nil {
+		err = os.WriteFile(path, doc, 0o600)
+	}
+	if err != nil {
+		f.t.Fatal(err)
 	}
 }

@@ -25,9 +25,12 @@ store's key; up starts every process of the file on this machine (and a
 redis-server for each ORAM shard with redis_server: true) and stops them at
 SIGINT or SIGTERM; router, stash and oram start one process each; status
 shows which processes are up, and each group's leader, term and indexes;
-audit checks what an ORAM shard's storage saw, from its replicas' taps.`,
+audit checks what an ORAM shard's storage saw, from its replicas' taps;
+add-voter and remove-server add a replica to a running group and remove one,
+and members lists a group's members as raft has them.`,
 	}
-	cmd.AddCommand(newClusterCertsCmd(), newClusterUpCmd(), newClusterStatusCmd(), newClusterAuditCmd())
+	cmd.AddCommand(newClusterCertsCmd(), newClusterUpCmd(), newClusterStatusCmd(), newClusterAuditCmd(),
+		newClusterAddVoterCmd(), newClusterRemoveServerCmd(), newClusterMembersCmd())
 	for _, r := range processRoles {
 		cmd.AddCommand(newClusterProcessCmd(r.role, r.short))
 	}
@@ -55,7 +58,9 @@ ROOT/key) when there is none: every process reads it.
 
 A CA already in the directory signs the new certificates; it is never
 replaced. Processes that already have a certificate keep it, unless
---renew. Adding a process to the configuration and running certs again
+--renew. It also writes the operator's certificate, admin.crt and admin.key,
+which oblivkv cluster add-voter, remove-server and members call with (no
+process may be named admin). Adding a process to the configuration and running certs again
 gives it a certificate the running processes trust. Keys are written 0600;
 copy each process's ID.crt, ID.key and ca.crt to its machine, never ca.key.
 
@@ -112,18 +117,18 @@ func writeCertsAndKey(w io.Writer, cfg *cluster.Config, dir string, validity tim
 	if wrote {
 		fmt.Fprintf(w, "wrote the store's key: %s (0600; every process reads it)\n", cfg.Key)
 	}
-	reportIssued(w, dir, issued, len(cfg.Nodes()))
+	reportIssued(w, dir, issued)
 	return nil
 }
 
 // reportIssued says what certs wrote.
-func reportIssued(w io.Writer, dir string, issued cluster.Issued, nodes int) {
+func reportIssued(w io.Writer, dir string, issued cluster.Issued) {
 	if issued.NewCA {
 		fmt.Fprintf(w, "wrote a new CA: %s/ca.crt (keep ca.key off the cluster's machines)\n", dir)
 	} else {
 		fmt.Fprintf(w, "signed with the CA in %s\n", dir)
 	}
-	fmt.Fprintf(w, "wrote %d certificates, kept %d\n", len(issued.Nodes), nodes-len(issued.Nodes))
+	fmt.Fprintf(w, "wrote %d certificates, kept %d\n", len(issued.Nodes), issued.Kept)
 	for _, id := range issued.Nodes {
 		fmt.Fprintf(w, "  %s/%s.crt\n", dir, id)
 	}

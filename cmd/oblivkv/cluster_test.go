@@ -24,7 +24,7 @@ func TestClusterCerts(t *testing.T) {
 	dir := t.TempDir()
 	config := exampleConfig(t)
 	out, err := runRootCmd(t, "cluster", "certs", "--config", config, "--out", dir)
-	if err != nil || !strings.Contains(out, "wrote a new CA") || !strings.Contains(out, "wrote 14 certificates, kept 0") {
+	if err != nil || !strings.Contains(out, "wrote a new CA") || !strings.Contains(out, "wrote 15 certificates, kept 0") {
 		t.Fatalf("cluster certs: %v\n%s", err, out)
 	}
 	for _, f := range []string{"ca.crt", "ca.key", "router-0.crt", "oram-1-c.key"} {
@@ -33,7 +33,7 @@ func TestClusterCerts(t *testing.T) {
 		}
 	}
 	out, err = runRootCmd(t, "cluster", "certs", "--config", config, "--out", dir)
-	if err != nil || !strings.Contains(out, "signed with the CA in") || !strings.Contains(out, "wrote 0 certificates, kept 14") {
+	if err != nil || !strings.Contains(out, "signed with the CA in") || !strings.Contains(out, "wrote 0 certificates, kept 15") {
 		t.Fatalf("cluster certs again: %v\n%s", err, out)
 	}
 	if _, err := runRootCmd(t, "cluster", "certs", "--config", config, "--out", dir, "--days", "0"); err == nil || !strings.Contains(err.Error(), "--days") {

@@ -28,11 +28,12 @@ import (
 )
 
 // clusterProcs is a treebeard cluster of real processes on loopback: 2
-// routers, 2 Stash groups and 2 ORAM groups of 3 replicas, each ORAM
-// group on its own redis-server, every call between them under mutual
-// TLS.
+// routers, 2 Stash groups and 2 ORAM groups of 3 replicas (or as its
+// layout says), each ORAM group on its own redis-server, every call
+// between them under mutual TLS.
 type clusterProcs struct {
 	t      *testing.T
+	layout clusterLayout
 	dir    string
 	config string
 	routes []string // the routers' RESP addresses
@@ -54,12 +55,25 @@ type clusterProc struct {
 	alive    bool
 }
 
+// clusterLayout is how many routers a cluster has, and how many groups
+// (of 3 replicas) of each layer.
+type clusterLayout struct{ routers, groups int }
+
 func startClusterProcs(t *testing.T, bin string, env ...string) *clusterProcs {
+	return startClusterLayout(t, clusterLayout{routers: 2, groups: 2}, bin, env...)
+}
+
+// startClusterLayout starts a cluster of layout.
+func startClusterLayout(t *testing.T, layout clusterLayout, bin string, env ...string) *clusterProcs {
 	t.Helper()
-	c := &clusterProcs{t: t, dir: t.TempDir(), procs: map[string]*clusterProc{}, taps: map[string][]string{}, addrs: map[string]bool{},
+	c := &clusterProcs{t: t, layout: layout, dir: t.TempDir(), procs: map[string]*clusterProc{}, taps: map[string][]string{}, addrs: map[string]bool{},
 		bin: bin, env: env}
 	c.config = filepath.Join(c.dir, "cluster.yaml")
-	yaml, roles := c.configYAML(redistest.Start(t), redistest.Start(t))
+	var storage []string
+	for range layout.groups {
+		storage = append(storage, redistest.Start(t))
+	}
+	yaml, roles := c.configYAML(storage...)
 	if err := os.WriteFile(c.config, []byte(yaml), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -86,7 +100,7 @@ func (c *clusterProcs) configYAML(storage ...string) (string, [][2]string) {
 	var b strings.Builder
 	var roles [][2]string
 	fmt.Fprintf(&b, "store: {protocol: treebeard, capacity: 1024, value_size: 64, options: {trees: \"4\"}}\nroot: %s\nrouters:\n", filepath.Join(c.dir, "data"))
-	for i := range 2 {
+	for i := range c.layout.routers {
 		resp := c.addr()
 		c.routes = append(c.routes, resp)
 		fmt.Fprintf(&b, "  - {id: router-%d, resp: %q, rpc: %q}\n", i, resp, c.addr())
@@ -94,7 +108,7 @@ func (c *clusterProcs) configYAML(storage ...string) (string, [][2]string) {
 	}
 	for _, layer := range []string{"stash", "oram"} {
 		fmt.Fprintf(&b, "%s:\n", layer)
-		for g := range 2 {
+		for g := range c.layout.groups {
 			if layer == "oram" {
 				fmt.Fprintf(&b, "  - storage: %q\n    replicas:\n", storage[g])
 			} else {
@@ -157,11 +171,11 @@ func (c *clusterProcs) addr() string {
 	}
 }
 
-// start starts process id, whose role is role.
-func (c *clusterProcs) start(role, id string) {
+// start starts process id, whose role is role, with extra arguments.
+func (c *clusterProcs) start(role, id string, extra ...string) {
 	c.t.Helper()
 	p := &clusterProc{role: role, id: id, out: &syncbuf.Buffer{}, alive: true}
-	args := []string{"cluster", role, "--config", c.config, "--id", id}
+	args := append([]string{"cluster", role, "--config", c.config, "--id", id}, extra...)
 	if role == "oram" {
 		group := id[:strings.LastIndex(id, "-")]
 		tap := filepath.Join(c.dir, fmt.Sprintf("%s-%d.tap", id, len(c.taps[group])))

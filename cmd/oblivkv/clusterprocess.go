@@ -30,7 +30,7 @@ var processRoles = []struct{ role, short string }{
 // process.
 type clusterProcessFlags struct {
 	config, id, tap string
-	plaintext       bool
+	plaintext, join bool
 	serve           serveFlags // a router's RESP listener and who may connect
 }
 
@@ -48,7 +48,12 @@ SIGTERM. The processes call each other over mutual TLS; --plaintext drops
 TLS, for a cluster whose every address is on loopback (refused otherwise).
 With an http address in the configuration, the process serves /metrics and
 /status there (docs/OPERATIONS.md, "A cluster"). oblivkv cluster up starts
-every process of a configuration on one machine.` + routerHelp(role),
+every process of a configuration on one machine.
+
+The process reads the configuration file again when it meets a process id it
+does not know (a replica added to a group since it started), at most once a
+second; a file that changes anything but groups' replicas is refused, logged,
+and the configuration in use kept.` + joinHelp(role) + routerHelp(role),
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return runClusterProcess(cmd.Context(), role, f)
@@ -58,6 +63,9 @@ every process of a configuration on one machine.` + routerHelp(role),
 	cmd.Flags().StringVar(&f.id, "id", "", "the id of this process in the configuration (required)")
 	cmd.Flags().BoolVar(&f.plaintext, "plaintext", false, "no TLS between the cluster's processes (loopback only)")
 	cmd.MarkFlagRequired("id")
+	if role != "router" {
+		cmd.Flags().BoolVar(&f.join, "join", false, "wait to be added to the running group (oblivkv cluster add-voter) instead of starting it")
+	}
 	if role == "oram" {
 		cmd.Flags().StringVar(&f.tap, "tap", "", "write what the shard's storage sees of this replica to `FILE` (see oblivkv tap merge)")
 	}
@@ -65,6 +73,20 @@ every process of a configuration on one machine.` + routerHelp(role),
 		f.serve.sec.register(cmd)
 	}
 	return cmd
+}
+
+func joinHelp(role string) string {
+	if role == "router" {
+		return ""
+	}
+	return `
+
+A replica's first start, with no state in its data directory, starts its
+group with the configuration's replicas: every replica of a new group does.
+A replica added to a group that already runs must instead be started with
+--join: it waits until the group's leader adds it (oblivkv cluster
+add-voter), and never starts a group of its own. Once it has state, --join
+changes nothing.`
 }
 
 func routerHelp(role string) string {
@@ -95,7 +117,8 @@ func runClusterProcess(ctx context.Context, role string, f clusterProcessFlags) 
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
 	defer signal.Stop(sigs)
-	p, err := process.Start(ctx, cfg, f.id, process.Options{Plaintext: f.plaintext, Storage: openStorage, Log: log, TapFile: f.tap})
+	p, err := process.Start(ctx, cfg, f.id, process.Options{Plaintext: f.plaintext, Storage: openStorage, Log: log, TapFile: f.tap,
+		ConfigFile: f.config, Join: f.join})
 	if err != nil {
 		return err
 	}
