@@ -30,6 +30,7 @@ var processRoles = []struct{ role, short string }{
 // process.
 type clusterProcessFlags struct {
 	config, id, tap string
+	cpuProfile      string
 	plaintext, join bool
 	serve           serveFlags // a router's RESP listener and who may connect
 }
@@ -62,6 +63,7 @@ and the configuration in use kept.` + joinHelp(role) + routerHelp(role),
 	configFlag(cmd, &f.config)
 	cmd.Flags().StringVar(&f.id, "id", "", "the id of this process in the configuration (required)")
 	cmd.Flags().BoolVar(&f.plaintext, "plaintext", false, "no TLS between the cluster's processes (loopback only)")
+	cmd.Flags().StringVar(&f.cpuProfile, "cpuprofile", "", "write a CPU profile of the process (from its start to shutdown) to `FILE`, for go tool pprof")
 	cmd.MarkFlagRequired("id")
 	if role != "router" {
 		cmd.Flags().BoolVar(&f.join, "join", false, "wait to be added to the running group (oblivkv cluster add-voter) instead of starting it")
@@ -122,6 +124,11 @@ func runClusterProcess(ctx context.Context, role string, f clusterProcessFlags) 
 	if err != nil {
 		return err
 	}
+	stopProfile, err := startCPUProfile(f.cpuProfile)
+	if err != nil {
+		return errors.Join(err, p.Close())
+	}
+	defer stopProfile()
 	if role == "router" {
 		f.serve.listen = n.Addrs[0]
 		err = serveRouter(p, f.serve, sigs, log)

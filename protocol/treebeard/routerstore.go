@@ -26,10 +26,15 @@ type RouterStore struct {
 // are numbered from the wall clock at start (routerStart), so that a
 // router started again never repeats its earlier run's.
 func NewRouterStore(sh Shape, keys *seal.Keys, id int, shards []StashShard) *RouterStore {
+	return newRouterStore(sh, keys, id, shards, clockwork.NewRealClock())
+}
+
+// newRouterStore is NewRouterStore whose epochs and Close run on clock.
+func newRouterStore(sh Shape, keys *seal.Keys, id int, shards []StashShard, clock clockwork.Clock) *RouterStore {
 	net := newNetState()
-	start := routerStart(id, time.Now())
+	start := routerStart(id, clock.Now())
 	net.incarnation.Store(start)
-	r := newRouter(id, sh.opts.Epoch, clockwork.NewRealClock(), shards, net, nil)
+	r := newRouter(id, sh.opts.Epoch, clock, shards, net, nil)
 	r.core.next = start
 	return &RouterStore{requests: requests{keys: keys, send: func(ctx context.Context, req Request) (Reply, error) {
 		return replyOf(r.Do(ctx, req))
@@ -50,9 +55,26 @@ func (s *RouterStore) Stats() kv.Stats {
 	return kv.Stats{Protocol: protocolName, Capacity: int(s.sh.capacity), ValueSize: s.sh.valueSize}
 }
 
-// Close answers the requests in flight and refuses new ones
-// (kv.ErrClosed, the Router's).
+// closeGrace is how long Close waits for the epochs in flight to be
+// answered before it stops sending their messages again (a Stash shard's
+// group with no leader, or gone: the cluster is stopping too).
+const closeGrace = 5 * time.Second
+
+// Close refuses new requests (kv.ErrClosed, the Router's) and answers
+// those in flight: with their replies if they come within closeGrace,
+// else with an error that leaves their outcome unknown (the client
+// retries them, and a Stash shard runs a request it got twice once).
 func (s *RouterStore) Close() error {
-	s.router.Close()
+	closed := make(chan struct{})
+	go func() {
+		s.router.Close()
+		close(closed)
+	}()
+	select {
+	case <-closed:
+	case <-s.router.clock.After(closeGrace):
+		s.router.net.stop()
+		<-closed
+	}
 	return nil
 }
