@@ -246,18 +246,27 @@ func (s *Stash) readAll(epoch uint64, reads [][]ringoram.PathRead) {
 }
 
 // readParts sends each part to its tree at once. Each tree's results
-// reach the core as an entry, in the order they come back; one that
-// cannot be applied (a replicated shard's term ended) leaves the epoch
-// to its next leader (takeOver).
+// reach the core as an entry: in this process in the order they come
+// back; a replicated shard's, all in one entry once every tree answered,
+// one commit of the group rather than one per tree. One that cannot be
+// applied (a replicated shard's term ended) leaves the epoch to its next
+// leader (takeOver).
 func (s *Stash) readParts(parts []sentPart) {
+	results := make([]stashEntry, len(parts))
 	var wg sync.WaitGroup
-	for _, p := range parts {
+	for i, p := range parts {
 		wg.Go(func() {
 			rep := s.readPaths(p.Tree, p.Epoch, p.Reads)
-			s.apply(resultsEntry(p.Epoch, p.Tree, p.Reads, rep.Results, rep.Err()))
+			results[i] = resultsEntry(p.Epoch, p.Tree, p.Reads, rep.Results, rep.Err())
+			if s.group == nil {
+				s.apply(results[i])
+			}
 		})
 	}
 	wg.Wait()
+	if s.group != nil && len(results) > 0 {
+		s.propose(results...)
+	}
 }
 
 // readPaths sends tree t the shard's part of epoch, again while it is lost
