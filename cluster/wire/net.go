@@ -33,8 +33,8 @@ type Net struct {
 
 	mu      sync.Mutex
 	closed  bool
-	clients map[string]*rpc.Client // by replica id, each dialled at its first call
-	leaders map[groupKey]string    // the id of the replica believed to lead; the first until told otherwise
+	clients map[string]dialled  // by replica id, each dialled at its first call
+	leaders map[groupKey]string // the id of the replica believed to lead; the first until told otherwise
 }
 
 // Option sets an optional part of a Net.
@@ -52,7 +52,7 @@ func WithTimeout(d time.Duration) Option { return func(n *Net) { n.timeout = d }
 // plaintext flag only.
 func NewNet(live *cluster.Live, id string, tlsCfg *tls.Config, opts ...Option) *Net {
 	n := &Net{live: live, id: id, tls: tlsCfg, timeout: DefaultTimeout,
-		clients: map[string]*rpc.Client{}, leaders: map[groupKey]string{}}
+		clients: map[string]dialled{}, leaders: map[groupKey]string{}}
 	for _, o := range opts {
 		o(n)
 	}
@@ -166,15 +166,24 @@ func (n *Net) call(r cluster.Replica, m rpc.Message) (rpc.Message, error) {
 	return c.Call(ctx, m)
 }
 
-// client returns the client of replica r, dialling it the first time.
+// dialled is the client of a replica and the address it dials.
+type dialled struct {
+	*rpc.Client
+	addr string
+}
+
+// client returns the client of replica r, dialling it the first time and
+// again when r's address changed.
 func (n *Net) client(r cluster.Replica) (*rpc.Client, error) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if n.closed {
 		return nil, errors.New("wire: the network is closed")
 	}
-	if c, ok := n.clients[r.ID]; ok {
-		return c, nil
+	if d, ok := n.clients[r.ID]; ok && d.addr == r.RPC {
+		return d.Client, nil
+	} else if ok { // moved: the configuration file names another address now
+		d.Close()
 	}
 	var tlsCfg *tls.Config
 	if n.tls != nil {
@@ -185,7 +194,7 @@ func (n *Net) client(r cluster.Replica) (*rpc.Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	n.clients[r.ID] = c
+	n.clients[r.ID] = dialled{Client: c, addr: r.RPC}
 	return c, nil
 }
 

@@ -314,3 +314,30 @@ func (f *fixture) writeConfig(path string) {
 		f.t.Fatal(err)
 	}
 }
+
+// TestNetRedialsMovedReplica: a replica that moved to another address
+// (restarted elsewhere, the configuration file changed) is called at its
+// new address once the Net has read the file again, not at the address
+// it first dialled.
+func TestNetRedialsMovedReplica(t *testing.T) {
+	f := newFixture(t, "stash-0-a")
+	path := filepath.Join(t.TempDir(), "cluster.yaml")
+	f.writeConfig(path)
+	started, err := cluster.Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := f.netOf(cluster.NewLive(path, started, nil), "router-0")
+	f.answered(f.access(n, router0), "stash-0-a")
+
+	f.servers["stash-0-a"].rpc.Stop()
+	f.serve(&f.cfg.Stash[0].Replicas[0]) // another address
+	f.writeConfig(path)
+	var rep treebeard.AccessReply
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		if rep = f.access(n, router0); rep.Code == treebeard.CodeOK {
+			break
+		}
+	}
+	f.answered(rep, "stash-0-a")
+}
