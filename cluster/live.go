@@ -57,9 +57,23 @@ func (l *Live) Config() *Config {
 // with why the file was refused if it was.
 func (l *Live) Reload() (*Config, error) { return l.reload(false) }
 
-// ReloadNow is Reload, however recently the file was read: for a rare
-// request that follows an edit of the file (the operator's add-voter).
-func (l *Live) ReloadNow() (*Config, error) { return l.reload(true) }
+// Find returns what find finds in the configuration in use or, when it
+// finds nothing there, in the file read again (Reload): a process id the
+// process does not know may be a replica added since it started.
+func Find[T any](l *Live, find func(*Config) (T, bool)) (T, bool) { return findIn(l, false, find) }
+
+// FindNow is Find reading the file again however recently it was read:
+// for a rare request that follows an edit of the file (the operator's
+// add-voter).
+func FindNow[T any](l *Live, find func(*Config) (T, bool)) (T, bool) { return findIn(l, true, find) }
+
+func findIn[T any](l *Live, now bool, find func(*Config) (T, bool)) (T, bool) {
+	if v, ok := find(l.Config()); ok {
+		return v, true
+	}
+	cfg, _ := l.reload(now)
+	return find(cfg)
+}
 
 func (l *Live) reload(now bool) (*Config, error) {
 	l.mu.Lock()

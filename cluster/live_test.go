@@ -89,8 +89,12 @@ func TestLiveReloadsAtMostEvery(t *testing.T) {
 	if cfg, _ := l.Reload(); cfg != read {
 		t.Fatal("the file was read again within the period")
 	}
-	if cfg, err := l.ReloadNow(); err != nil || len(cfg.Stash[0].Replicas) != 2 {
-		t.Fatalf("ReloadNow = %+v, %v; want the file read at once, with s2", cfg, err)
+	s2 := func(c *Config) (Replica, bool) { return c.Stash[0].Replica("s2") }
+	if _, ok := Find(l, s2); ok {
+		t.Fatal("Find read the file again within the period")
+	}
+	if r, ok := FindNow(l, s2); !ok || r.ID != "s2" {
+		t.Fatalf("FindNow = %+v, %v; want s2, the file read at once", r, ok)
 	}
 	static := Static(before)
 	if cfg, err := static.Reload(); cfg != before || err != nil {

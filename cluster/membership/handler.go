@@ -130,13 +130,11 @@ func (h *Handler) add(members []raftgroup.Peer, req Request) (bool, error) {
 // in the configuration file, read again at once if the one in use has
 // no such replica (the operator has just added it).
 func (h *Handler) configured(id string) (string, cluster.Replica, error) {
-	name, g, _ := h.live.Config().GroupOf(h.self)
-	r, ok := g.Replica(id)
-	if !ok {
-		cfg, _ := h.live.ReloadNow()
-		name, g, _ = cfg.GroupOf(h.self)
-		r, ok = g.Replica(id)
-	}
+	r, ok := cluster.FindNow(h.live, func(c *cluster.Config) (cluster.Replica, bool) {
+		_, g, _ := c.GroupOf(h.self)
+		return g.Replica(id)
+	})
+	name, _, _ := h.live.Config().GroupOf(h.self)
 	if !ok {
 		return "", r, fmt.Errorf("membership: %s is not a replica of %s in the configuration file %s reads: add it to the group's replicas there first", id, name, h.self)
 	}

@@ -270,11 +270,7 @@ func (p *Process) raftConfig(g cluster.Group) (raftgroup.Config, error) {
 // raft address is addr, reading the configuration file again if the one
 // in use has none there (a replica added since the process started).
 func (p *Process) raftPeerAt(addr string) (string, bool) {
-	if id, ok := raftPeerIn(p.live.Config(), p.node.ID, addr); ok {
-		return id, true
-	}
-	cfg, _ := p.live.Reload()
-	return raftPeerIn(cfg, p.node.ID, addr)
+	return cluster.Find(p.live, func(c *cluster.Config) (string, bool) { return raftPeerIn(c, p.node.ID, addr) })
 }
 
 // raftPeerIn returns the id of the replica of self's group in cfg whose

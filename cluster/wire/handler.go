@@ -55,9 +55,6 @@ func (h *Handler) Handle(_ context.Context, from string, m rpc.Message) (rpc.Mes
 // the configuration file again if the one in use refuses it (id may be
 // a replica added since).
 func (h *Handler) maySendAs(id string, e treebeard.Endpoint) bool {
-	if maySendAs(h.live.Config(), id, e) {
-		return true
-	}
-	cfg, _ := h.live.Reload()
-	return maySendAs(cfg, id, e)
+	_, ok := cluster.Find(h.live, func(c *cluster.Config) (struct{}, bool) { return struct{}{}, maySendAs(c, id, e) })
+	return ok
 }

@@ -136,11 +136,7 @@ func (n *Net) follow(key groupKey, e treebeard.Endpoint, called string, err erro
 // replica returns replica id of the group serving e, reading the
 // configuration file again if the one in use has none of that id.
 func (n *Net) replica(e treebeard.Endpoint, id string) (cluster.Replica, bool) {
-	if r, ok := replicaOf(n.live.Config(), e, id); ok {
-		return r, true
-	}
-	cfg, _ := n.live.Reload()
-	return replicaOf(cfg, e, id)
+	return cluster.Find(n.live, func(c *cluster.Config) (cluster.Replica, bool) { return replicaOf(c, e, id) })
 }
 
 // replicaOf returns replica id of the group of cfg serving e.

@@ -282,13 +282,7 @@ func TestGroupOf(t *testing.T) {
 // and called at once.
 func TestNetFollowsUnknownLeader(t *testing.T) {
 	f := newFixture(t, "stash-0-a")
-	path := filepath.Join(t.TempDir(), "cluster.yaml")
-	f.writeConfig(path)
-	started, err := cluster.Load(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	n := f.netOf(cluster.NewLive(path, started, nil), "router-0")
+	path, n := f.liveNet("router-0")
 	f.answered(f.access(n, router0), "stash-0-a")
 
 	f.cfg.Stash[0].Replicas = append(f.cfg.Stash[0].Replicas, cluster.Replica{ID: "stash-0-d", Raft: "127.0.0.1:1"})
@@ -300,6 +294,20 @@ func TestNetFollowsUnknownLeader(t *testing.T) {
 	f.lead("stash-0-d")
 	f.answered(f.access(n, router0), "stash-0-d")
 	f.calls(map[string]int32{"stash-0-a": 2, "stash-0-d": 1})
+}
+
+// liveNet writes the fixture's configuration to a file and returns it
+// and process id's Net over it, which reads the file again as a running
+// process does.
+func (f *fixture) liveNet(id string) (string, *Net) {
+	f.t.Helper()
+	path := filepath.Join(f.t.TempDir(), "cluster.yaml")
+	f.writeConfig(path)
+	started, err := cluster.Load(path)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	return path, f.netOf(cluster.NewLive(path, started, nil), id)
 }
 
 // writeConfig writes the fixture's configuration, with its replicas'
@@ -321,13 +329,7 @@ func (f *fixture) writeConfig(path string) {
 // it first dialled.
 func TestNetRedialsMovedReplica(t *testing.T) {
 	f := newFixture(t, "stash-0-a")
-	path := filepath.Join(t.TempDir(), "cluster.yaml")
-	f.writeConfig(path)
-	started, err := cluster.Load(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	n := f.netOf(cluster.NewLive(path, started, nil), "router-0")
+	path, n := f.liveNet("router-0")
 	f.answered(f.access(n, router0), "stash-0-a")
 
 	f.servers["stash-0-a"].rpc.Stop()
