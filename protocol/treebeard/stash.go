@@ -112,9 +112,6 @@ func (s *Stash) apply(e stashEntry) (stashOutput, error) {
 // arrive (the core's msgTable), and each of its requests once, however
 // many batches bring it (requestTable).
 func (s *Stash) Access(m AccessMsg) AccessReply {
-	if err := s.release(m.Release); err != nil {
-		return AccessReply{Status: lostLead(err)}
-	}
 	out, first, answered, err := s.admit(m)
 	if err != nil {
 		return AccessReply{Status: lostLead(err)}
@@ -150,7 +147,7 @@ func (s *Stash) admit(m AccessMsg) (out stashOutput, first, answered chan struct
 		if !s.core.msgs.has(m.ID) { // a copy plans nothing: it takes no room from the store
 			e.Room = s.quota.take(s.core.roomNeeded(m.Batch))
 		}
-		out = s.applyLocked(e)
+		out = s.applyAllLocked(released(m.Release, e))
 	}
 	defer s.mu.Unlock()
 	if out.Copy != nil {
@@ -161,29 +158,38 @@ func (s *Stash) admit(m AccessMsg) (out stashOutput, first, answered chan struct
 	return out, nil, answered, nil
 }
 
-// release tells the core which messages' replies their senders have: at
-// once in this process; a replicated shard releases them in the entry of
-// the message that carries them (applyReleasing).
-func (s *Stash) release(ids []MsgID) error {
-	if len(ids) == 0 || s.group != nil {
-		return nil
+// released returns e after the release of ids (the replies their sender
+// has: the core may forget them), if any.
+func released(ids []MsgID, e stashEntry) []stashEntry {
+	if len(ids) == 0 {
+		return []stashEntry{e}
 	}
-	_, err := s.apply(stashEntry{Kind: entryRelease, Released: ids})
-	return err
+	return []stashEntry{{Kind: entryRelease, Released: ids}, e}
 }
 
-// applyReleasing applies e (apply), in a replicated shard after the
-// release of ids in the same entry: one commit of the group, not two in
-// turn.
+// applyReleasing applies e after the release of ids, and returns e's
+// output: in this process under the shard's lock, in a replicated shard
+// as one entry of its group, one commit rather than two.
 func (s *Stash) applyReleasing(ids []MsgID, e stashEntry) (stashOutput, error) {
-	if s.group == nil || len(ids) == 0 {
-		return s.apply(e)
+	if s.group != nil {
+		outs, err := s.propose(released(ids, e)...)
+		if err != nil {
+			return stashOutput{}, err
+		}
+		return outs[len(outs)-1], nil
 	}
-	outs, err := s.propose(stashEntry{Kind: entryRelease, Released: ids}, e)
-	if err != nil {
-		return stashOutput{}, err
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.applyAllLocked(released(ids, e)), nil
+}
+
+// applyAllLocked applies es in order in this process and returns the
+// last one's output; s.mu is held.
+func (s *Stash) applyAllLocked(es []stashEntry) (out stashOutput) {
+	for _, e := range es {
+		out = s.applyLocked(e)
 	}
-	return outs[1], nil
+	return out
 }
 
 // answerCopy returns what a copy of a message gets: the stored reply, or
@@ -327,9 +333,6 @@ func (s *Stash) releaseParts(epoch uint64) {
 // EvictionBlocks hands a tree's blocks to its eviction
 // (stashCore.evictionBlocks), once per eviction.
 func (s *Stash) EvictionBlocks(m EvictionBlocksMsg) EvictionBlocksReply {
-	if err := s.release(m.Release); err != nil {
-		return EvictionBlocksReply{Status: lostLead(err)}
-	}
 	out, err := s.applyReleasing(m.Release, stashEntry{Kind: entryEvictionBlocks, Msg: m.ID, Tree: m.ID.Sender.Index})
 	switch {
 	case err != nil:
@@ -349,9 +352,6 @@ func (s *Stash) EvictionBlocks(m EvictionBlocksMsg) EvictionBlocksReply {
 // the message again (replayer.endEvictions). A replicated shard's record
 // is the group's commit of the entry, which the reply waits for.
 func (s *Stash) EvictionDone(m EvictionDoneMsg) EvictionDoneReply {
-	if err := s.release(m.Release); err != nil {
-		return EvictionDoneReply{Status: lostLead(err)}
-	}
 	if len(m.Placed) != len(m.Blocks) {
 		return EvictionDoneReply{Status: Status{Code: CodeUnavailable,
 			Detail: fmt.Sprintf("treebeard: an eviction placed %d of %d blocks", len(m.Placed), len(m.Blocks))}}
@@ -370,16 +370,15 @@ func (s *Stash) EvictionDone(m EvictionDoneMsg) EvictionDoneReply {
 	return answerOf(evictionDoneReplyCodec, out.Answer)
 }
 
-// evictionDone applies an eviction's end, after the release of ids in a
-// replicated shard, and in this process appends its record to the
-// shard's log.
+// evictionDone applies an eviction's end after the release of ids, and
+// in this process appends its record to the shard's log.
 func (s *Stash) evictionDone(ids []MsgID, e stashEntry) (stashOutput, error) {
 	if s.group != nil {
 		return s.applyReleasing(ids, e)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	out := s.applyLocked(e)
+	out := s.applyAllLocked(released(ids, e))
 	if out.Record != nil {
 		s.log.Append(out.Record)
 		s.log.checkpointIfDue(s.core.checkpointState)
