@@ -97,8 +97,8 @@ func (n *Net) leader(key groupKey, g *cluster.Group) cluster.Replica {
 // believed is replica id of g, or g's first replica if g has none of
 // that id.
 func believed(g *cluster.Group, id string) cluster.Replica {
-	if i := replicaIndex(g, id); i >= 0 {
-		return g.Replicas[i]
+	if r, ok := g.Replica(id); ok {
+		return r
 	}
 	return g.Replicas[0]
 }
@@ -145,10 +145,7 @@ func replicaOf(cfg *cluster.Config, e treebeard.Endpoint, id string) (cluster.Re
 	if err != nil {
 		return cluster.Replica{}, false
 	}
-	if i := replicaIndex(g, id); i >= 0 {
-		return g.Replicas[i], true
-	}
-	return cluster.Replica{}, false
+	return g.Replica(id)
 }
 
 // call makes one attempt of m at replica r.

@@ -71,7 +71,11 @@ func maySendAs(cfg *cluster.Config, id string, e treebeard.Endpoint) bool {
 		return slices.ContainsFunc(cfg.Routers, func(r cluster.Router) bool { return r.ID == id })
 	}
 	g, err := groupOf(cfg, e)
-	return err == nil && replicaIndex(g, id) >= 0
+	if err != nil {
+		return false
+	}
+	_, ok := g.Replica(id)
+	return ok
 }
 
 // encode returns s as an rpc.Message: its kind, and its encoding.
