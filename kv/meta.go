@@ -23,6 +23,12 @@ const MetaAddr = "meta/store"
 // journal records of taostore, cloak and durable's plans changed.
 const metaFormat = 2
 
+// rekeyedFormat is metaFormat in a record that keeps the PRF key of the
+// store's first master key (meta.PRFKey): a build that reads only
+// metaFormat refuses it, rather than derive identifiers under the new
+// key and find the store empty.
+const rekeyedFormat = 3
+
 // meta is the sealed record that says what a backend holds.
 type meta struct {
 	Format     int    `json:"format"`
@@ -34,6 +40,11 @@ type meta struct {
 	// (nil) in a record of an older build, which kept no options, and in
 	// one whose opener gave no OptionSettings: nothing is known of them.
 	Options map[string]string `json:"options"`
+	// PRFKey is the PRF subkey of the key the store was created under,
+	// set by its first rekey (ResealMeta): identifiers derived from
+	// logical keys (tree block IDs, the encrypted baseline's addresses)
+	// cannot be derived again without the keys, which no store keeps.
+	PRFKey []byte `json:"prf_key,omitempty"`
 }
 
 func metaOf(cfg Config) meta {
@@ -42,7 +53,7 @@ func metaOf(cfg Config) meta {
 }
 
 func (m meta) matches(want meta) error {
-	if m.Format != metaFormat {
+	if m.Format != metaFormat && m.Format != rekeyedFormat {
 		return fmt.Errorf("%w: storage format %d, this build reads %d (open it with the build that created it)", ErrMismatch, m.Format, metaFormat)
 	}
 	if m.Protocol != want.Protocol {
@@ -131,6 +142,35 @@ func readMeta(ctx context.Context, b backend.Backend, keys *seal.Keys) (meta, bo
 		return meta{}, false, fmt.Errorf("kv: store metadata: %w", err)
 	}
 	return m, false, nil
+}
+
+// keysOf returns keys with the PRF key the record keeps, if it keeps one.
+func (m meta) keysOf(keys *seal.Keys) (*seal.Keys, error) {
+	if m.PRFKey == nil {
+		return keys, nil
+	}
+	return keys.WithPRFKey(m.PRFKey)
+}
+
+// ResealMeta returns the metadata record stored (as read from MetaAddr,
+// sealed under from or, by a rekey cut short, already under to) sealed
+// under to, keeping the PRF key of the store's first key.
+func ResealMeta(from, to *seal.Keys, stored []byte) ([]byte, error) {
+	plain, err := seal.OpenEither(from, to, []byte(MetaAddr), stored)
+	if err != nil {
+		return nil, fmt.Errorf("store metadata: %w", err)
+	}
+	var m meta
+	if err := json.Unmarshal(plain, &m); err != nil {
+		return nil, fmt.Errorf("kv: store metadata: %w", err)
+	}
+	if m.PRFKey == nil {
+		m.PRFKey, m.Format = from.PRFKey(), rekeyedFormat
+	}
+	if plain, err = json.Marshal(m); err != nil {
+		return nil, err
+	}
+	return to.Seal(nil, []byte(MetaAddr), plain), nil
 }
 
 func writeMeta(ctx context.Context, b backend.Backend, keys *seal.Keys, m meta) error {

@@ -123,6 +123,9 @@ func Open(ctx context.Context, cfg Config) (Store, error) {
 		if err := m.matches(want); err != nil {
 			return nil, err
 		}
+		if cfg.Keys, err = m.keysOf(cfg.Keys); err != nil {
+			return nil, err
+		}
 	}
 	env := Env{Backend: tap, Keys: cfg.Keys, Capacity: cfg.Capacity, ValueSize: cfg.ValueSize,
 		MaxKeySize: cfg.MaxKeySize, Options: cfg.Options, Fresh: fresh}

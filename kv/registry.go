@@ -43,6 +43,11 @@ type Protocol struct {
 	// address prefixes, how the audit drives its clock, its own checks of
 	// storage's view (nil: none, only the audit's generic ones).
 	Audit *auditspec.Spec
+	// Reseal returns the protocol's Resealer for `oblivkv rekey`; nil for
+	// a protocol whose associated data needs its trusted state (bucket
+	// versions, batch ids, level nonces kept by the proxy), which rekey
+	// refuses.
+	Reseal func(ResealEnv) Resealer
 }
 
 // Hides says what a protocol hides from storage.

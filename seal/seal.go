@@ -41,7 +41,8 @@ var ErrTampered = errors.New("seal: block failed authentication (tampered storag
 // concurrent use.
 type Keys struct {
 	aead    cipher.AEAD
-	prfPool sync.Pool // of hash.Hash (HMAC-SHA256 keyed with the PRF subkey)
+	prfKey  []byte
+	prfPool sync.Pool // of hash.Hash (HMAC-SHA256 keyed with prfKey)
 }
 
 // NewKeys derives the sealing and PRF subkeys from a master key of
@@ -58,10 +59,27 @@ func NewKeys(master []byte) (*Keys, error) {
 	if err != nil {
 		return nil, err
 	}
-	prfKey := derive(master, "oblivkv prf v1")
-	k := &Keys{aead: aead}
+	return newKeys(aead, derive(master, "oblivkv prf v1")), nil
+}
+
+func newKeys(aead cipher.AEAD, prfKey []byte) *Keys {
+	k := &Keys{aead: aead, prfKey: prfKey}
 	k.prfPool.New = func() any { return hmac.New(sha256.New, prfKey) }
-	return k, nil
+	return k
+}
+
+// PRFKey returns the PRF subkey, for a store that re-keys its sealing and
+// must keep computing the identifiers it derived under the old key (see
+// WithPRFKey). The caller must keep it sealed.
+func (k *Keys) PRFKey() []byte { return slices.Clone(k.prfKey) }
+
+// WithPRFKey returns keys that seal as k does and compute the PRF under
+// prfKey (a PRFKey of other keys).
+func (k *Keys) WithPRFKey(prfKey []byte) (*Keys, error) {
+	if len(prfKey) != sha256.Size {
+		return nil, fmt.Errorf("seal: PRF key must be %d bytes, got %d", sha256.Size, len(prfKey))
+	}
+	return newKeys(k.aead, slices.Clone(prfKey)), nil
 }
 
 // GenerateMaster returns a fresh random master key.
@@ -104,6 +122,28 @@ func (k *Keys) Open(dst, ad, sealed []byte) ([]byte, error) {
 		return nil, ErrTampered
 	}
 	return out, nil
+}
+
+// Reseal appends to dst sealed, bound to ad, sealed afresh under to: it
+// opens under from (the item is not re-sealed yet) or else under to (it
+// was, and a new nonce changes nothing it means). Anything that opens
+// under neither is ErrTampered.
+func Reseal(from, to *Keys, dst, ad, sealed []byte) ([]byte, error) {
+	plain, err := OpenEither(from, to, ad, sealed)
+	if err != nil {
+		return nil, err
+	}
+	return to.Seal(dst, ad, plain), nil
+}
+
+// OpenEither returns the plaintext of sealed, which opens under from or
+// under to, or ErrTampered.
+func OpenEither(from, to *Keys, ad, sealed []byte) ([]byte, error) {
+	plain, err := from.Open(nil, ad, sealed)
+	if err != nil {
+		plain, err = to.Open(nil, ad, sealed)
+	}
+	return plain, err
 }
 
 // PRF returns HMAC-SHA256 of the parts, each length-prefixed so that

@@ -306,3 +306,52 @@ func TestParseKey(t *testing.T) {
 		}
 	}
 }
+
+// TestReseal: an item sealed under the old keys comes back under the new
+// ones only; one already under the new keys is sealed afresh; one that
+// opens under neither, or under another ad, is ErrTampered.
+func TestReseal(t *testing.T) {
+	from, to, other := testKeys(t, 1), testKeys(t, 2), testKeys(t, 3)
+	ad, plain := []byte("addr/1"), []byte("value")
+	once, err := Reseal(from, to, nil, ad, from.Seal(nil, ad, plain))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := from.Open(nil, ad, once); !errors.Is(err, ErrTampered) {
+		t.Fatalf("a re-sealed item opens under the old keys: %v", err)
+	}
+	twice, err := Reseal(from, to, nil, ad, once)
+	if err != nil || bytes.Equal(twice, once) {
+		t.Fatalf("re-sealing a re-sealed item: %v (same bytes: %v)", err, bytes.Equal(twice, once))
+	}
+	for _, got := range [][]byte{once, twice} {
+		if p, err := to.Open(nil, ad, got); err != nil || !bytes.Equal(p, plain) {
+			t.Fatalf("under the new keys: %q, %v", p, err)
+		}
+	}
+	if _, err := Reseal(from, to, nil, ad, other.Seal(nil, ad, plain)); !errors.Is(err, ErrTampered) {
+		t.Fatalf("an item of a third key: %v", err)
+	}
+	if _, err := Reseal(from, to, nil, []byte("addr/2"), from.Seal(nil, ad, plain)); !errors.Is(err, ErrTampered) {
+		t.Fatalf("an item moved to another address: %v", err)
+	}
+}
+
+// TestWithPRFKey: keys given another's PRF key compute its PRF, and seal
+// as before.
+func TestWithPRFKey(t *testing.T) {
+	first, second := testKeys(t, 1), testKeys(t, 2)
+	kept, err := second.WithPRFKey(first.PRFKey())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if kept.PRF([]byte("k")) != first.PRF([]byte("k")) || kept.PRF([]byte("k")) == second.PRF([]byte("k")) {
+		t.Fatal("WithPRFKey did not keep the PRF")
+	}
+	if _, err := kept.Open(nil, []byte("a"), second.Seal(nil, []byte("a"), []byte("v"))); err != nil {
+		t.Fatalf("WithPRFKey changed the sealing key: %v", err)
+	}
+	if _, err := second.WithPRFKey([]byte("short")); err == nil {
+		t.Fatal("a 5-byte PRF key was accepted")
+	}
+}

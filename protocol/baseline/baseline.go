@@ -21,6 +21,7 @@ import (
 	"fmt"
 	"hash/maphash"
 	"iter"
+	"strings"
 	"sync"
 
 	"github.com/oblivkv/oblivkv/audit/auditspec"
@@ -36,8 +37,9 @@ func init() {
 		Open: func(ctx context.Context, env kv.Env) (kv.Store, error) {
 			return open(ctx, env, plainCodec{})
 		},
-		Hides: kv.HidesNothing,
-		Audit: &auditspec.Spec{Prefixes: []string{plainCodec{}.prefix()}},
+		Hides:  kv.HidesNothing,
+		Audit:  &auditspec.Spec{Prefixes: []string{plainCodec{}.prefix()}},
+		Reseal: func(kv.ResealEnv) kv.Resealer { return plainResealer{} },
 	})
 	kv.Register(kv.Protocol{
 		Name:    "encrypted",
@@ -47,6 +49,11 @@ func init() {
 		},
 		Hides: kv.HidesContents,
 		Audit: &auditspec.Spec{Prefixes: []string{encryptedCodec{}.prefix()}},
+		// The addresses stay: PRF(key) of keys no store keeps cannot be
+		// derived again under a new key (see kv.ResealMeta).
+		Reseal: func(env kv.ResealEnv) kv.Resealer {
+			return kv.AddrResealer{Prefix: encryptedCodec{}.prefix(), From: env.From, To: env.To}
+		},
 	})
 }
 
@@ -81,6 +88,14 @@ func (c encryptedCodec) encode(addr string, val []byte) []byte {
 
 func (c encryptedCodec) decode(addr string, b []byte) ([]byte, error) {
 	return c.keys.Open(nil, []byte(addr), b)
+}
+
+// plainResealer keeps the plain baseline's values as they are: nothing of
+// them is sealed (kv.Resealer).
+type plainResealer struct{}
+
+func (plainResealer) Reseal(addr string, stored []byte) ([]byte, bool, error) {
+	return stored, strings.HasPrefix(addr, plainCodec{}.prefix()), nil
 }
 
 // stripes is the number of locks that keep the index in agreement with

@@ -69,8 +69,15 @@ func (c *Codec) ad(addr string, version uint64) []byte {
 	if c.leak == leakUnboundAddress {
 		addr = ""
 	}
+	return slotAD(addr, version, 0)
+}
+
+// slotAD is the associated data of slot slot of the bucket at addr,
+// version version.
+func slotAD(addr string, version uint64, slot int) []byte {
 	b := make([]byte, 12, 12+len(addr))
 	binary.BigEndian.PutUint64(b, version)
+	binary.BigEndian.PutUint32(b[8:], uint32(slot))
 	return append(b, addr...)
 }
 
@@ -198,3 +205,36 @@ func (c *Codec) openSlot(dst, ad []byte, slot int, data []byte) (Block, bool, er
 	b.Value = plain[slotHeader : slotHeader+int(n) : slotHeader+int(n)]
 	return b, true, nil
 }
+
+// ResealSlot appends to dst the slot sealed at data, slot slot of the
+// bucket at addr, version version, sealed afresh under to (seal.Reseal:
+// it opens under from, or under to for a slot already re-sealed), for
+// `oblivkv rekey`. The version is wherever its protocol keeps it.
+func ResealSlot(from, to *seal.Keys, dst []byte, addr string, version uint64, slot int, data []byte) ([]byte, error) {
+	out, err := seal.Reseal(from, to, dst, slotAD(addr, version, slot), data)
+	if err != nil {
+		return nil, fmt.Errorf("bucket %q slot %d: %w", addr, slot, err)
+	}
+	return out, nil
+}
+
+// ResealBucket returns the bucket sealed at data (every slot bound to addr
+// and version, as EncodeBucket seals it, each slot slotSize bytes) sealed
+// afresh under to (see ResealSlot).
+func ResealBucket(from, to *seal.Keys, addr string, version uint64, slotSize int, data []byte) ([]byte, error) {
+	if slotSize <= 0 || len(data)%slotSize != 0 {
+		return nil, fmt.Errorf("%w: bucket %q is %d bytes, not whole slots of %d", seal.ErrTampered, addr, len(data), slotSize)
+	}
+	out := make([]byte, 0, len(data))
+	for i := range len(data) / slotSize {
+		var err error
+		if out, err = ResealSlot(from, to, out, addr, version, i, data[i*slotSize:(i+1)*slotSize]); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// SlotSize returns the size of a sealed slot of values of valueSize bytes
+// under keys (Codec.SlotSize, without a Codec).
+func SlotSize(keys *seal.Keys, valueSize int) int { return slotHeader + valueSize + keys.Overhead() }

@@ -9,8 +9,9 @@
 // It owns the data directory layout (DIR/key, the 0600 master key file, and
 // DIR/store, the embedded backend's files) and the rule that a key is only
 // ever created for storage that holds no store: a missing or wrong key for
-// existing data is a startup error, never a silent re-initialisation. It
-// must never print or log key material.
+// existing data is a startup error, never a silent re-initialisation, and
+// so is a store whose rekey is unfinished (DIR/rekey: see package rekey).
+// It must never print or log key material.
 package setup
 
 import (
@@ -29,6 +30,7 @@ import (
 	"github.com/oblivkv/oblivkv/backend/disk"
 	"github.com/oblivkv/oblivkv/backend/mem"
 	"github.com/oblivkv/oblivkv/backend/redis"
+	"github.com/oblivkv/oblivkv/cmd/oblivkv/internal/rekey"
 	"github.com/oblivkv/oblivkv/internal/durable/journal"
 	"github.com/oblivkv/oblivkv/kv"
 	"github.com/oblivkv/oblivkv/kv/options"
@@ -104,6 +106,9 @@ func JournalDir(dataDir string) string { return filepath.Join(dataDir, "journal"
 func Open(ctx context.Context, opts Options) (*Opened, error) {
 	if opts.Protocol != "" && !slices.Contains(kv.Protocols(), opts.Protocol) {
 		return nil, fmt.Errorf("%w %q (known: %v)", kv.ErrUnknownProtocol, opts.Protocol, kv.Protocols())
+	}
+	if err := unfinishedRekey(opts); err != nil {
+		return nil, err
 	}
 	raw, err := OpenBackend(ctx, opts.Backend, opts.DataDir, opts.NoFsync)
 	if err != nil {
@@ -272,6 +277,15 @@ func (o *Opened) master(exists bool) ([]byte, error) {
 	return master, seal.WriteKeyFile(o.KeyFile, master)
 }
 
+// unfinishedRekey refuses a store whose rekey a crash cut short
+// (rekey.Unfinished): it opens under neither key until rekey finishes.
+func unfinishedRekey(opts Options) error {
+	if opts.Backend == "mem" || opts.DataDir == "" {
+		return nil
+	}
+	return rekey.Unfinished(opts.DataDir)
+}
+
 // makeDataDir creates a data directory, readable by its owner only.
 func makeDataDir(dir string) error {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
@@ -302,6 +316,9 @@ type Description struct {
 func Describe(ctx context.Context, opts Options) (Description, error) {
 	if opts.Backend == "mem" {
 		return Description{}, errors.New("setup: the mem backend keeps no store between runs")
+	}
+	if err := unfinishedRekey(opts); err != nil {
+		return Description{}, err
 	}
 	raw, err := openBackend(ctx, opts.Backend, opts.DataDir, disk.Options{ReadOnly: true})
 	if err != nil {

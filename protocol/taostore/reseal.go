@@ -1,0 +1,32 @@
+package taostore
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/oblivkv/oblivkv/backend"
+	"github.com/oblivkv/oblivkv/kv"
+	"github.com/oblivkv/oblivkv/protocol/tree"
+)
+
+// resealer re-seals TaoStore's buckets (kv.Resealer): each is stored
+// behind its version (backend.WriteVersioned), which its slots' seal binds,
+// so storage alone tells how to open it.
+type resealer kv.ResealEnv
+
+func newResealer(env kv.ResealEnv) kv.Resealer { return resealer(env) }
+
+func (r resealer) Reseal(addr string, stored []byte) ([]byte, bool, error) {
+	if !strings.HasPrefix(addr, BucketPrefix) {
+		return nil, false, nil
+	}
+	version, data, err := backend.SplitVersioned(stored)
+	if err != nil {
+		return nil, true, fmt.Errorf("%w: %w", kv.ErrTampered, err)
+	}
+	sealed, err := tree.ResealBucket(r.From, r.To, addr, version, tree.SlotSize(r.To, r.ValueSize), data)
+	if err != nil {
+		return nil, true, err
+	}
+	return backend.EncodeVersioned(version, sealed), true, nil
+}

@@ -1,0 +1,23 @@
+package treebeard
+
+import (
+	"github.com/oblivkv/oblivkv/kv"
+	"github.com/oblivkv/oblivkv/protocol/ringoram"
+)
+
+// resealer re-seals the buckets of every tree (kv.Resealer) with one
+// ringoram.Resealer: the trees' prefixes keep each tree's addresses
+// together, its metadata before its slots.
+type resealer struct{ trees *ringoram.Resealer }
+
+func newResealer(env kv.ResealEnv) kv.Resealer {
+	return resealer{ringoram.NewResealer(env.From, env.To)}
+}
+
+func (r resealer) Reseal(addr string, stored []byte) ([]byte, bool, error) {
+	l, ok := treeLayout(addr)
+	if !ok {
+		return nil, false, nil
+	}
+	return r.trees.Reseal(l, addr, stored)
+}
