@@ -2,7 +2,8 @@
 // server (serve), a bulk loader (load), a benchmark harness (bench), a
 // reader for adversary-view logs (tap), an obliviousness audit (audit), a
 // description of an existing store (info), the protocols and their options
-// (options), a users file line maker (passwd), a treebeard cluster's
+// (options), a users file line maker (passwd), a re-keying of a stopped
+// store under a new master key (rekey), a treebeard cluster's
 // configuration check and certificates (cluster) and version information.
 package main
 

@@ -36,6 +36,7 @@ func TestMain(m *testing.M) {
 			os.Unsetenv("OBLIVKV_ARGS")
 		}
 		os.Args = append([]string{"oblivkv"}, args...)
+		killRekeyAtStep()
 		main()
 		os.Exit(0)
 	}
