@@ -43,11 +43,10 @@ type Protocol struct {
 	// address prefixes, how the audit drives its clock, its own checks of
 	// storage's view (nil: none, only the audit's generic ones).
 	Audit *auditspec.Spec
-	// Reseal returns the protocol's Resealer for `oblivkv rekey`; nil for
-	// a protocol whose associated data needs its trusted state (bucket
-	// versions, batch ids, level nonces kept by the proxy), which rekey
-	// refuses.
-	Reseal func(ResealEnv) Resealer
+	// Reseal returns the protocol's Resealer for `oblivkv rekey` (an
+	// error for a ResealEnv.State it cannot decode); nil for a protocol
+	// rekey does not support.
+	Reseal func(ResealEnv) (Resealer, error)
 }
 
 // Hides says what a protocol hides from storage.

@@ -1,17 +1,23 @@
 package kv
 
 import (
+	"encoding/binary"
+	"fmt"
 	"strings"
+
+	"github.com/oblivkv/oblivkv/internal/durable/delta"
 
 	"github.com/oblivkv/oblivkv/seal"
 )
 
 // Resealer re-seals a protocol's items on storage under a new master key
-// (oblivkv rekey, package internal/rekey), item by item, from what storage
-// holds alone: no trusted state, no logical key. Storage hands it every
-// address once, in ascending byte order, so a protocol whose associated
-// data names something stored at a lower address (a Ring ORAM bucket's
-// slot version, in the bucket's metadata) may remember it.
+// (oblivkv rekey, package cmd/oblivkv/internal/rekey), item by item, from
+// what storage holds and, for a protocol whose store is a ResealStater,
+// the part of its trusted state its associated data names: never a
+// logical key. Storage hands it every address once, in ascending byte
+// order, so a protocol whose associated data names something stored at a
+// lower address (a Ring ORAM bucket's slot version, in the bucket's
+// metadata) may remember it.
 type Resealer interface {
 	// Reseal returns the value to store at addr in place of stored: the
 	// same item sealed under ResealEnv.To. An item a rekey cut short
@@ -25,6 +31,30 @@ type Resealer interface {
 type ResealEnv struct {
 	From, To  *seal.Keys // the old key's and the new key's
 	ValueSize int        // the store's, as its metadata records it
+	// State is what the store's ResealState returned; nil for a store
+	// that is no ResealStater.
+	State []byte
+}
+
+// ResealStater is implemented by a store whose items are bound to its
+// trusted state (bucket versions, batch ids, level nonces), which its
+// Resealer then needs.
+type ResealStater interface {
+	// ResealState encodes what the protocol's Resealer needs of the
+	// store's trusted state, as its Close left it: rekey calls it after
+	// Close, whose checkpoint the state then describes. It fails for a
+	// store that closed with storage behind its state.
+	ResealState() ([]byte, error)
+}
+
+// AsResealStater returns the ResealStater of a store Open returned, if its
+// protocol's store is one.
+func AsResealStater(s Store) (ResealStater, bool) {
+	if c, ok := s.(*checked); ok {
+		s = c.inner
+	}
+	r, ok := s.(ResealStater)
+	return r, ok
 }
 
 // AddrResealer re-seals the items under Prefix sealed bound to their
@@ -41,4 +71,36 @@ func (r AddrResealer) Reseal(addr string, stored []byte) ([]byte, bool, error) {
 	}
 	v, err := seal.Reseal(r.From, r.To, nil, []byte(addr), stored)
 	return v, true, err
+}
+
+// AddrResealerOf returns a Protocol.Reseal for the items under prefix,
+// sealed bound to their address alone (AddrResealer).
+func AddrResealerOf(prefix string) func(ResealEnv) (Resealer, error) {
+	return func(env ResealEnv) (Resealer, error) {
+		return AddrResealer{Prefix: prefix, From: env.From, To: env.To}, nil
+	}
+}
+
+// EncodeNumbers encodes one number per item (a bucket's version, an
+// address's batch id) as a ResealState: a count, then the numbers, as
+// uvarints.
+func EncodeNumbers(nums []uint64) []byte {
+	b := binary.AppendUvarint(make([]byte, 0, 2+2*len(nums)), uint64(len(nums)))
+	for _, n := range nums {
+		b = binary.AppendUvarint(b, n)
+	}
+	return b
+}
+
+// DecodeNumbers decodes what EncodeNumbers encoded.
+func DecodeNumbers(b []byte) ([]uint64, error) {
+	d := delta.NewDecoder(b)
+	nums := make([]uint64, d.Count())
+	for i := range nums {
+		nums[i] = d.Uvarint()
+	}
+	if err := d.Done(); err != nil {
+		return nil, fmt.Errorf("kv: reseal state: %w", err)
+	}
+	return nums, nil
 }

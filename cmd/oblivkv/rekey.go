@@ -11,6 +11,7 @@ import (
 	"github.com/oblivkv/oblivkv/backend"
 	"github.com/oblivkv/oblivkv/cmd/oblivkv/internal/rekey"
 	"github.com/oblivkv/oblivkv/cmd/oblivkv/internal/setup"
+	"github.com/oblivkv/oblivkv/kv"
 	"github.com/oblivkv/oblivkv/seal"
 )
 
@@ -40,8 +41,9 @@ The store must be stopped (its data dir is locked while it runs). A key
 given in $OBLIVKV_KEY is refused: write it to DATA_DIR/key (mode 0600),
 unset $OBLIVKV_KEY, and rekey; the new key is then in DATA_DIR/key.
 
-Path ORAM, Cloak and ObliviStore bind their storage to the proxy's trusted
-state and cannot be re-keyed; rekey refuses them before writing anything.`,
+The store is opened and closed once first, as a restart does: that checks
+the key, and leaves the journal a checkpoint and storage as the store's
+trusted state says. Every protocol is supported, on disk and on Redis.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if removeOld {
@@ -69,6 +71,7 @@ func runRekey(cmd *cobra.Command, spec, dataDir, newKeyFile string) error {
 		}
 	}
 	res, err := rekey.Run(cmd.Context(), rekey.Options{DataDir: dataDir, NewMaster: master, Step: rekeyStep,
+		OpenStore: func(ctx context.Context) (kv.Store, error) { return openExisting(ctx, spec, dataDir) },
 		OpenBackend: func(ctx context.Context) (backend.Backend, error) {
 			return setup.OpenBackend(ctx, spec, dataDir, false)
 		}})
@@ -81,6 +84,20 @@ func runRekey(cmd *cobra.Command, spec, dataDir, newKeyFile string) error {
 	fmt.Fprintf(cmd.OutOrStdout(), "re-sealed %d storage addresses and the journal; %s is the new key, the old one is kept as %s.old\n",
 		res.Items, setup.KeyFile(dataDir), setup.KeyFile(dataDir))
 	return nil
+}
+
+// openExisting opens the store in dataDir, which must exist: setup.Open
+// would create one.
+func openExisting(ctx context.Context, spec, dataDir string) (kv.Store, error) {
+	opts := setup.Options{Backend: spec, DataDir: dataDir}
+	if _, err := setup.Describe(ctx, opts); err != nil {
+		return nil, err
+	}
+	opened, err := setup.Open(ctx, opts)
+	if err != nil {
+		return nil, err
+	}
+	return opened.Store, nil
 }
 
 // rekeyable refuses what rekey does not re-key: a key from the

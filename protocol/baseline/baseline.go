@@ -39,7 +39,7 @@ func init() {
 		},
 		Hides:  kv.HidesNothing,
 		Audit:  &auditspec.Spec{Prefixes: []string{plainCodec{}.prefix()}},
-		Reseal: func(kv.ResealEnv) kv.Resealer { return plainResealer{} },
+		Reseal: func(kv.ResealEnv) (kv.Resealer, error) { return plainResealer{}, nil },
 	})
 	kv.Register(kv.Protocol{
 		Name:    "encrypted",
@@ -51,9 +51,7 @@ func init() {
 		Audit: &auditspec.Spec{Prefixes: []string{encryptedCodec{}.prefix()}},
 		// The addresses stay: PRF(key) of keys no store keeps cannot be
 		// derived again under a new key (see kv.ResealMeta).
-		Reseal: func(env kv.ResealEnv) kv.Resealer {
-			return kv.AddrResealer{Prefix: encryptedCodec{}.prefix(), From: env.From, To: env.To}
-		},
+		Reseal: kv.AddrResealerOf(encryptedCodec{}.prefix()),
 	})
 }
 

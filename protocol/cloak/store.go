@@ -26,6 +26,7 @@ func init() {
 		Open:    kv.FactoryOf(open),
 		Options: Options{},
 		Audit:   auditSpec,
+		Reseal:  newResealer,
 	})
 }
 

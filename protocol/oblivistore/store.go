@@ -29,6 +29,7 @@ func init() {
 		Open:    kv.FactoryOf(open),
 		Options: Options{},
 		Audit:   auditSpec,
+		Reseal:  newResealer,
 	})
 }
 

@@ -68,6 +68,7 @@ func init() {
 		Open:    open,
 		Options: Options{},
 		Audit:   auditSpec,
+		Reseal:  newResealer,
 	})
 }
 

@@ -14,7 +14,7 @@ import (
 // so storage alone tells how to open it.
 type resealer kv.ResealEnv
 
-func newResealer(env kv.ResealEnv) kv.Resealer { return resealer(env) }
+func newResealer(env kv.ResealEnv) (kv.Resealer, error) { return resealer(env), nil }
 
 func (r resealer) Reseal(addr string, stored []byte) ([]byte, bool, error) {
 	if !strings.HasPrefix(addr, BucketPrefix) {

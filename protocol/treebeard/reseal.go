@@ -10,8 +10,8 @@ import (
 // together, its metadata before its slots.
 type resealer struct{ trees *ringoram.Resealer }
 
-func newResealer(env kv.ResealEnv) kv.Resealer {
-	return resealer{ringoram.NewResealer(env.From, env.To)}
+func newResealer(env kv.ResealEnv) (kv.Resealer, error) {
+	return resealer{ringoram.NewResealer(env.From, env.To)}, nil
 }
 
 func (r resealer) Reseal(addr string, stored []byte) ([]byte, bool, error) {

@@ -27,9 +27,7 @@ func init() {
 		Open:    kv.FactoryOf(open),
 		Options: Options{},
 		Audit:   auditSpec,
-		Reseal: func(env kv.ResealEnv) kv.Resealer {
-			return kv.AddrResealer{Prefix: ObjectPrefix, From: env.From, To: env.To}
-		},
+		Reseal:  kv.AddrResealerOf(ObjectPrefix),
 	})
 }
 

@@ -40,21 +40,29 @@
 // the rekey. For the oblivious tree protocols the identifiers are visible
 // to no one without the new key.
 //
-// Where each item's associated data comes from what storage holds (its
-// address, a version stored beside it, a bucket's metadata at a lower
-// address), a protocol registers a kv.Resealer (kv.Protocol.Reseal);
-// addresses no Resealer claims are sealed bound to themselves (the
-// metadata record and the anchor). Path ORAM, Cloak and ObliviStore bind
-// their items to trusted state and register none: rekey refuses them
-// before it writes anything.
+// Each protocol registers a kv.Resealer (kv.Protocol.Reseal) that
+// re-seals its items from what storage holds (its address, a version
+// stored beside it, a bucket's metadata at a lower address) and, for
+// Path ORAM, Cloak and ObliviStore, whose items are bound to trusted
+// state, the part of that state it needs (kv.ResealStater: every bucket's
+// version, every address's batch id, every level's nonces). Addresses no
+// Resealer claims are sealed bound to themselves (the metadata record and
+// the anchor). ObliviStore's storage also holds the slots of levels a
+// shuffle emptied, which nothing reads again and no state opens: its
+// Resealer writes a dummy of the same size under the new key in their
+// place.
 //
 // # The steps, and what a crash leaves
 //
 // A marker file, DATA_DIR/rekey, names the step under way; its presence
 // is what makes a start refuse the store (Unfinished).
 //
-//  1. The new key is written to DATA_DIR/key.new (0600, synced), then the
-//     marker (storage).
+//  1. The store is opened and closed under the current key, as a restart
+//     does: that checks the key, ends the journal in a checkpoint and
+//     leaves storage as the trusted state says. The new key is written to
+//     DATA_DIR/key.new (0600, synced), the protocol's ResealState to
+//     DATA_DIR/rekey.state (sealed under the new key), then the marker
+//     (storage).
 //  2. Storage: backend.ReadAll reads every address once, in ascending
 //     order, 512 a Read; each batch is re-sealed and written back as one
 //     Write; storage is synced; the marker says journal. Every item opens
@@ -68,8 +76,8 @@
 //     journal.old is deleted. Which of these renames happened shows from
 //     which directories exist.
 //  5. Commit: the marker says commit; key becomes key.old and key.new
-//     becomes key; the marker is deleted. key.old stays until
-//     RemoveOldKey.
+//     becomes key; rekey.state and the marker are deleted. key.old stays
+//     until RemoveOldKey.
 //
 // A rekey never rolls back: every step after the first resumes.
 //

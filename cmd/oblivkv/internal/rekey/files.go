@@ -19,6 +19,7 @@ const (
 	keyName     = "key"
 	journalName = "journal"
 	markerName  = "rekey"
+	stateName   = "rekey.state"
 	newSuffix   = ".new"
 	oldSuffix   = ".old"
 )
@@ -49,6 +50,7 @@ func (d dir) key() string               { return d.path(keyName) }
 func (d dir) newKey() string            { return d.path(keyName + newSuffix) }
 func (d dir) oldKey() string            { return d.path(keyName + oldSuffix) }
 func (d dir) marker() string            { return d.path(markerName) }
+func (d dir) state() string             { return d.path(stateName) }
 func (d dir) journal(sfx string) string { return d.path(journalName + sfx) }
 
 // Unfinished returns an error wrapping ErrUnfinished, which says how to
@@ -78,23 +80,27 @@ func RemoveOldKey(dataDir string) error {
 	return syncDir(d)
 }
 
-// lock takes the data directory's rekey lock (DATA_DIR/LOCK) and, where
-// there is a journal, the journal's, which every process serving the
-// store holds.
+// lock takes the data directory's rekey lock (DATA_DIR/LOCK): one rekey
+// at a time.
 func (d dir) lock() (func(), error) {
 	own, err := journal.Lock(string(d))
 	if err != nil {
 		return nil, inUse(d, "another rekey runs on", err)
 	}
+	return func() { own.Close() }, nil
+}
+
+// lockJournal takes the journal's lock, which every process serving the
+// store holds, where there is a journal.
+func (d dir) lockJournal() (func(), error) {
 	if _, err := os.Stat(d.journal("")); err != nil {
-		return func() { own.Close() }, nil
+		return func() {}, nil
 	}
 	j, err := journal.Lock(d.journal(""))
 	if err != nil {
-		own.Close()
 		return nil, inUse(d, "a server holds", err)
 	}
-	return func() { j.Close(); own.Close() }, nil
+	return func() { j.Close() }, nil
 }
 
 // inUse names who holds a lock lock could not take, or else passes err
@@ -133,9 +139,10 @@ func (d dir) writePhase(p phase, step func(string)) error {
 }
 
 // writeNewKey writes master (nil: a fresh key) to key.new, replacing one
-// a crash before the marker left, then the marker: from here on the
-// rekey resumes with that key.
-func (d dir) writeNewKey(master []byte, step func(string)) error {
+// a crash before the marker left, state sealed under it to rekey.state,
+// then the marker: from here on the rekey resumes with that key and that
+// state.
+func (d dir) writeNewKey(master, state []byte, step func(string)) error {
 	if master == nil {
 		var err error
 		if master, err = seal.GenerateMaster(); err != nil {
@@ -152,7 +159,31 @@ func (d dir) writeNewKey(master []byte, step func(string)) error {
 		return err
 	}
 	step("new key written")
+	to, err := seal.NewKeys(master)
+	if err != nil {
+		return err
+	}
+	if err := atomicfile.Write(d.state(), to.Seal(nil, stateAD, state), 0o600); err != nil {
+		return fmt.Errorf("rekey: writing %s: %w", d.state(), err)
+	}
 	return d.writePhase(phaseStorage, step)
+}
+
+// stateAD binds rekey.state.
+var stateAD = []byte("oblivkv rekey state")
+
+// readState returns what rekey.state holds, sealed under to: the
+// protocol's part of the store's trusted state (kv.ResealStater).
+func (d dir) readState(to *seal.Keys) ([]byte, error) {
+	b, err := os.ReadFile(d.state())
+	if err != nil {
+		return nil, fmt.Errorf("rekey: %w", err)
+	}
+	state, err := to.Open(nil, stateAD, b)
+	if err != nil {
+		return nil, fmt.Errorf("rekey: %s: %w", d.state(), err)
+	}
+	return state, nil
 }
 
 // keys reads the key file at path and derives its keys.
@@ -196,6 +227,9 @@ func (d dir) commitKeys(step func(string)) error {
 		if err := d.rename(d.newKey(), d.key(), step); err != nil {
 			return err
 		}
+	}
+	if err := os.Remove(d.state()); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("rekey: %w", err)
 	}
 	if err := os.Remove(d.marker()); err != nil {
 		return fmt.Errorf("rekey: %w", err)

@@ -18,6 +18,11 @@ type Options struct {
 	// DataDir holds the key file and the journal (and, for the disk
 	// backend, the store).
 	DataDir string
+	// OpenStore opens the store under the key in DataDir/key, as a
+	// start does. Run opens and closes it once, before anything is
+	// re-sealed, so its journal ends in a checkpoint and its storage is
+	// as its trusted state says.
+	OpenStore func(context.Context) (kv.Store, error)
 	// OpenBackend opens the store's storage. Run calls it once it holds
 	// the data directory's locks, and closes what it returns.
 	OpenBackend func(context.Context) (backend.Backend, error)
@@ -54,8 +59,27 @@ func Run(ctx context.Context, o Options) (Result, error) {
 		return Result{}, err
 	}
 	res := Result{Resumed: p != phaseNone}
-	if p == phaseNone || p == phaseStorage {
-		if res.Items, err = runStorage(ctx, d, o, p); err != nil {
+	var state []byte
+	if p == phaseNone {
+		if state, err = start(ctx, d, o); err != nil {
+			return res, err
+		}
+	}
+	// Taken once the store is closed: a server started since holds it,
+	// and the rekey stops before writing anything.
+	release, err := d.lockJournal()
+	if err != nil {
+		return res, err
+	}
+	defer release()
+	if p == phaseNone {
+		if err := d.writeNewKey(o.NewMaster, state, o.Step); err != nil {
+			return res, err
+		}
+		p = phaseStorage
+	}
+	if p == phaseStorage {
+		if res.Items, err = runStorage(ctx, d, o); err != nil {
 			return res, err
 		}
 		p = phaseJournal
@@ -82,28 +106,26 @@ func finish(ctx context.Context, d dir, step func(string), p phase) error {
 	return d.commitKeys(step)
 }
 
-// runStorage starts a rekey (phase none) or resumes one at its storage
-// step, and re-seals storage.
-func runStorage(ctx context.Context, d dir, o Options, p phase) (int, error) {
-	b, err := o.OpenBackend(ctx)
-	if err != nil {
-		return 0, err
-	}
-	defer b.Close()
+// runStorage re-seals storage, and records that it did.
+func runStorage(ctx context.Context, d dir, o Options) (int, error) {
 	from, err := d.keys(d.key())
 	if err != nil {
 		return 0, err
-	}
-	if p == phaseNone {
-		if err := start(ctx, d, b, from, o); err != nil {
-			return 0, err
-		}
 	}
 	to, err := d.keys(d.newKey())
 	if err != nil {
 		return 0, err
 	}
-	n, err := resealStorage(ctx, b, from, to, o.Step)
+	state, err := d.readState(to)
+	if err != nil {
+		return 0, err
+	}
+	b, err := o.OpenBackend(ctx)
+	if err != nil {
+		return 0, err
+	}
+	defer b.Close()
+	n, err := resealStorage(ctx, b, kv.ResealEnv{From: from, To: to, State: state}, o.Step)
 	if err != nil {
 		return n, err
 	}
@@ -113,34 +135,39 @@ func runStorage(ctx context.Context, d dir, o Options, p phase) (int, error) {
 	return n, d.writePhase(phaseJournal, o.Step)
 }
 
-// start checks the store opens under the current key and has a protocol
-// rekey supports, then records the new key and the marker.
-func start(ctx context.Context, d dir, b backend.Backend, from *seal.Keys, o Options) error {
+// start opens and closes the store under the current key, which checks
+// the key and leaves the journal a checkpoint and storage as the store's
+// trusted state says, and returns what its protocol's Resealer needs of
+// that state.
+func start(ctx context.Context, d dir, o Options) ([]byte, error) {
 	if _, err := os.Stat(d.oldKey()); err == nil {
-		return fmt.Errorf("rekey: %s from an earlier rekey is still there; once the store opens under %s, remove it with `oblivkv rekey --remove-old-key --data-dir %s`, then rekey again",
+		return nil, fmt.Errorf("rekey: %s from an earlier rekey is still there; once the store opens under %s, remove it with `oblivkv rekey --remove-old-key --data-dir %s`, then rekey again",
 			d.oldKey(), d.key(), d)
 	}
-	cfg, ok, err := kv.Describe(ctx, b, from)
-	switch {
-	case errors.Is(err, kv.ErrWrongKey):
-		return fmt.Errorf("rekey: %w (key file %s)", err, d.key())
-	case err != nil:
-		return err
-	case !ok:
-		return fmt.Errorf("rekey: the storage of %s holds no store", d)
+	s, err := o.OpenStore(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("rekey: opening the store under %s: %w", d.key(), err)
 	}
-	if p, _ := kv.Lookup(cfg.Protocol); p.Reseal == nil {
-		return fmt.Errorf("rekey: protocol %s binds its storage to the proxy's trusted state, which rekey cannot re-seal from storage; it is not supported", cfg.Protocol)
+	protocol := s.Stats().Protocol
+	if err := s.Close(); err != nil {
+		return nil, fmt.Errorf("rekey: closing the store: %w", err)
 	}
-	return d.writeNewKey(o.NewMaster, o.Step)
+	if p, _ := kv.Lookup(protocol); p.Reseal == nil {
+		return nil, fmt.Errorf("rekey: protocol %s is not supported", protocol)
+	}
+	r, ok := kv.AsResealStater(s)
+	if !ok {
+		return nil, nil
+	}
+	return r.ResealState()
 }
 
 // resealStorage reads every address of b once, in ascending order, and
 // writes each batch back sealed under to, and returns how many addresses
 // it re-sealed. It stops at the first item that opens under neither key,
 // before that item's batch is written.
-func resealStorage(ctx context.Context, b backend.Backend, from, to *seal.Keys, step func(string)) (int, error) {
-	r, err := resealerOf(ctx, b, from, to)
+func resealStorage(ctx context.Context, b backend.Backend, env kv.ResealEnv, step func(string)) (int, error) {
+	r, err := resealerOf(ctx, b, env)
 	if err != nil {
 		return 0, err
 	}
@@ -148,7 +175,7 @@ func resealStorage(ctx context.Context, b backend.Backend, from, to *seal.Keys, 
 	err = backend.ReadAll(ctx, b, "", 0, func(items []backend.Item) error {
 		out := make([]backend.Item, len(items))
 		for i, it := range items {
-			v, err := resealItem(r, from, to, it)
+			v, err := resealItem(r, env.From, env.To, it)
 			if err != nil {
 				return fmt.Errorf("rekey: storage address %q: %w", it.Addr, err)
 			}
@@ -165,20 +192,25 @@ func resealStorage(ctx context.Context, b backend.Backend, from, to *seal.Keys, 
 }
 
 // resealerOf returns the Resealer of the protocol of the store in b,
-// whose metadata opens under from or, once re-sealed, under to.
-func resealerOf(ctx context.Context, b backend.Backend, from, to *seal.Keys) (kv.Resealer, error) {
-	cfg, ok, err := kv.Describe(ctx, b, from)
+// whose metadata opens under env.From or, once re-sealed, under env.To.
+func resealerOf(ctx context.Context, b backend.Backend, env kv.ResealEnv) (kv.Resealer, error) {
+	cfg, ok, err := kv.Describe(ctx, b, env.From)
 	if errors.Is(err, kv.ErrWrongKey) {
-		cfg, ok, err = kv.Describe(ctx, b, to)
+		cfg, ok, err = kv.Describe(ctx, b, env.To)
 	}
 	if err != nil || !ok {
 		return nil, errors.Join(errors.New("rekey: the store's metadata opens under neither the old nor the new key"), err)
 	}
 	p, _ := kv.Lookup(cfg.Protocol)
 	if p.Reseal == nil {
-		return nil, fmt.Errorf("rekey: protocol %s cannot be re-keyed", cfg.Protocol)
+		return nil, fmt.Errorf("rekey: protocol %s is not supported", cfg.Protocol)
 	}
-	return p.Reseal(kv.ResealEnv{From: from, To: to, ValueSize: cfg.ValueSize}), nil
+	env.ValueSize = cfg.ValueSize
+	r, err := p.Reseal(env)
+	if err != nil {
+		return nil, fmt.Errorf("rekey: %w", err)
+	}
+	return r, nil
 }
 
 // resealItem returns it's value sealed under to: the metadata record

@@ -17,14 +17,14 @@ import (
 	"github.com/oblivkv/oblivkv/internal/durable/journal"
 	"github.com/oblivkv/oblivkv/internal/testsupport/redistest"
 	"github.com/oblivkv/oblivkv/kv"
+	testprotocol "github.com/oblivkv/oblivkv/kv/kvtest/fixture"
 	"github.com/oblivkv/oblivkv/observe"
 	_ "github.com/oblivkv/oblivkv/protocol/all"
 	"github.com/oblivkv/oblivkv/seal"
 )
 
-// rekeyed are the protocols rekey supports: those whose items' associated
-// data storage alone tells.
-var rekeyed = []string{"treebeard", "taostore", "waffle", "encrypted", "plain"}
+// rekeyed are the protocols: rekey supports every one.
+var rekeyed = []string{"treebeard", "taostore", "oblivistore", "pathoram", "cloak", "waffle", "encrypted", "plain"}
 
 // fixture is a store in a data directory: its key file and journal there,
 // its storage on disk there or on a Redis server.
@@ -49,6 +49,12 @@ func (f *fixture) openBackend(ctx context.Context) (backend.Backend, error) {
 
 // open opens the store under the key in path.
 func (f *fixture) open(path string) (kv.Store, error) {
+	return f.openTapped(path, nil)
+}
+
+// openTapped opens the store under the key in path, its calls to storage
+// recorded in log (nil: none).
+func (f *fixture) openTapped(path string, log observe.Sink) (kv.Store, error) {
 	master, err := seal.ReadKeyFile(path)
 	if err != nil {
 		return nil, err
@@ -62,7 +68,7 @@ func (f *fixture) open(path string) (kv.Store, error) {
 		return nil, err
 	}
 	s, err := kv.Open(f.t.Context(), kv.Config{Protocol: f.protocol, Backend: b, Keys: keys, Capacity: f.capacity,
-		ValueSize: 32, OpenJournal: journal.Opener(filepath.Join(f.dir, "journal"), journal.Options{})})
+		ValueSize: 32, TapLog: log, OpenJournal: journal.Opener(filepath.Join(f.dir, "journal"), journal.Options{})})
 	if err != nil {
 		b.Close()
 	}
@@ -70,7 +76,11 @@ func (f *fixture) open(path string) (kv.Store, error) {
 }
 
 // fill creates the store with a new key and puts keys k0..k(n-1).
-func (f *fixture) fill(n int) {
+func (f *fixture) fill(n int) { f.fillOps(n, n) }
+
+// fillOps creates the store with a new key and puts ops values to keys
+// k0..k(n-1) in turn.
+func (f *fixture) fillOps(n, ops int) {
 	f.t.Helper()
 	master, err := seal.GenerateMaster()
 	if err != nil {
@@ -83,8 +93,8 @@ func (f *fixture) fill(n int) {
 	if err != nil {
 		f.t.Fatal(err)
 	}
-	for i := range n {
-		if err := s.Put(f.t.Context(), fmt.Sprintf("k%d", i), []byte(fmt.Sprintf("v%d", i))); err != nil {
+	for i := range ops {
+		if err := s.Put(f.t.Context(), fmt.Sprintf("k%d", i%n), []byte(fmt.Sprintf("v%d", i%n))); err != nil {
 			f.t.Fatal(err)
 		}
 	}
@@ -95,11 +105,27 @@ func (f *fixture) fill(n int) {
 
 func (f *fixture) keyFile(suffix string) string { return filepath.Join(f.dir, "key"+suffix) }
 
-func (f *fixture) rekey(b func(context.Context) (backend.Backend, error)) (rekey.Result, error) {
-	if b == nil {
-		b = f.openBackend
+func (f *fixture) rekey() (rekey.Result, error) {
+	return rekey.Run(f.t.Context(), f.options(nil))
+}
+
+// options are rekey's options for the store, its calls to storage
+// recorded in log (nil: none).
+func (f *fixture) options(log *observe.MemoryLog) rekey.Options {
+	var sink observe.Sink
+	if log != nil {
+		sink = log
 	}
-	return rekey.Run(f.t.Context(), rekey.Options{DataDir: f.dir, OpenBackend: b})
+	o := rekey.Options{DataDir: f.dir,
+		OpenStore: func(context.Context) (kv.Store, error) { return f.openTapped(f.keyFile(""), sink) }}
+	o.OpenBackend = func(ctx context.Context) (backend.Backend, error) {
+		b, err := f.openBackend(ctx)
+		if err != nil || log == nil {
+			return b, err
+		}
+		return observe.NewTap(b, log), nil
+	}
+	return o
 }
 
 // checkReadsBack opens the store under its key and reads every key.
@@ -134,14 +160,27 @@ func (f *fixture) checkOnlyNewKey() {
 		f.t.Fatalf("the journal under the old key: %v, want ErrWrongKey", err)
 	}
 	p, _ := kv.Lookup(f.protocol)
-	underNew := p.Reseal(kv.ResealEnv{From: cur, To: cur, ValueSize: 32})
-	underOld := p.Reseal(kv.ResealEnv{From: old, To: old, ValueSize: 32})
+	state := f.resealState()
+	underNew, err := p.Reseal(kv.ResealEnv{From: cur, To: cur, ValueSize: 32, State: state})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	underOld, err := p.Reseal(kv.ResealEnv{From: old, To: old, ValueSize: 32, State: state})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	other, _ := seal.GenerateMaster()
+	otherKeys, _ := seal.NewKeys(other)
+	underAny, err := p.Reseal(kv.ResealEnv{From: otherKeys, To: otherKeys, ValueSize: 32, State: state})
+	if err != nil {
+		f.t.Fatal(err)
+	}
 	b, err := f.openBackend(f.t.Context())
 	if err != nil {
 		f.t.Fatal(err)
 	}
 	defer b.Close()
-	sealed := 0
+	sealed, checked := 0, 0
 	err = backend.ReadAll(f.t.Context(), b, "", 0, func(items []backend.Item) error {
 		for _, it := range items {
 			if strings.HasPrefix(it.Addr, backend.FenceKeyPrefix) || strings.HasPrefix(it.Addr, "p/") {
@@ -151,6 +190,10 @@ func (f *fixture) checkOnlyNewKey() {
 			if err := opens(underNew, cur, it); err != nil {
 				return fmt.Errorf("%q does not open under the new key: %w", it.Addr, err)
 			}
+			if leftOver(underAny, it) {
+				continue
+			}
+			checked++
 			if opens(underOld, old, it) == nil {
 				return fmt.Errorf("%q opens under the old key", it.Addr)
 			}
@@ -160,9 +203,39 @@ func (f *fixture) checkOnlyNewKey() {
 	if err != nil {
 		f.t.Fatal(err)
 	}
-	if sealed == 0 {
-		f.t.Fatal("storage holds no sealed item")
+	if checked == 0 || checked < sealed/2 {
+		f.t.Fatalf("of %d sealed items, %d checked against the old key", sealed, checked)
 	}
+}
+
+// resealState opens and closes the store and returns its ResealState
+// (nil for a store that is no kv.ResealStater).
+func (f *fixture) resealState() []byte {
+	f.t.Helper()
+	s, err := f.open(f.keyFile(""))
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		f.t.Fatal(err)
+	}
+	r, ok := kv.AsResealStater(s)
+	if !ok {
+		return nil
+	}
+	state, err := r.ResealState()
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	return state
+}
+
+// leftOver reports whether the Resealer of storage under any key takes
+// it: an ObliviStore slot of an emptied layout, which the store never reads
+// again and its Resealer replaces with a dummy whatever it holds.
+func leftOver(any kv.Resealer, it backend.Item) bool {
+	_, ok, err := any.Reseal(it.Addr, it.Value)
+	return ok && err == nil
 }
 
 // opens reports whether it opens under keys, by the Resealer r from keys
@@ -192,15 +265,16 @@ func (f *fixture) keys(suffix string) *seal.Keys {
 	return k
 }
 
-// TestRekeyEveryProtocol fills a store of every protocol rekey supports on
-// disk, and of treebeard and taostore on Redis, re-keys it, and reopens it:
+// TestRekeyEveryProtocol fills a store of every protocol on disk, and of
+// treebeard, taostore, cloak and oblivistore on Redis, re-keys it, and
+// reopens it:
 // every key reads back under the new key, the old key opens neither the
 // store nor the journal, and no item of storage opens under it.
 func TestRekeyEveryProtocol(t *testing.T) {
 	for _, protocol := range rekeyed {
 		t.Run(protocol+"/disk", func(t *testing.T) { rekeyAndCheck(t, newFixture(t, protocol, "", 64)) })
 	}
-	for _, protocol := range []string{"treebeard", "taostore"} {
+	for _, protocol := range []string{"treebeard", "taostore", "cloak", "oblivistore"} {
 		t.Run(protocol+"/redis", func(t *testing.T) { rekeyAndCheck(t, newFixture(t, protocol, redistest.Start(t), 64)) })
 	}
 }
@@ -208,7 +282,7 @@ func TestRekeyEveryProtocol(t *testing.T) {
 func rekeyAndCheck(t *testing.T, f *fixture) {
 	const n = 40
 	f.fill(n)
-	res, err := f.rekey(nil)
+	res, err := f.rekey()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -218,26 +292,26 @@ func rekeyAndCheck(t *testing.T, f *fixture) {
 	f.checkReadsBack(n)
 	f.checkOnlyNewKey()
 	// A second rekey waits for the first one's old key to go.
-	if _, err := f.rekey(nil); err == nil || !strings.Contains(err.Error(), "--remove-old-key") {
+	if _, err := f.rekey(); err == nil || !strings.Contains(err.Error(), "--remove-old-key") {
 		t.Fatalf("a rekey beside key.old: %v", err)
 	}
 	if err := rekey.RemoveOldKey(f.dir); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := f.rekey(nil); err != nil {
+	if _, err := f.rekey(); err != nil {
 		t.Fatalf("a second rekey: %v", err)
 	}
 	f.checkReadsBack(n)
 	f.checkOnlyNewKey()
 }
 
-// TestRekeyRefusesUnsupported: a protocol whose associated data is
-// trusted state is refused before anything is written.
+// TestRekeyRefusesUnsupported: a protocol that registers no Resealer (the
+// test fixture's) is refused before anything is written.
 func TestRekeyRefusesUnsupported(t *testing.T) {
-	f := newFixture(t, "pathoram", "", 64)
+	f := newFixture(t, testprotocol.Name, "", 64)
 	f.fill(3)
-	if _, err := f.rekey(nil); err == nil || !strings.Contains(err.Error(), "not supported") {
-		t.Fatalf("rekey of pathoram: %v", err)
+	if _, err := f.rekey(); err == nil || !strings.Contains(err.Error(), "not supported") {
+		t.Fatalf("rekey of %s: %v", testprotocol.Name, err)
 	}
 	checkUntouched(t, f)
 	f.checkReadsBack(3)
@@ -270,7 +344,7 @@ func TestRekeyWrongKey(t *testing.T) {
 	if err := seal.WriteKeyFile(f.keyFile(""), other); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := f.rekey(nil); !errors.Is(err, kv.ErrWrongKey) {
+	if _, err := f.rekey(); !errors.Is(err, kv.ErrWrongKey) {
 		t.Fatalf("rekey under a wrong key: %v, want ErrWrongKey", err)
 	}
 	checkUntouched(t, f)
@@ -284,7 +358,13 @@ func TestRekeyWrongKey(t *testing.T) {
 // with kv.ErrTampered, and the batch holding it is not written; the store
 // is refused until a rekey finishes.
 func TestRekeyStopsAtTamperedItem(t *testing.T) {
-	f := newFixture(t, "treebeard", "", 64)
+	for _, protocol := range []string{"treebeard", "pathoram"} {
+		t.Run(protocol, func(t *testing.T) { stopsAtTamperedItem(t, protocol) })
+	}
+}
+
+func stopsAtTamperedItem(t *testing.T, protocol string) {
+	f := newFixture(t, protocol, "", 64)
 	f.fill(10)
 	var victim backend.Item
 	withBackend(t, f, func(b backend.Backend) {
@@ -296,7 +376,7 @@ func TestRekeyStopsAtTamperedItem(t *testing.T) {
 			t.Fatal(err)
 		}
 	})
-	_, err := f.rekey(nil)
+	_, err := f.rekey()
 	if !errors.Is(err, kv.ErrTampered) || !strings.Contains(err.Error(), fmt.Sprintf("%q", victim.Addr)) {
 		t.Fatalf("rekey of tampered storage: %v, want ErrTampered naming %q", err, victim.Addr)
 	}
@@ -356,11 +436,13 @@ func TestRekeyResumesAtEveryStep(t *testing.T) {
 					crashed = true
 				}
 			}()
-			rekey.Run(t.Context(), rekey.Options{DataDir: f.dir, OpenBackend: f.openBackend, Step: func(string) {
+			o := f.options(nil)
+			o.Step = func(string) {
 				if steps++; steps == stop {
 					panic("crash")
 				}
-			}})
+			}
+			rekey.Run(t.Context(), o)
 		}()
 		if !crashed {
 			t.Logf("stopped after each of the %d steps", stop-1)
@@ -371,7 +453,7 @@ func TestRekeyResumesAtEveryStep(t *testing.T) {
 		if err := rekey.Unfinished(f.dir); (stop == 1) != (err == nil) {
 			t.Fatalf("stopped after step %d, Unfinished = %v", stop, err)
 		}
-		if _, err := f.rekey(nil); err != nil {
+		if _, err := f.rekey(); err != nil {
 			t.Fatalf("resuming after step %d: %v", stop, err)
 		}
 		f.checkReadsBack(10)
@@ -379,72 +461,108 @@ func TestRekeyResumesAtEveryStep(t *testing.T) {
 	}
 }
 
-// TestRekeyShowsStorageOnlyItsSize: re-keying a store holding 2 keys and
-// one holding 60 (same protocol and capacity) shows storage the same calls:
-// one Scan, then Reads and Writes of the same addresses in the same sizes,
-// every address read once and written once, in ascending order. For
-// Waffle, whose addresses are PRFs of each store's own keys, the kinds,
-// counts and sizes are the same.
+// TestRekeyShowsStorageOnlyItsSize: for every protocol, the pass of a
+// rekey reads every address storage holds once, in ascending order, 512 a
+// Read, and writes each Read's addresses back at once, each in the size it
+// had: a function of the set of addresses storage holds. Re-keying a store
+// after 60 writes to 2 keys and one after 60 writes to 60 keys (same
+// protocol and capacity) then shows storage the same pass where that set
+// follows from the capacity (treebeard, taostore, pathoram, cloak: the
+// same addresses; waffle: addresses that are PRFs, in the same number and
+// sizes), and the same kinds, counts and sizes of calls for the open and
+// close before it (but cloak's, which runs batches at a fixed rate,
+// however many the clock allows). The baselines hold one address per key,
+// and oblivistore's levels follow secret random choices, each written
+// whole where storage saw it: there the set itself differs.
 func TestRekeyShowsStorageOnlyItsSize(t *testing.T) {
-	for _, protocol := range []string{"treebeard", "waffle"} {
+	same := map[string]func(a, b observe.Record) bool{"treebeard": sameCall, "taostore": sameCall,
+		"pathoram": sameCall, "cloak": sameCall, "waffle": sameShape}
+	for _, protocol := range rekeyed {
 		t.Run(protocol, func(t *testing.T) {
 			few, many := tapOf(t, protocol, 2), tapOf(t, protocol, 60)
-			checkOnceAscending(t, few)
-			if protocol == "treebeard" && !slices.EqualFunc(few, many, sameCall) {
-				t.Fatal("storage saw different calls for 2 keys and for 60")
+			fewPass, manyPass := few.calls[passStart(t, few.calls):], many.calls[passStart(t, many.calls):]
+			checkEveryAddressOnce(t, fewPass, few.stored)
+			checkEveryAddressOnce(t, manyPass, many.stored)
+			if same[protocol] == nil {
+				return
 			}
-			if !slices.EqualFunc(few, many, sameShape) {
-				t.Fatal("storage saw calls of different kinds or sizes for 2 keys and for 60")
+			if !slices.EqualFunc(fewPass, manyPass, same[protocol]) {
+				t.Fatalf("storage saw different passes for 2 keys and for 60 (%d and %d calls)", len(fewPass), len(manyPass))
+			}
+			if protocol != "cloak" && !slices.EqualFunc(few.calls[:len(few.calls)-len(fewPass)], many.calls[:len(many.calls)-len(manyPass)], sameShape) {
+				t.Fatal("storage saw a different open and close for 2 keys and for 60")
 			}
 		})
 	}
 }
 
-func tapOf(t *testing.T, protocol string, keys int) []observe.Record {
-	f := newFixture(t, protocol, "", 64)
-	f.fill(keys)
-	log := &observe.MemoryLog{}
-	_, err := f.rekey(func(ctx context.Context) (backend.Backend, error) {
-		b, err := f.openBackend(ctx)
-		if err != nil {
-			return nil, err
-		}
-		return observe.NewTap(b, log), nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return log.Records()
+// tapped is what storage saw of a rekey, and the addresses it held after.
+type tapped struct {
+	calls  []observe.Record
+	stored []string
 }
 
-// checkOnceAscending checks a rekey's calls: Reads of the metadata
-// record (the start's check of the key, the protocol's look-up), a Scan,
-// then Reads and Writes by turns, each Write the batch its Read read,
-// every address once, in ascending order.
-func checkOnceAscending(t *testing.T, recs []observe.Record) {
+func tapOf(t *testing.T, protocol string, keys int) tapped {
+	f := newFixture(t, protocol, "", 64)
+	f.fillOps(keys, 60)
+	log := &observe.MemoryLog{}
+	if _, err := rekey.Run(t.Context(), f.options(log)); err != nil {
+		t.Fatal(err)
+	}
+	var stored []string
+	withBackend(t, f, func(b backend.Backend) {
+		for _, it := range readAll(t, b) {
+			stored = append(stored, it.Addr)
+		}
+	})
+	return tapped{calls: log.Records(), stored: stored}
+}
+
+// passStart returns where the pass begins in a rekey's calls: the Read of
+// the metadata record before the pass's Scan of every address.
+func passStart(t *testing.T, recs []observe.Record) int {
 	t.Helper()
-	scan := slices.IndexFunc(recs, func(r observe.Record) bool { return r.Op == observe.OpScan })
-	if scan < 0 || len(recs) < scan+3 || (len(recs)-scan)%2 != 1 {
-		t.Fatalf("storage saw %d calls, the scan at %d", len(recs), scan)
+	scan := slices.IndexFunc(recs, func(r observe.Record) bool { return r.Op == observe.OpScan && r.Addrs[0] == "" })
+	if scan < 1 {
+		t.Fatalf("storage saw no scan of every address")
 	}
-	for _, r := range recs[:scan] {
-		if r.Op != observe.OpRead || !slices.Equal(r.Addrs, []string{kv.MetaAddr}) {
-			t.Fatalf("before the scan, a %v of %q", r.Op, r.Addrs)
+	return scan - 1
+}
+
+// checkEveryAddressOnce checks a rekey's pass: a Read of the metadata
+// record (the protocol's look-up), a Scan, then Reads of stored (sorted)
+// in batches of backend.ReadAllBatch, each followed by a Write of its
+// addresses in the sizes read (but the metadata record's, see sameSizes).
+func checkEveryAddressOnce(t *testing.T, pass []observe.Record, stored []string) {
+	t.Helper()
+	if len(pass) < 4 || len(pass)%2 != 0 || pass[0].Op != observe.OpRead || !slices.Equal(pass[0].Addrs, []string{kv.MetaAddr}) {
+		t.Fatalf("the pass: %d calls, the first a %v of %q", len(pass), pass[0].Op, pass[0].Addrs)
+	}
+	want := slices.Collect(slices.Chunk(slices.Sorted(slices.Values(stored)), backend.ReadAllBatch))
+	if len(pass) != 2+2*len(want) {
+		t.Fatalf("the pass has %d calls for %d addresses", len(pass), len(stored))
+	}
+	for i, batch := range want {
+		r, w := pass[2+2*i], pass[3+2*i]
+		if r.Op != observe.OpRead || !slices.Equal(r.Addrs, batch) {
+			t.Fatalf("Read %d is not of stored addresses %d to %d", i, i*backend.ReadAllBatch, i*backend.ReadAllBatch+len(batch))
+		}
+		if w.Op != observe.OpWrite || !slices.Equal(w.Addrs, r.Addrs) || !sameSizes(w, r) {
+			t.Fatalf("call %d: a %v of other addresses or sizes than its Read's", 3+2*i, w.Op)
 		}
 	}
-	var last string
-	for i := scan + 1; i < len(recs); i += 2 {
-		r, w := recs[i], recs[i+1]
-		if r.Op != observe.OpRead || w.Op != observe.OpWrite || !slices.Equal(r.Addrs, w.Addrs) {
-			t.Fatalf("call %d: %v then %v of other addresses", i, r.Op, w.Op)
-		}
-		for _, a := range r.Addrs {
-			if a <= last {
-				t.Fatalf("address %q read after %q", a, last)
-			}
-			last = a
+}
+
+// sameSizes reports whether the items of two calls of the same addresses
+// have the same sizes, but the metadata record's: a store's first rekey
+// adds the PRF key to it.
+func sameSizes(a, b observe.Record) bool {
+	for i, addr := range a.Addrs {
+		if addr != kv.MetaAddr && a.Sizes[i] != b.Sizes[i] {
+			return false
 		}
 	}
+	return true
 }
 
 func sameCall(a, b observe.Record) bool {
