@@ -81,8 +81,10 @@ func runRekey(cmd *cobra.Command, spec, dataDir, newKeyFile string) error {
 	if res.Resumed {
 		fmt.Fprintln(cmd.OutOrStdout(), "finished an unfinished rekey")
 	}
-	fmt.Fprintf(cmd.OutOrStdout(), "re-sealed %d storage addresses and the journal; %s is the new key, the old one is kept as %s.old\n",
-		res.Items, setup.KeyFile(dataDir), setup.KeyFile(dataDir))
+	if res.Items > 0 {
+		fmt.Fprintf(cmd.OutOrStdout(), "re-sealed %d storage addresses and the journal\n", res.Items)
+	}
+	fmt.Fprintf(cmd.OutOrStdout(), "%s is the new key; the old one is kept as %s.old\n", setup.KeyFile(dataDir), setup.KeyFile(dataDir))
 	return nil
 }
 

@@ -219,3 +219,23 @@ func TestRekeyOnRedis(t *testing.T) {
 	srv.stop(t)
 	checkOldKeyOpensNothing(t, filepath.Join(dir, "data"), spec)
 }
+
+// TestRekeyRefusesServedStore: a rekey of a store a server holds is
+// refused, says so, and writes nothing.
+func TestRekeyRefusesServedStore(t *testing.T) {
+	dir := t.TempDir()
+	srv := startServe(t, dir, "--capacity", "64", "--value-size", "64")
+	writeKeys(t, srv.addr, 10)
+	data := filepath.Join(dir, "data")
+	out, err := runMain(dir, "rekey", "--data-dir", data)
+	if err == nil || !strings.Contains(out, "another oblivkv running") {
+		t.Fatalf("rekey of a served store: %v: %s", err, out)
+	}
+	for _, name := range []string{"key.new", "rekey", "rekey.state"} {
+		if _, err := os.Stat(filepath.Join(data, name)); !errors.Is(err, os.ErrNotExist) {
+			t.Fatalf("%s after a refused rekey: %v", name, err)
+		}
+	}
+	readKeys(t, srv.addr, 10)
+	srv.stop(t)
+}

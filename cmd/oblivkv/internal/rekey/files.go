@@ -186,8 +186,8 @@ func (d dir) readState(to *seal.Keys) ([]byte, error) {
 	return state, nil
 }
 
-// keys reads the key file at path and derives its keys.
-func (d dir) keys(path string) (*seal.Keys, error) {
+// readKeys reads the key file at path and derives its keys.
+func readKeys(path string) (*seal.Keys, error) {
 	master, err := seal.ReadKeyFile(path)
 	if err != nil {
 		return nil, err

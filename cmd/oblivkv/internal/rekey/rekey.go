@@ -39,7 +39,7 @@ type Options struct {
 // Result says what a Run did.
 type Result struct {
 	Resumed bool // an unfinished rekey was found and finished
-	Items   int  // storage addresses read and written
+	Items   int  // storage addresses read and written (0: a resumed rekey past that step)
 }
 
 // Run re-keys the store in o.DataDir, or finishes a rekey a crash cut
@@ -108,11 +108,11 @@ func finish(ctx context.Context, d dir, step func(string), p phase) error {
 
 // runStorage re-seals storage, and records that it did.
 func runStorage(ctx context.Context, d dir, o Options) (int, error) {
-	from, err := d.keys(d.key())
+	from, err := readKeys(d.key())
 	if err != nil {
 		return 0, err
 	}
-	to, err := d.keys(d.newKey())
+	to, err := readKeys(d.newKey())
 	if err != nil {
 		return 0, err
 	}
@@ -213,7 +213,7 @@ func resealerOf(ctx context.Context, b backend.Backend, env kv.ResealEnv) (kv.Re
 	return r, nil
 }
 
-// resealItem returns it's value sealed under to: the metadata record
+// resealItem returns its value sealed under to: the metadata record
 // (kv.ResealMeta), a fence token as it is, a protocol's item by its
 // Resealer, and anything else (durable's anchor) bound to its address.
 func resealItem(r kv.Resealer, from, to *seal.Keys, it backend.Item) ([]byte, error) {
@@ -233,11 +233,11 @@ func resealItem(r kv.Resealer, from, to *seal.Keys, it backend.Item) ([]byte, er
 // resealJournal re-seals the journal into journal.new, afresh: a
 // journal.new a crash left may be partial.
 func resealJournal(ctx context.Context, d dir, step func(string)) error {
-	from, err := d.keys(d.key())
+	from, err := readKeys(d.key())
 	if err != nil {
 		return err
 	}
-	to, err := d.keys(d.newKey())
+	to, err := readKeys(d.newKey())
 	if err != nil {
 		return err
 	}
