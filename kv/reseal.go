@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/oblivkv/oblivkv/backend"
 	"github.com/oblivkv/oblivkv/internal/durable/delta"
 
 	"github.com/oblivkv/oblivkv/seal"
@@ -19,12 +20,14 @@ import (
 // lower address (a Ring ORAM bucket's slot version, in the bucket's
 // metadata) may remember it.
 type Resealer interface {
-	// Reseal returns the value to store at addr in place of stored: the
-	// same item sealed under ResealEnv.To. An item a rekey cut short
+	// Reseal returns the item to store in place of stored at addr: the
+	// same item sealed under ResealEnv.To, at addr or, for a protocol
+	// whose addresses are PRFs under the current key (CurrentPRF), at its
+	// address under To (addr is then deleted). An item a rekey cut short
 	// already re-sealed (it opens under To) is sealed afresh; one that
 	// opens under neither key is an error wrapping ErrTampered. ok is
 	// false when addr is none of the protocol's addresses.
-	Reseal(addr string, stored []byte) (value []byte, ok bool, err error)
+	Reseal(addr string, stored []byte) (item backend.Item, ok bool, err error)
 }
 
 // ResealEnv is what a protocol's Reseal function receives.
@@ -65,12 +68,12 @@ type AddrResealer struct {
 }
 
 // Reseal implements Resealer.
-func (r AddrResealer) Reseal(addr string, stored []byte) ([]byte, bool, error) {
+func (r AddrResealer) Reseal(addr string, stored []byte) (backend.Item, bool, error) {
 	if !strings.HasPrefix(addr, r.Prefix) {
-		return nil, false, nil
+		return backend.Item{}, false, nil
 	}
 	v, err := seal.Reseal(r.From, r.To, nil, []byte(addr), stored)
-	return v, true, err
+	return backend.Item{Addr: addr, Value: v}, true, err
 }
 
 // AddrResealerOf returns a Protocol.Reseal for the items under prefix,

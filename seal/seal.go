@@ -39,10 +39,29 @@ var ErrTampered = errors.New("seal: block failed authentication (tampered storag
 
 // Keys holds the subkeys derived from one master key. It is safe for
 // concurrent use.
+//
+// Keys have two PRFs. PRF is for identifiers derived from logical keys
+// that no store keeps (tree block IDs, the encrypted baseline's
+// addresses): a store keeps its first key's across rekeys (WithPRFKey).
+// CurrentPRF is the master key's own, for identifiers a rekey derives
+// again (Waffle's addresses, whose keys its trusted state holds). Until a
+// store's first rekey they are the same.
 type Keys struct {
 	aead    cipher.AEAD
-	prfKey  []byte
-	prfPool sync.Pool // of hash.Hash (HMAC-SHA256 keyed with prfKey)
+	kept    *prf
+	current *prf
+}
+
+// prf is HMAC-SHA256 under one key.
+type prf struct {
+	key  []byte
+	pool sync.Pool // of hash.Hash
+}
+
+func newPRF(key []byte) *prf {
+	p := &prf{key: key}
+	p.pool.New = func() any { return hmac.New(sha256.New, key) }
+	return p
 }
 
 // NewKeys derives the sealing and PRF subkeys from a master key of
@@ -59,27 +78,22 @@ func NewKeys(master []byte) (*Keys, error) {
 	if err != nil {
 		return nil, err
 	}
-	return newKeys(aead, derive(master, "oblivkv prf v1")), nil
+	p := newPRF(derive(master, "oblivkv prf v1"))
+	return &Keys{aead: aead, kept: p, current: p}, nil
 }
 
-func newKeys(aead cipher.AEAD, prfKey []byte) *Keys {
-	k := &Keys{aead: aead, prfKey: prfKey}
-	k.prfPool.New = func() any { return hmac.New(sha256.New, prfKey) }
-	return k
-}
-
-// PRFKey returns the PRF subkey, for a store that re-keys its sealing and
+// PRFKey returns the key of PRF, for a store that re-keys its sealing and
 // must keep computing the identifiers it derived under the old key (see
 // WithPRFKey). The caller must keep it sealed.
-func (k *Keys) PRFKey() []byte { return slices.Clone(k.prfKey) }
+func (k *Keys) PRFKey() []byte { return slices.Clone(k.kept.key) }
 
-// WithPRFKey returns keys that seal as k does and compute the PRF under
-// prfKey (a PRFKey of other keys).
+// WithPRFKey returns keys that seal and compute CurrentPRF as k does, and
+// compute PRF under prfKey (a PRFKey of other keys).
 func (k *Keys) WithPRFKey(prfKey []byte) (*Keys, error) {
 	if len(prfKey) != sha256.Size {
 		return nil, fmt.Errorf("seal: PRF key must be %d bytes, got %d", sha256.Size, len(prfKey))
 	}
-	return newKeys(k.aead, slices.Clone(prfKey)), nil
+	return &Keys{aead: k.aead, kept: newPRF(slices.Clone(prfKey)), current: k.current}, nil
 }
 
 // GenerateMaster returns a fresh random master key.
@@ -147,9 +161,16 @@ func OpenEither(from, to *Keys, ad, sealed []byte) ([]byte, error) {
 }
 
 // PRF returns HMAC-SHA256 of the parts, each length-prefixed so that
-// different splits of the same bytes never collide, truncated to PRFSize.
-func (k *Keys) PRF(parts ...[]byte) [PRFSize]byte {
-	h := k.prfPool.Get().(hash.Hash)
+// different splits of the same bytes never collide, truncated to PRFSize,
+// under the PRF key a store keeps across rekeys.
+func (k *Keys) PRF(parts ...[]byte) [PRFSize]byte { return k.kept.sum(parts) }
+
+// CurrentPRF is PRF under the master key's own PRF key, which changes
+// at every rekey.
+func (k *Keys) CurrentPRF(parts ...[]byte) [PRFSize]byte { return k.current.sum(parts) }
+
+func (p *prf) sum(parts [][]byte) [PRFSize]byte {
+	h := p.pool.Get().(hash.Hash)
 	h.Reset()
 	var lenBuf [binary.MaxVarintLen64]byte
 	for _, p := range parts {
@@ -158,7 +179,7 @@ func (k *Keys) PRF(parts ...[]byte) [PRFSize]byte {
 	}
 	var sum [sha256.Size]byte
 	h.Sum(sum[:0])
-	k.prfPool.Put(h)
+	p.pool.Put(h)
 	var out [PRFSize]byte
 	copy(out[:], sum[:])
 	return out

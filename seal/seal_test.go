@@ -338,7 +338,7 @@ func TestReseal(t *testing.T) {
 }
 
 // TestWithPRFKey: keys given another's PRF key compute its PRF, and seal
-// as before.
+// and compute CurrentPRF as before.
 func TestWithPRFKey(t *testing.T) {
 	first, second := testKeys(t, 1), testKeys(t, 2)
 	kept, err := second.WithPRFKey(first.PRFKey())
@@ -347,6 +347,9 @@ func TestWithPRFKey(t *testing.T) {
 	}
 	if kept.PRF([]byte("k")) != first.PRF([]byte("k")) || kept.PRF([]byte("k")) == second.PRF([]byte("k")) {
 		t.Fatal("WithPRFKey did not keep the PRF")
+	}
+	if kept.CurrentPRF([]byte("k")) != second.PRF([]byte("k")) || second.CurrentPRF([]byte("k")) != second.PRF([]byte("k")) {
+		t.Fatal("CurrentPRF is not the master key's own PRF")
 	}
 	if _, err := kept.Open(nil, []byte("a"), second.Seal(nil, []byte("a"), []byte("v"))); err != nil {
 		t.Fatalf("WithPRFKey changed the sealing key: %v", err)

@@ -92,8 +92,8 @@ func (c encryptedCodec) decode(addr string, b []byte) ([]byte, error) {
 // them is sealed (kv.Resealer).
 type plainResealer struct{}
 
-func (plainResealer) Reseal(addr string, stored []byte) ([]byte, bool, error) {
-	return stored, strings.HasPrefix(addr, plainCodec{}.prefix()), nil
+func (plainResealer) Reseal(addr string, stored []byte) (backend.Item, bool, error) {
+	return backend.Item{Addr: addr, Value: stored}, strings.HasPrefix(addr, plainCodec{}.prefix()), nil
 }
 
 // stripes is the number of locks that keep the index in agreement with

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/oblivkv/oblivkv/backend"
 	"github.com/oblivkv/oblivkv/kv"
 	"github.com/oblivkv/oblivkv/seal"
 )
@@ -37,15 +38,15 @@ func newResealer(env kv.ResealEnv) (kv.Resealer, error) {
 	return resealer{env: env, ids: ids}, err
 }
 
-func (r resealer) Reseal(addr string, stored []byte) ([]byte, bool, error) {
+func (r resealer) Reseal(addr string, stored []byte) (backend.Item, bool, error) {
 	index, ok := strings.CutPrefix(addr, AddrPrefix)
 	if !ok {
-		return nil, false, nil
+		return backend.Item{}, false, nil
 	}
 	if len(index) != 4 || uint64(binary.BigEndian.Uint32([]byte(index))) >= uint64(len(r.ids)) {
-		return nil, true, fmt.Errorf("%w: %q is no physical address of the store", kv.ErrTampered, addr)
+		return backend.Item{}, true, fmt.Errorf("%w: %q is no physical address of the store", kv.ErrTampered, addr)
 	}
 	id := r.ids[binary.BigEndian.Uint32([]byte(index))]
 	sealed, err := seal.Reseal(r.env.From, r.env.To, nil, binary.BigEndian.AppendUint64([]byte(addr), id), stored)
-	return sealed, true, err
+	return backend.Item{Addr: addr, Value: sealed}, true, err
 }

@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/oblivkv/oblivkv/backend"
 	"github.com/oblivkv/oblivkv/kv"
 	"github.com/oblivkv/oblivkv/seal"
 )
@@ -72,24 +73,24 @@ func newResealer(env kv.ResealEnv) (kv.Resealer, error) {
 	return r, nil
 }
 
-func (r resealer) Reseal(addr string, stored []byte) ([]byte, bool, error) {
+func (r resealer) Reseal(addr string, stored []byte) (backend.Item, bool, error) {
 	rest, ok := strings.CutPrefix(addr, SlotPrefix)
 	if !ok {
-		return nil, false, nil
+		return backend.Item{}, false, nil
 	}
 	nonces, err := r.levelNonces(rest)
 	if err != nil {
-		return nil, true, fmt.Errorf("%w: %q: %v", kv.ErrTampered, addr, err)
+		return backend.Item{}, true, fmt.Errorf("%w: %q: %v", kv.ErrTampered, addr, err)
 	}
 	if len(nonces) == 0 {
-		return r.env.To.Seal(nil, ad(addr, 0), make([]byte, 5+r.env.ValueSize)), true, nil
+		return backend.Item{Addr: addr, Value: r.env.To.Seal(nil, ad(addr, 0), make([]byte, 5+r.env.ValueSize))}, true, nil
 	}
 	for _, n := range nonces {
 		if plain, err := seal.OpenEither(r.env.From, r.env.To, ad(addr, n), stored); err == nil {
-			return r.env.To.Seal(nil, ad(addr, n), plain), true, nil
+			return backend.Item{Addr: addr, Value: r.env.To.Seal(nil, ad(addr, n), plain)}, true, nil
 		}
 	}
-	return nil, true, fmt.Errorf("slot %q: %w", addr, kv.ErrTampered)
+	return backend.Item{}, true, fmt.Errorf("slot %q: %w", addr, kv.ErrTampered)
 }
 
 // levelNonces returns the nonces of the level of the slot whose address

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/oblivkv/oblivkv/backend"
 	"github.com/oblivkv/oblivkv/kv"
 	"github.com/oblivkv/oblivkv/protocol/tree"
 )
@@ -36,14 +37,14 @@ func newResealer(env kv.ResealEnv) (kv.Resealer, error) {
 	return resealer{env: env, layout: tree.Layout{Prefix: treePrefix}, versions: versions}, nil
 }
 
-func (r resealer) Reseal(addr string, stored []byte) ([]byte, bool, error) {
+func (r resealer) Reseal(addr string, stored []byte) (backend.Item, bool, error) {
 	if !strings.HasPrefix(addr, treePrefix) {
-		return nil, false, nil
+		return backend.Item{}, false, nil
 	}
 	bucket, ok := r.layout.Bucket(addr)
 	if !ok || bucket >= uint64(len(r.versions)) {
-		return nil, true, fmt.Errorf("%w: %q is no bucket of the tree", kv.ErrTampered, addr)
+		return backend.Item{}, true, fmt.Errorf("%w: %q is no bucket of the tree", kv.ErrTampered, addr)
 	}
 	sealed, err := tree.ResealBucket(r.env.From, r.env.To, addr, r.versions[bucket], tree.SlotSize(r.env.To, r.env.ValueSize), stored)
-	return sealed, true, err
+	return backend.Item{Addr: addr, Value: sealed}, true, err
 }

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 
+	"github.com/oblivkv/oblivkv/backend"
 	"github.com/oblivkv/oblivkv/protocol/tree"
 	"github.com/oblivkv/oblivkv/seal"
 )
@@ -27,23 +28,23 @@ func NewResealer(from, to *seal.Keys) *Resealer {
 // Reseal returns the item stored at addr, an address of l, sealed under
 // the new key (see seal.Reseal), and false for an address that is none of
 // l's.
-func (r *Resealer) Reseal(l Layout, addr string, stored []byte) ([]byte, bool, error) {
+func (r *Resealer) Reseal(l Layout, addr string, stored []byte) (backend.Item, bool, error) {
 	if bucket, ok := l.ParseMeta(addr); ok {
 		plain, err := seal.OpenEither(r.from, r.to, []byte(addr), stored)
 		if err != nil || len(plain) < metaHeader {
-			return nil, true, fmt.Errorf("metadata of bucket %d at %q: %w", bucket, addr, seal.ErrTampered)
+			return backend.Item{}, true, fmt.Errorf("metadata of bucket %d at %q: %w", bucket, addr, seal.ErrTampered)
 		}
 		r.slotVersions[l.bucketAddr(bucket)] = binary.BigEndian.Uint64(plain[8:])
-		return r.to.Seal(nil, []byte(addr), plain), true, nil
+		return backend.Item{Addr: addr, Value: r.to.Seal(nil, []byte(addr), plain)}, true, nil
 	}
 	bucket, slot, ok := l.ParseSlot(addr)
 	if !ok {
-		return nil, false, nil
+		return backend.Item{}, false, nil
 	}
 	version, ok := r.slotVersions[l.bucketAddr(bucket)]
 	if !ok {
-		return nil, true, fmt.Errorf("%w: slot %d of bucket %d has no metadata on storage", seal.ErrTampered, slot, bucket)
+		return backend.Item{}, true, fmt.Errorf("%w: slot %d of bucket %d has no metadata on storage", seal.ErrTampered, slot, bucket)
 	}
 	sealed, err := tree.ResealSlot(r.from, r.to, nil, l.bucketAddr(bucket), version, slot, stored)
-	return sealed, true, err
+	return backend.Item{Addr: addr, Value: sealed}, true, err
 }

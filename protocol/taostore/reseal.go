@@ -16,17 +16,17 @@ type resealer kv.ResealEnv
 
 func newResealer(env kv.ResealEnv) (kv.Resealer, error) { return resealer(env), nil }
 
-func (r resealer) Reseal(addr string, stored []byte) ([]byte, bool, error) {
+func (r resealer) Reseal(addr string, stored []byte) (backend.Item, bool, error) {
 	if !strings.HasPrefix(addr, BucketPrefix) {
-		return nil, false, nil
+		return backend.Item{}, false, nil
 	}
 	version, data, err := backend.SplitVersioned(stored)
 	if err != nil {
-		return nil, true, fmt.Errorf("%w: %w", kv.ErrTampered, err)
+		return backend.Item{}, true, fmt.Errorf("%w: %w", kv.ErrTampered, err)
 	}
 	sealed, err := tree.ResealBucket(r.From, r.To, addr, version, tree.SlotSize(r.To, r.ValueSize), data)
 	if err != nil {
-		return nil, true, err
+		return backend.Item{}, true, err
 	}
-	return backend.EncodeVersioned(version, sealed), true, nil
+	return backend.Item{Addr: addr, Value: backend.EncodeVersioned(version, sealed)}, true, nil
 }

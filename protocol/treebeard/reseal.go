@@ -1,6 +1,7 @@
 package treebeard
 
 import (
+	"github.com/oblivkv/oblivkv/backend"
 	"github.com/oblivkv/oblivkv/kv"
 	"github.com/oblivkv/oblivkv/protocol/ringoram"
 )
@@ -14,10 +15,10 @@ func newResealer(env kv.ResealEnv) (kv.Resealer, error) {
 	return resealer{ringoram.NewResealer(env.From, env.To)}, nil
 }
 
-func (r resealer) Reseal(addr string, stored []byte) ([]byte, bool, error) {
+func (r resealer) Reseal(addr string, stored []byte) (backend.Item, bool, error) {
 	l, ok := treeLayout(addr)
 	if !ok {
-		return nil, false, nil
+		return backend.Item{}, false, nil
 	}
 	return r.trees.Reseal(l, addr, stored)
 }

@@ -27,7 +27,7 @@ func init() {
 		Open:    kv.FactoryOf(open),
 		Options: Options{},
 		Audit:   auditSpec,
-		Reseal:  kv.AddrResealerOf(ObjectPrefix),
+		Reseal:  newResealer,
 	})
 }
 
@@ -161,17 +161,28 @@ func open(ctx context.Context, env kv.Env) (*store, error) {
 }
 
 // addr is the storage id of object rf written at timestamp ts:
-// prf(domain, key, ts).
+// prf(domain, key, ts) (objectAddr).
 func (s *store) addr(rf ref, ts uint64) string {
-	dom := domainReal
-	if rf.Dummy {
-		dom = domainDummy
-	}
 	if s.opts.TestingKnobs.Leak == leakKeyedIDPrefix {
-		return keyedIDPrefix(s.keys.PRF(dom, []byte(rf.Key)), ts)
+		return keyedIDPrefix(s.keys.CurrentPRF(domainOf(rf), []byte(rf.Key)), ts)
 	}
-	id := s.keys.PRF(dom, []byte(rf.Key), binary.BigEndian.AppendUint64(nil, ts))
+	return objectAddr(s.keys, rf, ts)
+}
+
+// objectAddr is the storage id of object rf written at timestamp ts under
+// keys: prf(domain, key, ts), with the master key's own PRF, so a rekey
+// moves every object to an address a leaked old key does not link to it.
+func objectAddr(keys *seal.Keys, rf ref, ts uint64) string {
+	id := keys.CurrentPRF(domainOf(rf), []byte(rf.Key), binary.BigEndian.AppendUint64(nil, ts))
 	return ObjectPrefix + string(id[:])
+}
+
+// domainOf separates the ids of real objects from the dummies'.
+func domainOf(rf ref) []byte {
+	if rf.Dummy {
+		return domainDummy
+	}
+	return domainReal
 }
 
 // item is object rf with value val (nil for a dummy) sealed for storage

@@ -31,14 +31,17 @@
 //     identifier derived from them cannot be derived again under a new
 //     key.
 //
-// So a rekey changes the sealing key of everything, and keeps the PRF key
-// of the key the store was created under: kv.ResealMeta records it in the
+// So a rekey changes the sealing key of everything, and moves Waffle's
+// objects to their addresses under the new key's PRF (seal.CurrentPRF;
+// Waffle's trusted state holds each object's key and timestamp). For the
+// identifiers it cannot derive again it keeps the PRF key of the key the
+// store was created under (seal.Keys.PRF): kv.ResealMeta records it in the
 // metadata record (sealed under the new key), and kv.Open uses it. A
-// leaked old key then opens nothing that was re-sealed; it still lets its
-// holder compute the PRF, which links the encrypted baseline's addresses
-// and Waffle's (key, timestamp) pairs to guessed keys, as it did before
-// the rekey. For the oblivious tree protocols the identifiers are visible
-// to no one without the new key.
+// leaked old key then opens nothing that was re-sealed and names no
+// Waffle address; it still lets its holder compute the kept PRF, which
+// links the encrypted baseline's addresses to guessed keys, as it did
+// before the rekey. The tree protocols' identifiers are visible to no one
+// without the new key.
 //
 // Each protocol registers a kv.Resealer (kv.Protocol.Reseal) that
 // re-seals its items from what storage holds (its address, a version

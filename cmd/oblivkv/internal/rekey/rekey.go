@@ -173,22 +173,41 @@ func resealStorage(ctx context.Context, b backend.Backend, env kv.ResealEnv, ste
 	}
 	n := 0
 	err = backend.ReadAll(ctx, b, "", 0, func(items []backend.Item) error {
-		out := make([]backend.Item, len(items))
+		out, moved := make([]backend.Item, len(items)), []string(nil)
 		for i, it := range items {
-			v, err := resealItem(r, env.From, env.To, it)
-			if err != nil {
+			var err error
+			if out[i], err = resealItem(r, env.From, env.To, it); err != nil {
 				return fmt.Errorf("rekey: storage address %q: %w", it.Addr, err)
 			}
-			out[i] = backend.Item{Addr: it.Addr, Value: v}
+			if out[i].Addr != it.Addr {
+				moved = append(moved, it.Addr)
+			}
 		}
-		if err := b.Write(ctx, out); err != nil {
-			return fmt.Errorf("rekey: writing storage: %w", err)
+		if err := writeBatch(ctx, b, out, moved, step); err != nil {
+			return err
 		}
 		n += len(items)
 		step("storage batch")
 		return nil
 	})
 	return n, err
+}
+
+// writeBatch writes a batch re-sealed, then deletes the addresses its
+// items moved from. A crash between the two leaves an item at both
+// addresses, the old one under the old key: the next pass moves it again.
+func writeBatch(ctx context.Context, b backend.Backend, out []backend.Item, moved []string, step func(string)) error {
+	if err := b.Write(ctx, out); err != nil {
+		return fmt.Errorf("rekey: writing storage: %w", err)
+	}
+	if len(moved) == 0 {
+		return nil
+	}
+	step("storage batch moved")
+	if err := b.Delete(ctx, moved); err != nil {
+		return fmt.Errorf("rekey: deleting the addresses items moved from: %w", err)
+	}
+	return nil
 }
 
 // resealerOf returns the Resealer of the protocol of the store in b,
@@ -213,21 +232,24 @@ func resealerOf(ctx context.Context, b backend.Backend, env kv.ResealEnv) (kv.Re
 	return r, nil
 }
 
-// resealItem returns its value sealed under to: the metadata record
+// resealItem returns it sealed under to: the metadata record
 // (kv.ResealMeta), a fence token as it is, a protocol's item by its
-// Resealer, and anything else (durable's anchor) bound to its address.
-func resealItem(r kv.Resealer, from, to *seal.Keys, it backend.Item) ([]byte, error) {
+// Resealer (perhaps at another address), and anything else (durable's
+// anchor) bound to its address.
+func resealItem(r kv.Resealer, from, to *seal.Keys, it backend.Item) (backend.Item, error) {
 	switch {
 	case it.Addr == kv.MetaAddr:
-		return kv.ResealMeta(from, to, it.Value)
+		v, err := kv.ResealMeta(from, to, it.Value)
+		return backend.Item{Addr: it.Addr, Value: v}, err
 	case strings.HasPrefix(it.Addr, backend.FenceKeyPrefix):
-		return it.Value, nil
+		return it, nil
 	}
-	v, ok, err := r.Reseal(it.Addr, it.Value)
+	out, ok, err := r.Reseal(it.Addr, it.Value)
 	if !ok {
-		v, err = seal.Reseal(from, to, nil, []byte(it.Addr), it.Value)
+		v, err := seal.Reseal(from, to, nil, []byte(it.Addr), it.Value)
+		return backend.Item{Addr: it.Addr, Value: v}, err
 	}
-	return v, err
+	return out, err
 }
 
 // resealJournal re-seals the journal into journal.new, afresh: a
