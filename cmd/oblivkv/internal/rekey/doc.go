@@ -47,8 +47,9 @@
 // re-seals its items from what storage holds (its address, a version
 // stored beside it, a bucket's metadata at a lower address) and, for
 // Path ORAM, Cloak and ObliviStore, whose items are bound to trusted
-// state, the part of that state it needs (kv.ResealStater: every bucket's
-// version, every address's batch id, every level's nonces). Addresses no
+// state, and Waffle, whose addresses move, the part of that state it
+// needs (kv.ResealStater: every bucket's version, every address's batch
+// id, every level's nonces, every object's key and timestamp). Addresses no
 // Resealer claims are sealed bound to themselves (the metadata record and
 // the anchor). ObliviStore's storage also holds the slots of levels a
 // shuffle emptied, which nothing reads again and no state opens: its
