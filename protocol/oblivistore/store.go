@@ -648,6 +648,7 @@ func (s *store) Close() error {
 	close(s.closing)
 	<-s.done
 	s.ios.Wait()
+	s.logs.wg.Wait() // a checkpoint in the background ends first, broken or not
 	var err error
 	if s.broken == nil {
 		if err = s.checkpointAll(context.Background()); err != nil {
