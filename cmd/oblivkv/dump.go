@@ -88,7 +88,7 @@ func runDump(cmd *cobra.Command, opts setup.Options, format, to string) error {
 	if toStdout {
 		report, where = cmd.ErrOrStderr(), "standard output"
 	}
-	fmt.Fprintf(report, "dumped %d keys of a %s store to %s\n", n, protocol, where)
+	fmt.Fprintf(report, "dumped %d keys (protocol %s) to %s\n", n, protocol, where)
 	return nil
 }
 

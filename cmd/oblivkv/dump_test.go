@@ -145,7 +145,7 @@ func TestDumpToStandardOutput(t *testing.T) {
 	if lines := strings.Count(stdout.String(), "\n"); lines != len(want) {
 		t.Errorf("standard output holds %d lines, want %d", lines, len(want))
 	}
-	if !strings.Contains(stderr.String(), fmt.Sprintf("dumped %d keys of a waffle store to standard output", len(want))) {
+	if !strings.Contains(stderr.String(), fmt.Sprintf("dumped %d keys (protocol waffle) to standard output", len(want))) {
 		t.Errorf("standard error %q does not count the keys", stderr.String())
 	}
 }
