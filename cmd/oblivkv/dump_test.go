@@ -155,6 +155,9 @@ func TestDumpToStandardOutput(t *testing.T) {
 func TestDumpOfServedStoreIsRefused(t *testing.T) {
 	dir := t.TempDir()
 	s := startServe(t, dir, append([]string{"--protocol", "waffle"}, movedStore...)...)
+	if !waitServing(s) {
+		t.Fatalf("serve did not start: %s", s.stderr)
+	}
 	out, err := runMain(dir, "dump", "--data-dir", "data", "--to", "out.jsonl")
 	if err == nil || !strings.Contains(out, "stop its server") {
 		t.Fatalf("dump of a served store: %v: %s", err, out)
