@@ -150,22 +150,25 @@ func TestDumpToStandardOutput(t *testing.T) {
 	}
 }
 
-// TestDumpOfServedStoreIsRefused: a store being served is locked, and a
-// dump says to stop its server.
+// TestDumpOfServedStoreIsRefused: a store being served is locked (on
+// disk, the embedded store's directory; on Redis, the journal), and a dump
+// says to stop its server and writes nothing.
 func TestDumpOfServedStoreIsRefused(t *testing.T) {
-	dir := t.TempDir()
-	s := startServe(t, dir, append([]string{"--protocol", "waffle"}, movedStore...)...)
-	if !waitServing(s) {
-		t.Fatalf("serve did not start: %s", s.stderr)
+	for _, spec := range []string{"disk", redistest.Start(t)} {
+		dir := t.TempDir()
+		s := startServe(t, dir, append([]string{"--protocol", "waffle", "--backend", spec}, movedStore...)...)
+		if !waitServing(s) {
+			t.Fatalf("serve did not start: %s", s.stderr)
+		}
+		out, err := runMain(dir, "dump", "--data-dir", "data", "--backend", spec, "--to", "out.jsonl")
+		if err == nil || !strings.Contains(out, "stop its server") {
+			t.Fatalf("dump of a store served on %s: %v: %s", spec, err, out)
+		}
+		if _, err := os.Stat(filepath.Join(dir, "out.jsonl")); !os.IsNotExist(err) {
+			t.Errorf("a refused dump left out.jsonl: %v", err)
+		}
+		s.stop(t)
 	}
-	out, err := runMain(dir, "dump", "--data-dir", "data", "--to", "out.jsonl")
-	if err == nil || !strings.Contains(out, "stop its server") {
-		t.Fatalf("dump of a served store: %v: %s", err, out)
-	}
-	if _, err := os.Stat(filepath.Join(dir, "out.jsonl")); !os.IsNotExist(err) {
-		t.Errorf("a refused dump left out.jsonl: %v", err)
-	}
-	s.stop(t)
 }
 
 // TestFailedDumpLeavesNothing: a dump that cannot write its file (a
