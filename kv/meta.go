@@ -43,7 +43,9 @@ func metaOf(cfg Config) meta {
 
 func (m meta) matches(want meta) error {
 	if m.Format != metaFormat {
-		return fmt.Errorf("%w: storage format %d, this build reads %d (open it with the build that created it)", ErrMismatch, m.Format, metaFormat)
+		return fmt.Errorf("%w: storage format %d, this build reads %d (open it with the build that created it; to move "+
+			"its data to this build, dump it with that build's `oblivkv dump` and load the file into a new store with this "+
+			"build's `oblivkv load`: see \"Dump and load\" in docs/OPERATIONS.md)", ErrMismatch, m.Format, metaFormat)
 	}
 	if m.Protocol != want.Protocol {
 		return fmt.Errorf("%w: it holds protocol %q, asked for %q", ErrMismatch, m.Protocol, want.Protocol)

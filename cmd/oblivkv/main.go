@@ -33,6 +33,6 @@ operator cannot tell which keys are used, how often or in what order.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newServeCmd(), newLoadCmd(), newBenchCmd(), newTapCmd(), newAuditCmd(), newSimCmd(), newInfoCmd(), newOptionsCmd(), newPasswdCmd(), newClusterCmd(), newVersionCmd())
+	root.AddCommand(newServeCmd(), newLoadCmd(), newDumpCmd(), newBenchCmd(), newTapCmd(), newAuditCmd(), newSimCmd(), newInfoCmd(), newOptionsCmd(), newPasswdCmd(), newClusterCmd(), newVersionCmd())
 	return root
 }

@@ -672,3 +672,13 @@ func sortedWrites(ws map[ioKey]*WriteIO) []*WriteIO {
 	slices.SortFunc(out, func(a, b *WriteIO) int { return cmp.Or(cmp.Compare(a.Group, b.Group), cmp.Compare(a.ID, b.ID)) })
 	return out
 }
+
+// StoredKeys implements kv.KeyLister from the front's position map and
+// the blocks it holds, read on the loop between two batches.
+func (s *store) StoredKeys(context.Context) ([]string, error) {
+	var keys []string
+	if err := s.onLoop(func() { keys = s.core.front.st.Front.storedKeys() }); err != nil {
+		return nil, err
+	}
+	return keys, nil
+}
