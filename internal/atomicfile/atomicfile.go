@@ -10,18 +10,29 @@ package atomicfile
 import (
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 )
 
 // Write replaces (or creates) path with data, with permission mode.
 func Write(path string, data []byte, mode os.FileMode) error {
+	return WriteStream(path, mode, func(w io.Writer) error {
+		_, err := w.Write(data)
+		return err
+	})
+}
+
+// WriteStream replaces (or creates) path, with permission mode, with what
+// write writes, which need not fit in memory; an error of write leaves
+// path as it was.
+func WriteStream(path string, mode os.FileMode, write func(io.Writer) error) error {
 	tmp := path + ".tmp"
 	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, mode)
 	if err != nil {
 		return err
 	}
-	_, err = f.Write(data)
+	err = write(f)
 	if err == nil {
 		err = f.Sync()
 	}
