@@ -622,3 +622,33 @@ func TestUnfinishedRestore(t *testing.T) {
 	}
 	s.check(t, want)
 }
+
+// TestRestoreRefusesUnknownProtocol: an archive (whole, under the right
+// key) of a protocol this build does not know is refused before anything
+// is written.
+func TestRestoreRefusesUnknownProtocol(t *testing.T) {
+	s := newDiskStore(t)
+	s.write(t, "plain", 1, "v")
+	keys, err := setup.LoadKeys(s.dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "unknown.bak")
+	if _, err := WriteFile(path, func(w io.Writer) (Contents, error) {
+		aw, err := NewWriter(w, Header{Protocol: "no-such-protocol"}, keys)
+		if err != nil {
+			return Contents{}, err
+		}
+		sum, digest, err := aw.Close()
+		return Contents{Summary: sum, Digest: digest}, err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	s.loseAll(t)
+	if _, err := restore(s, path, false); !errors.Is(err, kv.ErrUnknownProtocol) {
+		t.Fatalf("restore of an unknown protocol's archive: %v", err)
+	}
+	if entries, _ := os.ReadDir(s.dir); len(entries) != 1 {
+		t.Fatalf("the refused restore wrote to the data dir: %v", entries)
+	}
+}

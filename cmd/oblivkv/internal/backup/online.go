@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/oblivkv/oblivkv/cmd/oblivkv/internal/setup"
 )
@@ -38,6 +39,10 @@ const (
 	replyOK   = "ok\n"
 	replyFail = "error: "
 )
+
+// requestTimeout bounds the wait for a client's request, so that a
+// connection that sends nothing does not hold the server's shutdown.
+const requestTimeout = 10 * time.Second
 
 // Listener serves backups of a running store on its data directory's
 // socket, one at a time.
@@ -90,6 +95,7 @@ func (l *Listener) serve() {
 
 // answer serves one request on c.
 func (l *Listener) answer(c net.Conn) {
+	c.SetReadDeadline(time.Now().Add(requestTimeout))
 	line, err := bufio.NewReader(io.LimitReader(c, int64(len(request)))).ReadString('\n')
 	if err != nil || line != request {
 		fmt.Fprintf(c, "%sexpected %q\n", replyFail, strings.TrimSpace(request))

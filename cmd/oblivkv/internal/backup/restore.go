@@ -51,6 +51,9 @@ func Restore(ctx context.Context, path string, o RestoreOptions) (Restored, erro
 	if err != nil {
 		return Restored{}, err
 	}
+	if _, ok := kv.Lookup(c.Header.Protocol); !ok {
+		return Restored{}, fmt.Errorf("%w %q: this build cannot open the archive's store (known: %v)", kv.ErrUnknownProtocol, c.Header.Protocol, kv.Protocols())
+	}
 	again := restoring(o.DataDir)
 	if err := checkDataDir(o.DataDir, o.Force || again); err != nil {
 		return Restored{}, err
@@ -79,6 +82,9 @@ func put(ctx context.Context, path string, keys *seal.Keys, c Contents, r kv.Res
 	defer b.Close()
 	if err := checkStorage(ctx, b, keys, c.Header.Anchor, o.Force || again); err != nil {
 		return err
+	}
+	if err := os.MkdirAll(o.DataDir, 0o700); err != nil {
+		return fmt.Errorf("backup: %w", err)
 	}
 	if err := atomicfile.Write(setup.RestoringFile(o.DataDir), nil, 0o600); err != nil {
 		return fmt.Errorf("backup: marking the restore: %w", err)
