@@ -6,8 +6,9 @@
 // kv/options turns into its Options; setup reconciles them with those a
 // store recorded. It imports no protocol package.
 //
-// It owns the data directory layout (DIR/key, the 0600 master key file, and
-// DIR/store, the embedded backend's files) and the rule that a key is only
+// It owns the data directory layout (DIR/key, the 0600 master key file,
+// DIR/store, the embedded backend's files, and a restore's DIR/restored
+// and DIR/restoring, see restored.go) and the rule that a key is only
 // ever created for storage that holds no store: a missing or wrong key for
 // existing data is a startup error, never a silent re-initialisation. It
 // must never print or log key material.
