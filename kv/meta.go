@@ -9,6 +9,7 @@ import (
 	"reflect"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/oblivkv/oblivkv/backend"
 	"github.com/oblivkv/oblivkv/seal"
@@ -34,6 +35,29 @@ type meta struct {
 	// (nil) in a record of an older build, which kept no options, and in
 	// one whose opener gave no OptionSettings: nothing is known of them.
 	Options map[string]string `json:"options"`
+	// Restored names the backup the store was last restored from; absent
+	// in a store never restored (and in every record of an older build).
+	Restored *Restore `json:"restored,omitempty"`
+}
+
+// Restore is what a store's metadata records of the backup it was
+// restored from (oblivkv restore), so that the restore stays visible and
+// storage from before it can be told from storage after it.
+type Restore struct {
+	// At is the journal position of the backup's storage anchor.
+	At uint64 `json:"at"`
+	// Time is when the restore was made.
+	Time time.Time `json:"time"`
+	// Digest is the archive's SHA-256, in hex.
+	Digest string `json:"digest"`
+}
+
+// Same reports whether r and o name the same restore (both nil: none).
+func (r *Restore) Same(o *Restore) bool {
+	if r == nil || o == nil {
+		return r == o
+	}
+	return r.At == o.At && r.Digest == o.Digest && r.Time.Equal(o.Time)
 }
 
 func metaOf(cfg Config) meta {
@@ -113,7 +137,21 @@ func Describe(ctx context.Context, b backend.Backend, keys *seal.Keys) (Config, 
 		return Config{}, false, err
 	}
 	return Config{Protocol: m.Protocol, Capacity: m.Capacity, ValueSize: m.ValueSize, MaxKeySize: m.MaxKeySize,
-		OptionSettings: m.Options}, true, nil
+		OptionSettings: m.Options, Restored: m.Restored}, true, nil
+}
+
+// MarkRestored records in b's metadata record that its store was
+// restored from a backup (r), keeping everything else the record says.
+func MarkRestored(ctx context.Context, b backend.Backend, keys *seal.Keys, r Restore) error {
+	m, fresh, err := readMeta(ctx, b, keys)
+	if err != nil {
+		return err
+	}
+	if fresh {
+		return errors.New("kv: storage holds no store to mark restored")
+	}
+	m.Restored = &r
+	return writeMeta(ctx, b, keys, m)
 }
 
 func readMeta(ctx context.Context, b backend.Backend, keys *seal.Keys) (meta, bool, error) {

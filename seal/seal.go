@@ -1,7 +1,8 @@
 // Package seal owns the project's cryptography: AES-256-GCM sealing of every
 // block stored on untrusted storage, bound by associated data to the address
 // (and version, where a protocol has one) it is stored under; a PRF for
-// derived storage identifiers; and the master key file.
+// derived storage identifiers; the MAC of backup archives; and the master
+// key file.
 //
 // Sealing binds a block to its address, so a storage operator that flips a
 // bit, copies a block to another address or serves a block sealed under
@@ -40,8 +41,9 @@ var ErrTampered = errors.New("seal: block failed authentication (tampered storag
 // Keys holds the subkeys derived from one master key. It is safe for
 // concurrent use.
 type Keys struct {
-	aead    cipher.AEAD
-	prfPool sync.Pool // of hash.Hash (HMAC-SHA256 keyed with the PRF subkey)
+	aead       cipher.AEAD
+	prfPool    sync.Pool // of hash.Hash (HMAC-SHA256 keyed with the PRF subkey)
+	archiveKey []byte    // the MAC subkey of backup archives
 }
 
 // NewKeys derives the sealing and PRF subkeys from a master key of
@@ -59,9 +61,18 @@ func NewKeys(master []byte) (*Keys, error) {
 		return nil, err
 	}
 	prfKey := derive(master, "oblivkv prf v1")
-	k := &Keys{aead: aead}
+	k := &Keys{aead: aead, archiveKey: derive(master, "oblivkv archive mac v1")}
 	k.prfPool.New = func() any { return hmac.New(sha256.New, prfKey) }
 	return k, nil
+}
+
+// ArchiveMAC returns the MAC of a backup archive whose SHA-256 digest is
+// digest: HMAC-SHA256 under a subkey of its own, derived from the master
+// key, so that only a holder of the key can make an archive that restores.
+func (k *Keys) ArchiveMAC(digest []byte) []byte {
+	mac := hmac.New(sha256.New, k.archiveKey)
+	mac.Write(digest)
+	return mac.Sum(nil)
 }
 
 // GenerateMaster returns a fresh random master key.

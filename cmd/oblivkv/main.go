@@ -1,9 +1,10 @@
 // Command oblivkv is the oblivious key-value store: a Redis-compatible
 // server (serve), a bulk loader (load), a benchmark harness (bench), a
 // reader for adversary-view logs (tap), an obliviousness audit (audit), a
-// description of an existing store (info), the protocols and their options
-// (options), a users file line maker (passwd), a treebeard cluster's
-// configuration check and certificates (cluster) and version information.
+// description of an existing store (info), its backups (backup,
+// restore), the protocols and their options (options), a users file line
+// maker (passwd), a treebeard cluster's configuration check and
+// certificates (cluster) and version information.
 package main
 
 import (
@@ -33,6 +34,6 @@ operator cannot tell which keys are used, how often or in what order.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newServeCmd(), newLoadCmd(), newDumpCmd(), newBenchCmd(), newTapCmd(), newAuditCmd(), newSimCmd(), newInfoCmd(), newOptionsCmd(), newPasswdCmd(), newClusterCmd(), newVersionCmd())
+	root.AddCommand(newServeCmd(), newLoadCmd(), newDumpCmd(), newBenchCmd(), newTapCmd(), newAuditCmd(), newSimCmd(), newInfoCmd(), newBackupCmd(), newRestoreCmd(), newOptionsCmd(), newPasswdCmd(), newClusterCmd(), newVersionCmd())
 	return root
 }

@@ -10,17 +10,28 @@ package atomicfile
 import (
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 )
 
 // Write replaces (or creates) path with data, with permission mode.
 func Write(path string, data []byte, mode os.FileMode) error {
+	return WriteStream(path, mode, func(w io.Writer) error {
+		_, err := w.Write(data)
+		return err
+	})
+}
+
+// WriteStream replaces (or creates) path, with permission mode, with what
+// write writes, which need not fit in memory; an error of write leaves
+// path as it was.
+func WriteStream(path string, mode os.FileMode, write func(io.Writer) error) error {
 	f, err := Create(path, mode)
 	if err != nil {
 		return err
 	}
-	if _, err := f.Write(data); err != nil {
+	if err := write(f); err != nil {
 		f.Abort()
 		return err
 	}
