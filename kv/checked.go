@@ -194,6 +194,29 @@ func AsLoader(s Store) (Loader, bool) {
 	return l, ok
 }
 
+// StoredKeys implements KeyLister when the protocol does.
+func (c *checked) StoredKeys(ctx context.Context) ([]string, error) {
+	lister, ok := c.inner.(KeyLister)
+	if !ok {
+		return nil, fmt.Errorf("kv: protocol %s cannot name its keys", c.protocol)
+	}
+	if err := c.enter(); err != nil {
+		return nil, err
+	}
+	defer c.mu.RUnlock()
+	return lister.StoredKeys(ctx)
+}
+
+// AsKeyLister returns what names s's keys, if its protocol can.
+func AsKeyLister(s Store) (KeyLister, bool) {
+	if c, ok := s.(*checked); ok {
+		_, has := c.inner.(KeyLister)
+		return c, has
+	}
+	l, ok := s.(KeyLister)
+	return l, ok
+}
+
 // Preparer is implemented by protocols that build their storage layout
 // lazily (at the first access or bulk load, so it is written once).
 type Preparer interface {

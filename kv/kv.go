@@ -70,6 +70,18 @@ type Loader interface {
 	Load(ctx context.Context, items iter.Seq2[string, []byte]) (int, error)
 }
 
+// KeyLister names the keys a store holds, from its trusted state (a
+// position map, a key map, an index): what `oblivkv dump` reads every
+// value of. A protocol that keeps only a PRF of each key cannot name them
+// and does not implement it.
+type KeyLister interface {
+	// StoredKeys returns a new slice of the keys the store holds now, in
+	// no particular order. It is safe while the store serves requests; a
+	// key written meanwhile may or may not be named. It makes no backend
+	// call in an oblivious protocol.
+	StoredKeys(ctx context.Context) ([]string, error)
+}
+
 // Errors returned by every Store. Test with errors.Is.
 var (
 	ErrValueTooLarge = errors.New("value larger than the store's value size")

@@ -9,6 +9,7 @@ import (
 	"reflect"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/oblivkv/oblivkv/backend"
 	"github.com/oblivkv/oblivkv/seal"
@@ -45,6 +46,29 @@ type meta struct {
 	// logical keys (tree block IDs, the encrypted baseline's addresses)
 	// cannot be derived again without the keys, which no store keeps.
 	PRFKey []byte `json:"prf_key,omitempty"`
+	// Restored names the backup the store was last restored from; absent
+	// in a store never restored (and in every record of an older build).
+	Restored *Restore `json:"restored,omitempty"`
+}
+
+// Restore is what a store's metadata records of the backup it was
+// restored from (oblivkv restore), so that the restore stays visible and
+// storage from before it can be told from storage after it.
+type Restore struct {
+	// At is the journal position of the backup's storage anchor.
+	At uint64 `json:"at"`
+	// Time is when the restore was made.
+	Time time.Time `json:"time"`
+	// Digest is the archive's SHA-256, in hex.
+	Digest string `json:"digest"`
+}
+
+// Same reports whether r and o name the same restore (both nil: none).
+func (r *Restore) Same(o *Restore) bool {
+	if r == nil || o == nil {
+		return r == o
+	}
+	return r.At == o.At && r.Digest == o.Digest && r.Time.Equal(o.Time)
 }
 
 func metaOf(cfg Config) meta {
@@ -54,7 +78,9 @@ func metaOf(cfg Config) meta {
 
 func (m meta) matches(want meta) error {
 	if m.Format != metaFormat && m.Format != rekeyedFormat {
-		return fmt.Errorf("%w: storage format %d, this build reads %d (open it with the build that created it)", ErrMismatch, m.Format, metaFormat)
+		return fmt.Errorf("%w: storage format %d, this build reads %d (open it with the build that created it; to move "+
+			"its data to this build, dump it with that build's `oblivkv dump` and load the file into a new store with this "+
+			"build's `oblivkv load`: see \"Dump and load\" in docs/OPERATIONS.md)", ErrMismatch, m.Format, metaFormat)
 	}
 	if m.Protocol != want.Protocol {
 		return fmt.Errorf("%w: it holds protocol %q, asked for %q", ErrMismatch, m.Protocol, want.Protocol)
@@ -122,7 +148,21 @@ func Describe(ctx context.Context, b backend.Backend, keys *seal.Keys) (Config, 
 		return Config{}, false, err
 	}
 	return Config{Protocol: m.Protocol, Capacity: m.Capacity, ValueSize: m.ValueSize, MaxKeySize: m.MaxKeySize,
-		OptionSettings: m.Options}, true, nil
+		OptionSettings: m.Options, Restored: m.Restored}, true, nil
+}
+
+// MarkRestored records in b's metadata record that its store was
+// restored from a backup (r), keeping everything else the record says.
+func MarkRestored(ctx context.Context, b backend.Backend, keys *seal.Keys, r Restore) error {
+	m, fresh, err := readMeta(ctx, b, keys)
+	if err != nil {
+		return err
+	}
+	if fresh {
+		return errors.New("kv: storage holds no store to mark restored")
+	}
+	m.Restored = &r
+	return writeMeta(ctx, b, keys, m)
 }
 
 func readMeta(ctx context.Context, b backend.Backend, keys *seal.Keys) (meta, bool, error) {

@@ -58,6 +58,9 @@ type Config struct {
 	// state lives in memory only, so the store can be used but not
 	// reopened, and a crash loses it.
 	OpenJournal func(*seal.Keys) (Journal, error)
+	// Restored is the backup the store was restored from, as its
+	// metadata records it: Describe fills it in, Open ignores it.
+	Restored *Restore
 	// NoFsync says the journal commits without fsync (the --fsync none
 	// policy): storage then keeps its own fsync of every write.
 	NoFsync bool

@@ -1,7 +1,8 @@
 // Package seal owns the project's cryptography: AES-256-GCM sealing of every
 // block stored on untrusted storage, bound by associated data to the address
 // (and version, where a protocol has one) it is stored under; a PRF for
-// derived storage identifiers; and the master key file.
+// derived storage identifiers; the MAC of backup archives; and the master
+// key file.
 //
 // Sealing binds a block to its address, so a storage operator that flips a
 // bit, copies a block to another address or serves a block sealed under
@@ -47,9 +48,10 @@ var ErrTampered = errors.New("seal: block failed authentication (tampered storag
 // again (Waffle's addresses, whose keys its trusted state holds). Until a
 // store's first rekey they are the same.
 type Keys struct {
-	aead    cipher.AEAD
-	kept    *prf
-	current *prf
+	aead       cipher.AEAD
+	kept       *prf
+	current    *prf
+	archiveKey []byte // the MAC subkey of backup archives
 }
 
 // prf is HMAC-SHA256 under one key.
@@ -79,7 +81,7 @@ func NewKeys(master []byte) (*Keys, error) {
 		return nil, err
 	}
 	p := newPRF(derive(master, "oblivkv prf v1"))
-	return &Keys{aead: aead, kept: p, current: p}, nil
+	return &Keys{aead: aead, kept: p, current: p, archiveKey: derive(master, "oblivkv archive mac v1")}, nil
 }
 
 // PRFKey returns the key of PRF, for a store that re-keys its sealing and
@@ -93,7 +95,16 @@ func (k *Keys) WithPRFKey(prfKey []byte) (*Keys, error) {
 	if len(prfKey) != sha256.Size {
 		return nil, fmt.Errorf("seal: PRF key must be %d bytes, got %d", sha256.Size, len(prfKey))
 	}
-	return &Keys{aead: k.aead, kept: newPRF(slices.Clone(prfKey)), current: k.current}, nil
+	return &Keys{aead: k.aead, kept: newPRF(slices.Clone(prfKey)), current: k.current, archiveKey: k.archiveKey}, nil
+}
+
+// ArchiveMAC returns the MAC of a backup archive whose SHA-256 digest is
+// digest: HMAC-SHA256 under a subkey of its own, derived from the master
+// key, so that only a holder of the key can make an archive that restores.
+func (k *Keys) ArchiveMAC(digest []byte) []byte {
+	mac := hmac.New(sha256.New, k.archiveKey)
+	mac.Write(digest)
+	return mac.Sum(nil)
 }
 
 // GenerateMaster returns a fresh random master key.

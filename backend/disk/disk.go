@@ -323,6 +323,23 @@ func (b *Backend) Sync(ctx context.Context) error {
 	return db.LogData(nil, pebble.Sync)
 }
 
+// Checkpoint writes a consistent copy of the database into dir, which
+// must not exist: hard links to its tables, which pebble never changes,
+// and copies of its manifest and log, so it takes little time and space
+// whatever the database's size. A database opened ReadOnly cannot be
+// checkpointed.
+func (b *Backend) Checkpoint(ctx context.Context, dir string) error {
+	db, err := b.acquire(ctx)
+	if err != nil {
+		return err
+	}
+	defer b.mu.RUnlock()
+	if err := db.Checkpoint(dir); err != nil {
+		return fmt.Errorf("disk: checkpoint: %w", err)
+	}
+	return nil
+}
+
 // DeferSync makes Writes and Deletes return once pebble has them, without
 // an fsync of their own (backend.SyncDeferrer): a caller that journals
 // every write it issues makes them durable with Sync at its checkpoints.

@@ -247,14 +247,19 @@ func replyErr(err error) error {
 }
 
 // Stats reports the server's value size (INFO oblivkv), which bounds what
-// a mutation may make; nothing else.
+// a mutation may make; nothing else. A server that does not answer INFO
+// (a loaded machine, a restart under way) is asked again for up to 30 s;
+// then the value size is 0, which the linearizability check refuses.
 func (s *respStore) Stats() kv.Stats {
-	info, _ := s.c.Info(context.Background(), "oblivkv").Result()
-	for line := range strings.Lines(info) {
-		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "value_size:"); ok {
-			n, _ := strconv.Atoi(v)
-			return kv.Stats{ValueSize: n}
+	for range 300 {
+		info, err := s.c.Info(context.Background(), "oblivkv").Result()
+		for line := range strings.Lines(info) {
+			if v, ok := strings.CutPrefix(strings.TrimSpace(line), "value_size:"); ok && err == nil {
+				n, _ := strconv.Atoi(v)
+				return kv.Stats{ValueSize: n}
+			}
 		}
+		time.Sleep(100 * time.Millisecond)
 	}
 	return kv.Stats{}
 }

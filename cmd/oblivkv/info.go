@@ -48,13 +48,22 @@ func printInfo(w io.Writer, opts setup.Options, d setup.Description) {
 		shown = strings.Join(options.Args(d.Settings), " ")
 	}
 	fmt.Fprintf(w, "data_dir:      %s\n", opts.DataDir)
-	fmt.Fprintf(w, "backend:       %s\n", backendKind(opts.Backend))
+	fmt.Fprintf(w, "backend:       %s\n", setup.BackendKind(opts.Backend))
 	fmt.Fprintf(w, "protocol:      %s\n", d.Protocol)
 	fmt.Fprintf(w, "capacity:      %d\n", d.Capacity)
 	fmt.Fprintf(w, "value_size:    %d\n", d.ValueSize)
 	fmt.Fprintf(w, "max_key_size:  %d\n", d.MaxKeySize)
 	fmt.Fprintf(w, "options:       %s\n", shown)
 	fmt.Fprintf(w, "fingerprint:   %s\n", fingerprint)
+	fmt.Fprintf(w, "restored:      %s\n", restoredText(d.Restored))
 	fmt.Fprintf(w, "store_bytes:   %d\n", d.StoreBytes)
 	fmt.Fprintf(w, "journal_bytes: %d\n", d.JournalBytes)
+}
+
+// restoredText describes the backup a store was restored from.
+func restoredText(r *kv.Restore) string {
+	if r == nil {
+		return "no"
+	}
+	return fmt.Sprintf("from a backup at journal position %d, on %s (archive sha256 %s)", r.At, r.Time.Format("2006-01-02 15:04:05 MST"), r.Digest)
 }

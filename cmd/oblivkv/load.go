@@ -1,18 +1,13 @@
 package main
 
 import (
-	"bufio"
-	"encoding/csv"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"os"
-	"path/filepath"
-	"strings"
 
 	"github.com/spf13/cobra"
 
+	"github.com/oblivkv/oblivkv/cmd/oblivkv/internal/records"
 	"github.com/oblivkv/oblivkv/cmd/oblivkv/internal/setup"
 	"github.com/oblivkv/oblivkv/kv"
 )
@@ -30,9 +25,17 @@ batches (never one oblivious access per item). The file is read and checked
 in full before anything is written, so a malformed line or an oversized value
 loads nothing.
 
-Formats (by --format, else by the file's extension):
-  csv    one "key,value" record per line (RFC 4180 quoting)
-  jsonl  one {"key": "...", "value": "..."} object per line`,
+Formats (by --format, else by the file's extension), as oblivkv dump writes
+them:
+  csv    one "key,value" record per line (RFC 4180 quoting); a record whose
+         key or value is not text (invalid UTF-8, or a carriage return) is
+         "key,value,base64", both fields in standard base64
+  jsonl  one {"key": "...", "value": "..."} object per line; a key or value
+         that is not valid UTF-8 is in "key_base64" or "value_base64"
+         instead, in standard base64
+
+To move a store to another protocol or build: oblivkv dump it to a file, then
+load the file into a new store (see docs/OPERATIONS.md).`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return load(cmd, sf.options(cmd), args[0], format)
@@ -44,16 +47,17 @@ Formats (by --format, else by the file's extension):
 }
 
 func load(cmd *cobra.Command, opts setup.Options, path, format string) error {
-	if format == "" {
-		format = strings.TrimPrefix(filepath.Ext(path), ".")
+	format, err := records.Format(format, path)
+	if err != nil {
+		return err
 	}
-	pairs, err := readPairs(path, format)
+	recs, err := readRecords(path, format)
 	if err != nil {
 		return err
 	}
 	items := func(yield func(string, []byte) bool) {
-		for _, p := range pairs {
-			if !yield(p.key, p.val) {
+		for _, r := range recs {
+			if !yield(r.Key, r.Value) {
 				return
 			}
 		}
@@ -62,7 +66,7 @@ func load(cmd *cobra.Command, opts setup.Options, path, format string) error {
 	if err != nil {
 		return err
 	}
-	if err := checkPairs(pairs, opened.Store.Stats()); err != nil {
+	if err := checkRecords(recs, opened.Store.Stats()); err != nil {
 		return errors.Join(err, opened.Close())
 	}
 	loader, ok := kv.AsLoader(opened.Store)
@@ -73,77 +77,27 @@ func load(cmd *cobra.Command, opts setup.Options, path, format string) error {
 	if err = errors.Join(err, opened.Close()); err != nil {
 		return err
 	}
-	fmt.Fprintf(cmd.OutOrStdout(), "loaded %d records; the store holds %d keys\n", len(pairs), n)
+	fmt.Fprintf(cmd.OutOrStdout(), "loaded %d records; the store holds %d keys\n", len(recs), n)
 	return nil
 }
 
-type pair struct {
-	key string
-	val []byte
-}
-
-func checkPairs(pairs []pair, st kv.Stats) error {
-	for i, p := range pairs {
+func checkRecords(recs []records.Record, st kv.Stats) error {
+	for i, r := range recs {
 		switch {
-		case len(p.key) > st.MaxKeySize:
-			return fmt.Errorf("record %d: %w (%d bytes, limit %d)", i+1, kv.ErrKeyTooLarge, len(p.key), st.MaxKeySize)
-		case len(p.val) > st.ValueSize:
-			return fmt.Errorf("record %d: %w (%d bytes, limit %d)", i+1, kv.ErrValueTooLarge, len(p.val), st.ValueSize)
+		case len(r.Key) > st.MaxKeySize:
+			return fmt.Errorf("record %d: %w (%d bytes, limit %d)", i+1, kv.ErrKeyTooLarge, len(r.Key), st.MaxKeySize)
+		case len(r.Value) > st.ValueSize:
+			return fmt.Errorf("record %d: %w (%d bytes, limit %d)", i+1, kv.ErrValueTooLarge, len(r.Value), st.ValueSize)
 		}
 	}
 	return nil
 }
 
-func readPairs(path, format string) ([]pair, error) {
+func readRecords(path, format string) ([]records.Record, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
-	switch format {
-	case "csv":
-		return readCSV(f)
-	case "jsonl", "ndjson":
-		return readJSONL(f)
-	}
-	return nil, fmt.Errorf("unknown format %q: use --format csv or --format jsonl", format)
-}
-
-func readCSV(r io.Reader) ([]pair, error) {
-	cr := csv.NewReader(r)
-	cr.FieldsPerRecord = 2
-	var out []pair
-	for {
-		rec, err := cr.Read()
-		if err == io.EOF {
-			return out, nil
-		}
-		if err != nil {
-			return nil, fmt.Errorf("csv: %w", err)
-		}
-		out = append(out, pair{key: rec[0], val: []byte(rec[1])})
-	}
-}
-
-func readJSONL(r io.Reader) ([]pair, error) {
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 64<<10), 128<<20)
-	var out []pair
-	for line := 1; sc.Scan(); line++ {
-		if strings.TrimSpace(sc.Text()) == "" {
-			continue
-		}
-		var rec struct {
-			Key   *string `json:"key"`
-			Value *string `json:"value"`
-		}
-		if err := json.Unmarshal(sc.Bytes(), &rec); err != nil {
-			return nil, fmt.Errorf("jsonl line %d: %w", line, err)
-		}
-		if rec.Key == nil || rec.Value == nil {
-			return nil, fmt.Errorf("jsonl line %d: needs both \"key\" and \"value\"", line)
-		}
-		out = append(out, pair{key: *rec.Key, val: []byte(*rec.Value)})
-	}
-	return out, sc.Err()
+	return records.Read(f, format)
 }

@@ -1,10 +1,11 @@
 // Command oblivkv is the oblivious key-value store: a Redis-compatible
 // server (serve), a bulk loader (load), a benchmark harness (bench), a
 // reader for adversary-view logs (tap), an obliviousness audit (audit), a
-// description of an existing store (info), the protocols and their options
-// (options), a users file line maker (passwd), a re-keying of a stopped
-// store under a new master key (rekey), a treebeard cluster's
-// configuration check and certificates (cluster) and version information.
+// description of an existing store (info), its backups (backup,
+// restore), a re-keying of a stopped store under a new master key
+// (rekey), the protocols and their options (options), a users file line
+// maker (passwd), a treebeard cluster's configuration check and
+// certificates (cluster) and version information.
 package main
 
 import (
@@ -34,6 +35,6 @@ operator cannot tell which keys are used, how often or in what order.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newServeCmd(), newLoadCmd(), newBenchCmd(), newTapCmd(), newAuditCmd(), newSimCmd(), newInfoCmd(), newOptionsCmd(), newPasswdCmd(), newRekeyCmd(), newClusterCmd(), newVersionCmd())
+	root.AddCommand(newServeCmd(), newLoadCmd(), newDumpCmd(), newBenchCmd(), newTapCmd(), newAuditCmd(), newSimCmd(), newInfoCmd(), newBackupCmd(), newRestoreCmd(), newRekeyCmd(), newOptionsCmd(), newPasswdCmd(), newClusterCmd(), newVersionCmd())
 	return root
 }

@@ -126,8 +126,8 @@ func (rk rekeyRunner) removeOldKey() {
 }
 
 // checkServeRefuses starts serve on a store whose rekey is unfinished: it
-// must exit at once saying to run rekey again, and --remove-old-key must
-// refuse too.
+// must exit at once saying to run rekey again, and --remove-old-key and
+// backup must refuse too.
 func (rk rekeyRunner) checkServeRefuses() {
 	rk.t.Helper()
 	cmd := mainCmd(rk.dir, "serve", "--listen", freeAddr(rk.t), "--data-dir", rk.data, "--backend", rk.spec)
@@ -149,6 +149,11 @@ func (rk rekeyRunner) checkServeRefuses() {
 	}
 	if out, err := runMain(rk.dir, "rekey", "--remove-old-key", "--data-dir", rk.data, "--backend", rk.spec); err == nil {
 		rk.t.Fatalf("--remove-old-key during a rekey: %s", out)
+	}
+	archive := filepath.Join(rk.t.TempDir(), "backup")
+	if out, err := runMain(rk.dir, "backup", "--data-dir", rk.data, "--backend", rk.spec, "--to", archive); err == nil ||
+		!strings.Contains(out, "run `oblivkv rekey --data-dir") {
+		rk.t.Fatalf("backup during a rekey: %v: %s", err, out)
 	}
 }
 

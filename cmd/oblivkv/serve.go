@@ -19,6 +19,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/oblivkv/oblivkv/auth"
+	"github.com/oblivkv/oblivkv/cmd/oblivkv/internal/backup"
 	"github.com/oblivkv/oblivkv/cmd/oblivkv/internal/setup"
 	"github.com/oblivkv/oblivkv/kv"
 	"github.com/oblivkv/oblivkv/kv/options"
@@ -168,7 +169,7 @@ func serve(ctx context.Context, opts setup.Options, f serveFlags) error {
 	}
 	stats := opened.Store.Stats()
 	attrs := []any{"listen", ln.Addr().String(), "protocol", stats.Protocol,
-		"backend", backendKind(opts.Backend), "data_dir", opts.DataDir, "new_store", opened.Fresh,
+		"backend", setup.BackendKind(opts.Backend), "data_dir", opts.DataDir, "new_store", opened.Fresh,
 		"capacity", stats.Capacity, "value_size", stats.ValueSize, "keys", stats.Keys}
 	options := strings.Join(options.Args(opened.Settings), " ")
 	if options != "" {
@@ -184,11 +185,17 @@ func serve(ctx context.Context, opts setup.Options, f serveFlags) error {
 		}
 	}
 	attrs = append(attrs, l.authAttrs()...)
-	ropts := resp.Options{Logger: log, Version: version, Info: deploymentInfo(opts, options, fingerprint), Users: l.users}
+	store := newPausableStore(opened, opts, log)
+	backups, err := listenForBackups(opts, store, log)
+	if err != nil {
+		l.close()
+		return errors.Join(err, store.Close())
+	}
+	ropts := resp.Options{Logger: log, Version: version, Info: deploymentInfo(opts, options, fingerprint, opened.Restored), Users: l.users}
 	var alsoStop []func(context.Context) error
 	if mln != nil {
-		mx := metrics.New(opened.Store, metrics.Info{Commands: resp.CommandNames(),
-			Backend: backendKind(opts.Backend), Options: options})
+		mx := metrics.New(store, metrics.Info{Commands: resp.CommandNames(),
+			Backend: setup.BackendKind(opts.Backend), Options: options})
 		ropts.Observe = mx.ObserveCommand
 		alsoStop = append(alsoStop, mx.Shutdown)
 		attrs = append(attrs, "metrics", "http://"+mln.Addr().String()+"/metrics")
@@ -198,19 +205,33 @@ func serve(ctx context.Context, opts setup.Options, f serveFlags) error {
 			}
 		}()
 	}
+	if backups != nil {
+		alsoStop = append(alsoStop, func(context.Context) error { return backups.Close() })
+		attrs = append(attrs, "backup_socket", backup.SocketFile(opts.DataDir))
+	}
 	stopProfile, err := startCPUProfile(f.cpuProfile)
 	if err != nil {
 		l.close()
-		return errors.Join(err, opened.Close())
+		return errors.Join(err, store.Close())
 	}
 	defer stopProfile()
 	log.Info("oblivkv serving", attrs...)
-	err = serveUntilSignal(resp.NewServer(opened.Store, ropts), ln, sigs, log, alsoStop...)
-	err = errors.Join(err, opened.Close())
+	err = serveUntilSignal(resp.NewServer(store, ropts), ln, sigs, log, alsoStop...)
+	err = errors.Join(err, store.Close())
 	if err == nil {
 		log.Info("shut down cleanly")
 	}
 	return err
+}
+
+// listenForBackups serves `oblivkv backup` on the data directory's
+// socket (package backup) for a store kept in one: none for the mem
+// backend.
+func listenForBackups(opts setup.Options, store *pausableStore, log *slog.Logger) (*backup.Listener, error) {
+	if opts.Backend == "mem" || opts.DataDir == "" {
+		return nil, nil
+	}
+	return backup.Listen(opts.DataDir, store.backup, log)
 }
 
 // serveUntilSignal serves srv on ln until a signal or srv's failure,
@@ -303,23 +324,23 @@ func openInterruptibly(ctx context.Context, opts setup.Options, sigs <-chan os.S
 // deploymentInfo adds the deployment settings to INFO's Oblivkv section:
 // the protocol's options (as 'oblivkv info' shows them; empty: the
 // protocol's defaults) and their fingerprint, the backend and its emulated
-// latency.
-func deploymentInfo(opts setup.Options, options, fingerprint string) func() []resp.InfoSection {
+// latency, and the backup the store was restored from.
+func deploymentInfo(opts setup.Options, options, fingerprint string, restored *kv.Restore) func() []resp.InfoSection {
 	fields := []resp.InfoField{
+		{Key: "restored", Value: restoredInfo(restored)},
 		{Key: "options", Value: options},
-		{Key: "backend", Value: backendKind(opts.Backend)},
+		{Key: "backend", Value: setup.BackendKind(opts.Backend)},
 		{Key: "backend_latency_ms", Value: fmt.Sprint(opts.BackendLatency.Seconds() * 1000)},
 		{Key: "options_fingerprint", Value: fingerprint},
 	}
 	return func() []resp.InfoSection { return []resp.InfoSection{{Name: "Oblivkv", Fields: fields}} }
 }
 
-// backendKind names the backend without its address, which may hold a
-// password: "redis", or "rediss" over TLS.
-func backendKind(spec string) string {
-	if setup.IsRedis(spec) {
-		kind, _, _ := strings.Cut(spec, ":")
-		return kind
+// restoredInfo is INFO's restored field: "no", or where and when the
+// store was restored from a backup, and the archive's digest.
+func restoredInfo(r *kv.Restore) string {
+	if r == nil {
+		return "no"
 	}
-	return spec
+	return fmt.Sprintf("position=%d,time=%s,sha256=%s", r.At, r.Time.Format(time.RFC3339), r.Digest)
 }

@@ -10,29 +10,69 @@ package atomicfile
 import (
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 )
 
 // Write replaces (or creates) path with data, with permission mode.
 func Write(path string, data []byte, mode os.FileMode) error {
-	tmp := path + ".tmp"
-	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, mode)
+	return WriteStream(path, mode, func(w io.Writer) error {
+		_, err := w.Write(data)
+		return err
+	})
+}
+
+// WriteStream replaces (or creates) path, with permission mode, with what
+// write writes, which need not fit in memory; an error of write leaves
+// path as it was.
+func WriteStream(path string, mode os.FileMode, write func(io.Writer) error) error {
+	f, err := Create(path, mode)
 	if err != nil {
 		return err
 	}
-	_, err = f.Write(data)
-	if err == nil {
-		err = f.Sync()
+	if err := write(f); err != nil {
+		f.Abort()
+		return err
 	}
+	return f.Commit()
+}
+
+// File is a file being written in place of path: nothing shows at path
+// until Commit, and Abort leaves nothing behind.
+type File struct {
+	*os.File
+	path string
+}
+
+// Create begins a File that replaces (or creates) path, with permission
+// mode.
+func Create(path string, mode os.FileMode) (*File, error) {
+	f, err := os.OpenFile(path+".tmp", os.O_WRONLY|os.O_CREATE|os.O_TRUNC, mode)
+	if err != nil {
+		return nil, err
+	}
+	return &File{File: f, path: path}, nil
+}
+
+// Commit syncs what was written and puts it at path durably. On failure
+// nothing is left at the temporary name.
+func (f *File) Commit() error {
+	err := f.Sync()
 	if err = errors.Join(err, f.Close()); err == nil {
-		err = os.Rename(tmp, path)
+		err = os.Rename(f.Name(), f.path)
 	}
 	if err != nil {
-		os.Remove(tmp)
+		os.Remove(f.Name())
 		return err
 	}
-	return SyncDir(filepath.Dir(path))
+	return SyncDir(filepath.Dir(f.path))
+}
+
+// Abort discards what was written.
+func (f *File) Abort() {
+	f.Close()
+	os.Remove(f.Name())
 }
 
 // SyncDir makes the entries of dir (files created, renamed or removed in

@@ -504,21 +504,14 @@ func (l *Log) redo(ctx context.Context, ops []Op) error {
 // rollback (a crash between the anchor and the checkpoint leaves it
 // newer than at).
 func (l *Log) checkAnchor(ctx context.Context, at, last uint64) (uint64, error) {
-	vals, err := l.b.Read(ctx, []string{AnchorAddr})
-	if err != nil {
-		return 0, fmt.Errorf("durable: reading the anchor: %w", err)
-	}
-	if vals[0] == nil {
+	got, ok, err := ReadAnchor(ctx, l.b, l.keys)
+	switch {
+	case err != nil:
+		return 0, err
+	case !ok:
 		return 0, fmt.Errorf("%w: its anchor is missing (the proxy's checkpoint is at journal position %d)", ErrRollback, at)
 	}
-	plain, err := l.keys.Open(nil, []byte(AnchorAddr), vals[0])
-	if err != nil {
-		return 0, fmt.Errorf("durable: the anchor: %w", err)
-	}
-	if len(plain) != 8 {
-		return 0, fmt.Errorf("%w: the anchor is malformed", seal.ErrTampered)
-	}
-	switch got := binary.BigEndian.Uint64(plain); {
+	switch {
 	case got < at:
 		return 0, fmt.Errorf("%w: storage is at journal position %d, the proxy's checkpoint at %d", ErrRollback, got, at)
 	case got > last:
@@ -526,6 +519,26 @@ func (l *Log) checkAnchor(ctx context.Context, at, last uint64) (uint64, error) 
 	default:
 		return got, nil
 	}
+}
+
+// ReadAnchor returns the journal position storage's anchor names, and
+// false when storage holds no anchor.
+func ReadAnchor(ctx context.Context, b backend.Backend, keys *seal.Keys) (uint64, bool, error) {
+	vals, err := b.Read(ctx, []string{AnchorAddr})
+	if err != nil {
+		return 0, false, fmt.Errorf("durable: reading the anchor: %w", err)
+	}
+	if vals[0] == nil {
+		return 0, false, nil
+	}
+	plain, err := keys.Open(nil, []byte(AnchorAddr), vals[0])
+	if err != nil {
+		return 0, false, fmt.Errorf("durable: the anchor: %w", err)
+	}
+	if len(plain) != 8 {
+		return 0, false, fmt.Errorf("durable: the anchor: %w (malformed)", seal.ErrTampered)
+	}
+	return binary.BigEndian.Uint64(plain), true, nil
 }
 
 // Record format: the delta (uvarint length and bytes), then the

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"iter"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -41,6 +42,7 @@ func RunContract(t *testing.T, cfg Config, st Storage) {
 		{"CapacityConcurrent", testCapacityConcurrent},
 		{"Closed", testClosed},
 		{"Restart", testRestart},
+		{"StoredKeys", testStoredKeys},
 		{"WrongKey", testWrongKey},
 		{"Mismatch", testMismatch},
 		{"Load", testLoad},
@@ -433,6 +435,51 @@ func testClosed(t *testing.T, h *harness) {
 	// The data written before Close is still there.
 	s2 := h.mustOpen(nil)
 	wantValue(t, s2, "k", []byte("v"))
+}
+
+// testStoredKeys: a protocol that names its keys names exactly those it
+// holds, overwritten and empty ones included, deleted ones not, also once
+// reopened; one that does not reports no lister.
+func testStoredKeys(t *testing.T, h *harness) {
+	s := h.mustOpen(nil)
+	if _, ok := kv.AsKeyLister(s); !h.cfg.NamesKeys {
+		if ok {
+			t.Fatal("kv.AsKeyLister reports a lister, and Config.NamesKeys is false")
+		}
+		return
+	}
+	want := []string{"empty", "\xff\x00binary"}
+	mustPut(t, s, "empty", nil)
+	mustPut(t, s, want[1], []byte("v"))
+	for i := range 10 {
+		mustPut(t, s, capKey(i), capVal(i))
+		if i%3 == 0 {
+			mustDelete(t, s, capKey(i))
+		} else {
+			want = append(want, capKey(i))
+		}
+	}
+	mustPut(t, s, capKey(1), []byte("overwritten"))
+	checkStoredKeys(t, s, want)
+	closeStore(t, s)
+	checkStoredKeys(t, h.mustOpen(nil), want)
+}
+
+// checkStoredKeys checks that s names exactly want.
+func checkStoredKeys(t *testing.T, s kv.Store, want []string) {
+	t.Helper()
+	l, ok := kv.AsKeyLister(s)
+	if !ok {
+		t.Fatal("kv.AsKeyLister reports no lister, and Config.NamesKeys is true")
+	}
+	got, err := l.StoredKeys(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	slices.Sort(got)
+	if want = slices.Sorted(slices.Values(want)); !slices.Equal(got, want) {
+		t.Fatalf("StoredKeys = %q, want %q", got, want)
+	}
 }
 
 // model is the expected content of a store.

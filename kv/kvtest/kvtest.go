@@ -89,6 +89,11 @@ type Config struct {
 	// cases leave them alone (TamperFlip and TamperSwap, which reopen the
 	// store, cover them).
 	Cached func(addr string) bool
+	// NamesKeys is true when the protocol names the keys it holds
+	// (kv.KeyLister): the StoredKeys case then checks the names, before
+	// and after a restart; otherwise it checks that kv.AsKeyLister reports
+	// no lister.
+	NamesKeys bool
 	// Open replaces kv.Open, e.g. to wire a cluster in one process. It must
 	// honour every field of kv.Config that the suite sets.
 	Open func(ctx context.Context, cfg kv.Config) (kv.Store, error)

@@ -376,3 +376,19 @@ func TestSeedFromEnvironment(t *testing.T) {
 		t.Errorf("two random seeds: %d and %d", a, b)
 	}
 }
+
+// sizeless is a store that cannot tell its value size (a RESP server whose
+// INFO failed, say).
+type sizeless struct{ *mapStore }
+
+func (sizeless) Stats() kv.Stats { return kv.Stats{} }
+
+// TestMutationsNeedTheValueSize: without the store's value size the model
+// would reject every mutation a correct store applies, and report its
+// history illegal; the check refuses to run instead.
+func TestMutationsNeedTheValueSize(t *testing.T) {
+	_, err := kvtest.Linearizable(t.Context(), sizeless{newMapStore(14)}, quick(kvtest.LinOptions{MutationFraction: 0.5}))
+	if err == nil || !strings.Contains(err.Error(), "no value size") {
+		t.Fatalf("Linearizable over a store with no value size: %v; want a refusal", err)
+	}
+}

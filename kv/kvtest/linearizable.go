@@ -151,6 +151,11 @@ func Linearizable(ctx context.Context, s kv.Store, opts LinOptions) (LinResult, 
 	opts = opts.withDefaults()
 	opts.valueSize = s.Stats().ValueSize
 	res := LinResult{Seed: opts.Seed}
+	if opts.MutationFraction > 0 && opts.valueSize <= 0 {
+		// The model would judge every SETNX and APPEND too large, and call
+		// a correct store's history illegal.
+		return res, errors.New("the store reports no value size (Stats().ValueSize is 0): mutations cannot be modelled")
+	}
 	keys := make([]string, opts.Keys+1)
 	for i := range keys {
 		keys[i] = fmt.Sprintf("%s%d", opts.KeyPrefix, i) // keys[0] is hot

@@ -4,9 +4,10 @@
 //   - plain: each key stored as given under its own address, the value as
 //     given. Nothing is hidden.
 //   - encrypted: each key stored under PRF(key), the value sealed with
-//     AES-GCM bound to that address. Contents are hidden; which key is
-//     accessed, how often and when is not (the "encryption alone" strawman
-//     that the frequency-analysis attack breaks).
+//     AES-GCM bound to that address, together with the key's name (so a
+//     dump can name the keys). Contents are hidden; which key is accessed,
+//     how often and when is not (the "encryption alone" strawman that the
+//     frequency-analysis attack breaks).
 //
 // Both map one key to one backend address and make one backend round trip
 // per operation. The package owns that mapping and an in-memory index of
@@ -16,11 +17,14 @@ package baseline
 
 import (
 	"context"
+	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"hash/maphash"
 	"iter"
+	"maps"
+	"slices"
 	"strings"
 	"sync"
 
@@ -49,29 +53,39 @@ func init() {
 		},
 		Hides: kv.HidesContents,
 		Audit: &auditspec.Spec{Prefixes: []string{encryptedCodec{}.prefix()}},
-		// The addresses stay: PRF(key) of keys no store keeps cannot be
-		// derived again under a new key (see kv.ResealMeta).
-		Reseal: kv.AddrResealerOf(encryptedCodec{}.prefix()),
+		// The addresses stay: PRF(key) of keys older blocks do not name
+		// cannot be derived again under a new key (see kv.ResealMeta).
+		Reseal: func(env kv.ResealEnv) (kv.Resealer, error) { return encryptedResealer(env), nil },
 	})
 }
 
 // codec is what distinguishes the two baselines: how a key becomes an
-// address and how a value is stored.
+// address and how a key and its value are stored.
 type codec interface {
 	prefix() string
 	addr(key string) string
-	encode(addr string, val []byte) []byte
-	decode(addr string, stored []byte) ([]byte, error)
+	encode(addr, key string, val []byte) []byte
+	// decode returns the key and the value stored at addr; named is false
+	// for a block that does not hold its key's name.
+	decode(addr string, stored []byte) (key string, val []byte, named bool, err error)
 }
 
 type plainCodec struct{}
 
-func (plainCodec) prefix() string                            { return "p/" }
-func (plainCodec) addr(key string) string                    { return "p/" + key }
-func (plainCodec) encode(_ string, val []byte) []byte        { return val }
-func (plainCodec) decode(_ string, b []byte) ([]byte, error) { return b, nil }
+func (plainCodec) prefix() string                        { return "p/" }
+func (plainCodec) addr(key string) string                { return "p/" + key }
+func (plainCodec) encode(_, _ string, val []byte) []byte { return val }
+func (plainCodec) decode(addr string, b []byte) (string, []byte, bool, error) {
+	return strings.TrimPrefix(addr, "p/"), b, true, nil
+}
 
+// encryptedCodec seals the key's name (its length as a uvarint, then its
+// bytes) with the value, so that a dump can name the keys the PRF hides;
+// namedData separates such blocks from those of older builds, which
+// sealed the value alone, bound to the address only.
 type encryptedCodec struct{ keys *seal.Keys }
+
+const namedData = "\x00named"
 
 func (encryptedCodec) prefix() string { return "e/" }
 
@@ -80,12 +94,24 @@ func (c encryptedCodec) addr(key string) string {
 	return "e/" + hex.EncodeToString(id[:])
 }
 
-func (c encryptedCodec) encode(addr string, val []byte) []byte {
-	return c.keys.Seal(nil, []byte(addr), val)
+func (c encryptedCodec) encode(addr, key string, val []byte) []byte {
+	plain := binary.AppendUvarint(make([]byte, 0, binary.MaxVarintLen64+len(key)+len(val)), uint64(len(key)))
+	plain = append(append(plain, key...), val...)
+	return c.keys.Seal(nil, []byte(addr+namedData), plain)
 }
 
-func (c encryptedCodec) decode(addr string, b []byte) ([]byte, error) {
-	return c.keys.Open(nil, []byte(addr), b)
+func (c encryptedCodec) decode(addr string, b []byte) (string, []byte, bool, error) {
+	plain, err := c.keys.Open(nil, []byte(addr+namedData), b)
+	if err != nil { // a block of an older build, or tampered
+		val, err := c.keys.Open(nil, []byte(addr), b)
+		return "", val, false, err
+	}
+	n, used := binary.Uvarint(plain)
+	if used <= 0 || n > uint64(len(plain)-used) {
+		return "", nil, false, fmt.Errorf("%w: malformed block at %s", kv.ErrTampered, addr)
+	}
+	end := used + int(n)
+	return string(plain[used:end]), plain[end:], true, nil
 }
 
 // plainResealer keeps the plain baseline's values as they are: nothing of
@@ -94,6 +120,22 @@ type plainResealer struct{}
 
 func (plainResealer) Reseal(addr string, stored []byte) (backend.Item, bool, error) {
 	return backend.Item{Addr: addr, Value: stored}, strings.HasPrefix(addr, plainCodec{}.prefix()), nil
+}
+
+// encryptedResealer re-seals the encrypted baseline's blocks in place
+// (kv.Resealer): a block that names its key bound to its address and
+// namedData, one of an older build bound to its address alone.
+type encryptedResealer kv.ResealEnv
+
+func (r encryptedResealer) Reseal(addr string, stored []byte) (backend.Item, bool, error) {
+	if !strings.HasPrefix(addr, encryptedCodec{}.prefix()) {
+		return backend.Item{}, false, nil
+	}
+	v, err := seal.Reseal(r.From, r.To, nil, []byte(addr+namedData), stored)
+	if err != nil {
+		v, err = seal.Reseal(r.From, r.To, nil, []byte(addr), stored)
+	}
+	return backend.Item{Addr: addr, Value: v}, true, err
 }
 
 // stripes is the number of locks that keep the index in agreement with
@@ -146,7 +188,7 @@ func (s *store) Get(ctx context.Context, key string) ([]byte, bool, error) {
 	if vals[0] == nil {
 		return nil, false, nil
 	}
-	val, err := s.codec.decode(addr, vals[0])
+	_, val, _, err := s.codec.decode(addr, vals[0])
 	if err != nil {
 		return nil, false, err
 	}
@@ -155,7 +197,7 @@ func (s *store) Get(ctx context.Context, key string) ([]byte, bool, error) {
 
 func (s *store) Put(ctx context.Context, key string, val []byte) error {
 	addr := s.codec.addr(key)
-	stored := s.codec.encode(addr, val)
+	stored := s.codec.encode(addr, key, val)
 	l := s.lock(addr)
 	l.RLock()
 	if s.indexed(addr) {
@@ -233,7 +275,7 @@ func (s *store) Load(ctx context.Context, items iter.Seq2[string, []byte]) (int,
 			err := batch.flush(ctx, s)
 			return len(s.index), errors.Join(fmt.Errorf("%w: %d keys", kv.ErrFull, s.capacity), err)
 		}
-		batch.add(addr, s.codec.encode(addr, val))
+		batch.add(addr, s.codec.encode(addr, key, val))
 		if batch.size >= loadBatchBytes {
 			if err := batch.flush(ctx, s); err != nil {
 				return len(s.index), err
@@ -286,3 +328,39 @@ func (s *store) Stats() kv.Stats {
 }
 
 func (s *store) Close() error { return s.b.Close() }
+
+// StoredKeys implements kv.KeyLister: the index holds addresses, so it
+// reads every stored block, in batches of listBatch, for its key's name
+// (a baseline hides nothing of its accesses). A block written by a build
+// that did not seal the name with the value is an error.
+func (s *store) StoredKeys(ctx context.Context) ([]string, error) {
+	s.mu.RLock()
+	addrs := slices.Collect(maps.Keys(s.index))
+	s.mu.RUnlock()
+	keys := make([]string, 0, len(addrs))
+	for batch := range slices.Chunk(addrs, listBatch) {
+		vals, err := s.b.Read(ctx, batch)
+		if err != nil {
+			return nil, err
+		}
+		for i, stored := range vals {
+			if stored == nil { // deleted since the index was copied
+				continue
+			}
+			key, _, named, err := s.codec.decode(batch[i], stored)
+			switch {
+			case err != nil:
+				return nil, err
+			case !named:
+				return nil, errUnnamed
+			}
+			keys = append(keys, key)
+		}
+	}
+	return keys, nil
+}
+
+// listBatch is the number of addresses one Read of StoredKeys asks for.
+const listBatch = 1024
+
+var errUnnamed = errors.New("the store holds a value written by an older build, which did not seal its key's name with it, so its keys cannot be named; write each key again to seal its name")

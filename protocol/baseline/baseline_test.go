@@ -2,22 +2,25 @@ package baseline_test
 
 import (
 	"bytes"
+	"encoding/hex"
+	"errors"
 	"strings"
 	"testing"
 
 	"github.com/oblivkv/oblivkv/backend"
+	"github.com/oblivkv/oblivkv/backend/mem"
 	"github.com/oblivkv/oblivkv/kv"
 	"github.com/oblivkv/oblivkv/kv/kvtest"
 	_ "github.com/oblivkv/oblivkv/protocol/baseline"
 )
 
 var (
-	plain = kvtest.Config{Protocol: "plain"} // no integrity: the tamper tests do not apply
+	plain = kvtest.Config{Protocol: "plain", NamesKeys: true} // no integrity: the tamper tests do not apply
 	// encrypted seals each value under its address alone: a flipped bit
 	// or a moved value fails to open, but an older value put back at its
 	// address opens (it defeats no adversary), so the replay test does
 	// not apply.
-	encrypted = kvtest.Config{Protocol: "encrypted", Integrity: true, NoFreshness: true}
+	encrypted = kvtest.Config{Protocol: "encrypted", Integrity: true, NoFreshness: true, NamesKeys: true}
 )
 
 func TestMain(m *testing.M) { kvtest.Main(m) }
@@ -117,4 +120,52 @@ func (s *spied) Close() error {
 	}
 	*s.vals = got
 	return s.Backend.Close()
+}
+
+// TestEncryptedNamesOlderBlocks: encrypted seals a key's name with its
+// value. A value of an older build, sealed alone under its address, still
+// reads, but its key cannot be named: StoredKeys says so rather than leave
+// the key out of a dump. A block that opens under neither form is
+// tampered.
+func TestEncryptedNamesOlderBlocks(t *testing.T) {
+	ctx := t.Context()
+	b, keys := mem.New(), kvtest.NewKeys(t)
+	open := func() kv.Store {
+		b.Reopen()
+		s, err := kv.Open(ctx, kv.Config{Protocol: "encrypted", Backend: b, Keys: keys, Capacity: 16, ValueSize: 32, MaxKeySize: 32})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.Close() })
+		return s
+	}
+	s := open()
+	if err := s.Put(ctx, "named", []byte("v1")); err != nil {
+		t.Fatal(err)
+	}
+	l, _ := kv.AsKeyLister(s)
+	if got, err := l.StoredKeys(ctx); err != nil || len(got) != 1 || got[0] != "named" {
+		t.Fatalf("StoredKeys = %q, %v; want [named]", got, err)
+	}
+	id := keys.PRF([]byte("older"))
+	addr := "e/" + hex.EncodeToString(id[:])
+	older := keys.Seal(nil, []byte(addr), []byte("v0"))
+	if err := b.Write(ctx, []backend.Item{{Addr: addr, Value: older}}); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	s = open()
+	if val, ok, err := s.Get(ctx, "older"); err != nil || !ok || string(val) != "v0" {
+		t.Fatalf("Get of an older block = %q, %v, %v; want v0", val, ok, err)
+	}
+	l, _ = kv.AsKeyLister(s)
+	if got, err := l.StoredKeys(ctx); err == nil || !strings.Contains(err.Error(), "older build") {
+		t.Fatalf("StoredKeys with an older block = %q, %v; want an error naming the older build", got, err)
+	}
+	if err := b.Write(ctx, []backend.Item{{Addr: addr, Value: append(older[:len(older)-1:len(older)-1], older[len(older)-1]^1)}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.StoredKeys(ctx); !errors.Is(err, kv.ErrTampered) {
+		t.Fatalf("StoredKeys with a flipped block = %v, want ErrTampered", err)
+	}
 }

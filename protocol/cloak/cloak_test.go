@@ -20,7 +20,7 @@ var fast = cloak.Options{Delta: 500 * time.Microsecond}
 
 // contractConfig is the contract suite's configuration of stores of o.
 func contractConfig(o cloak.Options) kvtest.Config {
-	return kvtest.Config{Protocol: "cloak", Integrity: true, Durable: true, Options: o}
+	return kvtest.Config{Protocol: "cloak", Integrity: true, Durable: true, NamesKeys: true, Options: o}
 }
 
 func TestContract(t *testing.T) {

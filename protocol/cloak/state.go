@@ -229,3 +229,18 @@ func (s *store) Stats() kv.Stats {
 		{Name: kv.StatTicks, Value: float64(s.ticks.Load())},
 	}}
 }
+
+// StoredKeys implements kv.KeyLister from the bijection, which names
+// every key with an address (a new key reserves one at its first write),
+// less those whose latest write, still waiting for a batch, deletes them.
+func (s *store) StoredKeys(context.Context) ([]string, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	keys := make([]string, 0, s.live)
+	for key := range s.where {
+		if s.exists(key) {
+			keys = append(keys, key)
+		}
+	}
+	return keys, nil
+}

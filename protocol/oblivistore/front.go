@@ -345,3 +345,18 @@ func (f *Front) fetch(c *FrontMachine, m Fetch) {
 	f.DummyEvictions += uint64(m.J) - uint64(len(out))
 	c.send(m.P, PartitionMsg{Blocks: &Blocks{P: m.P, Entries: out}})
 }
+
+// storedKeys returns the keys stored: those on storage (Pos), and those in
+// trusted memory whose block exists or is being read from storage.
+func (f *Front) storedKeys() []string {
+	keys := make([]string, 0, f.Keys)
+	for key := range f.Pos {
+		keys = append(keys, key)
+	}
+	for key, h := range f.Mem {
+		if h.Exists || !h.Known {
+			keys = append(keys, key)
+		}
+	}
+	return keys
+}

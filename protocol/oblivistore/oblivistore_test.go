@@ -8,7 +8,7 @@ import (
 	"github.com/oblivkv/oblivkv/protocol/oblivistore"
 )
 
-var cfg = kvtest.Config{Protocol: "oblivistore", Integrity: true, Durable: true}
+var cfg = kvtest.Config{Protocol: "oblivistore", Integrity: true, Durable: true, NamesKeys: true}
 
 func TestMain(m *testing.M) { kvtest.Main(m) }
 
@@ -24,7 +24,7 @@ func TestContract(t *testing.T) {
 // and stays linearizable, with one group and with three: nothing but the
 // messages' sealed bytes passes between them.
 func TestMessagesCrossAsBytes(t *testing.T) {
-	wire := kvtest.Config{Protocol: "oblivistore", Integrity: true, Durable: true, Options: oblivistore.Options{TestingKnobs: oblivistore.TestingKnobs{Wire: true}}}
+	wire := kvtest.Config{Protocol: "oblivistore", Integrity: true, Durable: true, NamesKeys: true, Options: oblivistore.Options{TestingKnobs: oblivistore.TestingKnobs{Wire: true}}}
 	kvtest.RunContract(t, wire, kvtest.Mem())
 	lin := wire
 	lin.Options = oblivistore.Options{EvictionRate: 1.5, Groups: 3, TestingKnobs: oblivistore.TestingKnobs{Wire: true}}

@@ -649,6 +649,7 @@ func (s *store) Close() error {
 	close(s.closing)
 	<-s.done
 	s.ios.Wait()
+	s.logs.wg.Wait() // a checkpoint in the background ends first, broken or not
 	var err error
 	if s.broken == nil {
 		if err = s.checkpointAll(context.Background()); err != nil {
@@ -671,4 +672,14 @@ func sortedWrites(ws map[ioKey]*WriteIO) []*WriteIO {
 	out := slices.Collect(maps.Values(ws))
 	slices.SortFunc(out, func(a, b *WriteIO) int { return cmp.Or(cmp.Compare(a.Group, b.Group), cmp.Compare(a.ID, b.ID)) })
 	return out
+}
+
+// StoredKeys implements kv.KeyLister from the front's position map and
+// the blocks it holds, read on the loop between two batches.
+func (s *store) StoredKeys(context.Context) ([]string, error) {
+	var keys []string
+	if err := s.onLoop(func() { keys = s.core.front.st.Front.storedKeys() }); err != nil {
+		return nil, err
+	}
+	return keys, nil
 }

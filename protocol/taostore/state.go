@@ -108,8 +108,12 @@ func (s *store) Load(ctx context.Context, items iter.Seq2[string, []byte]) (int,
 func (s *store) Close() error {
 	ctx := context.Background()
 	err := s.writeBackAll(ctx)
+	// A checkpoint in the background ends first, even when the write-back
+	// failed: a closed store touches storage no more.
+	s.checkpointing.Lock()
+	defer s.checkpointing.Unlock()
 	if err == nil {
-		err = s.checkpoint(ctx)
+		err = s.checkpointLocked(ctx)
 	}
 	return errors.Join(err, s.b.Close())
 }

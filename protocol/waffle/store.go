@@ -390,3 +390,17 @@ func (s *store) Stats() kv.Stats {
 		{Name: kv.StatTheoreticalBeta, Value: TheoreticalBeta(s.opts, s.capacity)},
 	}}
 }
+
+// StoredKeys implements kv.KeyLister from the objects' map: every real
+// object, on storage or in the cache.
+func (s *store) StoredKeys(context.Context) ([]string, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	keys := make([]string, 0, s.nReal)
+	for rf := range s.objs {
+		if !rf.Dummy {
+			keys = append(keys, rf.Key)
+		}
+	}
+	return keys, nil
+}

@@ -28,7 +28,7 @@ func TestContract(t *testing.T) {
 	// every object read is deleted (Waffle Sec. 4, Challenge 4, and Sec. 6.2): an older object put
 	// back at its own id is never read again, by construction, so the
 	// TamperReplay case puts older objects over the ids written since.
-	cfg := kvtest.Config{Protocol: "waffle", Integrity: true, Durable: true, Options: small, FreshAddresses: true}
+	cfg := kvtest.Config{Protocol: "waffle", Integrity: true, Durable: true, NamesKeys: true, Options: small, FreshAddresses: true}
 	for _, st := range kvtest.Storages(t) {
 		t.Run(st.Name, func(t *testing.T) { kvtest.RunContract(t, cfg, st) })
 	}

@@ -549,10 +549,24 @@ func checkIdent(dir string, keys *seal.Keys) error {
 	if err != nil {
 		return fmt.Errorf("journal: %w", err)
 	}
+	return openIdent(keys, b)
+}
+
+// openIdent checks an identity record against keys.
+func openIdent(keys *seal.Keys, b []byte) error {
 	if _, err := keys.Open(nil, identAD, b); err != nil {
 		return ErrWrongKey
 	}
 	return nil
+}
+
+// checkIdentOnly checks dir's identity record, which must exist.
+func checkIdentOnly(dir string, keys *seal.Keys) error {
+	b, err := os.ReadFile(filepath.Join(dir, identFile))
+	if err != nil {
+		return fmt.Errorf("journal: %w", err)
+	}
+	return openIdent(keys, b)
 }
 
 // writeFileSync writes a new file durably (atomicfile.Write).
@@ -576,17 +590,9 @@ var incarnationAD = []byte("oblivkv journal incarnation")
 // open's, and makes it durable.
 func (j *Journal) nextIncarnation() error {
 	ctx := context.Background()
-	vals, err := j.states.Read(ctx, []string{incarnationAddr})
+	prev, err := readIncarnation(ctx, j.states, j.keys)
 	if err != nil {
-		return fmt.Errorf("journal: reading the incarnation: %w", err)
-	}
-	var prev uint64
-	if vals[0] != nil {
-		plain, err := j.keys.Open(nil, incarnationAD, vals[0])
-		if err != nil || len(plain) != 8 {
-			return fmt.Errorf("%w: the incarnation does not read back", ErrCorrupt)
-		}
-		prev = binary.BigEndian.Uint64(plain)
+		return err
 	}
 	if prev >= durable.MaxIncarnation {
 		return fmt.Errorf("journal: opened %d times, the most its fencing tokens allow", prev)
@@ -598,6 +604,43 @@ func (j *Journal) nextIncarnation() error {
 	j.incarnation = prev + 1
 	return nil
 }
+
+// readIncarnation returns the incarnation the checkpoint store keeps (0:
+// none kept).
+func readIncarnation(ctx context.Context, states *disk.Backend, keys *seal.Keys) (uint64, error) {
+	vals, err := states.Read(ctx, []string{incarnationAddr})
+	if err != nil {
+		return 0, fmt.Errorf("journal: reading the incarnation: %w", err)
+	}
+	if vals[0] == nil {
+		return 0, nil
+	}
+	plain, err := keys.Open(nil, incarnationAD, vals[0])
+	if err != nil || len(plain) != 8 {
+		return 0, fmt.Errorf("%w: the incarnation does not read back", ErrCorrupt)
+	}
+	return binary.BigEndian.Uint64(plain), nil
+}
+
+// LastIncarnation returns the incarnation of the latest open of the
+// journal in dir, which nobody may hold open (see Lock), without writing
+// anything.
+func LastIncarnation(dir string, keys *seal.Keys) (uint64, error) {
+	if err := checkIdentOnly(dir, keys); err != nil {
+		return 0, err
+	}
+	states, err := disk.OpenWith(filepath.Join(dir, "checkpoints"), disk.Options{ReadOnly: true, CacheSize: 1 << 20})
+	if err != nil {
+		return 0, fmt.Errorf("journal: %w", err)
+	}
+	defer states.Close()
+	return readIncarnation(context.Background(), states, keys)
+}
+
+// Lock takes the lock of the journal directory dir, as Open does, for a
+// caller that reads the directory's files while no store may open it (a
+// backup of a stopped store); closing the file releases it.
+func Lock(dir string) (*os.File, error) { return lockDir(dir) }
 
 // checkpointHeader is the size of a checkpoint's header: its generation
 // and its position in the log (8 bytes each, big-endian).

@@ -12,11 +12,6 @@ import (
 	"github.com/oblivkv/oblivkv/seal"
 )
 
-// Lock takes the lock a journal holds on dir while it is open, for a
-// command that must not run beside a process using the journal; Close
-// releases it.
-func Lock(dir string) (*os.File, error) { return lockDir(dir) }
-
 // Reseal writes to dst, a directory that must not exist, the journal in
 // src sealed under to instead of from (`oblivkv rekey`): its identity,
 // every record of every segment with its LSN and machine, a torn tail
