@@ -162,7 +162,7 @@ func cmdMSetNX(c *conn, args [][]byte) {
 // Commands oblivkv refuses, each with the reason a user is given.
 const (
 	noExpiry  = "is not supported by oblivkv: keys never expire, because expiring one at its time would show storage when that key is touched"
-	noListing = "is not supported by oblivkv: it keeps no list of key names (such a list, or a walk over storage, would reveal which keys exist)"
+	noListing = "is not supported by oblivkv: it lists no key names to clients (a listing, or a walk over storage, would reveal which keys exist); oblivkv dump exports a stopped store"
 	noPubSub  = "is not supported by oblivkv: it stores keys and values only; use a message broker for publish/subscribe"
 )
 
