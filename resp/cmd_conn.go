@@ -41,28 +41,36 @@ func cmdSelect(c *conn, args [][]byte) {
 	}
 }
 
-// cmdHello negotiates RESP2 (RESP3 is refused with NOPROTO, which clients
-// take as "fall back to RESP2") and replies the server's map as a flat
-// array, as Redis does in RESP2.
+// cmdHello negotiates the protocol, RESP2 or RESP3 (others are refused
+// with NOPROTO), applies its options and replies the server's map. The
+// connection changes protocol only when all of HELLO succeeds, as Redis's
+// does; without a version it keeps its own.
 func cmdHello(c *conn, args [][]byte) {
-	if len(args) > 1 && !c.helloVersion(args[1]) {
-		return
+	resp3 := c.wr.resp3
+	if len(args) > 1 {
+		v, ok := c.helloVersion(args[1])
+		if !ok {
+			return
+		}
+		resp3 = v == 3
 	}
 	if c.helloOptions(args[min(2, len(args)):]) {
+		c.wr.resp3 = resp3
 		c.helloReply()
 	}
 }
 
-// helloVersion accepts protocol version 2, or writes the error.
-func (c *conn) helloVersion(arg []byte) bool {
+// helloVersion returns protocol version 2 or 3, or writes the error.
+func (c *conn) helloVersion(arg []byte) (int64, bool) {
 	v, ok := parseInt(arg)
 	switch {
 	case !ok:
 		c.wr.err("ERR Protocol version is not an integer or out of range")
-	case v != 2:
+	case v != 2 && v != 3:
 		c.wr.err("NOPROTO sorry, this protocol version is not supported")
+		ok = false
 	}
-	return ok && v == 2
+	return v, ok
 }
 
 // helloOptions applies HELLO's AUTH and SETNAME options, or writes the
@@ -97,13 +105,13 @@ func (c *conn) helloOptions(opts [][]byte) bool {
 }
 
 func (c *conn) helloReply() {
-	c.wr.array(14)
+	c.wr.mapHeader(7)
 	c.wr.bulkString("server")
 	c.wr.bulkString("oblivkv")
 	c.wr.bulkString("version")
 	c.wr.bulkString(c.s.opts.Version)
 	c.wr.bulkString("proto")
-	c.wr.integer(2)
+	c.wr.integer(map[bool]int64{false: 2, true: 3}[c.wr.resp3])
 	c.wr.bulkString("id")
 	c.wr.integer(c.id)
 	c.wr.bulkString("mode")
@@ -191,8 +199,10 @@ func (c *conn) describe(now time.Time) string {
 // details, and the number of commands.
 func cmdCommand(c *conn, args [][]byte) {
 	switch {
-	case len(args) == 1, is(args[1], "docs"):
+	case len(args) == 1:
 		c.wr.array(0)
+	case is(args[1], "docs"):
+		c.wr.mapHeader(0)
 	case is(args[1], "count") && len(args) == 2:
 		c.wr.integer(int64(len(commands)))
 	case is(args[1], "info"):
@@ -222,7 +232,7 @@ func cmdConfig(c *conn, args [][]byte) {
 			pairs = append(pairs, p[0], p[1])
 		}
 	}
-	c.wr.array(len(pairs))
+	c.wr.mapHeader(len(pairs) / 2)
 	for _, s := range pairs {
 		c.wr.bulkString(s)
 	}

@@ -64,9 +64,12 @@ func TestBinaryValues(t *testing.T) {
 	}
 }
 
+// TestConnectionCommands checks the replies of a RESP2 connection
+// (TestRESP3 those that differ in RESP3).
 func TestConnectionCommands(t *testing.T) {
 	env := startServer(t, openStore(t, kv.Config{}), Options{Version: "1.2.3"})
-	c := env.client(t)
+	c := redis.NewClient(&redis.Options{Addr: env.addr, MaxRetries: -1, Protocol: 2})
+	defer c.Close()
 	tests := []struct {
 		args []any
 		want any
@@ -129,7 +132,7 @@ func TestErrorReplies(t *testing.T) {
 		{[]any{"subscribe", "news"}, "ERR SUBSCRIBE " + noPubSub},
 		{[]any{"select", "1"}, "ERR DB index is out of range"},
 		{[]any{"select", "x"}, "ERR value is not an integer or out of range"},
-		{[]any{"hello", "3"}, "NOPROTO sorry, this protocol version is not supported"},
+		{[]any{"hello", "4"}, "NOPROTO sorry, this protocol version is not supported"},
 		{[]any{"hello", "x"}, "ERR Protocol version is not an integer or out of range"},
 		{[]any{"client", "kill", "x"}, "ERR unknown subcommand 'kill'. Try CLIENT HELP."},
 		{[]any{"client", "setname", "a b"}, errBadName},
@@ -309,5 +312,31 @@ func TestStringCommands(t *testing.T) {
 		if !reflect.DeepEqual(got, tt.want) {
 			t.Errorf("%v = %#v, want %#v", tt.args, got, tt.want)
 		}
+	}
+}
+
+// TestRESP3 checks HELLO 3 switches a connection to RESP3, whose replies
+// differ from RESP2's in the null and in maps; a HELLO that fails
+// (a version unknown, a wrong password) changes nothing.
+func TestRESP3(t *testing.T) {
+	env := startServer(t, openStore(t, kv.Config{}), Options{Version: "1.2.3"})
+	nc := env.dial(t)
+	exchange(t, nc, "HELLO 4\r\n", "-NOPROTO sorry, this protocol version is not supported\r\n")
+	exchange(t, nc, "HELLO 3 AUTH default wrong\r\n", "-"+errNoPassword+"\r\n")
+	exchange(t, nc, "GET missing\r\n", "$-1\r\n")
+	exchange(t, nc, "HELLO 3\r\n", "%7\r\n$6\r\nserver\r\n$7\r\noblivkv\r\n$7\r\nversion\r\n$5\r\n1.2.3\r\n$5\r\nproto\r\n:3\r\n$2\r\nid\r\n:")
+	exchange(t, nc, "", "1\r\n$4\r\nmode\r\n$10\r\nstandalone\r\n$4\r\nrole\r\n$6\r\nmaster\r\n$7\r\nmodules\r\n*0\r\n")
+	exchange(t, nc, "GET missing\r\n", "_\r\n")
+	exchange(t, nc, "CONFIG GET appendonly\r\n", "%1\r\n$10\r\nappendonly\r\n$2\r\nno\r\n")
+	exchange(t, nc, "COMMAND DOCS\r\n", "%0\r\n")
+	exchange(t, nc, "COMMAND INFO get\r\n", "*1\r\n_\r\n")
+	exchange(t, nc, "SET k v\r\nGET k\r\n", "+OK\r\n$1\r\nv\r\n")
+	exchange(t, nc, "HELLO 2\r\n", "*14\r\n")
+	c := env.client(t) // go-redis asks for RESP3 by default
+	if m, err := c.Do(ctx, "hello").Result(); err != nil || m.(map[any]any)["proto"] != int64(3) {
+		t.Fatalf("go-redis's HELLO: %#v, %v; want a RESP3 map", m, err)
+	}
+	if _, err := c.Get(ctx, "nothing").Result(); err != redis.Nil {
+		t.Fatalf("GET of a missing key over RESP3: %v, want redis.Nil", err)
 	}
 }

@@ -1,4 +1,4 @@
-// Package resp serves a kv.Store over RESP2, the Redis wire protocol, so that
+// Package resp serves a kv.Store over RESP, the Redis wire protocol, so that
 // applications, redis-cli and redis-benchmark talk to oblivkv as they would
 // to Redis.
 //
@@ -14,8 +14,10 @@
 // GETDEL, MGET, MSET, MSETNX, DEL, UNLINK, EXISTS (one key or several),
 // INCR, DECR, INCRBY, DECRBY, INCRBYFLOAT, APPEND, STRLEN, TYPE; and DBSIZE,
 // PING, ECHO, INFO, SELECT 0, QUIT, and the connection-level commands
-// clients send on connect: HELLO (RESP2 only), CLIENT, COMMAND, CONFIG GET
-// and AUTH. Names are case-insensitive.
+// clients send on connect: HELLO, CLIENT, COMMAND, CONFIG GET and AUTH.
+// Names are case-insensitive. A connection speaks RESP2 until HELLO 3 asks
+// for RESP3 (redis-py 6 and later ask on connect), whose replies differ
+// only in the null and in maps (HELLO, CONFIG GET, COMMAND DOCS).
 //
 // Each string command on one key is one kv.Update (or Get) of that key:
 // atomic, and one access of the Store whatever it finds, so a missing key,

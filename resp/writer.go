@@ -6,11 +6,14 @@ import (
 	"strings"
 )
 
-// writer encodes RESP2 replies into a buffered writer. Write errors are
-// sticky in the bufio.Writer and surface at flush.
+// writer encodes replies into a buffered writer, in RESP2 or, once a
+// client asked for it with HELLO 3, RESP3: the same replies but for the
+// null (one "_") and maps (a "%" header instead of an array of pairs).
+// Write errors are sticky in the bufio.Writer and surface at flush.
 type writer struct {
-	bw  *bufio.Writer
-	num []byte // scratch for formatting lengths and integers
+	bw    *bufio.Writer
+	num   []byte // scratch for formatting lengths and integers
+	resp3 bool
 }
 
 func newWriter(bw *bufio.Writer) *writer {
@@ -64,15 +67,38 @@ func (w *writer) bulkString(s string) {
 	w.bw.Write(crlf)
 }
 
-// null writes the null bulk string, "$-1\r\n".
-func (w *writer) null() { w.bw.WriteString("$-1\r\n") }
+// null writes the null bulk string, "$-1\r\n" ("_\r\n" in RESP3).
+func (w *writer) null() {
+	if w.resp3 {
+		w.bw.WriteString("_\r\n")
+		return
+	}
+	w.bw.WriteString("$-1\r\n")
+}
 
 // array writes the header of an array of n elements; the caller writes
 // them.
 func (w *writer) array(n int) { w.header('*', int64(n)) }
 
-// nullArray writes the null array, "*-1\r\n".
-func (w *writer) nullArray() { w.bw.WriteString("*-1\r\n") }
+// nullArray writes the null array, "*-1\r\n" ("_\r\n" in RESP3).
+func (w *writer) nullArray() {
+	if w.resp3 {
+		w.bw.WriteString("_\r\n")
+		return
+	}
+	w.bw.WriteString("*-1\r\n")
+}
+
+// mapHeader writes the header of a map of n pairs: in RESP2 an array of
+// 2n elements, keys and values in turn, as Redis replies maps there; the
+// caller writes them.
+func (w *writer) mapHeader(n int) {
+	if w.resp3 {
+		w.header('%', int64(n))
+		return
+	}
+	w.array(2 * n)
+}
 
 func (w *writer) header(kind byte, n int64) {
 	w.num = append(w.num[:0], kind)

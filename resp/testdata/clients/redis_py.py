@@ -11,13 +11,16 @@ import redis
 
 def main():
     host, port = sys.argv[1], int(sys.argv[2])
-    pool = redis.ConnectionPool(host=host, port=port, max_connections=8)
-    r = redis.Redis(connection_pool=pool)
-    assert r.ping()
-    strings(r)
-    pipelined(r)
-    pooled(r)
-    refused(r)
+    for protocol in (2, 3):  # redis-py 6 and later ask for RESP3 by default
+        pool = redis.ConnectionPool(host=host, port=port, max_connections=8, protocol=protocol)
+        r = redis.Redis(connection_pool=pool)
+        assert r.ping()
+        r.delete("py:a", "py:f", "py:s", "py:n", "py:piped", "py:pooled")
+        strings(r)
+        pipelined(r)
+        pooled(r)
+        refused(r)
+        pool.disconnect()
     print("ok")
 
 
