@@ -1,6 +1,7 @@
 package dump_test
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -100,8 +101,10 @@ func dumpAll(t *testing.T, s kv.Store, log *observe.MemoryLog) (map[string]strin
 // TestDumpViewIndependentOfKeyCount dumps stores of 3 and of 200 keys.
 // Each dump issues exactly Capacity Gets and gives back every key and
 // value. For waffle, whose batches have a fixed shape, storage sees the
-// very same sequence of calls (kinds, addresses per call, sizes) whatever
-// the number of keys. (Cloak's batches leave at a fixed rate, so how many
+// same calls (kinds, addresses per call, sizes) whatever the number of
+// keys; how many batches it sees depends on timing (a batch a timeout
+// closes holds fewer real queries), so the kinds of call are compared,
+// not their count. (Cloak's batches leave at a fixed rate, so how many
 // storage sees depends only on how long the dump takes; oblivistore's
 // shuffles depend on the store's history, which the audit judges.)
 func TestDumpViewIndependentOfKeyCount(t *testing.T) {
@@ -133,8 +136,8 @@ func TestDumpViewIndependentOfKeyCount(t *testing.T) {
 			if len(views[0]) == 0 {
 				t.Fatal("the dump made no backend call")
 			}
-			if !slices.Equal(views[0], views[1]) {
-				t.Fatalf("storage saw different dumps: %d calls with 3 keys, %d with 200", len(views[0]), len(views[1]))
+			if a, b := kinds(views[0]), kinds(views[1]); !slices.Equal(a, b) {
+				t.Fatalf("storage saw different calls: %v with 3 keys, %v with 200", a, b)
 			}
 		})
 	}
@@ -187,4 +190,20 @@ func TestDumpRefusesProtocolsThatCannotNameKeys(t *testing.T) {
 			t.Errorf("%s: refused dump issued %d Gets", protocol, gets)
 		}
 	}
+}
+
+// kinds returns the distinct calls of a view, in a fixed order.
+func kinds(calls []call) []call {
+	seen := map[call]bool{}
+	var out []call
+	for _, c := range calls {
+		if !seen[c] {
+			seen[c] = true
+			out = append(out, c)
+		}
+	}
+	slices.SortFunc(out, func(a, b call) int {
+		return cmp.Or(cmp.Compare(a.op, b.op), cmp.Compare(a.addrs, b.addrs), cmp.Compare(a.sizes, b.sizes))
+	})
+	return out
 }
