@@ -151,7 +151,7 @@ func (s *store) Update(ctx context.Context, key string, m kv.Mutation) (kv.Resul
 	id := tree.IDOf(s.keys, key)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	res, err := s.o.access(ctx, id, m)
+	res, err := s.o.access(ctx, id, key, m)
 	if err == nil && s.log.Due() {
 		err = s.checkpoint(ctx)
 	}
