@@ -1,6 +1,7 @@
 package pathoram
 
 import (
+	"encoding/binary"
 	"testing"
 
 	"github.com/oblivkv/oblivkv/kv"
@@ -15,9 +16,11 @@ func TestEarlierCheckpointNamesNoKeys(t *testing.T) {
 		s := st.(*store)
 		s.mu.Lock()
 		defer s.mu.Unlock()
-		clear(s.o.names)
-		v2 := s.encodeState() // its names last: a count of 0
-		v1 := append([]byte(stateMagicV1), v2[len(stateMagic):len(v2)-1]...)
+		v1 := s.appendParams([]byte(stateMagicV1))
+		for id, leaf := range s.o.pos { // a position, with no name
+			v1 = binary.AppendUvarint(append(v1, id[:]...), leaf)
+		}
+		v1 = s.appendStashAndVersions(v1)
 		if err := s.log.Checkpoint(t.Context(), v1, s.log.Last()); err != nil {
 			t.Fatal(err)
 		}

@@ -12,8 +12,9 @@ import (
 	"github.com/oblivkv/oblivkv/protocol/tree"
 )
 
-// stateMagic begins a checkpoint. Version 2 appends the keys' names
-// (encodeState); a version 1 checkpoint, an earlier build's, has none.
+// stateMagic begins a checkpoint. Version 2 holds each key's name with
+// its position (encodeState); a version 1 checkpoint, an earlier
+// build's, has none.
 const (
 	stateMagic   = "oblivkv pathoram checkpoint v2\n"
 	stateMagicV1 = "oblivkv pathoram checkpoint v1\n"
@@ -185,20 +186,37 @@ func (s *store) recover(ctx context.Context) error {
 func (s *store) Snapshot() ([]byte, error) { return s.encodeState(), nil }
 
 // encodeState serialises the trusted state, a checkpoint's content:
-// parameters, position map, stash, stash high-water mark, bucket versions
-// and the keys' names.
+// parameters, position map (each block's leaf and its key's name, if the
+// state holds it), stash, stash high-water mark and bucket versions.
 func (s *store) encodeState() []byte {
 	o, r := s.o, s.remote
 	idLen := len(tree.BlockID{})
 	b := make([]byte, 0, len(stateMagic)+len(o.pos)*(idLen+4)+len(r.versions)*3+64)
-	b = append(b, stateMagic...)
-	for _, v := range []int{o.g.L, o.z, s.codec.ValueSize(), len(o.pos)} {
-		b = binary.AppendUvarint(b, uint64(v))
-	}
+	b = s.appendParams(append(b, stateMagic...))
 	for id, leaf := range o.pos {
 		b = append(b, id[:]...)
 		b = binary.AppendUvarint(b, leaf)
+		name, named := o.names[id]
+		if b = delta.AppendBool(b, named); named {
+			b = delta.AppendBytes(b, []byte(name))
+		}
 	}
+	return s.appendStashAndVersions(b)
+}
+
+// appendParams appends a checkpoint's parameters: the tree's levels, Z,
+// the value size and the number of positions that follow.
+func (s *store) appendParams(b []byte) []byte {
+	for _, v := range []int{s.o.g.L, s.o.z, s.codec.ValueSize(), len(s.o.pos)} {
+		b = binary.AppendUvarint(b, uint64(v))
+	}
+	return b
+}
+
+// appendStashAndVersions appends what a checkpoint holds after the
+// positions: the stash, its high-water mark and the bucket versions.
+func (s *store) appendStashAndVersions(b []byte) []byte {
+	o, r := s.o, s.remote
 	b = binary.AppendUvarint(b, uint64(len(o.stash)))
 	for _, e := range o.stash {
 		b = delta.AppendBytes(append(b, e.id[:]...), e.val)
@@ -207,10 +225,6 @@ func (s *store) encodeState() []byte {
 	b = binary.AppendUvarint(b, uint64(len(r.versions)))
 	for _, v := range r.versions {
 		b = binary.AppendUvarint(b, v)
-	}
-	b = binary.AppendUvarint(b, uint64(len(o.names)))
-	for id, name := range o.names {
-		b = delta.AppendBytes(append(b, id[:]...), []byte(name))
 	}
 	return b
 }
@@ -239,11 +253,14 @@ func (s *store) Restore(plain []byte) error {
 		return fmt.Errorf("%w: the store was created with Z=%d, opened with Z=%d", kv.ErrMismatch, z, o.z)
 	}
 	npos := d.Count()
-	pos := make(map[tree.BlockID]uint64, npos)
+	pos, names := make(map[tree.BlockID]uint64, npos), map[tree.BlockID]string{}
 	for n := npos; n > 0 && !d.Failed(); n-- {
 		id, leaf := readID(d), d.Uvarint()
 		pos[id] = leaf
 		d.Check(leaf < o.g.Leaves() && len(pos) <= o.capacity, "position map")
+		if named && d.Bool() {
+			names[id] = string(d.Bytes(tree.MaxNameSize))
+		}
 	}
 	var stash []entry
 	for n := d.Count(); n > 0 && !d.Failed(); n-- {
@@ -258,28 +275,11 @@ func (s *store) Restore(plain []byte) error {
 	for i := range versions {
 		versions[i] = d.Uvarint()
 	}
-	names := map[tree.BlockID]string{}
-	if named {
-		names = s.readNames(d, pos)
-	}
 	if err := d.Done(); err != nil {
 		return err
 	}
 	o.pos, o.names, o.stash, o.stashMax, r.versions = pos, names, stash, int(stashMax), versions
 	return nil
-}
-
-// readNames reads the keys' names of a checkpoint whose position map is
-// pos: each of a block pos holds.
-func (s *store) readNames(d *delta.Decoder, pos map[tree.BlockID]uint64) map[tree.BlockID]string {
-	names := map[tree.BlockID]string{}
-	for n := d.Count(); n > 0 && !d.Failed(); n-- {
-		id, name := readID(d), d.Bytes(tree.MaxNameSize)
-		_, ok := pos[id]
-		d.Check(ok, "name of a block without a position")
-		names[id] = string(name)
-	}
-	return names
 }
 
 // StoredKeys implements kv.KeyLister from the names kept beside the

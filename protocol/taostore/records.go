@@ -24,10 +24,10 @@ const (
 
 // Position changes a path's record may carry.
 const (
-	posNone   byte = iota // no block was answered
-	posSet                // the block answered lives on at a new leaf
-	posDelete             // the block answered was deleted
-	posSetNamed           // posSet, then the block's key: a request stored a key whose name the state did not hold (an earlier build's records have none)
+	posNone     byte = iota // no block was answered
+	posSet                  // the block answered lives on at a new leaf
+	posDelete               // the block answered was deleted
+	posSetNamed             // posSet, then the block's key: a request stored a key whose name the state did not hold (an earlier build's records have none)
 )
 
 // readDelta describes path read number plan, planned as p.
