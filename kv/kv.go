@@ -109,6 +109,10 @@ var (
 	// serves nothing more and must be restarted, if at all, from the
 	// journal the newer one left.
 	ErrFenced = backend.ErrFenced
+	// ErrKeysUnnamed reports a KeyLister whose trusted state holds keys
+	// an earlier build stored without their names: it names none rather
+	// than some.
+	ErrKeysUnnamed = errors.New("the store holds keys written by an earlier build, which kept no record of their names, so its keys cannot be listed; write each key again to record its name")
 )
 
 // Stats is a snapshot of a store's counters.

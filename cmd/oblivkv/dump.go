@@ -29,8 +29,9 @@ store being served is locked). Every value is read through the store's own
 Gets: exactly as many Gets as the store's capacity, one of each stored key and
 the rest of names it does not hold, in a random order, so storage sees
 ordinary accesses whose number does not depend on how many keys it holds.
-Protocols that keep only a PRF of each key (treebeard, taostore, pathoram)
-cannot name their keys and cannot be dumped.
+Every protocol names its keys from its trusted state. A store of treebeard,
+taostore or pathoram holding keys stored by a build that kept no names
+cannot be dumped until each of them is written again (docs/protocols.md).
 
 The file holds the values in the clear: it is written with mode 0600, to a
 temporary name beside it, synced and renamed into place, so a failed dump

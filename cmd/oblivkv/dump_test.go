@@ -12,10 +12,12 @@ import (
 
 	"github.com/oblivkv/oblivkv/cmd/oblivkv/internal/setup"
 	"github.com/oblivkv/oblivkv/internal/testsupport/redistest"
+	"github.com/oblivkv/oblivkv/kv/kvtest/fixture"
 )
 
-// dumpable are the protocols whose keys a dump can name (kv.KeyLister).
-var dumpable = []string{"plain", "encrypted", "oblivistore", "waffle", "cloak"}
+// protocols are the eight protocols, all of which name their keys
+// (kv.KeyLister), so a dump can read each.
+var protocols = []string{"treebeard", "taostore", "pathoram", "plain", "encrypted", "waffle", "cloak", "oblivistore"}
 
 // movedStore is the size of the stores the dump tests move.
 var movedStore = []string{"--capacity", "256", "--value-size", "64"}
@@ -95,17 +97,15 @@ func checkStore(t *testing.T, dataDir, spec string, want map[string][]byte) {
 	}
 }
 
-// TestDumpLoadAcrossProtocols moves a store of every dumpable protocol
-// into another protocol, each of the eight a target once (the last one
-// into its own protocol), through CSV and JSONL files, and reads back every
-// key and value, binary ones included. One source and one target are on
-// Redis, the others on disk.
+// TestDumpLoadAcrossProtocols moves a store of each of the eight
+// protocols into the next one of the list (the last into the first), so
+// that each is a source once and a target once, through CSV and JSONL
+// files, and reads back every key and value, binary ones included. One
+// source and one target are on Redis, the others on disk.
 func TestDumpLoadAcrossProtocols(t *testing.T) {
 	redisURL := redistest.Start(t)
-	// Each source in turn; the last into its own protocol.
-	targets := []string{"treebeard", "taostore", "pathoram", "plain", "encrypted", "waffle", "cloak", "oblivistore"}
-	for i, target := range targets {
-		source := dumpable[i%len(dumpable)]
+	for i, source := range protocols {
+		target := protocols[(i+1)%len(protocols)]
 		t.Run(source+"_to_"+target, func(t *testing.T) {
 			dir := t.TempDir()
 			from, to := "disk", "disk"
@@ -173,8 +173,8 @@ func TestDumpOfServedStoreIsRefused(t *testing.T) {
 
 // TestFailedDumpLeavesNothing: a dump that cannot write its file (a
 // missing directory, or a directory in the file's place), and a dump of a
-// protocol that cannot name its keys, leave no file and no temporary
-// behind, and the store dumps whole afterwards.
+// protocol that cannot name its keys (the test fixture), leave no file
+// and no temporary behind, and the store dumps whole afterwards.
 func TestFailedDumpLeavesNothing(t *testing.T) {
 	dir := t.TempDir()
 	want := fillStore(t, filepath.Join(dir, "data"), "disk", "cloak", 3)
@@ -186,9 +186,9 @@ func TestFailedDumpLeavesNothing(t *testing.T) {
 			t.Fatalf("dump to %s succeeded: %s", to, out)
 		}
 	}
-	fillStore(t, filepath.Join(dir, "tree"), "disk", "treebeard", 4)
-	if out, err := runMain(dir, "dump", "--data-dir", "tree", "--to", "tree.csv"); err == nil || !strings.Contains(out, "PRF") {
-		t.Fatalf("dump of treebeard: %v: %s", err, out)
+	fillStore(t, filepath.Join(dir, "unnamed"), "disk", fixture.Name, 4)
+	if out, err := runMain(dir, "dump", "--data-dir", "unnamed", "--to", "unnamed.csv"); err == nil || !strings.Contains(out, "cannot name") {
+		t.Fatalf("dump of the fixture: %v: %s", err, out)
 	}
 	entries, err := os.ReadDir(dir)
 	if err != nil {
@@ -198,8 +198,8 @@ func TestFailedDumpLeavesNothing(t *testing.T) {
 	for _, e := range entries {
 		names = append(names, e.Name())
 	}
-	if strings.Join(names, " ") != "data taken.csv tree" {
-		t.Errorf("after failed dumps the directory holds %v, want data taken.csv tree", names)
+	if strings.Join(names, " ") != "data taken.csv unnamed" {
+		t.Errorf("after failed dumps the directory holds %v, want data taken.csv unnamed", names)
 	}
 	if out, err := runMain(dir, "dump", "--data-dir", "data", "--to", "out.csv"); err != nil || !strings.Contains(out, fmt.Sprintf("dumped %d keys", len(want))) {
 		t.Fatalf("dump after failed ones: %v: %s", err, out)

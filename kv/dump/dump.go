@@ -30,8 +30,9 @@ const Workers = 64
 // for (or the store's maximum key size, if smaller).
 const absentNameSize = 16
 
-// ErrCannotName reports a store whose protocol cannot name its keys.
-var ErrCannotName = errors.New("the protocol keeps only a PRF of each key, not its name, so its keys cannot be listed for a dump")
+// ErrCannotName reports a store whose protocol cannot name its keys (it
+// does not implement kv.KeyLister).
+var ErrCannotName = errors.New("the protocol cannot name the keys it holds, so they cannot be listed for a dump")
 
 // Plan returns the names a dump of s asks for, in the order it asks:
 // every key s holds and as many names it does not hold as make Capacity

@@ -28,6 +28,31 @@ func (m Model) Delete(t testing.TB, s kv.Store, key string) {
 	m[key] = nil
 }
 
+// CheckNames checks that s, if its protocol names its keys
+// (kv.KeyLister), names exactly the keys m holds; when says when.
+func (m Model) CheckNames(t testing.TB, s kv.Store, when string) {
+	t.Helper()
+	l, ok := kv.AsKeyLister(s)
+	if !ok {
+		return
+	}
+	got, err := l.StoredKeys(t.Context())
+	if err != nil {
+		t.Fatalf("%s: StoredKeys: %v", when, err)
+	}
+	var want []string
+	for k, v := range m {
+		if v != nil {
+			want = append(want, k)
+		}
+	}
+	slices.Sort(got)
+	slices.Sort(want)
+	if !slices.Equal(got, want) {
+		t.Fatalf("%s: StoredKeys = %q, want %q", when, got, want)
+	}
+}
+
 // Check reads every key of m from s, in order, and fails t at the first
 // that does not hold its value (a deleted key: missing); when says when.
 func (m Model) Check(t testing.TB, s kv.Store, when string) {

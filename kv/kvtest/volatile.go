@@ -8,7 +8,6 @@ import (
 
 	"github.com/oblivkv/oblivkv/backend"
 	"github.com/oblivkv/oblivkv/backend/mem"
-	"github.com/oblivkv/oblivkv/internal/durable/journal"
 	"github.com/oblivkv/oblivkv/kv"
 )
 
@@ -161,26 +160,14 @@ func (v *Volatile) PowerLoss(ctx context.Context) (int, error) {
 // size and options, and CheckPowerLoss adds storage, keys and a journal.
 // Writes and deletes are acknowledged, the process dies (the journal
 // keeps what it synced), storage loses what it had not synced, and every
-// key must read back as last acknowledged.
+// key must read back as last acknowledged, and a store that names its
+// keys (kv.KeyLister) must name exactly those stored.
 func CheckPowerLoss(t *testing.T, open kv.Factory, env kv.Env) {
 	t.Helper()
-	ctx, dir, v := t.Context(), t.TempDir(), NewVolatile()
-	env.Backend, env.Keys = v, NewKeys(t)
-	start := func(fresh bool) (kv.Store, *journal.Journal) {
-		t.Helper()
-		j, err := journal.Open(dir, env.Keys, journal.Options{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		env.Fresh, env.Journal = fresh, j
-		s, err := open(ctx, env)
-		if err != nil {
-			j.Crash()
-			t.Fatal(err)
-		}
-		return s, j
-	}
-	s, j := start(true)
+	ctx, v := t.Context(), NewVolatile()
+	env.Backend = v
+	p := newProcess(t, open, env)
+	s, j := p.start(true)
 	if w, ok := s.(kv.WriteJournaler); !ok || !w.JournalsEveryWrite() {
 		t.Fatal("the store does not journal every write: its storage must sync each one")
 	}
@@ -211,12 +198,14 @@ func CheckPowerLoss(t *testing.T, open kv.Factory, env kv.Env) {
 	if lost == 0 {
 		t.Fatal("the power loss reverted no write: the test exercised nothing")
 	}
-	s, j = start(false)
+	s, j = p.start(false)
 	defer func() {
 		if err := s.Close(); err != nil {
 			t.Error(err)
 		}
 		j.Close()
 	}()
-	want.Check(t, s, fmt.Sprintf("after a power loss that reverted %d writes", lost))
+	when := fmt.Sprintf("after a power loss that reverted %d writes", lost)
+	want.Check(t, s, when)
+	want.CheckNames(t, s, when)
 }

@@ -27,13 +27,13 @@ func (s *store) Load(ctx context.Context, items iter.Seq2[string, []byte]) (int,
 	if len(o.pos) > 0 {
 		return len(o.pos), kv.ErrNotEmpty
 	}
-	vals := map[tree.BlockID][]byte{}
+	vals, names := map[tree.BlockID][]byte{}, map[tree.BlockID]string{}
 	for k, v := range items {
 		id := tree.IDOf(s.keys, k)
 		if _, dup := vals[id]; !dup && len(vals) >= o.capacity {
 			return 0, fmt.Errorf("%w: more than %d distinct keys to load; nothing loaded", kv.ErrFull, o.capacity)
 		}
-		vals[id] = append([]byte{}, v...)
+		vals[id], names[id] = append([]byte{}, v...), k
 	}
 	buckets, pos, stash := o.layout(vals)
 	// Journaled first: a crash while the tree is rewritten leaves a tree
@@ -45,7 +45,7 @@ func (s *store) Load(ctx context.Context, items iter.Seq2[string, []byte]) (int,
 		s.remote.broken = fmt.Errorf("pathoram: bulk load failed, the store must be created again: %w", err)
 		return 0, s.remote.broken
 	}
-	o.pos, o.stash = pos, stash
+	o.pos, o.names, o.stash = pos, names, stash
 	o.stashMax = max(o.stashMax, len(stash))
 	s.publish()
 	if err := s.checkpoint(ctx); err != nil {

@@ -40,6 +40,9 @@ type entry struct {
 type result struct {
 	kv.Result
 	full bool // a new key in a full store: nothing stored
+	// named: the access stored a key whose name the state did not hold,
+	// and added it (its journal record carries the name).
+	named bool
 	// rejected is the error of a mutation that does not apply to the
 	// value: nothing changed, and the access ran all the same.
 	rejected error
@@ -60,6 +63,7 @@ type oram struct {
 	traced    func(leaf uint64, id tree.BlockID) // tests only: every path read planned (TestingKnobs.Trace)
 
 	pos      map[tree.BlockID]uint64 // block -> assigned leaf
+	names    map[tree.BlockID]string // block -> its key, for kv.KeyLister (a key an earlier build stored has none)
 	stash    []entry
 	stashMax int // high-water mark of the stash after a write-back
 	// unfinished is the access whose path read was planned and that has
@@ -78,7 +82,7 @@ type oram struct {
 
 func newORAM(g tree.Geometry, z, capacity, valueSize int, io paths, seed random.Seed) *oram {
 	return &oram{g: g, z: z, capacity: capacity, valueSize: valueSize, io: io, rng: random.New(seed),
-		flusher: tree.NewFlusher(g, z), pos: map[tree.BlockID]uint64{},
+		flusher: tree.NewFlusher(g, z), pos: map[tree.BlockID]uint64{}, names: map[tree.BlockID]string{},
 		contents: make([][]tree.Block, g.L+1)}
 }
 
@@ -97,8 +101,9 @@ type plannedRead struct {
 // not in the position map, so existence never leaks), answer from the path
 // and the stash, remap the block to a fresh random leaf, flush greedily and
 // write the path back. Every kind of operation makes the same calls. An
-// unfinished access goes first.
-func (o *oram) access(ctx context.Context, id tree.BlockID, m kv.Mutation) (result, error) {
+// unfinished access goes first. key is the block's name, kept if the
+// access stores it.
+func (o *oram) access(ctx context.Context, id tree.BlockID, key string, m kv.Mutation) (result, error) {
 	if err := o.finishUnfinished(ctx); err != nil {
 		return result{}, err
 	}
@@ -110,7 +115,7 @@ func (o *oram) access(ctx context.Context, id tree.BlockID, m kv.Mutation) (resu
 	default:
 		leaf = o.randomLeaf()
 	}
-	return o.run(ctx, plannedRead{id, leaf}, m)
+	return o.run(ctx, plannedRead{id, leaf}, key, m)
 }
 
 // finishUnfinished runs the unfinished access again as a read of its
@@ -123,13 +128,13 @@ func (o *oram) finishUnfinished(ctx context.Context) error {
 	if o.unfinished == nil {
 		return nil
 	}
-	_, err := o.run(ctx, *o.unfinished, kv.Mutation{Op: kv.MutRead})
+	_, err := o.run(ctx, *o.unfinished, "", kv.Mutation{Op: kv.MutRead})
 	return err
 }
 
-// run is the access of p.id reading p.leaf's path, planned first: until
-// its write-back is committed, it is the unfinished access.
-func (o *oram) run(ctx context.Context, p plannedRead, m kv.Mutation) (result, error) {
+// run is the access of p.id, named key, reading p.leaf's path, planned
+// first: until its write-back is committed, it is the unfinished access.
+func (o *oram) run(ctx context.Context, p plannedRead, key string, m kv.Mutation) (result, error) {
 	if err := o.io.planRead(ctx, p.leaf, p.id); err != nil {
 		return result{}, err
 	}
@@ -145,12 +150,12 @@ func (o *oram) run(ctx context.Context, p plannedRead, m kv.Mutation) (result, e
 	}
 	o.gather(buckets)
 	defer func() { clear(o.work) }()
-	res, err := o.apply(p, known, m)
+	res, err := o.apply(p, key, known, m)
 	if err != nil {
 		return result{}, err
 	}
 	o.flush(p.leaf)
-	err = o.io.writePath(ctx, o.path, o.contents, func() []byte { return o.journalDelta(p.leaf, p.id) })
+	err = o.io.writePath(ctx, o.path, o.contents, func() []byte { return o.journalDelta(p.leaf, p.id, res.named) })
 	o.unfinished = nil // committed: written, or queued (writePath)
 	for i := range o.contents {
 		clear(o.contents[i])
@@ -177,8 +182,9 @@ func (o *oram) gather(buckets [][]tree.Block) {
 
 // apply runs the mutation on the working set of p's access and, if the
 // block exists afterwards, assigns it a fresh uniformly random leaf (Sec.
-// IV-A step 1). It changes nothing when it fails.
-func (o *oram) apply(p plannedRead, known bool, m kv.Mutation) (result, error) {
+// IV-A step 1); a write that stores the block keeps key as its name. It
+// changes nothing when it fails.
+func (o *oram) apply(p plannedRead, key string, known bool, m kv.Mutation) (result, error) {
 	id := p.id
 	i := o.find(id)
 	if known && i < 0 {
@@ -202,7 +208,11 @@ func (o *oram) apply(p plannedRead, known bool, m kv.Mutation) (result, error) {
 	default:
 		o.remove(i)
 		delete(o.pos, id)
+		delete(o.names, id)
 		i = -1
+	}
+	if _, named := o.names[id]; i >= 0 && r.Written && !named {
+		o.names[id], res.named = key, true
 	}
 	if i >= 0 && !(o.leak == leakGetKeepsLeaf && m.Op == kv.MutRead) {
 		leaf := o.randomLeaf()

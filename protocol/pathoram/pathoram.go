@@ -13,8 +13,8 @@
 // random path, so existence never leaks. One access runs at a time.
 //
 // The package owns the trusted state: the position map (block ID, a PRF
-// of the key, to leaf; keys themselves are never kept), the stash and one
-// version per bucket. Every bucket is sealed bound to its address, slot
+// of the key, to leaf), each stored key's name beside its block ID (for
+// kv.KeyLister), the stash and one version per bucket. Every bucket is sealed bound to its address, slot
 // and version (tree.Codec), so storage that flips bits, moves, deletes or
 // replays an older copy of a bucket yields kv.ErrTampered, never wrong or
 // stale data. It also owns storage's view of the tree (view.go) and its
@@ -152,7 +152,7 @@ func (s *store) Update(ctx context.Context, key string, m kv.Mutation) (kv.Resul
 	id := tree.IDOf(s.keys, key)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	res, err := s.o.access(ctx, id, m)
+	res, err := s.o.access(ctx, id, key, m)
 	if err == nil && s.log.Due() {
 		err = s.checkpoint(ctx)
 	}

@@ -18,7 +18,7 @@ import (
 	"github.com/oblivkv/oblivkv/seal"
 )
 
-var contract = kvtest.Config{Protocol: "pathoram", Integrity: true, Durable: true}
+var contract = kvtest.Config{Protocol: "pathoram", Integrity: true, Durable: true, NamesKeys: true}
 
 func TestMain(m *testing.M) { kvtest.Main(m) }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"math/rand/v2"
+	"strconv"
 	"testing"
 
 	"github.com/oblivkv/oblivkv/kv"
@@ -64,7 +65,7 @@ func simStash(t *testing.T, n, accesses int, seed byte) int {
 			model[k]++
 			m = kv.Mutation{Op: kv.MutSet, Arg: binary.BigEndian.AppendUint64(buf[:0], model[k])}
 		}
-		res, err := o.access(ctx, simID(k), m)
+		res, err := o.access(ctx, simID(k), strconv.Itoa(k), m)
 		if err != nil || !res.Found {
 			t.Fatalf("access %d to key %d: found %v, %v", i, k, res.Found, err)
 		}

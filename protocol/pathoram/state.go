@@ -12,7 +12,13 @@ import (
 	"github.com/oblivkv/oblivkv/protocol/tree"
 )
 
-const stateMagic = "oblivkv pathoram checkpoint v1\n"
+// stateMagic begins a checkpoint. Version 2 holds each key's name with
+// its position (encodeState); a version 1 checkpoint, an earlier
+// build's, has none.
+const (
+	stateMagic   = "oblivkv pathoram checkpoint v2\n"
+	stateMagicV1 = "oblivkv pathoram checkpoint v1\n"
+)
 
 // Journal records (internal/durable) carry, besides the sealed buckets
 // each access writes, one of these deltas of the trusted state.
@@ -29,16 +35,29 @@ func journalRead(leaf uint64, id tree.BlockID) []byte {
 	return binary.AppendUvarint(append([]byte{deltaRead}, id[:]...), leaf)
 }
 
+// How an access's record holds its block's position map entry. An
+// earlier build's records have no positionNamed.
+const (
+	positionNone  byte = iota // the block does not exist
+	positionSet               // the block's new leaf
+	positionNamed             // the block's new leaf, then its key: the access stored a key whose name the state did not hold
+)
+
 // journalDelta describes the access that just read leaf's path for block
-// id: the position map's entry for id (its new leaf, or none) and the
-// whole stash after the flush (usually a handful of blocks).
-func (o *oram) journalDelta(leaf uint64, id tree.BlockID) []byte {
+// id: the position map's entry for id (its new leaf, or none), with its
+// name if the access added it (named), and the whole stash after the
+// flush (usually a handful of blocks).
+func (o *oram) journalDelta(leaf uint64, id tree.BlockID, named bool) []byte {
 	b := append([]byte{deltaAccess}, id[:]...)
 	b = binary.AppendUvarint(b, leaf)
-	if nl, ok := o.pos[id]; ok {
-		b = binary.AppendUvarint(append(b, 1), nl)
-	} else {
-		b = append(b, 0)
+	switch nl, ok := o.pos[id]; {
+	case !ok:
+		b = append(b, positionNone)
+	case named:
+		b = binary.AppendUvarint(append(b, positionNamed), nl)
+		b = delta.AppendBytes(b, []byte(o.names[id]))
+	default:
+		b = binary.AppendUvarint(append(b, positionSet), nl)
 	}
 	b = binary.AppendUvarint(b, uint64(len(o.stash)))
 	for _, e := range o.stash {
@@ -77,11 +96,16 @@ func (s *store) Apply(rec []byte) error {
 	}
 	id, leaf := readID(d), d.Uvarint()
 	d.Check(leaf < o.g.Leaves(), "leaf")
-	present := d.Bool()
+	position := d.Byte()
+	d.Check(position <= positionNamed, "position entry")
 	var newLeaf uint64
-	if present {
+	var name []byte
+	if position != positionNone {
 		newLeaf = d.Uvarint()
 		d.Check(newLeaf < o.g.Leaves(), "leaf")
+	}
+	if position == positionNamed {
+		name = d.Bytes(tree.MaxNameSize)
 	}
 	var stash []entry
 	for n := d.Count(); n > 0 && !d.Failed(); n-- {
@@ -92,10 +116,15 @@ func (s *store) Apply(rec []byte) error {
 	if err := d.Done(); err != nil {
 		return err
 	}
-	if present {
-		o.pos[id] = newLeaf
-	} else {
+	switch position {
+	case positionNone:
 		delete(o.pos, id)
+		delete(o.names, id)
+	case positionNamed:
+		o.names[id] = string(name)
+		fallthrough
+	default:
+		o.pos[id] = newLeaf
 	}
 	for i := range stash {
 		var ok bool
@@ -144,7 +173,7 @@ func (s *store) recover(ctx context.Context) error {
 	}
 	if s.loadCut {
 		o := s.o
-		o.pos, o.stash = map[tree.BlockID]uint64{}, nil
+		o.pos, o.names, o.stash = map[tree.BlockID]uint64{}, map[tree.BlockID]string{}, nil
 		if err := s.remote.writeTree(ctx, func(uint64) []tree.Block { return nil }); err != nil {
 			return fmt.Errorf("pathoram: rewriting the tree of an interrupted bulk load: %w", err)
 		}
@@ -157,20 +186,37 @@ func (s *store) recover(ctx context.Context) error {
 func (s *store) Snapshot() ([]byte, error) { return s.encodeState(), nil }
 
 // encodeState serialises the trusted state, a checkpoint's content:
-// parameters, position map, stash, stash high-water mark and bucket
-// versions.
+// parameters, position map (each block's leaf and its key's name, if the
+// state holds it), stash, stash high-water mark and bucket versions.
 func (s *store) encodeState() []byte {
 	o, r := s.o, s.remote
 	idLen := len(tree.BlockID{})
 	b := make([]byte, 0, len(stateMagic)+len(o.pos)*(idLen+4)+len(r.versions)*3+64)
-	b = append(b, stateMagic...)
-	for _, v := range []int{o.g.L, o.z, s.codec.ValueSize(), len(o.pos)} {
-		b = binary.AppendUvarint(b, uint64(v))
-	}
+	b = s.appendParams(append(b, stateMagic...))
 	for id, leaf := range o.pos {
 		b = append(b, id[:]...)
 		b = binary.AppendUvarint(b, leaf)
+		name, named := o.names[id]
+		if b = delta.AppendBool(b, named); named {
+			b = delta.AppendBytes(b, []byte(name))
+		}
 	}
+	return s.appendStashAndVersions(b)
+}
+
+// appendParams appends a checkpoint's parameters: the tree's levels, Z,
+// the value size and the number of positions that follow.
+func (s *store) appendParams(b []byte) []byte {
+	for _, v := range []int{s.o.g.L, s.o.z, s.codec.ValueSize(), len(s.o.pos)} {
+		b = binary.AppendUvarint(b, uint64(v))
+	}
+	return b
+}
+
+// appendStashAndVersions appends what a checkpoint holds after the
+// positions: the stash, its high-water mark and the bucket versions.
+func (s *store) appendStashAndVersions(b []byte) []byte {
+	o, r := s.o, s.remote
 	b = binary.AppendUvarint(b, uint64(len(o.stash)))
 	for _, e := range o.stash {
 		b = delta.AppendBytes(append(b, e.id[:]...), e.val)
@@ -184,12 +230,17 @@ func (s *store) encodeState() []byte {
 }
 
 // Restore implements durable.Machine: it installs an encoded state after
-// checking it against the store's parameters.
+// checking it against the store's parameters. A version 1 checkpoint
+// leaves every key it holds without a name.
 func (s *store) Restore(plain []byte) error {
-	if !bytes.HasPrefix(plain, []byte(stateMagic)) {
+	body, named := bytes.CutPrefix(plain, []byte(stateMagic))
+	if !named && !bytes.HasPrefix(plain, []byte(stateMagicV1)) {
 		return fmt.Errorf("checkpoint has an unknown format")
 	}
-	d := delta.NewDecoder(plain[len(stateMagic):])
+	if !named {
+		body = plain[len(stateMagicV1):]
+	}
+	d := delta.NewDecoder(body)
 	o, r := s.o, s.remote
 	L, z, vs := d.Uvarint(), d.Uvarint(), d.Uvarint()
 	// A mismatch of L or the value size is caught by kv's metadata record
@@ -202,11 +253,14 @@ func (s *store) Restore(plain []byte) error {
 		return fmt.Errorf("%w: the store was created with Z=%d, opened with Z=%d", kv.ErrMismatch, z, o.z)
 	}
 	npos := d.Count()
-	pos := make(map[tree.BlockID]uint64, npos)
+	pos, names := make(map[tree.BlockID]uint64, npos), map[tree.BlockID]string{}
 	for n := npos; n > 0 && !d.Failed(); n-- {
 		id, leaf := readID(d), d.Uvarint()
 		pos[id] = leaf
 		d.Check(leaf < o.g.Leaves() && len(pos) <= o.capacity, "position map")
+		if named && d.Bool() {
+			names[id] = string(d.Bytes(tree.MaxNameSize))
+		}
 	}
 	var stash []entry
 	for n := d.Count(); n > 0 && !d.Failed(); n-- {
@@ -224,8 +278,17 @@ func (s *store) Restore(plain []byte) error {
 	if err := d.Done(); err != nil {
 		return err
 	}
-	o.pos, o.stash, o.stashMax, r.versions = pos, stash, int(stashMax), versions
+	o.pos, o.names, o.stash, o.stashMax, r.versions = pos, names, stash, int(stashMax), versions
 	return nil
+}
+
+// StoredKeys implements kv.KeyLister from the names kept beside the
+// position map, once no access runs. A key an earlier build stored has
+// no name: then it names none (kv.ErrKeysUnnamed).
+func (s *store) StoredKeys(context.Context) ([]string, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return tree.NamedKeys(s.o.pos, s.o.names)
 }
 
 var errMalformed = errors.New("pathoram: trusted state is malformed")

@@ -33,3 +33,14 @@ func OpenRaw(ctx context.Context, env kv.Env) (kv.Store, error) { return open(ct
 // CheckpointEvery makes a store opened by OpenRaw checkpoint every n
 // journal records.
 func CheckpointEvery(s kv.Store, n uint64) { s.(*store).log.SetEvery(n) }
+
+// CheckpointUnnamed checkpoints a store opened by OpenRaw as an earlier
+// build did: with no names (gob writes no empty map, so the checkpoint
+// holds no Names field, as that build's did not).
+func CheckpointUnnamed(ctx context.Context, s kv.Store) error {
+	st := s.(*store)
+	st.mu.Lock()
+	clear(st.names)
+	st.mu.Unlock()
+	return st.checkpoint(ctx)
+}

@@ -24,9 +24,10 @@ const (
 
 // Position changes a path's record may carry.
 const (
-	posNone   byte = iota // no block was answered
-	posSet                // the block answered lives on at a new leaf
-	posDelete             // the block answered was deleted
+	posNone     byte = iota // no block was answered
+	posSet                  // the block answered lives on at a new leaf
+	posDelete               // the block answered was deleted
+	posSetNamed             // posSet, then the block's key: a request stored a key whose name the state did not hold (an earlier build's records have none)
 )
 
 // readDelta describes path read number plan, planned as p.
@@ -40,13 +41,17 @@ func readDelta(plan uint64, p plannedPath) []byte {
 
 // pathDelta describes the processing of path read number plan, to leaf,
 // that answered block id (real) or no block: every node of the path as
-// the flush left it, the block's position and the whole stash (a few
-// blocks; TaoStore Sec. V-C bounds it by 2K), then the plan's number.
-func (s *store) pathDelta(leaf uint64, real bool, id tree.BlockID, plan uint64) []byte {
+// the flush left it, the block's position (and its name, if the
+// processing kept it: named) and the whole stash (a few blocks; TaoStore
+// Sec. V-C bounds it by 2K), then the plan's number.
+func (s *store) pathDelta(leaf uint64, real bool, id tree.BlockID, plan uint64, named bool) []byte {
 	b := binary.AppendUvarint([]byte{deltaPath}, leaf)
 	switch nl, ok := s.pos[id]; {
 	case !real:
 		b = append(b, posNone)
+	case ok && named:
+		b = binary.AppendUvarint(append(append(b, posSetNamed), id[:]...), nl)
+		b = delta.AppendBytes(b, []byte(s.names[id]))
 	case ok:
 		b = binary.AppendUvarint(append(append(b, posSet), id[:]...), nl)
 	default:
@@ -131,8 +136,14 @@ func (s *store) replayPath(d *delta.Decoder) {
 	case posSet:
 		id := readID(d)
 		s.pos[id] = d.Uvarint()
+	case posSetNamed:
+		id := readID(d)
+		s.pos[id] = d.Uvarint()
+		s.names[id] = string(d.Bytes(tree.MaxNameSize))
 	case posDelete:
-		delete(s.pos, readID(d))
+		id := readID(d)
+		delete(s.pos, id)
+		delete(s.names, id)
 	case posNone:
 	default:
 		d.Check(d.Failed(), fmt.Sprint("a position change of kind ", kind))

@@ -10,6 +10,7 @@ import (
 type request struct {
 	m       kv.Mutation // what it does to its block (its Arg the caller's copy)
 	id      tree.BlockID
+	key     string // the block's name, kept if the request stores the block
 	leaf    uint64 // the path read for it
 	arrival uint64 // its place in arrival order
 	real    bool   // it reads its block's real path

@@ -21,6 +21,7 @@ import (
 type state struct {
 	Z, CachedLevels int // the layout the tree was written with
 	Pos             map[tree.BlockID]uint64
+	Names           map[tree.BlockID]string // none in an earlier build's checkpoint
 	Stash           map[tree.BlockID][]byte
 	Nodes           map[uint64][]tree.Block // the subtree: cached levels and buckets fresher than storage
 	Version         uint64
@@ -69,13 +70,15 @@ func (s *store) Load(ctx context.Context, items iter.Seq2[string, []byte]) (int,
 	if len(s.pos) > 0 {
 		return len(s.pos), kv.ErrNotEmpty
 	}
-	values := map[tree.BlockID][]byte{}
+	values, names := map[tree.BlockID][]byte{}, map[tree.BlockID]string{}
 	for k, v := range items {
-		values[s.blockID(k)] = append([]byte{}, v...)
+		id := s.blockID(k)
+		values[id], names[id] = append([]byte{}, v...), k
 		if len(values) > s.capacity {
 			return 0, errFull(s.capacity)
 		}
 	}
+	s.names = names
 	placed := make([][]tree.Block, s.geo.Buckets())
 	for id, v := range values {
 		s.pos[id] = s.randomLeaf()
@@ -176,7 +179,7 @@ func (s *store) encodeState() ([]byte, uint64, error) {
 // Snapshot implements durable.Machine: the state but the requests in
 // flight. s.mu is held, so the maps are encoded as they are.
 func (s *store) Snapshot() ([]byte, error) {
-	st := state{Z: s.opts.Z, CachedLevels: s.opts.CachedLevels, Pos: s.pos, Stash: s.stash,
+	st := state{Z: s.opts.Z, CachedLevels: s.opts.CachedLevels, Pos: s.pos, Names: s.names, Stash: s.stash,
 		Nodes: map[uint64][]tree.Block{}, Version: s.version, Acked: s.acked, Unfinished: s.unfinished, NextPlan: s.nextPlan}
 	for b, n := range s.sub.nodes {
 		st.Nodes[b] = n.blocks
@@ -202,6 +205,7 @@ func (s *store) Restore(b []byte) error {
 		return fmt.Errorf("%w: the checkpoint is of a tree of %d buckets", kv.ErrMismatch, len(st.Acked))
 	}
 	s.pos, s.stash, s.version, s.acked = cmpNonNil(st.Pos, s.pos), cmpNonNil(st.Stash, s.stash), st.Version, st.Acked
+	s.names = cmpNonNil(st.Names, map[tree.BlockID]string{})
 	s.unfinished, s.nextPlan = cmpNonNil(st.Unfinished, s.unfinished), st.NextPlan
 	for b, blocks := range st.Nodes {
 		s.sub.set(b, blocks)
@@ -234,7 +238,7 @@ func (s *store) recover(ctx context.Context) error {
 	}
 	if s.loadCut {
 		s.loadCut = false
-		s.pos, s.stash = map[tree.BlockID]uint64{}, map[tree.BlockID][]byte{}
+		s.pos, s.names, s.stash = map[tree.BlockID]uint64{}, map[tree.BlockID]string{}, map[tree.BlockID][]byte{}
 		s.sub = newSubtree(s.geo, s.opts.CachedLevels)
 		s.unfinished = map[uint64]plannedPath{}
 		if err := s.writeInitial(ctx, nil); err != nil {
@@ -285,6 +289,15 @@ func (s *store) finishUnfinished(ctx context.Context) error {
 // journaled before it is issued, and recovery rebuilds and writes again
 // every bucket changed since the checkpoint from the path records.
 func (s *store) JournalsEveryWrite() bool { return s.log.Durable() }
+
+// StoredKeys implements kv.KeyLister from the names kept beside the
+// position map. A key an earlier build stored has no name: then it names
+// none (kv.ErrKeysUnnamed).
+func (s *store) StoredKeys(context.Context) ([]string, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return tree.NamedKeys(s.pos, s.names)
+}
 
 func (s *store) Stats() kv.Stats {
 	s.mu.Lock()

@@ -53,6 +53,7 @@ type store struct {
 	landed   *sync.Cond      // signalled when a write-back ends
 	rng      *rand.Rand
 	pos      map[tree.BlockID]uint64 // position map: block -> leaf
+	names    map[tree.BlockID]string // block -> its key, for kv.KeyLister (a key an earlier build stored has none)
 	stash    map[tree.BlockID][]byte
 	sub      *subtree
 	reqs     map[tree.BlockID][]*request // request map (Sec. IV-B step 1)
@@ -104,7 +105,7 @@ func open(ctx context.Context, env kv.Env) (*store, error) {
 	}
 	s := &store{b: env.Backend, keys: env.Keys, geo: geo, opts: opts, capacity: env.Capacity, valueSize: env.ValueSize,
 		codec: tree.NewCodec(env.Keys, opts.Z, env.ValueSize), layout: tree.Layout{Prefix: BucketPrefix},
-		rng: rand.New(random.New(seed)), pos: map[tree.BlockID]uint64{},
+		rng: rand.New(random.New(seed)), pos: map[tree.BlockID]uint64{}, names: map[tree.BlockID]string{},
 		stash: map[tree.BlockID][]byte{}, sub: newSubtree(geo, opts.CachedLevels),
 		reqs: map[tree.BlockID][]*request{}, acked: make([]uint64, geo.Buckets()), unfinished: map[uint64]plannedPath{},
 		flusher: tree.NewFlusher(geo, opts.Z), seq: sequencer{released: opts.TestingKnobs.Released, leak: opts.TestingKnobs.Leak},
@@ -146,7 +147,7 @@ func (s *store) Update(ctx context.Context, key string, m kv.Mutation) (kv.Resul
 // access runs one request through the Processor and waits for the
 // Sequencer to release its reply (Sec. IV-B, Fig. 5).
 func (s *store) access(ctx context.Context, m kv.Mutation, key string) (*request, error) {
-	r := &request{m: m, id: s.blockID(key), done: make(chan struct{})}
+	r := &request{m: m, id: s.blockID(key), key: key, done: make(chan struct{})}
 	if err := s.arrive(r); err != nil {
 		return nil, err
 	}
@@ -340,12 +341,13 @@ func (s *store) process(r *request, fetched [][]tree.Block, versions []uint64, e
 	delete(s.unfinished, r.plan)
 	s.sub.sync(r.leaf, s.opts.CachedLevels, fetched)
 	var answered []*request
+	named := false
 	if r.real {
 		answered = s.reqs[r.id]
-		s.answer(r)
+		named = s.answer(r)
 	}
 	s.flush(r.leaf)
-	lsn := s.log.Append(s.pathDelta(r.leaf, r.real, r.id, r.plan))
+	lsn := s.log.Append(s.pathDelta(r.leaf, r.real, r.id, r.plan, named))
 	for _, q := range answered {
 		q.lsn = max(q.lsn, lsn)
 	}
@@ -385,24 +387,33 @@ func (s *store) failed(r *request, err error) {
 
 // answer runs, in arrival order, every request queued on r's block now
 // that its real path is in the subtree, then remaps the block to a fresh
-// random leaf in the stash (ANSWER-REQUEST).
-func (s *store) answer(r *request) {
+// random leaf in the stash (ANSWER-REQUEST). It reports whether it kept
+// the block's name: a request stored the block, whose name the state did
+// not hold.
+func (s *store) answer(r *request) (named bool) {
 	val, exists, err := s.take(r.id, r.leaf)
 	if err != nil {
 		s.failed(r, err)
-		return
+		return false
 	}
 	others := len(s.pos)
 	if _, ok := s.pos[r.id]; ok {
 		others--
 	}
+	var writer *request
 	for _, q := range s.reqs[r.id] {
-		exists, val = q.apply(exists, val, others, s.capacity, s.valueSize)
+		if exists, val = q.apply(exists, val, others, s.capacity, s.valueSize); q.result.Written {
+			writer = q
+		}
 	}
 	delete(s.reqs, r.id)
 	if !exists {
 		delete(s.pos, r.id)
-		return
+		delete(s.names, r.id)
+		return false
+	}
+	if _, ok := s.names[r.id]; writer != nil && !ok {
+		s.names[r.id], named = writer.key, true
 	}
 	s.pos[r.id] = s.randomLeaf()
 	if s.opts.TestingKnobs.Leak == leakGetKeepsLeaf && r.m.Op == kv.MutRead {
@@ -412,6 +423,7 @@ func (s *store) answer(r *request) {
 		s.pos[r.id] = s.leakedRemap(r.id, r.leaf)
 	}
 	s.stash[r.id] = val
+	return named
 }
 
 // take removes block id from the stash or from leaf's path in the subtree.

@@ -19,12 +19,12 @@ import (
 	"github.com/oblivkv/oblivkv/seal"
 )
 
-var cfg = kvtest.Config{Protocol: "taostore", Integrity: true, Durable: true}
+var cfg = kvtest.Config{Protocol: "taostore", Integrity: true, Durable: true, NamesKeys: true}
 
 func TestMain(m *testing.M) { kvtest.Main(m) }
 
 func TestContract(t *testing.T) {
-	for _, c := range []kvtest.Config{cfg, {Protocol: "taostore", Integrity: true, Durable: true, Options: taostore.Options{K: 3, CachedLevels: 2}}} {
+	for _, c := range []kvtest.Config{cfg, {Protocol: "taostore", Integrity: true, Durable: true, NamesKeys: true, Options: taostore.Options{K: 3, CachedLevels: 2}}} {
 		for _, st := range kvtest.Storages(t) {
 			t.Run(st.Name, func(t *testing.T) { kvtest.RunContract(t, c, st) })
 		}
@@ -381,4 +381,16 @@ func TestRequestsDoNotWaitForCheckpoints(t *testing.T) {
 // loses nothing acknowledged (the journal redoes what storage lost).
 func TestPowerLoss(t *testing.T) {
 	kvtest.CheckPowerLoss(t, taostore.OpenRaw, kv.Env{Capacity: 64, ValueSize: 16, Options: taostore.Options{K: 3}})
+}
+
+// TestEarlierCheckpointNamesNoKeys: a store whose checkpoint holds no
+// names (an earlier build's) opens and serves, and names its keys only
+// once each is written again.
+func TestEarlierCheckpointNamesNoKeys(t *testing.T) {
+	kvtest.CheckEarlierUnnamed(t, taostore.OpenRaw, kv.Env{Capacity: 64, ValueSize: 16, Options: taostore.Options{K: 3}},
+		func(s kv.Store) {
+			if err := taostore.CheckpointUnnamed(t.Context(), s); err != nil {
+				t.Fatal(err)
+			}
+		})
 }

@@ -124,6 +124,18 @@ func TestCrashRecovers(t *testing.T) {
 	c.j.Close()
 }
 
+// TestEarlierCheckpointNamesNoKeys: a store whose Stash shards'
+// checkpoints hold no names (an earlier build's) opens and serves, and
+// names its keys only once each is written again.
+func TestEarlierCheckpointNamesNoKeys(t *testing.T) {
+	kvtest.CheckEarlierUnnamed(t, treebeard.OpenRaw, kv.Env{Capacity: 256, ValueSize: 16, Options: treebeard.Options{A: 2, K: 3}},
+		func(s kv.Store) {
+			if err := treebeard.CheckpointUnnamed(t.Context(), s); err != nil {
+				t.Fatal(err)
+			}
+		})
+}
+
 // TestPowerLoss: with storage syncing only at checkpoints, a power cut
 // loses nothing acknowledged (the journal redoes what storage lost), under
 // busy evictions.

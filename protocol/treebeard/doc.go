@@ -4,8 +4,9 @@
 //
 //   - Router (Sec. 5.1): collects requests for an epoch (default 1 ms) and
 //     forwards each to the Stash shard chosen by a hash of its key.
-//   - Stash shards (Sec. 5.2): the position map (block -> tree, leaf) and
-//     the stash of the blocks hashed to them. The first request for a block
+//   - Stash shards (Sec. 5.2): the position map (block -> tree, leaf), the
+//     stored keys' names (for kv.KeyLister, carried by the requests that
+//     may store a block) and the stash of the blocks hashed to them. The first request for a block
 //     not in the stash reads its real path; repeats and stashed blocks read
 //     a random path of a random tree (fake reads), so repetition and skew
 //     never show. Every access moves the block to a fresh random tree and

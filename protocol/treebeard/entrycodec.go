@@ -33,11 +33,20 @@ func appendStashEntry(b []byte, e stashEntry) []byte {
 }
 
 // decodeStashEntry reads an entry of appendStashEntry.
-func decodeStashEntry(d *delta.Decoder) stashEntry {
+func decodeStashEntry(d *delta.Decoder) stashEntry { return decodeStashEntryWith(d, decodeRequest) }
+
+// decodeEarlierStashEntry reads an entry as an earlier build wrote it:
+// its requests with no Name (replicaInput).
+func decodeEarlierStashEntry(d *delta.Decoder) stashEntry {
+	return decodeStashEntryWith(d, decodeUnnamedRequest)
+}
+
+// decodeStashEntryWith reads an entry whose requests decodeReq reads.
+func decodeStashEntryWith(d *delta.Decoder, decodeReq func(*delta.Decoder) Request) stashEntry {
 	e := stashEntry{Kind: stashEntryKind(decodeEnum(d, uint8(entryTaken), "a Stash shard's entry"))}
 	e.Msg = decodeMsgID(d)
 	e.Epoch = d.Uvarint()
-	e.Batch = decodeList(d, decodeRequest)
+	e.Batch = decodeList(d, decodeReq)
 	e.Room = decodeInt64(d)
 	e.Tree = decodeInt(d)
 	e.Real = decodeList(d, decodeReadResult)

@@ -45,3 +45,18 @@ func Quiesce(s kv.Store) {
 		w.waitIdle()
 	}
 }
+
+// CheckpointUnnamed checkpoints every machine of a store opened by
+// OpenRaw, once its trees are idle, as an earlier build did: with no
+// keys' names (gob writes no false flag and no empty name, so the Stash
+// shards' checkpoints hold none, as that build's did not).
+func CheckpointUnnamed(ctx context.Context, ks kv.Store) error {
+	Quiesce(ks)
+	s := ks.(*store)
+	for _, st := range s.stashes {
+		st.mu.Lock()
+		clear(st.core.names)
+		st.mu.Unlock()
+	}
+	return s.checkpointAll(ctx, s.initialised.Load())
+}

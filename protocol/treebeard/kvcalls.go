@@ -11,8 +11,8 @@ import (
 
 // requests is the kv.Store calls of a store whose Routers are reached
 // through send: each call one Request, about its key's block (a PRF of
-// the key: Stash shards never see keys). The store in one process and a
-// cluster's router share it.
+// the key), with the key's name when it may store the block (withName).
+// The store in one process and a cluster's router share it.
 type requests struct {
 	keys *seal.Keys
 	send func(context.Context, Request) (Reply, error)
@@ -28,12 +28,12 @@ func (q requests) Get(ctx context.Context, key string) ([]byte, bool, error) {
 // Update applies m in the one access a Get costs: the Stash shard runs it
 // on the block while it holds it.
 func (q requests) Update(ctx context.Context, key string, m kv.Mutation) (kv.Result, error) {
-	rep, err := q.send(ctx, Request{Op: m.Op, ID: q.id(key), Value: bytes.Clone(m.Arg), If: m.If, ReturnOld: m.ReturnOld})
+	rep, err := q.send(ctx, Request{Op: m.Op, ID: q.id(key), Value: bytes.Clone(m.Arg), If: m.If, ReturnOld: m.ReturnOld}.withName(key))
 	return rep.Result, err
 }
 
 func (q requests) Put(ctx context.Context, key string, val []byte) error {
-	_, err := q.send(ctx, Request{Op: OpPut, ID: q.id(key), Value: append([]byte{}, val...)})
+	_, err := q.send(ctx, Request{Op: OpPut, ID: q.id(key), Value: append([]byte{}, val...)}.withName(key))
 	return err
 }
 

@@ -25,15 +25,30 @@ const (
 )
 
 // Request is one client request as a Router forwards it: its id (the
-// Router's), the block it is about (a PRF of the key: Stash shards never
-// see keys) and the rest of its kv.Mutation (Value is the mutation's Arg).
+// Router's), the block it is about (a PRF of the key, by which the Stash
+// shard finds it), the key itself when the request may store the block
+// (Named and Name: the shard keeps each stored block's name, for
+// kv.KeyLister; a Get or a Delete carries none, nor did an earlier
+// build's requests) and the rest of its kv.Mutation (Value is the
+// mutation's Arg).
 type Request struct {
 	Req       RequestID
 	Op        Op
 	ID        tree.BlockID
+	Named     bool
+	Name      string
 	Value     []byte
 	If        kv.Condition
 	ReturnOld bool
+}
+
+// withName returns r carrying key as its Name, unless r's Op never
+// stores a block.
+func (r Request) withName(key string) Request {
+	if r.Op != OpGet && r.Op != OpDelete {
+		r.Named, r.Name = true, key
+	}
+	return r
 }
 
 // mutation returns the kv.Mutation r carries.

@@ -148,6 +148,7 @@ const (
 	AdminInit                   // a tree writes all its buckets afresh, holding Placed
 	AdminRestore                // a tree takes State as its trusted state
 	AdminStats                  // the layer's counters
+	AdminNames                  // a Stash shard's positions and keys' names (Blocks.Pos, Blocks.Names)
 )
 
 // AdminMsg is the store's message to a layer outside epochs (Admin): bulk
@@ -171,10 +172,13 @@ type AdminReply struct {
 }
 
 // ShardBlocks are blocks of Stash shards as loads, checkpoints and
-// restores move them: where each is, and what the stashed ones hold.
+// restores move them: where each is, what the stashed ones hold, and the
+// name of each whose key a Stash shard was told (a key an earlier build
+// stored has none).
 type ShardBlocks struct {
 	Pos   map[tree.BlockID]Position
 	Stash map[tree.BlockID][]byte
+	Names map[tree.BlockID]string
 }
 
 // TreeSnapshot is a tree's trusted state as a checkpoint holds it.

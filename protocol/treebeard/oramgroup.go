@@ -45,15 +45,15 @@ func newORAMShardReplica(sh Shape, k, shards int) (*Replica, map[int]shardTree, 
 	}
 	order := slices.Sorted(maps.Keys(trees))
 	r := &Replica{
-		step: func(b []byte) (any, error) {
+		inputs: map[byte]func([]byte) (any, error){replicaInput: func(b []byte) (any, error) {
 			d := delta.NewDecoder(b)
 			t := int(d.Uvarint())
 			tr, ok := trees[t]
 			if d.Failed() || !ok {
 				return nil, fmt.Errorf("treebeard: an entry of ORAM shard %d for tree %d, which it does not own", k, t)
 			}
-			return tr.replica.step(d.Rest())
-		},
+			return tr.replica.inputs[replicaInput](d.Rest())
+		}},
 		image: func() []byte {
 			images := make([][]byte, len(order))
 			for i, t := range order {

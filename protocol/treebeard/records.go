@@ -22,7 +22,7 @@ import (
 // holds no sealed item: recovery tells which of each tree's operations
 // since the checkpoint landed and runs the others again (settleOps).
 const (
-	deltaBlocks       byte = iota + 1 // a Stash shard's epoch: where its blocks are now, and the stashed ones' values
+	deltaBlocks       byte = iota + 1 // a Stash shard's epoch: where its blocks are now, the stashed ones' values and names
 	deltaTree                         // a tree's multi-path read or eviction as the previous build journaled it: its ringoram.Change with the top buckets' values, the tree's read count, and the sealed items of its Write, which recovery issues again
 	deltaEvictDone                    // an eviction's end as an earlier build journaled it: the blocks that left the stash, the copies it left stale
 	deltaLoad                         // a bulk load begins: the trees are rewritten whole
@@ -30,6 +30,17 @@ const (
 	deltaOp                           // a tree's multi-path read or eviction: its ringoram.Change (top buckets as block IDs), the tree's read count, and (since per-machine logs) the blocks it took out for their Stash shards (handover)
 	deltaShardEvicted                 // a Stash shard answered the end of an eviction: its message, the blocks that left the stash, its reply
 	deltaTreeEvicted                  // the end of a tree's eviction: the copies it left stale
+)
+
+// How an epoch's record (blocksDelta) holds a block that exists: in its
+// tree, or stashed with its value, and then its name if the shard holds
+// one. A block an epoch stored is stashed at the epoch's end, so the
+// record of the epoch that names it holds the name. An earlier build's
+// records have no stashedNamed.
+const (
+	inTree byte = iota
+	stashedUnnamed
+	stashedNamed
 )
 
 // blocksDelta describes the blocks an epoch touched, as they are now.
@@ -43,10 +54,15 @@ func (s *stashCore) blocksDelta(ids []tree.BlockID) []byte {
 			continue
 		}
 		b = binary.AppendUvarint(binary.AppendUvarint(append(b, 1), uint64(p.Tree)), p.Leaf)
-		if st, ok := s.stash[id]; ok {
-			b = delta.AppendBytes(append(b, 1), st.value)
-		} else {
-			b = append(b, 0)
+		st, stashed := s.stash[id]
+		name, named := s.names[id]
+		switch {
+		case !stashed:
+			b = append(b, inTree)
+		case named:
+			b = delta.AppendBytes(delta.AppendBytes(append(b, stashedNamed), st.value), []byte(name))
+		default:
+			b = delta.AppendBytes(append(b, stashedUnnamed), st.value)
 		}
 	}
 	return b
@@ -235,18 +251,25 @@ func replayBlocks(d *delta.Decoder, s *store, shard func(tree.BlockID) *stashCor
 		}
 		t, leaf := d.Uvarint(), d.Uvarint()
 		d.Check(t < uint64(len(s.workers)) && leaf < s.geo.Leaves(), "a position outside the trees")
-		inStash, value := d.Bool(), []byte(nil)
-		if inStash {
+		where, value, name := d.Byte(), []byte(nil), []byte(nil)
+		d.Check(where <= stashedNamed, "where a block is")
+		if where != inTree {
 			value = d.Bytes(s.valueSize)
+		}
+		if where == stashedNamed {
+			name = d.Bytes(tree.MaxNameSize)
 		}
 		if d.Failed() {
 			return
 		}
 		sh.setPosition(id, Position{Tree: int(t), Leaf: leaf})
-		if inStash {
-			sh.setStashed(id, value)
-		} else {
+		if where == stashedNamed {
+			sh.setName(id, string(name))
+		}
+		if where == inTree {
 			sh.unstash(id)
+		} else {
+			sh.setStashed(id, value)
 		}
 	}
 }

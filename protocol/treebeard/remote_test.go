@@ -226,10 +226,10 @@ func TestSealedBinary(t *testing.T) {
 		}
 	}
 	for name, bad := range map[string][]byte{
-		"a trailing byte": append(bytes.Clone(b), 0),
-		"version 2":       append([]byte{2}, b[1:]...),
-		"kind 0":          append([]byte{wireVersion, 0}, b[2:]...),
-		"kind 11":         append([]byte{wireVersion, byte(kindAdminReply) + 1}, b[2:]...),
+		"a trailing byte":  append(bytes.Clone(b), 0),
+		"the next version": append([]byte{wireVersion + 1}, b[1:]...),
+		"kind 0":           append([]byte{wireVersion, 0}, b[2:]...),
+		"kind 11":          append([]byte{wireVersion, byte(kindAdminReply) + 1}, b[2:]...),
 	} {
 		if _, err := UnmarshalSealed(bad); err == nil {
 			t.Errorf("with %s, it decoded", name)

@@ -81,8 +81,9 @@ func (sh Shape) treeConfig(t int) ringoram.Config {
 
 // What a replicated entry's first byte says it holds.
 const (
-	replicaCreate byte = iota + 1 // the machine's initial image
-	replicaInput                  // one input of the machine (entrycodec.go)
+	replicaCreate     byte = iota + 1 // the machine's initial image
+	replicaInput                      // inputs of the machine (entrycodec.go); a Stash shard's as an earlier build wrote them, its requests with no Name
+	replicaNamedInput                 // inputs of a Stash shard, its requests with their Name
 )
 
 // Replica is one Stash shard's or one tree's machine in a replicated
@@ -92,7 +93,7 @@ const (
 type Replica struct {
 	mu      sync.Mutex
 	created bool
-	step    func(input []byte) (any, error)
+	inputs  map[byte]func(input []byte) (any, error) // by entry kind: how its inputs are applied
 	image   func() []byte
 	restore func([]byte) error
 	// observe, when set, sees each input and its outputs as they are
@@ -115,7 +116,10 @@ func newStashReplica(sh Shape) (*Replica, *stashCore, error) {
 	}
 	core := sh.newStashCore(seeds())
 	r := &Replica{image: core.image, restore: core.restoreImage}
-	r.step = stepOf(r, "a Stash shard", decodeStashEntry, core.step)
+	r.inputs = map[byte]func([]byte) (any, error){
+		replicaNamedInput: stepOf(r, "a Stash shard", decodeStashEntry, core.step),
+		replicaInput:      stepOf(r, "a Stash shard", decodeEarlierStashEntry, core.step),
+	}
 	return r, core, nil
 }
 
@@ -138,7 +142,7 @@ func newTreeReplica(sh Shape, t int) (*Replica, *oramMachine, error) {
 	m := &oramMachine{id: t, stashes: sh.opts.StashShards, tree: tr, msgs: newMsgTable(),
 		core: sh.newTreeCore(), incarnation: replicatedIncarnation}
 	r := &Replica{image: m.image, restore: m.restoreImage}
-	r.step = stepOf(r, "a tree", decodeORAMEntry, m.apply)
+	r.inputs = map[byte]func([]byte) (any, error){replicaInput: stepOf(r, "a tree", decodeORAMEntry, m.apply)}
 	return r, m, nil
 }
 
@@ -199,11 +203,11 @@ func createEntry(image []byte) []byte { return append([]byte{replicaCreate}, ima
 
 // stashInput and treeInput return the entry of one input of a Stash
 // shard's machine and of a tree's; stashInputs of several.
-func stashInput(e stashEntry) []byte { return appendStashEntry([]byte{replicaInput}, e) }
+func stashInput(e stashEntry) []byte { return appendStashEntry([]byte{replicaNamedInput}, e) }
 func treeInput(e oramEntry) []byte   { return appendORAMEntry([]byte{replicaInput}, e) }
 
 func stashInputs(es []stashEntry) []byte {
-	b := []byte{replicaInput}
+	b := []byte{replicaNamedInput}
 	for _, e := range es {
 		b = appendStashEntry(b, e)
 	}
@@ -235,12 +239,12 @@ func (r *Replica) Apply(entry []byte) (any, error) {
 		}
 		r.created = true
 		return nil, nil
-	case kind != replicaInput:
+	case r.inputs[kind] == nil:
 		return nil, errEntryKind
 	case !r.created:
 		return nil, errNotCreated
 	default:
-		return r.step(body)
+		return r.inputs[kind](body)
 	}
 }
 

@@ -269,3 +269,53 @@ func TestReplicaEntriesInOrder(t *testing.T) {
 		t.Fatalf("an input once created: %v", err)
 	}
 }
+
+// TestEarlierStashEntries: a Stash shard's entry as an earlier build
+// wrote it (replicaInput, its requests with no name) applies as this
+// build's entry of the same requests carrying no name does, and leaves
+// the block it stores unnamed; read as this build's kind, it is refused.
+func TestEarlierStashEntries(t *testing.T) {
+	sh, err := NewShape(256, 32, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := blockID("k")
+	e := stashEntry{Kind: entryBatch, Msg: MsgID{Sender: Endpoint{LayerRouter, 0}, Epoch: 1}, Epoch: 1, Room: 1,
+		Batch: []Request{{Op: OpPut, ID: id, Value: []byte("v")}}}
+	unnamed := stashInput(e)
+	// The earlier encoding lacks what follows the id: the flag that says
+	// the request carries no name, and the empty name's length.
+	earlier := append([]byte{replicaInput}, bytes.Replace(unnamed[1:], append(id[:], 0, 0), id[:], 1)...)
+	if len(earlier) != len(unnamed)-2 {
+		t.Fatal("the test could not write the earlier encoding")
+	}
+	images := make([][]byte, 2)
+	var outs [2]any
+	var create []byte
+	var r *Replica
+	for i, entry := range [][]byte{earlier, unnamed} {
+		var core *stashCore
+		if r, core, err = newStashReplica(sh); err != nil {
+			t.Fatal(err)
+		}
+		if create == nil {
+			create = r.Create()
+		}
+		if _, err := r.Apply(create); err != nil {
+			t.Fatal(err)
+		}
+		if outs[i], err = r.Apply(entry); err != nil {
+			t.Fatal(err)
+		}
+		if exists, _ := core.has(id); !exists || len(core.names) != 0 {
+			t.Fatalf("after the entry the block exists: %v, and the shard names %d blocks; want true, 0", exists, len(core.names))
+		}
+		images[i], _ = r.Snapshot()
+	}
+	if !reflect.DeepEqual(outs[0], outs[1]) || !bytes.Equal(images[0], images[1]) {
+		t.Fatal("an earlier build's entry and this build's differ in outputs or state")
+	}
+	if _, err := r.Apply(append([]byte{replicaNamedInput}, earlier[1:]...)); err == nil {
+		t.Fatal("an earlier entry read as this build's applied")
+	}
+}

@@ -2,6 +2,7 @@ package treebeard
 
 import (
 	"fmt"
+	"maps"
 	"sync"
 	"sync/atomic"
 
@@ -387,8 +388,9 @@ func (s *Stash) evictionDone(ids []MsgID, e stashEntry) (stashOutput, error) {
 }
 
 // Admin runs the store's operations on the shard (AdminState,
-// AdminInstall, AdminStats), between epochs for the first two, which a
-// replicated shard refuses: a cluster loads through its Routers.
+// AdminInstall, AdminStats, AdminNames), between epochs for the first
+// two, which a replicated shard refuses: a cluster loads through its
+// Routers.
 func (s *Stash) Admin(m AdminMsg) AdminReply {
 	switch m.Op {
 	case AdminState, AdminInstall:
@@ -401,6 +403,10 @@ func (s *Stash) Admin(m AdminMsg) AdminReply {
 			return AdminReply{Blocks: s.core.blocks()}
 		}
 		return AdminReply{Status: statusOf(s.core.restore(stashSnapshot{ShardBlocks: m.Blocks}))}
+	case AdminNames:
+		var names ShardBlocks
+		s.view(func(c *stashCore) { names = ShardBlocks{Pos: maps.Clone(c.pos), Names: maps.Clone(c.names)} })
+		return AdminReply{Blocks: names}
 	case AdminStats:
 		var st LayerStats
 		s.view(func(c *stashCore) {

@@ -14,13 +14,14 @@ import (
 )
 
 // stashCore is a Stash shard's logic as a deterministic state machine: the
-// position map, the stash, the blocks whose real reads are in flight, the
-// requests applied (requestTable), the messages handled and their
-// replies (msgTable), the replies of the epochs not yet durable and the
-// random source they are drawn from. Its inputs are an epoch's batch
-// (plan), the results of the paths read for it (returned), the end of the
-// epoch (endEpoch) and its record's fate in the journal, an eviction's
-// hand-off and acknowledgement and its senders' releases, each a
+// position map, the keys' names, the stash, the blocks whose real reads
+// are in flight, the requests applied (requestTable), the messages
+// handled and their replies (msgTable), the replies of the epochs not
+// yet durable and the random source they are drawn from. Its inputs are
+// an epoch's batch (plan), the results of the paths read for it
+// (returned), the end of the epoch (endEpoch) and its record's fate in
+// the journal, an eviction's hand-off and acknowledgement and its
+// senders' releases, each a
 // stashEntry (step, stashmachine.go); its outputs are the path reads to
 // issue, the epochs whose replies are ready, an epoch's journal record,
 // and the reply to each message, encoded (a copy's: the stored one). It
@@ -42,6 +43,7 @@ type stashCore struct {
 	src      *rand.ChaCha8 // the random source, whose state snapshot holds
 	rng      *rand.Rand
 	pos      map[tree.BlockID]Position
+	names    map[tree.BlockID]string // block -> its key, for kv.KeyLister (a key an earlier build stored has none)
 	stash    map[tree.BlockID]*stashed
 	inflight map[tree.BlockID]*inflight
 	requests requestTable
@@ -115,7 +117,7 @@ type stashStats struct {
 // drawing positions from a ChaCha8 source seeded with seed.
 func newStashCore(trees int, geo tree.Geometry, capacity int64, valueSize int, seed [32]byte) *stashCore {
 	c := &stashCore{trees: trees, geo: geo, capacity: capacity, valueSize: valueSize,
-		pos: map[tree.BlockID]Position{}, stash: map[tree.BlockID]*stashed{},
+		pos: map[tree.BlockID]Position{}, names: map[tree.BlockID]string{}, stash: map[tree.BlockID]*stashed{},
 		inflight: map[tree.BlockID]*inflight{}, requests: newRequestTable(), msgs: newMsgTable(), epochs: map[uint64]*epochReplies{}}
 	c.reseed(seed)
 	return c
@@ -205,10 +207,10 @@ func (c *stashCore) applyStashed(r Request, b *stashed) Reply {
 	}
 	rep, exists, val := c.apply(r, true, b.value, false)
 	if !exists {
-		delete(c.stash, r.ID)
-		delete(c.pos, r.ID)
+		c.forget(r.ID)
 		return rep
 	}
+	c.nameIfStored(r, rep)
 	b.value, b.unjournaled = val, true
 	c.pos[r.ID] = c.moveFrom(r.ID, c.pos[r.ID])
 	return rep
@@ -220,9 +222,19 @@ func (c *stashCore) applyNew(r Request) Reply {
 	if exists {
 		c.stash[r.ID] = &stashed{value: val, evicting: -1, unjournaled: true}
 		c.pos[r.ID] = c.randomPosition()
+		c.nameIfStored(r, rep)
 		c.noteSize()
 	}
 	return rep
+}
+
+// nameIfStored keeps r's Name as its block's name when r carries one,
+// stored the block (rep, its reply, says it wrote) and the shard holds no
+// name for it.
+func (c *stashCore) nameIfStored(r Request, rep Reply) {
+	if _, named := c.names[r.ID]; r.Named && rep.Written && !named {
+		c.names[r.ID] = r.Name
+	}
 }
 
 func (c *stashCore) noteSize() { c.stats.stashMax = max(c.stats.stashMax, len(c.stash)) }
@@ -315,6 +327,11 @@ func (c *stashCore) settle(id tree.BlockID, val []byte, err error, done []comple
 		var rep Reply
 		rep, exists, val = c.apply(q.req, exists, val, true)
 		done = c.requests.answer(q.req.Req, q.to, rep, done)
+		if exists {
+			c.nameIfStored(q.req, rep)
+		} else {
+			delete(c.names, id)
+		}
 	}
 	if !exists {
 		delete(c.pos, id)
@@ -440,11 +457,11 @@ func (c *stashCore) snapshot() stashSnapshot {
 	return snap
 }
 
-// blocks returns a copy of the shard's positions and stashed values: the
-// store gathers every shard's to move them to other shards, with no
-// random source (state).
+// blocks returns a copy of the shard's positions, stashed values and
+// names: the store gathers every shard's to move them to other shards,
+// with no random source (state).
 func (c *stashCore) blocks() ShardBlocks {
-	b := ShardBlocks{Pos: maps.Clone(c.pos), Stash: make(map[tree.BlockID][]byte, len(c.stash))}
+	b := ShardBlocks{Pos: maps.Clone(c.pos), Stash: make(map[tree.BlockID][]byte, len(c.stash)), Names: maps.Clone(c.names)}
 	for id, s := range c.stash {
 		b.Stash[id] = s.value
 	}
@@ -465,6 +482,10 @@ func (c *stashCore) restore(snap stashSnapshot) error {
 	clear(c.inflight)
 	for id, p := range snap.Pos {
 		c.setPosition(id, p)
+	}
+	c.names = maps.Clone(snap.Names)
+	if c.names == nil {
+		c.names = map[tree.BlockID]string{}
 	}
 	for id, v := range snap.Stash {
 		c.setStashed(id, v)
@@ -487,15 +508,20 @@ func (c *stashCore) setStashed(id tree.BlockID, v []byte) {
 	c.noteSize()
 }
 
+// setName names block id key (a replayed record).
+func (c *stashCore) setName(id tree.BlockID, key string) { c.names[id] = key }
+
 // forget removes block id: it does not exist.
 func (c *stashCore) forget(id tree.BlockID) {
 	delete(c.pos, id)
+	delete(c.names, id)
 	delete(c.stash, id)
 }
 
 // clearBlocks forgets every block (a bulk load cut short).
 func (c *stashCore) clearBlocks() {
 	clear(c.pos)
+	clear(c.names)
 	clear(c.stash)
 }
 

@@ -31,6 +31,8 @@ type stashImage struct {
 type imageBlock struct {
 	ID                tree.BlockID
 	At                Position
+	Named             bool // Name is the block's key
+	Name              string
 	Stashed           bool
 	Value             []byte
 	Evicting, Touched int
@@ -82,6 +84,7 @@ func (c *stashCore) image() []byte {
 	im.Rand, _ = c.src.MarshalBinary() // never fails
 	for _, id := range sortedIDs(c.pos) {
 		b := imageBlock{ID: id, At: c.pos[id]}
+		b.Name, b.Named = c.names[id]
 		if s := c.stash[id]; s != nil {
 			b.Stashed, b.Value, b.Evicting, b.Touched, b.Unjournaled = true, s.value, s.evicting, s.touched, s.unjournaled
 		}
@@ -125,6 +128,9 @@ func (c *stashCore) restoreImage(b []byte) error {
 	c.clearState()
 	for _, b := range im.Blocks {
 		c.pos[b.ID] = b.At
+		if b.Named {
+			c.names[b.ID] = b.Name
+		}
 		if b.Stashed {
 			c.stash[b.ID] = &stashed{value: b.Value, evicting: b.Evicting, touched: b.Touched, unjournaled: b.Unjournaled}
 		}
@@ -155,7 +161,8 @@ func (c *stashCore) restoreImage(b []byte) error {
 }
 
 // stashCheckpoint is a Stash shard's durable state, its machine's
-// checkpoint: where its blocks are and what the stashed ones hold, and
+// checkpoint: where its blocks are, their names (none in an earlier
+// build's checkpoint) and what the stashed ones hold, and
 // the trees' eviction messages it handled (msgTable), so that the end of
 // an eviction a tree sends again after a crash gets the reply it got
 // before instead of being applied twice. Nothing else is kept: the
@@ -171,6 +178,8 @@ type stashCheckpoint struct {
 type checkpointBlock struct {
 	ID      tree.BlockID
 	At      Position
+	Named   bool // Name is the block's key
+	Name    string
 	Stashed bool
 	Value   []byte
 }
@@ -182,6 +191,7 @@ func (c *stashCore) checkpointState() checkpointState {
 	cp := stashCheckpoint{Blocks: make([]checkpointBlock, 0, len(c.pos))}
 	for id, at := range c.pos {
 		b := checkpointBlock{ID: id, At: at}
+		b.Name, b.Named = c.names[id]
 		if s := c.stash[id]; s != nil {
 			b.Stashed, b.Value = true, s.value
 		}
@@ -207,6 +217,7 @@ func (cp stashCheckpoint) encode() []byte {
 // clearState forgets every block, read in flight, epoch and request.
 func (c *stashCore) clearState() {
 	clear(c.pos)
+	clear(c.names)
 	clear(c.stash)
 	clear(c.inflight)
 	clear(c.epochs)
@@ -227,6 +238,9 @@ func (c *stashCore) restoreCheckpoint(b []byte) error {
 			return fmt.Errorf("%w: a block's position is outside the trees", kv.ErrMismatch)
 		}
 		c.setPosition(b.ID, b.At)
+		if b.Named {
+			c.setName(b.ID, b.Name)
+		}
 		if b.Stashed {
 			c.setStashed(b.ID, b.Value)
 		}

@@ -22,8 +22,9 @@ import (
 
 // state is the trusted state of the whole store as an earlier build's
 // checkpoint held it (machine 0: reopenEarlier), and as the store moves
-// it between two numbers of Stash shards (reshard). The position map and
-// stash are whole, not per shard. The shards' random sources are not
+// it between two numbers of Stash shards (reshard). The position map,
+// stash and keys' names (none in an earlier build's) are whole, not per
+// shard. The shards' random sources are not
 // kept: a store opened again draws from fresh seeds, since the draws
 // made after the checkpoint may have shown on storage, and drawing them
 // again would link what storage saw before a crash to what it sees after.
@@ -31,6 +32,7 @@ type state struct {
 	Initialised bool
 	Pos         map[tree.BlockID]Position
 	Stash       map[tree.BlockID][]byte
+	Names       map[tree.BlockID]string
 	Trees       []TreeSnapshot
 }
 
@@ -43,9 +45,10 @@ func (s *store) Load(ctx context.Context, items iter.Seq2[string, []byte]) (int,
 	if n := s.quota.used.Load(); n > 0 {
 		return int(n), kv.ErrNotEmpty
 	}
-	values := map[tree.BlockID][]byte{}
+	values, names := map[tree.BlockID][]byte{}, map[tree.BlockID]string{}
 	for k, v := range items {
-		values[s.id(k)] = append([]byte{}, v...)
+		id := s.id(k)
+		values[id], names[id] = append([]byte{}, v...), k
 		if int64(len(values)) > s.quota.capacity {
 			return 0, fmt.Errorf("%w: %d keys", kv.ErrFull, s.quota.capacity)
 		}
@@ -59,7 +62,7 @@ func (s *store) Load(ctx context.Context, items iter.Seq2[string, []byte]) (int,
 		return 0, err
 	}
 	r := rand.New(random.New(seeds()))
-	all := ShardBlocks{Pos: map[tree.BlockID]Position{}, Stash: map[tree.BlockID][]byte{}}
+	all := ShardBlocks{Pos: map[tree.BlockID]Position{}, Stash: map[tree.BlockID][]byte{}, Names: names}
 	for id, v := range values {
 		p := Position{Tree: r.IntN(len(s.workers)), Leaf: r.Uint64N(s.geo.Leaves())}
 		all.Pos[id] = p
@@ -92,11 +95,13 @@ func (s *store) Load(ctx context.Context, items iter.Seq2[string, []byte]) (int,
 
 // encodeState returns the trusted state of the whole store (reshard).
 func (s *store) encodeState() state {
-	st := state{Initialised: s.initialised.Load(), Pos: map[tree.BlockID]Position{}, Stash: map[tree.BlockID][]byte{}}
+	st := state{Initialised: s.initialised.Load(), Pos: map[tree.BlockID]Position{}, Stash: map[tree.BlockID][]byte{},
+		Names: map[tree.BlockID]string{}}
 	for _, a := range s.shardAdmins {
 		b := s.admin(a, AdminMsg{Op: AdminState}).Blocks
 		maps.Copy(st.Pos, b.Pos)
 		maps.Copy(st.Stash, b.Stash)
+		maps.Copy(st.Names, b.Names)
 	}
 	if st.Initialised {
 		for t, a := range s.treeAdmins {
@@ -577,7 +582,7 @@ func (s *store) restore(st state) error {
 			return fmt.Errorf("%w: a block's position is outside the trees", kv.ErrMismatch)
 		}
 	}
-	if err := s.install(ShardBlocks{Pos: st.Pos, Stash: st.Stash}); err != nil {
+	if err := s.install(ShardBlocks{Pos: st.Pos, Stash: st.Stash, Names: st.Names}); err != nil {
 		return err
 	}
 	s.initialised.Store(st.Initialised)
@@ -589,13 +594,16 @@ func (s *store) restore(st state) error {
 func (s *store) install(all ShardBlocks) error {
 	shards := make([]ShardBlocks, len(s.stashes))
 	for i := range shards {
-		shards[i] = ShardBlocks{Pos: map[tree.BlockID]Position{}, Stash: map[tree.BlockID][]byte{}}
+		shards[i] = ShardBlocks{Pos: map[tree.BlockID]Position{}, Stash: map[tree.BlockID][]byte{}, Names: map[tree.BlockID]string{}}
 	}
 	for id, p := range all.Pos {
 		shards[shardOf(id, len(s.stashes))].Pos[id] = p
 	}
 	for id, v := range all.Stash {
 		shards[shardOf(id, len(s.stashes))].Stash[id] = v
+	}
+	for id, name := range all.Names {
+		shards[shardOf(id, len(s.stashes))].Names[id] = name
 	}
 	for i, sh := range shards {
 		if rep := s.admin(s.shardAdmins[i], AdminMsg{Op: AdminInstall, Blocks: sh}); rep.Code != CodeOK {
@@ -657,6 +665,26 @@ func (s *store) Stats() kv.Stats {
 		{Name: kv.StatRepliesHeld, Value: float64(sum.Held)},
 		{Name: kv.StatEpochRequests, Value: float64(s.collecting())},
 	}}
+}
+
+// StoredKeys implements kv.KeyLister from the names each Stash shard
+// keeps beside its position map (AdminNames), read between two of its
+// steps. A key an earlier build stored has no name: then it names none
+// (kv.ErrKeysUnnamed).
+func (s *store) StoredKeys(context.Context) ([]string, error) {
+	var keys []string
+	for _, a := range s.shardAdmins {
+		rep := s.admin(a, AdminMsg{Op: AdminNames})
+		if rep.Code != CodeOK {
+			return nil, rep.Err()
+		}
+		named, err := tree.NamedKeys(rep.Blocks.Pos, rep.Blocks.Names)
+		if err != nil {
+			return nil, err
+		}
+		keys = append(keys, named...)
+	}
+	return keys, nil
 }
 
 // collecting returns the number of requests the Routers' collecting

@@ -25,7 +25,7 @@ import (
 // in its bucket on its own (tree.Codec), so they move a slot only to the
 // same index of another bucket, where only the bucket's address in the
 // seal tells the two apart.
-var cfg = kvtest.Config{Protocol: "treebeard", Integrity: true, Durable: true,
+var cfg = kvtest.Config{Protocol: "treebeard", Integrity: true, Durable: true, NamesKeys: true,
 	Cached: treebeard.IsMetaAddr, AddrKind: slotKind}
 
 func slotKind(addr string) string {

@@ -21,7 +21,8 @@ import (
 // nil and an empty one empty; an empty slice or map decodes as nil.
 
 // wireVersion is the first byte of every encoded message and reply.
-const wireVersion = 1
+// Version 2 added a request's Name and the shards' names (ShardBlocks).
+const wireVersion = 2
 
 // wireCodec encodes and decodes one type of message or reply.
 type wireCodec[V any] struct {
@@ -149,7 +150,7 @@ func appendAdminMsg(b []byte, m AdminMsg) []byte {
 }
 
 func decodeAdminMsg(d *delta.Decoder) AdminMsg {
-	m := AdminMsg{ID: decodeMsgID(d), Op: AdminOp(decodeEnum(d, uint8(AdminStats), "an admin operation")), Tree: decodeInt(d)}
+	m := AdminMsg{ID: decodeMsgID(d), Op: AdminOp(decodeEnum(d, uint8(AdminNames), "an admin operation")), Tree: decodeInt(d)}
 	m.Blocks = decodeShardBlocks(d)
 	m.Placed = decodeList(d, func(d *delta.Decoder) []ringoram.Block { return decodeList(d, decodeORAMBlock) })
 	m.State = decodeTreeSnapshot(d)
@@ -216,15 +217,27 @@ func appendRequest(b []byte, r Request) []byte {
 	b = binary.AppendUvarint(b, r.Req.Seq)
 	b = append(b, byte(r.Op))
 	b = append(b, r.ID[:]...)
+	b = delta.AppendBytes(delta.AppendBool(b, r.Named), []byte(r.Name))
 	b = appendValue(b, r.Value)
 	b = append(b, byte(r.If))
 	return delta.AppendBool(b, r.ReturnOld)
 }
 
-func decodeRequest(d *delta.Decoder) Request {
+func decodeRequest(d *delta.Decoder) Request { return decodeRequestOf(d, true) }
+
+// decodeUnnamedRequest reads a request as an earlier build encoded it,
+// with no Name (a replicated log's replicaInput entries).
+func decodeUnnamedRequest(d *delta.Decoder) Request { return decodeRequestOf(d, false) }
+
+// decodeRequestOf reads a request, with its Name if named (this build's
+// encoding).
+func decodeRequestOf(d *delta.Decoder, named bool) Request {
 	r := Request{Req: RequestID{Router: decodeInt(d), Incarnation: d.Uvarint(), Seq: d.Uvarint()}}
 	r.Op = Op(decodeEnum(d, uint8(kv.MutAppend), "a mutation"))
 	d.Read(r.ID[:])
+	if named {
+		r.Named, r.Name = d.Bool(), string(d.Bytes(tree.MaxNameSize))
+	}
 	r.Value = decodeValue(d)
 	r.If = kv.Condition(decodeEnum(d, uint8(kv.IfExists), "a condition"))
 	r.ReturnOld = d.Bool()
@@ -304,21 +317,25 @@ func decodeStale(d *delta.Decoder) Stale {
 	return s
 }
 
-// appendShardBlocks appends both maps, each in the order of its keys.
+// appendShardBlocks appends the three maps, each in the order of its keys.
 func appendShardBlocks(b []byte, s ShardBlocks) []byte {
 	b = appendList(b, sortedIDs(s.Pos), func(b []byte, id tree.BlockID) []byte {
 		return appendPosition(append(b, id[:]...), s.Pos[id])
 	})
-	return appendList(b, sortedIDs(s.Stash), func(b []byte, id tree.BlockID) []byte {
+	b = appendList(b, sortedIDs(s.Stash), func(b []byte, id tree.BlockID) []byte {
 		return appendValue(append(b, id[:]...), s.Stash[id])
+	})
+	return appendList(b, sortedIDs(s.Names), func(b []byte, id tree.BlockID) []byte {
+		return delta.AppendBytes(append(b, id[:]...), []byte(s.Names[id]))
 	})
 }
 
-// decodeShardBlocks reads both maps; a block named twice fails.
+// decodeShardBlocks reads the three maps; a block named twice in one fails.
 func decodeShardBlocks(d *delta.Decoder) ShardBlocks {
 	var s ShardBlocks
 	s.Pos = decodeMap(d, decodePosition)
 	s.Stash = decodeMap(d, decodeValue)
+	s.Names = decodeMap(d, func(d *delta.Decoder) string { return string(d.Bytes(tree.MaxNameSize)) })
 	return s
 }
 
