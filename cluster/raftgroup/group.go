@@ -9,9 +9,7 @@
 // build against raft v1.8.0 and its previous one compiles in the
 // unmaintained boltdb/bolt; docs/dependencies.md), its snapshots (sealed
 // before they reach disk), and its transport (raft's network transport
-// over mutual TLS), and group commit of proposals (batch.go: while an
-// entry is committed, the proposals made meanwhile wait and share the
-// next entry). It never interprets an entry or a snapshot, never
+// over mutual TLS). It never interprets an entry or a snapshot, never
 // talks to storage and never decides what a leader does with outputs:
 // that is the driver's, which proposes entries and, on the leader, acts
 // on what applying them returned.
@@ -83,10 +81,6 @@ type Timing struct {
 	// SnapshotEvery is how many entries raft applies between snapshots;
 	// TrailingLogs how many it keeps after one (for followers behind).
 	SnapshotEvery, TrailingLogs uint64
-	// ProposalsInFlight is how many entries a leader commits at once:
-	// proposals made meanwhile wait and go as one entry (group commit),
-	// so a loaded group syncs its replicas' logs once per batch.
-	ProposalsInFlight int
 }
 
 // LANTiming are timeouts for replicas on one LAN (sub-millisecond round
@@ -96,13 +90,12 @@ type Timing struct {
 var LANTiming = Timing{
 	Heartbeat: 300 * time.Millisecond, Election: 300 * time.Millisecond,
 	LeaderLease: 150 * time.Millisecond, Commit: 10 * time.Millisecond,
-	SnapshotEvery: 8192, TrailingLogs: 10240, ProposalsInFlight: 1,
+	SnapshotEvery: 8192, TrailingLogs: 10240,
 }
 
 // Group is one running replica.
 type Group struct {
 	raft      *raft.Raft
-	proposer  *proposer
 	logs      *logStore
 	transport *raft.NetworkTransport
 	metrics   *metrics
@@ -206,10 +199,7 @@ func start(cfg Config, m Machine, logs *logStore) (*Group, error) {
 		transport.Close()
 		return nil, fmt.Errorf("raftgroup: starting %s: %w", cfg.ID, err)
 	}
-	g := &Group{raft: r, logs: logs, transport: transport, metrics: newMetrics(r, prometheus.Labels{"replica": cfg.ID})}
-	g.proposer = &proposer{raft: r, limit: cfg.Timing.withDefaults().ProposalsInFlight,
-		committed: func(d time.Duration) { g.metrics.commit.Observe(d.Seconds()) }}
-	return g, nil
+	return &Group{raft: r, logs: logs, transport: transport, metrics: newMetrics(r, prometheus.Labels{"replica": cfg.ID})}, nil
 }
 
 // raftConfig is raft's configuration for cfg.
@@ -239,9 +229,6 @@ func (t Timing) withDefaults() Timing {
 	if t.TrailingLogs == 0 {
 		t.TrailingLogs = d.TrailingLogs
 	}
-	if t.ProposalsInFlight <= 0 {
-		t.ProposalsInFlight = d.ProposalsInFlight
-	}
 	return t
 }
 
@@ -269,17 +256,14 @@ var ErrNotLeader = errors.New("raftgroup: not the leader")
 // leadership, the context ended) leaves its outcome unknown: it may
 // still be committed.
 func (g *Group) Propose(ctx context.Context, entry []byte) (any, error) {
-	p := &proposal{entry: entry, done: make(chan proposed, 1)}
-	g.proposer.propose(p)
-	select {
-	case r := <-p.done:
-		if err := g.failed("propose", r.raftErr); err != nil {
-			return nil, err
-		}
-		return r.out, r.err
-	case <-ctx.Done():
-		return nil, fmt.Errorf("raftgroup: propose: %w (the entry may still be committed)", ctx.Err())
+	start := time.Now()
+	f := g.raft.Apply(entry, timeoutOf(ctx))
+	if err := g.failed("propose", f.Error()); err != nil {
+		return nil, err
 	}
+	g.metrics.commit.Observe(time.Since(start).Seconds())
+	res := f.Response().(applied)
+	return res.out, res.err
 }
 
 // Leader returns the id and address of the group's leader as this replica
@@ -399,7 +383,10 @@ type machineFSM struct {
 // snapshotAD binds a sealed snapshot to its purpose.
 var snapshotAD = []byte("oblivkv raft snapshot")
 
-func (f *machineFSM) Apply(l *raft.Log) any { return apply(f.m, l) }
+func (f *machineFSM) Apply(l *raft.Log) any {
+	out, err := f.m.Apply(l.Data)
+	return applied{out: out, err: err}
+}
 
 func (f *machineFSM) Snapshot() (raft.FSMSnapshot, error) {
 	state, err := f.m.Snapshot()
