@@ -146,11 +146,11 @@ func TestEveryProtocolSurvivesLosingEverything(t *testing.T) {
 	}
 }
 
-// TestRedisSurvivesLosingEverything: the same on Redis, for treebeard and
-// pathoram; the Redis database is flushed.
+// TestRedisSurvivesLosingEverything: the same on Redis, for every
+// protocol, each in a database of its own; the Redis database is flushed.
 func TestRedisSurvivesLosingEverything(t *testing.T) {
 	url := strings.TrimSuffix(redistest.Start(t), "/0")
-	for i, protocol := range []string{"treebeard", "pathoram"} {
+	for i, protocol := range kv.Protocols() {
 		t.Run(protocol, func(t *testing.T) {
 			s := store{dir: filepath.Join(t.TempDir(), "data"), spec: fmt.Sprintf("%s/%d", url, i+1)}
 			want := s.write(t, protocol, 20, "v")

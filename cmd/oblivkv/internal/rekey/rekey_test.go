@@ -281,7 +281,7 @@ func TestRekeyEveryProtocol(t *testing.T) {
 	for _, protocol := range rekeyed {
 		t.Run(protocol+"/disk", func(t *testing.T) { rekeyAndCheck(t, newFixture(t, protocol, "", 64)) })
 	}
-	for _, protocol := range []string{"treebeard", "taostore", "cloak", "oblivistore"} {
+	for _, protocol := range rekeyed {
 		t.Run(protocol+"/redis", func(t *testing.T) { rekeyAndCheck(t, newFixture(t, protocol, redistest.Start(t), 64)) })
 	}
 }
