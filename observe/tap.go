@@ -82,6 +82,17 @@ type Counters struct {
 // Bytes is the total payload moved in either direction.
 func (c Counters) Bytes() uint64 { return c.BytesRead + c.BytesWritten }
 
+// Add returns c + o, field by field.
+func (c Counters) Add(o Counters) Counters {
+	return Counters{
+		Calls: c.Calls + o.Calls, Reads: c.Reads + o.Reads, Writes: c.Writes + o.Writes,
+		Deletes: c.Deletes + o.Deletes, AddrsRead: c.AddrsRead + o.AddrsRead,
+		AddrsWritten: c.AddrsWritten + o.AddrsWritten, AddrsDeleted: c.AddrsDeleted + o.AddrsDeleted,
+		BytesRead: c.BytesRead + o.BytesRead, BytesWritten: c.BytesWritten + o.BytesWritten,
+		Errors: c.Errors + o.Errors,
+	}
+}
+
 // Sub returns c - o, field by field.
 func (c Counters) Sub(o Counters) Counters {
 	return Counters{

@@ -128,6 +128,13 @@ func onlineBackupRun(t *testing.T, spec string) {
 	}
 	load.waitFor(load.done() + 100)
 	history := load.stop(t)
+	// The pause closed and opened the store again; INFO still counts from
+	// the server's start.
+	c := goredis.NewClient(&goredis.Options{Addr: s.addr})
+	if st := infoStats(t, c); st["ops"] < float64(len(history)) || st["backend_calls"] == 0 {
+		t.Errorf("after the backup INFO counts %v operations and %v backend calls; the clients made %d operations", st["ops"], st["backend_calls"], len(history))
+	}
+	c.Close()
 	if out, err := runMain(dir, "backup", "--data-dir", "data", "--to", "again.bak"); err != nil || !strings.Contains(out, "online, through the server") {
 		t.Fatalf("backup command of a served store: %v: %s", err, out)
 	}

@@ -24,6 +24,10 @@ type pausableStore struct {
 
 	mu     sync.RWMutex // held shared by every operation, exclusively by a backup
 	opened *setup.Opened
+	// before holds the operation and backend counters of the stores
+	// served before the last pause, so that INFO's counters (and what
+	// bench derives from them) keep counting from the server's start.
+	before kv.Stats
 }
 
 func newPausableStore(opened *setup.Opened, opts setup.Options, log *slog.Logger) *pausableStore {
@@ -65,7 +69,17 @@ func (p *pausableStore) SetIfNoneExist(ctx context.Context, pairs []kv.Pair) (bo
 func (p *pausableStore) Stats() kv.Stats {
 	p.mu.RLock()
 	defer p.mu.RUnlock()
-	return p.store().Stats()
+	return withCounters(p.store().Stats(), p.before)
+}
+
+// withCounters returns st with before's operation and backend counters
+// added to its own.
+func withCounters(st, before kv.Stats) kv.Stats {
+	st.Gets += before.Gets
+	st.Puts += before.Puts
+	st.Deletes += before.Deletes
+	st.Backend = st.Backend.Add(before.Backend)
+	return st
 }
 
 // Close closes the store being served.
@@ -107,6 +121,7 @@ func (p *pausableStore) paused(ctx context.Context, copy func() error) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	began := time.Now()
+	p.before = withCounters(p.opened.Store.Stats(), p.before)
 	if err := p.opened.Close(); err != nil {
 		return fmt.Errorf("closing the store for a backup: %w", err)
 	}
