@@ -8,9 +8,13 @@ import (
 	"github.com/oblivkv/oblivkv/internal/testsupport/redistest"
 )
 
-// rekeyKills is how many times TestRekeyCrashKills kills a rekey under
-// the soak build tag.
-const rekeyKills = 60
+// rekeyKills is how many times TestRekeyCrashKills kills a rekey, and
+// rekeyCapacity the capacity of the store it re-keys, under the soak
+// build tag.
+const (
+	rekeyKills    = 60
+	rekeyCapacity = 4096
+)
 
 // TestRekeyCrashKillsRedis is TestRekeyCrashKills with the store on Redis.
 func TestRekeyCrashKillsRedis(t *testing.T) {
