@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"iter"
+	"maps"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -86,6 +87,9 @@ func (c Config) applies(name string) bool {
 	}
 	return true
 }
+
+// checkers is how many goroutines model.check reads with.
+const checkers = 8
 
 // valueOf returns n pseudo-random bytes determined by tag.
 func valueOf(tag string, n int) []byte {
@@ -487,9 +491,19 @@ type model map[string][]byte
 
 func (m model) check(t *testing.T, s kv.Store, alsoMissing ...string) {
 	t.Helper()
-	for k, v := range m {
-		wantValue(t, s, k, v)
+	// The Gets run from several goroutines: a protocol that batches
+	// requests (treebeard's epochs, waffle's and cloak's batches) would
+	// answer Gets made one after the other a batch each.
+	keys := slices.Collect(maps.Keys(m))
+	var wg sync.WaitGroup
+	for w := range checkers {
+		wg.Go(func() {
+			for i := w; i < len(keys); i += checkers {
+				wantValue(t, s, keys[i], m[keys[i]])
+			}
+		})
 	}
+	wg.Wait()
 	for _, k := range alsoMissing {
 		wantMissing(t, s, k)
 	}
