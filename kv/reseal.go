@@ -3,11 +3,9 @@ package kv
 import (
 	"encoding/binary"
 	"fmt"
-	"strings"
 
 	"github.com/oblivkv/oblivkv/backend"
 	"github.com/oblivkv/oblivkv/internal/durable/delta"
-
 	"github.com/oblivkv/oblivkv/seal"
 )
 
@@ -58,30 +56,6 @@ func AsResealStater(s Store) (ResealStater, bool) {
 	}
 	r, ok := s.(ResealStater)
 	return r, ok
-}
-
-// AddrResealer re-seals the items under Prefix sealed bound to their
-// address alone, the way most of storage is sealed.
-type AddrResealer struct {
-	Prefix   string
-	From, To *seal.Keys
-}
-
-// Reseal implements Resealer.
-func (r AddrResealer) Reseal(addr string, stored []byte) (backend.Item, bool, error) {
-	if !strings.HasPrefix(addr, r.Prefix) {
-		return backend.Item{}, false, nil
-	}
-	v, err := seal.Reseal(r.From, r.To, nil, []byte(addr), stored)
-	return backend.Item{Addr: addr, Value: v}, true, err
-}
-
-// AddrResealerOf returns a Protocol.Reseal for the items under prefix,
-// sealed bound to their address alone (AddrResealer).
-func AddrResealerOf(prefix string) func(ResealEnv) (Resealer, error) {
-	return func(env ResealEnv) (Resealer, error) {
-		return AddrResealer{Prefix: prefix, From: env.From, To: env.To}, nil
-	}
 }
 
 // EncodeNumbers encodes one number per item (a bucket's version, an
