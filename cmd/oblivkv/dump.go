@@ -69,20 +69,18 @@ func runDump(cmd *cobra.Command, opts setup.Options, format, to string) error {
 	if _, err := setup.Describe(cmd.Context(), opts); err != nil {
 		return inUse(err)
 	}
-	out, commit, abort := io.Writer(cmd.OutOrStdout()), func() error { return nil }, func() {}
-	if !toStdout {
-		f, err := atomicfile.Create(to, 0o600)
-		if err != nil {
-			return fmt.Errorf("dump: %w", err)
-		}
-		out, commit, abort = f, f.Commit, f.Abort
+	var n int
+	var protocol string
+	write := func(w io.Writer) (err error) {
+		n, protocol, err = dumpTo(cmd, opts, records.NewWriter(w, format))
+		return err
 	}
-	n, protocol, err := dumpTo(cmd, opts, records.NewWriter(out, format))
-	if err == nil {
-		err = commit()
+	if toStdout {
+		err = write(cmd.OutOrStdout())
+	} else {
+		err = atomicfile.WriteStream(to, 0o600, write)
 	}
 	if err != nil {
-		abort()
 		return err
 	}
 	report, where := cmd.OutOrStdout(), to

@@ -24,55 +24,27 @@ func Write(path string, data []byte, mode os.FileMode) error {
 }
 
 // WriteStream replaces (or creates) path, with permission mode, with what
-// write writes, which need not fit in memory; an error of write leaves
-// path as it was.
+// write writes, which need not fit in memory: to path.tmp, synced, then
+// renamed. An error of write, or of any step, leaves path as it was and
+// nothing at path.tmp.
 func WriteStream(path string, mode os.FileMode, write func(io.Writer) error) error {
-	f, err := Create(path, mode)
+	tmp := path + ".tmp"
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, mode)
 	if err != nil {
 		return err
 	}
-	if err := write(f); err != nil {
-		f.Abort()
-		return err
+	err = write(f)
+	if err == nil {
+		err = f.Sync()
 	}
-	return f.Commit()
-}
-
-// File is a file being written in place of path: nothing shows at path
-// until Commit, and Abort leaves nothing behind.
-type File struct {
-	*os.File
-	path string
-}
-
-// Create begins a File that replaces (or creates) path, with permission
-// mode.
-func Create(path string, mode os.FileMode) (*File, error) {
-	f, err := os.OpenFile(path+".tmp", os.O_WRONLY|os.O_CREATE|os.O_TRUNC, mode)
-	if err != nil {
-		return nil, err
-	}
-	return &File{File: f, path: path}, nil
-}
-
-// Commit syncs what was written and puts it at path durably. On failure
-// nothing is left at the temporary name.
-func (f *File) Commit() error {
-	err := f.Sync()
 	if err = errors.Join(err, f.Close()); err == nil {
-		err = os.Rename(f.Name(), f.path)
+		err = os.Rename(tmp, path)
 	}
 	if err != nil {
-		os.Remove(f.Name())
+		os.Remove(tmp)
 		return err
 	}
-	return SyncDir(filepath.Dir(f.path))
-}
-
-// Abort discards what was written.
-func (f *File) Abort() {
-	f.Close()
-	os.Remove(f.Name())
+	return SyncDir(filepath.Dir(path))
 }
 
 // SyncDir makes the entries of dir (files created, renamed or removed in
