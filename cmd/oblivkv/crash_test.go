@@ -148,9 +148,13 @@ const maxCutOff = 2 * 16 * crashKills
 // outcome unknown).
 type respStore struct{ c *goredis.Client }
 
-func newRESPStore(addr string) *respStore {
+func newRESPStore(addr string) *respStore { return newRESPStoreWaiting(addr, 5*time.Second) }
+
+// newRESPStoreWaiting is newRESPStore whose client waits up to wait for
+// each reply.
+func newRESPStoreWaiting(addr string, wait time.Duration) *respStore {
 	return &respStore{c: goredis.NewClient(&goredis.Options{Addr: addr, Protocol: 2, MaxRetries: -1,
-		DialTimeout: time.Second, ReadTimeout: 5 * time.Second, PoolSize: 32})}
+		DialTimeout: time.Second, ReadTimeout: wait, PoolSize: 32})}
 }
 
 // failed classifies an operation's error: a request whose connection was
