@@ -360,7 +360,9 @@ func TestClusterFailover(t *testing.T) {
 	case res.Result != porcupine.Ok:
 		t.Fatal("the linearizability check timed out")
 	}
-	if others := store.failuresBut(1, time.Unix(0, routerKilled.Load()), time.Unix(0, restarted.Load())); len(others) > 0 {
+	// A connection pooled before the kill may be found dead on its first
+	// use after the restart: router-1's downtime counts 2 s longer.
+	if others := store.failuresBut(1, time.Unix(0, routerKilled.Load()), time.Unix(0, restarted.Load()).Add(2*time.Second)); len(others) > 0 {
 		for _, f := range others {
 			t.Errorf("router-%d failed an operation at %s (router-1 down from %s to %s): %v", f.router,
 				f.at.Format("15:04:05.000"), time.Unix(0, routerKilled.Load()).Format("15:04:05.000"),
