@@ -48,6 +48,7 @@ type benchFlags struct {
 	temporalS             float64
 	compare               bool
 	out                   string
+	cpuProfile            string
 }
 
 func newBenchCmd() *cobra.Command {
@@ -132,6 +133,7 @@ See docs/benchmarks.md for what each figure means.`,
 	fs.Uint64Var(&f.seed, "seed", 1, "seed of the operation, key and value streams (the same for every protocol)")
 	fs.IntVar(&f.capacity, "capacity", 0, "keys each store can hold (default: --records)")
 	registerOpt(cmd, &f.opts, "; each goes to the protocols of the run that have it")
+	fs.StringVar(&f.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run (loading included) to `FILE`, for go tool pprof")
 	return cmd
 }
 
@@ -154,6 +156,11 @@ func runBench(cmd *cobra.Command, f benchFlags) error {
 	if err != nil {
 		return err
 	}
+	stopProfile, err := startCPUProfile(f.cpuProfile)
+	if err != nil {
+		return errors.Join(err, cleanup())
+	}
+	defer stopProfile()
 	fmt.Fprintln(cmd.OutOrStdout(), bench.Describe(cfg))
 	if len(f.opts) > 0 {
 		fmt.Fprintf(cmd.OutOrStdout(), "protocol options: %s\n", describeOptions(protocols, given))
