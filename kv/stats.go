@@ -24,6 +24,8 @@ const (
 	StatDiskWriteStallSeconds  = "disk_write_stall_seconds" // the time they waited
 	StatDiskL0Files            = "disk_l0_files"            // files in level 0 now (many: compactions fall behind)
 	StatDiskCacheHitRate       = "disk_cache_hit_rate"      // block cache hits over lookups since then
+	StatDiskCacheBytes         = "disk_cache_bytes"         // bytes the block cache holds now
+	StatDiskCacheCapacity      = "disk_cache_capacity"      // the most it may hold, in bytes (--disk-cache)
 	StatDiskWALBytes           = "disk_wal_bytes"           // bytes written to pebble's write-ahead log since then
 	StatDiskBytes              = "disk_bytes"               // bytes the database occupies on disk now
 )

@@ -17,6 +17,8 @@ type Metrics struct {
 	WriteStallSeconds  float64 // total time they waited
 	L0Files            int64   // files in level 0 (many: compactions fall behind)
 	CacheHitRate       float64 // block cache hits over lookups, 0 with none yet
+	CacheBytes         int64   // bytes the block cache holds now
+	CacheCapacity      int64   // the most it may hold (Options.CacheSize)
 	WALBytes           uint64  // bytes written to pebble's write-ahead log
 	DiskBytes          uint64  // bytes the database occupies on disk
 }
@@ -62,6 +64,8 @@ func (b *Backend) Metrics() Metrics {
 		L0Files:            m.Levels[0].NumFiles,
 		WALBytes:           m.WAL.BytesWritten,
 		DiskBytes:          m.DiskSpaceUsage(),
+		CacheBytes:         m.BlockCache.Size,
+		CacheCapacity:      b.cacheSize,
 	}
 	if hits+misses > 0 {
 		out.CacheHitRate = float64(hits) / float64(hits+misses)

@@ -40,3 +40,34 @@ func TestMetrics(t *testing.T) {
 		t.Fatalf("after Close: %+v, want zero", m)
 	}
 }
+
+// TestCacheMetrics: the block cache's capacity is Options.CacheSize
+// (DefaultCacheSize unless set), and blocks read from a table fill it.
+func TestCacheMetrics(t *testing.T) {
+	b, err := OpenWith(t.TempDir(), Options{CacheSize: 8 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	ctx := context.Background()
+	if err := b.Write(ctx, []backend.Item{{Addr: "a", Value: make([]byte, 1024)}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.db.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Read(ctx, []string{"a"}); err != nil {
+		t.Fatal(err)
+	}
+	if m := b.Metrics(); m.CacheCapacity != 8<<20 || m.CacheBytes < 1024 {
+		t.Fatalf("8 MiB cache after a table's block was read: capacity %d, holding %d bytes", m.CacheCapacity, m.CacheBytes)
+	}
+	d, err := Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	if got := d.Metrics().CacheCapacity; got != DefaultCacheSize {
+		t.Fatalf("default cache capacity %d, want %d", got, DefaultCacheSize)
+	}
+}

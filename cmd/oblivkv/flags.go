@@ -2,11 +2,13 @@ package main
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/oblivkv/oblivkv/backend/disk"
 	"github.com/oblivkv/oblivkv/cmd/oblivkv/internal/setup"
 	"github.com/oblivkv/oblivkv/kv"
 )
@@ -22,6 +24,7 @@ type storeFlags struct {
 	tapFile   string
 	opts      []string
 	fsync     fsyncPolicy
+	diskCache mebibytes
 }
 
 func (f *storeFlags) register(cmd *cobra.Command) {
@@ -33,8 +36,34 @@ func (f *storeFlags) register(cmd *cobra.Command) {
 	fs.DurationVar(&f.latency, "backend-latency", 0, "delay added to every backend round trip, to emulate a WAN (e.g. 10ms)")
 	fs.StringVar(&f.tapFile, "tap", "", "write the adversary's view (one record per backend call) to this file")
 	registerFsync(cmd, &f.fsync)
+	registerDiskCache(cmd, &f.diskCache)
 	registerOpt(cmd, &f.opts, "")
 }
+
+// registerDiskCache adds the --disk-cache flag.
+func registerDiskCache(cmd *cobra.Command, p *mebibytes) {
+	*p = disk.DefaultCacheSize >> 20
+	cmd.Flags().Var(p, "disk-cache", "MiB of memory the disk backend may use to cache storage's blocks, taken as blocks are read (beside it pebble keeps up to two memtables of 128 MiB)")
+}
+
+// mebibytes is the value of a flag given in MiB, at least 1.
+type mebibytes int64
+
+func (m *mebibytes) String() string { return strconv.FormatInt(int64(*m), 10) }
+
+func (m *mebibytes) Set(v string) error {
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil || n < 1 || n > 1<<20 {
+		return fmt.Errorf("want a whole number of MiB from 1 to %d, got %q", 1<<20, v)
+	}
+	*m = mebibytes(n)
+	return nil
+}
+
+func (m *mebibytes) Type() string { return "MiB" }
+
+// bytes returns m in bytes.
+func (m mebibytes) bytes() int64 { return int64(m) << 20 }
 
 // registerLocation adds the flags that say where a store is: --backend
 // and --data-dir.
@@ -79,7 +108,7 @@ func registerOpt(cmd *cobra.Command, opts *[]string, more string) {
 // left zero so an existing store keeps its own.
 func (f *storeFlags) options(cmd *cobra.Command) setup.Options {
 	o := setup.Options{Backend: f.backend, DataDir: f.dataDir, BackendLatency: f.latency, TapFile: f.tapFile,
-		OptionArgs: f.opts, NoFsync: f.fsync.none}
+		OptionArgs: f.opts, NoFsync: f.fsync.none, DiskCache: f.diskCache.bytes()}
 	fs := cmd.Flags()
 	if fs.Changed("protocol") {
 		o.Protocol = f.protocol

@@ -28,7 +28,7 @@ import (
 func TestServeMetrics(t *testing.T) {
 	dir := t.TempDir()
 	maddr := freeAddr(t)
-	s := startServe(t, dir, "--capacity", "1024", "--opt", "epoch=500us", "--metrics-addr", maddr)
+	s := startServe(t, dir, "--capacity", "1024", "--opt", "epoch=500us", "--metrics-addr", maddr, "--disk-cache", "16")
 	if !waitServing(s) || !strings.Contains(s.stderr.String(), "metrics=http://"+maddr+"/metrics") {
 		t.Errorf("metrics address not logged: %s", s.stderr)
 	}
@@ -110,8 +110,11 @@ func TestServeMetrics(t *testing.T) {
 	if got, want := m.value("oblivkv_disk_wal_bytes_total"), info["disk_wal_bytes"]; got != want || want <= 0 {
 		t.Errorf("oblivkv_disk_wal_bytes_total = %v, INFO disk_wal_bytes = %v; want them equal and positive", got, want)
 	}
-	for _, name := range []string{"oblivkv_disk_write_amplification", "oblivkv_disk_compactions_total", "oblivkv_disk_write_stalls_total", "oblivkv_disk_l0_files", "oblivkv_disk_bytes"} {
+	for _, name := range []string{"oblivkv_disk_write_amplification", "oblivkv_disk_compactions_total", "oblivkv_disk_write_stalls_total", "oblivkv_disk_l0_files", "oblivkv_disk_bytes", "oblivkv_disk_cache_bytes"} {
 		m.value(name)
+	}
+	if got := m.value("oblivkv_disk_cache_capacity"); got != 16<<20 || info["disk_cache_capacity"] != got {
+		t.Errorf("with --disk-cache 16: oblivkv_disk_cache_capacity = %v, INFO disk_cache_capacity = %v; want 16 MiB", got, info["disk_cache_capacity"])
 	}
 	// No protocol stat is exported under its journal_ name twice.
 	if m.has("oblivkv_protocol_stat", "name", "journal_fsyncs") {

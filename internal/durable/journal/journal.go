@@ -78,6 +78,18 @@ type Options struct {
 	NoSync bool
 }
 
+// checkpointStore is how the journal opens its pebble database of
+// checkpoints: a small block cache (a checkpoint is read once, at open)
+// and a memtable of 32 MiB, not the disk backend's defaults, which are
+// sized for a store's storage.
+var checkpointStore = disk.Options{CacheSize: 1 << 20, MemTableSize: 32 << 20}
+
+// readOnly returns o opening its database read-only.
+func readOnly(o disk.Options) disk.Options {
+	o.ReadOnly = true
+	return o
+}
+
 // Stats count a journal's work since Open.
 type Stats = durable.JournalStats
 
@@ -151,7 +163,7 @@ func Open(dir string, keys *seal.Keys, o Options) (*Journal, error) {
 	if err != nil {
 		return nil, err
 	}
-	states, err := disk.OpenWith(filepath.Join(dir, "checkpoints"), disk.Options{CacheSize: 1 << 20})
+	states, err := disk.OpenWith(filepath.Join(dir, "checkpoints"), checkpointStore)
 	if err != nil {
 		lock.Close()
 		return nil, fmt.Errorf("journal: %w", err)
@@ -629,7 +641,7 @@ func LastIncarnation(dir string, keys *seal.Keys) (uint64, error) {
 	if err := checkIdentOnly(dir, keys); err != nil {
 		return 0, err
 	}
-	states, err := disk.OpenWith(filepath.Join(dir, "checkpoints"), disk.Options{ReadOnly: true, CacheSize: 1 << 20})
+	states, err := disk.OpenWith(filepath.Join(dir, "checkpoints"), readOnly(checkpointStore))
 	if err != nil {
 		return 0, fmt.Errorf("journal: %w", err)
 	}

@@ -67,12 +67,12 @@ func resealSegments(src, dst string, from, to *seal.Keys) error {
 // resealCheckpoints copies src's checkpoint store to dst's, every item
 // sealed under to.
 func resealCheckpoints(ctx context.Context, src, dst string, from, to *seal.Keys) error {
-	in, err := disk.OpenWith(filepath.Join(src, "checkpoints"), disk.Options{CacheSize: 1 << 20})
+	in, err := disk.OpenWith(filepath.Join(src, "checkpoints"), checkpointStore)
 	if err != nil {
 		return fmt.Errorf("journal: %w", err)
 	}
 	defer in.Close()
-	out, err := disk.OpenWith(filepath.Join(dst, "checkpoints"), disk.Options{CacheSize: 1 << 20})
+	out, err := disk.OpenWith(filepath.Join(dst, "checkpoints"), checkpointStore)
 	if err != nil {
 		return fmt.Errorf("journal: %w", err)
 	}

@@ -79,6 +79,9 @@ type Options struct {
 	// backend write without fsync, so a power loss may lose the last
 	// moments (a process crash loses nothing acknowledged).
 	NoFsync bool
+	// DiskCache is the disk backend's block cache in bytes (0:
+	// disk.DefaultCacheSize).
+	DiskCache int64
 
 	engineStats func() []kv.Stat // the disk backend's figures, set by Open
 }
@@ -116,7 +119,7 @@ func Open(ctx context.Context, opts Options) (*Opened, error) {
 	if err := unfinishedRekey(opts); err != nil {
 		return nil, err
 	}
-	raw, err := OpenBackend(ctx, opts.Backend, opts.DataDir, opts.NoFsync)
+	raw, err := openBackend(ctx, opts.Backend, opts.DataDir, opts.diskOptions())
 	if err != nil {
 		return nil, err
 	}
@@ -430,7 +433,7 @@ func (o *Opened) Discard(ctx context.Context) error {
 	if o.opts.Prefix == "" || o.opts.Backend == "mem" {
 		return err
 	}
-	raw, oerr := OpenBackend(ctx, o.opts.Backend, o.opts.DataDir, o.opts.NoFsync)
+	raw, oerr := openBackend(ctx, o.opts.Backend, o.opts.DataDir, o.opts.diskOptions())
 	if oerr != nil {
 		return errors.Join(err, oerr)
 	}
@@ -447,9 +450,16 @@ func diskStats(m disk.Metrics) []kv.Stat {
 		{Name: kv.StatDiskWriteStallSeconds, Value: m.WriteStallSeconds},
 		{Name: kv.StatDiskL0Files, Value: float64(m.L0Files)},
 		{Name: kv.StatDiskCacheHitRate, Value: m.CacheHitRate},
+		{Name: kv.StatDiskCacheBytes, Value: float64(m.CacheBytes)},
+		{Name: kv.StatDiskCacheCapacity, Value: float64(m.CacheCapacity)},
 		{Name: kv.StatDiskWALBytes, Value: float64(m.WALBytes)},
 		{Name: kv.StatDiskBytes, Value: float64(m.DiskBytes)},
 	}
+}
+
+// diskOptions are the options of a disk backend the store opens.
+func (o Options) diskOptions() disk.Options {
+	return disk.Options{NoSync: o.NoFsync, CacheSize: o.DiskCache}
 }
 
 // OpenBackend opens the storage named by spec: "mem", "disk" (under
