@@ -26,6 +26,7 @@ type Driver struct {
 	readAhead  ReadAhead
 	writeAhead WriteAhead
 	pending    []backend.Item // a committed operation's Write not on storage yet (readLists, settle)
+	durable    func() error   // makes the record announcing pending durable, before pending goes out (HoldUntil)
 	redoing    bool           // a Redo runs: no hook is called, its Write is issued at once
 	retries    atomic.Uint64  // slot Reads issued again (Stats.ReadRetries)
 
@@ -162,7 +163,28 @@ func (d *Driver) writeChange(ctx context.Context, w Write) error {
 
 // Hold makes items, a committed operation's sealed Write, go to storage
 // with the tree's next Read (backend.Pipeline), or on its own at Flush.
-func (d *Driver) Hold(items []backend.Item) { d.pending = items }
+func (d *Driver) Hold(items []backend.Item) { d.HoldUntil(items, nil) }
+
+// HoldUntil is Hold for a Write whose record is journaled but not yet
+// durable: durable, called before items go out, makes it so. The next
+// operation's record, synced before its first Read, usually has made it
+// durable already, so the operation's own record costs no fsync.
+func (d *Driver) HoldUntil(items []backend.Item, durable func() error) {
+	d.pending, d.durable = items, durable
+}
+
+// releasable makes the held Write's record durable, before the Write
+// goes out.
+func (d *Driver) releasable() error {
+	if d.pending == nil || d.durable == nil {
+		return nil
+	}
+	if err := d.durable(); err != nil {
+		return fmt.Errorf("ringoram: journaling the previous operation: %w", err)
+	}
+	d.durable = nil
+	return nil
+}
 
 // Flush issues the Write of the last committed operation if it has not
 // reached storage yet: before the Tree's state is checkpointed, and when
@@ -174,6 +196,9 @@ func (d *Driver) Flush(ctx context.Context) error { return d.settle(ctx) }
 func (d *Driver) settle(ctx context.Context) error {
 	if d.pending == nil {
 		return nil
+	}
+	if err := d.releasable(); err != nil {
+		return err
 	}
 	if err := d.b.Write(ctx, d.pending); err != nil {
 		return fmt.Errorf("ringoram: writing back the previous operation: %w", err)

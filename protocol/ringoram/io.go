@@ -55,6 +55,9 @@ func (d *Driver) read(ctx context.Context, addrs []string) ([][]byte, error) {
 // it has not reached storage yet. A missing address is tampering: the
 // storage operator deleted it (a missing bucket is never empty).
 func (d *Driver) readLists(ctx context.Context, lists [][]string) ([][][]byte, error) {
+	if err := d.releasable(); err != nil {
+		return nil, err
+	}
 	vals, err := backend.Pipeline(ctx, d.b, d.pending, lists)
 	if err != nil {
 		return nil, err

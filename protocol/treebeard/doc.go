@@ -104,7 +104,8 @@
 // an eviction placed, which blocks the cached buckets it changed hold)
 // and the blocks it took out for each Stash shard before its Write is
 // issued (the Write then goes to storage with the tree's next Read, in
-// one round trip, or alone when no read is queued), and the end of each
+// one round trip, or alone when no read is queued, once the record is
+// durable: the record has no fsync of its own), and the end of each
 // eviction (the copies left stale); a shard journals its answer to an
 // eviction's end (the blocks that left its stash). A record holds no
 // sealed item: the Write follows from the state, the plan and what the

@@ -504,16 +504,22 @@ func (w *treeWorker) journal(record []byte) Status {
 // writeAhead seals an operation's Write, journals its record (its
 // Change, not the Write: recovery finds out whether the Write landed and
 // runs the operation again if not), and holds the Write for the tree's
-// next Read.
+// next Read. The record needs no fsync of its own: the Write waits until
+// it is durable (ringoram.Driver.HoldUntil), which the next operation's
+// plan, synced before its Reads, makes it; and whatever the operation
+// leads to that a client sees is acknowledged only after a Stash shard's
+// record appended later is synced, in the one journal's order.
 func (w *treeWorker) writeAhead(record []byte, ws []ringoram.BucketWrite) Status {
 	items, err := w.tree.Seal(ws)
 	if err != nil {
 		return statusOf(err)
 	}
-	if st := w.journal(record); st.Code != CodeOK {
-		return st
+	if record == nil || w.group != nil { // a replicated tree's record is the group's commit
+		w.tree.Hold(items)
+		return Status{}
 	}
-	w.tree.Hold(items)
+	lsn := w.log.Append(record)
+	w.tree.HoldUntil(items, func() error { return w.log.Sync(lsn) })
 	return Status{}
 }
 
