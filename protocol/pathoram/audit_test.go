@@ -203,7 +203,7 @@ func checkPlannedAhead(t *testing.T, workload string, syncs int64) {
 	t.Helper()
 	t.Logf("%s: %d journal Syncs in %d accesses", workload, syncs, auditOps)
 	if syncs > auditOps+auditOps/100 {
-		t.Errorf("%s: %d journal Syncs in %d accesses; want most accesses' reads planned ahead, in their predecessor's Sync", workload, syncs, auditOps)
+		t.Errorf("%s: %d journal Syncs in %d accesses; want one an access, every read but the first planned ahead in the Sync of the write-back before it", workload, syncs, auditOps)
 	}
 }
 

@@ -154,25 +154,25 @@ func openHeld(t *testing.T, b backend.Backend, keys *seal.Keys, dir string, fres
 	return h
 }
 
-// goPut starts a Put and returns its outcome's channel once the Put has
-// its place in the store's order.
-func (h *heldStore) goPut(key, val string) <-chan error {
+// start starts op and returns its outcome's channel once op has its
+// place in the store's order.
+func (h *heldStore) start(op func(ctx context.Context) error) <-chan error {
 	done := make(chan error, 1)
 	h.q.armed.Store(true)
-	go func() { done <- h.s.Put(context.Background(), key, []byte(val)) }()
+	go func() { done <- op(context.Background()) }()
 	close(<-h.q.c)
 	h.q.armed.Store(false)
 	return done
 }
 
-// goGet is goPut for a Get.
+// goPut starts a Put (start).
+func (h *heldStore) goPut(key, val string) <-chan error {
+	return h.start(func(ctx context.Context) error { return h.s.Put(ctx, key, []byte(val)) })
+}
+
+// goGet starts a Get (start).
 func (h *heldStore) goGet(key string) <-chan error {
-	done := make(chan error, 1)
-	h.q.armed.Store(true)
-	go func() { _, _, err := h.s.Get(context.Background(), key); done <- err }()
-	close(<-h.q.c)
-	h.q.armed.Store(false)
-	return done
+	return h.start(func(ctx context.Context) error { _, _, err := h.s.Get(ctx, key); return err })
 }
 
 // awaitSync waits for the next held Sync; an operation of ops ending
