@@ -18,6 +18,7 @@ import (
 	"github.com/oblivkv/oblivkv/kv/kvtest"
 	"github.com/oblivkv/oblivkv/observe"
 	"github.com/oblivkv/oblivkv/protocol/tree"
+	"github.com/oblivkv/oblivkv/seal"
 )
 
 // The obliviousness audits: pathoram's backend calls must look the same
@@ -159,23 +160,31 @@ var allChecks = append([]string{checkShape, checkUniform, checkSame, checkTrace}
 func runAudit(t *testing.T, p auditParams, w workload, lk leak, seed byte) auditRun {
 	t.Helper()
 	var traced []audit.TracedRead
+	q := newQueueSignal()
 	opts := p.opts
-	opts.TestingKnobs = TestingKnobs{Seed: &[32]byte{seed}, Leak: lk, Trace: func(leaf uint64, id tree.BlockID) {
+	opts.TestingKnobs = TestingKnobs{Seed: &[32]byte{seed}, Leak: lk, Queued: q.hook, Trace: func(leaf uint64, id tree.BlockID) {
 		traced = append(traced, audit.TracedRead{Leaf: leaf, Block: string(id[:]), Real: true})
 	}}
 	f := unopenedFixture(t, p.capacity, 32, opts)
 	f.keys = kvtest.SeededKeys(t, seed) // reproducible block IDs, and so leaves derived from them
 	f.cfg.NoFsync = true                // storage sees the same calls; thousands of fsyncs would only slow the audit
-	f.s = f.open(nil)
+	var j *watchedJournal
+	f.s = f.open(func(cfg *kv.Config) {
+		cfg.OpenJournal = func(keys *seal.Keys) (kv.Journal, error) {
+			raw, err := journal.Open(f.journal, keys, journal.Options{NoSync: true})
+			j = watch(raw)
+			return j, err
+		}
+	})
 	w.setup(f)
 	f.log.Reset()
 	traced = nil
 	r := rand.New(rand.NewPCG(uint64(seed), 9))
-	for i := range auditOps {
-		if err := w.op(f, r, i); err != nil {
-			t.Fatalf("%s, op %d: %v", w.name, i, err)
-		}
+	syncs := j.syncs.Load()
+	if err := q.inOrder(0, auditOps, func(i int) error { return w.op(f, r, i) }); err != nil {
+		t.Fatalf("%s: %v", w.name, err)
 	}
+	checkPlannedAhead(t, w.name, j.syncs.Load()-syncs)
 	run := checkAccesses(f, w, f.log.Records())
 	walks, disagree := audit.RealReadWalks(traced, run.reads)
 	run.checks[checkTrace] = audit.Exact(w.name+": the trace's path reads are storage's", disagree)
@@ -183,6 +192,19 @@ func runAudit(t *testing.T, p auditParams, w workload, lk leak, seed byte) audit
 		run.checks[followChecks[i]] = c
 	}
 	return run
+}
+
+// checkPlannedAhead requires that the path read of an audit's accesses,
+// each queued behind the one before (queueSignal.inOrder), was journaled
+// with the write-back before it: one journal Sync per access, not two
+// (the first's read, and each checkpoint, take one more), so storage's
+// view is checked with the overlap on.
+func checkPlannedAhead(t *testing.T, workload string, syncs int64) {
+	t.Helper()
+	t.Logf("%s: %d journal Syncs in %d accesses", workload, syncs, auditOps)
+	if syncs > auditOps+auditOps/100 {
+		t.Errorf("%s: %d journal Syncs in %d accesses; want one an access, every read but the first planned ahead in the Sync of the write-back before it", workload, syncs, auditOps)
+	}
 }
 
 // checkAccesses runs the audit's checks on recs, the log of workload w.
@@ -214,16 +236,19 @@ func runRecoveredAudit(t *testing.T, p auditParams, w workload, lk leak, seed by
 		cfg: kv.Config{Protocol: "pathoram", Capacity: p.capacity, ValueSize: 32}}
 	storage := observe.NewTap(wit, f.log)
 	var j *journal.Journal
+	var watched *watchedJournal
+	q := newQueueSignal()
 	open := func(fresh bool, seed byte) {
 		var err error
 		if j, err = journal.Open(f.journal, f.keys, journal.Options{NoSync: true}); err != nil {
 			t.Fatal(err)
 		}
+		watched = watch(j)
 		opts := p.opts
-		opts.TestingKnobs = TestingKnobs{Seed: &[32]byte{seed}, Leak: lk}
+		opts.TestingKnobs = TestingKnobs{Seed: &[32]byte{seed}, Leak: lk, Queued: q.hook}
 		f.cfg.Options = opts
 		if f.s, err = open(t.Context(), kv.Env{Backend: storage, Keys: f.keys, Capacity: p.capacity,
-			ValueSize: f.cfg.ValueSize, Fresh: fresh, Journal: j, Options: opts}); err != nil {
+			ValueSize: f.cfg.ValueSize, Fresh: fresh, Journal: watched, Options: opts}); err != nil {
 			j.Crash()
 			t.Fatal(err)
 		}
@@ -232,20 +257,23 @@ func runRecoveredAudit(t *testing.T, p auditParams, w workload, lk leak, seed by
 	w.setup(f)
 	f.log.Reset()
 	r := rand.New(rand.NewPCG(uint64(seed), 9))
-	var from, to uint64
-	for i := range auditOps {
-		if i == auditOps/2 {
-			j.Crash()
-			from = f.log.LastSeq() + 1
-			wit.Recovering(true)
-			open(false, seed+100)
-			wit.Recovering(false)
-			to = f.log.LastSeq()
-		}
-		if err := w.op(f, r, i); err != nil {
-			t.Fatalf("%s, op %d: %v", w.name, i, err)
-		}
+	op := func(i int) error { return w.op(f, r, i) }
+	syncs := watched.syncs.Load()
+	if err := q.inOrder(0, auditOps/2, op); err != nil {
+		t.Fatalf("%s: %v", w.name, err)
 	}
+	syncs = watched.syncs.Load() - syncs
+	j.Crash()
+	from := f.log.LastSeq() + 1
+	wit.Recovering(true)
+	open(false, seed+100)
+	wit.Recovering(false)
+	to := f.log.LastSeq()
+	syncs -= watched.syncs.Load()
+	if err := q.inOrder(auditOps/2, auditOps, op); err != nil {
+		t.Fatalf("%s: %v", w.name, err)
+	}
+	checkPlannedAhead(t, w.name, syncs+watched.syncs.Load())
 	if err := f.s.Close(); err != nil {
 		t.Fatal(err)
 	}

@@ -18,8 +18,8 @@ import (
 // state no longer matches storage); reopened, it is empty. The loaded
 // state is checkpointed before Load returns.
 func (s *store) Load(ctx context.Context, items iter.Seq2[string, []byte]) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	s.turns.exclusive()
+	defer s.turns.done()
 	o := s.o
 	if err := s.remote.settle(ctx); err != nil {
 		return len(o.pos), err

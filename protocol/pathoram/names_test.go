@@ -14,8 +14,8 @@ import (
 func TestEarlierCheckpointNamesNoKeys(t *testing.T) {
 	kvtest.CheckEarlierUnnamed(t, open, kv.Env{Capacity: 64, ValueSize: 16}, func(st kv.Store) {
 		s := st.(*store)
-		s.mu.Lock()
-		defer s.mu.Unlock()
+		s.turns.exclusive()
+		defer s.turns.done()
 		v1 := s.appendParams([]byte(stateMagicV1))
 		for id, leaf := range s.o.pos { // a position, with no name
 			v1 = binary.AppendUvarint(append(v1, id[:]...), leaf)

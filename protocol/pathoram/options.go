@@ -36,6 +36,10 @@ type TestingKnobs struct {
 	// order, before it is issued: the ground truth of which read was
 	// which key's.
 	Trace func(leaf uint64, id tree.BlockID)
+	// Queued is told each time an operation takes its place in the
+	// store's order (turns), before it waits for its turn: a test starts
+	// concurrent operations in an order the store keeps.
+	Queued func()
 }
 
 // DefaultZ is the default number of slots per bucket.

@@ -22,10 +22,12 @@ type paths interface {
 	readPath(ctx context.Context, path []uint64) ([][]tree.Block, error)
 	// writePath writes the buckets of path back in one atomic backend call,
 	// contents[i] the blocks of path[i], after journaling the access that
-	// made them (delta describes it: see journalDelta). When it returns,
-	// the contents are committed: written, or (after an error) queued to
-	// be written before any later read.
-	writePath(ctx context.Context, path []uint64, contents [][]tree.Block, delta func() []byte) error
+	// made them (delta describes it: see journalDelta) and, if ahead is
+	// not nil, the next access's path read, both made durable together
+	// (group commit). When it returns, the contents are committed:
+	// written, or (after an error) queued to be written before any later
+	// read.
+	writePath(ctx context.Context, path []uint64, contents [][]tree.Block, delta func() []byte, ahead *plannedRead) error
 }
 
 // entry is a block in the stash or in an access's working set, with the
@@ -67,9 +69,11 @@ type oram struct {
 	stash    []entry
 	stashMax int // high-water mark of the stash after a write-back
 	// unfinished is the access whose path read was planned and that has
-	// not written back (its read failed, or a crash cut it short): storage
-	// may have seen the read, so it is finished before anything else
-	// reads (finishUnfinished).
+	// not written back: planned ahead for the next access (its ahead
+	// set: storage has not seen the read, and that access makes it), or
+	// one whose read failed or a crash cut short: storage may have seen
+	// the read, so it is finished before anything else reads
+	// (finishUnfinished).
 	unfinished *plannedRead
 
 	// scratch, reused by every access
@@ -94,19 +98,44 @@ func (o *oram) randomLeaf() uint64 { return o.rng.Uint64() & (o.g.Leaves() - 1) 
 type plannedRead struct {
 	id   tree.BlockID
 	leaf uint64
+	// ahead: journaled with the previous access's write-back for the
+	// access whose turn came next, which storage has not seen read yet.
+	ahead bool
 }
+
+// nextAccess tells the access running which block the next access is
+// for, if it is known yet.
+type nextAccess func() (tree.BlockID, bool)
+
+// noNext is the nextAccess of an access with none known after it.
+func noNext() (tree.BlockID, bool) { return tree.BlockID{}, false }
 
 // access performs one Path ORAM access (TaoStore Sec. IV-A, steps 1-3):
 // read the path of the block's leaf (a uniformly random leaf for a block
 // not in the position map, so existence never leaks), answer from the path
 // and the stash, remap the block to a fresh random leaf, flush greedily and
 // write the path back. Every kind of operation makes the same calls. An
-// unfinished access goes first. key is the block's name, kept if the
-// access stores it.
-func (o *oram) access(ctx context.Context, id tree.BlockID, key string, m kv.Mutation) (result, error) {
+// unfinished access goes first, unless it is this one's read, planned
+// ahead by the access before. key is the block's name, kept if the access
+// stores it; next tells which access follows (see run).
+func (o *oram) access(ctx context.Context, id tree.BlockID, key string, m kv.Mutation, next nextAccess) (result, error) {
+	if u := o.unfinished; u != nil && u.ahead && u.id == id {
+		return o.run(ctx, *u, key, m, next)
+	}
 	if err := o.finishUnfinished(ctx); err != nil {
 		return result{}, err
 	}
+	p := o.planFor(id)
+	if err := o.io.planRead(ctx, p.leaf, p.id); err != nil {
+		return result{}, err
+	}
+	o.planned(p)
+	return o.run(ctx, p, key, m, next)
+}
+
+// planFor chooses the path the access to block id reads: its leaf, or a
+// uniformly random one if the position map does not hold it.
+func (o *oram) planFor(id tree.BlockID) plannedRead {
 	leaf, known := o.pos[id]
 	switch {
 	case known:
@@ -115,7 +144,28 @@ func (o *oram) access(ctx context.Context, id tree.BlockID, key string, m kv.Mut
 	default:
 		leaf = o.randomLeaf()
 	}
-	return o.run(ctx, plannedRead{id, leaf}, key, m)
+	return plannedRead{id: id, leaf: leaf}
+}
+
+// planned makes p, journaled, the unfinished access: it stays so until
+// its write-back is committed.
+func (o *oram) planned(p plannedRead) {
+	o.unfinished = &p
+	if o.traced != nil {
+		o.traced(p.leaf, p.id)
+	}
+}
+
+// planAhead plans the path read of the access next says follows, if
+// any, to be journaled with this access's write-back.
+func (o *oram) planAhead(next nextAccess) *plannedRead {
+	id, ok := next()
+	if !ok {
+		return nil
+	}
+	p := o.planFor(id)
+	p.ahead = true
+	return &p
 }
 
 // finishUnfinished runs the unfinished access again as a read of its
@@ -128,20 +178,19 @@ func (o *oram) finishUnfinished(ctx context.Context) error {
 	if o.unfinished == nil {
 		return nil
 	}
-	_, err := o.run(ctx, *o.unfinished, "", kv.Mutation{Op: kv.MutRead})
+	_, err := o.run(ctx, *o.unfinished, "", kv.Mutation{Op: kv.MutRead}, noNext)
 	return err
 }
 
 // run is the access of p.id, named key, reading p.leaf's path, planned
-// first: until its write-back is committed, it is the unfinished access.
-func (o *oram) run(ctx context.Context, p plannedRead, key string, m kv.Mutation) (result, error) {
-	if err := o.io.planRead(ctx, p.leaf, p.id); err != nil {
-		return result{}, err
-	}
+// and journaled already: until its write-back is committed, it is the
+// unfinished access. The write-back's record carries the path read of
+// the access next says follows, planned now (group commit: the two are
+// made durable by one fsync, and that access reads without one of its
+// own); it is the unfinished access from then on.
+func (o *oram) run(ctx context.Context, p plannedRead, key string, m kv.Mutation, next nextAccess) (result, error) {
+	p.ahead = false // storage may see the read from here on
 	o.unfinished = &p
-	if o.traced != nil {
-		o.traced(p.leaf, p.id)
-	}
 	_, known := o.pos[p.id]
 	o.path = o.g.Path(p.leaf, o.path)
 	buckets, err := o.io.readPath(ctx, o.path)
@@ -155,8 +204,12 @@ func (o *oram) run(ctx context.Context, p plannedRead, key string, m kv.Mutation
 		return result{}, err
 	}
 	o.flush(p.leaf)
-	err = o.io.writePath(ctx, o.path, o.contents, func() []byte { return o.journalDelta(p.leaf, p.id, res.named) })
+	ahead := o.planAhead(next)
+	err = o.io.writePath(ctx, o.path, o.contents, func() []byte { return o.journalDelta(p.leaf, p.id, res.named) }, ahead)
 	o.unfinished = nil // committed: written, or queued (writePath)
+	if ahead != nil && err == nil {
+		o.planned(*ahead) // else the next access plans its read again
+	}
 	for i := range o.contents {
 		clear(o.contents[i])
 		o.contents[i] = o.contents[i][:0]

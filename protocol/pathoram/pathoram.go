@@ -10,7 +10,8 @@
 // one atomic backend Write of fresh encryptions of every bucket. A key not
 // in the position map (a Get of a missing key, a Put of a new key, a
 // Delete of a missing key, a Put into a full store) reads a uniformly
-// random path, so existence never leaks. One access runs at a time.
+// random path, so existence never leaks. One access runs at a time, in
+// the order the operations arrive (turns.go).
 //
 // The package owns the trusted state: the position map (block ID, a PRF
 // of the key, to leaf), each stored key's name beside its block ID (for
@@ -44,13 +45,21 @@
 // finished first by the next access, by recovery or at Close: the same
 // path is read again and written back with the block on a fresh leaf, so
 // the block's next access never reads the path storage saw read.
+//
+// Group commit: when another access is already waiting for its turn as
+// one writes back, the waiting access's path read is journaled with the
+// write-back's record and both are made durable by one fsync; the waiting
+// access then reads without an fsync of its own. The order storage sees
+// is unchanged (each access's Read after its plan is durable, its Write
+// after its record is, the next Read after that Write), no access answers
+// before its record is durable, and the periodic checkpoint leaves a read
+// planned ahead after it, for recovery to finish if a crash comes first.
 package pathoram
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"sync/atomic"
 
 	"github.com/oblivkv/oblivkv/backend"
@@ -84,7 +93,7 @@ type store struct {
 	codec *tree.Codec
 	log   *durable.Log
 
-	mu     sync.Mutex // one access at a time
+	turns  turns // one operation at a time, in arrival order
 	o      *oram
 	remote *remote
 	// loadCut: the last record replayed began a bulk load, never
@@ -119,6 +128,7 @@ func open(ctx context.Context, env kv.Env) (kv.Store, error) {
 	s := &store{keys: env.Keys, b: env.Backend, opts: opts, codec: codec, remote: r, log: log,
 		o: newORAM(g, opts.Z, env.Capacity, env.ValueSize, r, seed)}
 	s.o.leak, s.o.traced = opts.TestingKnobs.Leak, opts.TestingKnobs.Trace
+	s.turns.queued = opts.TestingKnobs.Queued
 	s.ByUpdate = kv.ByUpdate{Updater: s}
 	if env.Fresh {
 		// A fresh tree of dummy buckets, written in large batches, then
@@ -137,8 +147,8 @@ func open(ctx context.Context, env kv.Env) (kv.Store, error) {
 	return s, nil
 }
 
-// publish copies the counters Stats reports; s.mu is held or s is not
-// shared yet.
+// publish copies the counters Stats reports; the store's turn is held,
+// or s is not shared yet.
 func (s *store) publish() {
 	s.keyCount.Store(int64(len(s.o.pos)))
 	s.stashSize.Store(int64(len(s.o.stash)))
@@ -150,9 +160,9 @@ func (s *store) publish() {
 // fails with kv.ErrFull.
 func (s *store) Update(ctx context.Context, key string, m kv.Mutation) (kv.Result, error) {
 	id := tree.IDOf(s.keys, key)
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	res, err := s.o.access(ctx, id, key, m)
+	s.turns.take(&turn{access: true, block: id})
+	defer s.turns.done()
+	res, err := s.o.access(ctx, id, key, m, s.turns.next)
 	if err == nil && s.log.Due() {
 		err = s.checkpoint(ctx)
 	}
@@ -186,8 +196,8 @@ func (s *store) Stats() kv.Stats {
 // Close implements kv.Store: it writes any pending write-back, replaces
 // the journal by a checkpoint and closes the backend.
 func (s *store) Close() error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	s.turns.exclusive()
+	defer s.turns.done()
 	err := s.checkpoint(context.Background())
 	if err != nil {
 		err = fmt.Errorf("pathoram: closing without a checkpoint; the next open replays the journal: %w", err)

@@ -57,10 +57,13 @@ func (r *remote) planRead(_ context.Context, leaf uint64, id tree.BlockID) error
 	if r.broken != nil {
 		return r.broken
 	}
-	if !r.log.Durable() {
-		return nil
-	}
-	if _, err := r.log.Commit(journalRead(leaf, id)); err != nil {
+	return r.commit(r.log.Append(journalRead(leaf, id)))
+}
+
+// commit waits until the records up to lsn are durable; a journal that
+// fails stops the store.
+func (r *remote) commit(lsn uint64) error {
+	if err := r.log.Sync(lsn); err != nil {
 		r.broken = fmt.Errorf("pathoram: store stopped: %w", err)
 		return r.broken
 	}
@@ -83,11 +86,13 @@ func (r *remote) readPath(ctx context.Context, path []uint64) ([][]tree.Block, e
 }
 
 // writePath seals every bucket of the path afresh under its next version,
-// journals the access (its delta and the sealed buckets) and writes them
-// in one atomic call (Sec. IV-A step 3 "Writing-back"). A journal that
-// fails stops the store: the access changed the proxy's state, and
-// without its record a crash would lose it.
-func (r *remote) writePath(ctx context.Context, path []uint64, contents [][]tree.Block, delta func() []byte) error {
+// journals the access (its delta and the sealed buckets), and after it
+// the next access's path read if ahead is planned, waits until both are
+// durable (one fsync) and writes the buckets in one atomic call (Sec.
+// IV-A step 3 "Writing-back"). A journal that fails stops the store: the
+// access changed the proxy's state, and without its record a crash would
+// lose it.
+func (r *remote) writePath(ctx context.Context, path []uint64, contents [][]tree.Block, delta func() []byte, ahead *plannedRead) error {
 	if r.leak == leakUnchangedNotWritten {
 		path, contents = r.changedOnly(path, contents)
 	}
@@ -104,9 +109,12 @@ func (r *remote) writePath(ctx context.Context, path []uint64, contents [][]tree
 		r.versions[b] = r.vers[i]
 	}
 	if r.log.Durable() {
-		if _, err := r.log.Commit(delta(), durable.Op{Items: items}); err != nil {
-			r.broken = fmt.Errorf("pathoram: store stopped: %w", err)
-			return r.broken
+		lsn := r.log.Append(delta(), durable.Op{Items: items})
+		if ahead != nil {
+			lsn = r.log.Append(journalRead(ahead.leaf, ahead.id))
+		}
+		if err := r.commit(lsn); err != nil {
+			return err
 		}
 	}
 	r.pending = items

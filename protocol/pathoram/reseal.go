@@ -13,8 +13,8 @@ import (
 // ResealState implements kv.ResealStater: every bucket's version, which
 // the proxy keeps and each bucket's slots are sealed bound to.
 func (s *store) ResealState() ([]byte, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	s.turns.exclusive()
+	defer s.turns.done()
 	if s.remote.pending != nil || s.remote.broken != nil {
 		return nil, errors.New("pathoram: storage is behind the store's state; start it and stop it cleanly first")
 	}

@@ -26,7 +26,7 @@ func (s *simPaths) readPath(_ context.Context, path []uint64) ([][]tree.Block, e
 	return out, nil
 }
 
-func (s *simPaths) writePath(_ context.Context, path []uint64, contents [][]tree.Block, _ func() []byte) error {
+func (s *simPaths) writePath(_ context.Context, path []uint64, contents [][]tree.Block, _ func() []byte, _ *plannedRead) error {
 	for i, b := range path {
 		s.buckets[b] = append(s.buckets[b][:0], contents[i]...)
 	}
@@ -56,16 +56,22 @@ func simStash(t *testing.T, n, accesses int, seed byte) int {
 	sim.buckets, o.pos, o.stash = o.layout(vals)
 	o.stashMax = len(o.stash)
 	r := rand.New(rand.NewPCG(uint64(seed), 1))
+	ks := make([]int, accesses)
+	for i := range ks {
+		ks[i] = r.IntN(n)
+	}
 	ctx := context.Background()
 	var buf [8]byte
-	for i := range accesses {
-		k := r.IntN(n)
+	for i, k := range ks {
+		next := func() (tree.BlockID, bool) { // each access's read planned by the one before
+			return simID(ks[min(i+1, len(ks)-1)]), i+1 < len(ks)
+		}
 		m := kv.Mutation{Op: kv.MutRead}
 		if i%2 == 1 {
 			model[k]++
 			m = kv.Mutation{Op: kv.MutSet, Arg: binary.BigEndian.AppendUint64(buf[:0], model[k])}
 		}
-		res, err := o.access(ctx, simID(k), strconv.Itoa(k), m)
+		res, err := o.access(ctx, simID(k), strconv.Itoa(k), m, next)
 		if err != nil || !res.Found {
 			t.Fatalf("access %d to key %d: found %v, %v", i, k, res.Found, err)
 		}

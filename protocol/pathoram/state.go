@@ -140,17 +140,26 @@ func (s *store) Apply(rec []byte) error {
 	return nil
 }
 
-// checkpoint replaces the journal by the state, once the unfinished
-// access, if any, is finished (the state does not hold it) and the last
-// write-back is on storage.
+// checkpoint replaces the journal by the state, once the last write-back
+// is on storage. The state does not hold the unfinished access: one
+// whose read storage may have seen is finished first; a read planned
+// ahead, the journal's last record, stays after the checkpoint, and a
+// crash before its access writes back finishes it at recovery.
 func (s *store) checkpoint(ctx context.Context) error {
-	if err := s.o.finishUnfinished(ctx); err != nil {
-		return err
+	ahead := s.o.unfinished != nil && s.o.unfinished.ahead
+	if !ahead {
+		if err := s.o.finishUnfinished(ctx); err != nil {
+			return err
+		}
 	}
 	if err := s.remote.settle(ctx); err != nil {
 		return err
 	}
-	return s.log.CheckpointOf(ctx, s)
+	at := s.log.Last()
+	if ahead && at > 0 { // at is 0 in a log that keeps nothing
+		at--
+	}
+	return s.log.Checkpoint(ctx, s.encodeState(), at)
 }
 
 // recover rebuilds the trusted state from the journal (durable.Log.Replay):
@@ -286,8 +295,8 @@ func (s *store) Restore(plain []byte) error {
 // position map, once no access runs. A key an earlier build stored has
 // no name: then it names none (kv.ErrKeysUnnamed).
 func (s *store) StoredKeys(context.Context) ([]string, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	s.turns.exclusive()
+	defer s.turns.done()
 	return tree.NamedKeys(s.o.pos, s.o.names)
 }
 

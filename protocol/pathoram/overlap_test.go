@@ -1,0 +1,344 @@
+package pathoram
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"reflect"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/oblivkv/oblivkv/backend"
+	"github.com/oblivkv/oblivkv/backend/mem"
+	"github.com/oblivkv/oblivkv/internal/durable"
+	"github.com/oblivkv/oblivkv/internal/durable/journal"
+	"github.com/oblivkv/oblivkv/internal/testsupport/durabletest"
+	"github.com/oblivkv/oblivkv/kv"
+	"github.com/oblivkv/oblivkv/kv/kvtest"
+	"github.com/oblivkv/oblivkv/observe"
+	"github.com/oblivkv/oblivkv/protocol/tree"
+	"github.com/oblivkv/oblivkv/seal"
+)
+
+// watchedJournal is a journal whose Syncs a test counts and, while
+// armed, holds: each tells the test its LSN on held and waits for
+// release, until unhold.
+type watchedJournal struct {
+	durable.Journal
+	syncs   atomic.Int64
+	armed   atomic.Bool
+	held    chan uint64
+	release chan struct{}
+	stop    chan struct{}
+}
+
+func watch(j durable.Journal) *watchedJournal {
+	return &watchedJournal{Journal: j, held: make(chan uint64), release: make(chan struct{}), stop: make(chan struct{})}
+}
+
+// unhold lets every Sync through from now on, one held included.
+func (j *watchedJournal) unhold() {
+	j.armed.Store(false)
+	close(j.stop)
+}
+
+func (j *watchedJournal) Sync(lsn uint64) error {
+	j.syncs.Add(1)
+	if j.armed.Load() {
+		select {
+		case j.held <- lsn:
+			select {
+			case <-j.release:
+			case <-j.stop:
+			}
+		case <-j.stop:
+		}
+	}
+	return j.Journal.Sync(lsn)
+}
+
+// queueSignal, once armed, is told each time an operation takes its
+// place in the store's order (TestingKnobs.Queued): the operation hands
+// it a channel and waits until the test closes it.
+type queueSignal struct {
+	armed atomic.Bool
+	c     chan chan struct{}
+}
+
+func newQueueSignal() *queueSignal { return &queueSignal{c: make(chan chan struct{})} }
+
+func (q *queueSignal) hook() {
+	if q.armed.Load() {
+		proceed := make(chan struct{})
+		q.c <- proceed
+		<-proceed
+	}
+}
+
+// queueDepth is how many operations inOrder keeps in flight.
+const queueDepth = 4
+
+// inOrder runs op(i) for i in [from, to), up to queueDepth at once, in
+// that order in the store: each starts once the one before has its
+// place, and goes on only once the one after has its own. So every
+// access but the last finds the next queued behind it when it writes
+// back, and journals that access's path read with its own write-back
+// (group commit). It returns the first error.
+func (q *queueSignal) inOrder(from, to int, op func(i int) error) error {
+	q.armed.Store(true)
+	defer q.armed.Store(false)
+	slots, errs := make(chan struct{}, queueDepth), make(chan error, to-from)
+	var wg sync.WaitGroup
+	var last chan struct{} // the operation placed last, waiting for the next
+	for i := from; i < to; i++ {
+		slots <- struct{}{}
+		wg.Add(1)
+		ended := make(chan struct{})
+		go func() {
+			defer wg.Done()
+			defer func() { <-slots }()
+			defer close(ended)
+			if err := op(i); err != nil {
+				errs <- fmt.Errorf("op %d: %w", i, err)
+			}
+		}()
+		select {
+		case placed := <-q.c:
+			if last != nil {
+				close(last)
+			}
+			last = placed
+		case <-ended: // ended without a place, with an error
+		}
+	}
+	if last != nil {
+		close(last)
+	}
+	wg.Wait()
+	close(errs)
+	return <-errs
+}
+
+// heldStore is a journaled store on memory storage recorded by a Tap,
+// with its journal watched and its operations' order signalled.
+type heldStore struct {
+	s      *store
+	j      *watchedJournal
+	raw    *journal.Journal
+	log    *observe.MemoryLog
+	q      *queueSignal
+	traced []plannedRead // every path read planned, in order
+}
+
+// openHeld opens (fresh, or recovers) a store of 64 keys of 16 bytes on
+// b, its journal in dir.
+func openHeld(t *testing.T, b backend.Backend, keys *seal.Keys, dir string, fresh bool) *heldStore {
+	t.Helper()
+	raw, err := journal.Open(dir, keys, journal.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := &heldStore{j: watch(raw), raw: raw, log: &observe.MemoryLog{}, q: newQueueSignal()}
+	opts := Options{TestingKnobs: TestingKnobs{Seed: &[32]byte{3}, Queued: h.q.hook, Trace: func(leaf uint64, id tree.BlockID) {
+		h.traced = append(h.traced, plannedRead{id: id, leaf: leaf})
+	}}}
+	st, err := open(t.Context(), kv.Env{Backend: observe.NewTap(b, h.log), Keys: keys, Capacity: 64, ValueSize: 16,
+		Fresh: fresh, Journal: h.j, Options: opts})
+	if err != nil {
+		raw.Crash()
+		t.Fatal(err)
+	}
+	h.s = st.(*store)
+	return h
+}
+
+// start starts op and returns its outcome's channel once op has its
+// place in the store's order.
+func (h *heldStore) start(op func(ctx context.Context) error) <-chan error {
+	done := make(chan error, 1)
+	h.q.armed.Store(true)
+	go func() { done <- op(context.Background()) }()
+	close(<-h.q.c)
+	h.q.armed.Store(false)
+	return done
+}
+
+// goPut starts a Put (start).
+func (h *heldStore) goPut(key, val string) <-chan error {
+	return h.start(func(ctx context.Context) error { return h.s.Put(ctx, key, []byte(val)) })
+}
+
+// goGet starts a Get (start).
+func (h *heldStore) goGet(key string) <-chan error {
+	return h.start(func(ctx context.Context) error { _, _, err := h.s.Get(ctx, key); return err })
+}
+
+// awaitSync waits for the next held Sync; an operation of ops ending
+// first fails the test.
+func (h *heldStore) awaitSync(t *testing.T, what string, ops ...<-chan error) {
+	t.Helper()
+	cases := []reflect.SelectCase{{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(h.j.held)}}
+	for _, op := range ops {
+		cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(op)})
+	}
+	if i, v, _ := reflect.Select(cases); i > 0 {
+		t.Fatalf("%s: operation %d returned (%v) before its journal record was synced", what, i-1, v)
+	}
+}
+
+// pending fails the test if an operation of ops has returned.
+func pending(t *testing.T, what string, ops ...<-chan error) {
+	t.Helper()
+	for i, op := range ops {
+		select {
+		case err := <-op:
+			t.Fatalf("%s: operation %d returned (%v) while its journal record's Sync was held", what, i, err)
+		default:
+		}
+	}
+}
+
+// lastCall is the last call storage saw.
+func (h *heldStore) lastCall() observe.Record {
+	recs := h.log.Records()
+	if len(recs) == 0 {
+		return observe.Record{}
+	}
+	return recs[len(recs)-1]
+}
+
+// TestAcknowledgedOnlyWhenDurable holds the journal's Syncs: no Put
+// returns, and storage sees no write-back, until the Sync of the record
+// that makes it durable is released. A Put queued behind another has its
+// path read journaled with the other's write-back, in the same Sync, and
+// reads without one of its own.
+func TestAcknowledgedOnlyWhenDurable(t *testing.T) {
+	h := openHeld(t, mem.New(), kvtest.NewKeys(t), t.TempDir(), true)
+	t.Cleanup(func() { h.j.unhold(); h.s.Close(); h.raw.Close() })
+	h.j.armed.Store(true)
+	calls := len(h.log.Records())
+	a := h.goPut("a", "1")
+	h.awaitSync(t, "a's read planned", a) // the store was idle: a journals its own read
+	if len(h.log.Records()) != calls {
+		t.Fatal("storage saw a's path read before its plan was synced")
+	}
+	b := h.goPut("b", "2") // queued behind a
+	h.j.release <- struct{}{}
+	h.awaitSync(t, "a's write-back and b's read planned", a, b)
+	if c := h.lastCall(); c.Op != observe.OpRead {
+		t.Fatalf("storage saw a %v before a's write-back was synced; want a's path read last", c.Op)
+	}
+	pending(t, "a's write-back", a, b)
+	h.j.release <- struct{}{}
+	if err := <-a; err != nil {
+		t.Fatal(err)
+	}
+	h.awaitSync(t, "b's write-back", b)
+	if c := h.lastCall(); c.Op != observe.OpRead {
+		t.Fatalf("the Sync after a's is taken after storage's %v; want b's write-back, after b's read planned with a's", c.Op)
+	}
+	pending(t, "b's write-back", b)
+	h.j.armed.Store(false)
+	h.j.release <- struct{}{}
+	if err := <-b; err != nil {
+		t.Fatal(err)
+	}
+	for k, v := range map[string]string{"a": "1", "b": "2"} {
+		if got, ok, err := h.s.Get(t.Context(), k); err != nil || !ok || string(got) != v {
+			t.Fatalf("Get(%s) = %q, %v, %v", k, got, ok, err)
+		}
+	}
+}
+
+// failBeforeRead is storage whose next Read, once armed, crashes the
+// journal and fails without reaching storage.
+type failBeforeRead struct {
+	backend.Backend
+	crash atomic.Pointer[journal.Journal]
+}
+
+func (b *failBeforeRead) Read(ctx context.Context, addrs []string) ([][]byte, error) {
+	if j := b.crash.Swap(nil); j != nil {
+		j.Crash()
+		return nil, errors.New("injected: the process died before this Read")
+	}
+	return b.Backend.Read(ctx, addrs)
+}
+
+// TestCrashAroundReadPlannedAhead: the process dies after an access's
+// write-back and the next access's path read, planned ahead with it, are
+// durable: before that read reaches storage, after storage served it, or
+// before it with a checkpoint between (which keeps the planned read after
+// it). Recovery reads that path once and writes it back with the block
+// moved; the key's next access reads another path, and nothing
+// acknowledged is lost.
+func TestCrashAroundReadPlannedAhead(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		served     bool // storage served the read before the crash
+		checkpoint bool // a checkpoint after every access
+	}{
+		{"before the read", false, false},
+		{"after the read", true, false},
+		{"after a checkpoint, before the read", false, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			keys, dir, m := kvtest.NewKeys(t), t.TempDir(), mem.New()
+			cut := &durabletest.CutAfterRead{Backend: m}
+			fb := &failBeforeRead{Backend: cut}
+			h := openHeld(t, fb, keys, dir, true)
+			for i := range 10 {
+				if err := h.s.Put(t.Context(), fmt.Sprint("k", i), []byte("v")); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if tc.checkpoint {
+				h.s.log.SetEvery(1)
+			}
+			h.j.armed.Store(true)
+			a := h.goPut("k1", "w")
+			h.awaitSync(t, "a's read planned", a)
+			b := h.goGet("k3")
+			h.j.release <- struct{}{}
+			h.awaitSync(t, "a's write-back and b's read planned", a, b)
+			h.j.armed.Store(false)
+			if tc.served {
+				cut.Crash(h.raw)
+			} else {
+				fb.crash.Store(h.raw)
+			}
+			h.j.release <- struct{}{}
+			if err := <-a; err != nil {
+				t.Fatal(err)
+			}
+			if err := <-b; err == nil {
+				t.Fatal("a Get cut short by a crash succeeded")
+			}
+			planned := h.traced[len(h.traced)-1]
+			layout := tree.Layout{Prefix: treePrefix}
+			v := durabletest.MidRead{Prefix: treePrefix, Cut: observe.Record{Op: observe.OpRead}}
+			for _, bucket := range tree.NewGeometry(64).Path(planned.leaf, nil) {
+				v.Cut.Addrs = append(v.Cut.Addrs, layout.Addr(bucket))
+			}
+			h.s.Close()
+			m.Reopen()
+			h = openHeld(t, m, keys, dir, false)
+			t.Cleanup(func() { h.j.unhold(); h.s.Close(); h.raw.Close() })
+			v.Recovery = h.log.Records()
+			for i := range 10 {
+				from, want := len(h.log.Records()), map[bool]string{true: "w", false: "v"}[i == 1]
+				if got, ok, err := h.s.Get(t.Context(), fmt.Sprint("k", i)); err != nil || !ok || string(got) != want {
+					t.Fatalf("Get(k%d) after recovery = %q, %v, %v; want %q", i, got, ok, err, want)
+				}
+				if i == 3 {
+					v.Next = slices.Clone(h.log.Records()[from:])
+				}
+			}
+			if err := v.Check(); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
