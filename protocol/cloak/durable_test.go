@@ -172,6 +172,21 @@ func (c *crashable) crash() {
 	c.open(false)
 }
 
+// restart closes the store cleanly and opens it again, after reopen
+// reopens its storage, which Close closed.
+func (c *crashable) restart(reopen func()) {
+	c.t.Helper()
+	if err := c.s.Close(); err != nil {
+		c.t.Fatal(err)
+	}
+	if err := c.j.Close(); err != nil {
+		c.t.Fatal(err)
+	}
+	c.checkpoints += int(c.j.Stats().Checkpoints) - 1 // less the Close's
+	reopen()
+	c.open(false)
+}
+
 // recoveryView checks the calls of a recovery: the anchor's read, only
 // Writes, the anchor's write.
 func recoveryView(calls []string) error {
@@ -229,13 +244,15 @@ func (m model) check(t *testing.T, s kv.Store, when string) {
 
 // TestCrashRecovers: nothing acknowledged is lost to a crash wherever it
 // lands: before any batch took the writes, between a batch's record and
-// its Read (the Read failed), between its Read and its Write (the Write
+// its Read (the Read failed), between its commit and its Write (the Write
 // failed), after a Write storage applied but reported failed, after a
-// batch whose commit record was not yet durable, and across checkpoints.
-// Recovery reads the anchor, issues again the write-backs the journal
-// holds (Writes storage saw before) and writes the anchor, nothing else;
-// the batch the crash cut short is then sent again unchanged: storage
-// sees the same Read again.
+// batch committed, after a batch that chose the next one ahead (its Write
+// done or failed), and across checkpoints. Recovery reads the anchor,
+// issues again the Writes the journal holds (Writes storage saw before,
+// the cut batch's among them once its commit was journaled) and writes the
+// anchor, nothing else; the batch journaled and not yet committed, if
+// any, is then sent unchanged: storage sees the same Read again, or the
+// Read it would have seen.
 func TestCrashRecovers(t *testing.T) {
 	f := &faulty{Backend: mem.New()}
 	wit := durabletest.NewWitness(f)
@@ -251,21 +268,32 @@ func TestCrashRecovers(t *testing.T) {
 	drain(t, c.s)
 
 	for _, fault := range []struct {
-		name string
-		arm  func()
+		name      string
+		arm       func()
+		ahead     bool // the batch chooses the next one ahead
+		committed bool // the cut batch's commit, and its Write, are journaled
 	}{
-		{"a crash between a batch's record and its Read", func() { f.failRead.Store(true) }},
-		{"a crash between a batch's Read and its Write", func() { f.failWrite.Store(true) }},
-		{"a crash after a Write applied but reported failed", func() { f.lieWrite.Store(true) }},
-		{"a crash after a batch committed", func() {}},
+		{"a crash between a batch's record and its Read", func() { f.failRead.Store(true) }, false, false},
+		{"a crash between a batch's commit and its Write", func() { f.failWrite.Store(true) }, false, true},
+		{"a crash after a Write applied but reported failed", func() { f.lieWrite.Store(true) }, false, true},
+		{"a crash after a batch committed", func() {}, false, true},
+		{"a crash after a batch chose the next ahead", func() {}, true, true},
+		{"a crash after a batch chose the next ahead, its Write failed", func() { f.failWrite.Store(true) }, true, true},
 	} {
 		m.put(t, c.s, "k0", fault.name[:8])
 		m.put(t, c.s, "k5", "back")
 		m.del(t, c.s, "k1")
 		m.put(t, c.s, "new", "x")
 		fault.arm()
-		cloak.RunBatch(c.s)
-		cut := log.last()
+		if fault.ahead {
+			cloak.RunBatchAhead(c.s)
+		} else {
+			cloak.RunBatch(c.s)
+		}
+		cut, next := log.last(), cloak.Journaled(c.s)
+		if fault.ahead && next == nil {
+			t.Fatalf("%s: no batch chosen ahead", fault.name)
+		}
 		// Recovery itself shows storage only that it happened: it reads
 		// the anchor, writes again what it saw written, and checkpoints.
 		wit.Recovering(true)
@@ -277,10 +305,13 @@ func TestCrashRecovers(t *testing.T) {
 		if n := wit.Novel(); n != 0 {
 			t.Errorf("%s: recovery made %d Writes storage had not seen", fault.name, n)
 		}
-		// The cut batch's commit was never durable: it is sent again.
+		if redone := slices.Contains(calls, fmt.Sprint("write ", cut)); redone != fault.committed {
+			t.Errorf("%s: recovery wrote the cut batch's Write again: %v; want %v", fault.name, redone, fault.committed)
+		}
+		// The batch journaled without its commit is sent unchanged.
 		cloak.RunBatch(c.s)
-		if !slices.Equal(log.last(), cut) {
-			t.Errorf("%s: the first batch after recovery read other addresses than the batch cut short", fault.name)
+		if next != nil && !slices.Equal(log.last(), next) {
+			t.Errorf("%s: the first batch after recovery read other addresses than the batch journaled", fault.name)
 		}
 		m.check(t, c.s, fault.name)
 		drain(t, c.s)
@@ -299,15 +330,19 @@ func TestCrashRecovers(t *testing.T) {
 			}
 		}
 		for range r.IntN(3) {
-			switch r.IntN(5) {
+			switch r.IntN(6) {
 			case 0:
 				f.failWrite.Store(true)
 			case 1:
 				f.lieWrite.Store(true)
+			case 2:
+				f.failRead.Store(true)
 			}
-			cloak.RunBatch(c.s)
-			f.failWrite.Store(false) // armed still if the batch found its write-back and wrote nothing
-			f.lieWrite.Store(false)
+			if r.IntN(2) == 0 {
+				cloak.RunBatchAhead(c.s)
+			} else {
+				cloak.RunBatch(c.s)
+			}
 		}
 		if round%3 == 0 {
 			c.crash()
@@ -319,23 +354,21 @@ func TestCrashRecovers(t *testing.T) {
 	m.check(t, c.s, "the end")
 	// A clean Close with a batch to send again checkpoints it.
 	m.put(t, c.s, "k0", "closed")
-	f.failWrite.Store(true)
+	f.failRead.Store(true)
 	cloak.RunBatch(c.s)
 	cut := log.last()
-	if err := c.s.Close(); err != nil {
-		t.Fatal(err)
-	}
-	if err := c.j.Close(); err != nil {
-		t.Fatal(err)
-	}
-	c.checkpoints += int(c.j.Stats().Checkpoints) - 1 // less the Close's
-	f.Backend.(*mem.Backend).Reopen()
-	c.open(false)
+	c.restart(f.Backend.(*mem.Backend).Reopen)
 	cloak.RunBatch(c.s)
 	if !slices.Equal(log.last(), cut) {
 		t.Error("the first batch after a clean restart read other addresses than the batch that failed before it")
 	}
 	m.check(t, c.s, "a clean restart with a batch to send again")
+	// A clean Close issues a committed batch's Write that failed.
+	m.put(t, c.s, "k0", "wclose")
+	f.failWrite.Store(true)
+	cloak.RunBatch(c.s)
+	c.restart(f.Backend.(*mem.Backend).Reopen)
+	m.check(t, c.s, "a clean restart after a Write that failed")
 	// Every open checkpoints once (creation, or the end of recovery); the
 	// store open now has not counted its own yet.
 	if n := c.checkpoints - (c.opens - 1); n < 5 {
@@ -521,5 +554,209 @@ func TestCreationCutShort(t *testing.T) {
 	}
 	if got := getByBatches(t, s, "k"); got != "v" {
 		t.Fatalf("Get(k) = %q; want v", got)
+	}
+}
+
+// heldSyncs is a journal whose Syncs, while held, each report on waiting
+// and wait for a token on proceed before they make anything durable.
+type heldSyncs struct {
+	durable.Journal
+	held    atomic.Bool
+	waiting chan struct{}
+	proceed chan struct{}
+}
+
+func (h *heldSyncs) Sync(lsn uint64) error {
+	if h.held.Load() {
+		h.waiting <- struct{}{}
+		<-h.proceed
+	}
+	return h.Journal.Sync(lsn)
+}
+
+// openHeldSyncs opens a store on b whose batches run only by
+// cloak.RunBatch, with a cache of one entry, journaled in a journal whose
+// Syncs a test holds.
+func openHeldSyncs(t *testing.T, b backend.Backend) (kv.Store, *heldSyncs) {
+	keys := kvtest.NewKeys(t)
+	j, err := journal.Open(t.TempDir(), keys, journal.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := &heldSyncs{Journal: j, waiting: make(chan struct{}, 16), proceed: make(chan struct{})}
+	s, err := cloak.OpenRaw(t.Context(), kv.Env{Backend: b, Keys: keys, Capacity: 16, ValueSize: 8, MaxKeySize: 8,
+		Fresh: true, Journal: h, Options: cloak.Options{Delta: time.Hour, Cache: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		s.Close()
+		j.Close()
+	})
+	t.Cleanup(func() { // first: a test that failed leaves Syncs held
+		h.held.Store(false)
+		close(h.proceed)
+	})
+	return s, h
+}
+
+// heldBy waits until n more Syncs are held, failing if done answers
+// before: what answered did not wait for the journal.
+func (h *heldSyncs) heldBy(t *testing.T, done <-chan string, n int) {
+	t.Helper()
+	for range n {
+		select {
+		case v := <-done:
+			t.Fatalf("%s answered before the journal was durable", v)
+		case <-h.waiting:
+		case <-time.After(time.Minute):
+			t.Fatal("no Sync came")
+		}
+	}
+}
+
+// named forwards c's answer to replies as "name: answer".
+func named(replies chan<- string, name string, c <-chan string) {
+	go func() { replies <- name + ": " + <-c }()
+}
+
+// goPut writes key in a goroutine; the channel gets "ok" or the error.
+func goPut(s kv.Store, key, val string) <-chan string {
+	done := make(chan string, 1)
+	go func() {
+		if err := s.Put(context.Background(), key, []byte(val)); err != nil {
+			done <- err.Error()
+			return
+		}
+		done <- "ok"
+	}()
+	return done
+}
+
+// TestRepliesWaitForTheJournal: no reply leaves before the journal
+// record of the write it shows is durable: a Put, a read answered from a
+// write waiting for its batch (Algorithm 2, line 13), and a read that
+// waited for a batch and is answered by a later write of its key (line
+// 18).
+func TestRepliesWaitForTheJournal(t *testing.T) {
+	s, h := openHeldSyncs(t, mem.New())
+	for _, k := range []string{"r", "x"} { // x evicts r from the cache
+		if err := s.Put(t.Context(), k, []byte("old")); err != nil {
+			t.Fatal(err)
+		}
+		drain(t, s)
+	}
+	replies := make(chan string, 4)
+	named(replies, "Get(r)", goGet(s, "r"))
+	kvtest.WaitFor(t, "the read of r to wait for a batch", func() bool { return kvtest.Stat(t, s.Stats(), "pending_keys") == 1 })
+
+	h.held.Store(true)
+	named(replies, "Put(w)", goPut(s, "w", "new"))
+	h.heldBy(t, replies, 1)
+	named(replies, "Get(w)", goGet(s, "w"))
+	h.heldBy(t, replies, 1)
+	named(replies, "Put(r)", goPut(s, "r", "new-r")) // answers Get(r)
+	h.heldBy(t, replies, 2)
+
+	h.held.Store(false)
+	var got []string
+	for range 4 {
+		h.proceed <- struct{}{}
+		got = append(got, <-replies)
+	}
+	slices.Sort(got)
+	if want := []string{"Get(r): new-r", "Get(w): new", "Put(r): ok", "Put(w): ok"}; !slices.Equal(got, want) {
+		t.Errorf("replies %q; want %q", got, want)
+	}
+}
+
+// TestStorageWaitsForTheJournal: a batch's Read is issued only once its
+// record is durable, and its Write only once its commit is; a batch that
+// chooses the next one ahead journals that batch with its commit, and
+// the next batch's Read follows the Write.
+func TestStorageWaitsForTheJournal(t *testing.T) {
+	f := &faulty{Backend: mem.New()}
+	s, h := openHeldSyncs(t, f)
+	for i := range 4 {
+		if err := s.Put(t.Context(), fmt.Sprint("k", i), []byte("v")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f.mu.Lock()
+	f.calls = []string{}
+	f.mu.Unlock()
+	calls := func() []string {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		return slices.Clone(f.calls)
+	}
+	ops := func() string {
+		var o []string
+		for _, c := range calls() {
+			o = append(o, strings.Fields(c)[0])
+		}
+		return strings.Join(o, " ")
+	}
+	h.held.Store(true)
+	done := make(chan string, 1)
+	go func() { cloak.RunBatchAhead(s); cloak.RunBatch(s); done <- "the batches" }()
+	for _, step := range []struct{ before, want string }{
+		{"the first batch's Read", ""},
+		{"its Write", "read"},
+		{"the next batch's Read", "read write"},
+		{"the next batch's Write", "read write read"},
+	} {
+		h.heldBy(t, done, 1)
+		if got := ops(); got != step.want {
+			t.Fatalf("storage saw %q before the Sync before %s returned; want %q", got, step.before, step.want)
+		}
+		if step.want == "read write read" {
+			h.held.Store(false)
+		}
+		h.proceed <- struct{}{}
+	}
+	<-done
+	if got := ops(); got != "read write read write" {
+		t.Fatalf("storage saw %q; want two batches, each a Read and a Write", got)
+	}
+}
+
+// TestChooseAheadShowsStorageTheSame: batches that choose the next one
+// ahead, one fsync serving a commit and the next batch's record, show
+// storage the same calls, in the same order, as batches that each choose
+// at their own start, given the same seed and requests.
+func TestChooseAheadShowsStorageTheSame(t *testing.T) {
+	seed := &[32]byte{1}
+	run := func(batch func(kv.Store)) []string {
+		f := &faulty{Backend: mem.New()}
+		keys := kvtest.NewKeys(t)
+		j, err := journal.Open(t.TempDir(), keys, journal.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer j.Close()
+		s, err := cloak.OpenRaw(t.Context(), kv.Env{Backend: f, Keys: keys, Capacity: 16, ValueSize: 8, MaxKeySize: 8,
+			Fresh: true, Journal: j, Options: cloak.Options{Delta: time.Hour, Cache: 1, TestingKnobs: cloak.TestingKnobs{Seed: seed}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		for i := range 12 {
+			if err := s.Put(t.Context(), fmt.Sprint("k", i), []byte("v")); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return f.recording(func() {
+			for range 12 {
+				batch(s)
+			}
+		})
+	}
+	each, ahead := run(cloak.RunBatch), run(cloak.RunBatchAhead)
+	if len(each) != 24 {
+		t.Fatalf("%d calls for 12 batches; want a Read and a Write each", len(each))
+	}
+	if !slices.Equal(each, ahead) {
+		t.Errorf("storage saw\n%q\nfrom batches chosen ahead, and\n%q\nfrom batches chosen each at its start", ahead, each)
 	}
 }
