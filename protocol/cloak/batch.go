@@ -19,154 +19,88 @@ type batch struct {
 	from  []uint64         // the batch that last wrote each address
 	perm  []int            // the element read from addrs[i] goes to addrs[perm[i]]
 	sent  map[uint32]value // the writes it applies, by address read
-	lsn   uint64           // its journal record (0: none, or one durable before the store opened)
 	real  int              // addresses read for a client's request
 	trace *batchTrace      // tests only: what TestingKnobs.Trace receives (trace.go)
 }
 
-// runBatch sends one batch and commits it (Algorithm 2, lines 22-35): its
-// Read, the replies to the reads waiting on it, then its Write. The reads
-// are answered as soon as its elements are read, before the write-back,
-// as in Sec. 4.1 ("upon receiving the response, it replies to any pending
-// client"). It reports whether it chose the next batch ahead.
+// runBatch forms, sends and commits one batch. The reads waiting on it are
+// answered as soon as its elements are read, before the write-back, as in
+// Sec. 4.1 ("upon receiving the response, it replies to any pending
+// client"). A batch whose backend calls fail is kept and sent again at the
+// next tick, so no write is lost and storage sees the same batch again;
+// the reads still waiting on it are failed.
 //
-// The journal holds every batch before its Read, so that after a crash
-// the recovered proxy sends it again unchanged (never a new choice of the
-// same sets, whose real queries storage could find as the addresses both
-// Reads share), and its commit, with its Write, before the Write. One
-// fsync serves both when ahead reports that the next batch is due
-// already (the batches run behind their ticks): that batch is then chosen
-// and journaled with this one's commit, and the loop sends it at once.
-// Storage sees the same calls in the same order either way: the choice
-// moves, the Read waits for the Write as before.
-//
-// A batch whose Read fails is kept and sent again at the next tick, so
-// no write is lost and storage sees the same batch again; the reads
-// waiting on it are failed. A Write that fails is issued again before
-// the next batch's Read, as recovery would issue it from the journal.
-// Every checkpointEvery batches a checkpoint follows the Write.
-func (s *store) runBatch(ctx context.Context, ahead func() bool) bool {
+// A new batch is journaled, and its record made durable, before its Read:
+// after a crash the recovered proxy sends it again unchanged (never a new
+// choice of the same sets, whose real queries storage could find as the
+// addresses both Reads share), and its commit is journaled after its
+// Write. Every checkpointEvery batches a checkpoint follows the commit.
+func (s *store) runBatch(ctx context.Context) {
 	s.batchMu.Lock()
 	defer s.batchMu.Unlock()
-	b, err := s.nextBatch()
-	if b == nil && err == nil {
-		return false // the store has stopped
+	s.mu.Lock()
+	if s.broken != nil {
+		s.mu.Unlock()
+		return
+	}
+	b, err := s.retry, error(nil)
+	again := b != nil
+	var lsn uint64
+	if !again {
+		if b, err = s.choose(); err == nil {
+			lsn = s.journalBatch(b)
+		}
+	}
+	s.mu.Unlock()
+	if lsn > 0 {
+		if serr := s.log.Sync(lsn); serr != nil {
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			s.halt(serr)
+			s.fail(b, s.broken)
+			return
+		}
 	}
 	var elems []value
+	written := false
 	if err == nil {
-		elems, err = s.read(ctx, b)
+		elems, written, err = s.fetch(ctx, b, again)
 	}
-	if err != nil {
-		s.failed(b, err)
-		return false
+	if err == nil {
+		s.mu.Lock()
+		s.answer(b, elems)
+		s.mu.Unlock()
+		if !written {
+			err = s.writeBack(ctx, b, elems)
+		}
 	}
-	items := s.sealWriteBack(b, elems)
-	s.mu.Lock()
-	lsn, chose := s.commitAndChoose(b, elems, items, ahead)
-	s.mu.Unlock()
-	if err := s.writeBack(ctx, items, lsn); err != nil {
-		return chose
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.checkpointIfDue(ctx)
-	return chose
-}
-
-// nextBatch returns the batch to send: the one journaled already (chosen
-// ahead, cut short by a crash, or whose Read failed), else a new one,
-// journaled. It returns nil and no error once the store has stopped.
-func (s *store) nextBatch() (*batch, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.broken != nil {
-		return nil, nil
-	}
-	if s.journaled != nil {
-		return s.journaled, nil
-	}
-	return s.chooseJournaled()
-}
-
-// chooseJournaled chooses a new batch and journals it; s.mu is held.
-func (s *store) chooseJournaled() (*batch, error) {
-	b, err := s.choose()
-	if err != nil {
-		return nil, err
-	}
-	b.lsn = s.journalBatch(b)
-	return b, nil
-}
-
-// read waits until the batch's record is durable (at once for a batch
-// chosen ahead), issues again the Write of a committed batch that failed,
-// then the batch's Read, and answers the reads waiting on the batch.
-func (s *store) read(ctx context.Context, b *batch) ([]value, error) {
-	if err := s.syncTo(b.lsn); err != nil {
-		return nil, err
-	}
-	if err := s.writeUnwritten(ctx); err != nil {
-		return nil, err
-	}
-	elems, err := s.fetch(ctx, b)
-	if err != nil {
-		return nil, err
-	}
-	s.mu.Lock()
-	s.answer(b, elems)
-	s.mu.Unlock()
-	return elems, nil
-}
-
-// failed keeps a batch whose backend calls or journal failed (b nil:
-// choose failed), to send it again. Storage that served an element that
-// does not open under its address and batch stops the store, so every
-// request learns of the tampering, those its cache or pending writes
-// would answer included.
-func (s *store) failed(b *batch, err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if errors.Is(err, kv.ErrTampered) {
+		// Storage served an element that does not open under its
+		// address and batch: sending the batch again reads it again.
+		// The store stops, so every request learns of the tampering,
+		// those its cache or pending writes would answer included.
 		s.halt(err)
 	}
-	s.fail(b, err)
-}
-
-// commitAndChoose journals the commit of batch b, with its Write of items,
-// and applies it; then, if ahead reports the next batch due, chooses and
-// journals it. It returns the last record it journaled, whose fsync
-// before the Write makes both durable, and whether it chose the next
-// batch; s.mu is held.
-func (s *store) commitAndChoose(b *batch, elems []value, items []backend.Item, ahead func() bool) (uint64, bool) {
-	s.journaled = nil
-	lsn := s.journalCommit(b, elems, items)
+	if err != nil {
+		s.fail(b, err)
+		return
+	}
+	s.retry = nil
+	s.journalCommit(b, elems)
 	s.commit(b, elems)
 	if b.trace != nil {
 		s.opts.TestingKnobs.Trace(*b.trace)
 	}
 	s.sinceCheckpoint++
-	if !ahead() {
-		return lsn, false
-	}
-	next, err := s.chooseJournaled()
-	if err != nil {
-		s.fail(nil, err)
-		return lsn, false
-	}
-	s.journaled = next
-	return max(lsn, next.lsn), true
-}
-
-// checkpointIfDue checkpoints every checkpointEvery batches, once storage
-// holds every committed batch's Write; s.mu is held. A checkpoint that
-// fails (storage unreachable) is tried again after the next batch; the
-// journal keeps everything meanwhile.
-func (s *store) checkpointIfDue(ctx context.Context) {
 	due := s.log.Durable() && s.sinceCheckpoint >= s.checkpointEvery
 	if s.opts.TestingKnobs.Leak == leakCheckpointByRecords {
 		due = s.log.Due()
 	}
 	if due {
+		// A checkpoint that fails (storage unreachable) is tried again
+		// after the next batch; the journal keeps everything meanwhile.
 		if err := s.checkpoint(ctx); err != nil {
 			s.counters.FailedCheckpoints++
 		}
@@ -340,23 +274,52 @@ func (s *store) mostRecent(cand []uint32, k int) {
 }
 
 // fetch reads the batch's addresses and returns the element of each,
-// with the batch's writes applied.
-func (s *store) fetch(ctx context.Context, b *batch) ([]value, error) {
+// with the batch's writes applied. A batch sent again may find its own
+// write-back on storage: a Write reported as failed that took effect (a
+// timeout after Redis applied it, say). It then returns the elements that
+// write-back holds and written = true, so the batch commits without
+// writing again.
+func (s *store) fetch(ctx context.Context, b *batch, again bool) (elems []value, written bool, err error) {
 	addrs := make([]string, len(b.addrs))
 	for i, a := range b.addrs {
 		addrs[i] = addr(a)
 	}
 	sealed, err := s.b.Read(ctx, addrs)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
+	if elems, err = s.openRead(b, sealed); err != nil && again {
+		if elems, lerr := s.openWritten(b, sealed); lerr == nil {
+			return elems, true, nil
+		}
+	}
+	return elems, false, err
+}
+
+// openRead opens the elements as the batch found them and applies its
+// writes.
+func (s *store) openRead(b *batch, sealed [][]byte) ([]value, error) {
 	elems := make([]value, len(b.addrs))
 	for i, a := range b.addrs {
+		var err error
 		if elems[i], err = s.openElement(a, b.from[i], sealed[i]); err != nil {
 			return nil, err
 		}
 		if v, ok := b.sent[a]; ok {
 			elems[i] = v
+		}
+	}
+	return elems, nil
+}
+
+// openWritten opens the elements as the batch's write-back left them:
+// element i sealed under the batch id at addrs[perm[i]].
+func (s *store) openWritten(b *batch, sealed [][]byte) ([]value, error) {
+	elems := make([]value, len(b.addrs))
+	for i, p := range b.perm {
+		var err error
+		if elems[i], err = s.openElement(b.addrs[p], b.id, sealed[p]); err != nil {
+			return nil, err
 		}
 	}
 	return elems, nil
@@ -381,61 +344,33 @@ func (s *store) answer(b *batch, elems []value) {
 	}
 }
 
-// sealWriteBack returns the Write of batch b: its elements re-encrypted
-// under the batch id, permuted (Cloak Sec. 4.1, StorageReadWrite (iii)).
-func (s *store) sealWriteBack(b *batch, elems []value) []backend.Item {
+// writeBack writes the batch's elements back re-encrypted under the batch
+// id, permuted, once the journal holds the Write: storage need not sync
+// it (backend.DeferSync), since recovery issues it again.
+func (s *store) writeBack(ctx context.Context, b *batch, elems []value) error {
 	items, plain := make([]backend.Item, len(b.addrs)), make([]byte, 4+s.valueSize)
 	for i, p := range b.perm {
 		to := b.addrs[p]
 		items[p] = backend.Item{Addr: addr(to), Value: s.sealElement(to, b.id, elems[i], plain)}
 	}
-	return items
-}
-
-// writeBack waits until journal record lsn is durable, the commit of the
-// Write of items with it, then issues the Write. Storage need not sync it
-// (backend.DeferSync), since recovery issues it again. A Write that fails
-// is kept, to be issued again before the next Read (writeUnwritten).
-func (s *store) writeBack(ctx context.Context, items []backend.Item, lsn uint64) error {
-	if err := s.syncTo(lsn); err != nil {
-		return err
-	}
-	err := s.b.Write(ctx, items)
-	if err != nil {
+	if err := s.journalWriteBack(b, items); err != nil {
 		s.mu.Lock()
-		s.unwritten = items
-		s.counters.FailedBatches++
+		s.halt(err)
+		err = s.broken
 		s.mu.Unlock()
-	}
-	return err
-}
-
-// writeUnwritten issues again the Write of a committed batch that failed,
-// whose commit is durable.
-func (s *store) writeUnwritten(ctx context.Context) error {
-	s.mu.Lock()
-	items := s.unwritten
-	s.mu.Unlock()
-	if items == nil {
-		return nil
-	}
-	if err := s.b.Write(ctx, items); err != nil {
 		return err
 	}
-	s.mu.Lock()
-	s.unwritten = nil
-	s.mu.Unlock()
-	return nil
+	return s.b.Write(ctx, items)
 }
 
 // fail keeps a batch whose backend calls failed for the next tick and
-// answers the reads waiting on it with the error; s.mu is held.
+// answers the reads waiting on it with the error.
 func (s *store) fail(b *batch, err error) {
 	s.counters.FailedBatches++
 	if b == nil {
 		return // choose failed: nothing was taken
 	}
-	s.journaled = b
+	s.retry = b
 	for _, a := range b.addrs {
 		if sl := s.slots[a]; sl.held {
 			if e := s.pending[sl.key]; e != nil {
@@ -448,7 +383,7 @@ func (s *store) fail(b *batch, err error) {
 	}
 }
 
-// commit applies a batch once its Read answered (Algorithm 2, lines 30-35):
+// commit applies a batch that storage took (Algorithm 2, lines 30-35):
 // every element moves to its new address, which joins the newest set;
 // keys written again meanwhile are queued for
 // their new set; deleted keys free their address.

@@ -61,7 +61,8 @@ func drain(t *testing.T, s kv.Store) {
 // TestReadAnsweredBeforeWriteBack: a read that misses the cache is
 // answered once its batch is read, while the batch's write-back is still
 // held (Sec. 4.1: the proxy replies to pending clients upon receiving the
-// server's response, then writes back); the write-back then completes.
+// server's response, then writes back). A read that arrives during that
+// write-back is answered too, and the write-back then completes.
 func TestReadAnsweredBeforeWriteBack(t *testing.T) {
 	ctx := t.Context()
 	s, g := openGated(t)
@@ -92,6 +93,7 @@ func TestReadAnsweredBeforeWriteBack(t *testing.T) {
 	batchDone := make(chan struct{})
 	go func() { cloak.RunBatch(s); close(batchDone) }()
 	answered("the read the batch holds", held)
+	answered("a read during the write-back", goGet(s, "k"))
 	release()
 	<-batchDone
 }

@@ -34,11 +34,11 @@
 //     the new key's first batch writes it; a delete is a write of "absent"
 //     that frees the address once a batch has written it. kv.ErrFull is
 //     returned at N keys.
-//   - A batch whose Read fails is sent again, unchanged, at the next
-//     tick; nothing acknowledged is lost, and the reads waiting on it get
-//     the error. A batch commits once its Read answered, before its Write:
-//     a Write that fails (or that storage applied and reported failed) is
-//     issued again before the next batch's Read.
+//   - A batch whose backend calls fail is sent again, unchanged, at the
+//     next tick; nothing acknowledged is lost, and the reads waiting on it
+//     get the error. If the batch finds its own write-back on storage (a
+//     Write reported failed that took effect), it commits without writing
+//     again.
 //
 // # Restart and crashes
 //
@@ -48,24 +48,19 @@
 // write is acknowledged, concurrent writers sharing one fsync; a new
 // batch (its id, its addresses in the order of its Read, its
 // permutation), durable before its Read is issued; and the batch's
-// commit with its Write (the sealed elements), durable before the Write
-// is issued. When a batch ends after the next tick has come (the batches
-// run behind their ticks), the next batch is chosen and journaled with
-// its commit, so one fsync serves both and the next Read follows the
-// Write at once; storage sees the same calls in the same order. A read
+// commit, after its Write, carried to disk by the next fsync. A read
 // answered from a write waits for that write's record, so no client sees
-// a write a crash could undo. Every CheckpointBatches batches
-// (counted in batches, which storage sees, never in client writes, which
-// it must not), and at Close, a checkpoint of the whole state (position
-// map, free list, next batch id, writes not yet on storage, a batch
-// journaled and not yet sent) replaces the journal, with an anchor write
-// on storage.
+// a write a crash could undo. Every durable.DefaultEvery batches (counted
+// in batches, which storage sees, never in client writes, which it must
+// not), and at Close, a checkpoint of the whole state (position map, free
+// list, next batch id, writes not yet on storage, a failed batch to send
+// again) replaces the journal, with an anchor write on storage.
 //
-// Opening an existing store loads the checkpoint, applies the records
-// after it and issues again the Writes of the commits among them. A batch
-// without its commit (the crash came between its record and its Read, or
-// before its commit's fsync) is sent again, unchanged, at the first tick,
-// exactly as a batch whose Read failed: its Write was never issued.
+// Opening an existing store loads the checkpoint and applies the records
+// after it. A batch without its commit (the crash came between its record
+// and its Write, or before the commit's fsync) is sent again, unchanged,
+// at the first tick, exactly as a batch whose backend calls failed: if
+// storage already holds its write-back, it commits without writing.
 // Storage sees again a Read it saw (or would have seen), never a new
 // choice of the same sets, whose common addresses would be the real
 // queries. A bulk load cut short leaves an empty store, its layout

@@ -49,30 +49,7 @@ func SetCheckpointEvery(st kv.Store, n int) {
 }
 
 // RunBatch runs one batch now, as the loop does every Delta.
-func RunBatch(st kv.Store) { st.(*store).runBatch(context.Background(), never) }
-
-// RunBatchAhead runs one batch now as the loop does when the next tick
-// has come already: it chooses the next batch ahead, which the next
-// RunBatch sends.
-func RunBatchAhead(st kv.Store) {
-	st.(*store).runBatch(context.Background(), func() bool { return true })
-}
-
-// Journaled returns the addresses, in the order of its Read, of the batch
-// a store sends next, journaled already (nil if none).
-func Journaled(st kv.Store) []string {
-	s := st.(*store)
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.journaled == nil {
-		return nil
-	}
-	addrs := make([]string, len(s.journaled.addrs))
-	for i, a := range s.journaled.addrs {
-		addrs[i] = addr(a)
-	}
-	return addrs
-}
+func RunBatch(st kv.Store) { st.(*store).runBatch(context.Background()) }
 
 // FakeClock is a fake clock a store's batches run on
 // (TestingKnobs.Clock): each Tick is one batch interval.

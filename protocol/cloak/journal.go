@@ -26,22 +26,25 @@ import (
 //     is acknowledged; concurrent writers share one fsync.
 //   - recBatch, a new batch: its id, its addresses in the order of its Read
 //     and its permutation. Made durable before its Read is issued.
-//   - recCommit, a batch's commit once its Read answered: its id, which of
-//     its elements are absent (the addresses the commit frees), and the
-//     sealed elements of its Write for durable.Log.Replay to redo. Made
-//     durable before the Write is issued, by the same fsync as the next
-//     batch's recBatch when that batch is chosen ahead (runBatch).
+//   - recWriteBack, a batch's write-back: its id, and the sealed elements
+//     of its Write for durable.Log.Replay to redo. Made durable before the
+//     Write is issued.
+//   - recCommit, a batch's commit once storage took its Write: its id and
+//     which of its elements are absent (the addresses the commit frees).
+//     It is not waited for: any later record's fsync carries it, and
+//     without it recovery sends the batch again, which then finds its own
+//     write-back on storage (fetch) and commits.
 //   - recLoad, a bulk load begins: a checkpoint ends it.
 //
-// Recovery issues again, in order, every Write after the checkpoint, so
-// storage need not sync a Write (backend.DeferSync; every checkpoint
-// syncs storage): a power cut that loses some, or storage that loses its
-// latest writes (Redis without fsync), loses nothing the journal holds.
-// Then the recovered proxy sends the one batch journaled without its
-// commit, if any, unchanged, as it sends again a batch whose Read failed:
-// its Write was never issued, so its Read finds the elements it read
-// before, if it was read at all. Storage sees again Writes and a Read it
-// saw, or would have seen, nothing new.
+// Recovery issues again, in order, every write-back after the checkpoint,
+// so storage need not sync a write-back (backend.DeferSync; every
+// checkpoint syncs storage): a power cut that loses some, or storage that
+// loses its latest writes (Redis without fsync), loses nothing the
+// journal holds. Then the recovered proxy sends again the one batch that
+// may not have committed, unchanged, as it sends again a batch whose
+// backend calls failed: its Read finds its own write-back if the journal
+// held it, else the elements it read before. Storage sees again Writes
+// and a Read it saw, or would have seen, nothing new.
 //
 // Checkpoints come every checkpointEvery batches, after a commit: the
 // count storage sees, never the client writes it must not.
@@ -50,6 +53,7 @@ const (
 	recBatch
 	recCommit
 	recLoad
+	recWriteBack
 )
 
 // CheckpointBatches is how many batches run between checkpoints. The
@@ -99,11 +103,21 @@ func (s *store) journalBatch(b *batch) uint64 {
 	return s.log.Append(r)
 }
 
-// journalCommit appends the record of batch b's commit, elems being its
-// elements and items its Write, and returns its LSN (0 without a journal).
-func (s *store) journalCommit(b *batch, elems []value, items []backend.Item) uint64 {
+// journalWriteBack journals batch b's Write of items and waits until the
+// record is durable.
+func (s *store) journalWriteBack(b *batch, items []backend.Item) error {
 	if !s.log.Durable() {
-		return 0
+		return nil
+	}
+	_, err := s.log.Commit(binary.AppendUvarint([]byte{recWriteBack}, b.id), durable.Op{Items: items})
+	return err
+}
+
+// journalCommit appends the record of batch b's commit, elems being its
+// elements.
+func (s *store) journalCommit(b *batch, elems []value) {
+	if !s.log.Durable() {
+		return
 	}
 	absent := make([]byte, (len(elems)+7)/8)
 	for i, v := range elems {
@@ -112,13 +126,13 @@ func (s *store) journalCommit(b *batch, elems []value, items []backend.Item) uin
 		}
 	}
 	r := binary.AppendUvarint([]byte{recCommit}, b.id)
-	return s.log.Append(append(r, absent...), durable.Op{Items: items})
+	s.log.Append(append(r, absent...))
 }
 
 // Apply implements durable.Machine: it applies one journal record to the
 // state recovered so far, the same changes the proxy made when it
 // appended the record, without the answers to clients. A batch without
-// its commit yet is s.journaled. A record that begins a bulk load sets
+// its commit yet is s.retry. A record that begins a bulk load sets
 // s.loadCut; none may follow it, since a checkpoint ends the load.
 func (s *store) Apply(rec []byte) error {
 	if s.loadCut {
@@ -135,6 +149,8 @@ func (s *store) Apply(rec []byte) error {
 	case recLoad:
 		s.loadCut = true
 		return d.Done()
+	case recWriteBack:
+		return s.replayWriteBack(d)
 	}
 	d.Check(false, "record kind")
 	return d.Err()
@@ -184,7 +200,7 @@ func (s *store) replayBatch(d *delta.Decoder) error {
 	if err := d.Done(); err != nil {
 		return err
 	}
-	if s.journaled != nil || id != s.next {
+	if s.retry != nil || id != s.next {
 		return fmt.Errorf("%w: journaled batch %d follows a batch not committed, or the next batch is %d", errMalformed, id, s.next)
 	}
 	b, err := s.restoreBatch(id, addrs, perm, int(nReal))
@@ -198,7 +214,7 @@ func (s *store) replayBatch(d *delta.Decoder) error {
 			delete(s.queues, set)
 		}
 	}
-	s.journaled = b
+	s.retry = b
 	return nil
 }
 
@@ -226,9 +242,22 @@ func (s *store) restoreBatch(id uint64, addrs []uint32, perm []int, nReal int) (
 	return b, nil
 }
 
+// replayWriteBack checks a write-back record: it is the batch in flight's
+// (durable.Log.Replay redoes its Write).
+func (s *store) replayWriteBack(d *delta.Decoder) error {
+	id := d.Uvarint()
+	if err := d.Done(); err != nil {
+		return err
+	}
+	if s.retry == nil || s.retry.id != id {
+		return fmt.Errorf("%w: the write-back of batch %d, which is not in flight", errMalformed, id)
+	}
+	return nil
+}
+
 func (s *store) replayCommit(d *delta.Decoder) error {
 	id := d.Uvarint()
-	b := s.journaled
+	b := s.retry
 	if !d.Failed() && (b == nil || b.id != id) {
 		return fmt.Errorf("%w: the commit of batch %d, which is not in flight", errMalformed, id)
 	}
@@ -249,7 +278,7 @@ func (s *store) replayCommit(d *delta.Decoder) error {
 		}
 		elems[i].absent = absent[i/8]&(1<<(i%8)) != 0
 	}
-	s.journaled = nil
+	s.retry = nil
 	s.commit(b, elems)
 	return nil
 }
@@ -274,7 +303,7 @@ func (s *store) recover(ctx context.Context) error {
 }
 
 // checkpoint replaces the journal by the state; s.mu is held, and no batch
-// is in flight but s.journaled.
+// is in flight but s.retry.
 func (s *store) checkpoint(ctx context.Context) error {
 	if !s.log.Durable() {
 		return nil
@@ -311,7 +340,7 @@ func (s *store) Snapshot() ([]byte, error) {
 			add(k)
 		}
 	}
-	if b := s.journaled; b != nil {
+	if b := s.retry; b != nil {
 		r := &retryState{ID: b.id, Real: b.real, Addrs: b.addrs, Perm: b.perm}
 		for _, a := range slices.Sorted(maps.Keys(b.sent)) {
 			r.Sent = append(r.Sent, sentWrite{Addr: a, Val: b.sent[a].val, Absent: b.sent[a].absent})
@@ -389,7 +418,7 @@ func (s *store) Restore(plain []byte) error {
 			s.pending[s.slots[w.Addr].key] = &entry{sent: &v, inflight: true}
 			b.sent[w.Addr] = v
 		}
-		s.journaled = b
+		s.retry = b
 	}
 	for _, p := range st.Pending {
 		if _, ok := s.where[p.Key]; !ok || len(p.Val) > s.valueSize {

@@ -128,7 +128,7 @@ func (s *store) realsInTakeOrder(addrs []uint32, order []int) []int {
 func (s *store) idle() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return len(s.pending) == 0 && s.journaled == nil
+	return len(s.pending) == 0 && s.retry == nil
 }
 
 // askEarly is leakEarlyWhenFull: it asks the loop for a batch now.

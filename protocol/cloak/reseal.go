@@ -16,7 +16,7 @@ import (
 func (s *store) ResealState() ([]byte, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.journaled != nil || s.broken != nil {
+	if s.retry != nil || s.broken != nil {
 		return nil, errors.New("cloak: storage is behind the store's state; start it and stop it cleanly first")
 	}
 	ids := make([]uint64, len(s.slots))

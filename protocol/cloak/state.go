@@ -112,7 +112,7 @@ func (s *store) layout(ctx context.Context, items []cacheEntry) error {
 			s.free = append(s.free, uint32(a))
 		}
 	}
-	s.pending, s.queues, s.journaled, s.unwritten = map[string]*entry{}, map[uint64][]string{}, nil, nil
+	s.pending, s.queues, s.retry = map[string]*entry{}, map[uint64][]string{}, nil
 	s.cache.reset()
 	return nil
 }
@@ -167,26 +167,21 @@ func (s *store) Load(ctx context.Context, items iter.Seq2[string, []byte]) (int,
 	return len(loaded), nil
 }
 
-// Close stops the batches, issues a committed batch's Write that failed
-// (the journal holds it), checkpoints the proxy state (with the writes
-// acknowledged but not yet on storage, and a batch journaled but not yet
-// sent) and closes the backend. The caller (kv) guarantees no request is
-// in flight.
+// Close stops the batches, checkpoints the proxy state (with the writes
+// acknowledged but not yet on storage, and a failed batch to send again)
+// and closes the backend. The caller (kv) guarantees no request is in
+// flight.
 func (s *store) Close() error {
 	close(s.stop)
 	s.started.Do(func() { close(s.loopDone) }) // never started: nothing to wait for
 	<-s.loopDone
 	s.batchMu.Lock()
 	defer s.batchMu.Unlock()
-	werr := s.writeUnwritten(context.Background())
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	err := s.broken
 	if err == nil {
-		if err = werr; err == nil {
-			err = s.checkpoint(context.Background())
-		}
-		if err != nil {
+		if err = s.checkpoint(context.Background()); err != nil {
 			err = fmt.Errorf("cloak: closing without a checkpoint; the next open replays the journal: %w", err)
 		}
 	}
@@ -200,7 +195,7 @@ func first(b []int) int {
 	return b[0]
 }
 
-// JournalsEveryWrite implements kv.WriteJournaler: every batch's Write is
+// JournalsEveryWrite implements kv.WriteJournaler: every write-back is
 // journaled before it is issued, and every layout write is followed by a
 // checkpoint, which syncs storage.
 func (s *store) JournalsEveryWrite() bool { return s.log.Durable() }

@@ -107,13 +107,7 @@ type store struct {
 	live      int      // keys that exist
 	clock     uint64   // client accesses so far (Sec. 4.2's timestamps)
 	cache     *lru
-	// journaled is the batch sent next, journaled already: chosen ahead
-	// (runBatch), cut short by a crash, or whose Read failed. It is sent
-	// unchanged.
-	journaled *batch
-	// unwritten is the Write of a committed batch that failed, issued
-	// again before the next Read; the journal holds it.
-	unwritten []backend.Item
+	retry     *batch   // a batch whose backend calls failed, run again next
 	scratch   []uint32 // takeDummies' candidates, reused
 	counters  counters
 	// sinceCheckpoint counts the batches committed since the last
@@ -287,52 +281,27 @@ func (c *lru) reset() { c.order.Init(); clear(c.at) }
 // loop sends a batch every Delta, at each tick of t, until Close (Sec.
 // 4: batches leave at a fixed rate, so their timing carries nothing). A
 // batch that takes longer than Delta delays the next; ticks are not
-// queued up. A batch that finds the next tick come already chooses the
-// next batch ahead (runBatch), which is then sent at once.
+// queued up.
 func (s *store) loop(t clockwork.Ticker) {
 	defer close(s.loopDone)
 	defer t.Stop()
-	due := s.tickDue(t)
 	for {
 		select {
 		case <-s.stop:
 			return
 		case <-t.Chan():
-			for s.tick(due) {
-			}
+			s.tick()
+			s.ticks.Add(1)
 		case <-s.early:
-			s.runBatch(context.Background(), never)
+			s.runBatch(context.Background())
 		}
 	}
 }
 
-// tickDue returns a report of whether t's next tick has come, which
-// takes the tick; never once Close has begun, so that the batches end.
-func (s *store) tickDue(t clockwork.Ticker) func() bool {
-	return func() bool {
-		select {
-		case <-s.stop:
-			return false
-		default:
-		}
-		select {
-		case <-t.Chan():
-			return true
-		default:
-			return false
-		}
-	}
-}
-
-// never is the report of a next tick that has not come.
-func never() bool { return false }
-
-// tick sends the batch of one tick, busy or idle, and reports whether it
-// chose the next one ahead, its tick come already.
-func (s *store) tick(due func() bool) bool {
-	defer s.ticks.Add(1)
+// tick sends the batch of one tick, busy or idle.
+func (s *store) tick() {
 	if s.opts.TestingKnobs.Leak == leakSkipIdle && s.idle() {
-		return false
+		return
 	}
-	return s.runBatch(context.Background(), due)
+	s.runBatch(context.Background())
 }
