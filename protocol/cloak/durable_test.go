@@ -523,3 +523,165 @@ func TestCreationCutShort(t *testing.T) {
 		t.Fatalf("Get(k) = %q; want v", got)
 	}
 }
+
+// heldSyncs is a journal whose Syncs, while held, each report on waiting
+// and wait for a token on proceed before they make anything durable.
+type heldSyncs struct {
+	durable.Journal
+	held    atomic.Bool
+	waiting chan struct{}
+	proceed chan struct{}
+}
+
+func (h *heldSyncs) Sync(lsn uint64) error {
+	if h.held.Load() {
+		h.waiting <- struct{}{}
+		<-h.proceed
+	}
+	return h.Journal.Sync(lsn)
+}
+
+// openHeldSyncs opens a store on b whose batches run only by
+// cloak.RunBatch, with a cache of one entry, journaled in a journal whose
+// Syncs a test holds.
+func openHeldSyncs(t *testing.T, b backend.Backend) (kv.Store, *heldSyncs) {
+	keys := kvtest.NewKeys(t)
+	j, err := journal.Open(t.TempDir(), keys, journal.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := &heldSyncs{Journal: j, waiting: make(chan struct{}, 16), proceed: make(chan struct{})}
+	s, err := cloak.OpenRaw(t.Context(), kv.Env{Backend: b, Keys: keys, Capacity: 16, ValueSize: 8, MaxKeySize: 8,
+		Fresh: true, Journal: h, Options: cloak.Options{Delta: time.Hour, Cache: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		s.Close()
+		j.Close()
+	})
+	t.Cleanup(func() { // first: a test that failed leaves Syncs held
+		h.held.Store(false)
+		close(h.proceed)
+	})
+	return s, h
+}
+
+// heldBy waits until n more Syncs are held, failing if done answers
+// before: what answered did not wait for the journal.
+func (h *heldSyncs) heldBy(t *testing.T, done <-chan string, n int) {
+	t.Helper()
+	for range n {
+		select {
+		case v := <-done:
+			t.Fatalf("%s answered before the journal was durable", v)
+		case <-h.waiting:
+		case <-time.After(time.Minute):
+			t.Fatal("no Sync came")
+		}
+	}
+}
+
+// named forwards c's answer to replies as "name: answer".
+func named(replies chan<- string, name string, c <-chan string) {
+	go func() { replies <- name + ": " + <-c }()
+}
+
+// goPut writes key in a goroutine; the channel gets "ok" or the error.
+func goPut(s kv.Store, key, val string) <-chan string {
+	done := make(chan string, 1)
+	go func() {
+		if err := s.Put(context.Background(), key, []byte(val)); err != nil {
+			done <- err.Error()
+			return
+		}
+		done <- "ok"
+	}()
+	return done
+}
+
+// TestRepliesWaitForTheJournal: no reply leaves before the journal
+// record of the write it shows is durable: a Put, a read answered from a
+// write waiting for its batch (Algorithm 2, line 13), and a read that
+// waited for a batch and is answered by a later write of its key (line
+// 18).
+func TestRepliesWaitForTheJournal(t *testing.T) {
+	s, h := openHeldSyncs(t, mem.New())
+	for _, k := range []string{"r", "x"} { // x evicts r from the cache
+		if err := s.Put(t.Context(), k, []byte("old")); err != nil {
+			t.Fatal(err)
+		}
+		drain(t, s)
+	}
+	replies := make(chan string, 4)
+	named(replies, "Get(r)", goGet(s, "r"))
+	kvtest.WaitFor(t, "the read of r to wait for a batch", func() bool { return kvtest.Stat(t, s.Stats(), "pending_keys") == 1 })
+
+	h.held.Store(true)
+	named(replies, "Put(w)", goPut(s, "w", "new"))
+	h.heldBy(t, replies, 1)
+	named(replies, "Get(w)", goGet(s, "w"))
+	h.heldBy(t, replies, 1)
+	named(replies, "Put(r)", goPut(s, "r", "new-r")) // answers Get(r)
+	h.heldBy(t, replies, 2)
+
+	h.held.Store(false)
+	var got []string
+	for range 4 {
+		h.proceed <- struct{}{}
+		got = append(got, <-replies)
+	}
+	slices.Sort(got)
+	if want := []string{"Get(r): new-r", "Get(w): new", "Put(r): ok", "Put(w): ok"}; !slices.Equal(got, want) {
+		t.Errorf("replies %q; want %q", got, want)
+	}
+}
+
+// TestStorageWaitsForTheJournal: a batch's Read is issued only once its
+// record is durable, and its Write only once its write-back record is.
+func TestStorageWaitsForTheJournal(t *testing.T) {
+	f := &faulty{Backend: mem.New()}
+	s, h := openHeldSyncs(t, f)
+	for i := range 4 {
+		if err := s.Put(t.Context(), fmt.Sprint("k", i), []byte("v")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f.mu.Lock()
+	f.calls = []string{}
+	f.mu.Unlock()
+	calls := func() []string {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		return slices.Clone(f.calls)
+	}
+	ops := func() string {
+		var o []string
+		for _, c := range calls() {
+			o = append(o, strings.Fields(c)[0])
+		}
+		return strings.Join(o, " ")
+	}
+	h.held.Store(true)
+	done := make(chan string, 1)
+	go func() { cloak.RunBatch(s); cloak.RunBatch(s); done <- "the batches" }()
+	for _, step := range []struct{ before, want string }{
+		{"the first batch's Read", ""},
+		{"its Write", "read"},
+		{"the next batch's Read", "read write"},
+		{"the next batch's Write", "read write read"},
+	} {
+		h.heldBy(t, done, 1)
+		if got := ops(); got != step.want {
+			t.Fatalf("storage saw %q before the Sync before %s returned; want %q", got, step.before, step.want)
+		}
+		if step.want == "read write read" {
+			h.held.Store(false)
+		}
+		h.proceed <- struct{}{}
+	}
+	<-done
+	if got := ops(); got != "read write read write" {
+		t.Fatalf("storage saw %q; want two batches, each a Read and a Write", got)
+	}
+}
