@@ -1,0 +1,73 @@
+package taostore_test
+
+import (
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/oblivkv/oblivkv/backend/mem"
+	"github.com/oblivkv/oblivkv/internal/durable"
+	"github.com/oblivkv/oblivkv/internal/durable/journal"
+	"github.com/oblivkv/oblivkv/kv"
+	"github.com/oblivkv/oblivkv/kv/kvtest"
+	"github.com/oblivkv/oblivkv/protocol/taostore"
+)
+
+// gatedJournal is a journal whose Syncs of records after from wait while
+// the gate is held.
+type gatedJournal struct {
+	durable.Journal
+	from atomic.Uint64
+	gate sync.RWMutex
+}
+
+func (g *gatedJournal) Sync(lsn uint64) error {
+	if lsn > g.from.Load() {
+		g.gate.RLock()
+		defer g.gate.RUnlock()
+	}
+	return g.Journal.Sync(lsn)
+}
+
+// TestReplyWaitsForItsRecord: a Put's reply leaves only once the journal
+// has synced the record of its path. With the Syncs of every record after
+// the Put's plan held, the Put's path is read and processed (the Handled
+// hook says so, under the store's lock, after the Sequencer let out what
+// it could), and no reply has left; once the Syncs go on, the Put returns.
+func TestReplyWaitsForItsRecord(t *testing.T) {
+	keys := kvtest.NewKeys(t)
+	j, err := journal.Open(t.TempDir(), keys, journal.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer j.Close()
+	g := &gatedJournal{Journal: j}
+	g.from.Store(^uint64(0))
+	var released atomic.Int64
+	handled := make(chan uint64, 8)
+	o := taostore.Options{}
+	o.TestingKnobs.Released = func(uint64) { released.Add(1) }
+	o.TestingKnobs.Handled = func(a uint64) { handled <- a }
+	s, err := taostore.OpenRaw(t.Context(), kv.Env{Backend: mem.New(), Keys: keys, Capacity: 64, ValueSize: 16, Fresh: true, Journal: g, Options: o})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+
+	g.from.Store(j.Last() + 1) // the Put's plan record: its read must go ahead
+	g.gate.Lock()
+	put := make(chan error, 1)
+	go func() { put <- s.Put(t.Context(), "k", []byte("v")) }()
+	<-handled
+	if n := released.Load(); n != 0 {
+		g.gate.Unlock()
+		t.Fatalf("%d replies left before the record of their path was synced", n)
+	}
+	g.gate.Unlock()
+	if err := <-put; err != nil {
+		t.Fatal(err)
+	}
+	if n := released.Load(); n != 1 {
+		t.Fatalf("%d replies left, want 1", n)
+	}
+}
