@@ -27,10 +27,14 @@ func newCommitter() committer {
 	return committer{kick: make(chan struct{}, 1), stop: make(chan struct{}), stopped: make(chan struct{})}
 }
 
-// journal appends a record and has the committer sync it; s.mu is held,
-// so records are appended in the order the state changed.
+// journal appends a record and has the committer sync it (a log that
+// keeps nothing has nothing to sync); s.mu is held, so records are
+// appended in the order the state changed.
 func (s *store) journal(delta []byte) uint64 {
 	lsn := s.log.Append(delta)
+	if !s.log.Durable() {
+		return lsn
+	}
 	select {
 	case s.commit.kick <- struct{}{}:
 	default: // a kick is pending, and its sync will cover this record
@@ -88,14 +92,15 @@ func (s *store) syncGroup() {
 }
 
 // releasePlans lets out the path reads whose plan records are durable,
-// or every one waiting once the store has stopped (readPlanned then
-// issues none); s.mu is held.
+// or every one waiting once the store has stopped, with its error
+// (readPlanned then issues none); s.mu is held.
 func (s *store) releasePlans() {
 	n := 0
 	for _, r := range s.commit.plans {
 		if s.broken == nil && r.planLSN > s.seq.durable {
 			break
 		}
+		r.planErr = s.broken
 		close(r.planned)
 		n++
 	}

@@ -17,6 +17,7 @@ type request struct {
 	plan    uint64        // its path read's number (plannedPath)
 	planLSN uint64        // the journal record of its path read, durable before the read
 	planned chan struct{} // closed once planLSN is durable, or the store stopped
+	planErr error         // why the store stopped before planLSN was durable
 
 	pathDone bool   // its own path read has returned (response map "b")
 	answered bool   // its answer is known (response map "w")

@@ -245,15 +245,12 @@ func (s *store) plan(r *request) {
 // closed meanwhile, leaves the read to recovery (finishUnfinished).
 func (s *store) readPlanned(ctx context.Context, r *request) ([][]tree.Block, []uint64, error) {
 	<-r.planned
-	s.mu.Lock()
-	err := s.broken
-	s.mu.Unlock()
-	if err != nil {
-		return nil, nil, err
+	if r.planErr != nil {
+		return nil, nil, r.planErr
 	}
 	var fetched [][]tree.Block
 	var versions []uint64
-	err = backend.Retry(ctx, nil, func() {
+	err := backend.Retry(ctx, nil, func() {
 		s.mu.Lock()
 		s.counters.readRetries++
 		s.mu.Unlock()
