@@ -51,9 +51,9 @@ func (s *store) awaitPlan(r *request) {
 }
 
 // commitLoop syncs the journal whenever records were appended, until
-// Close stops it: then it syncs once more and stops the store, so that a
-// request arriving later fails instead of waiting for a sync that never
-// comes.
+// Close stops it: then it stops the store, so that a request still
+// waiting, or arriving later, fails (and issues no read) instead of
+// waiting for a sync that never comes, and syncs once more.
 func (s *store) commitLoop() {
 	defer close(s.commit.stopped)
 	for {
@@ -61,12 +61,12 @@ func (s *store) commitLoop() {
 		case <-s.commit.kick:
 			s.syncGroup()
 		case <-s.commit.stop:
-			s.syncGroup()
 			s.mu.Lock()
 			if s.broken == nil {
 				s.stop(kv.ErrClosed)
 			}
 			s.mu.Unlock()
+			s.syncGroup()
 			return
 		}
 	}

@@ -1,6 +1,7 @@
 package taostore_test
 
 import (
+	"errors"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -69,5 +70,27 @@ func TestReplyWaitsForItsRecord(t *testing.T) {
 	}
 	if n := released.Load(); n != 1 {
 		t.Fatalf("%d replies left, want 1", n)
+	}
+}
+
+// TestRequestAfterCloseFails: once Close has stopped the committer, a
+// request fails with kv.ErrClosed instead of waiting for a sync that
+// never comes.
+func TestRequestAfterCloseFails(t *testing.T) {
+	keys := kvtest.NewKeys(t)
+	j, err := journal.Open(t.TempDir(), keys, journal.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer j.Close()
+	s, err := taostore.OpenRaw(t.Context(), kv.Env{Backend: mem.New(), Keys: keys, Capacity: 64, ValueSize: 16, Fresh: true, Journal: j})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Put(t.Context(), "k", []byte("v")); !errors.Is(err, kv.ErrClosed) {
+		t.Fatalf("Put after Close: %v; want kv.ErrClosed", err)
 	}
 }
