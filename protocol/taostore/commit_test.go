@@ -12,6 +12,7 @@ import (
 	"github.com/oblivkv/oblivkv/kv"
 	"github.com/oblivkv/oblivkv/kv/kvtest"
 	"github.com/oblivkv/oblivkv/protocol/taostore"
+	"github.com/oblivkv/oblivkv/seal"
 )
 
 // gatedJournal is a journal whose Syncs of records after from wait while
@@ -36,12 +37,7 @@ func (g *gatedJournal) Sync(lsn uint64) error {
 // hook says so, under the store's lock, after the Sequencer let out what
 // it could), and no reply has left; once the Syncs go on, the Put returns.
 func TestReplyWaitsForItsRecord(t *testing.T) {
-	keys := kvtest.NewKeys(t)
-	j, err := journal.Open(t.TempDir(), keys, journal.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer j.Close()
+	j, keys := tempJournal(t)
 	g := &gatedJournal{Journal: j}
 	g.from.Store(^uint64(0))
 	var released atomic.Int64
@@ -49,10 +45,7 @@ func TestReplyWaitsForItsRecord(t *testing.T) {
 	o := taostore.Options{}
 	o.TestingKnobs.Released = func(uint64) { released.Add(1) }
 	o.TestingKnobs.Handled = func(a uint64) { handled <- a }
-	s, err := taostore.OpenRaw(t.Context(), kv.Env{Backend: mem.New(), Keys: keys, Capacity: 64, ValueSize: 16, Fresh: true, Journal: g, Options: o})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := openFresh(t, keys, g, o)
 	defer s.Close()
 
 	g.from.Store(j.Last() + 1) // the Put's plan record: its read must go ahead
@@ -77,20 +70,33 @@ func TestReplyWaitsForItsRecord(t *testing.T) {
 // request fails with kv.ErrClosed instead of waiting for a sync that
 // never comes.
 func TestRequestAfterCloseFails(t *testing.T) {
-	keys := kvtest.NewKeys(t)
-	j, err := journal.Open(t.TempDir(), keys, journal.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer j.Close()
-	s, err := taostore.OpenRaw(t.Context(), kv.Env{Backend: mem.New(), Keys: keys, Capacity: 64, ValueSize: 16, Fresh: true, Journal: j})
-	if err != nil {
-		t.Fatal(err)
-	}
+	j, keys := tempJournal(t)
+	s := openFresh(t, keys, j, taostore.Options{})
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.Put(t.Context(), "k", []byte("v")); !errors.Is(err, kv.ErrClosed) {
 		t.Fatalf("Put after Close: %v; want kv.ErrClosed", err)
 	}
+}
+
+// tempJournal opens a journal in a temporary directory under new keys,
+// closed when the test ends.
+func tempJournal(t *testing.T) (*journal.Journal, *seal.Keys) {
+	keys := kvtest.NewKeys(t)
+	j, err := journal.Open(t.TempDir(), keys, journal.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { j.Close() })
+	return j, keys
+}
+
+// openFresh opens a fresh store in memory under keys, journaled in j.
+func openFresh(t *testing.T, keys *seal.Keys, j durable.Journal, o taostore.Options) kv.Store {
+	s, err := taostore.OpenRaw(t.Context(), kv.Env{Backend: mem.New(), Keys: keys, Capacity: 64, ValueSize: 16, Fresh: true, Journal: j, Options: o})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
 }
