@@ -29,21 +29,26 @@
 //
 // Durability (internal/durable): every path processed is journaled, its
 // buckets as the flush left them, the answered block's position and the
-// stash, and its replies leave only once that record is durable (records
-// of concurrent paths share an fsync); every write-back's version and
-// buckets are journaled before it is issued. Every DefaultEvery records,
-// and at Close (after writing the whole subtree back), a checkpoint of the
-// whole state replaces the journal. Opening an existing store replays the
-// records after the checkpoint, which leaves every bucket changed since in
-// the subtree, writes the whole subtree back under a version above every
-// journaled one (which redoes any write-back storage lost) and
-// checkpoints: a kill -9 or a power cut loses nothing acknowledged, and
-// storage sees writes to buckets it saw written before. Every path read is
-// journaled before it is issued and, when storage fails it, issued again
-// unchanged until it succeeds; one a crash cut short (or the store closed
-// on) is read again, identically, and processed at the next open, so a
-// block whose real read storage served never stays on that path for its
-// next access to read again.
+// stash, and its replies leave only once that record is durable; every
+// write-back's version and buckets are journaled before it is issued. One
+// goroutine, the committer (commit.go), syncs the journal for every
+// request: each sync covers every record appended before it (group
+// commit), the next starts as soon as it ends while records are pending,
+// and after each one the committer lets out the path reads whose plans and
+// the replies whose records it made durable, the replies still in arrival
+// order. No request waits for an fsync in its own goroutine. Every
+// DefaultEvery records, and at Close (after writing the whole subtree
+// back), a checkpoint of the whole state replaces the journal. Opening an
+// existing store replays the records after the checkpoint, which leaves
+// every bucket changed since in the subtree, writes the whole subtree back
+// under a version above every journaled one (which redoes any write-back
+// storage lost) and checkpoints: a kill -9 or a power cut loses nothing
+// acknowledged, and storage sees writes to buckets it saw written before.
+// Every path read is journaled before it is issued and, when storage fails
+// it, issued again unchanged until it succeeds; one a crash cut short (or
+// the store closed on) is read again, identically, and processed at the
+// next open, so a block whose real read storage served never stays on that
+// path for its next access to read again.
 //
 // It also owns storage's view of TaoStore (view.go: path reads and
 // write-backs; schedule.go: TaORAM's write-back schedule) and its

@@ -10,12 +10,14 @@ import (
 type request struct {
 	m       kv.Mutation // what it does to its block (its Arg the caller's copy)
 	id      tree.BlockID
-	key     string // the block's name, kept if the request stores the block
-	leaf    uint64 // the path read for it
-	arrival uint64 // its place in arrival order
-	real    bool   // it reads its block's real path
-	plan    uint64 // its path read's number (plannedPath)
-	planLSN uint64 // the journal record of its path read, durable before the read
+	key     string        // the block's name, kept if the request stores the block
+	leaf    uint64        // the path read for it
+	arrival uint64        // its place in arrival order
+	real    bool          // it reads its block's real path
+	plan    uint64        // its path read's number (plannedPath)
+	planLSN uint64        // the journal record of its path read, durable before the read
+	planned chan struct{} // closed once planLSN is durable, or the store stopped
+	planErr error         // why the store stopped before planLSN was durable
 
 	pathDone bool   // its own path read has returned (response map "b")
 	answered bool   // its answer is known (response map "w")

@@ -107,7 +107,8 @@ func (s *store) Load(ctx context.Context, items iter.Seq2[string, []byte]) (int,
 }
 
 // Close waits for the write-backs in flight, writes the whole subtree
-// back, replaces the journal by a checkpoint and closes the backend.
+// back, replaces the journal by a checkpoint, stops the committer and
+// closes the backend.
 func (s *store) Close() error {
 	ctx := context.Background()
 	err := s.writeBackAll(ctx)
@@ -118,6 +119,7 @@ func (s *store) Close() error {
 	if err == nil {
 		err = s.checkpointLocked(ctx)
 	}
+	s.stopCommitter()
 	return errors.Join(err, s.b.Close())
 }
 

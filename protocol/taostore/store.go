@@ -2,6 +2,7 @@ package taostore
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"fmt"
 	"math/rand/v2"
@@ -46,6 +47,7 @@ type store struct {
 
 	log           *durable.Log
 	checkpointing sync.Mutex // held by a checkpoint
+	commit        committer  // syncs the journal (commit.go); its queue is guarded by mu
 
 	mu       sync.Mutex      // guards everything below
 	broken   error           // the journal failed: the store serves nothing more
@@ -109,21 +111,31 @@ func open(ctx context.Context, env kv.Env) (*store, error) {
 		stash: map[tree.BlockID][]byte{}, sub: newSubtree(geo, opts.CachedLevels),
 		reqs: map[tree.BlockID][]*request{}, acked: make([]uint64, geo.Buckets()), unfinished: map[uint64]plannedPath{},
 		flusher: tree.NewFlusher(geo, opts.Z), seq: sequencer{released: opts.TestingKnobs.Released, leak: opts.TestingKnobs.Leak},
-		inflight: map[uint64]bool{}}
+		inflight: map[uint64]bool{}, commit: newCommitter()}
 	s.landed = sync.NewCond(&s.mu)
 	s.ByUpdate = kv.ByUpdate{Updater: s}
 	s.log = durable.New(env.Journal, env.Backend, env.Keys)
-	if !env.Fresh {
-		return s, s.recover(ctx)
+	if err := s.start(ctx, env.Fresh); err != nil {
+		return nil, err
+	}
+	go s.commitLoop()
+	return s, nil
+}
+
+// start recovers an existing store, or writes a fresh one's tree and
+// creates its journal.
+func (s *store) start(ctx context.Context, fresh bool) error {
+	if !fresh {
+		return s.recover(ctx)
 	}
 	if err := s.writeInitial(ctx, nil); err != nil {
-		return nil, err
+		return err
 	}
 	st, _, err := s.encodeState()
 	if err != nil {
-		return nil, err
+		return err
 	}
-	return s, s.log.Create(ctx, st)
+	return s.log.Create(ctx, st)
 }
 
 func (s *store) randomLeaf() uint64 { return s.rng.Uint64N(s.geo.Leaves()) }
@@ -207,7 +219,8 @@ type plannedPath struct {
 }
 
 // plan numbers r's path read and journals it: the read is issued only
-// once the record is durable (readPlanned); s.mu is held.
+// once the committer has made the record durable (readPlanned); s.mu is
+// held.
 func (s *store) plan(r *request) {
 	r.plan = s.nextPlan
 	s.nextPlan++
@@ -216,21 +229,24 @@ func (s *store) plan(r *request) {
 		p.ID = r.id
 	}
 	s.unfinished[r.plan] = p
-	r.planLSN = s.log.Append(readDelta(r.plan, p))
+	r.planLSN = s.journal(readDelta(r.plan, p))
+	s.awaitPlan(r)
 	if s.opts.TestingKnobs.Trace != nil {
 		s.opts.TestingKnobs.Trace(r.leaf, r.id, r.real)
 	}
 }
 
-// readPlanned reads r's path once its plan is durable, and while storage
-// fails the read issues the identical read again (backend.Retry). A read that may have reached
+// readPlanned reads r's path once its plan is durable (unless the store
+// stopped meanwhile), and while storage fails the read issues the
+// identical read again (backend.Retry). A read that may have reached
 // storage is never left for the block's next access to repeat: that
 // access would read the same path, and storage would link the two (the
 // argument of Treebeard Sec. 5.3.3, for one path). A crash, or a store
 // closed meanwhile, leaves the read to recovery (finishUnfinished).
 func (s *store) readPlanned(ctx context.Context, r *request) ([][]tree.Block, []uint64, error) {
-	if err := s.log.Sync(r.planLSN); err != nil {
-		return nil, nil, fmt.Errorf("taostore: journal: %w", err)
+	<-r.planned
+	if r.planErr != nil {
+		return nil, nil, r.planErr
 	}
 	var fetched [][]tree.Block
 	var versions []uint64
@@ -292,24 +308,21 @@ func (s *store) checkFresh(leaf uint64, versions []uint64) error {
 
 // pathReturned handles the return of r's path: sync, answer, flush,
 // maybe write back (ANSWER-REQUEST, FLUSH), journal what changed, and
-// release replies in order once their journal records are durable. The
-// records of concurrent paths share fsyncs.
+// release the replies that are complete. A reply whose record is not yet
+// durable leaves when the committer has synced it (syncGroup): the
+// records of concurrent paths share fsyncs. A stopped store processes no
+// more paths: a read storage served stays unfinished, for recovery.
 func (s *store) pathReturned(r *request, fetched [][]tree.Block, versions []uint64, err error) {
 	s.mu.Lock()
-	lsn := s.process(r, fetched, versions, err)
-	s.mu.Unlock()
-	err = s.log.Sync(lsn)
-	s.mu.Lock()
-	if err != nil && s.broken == nil {
-		s.stop(fmt.Errorf("taostore: store stopped: %w", err))
-	}
-	s.seq.durable = max(s.seq.durable, lsn)
+	err = cmp.Or(s.broken, err)
+	s.process(r, fetched, versions, err)
 	s.seq.release()
 	if s.opts.TestingKnobs.Handled != nil {
 		s.opts.TestingKnobs.Handled(r.arrival)
 	}
+	due := s.broken == nil && s.log.Due()
 	s.mu.Unlock()
-	if err == nil && s.log.Due() && s.checkpointing.TryLock() {
+	if due && s.checkpointing.TryLock() {
 		// In the background: a checkpoint waits for the write-backs in
 		// flight, which under load takes seconds, and no request should.
 		go func() {
@@ -347,7 +360,7 @@ func (s *store) process(r *request, fetched [][]tree.Block, versions []uint64, e
 		named = s.answer(r)
 	}
 	s.flush(r.leaf)
-	lsn := s.log.Append(s.pathDelta(r.leaf, r.real, r.id, r.plan, named))
+	lsn := s.journal(s.pathDelta(r.leaf, r.real, r.id, r.plan, named))
 	for _, q := range answered {
 		q.lsn = max(q.lsn, lsn)
 	}
@@ -368,6 +381,7 @@ func (s *store) stop(err error) {
 	for _, q := range s.seq.queue {
 		q.err, q.answered, q.lsn = err, true, 0
 	}
+	s.releasePlans()
 }
 
 // failed answers r with err; if r was its block's real read, every request
