@@ -50,7 +50,7 @@
 // permutation), durable before its Read is issued; and the batch's
 // commit, after its Write, carried to disk by the next fsync. A read
 // answered from a write waits for that write's record, so no client sees
-// a write a crash could undo. Every durable.DefaultEvery batches (counted
+// a write a crash could undo. Every CheckpointBatches batches (counted
 // in batches, which storage sees, never in client writes, which it must
 // not), and at Close, a checkpoint of the whole state (position map, free
 // list, next batch id, writes not yet on storage, a failed batch to send
