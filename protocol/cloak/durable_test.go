@@ -524,33 +524,16 @@ func TestCreationCutShort(t *testing.T) {
 	}
 }
 
-// heldSyncs is a journal whose Syncs, while held, each report on waiting
-// and wait for a token on proceed before they make anything durable.
-type heldSyncs struct {
-	durable.Journal
-	held    atomic.Bool
-	waiting chan struct{}
-	proceed chan struct{}
-}
-
-func (h *heldSyncs) Sync(lsn uint64) error {
-	if h.held.Load() {
-		h.waiting <- struct{}{}
-		<-h.proceed
-	}
-	return h.Journal.Sync(lsn)
-}
-
 // openHeldSyncs opens a store on b whose batches run only by
 // cloak.RunBatch, with a cache of one entry, journaled in a journal whose
 // Syncs a test holds.
-func openHeldSyncs(t *testing.T, b backend.Backend) (kv.Store, *heldSyncs) {
+func openHeldSyncs(t *testing.T, b backend.Backend) (kv.Store, *durabletest.HeldSyncs) {
 	keys := kvtest.NewKeys(t)
 	j, err := journal.Open(t.TempDir(), keys, journal.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := &heldSyncs{Journal: j, waiting: make(chan struct{}, 16), proceed: make(chan struct{})}
+	h := durabletest.NewHeldSyncs(j)
 	s, err := cloak.OpenRaw(t.Context(), kv.Env{Backend: b, Keys: keys, Capacity: 16, ValueSize: 8, MaxKeySize: 8,
 		Fresh: true, Journal: h, Options: cloak.Options{Delta: time.Hour, Cache: 1}})
 	if err != nil {
@@ -560,22 +543,19 @@ func openHeldSyncs(t *testing.T, b backend.Backend) (kv.Store, *heldSyncs) {
 		s.Close()
 		j.Close()
 	})
-	t.Cleanup(func() { // first: a test that failed leaves Syncs held
-		h.held.Store(false)
-		close(h.proceed)
-	})
+	t.Cleanup(h.ReleaseAll) // first: a test that failed leaves Syncs held
 	return s, h
 }
 
 // heldBy waits until n more Syncs are held, failing if done answers
 // before: what answered did not wait for the journal.
-func (h *heldSyncs) heldBy(t *testing.T, done <-chan string, n int) {
+func heldBy(t *testing.T, h *durabletest.HeldSyncs, done <-chan string, n int) {
 	t.Helper()
 	for range n {
 		select {
 		case v := <-done:
 			t.Fatalf("%s answered before the journal was durable", v)
-		case <-h.waiting:
+		case <-h.Held:
 		case <-time.After(time.Minute):
 			t.Fatal("no Sync came")
 		}
@@ -617,18 +597,17 @@ func TestRepliesWaitForTheJournal(t *testing.T) {
 	named(replies, "Get(r)", goGet(s, "r"))
 	kvtest.WaitFor(t, "the read of r to wait for a batch", func() bool { return kvtest.Stat(t, s.Stats(), "pending_keys") == 1 })
 
-	h.held.Store(true)
+	h.Hold()
 	named(replies, "Put(w)", goPut(s, "w", "new"))
-	h.heldBy(t, replies, 1)
+	heldBy(t, h, replies, 1)
 	named(replies, "Get(w)", goGet(s, "w"))
-	h.heldBy(t, replies, 1)
+	heldBy(t, h, replies, 1)
 	named(replies, "Put(r)", goPut(s, "r", "new-r")) // answers Get(r)
-	h.heldBy(t, replies, 2)
+	heldBy(t, h, replies, 2)
 
-	h.held.Store(false)
+	h.ReleaseAll()
 	var got []string
 	for range 4 {
-		h.proceed <- struct{}{}
 		got = append(got, <-replies)
 	}
 	slices.Sort(got)
@@ -662,7 +641,7 @@ func TestStorageWaitsForTheJournal(t *testing.T) {
 		}
 		return strings.Join(o, " ")
 	}
-	h.held.Store(true)
+	h.Hold()
 	done := make(chan string, 1)
 	go func() { cloak.RunBatch(s); cloak.RunBatch(s); done <- "the batches" }()
 	for _, step := range []struct{ before, want string }{
@@ -671,14 +650,15 @@ func TestStorageWaitsForTheJournal(t *testing.T) {
 		{"the next batch's Read", "read write"},
 		{"the next batch's Write", "read write read"},
 	} {
-		h.heldBy(t, done, 1)
+		heldBy(t, h, done, 1)
 		if got := ops(); got != step.want {
 			t.Fatalf("storage saw %q before the Sync before %s returned; want %q", got, step.before, step.want)
 		}
 		if step.want == "read write read" {
-			h.held.Store(false)
+			h.ReleaseAll()
+		} else {
+			h.Release()
 		}
-		h.proceed <- struct{}{}
 	}
 	<-done
 	if got := ops(); got != "read write read write" {

@@ -168,11 +168,11 @@ func runAudit(t *testing.T, p auditParams, w workload, lk leak, seed byte) audit
 	f := unopenedFixture(t, p.capacity, 32, opts)
 	f.keys = kvtest.SeededKeys(t, seed) // reproducible block IDs, and so leaves derived from them
 	f.cfg.NoFsync = true                // storage sees the same calls; thousands of fsyncs would only slow the audit
-	var j *watchedJournal
+	var j *durabletest.HeldSyncs
 	f.s = f.open(func(cfg *kv.Config) {
 		cfg.OpenJournal = func(keys *seal.Keys) (kv.Journal, error) {
 			raw, err := journal.Open(f.journal, keys, journal.Options{NoSync: true})
-			j = watch(raw)
+			j = durabletest.NewHeldSyncs(raw)
 			return j, err
 		}
 	})
@@ -180,11 +180,11 @@ func runAudit(t *testing.T, p auditParams, w workload, lk leak, seed byte) audit
 	f.log.Reset()
 	traced = nil
 	r := rand.New(rand.NewPCG(uint64(seed), 9))
-	syncs := j.syncs.Load()
+	syncs := j.Syncs()
 	if err := q.inOrder(0, auditOps, func(i int) error { return w.op(f, r, i) }); err != nil {
 		t.Fatalf("%s: %v", w.name, err)
 	}
-	checkPlannedAhead(t, w.name, j.syncs.Load()-syncs)
+	checkPlannedAhead(t, w.name, j.Syncs()-syncs)
 	run := checkAccesses(f, w, f.log.Records())
 	walks, disagree := audit.RealReadWalks(traced, run.reads)
 	run.checks[checkTrace] = audit.Exact(w.name+": the trace's path reads are storage's", disagree)
@@ -236,14 +236,14 @@ func runRecoveredAudit(t *testing.T, p auditParams, w workload, lk leak, seed by
 		cfg: kv.Config{Protocol: "pathoram", Capacity: p.capacity, ValueSize: 32}}
 	storage := observe.NewTap(wit, f.log)
 	var j *journal.Journal
-	var watched *watchedJournal
+	var watched *durabletest.HeldSyncs
 	q := newQueueSignal()
 	open := func(fresh bool, seed byte) {
 		var err error
 		if j, err = journal.Open(f.journal, f.keys, journal.Options{NoSync: true}); err != nil {
 			t.Fatal(err)
 		}
-		watched = watch(j)
+		watched = durabletest.NewHeldSyncs(j)
 		opts := p.opts
 		opts.TestingKnobs = TestingKnobs{Seed: &[32]byte{seed}, Leak: lk, Queued: q.hook}
 		f.cfg.Options = opts
@@ -258,22 +258,22 @@ func runRecoveredAudit(t *testing.T, p auditParams, w workload, lk leak, seed by
 	f.log.Reset()
 	r := rand.New(rand.NewPCG(uint64(seed), 9))
 	op := func(i int) error { return w.op(f, r, i) }
-	syncs := watched.syncs.Load()
+	syncs := watched.Syncs()
 	if err := q.inOrder(0, auditOps/2, op); err != nil {
 		t.Fatalf("%s: %v", w.name, err)
 	}
-	syncs = watched.syncs.Load() - syncs
+	syncs = watched.Syncs() - syncs
 	j.Crash()
 	from := f.log.LastSeq() + 1
 	wit.Recovering(true)
 	open(false, seed+100)
 	wit.Recovering(false)
 	to := f.log.LastSeq()
-	syncs -= watched.syncs.Load()
+	syncs -= watched.Syncs()
 	if err := q.inOrder(auditOps/2, auditOps, op); err != nil {
 		t.Fatalf("%s: %v", w.name, err)
 	}
-	checkPlannedAhead(t, w.name, syncs+watched.syncs.Load())
+	checkPlannedAhead(t, w.name, syncs+watched.Syncs())
 	if err := f.s.Close(); err != nil {
 		t.Fatal(err)
 	}

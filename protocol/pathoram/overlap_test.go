@@ -12,7 +12,6 @@ import (
 
 	"github.com/oblivkv/oblivkv/backend"
 	"github.com/oblivkv/oblivkv/backend/mem"
-	"github.com/oblivkv/oblivkv/internal/durable"
 	"github.com/oblivkv/oblivkv/internal/durable/journal"
 	"github.com/oblivkv/oblivkv/internal/testsupport/durabletest"
 	"github.com/oblivkv/oblivkv/kv"
@@ -21,43 +20,6 @@ import (
 	"github.com/oblivkv/oblivkv/protocol/tree"
 	"github.com/oblivkv/oblivkv/seal"
 )
-
-// watchedJournal is a journal whose Syncs a test counts and, while
-// armed, holds: each tells the test its LSN on held and waits for
-// release, until unhold.
-type watchedJournal struct {
-	durable.Journal
-	syncs   atomic.Int64
-	armed   atomic.Bool
-	held    chan uint64
-	release chan struct{}
-	stop    chan struct{}
-}
-
-func watch(j durable.Journal) *watchedJournal {
-	return &watchedJournal{Journal: j, held: make(chan uint64), release: make(chan struct{}), stop: make(chan struct{})}
-}
-
-// unhold lets every Sync through from now on, one held included.
-func (j *watchedJournal) unhold() {
-	j.armed.Store(false)
-	close(j.stop)
-}
-
-func (j *watchedJournal) Sync(lsn uint64) error {
-	j.syncs.Add(1)
-	if j.armed.Load() {
-		select {
-		case j.held <- lsn:
-			select {
-			case <-j.release:
-			case <-j.stop:
-			}
-		case <-j.stop:
-		}
-	}
-	return j.Journal.Sync(lsn)
-}
 
 // queueSignal, once armed, is told each time an operation takes its
 // place in the store's order (TestingKnobs.Queued): the operation hands
@@ -125,7 +87,7 @@ func (q *queueSignal) inOrder(from, to int, op func(i int) error) error {
 // with its journal watched and its operations' order signalled.
 type heldStore struct {
 	s      *store
-	j      *watchedJournal
+	j      *durabletest.HeldSyncs
 	raw    *journal.Journal
 	log    *observe.MemoryLog
 	q      *queueSignal
@@ -140,7 +102,7 @@ func openHeld(t *testing.T, b backend.Backend, keys *seal.Keys, dir string, fres
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := &heldStore{j: watch(raw), raw: raw, log: &observe.MemoryLog{}, q: newQueueSignal()}
+	h := &heldStore{j: durabletest.NewHeldSyncs(raw), raw: raw, log: &observe.MemoryLog{}, q: newQueueSignal()}
 	opts := Options{TestingKnobs: TestingKnobs{Seed: &[32]byte{3}, Queued: h.q.hook, Trace: func(leaf uint64, id tree.BlockID) {
 		h.traced = append(h.traced, plannedRead{id: id, leaf: leaf})
 	}}}
@@ -179,7 +141,7 @@ func (h *heldStore) goGet(key string) <-chan error {
 // first fails the test.
 func (h *heldStore) awaitSync(t *testing.T, what string, ops ...<-chan error) {
 	t.Helper()
-	cases := []reflect.SelectCase{{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(h.j.held)}}
+	cases := []reflect.SelectCase{{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(h.j.Held)}}
 	for _, op := range ops {
 		cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(op)})
 	}
@@ -216,8 +178,8 @@ func (h *heldStore) lastCall() observe.Record {
 // reads without one of its own.
 func TestAcknowledgedOnlyWhenDurable(t *testing.T) {
 	h := openHeld(t, mem.New(), kvtest.NewKeys(t), t.TempDir(), true)
-	t.Cleanup(func() { h.j.unhold(); h.s.Close(); h.raw.Close() })
-	h.j.armed.Store(true)
+	t.Cleanup(func() { h.j.ReleaseAll(); h.s.Close(); h.raw.Close() })
+	h.j.Hold()
 	calls := len(h.log.Records())
 	a := h.goPut("a", "1")
 	h.awaitSync(t, "a's read planned", a) // the store was idle: a journals its own read
@@ -225,13 +187,13 @@ func TestAcknowledgedOnlyWhenDurable(t *testing.T) {
 		t.Fatal("storage saw a's path read before its plan was synced")
 	}
 	b := h.goPut("b", "2") // queued behind a
-	h.j.release <- struct{}{}
+	h.j.Release()
 	h.awaitSync(t, "a's write-back and b's read planned", a, b)
 	if c := h.lastCall(); c.Op != observe.OpRead {
 		t.Fatalf("storage saw a %v before a's write-back was synced; want a's path read last", c.Op)
 	}
 	pending(t, "a's write-back", a, b)
-	h.j.release <- struct{}{}
+	h.j.Release()
 	if err := <-a; err != nil {
 		t.Fatal(err)
 	}
@@ -240,8 +202,7 @@ func TestAcknowledgedOnlyWhenDurable(t *testing.T) {
 		t.Fatalf("the Sync after a's is taken after storage's %v; want b's write-back, after b's read planned with a's", c.Op)
 	}
 	pending(t, "b's write-back", b)
-	h.j.armed.Store(false)
-	h.j.release <- struct{}{}
+	h.j.ReleaseAll()
 	if err := <-b; err != nil {
 		t.Fatal(err)
 	}
@@ -297,19 +258,19 @@ func TestCrashAroundReadPlannedAhead(t *testing.T) {
 			if tc.checkpoint {
 				h.s.log.SetEvery(1)
 			}
-			h.j.armed.Store(true)
+			h.j.Hold()
 			a := h.goPut("k1", "w")
 			h.awaitSync(t, "a's read planned", a)
 			b := h.goGet("k3")
-			h.j.release <- struct{}{}
+			h.j.Release()
 			h.awaitSync(t, "a's write-back and b's read planned", a, b)
-			h.j.armed.Store(false)
+			h.j.StopHolding()
 			if tc.served {
 				cut.Crash(h.raw)
 			} else {
 				fb.crash.Store(h.raw)
 			}
-			h.j.release <- struct{}{}
+			h.j.Release()
 			if err := <-a; err != nil {
 				t.Fatal(err)
 			}
@@ -325,7 +286,7 @@ func TestCrashAroundReadPlannedAhead(t *testing.T) {
 			h.s.Close()
 			m.Reopen()
 			h = openHeld(t, m, keys, dir, false)
-			t.Cleanup(func() { h.j.unhold(); h.s.Close(); h.raw.Close() })
+			t.Cleanup(func() { h.j.ReleaseAll(); h.s.Close(); h.raw.Close() })
 			v.Recovery = h.log.Records()
 			for i := range 10 {
 				from, want := len(h.log.Records()), map[bool]string{true: "w", false: "v"}[i == 1]

@@ -2,34 +2,18 @@ package taostore_test
 
 import (
 	"errors"
-	"sync"
 	"sync/atomic"
 	"testing"
 
 	"github.com/oblivkv/oblivkv/backend/mem"
 	"github.com/oblivkv/oblivkv/internal/durable"
 	"github.com/oblivkv/oblivkv/internal/durable/journal"
+	"github.com/oblivkv/oblivkv/internal/testsupport/durabletest"
 	"github.com/oblivkv/oblivkv/kv"
 	"github.com/oblivkv/oblivkv/kv/kvtest"
 	"github.com/oblivkv/oblivkv/protocol/taostore"
 	"github.com/oblivkv/oblivkv/seal"
 )
-
-// gatedJournal is a journal whose Syncs of records after from wait while
-// the gate is held.
-type gatedJournal struct {
-	durable.Journal
-	from atomic.Uint64
-	gate sync.RWMutex
-}
-
-func (g *gatedJournal) Sync(lsn uint64) error {
-	if lsn > g.from.Load() {
-		g.gate.RLock()
-		defer g.gate.RUnlock()
-	}
-	return g.Journal.Sync(lsn)
-}
 
 // TestReplyWaitsForItsRecord: a Put's reply leaves only once the journal
 // has synced the record of its path. With the Syncs of every record after
@@ -38,8 +22,7 @@ func (g *gatedJournal) Sync(lsn uint64) error {
 // it could), and no reply has left; once the Syncs go on, the Put returns.
 func TestReplyWaitsForItsRecord(t *testing.T) {
 	j, keys := tempJournal(t)
-	g := &gatedJournal{Journal: j}
-	g.from.Store(^uint64(0))
+	g := durabletest.NewHeldSyncs(j)
 	var released atomic.Int64
 	handled := make(chan uint64, 8)
 	o := taostore.Options{}
@@ -48,16 +31,15 @@ func TestReplyWaitsForItsRecord(t *testing.T) {
 	s := openFresh(t, keys, g, o)
 	defer s.Close()
 
-	g.from.Store(j.Last() + 1) // the Put's plan record: its read must go ahead
-	g.gate.Lock()
+	g.HoldAfter(j.Last() + 1) // the Put's plan record: its read must go ahead
 	put := make(chan error, 1)
 	go func() { put <- s.Put(t.Context(), "k", []byte("v")) }()
 	<-handled
 	if n := released.Load(); n != 0 {
-		g.gate.Unlock()
+		g.ReleaseAll()
 		t.Fatalf("%d replies left before the record of their path was synced", n)
 	}
-	g.gate.Unlock()
+	g.ReleaseAll()
 	if err := <-put; err != nil {
 		t.Fatal(err)
 	}
