@@ -1,8 +1,9 @@
 // Package durabletest checks what storage sees of a recovery from a
 // journal (package durable): a Witness storage that tells whether the
 // Writes a recovery makes are ones it took before, a check of the shape
-// of a recovery's calls, and AnchorHolding, storage that holds a
-// checkpoint's anchor write while a test acts. It is for tests only, and
+// of a recovery's calls, AnchorHolding, storage that holds a
+// checkpoint's anchor write while a test acts, and HeldSyncs, a journal
+// whose Syncs a test counts and holds. It is for tests only, and
 // must never depend on a protocol.
 package durabletest
 
