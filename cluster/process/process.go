@@ -305,6 +305,15 @@ func (p *Process) Router() kv.Store { return p.router }
 // Group is a replica's raft group, nil for a router.
 func (p *Process) Group() *raftgroup.Group { return p.group }
 
+// Removed returns a channel closed once a replica has been removed from
+// its group (raftgroup.Group.Removed); a router's never closes.
+func (p *Process) Removed() <-chan struct{} {
+	if p.group == nil {
+		return nil
+	}
+	return p.group.Removed()
+}
+
 // Close stops the process: its http server, then a replica's term ends,
 // then its server, its raft group and its storage.
 func (p *Process) Close() error {

@@ -24,7 +24,10 @@ import (
 	"io"
 	"net"
 	"path/filepath"
+	"slices"
 	"strconv"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -99,6 +102,12 @@ type Group struct {
 	logs      *logStore
 	transport *raft.NetworkTransport
 	metrics   *metrics
+
+	member    atomic.Bool   // watchMembership saw this replica in its group
+	removed   chan struct{} // closed by watchMembership
+	closing   chan struct{} // closed by Close
+	closeOnce sync.Once
+	watched   chan struct{} // closed when watchMembership returns
 }
 
 // Open starts the replica cfg describes, applying its log to m. A replica
@@ -199,8 +208,56 @@ func start(cfg Config, m Machine, logs *logStore) (*Group, error) {
 		transport.Close()
 		return nil, fmt.Errorf("raftgroup: starting %s: %w", cfg.ID, err)
 	}
-	return &Group{raft: r, logs: logs, transport: transport, metrics: newMetrics(r, prometheus.Labels{"replica": cfg.ID})}, nil
+	g := &Group{raft: r, logs: logs, transport: transport, metrics: newMetrics(r, prometheus.Labels{"replica": cfg.ID}),
+		removed: make(chan struct{}), closing: make(chan struct{}), watched: make(chan struct{})}
+	go g.watchMembership(rc.LocalID, rc.HeartbeatTimeout)
+	return g, nil
 }
+
+// watchMembership closes g.removed once this replica, having been seen in
+// its group's latest configuration, is no longer in it, or its raft
+// stopped without Close (raft stops a leader that removed itself). It
+// looks every interval. A replica starts counting as a member only once
+// it has seen itself in the configuration: one that joins may first see
+// configurations from before it was added, while it catches up.
+func (g *Group) watchMembership(id raft.ServerID, interval time.Duration) {
+	defer close(g.watched)
+	tick := time.NewTicker(interval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-g.closing:
+			return
+		case <-tick.C:
+		}
+		f := g.raft.GetConfiguration()
+		err := f.Error()
+		if err != nil && !errors.Is(err, raft.ErrRaftShutdown) {
+			continue
+		}
+		in := err == nil && slices.ContainsFunc(f.Configuration().Servers, func(s raft.Server) bool { return s.ID == id })
+		if in {
+			g.member.Store(true)
+			continue
+		}
+		if !g.member.Load() {
+			continue
+		}
+		select {
+		case <-g.closing: // raft stopped by Close
+		default:
+			close(g.removed)
+		}
+		return
+	}
+}
+
+// Removed returns a channel closed once this replica has been removed
+// from its group (RemoveServer committed), or its raft stopped on its
+// own: it takes no part in the group any more, and its process should
+// stop. A replica removed while it was down, or added and removed within
+// one heartbeat, is not told.
+func (g *Group) Removed() <-chan struct{} { return g.removed }
 
 // raftConfig is raft's configuration for cfg.
 func raftConfig(cfg Config, logger hclog.Logger) *raft.Config {
@@ -363,6 +420,8 @@ func (g *Group) RemoveServer(id string) error {
 
 // Close stops the replica: raft, its transport and its log store.
 func (g *Group) Close() error {
+	g.closeOnce.Do(func() { close(g.closing) })
+	<-g.watched
 	err := g.raft.Shutdown().Error()
 	g.metrics.stop(g.raft)
 	return errors.Join(err, g.transport.Close(), g.logs.Close())

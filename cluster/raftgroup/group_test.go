@@ -429,13 +429,46 @@ func TestMembership(t *testing.T) {
 			staying = append(staying, p)
 		}
 	}
+	for _, p := range all {
+		g.seesItselfMember(p.ID)
+	}
 	if err := g.replicas[leader].RemoveServer(leaving[0].ID); err != nil {
 		t.Fatal(err)
 	}
 	g.members(leader, staying)
+	select {
+	case <-g.replicas[leaving[0].ID].Removed():
+	case <-time.After(10 * time.Second):
+		t.Fatalf("%s, removed from its group, was not told", leaving[0].ID)
+	}
+	for _, p := range staying {
+		select {
+		case <-g.replicas[p.ID].Removed():
+			t.Fatalf("%s reports itself removed, though it stays", p.ID)
+		default:
+		}
+	}
 	g.stop(leaving[0].ID)
 	g.propose(entries("c", 5)...)
 	g.converged(20)
+}
+
+// seesItselfMember waits until replica id's membership watch has seen it
+// in its group, and requires that it has not reported a removal.
+func (g *testGroup) seesItselfMember(id string) {
+	g.t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !g.replicas[id].member.Load() {
+		if time.Now().After(deadline) {
+			g.t.Fatalf("%s never saw itself in its group", id)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	select {
+	case <-g.replicas[id].Removed():
+		g.t.Fatalf("%s reports itself removed while a member", id)
+	default:
+	}
 }
 
 // members requires replica id's configuration to be want.

@@ -20,7 +20,7 @@ import (
 // TestClusterMembership: under a light load of writes through the
 // router, each of a cluster's ORAM group and Stash group gets a 4th
 // replica (added to the file, given a certificate, started with --join,
-// add-voter), loses its leader (remove-server, then kill -9), and then
+// add-voter), loses its leader (remove-server: it stops on its own), and then
 // one of its two remaining first replicas (kill -9), so that its quorum
 // needs the new replica: writes go on at every step, and every
 // acknowledged write reads back at the end.
@@ -43,7 +43,7 @@ func TestClusterMembership(t *testing.T) {
 	w.checkReadBack(t, c.routes[0])
 }
 
-// replaceReplicas adds group-d to group, removes and kills its leader,
+// replaceReplicas adds group-d to group, removes its leader (which stops),
 // then kills another of its first replicas, checking its members and
 // that writes go on at each step.
 func (c *clusterProcs) replaceReplicas(group string, w *writes) {
@@ -62,7 +62,7 @@ func (c *clusterProcs) replaceReplicas(group string, w *writes) {
 	if out, err := runMain(c.dir, "cluster", "remove-server", "--config", c.config, "--id", old); err != nil || !strings.Contains(out, old+" removed from its group") {
 		t.Fatalf("remove-server %s: %v: %s", old, err, out)
 	}
-	c.kill(old)
+	c.waitRemovedExit(old)
 	c.editConfig(func(doc string) string {
 		return regexp.MustCompile(`(?m)^.*\{id: `+old+`,.*\n`).ReplaceAllString(doc, "")
 	})
@@ -82,6 +82,28 @@ func (c *clusterProcs) replaceReplicas(group string, w *writes) {
 		}
 	}
 	w.progress(t, "with "+added+" in the quorum")
+}
+
+// waitRemovedExit waits until replica id, just removed from its group,
+// stops on its own, and requires that it said why and exited cleanly.
+func (c *clusterProcs) waitRemovedExit(id string) {
+	t := c.t
+	c.mu.Lock()
+	p := c.procs[id]
+	c.mu.Unlock()
+	exited := make(chan error, 1)
+	go func() { exited <- p.cmd.Wait() }()
+	select {
+	case err := <-exited:
+		if err != nil || !strings.Contains(p.out.String(), "removed from its group: shutting down") {
+			t.Fatalf("%s, removed, exited with %v; its log:\n%s", id, err, p.out.String())
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatalf("%s, removed from its group, still runs after 30 s", id)
+	}
+	c.mu.Lock()
+	p.alive = false
+	c.mu.Unlock()
 }
 
 // addReplica adds replica id to group as an operator does: in the

@@ -45,7 +45,8 @@ func newClusterProcessCmd(role, short string) *cobra.Command {
 The process is the one of the configuration whose id is ID; it reads the
 store's key file and its certificates (oblivkv cluster certs writes both) and
 keeps its state in its data directory, ROOT/ID. It runs until SIGINT or
-SIGTERM. The processes call each other over mutual TLS; --plaintext drops
+SIGTERM, or, for a replica, until it is removed from its group (oblivkv
+cluster remove-server). The processes call each other over mutual TLS; --plaintext drops
 TLS, for a cluster whose every address is on loopback (refused otherwise).
 With an http address in the configuration, the process serves /metrics and
 /status there (docs/OPERATIONS.md, "A cluster"). oblivkv cluster up starts
@@ -102,7 +103,7 @@ the same AUTH, users file, TLS and protected mode as serve (see serve --help).`
 }
 
 // runClusterProcess runs process f.id, which must have the role role,
-// until a signal.
+// until a signal, or until a replica is removed from its group.
 func runClusterProcess(ctx context.Context, role string, f clusterProcessFlags) error {
 	cfg, err := cluster.Load(f.config)
 	if err != nil {
@@ -134,7 +135,12 @@ func runClusterProcess(ctx context.Context, role string, f clusterProcessFlags) 
 		err = serveRouter(p, f.serve, sigs, log)
 	} else {
 		log.Info("oblivkv cluster process running", "role", role, "shard", n.Shard)
-		log.Info("shutting down", "signal", (<-sigs).String())
+		select {
+		case sig := <-sigs:
+			log.Info("shutting down", "signal", sig.String())
+		case <-p.Removed():
+			log.Info("removed from its group: shutting down")
+		}
 	}
 	return errors.Join(err, p.Close())
 }
