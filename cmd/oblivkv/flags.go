@@ -43,7 +43,7 @@ func (f *storeFlags) register(cmd *cobra.Command) {
 // registerDiskCache adds the --disk-cache flag.
 func registerDiskCache(cmd *cobra.Command, p *mebibytes) {
 	*p = disk.DefaultCacheSize >> 20
-	cmd.Flags().Var(p, "disk-cache", "MiB of memory the disk backend may use to cache storage's blocks, taken as blocks are read (beside it pebble keeps up to two memtables of 128 MiB)")
+	cmd.Flags().Var(p, "disk-cache", fmt.Sprintf("MiB of memory the disk backend may use to cache storage's blocks, taken as blocks are read (beside it pebble keeps up to two memtables of %d MiB)", disk.DefaultMemTableSize>>20))
 }
 
 // mebibytes is the value of a flag given in MiB, at least 1.

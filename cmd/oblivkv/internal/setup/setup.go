@@ -335,7 +335,7 @@ func OpenBackendReadOnly(ctx context.Context, spec, dataDir string) (backend.Bac
 // ReadOnlyCacheSize is the block cache of a disk backend opened to be
 // read (a description, or a backup's single pass over every address,
 // which reads nothing twice): a 2^16 x 1 KiB treebeard store was copied
-// in 7.7 s with 4 MiB, and in 27 s with the default 64 MiB, whose
+// in 7.7 s with 4 MiB, and in 27 s with 64 MiB (the default then), whose
 // evictions (pebble's CLOCK-Pro) took most of the time.
 const ReadOnlyCacheSize = 4 << 20
 
