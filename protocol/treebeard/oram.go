@@ -492,7 +492,7 @@ func (w *treeWorker) explain(ctx context.Context, err error) error {
 // announces. A replicated tree's record is the group's commit of the
 // entry that made it, before its output reached the driver.
 func (w *treeWorker) journal(record []byte) Status {
-	if record == nil || w.group != nil {
+	if !w.journals(record) {
 		return Status{}
 	}
 	if _, err := w.log.Commit(record); err != nil {
@@ -514,14 +514,19 @@ func (w *treeWorker) writeAhead(record []byte, ws []ringoram.BucketWrite) Status
 	if err != nil {
 		return statusOf(err)
 	}
-	if record == nil || w.group != nil { // a replicated tree's record is the group's commit
-		w.tree.Hold(items)
-		return Status{}
+	var durable func() error
+	if w.journals(record) {
+		lsn := w.log.Append(record)
+		durable = func() error { return w.log.Sync(lsn) }
 	}
-	lsn := w.log.Append(record)
-	w.tree.HoldUntil(items, func() error { return w.log.Sync(lsn) })
+	w.tree.HoldUntil(items, durable)
 	return Status{}
 }
+
+// journals reports whether record goes to the tree's journal: there is
+// one, and the tree is not replicated (a replicated tree's record is the
+// group's commit of the entry that made it).
+func (w *treeWorker) journals(record []byte) bool { return record != nil && w.group == nil }
 
 // runNow applies e and does the I/O of the operation it starts on the
 // caller's goroutine, until the operation ends: recovery's, before the
