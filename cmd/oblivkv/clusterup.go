@@ -22,8 +22,9 @@ const upGrace = 15 * time.Second
 
 func newClusterUpCmd() *cobra.Command {
 	var (
-		config    string
-		plaintext bool
+		config     string
+		plaintext  bool
+		profileDir string
 	)
 	cmd := &cobra.Command{
 		Use:   "up --config FILE",
@@ -42,35 +43,47 @@ SIGINT or SIGTERM it stops the routers, then the Stash replicas, then the
 ORAM replicas, then the redis-servers, each tier with SIGTERM and, after
 15 seconds, SIGKILL, and exits. --plaintext starts the processes with
 --plaintext (a cluster whose every address is on loopback).
+--cpuprofile-dir DIR makes each process write a CPU profile of its whole run
+to DIR/ID.pprof when it stops (its --cpuprofile), for go tool pprof: where
+each process of a loaded cluster spends its CPU.
 
   oblivkv cluster up --config cluster/example.yaml`,
 		Args: cobra.NoArgs,
 		RunE: withConfig(&config, func(cmd *cobra.Command, cfg *cluster.Config) error {
-			return clusterUp(cmd, cfg, config, plaintext)
+			return clusterUp(cmd, cfg, launch.Options{Config: config, Plaintext: plaintext, ProfileDir: profileDir, Grace: upGrace})
 		}),
 	}
 	configFlag(cmd, &config)
 	cmd.Flags().BoolVar(&plaintext, "plaintext", false, "no TLS between the cluster's processes (loopback only)")
+	cmd.Flags().StringVar(&profileDir, "cpuprofile-dir", "", "each process writes a CPU profile of its run to `DIR`/ID.pprof when it stops")
 	return cmd
 }
 
-// clusterUp runs the cluster of cfg, read from path, until a signal.
-func clusterUp(cmd *cobra.Command, cfg *cluster.Config, path string, plaintext bool) error {
+// clusterUp runs the cluster of cfg, read from o.Config, until a signal.
+func clusterUp(cmd *cobra.Command, cfg *cluster.Config, o launch.Options) error {
 	out, errOut := cmd.OutOrStdout(), cmd.ErrOrStderr()
 	if err := writeCertsAndKey(out, cfg, cfg.Certs, cluster.DefaultNodeValidity, false); err != nil {
 		return err
 	}
-	exe, err := os.Executable()
-	if err != nil {
+	var err error
+	if o.Exe, err = os.Executable(); err != nil {
 		return err
 	}
-	if path, err = filepath.Abs(path); err != nil {
+	if o.Config, err = filepath.Abs(o.Config); err != nil {
 		return err
+	}
+	if o.ProfileDir != "" {
+		if o.ProfileDir, err = filepath.Abs(o.ProfileDir); err != nil {
+			return err
+		}
+		if err := os.MkdirAll(o.ProfileDir, 0o700); err != nil {
+			return err
+		}
 	}
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
 	defer signal.Stop(sigs)
-	c, err := launch.Start(cfg, launch.Options{Exe: exe, Config: path, Plaintext: plaintext, Grace: upGrace})
+	c, err := launch.Start(cfg, o)
 	if err != nil {
 		return err
 	}

@@ -54,12 +54,14 @@ oram:
 // processes as children; cluster status shows a leader in every group
 // and every router up; a key SET through each router reads back through
 // the other; a child killed is reported and not restarted; and at SIGINT
-// up stops every other child, each exiting cleanly, and exits 0.
+// up stops every other child, each exiting cleanly and leaving the CPU
+// profile --cpuprofile-dir asked for, and exits 0.
 func TestClusterUp(t *testing.T) {
 	redistest.Require(t, "redis-server")
 	dir := t.TempDir()
 	config, routers := upConfig(t, dir)
-	up := mainCmd(dir, "cluster", "up", "--config", config, "--plaintext")
+	profiles := filepath.Join(dir, "profiles")
+	up := mainCmd(dir, "cluster", "up", "--config", config, "--plaintext", "--cpuprofile-dir", profiles)
 	var out, errOut syncbuf.Buffer
 	up.Stdout, up.Stderr = &out, &errOut
 	if err := up.Start(); err != nil {
@@ -115,6 +117,12 @@ func TestClusterUp(t *testing.T) {
 		}
 		if err := syscall.Kill(pid, 0); !errors.Is(err, syscall.ESRCH) {
 			t.Errorf("%s (pid %d) still runs after cluster up exited", name, pid)
+		}
+		if strings.HasPrefix(name, "redis-") {
+			continue
+		}
+		if fi, err := os.Stat(filepath.Join(profiles, name+".pprof")); err != nil || fi.Size() == 0 {
+			t.Errorf("%s left no CPU profile in %s (%v)", name, profiles, err)
 		}
 	}
 }

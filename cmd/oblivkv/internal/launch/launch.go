@@ -31,9 +31,12 @@ import (
 
 // Options are how a cluster is launched.
 type Options struct {
-	Exe         string // the oblivkv binary the processes run
-	Config      string // the configuration file, as the processes are given it
-	Plaintext   bool   // the processes run with --plaintext
+	Exe       string // the oblivkv binary the processes run
+	Config    string // the configuration file, as the processes are given it
+	Plaintext bool   // the processes run with --plaintext
+	// ProfileDir, if set, is where each process writes a CPU profile of
+	// its run (its --cpuprofile), named ID.pprof.
+	ProfileDir  string
 	RedisServer string // the redis-server binary; default "redis-server" on $PATH
 	// Grace is how long Stop waits for a tier of children after SIGTERM
 	// before it sends SIGKILL.
@@ -110,6 +113,9 @@ func (c *Cluster) startProcess(cfg *cluster.Config, n cluster.Node, o Options) e
 	args := []string{"cluster", n.Role, "--config", o.Config, "--id", n.ID}
 	if o.Plaintext {
 		args = append(args, "--plaintext")
+	}
+	if o.ProfileDir != "" {
+		args = append(args, "--cpuprofile", filepath.Join(o.ProfileDir, n.ID+".pprof"))
 	}
 	ch := &child{Child: Child{Name: n.ID, Role: n.Role, Listens: listens(n), Log: filepath.Join(dir, "log")}}
 	return c.start(ch, exec.Command(o.Exe, args...))
