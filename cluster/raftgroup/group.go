@@ -96,6 +96,14 @@ var LANTiming = Timing{
 	SnapshotEvery: 8192, TrailingLogs: 10240,
 }
 
+// logCacheEntries is how many of the latest entries a replica keeps in
+// memory (raft.LogCache) besides its log store: the leader reads each
+// entry back to send it to its followers, and every replica reads it back
+// to apply it, and from the cache neither costs a pebble read and an
+// unseal. A CPU profile of a loaded 3-replica cluster put those reads at
+// 4-6% of each replica's CPU.
+const logCacheEntries = 1024
+
 // Group is one running replica.
 type Group struct {
 	raft      *raft.Raft
@@ -203,7 +211,12 @@ func start(cfg Config, m Machine, logs *logStore) (*Group, error) {
 		transport.Close()
 		return nil, err
 	}
-	r, err := raft.NewRaft(rc, fsm, logs, logs, snaps, transport)
+	cached, err := raft.NewLogCache(logCacheEntries, logs)
+	if err != nil {
+		transport.Close()
+		return nil, fmt.Errorf("raftgroup: %w", err)
+	}
+	r, err := raft.NewRaft(rc, fsm, cached, logs, snaps, transport)
 	if err != nil {
 		transport.Close()
 		return nil, fmt.Errorf("raftgroup: starting %s: %w", cfg.ID, err)
