@@ -168,11 +168,12 @@ type Record struct {
 
 // JournalStats count a journal's work since it was opened.
 type JournalStats struct {
-	Records     uint64 // records appended
-	Groups      uint64 // group writes
-	Fsyncs      uint64 // fsyncs of the log (one per group, none without fsync)
-	Bytes       uint64 // bytes written to the log
-	Checkpoints uint64 // checkpoints written
+	Records        uint64 // records appended
+	Groups         uint64 // group writes
+	Fsyncs         uint64 // syncs of the log (one per group, none without fsync)
+	Bytes          uint64 // bytes written to the log
+	Checkpoints    uint64 // checkpoints written
+	SegmentsReused uint64 // log segments started in a dropped segment's file
 }
 
 // Log is one store's write-ahead log, safe for concurrent use: the logs

@@ -10,13 +10,32 @@
 // from 1, consecutive over every machine's records) and is sealed with
 // AES-GCM bound to its LSN and its machine, so records cannot be moved,
 // replayed, forged or handed to another machine without the key; a
-// CRC-32C over the whole record tells a torn write from a complete one. Commits are grouped: Commit
-// appends and waits while one caller writes and fsyncs every record
-// appended so far (one fsync for all the callers waiting, never one per
-// record). A torn or corrupt tail (a record cut short by a crash, or
-// garbage after the last whole record) is dropped at Open: it can hold only
-// records whose Commit never returned. A bad record with good ones after it
-// is corruption of acknowledged work and fails Open instead.
+// CRC-32C over the whole record tells a torn write from a complete one.
+// Commits are grouped: Commit appends and waits while one caller writes
+// and syncs every record appended so far (one sync for all the callers
+// waiting, never one per record). A torn or corrupt tail (a record cut
+// short by a crash, or garbage after the last whole record) is passed
+// over at Open: it can hold only records whose Commit never returned. A
+// bad record with good ones after it is corruption of acknowledged work
+// and fails Open instead.
+//
+// Segment files are recycled: the files of a few dropped segments wait,
+// renamed free-N, to hold new segments, which are written over from the
+// file's start. A commit then overwrites blocks the file system has
+// allocated already and syncs with fdatasync, leaving the file's size
+// and allocation, and so the file system's own journal, alone: on ext4,
+// 4 KiB so written and synced take 130 to 170 µs where an append and its
+// fsync take 290, and 20 KiB 220 µs where an append takes 320 to 415
+// (space reserved with fallocate and never written does not help: 260
+// µs). A write that grows the file makes fdatasync sync its size too, so
+// a new file's appends are as durable. A segment's file may thus go on
+// after its last record with a stale tail: the records of the segment
+// the file held before, whose LSNs are all below the new segment's
+// first, or a piece of one. That is not corruption: a segment ends at the
+// record before the next segment's first, and the last segment ends at
+// its first bad record with no record at or after that record's LSN
+// anywhere after it, as a torn tail ends; a stale tail holds no such
+// record, since LSNs only grow.
 //
 // Checkpoints are per machine: a machine's state as of one of its
 // records, written through internal/durable/sealedstate into a pebble
@@ -27,7 +46,7 @@
 // checkpoint does not cover (the last record, when every machine's
 // checkpoint covers all of its records). A machine with no record after
 // its checkpoint holds no record back. The floor is saved before the
-// segments wholly at or below it are deleted, and Open checks the log
+// segments wholly at or below it are dropped, and Open checks the log
 // runs unbroken from it. The same store keeps the journal's incarnation
 // (durable.Journal.Incarnation), which Open grows by one and syncs before
 // it returns.
@@ -72,7 +91,7 @@ import (
 
 // Options tune a journal. The zero value is the safe default.
 type Options struct {
-	// NoSync writes commits without fsync (the --fsync none policy): a
+	// NoSync writes commits without syncing (the --fsync none policy): a
 	// process crash loses nothing committed, since the operating system
 	// holds the writes, but a power loss may lose the last moments.
 	NoSync bool
@@ -112,8 +131,10 @@ type Journal struct {
 
 	mu       sync.Mutex
 	done     *sync.Cond // signalled when a group commit ends
-	seg      *os.File   // the segment appended to
+	seg      *os.File   // the segment written to
+	segOff   int64      // where the next group goes in seg
 	segs     []segment  // every segment file, oldest first
+	free     []freeFile // dropped segments' files waiting for reuse, largest first
 	pending  []byte     // encoded records appended and not yet written
 	next     uint64     // LSN of the next record
 	written  uint64     // highest LSN written to the file
@@ -153,8 +174,22 @@ type segment struct {
 	legacy bool
 }
 
+// freeFile is a dropped segment's file waiting to hold a new segment.
+type freeFile struct {
+	path string
+	size int64
+}
+
+// recycleFiles is how many dropped segments' files a journal keeps for
+// reuse, the largest. A checkpoint starts a segment and drops about one,
+// so one would do for a single machine; a few cover machines whose
+// checkpoints raise the floor together, and each costs up to a segment's
+// size of disk.
+const recycleFiles = 4
+
 // Open opens the journal in dir, creating it if needed, reads its latest
-// checkpoint and the records after it (Recovered), and drops a torn tail.
+// checkpoint and the records after it (Recovered), and passes over a
+// torn tail.
 func Open(dir string, keys *seal.Keys, o Options) (*Journal, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("journal: %w", err)
@@ -219,15 +254,15 @@ func (j *Journal) recover() error {
 	if err != nil {
 		return err
 	}
-	segs, err := listSegments(j.dir)
+	segs, free, err := listDir(j.dir)
 	if err != nil {
 		return err
 	}
+	j.free = free
 	rec := &durable.Recovery{Checkpoints: cps}
 	next := j.floor + 1
 	for i, s := range segs {
-		last := i == len(segs)-1
-		recs, err := readSegment(s, j.keys, last)
+		recs, err := readSegment(s, j.keys, nextFirst(segs, i))
 		if err != nil {
 			return err
 		}
@@ -307,7 +342,7 @@ func (j *Journal) Commit(m durable.MachineID, data []byte) (uint64, error) {
 }
 
 // Sync waits until every record up to lsn is durable. Concurrent callers
-// share one write and one fsync: the first to find no group in progress
+// share one write and one sync: the first to find no group in progress
 // writes everything appended so far, the others wait for it.
 func (j *Journal) Sync(lsn uint64) error {
 	j.mu.Lock()
@@ -325,12 +360,12 @@ func (j *Journal) Sync(lsn uint64) error {
 // flushGroup writes and syncs the records pending; j.mu is held, and
 // released while the file is written.
 func (j *Journal) flushGroup() {
-	buf, last, f := j.pending, j.next-1, j.seg
+	buf, last, f, off := j.pending, j.next-1, j.seg, j.segOff
 	j.pending, j.flushing = nil, true
 	j.mu.Unlock()
-	_, err := f.Write(buf)
+	_, err := f.WriteAt(buf, off)
 	if err == nil && j.sync {
-		err = f.Sync()
+		err = fdatasync(f)
 	}
 	j.mu.Lock()
 	j.flushing = false
@@ -338,6 +373,7 @@ func (j *Journal) flushGroup() {
 		j.err = fmt.Errorf("journal: writing records up to %d: %w", last, err)
 	} else {
 		j.written, j.durable = last, last
+		j.segOff = off + int64(len(buf))
 		j.stats.Groups++
 		if j.sync {
 			j.stats.Fsyncs++
@@ -428,21 +464,69 @@ func (j *Journal) Stats() Stats {
 	return j.stats
 }
 
-// dropUpTo deletes the segments whose records are all at or before lsn,
-// and forgets their size.
+// fdatasync flushes f's data to disk, and its size when a write grew it;
+// unlike fsync it leaves out what reading the data does not need (the
+// file's times), so a write over allocated blocks commits nothing to the
+// file system's journal.
+func fdatasync(f *os.File) error {
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return err
+	}
+	cerr := rc.Control(func(fd uintptr) {
+		for {
+			if err = syscall.Fdatasync(int(fd)); err != syscall.EINTR {
+				return
+			}
+		}
+	})
+	if cerr != nil {
+		return cerr
+	}
+	return err
+}
+
+// dropUpTo drops the segments whose records are all at or before lsn,
+// keeping their files for reuse (recycle), and forgets their size.
 func (j *Journal) dropUpTo(lsn uint64) error {
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	keep := 0
-	for keep+1 < len(j.segs) && j.segs[keep+1].first <= lsn+1 {
-		if err := os.Remove(j.segs[keep].path); err != nil {
+	n := 0
+	for n+1 < len(j.segs) && j.segs[n+1].first <= lsn+1 {
+		n++
+	}
+	dropped := j.segs[:n]
+	j.segs = j.segs[n:]
+	j.size = 0 // an estimate from here: records after lsn are few
+	if err := j.recycle(dropped); err != nil {
+		return err
+	}
+	return syncDir(j.dir)
+}
+
+// recycle renames the files of dropped segments to free files, then
+// deletes the smallest free files beyond recycleFiles; j.mu is held.
+func (j *Journal) recycle(dropped []segment) error {
+	for _, s := range dropped {
+		info, err := os.Stat(s.path)
+		if err != nil {
 			return fmt.Errorf("journal: %w", err)
 		}
-		keep++
+		path := filepath.Join(j.dir, fmt.Sprintf(freeName, s.first))
+		if err := os.Rename(s.path, path); err != nil {
+			return fmt.Errorf("journal: %w", err)
+		}
+		j.free = append(j.free, freeFile{path: path, size: info.Size()})
 	}
-	j.segs = j.segs[keep:]
-	j.size = 0 // an estimate from here: records after lsn are few
-	return syncDir(j.dir)
+	sortLargestFirst(j.free)
+	for len(j.free) > recycleFiles {
+		last := j.free[len(j.free)-1]
+		if err := os.Remove(last.path); err != nil {
+			return fmt.Errorf("journal: %w", err)
+		}
+		j.free = j.free[:len(j.free)-1]
+	}
+	return nil
 }
 
 // rotate starts a new segment.
@@ -452,8 +536,11 @@ func (j *Journal) rotate() error {
 	return j.rotateLocked()
 }
 
-// rotateLocked flushes what is pending to the current segment and starts
-// a new one; j.mu is held.
+// rotateLocked writes what is pending to the current segment and starts
+// a new one; j.mu is held. Records appended while the last group was
+// written are still pending: the new segment starts with the first
+// record not written. With nothing written since the current segment
+// began, that is the current segment, which goes on.
 func (j *Journal) rotateLocked() error {
 	for j.flushing {
 		j.done.Wait()
@@ -461,30 +548,52 @@ func (j *Journal) rotateLocked() error {
 	if j.err != nil {
 		return j.err
 	}
-	if j.seg != nil {
-		if len(j.pending) > 0 {
-			j.flushGroup()
-			if j.err != nil {
-				return j.err
-			}
+	if j.seg != nil && len(j.pending) > 0 {
+		j.flushGroup()
+		if j.err != nil {
+			return j.err
 		}
+	}
+	s := segment{path: filepath.Join(j.dir, fmt.Sprintf(segmentName, j.written+1)), first: j.written + 1}
+	n := len(j.segs)
+	same := n > 0 && j.segs[n-1].path == s.path
+	if same && j.seg != nil {
+		return nil
+	}
+	if j.seg != nil {
 		if err := j.seg.Close(); err != nil {
 			return fmt.Errorf("journal: %w", err)
 		}
+		j.seg = nil
 	}
-	// Records appended while the last group was written are still
-	// pending: the new segment starts with the first record not written.
-	first := j.written + 1
-	s := segment{path: filepath.Join(j.dir, fmt.Sprintf(segmentName, first)), first: first}
-	f, err := os.OpenFile(s.path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC|os.O_APPEND, 0o600)
+	f, err := j.openSegment(s.path, same)
 	if err != nil {
 		return fmt.Errorf("journal: %w", err)
 	}
-	j.seg = f
-	if n := len(j.segs); n == 0 || j.segs[n-1].path != s.path {
+	j.seg, j.segOff = f, 0
+	if !same {
 		j.segs = append(j.segs, s)
 	}
 	return syncDir(j.dir)
+}
+
+// openSegment opens the file of a new segment at path, to be written
+// from its start: the file there when exists (at Open, a last segment
+// that holds no record), else the largest free file renamed to path, else
+// a new file; j.mu is held.
+func (j *Journal) openSegment(path string, exists bool) (*os.File, error) {
+	switch {
+	case exists:
+	case len(j.free) > 0:
+		if err := os.Rename(j.free[0].path, path); err != nil {
+			return nil, err
+		}
+		j.free = j.free[1:]
+		j.stats.SegmentsReused++
+	default:
+		return os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	}
+	return os.OpenFile(path, os.O_WRONLY, 0)
 }
 
 // Close writes what is pending and closes the journal.
@@ -845,38 +954,60 @@ func parseRecord(b []byte, keys *seal.Keys, legacy bool) (Record, int, bool) {
 	return r, total, true
 }
 
-// readSegment returns the records of a segment. In the last segment a bad
-// record with nothing valid after it is a torn tail: the file is cut there.
-// Anywhere else a bad record is ErrCorrupt.
-func readSegment(s segment, keys *seal.Keys, last bool) ([]Record, error) {
+// readSegment returns the records of segment s, which ends before the
+// record until, the next segment's first (0: s is the last segment).
+// What follows a segment's records in its file is a stale or a torn tail
+// (see the package doc): a segment that is not the last ends at until,
+// and a bad record before it is ErrCorrupt; the last ends at its first
+// bad record, unless a whole record at or after that record's LSN
+// follows, which is ErrCorrupt. A segment whose file ends before until
+// returns the records it holds: recover finds the gap.
+func readSegment(s segment, keys *seal.Keys, until uint64) ([]Record, error) {
 	b, err := os.ReadFile(s.path)
 	if err != nil {
 		return nil, fmt.Errorf("journal: %w", err)
 	}
 	var recs []Record
-	off := 0
-	for off < len(b) {
+	for off := 0; off < len(b); {
+		want := s.first + uint64(len(recs))
+		if want == until {
+			break
+		}
 		r, n, ok := parseRecord(b[off:], keys, s.legacy)
-		if ok && r.LSN == s.first+uint64(len(recs)) {
+		if ok && r.LSN == want {
 			recs, off = append(recs, r), off+n
 			continue
 		}
-		if !last || anyRecordAfter(b[off+1:], keys, s.legacy, s.first+uint64(len(recs))) {
+		if until != 0 || anyRecordAfter(b[off+1:], keys, s.legacy, want) {
 			return nil, fmt.Errorf("%w: %s: a bad record at byte %d, before records that read back", ErrCorrupt, filepath.Base(s.path), off)
-		}
-		if err := os.Truncate(s.path, int64(off)); err != nil {
-			return nil, fmt.Errorf("journal: dropping a torn tail: %w", err)
 		}
 		break
 	}
 	return recs, nil
 }
 
+// nextFirst returns the LSN the segment after segs[i] starts at, where
+// segs[i] ends (0: segs[i] is the last).
+func nextFirst(segs []segment, i int) uint64 {
+	if i+1 < len(segs) {
+		return segs[i+1].first
+	}
+	return 0
+}
+
 // anyRecordAfter reports whether b holds, at any offset, a whole record
-// with an LSN at or after lsn.
+// with an LSN at or after lsn, the LSN of a bad record just before b.
+// Records are written in LSN order, so the records between lsn and such
+// a record lie in b before it, and its LSN is at most lsn plus b's
+// length: each header's LSN is checked against that window before its
+// checksum, so a long stale tail (records of lower LSNs, random bytes)
+// costs one pass over b.
 func anyRecordAfter(b []byte, keys *seal.Keys, legacy bool, lsn uint64) bool {
-	for off := range b {
-		if r, _, ok := parseRecord(b[off:], keys, legacy); ok && r.LSN >= lsn {
+	for off := 0; off+legacyHeaderSize <= len(b); off++ {
+		if at := binary.BigEndian.Uint64(b[off+4:]); at < lsn || at-lsn > uint64(len(b)) {
+			continue
+		}
+		if _, _, ok := parseRecord(b[off:], keys, legacy); ok {
 			return true
 		}
 	}
@@ -884,32 +1015,70 @@ func anyRecordAfter(b []byte, keys *seal.Keys, legacy bool, lsn uint64) bool {
 }
 
 // The names of segment files, from the LSN of their first record: this
-// format's, and an earlier build's.
+// format's, and an earlier build's; and of free files, from the LSN of
+// the first record of the segment they held.
 const (
 	segmentName       = "mlog-%016x"
 	legacySegmentName = "log-%016x"
+	freeName          = "free-%016x"
 )
+
+// parseName returns the number in name, a file name of format (one of
+// the names above), and whether name is one.
+func parseName(name, format string) (uint64, bool) {
+	var n uint64
+	_, err := fmt.Sscanf(name, format, &n)
+	return n, err == nil && name == fmt.Sprintf(format, n)
+}
+
+// FreeFile reports whether name, a path relative to a journal directory,
+// is a dropped segment's file waiting for reuse: garbage, which a copy of
+// the journal leaves out.
+func FreeFile(name string) bool {
+	_, ok := parseName(name, freeName)
+	return ok
+}
 
 // listSegments returns the segment files of dir, oldest first.
 func listSegments(dir string) ([]segment, error) {
+	segs, _, err := listDir(dir)
+	return segs, err
+}
+
+// listDir returns the segment files of dir, oldest first, and its free
+// files, largest first.
+func listDir(dir string) ([]segment, []freeFile, error) {
 	entries, err := os.ReadDir(dir)
 	if err != nil {
-		return nil, fmt.Errorf("journal: %w", err)
+		return nil, nil, fmt.Errorf("journal: %w", err)
 	}
 	var segs []segment
+	var free []freeFile
 	for _, e := range entries {
-		var first uint64
 		if e.IsDir() {
 			continue
 		}
-		if _, err := fmt.Sscanf(e.Name(), segmentName, &first); err == nil && e.Name() == fmt.Sprintf(segmentName, first) {
-			segs = append(segs, segment{path: filepath.Join(dir, e.Name()), first: first})
-		} else if _, err := fmt.Sscanf(e.Name(), legacySegmentName, &first); err == nil && e.Name() == fmt.Sprintf(legacySegmentName, first) {
-			segs = append(segs, segment{path: filepath.Join(dir, e.Name()), first: first, legacy: true})
+		path := filepath.Join(dir, e.Name())
+		if first, ok := parseName(e.Name(), segmentName); ok {
+			segs = append(segs, segment{path: path, first: first})
+		} else if first, ok := parseName(e.Name(), legacySegmentName); ok {
+			segs = append(segs, segment{path: path, first: first, legacy: true})
+		} else if FreeFile(e.Name()) {
+			info, err := e.Info()
+			if err != nil {
+				return nil, nil, fmt.Errorf("journal: %w", err)
+			}
+			free = append(free, freeFile{path: path, size: info.Size()})
 		}
 	}
 	slices.SortFunc(segs, func(a, b segment) int { return cmpUint(a.first, b.first) })
-	return segs, nil
+	sortLargestFirst(free)
+	return segs, free, nil
+}
+
+// sortLargestFirst sorts free files by size, largest first.
+func sortLargestFirst(free []freeFile) {
+	slices.SortFunc(free, func(a, b freeFile) int { return cmpUint(uint64(b.size), uint64(a.size)) })
 }
 
 func cmpUint(a, b uint64) int {

@@ -37,7 +37,7 @@ func copyDir(t *testing.T, src, dst string) {
 	}
 }
 
-func newKeys(t *testing.T) *seal.Keys {
+func newKeys(t testing.TB) *seal.Keys {
 	t.Helper()
 	master, err := seal.GenerateMaster()
 	if err != nil {
@@ -93,6 +93,20 @@ func wantRecords(t *testing.T, recs []Record, from, to int) {
 			t.Fatalf("record %d: LSN %d, %q; want %d, %q", i, r.LSN, r.Data, n, data(n))
 		}
 	}
+}
+
+// openRecovering opens the journal in dir and checks it recovers
+// machine 0's checkpoint at from-1, saved as "state at from-1", and
+// records from..to.
+func openRecovering(t *testing.T, dir string, keys *seal.Keys, from, to int) *Journal {
+	t.Helper()
+	j := open(t, dir, keys)
+	cp, at, recs := recovered(j)
+	if want := fmt.Sprint("state at ", from-1); string(cp) != want || at != uint64(from-1) {
+		t.Fatalf("checkpoint %q at %d; want %q", cp, at, want)
+	}
+	wantRecords(t, recs, from, to)
+	return j
 }
 
 // Records committed come back in order after a reopen, and appends go on
@@ -196,13 +210,7 @@ func TestTornCheckpoint(t *testing.T) {
 		t.Fatal(err)
 	}
 	st.Close()
-	j = open(t, dir, keys)
-	defer j.Close()
-	cp, at, recs := recovered(j)
-	if string(cp) != "state at 9" || at != 9 {
-		t.Fatalf("checkpoint %q at %d; want the one at 9", cp, at)
-	}
-	wantRecords(t, recs, 10, 12)
+	openRecovering(t, dir, keys, 10, 12).Close()
 }
 
 // Every cut of the last record (a crash in the middle of its write) and

@@ -14,11 +14,13 @@ import (
 
 // Reseal writes to dst, a directory that must not exist, the journal in
 // src sealed under to instead of from (`oblivkv rekey`): its identity,
-// every record of every segment with its LSN and machine, a torn tail
-// dropped as Open drops it, and every item of its checkpoint store, each
-// bound to the same associated data as before. Everything written is
-// synced before it returns. A journal of an earlier build's format is
-// refused: a start of this build converts it.
+// every record of every segment with its LSN and machine (a segment's
+// stale or torn tail left out, as Open passes over it, and free files
+// not copied, so dst holds nothing sealed under from), and every item of
+// its checkpoint store, each bound to the same associated data as
+// before. Everything written is synced before it returns. A journal of
+// an earlier build's format is refused: a start of this build converts
+// it.
 func Reseal(ctx context.Context, src, dst string, from, to *seal.Keys) error {
 	if err := checkIdent(src, from); err != nil {
 		return err
@@ -49,7 +51,7 @@ func resealSegments(src, dst string, from, to *seal.Keys) error {
 		if s.legacy {
 			return errors.New("journal: it holds an earlier build's log; start the store once with this build, then run rekey")
 		}
-		recs, err := readSegment(s, from, i == len(segs)-1)
+		recs, err := readSegment(s, from, nextFirst(segs, i))
 		if err != nil {
 			return err
 		}

@@ -206,7 +206,7 @@ func TestCopyIsExact(t *testing.T) {
 }
 
 // snapshot returns every storage address with its bytes, and every
-// journal file but the locks with its bytes.
+// journal file but the locks and the free files with its bytes.
 func snapshot(t *testing.T, s store) (storage, files map[string]string) {
 	t.Helper()
 	b, err := setup.OpenBackendReadOnly(context.Background(), s.spec, s.dir)
@@ -225,7 +225,7 @@ func snapshot(t *testing.T, s store) (storage, files map[string]string) {
 	}
 	jdir := setup.JournalDir(s.dir)
 	err = filepath.WalkDir(jdir, func(path string, d os.DirEntry, err error) error {
-		if err != nil || d.IsDir() || d.Name() == "LOCK" {
+		if err != nil || d.IsDir() || d.Name() == "LOCK" || journal.FreeFile(d.Name()) {
 			return err
 		}
 		data, err := os.ReadFile(path)
@@ -236,6 +236,64 @@ func snapshot(t *testing.T, s store) (storage, files map[string]string) {
 		t.Fatal(err)
 	}
 	return storage, files
+}
+
+// TestArchiveLeavesOutFreeFiles: a journal's free files (dropped
+// segments' files waiting for reuse, garbage) go into neither an archive
+// nor a server's snapshot, and a store whose segments were written over
+// recycled files, their stale tails with them, restores and reads back.
+func TestArchiveLeavesOutFreeFiles(t *testing.T) {
+	s := newDiskStore(t)
+	want := s.write(t, "pathoram", 20, "v")
+	maps.Copy(want, s.write(t, "pathoram", 10, "w"))
+	jdir := setup.JournalDir(s.dir)
+	if !slices.ContainsFunc(fileNames(t, jdir), journal.FreeFile) {
+		t.Fatalf("the journal holds no free file (%v): the test shows nothing", fileNames(t, jdir))
+	}
+	path, _ := backupTo(t, s)
+	var archived []string
+	_, err := ReadFile(path, nil, Visitor{File: func(name string, _ int64, r io.Reader) error {
+		archived = append(archived, name)
+		_, err := io.Copy(io.Discard, r)
+		return err
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if slices.ContainsFunc(archived, journal.FreeFile) || !slices.Contains(archived, "ident") {
+		t.Fatalf("the archive holds %v: want the journal's files but its free files", archived)
+	}
+	snap, err := TakeSnapshot(context.Background(), setup.Options{DataDir: s.dir, Backend: s.spec})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if names := fileNames(t, snap.journalDir()); slices.ContainsFunc(names, journal.FreeFile) || !slices.Contains(names, "ident") {
+		t.Fatalf("the snapshot's journal holds %v: want the journal's files but its free files", names)
+	}
+	if err := snap.Remove(); err != nil {
+		t.Fatal(err)
+	}
+	s.loseAll(t)
+	if _, err := restore(s, path, false); err != nil {
+		t.Fatalf("restore: %v", err)
+	}
+	s.check(t, want)
+}
+
+// fileNames returns the names of the files in dir.
+func fileNames(t *testing.T, dir string) []string {
+	t.Helper()
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, e := range entries {
+		if !e.IsDir() {
+			names = append(names, e.Name())
+		}
+	}
+	return names
 }
 
 // TestTamperedArchiveRefused: a bit flipped anywhere in an archive, or an

@@ -4,8 +4,11 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
+	"path"
 	"path/filepath"
+	"slices"
 
 	"github.com/oblivkv/oblivkv/backend/disk"
 	"github.com/oblivkv/oblivkv/cmd/oblivkv/internal/setup"
@@ -48,7 +51,7 @@ func TakeSnapshot(ctx context.Context, opts setup.Options) (*Snapshot, error) {
 	if s.incarnation, err = journal.LastIncarnation(jdir, s.keys); err != nil {
 		return nil, err
 	}
-	if err := os.CopyFS(s.journalDir(), os.DirFS(jdir)); err != nil {
+	if err := os.CopyFS(s.journalDir(), withoutFree{os.DirFS(jdir)}); err != nil {
 		return nil, fmt.Errorf("backup: copying the journal: %w", s.removeAfter(err))
 	}
 	// Not read-only: pebble checkpoints only a database it has opened for
@@ -62,6 +65,17 @@ func TakeSnapshot(ctx context.Context, opts setup.Options) (*Snapshot, error) {
 		return nil, s.removeAfter(err)
 	}
 	return s, nil
+}
+
+// withoutFree is a journal directory's file system without its free
+// files (journal.FreeFile): garbage, which the store's pause need not
+// spend time copying.
+type withoutFree struct{ fs.FS }
+
+// ReadDir lists the directory name but its free files.
+func (f withoutFree) ReadDir(name string) ([]fs.DirEntry, error) {
+	entries, err := fs.ReadDir(f.FS, name)
+	return slices.DeleteFunc(entries, func(e fs.DirEntry) bool { return journal.FreeFile(path.Join(name, e.Name())) }), err
 }
 
 func (s *Snapshot) journalDir() string { return filepath.Join(s.dir, "journal") }

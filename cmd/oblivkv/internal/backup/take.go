@@ -71,15 +71,15 @@ func header(ctx context.Context, src Source) (Header, error) {
 		Incarnation: src.Incarnation, Time: time.Now().UTC(), Backend: src.Kind, Online: src.Online}, nil
 }
 
-// writeJournal adds every file of the journal directory but its locks,
-// in lexical order.
+// writeJournal adds every file of the journal directory but its locks
+// and its free files (journal.FreeFile), in lexical order.
 func writeJournal(aw *Writer, dir string) error {
 	return filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
 		if err != nil || d.IsDir() || d.Name() == "LOCK" {
 			return err
 		}
 		rel, err := filepath.Rel(dir, path)
-		if err != nil {
+		if err != nil || journal.FreeFile(rel) {
 			return err
 		}
 		f, err := os.Open(path)
