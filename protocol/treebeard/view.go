@@ -395,13 +395,13 @@ func EvictionCount(name string, paths, reads, trees, a, k int) audit.Check {
 
 // SameLeaf checks that the paths of one multi-path read end at
 // one leaf no more often than random leaves do. With Z > 1 storage sees
-// it: a leaf bucket gives one slot per path ending there, up to Z. A
-// multi-path read of d distinct leaves holds about d(d-1)/2 pairs of
-// paths, each on one leaf with probability 1/leaves, so the count of
-// leaf buckets read twice is close to Poisson (audit.Excess). A repeated
-// request that reads its block's real path again (instead of Sec.
-// 5.2.1's fake read) fails it under a hot key. With Z = 1 it does not
-// apply and passes with a note.
+// it: a leaf bucket gives one slot per path ending there, up to Z, so the
+// slots a read takes from leaf buckets count its paths n. Of L leaves,
+// n uniform paths leave L(1 - q^n - (n/L)q^(n-1)) leaf buckets with two
+// or more, q = 1 - 1/L, and the count over many reads is close to
+// Poisson (audit.Excess). A repeated request that reads its block's real
+// path again (instead of Sec. 5.2.1's fake read) fails it under a hot
+// key. With Z = 1 it does not apply and passes with a note.
 func SameLeaf(name string, geo tree.Geometry, z int, perTree [][]ringoram.Op) audit.Check {
 	if z < 2 {
 		return audit.Check{Name: name, Critical: 0, P: 1, Detail: "not visible with Z = 1"}
@@ -412,14 +412,14 @@ func SameLeaf(name string, geo tree.Geometry, z int, perTree [][]ringoram.Op) au
 			if op.Kind != ringoram.OpPathRead {
 				continue
 			}
-			per := map[uint64]int{}
+			per, paths := map[uint64]int{}, 0
 			for _, r := range op.SlotReads[0] {
 				if _, ok := geo.LeafOf(r.Bucket); ok {
 					per[r.Bucket]++
+					paths++
 				}
 			}
-			d := float64(len(per))
-			expected += d * (d - 1) / 2 / float64(geo.Leaves())
+			expected += sharedLeaves(paths, geo.Leaves())
 			for _, n := range per {
 				if n > 1 {
 					twice++
@@ -428,6 +428,17 @@ func SameLeaf(name string, geo tree.Geometry, z int, perTree [][]ringoram.Op) au
 		}
 	}
 	return audit.Excess(name, twice, expected, fmt.Sprintf("%d leaf buckets read for two paths of one multi-path read", twice))
+}
+
+// sharedLeaves is how many of leaves leaves n uniformly random paths
+// end at two or more of, on average: leaves(1 - q^n - (n/leaves)q^(n-1)),
+// q = 1 - 1/leaves.
+func sharedLeaves(n int, leaves uint64) float64 {
+	if n < 2 {
+		return 0
+	}
+	l, q := float64(leaves), 1-1/float64(leaves)
+	return l * (1 - math.Pow(q, float64(n)) - float64(n)/l*math.Pow(q, float64(n-1)))
 }
 
 // ReadsPerEpoch checks that every tree makes at most one
