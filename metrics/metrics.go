@@ -27,7 +27,7 @@
 //	oblivkv_backend_addresses_total{op="read"|"write"|"delete"}                    counter
 //	oblivkv_backend_bytes_total{op="read"|"write"}                                 counter
 //	oblivkv_backend_errors_total                                                   counter
-//	oblivkv_journal_<stat>_total (records, bytes, fsyncs, checkpoints)             counter
+//	oblivkv_journal_<stat>_total (records, bytes, fsyncs, checkpoints, segments_reused) counter
 //	oblivkv_batch_utilisation                                                      gauge
 //	oblivkv_protocol_stat{name}                                                    gauge
 //

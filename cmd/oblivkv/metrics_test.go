@@ -81,12 +81,14 @@ func TestServeMetrics(t *testing.T) {
 
 	// The backend and journal counters are INFO's, at one quiet moment.
 	for metric, field := range map[string]string{
-		"oblivkv_backend_round_trips_total": "backend_calls",
-		"oblivkv_backend_errors_total":      "backend_errors",
-		"oblivkv_journal_fsyncs_total":      "journal_fsyncs",
-		"oblivkv_journal_records_total":     "journal_records",
+		"oblivkv_backend_round_trips_total":     "backend_calls",
+		"oblivkv_backend_errors_total":          "backend_errors",
+		"oblivkv_journal_fsyncs_total":          "journal_fsyncs",
+		"oblivkv_journal_records_total":         "journal_records",
+		"oblivkv_journal_segments_reused_total": "journal_segments_reused", // 0 until a checkpoint drops a segment
 	} {
-		if got, want := m.value(metric), info[field]; got != want || want <= 0 && field != "backend_errors" {
+		mayBeZero := field == "backend_errors" || field == "journal_segments_reused"
+		if got, want := m.value(metric), info[field]; got != want || want <= 0 && !mayBeZero {
 			t.Errorf("%s = %v, INFO %s = %v; want them equal and positive", metric, got, field, want)
 		}
 	}
