@@ -70,6 +70,7 @@
 package journal
 
 import (
+	"cmp"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -490,7 +491,6 @@ func fdatasync(f *os.File) error {
 // keeping their files for reuse (recycle), and forgets their size.
 func (j *Journal) dropUpTo(lsn uint64) error {
 	j.mu.Lock()
-	defer j.mu.Unlock()
 	n := 0
 	for n+1 < len(j.segs) && j.segs[n+1].first <= lsn+1 {
 		n++
@@ -498,9 +498,15 @@ func (j *Journal) dropUpTo(lsn uint64) error {
 	dropped := j.segs[:n]
 	j.segs = j.segs[n:]
 	j.size = 0 // an estimate from here: records after lsn are few
-	if err := j.recycle(dropped); err != nil {
+	err := j.recycle(dropped)
+	j.mu.Unlock()
+	if err != nil {
 		return err
 	}
+	// Synced without j.mu, so commits go on meanwhile: no record depends
+	// on these renames (a segment dropped is below the floor, saved
+	// already), and a rotation that takes a free file syncs the
+	// directory itself before anything is written into it.
 	return syncDir(j.dir)
 }
 
@@ -1071,24 +1077,14 @@ func listDir(dir string) ([]segment, []freeFile, error) {
 			free = append(free, freeFile{path: path, size: info.Size()})
 		}
 	}
-	slices.SortFunc(segs, func(a, b segment) int { return cmpUint(a.first, b.first) })
+	slices.SortFunc(segs, func(a, b segment) int { return cmp.Compare(a.first, b.first) })
 	sortLargestFirst(free)
 	return segs, free, nil
 }
 
 // sortLargestFirst sorts free files by size, largest first.
 func sortLargestFirst(free []freeFile) {
-	slices.SortFunc(free, func(a, b freeFile) int { return cmpUint(uint64(b.size), uint64(a.size)) })
-}
-
-func cmpUint(a, b uint64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
+	slices.SortFunc(free, func(a, b freeFile) int { return cmp.Compare(b.size, a.size) })
 }
 
 // syncDir makes a directory's entries (created or removed files) durable.
