@@ -163,7 +163,7 @@ func (c *checked) Stats() Stats {
 			Stat{Name: StatJournalBytes, Value: float64(js.Bytes)},
 			Stat{Name: StatJournalFsyncs, Value: float64(js.Fsyncs)},
 			Stat{Name: StatJournalCheckpoints, Value: float64(js.Checkpoints)},
-			Stat{Name: StatJournalReused, Value: float64(js.SegmentsReused)})
+			Stat{Name: StatJournalSegmentsReused, Value: float64(js.SegmentsReused)})
 	}
 	if c.engine != nil {
 		s.Extra = append(s.Extra, c.engine()...)

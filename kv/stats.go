@@ -8,11 +8,11 @@ package kv
 
 // The journal's (every durable store's), added by kv to the protocol's.
 const (
-	StatJournalRecords     = "journal_records"         // records appended since the store was opened
-	StatJournalBytes       = "journal_bytes"           // bytes written to the journal since then
-	StatJournalFsyncs      = "journal_fsyncs"          // fsyncs of the journal since then
-	StatJournalCheckpoints = "journal_checkpoints"     // checkpoints written since then
-	StatJournalReused      = "journal_segments_reused" // segments written over a dropped segment's file since then
+	StatJournalRecords        = "journal_records"         // records appended since the store was opened
+	StatJournalBytes          = "journal_bytes"           // bytes written to the journal since then
+	StatJournalFsyncs         = "journal_fsyncs"          // fsyncs of the journal since then
+	StatJournalCheckpoints    = "journal_checkpoints"     // checkpoints written since then
+	StatJournalSegmentsReused = "journal_segments_reused" // segments written over a dropped segment's file since then
 )
 
 // The embedded disk backend's (pebble), added by kv when the store runs
