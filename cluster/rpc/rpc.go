@@ -22,6 +22,7 @@ import (
 	"fmt"
 	"net"
 	"strings"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -83,8 +84,26 @@ func NewServer(id string, tlsCfg *tls.Config, h Handler) *Server {
 // Serve serves on ln until Stop.
 func (s *Server) Serve(ln net.Listener) error { return s.grpc.Serve(ln) }
 
-// Stop stops serving at once, failing calls in flight.
-func (s *Server) Stop() { s.grpc.Stop() }
+// stopGrace bounds how long Stop lets calls in flight finish.
+const stopGrace = 2 * time.Second
+
+// Stop stops serving: it takes no new call, lets the calls in flight
+// finish and send their answers for up to stopGrace (an answer already
+// made, such as a leader's to the remove-server that removed it, reaches
+// its caller), then fails those still running.
+func (s *Server) Stop() {
+	done := make(chan struct{})
+	go func() {
+		s.grpc.GracefulStop()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(stopGrace):
+		s.grpc.Stop()
+		<-done
+	}
+}
 
 // Call implements rpcpb.LayerServer.
 func (s *Server) Call(ctx context.Context, e *rpcpb.Envelope) (*rpcpb.Envelope, error) {

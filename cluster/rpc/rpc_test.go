@@ -137,3 +137,50 @@ func TestPlaintextOnLoopback(t *testing.T) {
 		t.Fatal("a plaintext caller was answered by a TLS server")
 	}
 }
+
+// held answers each message once released is closed, telling started
+// that a call is in.
+type held struct{ started, released chan struct{} }
+
+func (h held) Handle(_ context.Context, _ string, m Message) (Message, error) {
+	close(h.started)
+	<-h.released
+	return m, nil
+}
+
+// TestStopAnswersCallsInFlight: a call whose answer is made after Stop
+// began still gets it, and Stop returns once it is sent.
+func TestStopAnswersCallsInFlight(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := held{started: make(chan struct{}), released: make(chan struct{})}
+	s := NewServer("stash-0-a", nil, h)
+	go s.Serve(ln)
+	cl, err := Dial("router-0", "stash-0-a", ln.Addr().String(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	answered := make(chan error, 1)
+	go func() {
+		reply, err := cl.Call(ctx(t), Message{Sealed: []byte("xy")})
+		if err == nil && string(reply.Sealed) != "xy" {
+			err = errors.New("answered " + string(reply.Sealed))
+		}
+		answered <- err
+	}()
+	<-h.started
+	stopped := make(chan struct{})
+	go func() {
+		s.Stop()
+		close(stopped)
+	}()
+	time.Sleep(50 * time.Millisecond) // Stop has begun
+	close(h.released)
+	if err := <-answered; err != nil {
+		t.Fatalf("a call in flight when Stop began: %v; want its answer", err)
+	}
+	<-stopped
+}
