@@ -70,7 +70,17 @@ func (h *Handler) answer(req Request) (Reply, error) {
 	case OpAdd:
 		changed, err = h.onLeader(func(members []raftgroup.Peer) (bool, error) { return h.add(members, req) })
 	case OpRemove:
-		changed, err = h.onLeader(func(members []raftgroup.Peer) (bool, error) { return h.remove(members, req.ID) })
+		var left []raftgroup.Peer
+		changed, err = h.onLeader(func(members []raftgroup.Peer) (bool, error) {
+			left = slices.DeleteFunc(slices.Clone(members), func(p raftgroup.Peer) bool { return p.ID == req.ID })
+			return h.remove(members, req.ID)
+		})
+		if err == nil && changed && req.ID == h.self {
+			// The leader removed itself: its raft stops, and may have
+			// stopped already, so the group is what the removal left,
+			// with no leader until the others elect one.
+			return Reply{Self: State{ID: h.self}, Members: left, Changed: true}, nil
+		}
 	default:
 		err = fmt.Errorf("membership: no operation %q", req.Op)
 	}
