@@ -50,7 +50,7 @@ func splitTrees(records []observe.Record, trees int) ([][]observe.Record, error)
 			highest[r.Fence] = max(highest[r.Fence], r.Token)
 		}
 		if t, ok := claimOf(r, trees); ok {
-			calls[t].claimed = true // it shows only that a leader took over
+			calls[t].claim() // it shows only that a leader took over
 			continue
 		}
 		if len(r.Addrs) == 0 {
@@ -67,7 +67,7 @@ func splitTrees(records []observe.Record, trees int) ([][]observe.Record, error)
 	}
 	out := make([][]observe.Record, trees)
 	for t := range calls {
-		out[t] = calls[t].kept
+		out[t] = calls[t].done()
 	}
 	return out, nil
 }
@@ -105,36 +105,91 @@ func claimOf(r observe.Record, trees int) (int, bool) {
 type treeCalls struct {
 	kept []observe.Record
 	// claimed: a leader took the tree over, and has since only repeated
-	// what its predecessor issued.
-	claimed bool
+	// what its predecessor issued; repeated counts those repeats, and
+	// matched marks the Reads of kept they repeated.
+	claimed  bool
+	repeated int
+	matched  map[int]bool
+	// pending is a Write of the buckets of the last one kept, after a
+	// claim and with Reads kept since that last one: the last Write
+	// repeated, if the Reads are repeated next, or else the Reads'
+	// operation's own Write (its outcome committed before the claim).
+	pending *observe.Record
+}
+
+// claim notes a leader's claim of the tree's fence: what it repeats
+// next is set aside.
+func (tc *treeCalls) claim() {
+	tc.claimed, tc.repeated, tc.matched = true, 0, map[int]bool{}
 }
 
 // add keeps r, unless it repeats a call of the tree's previous leader
-// after a claim.
+// after a claim. A new leader repeats in order (oramMachine.outstanding):
+// first the tree's last Write, which storage may lack, when no Read has
+// succeeded since it; then each Read its operation issued since that
+// Write whose results the group never committed, with the slots it chose
+// (Treebeard Sec. 5.3.3), each once. Storage sees the same addresses
+// again, nothing new. A Write of the same buckets after the repeated
+// Reads is their operation's own.
 func (tc *treeCalls) add(r observe.Record) {
-	if tc.claimed && tc.repeats(r) {
+	if !tc.claimed {
+		tc.kept = append(tc.kept, r)
 		return
 	}
-	tc.claimed = false
-	tc.kept = append(tc.kept, r)
+	last := tc.lastWrite()
+	switch {
+	case r.Op == observe.OpWrite && last >= 0 && slices.Equal(tc.kept[last].Addrs, r.Addrs) &&
+		(tc.repeated == 0 || tc.pending != nil):
+		if tc.pending == nil && last < len(tc.kept)-1 {
+			tc.pending = &r // the Reads since tell which it is
+		}
+		tc.repeated++
+	case r.Op == observe.OpRead && tc.matchRead(last, r):
+		tc.pending = nil // the last Write was repeated, then its Reads
+		tc.repeated++
+	default:
+		tc.claimed = false
+		tc.keepPending()
+		tc.kept = append(tc.kept, r)
+	}
 }
 
-// repeats reports whether r repeats the tree's last Write, or a Read
-// issued since that Write: a new leader issues both again
-// (oramMachine.outstanding), the Write storage may lack and the Read
-// whose results its group never committed, with the slots it chose
-// (Sec. 5.3.3). Storage sees the same addresses again, nothing new.
-func (tc *treeCalls) repeats(r observe.Record) bool {
+// lastWrite returns the index in kept of the last Write, -1 if none.
+func (tc *treeCalls) lastWrite() int {
 	last := len(tc.kept) - 1
 	for last >= 0 && tc.kept[last].Op != observe.OpWrite {
 		last--
 	}
-	if r.Op == observe.OpWrite {
-		return last >= 0 && slices.Equal(tc.kept[last].Addrs, r.Addrs)
+	return last
+}
+
+// matchRead reports whether r repeats a Read kept since the Write at
+// index last that no call since the claim repeated yet, and marks it
+// repeated.
+func (tc *treeCalls) matchRead(last int, r observe.Record) bool {
+	for i := last + 1; i < len(tc.kept); i++ {
+		k := tc.kept[i]
+		if !tc.matched[i] && k.Op == r.Op && slices.Equal(k.Addrs, r.Addrs) {
+			tc.matched[i] = true
+			return true
+		}
 	}
-	return slices.ContainsFunc(tc.kept[last+1:], func(k observe.Record) bool {
-		return k.Op == r.Op && slices.Equal(k.Addrs, r.Addrs)
-	})
+	return false
+}
+
+// keepPending keeps the pending Write: no repeat of the Reads before it
+// followed it, so it was their operation's own.
+func (tc *treeCalls) keepPending() {
+	if tc.pending != nil {
+		tc.kept = append(tc.kept, *tc.pending)
+		tc.pending = nil
+	}
+}
+
+// done returns the calls kept, the pending Write included.
+func (tc *treeCalls) done() []observe.Record {
+	tc.keepPending()
+	return tc.kept
 }
 
 // SlotSizes is part of Treebeard's audit (b): every slot storage

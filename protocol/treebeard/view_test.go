@@ -8,9 +8,12 @@ import (
 
 // TestSplitTreesAfterTakeover: after a new leader's claim of a tree's
 // fence, its repeat of its predecessor's last Write and of a Read since
-// that Write are set aside, and so is a deposed leader's write storage
-// refused; a Read of other slots, the same Read without a claim, and a
-// failed call storage did not refuse are kept or refused.
+// that Write are set aside, each once and in that order, and so is a
+// deposed leader's write storage refused; a Read of other slots, the same
+// Read without a claim, the operation's own Write of the same buckets
+// (after the repeats, or after the claim when its Read's outcome was
+// committed before it), and a failed call storage did not refuse are
+// kept or refused.
 func TestSplitTreesAfterTakeover(t *testing.T) {
 	fence := fencePrefix + "0"
 	write := observe.Record{Op: observe.OpWrite, Addrs: []string{"tb/0/m/1", "tb/0/s/1/0"}, Fence: fence, Token: 5}
@@ -28,6 +31,13 @@ func TestSplitTreesAfterTakeover(t *testing.T) {
 		{"other slots after a claim", []observe.Record{write, read, claim, other}, 3},
 		{"repeat without a claim", []observe.Record{write, read, read}, 3},
 		{"a new call ends the repeats", []observe.Record{write, read, claim, other, read}, 4},
+		{"the operation's own Write of the same buckets", []observe.Record{write, read, claim, write, read, write}, 3},
+		{"its own Write, the last not repeated", []observe.Record{write, read, claim, read, write}, 3},
+		{"a Read repeated once", []observe.Record{write, read, claim, write, read, read}, 3},
+		{"a second claim repeats again", []observe.Record{write, read, claim, write, claim, write, read}, 2},
+		{"the Read's operation's own Write after a claim", []observe.Record{write, read, claim, write, other}, 4},
+		{"its own Write, repeated by the next leader", []observe.Record{write, read, claim, write, claim, write, other}, 4},
+		{"its own Write, last", []observe.Record{write, read, claim, write}, 3},
 		{"failed, not refused", []observe.Record{write, {Op: observe.OpRead, Addrs: read.Addrs, Err: true}}, -1},
 	} {
 		t.Run(c.name, func(t *testing.T) {
