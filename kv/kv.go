@@ -109,6 +109,11 @@ var (
 	// serves nothing more and must be restarted, if at all, from the
 	// journal the newer one left.
 	ErrFenced = backend.ErrFenced
+	// ErrUnavailable reports a request that storage, a journal or a
+	// layer of a cluster did not complete (a cluster's Stash or ORAM
+	// shard gave it up): a read may be sent again; a write's outcome is
+	// unknown, so read the key before writing it again.
+	ErrUnavailable = errors.New("unavailable: the request did not complete; a write's outcome is unknown")
 	// ErrKeysUnnamed reports a KeyLister whose trusted state holds keys
 	// an earlier build stored without their names: it names none rather
 	// than some.

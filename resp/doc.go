@@ -59,7 +59,9 @@
 // large: ...", kv.ErrKeyTooLarge "ERR key too large: ...", kv.ErrFull
 // "ERR store full: ...", kv.ErrTampered "ERR storage integrity check
 // failed", kv.ErrFenced "ERR fenced out: ..." (logged: the operator must
-// know), kv.ErrClosed "ERR server shutting down", and the errors of
+// know), kv.ErrUnavailable "ERR unavailable: ..." (logged; a cluster's
+// layer gave the request up, and a write's outcome is unknown),
+// kv.ErrClosed "ERR server shutting down", and the errors of
 // mutations that do not apply (kv.ErrNotInteger, kv.ErrOverflow, ...) the
 // texts Redis gives them. Any other error is
 // logged and replied as "ERR internal error": its text is not sent to

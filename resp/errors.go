@@ -35,6 +35,8 @@ func errorReply(err error) (reply string, internal bool) {
 		return "ERR storage integrity check failed", true
 	case errors.Is(err, kv.ErrFenced):
 		return "ERR fenced out: another process has taken over this store's storage", true
+	case errors.Is(err, kv.ErrUnavailable):
+		return "ERR unavailable: the request did not complete; a write's outcome is unknown, read the key before writing it again", true
 	case errors.Is(err, kv.ErrClosed), errors.Is(err, context.Canceled):
 		return "ERR server shutting down", false
 	}

@@ -242,6 +242,7 @@ func TestStoreErrors(t *testing.T) {
 		{kv.ErrClosed, "ERR server shutting down", false},
 		{context.Canceled, "ERR server shutting down", false},
 		{kv.ErrFull, "ERR store full: no room for a new key", false},
+		{fmt.Errorf("a shard gave it up: %w", kv.ErrUnavailable), "ERR unavailable: the request did not complete; a write's outcome is unknown, read the key before writing it again", true},
 		{errors.New("backend unreachable"), "ERR internal error", true},
 	}
 	for _, tt := range tests {

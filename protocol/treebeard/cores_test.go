@@ -396,13 +396,13 @@ func TestReplyCodes(t *testing.T) {
 		{fmt.Errorf("%w: 64 keys", kv.ErrFull), CodeFull, kv.ErrFull},
 		{fmt.Errorf("ringoram: slot 3: %w", kv.ErrTampered), CodeTampered, kv.ErrTampered},
 		{kv.ErrClosed, CodeClosed, kv.ErrClosed},
-		{errors.New("journal: disk full"), CodeUnavailable, nil},
+		{errors.New("journal: disk full"), CodeUnavailable, kv.ErrUnavailable},
 	} {
 		r := failed(tc.err)
 		if r.Code != tc.code || r.Err().Error() != tc.err.Error() {
 			t.Errorf("%v: code %d, error %q; want code %d and the same message", tc.err, r.Code, r.Err(), tc.code)
 		}
-		for _, kvErr := range []error{kv.ErrFull, kv.ErrTampered, kv.ErrClosed} {
+		for _, kvErr := range []error{kv.ErrFull, kv.ErrTampered, kv.ErrClosed, kv.ErrUnavailable} {
 			if got := errors.Is(r.Err(), kvErr); got != (kvErr == tc.is) {
 				t.Errorf("%v: errors.Is(%v) = %v", tc.err, kvErr, got)
 			}

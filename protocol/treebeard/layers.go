@@ -79,7 +79,7 @@ const (
 	CodeFull             // a new key, and the store holds its capacity (kv.ErrFull)
 	CodeTampered         // storage answered with data that fails authentication (kv.ErrTampered)
 	CodeClosed           // the store is closing (kv.ErrClosed)
-	CodeUnavailable      // storage or the journal failed: a write's outcome is unknown
+	CodeUnavailable      // storage or the journal failed: a write's outcome is unknown (kv.ErrUnavailable)
 	CodeTransport        // the message or its reply was lost in transit: send it again
 	CodeMismatch         // a state that does not fit the store's options (kv.ErrMismatch)
 	CodeNotInteger       // an increment of a value that is not an integer (kv.ErrNotInteger)
@@ -100,6 +100,7 @@ var codeErrors = []struct {
 	{CodeNotInteger, kv.ErrNotInteger}, {CodeNotFloat, kv.ErrNotFloat},
 	{CodeOverflow, kv.ErrOverflow}, {CodeNotFinite, kv.ErrNotFinite},
 	{CodeTooLarge, kv.ErrValueTooLarge}, {CodeFenced, kv.ErrFenced},
+	{CodeUnavailable, kv.ErrUnavailable},
 }
 
 // failed returns the Reply of a request that ended with err.
