@@ -83,11 +83,12 @@ func (m *MemoryLog) Reset() {
 // header's origin is the Tap's (NewTap calls SetOrigin), or the time the
 // log was created.
 type FileLog struct {
-	f      *os.File
-	w      *bufio.Writer
-	buf    []byte
-	origin time.Time
-	headed bool // the header is written
+	f        *os.File
+	w        *bufio.Writer
+	buf      []byte
+	origin   time.Time
+	headed   bool // the header is written
+	recorded bool // a record is written
 }
 
 // CreateFileLog creates (or truncates) path; the header is written with
@@ -116,9 +117,13 @@ func (l *FileLog) head() error {
 		return nil
 	}
 	l.headed = true
-	b := binary.BigEndian.AppendUint64([]byte(logMagic), uint64(l.origin.UnixNano()))
-	_, err := l.w.Write(b)
+	_, err := l.w.Write(l.header())
 	return err
+}
+
+// header returns the header: the magic and the origin.
+func (l *FileLog) header() []byte {
+	return binary.BigEndian.AppendUint64([]byte(logMagic), uint64(l.origin.UnixNano()))
 }
 
 // Record implements Sink.
@@ -126,6 +131,7 @@ func (l *FileLog) Record(r Record) error {
 	if err := l.head(); err != nil {
 		return err
 	}
+	l.recorded = true
 	b := l.buf[:0]
 	b = binary.AppendUvarint(b, r.Seq)
 	b = binary.AppendUvarint(b, uint64(r.Start))
@@ -174,6 +180,18 @@ func (l *FileLog) Flushed() (Sink, error) {
 }
 
 type flushedLog struct{ l *FileLog }
+
+// SetOrigin sets the time the records' Start durations count from (NewTap
+// calls it), writing the header Flushed wrote over; it fails once a
+// record is written.
+func (f flushedLog) SetOrigin(t time.Time) error {
+	if f.l.recorded {
+		return errors.New("observe: the tap log's origin is set once, before any record")
+	}
+	f.l.origin = t
+	_, err := f.l.f.WriteAt(f.l.header(), 0)
+	return err
+}
 
 func (f flushedLog) Record(r Record) error {
 	return errors.Join(f.l.Record(r), f.l.w.Flush())

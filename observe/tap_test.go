@@ -611,6 +611,43 @@ func TestLogOrigin(t *testing.T) {
 	}
 }
 
+// TestFlushedLogOrigin: a Flushed log's header holds the origin of the
+// Tap created over it after, so that each record's origin plus Start is
+// when its call began, however long after the log the Tap was created.
+func TestFlushedLogOrigin(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "log")
+	l, err := CreateFileLog(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sink, err := l.Flushed()
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(50 * time.Millisecond)
+	tap := NewTap(mem.New(), sink)
+	before := time.Now()
+	if err := tap.Write(context.Background(), []backend.Item{{Addr: "a", Value: []byte("1")}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	records, origin, err := readAll(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(records) != 1 {
+		t.Fatalf("%d records, want 1", len(records))
+	}
+	if began := origin.Add(records[0].Start); began.Before(before) {
+		t.Fatalf("the call began at %v by the log, %v before it did", began, before.Sub(began))
+	}
+	if err := sink.(interface{ SetOrigin(time.Time) error }).SetOrigin(time.Now()); err == nil {
+		t.Fatal("SetOrigin after a record was accepted")
+	}
+}
+
 // Merge interleaves logs by wall-clock start and renumbers them.
 func TestMerge(t *testing.T) {
 	dir := t.TempDir()
