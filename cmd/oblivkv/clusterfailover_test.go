@@ -618,13 +618,28 @@ func TestClusterKillAll(t *testing.T) {
 	defer cl.Close()
 	for w := range writers {
 		last := acked[w].Load()
-		v, ok, err := cl.Get(t.Context(), fmt.Sprintf("w/%d", w))
+		v, ok, err := getOnceServing(t, cl, fmt.Sprintf("w/%d", w))
 		got, _ := strconv.ParseInt(string(v), 10, 64)
 		if err != nil || !ok || (got != last && got != last+1) {
 			t.Errorf("writer %d: after the restart w/%d reads %q (found %v, err %v); its last acknowledged write was %d", w, w, v, ok, err, last)
 		}
 	}
 	t.Logf("%d writes acknowledged before every process was killed", wrote.Load())
+}
+
+// getOnceServing reads key, again while the request fails (a GET has no
+// effect to repeat): a cluster started again serves once its groups have
+// elected leaders and taken over their shards, which on a loaded machine
+// takes longer than a client waits for one reply.
+func getOnceServing(t *testing.T, cl *respStore, key string) ([]byte, bool, error) {
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		v, ok, err := cl.Get(t.Context(), key)
+		if err == nil || time.Now().After(deadline) {
+			return v, ok, err
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }
 
 // TestClusterAuditCatchesTakeoverLeak: in a build where a tree's new
