@@ -328,12 +328,29 @@ var ErrNotLeader = errors.New("raftgroup: not the leader")
 func (g *Group) Propose(ctx context.Context, entry []byte) (any, error) {
 	start := time.Now()
 	f := g.raft.Apply(entry, timeoutOf(ctx))
-	if err := g.failed("propose", f.Error()); err != nil {
+	if err := g.failed("propose", g.wait(ctx, f)); err != nil {
 		return nil, err
 	}
 	g.metrics.commit.Observe(time.Since(start).Seconds())
 	res := f.Response().(applied)
 	return res.out, res.err
+}
+
+// wait returns f's error once raft answers, or an error once ctx ends or
+// the replica closes. Raft leaves unanswered an entry it committed but had
+// not applied when it shut down, so a proposer waiting on raft alone
+// would wait forever.
+func (g *Group) wait(ctx context.Context, f raft.ApplyFuture) error {
+	done := make(chan error, 1)
+	go func() { done <- f.Error() }()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-g.closing:
+		return raft.ErrRaftShutdown
+	}
 }
 
 // Leader returns the id and address of the group's leader as this replica

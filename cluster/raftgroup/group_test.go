@@ -231,6 +231,38 @@ func entries(prefix string, n int) []string {
 	return es
 }
 
+// TestProposeReturnsOnClose: a Propose whose entry the machine is still
+// applying returns with an error once its replica closes, without waiting
+// for raft, which leaves unanswered what it had not applied when it shut
+// down.
+func TestProposeReturnsOnClose(t *testing.T) {
+	g := newTestGroup(t, 1)
+	id := g.leader()
+	const apply = 3 * time.Second
+	g.machines[id].delay = apply
+	proposed := make(chan error, 1)
+	go func() {
+		_, err := g.replicas[id].Propose(context.Background(), []byte("slow"))
+		proposed <- err
+	}()
+	time.Sleep(200 * time.Millisecond) // the entry is committed and being applied
+	closing, closed := time.Now(), make(chan error, 1)
+	go func() { closed <- g.replicas[id].Close() }()
+	select {
+	case err := <-proposed:
+		if err == nil {
+			t.Fatal("a Propose cut short by Close reported success")
+		}
+		t.Logf("returned %v after Close began: %v", time.Since(closing).Round(time.Millisecond), err)
+	case <-time.After(apply - time.Second):
+		t.Fatalf("Propose still waits %v after its replica began closing", apply-time.Second)
+	}
+	if err := <-closed; err != nil { // once the machine's apply ends
+		t.Fatal(err)
+	}
+	delete(g.replicas, id)
+}
+
 func TestReplicasConverge(t *testing.T) {
 	g := newTestGroup(t, 3)
 	g.propose(entries("a", 50)...)
