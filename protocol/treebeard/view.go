@@ -105,10 +105,10 @@ func claimOf(r observe.Record, trees int) (int, bool) {
 type treeCalls struct {
 	kept []observe.Record
 	// claimed: a leader took the tree over, and has since only repeated
-	// what its predecessor issued; repeated counts those repeats, and
-	// matched marks the Reads of kept they repeated.
+	// what its predecessor issued; repeated: it repeated something since
+	// the claim; matched marks the Reads of kept it repeated.
 	claimed  bool
-	repeated int
+	repeated bool
 	matched  map[int]bool
 	// pending is a Write of the buckets of the last one kept, after a
 	// claim and with Reads kept since that last one: the last Write
@@ -120,7 +120,7 @@ type treeCalls struct {
 // claim notes a leader's claim of the tree's fence: what it repeats
 // next is set aside.
 func (tc *treeCalls) claim() {
-	tc.claimed, tc.repeated, tc.matched = true, 0, map[int]bool{}
+	tc.claimed, tc.repeated, tc.matched = true, false, map[int]bool{}
 }
 
 // add keeps r, unless it repeats a call of the tree's previous leader
@@ -139,14 +139,14 @@ func (tc *treeCalls) add(r observe.Record) {
 	last := tc.lastWrite()
 	switch {
 	case r.Op == observe.OpWrite && last >= 0 && slices.Equal(tc.kept[last].Addrs, r.Addrs) &&
-		(tc.repeated == 0 || tc.pending != nil):
+		(!tc.repeated || tc.pending != nil):
 		if tc.pending == nil && last < len(tc.kept)-1 {
 			tc.pending = &r // the Reads since tell which it is
 		}
-		tc.repeated++
+		tc.repeated = true
 	case r.Op == observe.OpRead && tc.matchRead(last, r):
 		tc.pending = nil // the last Write was repeated, then its Reads
-		tc.repeated++
+		tc.repeated = true
 	default:
 		tc.claimed = false
 		tc.keepPending()
