@@ -26,15 +26,20 @@ import (
 // chain is a test machine: its state is a hash over every entry applied,
 // in order, and a count; Apply returns the count.
 type chain struct {
-	mu    sync.Mutex
-	sum   [32]byte
-	count uint64
-	delay time.Duration // each Apply takes this long
+	mu      sync.Mutex
+	sum     [32]byte
+	count   uint64
+	delay   time.Duration // each Apply takes this long
+	applies chan struct{} // if set, closed when the next Apply begins
 }
 
 func (c *chain) Apply(entry []byte) (any, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if c.applies != nil {
+		close(c.applies)
+		c.applies = nil
+	}
 	time.Sleep(c.delay)
 	if bytes.Equal(entry, []byte("refuse")) {
 		return nil, errors.New("refused")
@@ -239,13 +244,16 @@ func TestProposeReturnsOnClose(t *testing.T) {
 	g := newTestGroup(t, 1)
 	id := g.leader()
 	const apply = 3 * time.Second
-	g.machines[id].delay = apply
+	m, applies := g.machines[id], make(chan struct{})
+	m.mu.Lock()
+	m.delay, m.applies = apply, applies
+	m.mu.Unlock()
 	proposed := make(chan error, 1)
 	go func() {
 		_, err := g.replicas[id].Propose(context.Background(), []byte("slow"))
 		proposed <- err
 	}()
-	time.Sleep(200 * time.Millisecond) // the entry is committed and being applied
+	<-applies // the entry is committed and being applied
 	closing, closed := time.Now(), make(chan error, 1)
 	go func() { closed <- g.replicas[id].Close() }()
 	select {

@@ -177,7 +177,14 @@ func TestStopAnswersCallsInFlight(t *testing.T) {
 		s.Stop()
 		close(stopped)
 	}()
-	time.Sleep(50 * time.Millisecond) // Stop has begun
+	for { // Stop has begun once the listener refuses connections
+		c, err := net.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			break
+		}
+		c.Close()
+		time.Sleep(5 * time.Millisecond)
+	}
 	close(h.released)
 	if err := <-answered; err != nil {
 		t.Fatalf("a call in flight when Stop began: %v; want its answer", err)
