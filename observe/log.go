@@ -102,13 +102,21 @@ func CreateFileLog(path string) (*FileLog, error) {
 }
 
 // SetOrigin sets the time the records' Start durations count from and
-// writes the header; it fails once a record is written.
+// writes the header, over the one written already (Flushed) if any; it
+// fails once a record is written.
 func (l *FileLog) SetOrigin(t time.Time) error {
-	if l.headed {
+	if l.recorded {
 		return errors.New("observe: the tap log's origin is set once, before any record")
 	}
 	l.origin = t
-	return l.head()
+	if !l.headed {
+		return l.head()
+	}
+	if err := l.w.Flush(); err != nil {
+		return err
+	}
+	_, err := l.f.WriteAt(l.header(), 0)
+	return err
 }
 
 // head writes the header once.
@@ -181,17 +189,8 @@ func (l *FileLog) Flushed() (Sink, error) {
 
 type flushedLog struct{ l *FileLog }
 
-// SetOrigin sets the time the records' Start durations count from (NewTap
-// calls it), writing the header Flushed wrote over; it fails once a
-// record is written.
-func (f flushedLog) SetOrigin(t time.Time) error {
-	if f.l.recorded {
-		return errors.New("observe: the tap log's origin is set once, before any record")
-	}
-	f.l.origin = t
-	_, err := f.l.f.WriteAt(f.l.header(), 0)
-	return err
-}
+// SetOrigin is FileLog's (NewTap calls it on the Sink it is given).
+func (f flushedLog) SetOrigin(t time.Time) error { return f.l.SetOrigin(t) }
 
 func (f flushedLog) Record(r Record) error {
 	return errors.Join(f.l.Record(r), f.l.w.Flush())
