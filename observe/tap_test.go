@@ -607,7 +607,7 @@ func TestLogOrigin(t *testing.T) {
 		t.Fatalf("origin %v, want the Tap's creation (about %v)", o, before)
 	}
 	if err := l.SetOrigin(time.Now()); err == nil {
-		t.Fatal("SetOrigin after the header was written was accepted")
+		t.Fatal("SetOrigin after a record was written was accepted")
 	}
 }
 
