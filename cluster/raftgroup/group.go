@@ -339,7 +339,9 @@ func (g *Group) Propose(ctx context.Context, entry []byte) (any, error) {
 // wait returns f's error once raft answers, or an error once ctx ends or
 // the replica closes. Raft leaves unanswered an entry it committed but had
 // not applied when it shut down, so a proposer waiting on raft alone
-// would wait forever.
+// would wait forever. Raft's future offers no channel, so each proposal
+// waits on it in a goroutine of its own; for an entry raft never
+// answers, that goroutine stays until the process ends.
 func (g *Group) wait(ctx context.Context, f raft.ApplyFuture) error {
 	done := make(chan error, 1)
 	go func() { done <- f.Error() }()
