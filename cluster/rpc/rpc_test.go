@@ -177,12 +177,16 @@ func TestStopAnswersCallsInFlight(t *testing.T) {
 		s.Stop()
 		close(stopped)
 	}()
-	for { // Stop has begun once the listener refuses connections
+	for deadline := time.Now().Add(10 * time.Second); ; { // Stop has begun once the listener refuses connections
 		c, err := net.Dial("tcp", ln.Addr().String())
 		if err != nil {
 			break
 		}
 		c.Close()
+		if time.Now().After(deadline) {
+			close(h.released)
+			t.Fatal("the listener still accepts connections 10 s after Stop began")
+		}
 		time.Sleep(5 * time.Millisecond)
 	}
 	close(h.released)
