@@ -140,15 +140,31 @@ func tamperRuns(h *harness, tamper tamperFunc) []TamperResult {
 	h.t.Helper()
 	var out []TamperResult
 	for kind, kinds := 0, 1; kind < kinds; kind++ {
-		if kind > 0 {
-			h = newHarness(h.t, h.cfg, h.st)
-		}
 		var res TamperResult
-		res, kinds = tamperRun(h, tamper, kind)
+		for attempt := 1; ; attempt++ {
+			if kind > 0 || attempt > 1 {
+				h = newHarness(h.t, h.cfg, h.st)
+			}
+			res, kinds = tamperRun(h, tamper, kind)
+			if !untested(res) || attempt == untestedAttempts {
+				break
+			}
+			h.t.Logf("%s: the store rewrote every tampered address before reading one; again on fresh storage", res.What)
+		}
 		out = append(out, res)
 	}
 	return out
 }
+
+// untestedAttempts is how many runs of one kind may test nothing before
+// the case fails. Which tampered items a store reads before it rewrites
+// them is up to its random choices: ObliviStore read none of 12 once in
+// about 20 runs of the whole suite, 1 to 15 of them otherwise.
+const untestedAttempts = 3
+
+// untested reports whether a run went right but tested nothing: the
+// store read no tampered address before rewriting it.
+func untested(r TamperResult) bool { return r.Read == 0 && len(r.Wrong) == 0 }
 
 // tamperRun writes keys on a running store, tampers with its storage and
 // judges what the store does next.
