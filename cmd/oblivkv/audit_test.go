@@ -98,6 +98,7 @@ var leakCases = []leakCase{
 	{"pathoram", "get_keeps_leaf", hotkey, "hotkey: consecutive reads of one path"},
 	{"pathoram", "missing_keyed_leaf", missing, "missing: consecutive reads of one path"},
 	{"pathoram", "unchanged_not_written", uniform, "uniform: one read and one write of a path per access"},
+	{"pathoram", "inflight_not_read", uniform, "uniform: one read and one write of a path per access"},
 	{"pathoram", "keyed_remap", hotkey, "hotkey: consecutive reads of one path"},
 	{"pathoram", "chained_remap", hotkey, "hotkey: same successor again"},
 	{"taostore", "repeat_reads_real_path", hotkey, "hotkey: path reads in flight together or consecutive"},

@@ -206,6 +206,10 @@ func New(j Journal, b backend.Backend, keys *seal.Keys) *Log {
 // (DefaultEvery unless set).
 func (l *Log) SetEvery(n uint64) { l.every.Store(max(n, 1)) }
 
+// Every returns how many records of a machine make its checkpoint due
+// (SetEvery).
+func (l *Log) Every() uint64 { return l.every.Load() }
+
 // Durable reports whether the log keeps anything.
 func (l *Log) Durable() bool { return l.j != nil }
 

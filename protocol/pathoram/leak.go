@@ -35,6 +35,11 @@ const (
 	// after its path read, so the block stays on the path storage saw read,
 	// and the next access to it reads that path again.
 	leakRecoveryForgetsReads
+	// leakRecoveryKeepsLastRead: recovery keeps only the last of the
+	// accesses a crash cut short after their path reads (as a single
+	// slot for the unfinished access would), so the block of an earlier
+	// one stays on the path storage saw read.
+	leakRecoveryKeepsLastRead
 	// leakKeyedRemap: an access moves its block to a leaf derived from
 	// the block's ID instead of a fresh random one, so every access to
 	// the key after the first reads one path.
@@ -44,6 +49,11 @@ const (
 	// generator, as if the old leaf seeded it), so the leaves of one
 	// key's accesses follow a fixed chain through every leaf.
 	leakChainedRemap
+	// leakInflightNotRead: a path read leaves out the buckets the
+	// write-back in flight rewrites, as if reading them were wasted work
+	// (their blocks come from that write-back), so storage sees which
+	// buckets two consecutive paths share.
+	leakInflightNotRead
 	// leakFixedSeed: a store opened without a test seed begins its random
 	// choices at a constant seed instead of random.Fresh's, so every
 	// store makes the same choices and storage can predict them.
@@ -59,6 +69,15 @@ func (s *store) checkPositions(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// notRewritten is leakInflightNotRead: the buckets of path the
+// write-back in flight does not rewrite.
+func (r *remote) notRewritten(path []uint64) []uint64 {
+	return slices.DeleteFunc(slices.Clone(path), func(b uint64) bool {
+		_, rewritten := r.inflightContents(b)
+		return rewritten
+	})
 }
 
 // keyedLeaf is leakMissingKeyedLeaf's leaf for a block.

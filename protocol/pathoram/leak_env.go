@@ -13,5 +13,6 @@ func init() {
 		"unchanged_not_written": leakUnchangedNotWritten,
 		"keyed_remap":           leakKeyedRemap,
 		"chained_remap":         leakChainedRemap,
+		"inflight_not_read":     leakInflightNotRead,
 	})
 }

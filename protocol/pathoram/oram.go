@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 
 	"github.com/oblivkv/oblivkv/kv"
 	"github.com/oblivkv/oblivkv/protocol/tree"
@@ -14,20 +15,23 @@ import (
 // paths is the untrusted side of the ORAM as one access sees it: read the
 // buckets of a path, write them back.
 type paths interface {
-	// planRead records, durably, that the access to block id is about to
-	// read the path of leaf (journalRead), so that recovery finishes it.
-	planRead(ctx context.Context, leaf uint64, id tree.BlockID) error
+	// planRead journals that the access to block id is about to read the
+	// path of leaf (journalRead), so that recovery finishes it, and
+	// returns its record's LSN; awaitPlan waits until it is durable.
+	planRead(leaf uint64, id tree.BlockID) uint64
+	awaitPlan(lsn uint64) error
 	// readPath returns the real blocks of each bucket of path, root first,
 	// read in one backend call.
 	readPath(ctx context.Context, path []uint64) ([][]tree.Block, error)
 	// writePath writes the buckets of path back in one atomic backend call,
 	// contents[i] the blocks of path[i], after journaling the access that
-	// made them (delta describes it: see journalDelta) and, if ahead is
-	// not nil, the next access's path read, both made durable together
-	// (group commit). When it returns, the contents are committed:
-	// written, or (after an error) queued to be written before any later
-	// read.
-	writePath(ctx context.Context, path []uint64, contents [][]tree.Block, delta func() []byte, ahead *plannedRead) error
+	// made them (delta describes it: see journalDelta) and the path reads
+	// planned ahead (their LSNs set in ahead). With handOff it returns the
+	// write-back in flight, for the next access to issue once durable
+	// (remote.writePath). When it returns, the contents are committed:
+	// written, in flight, or (after an error) queued to be written before
+	// any later read.
+	writePath(ctx context.Context, path []uint64, contents [][]tree.Block, delta func() []byte, ahead []plannedRead, handOff bool) (*writeBack, error)
 }
 
 // entry is a block in the stash or in an access's working set, with the
@@ -68,13 +72,13 @@ type oram struct {
 	names    map[tree.BlockID]string // block -> its key, for kv.KeyLister (a key an earlier build stored has none)
 	stash    []entry
 	stashMax int // high-water mark of the stash after a write-back
-	// unfinished is the access whose path read was planned and that has
-	// not written back: planned ahead for the next access (its ahead
-	// set: storage has not seen the read, and that access makes it), or
-	// one whose read failed or a crash cut short: storage may have seen
-	// the read, so it is finished before anything else reads
-	// (finishUnfinished).
-	unfinished *plannedRead
+	// unfinished are the accesses whose path reads were planned and that
+	// have not written back, in order: planned ahead for the accesses
+	// whose turns come next (ahead set: storage has not seen the read,
+	// and that access makes it), or one whose read failed or a crash cut
+	// short: storage may have seen the read, so it is finished before
+	// anything else reads (finishUnfinished).
+	unfinished []plannedRead
 
 	// scratch, reused by every access
 	path     []uint64
@@ -98,39 +102,47 @@ func (o *oram) randomLeaf() uint64 { return o.rng.Uint64() & (o.g.Leaves() - 1) 
 type plannedRead struct {
 	id   tree.BlockID
 	leaf uint64
-	// ahead: journaled with the previous access's write-back for the
-	// access whose turn came next, which storage has not seen read yet.
+	lsn  uint64 // its record's
+	// ahead: journaled with an earlier access's write-back for an access
+	// whose turn comes later, which storage has not seen read yet.
 	ahead bool
 }
 
-// nextAccess tells the access running which block the next access is
-// for, if it is known yet.
-type nextAccess func() (tree.BlockID, bool)
+// maxAhead bounds the path reads planned ahead: two, so that the next
+// access's read is durable with the write-back before last, and that
+// access reads while the last write-back's record is synced.
+const maxAhead = 2
 
-// noNext is the nextAccess of an access with none known after it.
-func noNext() (tree.BlockID, bool) { return tree.BlockID{}, false }
+// upcoming tells the access running which blocks the accesses whose
+// turns come next are for, in order, up to n of them: as many as are
+// known yet.
+type upcoming func(n int) []tree.BlockID
+
+// noneUpcoming is the upcoming of an access with none known after it.
+func noneUpcoming(int) []tree.BlockID { return nil }
 
 // access performs one Path ORAM access (TaoStore Sec. IV-A, steps 1-3):
 // read the path of the block's leaf (a uniformly random leaf for a block
 // not in the position map, so existence never leaks), answer from the path
 // and the stash, remap the block to a fresh random leaf, flush greedily and
-// write the path back. Every kind of operation makes the same calls. An
-// unfinished access goes first, unless it is this one's read, planned
-// ahead by the access before. key is the block's name, kept if the access
-// stores it; next tells which access follows (see run).
-func (o *oram) access(ctx context.Context, id tree.BlockID, key string, m kv.Mutation, next nextAccess) (result, error) {
-	if u := o.unfinished; u != nil && u.ahead && u.id == id {
-		return o.run(ctx, *u, key, m, next)
+// write the path back. Every kind of operation makes the same calls. The
+// unfinished accesses go first, unless the first is this one's read,
+// planned ahead by an access before. key is the block's name, kept if the
+// access stores it; next tells which accesses follow, and handOff whether
+// the write-back may be left in flight for the next (see run).
+func (o *oram) access(ctx context.Context, id tree.BlockID, key string, m kv.Mutation, next upcoming, handOff bool) (result, *writeBack, error) {
+	if err := o.finishUnfinished(ctx, func(p plannedRead) bool { return p.ahead && p.id == id }); err != nil {
+		return result{}, nil, err
 	}
-	if err := o.finishUnfinished(ctx); err != nil {
-		return result{}, err
+	if len(o.unfinished) == 0 {
+		p := o.planFor(id)
+		p.lsn = o.io.planRead(p.leaf, p.id)
+		o.planned(p)
 	}
-	p := o.planFor(id)
-	if err := o.io.planRead(ctx, p.leaf, p.id); err != nil {
-		return result{}, err
+	if err := o.io.awaitPlan(o.unfinished[0].lsn); err != nil {
+		return result{}, nil, err
 	}
-	o.planned(p)
-	return o.run(ctx, p, key, m, next)
+	return o.run(ctx, key, m, next, handOff)
 }
 
 // planFor chooses the path the access to block id reads: its leaf, or a
@@ -147,74 +159,95 @@ func (o *oram) planFor(id tree.BlockID) plannedRead {
 	return plannedRead{id: id, leaf: leaf}
 }
 
-// planned makes p, journaled, the unfinished access: it stays so until
-// its write-back is committed.
+// planned makes p, journaled, the last unfinished access: it stays so
+// until its write-back is committed.
 func (o *oram) planned(p plannedRead) {
-	o.unfinished = &p
+	o.unfinished = append(o.unfinished, p)
 	if o.traced != nil {
 		o.traced(p.leaf, p.id)
 	}
 }
 
-// planAhead plans the path read of the access next says follows, if
-// any, to be journaled with this access's write-back.
-func (o *oram) planAhead(next nextAccess) *plannedRead {
-	id, ok := next()
-	if !ok {
-		return nil
+// planAhead plans the path reads of the accesses for ids, which follow
+// in that order, up to maxAhead unfinished after the access running, to be journaled with its
+// write-back. The access running has changed the position map already;
+// a block is planned only if no access planned before it is for the same
+// block, since that access would move it.
+func (o *oram) planAhead(ids []tree.BlockID) []plannedRead {
+	before := o.unfinished[1:]
+	for i, p := range before {
+		if i >= len(ids) || ids[i] != p.id {
+			return nil // not the accesses planned: plan no more
+		}
 	}
-	p := o.planFor(id)
-	p.ahead = true
-	return &p
+	var out []plannedRead
+	for _, id := range ids[min(len(before), len(ids)):] {
+		if slices.ContainsFunc(before, func(p plannedRead) bool { return p.id == id }) ||
+			slices.ContainsFunc(out, func(p plannedRead) bool { return p.id == id }) {
+			break
+		}
+		p := o.planFor(id)
+		p.ahead = true
+		out = append(out, p)
+	}
+	return out
 }
 
-// finishUnfinished runs the unfinished access again as a read of its
-// block, reading the same path: storage sees the read it may have seen
+// finishUnfinished runs each unfinished access, up to the first that
+// keep accepts, again as a read of its block,
+// reading the same path: storage sees the read it may have seen
 // repeated, then the write-back, which moves the block to a fresh leaf.
 // Left alone, the block would stay on that leaf, and the next access to
 // it would read the path again, telling storage which access that was
 // (the argument of Treebeard Sec. 5.3.3, for one path).
-func (o *oram) finishUnfinished(ctx context.Context) error {
-	if o.unfinished == nil {
-		return nil
+func (o *oram) finishUnfinished(ctx context.Context, keep func(plannedRead) bool) error {
+	for len(o.unfinished) > 0 && !keep(o.unfinished[0]) {
+		if err := o.io.awaitPlan(o.unfinished[0].lsn); err != nil {
+			return err
+		}
+		if _, _, err := o.run(ctx, "", kv.Mutation{Op: kv.MutRead}, noneUpcoming, false); err != nil {
+			return err
+		}
 	}
-	_, err := o.run(ctx, *o.unfinished, "", kv.Mutation{Op: kv.MutRead}, noNext)
-	return err
+	return nil
 }
 
-// run is the access of p.id, named key, reading p.leaf's path, planned
-// and journaled already: until its write-back is committed, it is the
-// unfinished access. The write-back's record carries the path read of
-// the access next says follows, planned now (group commit: the two are
-// made durable by one fsync, and that access reads without one of its
-// own); it is the unfinished access from then on.
-func (o *oram) run(ctx context.Context, p plannedRead, key string, m kv.Mutation, next nextAccess) (result, error) {
-	p.ahead = false // storage may see the read from here on
-	o.unfinished = &p
+// run is the access of the first unfinished access, p, named key,
+// reading p.leaf's path, planned and journaled already: until its
+// write-back is committed, it is unfinished. The write-back's record
+// carries the path reads of the accesses next says follow, planned now;
+// they are unfinished from then on. With handOff, and an access next,
+// the write-back is left in flight (writePath) and returned.
+func (o *oram) run(ctx context.Context, key string, m kv.Mutation, next upcoming, handOff bool) (result, *writeBack, error) {
+	o.unfinished[0].ahead = false // storage may see the read from here on
+	p := o.unfinished[0]
 	_, known := o.pos[p.id]
 	o.path = o.g.Path(p.leaf, o.path)
 	buckets, err := o.io.readPath(ctx, o.path)
 	if err != nil {
-		return result{}, err
+		return result{}, nil, err
 	}
 	o.gather(buckets)
 	defer func() { clear(o.work) }()
 	res, err := o.apply(p, key, known, m)
 	if err != nil {
-		return result{}, err
+		return result{}, nil, err
 	}
 	o.flush(p.leaf)
-	ahead := o.planAhead(next)
-	err = o.io.writePath(ctx, o.path, o.contents, func() []byte { return o.journalDelta(p.leaf, p.id, res.named) }, ahead)
-	o.unfinished = nil // committed: written, or queued (writePath)
-	if ahead != nil && err == nil {
-		o.planned(*ahead) // else the next access plans its read again
+	ids := next(maxAhead)
+	ahead := o.planAhead(ids)
+	w, err := o.io.writePath(ctx, o.path, o.contents, func() []byte { return o.journalDelta(p.leaf, p.id, res.named) }, ahead, handOff && len(ids) > 0)
+	o.unfinished = slices.Delete(o.unfinished, 0, 1) // committed: written, in flight or queued (writePath)
+	if err == nil {
+		for _, a := range ahead {
+			o.planned(a)
+		}
 	}
 	for i := range o.contents {
 		clear(o.contents[i])
 		o.contents[i] = o.contents[i][:0]
 	}
-	return res, err
+	return res, w, err
 }
 
 // gather fills the working set with the stash and the blocks read from the

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"reflect"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -40,7 +41,7 @@ func (q *queueSignal) hook() {
 }
 
 // queueDepth is how many operations inOrder keeps in flight.
-const queueDepth = 4
+const queueDepth = 6
 
 // inOrder runs op(i) for i in [from, to), up to queueDepth at once, in
 // that order in the store: each starts once the one before has its
@@ -98,12 +99,18 @@ type heldStore struct {
 // b, its journal in dir.
 func openHeld(t *testing.T, b backend.Backend, keys *seal.Keys, dir string, fresh bool) *heldStore {
 	t.Helper()
+	return openLeaky(t, b, keys, dir, fresh, noLeak)
+}
+
+// openLeaky is openHeld with leak lk injected.
+func openLeaky(t *testing.T, b backend.Backend, keys *seal.Keys, dir string, fresh bool, lk leak) *heldStore {
+	t.Helper()
 	raw, err := journal.Open(dir, keys, journal.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	h := &heldStore{j: durabletest.NewHeldSyncs(raw), raw: raw, log: &observe.MemoryLog{}, q: newQueueSignal()}
-	opts := Options{TestingKnobs: TestingKnobs{Seed: &[32]byte{3}, Queued: h.q.hook, Trace: func(leaf uint64, id tree.BlockID) {
+	opts := Options{TestingKnobs: TestingKnobs{Seed: &[32]byte{3}, Leak: lk, Queued: h.q.hook, Trace: func(leaf uint64, id tree.BlockID) {
 		h.traced = append(h.traced, plannedRead{id: id, leaf: leaf})
 	}}}
 	st, err := open(t.Context(), kv.Env{Backend: observe.NewTap(b, h.log), Keys: keys, Capacity: 64, ValueSize: 16,
@@ -174,8 +181,9 @@ func (h *heldStore) lastCall() observe.Record {
 // TestAcknowledgedOnlyWhenDurable holds the journal's Syncs: no Put
 // returns, and storage sees no write-back, until the Sync of the record
 // that makes it durable is released. A Put queued behind another has its
-// path read journaled with the other's write-back, in the same Sync, and
-// reads without one of its own.
+// path read journaled with the other's write-back, in the same Sync: once
+// it is released, the queued Put reads, and only then is the other's
+// write-back issued, while its own record waits for the next Sync.
 func TestAcknowledgedOnlyWhenDurable(t *testing.T) {
 	h := openHeld(t, mem.New(), kvtest.NewKeys(t), t.TempDir(), true)
 	t.Cleanup(func() { h.j.ReleaseAll(); h.s.Close(); h.raw.Close() })
@@ -188,18 +196,24 @@ func TestAcknowledgedOnlyWhenDurable(t *testing.T) {
 	}
 	b := h.goPut("b", "2") // queued behind a
 	h.j.Release()
+	// a hands its write-back to b; both ask for the Sync of a's record
+	// and b's read planned with it.
 	h.awaitSync(t, "a's write-back and b's read planned", a, b)
+	h.awaitSync(t, "a's write-back and b's read planned, asked again", a, b)
 	if c := h.lastCall(); c.Op != observe.OpRead {
 		t.Fatalf("storage saw a %v before a's write-back was synced; want a's path read last", c.Op)
 	}
 	pending(t, "a's write-back", a, b)
 	h.j.Release()
+	h.j.Release()
 	if err := <-a; err != nil {
 		t.Fatal(err)
 	}
 	h.awaitSync(t, "b's write-back", b)
-	if c := h.lastCall(); c.Op != observe.OpRead {
-		t.Fatalf("the Sync after a's is taken after storage's %v; want b's write-back, after b's read planned with a's", c.Op)
+	recs := h.log.Records()
+	if n := len(recs); n < 3 || recs[n-3].Op != observe.OpRead || recs[n-2].Op != observe.OpRead ||
+		recs[n-1].Op != observe.OpWrite || !slices.Equal(recs[n-1].Addrs, recs[n-3].Addrs) {
+		t.Fatal("before b's write-back was synced, storage did not see a's read, b's read, then a's write-back, last")
 	}
 	pending(t, "b's write-back", b)
 	h.j.ReleaseAll()
@@ -234,7 +248,10 @@ func (b *failBeforeRead) Read(ctx context.Context, addrs []string) ([][]byte, er
 // before it with a checkpoint between (which keeps the planned read after
 // it). Recovery reads that path once and writes it back with the block
 // moved; the key's next access reads another path, and nothing
-// acknowledged is lost.
+// acknowledged is lost. Without checkpoints, the first access hands its
+// write-back to the second, which issues it after its read: a crash
+// after the read leaves the first unacknowledged, and recovery redoes
+// its write-back from its record.
 func TestCrashAroundReadPlannedAhead(t *testing.T) {
 	for _, tc := range []struct {
 		name       string
@@ -264,14 +281,21 @@ func TestCrashAroundReadPlannedAhead(t *testing.T) {
 			b := h.goGet("k3")
 			h.j.Release()
 			h.awaitSync(t, "a's write-back and b's read planned", a, b)
+			asked := 1
+			if !tc.checkpoint { // a handed its write-back to b: both ask
+				h.awaitSync(t, "a's write-back and b's read planned, asked again", a, b)
+				asked++
+			}
 			h.j.StopHolding()
 			if tc.served {
 				cut.Crash(h.raw)
 			} else {
 				fb.crash.Store(h.raw)
 			}
-			h.j.Release()
-			if err := <-a; err != nil {
+			for range asked {
+				h.j.Release()
+			}
+			if err := <-a; err != nil && !tc.served {
 				t.Fatal(err)
 			}
 			if err := <-b; err == nil {
@@ -302,4 +326,102 @@ func TestCrashAroundReadPlannedAhead(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestCrashWithTwoReadsUnfinished: three Puts queued, the first journals
+// the next two's path reads with its write-back; the second reads, hands
+// its write-back to the third, and the process dies once storage has
+// served the third's read, before the second's record is durable. Both
+// reads are unfinished: recovery reads each path once more, in order,
+// and writes it back; the first Put is kept, and neither key's next
+// access reads the path storage saw read when the crash came. A recovery
+// that keeps only the last unfinished read (leakRecoveryKeepsLastRead)
+// leaves the second key's block on its path, and its next access reads
+// it again.
+func TestCrashWithTwoReadsUnfinished(t *testing.T) {
+	for name, lk := range map[string]leak{"finished": noLeak, "one kept (leak)": leakRecoveryKeepsLastRead} {
+		t.Run(name, func(t *testing.T) {
+			err := crashWithTwoReadsUnfinished(t, lk)
+			t.Logf("view: %v", err)
+			if lk == noLeak && err != nil || lk != noLeak && !errors.Is(err, durabletest.ErrReadAgain) {
+				t.Fatalf("view: %v", err)
+			}
+		})
+	}
+}
+
+// crashWithTwoReadsUnfinished runs TestCrashWithTwoReadsUnfinished with
+// leak lk in the recovered store, and returns what is wrong with
+// storage's view of the recovery and of the keys' next accesses.
+func crashWithTwoReadsUnfinished(t *testing.T, lk leak) error {
+	keys, dir, m := kvtest.NewKeys(t), t.TempDir(), mem.New()
+	cut := &durabletest.CutAfterRead{Backend: m}
+	h := openHeld(t, cut, keys, dir, true)
+	for i := range 10 {
+		if err := h.s.Put(t.Context(), fmt.Sprint("k", i), []byte("v")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h.j.Hold()
+	a := h.goPut("k1", "a")
+	h.awaitSync(t, "a's read planned", a)
+	b := h.goPut("k3", "b")
+	c := h.goPut("k5", "c")
+	h.j.Release()
+	h.awaitSync(t, "a's write-back with b's and c's reads planned", a, b, c)
+	h.awaitSync(t, "a's write-back with b's and c's reads planned, asked again", a, b, c)
+	h.j.Release()
+	h.j.Release()
+	h.awaitSync(t, "a's write-back, issued by b after its read", a, b, c)
+	cut.Crash(h.raw) // the next Read, c's, is the last storage serves
+	h.j.Release()
+	// b hands its write-back to c, and both ask for the Sync of b's
+	// record; c only once it has read, and the journal has died.
+	h.awaitSync(t, "b's write-back", b, c)
+	h.awaitSync(t, "b's write-back, asked again", b, c)
+	if err := <-a; err != nil {
+		t.Fatal(err)
+	}
+	h.j.ReleaseAll()
+	if err := <-b; err == nil {
+		t.Fatal("a Put whose record a crash cut short succeeded")
+	}
+	if err := <-c; err == nil {
+		t.Fatal("a Put cut short by a crash succeeded")
+	}
+	planned := h.traced[len(h.traced)-2:]
+	if planned[0].id != tree.IDOf(keys, "k3") || planned[1].id != tree.IDOf(keys, "k5") {
+		t.Fatal("the last two reads planned are not b's and c's")
+	}
+	layout, g := tree.Layout{Prefix: treePrefix}, tree.NewGeometry(64)
+	pathOf := func(leaf uint64) []string { return layout.Addrs(g.Path(leaf, nil), nil) }
+	h.s.Close()
+	m.Reopen()
+	h = openLeaky(t, m, keys, dir, false, lk)
+	t.Cleanup(func() { h.j.ReleaseAll(); h.s.Close(); h.raw.Close() })
+	var errs []error
+	var reads [][]string
+	for _, r := range h.log.Records() {
+		if r.Op == observe.OpRead && strings.HasPrefix(r.Addrs[0], treePrefix) {
+			reads = append(reads, r.Addrs)
+		}
+	}
+	if len(reads) != 2 || !slices.Equal(reads[0], pathOf(planned[0].leaf)) || !slices.Equal(reads[1], pathOf(planned[1].leaf)) {
+		errs = append(errs, fmt.Errorf("recovery made %d Reads of the tree; want b's path, then c's", len(reads)))
+	}
+	for i, k := range []string{"k3", "k5"} {
+		from := len(h.log.Records())
+		if _, _, err := h.s.Get(t.Context(), k); err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range h.log.Records()[from:] {
+			if r.Op == observe.OpRead && slices.Equal(r.Addrs, pathOf(planned[i].leaf)) {
+				errs = append(errs, fmt.Errorf("%s: %w", k, durabletest.ErrReadAgain))
+			}
+		}
+	}
+	if got, ok, err := h.s.Get(t.Context(), "k1"); err != nil || !ok || string(got) != "a" {
+		t.Fatalf("Get(k1) after recovery = %q, %v, %v; want the acknowledged %q", got, ok, err, "a")
+	}
+	return errors.Join(errs...)
 }

@@ -46,14 +46,24 @@
 // path is read again and written back with the block on a fresh leaf, so
 // the block's next access never reads the path storage saw read.
 //
-// Group commit: when another access is already waiting for its turn as
-// one writes back, the waiting access's path read is journaled with the
-// write-back's record and both are made durable by one fsync; the waiting
-// access then reads without an fsync of its own. The order storage sees
-// is unchanged (each access's Read after its plan is durable, its Write
-// after its record is, the next Read after that Write), no access answers
-// before its record is durable, and the periodic checkpoint leaves a read
-// planned ahead after it, for recovery to finish if a crash comes first.
+// Group commit, with the fsync off the serial path: an access journals,
+// with its write-back, the path reads of up to two accesses waiting for
+// their turns (a block is planned only if no access planned before it is
+// for the same block), and when another access waits, it hands its
+// write-back to that access instead of waiting for its record's fsync
+// itself. The next access then reads its own path while that fsync runs
+// (its read was made durable by an fsync before), taking the buckets the
+// write-back in flight rewrites from it rather than from storage, and
+// issues the write-back once its record is durable, before its own. So
+// storage sees the next access's Read before the Write of the access
+// before it, never a Write before its record is durable, and a Read only
+// once its plan is; no access answers before its write-back is issued.
+// A crash can leave two accesses cut short after their reads; recovery
+// finishes both, in order. An access after which a checkpoint is due (a
+// count of accesses, never of records, whose number depends on which
+// keys are queued) writes back itself, and the checkpoint journals the
+// reads planned ahead again after it, for recovery to finish if a crash
+// comes first.
 package pathoram
 
 import (
@@ -99,6 +109,8 @@ type store struct {
 	// loadCut: the last record replayed began a bulk load, never
 	// checkpointed (recover writes the tree afresh).
 	loadCut bool
+	// accesses counts the accesses since the last checkpoint (due).
+	accesses uint64
 
 	// Copies of the counters for Stats, which never waits for an access.
 	keyCount, stashSize, stashMax atomic.Int64
@@ -157,16 +169,13 @@ func (s *store) publish() {
 
 // Update implements kv.Updater: every mutation is one access, as a Get is
 // (kv.ByUpdate). A new key in a full store still costs a full access, then
-// fails with kv.ErrFull.
+// fails with kv.ErrFull. An access that leaves its write-back in flight
+// for the next (remote.writePath) returns once the next has issued it.
 func (s *store) Update(ctx context.Context, key string, m kv.Mutation) (kv.Result, error) {
-	id := tree.IDOf(s.keys, key)
-	s.turns.take(&turn{access: true, block: id})
-	defer s.turns.done()
-	res, err := s.o.access(ctx, id, key, m, s.turns.next)
-	if err == nil && s.log.Due() {
-		err = s.checkpoint(ctx)
+	res, w, err := s.update(ctx, key, m)
+	if w != nil && err == nil {
+		err = w.Wait()
 	}
-	s.publish()
 	switch {
 	case err != nil:
 		return kv.Result{}, fmt.Errorf("pathoram: %w", err)
@@ -174,6 +183,35 @@ func (s *store) Update(ctx context.Context, key string, m kv.Mutation) (kv.Resul
 		return kv.Result{}, fmt.Errorf("%w: %d keys", kv.ErrFull, s.o.capacity)
 	}
 	return res.Result, res.rejected
+}
+
+// update is Update's access, in its turn. It issues the write-back in
+// flight if the access did not, and checkpoints when one is due, which
+// an access then never leaves in flight.
+func (s *store) update(ctx context.Context, key string, m kv.Mutation) (result, *writeBack, error) {
+	id := tree.IDOf(s.keys, key)
+	s.turns.take(&turn{access: true, block: id})
+	defer s.turns.done()
+	defer s.publish()
+	s.accesses++
+	due := s.due()
+	res, w, err := s.o.access(ctx, id, key, m, s.turns.upcoming, !due)
+	if w == nil {
+		s.remote.finishInflight()
+		if err == nil && due {
+			err = s.checkpoint(ctx)
+		}
+	}
+	return res, w, err
+}
+
+// due reports whether a checkpoint is due after the access running. It
+// counts accesses, two records each (its path read's and its
+// write-back's), never the records themselves: how many reads are
+// planned ahead when it is asked depends on which keys are queued, and
+// storage sees when a checkpoint comes.
+func (s *store) due() bool {
+	return s.log.Durable() && 2*s.accesses >= s.log.Every()
 }
 
 // JournalsEveryWrite implements kv.WriteJournaler: every backend write

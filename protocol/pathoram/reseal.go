@@ -15,7 +15,7 @@ import (
 func (s *store) ResealState() ([]byte, error) {
 	s.turns.exclusive()
 	defer s.turns.done()
-	if s.remote.pending != nil || s.remote.broken != nil {
+	if s.remote.behind() || s.remote.broken != nil {
 		return nil, errors.New("pathoram: storage is behind the store's state; start it and stop it cleanly first")
 	}
 	return kv.EncodeNumbers(s.remote.versions), nil

@@ -16,7 +16,9 @@ import (
 // sealing, so the stash can be measured over many accesses in seconds.
 type simPaths struct{ buckets [][]tree.Block }
 
-func (s *simPaths) planRead(context.Context, uint64, tree.BlockID) error { return nil }
+func (s *simPaths) planRead(uint64, tree.BlockID) uint64 { return 0 }
+
+func (s *simPaths) awaitPlan(uint64) error { return nil }
 
 func (s *simPaths) readPath(_ context.Context, path []uint64) ([][]tree.Block, error) {
 	out := make([][]tree.Block, len(path))
@@ -26,11 +28,11 @@ func (s *simPaths) readPath(_ context.Context, path []uint64) ([][]tree.Block, e
 	return out, nil
 }
 
-func (s *simPaths) writePath(_ context.Context, path []uint64, contents [][]tree.Block, _ func() []byte, _ *plannedRead) error {
+func (s *simPaths) writePath(_ context.Context, path []uint64, contents [][]tree.Block, _ func() []byte, _ []plannedRead, _ bool) (*writeBack, error) {
 	for i, b := range path {
 		s.buckets[b] = append(s.buckets[b][:0], contents[i]...)
 	}
-	return nil
+	return nil, nil
 }
 
 func simID(i int) tree.BlockID {
@@ -63,15 +65,19 @@ func simStash(t *testing.T, n, accesses int, seed byte) int {
 	ctx := context.Background()
 	var buf [8]byte
 	for i, k := range ks {
-		next := func() (tree.BlockID, bool) { // each access's read planned by the one before
-			return simID(ks[min(i+1, len(ks)-1)]), i+1 < len(ks)
+		next := func(n int) []tree.BlockID { // each access's read planned by one before
+			var ids []tree.BlockID
+			for _, k := range ks[i+1 : min(i+1+n, len(ks))] {
+				ids = append(ids, simID(k))
+			}
+			return ids
 		}
 		m := kv.Mutation{Op: kv.MutRead}
 		if i%2 == 1 {
 			model[k]++
 			m = kv.Mutation{Op: kv.MutSet, Arg: binary.BigEndian.AppendUint64(buf[:0], model[k])}
 		}
-		res, err := o.access(ctx, simID(k), strconv.Itoa(k), m, next)
+		res, _, err := o.access(ctx, simID(k), strconv.Itoa(k), m, next, false)
 		if err != nil || !res.Found {
 			t.Fatalf("access %d to key %d: found %v, %v", i, k, res.Found, err)
 		}

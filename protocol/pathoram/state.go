@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/oblivkv/oblivkv/internal/durable/delta"
 	"github.com/oblivkv/oblivkv/kv"
@@ -87,10 +88,9 @@ func (s *store) Apply(rec []byte) error {
 		if err := d.Done(); err != nil {
 			return err
 		}
-		o.unfinished = &p
+		o.unfinished = append(o.unfinished, p)
 		return nil
 	case deltaAccess:
-		o.unfinished = nil
 	default:
 		return fmt.Errorf("%w: journal delta of kind %d", errMalformed, rec[0])
 	}
@@ -116,6 +116,7 @@ func (s *store) Apply(rec []byte) error {
 	if err := d.Done(); err != nil {
 		return err
 	}
+	o.unfinished = slices.DeleteFunc(o.unfinished, func(p plannedRead) bool { return p.id == id && p.leaf == leaf })
 	switch position {
 	case positionNone:
 		delete(o.pos, id)
@@ -141,25 +142,26 @@ func (s *store) Apply(rec []byte) error {
 }
 
 // checkpoint replaces the journal by the state, once the last write-back
-// is on storage. The state does not hold the unfinished access: one
-// whose read storage may have seen is finished first; a read planned
-// ahead, the journal's last record, stays after the checkpoint, and a
-// crash before its access writes back finishes it at recovery.
+// is on storage. The state does not hold the unfinished accesses: one
+// whose read storage may have seen is finished first; the reads planned
+// ahead are journaled again after the checkpoint, and a crash before
+// their accesses write back finishes them at recovery.
 func (s *store) checkpoint(ctx context.Context) error {
-	ahead := s.o.unfinished != nil && s.o.unfinished.ahead
-	if !ahead {
-		if err := s.o.finishUnfinished(ctx); err != nil {
-			return err
-		}
+	o := s.o
+	if err := o.finishUnfinished(ctx, func(p plannedRead) bool { return p.ahead }); err != nil {
+		return err
 	}
 	if err := s.remote.settle(ctx); err != nil {
 		return err
 	}
-	at := s.log.Last()
-	if ahead && at > 0 { // at is 0 in a log that keeps nothing
-		at--
+	if err := s.log.Checkpoint(ctx, s.encodeState(), s.log.Last()); err != nil {
+		return err
 	}
-	return s.log.Checkpoint(ctx, s.encodeState(), at)
+	s.accesses = 0
+	for i := range o.unfinished {
+		o.unfinished[i].lsn = s.remote.planRead(o.unfinished[i].leaf, o.unfinished[i].id)
+	}
+	return nil
 }
 
 // recover rebuilds the trusted state from the journal (durable.Log.Replay):
@@ -177,8 +179,11 @@ func (s *store) recover(ctx context.Context) error {
 			return err
 		}
 	}
-	if s.opts.TestingKnobs.Leak == leakRecoveryForgetsReads {
+	switch u := s.o.unfinished; {
+	case s.opts.TestingKnobs.Leak == leakRecoveryForgetsReads:
 		s.o.unfinished = nil
+	case s.opts.TestingKnobs.Leak == leakRecoveryKeepsLastRead && len(u) > 1:
+		s.o.unfinished = u[len(u)-1:]
 	}
 	if s.loadCut {
 		o := s.o

@@ -8,10 +8,9 @@ import (
 
 // turns runs a store's operations one at a time, in the order they
 // arrive (a lock that is handed over first come, first served), and
-// tells the operation running what the next one is: the access running
-// journals the next access's path read with its own write-back, in one
-// fsync (oram.run), and the operation handed the turn next is that
-// access.
+// tells the operation running which accesses come next: the access
+// running journals their path reads with its own write-back (oram.run),
+// and the operations handed the turn next are those accesses, in order.
 type turns struct {
 	mu      sync.Mutex
 	busy    bool
@@ -54,15 +53,19 @@ func (t *turns) told() {
 // caller calls done when it ends.
 func (t *turns) exclusive() { t.take(&turn{}) }
 
-// next returns the block of the access whose turn comes next, if the
-// next turn is an access's.
-func (t *turns) next() (tree.BlockID, bool) {
+// upcoming returns the blocks of the accesses whose turns come next, in
+// order, up to n, ending at the first turn that is not an access's.
+func (t *turns) upcoming(n int) []tree.BlockID {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if len(t.waiting) == 0 || !t.waiting[0].access {
-		return tree.BlockID{}, false
+	var ids []tree.BlockID
+	for _, w := range t.waiting {
+		if len(ids) == n || !w.access {
+			break
+		}
+		ids = append(ids, w.block)
 	}
-	return t.waiting[0].block, true
+	return ids
 }
 
 // done ends the running turn and hands over to the next.

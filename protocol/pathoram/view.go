@@ -14,7 +14,9 @@ import (
 // IV-A, this package) whose buckets are addresses of layout: it
 // returns the path read of every Read of a whole root-to-leaf path, and
 // the violations of the access shape: a Read of a path, then a Write of
-// the same addresses, every bucket of bucketSize bytes. Checkpoints'
+// the same addresses, every bucket of bucketSize bytes. The next access
+// may read before that Write (remote.writePath), so the Write of a path
+// comes after its Read, and after at most one more Read. Checkpoints'
 // anchor writes are left out.
 func pathAccesses(g tree.Geometry, layout tree.Layout, bucketSize int, recs []observe.Record) ([]audit.PathRead, []string) {
 	var reads []audit.PathRead
@@ -22,13 +24,26 @@ func pathAccesses(g tree.Geometry, layout tree.Layout, bucketSize int, recs []ob
 	bad := func(r observe.Record, format string, args ...any) {
 		violations = append(violations, fmt.Sprintf("call %d (%v): ", r.Seq, r.Op)+fmt.Sprintf(format, args...))
 	}
-	for i, r := range recs {
+	sized := func(r observe.Record) {
+		if slices.ContainsFunc(r.Sizes, func(n int) bool { return n != bucketSize }) {
+			bad(r, "a bucket of other than %d bytes", bucketSize)
+		}
+	}
+	var unwritten []observe.Record // path reads whose write-backs are to come, oldest first
+	for _, r := range recs {
 		if durable.IsAnchorWrite(r) {
 			continue
 		}
+		sized(r)
 		if r.Op != observe.OpRead {
-			if i == 0 || recs[i-1].Op != observe.OpRead {
+			switch {
+			case len(unwritten) == 0:
 				bad(r, "not the write-back of a path read")
+			case !slices.Equal(r.Addrs, unwritten[0].Addrs):
+				bad(r, "wrote %d addresses after reading the %d of a path", len(r.Addrs), len(unwritten[0].Addrs))
+			}
+			if len(unwritten) > 0 {
+				unwritten = unwritten[1:]
 			}
 			continue
 		}
@@ -38,18 +53,14 @@ func pathAccesses(g tree.Geometry, layout tree.Layout, bucketSize int, recs []ob
 			continue
 		}
 		reads = append(reads, audit.PathReadOf(r, leaf))
-		switch {
-		case i+1 == len(recs) || recs[i+1].Op != observe.OpWrite:
-			bad(r, "a path read without its write-back")
-		case !slices.Equal(recs[i+1].Addrs, r.Addrs):
-			bad(recs[i+1], "wrote %d addresses after reading the %d of a path", len(recs[i+1].Addrs), len(r.Addrs))
+		if len(unwritten) == 2 {
+			bad(unwritten[0], "a path read without its write-back")
+			unwritten = unwritten[1:]
 		}
-		for j := range r.Sizes {
-			if r.Sizes[j] != bucketSize || i+1 < len(recs) && j < len(recs[i+1].Sizes) && recs[i+1].Sizes[j] != bucketSize {
-				bad(r, "a bucket of other than %d bytes", bucketSize)
-				break
-			}
-		}
+		unwritten = append(unwritten, r)
+	}
+	for _, r := range unwritten {
+		bad(r, "a path read without its write-back")
 	}
 	return reads, violations
 }
