@@ -187,7 +187,8 @@ func (s *store) Update(ctx context.Context, key string, m kv.Mutation) (kv.Resul
 
 // update is Update's access, in its turn. It issues the write-back in
 // flight if the access did not, and checkpoints when one is due, which
-// an access then never leaves in flight.
+// an access then never leaves in flight; nor does an access of a store
+// without a journal, which has no fsync to hide.
 func (s *store) update(ctx context.Context, key string, m kv.Mutation) (result, *writeBack, error) {
 	id := tree.IDOf(s.keys, key)
 	s.turns.take(&turn{access: true, block: id})
@@ -195,7 +196,7 @@ func (s *store) update(ctx context.Context, key string, m kv.Mutation) (result, 
 	defer s.publish()
 	s.accesses++
 	due := s.due()
-	res, w, err := s.o.access(ctx, id, key, m, s.turns.upcoming, !due)
+	res, w, err := s.o.access(ctx, id, key, m, s.turns.upcoming, s.log.Durable() && !due)
 	if w == nil {
 		s.remote.finishInflight()
 		if err == nil && due {
