@@ -36,7 +36,8 @@ type Spec struct {
 	// defaults (0: the runner's default).
 	Ops int
 	// Journal opens the store with a journal during an audit, for a
-	// protocol whose checkpoints are part of what storage sees.
+	// protocol whose checkpoints, or whose order of calls, are part of
+	// what storage sees and depend on it.
 	Journal bool
 	// Pace, when set, hands the protocol's clock to the audit: from the
 	// options the audit was given (nil: the defaults) it makes the

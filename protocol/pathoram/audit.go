@@ -9,8 +9,11 @@ import (
 
 // auditSpec is Path ORAM's registration with `oblivkv audit`: its
 // clients run freely, and analyse makes its checks of storage's view.
+// The store is journaled, as served: only then does an access hand its
+// write-back to the next, so that storage sees the next Read first.
 var auditSpec = &auditspec.Spec{
 	Prefixes: []string{treePrefix},
+	Journal:  true,
 	Analyse:  analyse,
 	Plots:    map[string]auditspec.Plot{"leaf": tree.LeafPlot},
 }
