@@ -10,6 +10,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/oblivkv/oblivkv/backend"
 	"github.com/oblivkv/oblivkv/backend/mem"
@@ -152,10 +153,18 @@ func (h *heldStore) awaitSync(t *testing.T, what string, ops ...<-chan error) {
 	for _, op := range ops {
 		cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(op)})
 	}
-	if i, v, _ := reflect.Select(cases); i > 0 {
+	cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(time.After(syncWait))})
+	switch i, v, _ := reflect.Select(cases); {
+	case i == len(cases)-1:
+		t.Fatalf("%s: no journal Sync came within %v", what, syncWait)
+	case i > 0:
 		t.Fatalf("%s: operation %d returned (%v) before its journal record was synced", what, i-1, v)
 	}
 }
+
+// syncWait bounds awaitSync's wait: far beyond any Sync's, so that a
+// store that never asks for the one awaited fails instead of hanging.
+const syncWait = time.Minute
 
 // pending fails the test if an operation of ops has returned.
 func pending(t *testing.T, what string, ops ...<-chan error) {
