@@ -15,10 +15,10 @@ import (
 // paths is the untrusted side of the ORAM as one access sees it: read the
 // buckets of a path, write them back.
 type paths interface {
-	// planRead journals that the access to block id is about to read the
-	// path of leaf (journalRead), so that recovery finishes it, and
+	// planRead journals that the access to p.id is about to read the
+	// path of p.leaf (journalRead), so that recovery finishes it, and
 	// returns its record's LSN; awaitPlan waits until it is durable.
-	planRead(leaf uint64, id tree.BlockID) uint64
+	planRead(p plannedRead) uint64
 	awaitPlan(lsn uint64) error
 	// readPath returns the real blocks of each bucket of path, root first,
 	// read in one backend call.
@@ -98,10 +98,13 @@ func newORAM(g tree.Geometry, z, capacity, valueSize int, io paths, seed random.
 // power of two, so masking keeps it uniform).
 func (o *oram) randomLeaf() uint64 { return o.rng.Uint64() & (o.g.Leaves() - 1) }
 
-// plannedRead is an access's path read: the block and the leaf.
+// plannedRead is an access's path read: the block and the leaf, and the
+// leaf the access moves the block to, drawn when the read is planned, so
+// that a read planned after it for the same block reads that leaf.
 type plannedRead struct {
 	id   tree.BlockID
 	leaf uint64
+	next uint64
 	lsn  uint64 // its record's
 	// ahead: journaled with an earlier access's write-back for an access
 	// whose turn comes later, which storage has not seen read yet.
@@ -113,13 +116,19 @@ type plannedRead struct {
 // access reads while the last write-back's record is synced.
 const maxAhead = 2
 
-// upcoming tells the access running which blocks the accesses whose
-// turns come next are for, in order, up to n of them: as many as are
-// known yet.
-type upcoming func(n int) []tree.BlockID
+// upcomingAccess is an access whose turn comes later: its block, and
+// whether it only reads it (a Get).
+type upcomingAccess struct {
+	block tree.BlockID
+	read  bool
+}
+
+// upcoming tells the access running which accesses have their turns
+// next, in order, up to n of them: as many as are known yet.
+type upcoming func(n int) []upcomingAccess
 
 // noneUpcoming is the upcoming of an access with none known after it.
-func noneUpcoming(int) []tree.BlockID { return nil }
+func noneUpcoming(int) []upcomingAccess { return nil }
 
 // access performs one Path ORAM access (TaoStore Sec. IV-A, steps 1-3):
 // read the path of the block's leaf (a uniformly random leaf for a block
@@ -135,8 +144,8 @@ func (o *oram) access(ctx context.Context, id tree.BlockID, key string, m kv.Mut
 		return result{}, nil, err
 	}
 	if len(o.unfinished) == 0 {
-		p := o.planFor(id)
-		p.lsn = o.io.planRead(p.leaf, p.id)
+		p := o.planFor(upcomingAccess{block: id, read: m.Op == kv.MutRead}, nil)
+		p.lsn = o.io.planRead(p)
 		o.planned(p)
 	}
 	if err := o.io.awaitPlan(o.unfinished[0].lsn); err != nil {
@@ -145,18 +154,37 @@ func (o *oram) access(ctx context.Context, id tree.BlockID, key string, m kv.Mut
 	return o.run(ctx, key, m, next, handOff)
 }
 
-// planFor chooses the path the access to block id reads: its leaf, or a
-// uniformly random one if the position map does not hold it.
-func (o *oram) planFor(id tree.BlockID) plannedRead {
-	leaf, known := o.pos[id]
+// planFor chooses the path access a reads: the leaf the last access
+// planned before it for the same block moves the block to, else the
+// block's leaf, or a uniformly random one if the position map does not
+// hold it. It draws the leaf the access moves the block to (nextLeaf).
+func (o *oram) planFor(a upcomingAccess, before []plannedRead) plannedRead {
+	leaf, known := o.pos[a.block]
+	for _, p := range before {
+		if p.id == a.block {
+			leaf, known = p.next, true
+		}
+	}
 	switch {
 	case known:
 	case o.leak == leakMissingKeyedLeaf:
-		leaf = o.keyedLeaf(id)
+		leaf = o.keyedLeaf(a.block)
 	default:
 		leaf = o.randomLeaf()
 	}
-	return plannedRead{id: id, leaf: leaf}
+	return plannedRead{id: a.block, leaf: leaf, next: o.nextLeaf(a, leaf)}
+}
+
+// nextLeaf draws the leaf access a moves its block to, having read
+// leaf's path: a fresh uniformly random one (Sec. IV-A step 1).
+func (o *oram) nextLeaf(a upcomingAccess, leaf uint64) uint64 {
+	switch {
+	case o.leak == leakGetKeepsLeaf && a.read:
+		return leaf
+	case o.leak == leakKeyedRemap || o.leak == leakChainedRemap:
+		return o.leakedRemap(a.block, leaf)
+	}
+	return o.randomLeaf()
 }
 
 // planned makes p, journaled, the last unfinished access: it stays so
@@ -168,25 +196,23 @@ func (o *oram) planned(p plannedRead) {
 	}
 }
 
-// planAhead plans the path reads of the accesses for ids, which follow
-// in that order, up to maxAhead unfinished after the access running, to be journaled with its
-// write-back. The access running has changed the position map already;
-// a block is planned only if no access planned before it is for the same
-// block, since that access would move it.
-func (o *oram) planAhead(ids []tree.BlockID) []plannedRead {
+// planAhead plans the path reads of the accesses next, which follow in
+// that order, up to maxAhead unfinished after the access running, to be
+// journaled with its write-back. The access running has changed the
+// position map already; an access planned before for the same block
+// gives the leaf it moves the block to (planFor), so reads are planned
+// ahead whatever the keys, and when a read is planned tells storage
+// nothing of them.
+func (o *oram) planAhead(next []upcomingAccess) []plannedRead {
 	before := o.unfinished[1:]
 	for i, p := range before {
-		if i >= len(ids) || ids[i] != p.id {
+		if i >= len(next) || next[i].block != p.id {
 			return nil // not the accesses planned: plan no more
 		}
 	}
 	var out []plannedRead
-	for _, id := range ids[min(len(before), len(ids)):] {
-		if slices.ContainsFunc(before, func(p plannedRead) bool { return p.id == id }) ||
-			slices.ContainsFunc(out, func(p plannedRead) bool { return p.id == id }) {
-			break
-		}
-		p := o.planFor(id)
+	for _, a := range next[min(len(before), len(next)):] {
+		p := o.planFor(a, append(slices.Clip(before), out...))
 		p.ahead = true
 		out = append(out, p)
 	}
@@ -234,9 +260,9 @@ func (o *oram) run(ctx context.Context, key string, m kv.Mutation, next upcoming
 		return result{}, nil, err
 	}
 	o.flush(p.leaf)
-	ids := next(maxAhead)
-	ahead := o.planAhead(ids)
-	w, err := o.io.writePath(ctx, o.path, o.contents, func() []byte { return o.journalDelta(p.leaf, p.id, res.named) }, ahead, handOff && len(ids) > 0)
+	upcoming := next(maxAhead)
+	ahead := o.planAhead(upcoming)
+	w, err := o.io.writePath(ctx, o.path, o.contents, func() []byte { return o.journalDelta(p.leaf, p.id, res.named) }, ahead, handOff && len(upcoming) > 0)
 	o.unfinished = slices.Delete(o.unfinished, 0, 1) // committed: written, in flight or queued (writePath)
 	if err == nil {
 		for _, a := range ahead {
@@ -267,9 +293,10 @@ func (o *oram) gather(buckets [][]tree.Block) {
 }
 
 // apply runs the mutation on the working set of p's access and, if the
-// block exists afterwards, assigns it a fresh uniformly random leaf (Sec.
-// IV-A step 1); a write that stores the block keeps key as its name. It
-// changes nothing when it fails.
+// block exists afterwards, assigns it p.next, the fresh uniformly random
+// leaf drawn when its read was planned (Sec. IV-A step 1); a write that
+// stores the block keeps key as its name. It changes nothing when it
+// fails.
 func (o *oram) apply(p plannedRead, key string, known bool, m kv.Mutation) (result, error) {
 	id := p.id
 	i := o.find(id)
@@ -300,13 +327,9 @@ func (o *oram) apply(p plannedRead, key string, known bool, m kv.Mutation) (resu
 	if _, named := o.names[id]; i >= 0 && r.Written && !named {
 		o.names[id], res.named = key, true
 	}
-	if i >= 0 && !(o.leak == leakGetKeepsLeaf && m.Op == kv.MutRead) {
-		leaf := o.randomLeaf()
-		if o.leak == leakKeyedRemap || o.leak == leakChainedRemap {
-			leaf = o.leakedRemap(id, p.leaf)
-		}
-		o.pos[id] = leaf
-		o.work[i].leaf = leaf
+	if i >= 0 {
+		o.pos[id] = p.next
+		o.work[i].leaf = p.next
 	}
 	return res, nil
 }

@@ -462,3 +462,53 @@ func crashWithTwoReadsUnfinished(t *testing.T, lk leak) error {
 	}
 	return errors.Join(errs...)
 }
+
+// TestOneKeyReadsPlannedAhead: three accesses to one key queued (two
+// Puts, then a Get). The first journals the next two's reads with its
+// write-back, the third's on the leaf the second moves the block to, so
+// the third reads while the second's record is being synced, as an
+// access to any other key would: when a read comes tells storage
+// nothing of which keys follow one another. The Get returns the second
+// Put's value.
+func TestOneKeyReadsPlannedAhead(t *testing.T) {
+	h := openHeld(t, mem.New(), kvtest.NewKeys(t), t.TempDir(), true)
+	t.Cleanup(func() { h.j.ReleaseAll(); h.s.Close(); h.raw.Close() })
+	if err := h.s.Put(t.Context(), "k", []byte("v")); err != nil {
+		t.Fatal(err)
+	}
+	h.j.Hold()
+	a := h.goPut("k", "a")
+	h.awaitSync(t, "a's read planned", a)
+	b := h.goPut("k", "b")
+	got := make(chan string, 1)
+	c := h.start(func(ctx context.Context) error {
+		v, _, err := h.s.Get(ctx, "k")
+		got <- string(v)
+		return err
+	})
+	reads := len(h.log.Records())
+	h.j.HoldAfter(h.raw.Last() + 3) // a's record and b's and c's reads go through
+	h.j.Release()
+	h.awaitSync(t, "b's write-back", b, c)
+	h.awaitSync(t, "b's write-back, asked again", b, c)
+	var seen []observe.Record
+	for _, r := range h.log.Records()[reads:] {
+		if r.Op == observe.OpRead {
+			seen = append(seen, r)
+		}
+	}
+	planned := h.traced[len(h.traced)-1]
+	want := tree.Layout{Prefix: treePrefix}.Addrs(tree.NewGeometry(64).Path(planned.leaf, nil), nil)
+	if len(seen) != 3 || !slices.Equal(seen[2].Addrs, want) {
+		t.Fatalf("with b's record not durable, storage saw %d path reads; want a's, b's and c's, on the leaf planned for c", len(seen))
+	}
+	h.j.ReleaseAll()
+	for i, op := range []<-chan error{a, b, c} {
+		if err := <-op; err != nil {
+			t.Fatalf("operation %d: %v", i, err)
+		}
+	}
+	if v := <-got; v != "b" {
+		t.Fatalf("the Get returned %q; want the Put before it, %q", v, "b")
+	}
+}

@@ -48,8 +48,7 @@
 //
 // Group commit, with the fsync off the serial path: an access journals,
 // with its write-back, the path reads of up to two accesses waiting for
-// their turns (a block is planned only if no access planned before it is
-// for the same block), and when another access waits, it hands its
+// their turns, and when another access waits, it hands its
 // write-back to that access instead of waiting for its record's fsync
 // itself. The next access then reads its own path while that fsync runs
 // (its read was made durable by an fsync before), taking the buckets the
@@ -58,8 +57,12 @@
 // storage sees the next access's Read before the Write of the access
 // before it, never a Write before its record is durable, and a Read only
 // once its plan is; no access answers before its write-back is issued.
-// A crash can leave two accesses cut short after their reads; recovery
-// finishes both, in order. An access after which a checkpoint is due (a
+// A planned read also fixes the leaf its access moves the block to, so
+// that a read planned after it for the same block reads that leaf: reads
+// are planned two ahead whatever the keys, and when a read comes tells
+// storage nothing of which keys follow one another. A crash can leave
+// two accesses cut short after their reads; recovery finishes both, in
+// order, each moving its block to the leaf planned. An access after which a checkpoint is due (a
 // count of accesses, never of records, whose number depends on which
 // keys are queued) writes back itself, and the checkpoint journals the
 // reads planned ahead again after it, for recovery to finish if a crash
@@ -191,7 +194,7 @@ func (s *store) Update(ctx context.Context, key string, m kv.Mutation) (kv.Resul
 // without a journal, which has no fsync to hide.
 func (s *store) update(ctx context.Context, key string, m kv.Mutation) (result, *writeBack, error) {
 	id := tree.IDOf(s.keys, key)
-	s.turns.take(&turn{access: true, block: id})
+	s.turns.take(&turn{access: true, upcomingAccess: upcomingAccess{block: id, read: m.Op == kv.MutRead}})
 	defer s.turns.done()
 	defer s.publish()
 	s.accesses++

@@ -81,8 +81,8 @@ func (r *remote) behind() bool { return len(r.pending) > 0 || r.inflight != nil 
 
 // planRead journals an access's path read, to be durable before it is
 // issued (awaitPlan), and returns its record's LSN.
-func (r *remote) planRead(leaf uint64, id tree.BlockID) uint64 {
-	return r.log.Append(journalRead(leaf, id))
+func (r *remote) planRead(p plannedRead) uint64 {
+	return r.log.Append(journalRead(p))
 }
 
 // awaitPlan waits until the path read journaled at lsn is durable; a
@@ -186,7 +186,7 @@ func (r *remote) writePath(ctx context.Context, path []uint64, contents [][]tree
 	if r.log.Durable() {
 		w.lsn = r.log.Append(delta(), durable.Op{Items: items})
 		for i := range ahead {
-			ahead[i].lsn = r.planRead(ahead[i].leaf, ahead[i].id)
+			ahead[i].lsn = r.planRead(ahead[i])
 			w.lsn = ahead[i].lsn // one fsync makes them durable with the record
 		}
 		if handOff {

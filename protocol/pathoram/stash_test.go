@@ -16,7 +16,7 @@ import (
 // sealing, so the stash can be measured over many accesses in seconds.
 type simPaths struct{ buckets [][]tree.Block }
 
-func (s *simPaths) planRead(uint64, tree.BlockID) uint64 { return 0 }
+func (s *simPaths) planRead(plannedRead) uint64 { return 0 }
 
 func (s *simPaths) awaitPlan(uint64) error { return nil }
 
@@ -65,12 +65,12 @@ func simStash(t *testing.T, n, accesses int, seed byte) int {
 	ctx := context.Background()
 	var buf [8]byte
 	for i, k := range ks {
-		next := func(n int) []tree.BlockID { // each access's read planned by one before
-			var ids []tree.BlockID
-			for _, k := range ks[i+1 : min(i+1+n, len(ks))] {
-				ids = append(ids, simID(k))
+		next := func(n int) []upcomingAccess { // each access's read planned by one before
+			var next []upcomingAccess
+			for j, k := range ks[i+1 : min(i+1+n, len(ks))] {
+				next = append(next, upcomingAccess{block: simID(k), read: (i+1+j)%2 == 0})
 			}
-			return ids
+			return next
 		}
 		m := kv.Mutation{Op: kv.MutRead}
 		if i%2 == 1 {

@@ -29,11 +29,13 @@ const (
 	deltaRead                   // an access is about to read a path: its block and leaf
 )
 
-// journalRead describes the access to block id about to read leaf's path,
-// recorded before the read is issued; until the access's own record
-// follows, recovery finishes it (oram.finishUnfinished).
-func journalRead(leaf uint64, id tree.BlockID) []byte {
-	return binary.AppendUvarint(append([]byte{deltaRead}, id[:]...), leaf)
+// journalRead describes p, the access to p.id about to read p.leaf's
+// path, and the leaf it moves the block to; recorded before the read is
+// issued, until the access's own record follows, recovery finishes it
+// (oram.finishUnfinished). An earlier build's record has no next leaf.
+func journalRead(p plannedRead) []byte {
+	b := binary.AppendUvarint(append([]byte{deltaRead}, p.id[:]...), p.leaf)
+	return binary.AppendUvarint(b, p.next)
 }
 
 // How an access's record holds its block's position map entry. An
@@ -85,6 +87,10 @@ func (s *store) Apply(rec []byte) error {
 	case deltaRead:
 		p := plannedRead{id: readID(d), leaf: d.Uvarint()}
 		d.Check(p.leaf < o.g.Leaves(), "leaf")
+		if p.next = o.randomLeaf(); d.More() {
+			p.next = d.Uvarint()
+			d.Check(p.next < o.g.Leaves(), "leaf")
+		}
 		if err := d.Done(); err != nil {
 			return err
 		}
@@ -159,7 +165,7 @@ func (s *store) checkpoint(ctx context.Context) error {
 	}
 	s.accesses = 0
 	for i := range o.unfinished {
-		o.unfinished[i].lsn = s.remote.planRead(o.unfinished[i].leaf, o.unfinished[i].id)
+		o.unfinished[i].lsn = s.remote.planRead(o.unfinished[i])
 	}
 	return nil
 }

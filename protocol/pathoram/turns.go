@@ -2,8 +2,6 @@ package pathoram
 
 import (
 	"sync"
-
-	"github.com/oblivkv/oblivkv/protocol/tree"
 )
 
 // turns runs a store's operations one at a time, in the order they
@@ -18,12 +16,12 @@ type turns struct {
 	queued  func() // tests only (TestingKnobs.Queued)
 }
 
-// turn is one operation's place: an access's, with its block, or an
-// operation of the whole store's.
+// turn is one operation's place: an access's, with its block and
+// whether it only reads it, or an operation of the whole store's.
 type turn struct {
 	ready  chan struct{} // closed when the turn is handed over
 	access bool
-	block  tree.BlockID
+	upcomingAccess
 }
 
 // take waits for tn's turn.
@@ -53,19 +51,19 @@ func (t *turns) told() {
 // caller calls done when it ends.
 func (t *turns) exclusive() { t.take(&turn{}) }
 
-// upcoming returns the blocks of the accesses whose turns come next, in
-// order, up to n, ending at the first turn that is not an access's.
-func (t *turns) upcoming(n int) []tree.BlockID {
+// upcoming returns the accesses whose turns come next, in order, up to
+// n, ending at the first turn that is not an access's.
+func (t *turns) upcoming(n int) []upcomingAccess {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	var ids []tree.BlockID
+	var next []upcomingAccess
 	for _, w := range t.waiting {
-		if len(ids) == n || !w.access {
+		if len(next) == n || !w.access {
 			break
 		}
-		ids = append(ids, w.block)
+		next = append(next, w.upcomingAccess)
 	}
-	return ids
+	return next
 }
 
 // done ends the running turn and hands over to the next.
