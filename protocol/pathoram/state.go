@@ -87,9 +87,12 @@ func (s *store) Apply(rec []byte) error {
 	case deltaRead:
 		p := plannedRead{id: readID(d), leaf: d.Uvarint()}
 		d.Check(p.leaf < o.g.Leaves(), "leaf")
-		if p.next = o.randomLeaf(); d.More() {
+		switch {
+		case d.More():
 			p.next = d.Uvarint()
 			d.Check(p.next < o.g.Leaves(), "leaf")
+		default: // an earlier build's record
+			p.next = o.randomLeaf()
 		}
 		if err := d.Done(); err != nil {
 			return err
