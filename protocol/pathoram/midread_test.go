@@ -1,6 +1,7 @@
 package pathoram
 
 import (
+	"encoding/binary"
 	"errors"
 	"slices"
 	"testing"
@@ -10,6 +11,7 @@ import (
 	"github.com/oblivkv/oblivkv/kv"
 	"github.com/oblivkv/oblivkv/kv/kvtest"
 	"github.com/oblivkv/oblivkv/observe"
+	"github.com/oblivkv/oblivkv/protocol/tree"
 )
 
 // TestCrashMidReadFinished: the process dies after an access's path Read
@@ -64,5 +66,27 @@ func TestFailedReadFinished(t *testing.T) {
 	}
 	if got, ok, err := s.Get(t.Context(), "a"); err != nil || !ok || string(got) != "1" {
 		t.Fatalf("Get(a) = %q, %v, %v", got, ok, err)
+	}
+}
+
+// TestEarlierPlanRecord: a planned read an earlier build journaled has no
+// next leaf; replayed, it gets a fresh one, and a malformed one fails.
+func TestEarlierPlanRecord(t *testing.T) {
+	st, err := open(t.Context(), kv.Env{Backend: mem.New(), Keys: kvtest.NewKeys(t), Capacity: 64, ValueSize: 16, Fresh: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := st.(*store)
+	defer s.Close()
+	id := tree.IDOf(s.keys, "k")
+	earlier := binary.AppendUvarint(append([]byte{deltaRead}, id[:]...), 5)
+	if err := s.Apply(earlier); err != nil {
+		t.Fatal(err)
+	}
+	if u := s.o.unfinished; len(u) != 1 || u[0].id != id || u[0].leaf != 5 || u[0].next >= s.o.g.Leaves() {
+		t.Fatalf("unfinished after an earlier build's plan: %+v", u)
+	}
+	if err := s.Apply(binary.AppendUvarint(earlier, s.o.g.Leaves())); err == nil {
+		t.Fatal("a plan whose next leaf is beyond the tree applied")
 	}
 }
