@@ -190,6 +190,8 @@ func (r *remote) writePath(ctx context.Context, path []uint64, contents [][]tree
 			w.lsn = ahead[i].lsn // one fsync makes them durable with the record
 		}
 		if handOff {
+			// The fsync starts now, while the next access reads; an
+			// error is issue's to report, when it commits the record.
 			go r.log.Sync(w.lsn)
 		}
 	}
