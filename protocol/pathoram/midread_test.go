@@ -72,12 +72,7 @@ func TestFailedReadFinished(t *testing.T) {
 // TestEarlierPlanRecord: a planned read an earlier build journaled has no
 // next leaf; replayed, it gets a fresh one, and a malformed one fails.
 func TestEarlierPlanRecord(t *testing.T) {
-	st, err := open(t.Context(), kv.Env{Backend: mem.New(), Keys: kvtest.NewKeys(t), Capacity: 64, ValueSize: 16, Fresh: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := st.(*store)
-	defer s.Close()
+	s := openBare(t)
 	id := tree.IDOf(s.keys, "k")
 	earlier := binary.AppendUvarint(append([]byte{deltaRead}, id[:]...), 5)
 	if err := s.Apply(earlier); err != nil {
@@ -89,4 +84,33 @@ func TestEarlierPlanRecord(t *testing.T) {
 	if err := s.Apply(binary.AppendUvarint(earlier, s.o.g.Leaves())); err == nil {
 		t.Fatal("a plan whose next leaf is beyond the tree applied")
 	}
+}
+
+// TestReplayEndsOnlyTheAccessRecorded: two reads of one block planned on
+// one leaf (the first access's next leaf drawn equal to the leaf it read,
+// as happens by chance), then the first access's record: replay leaves
+// the second read unfinished, for recovery to finish.
+func TestReplayEndsOnlyTheAccessRecorded(t *testing.T) {
+	s := openBare(t)
+	p := plannedRead{id: tree.IDOf(s.keys, "k"), leaf: 5, next: 5}
+	for _, rec := range [][]byte{journalRead(p), journalRead(p), s.o.journalDelta(p.leaf, p.id, false)} {
+		if err := s.Apply(rec); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if u := s.o.unfinished; len(u) != 1 || u[0].id != p.id || u[0].leaf != p.leaf {
+		t.Fatalf("unfinished after two plans and the first access's record: %+v; want the second plan", u)
+	}
+}
+
+// openBare opens a fresh store of 64 keys of 16 bytes on memory storage,
+// without a journal, closed when the test ends.
+func openBare(t *testing.T) *store {
+	t.Helper()
+	st, err := open(t.Context(), kv.Env{Backend: mem.New(), Keys: kvtest.NewKeys(t), Capacity: 64, ValueSize: 16, Fresh: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	return st.(*store)
 }

@@ -125,7 +125,11 @@ func (s *store) Apply(rec []byte) error {
 	if err := d.Done(); err != nil {
 		return err
 	}
-	o.unfinished = slices.DeleteFunc(o.unfinished, func(p plannedRead) bool { return p.id == id && p.leaf == leaf })
+	// The access's own plan is the oldest of its block and leaf: a later
+	// plan of the block may read the same leaf (a next leaf drawn equal).
+	if i := slices.IndexFunc(o.unfinished, func(p plannedRead) bool { return p.id == id && p.leaf == leaf }); i >= 0 {
+		o.unfinished = slices.Delete(o.unfinished, i, i+1)
+	}
 	switch position {
 	case positionNone:
 		delete(o.pos, id)
