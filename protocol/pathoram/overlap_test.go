@@ -337,35 +337,6 @@ func TestCrashAroundReadPlannedAhead(t *testing.T) {
 	}
 }
 
-// crashAfterReads is storage that, once armed, crashes a journal after
-// serving a number of Reads.
-type crashAfterReads struct {
-	backend.Backend
-	mu    sync.Mutex
-	left  int
-	crash *journal.Journal
-}
-
-// crashAfter arms b to crash j once it has served n more Reads.
-func (b *crashAfterReads) crashAfter(n int, j *journal.Journal) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.left, b.crash = n, j
-}
-
-func (b *crashAfterReads) Read(ctx context.Context, addrs []string) ([][]byte, error) {
-	vals, err := b.Backend.Read(ctx, addrs)
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.crash != nil {
-		if b.left--; b.left == 0 {
-			b.crash.Crash()
-			b.crash = nil
-		}
-	}
-	return vals, err
-}
-
 // TestCrashWithTwoReadsUnfinished: three Puts queued, the first journals
 // the next two's path reads with its write-back; the second reads, hands
 // its write-back to the third, and the process dies once storage has
@@ -393,7 +364,7 @@ func TestCrashWithTwoReadsUnfinished(t *testing.T) {
 // storage's view of the recovery and of the keys' next accesses.
 func crashWithTwoReadsUnfinished(t *testing.T, lk leak) error {
 	keys, dir, m := kvtest.NewKeys(t), t.TempDir(), mem.New()
-	cut := &crashAfterReads{Backend: m}
+	cut := &durabletest.CutAfterRead{Backend: m}
 	h := openHeld(t, cut, keys, dir, true)
 	for i := range 10 {
 		if err := h.s.Put(t.Context(), fmt.Sprint("k", i), []byte("v")); err != nil {
@@ -410,7 +381,7 @@ func crashWithTwoReadsUnfinished(t *testing.T, lk leak) error {
 	// held. The journal dies once storage has served a's, b's and c's
 	// reads (b issues a's write-back between the last two).
 	h.j.HoldAfter(h.raw.Last() + 3)
-	cut.crashAfter(3, h.raw)
+	cut.CrashAfter(3, h.raw)
 	h.j.Release()
 	// b hands its write-back to c, and both ask for the Sync of b's
 	// record; c only once it has read, and the journal has died.

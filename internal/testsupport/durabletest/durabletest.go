@@ -123,14 +123,19 @@ type CutAfterRead struct {
 	backend.Backend
 	mu    sync.Mutex
 	crash Crasher
+	reads int // Reads left before the crash
 	fail  bool
 }
 
 // Crash arms the next Read to crash j once storage has served it.
-func (b *CutAfterRead) Crash(j Crasher) {
+func (b *CutAfterRead) Crash(j Crasher) { b.CrashAfter(1, j) }
+
+// CrashAfter arms the n-th Read from now to crash j once storage has
+// served it.
+func (b *CutAfterRead) CrashAfter(n int, j Crasher) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	b.crash = j
+	b.crash, b.reads = j, n
 }
 
 // Fail arms the next Read to be reported failed once storage has served
@@ -148,8 +153,10 @@ func (b *CutAfterRead) Read(ctx context.Context, addrs []string) ([][]byte, erro
 	defer b.mu.Unlock()
 	switch {
 	case b.crash != nil:
-		b.crash.Crash()
-		b.crash = nil
+		if b.reads--; b.reads == 0 {
+			b.crash.Crash()
+			b.crash = nil
+		}
 	case b.fail:
 		b.fail = false
 		return nil, errors.New("durabletest: injected failure of a Read storage served")
