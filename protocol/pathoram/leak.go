@@ -80,6 +80,18 @@ func (r *remote) notRewritten(path []uint64) []uint64 {
 	})
 }
 
+// withRewrittenLeft places the buckets leakInflightNotRead read, stored,
+// at their places in path; the others, left out, are nil.
+func withRewrittenLeft(path, read []uint64, stored [][]tree.Block) [][]tree.Block {
+	out := make([][]tree.Block, len(path))
+	for i, j := 0, 0; i < len(path) && j < len(read); i++ {
+		if path[i] == read[j] {
+			out[i], j = stored[j], j+1
+		}
+	}
+	return out
+}
+
 // keyedLeaf is leakMissingKeyedLeaf's leaf for a block.
 func (o *oram) keyedLeaf(id tree.BlockID) uint64 {
 	return binary.BigEndian.Uint64(id[:8]) & (o.g.Leaves() - 1)

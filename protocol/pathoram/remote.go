@@ -50,8 +50,9 @@ type writeBack struct {
 	ctx      context.Context // the access's own: its write-back runs under it
 	lsn      uint64          // its record's, or the last read planned with it
 	items    []backend.Item
-	contents map[uint64][]tree.Block // bucket -> the blocks written to it
-	done     chan struct{}           // closed once issued; err is its outcome
+	path     []uint64       // the buckets written,
+	contents [][]tree.Block // and the blocks written to each
+	done     chan struct{}  // closed once issued; err is its outcome
 	err      error
 }
 
@@ -127,17 +128,15 @@ func (r *remote) readPath(ctx context.Context, path []uint64) ([][]tree.Block, e
 		}
 		r.vers = append(r.vers, v)
 	}
-	stored, err := tree.ReadBuckets(ctx, r.b, r.layout, r.codec, read, r.vers)
+	buckets, err := tree.ReadBuckets(ctx, r.b, r.layout, r.codec, read, r.vers)
 	if err != nil {
 		return nil, err
 	}
-	buckets := make([][]tree.Block, len(path))
-	for i, j := 0, 0; i < len(path); i++ {
-		if j < len(read) && read[j] == path[i] {
-			buckets[i] = stored[j]
-			j++
-		}
-		if c, rewritten := r.inflightContents(path[i]); rewritten {
+	if len(read) < len(path) {
+		buckets = withRewrittenLeft(path, read, buckets)
+	}
+	for i, b := range path {
+		if c, rewritten := r.inflightContents(b); rewritten {
 			buckets[i] = c
 		}
 	}
@@ -153,8 +152,10 @@ func (r *remote) inflightContents(b uint64) ([]tree.Block, bool) {
 	if r.inflight == nil {
 		return nil, false
 	}
-	c, ok := r.inflight.contents[b]
-	return c, ok
+	if i := slices.Index(r.inflight.path, b); i >= 0 {
+		return r.inflight.contents[i], true
+	}
+	return nil, false
 }
 
 // writePath seals every bucket of the path afresh under its next version
@@ -202,9 +203,9 @@ func (r *remote) writePath(ctx context.Context, path []uint64, contents [][]tree
 	if !handOff {
 		return nil, r.issue(w)
 	}
-	w.contents, w.done = make(map[uint64][]tree.Block, len(path)), make(chan struct{})
-	for i, b := range path {
-		w.contents[b] = slices.Clone(contents[i])
+	w.path, w.contents, w.done = slices.Clone(path), make([][]tree.Block, len(path)), make(chan struct{})
+	for i := range contents {
+		w.contents[i] = slices.Clone(contents[i])
 	}
 	r.inflight = w
 	return w, nil
