@@ -210,13 +210,13 @@ func (o *oram) planAhead(next []upcomingAccess) []plannedRead {
 			return nil // not the accesses planned: plan no more
 		}
 	}
-	var out []plannedRead
+	plans := slices.Clip(before) // appending copies: before stays as it is
 	for _, a := range next[min(len(before), len(next)):] {
-		p := o.planFor(a, append(slices.Clip(before), out...))
+		p := o.planFor(a, plans)
 		p.ahead = true
-		out = append(out, p)
+		plans = append(plans, p)
 	}
-	return out
+	return plans[len(before):]
 }
 
 // finishUnfinished runs each unfinished access, up to the first that
