@@ -220,9 +220,9 @@ func (o *oram) planAhead(next []upcomingAccess) []plannedRead {
 }
 
 // finishUnfinished runs each unfinished access, up to the first that
-// keep accepts, again as a read of its block,
-// reading the same path: storage sees the read it may have seen
-// repeated, then the write-back, which moves the block to a fresh leaf.
+// keep accepts, again as a read of its block, reading the same path:
+// storage sees the read it may have seen repeated, then the write-back,
+// which moves the block to the leaf planned.
 // Left alone, the block would stay on that leaf, and the next access to
 // it would read the path again, telling storage which access that was
 // (the argument of Treebeard Sec. 5.3.3, for one path).

@@ -48,9 +48,8 @@
 //
 // Group commit, with the fsync off the serial path: an access journals,
 // with its write-back, the path reads of up to two accesses waiting for
-// their turns, and when another access waits, it hands its
-// write-back to that access instead of waiting for its record's fsync
-// itself. The next access then reads its own path while that fsync runs
+// their turns, and when another access waits, it hands its write-back
+// to that access instead of waiting for its record's fsync itself. The next access then reads its own path while that fsync runs
 // (its read was made durable by an fsync before), taking the buckets the
 // write-back in flight rewrites from it rather than from storage, and
 // issues the write-back once its record is durable, before its own. So
@@ -62,11 +61,11 @@
 // are planned two ahead whatever the keys, and when a read comes tells
 // storage nothing of which keys follow one another. A crash can leave
 // two accesses cut short after their reads; recovery finishes both, in
-// order, each moving its block to the leaf planned. An access after which a checkpoint is due (a
-// count of accesses, never of records, whose number depends on which
-// keys are queued) writes back itself, and the checkpoint journals the
-// reads planned ahead again after it, for recovery to finish if a crash
-// comes first.
+// order, each moving its block to the leaf planned. An access after
+// which a checkpoint is due (a count of accesses, never of records,
+// whose number depends on which keys are queued) writes back itself,
+// and the checkpoint journals the reads planned ahead again after it,
+// for recovery to finish if a crash comes first.
 package pathoram
 
 import (
@@ -176,7 +175,7 @@ func (s *store) publish() {
 // for the next (remote.writePath) returns once the next has issued it.
 func (s *store) Update(ctx context.Context, key string, m kv.Mutation) (kv.Result, error) {
 	res, w, err := s.update(ctx, key, m)
-	if w != nil && err == nil {
+	if w != nil { // handed on: err is nil
 		err = w.Wait()
 	}
 	switch {
