@@ -9,3 +9,9 @@ package ringoram
 // test can show `oblivkv audit` catching the leak; a default build has no
 // way to inject it.
 func InjectDummiesInOrder(t *Tree) { t.leak = leakDummiesInOrder }
+
+// ForgetEvictions makes t's next eviction take the first path again, as
+// if it had evicted none, and changes nothing else of its state (its
+// copies of the buckets' metadata stay). It exists only in builds with
+// the oblivkv_leaks tag, for treebeard's leakTakeoverForgetsEvictions.
+func ForgetEvictions(t *Tree) { t.evictions = 0 }

@@ -23,4 +23,7 @@ func init() {
 			ringoram.InjectDummiesInOrder(t)
 		}
 	}
+	forgetEvictions = func(g *term, tr *ringoram.Tree) {
+		g.view(func() { ringoram.ForgetEvictions(tr) })
+	}
 }

@@ -205,9 +205,7 @@ func (n *ORAMNode) Lead(ctx context.Context, g Proposer, fence uint64) error {
 	for id, w := range workers {
 		n.observe(id, w.observer)
 		if w.core.leak == leakTakeoverForgetsEvictions {
-			if err := forgetEvictions(t, w.m.tree); err != nil {
-				return err
-			}
+			forgetEvictions(t, w.m.tree)
 		}
 		if err := w.takeOver(ctx); err != nil {
 			return err
