@@ -5,12 +5,14 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	"github.com/oblivkv/oblivkv/cluster"
+	"github.com/oblivkv/oblivkv/cluster/raftgroup"
 	"github.com/oblivkv/oblivkv/cluster/rpc"
 	"github.com/oblivkv/oblivkv/seal"
 )
@@ -152,7 +154,7 @@ func (a *Admin) Add(ctx context.Context, id string) (Reply, error) {
 	if err != nil {
 		return Reply{}, err
 	}
-	reply, err := a.AskLeader(ctx, name, g, Request{Op: OpAdd, ID: id, Raft: r.Raft})
+	reply, err := a.change(ctx, name, g, Request{Op: OpAdd, ID: id, Raft: r.Raft}, true)
 	if err != nil {
 		return Reply{}, err
 	}
@@ -186,7 +188,47 @@ func (a *Admin) Remove(ctx context.Context, id string) (Reply, error) {
 	if err != nil {
 		return Reply{}, err
 	}
-	return a.AskLeader(ctx, name, g, Request{Op: OpRemove, ID: id})
+	return a.change(ctx, name, g, Request{Op: OpRemove, ID: id}, false)
+}
+
+// change asks the leader of group g (named name) for req, which makes
+// replica req.ID a member when member is true and not one otherwise. Its
+// reply says Changed also when the retry that answered found nothing to
+// do, but the leader's configuration, asked first, had req.ID on the
+// other side: the change was made while this call ran, by an attempt
+// whose answer was lost (a leader that removed itself and stepped down
+// before answering, a connection cut) or by another operator.
+func (a *Admin) change(ctx context.Context, name string, g cluster.Group, req Request, member bool) (Reply, error) {
+	before, err := a.leaderView(ctx, name, g)
+	if err != nil {
+		return Reply{}, err
+	}
+	reply, err := a.AskLeader(ctx, name, g, req)
+	if err == nil && !reply.Changed && hasMember(before.Members, req.ID) != member {
+		reply.Changed = true
+	}
+	return reply, err
+}
+
+// hasMember reports whether members holds replica id.
+func hasMember(members []raftgroup.Peer, id string) bool {
+	return slices.ContainsFunc(members, func(p raftgroup.Peer) bool { return p.ID == id })
+}
+
+// leaderView returns the leader's Reply to members: any replica answers
+// members, but only the leader's configuration is the group's latest
+// (the first replica's answer when the leader does not answer).
+func (a *Admin) leaderView(ctx context.Context, name string, g cluster.Group) (Reply, error) {
+	reply, err := a.AskLeader(ctx, name, g, Request{Op: OpMembers})
+	if err != nil || reply.Leader == reply.Self.ID {
+		return reply, err
+	}
+	if r, ok := g.Replica(reply.Leader); ok {
+		if lr, err := a.Ask(ctx, r, Request{Op: OpMembers}); err == nil {
+			return lr, nil
+		}
+	}
+	return reply, nil
 }
 
 // Member is one member of a group, as it says of itself.
@@ -204,18 +246,9 @@ func (a *Admin) Members(ctx context.Context, id string) (leader string, members 
 	if err != nil {
 		return "", nil, err
 	}
-	reply, err := a.AskLeader(ctx, name, g, Request{Op: OpMembers})
+	reply, err := a.leaderView(ctx, name, g)
 	if err != nil {
 		return "", nil, err
-	}
-	if reply.Leader != reply.Self.ID {
-		// Any replica answers members; only the leader's view is the
-		// group's latest.
-		if r, ok := g.Replica(reply.Leader); ok {
-			if lr, err := a.Ask(ctx, r, Request{Op: OpMembers}); err == nil {
-				reply = lr
-			}
-		}
 	}
 	for _, p := range reply.Members {
 		m := Member{State: State{ID: p.ID}, Raft: p.Addr}

@@ -21,6 +21,10 @@ type fakeGroups struct {
 	mu      sync.Mutex
 	leader  string
 	members []raftgroup.Peer
+	// stepDownOnRemove: a leader that removes a replica then loses its
+	// leadership to the first member left, and says it lost it, as
+	// raft's future may once the change is replicated.
+	stepDownOnRemove bool
 }
 
 // fakeGroup is one replica's view of fakeGroups.
@@ -43,6 +47,10 @@ func (g fakeGroup) RemoveServer(id string) error {
 		if p.ID == id {
 			g.members = append(g.members[:i:i], g.members[i+1:]...)
 		}
+	}
+	if g.stepDownOnRemove {
+		g.leader = g.members[0].ID
+		return raftgroup.ErrNotLeader
 	}
 	return nil
 }
@@ -184,6 +192,23 @@ func TestRefusals(t *testing.T) {
 	_, err := f.admin.Remove(f.ctx, "stash-0-b")
 	if err == nil || !strings.Contains(err.Error(), "would leave its group empty") || f.memberIDs() != "stash-0-b" {
 		t.Errorf("Remove of the last member: %v (members %s)", err, f.memberIDs())
+	}
+}
+
+// TestRemoveAnswerLost: the leader removes itself and steps down before
+// it answers, so the retry that answers, the new leader's, finds nothing
+// to remove; Remove still reports the change, since the leader's
+// configuration had the replica when it began. A second Remove changes
+// nothing and says so.
+func TestRemoveAnswerLost(t *testing.T) {
+	f := newFixture(t)
+	f.groups.stepDownOnRemove = true
+	reply, err := f.admin.Remove(f.ctx, "stash-0-b")
+	if err != nil || !reply.Changed || reply.Self.ID != "stash-0-a" || f.memberIDs() != "stash-0-a" {
+		t.Fatalf("Remove of the leader = %+v, %v; members %s: want stash-0-b removed, answered by stash-0-a", reply, err, f.memberIDs())
+	}
+	if reply, err = f.admin.Remove(f.ctx, "stash-0-b"); err != nil || reply.Changed {
+		t.Fatalf("a second Remove = %+v, %v; want no change", reply, err)
 	}
 }
 
