@@ -188,8 +188,28 @@ func (a *Admin) Remove(ctx context.Context, id string) (Reply, error) {
 	if err != nil {
 		return Reply{}, err
 	}
-	return a.change(ctx, name, g, Request{Op: OpRemove, ID: id}, false)
+	reply, err := a.change(ctx, name, g, Request{Op: OpRemove, ID: id}, false)
+	if err == nil && !hasMember(reply.Members, id) {
+		a.tellRemoved(ctx, g, id)
+	}
+	return reply, err
 }
+
+// tellRemoved tells replica id, removed from group g, to stop
+// (raftgroup.Group.Leave): it may never see the change itself. One that
+// does not answer (down, or stopped already) is left alone.
+func (a *Admin) tellRemoved(ctx context.Context, g cluster.Group, id string) {
+	r, ok := g.Replica(id)
+	if !ok {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, leaveWait)
+	defer cancel()
+	a.Ask(ctx, r, Request{Op: OpLeave, ID: id})
+}
+
+// leaveWait bounds the wait for a removed replica's answer to OpLeave.
+const leaveWait = 5 * time.Second
 
 // change asks the leader of group g (named name) for req, which makes
 // replica req.ID a member when member is true and not one otherwise. Its

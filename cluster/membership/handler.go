@@ -21,6 +21,7 @@ type Group interface {
 	Leader() (id, addr string)
 	IsLeader() bool
 	Status() raftgroup.Status
+	Leave()
 }
 
 // Handler is a replica's rpc.Handler: it answers the operator's
@@ -81,6 +82,11 @@ func (h *Handler) answer(req Request) (Reply, error) {
 			// with no leader until the others elect one.
 			return Reply{Self: State{ID: h.self}, Members: left, Changed: true}, nil
 		}
+	case OpLeave:
+		if req.ID != h.self {
+			return Reply{}, fmt.Errorf("membership: %s was asked to stop as %q", h.self, req.ID)
+		}
+		h.group.Leave()
 	default:
 		err = fmt.Errorf("membership: no operation %q", req.Op)
 	}

@@ -39,6 +39,7 @@ const (
 	OpMembers Op = "members" // the group's members and the replica's own state, on any replica
 	OpAdd     Op = "add"     // add replica ID at Raft as a voter, on the leader
 	OpRemove  Op = "remove"  // remove replica ID, on the leader
+	OpLeave   Op = "leave"   // the replica asked was removed: it stops (Admin.Remove, after the change)
 )
 
 // Request is one of the operator's requests.

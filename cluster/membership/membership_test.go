@@ -25,6 +25,7 @@ type fakeGroups struct {
 	// leadership to the first member left, and says it lost it, as
 	// raft's future may once the change is replicated.
 	stepDownOnRemove bool
+	left             map[string]bool // replicas told they were removed (Leave)
 }
 
 // fakeGroup is one replica's view of fakeGroups.
@@ -72,6 +73,12 @@ func (g fakeGroup) IsLeader() bool {
 	return id == g.self
 }
 
+func (g fakeGroup) Leave() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.left[g.self] = true
+}
+
 func (g fakeGroup) Status() raftgroup.Status {
 	return raftgroup.Status{State: "Follower", Term: 1, CommitIndex: 9, AppliedIndex: 9}
 }
@@ -108,7 +115,7 @@ func newFixture(t *testing.T) *fixture {
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	t.Cleanup(cancel)
-	f := &fixture{ctx: ctx, cfg: cfg, groups: &fakeGroups{leader: "stash-0-b"}}
+	f := &fixture{ctx: ctx, cfg: cfg, groups: &fakeGroups{leader: "stash-0-b", left: map[string]bool{}}}
 	for i := range cfg.Stash[0].Replicas {
 		r := &cfg.Stash[0].Replicas[i]
 		if i < 2 {
@@ -198,7 +205,8 @@ func TestRefusals(t *testing.T) {
 // TestRemoveAnswerLost: the leader removes itself and steps down before
 // it answers, so the retry that answers, the new leader's, finds nothing
 // to remove; Remove still reports the change, since the leader's
-// configuration had the replica when it began. A second Remove changes
+// configuration had the replica when it began, and tells the replica it
+// was removed, which it may never see itself. A second Remove changes
 // nothing and says so.
 func TestRemoveAnswerLost(t *testing.T) {
 	f := newFixture(t)
@@ -207,8 +215,21 @@ func TestRemoveAnswerLost(t *testing.T) {
 	if err != nil || !reply.Changed || reply.Self.ID != "stash-0-a" || f.memberIDs() != "stash-0-a" {
 		t.Fatalf("Remove of the leader = %+v, %v; members %s: want stash-0-b removed, answered by stash-0-a", reply, err, f.memberIDs())
 	}
+	if !f.groups.left["stash-0-b"] || f.groups.left["stash-0-a"] {
+		t.Fatalf("replicas told they were removed: %v; want stash-0-b only", f.groups.left)
+	}
 	if reply, err = f.admin.Remove(f.ctx, "stash-0-b"); err != nil || reply.Changed {
 		t.Fatalf("a second Remove = %+v, %v; want no change", reply, err)
+	}
+}
+
+// TestLeaveNamesItsReplica: a replica told to stop as another one
+// refuses, and does not stop.
+func TestLeaveNamesItsReplica(t *testing.T) {
+	f := newFixture(t)
+	r := f.cfg.Stash[0].Replicas[0]
+	if _, err := f.admin.Ask(f.ctx, r, Request{Op: OpLeave, ID: "stash-0-b"}); err == nil || !strings.Contains(err.Error(), `stash-0-a was asked to stop as "stash-0-b"`) || len(f.groups.left) > 0 {
+		t.Fatalf("leave sent to stash-0-a for stash-0-b: %v; told: %v", err, f.groups.left)
 	}
 }
 

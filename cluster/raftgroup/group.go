@@ -112,7 +112,8 @@ type Group struct {
 	metrics   *metrics
 
 	member    atomic.Bool   // watchMembership saw this replica in its group
-	removed   chan struct{} // closed by watchMembership
+	removed   chan struct{} // closed by leave
+	leaveOnce sync.Once
 	closing   chan struct{} // closed by Close
 	closeOnce sync.Once
 	watched   chan struct{} // closed when watchMembership returns
@@ -259,17 +260,29 @@ func (g *Group) watchMembership(id raft.ServerID, interval time.Duration) {
 		select {
 		case <-g.closing: // raft stopped by Close
 		default:
-			close(g.removed)
+			g.leave()
 		}
 		return
 	}
 }
 
+// leave closes g.removed, once.
+func (g *Group) leave() { g.leaveOnce.Do(func() { close(g.removed) }) }
+
+// Leave tells the replica that it was removed from its group, which it
+// may never see itself: a leader that removed itself and lost its
+// leadership before the change committed can have the entry overwritten
+// by its successor's log, and then the successor, once it has removed
+// it, sends it nothing more. Removed is closed as when it sees the
+// change. Only the operator, having removed the replica, tells it
+// (membership.Admin.Remove).
+func (g *Group) Leave() { g.leave() }
+
 // Removed returns a channel closed once this replica has been removed
-// from its group (RemoveServer committed), or its raft stopped on its
-// own: it takes no part in the group any more, and its process should
-// stop. A replica removed while it was down, or added and removed within
-// one heartbeat, is not told.
+// from its group (RemoveServer committed, or Leave), or its raft stopped
+// on its own: it takes no part in the group any more, and its process
+// should stop. A replica removed while it was down, or added and removed
+// within one heartbeat, is not told.
 func (g *Group) Removed() <-chan struct{} { return g.removed }
 
 // raftConfig is raft's configuration for cfg.

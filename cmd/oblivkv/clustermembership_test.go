@@ -99,7 +99,12 @@ func (c *clusterProcs) waitRemovedExit(id string) {
 			t.Fatalf("%s, removed, exited with %v; its log:\n%s", id, err, p.out.String())
 		}
 	case <-time.After(30 * time.Second):
-		t.Fatalf("%s, removed from its group, still runs after 30 s", id)
+		p.cmd.Process.Kill()
+		<-exited // the cleanup's kill must not wait for it too
+		c.mu.Lock()
+		p.alive = false
+		c.mu.Unlock()
+		t.Fatalf("%s, removed from its group, still ran after 30 s; its log:\n%s", id, p.out.String())
 	}
 	c.mu.Lock()
 	p.alive = false
