@@ -41,7 +41,7 @@ type clusterProcs struct {
 	mu     sync.Mutex
 	procs  map[string]*clusterProc
 	taps   map[string][]string // by ORAM group (oram-0): its replicas' tap logs, one per start
-	addrs  map[string]bool     // the addresses given out
+	addrs  *distinctAddrs      // the addresses given out
 	// bin, when set, is the oblivkv binary the processes run (instead of
 	// the test binary), with env added to their environment.
 	bin string
@@ -67,7 +67,7 @@ func startClusterProcs(t *testing.T, bin string, env ...string) *clusterProcs {
 // startClusterLayout starts a cluster of layout.
 func startClusterLayout(t *testing.T, layout clusterLayout, bin string, env ...string) *clusterProcs {
 	t.Helper()
-	c := &clusterProcs{t: t, layout: layout, dir: t.TempDir(), procs: map[string]*clusterProc{}, taps: map[string][]string{}, addrs: map[string]bool{},
+	c := &clusterProcs{t: t, layout: layout, dir: t.TempDir(), procs: map[string]*clusterProc{}, taps: map[string][]string{}, addrs: newDistinctAddrs(t),
 		bin: bin, env: env}
 	c.config = filepath.Join(c.dir, "cluster.yaml")
 	var storage []string
@@ -163,14 +163,7 @@ func (c *clusterProcs) linearizable(store kv.Store, allowErrors bool, ops, back 
 
 // addr returns a free loopback address none of the cluster's processes
 // has been given.
-func (c *clusterProcs) addr() string {
-	for {
-		if a := freeAddr(c.t); !c.addrs[a] {
-			c.addrs[a] = true
-			return a
-		}
-	}
-}
+func (c *clusterProcs) addr() string { return c.addrs.next() }
 
 // start starts process id, whose role is role, with extra arguments.
 func (c *clusterProcs) start(role, id string, extra ...string) {

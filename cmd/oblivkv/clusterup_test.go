@@ -26,7 +26,7 @@ import (
 // addresses.
 func upConfig(t *testing.T, dir string) (string, []string) {
 	t.Helper()
-	a := func() string { return freeAddr(t) }
+	a := newDistinctAddrs(t).next
 	resp := []string{a(), a()}
 	replica := func(id string) string {
 		return fmt.Sprintf("{id: %s, rpc: %q, raft: %q, http: %q}", id, a(), a(), a())

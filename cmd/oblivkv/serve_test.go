@@ -109,6 +109,28 @@ func (s *server) stop(t *testing.T) {
 	}
 }
 
+// distinctAddrs hands out free loopback addresses, each at most once:
+// freeAddr closes the port it found, so it may find the same one again,
+// and two processes of one configuration must not share one.
+type distinctAddrs struct {
+	t     *testing.T
+	given map[string]bool
+}
+
+func newDistinctAddrs(t *testing.T) *distinctAddrs {
+	return &distinctAddrs{t: t, given: map[string]bool{}}
+}
+
+// next returns a free address not handed out before.
+func (d *distinctAddrs) next() string {
+	for {
+		if a := freeAddr(d.t); !d.given[a] {
+			d.given[a] = true
+			return a
+		}
+	}
+}
+
 func freeAddr(t *testing.T) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
