@@ -189,7 +189,7 @@ func (a *Admin) Remove(ctx context.Context, id string) (Reply, error) {
 		return Reply{}, err
 	}
 	reply, err := a.change(ctx, name, g, Request{Op: OpRemove, ID: id}, false)
-	if err == nil && !hasMember(reply.Members, id) {
+	if err == nil && reply.Changed {
 		a.tellRemoved(ctx, g, id)
 	}
 	return reply, err

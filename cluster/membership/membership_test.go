@@ -207,7 +207,8 @@ func TestRefusals(t *testing.T) {
 // to remove; Remove still reports the change, since the leader's
 // configuration had the replica when it began, and tells the replica it
 // was removed, which it may never see itself. A second Remove changes
-// nothing and says so.
+// nothing and says so, and a Remove of a replica never added tells it
+// nothing.
 func TestRemoveAnswerLost(t *testing.T) {
 	f := newFixture(t)
 	f.groups.stepDownOnRemove = true
@@ -220,6 +221,9 @@ func TestRemoveAnswerLost(t *testing.T) {
 	}
 	if reply, err = f.admin.Remove(f.ctx, "stash-0-b"); err != nil || reply.Changed {
 		t.Fatalf("a second Remove = %+v, %v; want no change", reply, err)
+	}
+	if reply, err = f.admin.Remove(f.ctx, "stash-0-c"); err != nil || reply.Changed || f.groups.left["stash-0-c"] {
+		t.Fatalf("Remove of a replica never added = %+v, %v; told to stop: %v; want no change, and it left alone (it may be waiting to join)", reply, err, f.groups.left["stash-0-c"])
 	}
 }
 

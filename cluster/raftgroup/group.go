@@ -112,7 +112,7 @@ type Group struct {
 	metrics   *metrics
 
 	member    atomic.Bool   // watchMembership saw this replica in its group
-	removed   chan struct{} // closed by leave
+	removed   chan struct{} // closed by Leave
 	leaveOnce sync.Once
 	closing   chan struct{} // closed by Close
 	closeOnce sync.Once
@@ -260,23 +260,21 @@ func (g *Group) watchMembership(id raft.ServerID, interval time.Duration) {
 		select {
 		case <-g.closing: // raft stopped by Close
 		default:
-			g.leave()
+			g.Leave()
 		}
 		return
 	}
 }
 
-// leave closes g.removed, once.
-func (g *Group) leave() { g.leaveOnce.Do(func() { close(g.removed) }) }
-
-// Leave tells the replica that it was removed from its group, which it
-// may never see itself: a leader that removed itself and lost its
-// leadership before the change committed can have the entry overwritten
-// by its successor's log, and then the successor, once it has removed
-// it, sends it nothing more. Removed is closed as when it sees the
-// change. Only the operator, having removed the replica, tells it
-// (membership.Admin.Remove).
-func (g *Group) Leave() { g.leave() }
+// Leave closes Removed, once: watchMembership calls it when the replica
+// sees its removal, and the operator, having removed the replica, when
+// the replica may never see it (membership.Admin.Remove). A leader that
+// removed itself and lost its leadership before the change committed
+// can have the entry overwritten by its successor's log; the successor,
+// once it has removed the replica, replicates to it once more at most,
+// on a best effort, and one failed call leaves the replica with a
+// configuration that still holds it.
+func (g *Group) Leave() { g.leaveOnce.Do(func() { close(g.removed) }) }
 
 // Removed returns a channel closed once this replica has been removed
 // from its group (RemoveServer committed, or Leave), or its raft stopped
