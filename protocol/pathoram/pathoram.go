@@ -49,8 +49,9 @@
 // Group commit, with the fsync off the serial path: an access journals,
 // with its write-back, the path reads of up to two accesses waiting for
 // their turns, and when another access waits, it hands its write-back
-// to that access instead of waiting for its record's fsync itself. The next access then reads its own path while that fsync runs
-// (its read was made durable by an fsync before), taking the buckets the
+// to that access instead of waiting for its record's fsync itself. The
+// next access then reads its own path while that fsync runs (its read
+// was made durable by an fsync before), taking the buckets the
 // write-back in flight rewrites from it rather than from storage, and
 // issues the write-back once its record is durable, before its own. So
 // storage sees the next access's Read before the Write of the access

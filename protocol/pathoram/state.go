@@ -87,11 +87,10 @@ func (s *store) Apply(rec []byte) error {
 	case deltaRead:
 		p := plannedRead{id: readID(d), leaf: d.Uvarint()}
 		d.Check(p.leaf < o.g.Leaves(), "leaf")
-		switch {
-		case d.More():
+		if d.More() {
 			p.next = d.Uvarint()
 			d.Check(p.next < o.g.Leaves(), "leaf")
-		default: // an earlier build's record
+		} else { // an earlier build's record
 			p.next = o.randomLeaf()
 		}
 		if err := d.Done(); err != nil {
