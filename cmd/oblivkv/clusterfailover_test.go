@@ -102,9 +102,9 @@ func (c *clusterProcs) configYAML(storage ...string) (string, [][2]string) {
 	var roles [][2]string
 	fmt.Fprintf(&b, "store: {protocol: treebeard, capacity: 1024, value_size: 64, options: {trees: \"4\"}}\nroot: %s\nrouters:\n", filepath.Join(c.dir, "data"))
 	for i := range c.layout.routers {
-		resp := c.addr()
+		resp := c.addrs.next()
 		c.routes = append(c.routes, resp)
-		fmt.Fprintf(&b, "  - {id: router-%d, resp: %q, rpc: %q}\n", i, resp, c.addr())
+		fmt.Fprintf(&b, "  - {id: router-%d, resp: %q, rpc: %q}\n", i, resp, c.addrs.next())
 		roles = append(roles, [2]string{"router", fmt.Sprintf("router-%d", i)})
 	}
 	for _, layer := range []string{"stash", "oram"} {
@@ -117,7 +117,7 @@ func (c *clusterProcs) configYAML(storage ...string) (string, [][2]string) {
 			}
 			for _, r := range "abc" {
 				id := fmt.Sprintf("%s-%d-%c", layer, g, r)
-				fmt.Fprintf(&b, "      - {id: %s, rpc: %q, raft: %q}\n", id, c.addr(), c.addr())
+				fmt.Fprintf(&b, "      - {id: %s, rpc: %q, raft: %q}\n", id, c.addrs.next(), c.addrs.next())
 				roles = append(roles, [2]string{layer, id})
 			}
 		}
@@ -160,10 +160,6 @@ func (c *clusterProcs) linearizable(store kv.Store, allowErrors bool, ops, back 
 	}
 	return res
 }
-
-// addr returns a free loopback address none of the cluster's processes
-// has been given.
-func (c *clusterProcs) addr() string { return c.addrs.next() }
 
 // start starts process id, whose role is role, with extra arguments.
 func (c *clusterProcs) start(role, id string, extra ...string) {

@@ -87,8 +87,9 @@ elect a leader among themselves. A group is never left empty: removing its
 last replica is refused.
 
 ID stops on its own once it sees the change, or once this command, after
-the change, tells it so (one that was down then does not: stop it). Then delete it from the configuration file (every process's
-copy). A group of 2 survives no failure: a majority of 2 is both.` + membershipHelp + `
+the change, tells it so (one that was down then does not: stop it). Then
+delete it from the configuration file (every process's copy). A group of 2
+survives no failure: a majority of 2 is both.` + membershipHelp + `
 
   oblivkv cluster remove-server --config cluster/example.yaml --id stash-0-a`,
 		Args: cobra.NoArgs,

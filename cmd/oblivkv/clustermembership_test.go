@@ -117,7 +117,7 @@ func (c *clusterProcs) waitRemovedExit(id string) {
 func (c *clusterProcs) addReplica(group, id string) {
 	t := c.t
 	role := group[:strings.Index(group, "-")]
-	line := fmt.Sprintf("      - {id: %s, rpc: %q, raft: %q}\n", id, c.addr(), c.addr())
+	line := fmt.Sprintf("      - {id: %s, rpc: %q, raft: %q}\n", id, c.addrs.next(), c.addrs.next())
 	c.editConfig(func(doc string) string {
 		last := regexp.MustCompile(`(?m)^.*\{id: ` + group + `-c,.*\n`)
 		return last.ReplaceAllStringFunc(doc, func(l string) string { return l + line })
