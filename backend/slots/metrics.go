@@ -1,0 +1,43 @@
+package slots
+
+import "sync/atomic"
+
+// Metrics are a slots backend's figures for INFO and /metrics.
+type Metrics struct {
+	Bytes         int64  // bytes the slot files and the index occupy on disk now
+	SlotsUsed     int64  // slots holding a value (or a value's base) now
+	SlotsFree     int64  // slots inside the files free for reuse now
+	IndexCommits  uint64 // index commits since the store was opened
+	InPlaceWrites uint64 // values written over their own slot since then (DeferSync)
+	Syncs         uint64 // syncs of the slot files and the index since then
+}
+
+// counters are the Metrics that only grow.
+type counters struct {
+	indexCommits, inPlaceWrites, syncs atomic.Uint64
+}
+
+// Metrics returns the backend's figures now.
+func (b *Backend) Metrics() Metrics {
+	m := Metrics{
+		IndexCommits:  b.counters.indexCommits.Load(),
+		InPlaceWrites: b.counters.inPlaceWrites.Load(),
+		Syncs:         b.counters.syncs.Load(),
+	}
+	b.life.RLock()
+	defer b.life.RUnlock()
+	if b.closed {
+		return m
+	}
+	for _, c := range b.cs.all() {
+		c.mu.Lock()
+		m.SlotsUsed += int64(c.next) - int64(len(c.free))
+		m.SlotsFree += int64(len(c.free))
+		c.mu.Unlock()
+		if info, err := c.file.Stat(); err == nil {
+			m.Bytes += info.Size()
+		}
+	}
+	m.Bytes += int64(b.db.Metrics().DiskSpaceUsage())
+	return m
+}

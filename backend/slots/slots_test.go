@@ -1,0 +1,499 @@
+package slots
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"math/rand/v2"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/cockroachdb/pebble"
+	"github.com/cockroachdb/pebble/vfs"
+
+	"github.com/oblivkv/oblivkv/backend"
+	"github.com/oblivkv/oblivkv/backend/backendtest"
+)
+
+var ctx = context.Background()
+
+func TestConformance(t *testing.T) {
+	for _, mode := range []string{"sync", "NoSync", "DeferSync"} {
+		t.Run(mode, func(t *testing.T) {
+			dirs := map[backend.Backend]string{}
+			open := func(t *testing.T, dir string) backend.Backend {
+				b, err := Open(dir, Options{NoSync: mode == "NoSync"})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if mode == "DeferSync" {
+					b.DeferSync()
+				}
+				t.Cleanup(func() { b.Close() })
+				dirs[b] = dir
+				return b
+			}
+			backendtest.Run(t,
+				func(t *testing.T) backend.Backend { return open(t, t.TempDir()) },
+				backendtest.WithReopen(func(t *testing.T, old backend.Backend) backend.Backend { return open(t, dirs[old]) }))
+		})
+	}
+}
+
+func TestSlotSize(t *testing.T) {
+	prev := int64(0)
+	for n := inlineMax + 1; n <= 1<<20; n += 1 + n/97 {
+		s := slotSize(n)
+		if s < int64(n) || s%256 != 0 || s < prev {
+			t.Fatalf("slotSize(%d) = %d (previous %d)", n, s, prev)
+		}
+		if waste := float64(s-int64(n)) / float64(s); n > 4096 && waste > 1.0/16 {
+			t.Fatalf("slotSize(%d) = %d wastes %.1f%%", n, s, 100*waste)
+		}
+		prev = s
+	}
+}
+
+// crashable is a store on pebble's strict in-memory file system, where a
+// crash keeps exactly what was synced.
+type crashable struct {
+	t  *testing.T
+	fs *vfs.MemFS
+	b  *Backend
+	o  Options
+}
+
+func newCrashable(t *testing.T, o Options) *crashable {
+	c := &crashable{t: t, fs: vfs.NewStrictMem(), o: o}
+	c.o.FS = c.fs
+	c.open()
+	return c
+}
+
+func (c *crashable) open() {
+	c.t.Helper()
+	b, err := Open("/store", c.o)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	c.b = b
+}
+
+// crash loses everything not synced and opens the store again.
+func (c *crashable) crash() {
+	c.t.Helper()
+	c.fs.SetIgnoreSyncs(true)
+	c.b.Close()
+	c.fs.ResetToSyncedState()
+	c.fs.SetIgnoreSyncs(false)
+	c.open()
+}
+
+// testValue returns a value of a size that lands inline or in one of a few
+// slot sizes, naming its address and version.
+func testValue(r *rand.Rand, addr string, version int) []byte {
+	sizes := []int{0, 40, inlineMax, inlineMax + 1, 1000, 1500, 5000}
+	v := bytes.Repeat([]byte{byte(version)}, sizes[r.IntN(len(sizes))])
+	copy(v, fmt.Sprintf("%s@%d", addr, version))
+	return v
+}
+
+// op is a Write of items, or a Delete of del.
+type op struct {
+	items []backend.Item
+	del   string
+}
+
+// randomOp returns a Write of a few of addrs or, one time in six, a
+// Delete of one.
+func randomOp(r *rand.Rand, addrs []string, version int) op {
+	if r.IntN(6) == 0 {
+		return op{del: addrs[r.IntN(len(addrs))]}
+	}
+	var o op
+	for range 1 + r.IntN(4) {
+		a := addrs[r.IntN(len(addrs))]
+		o.items = append(o.items, backend.Item{Addr: a, Value: testValue(r, a, version)})
+	}
+	return o
+}
+
+// do applies o and returns what each address it changed now holds (nil:
+// missing).
+func (c *crashable) do(o op) map[string][]byte {
+	c.t.Helper()
+	out := map[string][]byte{}
+	if o.items == nil {
+		if err := c.b.Delete(ctx, []string{o.del}); err != nil {
+			c.t.Fatal(err)
+		}
+		out[o.del] = nil
+		return out
+	}
+	if err := c.b.Write(ctx, o.items); err != nil {
+		c.t.Fatal(err)
+	}
+	for _, it := range o.items {
+		out[it.Addr] = it.Value
+	}
+	return out
+}
+
+func (c *crashable) read(addr string) []byte {
+	c.t.Helper()
+	v, err := c.b.Read(ctx, []string{addr})
+	if err != nil {
+		c.t.Fatalf("read %s: %v", addr, err)
+	}
+	return v[0]
+}
+
+func addresses(n int) []string {
+	out := make([]string, n)
+	for i := range out {
+		out[i] = fmt.Sprintf("a%02d", i)
+	}
+	return out
+}
+
+// With a sync per write, every acknowledged Write and Delete survives a
+// crash, exactly, and the slots freed meanwhile were never ones the
+// durable index still named.
+func TestCrashKeepsAcknowledgedWrites(t *testing.T) {
+	r := rand.New(rand.NewPCG(1, 2))
+	c := newCrashable(t, Options{})
+	addrs := addresses(12)
+	model := map[string][]byte{}
+	for version := range 600 {
+		for a, v := range c.do(randomOp(r, addrs, version%256)) {
+			model[a] = v
+		}
+		if r.IntN(25) == 0 {
+			c.crash()
+		}
+		for _, a := range addrs {
+			if got := c.read(a); !bytes.Equal(got, model[a]) || (got == nil) != (model[a] == nil) {
+				t.Fatalf("after change %d, %s holds %.12q, want %.12q", version, a, got, model[a])
+			}
+		}
+	}
+}
+
+// With syncs deferred, a crash keeps everything up to the last Sync: an
+// address written since reads as one of its values since (the synced
+// one included), never as a torn slot, whatever of the index and the
+// slots reached the disk before the crash.
+func TestCrashDeferredKeepsTheLastSync(t *testing.T) {
+	for seed := range uint64(8) {
+		t.Run(fmt.Sprint(seed), func(t *testing.T) { crashDeferred(t, seed) })
+	}
+}
+
+func crashDeferred(t *testing.T, seed uint64) {
+	r := rand.New(rand.NewPCG(seed, 7))
+	c := newCrashable(t, Options{NoSync: true})
+	addrs := addresses(10)
+	synced := map[string][]byte{}
+	since := map[string][][]byte{} // each address's values since the last sync
+	for version := range 400 {
+		for a, v := range c.do(randomOp(r, addrs, version%256)) {
+			since[a] = append(since[a], v)
+		}
+		switch r.IntN(20) {
+		case 0:
+			if err := c.b.Sync(ctx); err != nil {
+				t.Fatal(err)
+			}
+			synced, since = current(synced, since), map[string][][]byte{}
+		case 1: // the index reached the disk, the slots did not
+			if err := c.b.db.LogData(nil, pebble.Sync); err != nil {
+				t.Fatal(err)
+			}
+		case 2: // the slots reached the disk, the index did not
+			if err := c.b.cs.syncAll(); err != nil {
+				t.Fatal(err)
+			}
+		case 3:
+			c.crash()
+			for _, a := range addrs {
+				got := c.read(a)
+				if !oneOf(got, synced[a], since[a]) {
+					t.Fatalf("after change %d and a crash, %s holds %.12q (nil %v): not %.12q nor one of %.12q since", version, a, got, got == nil, synced[a], since[a])
+				}
+				synced[a] = got
+			}
+			since = map[string][][]byte{}
+		}
+	}
+}
+
+// Under DeferSync a crash may tear slots overwritten since the last Sync
+// and cut a batch short; redoing every Write and Delete since that Sync,
+// in order, as the journal does, leaves exactly what they left.
+func TestCrashDeferSyncRedone(t *testing.T) {
+	for seed := range uint64(8) {
+		t.Run(fmt.Sprint(seed), func(t *testing.T) { crashRedone(t, seed) })
+	}
+}
+
+func crashRedone(t *testing.T, seed uint64) {
+	r := rand.New(rand.NewPCG(seed, 11))
+	c := newCrashable(t, Options{})
+	c.b.DeferSync()
+	addrs := addresses(10)
+	model := map[string][]byte{}
+	var since []op // every change since the last Sync, to redo
+	for version := range 400 {
+		o := randomOp(r, addrs, version%256)
+		maps.Copy(model, c.do(o))
+		since = append(since, o)
+		switch r.IntN(20) {
+		case 0:
+			if err := c.b.Sync(ctx); err != nil {
+				t.Fatal(err)
+			}
+			since = nil
+		case 1:
+			if err := c.b.db.LogData(nil, pebble.Sync); err != nil {
+				t.Fatal(err)
+			}
+		case 2:
+			if err := c.b.cs.syncAll(); err != nil {
+				t.Fatal(err)
+			}
+		case 3:
+			c.crash()
+			c.b.DeferSync()
+			for _, o := range since {
+				c.do(o)
+			}
+			for _, a := range addrs {
+				if got := c.read(a); !bytes.Equal(got, model[a]) || (got == nil) != (model[a] == nil) {
+					t.Fatalf("after change %d, a crash and the redo, %s holds %.12q, want %.12q", version, a, got, model[a])
+				}
+			}
+		}
+	}
+}
+
+// current applies each address's last value since to synced.
+func current(synced map[string][]byte, since map[string][][]byte) map[string][]byte {
+	for a, vs := range since {
+		synced[a] = vs[len(vs)-1]
+	}
+	return synced
+}
+
+func oneOf(got, synced []byte, since [][]byte) bool {
+	for _, v := range append([][]byte{synced}, since...) {
+		if bytes.Equal(got, v) && (got == nil) == (v == nil) {
+			return true
+		}
+	}
+	return false
+}
+
+// A slot torn by a crash after its index entry reached the disk gives way
+// to the address's last synced value.
+func TestTornSlotFallsBackToBase(t *testing.T) {
+	c := newCrashable(t, Options{NoSync: true})
+	old, new := bytes.Repeat([]byte("o"), 1000), bytes.Repeat([]byte("n"), 1000)
+	if err := c.b.Write(ctx, []backend.Item{{Addr: "x", Value: old}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.b.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.b.Write(ctx, []backend.Item{{Addr: "x", Value: new}, {Addr: "y", Value: new}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.b.db.LogData(nil, pebble.Sync); err != nil {
+		t.Fatal(err)
+	}
+	c.crash()
+	if got := c.read("x"); !bytes.Equal(got, old) {
+		t.Fatalf("x holds %.8q, want its synced value %.8q", got, old)
+	}
+	if got := c.read("y"); got != nil {
+		t.Fatalf("y, never synced, holds %.8q, want missing", got)
+	}
+}
+
+// A slot changed behind the backend's back fails its checksum with a clear
+// error.
+func TestChangedSlotIsAnError(t *testing.T) {
+	dir := t.TempDir()
+	b, err := Open(dir, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	v := bytes.Repeat([]byte("v"), 1000)
+	if err := b.Write(ctx, []backend.Item{{Addr: "x", Value: v}}); err != nil {
+		t.Fatal(err)
+	}
+	f, err := vfs.Default.OpenReadWrite(classFile(dir, slotSize(len(v))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteAt([]byte("tampered"), 10); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	if _, err := b.Read(ctx, []string{"x"}); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("reading a changed slot: %v, want ErrCorrupt", err)
+	}
+}
+
+// Rewriting the same addresses reuses their slots: the files do not grow
+// with the number of writes.
+func TestSlotsAreReused(t *testing.T) {
+	for _, noSync := range []bool{false, true} {
+		dir := t.TempDir()
+		b, err := Open(dir, Options{NoSync: noSync})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range 3 * maxPending / 8 {
+			items := make([]backend.Item, 8)
+			for j := range items {
+				items[j] = backend.Item{Addr: fmt.Sprint(j), Value: bytes.Repeat([]byte{byte(i)}, 1000)}
+			}
+			if err := b.Write(ctx, items); err != nil {
+				t.Fatal(err)
+			}
+		}
+		c := b.cs.find(slotSize(1000))
+		if limit := uint32(maxPending + 16); c.next > limit {
+			t.Errorf("NoSync=%v: %d slots handed out for 8 addresses, want at most %d", noSync, c.next, limit)
+		}
+		b.Close()
+	}
+}
+
+func TestSecondOpenIsRefused(t *testing.T) {
+	dir := t.TempDir()
+	b, err := Open(dir, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	if _, err := Open(dir, Options{}); err == nil || !strings.Contains(err.Error(), "locked") {
+		t.Fatalf("a second open of %s: %v, want it refused as locked", filepath.Base(dir), err)
+	}
+}
+
+func TestReadOnly(t *testing.T) {
+	dir := t.TempDir()
+	if _, err := Open(filepath.Join(dir, "missing"), Options{ReadOnly: true}); err == nil {
+		t.Fatal("a missing store opened read-only")
+	}
+	b, err := Open(dir, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := bytes.Repeat([]byte("v"), 1000)
+	if err := b.Write(ctx, []backend.Item{{Addr: "x", Value: v}, {Addr: "small", Value: []byte("s")}}); err != nil {
+		t.Fatal(err)
+	}
+	b.Close()
+	ro, err := Open(dir, Options{ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ro.Close()
+	got, err := ro.Read(ctx, []string{"x", "small"})
+	if err != nil || !bytes.Equal(got[0], v) || string(got[1]) != "s" {
+		t.Fatalf("read-only read: %.8q, %v", got, err)
+	}
+	if err := ro.Write(ctx, []backend.Item{{Addr: "x", Value: v}}); !errors.Is(err, ErrReadOnly) {
+		t.Fatalf("a write to a read-only store: %v, want ErrReadOnly", err)
+	}
+	if err := ro.Checkpoint(ctx, filepath.Join(dir, "copy")); !errors.Is(err, ErrReadOnly) {
+		t.Fatalf("a checkpoint of a read-only store: %v, want ErrReadOnly", err)
+	}
+}
+
+// A checkpoint is the store as it stood when it was taken, whatever is
+// written after, and opens as cleanly closed.
+func TestCheckpoint(t *testing.T) {
+	dir := t.TempDir()
+	b, err := Open(filepath.Join(dir, "store"), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	b.DeferSync()
+	r := rand.New(rand.NewPCG(5, 6))
+	addrs := addresses(20)
+	model := map[string][]byte{}
+	do := func(version int) {
+		o := randomOp(r, addrs, version)
+		if o.items == nil {
+			if err := b.Delete(ctx, []string{o.del}); err != nil {
+				t.Fatal(err)
+			}
+			model[o.del] = nil
+			return
+		}
+		if err := b.Write(ctx, o.items); err != nil {
+			t.Fatal(err)
+		}
+		for _, it := range o.items {
+			model[it.Addr] = it.Value
+		}
+	}
+	for version := range 200 {
+		do(version % 256)
+	}
+	copyDir := filepath.Join(dir, "copy")
+	if err := b.Checkpoint(ctx, copyDir); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Checkpoint(ctx, copyDir); err == nil {
+		t.Fatal("a checkpoint over an existing directory succeeded")
+	}
+	want := maps.Clone(model)
+	for version := range 100 {
+		do(version % 256)
+	}
+	c, err := Open(copyDir, Options{ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	for _, a := range addrs {
+		got, err := c.Read(ctx, []string{a})
+		if err != nil || !bytes.Equal(got[0], want[a]) || (got[0] == nil) != (want[a] == nil) {
+			t.Fatalf("the checkpoint's %s: %.12q, %v; want %.12q", a, got[0], err, want[a])
+		}
+	}
+}
+
+func TestMetrics(t *testing.T) {
+	b, err := Open(t.TempDir(), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	big := bytes.Repeat([]byte("b"), 1000)
+	items := []backend.Item{{Addr: "a", Value: big}, {Addr: "b", Value: big}, {Addr: "tiny", Value: []byte("t")}}
+	if err := b.Write(ctx, items); err != nil {
+		t.Fatal(err)
+	}
+	b.DeferSync()
+	if err := b.Write(ctx, items); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	m := b.Metrics()
+	want := Metrics{Bytes: m.Bytes, SlotsUsed: 2, IndexCommits: 2, InPlaceWrites: 2, Syncs: 1}
+	if m != want || m.Bytes < 2*1000 {
+		t.Fatalf("metrics %+v, want %+v with at least 2,000 bytes", m, want)
+	}
+}
