@@ -15,8 +15,8 @@ const (
 	StatJournalSegmentsReused = "journal_segments_reused" // segments written over a dropped segment's file since then
 )
 
-// The embedded disk backend's (pebble), added by kv when the store runs
-// on it (Config.EngineStats).
+// The embedded disk backend's on its pebble engine, added by kv when the
+// store runs on it (Config.EngineStats).
 const (
 	StatDiskWriteAmplification = "disk_write_amplification" // bytes flushes and compactions wrote per byte flushed
 	StatDiskCompactions        = "disk_compactions"         // compactions since the store was opened
@@ -28,7 +28,16 @@ const (
 	StatDiskCacheBytes         = "disk_cache_bytes"         // bytes the block cache holds now
 	StatDiskCacheCapacity      = "disk_cache_capacity"      // the most it may hold, in bytes (--disk-cache)
 	StatDiskWALBytes           = "disk_wal_bytes"           // bytes written to pebble's write-ahead log since then
-	StatDiskBytes              = "disk_bytes"               // bytes the database occupies on disk now
+	StatDiskBytes              = "disk_bytes"               // bytes the database occupies on disk now (either engine)
+)
+
+// The embedded disk backend's on its slots engine (and disk_bytes).
+const (
+	StatDiskSlotsUsed     = "disk_slots_used"      // slots holding a value now
+	StatDiskSlotsFree     = "disk_slots_free"      // slots inside the slot files free for reuse now
+	StatDiskIndexCommits  = "disk_index_commits"   // commits of the slot index since the store was opened
+	StatDiskInPlaceWrites = "disk_in_place_writes" // values written over their own slot since then
+	StatDiskSyncs         = "disk_syncs"           // syncs of the slot files and the index since then
 )
 
 // Shared by several protocols.

@@ -212,6 +212,7 @@ func (c *storeCollector) Collect(ch chan<- prometheus.Metric) {
 var diskCounters = map[string]bool{
 	kv.StatDiskCompactions: true, kv.StatDiskFlushes: true, kv.StatDiskWriteStalls: true,
 	kv.StatDiskWriteStallSeconds: true, kv.StatDiskWALBytes: true,
+	kv.StatDiskIndexCommits: true, kv.StatDiskInPlaceWrites: true, kv.StatDiskSyncs: true,
 }
 
 // diskMetric exports one of the disk backend's statistics as
@@ -221,7 +222,7 @@ func diskMetric(e kv.Stat) prometheus.Metric {
 	if diskCounters[e.Name] {
 		name, kind = name+"_total", prometheus.CounterValue
 	}
-	return prometheus.MustNewConstMetric(desc(name, "The disk backend's (pebble's) "+e.Name+" stat."), kind, e.Value)
+	return prometheus.MustNewConstMetric(desc(name, "The disk backend's "+e.Name+" stat."), kind, e.Value)
 }
 
 // sanitize makes s part of a metric name: every character but ASCII

@@ -49,7 +49,7 @@ type benchFlags struct {
 	compare               bool
 	out                   string
 	cpuProfile            string
-	diskCache             mebibytes
+	disk                  diskFlags
 }
 
 func newBenchCmd() *cobra.Command {
@@ -126,7 +126,7 @@ See docs/benchmarks.md for what each figure means.`,
 	fs.DurationVar(&f.latency, "backend-latency", 0, "delay added to every backend round trip, to emulate a WAN (e.g. 10ms)")
 	fs.StringVar(&f.dataDir, "data-dir", "", "where the disk backend keeps its runs (default: a temporary directory); removed afterwards")
 	registerFsync(cmd, &f.fsync)
-	registerDiskCache(cmd, &f.diskCache)
+	f.disk.register(cmd)
 	fs.StringVar(&f.addr, "addr", "", "benchmark the RESP server at HOST:PORT (or several, comma-separated: the routers of one store) instead of an in-process store")
 	fs.StringVar(&f.jsonOut, "json", "", "also write the results to this file as JSON")
 	fs.StringVar(&f.csvOut, "csv", "", "also write the results to this file as CSV")
@@ -395,7 +395,7 @@ func (f benchFlags) opener(options map[string]any, records int) (bench.Opener, f
 		opened, err := setup.Open(ctx, setup.Options{Protocol: protocol, Backend: f.backend,
 			DataDir: dir, BackendLatency: f.latency, Capacity: capacity, ValueSize: f.valueSize,
 			Prefix: "bench/" + runID + "/" + protocol + "/", EphemeralKey: true, ProtocolOptions: options[protocol],
-			NoFsync: f.fsync.none, DiskCache: f.diskCache.bytes()})
+			NoFsync: f.fsync.none, DiskCache: f.disk.cache.bytes(), DiskEngine: string(f.disk.engine)})
 		if err != nil {
 			return nil, errors.Join(err, os.RemoveAll(dir))
 		}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -24,7 +25,7 @@ type storeFlags struct {
 	tapFile   string
 	opts      []string
 	fsync     fsyncPolicy
-	diskCache mebibytes
+	disk      diskFlags
 }
 
 func (f *storeFlags) register(cmd *cobra.Command) {
@@ -36,15 +37,37 @@ func (f *storeFlags) register(cmd *cobra.Command) {
 	fs.DurationVar(&f.latency, "backend-latency", 0, "delay added to every backend round trip, to emulate a WAN (e.g. 10ms)")
 	fs.StringVar(&f.tapFile, "tap", "", "write the adversary's view (one record per backend call) to this file")
 	registerFsync(cmd, &f.fsync)
-	registerDiskCache(cmd, &f.diskCache)
+	f.disk.register(cmd)
 	registerOpt(cmd, &f.opts, "")
 }
 
-// registerDiskCache adds the --disk-cache flag.
-func registerDiskCache(cmd *cobra.Command, p *mebibytes) {
-	*p = disk.DefaultCacheSize >> 20
-	cmd.Flags().Var(p, "disk-cache", fmt.Sprintf("MiB of memory the disk backend may use to cache storage's blocks, taken as blocks are read (beside it pebble keeps up to two memtables of %d MiB)", disk.DefaultMemTableSize>>20))
+// diskFlags are the flags of the disk backend.
+type diskFlags struct {
+	cache  mebibytes
+	engine diskEngine
 }
+
+// register adds --disk-engine and --disk-cache.
+func (d *diskFlags) register(cmd *cobra.Command) {
+	d.cache, d.engine = disk.DefaultCacheSize>>20, setup.EngineSlots
+	cmd.Flags().Var(&d.engine, "disk-engine", "storage engine of a new disk store: slots (values in files of equal-sized slots) or pebble (an LSM database); an existing store keeps its own")
+	cmd.Flags().Var(&d.cache, "disk-cache", fmt.Sprintf("MiB of memory the pebble engine may use to cache storage's blocks, taken as blocks are read (beside it pebble keeps up to two memtables of %d MiB)", disk.DefaultMemTableSize>>20))
+}
+
+// diskEngine is the value of --disk-engine, one of setup.DiskEngines.
+type diskEngine string
+
+func (e *diskEngine) String() string { return string(*e) }
+
+func (e *diskEngine) Set(v string) error {
+	if !slices.Contains(setup.DiskEngines, v) {
+		return fmt.Errorf("want one of %s, got %q", strings.Join(setup.DiskEngines, ", "), v)
+	}
+	*e = diskEngine(v)
+	return nil
+}
+
+func (e *diskEngine) Type() string { return "engine" }
 
 // mebibytes is the value of a flag given in MiB, at least 1.
 type mebibytes int64
@@ -108,7 +131,7 @@ func registerOpt(cmd *cobra.Command, opts *[]string, more string) {
 // left zero so an existing store keeps its own.
 func (f *storeFlags) options(cmd *cobra.Command) setup.Options {
 	o := setup.Options{Backend: f.backend, DataDir: f.dataDir, BackendLatency: f.latency, TapFile: f.tapFile,
-		OptionArgs: f.opts, NoFsync: f.fsync.none, DiskCache: f.diskCache.bytes()}
+		OptionArgs: f.opts, NoFsync: f.fsync.none, DiskCache: f.disk.cache.bytes(), DiskEngine: string(f.disk.engine)}
 	fs := cmd.Flags()
 	if fs.Changed("protocol") {
 		o.Protocol = f.protocol

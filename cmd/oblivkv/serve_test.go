@@ -17,7 +17,6 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
-	"github.com/oblivkv/oblivkv/backend/disk"
 	"github.com/oblivkv/oblivkv/cmd/oblivkv/internal/setup"
 	"github.com/oblivkv/oblivkv/internal/testsupport/syncbuf"
 	"github.com/oblivkv/oblivkv/kv"
@@ -283,7 +282,7 @@ func TestServeProtocolOptions(t *testing.T) {
 // with its (sealed) value, reading it without writing.
 func storeContents(t *testing.T, dataDir string) map[string]string {
 	t.Helper()
-	b, err := disk.OpenWith(filepath.Join(dataDir, "store"), disk.Options{ReadOnly: true})
+	b, err := setup.OpenDiskStore(filepath.Join(dataDir, "store"), true)
 	if err != nil {
 		t.Fatal(err)
 	}

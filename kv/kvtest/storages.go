@@ -5,8 +5,8 @@ import (
 	"testing"
 
 	"github.com/oblivkv/oblivkv/backend"
-	"github.com/oblivkv/oblivkv/backend/disk"
 	"github.com/oblivkv/oblivkv/backend/redis"
+	"github.com/oblivkv/oblivkv/backend/slots"
 	"github.com/oblivkv/oblivkv/internal/testsupport/redistest"
 )
 
@@ -42,15 +42,17 @@ func Redis() Storage {
 	}}
 }
 
-// Disk is storage in a fresh pebble directory (backend/disk), reopened by
-// opening the directory again. It runs without fsync per write (a clean
-// Close still makes everything durable), since the kits test semantics,
-// not crash durability.
+// Disk is storage in a fresh directory of the disk backend's default
+// engine (backend/slots), reopened by opening the directory again. It
+// runs without fsync per write (a clean Close still makes everything
+// durable), since the kits test semantics, not crash durability; a store
+// that journals every write turns on its in-place writes
+// (backend.DeferSync), as it does in production.
 func Disk() Storage {
 	return Storage{Name: "disk", New: func(t *testing.T) func() (backend.Backend, error) {
 		dir := t.TempDir()
 		return func() (backend.Backend, error) {
-			return disk.OpenWith(dir, disk.Options{NoSync: true})
+			return slots.Open(dir, slots.Options{NoSync: true})
 		}
 	}}
 }

@@ -13,7 +13,6 @@ import (
 	"testing"
 
 	"github.com/oblivkv/oblivkv/backend"
-	"github.com/oblivkv/oblivkv/backend/disk"
 	"github.com/oblivkv/oblivkv/cmd/oblivkv/internal/setup"
 	"github.com/oblivkv/oblivkv/internal/durable"
 	"github.com/oblivkv/oblivkv/internal/durable/journal"
@@ -549,7 +548,7 @@ func anchorOf(t *testing.T, s store, copied string) uint64 {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := disk.OpenWith(copied, disk.Options{ReadOnly: true})
+	b, err := setup.OpenDiskStore(copied, true)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,18 +10,18 @@ import (
 	"path/filepath"
 	"slices"
 
-	"github.com/oblivkv/oblivkv/backend/disk"
 	"github.com/oblivkv/oblivkv/cmd/oblivkv/internal/setup"
 	"github.com/oblivkv/oblivkv/internal/durable/journal"
 	"github.com/oblivkv/oblivkv/seal"
 )
 
 // A Snapshot is a copy of a stopped disk store in its data directory
-// (SnapshotDir): the journal's files copied, and a pebble checkpoint of
-// DIR/store (hard links to its tables). A server takes one while its
-// store is paused, which takes a moment whatever the store's size, and
-// writes the archive from it once it serves again. Redis offers no such
-// copy: a server copies a Redis store while it is paused (Copy).
+// (SnapshotDir): the journal's files copied, and a checkpoint of
+// DIR/store (on the slots engine a copy of its files; on pebble hard
+// links to its tables, which takes a moment whatever the store's size).
+// A server takes one while its store is paused and writes the archive
+// from it once it serves again. Redis offers no such copy: a server
+// copies a Redis store while it is paused (Copy).
 type Snapshot struct {
 	dir         string
 	keys        *seal.Keys
@@ -54,17 +54,22 @@ func TakeSnapshot(ctx context.Context, opts setup.Options) (*Snapshot, error) {
 	if err := os.CopyFS(s.journalDir(), withoutFree{os.DirFS(jdir)}); err != nil {
 		return nil, fmt.Errorf("backup: copying the journal: %w", s.removeAfter(err))
 	}
-	// Not read-only: pebble checkpoints only a database it has opened for
-	// writing (a read-only one has no options file of its own to link).
-	b, err := disk.OpenWith(filepath.Join(opts.DataDir, "store"), disk.Options{CacheSize: setup.ReadOnlyCacheSize})
+	// Not read-only: neither engine checkpoints a store opened read-only
+	// (pebble's has no options file of its own to link).
+	b, err := setup.OpenDiskStore(filepath.Join(opts.DataDir, "store"), false)
 	if err != nil {
 		return nil, s.removeAfter(err)
 	}
 	defer b.Close()
-	if err := b.Checkpoint(ctx, s.storeDir()); err != nil {
+	if err := b.(checkpointer).Checkpoint(ctx, s.storeDir()); err != nil {
 		return nil, s.removeAfter(err)
 	}
 	return s, nil
+}
+
+// checkpointer is a disk store, on either engine.
+type checkpointer interface {
+	Checkpoint(ctx context.Context, dir string) error
 }
 
 // withoutFree is a journal directory's file system without its free
@@ -89,7 +94,7 @@ func (s *Snapshot) removeAfter(err error) error {
 
 // Write writes an archive of the snapshot to w.
 func (s *Snapshot) Write(ctx context.Context, w io.Writer) (Contents, error) {
-	b, err := disk.OpenWith(s.storeDir(), disk.Options{ReadOnly: true, CacheSize: setup.ReadOnlyCacheSize})
+	b, err := setup.OpenDiskStore(s.storeDir(), true)
 	if err != nil {
 		return Contents{}, fmt.Errorf("backup: the snapshot: %w", err)
 	}

@@ -12,9 +12,9 @@ import (
 	"testing"
 
 	"github.com/oblivkv/oblivkv/backend"
-	"github.com/oblivkv/oblivkv/backend/disk"
 	"github.com/oblivkv/oblivkv/backend/redis"
 	"github.com/oblivkv/oblivkv/cmd/oblivkv/internal/rekey"
+	"github.com/oblivkv/oblivkv/cmd/oblivkv/internal/setup"
 	"github.com/oblivkv/oblivkv/internal/durable/journal"
 	"github.com/oblivkv/oblivkv/internal/testsupport/redistest"
 	"github.com/oblivkv/oblivkv/kv"
@@ -46,7 +46,7 @@ func (f *fixture) openBackend(ctx context.Context) (backend.Backend, error) {
 	if f.redis != "" {
 		return redis.Open(ctx, f.redis)
 	}
-	return disk.Open(filepath.Join(f.dir, "store"))
+	return setup.OpenBackend(ctx, "disk", f.dir, false)
 }
 
 // open opens the store under the key in path.

@@ -28,7 +28,6 @@ import (
 	"time"
 
 	"github.com/oblivkv/oblivkv/backend"
-	"github.com/oblivkv/oblivkv/backend/disk"
 	"github.com/oblivkv/oblivkv/backend/mem"
 	"github.com/oblivkv/oblivkv/backend/redis"
 	"github.com/oblivkv/oblivkv/cmd/oblivkv/internal/rekey"
@@ -80,8 +79,12 @@ type Options struct {
 	// moments (a process crash loses nothing acknowledged).
 	NoFsync bool
 	// DiskCache is the disk backend's block cache in bytes (0:
-	// disk.DefaultCacheSize).
+	// disk.DefaultCacheSize), for a store on the pebble engine.
 	DiskCache int64
+	// DiskEngine is the storage engine of a new disk store: EngineSlots
+	// (the default, for "") or EnginePebble. An existing store keeps the
+	// engine it was made with.
+	DiskEngine string
 
 	engineStats func() []kv.Stat // the disk backend's figures, set by Open
 }
@@ -124,9 +127,7 @@ func Open(ctx context.Context, opts Options) (*Opened, error) {
 		return nil, err
 	}
 	b := backend.WithLatency(backend.WithPrefix(raw, opts.Prefix), opts.BackendLatency)
-	if d, ok := raw.(*disk.Backend); ok {
-		opts.engineStats = func() []kv.Stat { return diskStats(d.Metrics()) }
-	}
+	opts.engineStats = engineStats(raw)
 	o, err := openStore(ctx, b, opts)
 	if err != nil {
 		b.Close()
@@ -329,7 +330,7 @@ func existingMaster(dataDir string) ([]byte, error) {
 // the disk backend read-only (it must exist), any other as OpenBackend.
 // The disk backend gets a small block cache (ReadOnlyCacheSize).
 func OpenBackendReadOnly(ctx context.Context, spec, dataDir string) (backend.Backend, error) {
-	return openBackend(ctx, spec, dataDir, disk.Options{ReadOnly: true, CacheSize: ReadOnlyCacheSize})
+	return openBackend(ctx, spec, dataDir, diskOptions{readOnly: true, cacheSize: ReadOnlyCacheSize})
 }
 
 // ReadOnlyCacheSize is the block cache of a disk backend opened to be
@@ -440,48 +441,26 @@ func (o *Opened) Discard(ctx context.Context) error {
 	return errors.Join(err, backend.Drop(ctx, backend.WithPrefix(raw, o.opts.Prefix)), raw.Close())
 }
 
-// diskStats names the disk backend's figures as kv's statistics.
-func diskStats(m disk.Metrics) []kv.Stat {
-	return []kv.Stat{
-		{Name: kv.StatDiskWriteAmplification, Value: m.WriteAmplification},
-		{Name: kv.StatDiskCompactions, Value: float64(m.Compactions)},
-		{Name: kv.StatDiskFlushes, Value: float64(m.Flushes)},
-		{Name: kv.StatDiskWriteStalls, Value: float64(m.WriteStalls)},
-		{Name: kv.StatDiskWriteStallSeconds, Value: m.WriteStallSeconds},
-		{Name: kv.StatDiskL0Files, Value: float64(m.L0Files)},
-		{Name: kv.StatDiskCacheHitRate, Value: m.CacheHitRate},
-		{Name: kv.StatDiskCacheBytes, Value: float64(m.CacheBytes)},
-		{Name: kv.StatDiskCacheCapacity, Value: float64(m.CacheCapacity)},
-		{Name: kv.StatDiskWALBytes, Value: float64(m.WALBytes)},
-		{Name: kv.StatDiskBytes, Value: float64(m.DiskBytes)},
-	}
-}
-
-// diskOptions are the options of a disk backend the store opens.
-func (o Options) diskOptions() disk.Options {
-	return disk.Options{NoSync: o.NoFsync, CacheSize: o.DiskCache}
-}
-
 // OpenBackend opens the storage named by spec: "mem", "disk" (under
 // dataDir/store, without fsync per write when noFsync) or
 // a redis:// or rediss:// URL.
 func OpenBackend(ctx context.Context, spec, dataDir string, noFsync bool) (backend.Backend, error) {
-	return openBackend(ctx, spec, dataDir, disk.Options{NoSync: noFsync})
+	return openBackend(ctx, spec, dataDir, diskOptions{noSync: noFsync})
 }
 
-func openBackend(ctx context.Context, spec, dataDir string, o disk.Options) (backend.Backend, error) {
+func openBackend(ctx context.Context, spec, dataDir string, o diskOptions) (backend.Backend, error) {
 	switch {
 	case spec == "mem":
 		return mem.New(), nil
 	case spec == "disk" || spec == "":
-		if o.ReadOnly {
+		if o.readOnly {
 			if _, err := os.Stat(filepath.Join(dataDir, "store")); err != nil {
 				return nil, fmt.Errorf("setup: no store in %s: %w", dataDir, err)
 			}
 		} else if err := makeDataDir(dataDir); err != nil {
 			return nil, err
 		}
-		return disk.OpenWith(filepath.Join(dataDir, "store"), o)
+		return openDisk(filepath.Join(dataDir, "store"), o)
 	case IsRedis(spec):
 		return redis.Open(ctx, spec)
 	}

@@ -1,0 +1,118 @@
+package setup
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/oblivkv/oblivkv/backend"
+	"github.com/oblivkv/oblivkv/backend/disk"
+	"github.com/oblivkv/oblivkv/backend/slots"
+	"github.com/oblivkv/oblivkv/kv"
+)
+
+// The storage engines of the disk backend. A store keeps the engine it
+// was made with; DiskEngine chooses a new store's.
+const (
+	// EngineSlots keeps values in files of equal-sized slots
+	// (backend/slots): the default.
+	EngineSlots = "slots"
+	// EnginePebble keeps them in a pebble LSM database (backend/disk), the
+	// only engine of stores made before slots existed.
+	EnginePebble = "pebble"
+)
+
+// DiskEngines are the engines Options.DiskEngine may name.
+var DiskEngines = []string{EngineSlots, EnginePebble}
+
+// diskOptions are how a disk store is opened.
+type diskOptions struct {
+	engine    string // a new store's; "" is EngineSlots
+	noSync    bool
+	readOnly  bool
+	cacheSize int64 // pebble's block cache
+}
+
+func (o Options) diskOptions() diskOptions {
+	return diskOptions{engine: o.DiskEngine, noSync: o.NoFsync, cacheSize: o.DiskCache}
+}
+
+// StoreEngine returns the engine of the disk store in dir, found from its
+// files, or "" if dir holds none.
+func StoreEngine(dir string) (string, error) {
+	for _, e := range []struct{ engine, marker string }{{EnginePebble, "CURRENT"}, {EngineSlots, "index"}} {
+		if _, err := os.Stat(filepath.Join(dir, e.marker)); err == nil {
+			return e.engine, nil
+		} else if !errors.Is(err, os.ErrNotExist) {
+			return "", fmt.Errorf("setup: %w", err)
+		}
+	}
+	return "", nil
+}
+
+// openDisk opens the disk store in dir on its own engine, or a new one on
+// o.engine.
+func openDisk(dir string, o diskOptions) (backend.Backend, error) {
+	engine, err := StoreEngine(dir)
+	if err != nil {
+		return nil, err
+	}
+	if engine == "" {
+		engine = o.engine
+	}
+	switch engine {
+	case EngineSlots, "":
+		return slots.Open(dir, slots.Options{NoSync: o.noSync, ReadOnly: o.readOnly})
+	case EnginePebble:
+		return disk.OpenWith(dir, disk.Options{NoSync: o.noSync, ReadOnly: o.readOnly, CacheSize: o.cacheSize})
+	}
+	return nil, fmt.Errorf("setup: unknown disk engine %q (want %s or %s)", engine, EngineSlots, EnginePebble)
+}
+
+// OpenDiskStore opens the disk store in dir (a data directory's, or a
+// backup snapshot's) on its own engine, read-only or not.
+func OpenDiskStore(dir string, readOnly bool) (backend.Backend, error) {
+	return openDisk(dir, diskOptions{readOnly: readOnly, cacheSize: ReadOnlyCacheSize})
+}
+
+// engineStats returns the figures of the disk engine b is, nil for any
+// other backend.
+func engineStats(b backend.Backend) func() []kv.Stat {
+	switch b := b.(type) {
+	case *disk.Backend:
+		return func() []kv.Stat { return pebbleStats(b.Metrics()) }
+	case *slots.Backend:
+		return func() []kv.Stat { return slotStats(b.Metrics()) }
+	}
+	return nil
+}
+
+// pebbleStats names the pebble engine's figures as kv's statistics.
+func pebbleStats(m disk.Metrics) []kv.Stat {
+	return []kv.Stat{
+		{Name: kv.StatDiskWriteAmplification, Value: m.WriteAmplification},
+		{Name: kv.StatDiskCompactions, Value: float64(m.Compactions)},
+		{Name: kv.StatDiskFlushes, Value: float64(m.Flushes)},
+		{Name: kv.StatDiskWriteStalls, Value: float64(m.WriteStalls)},
+		{Name: kv.StatDiskWriteStallSeconds, Value: m.WriteStallSeconds},
+		{Name: kv.StatDiskL0Files, Value: float64(m.L0Files)},
+		{Name: kv.StatDiskCacheHitRate, Value: m.CacheHitRate},
+		{Name: kv.StatDiskCacheBytes, Value: float64(m.CacheBytes)},
+		{Name: kv.StatDiskCacheCapacity, Value: float64(m.CacheCapacity)},
+		{Name: kv.StatDiskWALBytes, Value: float64(m.WALBytes)},
+		{Name: kv.StatDiskBytes, Value: float64(m.DiskBytes)},
+	}
+}
+
+// slotStats names the slots engine's figures as kv's statistics.
+func slotStats(m slots.Metrics) []kv.Stat {
+	return []kv.Stat{
+		{Name: kv.StatDiskBytes, Value: float64(m.Bytes)},
+		{Name: kv.StatDiskSlotsUsed, Value: float64(m.SlotsUsed)},
+		{Name: kv.StatDiskSlotsFree, Value: float64(m.SlotsFree)},
+		{Name: kv.StatDiskIndexCommits, Value: float64(m.IndexCommits)},
+		{Name: kv.StatDiskInPlaceWrites, Value: float64(m.InPlaceWrites)},
+		{Name: kv.StatDiskSyncs, Value: float64(m.Syncs)},
+	}
+}
