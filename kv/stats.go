@@ -33,11 +33,10 @@ const (
 
 // The embedded disk backend's on its slots engine (and disk_bytes).
 const (
-	StatDiskSlotsUsed     = "disk_slots_used"      // slots holding a value now
-	StatDiskSlotsFree     = "disk_slots_free"      // slots inside the slot files free for reuse now
-	StatDiskIndexCommits  = "disk_index_commits"   // commits of the slot index since the store was opened
-	StatDiskInPlaceWrites = "disk_in_place_writes" // values written over their own slot since then
-	StatDiskSyncs         = "disk_syncs"           // syncs of the slot files and the index since then
+	StatDiskSlotsUsed    = "disk_slots_used"    // slots holding a value now
+	StatDiskSlotsFree    = "disk_slots_free"    // slots inside the slot files free for reuse now
+	StatDiskIndexCommits = "disk_index_commits" // Writes and Deletes committed to the index one by one since the store was opened (fsync per write)
+	StatDiskSyncs        = "disk_syncs"         // sync points (slot files, then the index's changes since the last) since then
 )
 
 // Shared by several protocols.

@@ -12,10 +12,9 @@ import (
 
 // Checkpoint writes a consistent copy of the store into dir, which must
 // not exist: a pebble checkpoint of the index and a copy of every slot
-// file, marked as closed cleanly. Every other call waits meanwhile, and
+// file, after a sync point. Every other call waits meanwhile, and
 // the copy takes time in proportion to the store's size (slot files are
-// rewritten in place, so they cannot be hard-linked as pebble's tables
-// are). A store opened ReadOnly cannot be checkpointed.
+// rewritten, so they cannot be hard-linked as pebble's tables are). A store opened ReadOnly cannot be checkpointed.
 func (b *Backend) Checkpoint(ctx context.Context, dir string) error {
 	if b.readOnly {
 		return ErrReadOnly
@@ -38,7 +37,7 @@ func (b *Backend) checkpoint(dir string) error {
 	if _, err := b.fs.Stat(dir); err == nil {
 		return fmt.Errorf("%s exists", dir)
 	}
-	if err := b.syncFiles(); err != nil {
+	if err := b.sync(); err != nil {
 		return err
 	}
 	if err := makeDir(b.fs, dir); err != nil {
@@ -52,7 +51,7 @@ func (b *Backend) checkpoint(dir string) error {
 			return err
 		}
 	}
-	return markClean(b.fs, dir)
+	return syncDir(b.fs, dir)
 }
 
 // copyFile copies from to a new file to, durably.

@@ -20,11 +20,10 @@ import (
 )
 
 // inlineMax is the largest value kept in the index itself instead of a
-// slot: fence tokens and the journal's sealed anchor, which recovery reads
-// before it redoes anything, are then as atomic as the index's commits.
-// Anything larger goes to a slot, where DeferSync rewrites it in place
-// (treebeard's sealed bucket metadata, about 170 bytes, is rewritten at
-// every access: kept inline, each rewrite was an index commit).
+// slot: fence tokens and the journal's sealed anchor. Anything larger goes
+// to a slot (treebeard's sealed bucket metadata, about 170 bytes, is
+// rewritten at every access: kept inline, it took memory in the Go heap
+// for every bucket).
 const inlineMax = 64
 
 // slotSize returns the slot size of a value of n bytes (n > inlineMax)

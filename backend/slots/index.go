@@ -2,7 +2,7 @@ package slots
 
 import "hash/maphash"
 
-// index is the in-memory index: every address's entry, laid out so the
+// index is the in-memory index: every address's value, laid out so the
 // garbage collector has nothing to follow in it. A 2^16-key treebeard
 // store has about 460,000 addresses; with an object and a key string
 // each, marking them took a sixth of the CPU under load. Here entries are
@@ -14,31 +14,28 @@ type index struct {
 	hash    func(addr string) uint64
 	byHash  map[uint64]uint32 // the hash of an address -> its first record + 1
 	records []record
-	free    []uint32 // records of deleted addresses, for reuse
-	keys    []byte   // every address's bytes; a deleted one's stay until compactKeys
-	garbage int      // bytes of keys no record names
-	inline  map[uint32]inlineValues
+	free    []uint32          // records of deleted addresses, for reuse
+	keys    []byte            // every address's bytes; a deleted one's stay until compactKeys
+	garbage int               // bytes of keys no record names
+	inline  map[uint32][]byte // the values kept inline, by record
 	count   int
 }
 
-// record is an address's entry in the index.
+// record is an address's entry in the index: its value's slot, or a
+// mark that the value is in inline.
 type record struct {
-	keyOff                uint64
-	keyLen                uint32
-	next                  uint32 // the next record with the same hash + 1, 0 at the end
-	used                  bool
-	curInline, baseInline bool
-	cur, base             loc
-	epoch                 uint64
+	keyOff uint64
+	keyLen uint32
+	next   uint32 // the next record with the same hash + 1, 0 at the end
+	used   bool
+	inline bool
+	at     loc
 }
-
-// inlineValues are an address's values kept in the index.
-type inlineValues struct{ cur, base []byte }
 
 func newIndex() *index {
 	seed := maphash.MakeSeed()
 	hash := func(addr string) uint64 { return maphash.String(seed, addr) }
-	return &index{hash: hash, byHash: map[uint64]uint32{}, inline: map[uint32]inlineValues{}}
+	return &index{hash: hash, byHash: map[uint64]uint32{}, inline: map[uint32][]byte{}}
 }
 
 func (x *index) key(r *record) string { return string(x.keys[r.keyOff : r.keyOff+uint64(r.keyLen)]) }
@@ -57,36 +54,32 @@ func (x *index) find(addr string) (at, prev int) {
 	return -1, -1
 }
 
-// get returns addr's entry.
-func (x *index) get(addr string) (entry, bool) {
+// get returns addr's value.
+func (x *index) get(addr string) (value, bool) {
 	at, _ := x.find(addr)
 	if at < 0 {
-		return entry{}, false
+		return value{}, false
 	}
-	return x.entryAt(uint32(at)), true
+	return x.valueAt(uint32(at)), true
 }
 
-func (x *index) entryAt(at uint32) entry {
-	r := &x.records[at]
-	e := entry{cur: value{at: r.cur}, base: value{at: r.base}, epoch: r.epoch}
-	if r.curInline || r.baseInline {
-		in := x.inline[at]
-		e.cur.inline, e.base.inline = in.cur, in.base
+func (x *index) valueAt(at uint32) value {
+	if r := &x.records[at]; !r.inline {
+		return value{at: r.at}
 	}
-	return e
+	return value{inline: x.inline[at]}
 }
 
-// put sets addr's entry.
-func (x *index) put(addr string, e entry) {
+// put sets addr's value.
+func (x *index) put(addr string, v value) {
 	at, _ := x.find(addr)
 	if at < 0 {
 		at = x.add(addr)
 	}
 	r := &x.records[at]
-	r.cur, r.base, r.epoch = e.cur.at, e.base.at, e.epoch
-	r.curInline, r.baseInline = e.cur.inline != nil, e.base.inline != nil
-	if r.curInline || r.baseInline {
-		x.inline[uint32(at)] = inlineValues{e.cur.inline, e.base.inline}
+	r.at, r.inline = v.at, v.inline != nil
+	if r.inline {
+		x.inline[uint32(at)] = v.inline
 	} else {
 		delete(x.inline, uint32(at))
 	}
@@ -111,7 +104,7 @@ func (x *index) add(addr string) int {
 	return at
 }
 
-// del removes addr's entry, if it has one.
+// del removes addr's value, if it has one.
 func (x *index) del(addr string) {
 	at, prev := x.find(addr)
 	if at < 0 {
@@ -149,11 +142,11 @@ func (x *index) compactKeys() {
 	x.keys, x.garbage = keys, 0
 }
 
-// each calls fn with every address and its entry.
-func (x *index) each(fn func(addr string, e entry)) {
+// each calls fn with every address and its value.
+func (x *index) each(fn func(addr string, v value)) {
 	for i := range x.records {
 		if x.records[i].used {
-			fn(x.key(&x.records[i]), x.entryAt(uint32(i)))
+			fn(x.key(&x.records[i]), x.valueAt(uint32(i)))
 		}
 	}
 }

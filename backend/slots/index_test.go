@@ -13,7 +13,7 @@ import (
 func TestIndexAgainstAMap(t *testing.T) {
 	x := newIndex()
 	x.hash = func(addr string) uint64 { return uint64(len(addr) % 3) }
-	want := map[string]entry{}
+	want := map[string]value{}
 	r := rand.New(rand.NewPCG(3, 4))
 	for i := range 200_000 {
 		addr := fmt.Sprintf("%0*d", 1+r.IntN(5), r.IntN(300))
@@ -22,12 +22,12 @@ func TestIndexAgainstAMap(t *testing.T) {
 			x.del(addr)
 			delete(want, addr)
 		default:
-			e := entry{cur: value{at: loc{class: 1, slot: uint32(i), stamp: r.Uint64()}}, epoch: uint64(i)}
+			v := value{at: loc{class: 1, slot: uint32(i), stamp: r.Uint64()}}
 			if r.IntN(4) == 0 {
-				e = entry{cur: value{inline: []byte(addr)}, base: value{at: loc{class: 2, slot: 7}}}
+				v = value{inline: []byte(addr)}
 			}
-			x.put(addr, e)
-			want[addr] = e
+			x.put(addr, v)
+			want[addr] = v
 		}
 		if i%997 == 0 {
 			checkIndex(t, x, want)
@@ -42,16 +42,16 @@ func TestIndexAgainstAMap(t *testing.T) {
 	checkIndex(t, x, want)
 }
 
-func checkIndex(t *testing.T, x *index, want map[string]entry) {
+func checkIndex(t *testing.T, x *index, want map[string]value) {
 	t.Helper()
-	got := map[string]entry{}
-	x.each(func(addr string, e entry) { got[addr] = e })
-	if !maps.EqualFunc(got, want, sameEntry) || x.count != len(want) {
+	got := map[string]value{}
+	x.each(func(addr string, v value) { got[addr] = v })
+	if !maps.EqualFunc(got, want, sameValue) || x.count != len(want) {
 		t.Fatalf("the index holds %d addresses (count %d), want %d, or an entry differs", len(got), x.count, len(want))
 	}
-	for addr, e := range want {
-		if g, ok := x.get(addr); !ok || !sameEntry(g, e) {
-			t.Fatalf("get(%q) = %+v, %v; want %+v", addr, g, ok, e)
+	for addr, v := range want {
+		if g, ok := x.get(addr); !ok || !sameValue(g, v) {
+			t.Fatalf("get(%q) = %+v, %v; want %+v", addr, g, ok, v)
 		}
 	}
 	if _, ok := x.get("absent"); ok {
@@ -59,8 +59,6 @@ func checkIndex(t *testing.T, x *index, want map[string]entry) {
 	}
 }
 
-func sameEntry(a, b entry) bool {
-	return a.cur.at == b.cur.at && a.base.at == b.base.at && a.epoch == b.epoch &&
-		string(a.cur.inline) == string(b.cur.inline) && (a.cur.inline == nil) == (b.cur.inline == nil) &&
-		(a.base.inline == nil) == (b.base.inline == nil)
+func sameValue(a, b value) bool {
+	return a.at == b.at && string(a.inline) == string(b.inline) && (a.inline == nil) == (b.inline == nil)
 }

@@ -4,25 +4,23 @@ import "sync/atomic"
 
 // Metrics are a slots backend's figures for INFO and /metrics.
 type Metrics struct {
-	Bytes         int64  // bytes the slot files and the index occupy on disk now
-	SlotsUsed     int64  // slots holding a value (or a value's base) now
-	SlotsFree     int64  // slots inside the files free for reuse now
-	IndexCommits  uint64 // index commits since the store was opened
-	InPlaceWrites uint64 // values written over their own slot since then (DeferSync)
-	Syncs         uint64 // syncs of the slot files and the index since then
+	Bytes        int64  // bytes the slot files and the index occupy on disk now
+	SlotsUsed    int64  // slots holding a value (or a value's base) now
+	SlotsFree    int64  // slots inside the files free for reuse now
+	IndexCommits uint64 // index commits of a Write or Delete since the store was opened (per-write syncs)
+	Syncs        uint64 // sync points since then (NoSync or DeferSync)
 }
 
 // counters are the Metrics that only grow.
 type counters struct {
-	indexCommits, inPlaceWrites, syncs atomic.Uint64
+	indexCommits, syncs atomic.Uint64
 }
 
 // Metrics returns the backend's figures now.
 func (b *Backend) Metrics() Metrics {
 	m := Metrics{
-		IndexCommits:  b.counters.indexCommits.Load(),
-		InPlaceWrites: b.counters.inPlaceWrites.Load(),
-		Syncs:         b.counters.syncs.Load(),
+		IndexCommits: b.counters.indexCommits.Load(),
+		Syncs:        b.counters.syncs.Load(),
 	}
 	b.life.RLock()
 	defer b.life.RUnlock()

@@ -7,50 +7,48 @@
 // of addresses and rewrites them again and again. An LSM store (package
 // disk, over pebble) pays for that with point reads across its levels and
 // with compactions that merge the overwrites; here a read is a lookup in
-// memory and one pread, and a journaled store's write one pwrite over the
-// address's own slot. No maintained Go library stores values this way
-// behind atomic multi-address batches, which is why it is written here
+// memory and one pread, and a write one pwrite into a free slot of the
+// value's size. No maintained Go library stores values this way behind
+// atomic multi-address batches, which is why it is written here
 // (docs/dependencies.md, "Slot storage").
 //
 // What it owns: one directory holding the index (a pebble database, whose
-// LOCK file keeps a second process out), one file of slots per slot size
-// (slotSize), and a marker of a clean close. Values of up to inlineMax
-// bytes live in the index itself.
+// LOCK file keeps a second process out) and one file of slots per slot
+// size (slotSize). Values of up to inlineMax bytes live in the index
+// itself.
 //
 // Atomicity: every call holds the stripes of its addresses (stripes), so
-// a Read sees all of a Write or none of it. A value goes to a free slot,
-// and one index commit for the whole batch makes it the address's; a
-// slot the commit replaced is reused only once the commit is durable:
-//   - By default the slots are fsynced before the index commit and the
-//     commit is fsynced before Write returns (concurrent callers share
-//     both fsyncs), so the durable index only ever names durable slots.
-//   - Under Options.NoSync neither is fsynced per write; Sync (or this
-//     package, once enough freed slots wait) syncs both. Until then an
-//     entry also names its base, the address's last synced value, which
-//     stays untouched. An open after an unclean close checks every
-//     entry's slot (its checksum and the stamp the entry holds) and falls
-//     back to the base where a crash tore it, or drops an address that
-//     had no synced value.
-//   - Under DeferSync the caller journals every write and redoes, after a
-//     crash, every write since its last Sync (internal/durable). A value
-//     whose address already has a slot of its size then overwrites that
-//     slot in place, with no index commit; a torn slot is rewritten by
-//     the redo, as is the rest of a batch a crash cut short.
+// a Read sees all of a Write or none of it. A value never overwrites a
+// slot the durable index may name: it goes to a free slot, the in-memory
+// index takes the whole batch at once, and a slot it replaced is reused
+// only once the index on disk no longer names it. When the index reaches
+// disk depends on the mode:
+//   - By default each Write's slots are fsynced, then its index entries
+//     committed and fsynced, before it returns (concurrent callers share
+//     both fsyncs).
+//   - Under Options.NoSync or DeferSync the index on disk changes only at
+//     a sync point: Sync (the journal's checkpoints), Close, or a Write
+//     once syncInterval has passed or enough changes or freed slots wait.
+//     A sync point fsyncs the slots, then commits every entry changed
+//     since the last one as one fsynced pebble batch. After a crash the
+//     store is exactly as it was at its last sync point: a prefix of the
+//     Writes, whole, which a journaled store's recovery relies on (it
+//     redoes the Writes after it).
 //
 // It must never log or inspect values or addresses, never split a batch,
-// never hand callers memory it still owns, and never reuse a slot that a
-// durable index entry may still name.
+// never hand callers memory it still owns, and never reuse a slot that
+// the index on disk may still name.
 package slots
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/cockroachdb/pebble"
 	"github.com/cockroachdb/pebble/vfs"
@@ -63,12 +61,15 @@ import (
 // changed under the backend.
 var ErrCorrupt = errors.New("slots: a value fails its checksum (the slot file was changed or damaged)")
 
-// maxPending is how many freed slots may wait for a sync before a write
-// syncs (under NoSync or DeferSync), which bounds the space they hold.
-const maxPending = 1 << 16
-
-// cleanMarker names the file that records a clean close.
-const cleanMarker = "CLEAN"
+// The triggers of a sync point under NoSync or DeferSync, besides Sync:
+// a Write makes one once syncInterval has passed since the last, or once
+// maxPending replaced slots (the space they hold) or maxDirty changed
+// index entries (what a crash would lose) wait.
+const (
+	syncInterval = time.Second
+	maxPending   = 1 << 16
+	maxDirty     = 1 << 16
+)
 
 // Options tune a slots backend. The zero value is the safe default.
 type Options struct {
@@ -90,8 +91,7 @@ var ErrReadOnly = errors.New("slots: the store is open read-only")
 type Backend struct {
 	dir      string
 	fs       vfs.FS
-	deferred atomic.Bool // no fsync per write: Options.NoSync or DeferSync
-	inPlace  atomic.Bool // DeferSync: the caller redoes every write since the last Sync
+	deferred atomic.Bool // the index reaches disk at sync points only: Options.NoSync or DeferSync
 
 	life     sync.RWMutex // read-held by every call, write-held by Close and Checkpoint
 	closed   bool
@@ -103,11 +103,13 @@ type Backend struct {
 	db *pebble.DB // the index, durably
 	cs *classes
 
-	commitMu sync.Mutex // orders index commits with their swaps, and sync epochs
-	epoch    uint64     // the current sync epoch, from 1
-	pending  []loc      // slots freed this epoch: reusable once it is synced
-	based    []string   // addresses given a base this epoch
+	commitMu sync.Mutex          // orders index changes with sync points
+	dirty    map[string]struct{} // addresses changed since the last sync point (deferred)
+	pending  []loc               // slots replaced since then: reusable once it is passed
+	synced   time.Time           // when the last sync point began
 
+	syncMu   sync.Mutex // one sync point at a time
+	syncer   syncer
 	stripes  *stripes
 	dataSync groupSync
 	counters counters
@@ -130,12 +132,14 @@ func Open(dir string, o Options) (*Backend, error) {
 	if err != nil {
 		return nil, openError(dir, err)
 	}
-	b := &Backend{dir: dir, fs: fs, db: db, idx: newIndex(), epoch: 1, stripes: newStripes(), readOnly: o.ReadOnly}
+	b := &Backend{dir: dir, fs: fs, db: db, idx: newIndex(), stripes: newStripes(), readOnly: o.ReadOnly,
+		dirty: map[string]struct{}{}, synced: time.Now()}
 	b.deferred.Store(o.NoSync)
 	if err := b.load(); err != nil {
 		b.closeFiles()
 		return nil, fmt.Errorf("slots: open %s: %w", dir, err)
 	}
+	b.startSyncer()
 	return b, nil
 }
 
@@ -211,429 +215,33 @@ func (b *Backend) Read(ctx context.Context, addrs []string) ([][]byte, error) {
 	return b.read(addrs)
 }
 
-// read reads addrs; the caller holds their stripes. An entry read here
-// cannot change before its slot is read: only a call holding its stripe
-// for writing changes it.
+// read reads addrs; the caller holds their stripes. A value found in the
+// index cannot move before its slot is read: only a call holding its
+// stripe for writing moves it.
 func (b *Backend) read(addrs []string) ([][]byte, error) {
-	entries := make([]entry, len(addrs))
+	vals := make([]value, len(addrs))
 	b.mu.RLock()
 	for i, a := range addrs {
-		entries[i], _ = b.idx.get(a)
+		vals[i], _ = b.idx.get(a)
 	}
 	b.mu.RUnlock()
 	out := make([][]byte, len(addrs))
-	for i, e := range entries {
+	for i, v := range vals {
 		switch {
-		case e.cur.inline != nil:
-			out[i] = append([]byte{}, e.cur.inline...)
-		case e.cur.at.valid():
-			v, ok, err := b.cs.read(e.cur.at, addrs[i])
+		case v.inline != nil:
+			out[i] = append([]byte{}, v.inline...)
+		case v.at.valid():
+			got, ok, err := b.cs.read(v.at, addrs[i])
 			if err != nil {
 				return nil, fmt.Errorf("slots: read: %w", err)
 			}
 			if !ok {
 				return nil, ErrCorrupt
 			}
-			out[i] = v
+			out[i] = got
 		}
 	}
 	return out, nil
-}
-
-// change is one address's new entry, nil for a Delete.
-type change struct {
-	addr string
-	e    *entry
-}
-
-// Write implements backend.Backend: the values go to free slots, then one
-// index commit makes the whole batch visible. Under DeferSync a value
-// that fits its address's slot overwrites it instead, with no index
-// commit. The batch's stripes are write-locked for the whole call.
-func (b *Backend) Write(ctx context.Context, items []backend.Item) error {
-	if err := b.enterWrite(ctx); err != nil {
-		return err
-	}
-	defer b.life.RUnlock()
-	items = lastWins(items)
-	set := b.stripes.of(addrsOf(items))
-	b.stripes.lock(set)
-	defer b.stripes.unlock(set)
-	return b.write(items)
-}
-
-// write writes items, distinct addresses whose stripes the caller holds.
-func (b *Backend) write(items []backend.Item) error {
-	if b.inPlace.Load() {
-		return b.writeInPlace(items)
-	}
-	changes, err := b.place(items)
-	if err != nil {
-		return fmt.Errorf("slots: write: %w", err)
-	}
-	return b.commit(changes)
-}
-
-func addrsOf(items []backend.Item) []string {
-	out := make([]string, len(items))
-	for i, it := range items {
-		out[i] = it.Addr
-	}
-	return out
-}
-
-// lastWins drops every item a later item of the batch overwrites.
-func lastWins(items []backend.Item) []backend.Item {
-	seen := make(map[string]bool, len(items))
-	out := make([]backend.Item, 0, len(items))
-	for i := len(items) - 1; i >= 0; i-- {
-		if !seen[items[i].Addr] {
-			seen[items[i].Addr] = true
-			out = append(out, items[i])
-		}
-	}
-	return out
-}
-
-// place writes each value that does not fit the index to a free slot.
-func (b *Backend) place(items []backend.Item) ([]change, error) {
-	changes := make([]change, 0, len(items))
-	for _, it := range items {
-		e, err := b.store(it)
-		if err != nil {
-			b.release(newSlots(changes))
-			return nil, err
-		}
-		changes = append(changes, change{it.Addr, e})
-	}
-	return changes, nil
-}
-
-func (b *Backend) store(it backend.Item) (*entry, error) {
-	if len(it.Value) <= inlineMax {
-		return &entry{cur: value{inline: append([]byte{}, it.Value...)}}, nil
-	}
-	c, err := b.cs.of(slotSize(len(it.Value)))
-	if err != nil {
-		return nil, err
-	}
-	slot, err := c.take()
-	if err != nil {
-		return nil, err
-	}
-	l := loc{class: c.id, slot: slot, stamp: rand.Uint64()}
-	if err := b.cs.write(l, it.Addr, it.Value); err != nil {
-		c.release(l.slot)
-		return nil, err
-	}
-	return &entry{cur: value{at: l}}, nil
-}
-
-// newSlots returns the slots changes put values in.
-func newSlots(changes []change) []loc {
-	var out []loc
-	for _, ch := range changes {
-		if ch.e != nil && ch.e.cur.at.valid() {
-			out = append(out, ch.e.cur.at)
-		}
-	}
-	return out
-}
-
-// commit makes changes durable (or, deferred, ordered before the next
-// sync) and visible as one step.
-func (b *Backend) commit(changes []change) error {
-	deferred := b.deferred.Load()
-	if !deferred && len(newSlots(changes)) > 0 {
-		if err := b.dataSync.do(b.cs.syncAll); err != nil {
-			return fmt.Errorf("slots: sync: %w", err)
-		}
-	}
-	freed, err := b.apply(changes, deferred)
-	if err != nil {
-		return fmt.Errorf("slots: commit: %w", err)
-	}
-	if deferred {
-		return b.syncIfPendingFull()
-	}
-	if err := b.db.LogData(nil, pebble.Sync); err != nil {
-		return fmt.Errorf("slots: commit: %w", err)
-	}
-	b.release(freed)
-	return nil
-}
-
-// apply commits changes to the index and swaps them into memory, in the
-// order of every other commit. It returns the slots they replaced that
-// the caller frees once the commit is durable (deferred: none, they wait
-// for the epoch's sync).
-func (b *Backend) apply(changes []change, deferred bool) ([]loc, error) {
-	b.commitMu.Lock()
-	defer b.commitMu.Unlock()
-	freed, based, err := b.commitIndex(changes, deferred)
-	if err != nil {
-		return nil, err
-	}
-	b.mu.Lock()
-	b.swap(changes)
-	b.mu.Unlock()
-	return b.settle(freed, based, deferred), nil
-}
-
-// writeInPlace is write under DeferSync: a value whose address has a slot
-// of its size overwrites it; the others go through the index as write's
-// do. That a crash may tear an overwritten slot is the journal's to redo
-// (backend.SyncDeferrer), as is the rest of a batch a crash cut short.
-func (b *Backend) writeInPlace(items []backend.Item) error {
-	var fresh []backend.Item
-	b.mu.RLock()
-	at := make([]loc, len(items))
-	for i, it := range items {
-		if e, ok := b.idx.get(it.Addr); ok && e.cur.at.valid() && len(it.Value) > inlineMax && slotSize(len(it.Value)) == b.cs.get(e.cur.at.class).size {
-			at[i] = e.cur.at
-		} else {
-			fresh = append(fresh, it)
-		}
-	}
-	b.mu.RUnlock()
-	for i, it := range items {
-		if at[i].valid() {
-			if err := b.cs.write(at[i], it.Addr, it.Value); err != nil {
-				return fmt.Errorf("slots: write: %w", err)
-			}
-			b.counters.inPlaceWrites.Add(1)
-		}
-	}
-	if len(fresh) == 0 {
-		return nil
-	}
-	changes, err := b.place(fresh)
-	if err != nil {
-		return fmt.Errorf("slots: write: %w", err)
-	}
-	if _, err := b.apply(changes, true); err != nil {
-		return fmt.Errorf("slots: commit: %w", err)
-	}
-	return b.syncIfPendingFull()
-}
-
-// commitIndex sets each change's base and commits the changes to the
-// index, returning the slots they replaced and the addresses given a
-// base (displace). On failure the changes' new slots are freed. The
-// caller holds commitMu.
-func (b *Backend) commitIndex(changes []change, deferred bool) (freed []loc, based []string, err error) {
-	if len(changes) == 0 {
-		return nil, nil, nil
-	}
-	batch := b.db.NewBatch()
-	defer batch.Close()
-	for _, ch := range changes {
-		f, gotBase := b.displace(ch.addr, ch.e, deferred)
-		freed = append(freed, f...)
-		if gotBase {
-			based = append(based, ch.addr)
-		}
-		if ch.e == nil {
-			err = batch.Delete([]byte(ch.addr), nil)
-		} else {
-			err = batch.Set([]byte(ch.addr), ch.e.encode(b.cs), nil)
-		}
-		if err != nil {
-			break
-		}
-	}
-	if err == nil {
-		err = batch.Commit(pebble.NoSync)
-		b.counters.indexCommits.Add(1)
-	}
-	if err != nil {
-		b.release(newSlots(changes))
-		return nil, nil, err
-	}
-	return freed, based, nil
-}
-
-// settle hands the slots a commit replaced to the epoch when syncs are
-// deferred (returning none), else back to the caller to free once the
-// commit is durable. The caller holds commitMu.
-func (b *Backend) settle(freed []loc, based []string, deferred bool) []loc {
-	if !deferred {
-		return freed
-	}
-	b.pending = append(b.pending, freed...)
-	b.based = append(b.based, based...)
-	return nil
-}
-
-// displace sets ne's base (deferred) and returns the slots old held that
-// nothing needs once ne is durable, and whether ne got a base to release
-// at the epoch's sync. Under per-write syncs old is durable as a whole
-// and ne needs no base. Deferred, the address's last synced value must
-// outlive the epoch: it is old's current value if old was written in an
-// earlier epoch, else old's base, and ne inherits it (an inline ne too,
-// for the writes after it; a Delete leaves it to the epoch's pending
-// slots).
-func (b *Backend) displace(addr string, ne *entry, deferred bool) (freed []loc, gotBase bool) {
-	if ne != nil && deferred {
-		ne.epoch = b.epoch
-	}
-	old, ok := b.idx.get(addr)
-	if !ok {
-		return nil, false
-	}
-	if !deferred {
-		return slotsOf(old.cur, old.base), false
-	}
-	base, replaced := old.base, old.cur
-	if old.epoch < b.epoch {
-		base, replaced = old.cur, old.base
-	}
-	if ne == nil {
-		return slotsOf(base, replaced), false
-	}
-	ne.base = base
-	return slotsOf(replaced), old.epoch < b.epoch && base.exists()
-}
-
-// slotsOf returns the slots of those of vs that are in one.
-func slotsOf(vs ...value) []loc {
-	var out []loc
-	for _, v := range vs {
-		if v.at.valid() {
-			out = append(out, v.at)
-		}
-	}
-	return out
-}
-
-// swap makes changes the in-memory index's; the caller holds mu for
-// writing, so readers see all of them or none.
-func (b *Backend) swap(changes []change) {
-	for _, ch := range changes {
-		if ch.e == nil {
-			b.idx.del(ch.addr)
-		} else {
-			b.idx.put(ch.addr, *ch.e)
-		}
-	}
-}
-
-// syncIfPendingFull syncs once enough freed slots wait for a sync.
-func (b *Backend) syncIfPendingFull() error {
-	b.commitMu.Lock()
-	defer b.commitMu.Unlock()
-	if len(b.pending) < maxPending {
-		return nil
-	}
-	return b.syncLocked()
-}
-
-// release makes slots free for reuse.
-func (b *Backend) release(locs []loc) { b.cs.release(locs) }
-
-// Delete implements backend.Backend: one index commit.
-func (b *Backend) Delete(ctx context.Context, addrs []string) error {
-	if err := b.enterWrite(ctx); err != nil {
-		return err
-	}
-	defer b.life.RUnlock()
-	set := b.stripes.of(addrs)
-	b.stripes.lock(set)
-	defer b.stripes.unlock(set)
-	changes := make([]change, 0, len(addrs))
-	seen := map[string]bool{}
-	for _, a := range addrs {
-		if !seen[a] {
-			seen[a] = true
-			changes = append(changes, change{addr: a})
-		}
-	}
-	return b.commit(changes)
-}
-
-// Sync makes every Write and Delete that returned durable
-// (backend.Syncer), and lets the slots they replaced be reused.
-func (b *Backend) Sync(ctx context.Context) error {
-	if err := b.enterWrite(ctx); err != nil {
-		return err
-	}
-	defer b.life.RUnlock()
-	return b.sync()
-}
-
-// sync ends the current epoch: it syncs the slots, then the index, then
-// frees the slots the epoch's commits replaced and the bases its entries
-// no longer need. Writes go on while the files sync.
-func (b *Backend) sync() error {
-	b.commitMu.Lock()
-	ep := b.endEpoch()
-	b.commitMu.Unlock()
-	if err := b.syncFiles(); err != nil {
-		return err
-	}
-	b.commitMu.Lock()
-	defer b.commitMu.Unlock()
-	b.freeEpoch(ep)
-	return nil
-}
-
-// syncLocked is sync for a caller holding commitMu.
-func (b *Backend) syncLocked() error {
-	ep := b.endEpoch()
-	if err := b.syncFiles(); err != nil {
-		return err
-	}
-	b.freeEpoch(ep)
-	return nil
-}
-
-// ended is what an epoch leaves to free once it is synced.
-type ended struct {
-	epoch uint64
-	freed []loc
-	based []string
-}
-
-func (b *Backend) endEpoch() ended {
-	ep := ended{b.epoch, b.pending, b.based}
-	b.epoch, b.pending, b.based = b.epoch+1, nil, nil
-	return ep
-}
-
-func (b *Backend) syncFiles() error {
-	b.counters.syncs.Add(1)
-	if err := b.cs.syncAll(); err != nil {
-		return fmt.Errorf("slots: sync: %w", err)
-	}
-	if err := b.db.LogData(nil, pebble.Sync); err != nil {
-		return fmt.Errorf("slots: sync: %w", err)
-	}
-	return nil
-}
-
-// freeEpoch frees what ep left once it is synced; the caller holds
-// commitMu.
-func (b *Backend) freeEpoch(ep ended) {
-	b.mu.Lock()
-	for _, a := range ep.based {
-		if e, ok := b.idx.get(a); ok && e.epoch == ep.epoch {
-			ep.freed = append(ep.freed, slotsOf(e.base)...)
-			e.base = value{}
-			b.idx.put(a, e)
-		}
-	}
-	b.mu.Unlock()
-	b.release(ep.freed)
-}
-
-// DeferSync stops the fsyncs of each Write and Delete
-// (backend.SyncDeferrer): a caller that journals every write makes them
-// durable with Sync at its checkpoints, and redoes after a crash every
-// write since the last one, so Write may overwrite a slot in place.
-func (b *Backend) DeferSync() bool {
-	b.deferred.Store(true)
-	b.inPlace.Store(true)
-	return true
 }
 
 // WriteVersioned implements backend.Backend: with the items' stripes
@@ -715,7 +323,7 @@ func (b *Backend) Scan(ctx context.Context, prefix string, fn func(addr string) 
 	}
 	b.mu.RLock()
 	var addrs []string
-	b.idx.each(func(a string, _ entry) {
+	b.idx.each(func(a string, _ value) {
 		if strings.HasPrefix(a, prefix) {
 			addrs = append(addrs, a)
 		}
@@ -730,14 +338,25 @@ func (b *Backend) Scan(ctx context.Context, prefix string, fn func(addr string) 
 	return nil
 }
 
-// Close implements backend.Backend. It waits for calls in flight, makes
-// everything durable and records the clean close, so the next open need
-// not check the slots. Closing twice returns nil.
+// Close implements backend.Backend. It waits for calls in flight and
+// makes everything durable. Closing twice returns nil.
 func (b *Backend) Close() error {
+	err := b.close()
+	if err != errClosedBefore {
+		b.syncer.stop()
+		return err
+	}
+	return nil
+}
+
+// errClosedBefore is close's answer to a second Close.
+var errClosedBefore = errors.New("closed before")
+
+func (b *Backend) close() error {
 	b.life.Lock()
 	defer b.life.Unlock()
 	if b.closed {
-		return nil
+		return errClosedBefore
 	}
 	b.mu.Lock()
 	b.closed = true
@@ -745,12 +364,9 @@ func (b *Backend) Close() error {
 	if b.readOnly {
 		return b.closeFiles()
 	}
-	err := b.syncFiles()
+	err := b.sync()
 	if cerr := b.closeFiles(); err == nil {
 		err = cerr
-	}
-	if err == nil {
-		err = markClean(b.fs, b.dir)
 	}
 	if err != nil {
 		return fmt.Errorf("slots: close %s: %w", b.dir, err)

@@ -3,6 +3,7 @@ package kvtest
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 
@@ -21,11 +22,13 @@ type Volatile struct {
 	mu       sync.Mutex
 	deferred bool
 	undo     []undoEntry // the previous value of each address written since the last Sync, oldest first
+	calls    int         // deferred writes so far
 }
 
 type undoEntry struct {
 	addr string
 	prev []byte // nil: the address held nothing
+	call int    // which call wrote it, counted from 1
 }
 
 // NewVolatile returns empty Volatile storage.
@@ -124,8 +127,9 @@ func (v *Volatile) remember(ctx context.Context, addrs []string) error {
 	if err != nil {
 		return err
 	}
+	v.calls++
 	for i, a := range addrs {
-		v.undo = append(v.undo, undoEntry{addr: a, prev: prev[i]})
+		v.undo = append(v.undo, undoEntry{addr: a, prev: prev[i], call: v.calls})
 	}
 	return nil
 }
@@ -153,16 +157,40 @@ func (v *Volatile) PowerLoss(ctx context.Context) (int, error) {
 	return n, nil
 }
 
+// PrefixPowerLoss is PowerLoss on storage that made the first half of
+// the calls since the last Sync durable on its own, as the disk backend's
+// slots engine does at the sync points it passes between two Syncs: what
+// survives is still a prefix of the writes, whole, but a later one than
+// the last Sync. It returns how many addresses it reverted.
+func (v *Volatile) PrefixPowerLoss(ctx context.Context) (int, error) {
+	v.mu.Lock()
+	if n := len(v.undo); n > 0 {
+		first, last := v.undo[0].call, v.undo[n-1].call
+		keep := first + (last-first+1)/2
+		i := slices.IndexFunc(v.undo, func(u undoEntry) bool { return u.call >= keep })
+		v.undo = v.undo[i:]
+	}
+	v.mu.Unlock()
+	return v.PowerLoss(ctx)
+}
+
 // CheckPowerLoss shows that a store that journals every write
 // (kv.WriteJournaler) loses nothing acknowledged to a power cut while its
 // storage skips per-write syncs (backend.DeferSync, as kv.Open sets it).
 // open is the protocol's factory; env gives the store's capacity, value
 // size and options, and CheckPowerLoss adds storage, keys and a journal.
 // Writes and deletes are acknowledged, the process dies (the journal
-// keeps what it synced), storage loses what it had not synced, and every
-// key must read back as last acknowledged, and a store that names its
-// keys (kv.KeyLister) must name exactly those stored.
+// keeps what it synced), storage loses what it had not synced (all of it,
+// or in the "prefix" run the later half: Volatile.PrefixPowerLoss),
+// and every key must read back as last acknowledged, and a store that
+// names its keys (kv.KeyLister) must name exactly those stored.
 func CheckPowerLoss(t *testing.T, open kv.Factory, env kv.Env) {
+	t.Helper()
+	t.Run("reverted", func(t *testing.T) { checkPowerLoss(t, open, env, (*Volatile).PowerLoss) })
+	t.Run("prefix", func(t *testing.T) { checkPowerLoss(t, open, env, (*Volatile).PrefixPowerLoss) })
+}
+
+func checkPowerLoss(t *testing.T, open kv.Factory, env kv.Env, powerLoss func(*Volatile, context.Context) (int, error)) {
 	t.Helper()
 	ctx, v := t.Context(), NewVolatile()
 	env.Backend = v
@@ -191,7 +219,7 @@ func CheckPowerLoss(t *testing.T, open kv.Factory, env kv.Env) {
 	}
 	j.Crash() // the process dies: nothing more reaches the journal
 	s.Close()
-	lost, err := v.PowerLoss(ctx)
+	lost, err := powerLoss(v, ctx)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -112,7 +112,6 @@ func slotStats(m slots.Metrics) []kv.Stat {
 		{Name: kv.StatDiskSlotsUsed, Value: float64(m.SlotsUsed)},
 		{Name: kv.StatDiskSlotsFree, Value: float64(m.SlotsFree)},
 		{Name: kv.StatDiskIndexCommits, Value: float64(m.IndexCommits)},
-		{Name: kv.StatDiskInPlaceWrites, Value: float64(m.InPlaceWrites)},
 		{Name: kv.StatDiskSyncs, Value: float64(m.Syncs)},
 	}
 }
