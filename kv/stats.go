@@ -33,10 +33,9 @@ const (
 
 // The embedded disk backend's on its slots engine (and disk_bytes).
 const (
-	StatDiskSlotsUsed    = "disk_slots_used"    // slots holding a value now
-	StatDiskSlotsFree    = "disk_slots_free"    // slots inside the slot files free for reuse now
-	StatDiskIndexCommits = "disk_index_commits" // Writes and Deletes committed to the index one by one since the store was opened (fsync per write)
-	StatDiskSyncs        = "disk_syncs"         // sync points (slot files, then the index's changes since the last) since then
+	StatDiskSlotsUsed = "disk_slots_used" // slots holding a value or a tombstone now, or replaced and waiting for a sync point
+	StatDiskSlotsFree = "disk_slots_free" // slots inside the slot files free for reuse now
+	StatDiskSyncs     = "disk_syncs"      // sync points (the slot files fsynced, then the generation they cover recorded) since the store was opened
 )
 
 // Shared by several protocols.

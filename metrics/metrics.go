@@ -212,7 +212,7 @@ func (c *storeCollector) Collect(ch chan<- prometheus.Metric) {
 var diskCounters = map[string]bool{
 	kv.StatDiskCompactions: true, kv.StatDiskFlushes: true, kv.StatDiskWriteStalls: true,
 	kv.StatDiskWriteStallSeconds: true, kv.StatDiskWALBytes: true,
-	kv.StatDiskIndexCommits: true, kv.StatDiskSyncs: true,
+	kv.StatDiskSyncs: true,
 }
 
 // diskMetric exports one of the disk backend's statistics as

@@ -11,10 +11,11 @@ import (
 )
 
 // Checkpoint writes a consistent copy of the store into dir, which must
-// not exist: a pebble checkpoint of the index and a copy of every slot
-// file, after a sync point. Every other call waits meanwhile, and
-// the copy takes time in proportion to the store's size (slot files are
-// rewritten, so they cannot be hard-linked as pebble's tables are). A store opened ReadOnly cannot be checkpointed.
+// not exist: after a sync point, a copy of every slot file and of the
+// record of the sync point. Every other call waits meanwhile, and the
+// copy takes time in proportion to the store's size (slot files are
+// rewritten, so they cannot be hard-linked as pebble's tables are). A
+// store opened ReadOnly cannot be checkpointed.
 func (b *Backend) Checkpoint(ctx context.Context, dir string) error {
 	if b.readOnly {
 		return ErrReadOnly
@@ -43,7 +44,7 @@ func (b *Backend) checkpoint(dir string) error {
 	if err := makeDir(b.fs, dir); err != nil {
 		return err
 	}
-	if err := b.db.Checkpoint(filepath.Join(dir, "index")); err != nil {
+	if err := copyFile(b.fs, filepath.Join(b.dir, syncedFile), filepath.Join(dir, syncedFile)); err != nil {
 		return err
 	}
 	for _, c := range b.cs.all() {

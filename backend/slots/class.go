@@ -14,33 +14,40 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"unsafe"
 
 	"github.com/cockroachdb/pebble/vfs"
 )
 
-// inlineMax is the largest value kept in the index itself instead of a
-// slot: fence tokens and the journal's sealed anchor. Anything larger goes
-// to a slot (treebeard's sealed bucket metadata, about 170 bytes, is
-// rewritten at every access: kept inline, it took memory in the Go heap
-// for every bucket).
-const inlineMax = 64
-
-// slotSize returns the slot size of a value of n bytes (n > inlineMax)
-// with its header:
-// n rounded up to a multiple of a granule that grows with n, 1/32 of the
-// power of two at or above n and at least 256 bytes, so a slot above 4 KiB
-// wastes under 1/16 of itself, and a store whose values have few sizes
-// has few slot files.
-func slotSize(n int) int64 {
-	n += headerSize
+// slotSize returns the size of the slot that holds a value of n bytes at
+// an address of addrLen bytes, with its header: their sum rounded up to
+// a multiple of a granule that grows with it, 1/32 of the power of two at
+// or above it and at least 256 bytes, so a slot above 4 KiB wastes under
+// 1/16 of itself, and a store whose values have few sizes has few slot
+// files.
+func slotSize(addrLen, n int) int64 {
+	n += headerSize + addrLen
 	granule := max(256, 1<<max(0, bits.Len(uint(n-1))-5))
 	return int64((n + granule - 1) / granule * granule)
 }
 
+// A slot holds a header, the address and the value:
+//
+//	[0:4]   the value's length, tombstone for a Delete
+//	[4:8]   CRC-32C of everything after it: header, address and value
+//	[8:16]  the generation of the Write that put it there
+//	[16:18] the address's length
+//
+// The address and the generation let an open rebuild the index from the
+// slots alone (load).
+const (
+	headerSize = 18
+	tombstone  = math.MaxUint32
+	maxAddrLen = math.MaxUint16
+)
+
 // class is the slot file of one slot size: slot i lies at i*size. Its
-// free list holds the slots no index entry names; next is the first slot
-// past every slot ever handed out.
+// free list holds the slots nothing needs; next is the first slot past
+// every slot ever handed out.
 type class struct {
 	id   uint16 // its position in classes.list, from 1
 	size int64
@@ -51,7 +58,7 @@ type class struct {
 	next uint32
 }
 
-// take returns a slot nothing refers to.
+// take returns a slot nothing needs.
 func (c *class) take() (uint32, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -75,48 +82,43 @@ func (c *class) release(slots ...uint32) {
 }
 
 // loc is a slot of a class (by its id, so the in-memory index holds no
-// pointer for the garbage collector to follow), and the stamp its value
-// was written with. The zero loc is no slot.
+// pointer for the garbage collector to follow), and the generation of
+// the value in it. The zero loc is no slot.
 type loc struct {
 	class uint16
 	slot  uint32
-	stamp uint64
+	gen   uint64
 }
 
 func (l loc) valid() bool { return l.class != 0 }
 
-// A slot holds a header of headerSize bytes (the value's length, a
-// checksum of the address, stamp and value, and the stamp), then the
-// value. The stamp is drawn at random for each slot a value is put in,
-// and the index entry holds it too: a slot that still holds an earlier
-// value of the same address, which its checksum alone would pass, fails
-// to match it.
-const headerSize = 16
-
-// slotOf puts in buf what l holds with addr's value v.
-func (l loc) slotOf(buf []byte, addr string, v []byte) []byte {
-	out := append(buf[:0], make([]byte, headerSize)...)
-	binary.BigEndian.PutUint32(out, uint32(len(v)))
-	binary.BigEndian.PutUint64(out[8:], l.stamp)
-	binary.BigEndian.PutUint32(out[4:], checksum(addr, out[8:16], v))
-	return append(out, v...)
-}
-
 // buffers hold slots on their way to a file.
 var buffers = sync.Pool{New: func() any { return new([]byte) }}
 
-// write stores addr's value v in l.
-func (cs *classes) write(l loc, addr string, v []byte) error {
+// write puts addr's value v (a tombstone if tomb) in l.
+func (cs *classes) write(l loc, addr string, v []byte, tomb bool) error {
 	c := cs.get(l.class)
 	buf := buffers.Get().(*[]byte)
-	*buf = l.slotOf(*buf, addr, v)
-	_, err := c.file.WriteAt(*buf, int64(l.slot)*c.size)
+	out := append((*buf)[:0], make([]byte, headerSize)...)
+	n := uint32(len(v))
+	if tomb {
+		n = tombstone
+	}
+	binary.BigEndian.PutUint32(out, n)
+	binary.BigEndian.PutUint64(out[8:], l.gen)
+	binary.BigEndian.PutUint16(out[16:], uint16(len(addr)))
+	out = append(append(out, addr...), v...)
+	binary.BigEndian.PutUint32(out[4:], crc32.Checksum(out[8:], castagnoli))
+	_, err := c.file.WriteAt(out, int64(l.slot)*c.size)
+	*buf = out
 	buffers.Put(buf)
 	return err
 }
 
-// read returns the value at l and whether it is addr's value: a slot torn
-// by a crash, or holding another address's value, fails the checksum.
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// read returns addr's value at l, and whether l holds it: a slot holding
+// another address's value, or another generation's, does not.
 func (cs *classes) read(l loc, addr string) ([]byte, bool, error) {
 	c := cs.get(l.class)
 	buf := make([]byte, c.size)
@@ -124,26 +126,41 @@ func (cs *classes) read(l loc, addr string) ([]byte, bool, error) {
 	if err != nil && !(errors.Is(err, io.EOF) && got >= headerSize) { // the file's last slot ends with its value
 		return nil, false, err
 	}
-	n := int64(binary.BigEndian.Uint32(buf))
-	if n > int64(got)-headerSize {
+	h, ok := parseSlot(buf[:got])
+	if !ok || h.tomb || h.gen != l.gen || h.addr != addr {
 		return nil, false, nil
 	}
-	v := buf[headerSize : headerSize+n : headerSize+n]
-	ok := checksum(addr, buf[8:16], v) == binary.BigEndian.Uint32(buf[4:]) && binary.BigEndian.Uint64(buf[8:]) == l.stamp
-	return v, ok, nil
+	return h.value, true, nil
 }
 
-var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+// slotHeader is a parsed slot.
+type slotHeader struct {
+	gen   uint64
+	tomb  bool
+	addr  string
+	value []byte
+}
 
-// checksum covers the address (and its length) and the stamp as well as
-// the value, so a slot holding another address's value never passes for
-// this one's.
-func checksum(addr string, stamp, v []byte) uint32 {
-	var n [binary.MaxVarintLen64]byte
-	sum := crc32.Checksum(n[:binary.PutUvarint(n[:], uint64(len(addr)))], castagnoli)
-	sum = crc32.Update(sum, castagnoli, unsafe.Slice(unsafe.StringData(addr), len(addr)))
-	sum = crc32.Update(sum, castagnoli, stamp)
-	return crc32.Update(sum, castagnoli, v)
+// parseSlot parses the slot in b, reporting whether it is whole: a slot
+// never written, or torn by a crash, is not.
+func parseSlot(b []byte) (slotHeader, bool) {
+	if len(b) < headerSize {
+		return slotHeader{}, false
+	}
+	n, addrLen := binary.BigEndian.Uint32(b), int(binary.BigEndian.Uint16(b[16:]))
+	end := headerSize + addrLen
+	if n != tombstone {
+		end += int(n)
+	}
+	if end > len(b) {
+		return slotHeader{}, false
+	}
+	if crc32.Checksum(b[8:end], castagnoli) != binary.BigEndian.Uint32(b[4:]) {
+		return slotHeader{}, false
+	}
+	h := slotHeader{gen: binary.BigEndian.Uint64(b[8:]), tomb: n == tombstone, addr: string(b[headerSize : headerSize+addrLen])}
+	h.value = b[headerSize+addrLen : end : end]
+	return h, true
 }
 
 // classes owns the slot files of a directory.
@@ -181,6 +198,7 @@ func openClasses(fs vfs.FS, dir string, readOnly bool) (*classes, error) {
 	if err != nil {
 		return nil, err
 	}
+	slices.Sort(names)
 	for _, name := range names {
 		num, ok := strings.CutSuffix(name, fileSuffix)
 		if !ok {
@@ -198,7 +216,7 @@ func openClasses(fs vfs.FS, dir string, readOnly bool) (*classes, error) {
 }
 
 // of returns the class of slot size size, creating its file (durably: the
-// directory is synced before any index entry can name it) if need be.
+// directory is synced before any slot in it can count) if need be.
 func (cs *classes) of(size int64) (*class, error) {
 	cs.mu.Lock()
 	defer cs.mu.Unlock()
@@ -210,13 +228,6 @@ func (cs *classes) of(size int64) (*class, error) {
 		return nil, err
 	}
 	return c, syncDir(cs.fs, cs.dir)
-}
-
-// find returns the class of slot size size, nil if it has no file.
-func (cs *classes) find(size int64) *class {
-	cs.mu.Lock()
-	defer cs.mu.Unlock()
-	return cs.bySize[size]
 }
 
 func (cs *classes) open(size int64) (*class, error) {
@@ -259,26 +270,6 @@ func (cs *classes) syncAll() error {
 	return nil
 }
 
-// rebuild sets every class's free list and next slot from the slots the
-// index names (used, by class).
-func (cs *classes) rebuild(used map[uint16][]uint32) {
-	for _, c := range cs.all() {
-		taken := used[c.id]
-		slices.Sort(taken)
-		c.free, c.next = nil, 0
-		if len(taken) > 0 {
-			c.next = taken[len(taken)-1] + 1
-		}
-		for s, i := uint32(0), 0; s < c.next; s++ {
-			if i < len(taken) && taken[i] == s {
-				i++
-				continue
-			}
-			c.free = append(c.free, s)
-		}
-	}
-}
-
 func (cs *classes) close() error {
 	var first error
 	for _, c := range cs.all() {
@@ -287,12 +278,6 @@ func (cs *classes) close() error {
 		}
 	}
 	return first
-}
-
-// isShortRead reports a read past the end of a slot file: a slot whose
-// file never grew to it durably.
-func isShortRead(err error) bool {
-	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF)
 }
 
 func syncDir(fs vfs.FS, dir string) error {

@@ -4,23 +4,21 @@ import "sync/atomic"
 
 // Metrics are a slots backend's figures for INFO and /metrics.
 type Metrics struct {
-	Bytes        int64  // bytes the slot files and the index occupy on disk now
-	SlotsUsed    int64  // slots holding a value (or a value's base) now
-	SlotsFree    int64  // slots inside the files free for reuse now
-	IndexCommits uint64 // index commits of a Write or Delete since the store was opened (per-write syncs)
-	Syncs        uint64 // sync points since then (NoSync or DeferSync)
+	Bytes     int64  // bytes the slot files occupy on disk now
+	SlotsUsed int64  // slots holding a value or a tombstone now, or replaced and waiting for a sync point
+	SlotsFree int64  // slots inside the files free for reuse now
+	Syncs     uint64 // sync points since the store was opened
 }
 
 // counters are the Metrics that only grow.
 type counters struct {
-	indexCommits, syncs atomic.Uint64
+	syncs atomic.Uint64
 }
 
 // Metrics returns the backend's figures now.
 func (b *Backend) Metrics() Metrics {
 	m := Metrics{
-		IndexCommits: b.counters.indexCommits.Load(),
-		Syncs:        b.counters.syncs.Load(),
+		Syncs: b.counters.syncs.Load(),
 	}
 	b.life.RLock()
 	defer b.life.RUnlock()
@@ -36,6 +34,5 @@ func (b *Backend) Metrics() Metrics {
 			m.Bytes += info.Size()
 		}
 	}
-	m.Bytes += int64(b.db.Metrics().DiskSpaceUsage())
 	return m
 }

@@ -1,7 +1,6 @@
 // Package slots is an embedded on-disk backend.Backend that keeps each
 // value in a slot of a file of equal-sized slots, found through an index
-// held in memory and made durable in a small pebble database. It is the
-// disk backend's default engine.
+// held in memory. It is the disk backend's default engine.
 //
 // Every protocol stores sealed blocks of a few fixed sizes at a fixed set
 // of addresses and rewrites them again and again. An LSM store (package
@@ -12,63 +11,59 @@
 // atomic multi-address batches, which is why it is written here
 // (docs/dependencies.md, "Slot storage").
 //
-// What it owns: one directory holding the index (a pebble database, whose
-// LOCK file keeps a second process out) and one file of slots per slot
-// size (slotSize). Values of up to inlineMax bytes live in the index
-// itself.
+// What it owns: one directory holding one file of slots per slot size
+// (slotSize), the generation of the last sync point (SYNCED), and a LOCK
+// file that keeps a second process out. Each slot names its address and
+// the generation of the Write that put it there, so an open rebuilds the
+// index by reading the slots (load): an address's value is its slot of
+// the highest generation no later than the last sync point.
 //
-// Atomicity: every call holds the stripes of its addresses (stripes), so
-// a Read sees all of a Write or none of it. A value never overwrites a
-// slot the durable index may name: it goes to a free slot, the in-memory
-// index takes the whole batch at once, and a slot it replaced is reused
-// only once the index on disk no longer names it. When the index reaches
-// disk depends on the mode:
-//   - By default each Write's slots are fsynced, then its index entries
-//     committed and fsynced, before it returns (concurrent callers share
-//     both fsyncs).
-//   - Under Options.NoSync or DeferSync the index on disk changes only at
-//     a sync point: Sync (the journal's checkpoints), Close, or a Write
-//     once syncInterval has passed or enough changes or freed slots wait.
-//     A sync point fsyncs the slots, then commits every entry changed
-//     since the last one as one fsynced pebble batch. After a crash the
-//     store is exactly as it was at its last sync point: a prefix of the
-//     Writes, whole, which a journaled store's recovery relies on (it
-//     redoes the Writes after it).
+// Atomicity and crashes: every call holds the stripes of its addresses
+// (stripes), so a Read sees all of a Write or none of it. Each Write is
+// a generation; its values go to free slots, and the index takes the
+// whole batch at once. A sync point fsyncs the slot files and then
+// records a generation G such that every Write up to G had finished, so
+// after a crash the store is exactly as it was at its last sync point: a
+// prefix of the Writes, whole, which a journaled store's recovery relies
+// on (it redoes the Writes after it). A slot a Write replaced is reused
+// only once a sync point covers that Write. By default a Write returns
+// once a sync point covers it (concurrent Writes share one); under
+// Options.NoSync or DeferSync sync points come from Sync (the journal's
+// checkpoints), Close, and in the background once syncInterval has
+// passed or enough replaced slots wait.
 //
 // It must never log or inspect values or addresses, never split a batch,
 // never hand callers memory it still owns, and never reuse a slot that
-// the index on disk may still name.
+// an open could still take for an address's value.
 package slots
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/cockroachdb/pebble"
 	"github.com/cockroachdb/pebble/vfs"
 
 	"github.com/oblivkv/oblivkv/backend"
-	"github.com/oblivkv/oblivkv/backend/disk"
 )
 
 // ErrCorrupt reports a value whose slot fails its checksum: storage
 // changed under the backend.
 var ErrCorrupt = errors.New("slots: a value fails its checksum (the slot file was changed or damaged)")
 
-// The triggers of a sync point under NoSync or DeferSync, besides Sync:
-// a Write makes one once syncInterval has passed since the last, or once
-// maxPending replaced slots (the space they hold) or maxDirty changed
-// index entries (what a crash would lose) wait.
+// The triggers of a background sync point under NoSync or DeferSync: a
+// Write asks for one once syncInterval has passed since the last, or once
+// maxPending replaced slots (the space they hold) wait. A Write makes one
+// itself once 4*maxPending wait: the background falls behind.
 const (
 	syncInterval = time.Second
 	maxPending   = 1 << 16
-	maxDirty     = 1 << 16
 )
 
 // Options tune a slots backend. The zero value is the safe default.
@@ -91,7 +86,8 @@ var ErrReadOnly = errors.New("slots: the store is open read-only")
 type Backend struct {
 	dir      string
 	fs       vfs.FS
-	deferred atomic.Bool // the index reaches disk at sync points only: Options.NoSync or DeferSync
+	lock     io.Closer
+	deferred atomic.Bool // sync points come from Sync, Close and the background: Options.NoSync or DeferSync
 
 	life     sync.RWMutex // read-held by every call, write-held by Close and Checkpoint
 	closed   bool
@@ -99,20 +95,28 @@ type Backend struct {
 
 	mu  sync.RWMutex // the in-memory index: read-held to look up, write-held to change it
 	idx *index
+	cs  *classes
 
-	db *pebble.DB // the index, durably
-	cs *classes
-
-	commitMu sync.Mutex          // orders index changes with sync points
-	dirty    map[string]struct{} // addresses changed since the last sync point (deferred)
-	pending  []loc               // slots replaced since then: reusable once it is passed
+	commitMu sync.Mutex          // guards the generations and the replaced slots
+	nextGen  uint64              // the next Write's generation
+	inflight map[uint64]struct{} // generations of the Writes under way
+	pending  []replaced          // slots replaced since the last sync point
 	synced   time.Time           // when the last sync point began
 
-	syncMu   sync.Mutex // one sync point at a time
+	syncMu   sync.Mutex    // one sync point at a time
+	durable  atomic.Uint64 // the generation of the last sync point
+	marker   *syncMarker   // where it is recorded
 	syncer   syncer
 	stripes  *stripes
 	dataSync groupSync
 	counters counters
+}
+
+// replaced is a slot a Write of generation gen replaced: free once a sync
+// point covers gen.
+type replaced struct {
+	at  loc
+	gen uint64
 }
 
 // Open opens (creating if needed) the store in dir.
@@ -122,18 +126,18 @@ func Open(dir string, o Options) (*Backend, error) {
 		fs = vfs.Default
 	}
 	if o.ReadOnly {
-		if _, err := fs.Stat(filepath.Join(dir, "index")); err != nil {
+		if _, err := fs.Stat(filepath.Join(dir, syncedFile)); err != nil {
 			return nil, fmt.Errorf("slots: open %s: %w", dir, err)
 		}
 	} else if err := makeDir(fs, dir); err != nil {
 		return nil, fmt.Errorf("slots: open %s: %w", dir, err)
 	}
-	db, err := pebble.Open(filepath.Join(dir, "index"), indexOptions(fs, o.ReadOnly))
+	lock, err := fs.Lock(filepath.Join(dir, "LOCK"))
 	if err != nil {
-		return nil, openError(dir, err)
+		return nil, lockError(dir, err)
 	}
-	b := &Backend{dir: dir, fs: fs, db: db, idx: newIndex(), stripes: newStripes(), readOnly: o.ReadOnly,
-		dirty: map[string]struct{}{}, synced: time.Now()}
+	b := &Backend{dir: dir, fs: fs, lock: lock, idx: newIndex(), stripes: newStripes(), readOnly: o.ReadOnly,
+		inflight: map[uint64]struct{}{}, synced: time.Now()}
 	b.deferred.Store(o.NoSync)
 	if err := b.load(); err != nil {
 		b.closeFiles()
@@ -142,23 +146,6 @@ func Open(dir string, o Options) (*Backend, error) {
 	b.startSyncer()
 	return b, nil
 }
-
-// indexOptions are the index database's: entries of about twenty bytes,
-// rewritten at every write of their address and read only at open. A
-// memtable of indexMemTable absorbs the rewrites (a flush writes each
-// address once), and entries are stored uncompressed.
-func indexOptions(fs vfs.FS, readOnly bool) *pebble.Options {
-	return &pebble.Options{
-		FS:           fs,
-		Logger:       disk.QuietLogger{},
-		MemTableSize: indexMemTable,
-		Levels:       []pebble.LevelOptions{{Compression: pebble.NoCompression}},
-		ReadOnly:     readOnly,
-	}
-}
-
-// indexMemTable is the index's pebble memtable (pebble keeps up to two).
-const indexMemTable = 64 << 20
 
 // makeDir creates dir if need be, durably: its parent is synced, so a
 // crash cannot lose the directory with everything synced inside it.
@@ -172,13 +159,10 @@ func makeDir(fs vfs.FS, dir string) error {
 	return syncDir(fs, filepath.Dir(dir))
 }
 
-// openError explains the common reason Open fails: another process holds
-// the directory's lock.
-func openError(dir string, err error) error {
-	if strings.Contains(err.Error(), "lock") {
-		return fmt.Errorf("slots: open %s: the directory is locked (is another oblivkv running on it?): %w", dir, err)
-	}
-	return fmt.Errorf("slots: open %s: %w", dir, err)
+// lockError explains why the directory's lock was refused: another
+// process (or another Backend in this process) holds it.
+func lockError(dir string, err error) error {
+	return fmt.Errorf("slots: open %s: the directory is locked (is another oblivkv running on it?): %w", dir, err)
 }
 
 // enter holds the backend open for one call, or returns why it cannot.
@@ -219,27 +203,25 @@ func (b *Backend) Read(ctx context.Context, addrs []string) ([][]byte, error) {
 // index cannot move before its slot is read: only a call holding its
 // stripe for writing moves it.
 func (b *Backend) read(addrs []string) ([][]byte, error) {
-	vals := make([]value, len(addrs))
+	entries := make([]entry, len(addrs))
 	b.mu.RLock()
 	for i, a := range addrs {
-		vals[i], _ = b.idx.get(a)
+		entries[i], _ = b.idx.get(a)
 	}
 	b.mu.RUnlock()
 	out := make([][]byte, len(addrs))
-	for i, v := range vals {
-		switch {
-		case v.inline != nil:
-			out[i] = append([]byte{}, v.inline...)
-		case v.at.valid():
-			got, ok, err := b.cs.read(v.at, addrs[i])
-			if err != nil {
-				return nil, fmt.Errorf("slots: read: %w", err)
-			}
-			if !ok {
-				return nil, ErrCorrupt
-			}
-			out[i] = got
+	for i, e := range entries {
+		if e.tomb || !e.at.valid() {
+			continue
 		}
+		v, ok, err := b.cs.read(e.at, addrs[i])
+		if err != nil {
+			return nil, fmt.Errorf("slots: read: %w", err)
+		}
+		if !ok {
+			return nil, ErrCorrupt
+		}
+		out[i] = v
 	}
 	return out, nil
 }
@@ -271,7 +253,7 @@ func (b *Backend) WriteVersioned(ctx context.Context, items []backend.VersionedI
 		return backend.StoredVersion(v[0]), nil
 	})
 	if err == nil {
-		err = b.write(lastWins(out))
+		err = b.write(lastWins(out), nil)
 	}
 	if err != nil {
 		return 0, fmt.Errorf("slots: versioned write: %w", err)
@@ -309,7 +291,7 @@ func (b *Backend) WriteFenced(ctx context.Context, f backend.Fence, items []back
 	if f.Token < stored {
 		return backend.Refused(f, stored)
 	}
-	if err := b.write(items); err != nil {
+	if err := b.write(items, nil); err != nil {
 		return fmt.Errorf("slots: fenced write: %w", err)
 	}
 	return nil
@@ -323,8 +305,8 @@ func (b *Backend) Scan(ctx context.Context, prefix string, fn func(addr string) 
 	}
 	b.mu.RLock()
 	var addrs []string
-	b.idx.each(func(a string, _ value) {
-		if strings.HasPrefix(a, prefix) {
+	b.idx.each(func(a string, e entry) {
+		if !e.tomb && strings.HasPrefix(a, prefix) {
 			addrs = append(addrs, a)
 		}
 	})
@@ -375,13 +357,14 @@ func (b *Backend) close() error {
 }
 
 func (b *Backend) closeFiles() error {
-	err := b.db.Close()
+	var errs []error
 	if b.cs != nil {
-		if cerr := b.cs.close(); err == nil {
-			err = cerr
-		}
+		errs = append(errs, b.cs.close())
 	}
-	return err
+	if b.marker != nil {
+		errs = append(errs, b.marker.f.Close())
+	}
+	return errors.Join(append(errs, b.lock.Close())...)
 }
 
 var _ backend.Backend = (*Backend)(nil)

@@ -2,10 +2,16 @@ package slots
 
 import (
 	"context"
+	"encoding/binary"
+	"errors"
 	"fmt"
+	"hash/crc32"
+	"io"
+	"path/filepath"
+	"slices"
 	"time"
 
-	"github.com/cockroachdb/pebble"
+	"github.com/cockroachdb/pebble/vfs"
 )
 
 // Sync makes every Write and Delete that returned durable
@@ -18,52 +24,6 @@ func (b *Backend) Sync(ctx context.Context) error {
 	return b.sync()
 }
 
-// sync passes a sync point: it takes the entries changed since the last
-// one, fsyncs the slots (which hold every value those entries name, since
-// a value is written before its entry changes), commits the entries as
-// one fsynced batch, then frees the slots they replaced. Writes go on
-// meanwhile; what they change waits for the next sync point.
-func (b *Backend) sync() error {
-	b.syncMu.Lock()
-	defer b.syncMu.Unlock()
-	batch := b.db.NewBatch()
-	defer batch.Close()
-	b.commitMu.Lock()
-	dirty, replaced := b.dirty, b.pending
-	var err error
-	for addr := range dirty {
-		v, _ := b.idx.get(addr)
-		if err = setEntry(batch, b.cs, addr, v); err != nil {
-			break
-		}
-	}
-	b.dirty, b.pending, b.synced = map[string]struct{}{}, nil, time.Now()
-	b.commitMu.Unlock()
-	if err == nil {
-		err = b.cs.syncAll()
-	}
-	if err == nil && !batch.Empty() {
-		err = batch.Commit(pebble.Sync)
-	}
-	if err != nil {
-		b.unsync(dirty, replaced)
-		return fmt.Errorf("slots: sync: %w", err)
-	}
-	b.counters.syncs.Add(1)
-	b.cs.release(replaced)
-	return nil
-}
-
-// unsync hands a failed sync point's changes to the next one.
-func (b *Backend) unsync(dirty map[string]struct{}, replaced []loc) {
-	b.commitMu.Lock()
-	defer b.commitMu.Unlock()
-	for addr := range dirty {
-		b.dirty[addr] = struct{}{}
-	}
-	b.pending = append(replaced, b.pending...)
-}
-
 // DeferSync stops the fsyncs of each Write and Delete
 // (backend.SyncDeferrer): a caller that journals every write makes them
 // durable with Sync at its checkpoints, and redoes after a crash the
@@ -71,6 +31,110 @@ func (b *Backend) unsync(dirty map[string]struct{}, replaced []loc) {
 func (b *Backend) DeferSync() bool {
 	b.deferred.Store(true)
 	return true
+}
+
+// waitDurable returns once a sync point covers generation gen; Writes
+// waiting together share one.
+func (b *Backend) waitDurable(gen uint64) error {
+	for b.durable.Load() < gen {
+		if err := b.dataSync.do(b.sync); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// sync passes a sync point: it takes the generation G before the first
+// Write still under way (every Write up to G has put its values in their
+// slots), fsyncs the slot files, records G, then frees the slots that
+// Writes up to G replaced. Writes go on meanwhile.
+func (b *Backend) sync() error {
+	b.syncMu.Lock()
+	defer b.syncMu.Unlock()
+	b.commitMu.Lock()
+	g := b.nextGen - 1
+	for gen := range b.inflight {
+		g = min(g, gen-1)
+	}
+	var free []loc
+	b.pending = slices.DeleteFunc(b.pending, func(r replaced) bool {
+		if r.gen <= g {
+			free = append(free, r.at)
+		}
+		return r.gen <= g
+	})
+	b.synced = time.Now()
+	b.commitMu.Unlock()
+	err := b.cs.syncAll()
+	if err == nil && g > b.durable.Load() {
+		err = b.marker.record(g)
+	}
+	if err != nil {
+		b.commitMu.Lock()
+		for _, at := range free { // the next sync point frees them
+			b.pending = append(b.pending, replaced{at, g})
+		}
+		b.commitMu.Unlock()
+		return fmt.Errorf("slots: sync: %w", err)
+	}
+	if g > b.durable.Load() {
+		b.durable.Store(g)
+	}
+	b.counters.syncs.Add(1)
+	b.cs.release(free)
+	return nil
+}
+
+// syncedFile names the file that records the last sync point.
+const syncedFile = "SYNCED"
+
+// syncMarker is the SYNCED file: two records of a generation and its
+// checksum, written in turn, so a crash while one is written leaves the
+// other; the higher whole one is the last sync point.
+type syncMarker struct {
+	f    vfs.File
+	turn int64
+}
+
+const markerRecord = 16
+
+func openMarker(fs vfs.FS, dir string, readOnly bool) (*syncMarker, uint64, error) {
+	name := filepath.Join(dir, syncedFile)
+	var f vfs.File
+	var err error
+	if readOnly {
+		f, err = fs.Open(name)
+	} else if f, err = fs.OpenReadWrite(name); err == nil {
+		err = syncDir(fs, dir)
+	}
+	if err != nil {
+		return nil, 0, err
+	}
+	buf := make([]byte, 2*markerRecord)
+	if _, err := f.ReadAt(buf, 0); err != nil && !errors.Is(err, io.EOF) {
+		f.Close()
+		return nil, 0, err
+	}
+	m, g := &syncMarker{f: f}, uint64(0)
+	for turn := range int64(2) {
+		rec := buf[turn*markerRecord:]
+		if gen := binary.BigEndian.Uint64(rec); gen > g && crc32.Checksum(rec[:8], castagnoli) == binary.BigEndian.Uint32(rec[8:]) {
+			g, m.turn = gen, 1-turn
+		}
+	}
+	return m, g, nil
+}
+
+// record makes g the last sync point, durably.
+func (m *syncMarker) record(g uint64) error {
+	rec := binary.BigEndian.AppendUint64(nil, g)
+	rec = binary.BigEndian.AppendUint32(rec, crc32.Checksum(rec, castagnoli))
+	rec = append(rec, make([]byte, markerRecord-len(rec))...)
+	if _, err := m.f.WriteAt(rec, m.turn*markerRecord); err != nil {
+		return err
+	}
+	m.turn = 1 - m.turn
+	return m.f.SyncData()
 }
 
 // syncer passes sync points in the background when writes call for one,
@@ -103,7 +167,7 @@ func (b *Backend) runSyncer() {
 		case <-b.syncer.wake:
 			b.life.RLock()
 			if !b.closed {
-				b.sync() // a failure leaves the changes to the next sync point, which reports it
+				b.sync() // a failure leaves its work to the next sync point, which reports it
 			}
 			b.life.RUnlock()
 		}

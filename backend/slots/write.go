@@ -3,23 +3,20 @@ package slots
 import (
 	"context"
 	"fmt"
-	"math/rand/v2"
 	"time"
-
-	"github.com/cockroachdb/pebble"
 
 	"github.com/oblivkv/oblivkv/backend"
 )
 
-// change is one address's new value; none for a Delete.
+// change is one address's new entry.
 type change struct {
 	addr string
-	v    value
+	e    entry
 }
 
-// Write implements backend.Backend: the values go to free slots, then the
-// index takes the whole batch at once. The batch's stripes are
-// write-locked for the whole call.
+// Write implements backend.Backend: the values go to free slots under one
+// generation, then the index takes the whole batch at once. The batch's
+// stripes are write-locked for the whole call.
 func (b *Backend) Write(ctx context.Context, items []backend.Item) error {
 	if err := b.enterWrite(ctx); err != nil {
 		return err
@@ -29,16 +26,60 @@ func (b *Backend) Write(ctx context.Context, items []backend.Item) error {
 	set := b.stripes.of(addrsOf(items))
 	b.stripes.lock(set)
 	defer b.stripes.unlock(set)
-	return b.write(items)
+	return b.write(items, nil)
 }
 
-// write writes items, distinct addresses whose stripes the caller holds.
-func (b *Backend) write(items []backend.Item) error {
-	changes, err := b.place(items)
+// Delete implements backend.Backend: a tombstone for each address that
+// holds a value, written as Write writes values.
+func (b *Backend) Delete(ctx context.Context, addrs []string) error {
+	if err := b.enterWrite(ctx); err != nil {
+		return err
+	}
+	defer b.life.RUnlock()
+	set := b.stripes.of(addrs)
+	b.stripes.lock(set)
+	defer b.stripes.unlock(set)
+	var held []string
+	seen := map[string]bool{}
+	b.mu.RLock()
+	for _, a := range addrs {
+		if e, ok := b.idx.get(a); ok && !e.tomb && !seen[a] {
+			held = append(held, a)
+		}
+		seen[a] = true
+	}
+	b.mu.RUnlock()
+	return b.write(nil, held)
+}
+
+// write writes items and tombstones for dead, distinct addresses whose
+// stripes the caller holds.
+func (b *Backend) write(items []backend.Item, dead []string) error {
+	for _, it := range items {
+		if len(it.Addr) > maxAddrLen {
+			return fmt.Errorf("slots: an address of %d bytes (at most %d)", len(it.Addr), maxAddrLen)
+		}
+	}
+	if len(items)+len(dead) == 0 {
+		return nil
+	}
+	gen := b.begin()
+	changes, err := b.place(gen, items, dead)
 	if err != nil {
+		b.finish(gen, nil)
 		return fmt.Errorf("slots: write: %w", err)
 	}
-	return b.commit(changes)
+	due := b.finish(gen, changes)
+	if !b.deferred.Load() {
+		return b.waitDurable(gen)
+	}
+	switch due {
+	case syncNow:
+		return b.sync()
+	case syncSoon:
+		b.syncer.kick()
+	}
+	return nil
 }
 
 // lastWins drops every item a later item of the batch overwrites.
@@ -62,152 +103,86 @@ func addrsOf(items []backend.Item) []string {
 	return out
 }
 
-// place puts each value that does not fit the index in a free slot.
-func (b *Backend) place(items []backend.Item) ([]change, error) {
-	changes := make([]change, 0, len(items))
-	for _, it := range items {
-		v, err := b.store(it)
-		if err != nil {
-			b.cs.release(newSlots(changes))
-			return nil, err
+// place puts each value, and each tombstone, in a free slot.
+func (b *Backend) place(gen uint64, items []backend.Item, dead []string) ([]change, error) {
+	changes := make([]change, 0, len(items)+len(dead))
+	put := func(addr string, v []byte, tomb bool) error {
+		at, err := b.store(gen, addr, v, tomb)
+		if err == nil {
+			changes = append(changes, change{addr, entry{at: at, tomb: tomb}})
 		}
-		changes = append(changes, change{it.Addr, v})
+		return err
+	}
+	var err error
+	for i := 0; i < len(items) && err == nil; i++ {
+		err = put(items[i].Addr, items[i].Value, false)
+	}
+	for i := 0; i < len(dead) && err == nil; i++ {
+		err = put(dead[i], nil, true)
+	}
+	if err != nil {
+		for _, ch := range changes {
+			b.cs.release([]loc{ch.e.at})
+		}
+		return nil, err
 	}
 	return changes, nil
 }
 
-func (b *Backend) store(it backend.Item) (value, error) {
-	if len(it.Value) <= inlineMax {
-		return value{inline: append([]byte{}, it.Value...)}, nil
-	}
-	c, err := b.cs.of(slotSize(len(it.Value)))
+// store writes one slot.
+func (b *Backend) store(gen uint64, addr string, v []byte, tomb bool) (loc, error) {
+	c, err := b.cs.of(slotSize(len(addr), len(v)))
 	if err != nil {
-		return value{}, err
+		return loc{}, err
 	}
 	slot, err := c.take()
 	if err != nil {
-		return value{}, err
+		return loc{}, err
 	}
-	l := loc{class: c.id, slot: slot, stamp: rand.Uint64()}
-	if err := b.cs.write(l, it.Addr, it.Value); err != nil {
-		c.release(l.slot)
-		return value{}, err
+	at := loc{class: c.id, slot: slot, gen: gen}
+	if err := b.cs.write(at, addr, v, tomb); err != nil {
+		c.release(slot)
+		return loc{}, err
 	}
-	return value{at: l}, nil
+	return at, nil
 }
 
-// newSlots returns the slots changes put values in.
-func newSlots(changes []change) []loc {
-	var out []loc
-	for _, ch := range changes {
-		if ch.v.at.valid() {
-			out = append(out, ch.v.at)
-		}
-	}
-	return out
-}
-
-// Delete implements backend.Backend.
-func (b *Backend) Delete(ctx context.Context, addrs []string) error {
-	if err := b.enterWrite(ctx); err != nil {
-		return err
-	}
-	defer b.life.RUnlock()
-	set := b.stripes.of(addrs)
-	b.stripes.lock(set)
-	defer b.stripes.unlock(set)
-	changes := make([]change, 0, len(addrs))
-	seen := map[string]bool{}
-	for _, a := range addrs {
-		if !seen[a] {
-			seen[a] = true
-			changes = append(changes, change{addr: a})
-		}
-	}
-	return b.commit(changes)
-}
-
-// commit makes changes the index's: durably before it returns by
-// default, or at the next sync point under NoSync or DeferSync.
-func (b *Backend) commit(changes []change) error {
-	if b.deferred.Load() {
-		switch b.stage(changes) {
-		case syncNow:
-			return b.sync()
-		case syncSoon:
-			b.syncer.kick()
-		}
-		return nil
-	}
-	if len(newSlots(changes)) > 0 {
-		if err := b.dataSync.do(b.cs.syncAll); err != nil {
-			b.cs.release(newSlots(changes))
-			return fmt.Errorf("slots: sync: %w", err)
-		}
-	}
-	replaced, err := b.commitNow(changes)
-	if err != nil {
-		return fmt.Errorf("slots: commit: %w", err)
-	}
-	if err := b.db.LogData(nil, pebble.Sync); err != nil {
-		return fmt.Errorf("slots: commit: %w", err)
-	}
-	b.cs.release(replaced)
-	return nil
-}
-
-// commitNow commits changes to the index on disk and in memory, in the
-// order of every other commit, and returns the slots they replaced, for
-// the caller to free once the commit is synced.
-func (b *Backend) commitNow(changes []change) ([]loc, error) {
-	batch := b.db.NewBatch()
-	defer batch.Close()
-	for _, ch := range changes {
-		if err := setEntry(batch, b.cs, ch.addr, ch.v); err != nil {
-			b.cs.release(newSlots(changes))
-			return nil, err
-		}
-	}
+// begin starts a Write: its generation, under way until finish.
+func (b *Backend) begin() uint64 {
 	b.commitMu.Lock()
 	defer b.commitMu.Unlock()
-	if err := batch.Commit(pebble.NoSync); err != nil {
-		b.cs.release(newSlots(changes))
-		return nil, err
-	}
-	b.counters.indexCommits.Add(1)
-	return b.swap(changes), nil
+	gen := b.nextGen
+	b.nextGen++
+	b.inflight[gen] = struct{}{}
+	return gen
 }
 
-// setEntry adds to batch the index entry of addr holding v (a delete for
-// no value).
-func setEntry(batch *pebble.Batch, cs *classes, addr string, v value) error {
-	if v.inline == nil && !v.at.valid() {
-		return batch.Delete([]byte(addr), nil)
-	}
-	return batch.Set([]byte(addr), v.encode(cs), nil)
-}
-
-// stage makes changes the in-memory index's, to reach disk at the next
-// sync point, and says when that is due: soon (the background syncer's)
-// once syncInterval has passed or enough changes or replaced slots wait,
-// now (the caller's own) once far more replaced slots wait than the
-// syncer keeps up with.
-func (b *Backend) stage(changes []change) syncDue {
+// finish makes changes the index's, as one step for readers, ends the
+// Write of generation gen, and says when a sync point is due (see
+// syncDue).
+func (b *Backend) finish(gen uint64, changes []change) syncDue {
 	b.commitMu.Lock()
 	defer b.commitMu.Unlock()
-	b.pending = append(b.pending, b.swap(changes)...)
+	b.mu.Lock()
 	for _, ch := range changes {
-		b.dirty[ch.addr] = struct{}{}
+		if old, had := b.idx.put(ch.addr, ch.e); had {
+			b.pending = append(b.pending, replaced{old.at, gen})
+		}
 	}
+	b.mu.Unlock()
+	delete(b.inflight, gen)
 	switch {
 	case len(b.pending) >= 4*maxPending:
 		return syncNow
-	case len(b.pending) >= maxPending || len(b.dirty) >= maxDirty || time.Since(b.synced) >= syncInterval:
+	case len(b.pending) >= maxPending || time.Since(b.synced) >= syncInterval:
 		return syncSoon
 	}
 	return syncLater
 }
 
+// syncDue is when a deferred Write calls for a sync point: later, soon
+// (the background syncer's), or now (its own, once the syncer falls far
+// behind).
 type syncDue int
 
 const (
@@ -215,22 +190,3 @@ const (
 	syncSoon
 	syncNow
 )
-
-// swap makes changes the in-memory index's, as one step for readers, and
-// returns the slots they replaced. The caller holds commitMu.
-func (b *Backend) swap(changes []change) []loc {
-	var replaced []loc
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	for _, ch := range changes {
-		if old, ok := b.idx.get(ch.addr); ok && old.at.valid() {
-			replaced = append(replaced, old.at)
-		}
-		if ch.v.inline == nil && !ch.v.at.valid() {
-			b.idx.del(ch.addr)
-		} else {
-			b.idx.put(ch.addr, ch.v)
-		}
-	}
-	return replaced
-}

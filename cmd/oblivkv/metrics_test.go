@@ -28,7 +28,7 @@ import (
 func TestServeMetrics(t *testing.T) {
 	dir := t.TempDir()
 	maddr := freeAddr(t)
-	s := startServe(t, dir, "--capacity", "1024", "--opt", "epoch=500us", "--metrics-addr", maddr, "--disk-cache", "16")
+	s := startServe(t, dir, "--capacity", "1024", "--opt", "epoch=500us", "--metrics-addr", maddr, "--disk-engine", "pebble", "--disk-cache", "16")
 	if !waitServing(s) || !strings.Contains(s.stderr.String(), "metrics=http://"+maddr+"/metrics") {
 		t.Errorf("metrics address not logged: %s", s.stderr)
 	}
@@ -108,7 +108,8 @@ func TestServeMetrics(t *testing.T) {
 			t.Errorf("oblivkv_protocol_stat{name=%q} = %v, INFO %v", name, got, want)
 		}
 	}
-	// The disk backend's own figures: in INFO, and as metrics of their own.
+	// The disk backend's own figures (on the pebble engine): in INFO, and
+	// as metrics of their own.
 	if got, want := m.value("oblivkv_disk_wal_bytes_total"), info["disk_wal_bytes"]; got != want || want <= 0 {
 		t.Errorf("oblivkv_disk_wal_bytes_total = %v, INFO disk_wal_bytes = %v; want them equal and positive", got, want)
 	}
@@ -128,6 +129,33 @@ func TestServeMetrics(t *testing.T) {
 	}
 	for _, name := range []string{"go_goroutines", "process_resident_memory_bytes"} {
 		m.value(name)
+	}
+	s.stop(t)
+}
+
+// TestServeMetricsSlots: on the disk backend's default engine, its
+// figures are in INFO and are metrics of their own.
+func TestServeMetricsSlots(t *testing.T) {
+	maddr := freeAddr(t)
+	s := startServe(t, t.TempDir(), "--capacity", "64", "--value-size", "64", "--metrics-addr", maddr)
+	c := client(t, s.addr)
+	for i := range 20 {
+		if err := c.Set(context.Background(), fmt.Sprintf("k%d", i), "v", 0).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fams, info := quietScrape(t, c, maddr)
+	m := metricsOf{t, fams}
+	for metric, field := range map[string]string{
+		"oblivkv_disk_syncs_total": "disk_syncs", "oblivkv_disk_slots_used": "disk_slots_used",
+		"oblivkv_disk_slots_free": "disk_slots_free", "oblivkv_disk_bytes": "disk_bytes",
+	} {
+		if got, want := m.value(metric), info[field]; got != want || want <= 0 && field != "disk_slots_free" {
+			t.Errorf("%s = %v, INFO %s = %v; want them equal and positive", metric, got, field, want)
+		}
+	}
+	if m.has("oblivkv_disk_wal_bytes_total") {
+		t.Error("a store on the slots engine exports pebble's figures")
 	}
 	s.stop(t)
 }

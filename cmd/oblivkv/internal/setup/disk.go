@@ -41,7 +41,7 @@ func (o Options) diskOptions() diskOptions {
 // StoreEngine returns the engine of the disk store in dir, found from its
 // files, or "" if dir holds none.
 func StoreEngine(dir string) (string, error) {
-	for _, e := range []struct{ engine, marker string }{{EnginePebble, "CURRENT"}, {EngineSlots, "index"}} {
+	for _, e := range []struct{ engine, marker string }{{EnginePebble, "CURRENT"}, {EngineSlots, "SYNCED"}} {
 		if _, err := os.Stat(filepath.Join(dir, e.marker)); err == nil {
 			return e.engine, nil
 		} else if !errors.Is(err, os.ErrNotExist) {
@@ -111,7 +111,6 @@ func slotStats(m slots.Metrics) []kv.Stat {
 		{Name: kv.StatDiskBytes, Value: float64(m.Bytes)},
 		{Name: kv.StatDiskSlotsUsed, Value: float64(m.SlotsUsed)},
 		{Name: kv.StatDiskSlotsFree, Value: float64(m.SlotsFree)},
-		{Name: kv.StatDiskIndexCommits, Value: float64(m.IndexCommits)},
 		{Name: kv.StatDiskSyncs, Value: float64(m.Syncs)},
 	}
 }
