@@ -36,13 +36,16 @@ func slotSize(addrLen, n int) int64 {
 //	[4:8]   CRC-32C of everything after it: header, address and value
 //	[8:16]  the generation of the Write that put it there
 //	[16:18] the address's length
+//	[18:22] the Write's count of slots, with acked set if the Write
+//	        returned only once its slots were durable (per-write syncs)
 //
-// The address and the generation let an open rebuild the index from the
-// slots alone (load).
+// The address, the generation and the count let an open rebuild the index
+// from the slots alone (load).
 const (
-	headerSize = 18
+	headerSize = 22
 	tombstone  = math.MaxUint32
 	maxAddrLen = math.MaxUint16
+	acked      = 1 << 31
 )
 
 // class is the slot file of one slot size: slot i lies at i*size. Its
@@ -95,8 +98,9 @@ func (l loc) valid() bool { return l.class != 0 }
 // buffers hold slots on their way to a file.
 var buffers = sync.Pool{New: func() any { return new([]byte) }}
 
-// write puts addr's value v (a tombstone if tomb) in l.
-func (cs *classes) write(l loc, addr string, v []byte, tomb bool) error {
+// write puts addr's value v (a tombstone if tomb) in l, for a Write of
+// batch (see headerSize).
+func (cs *classes) write(l loc, addr string, v []byte, tomb bool, batch uint32) error {
 	c := cs.get(l.class)
 	buf := buffers.Get().(*[]byte)
 	out := append((*buf)[:0], make([]byte, headerSize)...)
@@ -107,6 +111,7 @@ func (cs *classes) write(l loc, addr string, v []byte, tomb bool) error {
 	binary.BigEndian.PutUint32(out, n)
 	binary.BigEndian.PutUint64(out[8:], l.gen)
 	binary.BigEndian.PutUint16(out[16:], uint16(len(addr)))
+	binary.BigEndian.PutUint32(out[18:], batch)
 	out = append(append(out, addr...), v...)
 	binary.BigEndian.PutUint32(out[4:], crc32.Checksum(out[8:], castagnoli))
 	_, err := c.file.WriteAt(out, int64(l.slot)*c.size)
@@ -137,6 +142,7 @@ func (cs *classes) read(l loc, addr string) ([]byte, bool, error) {
 type slotHeader struct {
 	gen   uint64
 	tomb  bool
+	batch uint32
 	addr  string
 	value []byte
 }
@@ -158,7 +164,8 @@ func parseSlot(b []byte) (slotHeader, bool) {
 	if crc32.Checksum(b[8:end], castagnoli) != binary.BigEndian.Uint32(b[4:]) {
 		return slotHeader{}, false
 	}
-	h := slotHeader{gen: binary.BigEndian.Uint64(b[8:]), tomb: n == tombstone, addr: string(b[headerSize : headerSize+addrLen])}
+	h := slotHeader{gen: binary.BigEndian.Uint64(b[8:]), tomb: n == tombstone, batch: binary.BigEndian.Uint32(b[18:]),
+		addr: string(b[headerSize : headerSize+addrLen])}
 	h.value = b[headerSize+addrLen : end : end]
 	return h, true
 }

@@ -10,11 +10,14 @@ import (
 const scanChunk = 1 << 20
 
 // load rebuilds the index from the slots: each address's value is its
-// whole slot of the highest generation no later than the last sync point,
-// a tombstone making it deleted. Every other slot is free. A slot of a
-// later generation holds a Write the crash cut off: load erases it, or a
-// later sync point, covering its generation, would bring it back. New
-// Writes get generations above every one found.
+// whole slot of the highest generation that counts, a tombstone making it
+// deleted. A generation counts if the last sync point covers it, or if
+// its Write was acknowledged once durable (per-write syncs) and all of
+// its slots are whole: the Write returned, or a crash cut it off after
+// its last fsync, and either way it is whole. Every other slot is free.
+// A slot of a generation that does not count holds a Write the crash cut
+// off: load erases it (settle). New Writes get generations above every
+// one found.
 func (b *Backend) load() error {
 	m, g, err := openMarker(b.fs, b.dir, b.readOnly)
 	if err != nil {
@@ -25,13 +28,22 @@ func (b *Backend) load() error {
 	if b.cs, err = openClasses(b.fs, b.dir, b.readOnly); err != nil {
 		return err
 	}
-	l := loading{g: g, highest: g}
+	l := loading{g: g, highest: g, later: map[uint64]*ackedWrite{}}
 	for _, c := range b.cs.all() {
 		if err := b.loadClass(c, &l); err != nil {
 			return err
 		}
 	}
-	if err := b.erase(l.cutOff); err != nil {
+	for _, w := range l.later {
+		if len(w.slots) == int(w.batch&^acked) {
+			for i, at := range w.slots {
+				b.take(at, w.headers[i])
+			}
+		} else {
+			l.cutOff = append(l.cutOff, w.slots...)
+		}
+	}
+	if err := b.settle(l); err != nil {
 		return err
 	}
 	b.nextGen = l.highest + 1
@@ -45,9 +57,18 @@ func (b *Backend) load() error {
 
 // loading is what load learns as it reads the slots.
 type loading struct {
-	g       uint64 // the last sync point
-	highest uint64 // the highest generation found
-	cutOff  []loc  // slots of Writes after the last sync point
+	g       uint64                 // the last sync point
+	highest uint64                 // the highest generation found
+	later   map[uint64]*ackedWrite // acknowledged Writes after it, by generation
+	cutOff  []loc                  // slots of other Writes after it
+}
+
+// ackedWrite is the slots found of a Write after the last sync point that
+// was acknowledged once durable.
+type ackedWrite struct {
+	batch   uint32
+	slots   []loc
+	headers []slotHeader
 }
 
 // loadClass reads every slot of c, puts in the index those that win, and
@@ -71,38 +92,63 @@ func (b *Backend) loadClass(c *class, l *loading) error {
 	}
 }
 
-// consider takes the slot at for its address if it is whole, no later
-// than the last sync point, and later than the one the index holds.
+// consider takes the slot at for its address if it is whole and no later
+// than the last sync point; a later one waits for its Write's other slots
+// if that Write was acknowledged once durable.
 func (b *Backend) consider(at loc, raw []byte, l *loading) {
 	h, ok := parseSlot(raw)
 	if !ok {
 		return
 	}
 	l.highest = max(l.highest, h.gen)
-	if h.gen > l.g {
+	at.gen = h.gen
+	switch {
+	case h.gen <= l.g:
+		b.take(at, h)
+	case h.batch&acked != 0:
+		w := l.later[h.gen]
+		if w == nil {
+			w = &ackedWrite{batch: h.batch}
+			l.later[h.gen] = w
+		}
+		w.slots, w.headers = append(w.slots, at), append(w.headers, slotHeader{gen: h.gen, tomb: h.tomb, addr: h.addr})
+	default:
 		l.cutOff = append(l.cutOff, at)
-		return
 	}
+}
+
+// take makes the slot at its address's, unless the index holds a later
+// one.
+func (b *Backend) take(at loc, h slotHeader) {
 	if e, had := b.idx.get(h.addr); had && e.at.gen >= h.gen {
 		return
 	}
-	at.gen = h.gen
 	b.idx.put(h.addr, entry{at: at, tomb: h.tomb})
 }
 
-// erase zeroes the headers of slots, which then fail their checksum. The
-// next sync point makes that durable before it covers their generations.
-func (b *Backend) erase(slots []loc) error {
-	if b.readOnly {
+// settle erases the slots of Writes the crash cut off (their headers
+// zeroed fail their checksum) and passes a sync point covering every
+// generation found, unless the store is open read-only. From then on
+// every slot the index does not hold is free: no later open needs one to
+// find a Write whole.
+func (b *Backend) settle(l loading) error {
+	if b.readOnly || l.highest == l.g {
 		return nil
 	}
 	zero := make([]byte, headerSize)
-	for _, at := range slots {
+	for _, at := range l.cutOff {
 		c := b.cs.get(at.class)
 		if _, err := c.file.WriteAt(zero, int64(at.slot)*c.size); err != nil {
 			return err
 		}
 	}
+	if err := b.cs.syncAll(); err != nil {
+		return err
+	}
+	if err := b.marker.record(l.highest); err != nil {
+		return err
+	}
+	b.durable.Store(l.highest)
 	return nil
 }
 

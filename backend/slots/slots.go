@@ -242,19 +242,21 @@ func (b *Backend) WriteVersioned(ctx context.Context, items []backend.VersionedI
 	for i, it := range items {
 		addrs[i] = it.Addr
 	}
-	set := b.stripes.of(addrs)
-	b.stripes.lock(set)
-	defer b.stripes.unlock(set)
-	out, stale, err := backend.ApplyVersioned(items, func(addr string) (uint64, error) {
-		v, err := b.read([]string{addr})
+	var stale int
+	err := b.locked(addrs, func() (uint64, error) {
+		out, n, err := backend.ApplyVersioned(items, func(addr string) (uint64, error) {
+			v, err := b.read([]string{addr})
+			if err != nil {
+				return 0, err
+			}
+			return backend.StoredVersion(v[0]), nil
+		})
 		if err != nil {
 			return 0, err
 		}
-		return backend.StoredVersion(v[0]), nil
+		stale = n
+		return b.write(lastWins(out), nil)
 	})
-	if err == nil {
-		err = b.write(lastWins(out), nil)
-	}
 	if err != nil {
 		return 0, fmt.Errorf("slots: versioned write: %w", err)
 	}
@@ -277,24 +279,24 @@ func (b *Backend) WriteFenced(ctx context.Context, f backend.Fence, items []back
 	}
 	defer b.life.RUnlock()
 	items = lastWins(backend.FencedItems(f, items))
-	set := b.stripes.of(addrsOf(items))
-	b.stripes.lock(set)
-	defer b.stripes.unlock(set)
-	v, err := b.read([]string{f.Key})
-	if err != nil {
-		return fmt.Errorf("slots: fence: %w", err)
-	}
-	stored, err := backend.StoredToken(v[0])
-	if err != nil {
-		return err
-	}
-	if f.Token < stored {
-		return backend.Refused(f, stored)
-	}
-	if err := b.write(items, nil); err != nil {
-		return fmt.Errorf("slots: fenced write: %w", err)
-	}
-	return nil
+	return b.locked(addrsOf(items), func() (uint64, error) {
+		v, err := b.read([]string{f.Key})
+		if err != nil {
+			return 0, fmt.Errorf("slots: fence: %w", err)
+		}
+		stored, err := backend.StoredToken(v[0])
+		if err != nil {
+			return 0, err
+		}
+		if f.Token < stored {
+			return 0, backend.Refused(f, stored)
+		}
+		gen, err := b.write(items, nil)
+		if err != nil {
+			return 0, fmt.Errorf("slots: fenced write: %w", err)
+		}
+		return gen, nil
+	})
 }
 
 // Scan implements backend.Backend. It collects the addresses first and

@@ -33,17 +33,6 @@ func (b *Backend) DeferSync() bool {
 	return true
 }
 
-// waitDurable returns once a sync point covers generation gen; Writes
-// waiting together share one.
-func (b *Backend) waitDurable(gen uint64) error {
-	for b.durable.Load() < gen {
-		if err := b.dataSync.do(b.sync); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
 // sync passes a sync point: it takes the generation G before the first
 // Write still under way (every Write up to G has put its values in their
 // slots), fsyncs the slot files, records G, then frees the slots that

@@ -15,18 +15,33 @@ type change struct {
 }
 
 // Write implements backend.Backend: the values go to free slots under one
-// generation, then the index takes the whole batch at once. The batch's
-// stripes are write-locked for the whole call.
+// generation, then the index takes the whole batch at once.
 func (b *Backend) Write(ctx context.Context, items []backend.Item) error {
 	if err := b.enterWrite(ctx); err != nil {
 		return err
 	}
 	defer b.life.RUnlock()
 	items = lastWins(items)
-	set := b.stripes.of(addrsOf(items))
+	return b.locked(addrsOf(items), func() (uint64, error) { return b.write(items, nil) })
+}
+
+// locked runs a write with the stripes of addrs write-locked, then,
+// unless syncs are deferred, waits for a sync point to cover it. The
+// stripes are released first: a Read may see a Write before it is
+// durable (never before it is whole), and readers of its addresses do
+// not wait for the fsyncs.
+func (b *Backend) locked(addrs []string, write func() (gen uint64, err error)) error {
+	set := b.stripes.of(addrs)
 	b.stripes.lock(set)
-	defer b.stripes.unlock(set)
-	return b.write(items, nil)
+	gen, err := write()
+	b.stripes.unlock(set)
+	if err != nil || gen == 0 || b.deferred.Load() {
+		return err
+	}
+	if err := b.dataSync.do(b.cs.syncAll); err != nil {
+		return fmt.Errorf("slots: sync: %w", err)
+	}
+	return nil
 }
 
 // Delete implements backend.Backend: a tombstone for each address that
@@ -36,50 +51,50 @@ func (b *Backend) Delete(ctx context.Context, addrs []string) error {
 		return err
 	}
 	defer b.life.RUnlock()
-	set := b.stripes.of(addrs)
-	b.stripes.lock(set)
-	defer b.stripes.unlock(set)
-	var held []string
-	seen := map[string]bool{}
-	b.mu.RLock()
-	for _, a := range addrs {
-		if e, ok := b.idx.get(a); ok && !e.tomb && !seen[a] {
-			held = append(held, a)
+	return b.locked(addrs, func() (uint64, error) {
+		var held []string
+		seen := map[string]bool{}
+		b.mu.RLock()
+		for _, a := range addrs {
+			if e, ok := b.idx.get(a); ok && !e.tomb && !seen[a] {
+				held = append(held, a)
+			}
+			seen[a] = true
 		}
-		seen[a] = true
-	}
-	b.mu.RUnlock()
-	return b.write(nil, held)
+		b.mu.RUnlock()
+		return b.write(nil, held)
+	})
 }
 
 // write writes items and tombstones for dead, distinct addresses whose
-// stripes the caller holds.
-func (b *Backend) write(items []backend.Item, dead []string) error {
+// stripes the caller holds, and returns the Write's generation (0 for
+// nothing written).
+func (b *Backend) write(items []backend.Item, dead []string) (uint64, error) {
 	for _, it := range items {
 		if len(it.Addr) > maxAddrLen {
-			return fmt.Errorf("slots: an address of %d bytes (at most %d)", len(it.Addr), maxAddrLen)
+			return 0, fmt.Errorf("slots: an address of %d bytes (at most %d)", len(it.Addr), maxAddrLen)
 		}
 	}
 	if len(items)+len(dead) == 0 {
-		return nil
+		return 0, nil
+	}
+	batch := uint32(len(items) + len(dead))
+	if !b.deferred.Load() {
+		batch |= acked
 	}
 	gen := b.begin()
-	changes, err := b.place(gen, items, dead)
+	changes, err := b.place(gen, batch, items, dead)
 	if err != nil {
 		b.finish(gen, nil)
-		return fmt.Errorf("slots: write: %w", err)
+		return 0, fmt.Errorf("slots: write: %w", err)
 	}
-	due := b.finish(gen, changes)
-	if !b.deferred.Load() {
-		return b.waitDurable(gen)
-	}
-	switch due {
+	switch b.finish(gen, changes) {
 	case syncNow:
-		return b.sync()
+		return gen, b.sync()
 	case syncSoon:
 		b.syncer.kick()
 	}
-	return nil
+	return gen, nil
 }
 
 // lastWins drops every item a later item of the batch overwrites.
@@ -104,10 +119,10 @@ func addrsOf(items []backend.Item) []string {
 }
 
 // place puts each value, and each tombstone, in a free slot.
-func (b *Backend) place(gen uint64, items []backend.Item, dead []string) ([]change, error) {
+func (b *Backend) place(gen uint64, batch uint32, items []backend.Item, dead []string) ([]change, error) {
 	changes := make([]change, 0, len(items)+len(dead))
 	put := func(addr string, v []byte, tomb bool) error {
-		at, err := b.store(gen, addr, v, tomb)
+		at, err := b.store(gen, batch, addr, v, tomb)
 		if err == nil {
 			changes = append(changes, change{addr, entry{at: at, tomb: tomb}})
 		}
@@ -130,7 +145,7 @@ func (b *Backend) place(gen uint64, items []backend.Item, dead []string) ([]chan
 }
 
 // store writes one slot.
-func (b *Backend) store(gen uint64, addr string, v []byte, tomb bool) (loc, error) {
+func (b *Backend) store(gen uint64, batch uint32, addr string, v []byte, tomb bool) (loc, error) {
 	c, err := b.cs.of(slotSize(len(addr), len(v)))
 	if err != nil {
 		return loc{}, err
@@ -140,7 +155,7 @@ func (b *Backend) store(gen uint64, addr string, v []byte, tomb bool) (loc, erro
 		return loc{}, err
 	}
 	at := loc{class: c.id, slot: slot, gen: gen}
-	if err := b.cs.write(at, addr, v, tomb); err != nil {
+	if err := b.cs.write(at, addr, v, tomb, batch); err != nil {
 		c.release(slot)
 		return loc{}, err
 	}

@@ -49,8 +49,8 @@ type diskFlags struct {
 
 // register adds --disk-engine and --disk-cache.
 func (d *diskFlags) register(cmd *cobra.Command) {
-	d.cache, d.engine = disk.DefaultCacheSize>>20, setup.EngineSlots
-	cmd.Flags().Var(&d.engine, "disk-engine", "storage engine of a new disk store: slots (values in files of equal-sized slots) or pebble (an LSM database); an existing store keeps its own")
+	d.cache, d.engine = disk.DefaultCacheSize>>20, setup.EngineAuto
+	cmd.Flags().Var(&d.engine, "disk-engine", "storage engine of a new disk store: slots (values in files of equal-sized slots), pebble (an LSM database), or auto: slots for the oblivious protocols, pebble for plain and encrypted; an existing store keeps its own")
 	cmd.Flags().Var(&d.cache, "disk-cache", fmt.Sprintf("MiB of memory the pebble engine may use to cache storage's blocks, taken as blocks are read (beside it pebble keeps up to two memtables of %d MiB)", disk.DefaultMemTableSize>>20))
 }
 

@@ -45,9 +45,7 @@ func Redis() Storage {
 // Disk is storage in a fresh directory of the disk backend's default
 // engine (backend/slots), reopened by opening the directory again. It
 // runs without fsync per write (a clean Close still makes everything
-// durable), since the kits test semantics, not crash durability; a store
-// that journals every write turns on its in-place writes
-// (backend.DeferSync), as it does in production.
+// durable), since the kits test semantics, not crash durability.
 func Disk() Storage {
 	return Storage{Name: "disk", New: func(t *testing.T) func() (backend.Backend, error) {
 		dir := t.TempDir()

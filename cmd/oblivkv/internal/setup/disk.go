@@ -1,6 +1,7 @@
 package setup
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"os"
@@ -15,16 +16,23 @@ import (
 // The storage engines of the disk backend. A store keeps the engine it
 // was made with; DiskEngine chooses a new store's.
 const (
+	// EngineAuto chooses by protocol: slots for a protocol that journals
+	// every write (every oblivious one), pebble for the insecure
+	// baselines, which write each value durably before answering.
+	EngineAuto = "auto"
 	// EngineSlots keeps values in files of equal-sized slots
-	// (backend/slots): the default.
+	// (backend/slots): fastest where the journal makes each operation
+	// durable and storage syncs at its checkpoints; a write durable on
+	// its own costs an fsync of slots scattered over a file.
 	EngineSlots = "slots"
-	// EnginePebble keeps them in a pebble LSM database (backend/disk), the
+	// EnginePebble keeps them in a pebble LSM database (backend/disk): a
+	// write durable on its own costs an fsync of its sequential log. The
 	// only engine of stores made before slots existed.
 	EnginePebble = "pebble"
 )
 
 // DiskEngines are the engines Options.DiskEngine may name.
-var DiskEngines = []string{EngineSlots, EnginePebble}
+var DiskEngines = []string{EngineAuto, EngineSlots, EnginePebble}
 
 // diskOptions are how a disk store is opened.
 type diskOptions struct {
@@ -35,7 +43,18 @@ type diskOptions struct {
 }
 
 func (o Options) diskOptions() diskOptions {
-	return diskOptions{engine: o.DiskEngine, noSync: o.NoFsync, cacheSize: o.DiskCache}
+	return diskOptions{engine: o.newEngine(), noSync: o.NoFsync, cacheSize: o.DiskCache}
+}
+
+// newEngine is the engine of a new store of o's protocol (EngineAuto).
+func (o Options) newEngine() string {
+	if o.DiskEngine != "" && o.DiskEngine != EngineAuto {
+		return o.DiskEngine
+	}
+	if p, ok := kv.Lookup(cmp.Or(o.Protocol, DefaultProtocol)); ok && p.Insecure() {
+		return EnginePebble
+	}
+	return EngineSlots
 }
 
 // StoreEngine returns the engine of the disk store in dir, found from its

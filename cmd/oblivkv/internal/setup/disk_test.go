@@ -11,26 +11,31 @@ import (
 	"github.com/oblivkv/oblivkv/kv"
 )
 
-// A new disk store gets the engine asked for (slots by default), and an
-// existing store opens on the engine it was made with, whatever is asked.
+// A new disk store gets the engine asked for (by default slots for an
+// oblivious protocol, pebble for a baseline), and an existing store opens
+// on the engine it was made with, whatever is asked.
 func TestDiskEngines(t *testing.T) {
 	ctx := context.Background()
-	for _, tc := range []struct{ made, asked, want string }{
-		{"", "", EngineSlots},
-		{"", EnginePebble, EnginePebble},
-		{EnginePebble, EngineSlots, EnginePebble},
-		{EngineSlots, EnginePebble, EngineSlots},
+	for _, tc := range []struct{ protocol, made, asked, want string }{
+		{"", "", "", EngineSlots},
+		{"", "", EngineAuto, EngineSlots},
+		{"plain", "", EngineAuto, EnginePebble},
+		{"encrypted", "", "", EnginePebble},
+		{"plain", "", EngineSlots, EngineSlots},
+		{"", "", EnginePebble, EnginePebble},
+		{"", EnginePebble, EngineSlots, EnginePebble},
+		{"", EngineSlots, EnginePebble, EngineSlots},
 	} {
-		t.Run(fmt.Sprintf("made %q, asked %q", tc.made, tc.asked), func(t *testing.T) {
+		t.Run(fmt.Sprintf("%s made %q, asked %q", tc.protocol, tc.made, tc.asked), func(t *testing.T) {
 			dataDir := t.TempDir()
 			if tc.made != "" {
-				o, err := Open(ctx, Options{DataDir: dataDir, Capacity: 16, ValueSize: 16, DiskEngine: tc.made})
+				o, err := Open(ctx, Options{DataDir: dataDir, Protocol: tc.protocol, Capacity: 16, ValueSize: 16, DiskEngine: tc.made})
 				if err != nil {
 					t.Fatal(err)
 				}
 				o.Close()
 			}
-			o, err := Open(ctx, Options{DataDir: dataDir, Capacity: 16, ValueSize: 16, DiskEngine: tc.asked})
+			o, err := Open(ctx, Options{DataDir: dataDir, Protocol: tc.protocol, Capacity: 16, ValueSize: 16, DiskEngine: tc.asked})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -81,9 +81,9 @@ type Options struct {
 	// DiskCache is the disk backend's block cache in bytes (0:
 	// disk.DefaultCacheSize), for a store on the pebble engine.
 	DiskCache int64
-	// DiskEngine is the storage engine of a new disk store: EngineSlots
-	// (the default, for "") or EnginePebble. An existing store keeps the
-	// engine it was made with.
+	// DiskEngine is the storage engine of a new disk store: EngineAuto
+	// (the default, also for ""), EngineSlots or EnginePebble. An
+	// existing store keeps the engine it was made with.
 	DiskEngine string
 
 	engineStats func() []kv.Stat // the disk backend's figures, set by Open
