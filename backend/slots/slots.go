@@ -26,11 +26,13 @@
 // after a crash the store is exactly as it was at its last sync point: a
 // prefix of the Writes, whole, which a journaled store's recovery relies
 // on (it redoes the Writes after it). A slot a Write replaced is reused
-// only once a sync point covers that Write. By default a Write returns
-// once a sync point covers it (concurrent Writes share one); under
-// Options.NoSync or DeferSync sync points come from Sync (the journal's
-// checkpoints), Close, and in the background once syncInterval has
-// passed or enough replaced slots wait.
+// only once a sync point covers that Write. Sync points come from Sync
+// (the journal's checkpoints), Close, and in the background once
+// syncInterval has passed or enough replaced slots wait. By default a
+// Write also returns only once its slots are fsynced (concurrent Writes
+// share the fsync), and its slots say so: an open takes such a Write
+// after the last sync point if all of its slots are whole. Under
+// Options.NoSync or DeferSync a Write returns at once.
 //
 // It must never log or inspect values or addresses, never split a batch,
 // never hand callers memory it still owns, and never reuse a slot that

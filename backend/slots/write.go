@@ -26,10 +26,11 @@ func (b *Backend) Write(ctx context.Context, items []backend.Item) error {
 }
 
 // locked runs a write with the stripes of addrs write-locked, then,
-// unless syncs are deferred, waits for a sync point to cover it. The
-// stripes are released first: a Read may see a Write before it is
-// durable (never before it is whole), and readers of its addresses do
-// not wait for the fsyncs.
+// unless syncs are deferred, waits for an fsync of the slot files that
+// began after it (shared by the Writes waiting together). The stripes are
+// released first: a Read may see a Write before it is durable (never
+// before it is whole), and readers of its addresses do not wait for the
+// fsync.
 func (b *Backend) locked(addrs []string, write func() (gen uint64, err error)) error {
 	set := b.stripes.of(addrs)
 	b.stripes.lock(set)
