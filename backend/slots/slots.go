@@ -21,8 +21,9 @@
 // Atomicity and crashes: every call holds the stripes of its addresses
 // (stripes), so a Read sees all of a Write or none of it. Each Write is
 // a generation; its values go to free slots, and the index takes the
-// whole batch at once. A sync point fsyncs the slot files and then
-// records a generation G such that every Write up to G had finished, so
+// whole batch at once. A sync point waits for every Write begun before
+// it to finish, fsyncs the slot files and then records the last
+// generation among them, G, so
 // after a crash the store is exactly as it was at its last sync point: a
 // prefix of the Writes, whole, which a journaled store's recovery relies
 // on (it redoes the Writes after it). A slot a Write replaced is reused
@@ -100,6 +101,7 @@ type Backend struct {
 	cs  *classes
 
 	commitMu sync.Mutex          // guards the generations and the replaced slots
+	finished sync.Cond           // on commitMu: a Write is no longer under way
 	nextGen  uint64              // the next Write's generation
 	inflight map[uint64]struct{} // generations of the Writes under way
 	pending  []replaced          // slots replaced since the last sync point
@@ -140,6 +142,7 @@ func Open(dir string, o Options) (*Backend, error) {
 	}
 	b := &Backend{dir: dir, fs: fs, lock: lock, idx: newIndex(), stripes: newStripes(), readOnly: o.ReadOnly,
 		inflight: map[uint64]struct{}{}, synced: time.Now()}
+	b.finished.L = &b.commitMu
 	b.deferred.Store(o.NoSync)
 	if err := b.load(); err != nil {
 		b.closeFiles()

@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/cockroachdb/pebble/vfs"
 
@@ -511,5 +512,26 @@ func TestMetrics(t *testing.T) {
 	want := Metrics{Bytes: m.Bytes, SlotsUsed: 3, SlotsFree: 3, Syncs: 1}
 	if m != want || m.Bytes < 4*1000 {
 		t.Fatalf("metrics %+v, want %+v with at least 4,000 bytes", m, want)
+	}
+}
+
+// A Sync covers a Write that returned even while a Write begun before it
+// is still under way: it waits for that one to finish.
+func TestSyncCoversWritesBehindOneUnderWay(t *testing.T) {
+	c := newCrashable(t, Options{NoSync: true})
+	slow := c.b.begin() // a Write under way, begun first
+	if err := c.b.Write(ctx, []backend.Item{{Addr: "x", Value: []byte("returned")}}); err != nil {
+		t.Fatal(err)
+	}
+	synced := make(chan error, 1)
+	go func() { synced <- c.b.Sync(ctx) }()
+	time.Sleep(20 * time.Millisecond) // let Sync start; a Sync that does not wait returns meanwhile
+	c.b.finish(slow, nil)
+	if err := <-synced; err != nil {
+		t.Fatal(err)
+	}
+	c.crash()
+	if got := c.read("x"); string(got) != "returned" {
+		t.Fatalf("after a Sync and a crash, x holds %q, want the Write that returned before the Sync", got)
 	}
 }

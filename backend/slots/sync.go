@@ -33,17 +33,18 @@ func (b *Backend) DeferSync() bool {
 	return true
 }
 
-// sync passes a sync point: it takes the generation G before the first
-// Write still under way (every Write up to G has put its values in their
-// slots), fsyncs the slot files, records G, then frees the slots that
-// Writes up to G replaced. Writes go on meanwhile.
+// sync passes a sync point: it takes G, the last generation begun, waits
+// until every Write up to G has put its values in their slots (a Write
+// that returned may have a later generation than one still under way),
+// fsyncs the slot files, records G, then frees the slots that Writes up
+// to G replaced. Later Writes go on meanwhile.
 func (b *Backend) sync() error {
 	b.syncMu.Lock()
 	defer b.syncMu.Unlock()
 	b.commitMu.Lock()
 	g := b.nextGen - 1
-	for gen := range b.inflight {
-		g = min(g, gen-1)
+	for b.underWay(g) {
+		b.finished.Wait()
 	}
 	var free []loc
 	b.pending = slices.DeleteFunc(b.pending, func(r replaced) bool {
@@ -72,6 +73,17 @@ func (b *Backend) sync() error {
 	b.counters.syncs.Add(1)
 	b.cs.release(free)
 	return nil
+}
+
+// underWay reports whether a Write of generation g or earlier is under
+// way; the caller holds commitMu.
+func (b *Backend) underWay(g uint64) bool {
+	for gen := range b.inflight {
+		if gen <= g {
+			return true
+		}
+	}
+	return false
 }
 
 // syncedFile names the file that records the last sync point.

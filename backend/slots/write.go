@@ -187,6 +187,7 @@ func (b *Backend) finish(gen uint64, changes []change) syncDue {
 	}
 	b.mu.Unlock()
 	delete(b.inflight, gen)
+	b.finished.Broadcast()
 	switch {
 	case len(b.pending) >= 4*maxPending:
 		return syncNow
