@@ -10,9 +10,10 @@ import (
 const stripeCount = 256
 
 // stripes guard addresses. A call holds the stripes of every address it
-// touches for its whole length, read-locked to read and write-locked to
-// write, so a Read sees all of a Write or none of it, and a conditional
-// write's check and write are one step; calls on different addresses
+// touches while it reads or writes them, read-locked to read and
+// write-locked to write, so a Read sees all of a Write or none of it, and
+// a conditional write's check and write are one step (a Write that then
+// waits for its fsync has let go of them); calls on different addresses
 // (the trees of a store, say) mostly run side by side. Stripes are taken
 // in increasing order, so two calls never wait on each other in a cycle.
 type stripes struct {
