@@ -57,6 +57,20 @@ func StoredToken(stored []byte) (uint64, error) {
 	return 0, fmt.Errorf("backend: fence token of %d bytes, want %d", len(stored), TokenSize)
 }
 
+// Admit returns nil if a write with f may go ahead over stored, what
+// storage holds at f.Key (its token at most f.Token), and otherwise the
+// refusal (Refused), or the error of a value that is no token.
+func Admit(f Fence, stored []byte) error {
+	token, err := StoredToken(stored)
+	if err != nil {
+		return err
+	}
+	if f.Token < token {
+		return Refused(f, token)
+	}
+	return nil
+}
+
 // Refused returns the error of a write with f refused because storage
 // holds stored at f.Key.
 func Refused(f Fence, stored uint64) error {

@@ -313,14 +313,7 @@ func (b *Backend) checkToken(ctx context.Context, f backend.Fence) error {
 	if err != nil {
 		return fmt.Errorf("disk: fence: %w", err)
 	}
-	stored, err := backend.StoredToken(v)
-	if err != nil {
-		return err
-	}
-	if f.Token < stored {
-		return backend.Refused(f, stored)
-	}
-	return nil
+	return backend.Admit(f, v)
 }
 
 // Delete implements backend.Backend: one pebble batch.

@@ -66,12 +66,8 @@ func (b *Backend) WriteFenced(ctx context.Context, f backend.Fence, items []back
 	if b.closed {
 		return backend.ErrClosed
 	}
-	stored, err := backend.StoredToken(b.data[f.Key])
-	if err != nil {
+	if err := backend.Admit(f, b.data[f.Key]); err != nil {
 		return err
-	}
-	if f.Token < stored {
-		return backend.Refused(f, stored)
 	}
 	for _, it := range backend.FencedItems(f, items) {
 		b.data[it.Addr] = append(make([]byte, 0, len(it.Value)), it.Value...)

@@ -289,12 +289,8 @@ func (b *Backend) WriteFenced(ctx context.Context, f backend.Fence, items []back
 		if err != nil {
 			return 0, fmt.Errorf("slots: fence: %w", err)
 		}
-		stored, err := backend.StoredToken(v[0])
-		if err != nil {
+		if err := backend.Admit(f, v[0]); err != nil {
 			return 0, err
-		}
-		if f.Token < stored {
-			return 0, backend.Refused(f, stored)
 		}
 		gen, err := b.write(items, nil)
 		if err != nil {
