@@ -132,7 +132,7 @@ func (cs *classes) read(l loc, addr string) ([]byte, bool, error) {
 		return nil, false, err
 	}
 	h, ok := parseSlot(buf[:got])
-	if !ok || h.tomb || h.gen != l.gen || h.addr != addr {
+	if !ok || h.tomb || h.gen != l.gen || string(h.addr) != addr {
 		return nil, false, nil
 	}
 	return h.value, true, nil
@@ -143,7 +143,7 @@ type slotHeader struct {
 	gen   uint64
 	tomb  bool
 	batch uint32
-	addr  string
+	addr  []byte
 	value []byte
 }
 
@@ -165,7 +165,7 @@ func parseSlot(b []byte) (slotHeader, bool) {
 		return slotHeader{}, false
 	}
 	h := slotHeader{gen: binary.BigEndian.Uint64(b[8:]), tomb: n == tombstone, batch: binary.BigEndian.Uint32(b[18:]),
-		addr: string(b[headerSize : headerSize+addrLen])}
+		addr: b[headerSize : headerSize+addrLen]}
 	h.value = b[headerSize+addrLen : end : end]
 	return h, true
 }

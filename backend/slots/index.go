@@ -79,10 +79,11 @@ func (x *index) add(addr string) int {
 	return len(x.records) - 1
 }
 
-// each calls fn with every address and its entry.
-func (x *index) each(fn func(addr string, e entry)) {
+// each calls fn with every address (bytes of the index's own, valid
+// during the call) and its entry.
+func (x *index) each(fn func(addr []byte, e entry)) {
 	for i := range x.records {
 		r := &x.records[i]
-		fn(string(x.keys[r.keyOff:r.keyOff+uint64(r.keyLen)]), r.entry)
+		fn(x.keys[r.keyOff:r.keyOff+uint64(r.keyLen)], r.entry)
 	}
 }

@@ -32,7 +32,7 @@ func TestIndexAgainstAMap(t *testing.T) {
 func checkIndex(t *testing.T, x *index, want map[string]entry) {
 	t.Helper()
 	got := map[string]entry{}
-	x.each(func(addr string, e entry) { got[addr] = e })
+	x.each(func(addr []byte, e entry) { got[string(addr)] = e })
 	if !maps.Equal(got, want) {
 		t.Fatalf("the index holds %d addresses, want %d, or an entry differs", len(got), len(want))
 	}

@@ -35,12 +35,13 @@ func (b *Backend) load() error {
 		}
 	}
 	for _, w := range l.later {
-		if len(w.slots) == int(w.batch&^acked) {
-			for i, at := range w.slots {
-				b.take(at, w.headers[i])
+		whole := len(w.slots) == int(w.batch&^acked)
+		for _, f := range w.slots {
+			if whole {
+				b.adopt(f)
+			} else {
+				l.cutOff = append(l.cutOff, f.at)
 			}
-		} else {
-			l.cutOff = append(l.cutOff, w.slots...)
 		}
 	}
 	if err := b.settle(l); err != nil {
@@ -48,7 +49,7 @@ func (b *Backend) load() error {
 	}
 	b.nextGen = l.highest + 1
 	used := map[uint16][]uint32{}
-	b.idx.each(func(_ string, e entry) { used[e.at.class] = append(used[e.at.class], e.at.slot) })
+	b.idx.each(func(_ []byte, e entry) { used[e.at.class] = append(used[e.at.class], e.at.slot) })
 	for _, c := range b.cs.all() {
 		c.free = freeSlots(c.next, used[c.id])
 	}
@@ -66,9 +67,16 @@ type loading struct {
 // ackedWrite is the slots found of a Write after the last sync point that
 // was acknowledged once durable.
 type ackedWrite struct {
-	batch   uint32
-	slots   []loc
-	headers []slotHeader
+	batch uint32
+	slots []found
+}
+
+// found is a whole slot load read: where it is, and whose value (or
+// tombstone) it holds.
+type found struct {
+	at   loc
+	addr string
+	tomb bool
 }
 
 // loadClass reads every slot of c, puts in the index those that win, and
@@ -102,28 +110,28 @@ func (b *Backend) consider(at loc, raw []byte, l *loading) {
 	}
 	l.highest = max(l.highest, h.gen)
 	at.gen = h.gen
+	f := found{at: at, addr: string(h.addr), tomb: h.tomb}
 	switch {
 	case h.gen <= l.g:
-		b.take(at, h)
+		b.adopt(f)
 	case h.batch&acked != 0:
 		w := l.later[h.gen]
 		if w == nil {
 			w = &ackedWrite{batch: h.batch}
 			l.later[h.gen] = w
 		}
-		w.slots, w.headers = append(w.slots, at), append(w.headers, slotHeader{gen: h.gen, tomb: h.tomb, addr: h.addr})
+		w.slots = append(w.slots, f)
 	default:
 		l.cutOff = append(l.cutOff, at)
 	}
 }
 
-// take makes the slot at its address's, unless the index holds a later
-// one.
-func (b *Backend) take(at loc, h slotHeader) {
-	if e, had := b.idx.get(h.addr); had && e.at.gen >= h.gen {
+// adopt makes f its address's slot, unless the index holds a later one.
+func (b *Backend) adopt(f found) {
+	if e, had := b.idx.get(f.addr); had && e.at.gen >= f.at.gen {
 		return
 	}
-	b.idx.put(h.addr, entry{at: at, tomb: h.tomb})
+	b.idx.put(f.addr, entry{at: f.at, tomb: f.tomb})
 }
 
 // settle erases the slots of Writes the crash cut off (their headers

@@ -41,12 +41,12 @@
 package slots
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"path/filepath"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -308,9 +308,10 @@ func (b *Backend) Scan(ctx context.Context, prefix string, fn func(addr string) 
 	}
 	b.mu.RLock()
 	var addrs []string
-	b.idx.each(func(a string, e entry) {
-		if !e.tomb && strings.HasPrefix(a, prefix) {
-			addrs = append(addrs, a)
+	p := []byte(prefix)
+	b.idx.each(func(a []byte, e entry) {
+		if !e.tomb && bytes.HasPrefix(a, p) {
+			addrs = append(addrs, string(a))
 		}
 	})
 	b.mu.RUnlock()
