@@ -60,13 +60,5 @@ func copyFile(fs vfs.FS, from, to string) error {
 	if err := vfs.Copy(fs, from, to); err != nil {
 		return err
 	}
-	f, err := fs.Open(to)
-	if err != nil {
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	return f.Close()
+	return syncClose(fs.Open(to))
 }

@@ -287,14 +287,18 @@ func (cs *classes) close() error {
 	return first
 }
 
-func syncDir(fs vfs.FS, dir string) error {
-	d, err := fs.OpenDir(dir)
+// syncDir makes dir's entries durable.
+func syncDir(fs vfs.FS, dir string) error { return syncClose(fs.OpenDir(dir)) }
+
+// syncClose syncs and closes f, the result of an open that failed if err
+// is set.
+func syncClose(f vfs.File, err error) error {
 	if err != nil {
 		return err
 	}
-	if err := d.Sync(); err != nil {
-		d.Close()
+	if err := f.Sync(); err != nil {
+		f.Close()
 		return err
 	}
-	return d.Close()
+	return f.Close()
 }

@@ -24,7 +24,7 @@ func (b *Backend) load() error {
 		return err
 	}
 	b.marker = m
-	b.durable.Store(g)
+	b.durable = g
 	if b.cs, err = openClasses(b.fs, b.dir, b.readOnly); err != nil {
 		return err
 	}
@@ -156,7 +156,7 @@ func (b *Backend) settle(l loading) error {
 	if err := b.marker.record(l.highest); err != nil {
 		return err
 	}
-	b.durable.Store(l.highest)
+	b.durable = l.highest
 	return nil
 }
 

@@ -1,7 +1,5 @@
 package slots
 
-import "sync/atomic"
-
 // Metrics are a slots backend's figures for INFO and /metrics.
 type Metrics struct {
 	Bytes     int64  // bytes the slot files occupy on disk now
@@ -10,15 +8,10 @@ type Metrics struct {
 	Syncs     uint64 // sync points since the store was opened
 }
 
-// counters are the Metrics that only grow.
-type counters struct {
-	syncs atomic.Uint64
-}
-
 // Metrics returns the backend's figures now.
 func (b *Backend) Metrics() Metrics {
 	m := Metrics{
-		Syncs: b.counters.syncs.Load(),
+		Syncs: b.syncs.Load(),
 	}
 	b.life.RLock()
 	defer b.life.RUnlock()

@@ -107,13 +107,13 @@ type Backend struct {
 	pending  []replaced          // slots replaced since the last sync point
 	synced   time.Time           // when the last sync point began
 
-	syncMu   sync.Mutex    // one sync point at a time
-	durable  atomic.Uint64 // the generation of the last sync point
+	syncMu   sync.Mutex    // one sync point at a time; guards durable
+	durable  uint64        // the generation of the last sync point
 	marker   *syncMarker   // where it is recorded
+	syncs    atomic.Uint64 // sync points since the store was opened
 	syncer   syncer
 	stripes  *stripes
 	dataSync groupSync
-	counters counters
 }
 
 // replaced is a slot a Write of generation gen replaced: free once a sync
@@ -327,37 +327,31 @@ func (b *Backend) Scan(ctx context.Context, prefix string, fn func(addr string) 
 // Close implements backend.Backend. It waits for calls in flight and
 // makes everything durable. Closing twice returns nil.
 func (b *Backend) Close() error {
-	err := b.close()
-	if err != errClosedBefore {
+	first, err := b.close()
+	if first {
 		b.syncer.stop()
-		return err
 	}
-	return nil
+	return err
 }
 
-// errClosedBefore is close's answer to a second Close.
-var errClosedBefore = errors.New("closed before")
-
-func (b *Backend) close() error {
+// close closes the files, reporting whether this was the first close.
+func (b *Backend) close() (first bool, err error) {
 	b.life.Lock()
 	defer b.life.Unlock()
 	if b.closed {
-		return errClosedBefore
+		return false, nil
 	}
-	b.mu.Lock()
 	b.closed = true
-	b.mu.Unlock()
-	if b.readOnly {
-		return b.closeFiles()
+	if !b.readOnly {
+		err = b.sync()
 	}
-	err := b.sync()
 	if cerr := b.closeFiles(); err == nil {
 		err = cerr
 	}
 	if err != nil {
-		return fmt.Errorf("slots: close %s: %w", b.dir, err)
+		return true, fmt.Errorf("slots: close %s: %w", b.dir, err)
 	}
-	return nil
+	return true, nil
 }
 
 func (b *Backend) closeFiles() error {

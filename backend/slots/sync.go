@@ -56,7 +56,7 @@ func (b *Backend) sync() error {
 	b.synced = time.Now()
 	b.commitMu.Unlock()
 	err := b.cs.syncAll()
-	if err == nil && g > b.durable.Load() {
+	if err == nil && g > b.durable {
 		err = b.marker.record(g)
 	}
 	if err != nil {
@@ -67,10 +67,8 @@ func (b *Backend) sync() error {
 		b.commitMu.Unlock()
 		return fmt.Errorf("slots: sync: %w", err)
 	}
-	if g > b.durable.Load() {
-		b.durable.Store(g)
-	}
-	b.counters.syncs.Add(1)
+	b.durable = max(b.durable, g)
+	b.syncs.Add(1)
 	b.cs.release(free)
 	return nil
 }

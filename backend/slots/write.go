@@ -137,9 +137,11 @@ func (b *Backend) place(gen uint64, batch uint32, items []backend.Item, dead []s
 		err = put(dead[i], nil, true)
 	}
 	if err != nil {
-		for _, ch := range changes {
-			b.cs.release([]loc{ch.e.at})
+		placed := make([]loc, len(changes))
+		for i, ch := range changes {
+			placed[i] = ch.e.at
 		}
+		b.cs.release(placed)
 		return nil, err
 	}
 	return changes, nil
@@ -197,8 +199,8 @@ func (b *Backend) finish(gen uint64, changes []change) syncDue {
 	return syncLater
 }
 
-// syncDue is when a deferred Write calls for a sync point: later, soon
-// (the background syncer's), or now (its own, once the syncer falls far
+// syncDue is when a Write calls for a sync point: later, soon (the
+// background syncer's), or now (its own, once the syncer falls far
 // behind).
 type syncDue int
 
