@@ -61,15 +61,10 @@ func TakeSnapshot(ctx context.Context, opts setup.Options) (*Snapshot, error) {
 		return nil, s.removeAfter(err)
 	}
 	defer b.Close()
-	if err := b.(checkpointer).Checkpoint(ctx, s.storeDir()); err != nil {
+	if err := b.Checkpoint(ctx, s.storeDir()); err != nil {
 		return nil, s.removeAfter(err)
 	}
 	return s, nil
-}
-
-// checkpointer is a disk store, on either engine.
-type checkpointer interface {
-	Checkpoint(ctx context.Context, dir string) error
 }
 
 // withoutFree is a journal directory's file system without its free

@@ -2,6 +2,7 @@ package setup
 
 import (
 	"cmp"
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -70,9 +71,17 @@ func StoreEngine(dir string) (string, error) {
 	return "", nil
 }
 
+// DiskStore is a disk store, on either engine.
+type DiskStore interface {
+	backend.Backend
+	// Checkpoint writes a consistent copy of the store into dir, which
+	// must not exist (a backup's snapshot).
+	Checkpoint(ctx context.Context, dir string) error
+}
+
 // openDisk opens the disk store in dir on its own engine, or a new one on
 // o.engine.
-func openDisk(dir string, o diskOptions) (backend.Backend, error) {
+func openDisk(dir string, o diskOptions) (DiskStore, error) {
 	engine, err := StoreEngine(dir)
 	if err != nil {
 		return nil, err
@@ -82,16 +91,25 @@ func openDisk(dir string, o diskOptions) (backend.Backend, error) {
 	}
 	switch engine {
 	case EngineSlots, "":
-		return slots.Open(dir, slots.Options{NoSync: o.noSync, ReadOnly: o.readOnly})
+		return opened(slots.Open(dir, slots.Options{NoSync: o.noSync, ReadOnly: o.readOnly}))
 	case EnginePebble:
-		return disk.OpenWith(dir, disk.Options{NoSync: o.noSync, ReadOnly: o.readOnly, CacheSize: o.cacheSize})
+		return opened(disk.OpenWith(dir, disk.Options{NoSync: o.noSync, ReadOnly: o.readOnly, CacheSize: o.cacheSize}))
 	}
 	return nil, fmt.Errorf("setup: unknown disk engine %q (want %s or %s)", engine, EngineSlots, EnginePebble)
 }
 
+// opened returns an engine's open store as a DiskStore, and nil (not a
+// nil pointer in the interface) with an error.
+func opened[S DiskStore](s S, err error) (DiskStore, error) {
+	if err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
 // OpenDiskStore opens the disk store in dir (a data directory's, or a
 // backup snapshot's) on its own engine, read-only or not.
-func OpenDiskStore(dir string, readOnly bool) (backend.Backend, error) {
+func OpenDiskStore(dir string, readOnly bool) (DiskStore, error) {
 	return openDisk(dir, diskOptions{readOnly: readOnly, cacheSize: ReadOnlyCacheSize})
 }
 
