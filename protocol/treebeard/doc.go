@@ -111,7 +111,7 @@
 // sealed item: the Write follows from the state, the plan and what the
 // Reads bring in. A tree keeps the blocks its reads took out (handover)
 // until their shard has journaled their epoch. A machine whose log holds
-// durable.DefaultEvery records checkpoints itself between its own steps
+// checkpointEvery records checkpoints itself between its own steps
 // (a tree between two operations), while the others go on; Close
 // checkpoints every machine. Opening an existing store rebuilds each
 // machine from its own checkpoint and records, never another's; applies

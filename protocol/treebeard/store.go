@@ -35,6 +35,16 @@ func init() {
 // protocolName is the name Treebeard is registered under.
 const protocolName = "treebeard"
 
+// checkpointEvery is how many of a machine's journal records make its
+// checkpoint due. A tree's records are small (a plan, a change, no sealed
+// bucket) and come about a thousand a second under load, while each
+// checkpoint encodes the machine's whole state and makes storage sync
+// (the anchor's write), dirtying the slot files' pages afresh; at
+// durable's default a busy store checkpointed several machines a second
+// and those checkpoints set its tail latency. Ten times as many records
+// keep a tree's replay at open to seconds' worth of operations.
+const checkpointEvery = 10 * durable.DefaultEvery
+
 // treesPrefix begins every storage address of every tree.
 const treesPrefix = "tb/"
 
@@ -121,6 +131,7 @@ func open(ctx context.Context, env kv.Env) (*store, error) {
 	}
 	opts = sh.opts
 	log := durable.New(env.Journal, env.Backend, env.Keys)
+	log.SetEvery(checkpointEvery)
 	var s *store
 	if env.Fresh {
 		if s, err = build(env, opts, log); err == nil {
