@@ -78,6 +78,7 @@ import (
 	"hash/crc32"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"sync"
 	"syscall"
@@ -344,18 +345,45 @@ func (j *Journal) Commit(m durable.MachineID, data []byte) (uint64, error) {
 
 // Sync waits until every record up to lsn is durable. Concurrent callers
 // share one write and one sync: the first to find no group in progress
-// writes everything appended so far, the others wait for it.
+// lets the writers ready to run append theirs (gather), then writes
+// everything appended so far; the others wait for it.
 func (j *Journal) Sync(lsn uint64) error {
 	j.mu.Lock()
 	defer j.mu.Unlock()
+	gathered := false
 	for j.durable < lsn && j.err == nil {
-		if j.flushing {
+		switch {
+		case j.flushing:
 			j.done.Wait()
-			continue
+		case !gathered:
+			j.gather()
+			gathered = true
+		default:
+			j.flushGroup()
 		}
-		j.flushGroup()
 	}
 	return j.err
+}
+
+// gather lets the goroutines that can run now append to the group about
+// to be written before it is taken, so writers that come together share
+// one fsync: it yields the processor once, with the group marked under
+// way so that the Syncs those goroutines call wait for it instead of
+// writing their own. An fsync costs about 60 µs of system CPU besides its
+// wait; measured under 256 clients, the yield halved cloak's fsyncs and
+// cut oblivistore's by nearly two thirds. Without syncs there is nothing
+// to share. j.mu is held, and released during the yield; the caller
+// checks again whether to write (the journal may have closed meanwhile).
+func (j *Journal) gather() {
+	if !j.sync {
+		return
+	}
+	j.flushing = true
+	j.mu.Unlock()
+	runtime.Gosched()
+	j.mu.Lock()
+	j.flushing = false
+	j.done.Broadcast()
 }
 
 // flushGroup writes and syncs the records pending; j.mu is held, and
