@@ -38,8 +38,9 @@ const protocolName = "treebeard"
 // checkpointEvery is how many of a machine's journal records make its
 // checkpoint due. A tree's records are small (a plan, a change, no sealed
 // bucket) and come about a thousand a second under load, while each
-// checkpoint encodes the machine's whole state and makes storage sync
-// (the anchor's write), dirtying the slot files' pages afresh; at
+// checkpoint stops its machine for a snapshot (a tree until it is between
+// two operations; a Stash shard's takes milliseconds at 2^16 keys),
+// encodes the whole state and syncs storage for the anchor's write. At
 // durable's default a busy store checkpointed several machines a second
 // and those checkpoints set its tail latency. Ten times as many records
 // keep a tree's replay at open to seconds' worth of operations.
