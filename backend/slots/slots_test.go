@@ -525,7 +525,11 @@ func TestSyncCoversWritesBehindOneUnderWay(t *testing.T) {
 	}
 	synced := make(chan error, 1)
 	go func() { synced <- c.b.Sync(ctx) }()
-	time.Sleep(20 * time.Millisecond) // let Sync start; a Sync that does not wait returns meanwhile
+	select {
+	case err := <-synced:
+		t.Fatalf("Sync returned (%v) while a Write begun before it was under way", err)
+	case <-time.After(20 * time.Millisecond): // a Sync that does not wait returns meanwhile
+	}
 	c.b.finish(slow, nil)
 	if err := <-synced; err != nil {
 		t.Fatal(err)

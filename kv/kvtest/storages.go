@@ -42,8 +42,9 @@ func Redis() Storage {
 	}}
 }
 
-// Disk is storage in a fresh directory of the disk backend's default
-// engine (backend/slots), reopened by opening the directory again. It
+// Disk is storage in a fresh directory of the disk backend's engine for
+// the oblivious protocols (backend/slots), reopened by opening the
+// directory again. It
 // runs without fsync per write (a clean Close still makes everything
 // durable), since the kits test semantics, not crash durability.
 func Disk() Storage {
