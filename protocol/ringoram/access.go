@@ -21,6 +21,10 @@ type access struct {
 	Taken   []tree.Block // blocks of the read taken out so far
 	Hits    int          // of them, from the top
 	Top     []TopBucket  // top buckets the read took blocks from, as it leaves them
+	// TopLater is set when the read takes its blocks from the top once
+	// its slots are in (takeTopNow), not when it is planned: an image of
+	// an earlier build, which took them at Start, leaves it unset.
+	TopLater bool
 
 	Reads   []slotRead // the multi-path read's slots
 	Owner   []int32    // per read: the request it serves, or -1
@@ -32,12 +36,11 @@ type access struct {
 }
 
 // paths plans what an operation reads before its metadata is known: the
-// blocks the top levels serve (takeTop) and the union of the read's and
-// the eviction's paths below the top.
+// union of the read's and the eviction's paths below the top. Which
+// blocks the top levels serve is left to takeTopNow: no slot choice
+// depends on it, since a block the top holds is live in no stored bucket.
 func (t *Tree) paths(reqs []PathRead, k int) *access {
-	op := &access{K: k, Results: make([]ReadResult, len(reqs))}
-	op.Taken, op.Top, _ = t.takeTop(reqs, op.Results)
-	op.Hits = len(op.Taken)
+	op := &access{K: k, Results: make([]ReadResult, len(reqs)), TopLater: true}
 	leaves := make([]uint64, len(reqs))
 	for i, r := range reqs {
 		leaves[i] = r.Leaf
@@ -60,11 +63,7 @@ func (t *Tree) paths(reqs []PathRead, k int) *access {
 // union is known: the multi-path read's (pathSlots), the early
 // reshuffles' and the eviction's (realSlotsOf).
 func (t *Tree) slots(op *access, reqs []PathRead, metas []meta) {
-	claimed := map[tree.BlockID]bool{} // the blocks the top served
-	for _, b := range op.Taken {
-		claimed[b.ID] = true
-	}
-	op.Reads, op.Owner = t.pathSlots(reqs, op.Union, metas, claimed)
+	op.Reads, op.Owner = t.pathSlots(reqs, op.Union, metas)
 	op.Checked = t.copyMetas(metas)
 	for _, r := range op.Reads {
 		metas[r.I].consume(r.Slot)
@@ -90,6 +89,18 @@ func (op *access) lists() [][]slotRead {
 		lists = append(lists, op.EvReads)
 	}
 	return lists
+}
+
+// takeTopNow serves the requests whose block a top bucket on their path
+// holds, once the operation's slots are in: the top is then as every
+// operation before this one left it, whether or not they were still in
+// progress when it was planned.
+func (t *Tree) takeTopNow(op *access, reqs []PathRead) {
+	if !op.TopLater {
+		return
+	}
+	op.Taken, op.Top = t.takeTop(reqs, op.Results)
+	op.Hits, op.TopLater = len(op.Taken), false
 }
 
 // answer hands each request the block its slot held.

@@ -37,6 +37,16 @@
 // Redo). A Tree and its Driver are not safe for concurrent use: their
 // owner is their only reader and writer.
 //
+// A Tree may have several operations in progress, so that one's Reads go
+// to storage while another's are out (Beside; the Driver runs one at a
+// time). One starts beside the others only when the buckets of its paths
+// below the top share none with theirs and at most one of them evicts;
+// operations take their slots and end in the order they started, and the
+// top levels are taken from as each one takes its slots. Each then reads,
+// writes and returns exactly what it would have, started once the ones
+// before it ended: storage sees the same calls, some Reads sooner, in an
+// order that depends only on the leaves and k.
+//
 // Every slot, real or dummy, is sealed by tree.Codec bound to its bucket's
 // address, its slot index and the bucket's slot version, so dummies and
 // real blocks are indistinguishable and a slot cannot be moved or

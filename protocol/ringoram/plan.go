@@ -30,10 +30,12 @@ type ReadAhead func(ctx context.Context, p Plan) error
 // was given: the one a crash cut short must come first.
 var errNotResumed = errors.New("ringoram: the operation after Resume is not the one cut short")
 
-// Resume makes the Tree's next operation reuse p, the plan of an operation
-// a crash cut short after it was recorded: called with the same Reads (or
-// Evict) on the same state, it issues the same Reads of storage.
-func (t *Tree) Resume(p Plan) { t.resume = &p }
+// Resume makes the Tree's next operation that has no plan to resume yet
+// reuse p, the plan of an operation a crash cut short after it was
+// recorded: called with the same Reads (or Evict) on the same state, it
+// issues the same Reads of storage. Several plans are resumed in the
+// order Resume was given them, which must be the order they started in.
+func (t *Tree) Resume(p Plan) { t.resume = append(t.resume, p) }
 
 // Planned advances the Plan seed source past p's seed when p is the plan
 // the Tree would draw next: replaying recorded Plans in order from a

@@ -70,7 +70,8 @@ func (d *Driver) ReadPaths(ctx context.Context, reqs []PathRead) ([]ReadResult, 
 // dummy slots (valid, and no real entry, stale or not), each bucket's in
 // ascending slot order so the order tells nothing. owner[j] is the
 // request read j serves, or -1.
-func (t *Tree) pathSlots(reqs []PathRead, union []uint64, metas []meta, claimed map[tree.BlockID]bool) ([]slotRead, []int32) {
+func (t *Tree) pathSlots(reqs []PathRead, union []uint64, metas []meta) ([]slotRead, []int32) {
+	claimed := map[tree.BlockID]bool{}
 	crossing := make([]int, len(union))
 	for _, req := range reqs {
 		for lvl := t.top.levels; lvl <= t.g.L; lvl++ {

@@ -1,6 +1,7 @@
 package ringoram
 
 import (
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"slices"
@@ -24,6 +25,19 @@ import (
 //
 // A step that fails ends the operation; so does Discard. Every step is a
 // function of the Tree's state and its inputs alone.
+//
+// Several operations may be in progress at once: one may start while
+// others wait for their slot Reads or their Writes (Beside), so that its
+// Reads go to storage while theirs are out. Steps 1 to 3 up to SlotReads
+// are the newest operation's; LearnSlots and step 4 are the oldest's, so
+// operations end in the order they started. An operation starts beside
+// others only when the buckets it reads and writes below the top share
+// none with theirs and at most one of them evicts: nothing one of them
+// does then changes what another chose or will find, and the top levels,
+// where they do meet, are taken from as each operation ends
+// (takeTopNow). So every operation reads the slots, writes the buckets and
+// returns the results it would have had it started once the ones before
+// it ended; storage sees the same calls, its Reads issued sooner.
 
 // phase is where an operation is.
 type phase uint8
@@ -34,8 +48,8 @@ const (
 	phaseWrite                  // waiting for its Write to land
 )
 
-// operation is the operation in progress. Its fields are exported for the
-// Tree's image (image.go).
+// operation is an operation in progress. Its exported fields are the
+// Tree's image's (image.go), with its source's state.
 type operation struct {
 	Phase  phase
 	Plan   Plan
@@ -43,6 +57,38 @@ type operation struct {
 	Access *access
 	Cold   []int // indices into Access.Union whose metadata is read
 	Write  Write // phaseWrite
+
+	src *rand.ChaCha8 // its choices' source, seeded by Plan.Seed
+	rng *rand.Rand    // drawing from src
+}
+
+// setSource makes src the source of op's choices.
+func (op *operation) setSource(src *rand.ChaCha8) { op.src, op.rng = src, rand.New(src) }
+
+// oldest returns the operation that started first of those in progress,
+// if it is at phase ph, and makes its source the one steps draw from.
+func (t *Tree) oldest(ph phase) *operation {
+	if len(t.ops) == 0 || t.ops[0].Phase != ph {
+		return nil
+	}
+	t.rng = t.ops[0].rng
+	return t.ops[0]
+}
+
+// newest returns the operation that started last, if it is at phase ph,
+// and makes its source the one steps draw from.
+func (t *Tree) newest(ph phase) *operation {
+	if len(t.ops) == 0 || t.ops[len(t.ops)-1].Phase != ph {
+		return nil
+	}
+	op := t.ops[len(t.ops)-1]
+	t.rng = op.rng
+	return op
+}
+
+// end removes op from the operations in progress.
+func (t *Tree) end(op *operation) {
+	t.ops = slices.DeleteFunc(t.ops, func(o *operation) bool { return o == op })
 }
 
 // SlotRead is one slot an operation reads, with what its reader needs to
@@ -89,23 +135,64 @@ type SlotBlock struct {
 var errNoOperation = fmt.Errorf("ringoram: no operation waits for this step")
 
 // InProgress reports whether an operation has started and not ended.
-func (t *Tree) InProgress() bool { return t.op != nil }
+func (t *Tree) InProgress() bool { return len(t.ops) > 0 }
+
+// ErrBusy is Start's refusal of an operation that may not start beside
+// those in progress (Beside); it changes nothing.
+var ErrBusy = errors.New("ringoram: the operation may not start beside those in progress")
+
+// Beside reports whether a multi-path read of reqs followed by an
+// eviction of the next k paths may start now: no operation is in
+// progress, or every one has chosen its slots, the buckets below the top
+// of its paths share none with theirs, and at most one of them all
+// evicts. It depends only on the leaves, k and the operations in
+// progress, all of which storage sees.
+func (t *Tree) Beside(reqs []PathRead, k int) bool {
+	return t.beside(t.paths(reqs, k))
+}
+
+func (t *Tree) beside(a *access) bool {
+	for _, op := range t.ops {
+		if op.Phase == phaseMeta || a.K > 0 && op.Access.K > 0 || sharesBucket(a.Union, op.Access.Union) {
+			return false
+		}
+	}
+	return true
+}
+
+// sharesBucket reports whether two sorted lists of buckets share one.
+func sharesBucket(a, b []uint64) bool {
+	for len(a) > 0 && len(b) > 0 {
+		switch {
+		case a[0] == b[0]:
+			return true
+		case a[0] < b[0]:
+			a = a[1:]
+		default:
+			b = b[1:]
+		}
+	}
+	return false
+}
 
 // Start begins a multi-path read of reqs followed by an eviction of the
 // next k paths offered blocks, and returns its Plan: its choices are drawn
-// from a fresh seed, or from the seed of the plan Resume was given. An
-// operation with neither reads nor paths does nothing and starts nothing.
-// The Tree must have no operation in progress.
+// from a fresh seed, or from the seed of the first plan Resume was given
+// and no operation took yet. An operation with neither reads nor paths
+// does nothing and starts nothing. With operations in progress it starts
+// only beside them (Beside), or fails with ErrBusy.
 func (t *Tree) Start(reqs []PathRead, k int, blocks []Block) (Plan, error) {
-	if t.op != nil {
-		return Plan{}, fmt.Errorf("ringoram: an operation started while another is in progress")
-	}
 	if err := t.checkOperation(reqs, k, blocks); err != nil || len(reqs) == 0 && k == 0 {
 		return Plan{}, err
 	}
+	a := t.paths(reqs, k)
+	if !t.beside(a) {
+		return Plan{}, ErrBusy
+	}
 	p := Plan{Reads: reqs, Evict: k}
-	if r := t.resume; r != nil {
-		t.resume = nil
+	if len(t.resume) > 0 {
+		r := t.resume[0]
+		t.resume = t.resume[1:]
 		if r.Evict != p.Evict || !slices.Equal(r.Reads, p.Reads) {
 			return Plan{}, errNotResumed
 		}
@@ -113,17 +200,17 @@ func (t *Tree) Start(reqs []PathRead, k int, blocks []Block) (Plan, error) {
 	} else {
 		p.Seed = random.Draw(t.seeds)
 	}
-	t.opSrc = random.New(p.Seed)
-	t.rng = rand.New(t.opSrc)
-	op := &operation{Phase: phaseMeta, Plan: p, Blocks: blocks, Access: t.paths(reqs, k)}
-	t.op = op
+	op := &operation{Phase: phaseMeta, Plan: p, Blocks: blocks, Access: a}
+	op.setSource(random.New(p.Seed))
+	t.opSrc, t.rng = op.src, op.rng
+	t.ops = append(t.ops, op)
 	for i, b := range op.Access.Union {
 		if !t.cache.known[b] {
 			op.Cold = append(op.Cold, i)
 		}
 	}
 	if len(op.Cold) == 0 {
-		t.planSlots(nil)
+		t.planSlots(op, nil)
 	}
 	return p, nil
 }
@@ -141,17 +228,18 @@ func (t *Tree) checkOperation(reqs []PathRead, k int, blocks []Block) error {
 	return t.checkBlocks(blocks)
 }
 
-// MetaReads returns the buckets whose metadata the operation in progress
+// MetaReads returns the buckets whose metadata the newest operation
 // must read, in ONE backend Read, before its slots: those the Tree has no
 // copy of (metaCache). Which they are depends only on which buckets
 // earlier operations touched since the Tree was made or restored.
 func (t *Tree) MetaReads() []uint64 {
-	if t.op == nil || t.op.Phase != phaseMeta {
+	op := t.newest(phaseMeta)
+	if op == nil {
 		return nil
 	}
-	out := make([]uint64, len(t.op.Cold))
-	for j, i := range t.op.Cold {
-		out[j] = t.op.Access.Union[i]
+	out := make([]uint64, len(op.Cold))
+	for j, i := range op.Cold {
+		out[j] = op.Access.Union[i]
 	}
 	return out
 }
@@ -161,18 +249,18 @@ func (t *Tree) MetaReads() []uint64 {
 // against the version the Tree expects (an older one is a replay), keeps
 // them, and chooses the slots the operation reads.
 func (t *Tree) LearnMetas(plains [][]byte) error {
-	op := t.op
-	if op == nil || op.Phase != phaseMeta {
+	op := t.newest(phaseMeta)
+	if op == nil {
 		return errNoOperation
 	}
 	if len(plains) != len(op.Cold) {
-		t.op = nil
+		t.end(op)
 		return fmt.Errorf("ringoram: %d metadata records for %d buckets", len(plains), len(op.Cold))
 	}
 	metas := t.newMetas(len(op.Cold))
 	for j, i := range op.Cold {
 		if err := t.checkMeta(&metas[j], op.Access.Union[i], plains[j]); err != nil {
-			t.op = nil
+			t.end(op)
 			return err
 		}
 	}
@@ -180,7 +268,7 @@ func (t *Tree) LearnMetas(plains [][]byte) error {
 	for j, i := range op.Cold {
 		t.cache.put(op.Access.Union[i], &metas[j])
 	}
-	t.planSlots(metas)
+	t.planSlots(op, metas)
 	return nil
 }
 
@@ -197,10 +285,9 @@ func (t *Tree) checkMeta(m *meta, bucket uint64, plain []byte) error {
 	return nil
 }
 
-// planSlots chooses the operation's slots from the metadata of its union:
-// cold, those just read (by Cold), the rest from the Tree's copies.
-func (t *Tree) planSlots(cold []meta) {
-	op := t.op
+// planSlots chooses op's slots from the metadata of its union: cold,
+// those just read (by Cold), the rest from the Tree's copies.
+func (t *Tree) planSlots(op *operation, cold []meta) {
 	metas := t.newMetas(len(op.Access.Union))
 	j := 0
 	for i, b := range op.Access.Union {
@@ -215,14 +302,16 @@ func (t *Tree) planSlots(cold []meta) {
 	op.Phase = phaseSlots
 }
 
-// SlotReads returns the slot lists of the operation's ONE slot Read, all
-// in one round trip (backend.Pipeline): the multi-path read's slots and
-// then its reshuffles', and the eviction's, each when there is one.
+// SlotReads returns the slot lists of the newest operation's ONE slot
+// Read, all in one round trip (backend.Pipeline): the multi-path read's
+// slots and then its reshuffles', and the eviction's, each when there is
+// one.
 func (t *Tree) SlotReads() [][]SlotRead {
-	if t.op == nil || t.op.Phase != phaseSlots {
+	op := t.newest(phaseSlots)
+	if op == nil {
 		return nil
 	}
-	a := t.op.Access
+	a := op.Access
 	lists := a.lists()
 	out := make([][]SlotRead, len(lists))
 	for l, reads := range lists {
@@ -239,25 +328,27 @@ func (t *Tree) SlotReads() [][]SlotRead {
 	return out
 }
 
-// LearnSlots takes the real blocks the slot Read brought in, per list of
-// SlotReads in order, one per slot marked Real (dummies bring nothing),
-// and returns the operation's Write: new metadata for every bucket of the
-// union, the buckets due laid out afresh with their live blocks, and the
-// eviction's buckets with the blocks placed in them.
+// LearnSlots takes the real blocks the oldest operation's slot Read
+// brought in, per list of SlotReads in order, one per slot marked Real
+// (dummies bring nothing), and returns its Write: new metadata for every
+// bucket of the union, the buckets due laid out afresh with their live
+// blocks, and the eviction's buckets with the blocks placed in them. An
+// operation started beside others takes its slots only once they ended.
 func (t *Tree) LearnSlots(reals [][]tree.Block) (Write, error) {
-	op := t.op
-	if op == nil || op.Phase != phaseSlots {
+	op := t.oldest(phaseSlots)
+	if op == nil {
 		return Write{}, errNoOperation
 	}
-	got, err := t.expand(reals)
+	got, err := t.expand(op, reals)
 	if err != nil {
-		t.op = nil
+		t.end(op)
 		return Write{}, err
 	}
+	t.takeTopNow(op.Access, op.Plan.Reads)
 	results := op.Access.answer(got[0])
 	where, c, ws, err := t.rewrites(op.Access, got, op.Blocks)
 	if err != nil {
-		t.op = nil
+		t.end(op)
 		return Write{}, err
 	}
 	w := Write{Buckets: t.exportWrites(ws), Change: c, Results: results, Where: where}
@@ -269,10 +360,10 @@ func (t *Tree) LearnSlots(reals [][]tree.Block) (Write, error) {
 	return w, nil
 }
 
-// expand lays the real blocks read out by slot read, a zero Block for
+// expand lays the real blocks op read out by slot read, a zero Block for
 // each dummy.
-func (t *Tree) expand(reals [][]tree.Block) ([][]tree.Block, error) {
-	lists := t.op.Access.lists()
+func (t *Tree) expand(op *operation, reals [][]tree.Block) ([][]tree.Block, error) {
+	lists := op.Access.lists()
 	if len(reals) != len(lists) {
 		return nil, fmt.Errorf("ringoram: real blocks of %d slot lists for %d", len(reals), len(lists))
 	}
@@ -281,12 +372,12 @@ func (t *Tree) expand(reals [][]tree.Block) ([][]tree.Block, error) {
 		got[l] = make([]tree.Block, len(reads))
 		n := 0
 		for j, r := range reads {
-			e := t.op.Access.Checked[r.I].entryAt(r.Slot)
+			e := op.Access.Checked[r.I].entryAt(r.Slot)
 			if e == nil {
 				continue
 			}
 			if n == len(reals[l]) || reals[l][n].ID != e.ID {
-				return nil, fmt.Errorf("%w: slot %d of bucket %d disagrees with its metadata", seal.ErrTampered, r.Slot, t.op.Access.Union[r.I])
+				return nil, fmt.Errorf("%w: slot %d of bucket %d disagrees with its metadata", seal.ErrTampered, r.Slot, op.Access.Union[r.I])
 			}
 			got[l][j] = reals[l][n]
 			n++
@@ -327,26 +418,26 @@ func (t *Tree) exportWrites(ws []bucketWrite) []BucketWrite {
 	return out
 }
 
-// Pending returns the Write of the operation in progress that LearnSlots
+// Pending returns the Write of the oldest operation, which LearnSlots
 // made and nothing has committed yet; the zero Write when there is none.
 func (t *Tree) Pending() Write {
-	if t.op == nil || t.op.Phase != phaseWrite {
+	if len(t.ops) == 0 || t.ops[0].Phase != phaseWrite {
 		return Write{}
 	}
-	return t.op.Write
+	return t.ops[0].Write
 }
 
-// Commit ends the operation in progress whose Write landed, or was
-// journaled so that it will (Config.WriteAhead): the new versions and
-// metadata are the Tree's, the stale copies of the buckets rewritten in
-// full are gone, the top buckets hold their new contents, and the
-// eviction counter advances.
+// Commit ends the oldest operation, whose Write landed, or was journaled
+// so that it will (Config.WriteAhead): the new versions and metadata are
+// the Tree's, the stale copies of the buckets rewritten in full are gone,
+// the top buckets hold their new contents, and the eviction counter
+// advances.
 func (t *Tree) Commit() error {
-	op := t.op
-	if op == nil || op.Phase != phaseWrite {
+	op := t.oldest(phaseWrite)
+	if op == nil {
 		return errNoOperation
 	}
-	t.op = nil
+	t.end(op)
 	t.commit(op.Write.Buckets)
 	if err := t.applyTop(op.Write.Change.Top); err != nil {
 		return err
@@ -355,20 +446,24 @@ func (t *Tree) Commit() error {
 	return nil
 }
 
-// WriteFailed ends the operation in progress whose Write storage failed:
+// WriteFailed ends the oldest operation, whose Write storage failed:
 // storage may hold it or not, so the Tree drops its copies of the
 // buckets' metadata and the next operation reads them and checks.
 func (t *Tree) WriteFailed() {
-	if t.op != nil && t.op.Phase == phaseWrite {
-		t.forgetCopies(t.op.Write.Buckets)
+	if op := t.oldest(phaseWrite); op != nil {
+		t.forgetCopies(op.Write.Buckets)
+		t.end(op)
 	}
-	t.op = nil
 }
 
-// Discard ends the operation in progress, which wrote nothing: the
-// Tree's state is as it was, but for the metadata it learned and the
-// seed it drew.
-func (t *Tree) Discard() { t.op = nil }
+// Discard ends the newest operation, which wrote nothing: the Tree's
+// state is as it was, but for the metadata it learned and the seed it
+// drew. The operations started before it go on.
+func (t *Tree) Discard() {
+	if len(t.ops) > 0 {
+		t.ops = t.ops[:len(t.ops)-1]
+	}
+}
 
 // commit installs the new versions of a successful Write and drops the
 // stale entries of the buckets it rewrote in full.

@@ -24,8 +24,8 @@ func finish(t *testing.T, tr *Tree, in stepInputs) (Write, []byte) {
 			t.Fatal(err)
 		}
 	}
-	w := tr.op.Write
-	if tr.op.Phase == phaseSlots {
+	w := tr.ops[0].Write
+	if tr.ops[0].Phase == phaseSlots {
 		var err error
 		if w, err = tr.LearnSlots(in.reals); err != nil {
 			t.Fatal(err)

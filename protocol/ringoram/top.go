@@ -66,11 +66,11 @@ func isBlock(id tree.BlockID) func(Block) bool {
 }
 
 // takeTop serves the real requests whose block a top bucket on their path
-// holds: it returns their results, the blocks taken, the buckets' new
-// contents (applied when the operation commits) and the blocks claimed, so
-// that only the first request for a block gets it.
-func (t *Tree) takeTop(reqs []PathRead, results []ReadResult) (taken []tree.Block, changed []TopBucket, claimed map[tree.BlockID]bool) {
-	claimed = map[tree.BlockID]bool{}
+// holds: it returns their results, the blocks taken and the buckets' new
+// contents (applied when the operation commits). Only the first request
+// for a block gets it.
+func (t *Tree) takeTop(reqs []PathRead, results []ReadResult) (taken []tree.Block, changed []TopBucket) {
+	claimed := map[tree.BlockID]bool{}
 	left := map[uint64][]Block{} // per bucket changed: what it keeps
 	for r, req := range reqs {
 		if !req.Real || claimed[req.Want] {
@@ -94,7 +94,7 @@ func (t *Tree) takeTop(reqs []PathRead, results []ReadResult) (taken []tree.Bloc
 		changed = append(changed, TopBucket{Bucket: b, Blocks: blocks})
 	}
 	slices.SortFunc(changed, func(x, y TopBucket) int { return cmp.Compare(x.Bucket, y.Bucket) })
-	return taken, changed, claimed
+	return taken, changed
 }
 
 // topKept returns the blocks of the top buckets top, each with room for Z

@@ -87,10 +87,10 @@ type Tree struct {
 	stats     Stats
 	leak      leak // tests only (leak.go)
 
-	resume *Plan      // the plan of an operation a crash cut short (Resume)
-	op     *operation // the operation in progress, nil when none
-	rng    *rand.Rand // the operation in progress's choices, drawn from opSrc
-	opSrc  *rand.ChaCha8
+	resume []Plan        // the plans of operations a crash cut short, in order (Resume)
+	ops    []*operation  // the operations in progress, oldest first
+	opSrc  *rand.ChaCha8 // the newest operation's source (Init's before any)
+	rng    *rand.Rand    // the source the step running draws from
 }
 
 // Stats counts a Tree's work since it was made.
