@@ -25,7 +25,8 @@ type operationInputs struct {
 // its slot Read (and metadata Read) issued before the first's slots are
 // learnt or its Write issued. Every operation writes the same buckets,
 // changes the same state and returns the same results in both, and the
-// trees' images are the same, byte for byte, after every pair. The top
+// trees' images are the same, byte for byte, after every pair, but for
+// the count of operations started beside others. The top
 // levels are in memory, so reads beside an eviction meet it there.
 func TestBesideIsOneAfterAnother(t *testing.T) {
 	const levels, top, n = 6, 3, 100 // a full tree: evictions move blocks within the top
@@ -60,6 +61,7 @@ func TestBesideIsOneAfterAnother(t *testing.T) {
 		if !sameWrite(t, gotA, wantA) || !sameWrite(t, gotB, wantB) {
 			t.Fatalf("a pair (beside: %v): the operations wrote otherwise than one after the other", overlapped)
 		}
+		one.tr.stats.Beside = two.tr.stats.Beside // the one count that differs
 		if !bytes.Equal(one.tr.Image(), two.tr.Image()) {
 			t.Fatalf("after a pair (beside: %v), the trees' images differ", overlapped)
 		}
@@ -67,6 +69,9 @@ func TestBesideIsOneAfterAnother(t *testing.T) {
 		checkReads(t, one, &m, b.reqs, wantedOf(b.reqs, &m), wantB.Results)
 		moveEvicted(t, one, &m, ids, a, wantA)
 		moveEvicted(t, one, &m, ids, b, wantB)
+	}
+	if two.tr.stats.Beside != uint64(beside) {
+		t.Fatalf("the tree counts %d operations started beside others; %d were", two.tr.stats.Beside, beside)
 	}
 	if beside < pairs/10 || evicting < pairs/20 {
 		t.Fatalf("%d pairs of %d ran beside each other, %d of them with an eviction: too few to tell", beside, pairs, evicting)
@@ -206,7 +211,7 @@ func runBeside(t *testing.T, f *fixture, a, b operationInputs, late, reimage boo
 			t.Fatal(err)
 		}
 	}
-	if !f.tr.Beside(b.reqs, b.k) {
+	if !f.tr.Beside(b.reqs, b.k, nil) {
 		before := f.tr.Image()
 		if _, err := f.tr.Start(b.reqs, b.k, b.offers); !errors.Is(err, ErrBusy) {
 			t.Fatalf("Start beside an operation Beside refuses: %v, want ErrBusy", err)
@@ -278,7 +283,7 @@ func TestResumeSeveralInOrder(t *testing.T) {
 		t.Fatal(err)
 	}
 	readsA := plannedSlots(t, f)
-	for !f.tr.Beside(b, 0) {
+	for !f.tr.Beside(b, 0, nil) {
 		b = fakes()
 	}
 	pb, err := f.tr.Start(b, 0, nil)

@@ -25,10 +25,9 @@ type Driver struct {
 	codec      *tree.Codec
 	readAhead  ReadAhead
 	writeAhead WriteAhead
-	pending    []backend.Item // a committed operation's Write not on storage yet (readLists, settle)
-	durable    func() error   // makes the record announcing pending durable, before pending goes out (HoldUntil)
-	redoing    bool           // a Redo runs: no hook is called, its Write is issued at once
-	retries    atomic.Uint64  // slot Reads issued again (Stats.ReadRetries)
+	held       heldWrites    // committed operations' Writes not on storage yet (Hold)
+	redoing    bool          // a Redo runs: no hook is called, its Write is issued at once
+	retries    atomic.Uint64 // slot Reads issued again (Stats.ReadRetries)
 
 	abandon     chan struct{} // closed by Abandon: slot Reads are no longer retried
 	abandonOnce sync.Once
@@ -106,14 +105,14 @@ func (d *Driver) readEvict(ctx context.Context, reqs []PathRead, k int, blocks [
 	}
 	if d.readAhead != nil && !d.redoing {
 		if err := d.readAhead(ctx, p); err != nil {
-			d.Discard()
+			d.Discard(p)
 			return Write{}, err
 		}
 	}
 	if cold := d.MetaReads(); len(cold) > 0 {
 		plains, err := d.ReadMetas(ctx, cold)
 		if err != nil {
-			d.Discard()
+			d.Discard(p)
 			return Write{}, err
 		}
 		if err := d.LearnMetas(plains); err != nil {
@@ -122,14 +121,14 @@ func (d *Driver) readEvict(ctx context.Context, reqs []PathRead, k int, blocks [
 	}
 	reals, err := d.ReadSlots(ctx, d.SlotReads())
 	if err != nil {
-		d.Discard()
+		d.Discard(p)
 		return Write{}, err
 	}
 	w, err := d.LearnSlots(reals)
 	if err != nil {
 		return Write{}, err
 	}
-	return w, d.writeChange(ctx, w)
+	return w, d.writeChange(ctx, p, w)
 }
 
 // writeChange seals the operation's Write, hands its Change to the
@@ -140,10 +139,10 @@ func (d *Driver) readEvict(ctx context.Context, reqs []PathRead, k int, blocks [
 // and returns at once: its Write goes to storage with the tree's next
 // Read, in one round trip that applies the Write first
 // (backend.Pipeline), or on its own at Flush, whichever comes first.
-func (d *Driver) writeChange(ctx context.Context, w Write) error {
+func (d *Driver) writeChange(ctx context.Context, p Plan, w Write) error {
 	items, err := d.Seal(w.Buckets)
 	if err != nil {
-		d.Discard()
+		d.Discard(p)
 		return err
 	}
 	if d.writeAhead == nil || d.redoing {
@@ -154,7 +153,7 @@ func (d *Driver) writeChange(ctx context.Context, w Write) error {
 		return d.Commit()
 	}
 	if err := d.writeAhead(ctx, w.Change); err != nil {
-		d.Discard()
+		d.Discard(p)
 		return err
 	}
 	d.Hold(items)
@@ -162,7 +161,8 @@ func (d *Driver) writeChange(ctx context.Context, w Write) error {
 }
 
 // Hold makes items, a committed operation's sealed Write, go to storage
-// with the tree's next Read (backend.Pipeline), or on its own at Flush.
+// with the tree's next Read (backend.Pipeline), or on its own at Flush,
+// after the Writes held before it.
 func (d *Driver) Hold(items []backend.Item) { d.HoldUntil(items, nil) }
 
 // HoldUntil is Hold for a Write whose record is journaled but not yet
@@ -170,39 +170,24 @@ func (d *Driver) Hold(items []backend.Item) { d.HoldUntil(items, nil) }
 // operation's record, synced before its first Read, usually has made it
 // durable already, so the operation's own record costs no fsync.
 func (d *Driver) HoldUntil(items []backend.Item, durable func() error) {
-	d.pending, d.durable = items, durable
+	d.held.hold(items, durable)
 }
 
-// releasable makes the held Write's record durable, before the Write
-// goes out.
-func (d *Driver) releasable() error {
-	if d.pending == nil || d.durable == nil {
-		return nil
-	}
-	if err := d.durable(); err != nil {
-		return fmt.Errorf("ringoram: journaling the previous operation: %w", err)
-	}
-	d.durable = nil
-	return nil
-}
-
-// Flush issues the Write of the last committed operation if it has not
+// Flush issues the Writes of the committed operations that have not
 // reached storage yet: before the Tree's state is checkpointed, and when
 // its owner has nothing else to do.
 func (d *Driver) Flush(ctx context.Context) error { return d.settle(ctx) }
 
-// settle issues the Write of a committed operation that has not reached
+// settle issues the Writes of committed operations that have not reached
 // storage (held for the next Read, or failed with it).
 func (d *Driver) settle(ctx context.Context) error {
-	if d.pending == nil {
-		return nil
-	}
-	if err := d.releasable(); err != nil {
+	items, err := d.held.take()
+	if err != nil || len(items) == 0 {
 		return err
 	}
-	if err := d.b.Write(ctx, d.pending); err != nil {
+	if err := d.b.Write(ctx, items); err != nil {
+		d.held.giveBack(items)
 		return fmt.Errorf("ringoram: writing back the previous operation: %w", err)
 	}
-	d.pending = nil
 	return nil
 }

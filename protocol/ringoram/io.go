@@ -42,8 +42,8 @@ func forChunks(n, minPer int, fn func(lo, hi int) error) error {
 }
 
 // read is ONE backend Read of addrs (readLists).
-func (d *Driver) read(ctx context.Context, addrs []string) ([][]byte, error) {
-	vals, err := d.readLists(ctx, [][]string{addrs})
+func (d *Driver) read(ctx context.Context, addrs []string, carry bool) ([][]byte, error) {
+	vals, err := d.readLists(ctx, [][]string{addrs}, carry)
 	if err != nil {
 		return nil, err
 	}
@@ -51,18 +51,23 @@ func (d *Driver) read(ctx context.Context, addrs []string) ([][]byte, error) {
 }
 
 // readLists is ONE backend Read of each address list, in order and in
-// one round trip (backend.Pipeline), after the last operation's Write if
-// it has not reached storage yet. A missing address is tampering: the
-// storage operator deleted it (a missing bucket is never empty).
-func (d *Driver) readLists(ctx context.Context, lists [][]string) ([][][]byte, error) {
-	if err := d.releasable(); err != nil {
-		return nil, err
+// one round trip (backend.Pipeline), after the committed operations'
+// Writes that have not reached storage yet when it carries them. A
+// missing address is tampering: the storage operator deleted it (a
+// missing bucket is never empty).
+func (d *Driver) readLists(ctx context.Context, lists [][]string, carry bool) ([][][]byte, error) {
+	var items []backend.Item
+	if carry {
+		var err error
+		if items, err = d.held.take(); err != nil {
+			return nil, err
+		}
 	}
-	vals, err := backend.Pipeline(ctx, d.b, d.pending, lists)
+	vals, err := backend.Pipeline(ctx, d.b, items, lists)
 	if err != nil {
+		d.held.giveBack(items)
 		return nil, err
 	}
-	d.pending = nil
 	if len(vals) != len(lists) {
 		return nil, fmt.Errorf("%w: storage answered %d Reads of %d", seal.ErrTampered, len(vals), len(lists))
 	}
@@ -83,10 +88,10 @@ func (d *Driver) readLists(ctx context.Context, lists [][]string) ([][][]byte, e
 // fails the Read issues the identical Read again (backend.Retry), until
 // it succeeds, ctx ends or the Driver is abandoned: a Read of slots may
 // have reached storage, so the slots it chose are spent.
-func (d *Driver) readAgain(ctx context.Context, lists [][]string) ([][][]byte, error) {
+func (d *Driver) readAgain(ctx context.Context, lists [][]string, carry bool) ([][][]byte, error) {
 	var vals [][][]byte
 	err := backend.Retry(ctx, d.abandon, func() { d.retries.Add(1) }, func() (err error) {
-		vals, err = d.readLists(ctx, lists)
+		vals, err = d.readLists(ctx, lists, carry)
 		return err
 	})
 	return vals, err
@@ -96,11 +101,22 @@ func (d *Driver) readAgain(ctx context.Context, lists [][]string) ([][][]byte, e
 // opens them (at any version: the Tree checks them), in parallel. The
 // plaintexts share one buffer.
 func (d *Driver) ReadMetas(ctx context.Context, buckets []uint64) ([][]byte, error) {
+	return d.readMetas(ctx, buckets, true)
+}
+
+// ReadMetasBeside is ReadMetas for an operation that started beside
+// others (Tree.Beside): it carries none of the Writes held, which go with
+// the Read of an operation that avoids their buckets.
+func (d *Driver) ReadMetasBeside(ctx context.Context, buckets []uint64) ([][]byte, error) {
+	return d.readMetas(ctx, buckets, false)
+}
+
+func (d *Driver) readMetas(ctx context.Context, buckets []uint64, carry bool) ([][]byte, error) {
 	addrs := make([]string, len(buckets))
 	for i, b := range buckets {
 		addrs[i] = d.l.MetaAddr(b)
 	}
-	vals, err := d.read(ctx, addrs)
+	vals, err := d.read(ctx, addrs, carry)
 	if err != nil {
 		return nil, err
 	}
@@ -130,6 +146,16 @@ func (d *Driver) ReadMetas(ctx context.Context, buckets []uint64) ([][]byte, err
 // bucket's metadata: a slot read as Real holds that block, any other a
 // dummy. It returns the real blocks read, by list, in order.
 func (d *Driver) ReadSlots(ctx context.Context, lists [][]SlotRead) ([][]tree.Block, error) {
+	return d.readSlots(ctx, lists, true)
+}
+
+// ReadSlotsBeside is ReadSlots for an operation that started beside
+// others (ReadMetasBeside).
+func (d *Driver) ReadSlotsBeside(ctx context.Context, lists [][]SlotRead) ([][]tree.Block, error) {
+	return d.readSlots(ctx, lists, false)
+}
+
+func (d *Driver) readSlots(ctx context.Context, lists [][]SlotRead, carry bool) ([][]tree.Block, error) {
 	addrs := make([][]string, len(lists))
 	for i, reads := range lists {
 		addrs[i] = make([]string, len(reads))
@@ -137,7 +163,7 @@ func (d *Driver) ReadSlots(ctx context.Context, lists [][]SlotRead) ([][]tree.Bl
 			addrs[i][j] = d.l.SlotAddr(r.Bucket, int(r.Slot))
 		}
 	}
-	vals, err := d.readAgain(ctx, addrs)
+	vals, err := d.readAgain(ctx, addrs, carry)
 	if err != nil {
 		return nil, err
 	}

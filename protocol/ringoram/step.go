@@ -145,10 +145,17 @@ var ErrBusy = errors.New("ringoram: the operation may not start beside those in 
 // eviction of the next k paths may start now: no operation is in
 // progress, or every one has chosen its slots, the buckets below the top
 // of its paths share none with theirs, and at most one of them all
-// evicts. It depends only on the leaves, k and the operations in
-// progress, all of which storage sees.
-func (t *Tree) Beside(reqs []PathRead, k int) bool {
-	return t.beside(t.paths(reqs, k))
+// evicts; and they share none with unlanded, Writes not known to be on
+// storage. It depends only on the leaves, k, the operations in progress
+// and the Writes, all of which storage sees.
+func (t *Tree) Beside(reqs []PathRead, k int, unlanded []BucketWrite) bool {
+	a := t.paths(reqs, k)
+	for _, w := range unlanded {
+		if _, found := slices.BinarySearch(a.Union, w.Bucket); found {
+			return false
+		}
+	}
+	return t.beside(a)
 }
 
 func (t *Tree) beside(a *access) bool {
@@ -199,6 +206,9 @@ func (t *Tree) Start(reqs []PathRead, k int, blocks []Block) (Plan, error) {
 		p.Seed = r.Seed
 	} else {
 		p.Seed = random.Draw(t.seeds)
+	}
+	if len(t.ops) > 0 {
+		t.stats.Beside++
 	}
 	op := &operation{Phase: phaseMeta, Plan: p, Blocks: blocks, Access: a}
 	op.setSource(random.New(p.Seed))
@@ -456,13 +466,12 @@ func (t *Tree) WriteFailed() {
 	}
 }
 
-// Discard ends the newest operation, which wrote nothing: the Tree's
-// state is as it was, but for the metadata it learned and the seed it
-// drew. The operations started before it go on.
-func (t *Tree) Discard() {
-	if len(t.ops) > 0 {
-		t.ops = t.ops[:len(t.ops)-1]
-	}
+// Discard ends the operation of plan p, which wrote nothing, if it is in
+// progress (a step that failed ended it already): the Tree's state is as
+// it was, but for the metadata it learned and the seed it drew. The
+// other operations in progress go on.
+func (t *Tree) Discard(p Plan) {
+	t.ops = slices.DeleteFunc(t.ops, func(op *operation) bool { return op.Plan.Seed == p.Seed })
 }
 
 // commit installs the new versions of a successful Write and drops the

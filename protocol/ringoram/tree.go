@@ -106,6 +106,7 @@ type Stats struct {
 	MetaReads      uint64 // metadata records read from storage (metaCache had no copy)
 	CachedHits     uint64 // wanted blocks a top bucket held (no storage slot read for them)
 	CachedBlocks   uint64 // blocks the top levels hold now
+	Beside         uint64 // operations started beside others in progress (Beside)
 }
 
 // Add adds o's counters to s (the trees of a store).
@@ -121,6 +122,7 @@ func (s *Stats) Add(o Stats) {
 	s.MetaReads += o.MetaReads
 	s.CachedHits += o.CachedHits
 	s.CachedBlocks += o.CachedBlocks
+	s.Beside += o.Beside
 }
 
 // NewTree returns a Tree of cfg's geometry and parameters. It validates

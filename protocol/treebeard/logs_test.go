@@ -268,7 +268,7 @@ func TestCheckpointWhileTreeBlocked(t *testing.T) {
 	})
 	w := s.workers[0]
 	w.mu.Lock()
-	inProgress := w.m.op != nil
+	inProgress := !w.m.idle()
 	w.mu.Unlock()
 	if !inProgress {
 		t.Fatal("tree 0 has no operation in progress while its Read is held")

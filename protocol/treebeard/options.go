@@ -89,6 +89,12 @@ type TestingKnobs struct {
 	// epochs on a loaded machine as on an idle one (the obliviousness
 	// audits: `oblivkv audit` and the tests).
 	Clock clockwork.Clock
+	// InFlight, above 1, is how many operations of a tree may be in
+	// flight at once (oramMachine); 0 or 1: one at a time. Recovery of
+	// several journaled plans and the audits' pairing of interleaved
+	// Reads and Writes are not built yet, so it is for tests and
+	// measurements only.
+	InFlight int
 }
 
 // Defaults.

@@ -162,7 +162,8 @@ type treeWorker struct {
 	mu      sync.Mutex
 	waiting map[MsgID][]chan partReply  // parts not answered yet: their copies' callers
 	timers  map[uint64]clockwork.Timer  // by epoch not all shards sent yet: when to give up on it
-	io      *oramOutput                 // the machine's next I/O, for run
+	io      []oramOutput                // the machine's I/O to do, in order, for run
+	active  int                         // Reads (and eviction messages) under way on their own goroutines
 	ended   oramOutput                  // the output that ended the last operation
 	applied func(oramEntry, oramOutput) // tests: sees every entry and its outputs, in order
 	wake    chan struct{}
@@ -293,7 +294,7 @@ func (w *treeWorker) afterApply(e oramEntry, out oramOutput) {
 		w.noteStats(out)
 	}
 	if out.hasIO() {
-		w.io = &out
+		w.io = append(w.io, out)
 		w.wakeUp()
 	}
 }
@@ -321,9 +322,7 @@ func (w *treeWorker) abandon(epoch uint64) {
 }
 
 // hasIO reports whether out names I/O for the driver.
-func (out *oramOutput) hasIO() bool {
-	return out.Evicted != nil || out.Ask || out.Metas != nil || out.Slots != nil || out.Write != nil || out.Placed != nil
-}
+func (out *oramOutput) hasIO() bool { return out.Evicted != nil || len(out.IO) > 0 }
 
 // run does the machine's I/O until stop, and between operations sends
 // the tree's last Write on its own and checkpoints the tree when its log
@@ -332,25 +331,50 @@ func (w *treeWorker) run() {
 	defer close(w.exited)
 	for {
 		w.mu.Lock()
-		io, stopped := w.io, w.stopped
-		w.io = nil
-		w.busy = io != nil
-		if !w.busy {
+		io, ok := w.nextIO()
+		stopped := w.stopped
+		w.busy = ok
+		if !w.busy && w.active == 0 {
 			w.idle.Broadcast()
 		}
 		w.mu.Unlock()
-		if io == nil {
-			if stopped {
+		if !ok {
+			if stopped && w.waitActive() {
 				return
 			}
 			<-w.wake
 			w.nudged()
 			continue
 		}
-		w.do(context.Background(), *io)
+		w.do(context.Background(), io)
 		w.betweenOps()
 	}
 }
+
+// nextIO takes the machine's next output to do; w.mu is held.
+func (w *treeWorker) nextIO() (oramOutput, bool) {
+	if len(w.io) == 0 {
+		return oramOutput{}, false
+	}
+	io := w.io[0]
+	w.io = w.io[1:]
+	return io, true
+}
+
+// waitActive waits until no Read is under way on its own goroutine, and
+// reports whether the worker has no I/O left then.
+func (w *treeWorker) waitActive() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for w.active > 0 {
+		w.idle.Wait()
+	}
+	return len(w.io) == 0
+}
+
+// quiet reports whether the worker has no I/O to do or under way and no
+// operation is in flight; w.mu is held.
+func (w *treeWorker) quiet() bool { return len(w.io) == 0 && w.active == 0 && w.m.idle() }
 
 // betweenOps runs after the machine's I/O: when no operation is in
 // progress it sends the tree's last Write on its own (one that fails
@@ -365,7 +389,7 @@ func (w *treeWorker) betweenOps() {
 		return
 	}
 	w.mu.Lock()
-	idle, due := w.io == nil && w.m.op == nil, w.log.Due() && !w.log.busy.Load()
+	idle, due := w.quiet(), w.log.Due() && !w.log.busy.Load()
 	if !idle && due && !w.m.hold {
 		w.applyLocked(oramEntry{Kind: oramHold})
 	}
@@ -375,7 +399,7 @@ func (w *treeWorker) betweenOps() {
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.io == nil && w.m.op == nil {
+	if w.quiet() {
 		w.log.checkpointIfDue(func() checkpointState { return w.checkpointState(true) })
 	}
 	if w.m.hold {
@@ -387,9 +411,9 @@ func (w *treeWorker) betweenOps() {
 // is in progress.
 func (w *treeWorker) flushIfIdle() {
 	var idle bool
-	w.group.view(func() { idle = w.m.op == nil })
+	w.group.view(func() { idle = w.m.idle() })
 	w.mu.Lock()
-	idle = idle && w.io == nil
+	idle = idle && len(w.io) == 0 && w.active == 0
 	w.mu.Unlock()
 	if idle {
 		w.flush(context.Background())
@@ -401,7 +425,7 @@ func (w *treeWorker) flushIfIdle() {
 // (machineLog.again), and an idle tree takes the next one now.
 func (w *treeWorker) nudged() {
 	w.mu.Lock()
-	idle := w.io == nil && !w.stopped
+	idle := len(w.io) == 0 && w.active == 0 && !w.stopped
 	w.mu.Unlock()
 	if idle {
 		w.betweenOps()
@@ -420,49 +444,114 @@ func (w *treeWorker) wakeUp() {
 func (w *treeWorker) waitIdle() {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	for w.busy || w.io != nil {
+	for w.busy || len(w.io) > 0 || w.active > 0 {
 		w.idle.Wait()
 	}
 }
 
-// do issues the I/O of out and feeds its outcome to the machine: the end
-// of an eviction's record, then the operation's step (its blocks from
-// the Stash shards, its journaled plan and a Read, its journaled Change
-// and Write, or its placements reported to the Stash shards).
+// do issues the I/O of out and feeds its outcomes to the machine: the
+// end of an eviction's record, then each operation's step (its blocks
+// from the Stash shards, its journaled plan and a Read, its journaled
+// Change and Write, or its placements reported to the Stash shards).
 func (w *treeWorker) do(ctx context.Context, out oramOutput) {
 	if out.Evicted != nil && w.group == nil {
 		w.log.Append(out.Evicted)
 	}
-	switch {
-	case out.Ask:
-		w.apply(eachShard(len(w.stashes), func(i int) oramEntry {
-			rep := w.evictionBlocks(i, out.Number)
-			return oramEntry{Kind: oramBlocks, Number: out.Number, Shard: i, Blocks: rep.Blocks, Failure: rep.Status}
-		})...)
-	case out.Metas != nil:
-		e := oramEntry{Kind: oramMetas}
-		if e.Failure = w.journal(out.Record); e.Failure.Code == CodeOK {
-			var err error
-			e.Plains, err = w.tree.ReadMetas(ctx, out.Metas)
-			e.Failure = statusOf(w.explain(ctx, err))
-		}
-		w.apply(e)
-	case out.Slots != nil:
-		e := oramEntry{Kind: oramSlots}
-		if e.Failure = w.journal(out.Record); e.Failure.Code == CodeOK {
-			var err error
-			e.Reals, err = w.tree.ReadSlots(ctx, out.Slots)
-			e.Failure = statusOf(w.explain(ctx, err))
-		}
-		w.apply(e)
-	case out.Write != nil:
-		w.apply(oramEntry{Kind: oramJournaled, Failure: w.writeAhead(out.Record, out.Write)})
-	case out.Placed != nil:
-		w.apply(eachShard(len(w.stashes), func(i int) oramEntry {
-			rep := w.evictionDone(i, out.Number, out.Handed[i], out.Placed[i])
-			return oramEntry{Kind: oramEvicted, Number: out.Number, Shard: i, Stale: rep.Stale, Failure: rep.Status}
-		})...)
+	for _, io := range out.IO {
+		w.doIO(ctx, io)
 	}
+}
+
+// doIO issues one operation's I/O. With several operations in flight, a
+// Read and the eviction's messages run on their own goroutines, so that
+// another operation's I/O need not wait for them; the plan a Read
+// follows is appended to the journal first, in the machine's order.
+func (w *treeWorker) doIO(ctx context.Context, io oramIO) {
+	switch {
+	case io.Ask:
+		w.aside(func() {
+			w.apply(eachShard(len(w.stashes), func(i int) oramEntry {
+				rep := w.evictionBlocks(i, io.Number)
+				return oramEntry{Kind: oramBlocks, Number: io.Number, Shard: i, Blocks: rep.Blocks, Failure: rep.Status}
+			})...)
+		})
+	case io.Metas != nil || io.Slots != nil:
+		durable := w.journalAhead(io.Record)
+		w.aside(func() { w.apply(w.readFor(ctx, io, durable)) })
+	case io.Write != nil:
+		w.apply(oramEntry{Kind: oramJournaled, Failure: w.writeAhead(io.Record, io.Write)})
+	case io.Placed != nil:
+		w.aside(func() {
+			w.apply(eachShard(len(w.stashes), func(i int) oramEntry {
+				rep := w.evictionDone(i, io.Number, io.Handed[i], io.Placed[i])
+				return oramEntry{Kind: oramEvicted, Number: io.Number, Shard: i, Stale: rep.Stale, Failure: rep.Status}
+			})...)
+		})
+	}
+}
+
+// aside runs fn on its own goroutine when several operations may be in
+// flight, else now.
+func (w *treeWorker) aside(fn func()) {
+	if w.m.inFlight <= 1 {
+		fn()
+		return
+	}
+	w.mu.Lock()
+	w.active++
+	w.mu.Unlock()
+	go func() {
+		defer func() {
+			w.mu.Lock()
+			w.active--
+			w.idle.Broadcast()
+			w.mu.Unlock()
+			w.wakeUp()
+		}()
+		fn()
+	}()
+}
+
+// journalAhead appends a plan's record, if any, to the tree's journal
+// and returns what makes it durable (Treebeard Sec. 5.3.3: before its
+// Read).
+func (w *treeWorker) journalAhead(record []byte) func() Status {
+	if !w.journals(record) {
+		return func() Status { return Status{} }
+	}
+	lsn := w.log.Append(record)
+	return func() Status {
+		if err := w.log.Sync(lsn); err != nil {
+			return statusOf(fmt.Errorf("treebeard: journal: %w", err))
+		}
+		return Status{}
+	}
+}
+
+// readFor makes io's plan durable, issues its Read and returns the entry
+// that brings its answer to the machine.
+func (w *treeWorker) readFor(ctx context.Context, io oramIO, durable func() Status) oramEntry {
+	kind := oramSlots
+	if io.Metas != nil {
+		kind = oramMetas
+	}
+	e := oramEntry{Kind: kind, Number: io.Op}
+	if e.Failure = durable(); e.Failure.Code != CodeOK {
+		return e
+	}
+	var err error
+	switch {
+	case io.Metas != nil && io.Carry:
+		e.Plains, err = w.tree.ReadMetas(ctx, io.Metas)
+	case io.Metas != nil:
+		e.Plains, err = w.tree.ReadMetasBeside(ctx, io.Metas)
+	case io.Carry:
+		e.Reals, err = w.tree.ReadSlots(ctx, io.Slots)
+	default:
+		e.Reals, err = w.tree.ReadSlotsBeside(ctx, io.Slots)
+	}
+	e.Failure = statusOf(w.explain(ctx, err))
+	return e
 }
 
 // flush issues the tree's held Write on its own, as between operations,
@@ -486,19 +575,6 @@ func (w *treeWorker) explain(ctx context.Context, err error) error {
 		return fmt.Errorf("treebeard: tree %d: a later open of the store has taken over (%w); what failed authentication was its writes: %v", w.id, fenced, err)
 	}
 	return err
-}
-
-// journal commits a record of the tree, if any, before the I/O it
-// announces. A replicated tree's record is the group's commit of the
-// entry that made it, before its output reached the driver.
-func (w *treeWorker) journal(record []byte) Status {
-	if !w.journals(record) {
-		return Status{}
-	}
-	if _, err := w.log.Commit(record); err != nil {
-		return statusOf(fmt.Errorf("treebeard: journal: %w", err))
-	}
-	return Status{}
 }
 
 // writeAhead seals an operation's Write, journals its record (its
@@ -535,13 +611,13 @@ func (w *treeWorker) runNow(ctx context.Context, e oramEntry) oramOutput {
 	w.apply(e)
 	for {
 		w.mu.Lock()
-		io := w.io
-		w.io = nil
+		io, ok := w.nextIO()
 		w.mu.Unlock()
-		if io == nil {
+		if ok {
+			w.do(ctx, io)
+		} else if w.waitActive() {
 			break
 		}
-		w.do(ctx, *io)
 	}
 	return w.ended
 }

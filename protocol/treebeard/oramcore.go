@@ -119,8 +119,12 @@ func (c *treeCore) served(reads int) (evictPaths int) {
 
 // owes returns what served(reads) would, and the path reads then left
 // since the last eviction, without counting the reads.
-func (c *treeCore) owes(reads int) (evictPaths, left int) {
-	n := c.reads + reads
+func (c *treeCore) owes(reads int) (evictPaths, left int) { return c.owesAfter(c.reads, reads) }
+
+// owesAfter is owes once before path reads since the last eviction are
+// counted: those of the operations in flight before one beside them.
+func (c *treeCore) owesAfter(before, reads int) (evictPaths, left int) {
+	n := before + reads
 	owed := n / c.a
 	return owed * c.k, n - owed*c.a
 }

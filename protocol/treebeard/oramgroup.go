@@ -97,8 +97,8 @@ func treeInputOf(t int, es ...oramEntry) []byte {
 func (w *treeWorker) takeOver(ctx context.Context) error {
 	var out oramOutput
 	w.group.view(func() { out = w.m.outstanding() })
-	if out.Record == nil && out.Write != nil { // not the operation's own Write: the last committed one
-		items, err := w.tree.Seal(out.Write)
+	if len(out.IO) > 0 && out.IO[0].Record == nil && out.IO[0].Write != nil { // no operation's own Write: those last committed
+		items, err := w.tree.Seal(out.IO[0].Write)
 		if err != nil {
 			return err
 		}
@@ -106,13 +106,13 @@ func (w *treeWorker) takeOver(ctx context.Context) error {
 		if err := w.flush(ctx); err != nil {
 			return err
 		}
-		out.Write = nil
+		out.IO = out.IO[1:]
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.timeParts(out)
 	if out.hasIO() {
-		w.io = &out
+		w.io = append(w.io, out)
 	}
 	w.wakeUp()
 	return nil

@@ -24,12 +24,20 @@ import (
 // byte for byte, whether the image was taken between operations or with
 // Reads or an eviction in flight.
 //
-// An operation runs in this order, one at a time, each step waiting for
-// the entry its output asks for: the eviction's blocks from every Stash
-// shard (when the reads owe an eviction, Treebeard Sec. 5.3.2), the
-// metadata Read (when the tree lacks a copy), the slot Read, the journal
-// record of its Change, then its answers to the parts, and the report of
-// the eviction's placements to every Stash shard, whose answers end it.
+// An operation runs in this order, each step waiting for the entry its
+// output asks for: the eviction's blocks from every Stash shard (when the
+// reads owe an eviction, Treebeard Sec. 5.3.2), the metadata Read (when
+// the tree lacks a copy), the slot Read, the journal record of its
+// Change, then its answers to the parts, and the report of the
+// eviction's placements to every Stash shard, whose answers end it.
+//
+// With inFlight above 1, an operation may start beside the one in flight
+// (ringoram.Tree.Beside) once that one's slot Read is out and half as
+// many whole epochs as it carries wait behind it: its Reads go to
+// storage at once, and it takes its slots, journals its record and
+// answers its parts only once the operations before it have committed.
+// Operations are numbered as they begin; a Read's answer names its
+// operation (oramEntry.Number).
 
 // oramEntryKind is what an oramEntry brings.
 type oramEntryKind uint8
@@ -38,8 +46,8 @@ const (
 	oramPart      oramEntryKind = iota + 1 // a Stash shard's part of an epoch, message ID: its Reads
 	oramAbandon                            // epoch Epoch's timer fired
 	oramBlocks                             // Stash shard Shard's blocks for the eviction Number, or its Failure
-	oramMetas                              // the metadata records read (Plains), or the Read's Failure
-	oramSlots                              // the real blocks the slot Read brought in (Reals), or its Failure
+	oramMetas                              // the metadata records read (Plains) by operation Number, or the Read's Failure
+	oramSlots                              // the real blocks operation Number's slot Read brought in (Reals), or its Failure
 	oramJournaled                          // the operation's record is journaled, or the journal's Failure
 	oramEvicted                            // Stash shard Shard's answer to the eviction's placements: Stale, or its Failure
 	oramResume                             // recovery: the operation of Plan, which a crash cut short, runs again
@@ -69,31 +77,43 @@ type oramEntry struct {
 	Failure  Status
 }
 
-// oramOutput is what an entry makes the tree do. The driver issues its
-// I/O in this order: Record (Commit) before Metas, Slots or Write; the
-// Write is sealed and goes to storage with the tree's next Read (or on
-// its own when the tree is idle).
+// oramOutput is what an entry makes the tree do: its replies, its
+// timers, and the I/O of its operations (IO), in order.
 type oramOutput struct {
 	Replies []partReply // parts answered, and copies of parts answered from the record
 	Copy    *msgCopy    // the entry's part was handled already: what its copy gets (Pending: the first copy's reply, once it is made)
 	Wait    []uint64    // epochs now waiting for a part: start their timers
 	Ready   []uint64    // epochs all of whose parts came: stop their timers
 
-	Ask     bool   // ask every Stash shard for its blocks of eviction Number
-	Number  uint64 // the eviction of Ask and Placed
-	Record  []byte // journal (Commit) before the I/O below
-	Metas   []uint64
-	Slots   [][]ringoram.SlotRead
-	Write   []ringoram.BucketWrite
-	Placed  [][]int64          // per Stash shard: where the blocks it handed eviction Number went (-1: stashed)
-	Handed  [][]ringoram.Block // per Stash shard: the blocks it handed, with Placed
-	Evicted []byte             // the eviction's end record (Append)
+	IO      []oramIO
+	Evicted []byte // the eviction's end record (Append), before IO
 
 	Trace     []traceEvent
 	Ended     bool   // an operation ended
 	ReadFail  Status // its reads failed
 	EvictFail Status // its eviction failed (some blocks may stay stashed)
 	Owed      int    // Ended, oramResume: paths still owed to eviction after it
+}
+
+// oramIO is one piece of I/O of operation Op, one of: the Stash shards'
+// blocks for its eviction (Ask), its metadata Read (Metas) or slot Read
+// (Slots) after Record, its plan, is journaled (Commit), its Write held
+// once Record, its own, is journaled (Append), or its eviction's
+// placements (Placed). The driver issues the pieces of an output in
+// order; with several operations in flight, it issues a Read without
+// waiting for its answer. A Write without a Record is what was last
+// committed and may not be on storage, issued on its own (outstanding).
+type oramIO struct {
+	Op     uint64
+	Carry  bool   // its Read carries the Writes held (ringoram.Driver.Hold); else it carries none
+	Ask    bool   // ask every Stash shard for its blocks of eviction Number
+	Number uint64 // the eviction of Ask and Placed
+	Record []byte
+	Metas  []uint64
+	Slots  [][]ringoram.SlotRead
+	Write  []ringoram.BucketWrite
+	Placed [][]int64          // per Stash shard: where the blocks it handed eviction Number went (-1: stashed)
+	Handed [][]ringoram.Block // per Stash shard: the blocks it handed, with Placed
 }
 
 // partReply is the answer to one part of an epoch, message ID.
@@ -123,8 +143,14 @@ const (
 	stepEvicted                   // waiting for the Stash shards' answers to the placements
 )
 
-// oramOp is the tree's operation in progress.
+// oramOp is an operation of the tree in flight.
 type oramOp struct {
+	Seq     uint64 // its number: the entries answering its Reads name it
+	Beside  bool   // it began beside another
+	Plan    ringoram.Plan
+	Slots   [][]ringoram.SlotRead // its slot Read, once chosen
+	Carries int                   // its next Read carries the first Carries Writes of unflushed (-1: none)
+	Early   *oramEntry            // its slot Read's answer, come before the operations before it committed
 	Step    opStep
 	Parts   []heldPart // the parts it reads, all of whole epochs
 	Reads   []ringoram.PathRead
@@ -158,24 +184,27 @@ type handover struct {
 }
 
 // oramMachine is one tree's state: its buckets' (ringoram.Tree), its
-// schedule (treeCore), the parts it holds and queues, the operation in
-// progress, and its record of the parts it handled (msgTable).
+// schedule (treeCore), the parts it holds and queues, the operations in
+// flight, and its record of the parts it handled (msgTable).
 type oramMachine struct {
-	id      int
-	stashes int
-	tree    *ringoram.Tree
-	core    *treeCore
-	held    []heldPart // parts of epochs not all shards sent yet, in arrival order
-	queue   []heldPart // parts of whole epochs, in the order they completed
-	op      *oramOp
-	kept    []handover // blocks read for Stash shards that have not journaled them yet
-	msgs    msgTable   // the parts handled: their replies until released, and the epochs released
-	hold    bool       // a checkpoint is due: no operation starts
-	traced  bool       // the driver traces: outputs carry trace events
-	// unflushed is the Write of the last operation committed, until a
-	// Read after it succeeds: the driver holds it and sends it with that
-	// Read (or on its own, when the tree is idle), so storage may not
-	// hold it yet.
+	id       int
+	stashes  int
+	tree     *ringoram.Tree
+	core     *treeCore
+	held     []heldPart // parts of epochs not all shards sent yet, in arrival order
+	queue    []heldPart // parts of whole epochs, in the order they completed
+	ops      []*oramOp  // the operations in flight, in the order they began
+	inFlight int        // the most operations in flight at once
+	number   uint64     // the last operation's number
+	kept     []handover // blocks read for Stash shards that have not journaled them yet
+	msgs     msgTable   // the parts handled: their replies until released, and the epochs released
+	hold     bool       // a checkpoint is due: no operation starts
+	traced   bool       // the driver traces: outputs carry trace events
+	// unflushed are the Writes of the operations committed, in order,
+	// until a Read that carried them succeeds: the driver holds them and
+	// sends them with that Read (or on their own, when the tree is idle),
+	// so storage may not hold them yet; an operation beside others
+	// avoids their buckets.
 	unflushed []ringoram.BucketWrite
 	// incarnation is the store's, which the parts' ids and the
 	// operations' records carry (set by the driver, and in the image).
@@ -210,11 +239,35 @@ func (m *oramMachine) apply(e oramEntry) oramOutput {
 	case oramHold, oramGo:
 		m.hold = e.Kind == oramHold
 	}
-	if m.op == nil {
-		m.next(&out)
-	}
+	m.takeEarly(&out)
+	m.next(&out)
 	return out
 }
+
+// opOf returns the operation in flight numbered seq, at step, or nil.
+func (m *oramMachine) opOf(seq uint64, step opStep) *oramOp {
+	for _, op := range m.ops {
+		if op.Seq == seq && op.Step == step {
+			return op
+		}
+	}
+	return nil
+}
+
+// opAt returns the first operation in flight at step, or nil: evictions
+// are one at a time, and an operation takes its slots, journals and
+// commits only once the ones before it committed.
+func (m *oramMachine) opAt(step opStep) *oramOp {
+	for _, op := range m.ops {
+		if op.Step == step {
+			return op
+		}
+	}
+	return nil
+}
+
+// idle reports whether no operation is in flight.
+func (m *oramMachine) idle() bool { return len(m.ops) == 0 }
 
 // part takes a Stash shard's part of an epoch: its first copy goes to the
 // epoch barrier (treeCore.part); a later copy gets the stored reply, or
@@ -283,39 +336,99 @@ func (m *oramMachine) abandon(epoch uint64, out *oramOutput) {
 	}
 }
 
-// next starts an operation for the parts queued, if none is in progress:
-// the whole epochs waiting are merged into one multi-path read, so paths
-// of concurrent epochs share buckets too.
+// next starts an operation for the parts queued when none is in flight,
+// or beside the ones in flight when it may (mayStart): the whole epochs
+// waiting are merged into one multi-path read, so paths of concurrent
+// epochs share buckets too.
 func (m *oramMachine) next(out *oramOutput) {
-	for m.op == nil && !m.hold && len(m.queue) > 0 {
+	for !m.hold && len(m.queue) > 0 && m.mayStart() {
 		op := &oramOp{Parts: m.queue}
-		m.queue = nil
 		for _, p := range op.Parts {
 			op.Reads = append(op.Reads, p.Reads...)
 		}
 		if len(op.Reads) == 0 { // epochs without paths of this tree: nothing to read
+			m.queue = nil
 			for _, p := range op.Parts {
 				m.answer(partReply{ID: p.ID}, out)
 			}
 			continue
 		}
 		op.Counted = m.core.counted(op.Reads)
-		op.Paths, _ = m.core.owes(op.Counted)
+		op.Paths, op.Left = m.core.owesAfter(m.readsBefore(), op.Counted)
+		if !m.idle() && !m.beside(op) {
+			return // the parts wait for the operations in flight
+		}
+		m.queue = nil
 		m.begin(op, out)
 	}
+}
+
+// mayStart reports whether an operation may begin now: none is in
+// flight, or fewer than inFlight are, each has its slot Read out or is
+// past it, and the whole epochs waiting number at least half of those
+// the newest carries (so that the two are half an operation apart).
+func (m *oramMachine) mayStart() bool {
+	if m.idle() {
+		return true
+	}
+	if len(m.ops) >= max(1, m.inFlight) {
+		return false
+	}
+	for _, op := range m.ops {
+		if op.Step < stepSlots {
+			return false
+		}
+	}
+	return 2*epochsOf(m.queue) >= epochsOf(m.ops[len(m.ops)-1].Parts)
+}
+
+// beside reports whether op may begin beside the operations in flight:
+// at most one of them evicts, and op's buckets below the top share none
+// with theirs nor with the Write last committed, which may not be on
+// storage yet (ringoram.Tree.Beside).
+func (m *oramMachine) beside(op *oramOp) bool {
+	for _, o := range m.ops {
+		if o.Paths > 0 && op.Paths > 0 {
+			return false
+		}
+	}
+	return m.tree.Beside(op.Reads, op.Paths, m.unflushed)
+}
+
+// readsBefore returns the path reads since the last eviction once the
+// operations in flight are done: an operation beside others counts its
+// reads after theirs.
+func (m *oramMachine) readsBefore() int {
+	if m.idle() {
+		return m.core.reads
+	}
+	return m.ops[len(m.ops)-1].Left
+}
+
+// epochsOf returns the number of epochs parts belong to.
+func epochsOf(parts []heldPart) int {
+	n := 0
+	for i, p := range parts {
+		if i == 0 || p.epoch() != parts[i-1].epoch() {
+			n++
+		}
+	}
+	return n
 }
 
 // begin starts op: it asks the Stash shards for their blocks when it
 // evicts, else it starts the tree's operation.
 func (m *oramMachine) begin(op *oramOp, out *oramOutput) {
-	m.op = op
-	if len(op.Reads) > 0 {
-		_, op.Left = m.core.owes(op.Counted)
-	} else {
+	m.number++
+	op.Seq, op.Beside, op.Carries = m.number, !m.idle(), -1
+	m.ops = append(m.ops, op)
+	if len(op.Reads) == 0 {
 		op.Left = m.core.reads // what is owed was counted already
+	} else if op.Resumed {
+		_, op.Left = m.core.owes(op.Counted)
 	}
 	if op.Paths == 0 {
-		m.startTree(out)
+		m.startTree(op, out)
 		return
 	}
 	op.Step, op.Number = stepBlocks, m.core.nextEviction()
@@ -323,14 +436,14 @@ func (m *oramMachine) begin(op *oramOp, out *oramOutput) {
 		op.Leaves = m.tree.EvictionLeaves(op.Paths)
 	}
 	op.Handed = make([][]ringoram.Block, m.stashes)
-	m.ask(out)
+	m.ask(op, out)
 }
 
 // blocks takes a Stash shard's blocks for the eviction; once every shard
 // answered, the tree's operation starts.
 func (m *oramMachine) blocks(e oramEntry, out *oramOutput) {
-	op := m.op
-	if op == nil || op.Step != stepBlocks || e.Number != op.Number || e.Shard < 0 || e.Shard >= m.stashes {
+	op := m.opAt(stepBlocks)
+	if op == nil || e.Number != op.Number || e.Shard < 0 || e.Shard >= m.stashes {
 		return
 	}
 	if e.Failure.Code != CodeOK {
@@ -338,7 +451,7 @@ func (m *oramMachine) blocks(e oramEntry, out *oramOutput) {
 	}
 	op.Handed[e.Shard] = e.Blocks
 	if op.Got++; op.Got == m.stashes {
-		m.startTree(out)
+		m.startTree(op, out)
 	}
 }
 
@@ -351,79 +464,129 @@ func (op *oramOp) offered() []ringoram.Block {
 // startTree starts the tree's operation and asks for its first Read,
 // after the journal record of its Plan (Treebeard Sec. 5.3.3: the slots
 // an operation chose are recorded before it reads them).
-func (m *oramMachine) startTree(out *oramOutput) {
-	op := m.op
+func (m *oramMachine) startTree(op *oramOp, out *oramOutput) {
 	p, err := m.tree.Start(op.Reads, op.Paths, op.offered())
 	if err != nil {
-		m.fail(statusOf(err), out)
+		m.fail(op, statusOf(err), out)
 		return
 	}
-	out.Record = planDelta(m.id, p)
+	op.Plan, op.Carries = p, m.carries(op)
 	op.Step = stepSlots
 	if len(m.tree.MetaReads()) > 0 {
 		op.Step = stepMetas
+	} else {
+		op.Slots = m.tree.SlotReads()
 	}
-	m.ask(out)
+	m.ask(op, out)
+	out.IO[len(out.IO)-1].Record = planDelta(m.id, p)
+}
+
+// carries returns how many of the Writes committed and not known to be
+// on storage op's first Read carries: all of them when no other
+// operation is in flight, else all of them unless another's Read in
+// flight carries some (-1: none). Every operation in flight avoids their
+// buckets (beside), so no Read beside the one that carries them reads a
+// bucket before they land.
+func (m *oramMachine) carries(op *oramOp) int {
+	for _, o := range m.ops {
+		if o != op && o.Carries >= 0 {
+			return -1
+		}
+	}
+	return len(m.unflushed)
 }
 
 // metas takes the metadata Read's records and asks for the slot Read.
 func (m *oramMachine) metas(e oramEntry, out *oramOutput) {
-	if m.op == nil || m.op.Step != stepMetas {
+	op := m.opOf(e.Number, stepMetas)
+	if op == nil {
 		return
 	}
 	if e.Failure.Code != CodeOK {
-		m.fail(e.Failure, out)
+		m.fail(op, e.Failure, out)
 		return
 	}
-	m.unflushed = nil // it went before the Read
+	m.readDone(op)
 	if err := m.tree.LearnMetas(e.Plains); err != nil {
-		m.fail(statusOf(err), out)
+		m.fail(op, statusOf(err), out)
 		return
 	}
-	m.op.Step = stepSlots
-	m.ask(out)
+	op.Step, op.Slots = stepSlots, m.tree.SlotReads()
+	m.ask(op, out)
+}
+
+// readDone notes that a Read of op succeeded: the Writes it carried are
+// on storage.
+func (m *oramMachine) readDone(op *oramOp) {
+	if op.Carries < 0 {
+		return
+	}
+	m.unflushed = m.unflushed[op.Carries:]
+	if len(m.unflushed) == 0 {
+		m.unflushed = nil
+	}
+	op.Carries = -1
 }
 
 // slots takes the slot Read's real blocks: the operation's Write is
-// sealed and held by the driver once its record is journaled.
+// sealed and held by the driver once its record is journaled. An
+// operation begun beside others keeps its answer until they committed.
 func (m *oramMachine) slots(e oramEntry, out *oramOutput) {
-	op := m.op
-	if op == nil || op.Step != stepSlots {
+	op := m.opOf(e.Number, stepSlots)
+	if op == nil {
 		return
 	}
 	if e.Failure.Code != CodeOK {
-		m.fail(e.Failure, out)
+		m.fail(op, e.Failure, out)
 		return
 	}
-	m.unflushed = nil // it went before the Read
+	m.readDone(op)
+	if !m.firstUncommitted(op) {
+		op.Early = &e
+		return
+	}
 	w, err := m.tree.LearnSlots(e.Reals)
 	if err != nil {
-		m.fail(statusOf(err), out)
+		m.fail(op, statusOf(err), out)
 		return
 	}
 	op.Results, op.Where = w.Results, w.Where
 	op.Taken = op.handovers(m.id, m.incarnation)
 	op.Step = stepJournal
-	m.ask(out)
+	m.ask(op, out)
+}
+
+// firstUncommitted reports whether every operation in flight before op
+// has committed (it waits for its eviction's end, or has ended).
+func (m *oramMachine) firstUncommitted(op *oramOp) bool {
+	for _, o := range m.ops {
+		if o == op {
+			return true
+		}
+		if o.Step != stepEvicted {
+			return false
+		}
+	}
+	return false
 }
 
 // journaled commits the operation once its record is journaled, answers
 // its parts and reports the eviction's placements.
 func (m *oramMachine) journaled(e oramEntry, out *oramOutput) {
-	op := m.op
-	if op == nil || op.Step != stepJournal {
+	op := m.opAt(stepJournal)
+	if op == nil {
 		return
 	}
 	if e.Failure.Code != CodeOK {
-		m.fail(e.Failure, out)
+		m.fail(op, e.Failure, out)
 		return
 	}
 	w := m.tree.Pending()
 	if err := m.tree.Commit(); err != nil {
-		m.fail(statusOf(err), out)
+		m.fail(op, statusOf(err), out)
 		return
 	}
-	m.unflushed = w.Buckets
+	m.unflushed = append(m.unflushed, w.Buckets...)
 	owed := m.core.served(op.Counted)
 	off := 0
 	for _, p := range op.Parts {
@@ -435,7 +598,19 @@ func (m *oramMachine) journaled(e oramEntry, out *oramOutput) {
 	}
 	op.Owed = owed - op.Paths
 	m.handOver(op.Taken, op.placed())
-	m.place(op.Where, out)
+	m.place(op, op.Where, out)
+}
+
+// takeEarly gives the first operation in flight still at its slot Read
+// the answer that came early, now that those before it committed.
+func (m *oramMachine) takeEarly(out *oramOutput) {
+	op := m.opAt(stepSlots)
+	if op == nil || op.Early == nil || !m.firstUncommitted(op) {
+		return
+	}
+	e := *op.Early
+	op.Early = nil
+	m.slots(e, out)
 }
 
 // handovers returns the blocks the reads found, in their order, each
@@ -489,25 +664,28 @@ func (m *oramMachine) release(parts []MsgID) {
 	m.kept = slices.DeleteFunc(m.kept, func(h handover) bool { return h.Part != MsgID{} && slices.Contains(parts, h.Part) })
 }
 
-// fail ends the operation's reads with st: the tree's operation, if a
-// step left one in progress, is given up unwritten, its parts fail, and
-// the blocks its eviction was handed all stay stashed.
-func (m *oramMachine) fail(st Status, out *oramOutput) {
-	m.tree.Discard()
-	m.op.Fail = st
-	for _, p := range m.op.Parts {
+// fail ends op's reads with st: the tree's operation, if a step left one
+// in progress, is given up unwritten, its parts fail, and the blocks its
+// eviction was handed all stay stashed. Its reads still count towards
+// eviction when an operation began beside it, which counted them.
+func (m *oramMachine) fail(op *oramOp, st Status, out *oramOutput) {
+	m.tree.Discard(op.Plan)
+	op.Fail = st
+	if m.ops[len(m.ops)-1] != op && len(op.Reads) > 0 {
+		m.core.served(op.Counted)
+	}
+	for _, p := range op.Parts {
 		m.answer(partReply{ID: p.ID, Status: st}, out)
 	}
-	m.place(nil, out)
+	m.place(op, nil, out)
 }
 
 // place reports the eviction's placements (where, nil when it failed:
 // every block stays stashed) to every Stash shard, or ends an operation
 // that evicts nothing.
-func (m *oramMachine) place(where []int64, out *oramOutput) {
-	op := m.op
+func (m *oramMachine) place(op *oramOp, where []int64, out *oramOutput) {
 	if op.Paths == 0 {
-		m.end(out)
+		m.end(op, out)
 		return
 	}
 	if where == nil {
@@ -519,7 +697,7 @@ func (m *oramMachine) place(where []int64, out *oramOutput) {
 		out.Trace = append(out.Trace, traceEvent{Kind: traceEvict, Tree: m.id, Leaves: op.Leaves})
 	}
 	op.Where, op.Step, op.Got = where, stepEvicted, 0
-	m.ask(out)
+	m.ask(op, out)
 }
 
 // ask adds to out the I/O the operation in progress waits for at its
@@ -527,47 +705,52 @@ func (m *oramMachine) place(where []int64, out *oramOutput) {
 // slot Read, the journal record of its Change with its Write, or its
 // eviction's placements. Its steps ask for it as they begin, and a driver
 // taking over the machine asks for it again (outstanding).
-func (m *oramMachine) ask(out *oramOutput) {
-	op := m.op
+func (m *oramMachine) ask(op *oramOp, out *oramOutput) {
+	io := oramIO{Op: op.Seq, Carry: op.Carries >= 0}
 	switch op.Step {
 	case stepBlocks:
-		out.Ask, out.Number = true, op.Number
+		io.Ask, io.Number = true, op.Number
 	case stepMetas:
-		out.Metas = m.tree.MetaReads()
+		io.Metas = m.tree.MetaReads()
 	case stepSlots:
-		out.Slots = m.tree.SlotReads()
+		io.Slots = op.Slots
 	case stepJournal:
 		w := m.tree.Pending()
-		out.Record = appendHandovers(opDelta(m.id, op.Left, w.Change), m.incarnation, op.Taken)
-		out.Write = w.Buckets
+		io.Record = appendHandovers(opDelta(m.id, op.Left, w.Change), m.incarnation, op.Taken)
+		io.Write = w.Buckets
 	case stepEvicted:
-		out.Number, out.Placed, out.Handed = op.Number, make([][]int64, m.stashes), op.Handed
+		io.Number, io.Placed, io.Handed = op.Number, make([][]int64, m.stashes), op.Handed
 		off := 0
 		for i, h := range op.Handed {
-			out.Placed[i] = op.Where[off : off+len(h)]
+			io.Placed[i] = op.Where[off : off+len(h)]
 			off += len(h)
 		}
 	}
+	out.IO = append(out.IO, io)
 }
 
 // outstanding returns what a driver taking over the machine from its
-// image issues again: the I/O the operation in progress waits for, as
-// the step that waits for it asked for it (ask), and, when no Read has
-// succeeded since the last operation committed, that operation's Write
-// (unflushed; a Write without a record, to issue on its own, before any
-// Read). A Read cut short is issued again with the slots it chose
+// image issues again: first, when no Read that carried them has
+// succeeded since they were committed, the Writes that may not be on
+// storage (unflushed; a Write without a record, to issue on its own,
+// before any Read), then the I/O each operation in flight waits for, as
+// the step that waits for it asked for it (ask), but a Read already
+// answered. A Read cut short is issued again with the slots it chose
 // (Treebeard Sec. 5.3.3); the Stash shards answer copies of an
 // eviction's messages from their record (msgTable); a Write storage
 // already holds is written again with the versions it has, and no later
-// Write can have superseded it, since a later one follows a Read. Its
-// Wait names the epochs waiting for a part, whose timers start again.
+// Write can have superseded it, since a later one follows a Read that
+// carried it or avoids its buckets. Its Wait names the epochs waiting
+// for a part, whose timers start again.
 func (m *oramMachine) outstanding() oramOutput {
 	var out oramOutput
-	if m.op != nil {
-		m.ask(&out)
+	if m.unflushed != nil {
+		out.IO = append(out.IO, oramIO{Write: m.unflushed})
 	}
-	if out.Write == nil {
-		out.Write = m.unflushed
+	for _, op := range m.ops {
+		if op.Early == nil {
+			m.ask(op, &out)
+		}
 	}
 	for _, p := range m.held {
 		if !slices.Contains(out.Wait, p.epoch()) {
@@ -581,8 +764,8 @@ func (m *oramMachine) outstanding() oramOutput {
 // reports stale are forgotten once every shard answered, and the
 // eviction's end is recorded.
 func (m *oramMachine) evicted(e oramEntry, out *oramOutput) {
-	op := m.op
-	if op == nil || op.Step != stepEvicted || e.Number != op.Number {
+	op := m.opAt(stepEvicted)
+	if op == nil || e.Number != op.Number {
 		return
 	}
 	if e.Failure.Code != CodeOK {
@@ -596,18 +779,16 @@ func (m *oramMachine) evicted(e oramEntry, out *oramOutput) {
 		m.tree.Forget(st.Bucket, st.ID)
 	}
 	out.Evicted = treeEvictedDelta(m.id, op.Stale)
-	m.end(out)
+	m.end(op, out)
 }
 
-// end ends the operation in progress; a recovery's read that succeeded
-// says what is still owed.
-func (m *oramMachine) end(out *oramOutput) {
-	op := m.op
+// end ends op; a recovery's read that succeeded says what is still owed.
+func (m *oramMachine) end(op *oramOp, out *oramOutput) {
 	out.Ended, out.ReadFail, out.EvictFail = true, op.Fail, op.EvFail
 	if op.Resumed && len(op.Reads) > 0 && op.Fail.Code == CodeOK {
 		out.Owed = op.Owed
 	}
-	m.op = nil
+	m.ops = slices.DeleteFunc(m.ops, func(o *oramOp) bool { return o == op })
 }
 
 func firstFailure(a, b Status) Status {
@@ -638,7 +819,9 @@ type oramImage struct {
 	Evictions   uint64
 	Held        []heldPart
 	Queue       []heldPart
-	Op          *oramOp
+	Op          *oramOp // an image of an earlier build: its one operation in flight
+	Ops         []*oramOp
+	Number      uint64
 	Kept        []handover
 	Messages    []imageStream
 	Hold        bool
@@ -655,7 +838,7 @@ type epochParts struct {
 // image returns the machine's whole state.
 func (m *oramMachine) image() []byte {
 	im := oramImage{Tree: m.tree.Image(), Reads: m.core.reads, Evictions: m.core.evictions,
-		Held: m.held, Queue: m.queue, Op: m.op, Kept: m.kept, Messages: m.msgs.image(), Hold: m.hold, Incarnation: m.incarnation, Unflushed: m.unflushed, Abandoned: slices.Sorted(maps.Keys(m.core.abandoned))}
+		Held: m.held, Queue: m.queue, Ops: m.ops, Number: m.number, Kept: m.kept, Messages: m.msgs.image(), Hold: m.hold, Incarnation: m.incarnation, Unflushed: m.unflushed, Abandoned: slices.Sorted(maps.Keys(m.core.abandoned))}
 	for epoch, shards := range m.core.parts {
 		im.Parts = append(im.Parts, epochParts{Epoch: epoch, Shards: shards})
 	}
@@ -681,7 +864,14 @@ func (m *oramMachine) restoreImage(b []byte) error {
 		m.core.abandoned[epoch] = true
 	}
 	m.core.reads, m.core.evictions = im.Reads, im.Evictions
-	m.held, m.queue, m.op, m.kept, m.hold, m.incarnation, m.unflushed = im.Held, im.Queue, im.Op, im.Kept, im.Hold, im.Incarnation, im.Unflushed
+	if im.Op != nil { // an image of an earlier build
+		im.Op.Carries = -1
+		if im.Op.Step == stepSlots {
+			im.Op.Slots = m.tree.SlotReads()
+		}
+		im.Ops, im.Number = []*oramOp{im.Op}, im.Op.Seq
+	}
+	m.held, m.queue, m.ops, m.number, m.kept, m.hold, m.incarnation, m.unflushed = im.Held, im.Queue, im.Ops, im.Number, im.Kept, im.Hold, im.Incarnation, im.Unflushed
 	m.msgs = msgTableOf(im.Messages)
 	return nil
 }

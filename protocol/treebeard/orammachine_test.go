@@ -251,8 +251,8 @@ func TestORAMMachineReplayDeterminism(t *testing.T) {
 	for _, im := range checkReplay(t, rec, func() machine { return oramMachineOf(t, fresh()) }) {
 		m := decoded[oramImage](t, im)
 		switch {
-		case m.Op == nil:
-		case m.Op.Step == stepMetas || m.Op.Step == stepSlots || m.Op.Step == stepJournal:
+		case len(m.Ops) == 0:
+		case m.Ops[0].Step == stepMetas || m.Ops[0].Step == stepSlots || m.Ops[0].Step == stepJournal:
 			reading++
 		default:
 			evicting++
@@ -411,37 +411,37 @@ func TestTreeTakeoverAsksAgain(t *testing.T) {
 	if err := m.restoreImage(rec.initial); err != nil {
 		t.Fatal(err)
 	}
-	var asked oramOutput                 // the I/O the machine last asked for
+	var asked []oramIO                   // the I/O the machine last asked for
 	var unflushed []ringoram.BucketWrite // the Write last committed, until a Read succeeds
 	steps, held := map[opStep]int{}, 0
 	for i, b := range rec.entries {
 		e, before := decoded[oramEntry](t, b), opStep(0)
-		if m.op != nil {
-			before = m.op.Step
+		if !m.idle() {
+			before = m.ops[0].Step
 		}
 		io := askedIO(m.apply(e))
 		ok := e.Failure.Code == CodeOK
 		switch {
 		case e.Kind == oramJournaled && before == stepJournal && ok:
-			unflushed = asked.Write
+			unflushed = asked[0].Write
 		case (e.Kind == oramMetas && before == stepMetas || e.Kind == oramSlots && before == stepSlots) && ok:
 			unflushed = nil
 		}
-		if io.hasIO() {
+		if len(io) > 0 {
 			asked = io
 		}
 		taken := fresh()
 		if err := taken.restoreImage(m.image()); err != nil {
 			t.Fatal(err)
 		}
-		var want oramOutput
-		if m.op != nil {
-			want = asked
-			steps[m.op.Step]++
-		}
-		if want.Write == nil && unflushed != nil {
-			want.Write = unflushed
+		var want []oramIO
+		if unflushed != nil {
+			want = append(want, oramIO{Write: unflushed})
 			held++
+		}
+		if !m.idle() {
+			want = append(want, asked...)
+			steps[m.ops[0].Step]++
 		}
 		if got := askedIO(taken.outstanding()); !bytes.Equal(encoded(t, got), encoded(t, want)) {
 			t.Fatalf("taken over after entry %d of %d, the machine asks for other I/O than the run's did", i, len(rec.entries))
@@ -459,14 +459,14 @@ func TestTreeTakeoverAsksAgain(t *testing.T) {
 }
 
 // askedIO returns the I/O out asks for: messages to the Stash shards, a
-// Read, a Write with its record.
-func askedIO(out oramOutput) oramOutput {
-	io := oramOutput{Ask: out.Ask, Metas: out.Metas, Slots: out.Slots, Write: out.Write, Placed: out.Placed, Handed: out.Handed}
-	if out.Ask || out.Placed != nil {
-		io.Number = out.Number
+// Read (without the plan journaled before it), a Write with its record.
+func askedIO(out oramOutput) []oramIO {
+	var ios []oramIO
+	for _, io := range out.IO {
+		if io.Write == nil {
+			io.Record = nil
+		}
+		ios = append(ios, io)
 	}
-	if out.Write != nil {
-		io.Record = out.Record
-	}
-	return io
+	return ios
 }

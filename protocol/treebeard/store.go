@@ -192,6 +192,7 @@ func build(env kv.Env, opts Options, log *durable.Log) (*store, error) {
 		}
 		injectTreeLeak(opts.TestingKnobs.Leak, tr.Tree)
 		w.connect(tr, sources)
+		w.m.inFlight = opts.TestingKnobs.InFlight
 		owner := orams[t%len(orams)]
 		owner.workers[t] = w
 		s.workers = append(s.workers, w)
