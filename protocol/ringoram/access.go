@@ -78,6 +78,17 @@ func (t *Tree) slots(op *access, reqs []PathRead, metas []meta) {
 	op.EvReads = t.realSlotsOf(op.Union, metas, op.Evict)
 }
 
+// rewritten returns the buckets the operation rewrites whole, sorted:
+// those reshuffled early and its eviction's below the top.
+func (op *access) rewritten() []uint64 {
+	out := make([]uint64, 0, len(op.Due)+len(op.Evict))
+	for _, i := range slices.Concat(op.Due, op.Evict) {
+		out = append(out, op.Union[i])
+	}
+	slices.Sort(out)
+	return out
+}
+
 // lists returns the operation's slot Reads: the multi-path read's slots
 // and then its reshuffles', and the eviction's, each when there is one.
 func (op *access) lists() [][]slotRead {

@@ -39,10 +39,11 @@
 //
 // A Tree may have several operations in progress, so that one's Reads go
 // to storage while another's are out (Beside; the Driver runs one at a
-// time). One starts beside the others only when the buckets of its paths
-// below the top share none with theirs and at most one of them evicts;
-// operations take their slots and end in the order they started, and the
-// top levels are taken from as each one takes its slots. Each then reads,
+// time). One starts beside the others only when none of the buckets of
+// its paths below the top is one they rewrite whole and at most one of
+// them evicts; it plans on the buckets they read as they leave them, and
+// operations take their slots and end in the order they started, the
+// top levels taken from as each one takes its slots. Each then reads,
 // writes and returns exactly what it would have, started once the ones
 // before it ended: storage sees the same calls, some Reads sooner, in an
 // order that depends only on the leaves and k.

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/bits"
 	"math/rand/v2"
+	"slices"
 
 	"github.com/oblivkv/oblivkv/protocol/tree"
 	"github.com/oblivkv/oblivkv/seal"
@@ -127,6 +128,12 @@ func (m *meta) consume(slot uint8) {
 	}
 	m.Valid &^= 1 << slot
 	m.Count++
+}
+
+// clone returns a copy of m sharing no memory with it.
+func (m meta) clone() meta {
+	m.Entries = slices.Clone(m.Entries)
+	return m
 }
 
 // randomBit returns a uniformly random set bit of mask, which must not be

@@ -31,13 +31,13 @@ import (
 // Reads go to storage while theirs are out. Steps 1 to 3 up to SlotReads
 // are the newest operation's; LearnSlots and step 4 are the oldest's, so
 // operations end in the order they started. An operation starts beside
-// others only when the buckets it reads and writes below the top share
-// none with theirs and at most one of them evicts: nothing one of them
-// does then changes what another chose or will find, and the top levels,
-// where they do meet, are taken from as each operation ends
-// (takeTopNow). So every operation reads the slots, writes the buckets and
-// returns the results it would have had it started once the ones before
-// it ended; storage sees the same calls, its Reads issued sooner.
+// others only when none of the buckets it reads below the top is one they
+// rewrite whole, and at most one of them evicts; a bucket they read it
+// plans on as they leave it (the slots they read are spent), and the top
+// levels are taken from as each operation takes its slots (takeTopNow).
+// So every operation reads the slots, writes the buckets and returns the
+// results it would have had it started once the ones before it ended;
+// storage sees the same calls, its Reads issued sooner.
 
 // phase is where an operation is.
 type phase uint8
@@ -143,15 +143,19 @@ var ErrBusy = errors.New("ringoram: the operation may not start beside those in 
 
 // Beside reports whether a multi-path read of reqs followed by an
 // eviction of the next k paths may start now: no operation is in
-// progress, or every one has chosen its slots, the buckets below the top
-// of its paths share none with theirs, and at most one of them all
-// evicts; and they share none with unlanded, Writes not known to be on
-// storage. It depends only on the leaves, k, the operations in progress
-// and the Writes, all of which storage sees.
+// progress, or every one has chosen its slots, none of them rewrites
+// whole a bucket below the top of its paths, and at most one of them all
+// evicts; and none of those buckets is rewritten whole by unlanded,
+// Writes not known to be on storage, or written by them and not copied
+// (its metadata would be read from storage). It depends only on the
+// leaves, k, the operations in progress and the Writes, all of which
+// storage sees. A bucket an operation in progress reads and does not
+// rewrite whole is read as that operation leaves it: its slots are
+// chosen among those it did not read.
 func (t *Tree) Beside(reqs []PathRead, k int, unlanded []BucketWrite) bool {
 	a := t.paths(reqs, k)
 	for _, w := range unlanded {
-		if _, found := slices.BinarySearch(a.Union, w.Bucket); found {
+		if index(a.Union, w.Bucket) >= 0 && (w.Full || !t.cache.known[w.Bucket]) {
 			return false
 		}
 	}
@@ -160,11 +164,24 @@ func (t *Tree) Beside(reqs []PathRead, k int, unlanded []BucketWrite) bool {
 
 func (t *Tree) beside(a *access) bool {
 	for _, op := range t.ops {
-		if op.Phase == phaseMeta || a.K > 0 && op.Access.K > 0 || sharesBucket(a.Union, op.Access.Union) {
+		if op.Phase == phaseMeta || a.K > 0 && op.Access.K > 0 || sharesBucket(a.Union, op.Access.rewritten()) {
 			return false
 		}
 	}
 	return true
+}
+
+// inFlight returns the metadata of bucket as the newest operation in
+// progress whose union holds it leaves it, and false when none does.
+func (t *Tree) inFlight(bucket uint64) (meta, bool) {
+	for i := len(t.ops) - 1; i >= 0; i-- {
+		if a := t.ops[i].Access; a.Metas != nil {
+			if j := index(a.Union, bucket); j >= 0 {
+				return a.Metas[j].clone(), true
+			}
+		}
+	}
+	return meta{}, false
 }
 
 // sharesBucket reports whether two sorted lists of buckets share one.
@@ -215,7 +232,7 @@ func (t *Tree) Start(reqs []PathRead, k int, blocks []Block) (Plan, error) {
 	t.opSrc, t.rng = op.src, op.rng
 	t.ops = append(t.ops, op)
 	for i, b := range op.Access.Union {
-		if !t.cache.known[b] {
+		if _, ok := t.inFlight(b); !ok && !t.cache.known[b] {
 			op.Cold = append(op.Cold, i)
 		}
 	}
@@ -304,6 +321,10 @@ func (t *Tree) planSlots(op *operation, cold []meta) {
 		if j < len(op.Cold) && op.Cold[j] == i {
 			metas[i] = cold[j]
 			j++
+			continue
+		}
+		if m, ok := t.inFlight(b); ok { // as the operation before it leaves it
+			metas[i] = m
 			continue
 		}
 		t.cache.get(&metas[i], b, t.p, t.g)
