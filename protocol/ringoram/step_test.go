@@ -2,6 +2,7 @@ package ringoram
 
 import (
 	"bytes"
+	"encoding/gob"
 	"reflect"
 	"testing"
 
@@ -93,5 +94,43 @@ func TestImageMidOperation(t *testing.T) {
 		if !bytes.Equal(image, final) {
 			t.Errorf("restored after step %d, the final image differs", i)
 		}
+	}
+}
+
+// TestImageOfEarlierBuild: an image that an earlier build took with its
+// one operation in progress (Op and OpSrc, no Ops) restores to a Tree
+// that finishes the operation as the Tree imaged does.
+func TestImageOfEarlierBuild(t *testing.T) {
+	f := newFixture(t, 5, defaults, 4)
+	placed := f.load(40)
+	d := f.tr
+	reqs := []PathRead{{Leaf: placed[0].leaf, Want: placed[0].ID, Real: true}, {Leaf: 3}}
+	if _, err := d.Start(reqs, 1, nil); err != nil {
+		t.Fatal(err)
+	}
+	var in stepInputs
+	var err error
+	if in.reals, err = d.ReadSlots(f.ctx, d.SlotReads()); err != nil {
+		t.Fatal(err)
+	}
+	var im treeImage
+	if err := gob.NewDecoder(bytes.NewReader(d.Image())).Decode(&im); err != nil {
+		t.Fatal(err)
+	}
+	im.Op, im.OpSrc, im.Ops, im.OpSrcs = im.Ops[0], im.OpSrcs[0], nil, nil
+	var earlier bytes.Buffer
+	if err := gob.NewEncoder(&earlier).Encode(im); err != nil {
+		t.Fatal(err)
+	}
+	want, final := finish(t, d.Tree, in)
+	tr, err := NewTree(f.cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tr.RestoreImage(earlier.Bytes()); err != nil {
+		t.Fatal(err)
+	}
+	if got, image := finish(t, tr, in); !reflect.DeepEqual(got, want) || !bytes.Equal(image, final) {
+		t.Fatal("restored from an earlier build's image, the operation ended otherwise")
 	}
 }

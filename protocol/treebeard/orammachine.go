@@ -864,8 +864,11 @@ func (m *oramMachine) restoreImage(b []byte) error {
 		m.core.abandoned[epoch] = true
 	}
 	m.core.reads, m.core.evictions = im.Reads, im.Evictions
-	if im.Op != nil { // an image of an earlier build
+	if im.Op != nil { // an image of an earlier build, whose every Read carried the Writes held
 		im.Op.Carries = -1
+		if im.Op.Step == stepMetas || im.Op.Step == stepSlots {
+			im.Op.Carries = len(im.Unflushed)
+		}
 		if im.Op.Step == stepSlots {
 			im.Op.Slots = m.tree.SlotReads()
 		}

@@ -249,6 +249,7 @@ func TestORAMMachineReplayDeterminism(t *testing.T) {
 	}
 	reading, evicting := 0, 0
 	for _, im := range checkReplay(t, rec, func() machine { return oramMachineOf(t, fresh()) }) {
+		checkEarlierImage(t, fresh, im)
 		m := decoded[oramImage](t, im)
 		switch {
 		case len(m.Ops) == 0:
@@ -469,4 +470,37 @@ func askedIO(out oramOutput) []oramIO {
 		ios = append(ios, io)
 	}
 	return ios
+}
+
+// checkEarlierImage checks that im, in the form an earlier build gave a
+// tree's machine with at most one operation in flight (Op, no Ops),
+// restores to a machine that asks for the same I/O as one restored from
+// im itself, its Reads carrying the Writes held.
+func checkEarlierImage(t *testing.T, fresh func() *oramMachine, im []byte) {
+	t.Helper()
+	old := decoded[oramImage](t, im)
+	if len(old.Ops) > 1 {
+		t.Fatalf("a run of one operation at a time left %d in flight", len(old.Ops))
+	}
+	if len(old.Ops) == 1 {
+		old.Op = old.Ops[0]
+	}
+	old.Ops, old.Number = nil, 0
+	now, earlier := fresh(), fresh()
+	if err := errors.Join(now.restoreImage(im), earlier.restoreImage(encodeGob(old))); err != nil {
+		t.Fatal(err)
+	}
+	want, got := askedIO(now.outstanding()), askedIO(earlier.outstanding())
+	if len(got) != len(want) {
+		t.Fatalf("restored from an earlier build's image, the machine asks for %d pieces of I/O; want %d", len(got), len(want))
+	}
+	for i := range got {
+		if (got[i].Metas != nil || got[i].Slots != nil) && !got[i].Carry {
+			t.Fatal("restored from an earlier build's image, a Read carries none of the Writes held")
+		}
+		got[i].Carry = want[i].Carry
+	}
+	if !bytes.Equal(encoded(t, got), encoded(t, want)) {
+		t.Fatal("restored from an earlier build's image, the machine asks for other I/O")
+	}
 }
