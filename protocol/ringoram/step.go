@@ -225,7 +225,7 @@ func (t *Tree) Start(reqs []PathRead, k int, blocks []Block) (Plan, error) {
 		p.Seed = random.Draw(t.seeds)
 	}
 	if len(t.ops) > 0 {
-		t.stats.Beside++
+		t.besides++
 	}
 	op := &operation{Phase: phaseMeta, Plan: p, Blocks: blocks, Access: a}
 	op.setSource(random.New(p.Seed))

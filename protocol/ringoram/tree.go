@@ -87,10 +87,11 @@ type Tree struct {
 	stats     Stats
 	leak      leak // tests only (leak.go)
 
-	resume []Plan        // the plans of operations a crash cut short, in order (Resume)
-	ops    []*operation  // the operations in progress, oldest first
-	opSrc  *rand.ChaCha8 // the newest operation's source (Init's before any)
-	rng    *rand.Rand    // the source the step running draws from
+	resume  []Plan        // the plans of operations a crash cut short, in order (Resume)
+	besides uint64        // operations started beside others since the Tree was made or restored (StartedBeside)
+	ops     []*operation  // the operations in progress, oldest first
+	opSrc   *rand.ChaCha8 // the newest operation's source (Init's before any)
+	rng     *rand.Rand    // the source the step running draws from
 }
 
 // Stats counts a Tree's work since it was made.
@@ -106,7 +107,6 @@ type Stats struct {
 	MetaReads      uint64 // metadata records read from storage (metaCache had no copy)
 	CachedHits     uint64 // wanted blocks a top bucket held (no storage slot read for them)
 	CachedBlocks   uint64 // blocks the top levels hold now
-	Beside         uint64 // operations started beside others in progress (Beside)
 }
 
 // Add adds o's counters to s (the trees of a store).
@@ -122,7 +122,6 @@ func (s *Stats) Add(o Stats) {
 	s.MetaReads += o.MetaReads
 	s.CachedHits += o.CachedHits
 	s.CachedBlocks += o.CachedBlocks
-	s.Beside += o.Beside
 }
 
 // NewTree returns a Tree of cfg's geometry and parameters. It validates
@@ -167,6 +166,11 @@ func (t *Tree) Stats() Stats {
 	}
 	return s
 }
+
+// StartedBeside returns how many operations started beside others in
+// progress (Beside) since the Tree was made or restored: a count for
+// tests and measurements, not part of its state.
+func (t *Tree) StartedBeside() uint64 { return t.besides }
 
 // EvictionLeaves returns the leaves the next Evict(k) will evict, without
 // evicting: the next k paths in reverse-lexicographic order (Sec. 5.3.2).
