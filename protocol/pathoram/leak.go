@@ -22,7 +22,10 @@ const (
 	// from, so the next access to the key reads the same path.
 	leakGetKeepsLeaf
 	// leakMissingKeyedLeaf: a key not in the position map reads a leaf
-	// derived from its block ID instead of a fresh random one.
+	// derived from its block ID instead of a fresh random one, and an
+	// access planned behind another of the same missing key moves it
+	// there too, so every access to it reads that path however the
+	// accesses overlap.
 	leakMissingKeyedLeaf
 	// leakUnchangedNotWritten: the write-back leaves out the buckets whose
 	// blocks did not change, as if rewriting them were wasted work.
