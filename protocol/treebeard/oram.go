@@ -17,7 +17,9 @@ import (
 
 // ORAM is one ORAM shard (Sec. 5.3): the only reader and writer of the
 // trees it owns. Each tree has one worker that runs the tree's operations
-// one at a time: multi-path reads of the path reads queued for it, and
+// one at a time (TestingKnobs.InFlight lets a second start beside the
+// one in flight, for tests): multi-path reads of the path reads queued
+// for it, and
 // after every A path reads of the tree an eviction of the next k paths in
 // reverse-lexicographic order (Sec. 5.3.2), fed with the tree's blocks
 // from every Stash shard.
@@ -138,8 +140,9 @@ var errDuplicatePart = errors.New("treebeard: a Stash shard sent its part of an 
 // the epochs' timers, issues the storage Reads and Writes through the
 // tree's ringoram.Driver (which seals and opens), journals the records
 // and exchanges the eviction's messages with the Stash shards. The
-// machine's I/O runs on the worker's goroutine (run), one operation at a
-// time.
+// machine's I/O runs on the worker's goroutine (run), in order; with
+// several operations in flight (TestingKnobs.InFlight), each Read and
+// each eviction's messages run on a goroutine of their own (aside).
 type treeWorker struct {
 	id          int
 	tree        *ringoram.Driver // the machine's tree, with its storage
