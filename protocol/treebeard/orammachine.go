@@ -337,7 +337,9 @@ func (m *oramMachine) abandon(epoch uint64, out *oramOutput) {
 }
 
 // next starts an operation for the parts queued when none is in flight,
-// or beside the ones in flight when it may (mayStart): the whole epochs
+// or beside the ones in flight when it may (mayStart) and the tree allows
+// it (ringoram.Tree.Beside: at most one eviction, no bucket another
+// rewrites, none a Write not yet on storage rewrites): the whole epochs
 // waiting are merged into one multi-path read, so paths of concurrent
 // epochs share buckets too.
 func (m *oramMachine) next(out *oramOutput) {
@@ -355,7 +357,7 @@ func (m *oramMachine) next(out *oramOutput) {
 		}
 		op.Counted = m.core.counted(op.Reads)
 		op.Paths, op.Left = m.core.owesAfter(m.readsBefore(), op.Counted)
-		if !m.idle() && !m.beside(op) {
+		if !m.idle() && !m.tree.Beside(op.Reads, op.Paths, m.unflushed) {
 			return // the parts wait for the operations in flight
 		}
 		m.queue = nil
@@ -380,19 +382,6 @@ func (m *oramMachine) mayStart() bool {
 		}
 	}
 	return 2*epochsOf(m.queue) >= epochsOf(m.ops[len(m.ops)-1].Parts)
-}
-
-// beside reports whether op may begin beside the operations in flight:
-// at most one of them evicts, and op's buckets below the top share none
-// with theirs nor with the Write last committed, which may not be on
-// storage yet (ringoram.Tree.Beside).
-func (m *oramMachine) beside(op *oramOp) bool {
-	for _, o := range m.ops {
-		if o.Paths > 0 && op.Paths > 0 {
-			return false
-		}
-	}
-	return m.tree.Beside(op.Reads, op.Paths, m.unflushed)
 }
 
 // readsBefore returns the path reads since the last eviction once the
@@ -484,9 +473,10 @@ func (m *oramMachine) startTree(op *oramOp, out *oramOutput) {
 // carries returns how many of the Writes committed and not known to be
 // on storage op's first Read carries: all of them when no other
 // operation is in flight, else all of them unless another's Read in
-// flight carries some (-1: none). Every operation in flight avoids their
-// buckets (beside), so no Read beside the one that carries them reads a
-// bucket before they land.
+// flight carries some (-1: none). An operation begun beside another
+// reads none of the buckets they rewrite whole and no metadata they
+// write (ringoram.Tree.Beside), so no Read beside the one that carries
+// them depends on their landing first.
 func (m *oramMachine) carries(op *oramOp) int {
 	for _, o := range m.ops {
 		if o != op && o.Carries >= 0 {
@@ -541,7 +531,7 @@ func (m *oramMachine) slots(e oramEntry, out *oramOutput) {
 		return
 	}
 	m.readDone(op)
-	if !m.firstUncommitted(op) {
+	if !m.committedBefore(op) {
 		op.Early = &e
 		return
 	}
@@ -556,9 +546,9 @@ func (m *oramMachine) slots(e oramEntry, out *oramOutput) {
 	m.ask(op, out)
 }
 
-// firstUncommitted reports whether every operation in flight before op
+// committedBefore reports whether every operation in flight before op
 // has committed (it waits for its eviction's end, or has ended).
-func (m *oramMachine) firstUncommitted(op *oramOp) bool {
+func (m *oramMachine) committedBefore(op *oramOp) bool {
 	for _, o := range m.ops {
 		if o == op {
 			return true
@@ -605,7 +595,7 @@ func (m *oramMachine) journaled(e oramEntry, out *oramOutput) {
 // the answer that came early, now that those before it committed.
 func (m *oramMachine) takeEarly(out *oramOutput) {
 	op := m.opAt(stepSlots)
-	if op == nil || op.Early == nil || !m.firstUncommitted(op) {
+	if op == nil || op.Early == nil || !m.committedBefore(op) {
 		return
 	}
 	e := *op.Early
