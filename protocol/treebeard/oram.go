@@ -479,7 +479,7 @@ func (w *treeWorker) doIO(ctx context.Context, io oramIO) {
 			})...)
 		})
 	case io.Metas != nil || io.Slots != nil:
-		durable := w.journalAhead(io.Record)
+		durable := w.appendRecord(io.Record)
 		w.aside(func() { w.apply(w.readFor(ctx, io, durable)) })
 	case io.Write != nil:
 		w.apply(oramEntry{Kind: oramJournaled, Failure: w.writeAhead(io.Record, io.Write)})
@@ -515,32 +515,30 @@ func (w *treeWorker) aside(fn func()) {
 	}()
 }
 
-// journalAhead appends a plan's record, if any, to the tree's journal
-// and returns what makes it durable (Treebeard Sec. 5.3.3: before its
-// Read).
-func (w *treeWorker) journalAhead(record []byte) func() Status {
+// appendRecord appends record, if the tree journals it, and returns
+// what makes it durable: nil when there is nothing to wait for.
+func (w *treeWorker) appendRecord(record []byte) (durable func() error) {
 	if !w.journals(record) {
-		return func() Status { return Status{} }
+		return nil
 	}
 	lsn := w.log.Append(record)
-	return func() Status {
-		if err := w.log.Sync(lsn); err != nil {
-			return statusOf(fmt.Errorf("treebeard: journal: %w", err))
-		}
-		return Status{}
-	}
+	return func() error { return w.log.Sync(lsn) }
 }
 
-// readFor makes io's plan durable, issues its Read and returns the entry
-// that brings its answer to the machine.
-func (w *treeWorker) readFor(ctx context.Context, io oramIO, durable func() Status) oramEntry {
+// readFor makes io's plan durable (Treebeard Sec. 5.3.3: before its
+// Read), issues its Read and returns the entry that brings its answer to
+// the machine.
+func (w *treeWorker) readFor(ctx context.Context, io oramIO, durable func() error) oramEntry {
 	kind := oramSlots
 	if io.Metas != nil {
 		kind = oramMetas
 	}
 	e := oramEntry{Kind: kind, Number: io.Op}
-	if e.Failure = durable(); e.Failure.Code != CodeOK {
-		return e
+	if durable != nil {
+		if err := durable(); err != nil {
+			e.Failure = statusOf(fmt.Errorf("treebeard: journal: %w", err))
+			return e
+		}
 	}
 	var err error
 	switch {
@@ -593,12 +591,7 @@ func (w *treeWorker) writeAhead(record []byte, ws []ringoram.BucketWrite) Status
 	if err != nil {
 		return statusOf(err)
 	}
-	var durable func() error
-	if w.journals(record) {
-		lsn := w.log.Append(record)
-		durable = func() error { return w.log.Sync(lsn) }
-	}
-	w.tree.HoldUntil(items, durable)
+	w.tree.HoldUntil(items, w.appendRecord(record))
 	return Status{}
 }
 
