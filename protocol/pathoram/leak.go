@@ -95,6 +95,12 @@ func withRewrittenLeft(path, read []uint64, stored [][]tree.Block) [][]tree.Bloc
 	return out
 }
 
+// mapped reports whether the position map holds block id.
+func (o *oram) mapped(id tree.BlockID) bool {
+	_, ok := o.pos[id]
+	return ok
+}
+
 // keyedLeaf is leakMissingKeyedLeaf's leaf for a block.
 func (o *oram) keyedLeaf(id tree.BlockID) uint64 {
 	return binary.BigEndian.Uint64(id[:8]) & (o.g.Leaves() - 1)

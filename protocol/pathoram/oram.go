@@ -178,11 +178,10 @@ func (o *oram) planFor(a upcomingAccess, before []plannedRead) plannedRead {
 // nextLeaf draws the leaf access a moves its block to, having read
 // leaf's path: a fresh uniformly random one (Sec. IV-A step 1).
 func (o *oram) nextLeaf(a upcomingAccess, leaf uint64) uint64 {
-	_, known := o.pos[a.block]
 	switch {
 	case o.leak == leakGetKeepsLeaf && a.read:
 		return leaf
-	case o.leak == leakMissingKeyedLeaf && !known:
+	case o.leak == leakMissingKeyedLeaf && !o.mapped(a.block):
 		return o.keyedLeaf(a.block)
 	case o.leak == leakKeyedRemap || o.leak == leakChainedRemap:
 		return o.leakedRemap(a.block, leaf)
