@@ -172,7 +172,9 @@ func (t *Tree) beside(a *access) bool {
 }
 
 // inFlight returns the metadata of bucket as the newest operation in
-// progress whose union holds it leaves it, and false when none does.
+// progress that has chosen its slots (Access.Metas set, so never the
+// one planning) and whose union holds it leaves it, and false when none
+// does.
 func (t *Tree) inFlight(bucket uint64) (meta, bool) {
 	for i := len(t.ops) - 1; i >= 0; i-- {
 		if a := t.ops[i].Access; a.Metas != nil {
